@@ -1,0 +1,54 @@
+"""remotekit: run code and diagnostics on containerized GPU hosts.
+
+import remotekit
+inv = remotekit.load_inventory("hosts.yaml")
+with inv.target("kpro6") as t:                   # ssh -> pct exec 200 -> /root/venv/bin/python
+    r = t.run(["nvidia-smi", "-L"], timeout=30)
+    r = t.run_python("check.py", args=["--dir", "/workspace/checkpoints"], timeout=600)
+"""
+
+from __future__ import annotations
+
+from remotekit.errors import (
+    AuthError,
+    ConnectError,
+    ConnectionLost,
+    ContainerError,
+    HostKeyError,
+    InterpreterNotFound,
+    InventoryError,
+    RemotekitError,
+    StepError,
+    StepFailed,
+    StepTimeout,
+    UnknownHost,
+)
+from remotekit.inventory import HostSpec, Inventory, load_inventory, parse_inventory
+from remotekit.result import Result, Script
+from remotekit.target import Check, Target, local_target
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuthError",
+    "Check",
+    "ConnectError",
+    "ConnectionLost",
+    "ContainerError",
+    "HostKeyError",
+    "HostSpec",
+    "InterpreterNotFound",
+    "Inventory",
+    "InventoryError",
+    "RemotekitError",
+    "Result",
+    "Script",
+    "StepError",
+    "StepFailed",
+    "StepTimeout",
+    "Target",
+    "UnknownHost",
+    "load_inventory",
+    "local_target",
+    "parse_inventory",
+]

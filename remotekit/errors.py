@@ -1,0 +1,172 @@
+"""One exception tree for everything remotekit raises.
+
+::
+
+    RemotekitError                  (host, step: where it happened, when known)
+    ├── InventoryError              hosts.yaml is wrong: file, line and key in the message
+    ├── UnknownHost                 a target name that the inventory does not have
+    ├── ConnectError                DNS failure, refused, unreachable, connect timeout
+    │   ├── AuthError               the server refused our credentials (or sudo wants a password)
+    │   └── HostKeyError            unknown host key (strict) or a changed key (always refused)
+    ├── ContainerError              `pct` refused: unknown CT id, CT not running
+    ├── InterpreterNotFound         the venv / python of the target does not exist there
+    ├── ConnectionLost              the transport died while a step ran
+    └── StepError                   a step ran and went wrong; carries its Result
+        ├── StepTimeout             the step passed its timeout; it was stopped there
+        └── StepFailed              the step exited non-zero (with check=True)
+
+Third-party exceptions (paramiko, socket, subprocess) are translated at the transport
+boundary with ``raise ... from exc``; nothing else in the package sees them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from remotekit.result import Result
+
+__all__ = [
+    "AuthError",
+    "ConnectError",
+    "ConnectionLost",
+    "ContainerError",
+    "HostKeyError",
+    "InterpreterNotFound",
+    "InventoryError",
+    "RemotekitError",
+    "StepError",
+    "StepFailed",
+    "StepTimeout",
+    "UnknownHost",
+]
+
+_TAIL_LINES = 20
+
+
+class RemotekitError(Exception):
+    """Base of every error remotekit raises; ``host`` and ``step`` say where, when known."""
+
+    def __init__(self, message: str, *, host: str | None = None, step: str | None = None):
+        self.message = message
+        self.host = host
+        self.step = step
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        where = []
+        if self.host:
+            where.append(f"host {self.host!r}")
+        if self.step:
+            where.append(f"step {self.step!r}")
+        prefix = f"[{', '.join(where)}] " if where else ""
+        return prefix + self.message
+
+
+class InventoryError(RemotekitError):
+    """hosts.yaml could not be read or is invalid; ``path``, ``line`` and ``key`` locate it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+        host: str | None = None,
+    ):
+        self.path = path
+        self.line = line
+        self.key = key
+        loc = path or "<inventory>"
+        if line is not None:
+            loc += f":{line}"
+        if key:
+            message = f"{key}: {message}"
+        super().__init__(f"{loc}: {message}", host=host)
+
+
+class UnknownHost(RemotekitError):
+    """The inventory has no target of that name; ``known`` lists the ones it has."""
+
+    def __init__(self, name: str, known: list[str], *, path: str | None = None):
+        self.name = name
+        self.known = list(known)
+        where = f" in {path}" if path else ""
+        super().__init__(
+            f"unknown target {name!r}{where}; known targets: {', '.join(self.known) or '(none)'}"
+        )
+
+
+class ConnectError(RemotekitError):
+    """The connection to the target could not be made."""
+
+
+class AuthError(ConnectError):
+    """The server (or sudo) refused our credentials."""
+
+
+class HostKeyError(ConnectError):
+    """The server's host key is unknown (and policy is strict) or has changed."""
+
+
+class ContainerError(RemotekitError):
+    """``pct`` refused to enter the container; the message quotes pct's own words."""
+
+
+class InterpreterNotFound(RemotekitError):
+    """The target's interpreter (venv or python) does not exist where the step runs."""
+
+    def __init__(
+        self, message: str, *, path: str, host: str | None = None, step: str | None = None
+    ):
+        self.path = path
+        super().__init__(message, host=host, step=step)
+
+
+class ConnectionLost(RemotekitError):
+    """The transport died mid-step; the remote side stops the step when it sees its stdin close."""
+
+    def __init__(self, message: str, *, result: Result | None = None, **kw: str | None):
+        self.result = result
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+
+
+def _tail(text: str, n: int = _TAIL_LINES) -> str:
+    lines = text.rstrip("\n").splitlines()
+    if not lines:
+        return ""
+    cut = lines[-n:]
+    more = f"  ... ({len(lines) - n} earlier lines)\n" if len(lines) > n else ""
+    return more + "\n".join("  " + line for line in cut)
+
+
+class StepError(RemotekitError):
+    """A step ran and went wrong; ``result`` holds the output captured so far."""
+
+    def __init__(self, message: str, *, result: Result):
+        self.result = result
+        super().__init__(message, host=result.host, step=result.step)
+
+
+class StepTimeout(StepError):
+    """The step ran past ``timeout_s`` and was terminated (TERM, then KILL) where it ran."""
+
+    def __init__(self, result: Result, timeout_s: float):
+        self.timeout_s = timeout_s
+        msg = f"timed out after {timeout_s:g} s and was stopped (process tree terminated)"
+        tail = _tail(result.stderr) or _tail(result.stdout)
+        if tail:
+            msg += f"; last output:\n{tail}"
+        super().__init__(msg, result=result)
+
+
+class StepFailed(StepError):
+    """The step exited non-zero and ``check`` was true."""
+
+    def __init__(self, result: Result):
+        msg = f"command {result.display_argv} exited with {result.exit_code}"
+        tail = _tail(result.stderr) or _tail(result.stdout)
+        if tail:
+            msg += f"; last output:\n{tail}"
+        super().__init__(msg, result=result)

@@ -1,0 +1,66 @@
+"""Values a step returns: :class:`Result`, and :class:`Script`, the file a step ships."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Result", "Script"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished (or stopped) step produced.
+
+    ``stdout`` / ``stderr`` hold the captured text, at most ``capture_limit`` bytes of each
+    (the *last* bytes are kept; ``stdout_dropped`` / ``stderr_dropped`` count what was cut).
+    ``exit_code`` is the command's exit status, ``128 + N`` when signal N ended it, or
+    ``None`` when the step was stopped before it exited (timeout, interrupt, lost connection).
+    """
+
+    host: str
+    step: str
+    argv: tuple[str, ...]
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+    chain: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def display_argv(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class Script:
+    """A Python program to ship and run there, as bytes, with optional extra files beside it.
+
+    ``name`` is the file name it gets in the private temp dir there (tracebacks show it);
+    ``files`` maps further relative names to bytes, written beside the script (importable).
+    """
+
+    source: bytes
+    name: str = "script.py"
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.source, str):
+            object.__setattr__(self, "source", self.source.encode("utf-8"))
+        for rel in [self.name, *self.files]:
+            parts = Path(rel).parts
+            if not parts or Path(rel).is_absolute() or ".." in parts:
+                raise ValueError(f"script file name must be relative, without '..': {rel!r}")
+
+    @classmethod
+    def from_path(cls, path: str | Path, files: Mapping[str, bytes] | None = None) -> Script:
+        p = Path(path)
+        return cls(p.read_bytes(), name=p.name, files=dict(files or {}))

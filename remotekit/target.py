@@ -1,0 +1,647 @@
+"""A Target is a transport plus an ordered stack of layers; every action on it is a step.
+
+Each step ships the runner (``remote/runner.py``) and its payload over stdin, through
+``[ssh ->] [sudo ->] [pct exec ->] python -S -c LOADER``, in one round trip. The runner spawns
+the command in its own process group there, with the step's env and cwd, and stops the whole
+tree when the deadline passes or when its stdin closes (timeout, Ctrl-C, lost connection).
+
+Output is split into lines as it arrives; each line goes to ``on_output(stream, line)`` and
+into the Result, which keeps at most ``capture_limit`` bytes per stream (the last ones).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from remotekit import remote
+from remotekit.errors import (
+    AuthError,
+    ConnectionLost,
+    ContainerError,
+    InterpreterNotFound,
+    RemotekitError,
+    StepFailed,
+    StepTimeout,
+)
+from remotekit.inventory import LOCAL, HostSpec
+from remotekit.layers import Launch, compose
+from remotekit.result import Result, Script
+from remotekit.transports.base import ExecutableMissing, Process, Transport
+from remotekit.transports.local import LocalTransport
+
+__all__ = ["DEFAULT_CAPTURE_LIMIT", "Check", "OutputCallback", "Target", "local_target"]
+
+#: ``on_output(stream, line)``: stream is ``"stdout"`` or ``"stderr"``, line has no newline.
+OutputCallback = Callable[[str, str], None]
+
+#: Bytes of each stream a Result keeps (the last ones); more is counted in ``*_dropped``.
+DEFAULT_CAPTURE_LIMIT = 16 << 20
+#: A line longer than this is passed on in pieces, so one endless line cannot exhaust memory.
+MAX_LINE = 1 << 20
+#: Extra seconds the runner waits past the step's timeout before it stops the step itself.
+REMOTE_BACKSTOP_S = 5.0
+_CHUNK = 1 << 20
+
+# pct's own words (pve-container src/PVE/CLI/pct.pm, PVE/LXC/Config.pm)
+_PCT_MESSAGES = ("not running", "does not exist", "missing command", "no such container")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One layer's answer in :meth:`Target.ping`."""
+
+    layer: str
+    ok: bool
+    detail: str
+
+
+class _Stream:
+    """Splits one output stream into lines: to the callback, into a bounded capture."""
+
+    def __init__(
+        self,
+        name: str,
+        on_output: OutputCallback | None,
+        capture: bool,
+        limit: int,
+        nonce: str | None = None,
+    ):
+        self.name = name
+        self.on_output = on_output
+        self.capture = capture
+        self.limit = limit
+        self.nonce = nonce
+        self.buf = bytearray()
+        self.kept: deque[str] = deque()
+        self.kept_bytes = 0
+        self.dropped = 0
+        self.controls: list[tuple[str, Any]] = []
+        self.lines_seen = 0
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            nl = self.buf.find(b"\n")
+            if nl < 0:
+                if len(self.buf) >= MAX_LINE:
+                    chunk = bytes(self.buf[:MAX_LINE])
+                    del self.buf[:MAX_LINE]
+                    self._line(chunk, newline=False)
+                    continue
+                return
+            chunk = bytes(self.buf[:nl])
+            del self.buf[: nl + 1]
+            self._line(chunk)
+
+    def flush(self) -> None:
+        if self.buf:
+            chunk = bytes(self.buf)
+            self.buf.clear()
+            self._line(chunk, newline=False)
+
+    def _line(self, raw: bytes, newline: bool = True) -> None:
+        text = raw.decode("utf-8", "replace")
+        if self.nonce is not None and self.nonce in text:
+            before, _, rest = text.partition(self.nonce)
+            word, _, data = rest.strip().partition(" ")
+            self.controls.append((word, json.loads(data) if data else None))
+            if not before:
+                return
+            text, newline = before, False
+        self.lines_seen += 1
+        if self.on_output is not None:
+            self.on_output(self.name, text)
+        if self.capture:
+            piece = text + ("\n" if newline else "")
+            self.kept.append(piece)
+            self.kept_bytes += len(piece)
+            while self.kept_bytes > self.limit and len(self.kept) > 1:
+                old = self.kept.popleft()
+                self.kept_bytes -= len(old)
+                self.dropped += len(old)
+
+    def control(self, word: str) -> Any:
+        return next((d for w, d in self.controls if w == word), None)
+
+    def has(self, word: str) -> bool:
+        return any(w == word for w, _ in self.controls)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.kept)
+
+
+def _step_name(argv: Sequence[str]) -> str:
+    return "run " + os.path.basename(argv[0]) if argv else "run"
+
+
+class Target:
+    """One host from the inventory, opened on demand; use it as a context manager.
+
+    >>> with remotekit.load_inventory().target("local") as t:
+    ...     t.run(["echo", "hi"]).stdout
+    'hi\\n'
+    """
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        transport: Transport | None = None,
+        *,
+        capture_limit: int = DEFAULT_CAPTURE_LIMIT,
+    ):
+        self.spec = spec
+        self.name = spec.name
+        if transport is None:
+            if spec.ssh is not None:
+                from remotekit.transports.ssh import SSHTransport
+
+                transport = SSHTransport(
+                    spec.ssh, host=spec.name, connect_timeout=spec.timeouts.connect
+                )
+            else:
+                transport = LocalTransport()
+        self.transport = transport
+        self.capture_limit = capture_limit
+        self.launch: Launch = compose(spec.layers())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Target:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the held connection (a later step opens a new one)."""
+        self.transport.close()
+
+    def connect(self) -> None:
+        """Open the connection now (otherwise the first step does)."""
+        self.transport.connect()
+
+    @property
+    def chain(self) -> str:
+        """The layer chain, e.g. ``ssh root@kpro6 -> pct exec 200 -> /root/venv/bin/python``."""
+        return f"{self.transport.label} -> {self.launch.chain}"
+
+    def __repr__(self) -> str:
+        return f"<Target {self.name}: {self.chain}>"
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+    ) -> Result:
+        """Run ``argv`` there (no shell: pass ``["bash", "-c", ...]`` if you want one).
+
+        ``timeout`` defaults to the host's ``timeouts.step``. Raises :class:`StepTimeout`
+        (the step's process tree is stopped there), :class:`StepFailed` on a non-zero exit
+        when ``check``, and the connection/container/interpreter errors.
+        """
+        if isinstance(argv, str):
+            raise TypeError("argv must be a list of strings, e.g. ['ls', '-l'], not one string")
+        argv = [str(a) for a in argv]
+        if not argv:
+            raise ValueError("argv is empty")
+        header = {"op": "exec", "argv": argv}
+        return self._step(
+            header,
+            [],
+            display=tuple(argv),
+            step=step or _step_name(argv),
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            check=check,
+            on_output=on_output,
+            capture=capture,
+        )
+
+    def run_python(
+        self,
+        script: str | os.PathLike[str] | Script,
+        args: Sequence[str] = (),
+        *,
+        files: Mapping[str, bytes] | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+    ) -> Result:
+        """Ship ``script`` (a local file path or a :class:`Script`) and run it there.
+
+        The script and ``files`` travel as bytes into a private temp dir (0700, unique per
+        step) that is removed afterwards, also on failure and timeout. The interpreter is the
+        target's (venv / python), unbuffered; ``$REMOTEKIT_DIR`` names the temp dir.
+        """
+        if not isinstance(script, Script):
+            script = Script.from_path(script)
+        if files:
+            script = replace(script, files={**script.files, **files})  # validates the names
+        all_files = {script.name: script.source, **script.files}
+        manifest = [[name, len(data), 0o600] for name, data in all_files.items()]
+        header = {"op": "exec", "argv": [str(a) for a in args], "script": script.name}
+        header["files"] = manifest
+        display = (self.launch.interpreter or "python", "-u", f"<{script.name}>", *map(str, args))
+        return self._step(
+            header,
+            list(all_files.values()),
+            display=display,
+            step=step or script.name,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            check=check,
+            on_output=on_output,
+            capture=capture,
+        )
+
+    def put(
+        self,
+        local: str | os.PathLike[str],
+        remote_path: str,
+        *,
+        mode: int | None = None,
+        timeout: float | None = None,
+        step: str | None = None,
+    ) -> Result:
+        """Copy a local file there (atomically: a temp file beside it, then rename)."""
+        src = Path(local)
+        try:
+            size = src.stat().st_size
+            fh = src.open("rb")
+        except OSError as exc:
+            raise RemotekitError(
+                f"cannot read local file {src}: {exc.strerror}", host=self.name
+            ) from exc
+        header = {"op": "put", "dest": remote_path, "name": src.name, "size": size, "mode": mode}
+        with fh:
+            return self._step(
+                header,
+                _chunks(fh),
+                display=("put", str(src), remote_path),
+                step=step or f"put {remote_path}",
+                timeout=timeout,
+                check=True,
+            )
+
+    def get(
+        self,
+        remote_path: str,
+        local: str | os.PathLike[str],
+        *,
+        timeout: float | None = None,
+        step: str | None = None,
+    ) -> Result:
+        """Copy a file from there to ``local`` (written to a temp file, renamed when complete)."""
+        dest = Path(local)
+        if dest.is_dir():
+            dest = dest / os.path.basename(remote_path)
+        tmp = dest.with_name(f".{dest.name}.remotekit-{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        ok = False
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                result = self._step(
+                    {"op": "get", "src": remote_path},
+                    [],
+                    display=("get", remote_path, str(dest)),
+                    step=step or f"get {remote_path}",
+                    timeout=timeout,
+                    check=True,
+                    stdout_sink=fh.write,
+                )
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, dest)
+            ok = True
+            return result
+        finally:
+            if not ok:
+                tmp.unlink(missing_ok=True)
+
+    # -- the step engine ---------------------------------------------------------------------
+
+    def _step(
+        self,
+        header: dict[str, Any],
+        payload: Iterable[bytes],
+        *,
+        display: tuple[str, ...],
+        step: str,
+        timeout: float | None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool,
+        on_output: OutputCallback | None = None,
+        capture: bool = True,
+        stdout_sink: Callable[[bytes], Any] | None = None,
+    ) -> Result:
+        launch = self.launch
+        limit = self.spec.timeouts.step if timeout is None else timeout
+        grace = self.spec.timeouts.kill_grace
+        nonce = "remotekit-" + secrets.token_hex(8)
+        header = {
+            **header,
+            "nonce": nonce,
+            "env": {**launch.env, **(env or {})},
+            "path_prepend": list(launch.path_prepend),
+            "cwd": cwd or launch.cwd,
+            "timeout": None if limit is None else limit + grace + REMOTE_BACKSTOP_S,
+            "grace": grace,
+        }
+        runner = remote.source("runner.py")
+        head = json.dumps(header).encode()
+        stdin = _concat(
+            [f"{len(runner)}\n".encode(), runner, f"{len(head)}\n".encode(), head], payload
+        )
+
+        out = _Stream("stdout", on_output, capture and stdout_sink is None, self.capture_limit)
+        err = _Stream("stderr", on_output, capture, self.capture_limit, nonce=nonce)
+        started = time.monotonic()
+        deadline = None if limit is None else started + limit
+
+        def result(code: int | None) -> Result:
+            out.flush()
+            err.flush()
+            return Result(
+                host=self.name,
+                step=step,
+                argv=display,
+                exit_code=code,
+                stdout=out.text,
+                stderr=err.text,
+                duration_s=time.monotonic() - started,
+                stdout_dropped=out.dropped,
+                stderr_dropped=err.dropped,
+                chain=self.chain,
+            )
+
+        try:
+            proc = self.transport.start(launch.argv, stdin)
+        except ExecutableMissing as exc:
+            raise self._missing(exc.path, step) from None
+        except RemotekitError as exc:
+            exc.step = exc.step or step
+            raise
+
+        # ``get`` streams file bytes on stdout after a line holding the nonce; whatever a
+        # login shell printed before it is output, not data.
+        sink_on = [False]
+        marker = nonce.encode() + b"\n"
+
+        def handle(kind: str, data: Any) -> None:
+            if kind == "stdout":
+                if stdout_sink is None:
+                    out.feed(data)
+                elif sink_on[0]:
+                    stdout_sink(data)
+                else:
+                    out.buf += data
+                    at = out.buf.find(marker)
+                    if at >= 0:
+                        rest = bytes(out.buf[at + len(marker) :])
+                        del out.buf[at:]
+                        sink_on[0] = True
+                        if rest:
+                            stdout_sink(rest)
+            elif kind == "stderr":
+                err.feed(data)
+
+        outcome, code = "running", None
+        try:
+            while outcome == "running":
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    outcome = "timeout"
+                    break
+                try:
+                    kind, data = proc.events.get(timeout=wait)
+                except queue.Empty:
+                    continue
+                if kind == "exit":
+                    outcome, code = "exit", data
+                elif kind == "lost":
+                    outcome = "lost"
+                    lost_reason = str(data)
+                else:
+                    handle(kind, data)
+        except BaseException:
+            self._stop(proc, handle)
+            raise
+        if outcome == "timeout":
+            self._stop(proc, handle)
+            assert limit is not None
+            raise _redacted(StepTimeout(result(None), limit), self.spec)
+        if outcome == "lost":
+            proc.terminate()
+            res = result(None)
+            raise _redacted(
+                ConnectionLost(
+                    f"connection lost while the step ran ({lost_reason}); the runner there "
+                    f"stops the step when it sees its stdin close",
+                    result=res,
+                    host=self.name,
+                    step=step,
+                ),
+                self.spec,
+            )
+        if not err.has("ready"):
+            raise self._not_started(code, result(code), step)
+        trailer = err.control("exit")
+        if trailer is not None:
+            code = trailer["code"]
+        res = result(code)
+        if check and code != 0:
+            raise _redacted(StepFailed(res), self.spec)
+        return res
+
+    def _stop(self, proc: Process, handle: Callable[[str, Any], None]) -> None:
+        """Stop a step there: EOF makes the runner stop its tree; wait for that, then close."""
+        proc.close_stdin()
+        end = time.monotonic() + self.spec.timeouts.kill_grace + 2.0
+        try:
+            while (left := end - time.monotonic()) > 0:
+                try:
+                    kind, data = proc.events.get(timeout=left)
+                except queue.Empty:
+                    break
+                if kind in ("exit", "lost"):
+                    break
+                handle(kind, data)
+        finally:
+            proc.terminate()
+
+    def _missing(self, path: str, step: str) -> RemotekitError:
+        if path == self.launch.interpreter:
+            return InterpreterNotFound(
+                f"interpreter {path} not found ({self.chain})", path=path, host=self.name, step=step
+            )
+        if self.spec.container is not None and path == self.spec.pct:
+            return ContainerError(
+                f"{path!r} not found: is this a Proxmox node? (`pct:` in hosts.yaml)",
+                host=self.name,
+                step=step,
+            )
+        return RemotekitError(f"{path!r} not found ({self.chain})", host=self.name, step=step)
+
+    def _not_started(self, code: int | None, res: Result, step: str) -> RemotekitError:
+        """The runner never said ready: find which layer refused, from its own words."""
+        text = (res.stderr + res.stdout).strip()
+        low = text.lower()
+        quoted = "\n".join("  " + line for line in text.splitlines()[-10:]) or "  (no output)"
+        where = dict(host=self.name, step=step)
+        if self.spec.sudo and "sudo" in low and ("password" in low or "terminal" in low):
+            return AuthError(
+                f"sudo wants a password; remotekit needs passwordless sudo (NOPASSWD) for "
+                f"{self.spec.ssh.user if self.spec.ssh else 'this user'}:\n{quoted}",
+                **where,
+            )
+        if self.spec.container is not None and any(m in low for m in _PCT_MESSAGES):
+            return ContainerError(
+                f"container {self.spec.container} cannot be entered; pct says:\n{quoted}", **where
+            )
+        interp = self.launch.interpreter or "python"
+        if code in (126, 127, 255) or "no such file" in low or "not found" in low:
+            return InterpreterNotFound(
+                f"interpreter {interp} not found there (exit {code}); check `venv:`/`python:` "
+                f"in hosts.yaml ({self.spec.source}):\n{quoted}",
+                path=interp,
+                **where,
+            )
+        return RemotekitError(
+            f"the remotekit runner did not start via {self.chain} (exit {code}); needs "
+            f"Python >= 3.6 there:\n{quoted}",
+            **where,
+        )
+
+    # -- ping --------------------------------------------------------------------------------
+
+    def ping(self, on_check: Callable[[Check], None] | None = None) -> list[Check]:
+        """Check each layer in turn (connection, sudo, container, interpreter, torch).
+
+        Stops at the first layer that fails; that check says why.
+        """
+        checks: list[Check] = []
+
+        def add(layer: str, ok: bool, detail: str) -> bool:
+            c = Check(layer, ok, detail)
+            checks.append(c)
+            if on_check is not None:
+                on_check(c)
+            return ok
+
+        try:
+            self.connect()
+        except RemotekitError as exc:
+            add(self.transport.label, False, exc.message)
+            return checks
+        add(self.transport.label, True, "connected" if self.spec.ssh else "this machine")
+        prefix: tuple[str, ...] = ("sudo", "-n", "--") if self.spec.sudo else ()
+        if self.spec.sudo:
+            code, text = self._probe([*prefix, "true"])
+            if not add("sudo", code == 0, "passwordless sudo works" if code == 0 else text):
+                return checks
+        if self.spec.container is not None:
+            vmid = str(self.spec.container)
+            code, text = self._probe([*prefix, self.spec.pct, "status", vmid])
+            running = code == 0 and "running" in text and "stopped" not in text
+            if not add(f"pct exec {vmid}", running, text or f"exit {code}"):
+                return checks
+        probe = Script(_PING_PY, name="remotekit_ping.py")
+        try:
+            res = self.run_python(probe, step="ping", timeout=max(30.0, self.spec.timeouts.connect))
+        except RemotekitError as exc:
+            add(self.launch.interpreter or "python", False, exc.message)
+            return checks
+        info = json.loads(res.stdout.strip().splitlines()[-1])
+        add(info["executable"], True, f"Python {info['python']}")
+        torch = info.get("torch")
+        add("torch", torch is not None, torch or "not importable: " + info.get("torch_error", ""))
+        return checks
+
+    def _probe(self, argv: list[str], timeout: float = 15.0) -> tuple[int | None, str]:
+        """Run a bare command on the node (no runner: for checks before the runner can run)."""
+        try:
+            proc = self.transport.start(argv, [])
+        except ExecutableMissing as exc:
+            return 127, f"{exc.path}: not found"
+        proc.close_stdin()
+        chunks: list[bytes] = []
+        end = time.monotonic() + timeout
+        while (left := end - time.monotonic()) > 0:
+            try:
+                kind, data = proc.events.get(timeout=left)
+            except queue.Empty:
+                break
+            if kind in ("stdout", "stderr"):
+                chunks.append(data)
+            else:
+                proc.terminate()
+                return (data if kind == "exit" else None), b"".join(chunks).decode(
+                    errors="replace"
+                ).strip()
+        proc.terminate()
+        return None, f"no answer within {timeout:g} s"
+
+
+_PING_PY = b"""\
+import json, platform, sys
+info = {"python": platform.python_version(), "executable": sys.executable}
+try:
+    import torch
+    info["torch"] = torch.__version__ + (" (CUDA %s)" % torch.version.cuda if torch.version.cuda else " (CPU)")
+except Exception as e:
+    info["torch_error"] = "%s: %s" % (type(e).__name__, e)
+print(json.dumps(info))
+"""
+
+
+def _redacted(exc: RemotekitError, spec: HostSpec) -> RemotekitError:
+    if spec.secret_env:
+        exc.message = spec.redact(exc.message)
+        exc.args = (spec.redact(str(exc.args[0])),) if exc.args else exc.args
+    return exc
+
+
+def _chunks(fh: IO[bytes]) -> Iterator[bytes]:
+    while chunk := fh.read(_CHUNK):
+        yield chunk
+
+
+def _concat(first: list[bytes], rest: Iterable[bytes]) -> Iterator[bytes]:
+    yield b"".join(first)
+    yield from rest
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def local_target(**overrides: Any) -> Target:
+    """The ``local`` target (this machine, our own interpreter), optionally with overrides."""
+    return Target(replace(LOCAL, **overrides) if overrides else LOCAL)

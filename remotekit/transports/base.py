@@ -1,0 +1,57 @@
+"""The transport contract.
+
+Example::
+
+    proc = transport.start(["python3", "-c", "print(1)"], stdin=[b""])
+    while True:
+        kind, data = proc.events.get()
+        if kind == "exit":
+            break
+
+``start`` returns at once; the process's output arrives as events, in order per stream:
+
+- ``("stdout", bytes)`` / ``("stderr", bytes)``: output as it is produced;
+- ``("exit", int | None)``: the process ended (its status; ``None`` if unknown), after its
+  output was drained; always the last event;
+- ``("lost", str)``: the transport died (the connection dropped); also the last event.
+
+``close_stdin`` sends EOF (the runner there takes it as "stop the step"); ``terminate``
+gives up on the process locally (closes the channel, kills the local process).
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterable, Sequence
+from typing import Protocol, Union
+
+__all__ = ["Event", "ExecutableMissing", "Process", "Transport"]
+
+Event = tuple[str, Union[bytes, int, str, None]]
+
+
+class ExecutableMissing(Exception):
+    """The first word of the argv does not exist (raised by ``start``, local transport only)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(path)
+
+
+class Process(Protocol):
+    events: queue.Queue[Event]
+
+    def close_stdin(self) -> None: ...
+
+    def terminate(self) -> None: ...
+
+
+class Transport(Protocol):
+    #: How this hop reads in a layer chain: ``local`` or ``ssh root@kpro6:22``.
+    label: str
+
+    def start(self, argv: Sequence[str], stdin: Iterable[bytes]) -> Process: ...
+
+    def connect(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,100 @@
+"""This machine as a transport: the argv runs as a subprocess, no shell involved."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+from collections.abc import Iterable, Sequence
+from typing import IO
+
+from remotekit.transports.base import Event, ExecutableMissing
+
+__all__ = ["LocalProcess", "LocalTransport"]
+
+_CHUNK = 1 << 16
+#: How long to wait for output pipes after the process exited (a background child may hold them).
+_DRAIN_S = 0.5
+
+
+class LocalProcess:
+    def __init__(self, argv: Sequence[str], stdin: Iterable[bytes]):
+        self.events: queue.Queue[Event] = queue.Queue()
+        try:
+            self._proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+            )
+        except FileNotFoundError as exc:
+            raise ExecutableMissing(argv[0]) from exc
+        except PermissionError as exc:
+            raise ExecutableMissing(argv[0]) from exc
+        assert self._proc.stdout and self._proc.stderr
+        self._readers = [
+            threading.Thread(target=self._pump, args=("stdout", self._proc.stdout), daemon=True),
+            threading.Thread(target=self._pump, args=("stderr", self._proc.stderr), daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+        threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _pump(self, name: str, pipe: IO[bytes]) -> None:
+        fd = pipe.fileno()
+        try:
+            while data := os.read(fd, _CHUNK):
+                self.events.put((name, data))
+        except OSError:
+            pass
+
+    def _feed(self, chunks: Iterable[bytes]) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            for chunk in chunks:
+                stdin.write(chunk)
+        except (OSError, ValueError):
+            pass  # the process is gone; its exit says why
+
+    def _wait(self) -> None:
+        code = self._proc.wait()
+        for t in self._readers:
+            t.join(_DRAIN_S)
+        self.events.put(("exit", 128 - code if code < 0 else code))
+
+    def close_stdin(self) -> None:
+        try:
+            if self._proc.stdin:
+                self._proc.stdin.close()
+        except OSError:
+            pass
+
+    def terminate(self) -> None:
+        # TERM first: the runner's handler stops the step's tree before it exits.
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(3.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self.close_stdin()
+
+
+class LocalTransport:
+    """Runs argvs on this machine. Nothing to connect; ``close`` is a no-op."""
+
+    label = "local"
+
+    def start(self, argv: Sequence[str], stdin: Iterable[bytes]) -> LocalProcess:
+        return LocalProcess(argv, stdin)
+
+    def connect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

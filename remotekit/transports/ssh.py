@@ -1,0 +1,243 @@
+"""SSH as a transport: one held connection (Fabric/paramiko), one exec channel per step.
+
+Fabric gives us ``~/.ssh/config`` resolution, ProxyJump gateways and SFTP; the exec channel is
+driven here directly, because Fabric's ``run(timeout=)`` leaves the remote process running
+and its own ``AutoAddPolicy`` would accept any host key. Host keys are checked against
+``known_hosts``: unknown keys are refused (``strict``) or recorded (``accept-new``); a changed
+key is always refused. Every paramiko and socket error is translated here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import paramiko
+from fabric import Config, Connection
+
+from remotekit.errors import AuthError, ConnectError, ConnectionLost, HostKeyError
+from remotekit.quoting import join
+from remotekit.transports.base import Event
+
+if TYPE_CHECKING:
+    from remotekit.inventory import SSHSpec
+
+__all__ = ["SSHProcess", "SSHTransport"]
+
+_CHUNK = 1 << 16
+_DRAIN_S = 0.5
+_DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+class _UnknownHostKey(paramiko.SSHException):
+    def __init__(self, hostname: str, key: paramiko.PKey):
+        self.hostname = hostname
+        self.key = key
+        super().__init__(hostname)
+
+
+class _StrictPolicy(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        raise _UnknownHostKey(hostname, key)
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """OpenSSH's ``accept-new``: record an unknown key in known_hosts, refuse a changed one."""
+
+    def __init__(self, known_hosts: str):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        path = os.path.expanduser(self.known_hosts)
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+def _fingerprint(key: paramiko.PKey) -> str:
+    return key.fingerprint  # "SHA256:..." as OpenSSH prints it
+
+
+class SSHProcess:
+    """One exec channel. A pump thread turns channel activity into events."""
+
+    def __init__(self, chan: paramiko.Channel, stdin: Iterable[bytes]):
+        self.events: queue.Queue[Event] = queue.Queue()
+        self._chan = chan
+        threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _feed(self, chunks: Iterable[bytes]) -> None:
+        try:
+            for chunk in chunks:
+                self._chan.sendall(chunk)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the channel is gone; the pump reports why
+
+    def _pump(self) -> None:
+        chan = self._chan
+        exited_at: float | None = None
+        try:
+            while True:
+                select.select([chan], [], [], 0.2)
+                got = False
+                while chan.recv_ready():
+                    self.events.put(("stdout", chan.recv(_CHUNK)))
+                    got = True
+                while chan.recv_stderr_ready():
+                    self.events.put(("stderr", chan.recv_stderr(_CHUNK)))
+                    got = True
+                if got:
+                    continue
+                if chan.exit_status_ready():
+                    exited_at = exited_at or time.monotonic()
+                    if chan.eof_received or chan.closed or time.monotonic() - exited_at > _DRAIN_S:
+                        self.events.put(("exit", chan.recv_exit_status()))
+                        return
+                elif chan.closed or (chan.eof_received and not chan.get_transport().is_active()):
+                    self.events.put(("lost", "the channel closed without an exit status"))
+                    return
+                transport = chan.get_transport()
+                if transport is None or not transport.is_active():
+                    self.events.put(("lost", "the SSH connection dropped"))
+                    return
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.events.put(("lost", f"{type(exc).__name__}: {exc}"))
+
+    def close_stdin(self) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._chan.shutdown_write()
+
+    def terminate(self) -> None:
+        self._chan.close()
+
+
+class SSHTransport:
+    """Holds one SSH connection (opened on first use) for all the steps of a target."""
+
+    def __init__(self, spec: SSHSpec, *, host: str, connect_timeout: float):
+        self.spec = spec
+        self.host = host
+        self.connect_timeout = connect_timeout
+        self.label = f"ssh {spec.display}"
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _connection(self, spec: SSHSpec, gateway: Connection | None) -> Connection:
+        kwargs: dict[str, object] = {
+            "banner_timeout": self.connect_timeout,
+            "auth_timeout": self.connect_timeout,
+            "channel_timeout": self.connect_timeout,
+        }
+        if spec.identity:
+            kwargs["key_filename"] = [os.path.expanduser(spec.identity)]
+        conn = Connection(
+            spec.host,
+            user=spec.user,
+            port=spec.port,
+            config=Config(),
+            gateway=gateway,
+            connect_timeout=max(1, round(self.connect_timeout)),
+            connect_kwargs=kwargs,
+        )
+        known = os.path.expanduser(spec.known_hosts or _DEFAULT_KNOWN_HOSTS)
+        if os.path.exists(known):
+            conn.client.load_host_keys(known)
+        policy: paramiko.MissingHostKeyPolicy = (
+            _AcceptNewPolicy(known) if spec.host_key == "accept-new" else _StrictPolicy()
+        )
+        conn.client.set_missing_host_key_policy(policy)
+        return conn
+
+    def connect(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._conn.is_connected:
+                return
+            gateway = self._connection(self.spec.jump, None) if self.spec.jump else None
+            conn = self._connection(self.spec, gateway)
+            try:
+                conn.open()
+            except BaseException as exc:
+                conn.close()
+                raise self._translate(exc) from exc
+            self._conn = conn
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        spec, host = self.spec, self.host
+        where = f"{spec.display}"
+        known = spec.known_hosts or _DEFAULT_KNOWN_HOSTS
+        if isinstance(exc, _UnknownHostKey):
+            port = f"-p {spec.port} " if spec.port != 22 else ""
+            return HostKeyError(
+                f"{where}: host key {exc.key.get_name()} {_fingerprint(exc.key)} of "
+                f"{exc.hostname} is not in {known}. If that fingerprint is right, trust it with\n"
+                f"  ssh-keyscan {port}{spec.host} >> {known}\n"
+                f"or set `host_key: accept-new` for this host in hosts.yaml.",
+                host=host,
+            )
+        if isinstance(exc, paramiko.BadHostKeyException):
+            return HostKeyError(
+                f"{where}: HOST KEY CHANGED for {exc.hostname}: expected "
+                f"{_fingerprint(exc.expected_key)}, got {_fingerprint(exc.key)}. Refusing to "
+                f"connect (this is what a man-in-the-middle looks like). If the server was "
+                f"reinstalled, remove the old key: ssh-keygen -R {exc.hostname} -f {known}",
+                host=host,
+            )
+        if isinstance(exc, paramiko.AuthenticationException):
+            ident = f" with key {spec.identity}" if spec.identity else ""
+            return AuthError(f"{where}: authentication failed{ident}: {exc}", host=host)
+        if isinstance(exc, socket.gaierror):
+            return ConnectError(f"{where}: cannot resolve {spec.host}: {exc.strerror}", host=host)
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            return ConnectError(
+                f"{where}: no answer within {self.connect_timeout:g} s (timeouts.connect)",
+                host=host,
+            )
+        if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+            return ConnectError(f"{where}: connection refused on port {spec.port}", host=host)
+        if isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
+            return ConnectError(f"{where}: {type(exc).__name__}: {exc}", host=host)
+        return exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                gateway = self._conn.gateway
+                self._conn.close()
+                if isinstance(gateway, Connection):
+                    gateway.close()
+                self._conn = None
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def start(self, argv: Sequence[str], stdin: Iterable[bytes]) -> SSHProcess:
+        self.connect()
+        assert self._conn is not None
+        command = join(argv)  # the one quoting point
+        try:
+            transport = self._conn.client.get_transport()
+            if transport is None or not transport.is_active():
+                raise EOFError("connection is closed")
+            chan = transport.open_session(timeout=self.connect_timeout)
+            chan.exec_command(command)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self._conn = None
+            raise ConnectionLost(
+                f"{self.spec.display}: could not open a channel: {exc}", host=self.host
+            ) from exc
+        return SSHProcess(chan, stdin)
