@@ -4,7 +4,7 @@ A step there is started by one argv, the *launch*: the target's interpreter runn
 loader (``python -c LOADER``), which reads the runner and then the step's payload from stdin.
 Layers wrap that argv from the inside out::
 
-    Interpreter("/root/venv/bin/python")    ["/root/venv/bin/python", "-S", "-c", LOADER]
+    Interpreter("/root/venv/bin/python")    ["/root/venv/bin/python", "-c", LOADER]
     Pct(200)                                ["pct", "exec", "200", "--", *argv]
     Sudo()                                  ["sudo", "-n", "--", *argv]
 
@@ -70,7 +70,7 @@ class Interpreter:
     def apply(self, launch: Launch) -> Launch:
         return replace(
             launch,
-            argv=(self.python, "-S", "-c", LOADER),  # -S: the runner needs only the stdlib
+            argv=(self.python, "-c", LOADER),
             interpreter=self.python,
             hops=(*launch.hops, self.python),
         )

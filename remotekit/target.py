@@ -1,7 +1,7 @@
 """A Target is a transport plus an ordered stack of layers; every action on it is a step.
 
 Each step ships the runner (``remote/runner.py``) and its payload over stdin, through
-``[ssh ->] [sudo ->] [pct exec ->] python -S -c LOADER``, in one round trip. The runner spawns
+``[ssh ->] [sudo ->] [pct exec ->] python -c LOADER``, in one round trip. The runner spawns
 the command in its own process group there, with the step's env and cwd, and stops the whole
 tree when the deadline passes or when its stdin closes (timeout, Ctrl-C, lost connection).
 
@@ -400,9 +400,12 @@ class Target:
             )
 
         try:
-            proc = self.transport.start(launch.argv, stdin)
+            proc = self.transport.start(launch.argv, stdin, wait=limit)
         except ExecutableMissing as exc:
             raise self._missing(exc.path, step) from None
+        except TimeoutError:
+            assert limit is not None
+            raise StepTimeout(result(None), limit) from None
         except RemotekitError as exc:
             exc.step = exc.step or step
             raise

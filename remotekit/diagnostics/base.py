@@ -9,7 +9,8 @@ to ``on_output``. Exit codes of every diagnostic: 0 OK, 1 findings, 2 could not 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit import remote
 from remotekit.result import Result
@@ -33,11 +34,13 @@ def run_records(
     timeout: float | None = None,
     on_record: Callable[[Record], None] | None = None,
     on_output: OutputCallback | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[list[Record], Result]:
     """Run ``remote/<script_name>`` on ``target``; return its records and the step's Result.
 
     Never raises for a non-zero exit of the script (the records say what went wrong); it does
-    raise the engine's errors (timeout, connection, container, interpreter).
+    raise the engine's errors (timeout, connection, container, interpreter). ``env`` is
+    passed to ``run_python`` (variables set for the script there).
     """
     records: list[Record] = []
 
@@ -60,6 +63,7 @@ def run_records(
         args=list(args),
         step=step or script_name.removesuffix(".py"),
         timeout=timeout,
+        env=env,
         check=False,
         on_output=sink,
         capture=False,

@@ -9,6 +9,7 @@ load them as bytes with :func:`script`.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from importlib import resources
 
 from remotekit.result import Script
@@ -16,6 +17,7 @@ from remotekit.result import Script
 __all__ = ["script", "source"]
 
 
+@lru_cache(maxsize=None)
 def source(name: str) -> bytes:
     """The bytes of the shipped file ``name`` (e.g. ``"runner.py"``)."""
     return resources.files(__name__).joinpath(name).read_bytes()

@@ -23,11 +23,8 @@
 # (message on stderr), 126 / 127 when the command cannot be run / is not found.
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -157,6 +154,8 @@ def do_put(h):
     folder = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(folder):
         fail("cannot write %s: directory %s does not exist" % (dest, folder), 1)
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=".remotekit-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -175,6 +174,18 @@ def do_put(h):
             pass
         raise
     return 0
+
+
+def private_dir():
+    """A new directory only we can enter (0700), unique: like tempfile.mkdtemp."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    while True:
+        path = os.path.join(base, "remotekit-" + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
 
 
 def current_umask():
@@ -202,6 +213,120 @@ def do_get(h):
     return 0
 
 
+class Forked(object):
+    """The Popen surface the runner needs, for a forked child."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.returncode = None
+
+    def _set(self, status):
+        if os.WIFSIGNALED(status):
+            self.returncode = -os.WTERMSIG(status)
+        else:
+            self.returncode = os.WEXITSTATUS(status)
+
+    def poll(self):
+        return self._wait(os.WNOHANG)
+
+    def wait(self):
+        return self._wait(0)
+
+    def _wait(self, flags):
+        while self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped by the other thread: it sets returncode
+                time.sleep(0.005)
+                continue
+            if not pid:
+                break
+            self._set(status)
+        return self.returncode
+
+
+def fork_safe(env):
+    # A forked interpreter has read its PYTHON* settings already; a step that sets any
+    # gets a fresh interpreter instead.
+    return hasattr(os, "fork") and not any(
+        k.startswith("PYTHON") and k != "PYTHONUNBUFFERED" for k in env
+    )
+
+
+def fork_script(path, args, cwd, env):
+    """Run the shipped script in a forked copy of this interpreter: the same Python as a
+    fresh ``python -u script`` would be, without paying for a second interpreter start.
+    Forked before any thread exists; the child gets its own session, /dev/null as stdin,
+    unbuffered stdout/stderr, the step's env and cwd, and the script as ``__main__``."""
+    if cwd and not os.path.isdir(cwd):
+        fail("cannot change to working directory %s: no such directory" % cwd)
+    pid = os.fork()
+    if pid:
+        return Forked(pid)
+    code = 1
+    try:
+        os.setsid()
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        if cwd:
+            os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        import io
+        import runpy
+
+        enc = sys.stdout.encoding if sys.stdout else "utf-8"
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc, write_through=True)
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding=enc, errors="backslashreplace", write_through=True
+        )
+        sys.argv = [path] + list(args)
+        sys.path[0] = os.path.dirname(path)
+        runpy.run_path(path, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            sys.stderr.write(str(e.code) + "\n")
+            code = 1
+    except BaseException:
+        etype, value, tb = sys.exc_info()
+        while tb is not None and tb.tb_frame.f_code.co_filename != path:
+            tb = tb.tb_next  # hide the runner's own frames
+        if tb is not None:
+            value = value.with_traceback(tb)
+        sys.excepthook(etype, value, value.__traceback__)
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        os._exit(code & 0xFF)
+
+
+def spawn(argv, cwd, env):
+    import subprocess
+
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=cwd or None, env=env, start_new_session=True)
+    except FileNotFoundError:
+        fail("command not found: %s" % argv[0], 127)
+    except PermissionError:
+        fail("permission denied: %s" % argv[0], 126)
+    except OSError as e:
+        fail("cannot run %s: %s" % (argv[0], e), 126)
+
+
 def do_exec(h, tmpdir):
     nonce = h["nonce"]
     env = dict(os.environ)
@@ -217,26 +342,21 @@ def do_exec(h, tmpdir):
     if cwd and not os.path.isdir(cwd):
         fail("cannot change to working directory %s: no such directory" % cwd)
 
-    stop = threading.Event()
-    reason = ["exit"]
+    # Woken by: the step exiting (waiter thread), stdin EOF (watcher thread), or a signal
+    # (flag checked at least every 0.25 s); the deadline is the wait's timeout.
+    wake = threading.Event()
+    reason = [None]
 
     def on_signal(signum, frame):
         reason[0] = "signal"
-        stop.set()
 
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(s, on_signal)
     become_subreaper()
-    try:
-        child = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, cwd=cwd or None, env=env, start_new_session=True
-        )
-    except FileNotFoundError:
-        fail("command not found: %s" % argv[0], 127)
-    except PermissionError:
-        fail("permission denied: %s" % argv[0], 126)
-    except OSError as e:
-        fail("cannot run %s: %s" % (argv[0], e), 126)
+    if h.get("script") and fork_safe(h.get("env") or {}):
+        child = fork_script(argv[2], argv[3:], cwd, env)
+    else:
+        child = spawn(argv, cwd, env)
     control(nonce, "started", {"pid": child.pid})
 
     def watch_stdin():
@@ -245,22 +365,27 @@ def do_exec(h, tmpdir):
                 pass
         except (OSError, ValueError):
             pass
-        if not stop.is_set():
-            reason[0] = "eof"
-            stop.set()
+        reason[0] = reason[0] or "eof"
+        wake.set()
+
+    def wait_child():
+        child.wait()
+        wake.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
+    threading.Thread(target=wait_child, daemon=True).start()
     deadline = None if h.get("timeout") is None else time.monotonic() + h["timeout"]
-    while child.poll() is None:
-        if stop.wait(0.02):
-            break
-        if deadline is not None and time.monotonic() >= deadline:
+    while child.returncode is None and reason[0] is None:
+        left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+        if left <= 0:
             reason[0] = "deadline"
             break
+        wake.wait(left)
     if child.returncode is None:
         stop_tree(child, float(h.get("grace", 1.0)))
     else:
         reason[0] = "exit"
+        reap_others(child)
     code = child.returncode
     code = 128 - code if code < 0 else code
     control(nonce, "exit", {"code": code, "reason": reason[0]})
@@ -278,7 +403,7 @@ def main():
     tmpdir = None
     try:
         if header.get("files"):
-            tmpdir = tempfile.mkdtemp(prefix="remotekit-")  # 0700, unique
+            tmpdir = private_dir()
             for name, size, mode in header["files"]:
                 path = os.path.join(tmpdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -288,6 +413,8 @@ def main():
         return do_exec(header, tmpdir)
     finally:
         if tmpdir is not None:
+            import shutil
+
             shutil.rmtree(tmpdir, ignore_errors=True)
 
 

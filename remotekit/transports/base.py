@@ -50,7 +50,11 @@ class Transport(Protocol):
     #: How this hop reads in a layer chain: ``local`` or ``ssh root@kpro6:22``.
     label: str
 
-    def start(self, argv: Sequence[str], stdin: Iterable[bytes]) -> Process: ...
+    def start(
+        self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
+    ) -> Process:
+        """Start ``argv``; ``wait`` bounds the wait for a free slot (raises socket.timeout)."""
+        ...
 
     def connect(self) -> None: ...
 

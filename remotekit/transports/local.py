@@ -90,7 +90,9 @@ class LocalTransport:
 
     label = "local"
 
-    def start(self, argv: Sequence[str], stdin: Iterable[bytes]) -> LocalProcess:
+    def start(
+        self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
+    ) -> LocalProcess:
         return LocalProcess(argv, stdin)
 
     def connect(self) -> None:

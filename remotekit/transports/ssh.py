@@ -15,7 +15,6 @@ import queue
 import select
 import socket
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -74,9 +73,10 @@ def _fingerprint(key: paramiko.PKey) -> str:
 class SSHProcess:
     """One exec channel. A pump thread turns channel activity into events."""
 
-    def __init__(self, chan: paramiko.Channel, stdin: Iterable[bytes]):
+    def __init__(self, chan: paramiko.Channel, stdin: Iterable[bytes], release: Callable[[], None]):
         self.events: queue.Queue[Event] = queue.Queue()
         self._chan = chan
+        self._release = release
         threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -89,33 +89,38 @@ class SSHProcess:
 
     def _pump(self) -> None:
         chan = self._chan
-        exited_at: float | None = None
         try:
             while True:
-                select.select([chan], [], [], 0.2)
-                got = False
-                while chan.recv_ready():
+                if chan.recv_ready():
                     self.events.put(("stdout", chan.recv(_CHUNK)))
-                    got = True
-                while chan.recv_stderr_ready():
+                elif chan.recv_stderr_ready():
                     self.events.put(("stderr", chan.recv_stderr(_CHUNK)))
-                    got = True
-                if got:
-                    continue
-                if chan.exit_status_ready():
-                    exited_at = exited_at or time.monotonic()
-                    if chan.eof_received or chan.closed or time.monotonic() - exited_at > _DRAIN_S:
-                        self.events.put(("exit", chan.recv_exit_status()))
+                elif chan.eof_received or chan.closed or chan.exit_status_ready():
+                    # Output is done (or the step exited while something there still holds
+                    # its pipes): the exit status follows at once, or the connection died.
+                    chan.status_event.wait(_DRAIN_S)
+                    if chan.recv_ready() or chan.recv_stderr_ready():
+                        continue
+                    # paramiko reports -1 when the channel closed without an exit-status
+                    # message (a real status is an unsigned 32-bit value).
+                    code = chan.exit_status if chan.status_event.is_set() else -1
+                    if code >= 0:
+                        self.events.put(("exit", code))
+                    else:
+                        transport = chan.get_transport()
+                        why = "dropped" if transport is None or not transport.is_active() else "closed"
+                        self.events.put(("lost", f"the SSH connection {why} without an exit status"))
+                    return
+                else:
+                    select.select([chan], [], [], 0.2)
+                    transport = chan.get_transport()
+                    if transport is None or not transport.is_active():
+                        self.events.put(("lost", "the SSH connection dropped"))
                         return
-                elif chan.closed or (chan.eof_received and not chan.get_transport().is_active()):
-                    self.events.put(("lost", "the channel closed without an exit status"))
-                    return
-                transport = chan.get_transport()
-                if transport is None or not transport.is_active():
-                    self.events.put(("lost", "the SSH connection dropped"))
-                    return
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.events.put(("lost", f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._release()
 
     def close_stdin(self) -> None:
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
@@ -126,7 +131,13 @@ class SSHProcess:
 
 
 class SSHTransport:
-    """Holds one SSH connection (opened on first use) for all the steps of a target."""
+    """Holds one SSH connection (opened on first use) for all the steps of a target.
+
+    At most ``max_sessions`` steps run at once on it (OpenSSH's ``MaxSessions`` defaults to
+    10 channels per connection); more wait for a free one, within their own timeout.
+    """
+
+    max_sessions = 8
 
     def __init__(self, spec: SSHSpec, *, host: str, connect_timeout: float):
         self.spec = spec
@@ -135,6 +146,7 @@ class SSHTransport:
         self.label = f"ssh {spec.display}"
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+        self._sessions = threading.BoundedSemaphore(self.max_sessions)
 
     # -- connection -------------------------------------------------------------------------
 
@@ -175,6 +187,10 @@ class SSHTransport:
             except BaseException as exc:
                 conn.close()
                 raise self._translate(exc) from exc
+            transport = conn.client.get_transport()
+            if transport is not None and isinstance(transport.sock, socket.socket):
+                # Small writes (a step's payload, EOF) must not wait on Nagle + delayed ACK.
+                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._conn = conn
 
     def _translate(self, exc: BaseException) -> BaseException:
@@ -225,10 +241,14 @@ class SSHTransport:
 
     # -- steps ------------------------------------------------------------------------------
 
-    def start(self, argv: Sequence[str], stdin: Iterable[bytes]) -> SSHProcess:
+    def start(
+        self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
+    ) -> SSHProcess:
         self.connect()
         assert self._conn is not None
         command = join(argv)  # the one quoting point
+        if not self._sessions.acquire(timeout=wait):
+            raise socket.timeout(f"all {self.max_sessions} sessions busy")
         try:
             transport = self._conn.client.get_transport()
             if transport is None or not transport.is_active():
@@ -236,8 +256,9 @@ class SSHTransport:
             chan = transport.open_session(timeout=self.connect_timeout)
             chan.exec_command(command)
         except (OSError, EOFError, paramiko.SSHException) as exc:
+            self._sessions.release()
             self._conn = None
             raise ConnectionLost(
                 f"{self.spec.display}: could not open a channel: {exc}", host=self.host
             ) from exc
-        return SSHProcess(chan, stdin)
+        return SSHProcess(chan, stdin, self._sessions.release)

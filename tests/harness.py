@@ -1,0 +1,240 @@
+"""Real parts for tests and benchmarks: an OpenSSH sshd on 127.0.0.1 and a fake Proxmox node.
+
+``SSHServer`` starts a real ``sshd`` with generated host and client keys, its own config and
+known_hosts, polls it until it answers and stops it in ``stop()``. ``FakeNode`` installs the
+fake ``pct`` (tests/fakes/pct) with fake containers whose /tmp is private. Used by
+tests/conftest.py and by bench/.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FAKES = HERE / "fakes"
+
+
+def find_sshd() -> str | None:
+    for cand in (shutil.which("sshd"), "/usr/sbin/sshd", "/usr/local/sbin/sshd"):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "remotekit-test", "-f", str(path)],
+        check=True,
+    )
+
+
+@dataclass
+class SSHServer:
+    """A real sshd on 127.0.0.1 (free port), for the current user, key auth only."""
+
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    user: str = field(default_factory=getpass.getuser)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def client_key(self) -> Path:
+        return self.root / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.root / "known_hosts"
+
+    @property
+    def host_pub(self) -> str:
+        return (self.root / "ssh_host_ed25519_key.pub").read_text().strip()
+
+    def start(self, timeout: float = 20.0) -> SSHServer:
+        sshd = find_sshd()
+        if sshd is None:
+            raise RuntimeError("sshd not found (apt-get install openssh-server)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        hostkey = self.root / "ssh_host_ed25519_key"
+        if not hostkey.exists():
+            _keygen(hostkey)
+            _keygen(self.client_key)
+            (self.root / "authorized_keys").write_text(
+                Path(f"{self.client_key}.pub").read_text()
+            )
+        if os.geteuid() == 0:
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation dir
+        setenv = " ".join(f"{k}={v}" for k, v in {"SHLVL": "1", **self.env}.items())
+        last = ""
+        for _ in range(5):
+            self.port = free_port()
+            cfg = self.root / "sshd_config"
+            cfg.write_text(
+                f"Port {self.port}\n"
+                "ListenAddress 127.0.0.1\n"
+                f"HostKey {hostkey}\n"
+                f"PidFile {self.root / 'sshd.pid'}\n"
+                f"AuthorizedKeysFile {self.root / 'authorized_keys'}\n"
+                "PubkeyAuthentication yes\n"
+                "PasswordAuthentication no\n"
+                "KbdInteractiveAuthentication no\n"
+                "UsePAM no\n"
+                "StrictModes no\n"
+                "PermitRootLogin prohibit-password\n"
+                # Debian's bash sources ~/.bashrc for `ssh host cmd` when SHLVL < 2 (FIELD-NOTES)
+                f"SetEnv {setenv}\n"
+                "LogLevel ERROR\n"
+                "MaxStartups 64:30:128\n"
+                "Subsystem sftp internal-sftp\n"
+            )
+            self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {self.host_pub}\n")
+            self.proc = subprocess.Popen(
+                [sshd, "-D", "-e", "-f", str(cfg)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                if self.proc.poll() is not None:
+                    last = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                    break
+                if self._answers():
+                    return self
+                time.sleep(0.05)
+            self.stop()
+        raise RuntimeError(f"sshd did not start: {last}")
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                return s.recv(64).startswith(b"SSH-2.0-")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def host_yaml(self, **extra: object) -> dict[str, object]:
+        """The hosts.yaml settings that reach this server."""
+        return {
+            "ssh": f"{self.user}@127.0.0.1:{self.port}",
+            "identity": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            **extra,
+        }
+
+
+@dataclass
+class FakeNode:
+    """The fake `pct` installed in ``root/bin`` with its containers' state file."""
+
+    root: Path
+    containers: dict[str, dict[str, object]] = field(default_factory=dict)
+
+    @property
+    def pct(self) -> Path:
+        return self.root / "bin" / "pct"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "fake-pct.json"
+
+    def install(self, shared: list[str]) -> FakeNode:
+        (self.root / "bin").mkdir(parents=True, exist_ok=True)
+        src = (FAKES / "pct").read_text().split("\n", 1)[1]
+        # Our own interpreter, -S: no pyenv shim, no site (the fake is stdlib only).
+        self.pct.write_text(f"#!{sys.executable} -S\n{src}")
+        self.pct.chmod(0o755)
+        self.shared = shared
+        return self
+
+    def add(self, vmid: int, state: str = "running") -> Path:
+        root = self.root / f"ct{vmid}"
+        (root / "tmp").mkdir(parents=True, exist_ok=True)
+        os.chmod(root / "tmp", 0o1777)
+        self.containers[str(vmid)] = {"state": state, "root": str(root), "shared": self.shared}
+        self.save()
+        return root
+
+    def set_state(self, vmid: int, state: str) -> None:
+        self.containers[str(vmid)]["state"] = state
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"node": "pve", "containers": self.containers}))
+        tmp.replace(self.state_file)
+
+    def ct_tmp(self, vmid: int) -> Path:
+        """The container's /tmp as seen from the node."""
+        return Path(str(self.containers[str(vmid)]["root"])) / "tmp"
+
+
+def venv_prefix() -> str:
+    """The venv the tests run in (a real venv Python with torch): the containers' venv."""
+    if sys.prefix == sys.base_prefix:
+        raise RuntimeError("run the tests from a venv (see README): the fake container uses it")
+    return sys.prefix
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains ``marker`` (the whole process table, via /proc)."""
+    out = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if marker.encode() in cmd:
+            out.append(int(name))
+    return out
+
+
+def wait_gone(marker: str, timeout: float = 5.0) -> list[int]:
+    """Poll until no process carries ``marker``; returns those still there at the end."""
+    end = time.monotonic() + timeout
+    while (left := processes_with(marker)) and time.monotonic() < end:
+        time.sleep(0.05)
+    return left
+
+
+def ancestors(pid: int) -> list[tuple[int, str]]:
+    """(pid, cmdline) from ``pid``'s parent up to init."""
+    out = []
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            break
+        out.append((pid, cmd))
+    return out

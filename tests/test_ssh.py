@@ -1,0 +1,420 @@
+"""The engine through real parts: local -> sshd on 127.0.0.1 -> fake pct exec -> venv Python."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import remotekit
+from tests.conftest import CT, write_inventory
+from tests.harness import FakeNode, SSHServer, ancestors, processes_with, wait_gone
+
+pytestmark = pytest.mark.sshd
+
+# The seed's failure case: everything a shell would eat, and a line reading PYEOF.
+SEED_SCRIPT = """\
+import os, sys
+d = "ckpt-0001"
+ckpt = {"global_step": 4001, "epoch": 2}
+print(f'{d}: step={ckpt["global_step"]} epoch={ckpt["epoch"]}')
+print("double \\"quotes\\" and 'single' and '\\\\'' and $HOME and `uname` and ${PATH} and {a,b} *")
+s = '''
+PYEOF
+'''
+print(s.strip())
+print("non-ASCII: äöü ß 中文 🙂 – “quoted”")
+print("argv:", sys.argv[1:])
+"""
+
+
+def marker() -> str:
+    return f"60{uuid.uuid4().int % 10**6:06d}.5"  # a unique `sleep` argument
+
+
+def test_chain_names_every_layer(ct: remotekit.Target, node: FakeNode) -> None:
+    assert ct.chain.startswith("ssh ")
+    assert f"pct exec {CT}" in ct.chain
+    assert ct.chain.endswith("/bin/python")
+
+
+def test_seed_script_runs_byte_exact(ct: remotekit.Target, tmp_path: Path) -> None:
+    args = ["{x}", "a b", "'\\''", "$HOME", "`id`", "PYEOF"]
+    script = tmp_path / "check.py"
+    script.write_text(SEED_SCRIPT, encoding="utf-8")
+    here = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, check=True
+    ).stdout.decode()
+    there = ct.run_python(script, args=args)
+    assert there.stdout == here
+    assert there.ok and there.exit_code == 0
+    assert "ckpt-0001: step=4001 epoch=2" in there.stdout
+
+
+def test_stdout_and_stderr_stay_separate(ct: remotekit.Target) -> None:
+    r = ct.run_python(remotekit.Script("import sys\nprint('out')\nprint('err', file=sys.stderr)\n"))
+    assert r.stdout == "out\n"
+    assert r.stderr == "err\n"
+
+
+def test_env_and_cwd_reach_the_step(ct: remotekit.Target) -> None:
+    r = ct.run(
+        ["sh", "-c", 'printf "%s|%s|%s" "$A" "$VIRTUAL_ENV" "$(pwd)"'],
+        env={"A": "x y $z 'q'"},
+        cwd="/usr",
+    )
+    a, venv, cwd = r.stdout.split("|")
+    assert a == "x y $z 'q'"
+    assert venv == sys.prefix
+    assert cwd == "/usr"
+
+
+def test_venv_bin_is_first_on_path(ct: remotekit.Target) -> None:
+    r = ct.run(["python", "-c", "import sys; print(sys.prefix)"])
+    assert r.stdout.strip() == sys.prefix
+
+
+def test_files_ship_into_the_container_not_the_node(ct: remotekit.Target, node: FakeNode) -> None:
+    only_on_node = Path("/tmp") / f"remotekit-node-only-{uuid.uuid4().hex}"
+    only_on_node.write_text("node")
+    try:
+        probe = f"import os\nprint(os.path.exists({str(only_on_node)!r}))\n"
+        r = ct.run_python(remotekit.Script(probe), files={"data/extra.txt": b"\x00\xffbytes"})
+        assert r.stdout.strip() == "False"
+        r = ct.run_python(
+            remotekit.Script(
+                "import os,sys\n"
+                "p = os.path.join(os.environ['REMOTEKIT_DIR'], 'data', 'extra.txt')\n"
+                "sys.stdout.write(open(p,'rb').read().hex())\n"
+                "import helper; print(helper.X)\n"
+            ),
+            files={"data/extra.txt": b"\x00\xffbytes", "helper.py": b"X = 42\n"},
+        )
+        assert r.stdout == (b"\x00\xffbytes".hex() + "42\n")
+    finally:
+        only_on_node.unlink()
+    assert not list(node.ct_tmp(CT).glob("remotekit-*")), "temp dir left in the container"
+
+
+def test_timeout_stops_the_step_everywhere(ct: remotekit.Target) -> None:
+    m = marker()
+    t0 = time.monotonic()
+    with pytest.raises(remotekit.StepTimeout) as info:
+        ct.run(["sh", "-c", f"echo started; sleep {m}; echo never"], timeout=2, step="long sleep")
+    elapsed = time.monotonic() - t0
+    err = info.value
+    assert err.host == "ct" and err.step == "long sleep" and err.timeout_s == 2
+    assert "long sleep" in str(err) and "'ct'" in str(err) and "2 s" in str(err)
+    assert err.result.stdout == "started\n"  # partial output is kept
+    assert err.result.exit_code is None
+    assert elapsed < 4
+    assert wait_gone(m, 3) == []
+
+
+def test_timeout_of_run_python_kills_its_children(ct: remotekit.Target) -> None:
+    m = marker()
+    code = (
+        "import subprocess, time\n"
+        f"subprocess.Popen(['sleep', '{m}'])\n"  # a grandchild, in the same session
+        f"subprocess.Popen(['setsid', 'sleep', '{m}'])\n"  # one that left the session
+        "print('spawned', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    with pytest.raises(remotekit.StepTimeout) as info:
+        ct.run_python(remotekit.Script(code, name="spawner.py"), timeout=3)
+    assert "spawned" in info.value.result.stdout
+    assert wait_gone(m, 3) == []
+
+
+def test_interrupt_stops_the_remote_step(ct: remotekit.Target) -> None:
+    m = marker()
+    seen = threading.Event()
+
+    def on_output(stream: str, line: str) -> None:
+        if line == "running":
+            seen.set()
+
+    def interrupt() -> None:
+        seen.wait(20)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        ct.run(["sh", "-c", f"echo running; sleep {m}"], on_output=on_output, timeout=60)
+    assert seen.is_set()
+    assert wait_gone(m, 5) == []
+
+
+def test_dropped_connection_kills_the_remote_step(inventory: remotekit.Inventory) -> None:
+    m = marker()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        with inventory.target("ct") as t:
+            try:
+                t.run(["sleep", m], timeout=120)
+            except BaseException as exc:
+                errors.append(exc)
+
+    th = threading.Thread(target=run)
+    th.start()
+    end = time.monotonic() + 20
+    while not processes_with(m) and time.monotonic() < end:
+        time.sleep(0.05)
+    pids = processes_with(m)
+    assert pids, "the step never started"
+    session = next(pid for pid, cmd in ancestors(pids[0]) if cmd.startswith("sshd:"))
+    os.kill(session, signal.SIGKILL)  # the sshd process serving this connection dies
+    th.join(30)
+    assert not th.is_alive()
+    assert errors and isinstance(errors[0], remotekit.ConnectionLost), errors
+    assert errors[0].host == "ct"
+    assert wait_gone(m, 5) == []
+
+
+def test_sixteen_concurrent_steps_on_one_target(ct: remotekit.Target, node: FakeNode) -> None:
+    results: dict[int, remotekit.Result] = {}
+    failures: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            script = remotekit.Script(
+                f"import os, time\nprint({i} * 1000, os.environ['REMOTEKIT_DIR'])\ntime.sleep(0.3)\n",
+                name=f"job{i}.py",
+            )
+            results[i] = ct.run_python(script, timeout=120)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not failures, failures
+    dirs = set()
+    for i, r in results.items():
+        value, tmpdir = r.stdout.split()
+        assert value == str(i * 1000)
+        dirs.add(tmpdir)
+    assert len(results) == 16 and len(dirs) == 16
+    assert not list(node.ct_tmp(CT).glob("remotekit-*")), "temp dirs left behind"
+
+
+def test_one_connection_is_reused(inventory: remotekit.Inventory) -> None:
+    with inventory.target("ct") as t:
+        t.run(["true"])
+        first = t.transport._conn.client.get_transport()  # type: ignore[attr-defined]
+        for _ in range(3):
+            t.run(["true"])
+        assert t.transport._conn.client.get_transport() is first  # type: ignore[attr-defined]
+
+
+def test_output_streams_live(ct: remotekit.Target, node: FakeNode) -> None:
+    go = f"go-{uuid.uuid4().hex}"
+    code = (
+        "import os, time\n"
+        "print('first', flush=True)\n"
+        "end = time.time() + 30\n"
+        f"while not os.path.exists('/tmp/{go}') and time.time() < end:\n"
+        "    time.sleep(0.02)\n"
+        f"print('second' if os.path.exists('/tmp/{go}') else 'no go')\n"
+    )
+    lines: list[tuple[str, str]] = []
+
+    def on_output(stream: str, line: str) -> None:
+        lines.append((stream, line))
+        if line == "first":  # the script waits for this: only live streaming gets here
+            (node.ct_tmp(CT) / go).write_text("")
+
+    try:
+        r = ct.run_python(remotekit.Script(code), on_output=on_output, timeout=60)
+    finally:
+        (node.ct_tmp(CT) / go).unlink(missing_ok=True)
+    assert lines == [("stdout", "first"), ("stdout", "second")]
+    assert r.stdout == "first\nsecond\n"
+
+
+def test_capture_is_bounded(inventory: remotekit.Inventory) -> None:
+    spec = inventory.spec("ct")
+    with remotekit.Target(spec, capture_limit=1 << 20) as t:
+        seen = [0]
+
+        def count(stream: str, line: str) -> None:
+            seen[0] += 1
+
+        code = "import sys\nline = 'x' * 99 + '\\n'\nfor i in range(200000):\n    sys.stdout.write(line)\nprint('END')\n"
+        r = t.run_python(remotekit.Script(code), on_output=count, timeout=120)
+    assert seen[0] == 200001  # every line reached the callback
+    assert len(r.stdout) <= (1 << 20)
+    assert r.stdout_dropped == 200000 * 100 + 4 - len(r.stdout)
+    assert r.stdout.endswith("x\nEND\n")
+
+
+def test_put_and_get_through_the_container(ct: remotekit.Target, node: FakeNode, tmp_path: Path) -> None:
+    data = os.urandom(3 << 20) + b"\n\x00end"
+    src = tmp_path / "local.bin"
+    src.write_bytes(data)
+    ct.put(src, "/tmp/x.bin")
+    assert (node.ct_tmp(CT) / "x.bin").read_bytes() == data  # it landed inside the CT
+    assert not Path("/tmp/x.bin").exists() or Path("/tmp/x.bin").read_bytes() != data
+    back = tmp_path / "back.bin"
+    ct.get("/tmp/x.bin", back)
+    assert back.read_bytes() == data
+    with pytest.raises(remotekit.StepFailed, match="no-such-file"):
+        ct.get("/tmp/no-such-file", tmp_path / "nothing")
+    assert not (tmp_path / "nothing").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    (node.ct_tmp(CT) / "x.bin").unlink()
+
+
+def test_stopped_container(inventory: remotekit.Inventory) -> None:
+    with inventory.target("stopped") as t, pytest.raises(remotekit.ContainerError) as info:
+        t.run(["true"])
+    assert "container '201' not running!" in str(info.value)
+    assert info.value.host == "stopped"
+
+
+def test_unknown_container(inventory: remotekit.Inventory) -> None:
+    with inventory.target("noct") as t, pytest.raises(remotekit.ContainerError) as info:
+        t.run_python(remotekit.Script("pass"))
+    assert "Configuration file 'nodes/pve/lxc/999.conf' does not exist" in str(info.value)
+
+
+def test_missing_venv(inventory: remotekit.Inventory) -> None:
+    with inventory.target("novenv") as t, pytest.raises(remotekit.InterpreterNotFound) as info:
+        t.run(["true"])
+    assert info.value.path == "/opt/no-such-venv/bin/python"
+    assert "/opt/no-such-venv/bin/python" in str(info.value)
+
+
+def test_ping_walks_the_layers(inventory: remotekit.Inventory) -> None:
+    with inventory.target("ct") as t:
+        checks = t.ping()
+    assert [c.ok for c in checks] == [True, True, True, True]
+    assert checks[1].layer == f"pct exec {CT}"
+    assert checks[3].layer == "torch"
+    with inventory.target("stopped") as t:
+        checks = t.ping()
+    assert [c.ok for c in checks] == [True, False]
+    assert "stopped" in checks[1].detail
+    with inventory.target("novenv") as t:
+        checks = t.ping()
+    assert [c.ok for c in checks] == [True, True, False]
+    assert "/opt/no-such-venv/bin/python" in checks[2].detail
+
+
+def test_secret_env_values_never_show(sshd: SSHServer, node: FakeNode, tmp_path: Path) -> None:
+    secret = "hf_" + uuid.uuid4().hex
+    inv = write_inventory(
+        tmp_path / "hosts.yaml",
+        {
+            "s": sshd.host_yaml(
+                container=CT, pct=str(node.pct), venv=sys.prefix,
+                env={"HF_TOKEN": secret}, secret_env=["HF_TOKEN"],
+            )
+        },
+    )
+    with inv.target("s") as t:
+        with pytest.raises(remotekit.StepFailed) as info:
+            t.run(["sh", "-c", 'echo "token is $HF_TOKEN" >&2; exit 3'])
+        assert info.value.result.stderr == f"token is {secret}\n"  # the data is not lost
+        assert secret not in str(info.value) and "token is ***" in str(info.value)
+        # the value never crosses a command line: check the runner's own argv there
+        m = marker()
+        def sleeper() -> None:
+            with pytest.raises(remotekit.StepTimeout):
+                t.run(["sleep", m], timeout=3)
+
+        th = threading.Thread(target=sleeper)
+        th.start()
+        end = time.monotonic() + 10
+        while not processes_with(m) and time.monotonic() < end:
+            time.sleep(0.05)
+        for pid in processes_with(m):
+            for _, cmd in ancestors(pid):
+                assert secret not in cmd
+        th.join(30)
+
+
+# -- connecting: host keys, auth, refused, DNS ------------------------------------------------
+
+
+def test_unknown_host_key_is_refused(sshd: SSHServer, tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    inv = write_inventory(tmp_path / "hosts.yaml", {"h": sshd.host_yaml(known_hosts=str(kh))})
+    with inv.target("h") as t, pytest.raises(remotekit.HostKeyError) as info:
+        t.run(["true"])
+    msg = str(info.value)
+    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> {kh}" in msg
+    assert "host_key: accept-new" in msg and "SHA256:" in msg
+    assert kh.read_text() == ""
+
+
+def test_accept_new_records_the_key_and_then_trusts_it(sshd: SSHServer, tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    inv = write_inventory(
+        tmp_path / "hosts.yaml", {"h": sshd.host_yaml(known_hosts=str(kh), host_key="accept-new")}
+    )
+    with inv.target("h") as t:
+        assert t.run(["echo", "ok"]).stdout == "ok\n"
+    assert kh.read_text().split()[1:] == sshd.host_pub.split()[:2]
+    assert kh.stat().st_mode & 0o077 == 0
+    inv = write_inventory(tmp_path / "hosts.yaml", {"h": sshd.host_yaml(known_hosts=str(kh))})
+    with inv.target("h") as t:
+        assert t.run(["echo", "ok"]).stdout == "ok\n"
+
+
+def test_changed_host_key_is_always_refused(sshd: SSHServer, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{sshd.port} {Path(f'{other}.pub').read_text()}")
+    before = kh.read_text()
+    for policy in ("strict", "accept-new"):
+        inv = write_inventory(
+            tmp_path / "hosts.yaml", {"h": sshd.host_yaml(known_hosts=str(kh), host_key=policy)}
+        )
+        with inv.target("h") as t, pytest.raises(remotekit.HostKeyError, match="HOST KEY CHANGED"):
+            t.run(["true"])
+    assert kh.read_text() == before
+
+
+def test_wrong_key_is_an_auth_error(sshd: SSHServer, tmp_path: Path) -> None:
+    key = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    inv = write_inventory(tmp_path / "hosts.yaml", {"h": sshd.host_yaml(identity=str(key))})
+    with inv.target("h") as t, pytest.raises(remotekit.AuthError) as info:
+        t.run(["true"])
+    assert str(key) in str(info.value) and info.value.host == "h"
+
+
+def test_refused_port_is_a_connect_error(tmp_path: Path) -> None:
+    from tests.harness import free_port
+
+    port = free_port()
+    inv = write_inventory(
+        tmp_path / "hosts.yaml",
+        {"h": {"ssh": f"root@127.0.0.1:{port}", "timeouts": {"connect": 3}}},
+    )
+    t0 = time.monotonic()
+    with inv.target("h") as t, pytest.raises(remotekit.ConnectError) as info:
+        t.run(["true"])
+    assert time.monotonic() - t0 < 3
+    assert f"127.0.0.1:{port}" in str(info.value) and "refused" in str(info.value)
+
+
+def test_unresolvable_host_is_a_connect_error(tmp_path: Path) -> None:
+    inv = write_inventory(
+        tmp_path / "hosts.yaml", {"h": {"ssh": "root@no-such-host.invalid", "timeouts": {"connect": 3}}}
+    )
+    with inv.target("h") as t, pytest.raises(remotekit.ConnectError, match="cannot resolve"):
+        t.run(["true"])
