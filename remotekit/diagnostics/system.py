@@ -1,0 +1,860 @@
+"""The ``gpu``, ``env``, ``disk`` and ``procs`` diagnostics: local halves of ``remote/sysinfo.py``.
+
+Each API function runs one ``sysinfo.py`` subcommand on a target (one step) and returns a
+frozen report; each ``*_main`` task body prints that report as a table or JSON and returns
+the exit code. Every report has:
+
+- ``exit_code``: 0 OK, 1 findings, 2 could not run (see :mod:`remotekit.diagnostics.base`);
+- ``findings``: one message per warning (hot GPU, ECC errors, low disk ...);
+- ``notes``: context that is not a problem (torch not installed, old driver field name);
+- ``errors``: why the diagnostic could not run (no nvidia-smi, no driver, script crashed).
+
+The API functions raise the engine's :class:`~remotekit.RemotekitError` s (timeout, connection,
+container, interpreter); the ``*_main`` bodies turn those into a message and exit code 2.
+
+>>> report = gpu_status(target)
+>>> report.exit_code, [g.temperature_c for g in report.gpus], report.findings
+(1, [52, 55, 58, 88, ...], ('GPU 3: temperature 88 C >= 85 C', ...))
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TextIO, TypeVar
+
+from remotekit.diagnostics.base import (
+    EXIT_FAILED,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Record,
+    run_records,
+)
+from remotekit.errors import RemotekitError
+from remotekit.render import table, to_json
+
+if TYPE_CHECKING:
+    from remotekit.target import Target
+
+__all__ = [
+    "CheckpointSize",
+    "ContainerInfo",
+    "DiskReport",
+    "EnvReport",
+    "FileEntry",
+    "Filesystem",
+    "Gpu",
+    "GpuProcess",
+    "GpuReport",
+    "ProcInfo",
+    "ProcReport",
+    "TorchDevice",
+    "TorchInfo",
+    "WalkStats",
+    "disk_main",
+    "disk_usage",
+    "env_main",
+    "environment",
+    "gpu_main",
+    "gpu_status",
+    "processes",
+    "procs_main",
+    "render_disk",
+    "render_env",
+    "render_gpu",
+    "render_procs",
+]
+
+SCRIPT = "sysinfo.py"
+DEFAULT_TEMP_THRESHOLD = 85.0
+DEFAULT_MIN_FREE_PCT = 10.0
+#: The longest a single nvidia-smi call may take there before the script gives up on it.
+SMI_TIMEOUT_S = 20.0
+#: The longest the disk walk runs before it stops and reports a lower bound.
+WALK_SECONDS = 60.0
+
+RecordCallback = Callable[[Record], None]
+_T = TypeVar("_T")
+
+
+class _Report(Protocol):
+    """What every report here has (read-only, as the frozen dataclasses give it)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def findings(self) -> tuple[str, ...]: ...
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+    @property
+    def errors(self) -> tuple[str, ...]: ...
+    @property
+    def exit_code(self) -> int: ...
+
+
+_R = TypeVar("_R", bound=_Report)
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as nvidia-smi reports it; ``None`` where it said ``[N/A]``."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    pstate: str | None
+    utilization_pct: int | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    temperature_c: int | None
+    power_draw_w: float | None
+    power_limit_w: float | None
+    clocks_sm_mhz: int | None
+    throttle_mask: int | None
+    throttle_reasons: tuple[str, ...]
+    ecc_uncorrected_volatile: int | None
+    ecc_uncorrected_aggregate: int | None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute app holding GPU memory; ``visible`` is whether its pid is in /proc there.
+
+    Inside a container nvidia-smi may report pids of another pid namespace, so an invisible
+    pid is "not visible here", not necessarily dead.
+    """
+
+    gpu_uuid: str | None
+    gpu_index: int | None
+    pid: int
+    process_name: str
+    used_memory_mib: int | None
+    visible: bool
+
+
+@dataclass(frozen=True)
+class TorchDevice:
+    index: int
+    name: str
+    total_memory_mib: int | None
+    capability: str | None
+
+
+@dataclass(frozen=True)
+class TorchInfo:
+    """What the target's torch is and sees; ``importable`` is False when torch is missing."""
+
+    importable: bool
+    version: str | None
+    cuda: str | None
+    cudnn: str | None
+    nccl: str | None
+    cuda_available: bool | None
+    device_count: int | None
+    devices: tuple[TorchDevice, ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    host: str
+    nvidia_smi: str | None  # the path that answered, None when it could not be used
+    throttle_field: str | None  # clocks_event_reasons.active, or the pre-535 name
+    gpus: tuple[Gpu, ...]
+    processes: tuple[GpuProcess, ...]
+    torch: TorchInfo | None
+    findings: tuple[str, ...]
+    notes: tuple[str, ...]
+    errors: tuple[str, ...]
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """Whether the host is a container; ``evidence`` lists what was checked and found."""
+
+    detected: bool | None
+    kind: str | None
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    """The interpreter, torch stack and host facts; fields are None if the script failed."""
+
+    host: str
+    python: str | None
+    python_executable: str | None
+    venv: bool | None
+    hostname: str | None
+    kernel: str | None
+    os: str | None
+    cpu_count: int | None
+    cpu_usable: int | None
+    mem_total_mib: int | None
+    mem_available_mib: int | None
+    cgroup_memory_limit_mib: int | None
+    cuda_visible_devices: str | None
+    container: ContainerInfo | None
+    torch: TorchInfo | None
+    findings: tuple[str, ...]
+    notes: tuple[str, ...]
+    errors: tuple[str, ...]
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    """statvfs of one asked-for path; ``checked`` is the nearest existing path when it is missing.
+
+    ``free_bytes`` is what an unprivileged writer can use (``f_bavail``).
+    """
+
+    path: str
+    exists: bool
+    checked: str | None
+    mount: str | None = None
+    fstype: str | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    used_bytes: int | None = None
+    free_pct: float | None = None
+    inodes_total: int | None = None
+    inodes_free: int | None = None
+    inodes_free_pct: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class WalkStats:
+    """The bounded walk of one path; ``inside`` names the walked path that already covers it."""
+
+    root: str
+    inside: str | None = None
+    files: int | None = None
+    dirs: int | None = None
+    bytes: int | None = None
+    truncated: str | None = None  # "max_entries" / "max_seconds": sizes are a lower bound
+    errors: int | None = None
+    other_filesystems: int | None = None
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    size_bytes: int
+    mtime: int
+    checkpoint: bool
+
+
+@dataclass(frozen=True)
+class CheckpointSize:
+    """The largest checkpoint found on one filesystem (a file, or a checkpoint directory)."""
+
+    path: str
+    size_bytes: int
+    kind: str  # "file" | "dir"
+    mount: str | None
+
+
+@dataclass(frozen=True)
+class DiskReport:
+    host: str
+    filesystems: tuple[Filesystem, ...]
+    walks: tuple[WalkStats, ...]
+    largest_files: tuple[FileEntry, ...]  # biggest first
+    checkpoints: tuple[CheckpointSize, ...]
+    findings: tuple[str, ...]
+    notes: tuple[str, ...]
+    errors: tuple[str, ...]
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """A Python process, or one that holds GPU memory or /dev/nvidia* (``gpu_fds``).
+
+    ``gpu_fds`` is None where /proc/<pid>/fd was not readable; ``gpus`` / ``gpu_memory_mib``
+    come from nvidia-smi and are empty / None when it lists no memory for the pid.
+    """
+
+    pid: int
+    ppid: int
+    uid: int | None
+    state: str
+    comm: str
+    cmdline: str  # secret-looking option values are *** already there
+    age_s: float
+    rss_mib: int | None
+    python: bool
+    gpu_fds: bool | None
+    gpus: tuple[int | None, ...]
+    gpu_memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class ProcReport:
+    host: str
+    processes: tuple[ProcInfo, ...]
+    gpu_processes: tuple[GpuProcess, ...]
+    findings: tuple[str, ...]
+    notes: tuple[str, ...]
+    errors: tuple[str, ...]
+    exit_code: int
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    records: list[Record]
+    findings: tuple[str, ...]
+    notes: tuple[str, ...]
+    errors: tuple[str, ...]
+    exit_code: int
+
+    def of(self, type_: str) -> list[Record]:
+        return [r for r in self.records if r.get("type") == type_]
+
+    def first(self, type_: str) -> Record | None:
+        found = self.of(type_)
+        return found[0] if found else None
+
+
+def _run(
+    target: Target,
+    args: Sequence[str],
+    *,
+    step: str,
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    on_record: RecordCallback | None,
+) -> _Outcome:
+    """Run ``sysinfo.py <args>``; sort its records; exit code from findings and errors.
+
+    A script that ends without its ``done`` record (crash, killed) is an error carrying the
+    last lines of its stderr.
+    """
+    tail: deque[str] = deque(maxlen=12)
+
+    def keep(stream: str, line: str) -> None:
+        tail.append(line)
+
+    records, result = run_records(
+        target,
+        SCRIPT,
+        args,
+        step=step,
+        timeout=timeout,
+        on_record=on_record,
+        on_output=keep,
+        env=env,
+    )
+    findings = tuple(str(r.get("message")) for r in records if r["type"] == "warning")
+    notes = tuple(str(r.get("message")) for r in records if r["type"] == "note")
+    errors = [str(r.get("message")) for r in records if r["type"] == "error"]
+    if not any(r["type"] == "done" for r in records):
+        msg = f"{SCRIPT} {args[0]} ended without a result (exit {result.exit_code})"
+        if tail:
+            msg += "; last output:\n" + "\n".join("  " + line for line in tail)
+        errors.append(msg)
+    code = EXIT_FAILED if errors else EXIT_FINDINGS if findings else EXIT_OK
+    return _Outcome(records, findings, notes, tuple(errors), code)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _make(cls: type[_T], rec: Mapping[str, Any] | None, **given: Any) -> _T:
+    """``cls`` from a record: each field from ``given``, else the record (lists as tuples)."""
+    rec = rec or {}
+    kw: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in given:
+            kw[f.name] = given[f.name]
+        elif f.name in rec:
+            kw[f.name] = _freeze(rec[f.name])
+        elif f.default is MISSING and f.default_factory is MISSING:
+            kw[f.name] = None  # a required field the record lacks (the script failed early)
+    return cls(**kw)
+
+
+def _torch(rec: Record | None) -> TorchInfo | None:
+    if rec is None:
+        return None
+    devices = tuple(_make(TorchDevice, d) for d in rec.get("devices") or [])
+    return _make(TorchInfo, rec, devices=devices)
+
+
+def _smi_timeout(timeout: float | None) -> float:
+    # leave room in the step for the retry with the old field name and the compute-apps query
+    return SMI_TIMEOUT_S if timeout is None else max(1.0, min(SMI_TIMEOUT_S, timeout / 4))
+
+
+def _common(o: _Outcome) -> dict[str, Any]:
+    return {
+        "findings": o.findings,
+        "notes": o.notes,
+        "errors": o.errors,
+        "exit_code": o.exit_code,
+    }
+
+
+# --------------------------------------------------------------------------- API
+
+
+def gpu_status(
+    target: Target,
+    *,
+    timeout: float | None = None,
+    temp_threshold: float = DEFAULT_TEMP_THRESHOLD,
+    env: Mapping[str, str] | None = None,
+    on_record: RecordCallback | None = None,
+) -> GpuReport:
+    """nvidia-smi's and torch's view of the GPUs there, with warnings.
+
+    Warnings: temperature >= ``temp_threshold`` C, uncorrected ECC errors, active throttle
+    reasons that cost speed (power cap, HW slowdown, thermal, power brake), GPU memory held
+    by pids not visible there, GPUs torch cannot use. No nvidia-smi / no driver: exit 2.
+    """
+    o = _run(
+        target,
+        [
+            "gpu",
+            "--temp-threshold",
+            f"{temp_threshold:g}",
+            "--smi-timeout",
+            f"{_smi_timeout(timeout):g}",
+        ],
+        step="gpu",
+        timeout=timeout,
+        env=env,
+        on_record=on_record,
+    )
+    smi = o.first("smi") or {}
+    return GpuReport(
+        host=target.name,
+        nvidia_smi=smi.get("path"),
+        throttle_field=smi.get("throttle_field"),
+        gpus=tuple(_make(Gpu, r) for r in o.of("gpu")),
+        processes=tuple(_make(GpuProcess, r) for r in o.of("gpu_process")),
+        torch=_torch(o.first("torch")),
+        **_common(o),
+    )
+
+
+def environment(
+    target: Target,
+    *,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    on_record: RecordCallback | None = None,
+) -> EnvReport:
+    """Python, torch / CUDA / cuDNN / NCCL versions, host, CPUs, memory and container facts.
+
+    Warnings: a torch version with a known checkpoint-loading CVE (CVE-2025-32434 below 2.6,
+    CVE-2026-24747 below 2.10). A missing torch is a note, not a finding.
+    """
+    o = _run(target, ["env"], step="env", timeout=timeout, env=env, on_record=on_record)
+    rec = o.first("env")
+    container = None
+    if rec and rec.get("container"):
+        container = _make(ContainerInfo, rec["container"])
+    return _make(
+        EnvReport,
+        rec,
+        host=target.name,
+        container=container,
+        torch=_torch(o.first("torch")),
+        **_common(o),
+    )
+
+
+def disk_usage(
+    target: Target,
+    paths: Sequence[str] | None = None,
+    *,
+    timeout: float | None = None,
+    min_free_pct: float = DEFAULT_MIN_FREE_PCT,
+    top: int = 10,
+    max_entries: int = 200_000,
+    env: Mapping[str, str] | None = None,
+    on_record: RecordCallback | None = None,
+) -> DiskReport:
+    """Free space and inodes of ``paths`` there, their largest files and checkpoints.
+
+    ``paths`` defaults to the host's ``workdir`` (else ``~``) and its ``checkpoints`` dir.
+    The walk stays on each path's filesystem and stops after ``max_entries`` entries (or
+    well before ``timeout``). Warnings: less than ``min_free_pct`` % space or inodes free,
+    a largest checkpoint bigger than the free space (the next save will not fit), a path
+    that does not exist (its nearest existing parent is measured instead).
+    """
+    if not paths:
+        paths = [target.spec.workdir or "~"]
+        if target.spec.checkpoints:
+            paths = [*paths, target.spec.checkpoints]
+    walk_s = WALK_SECONDS if timeout is None else max(1.0, min(WALK_SECONDS, timeout * 0.6))
+    args = [
+        "disk",
+        "--min-free-pct",
+        f"{min_free_pct:g}",
+        "--top",
+        str(top),
+        "--max-entries",
+        str(max_entries),
+        "--max-seconds",
+        f"{walk_s:g}",
+        "--",
+        *paths,
+    ]
+    o = _run(target, args, step="disk", timeout=timeout, env=env, on_record=on_record)
+    return DiskReport(
+        host=target.name,
+        filesystems=tuple(_make(Filesystem, r) for r in o.of("fs")),
+        walks=tuple(_make(WalkStats, r) for r in o.of("walk")),
+        largest_files=tuple(_make(FileEntry, r) for r in o.of("file")),
+        checkpoints=tuple(_make(CheckpointSize, r) for r in o.of("checkpoint")),
+        **_common(o),
+    )
+
+
+def processes(
+    target: Target,
+    *,
+    timeout: float | None = None,
+    all_processes: bool = False,
+    env: Mapping[str, str] | None = None,
+    on_record: RecordCallback | None = None,
+) -> ProcReport:
+    """Python and GPU processes there (pid, command line, age, RSS, GPU memory held).
+
+    Warnings: GPU memory held by a pid not visible there, by a stopped or zombie process,
+    or by more than one process on the same GPU (an older run still holding it?). Without
+    nvidia-smi the process list still comes back (a note says GPU memory is unknown).
+    """
+    args = ["procs", "--smi-timeout", f"{_smi_timeout(timeout):g}"]
+    if all_processes:
+        args.append("--all")
+    o = _run(target, args, step="procs", timeout=timeout, env=env, on_record=on_record)
+    return ProcReport(
+        host=target.name,
+        processes=tuple(_make(ProcInfo, r) for r in o.of("proc")),
+        gpu_processes=tuple(_make(GpuProcess, r) for r in o.of("gpu_process")),
+        **_common(o),
+    )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _size(n: int | None) -> str | None:
+    if n is None:
+        return None
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _pair(a: Any, b: Any, fmt: str = "{}") -> str:
+    def one(x: Any) -> str:
+        return "?" if x is None else fmt.format(x)
+
+    return f"{one(a)}/{one(b)}"
+
+
+def _duration(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    s = int(seconds)
+    if s >= 86400:
+        return f"{s // 86400}d{s % 86400 // 3600}h"
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def _footer(name: str, report: _Report) -> list[str]:
+    lines = [f"error: {e}" for e in report.errors]
+    lines += [f"warning: {f}" for f in report.findings]
+    lines += [f"note: {n}" for n in report.notes]
+    if report.exit_code == EXIT_FAILED:
+        status = "could not run"
+    elif report.exit_code == EXIT_FINDINGS:
+        status = f"{len(report.findings)} finding(s)"
+    else:
+        status = "OK"
+    lines.append(f"{name} on {report.host}: {status}")
+    return lines
+
+
+def _torch_line(t: TorchInfo | None) -> str | None:
+    if t is None:
+        return None
+    if not t.importable:
+        return f"torch: not importable ({t.error})"
+    build = f"CUDA {t.cuda}" if t.cuda else "CPU-only build"
+    line = f"torch {t.version} ({build})"
+    if t.cuda_available:
+        names = ", ".join(sorted({d.name for d in t.devices}))
+        line += f": {t.device_count} CUDA device(s) ({names})"
+    else:
+        line += ": CUDA not available"
+    if t.error:
+        line += f"; {t.error}"
+    return line
+
+
+def render_gpu(report: GpuReport) -> str:
+    """The GPU table, the processes holding GPU memory, torch's view and the findings."""
+    out: list[str] = []
+    if report.gpus:
+        rows = []
+        for g in report.gpus:
+            throttle = "?" if g.throttle_mask is None else ",".join(g.throttle_reasons) or "-"
+            rows.append(
+                [
+                    g.index,
+                    g.name,
+                    g.pstate,
+                    None if g.utilization_pct is None else f"{g.utilization_pct}%",
+                    _pair(g.memory_used_mib, g.memory_total_mib),
+                    None if g.temperature_c is None else f"{g.temperature_c}C",
+                    _pair(g.power_draw_w, g.power_limit_w, "{:.0f}"),
+                    g.clocks_sm_mhz,
+                    throttle,
+                    _pair(g.ecc_uncorrected_volatile, g.ecc_uncorrected_aggregate),
+                ]
+            )
+        headers = ["GPU", "NAME", "PSTATE", "UTIL", "MEM MiB", "TEMP", "POWER W", "SM MHz"]
+        out.append(table([*headers, "THROTTLE", "ECC vol/agg"], rows))
+    if report.processes:
+        rows = [
+            [
+                p.pid,
+                p.gpu_index if p.gpu_index is not None else p.gpu_uuid,
+                p.used_memory_mib,
+                "yes" if p.visible else "NOT VISIBLE",
+                p.process_name,
+            ]
+            for p in report.processes
+        ]
+        out.append("")
+        out.append(table(["PID", "GPU", "MEM MiB", "HERE", "PROCESS"], rows))
+    torch = _torch_line(report.torch)
+    if torch:
+        out.append("")
+        out.append(torch)
+    return "\n".join([*out, *_footer("gpu", report)])
+
+
+def render_env(report: EnvReport) -> str:
+    """Key/value lines for the interpreter, torch stack, host and container."""
+    mem = None
+    if report.mem_total_mib is not None:
+        mem = f"{report.mem_available_mib} MiB available of {report.mem_total_mib} MiB"
+        if report.cgroup_memory_limit_mib is not None:
+            mem += f" (cgroup limit {report.cgroup_memory_limit_mib} MiB)"
+    c = report.container
+    container = None
+    if c is not None:
+        container = f"yes ({c.kind})" if c.detected else "no"
+        container += "; " + "; ".join(c.evidence)
+    t = report.torch
+    rows: list[list[Any]] = [
+        ["python", f"{report.python} ({report.python_executable})" if report.python else None],
+        ["torch", _torch_line(t)],
+    ]
+    if t is not None and t.importable:
+        rows += [["cuDNN", t.cudnn], ["NCCL", t.nccl]]
+    rows += [
+        [
+            "CUDA_VISIBLE_DEVICES",
+            "(unset)" if report.cuda_visible_devices is None else repr(report.cuda_visible_devices),
+        ],
+        ["hostname", report.hostname],
+        ["kernel", report.kernel],
+        ["os", report.os],
+        [
+            "CPUs",
+            None
+            if report.cpu_count is None
+            else f"{report.cpu_usable} usable of {report.cpu_count}",
+        ],
+        ["memory", mem],
+        ["container", container],
+    ]
+    body = table(["KEY", "VALUE"], rows) if report.python else ""
+    return "\n".join([line for line in [body] if line] + _footer("env", report))
+
+
+def render_disk(report: DiskReport) -> str:
+    """Filesystems of the asked paths, the largest files and checkpoints, and the findings."""
+    out: list[str] = []
+    if report.filesystems:
+        rows = [
+            [
+                f.path + ("" if f.exists else " (missing)"),
+                f.mount,
+                f.fstype,
+                _size(f.free_bytes),
+                _size(f.total_bytes),
+                None if f.free_pct is None else f"{f.free_pct:.1f}%",
+                None if f.inodes_free_pct is None else f"{f.inodes_free_pct:.1f}%",
+            ]
+            for f in report.filesystems
+        ]
+        out.append(table(["PATH", "MOUNT", "FS", "FREE", "SIZE", "FREE%", "INODES FREE%"], rows))
+    if report.largest_files:
+        rows = [
+            [_size(f.size_bytes), "ckpt" if f.checkpoint else "", f.path]
+            for f in report.largest_files
+        ]
+        out += ["", table(["SIZE", "KIND", "LARGEST FILES"], rows)]
+    if report.checkpoints:
+        rows = [[_size(c.size_bytes), c.kind, c.mount, c.path] for c in report.checkpoints]
+        out += ["", table(["SIZE", "KIND", "MOUNT", "LARGEST CHECKPOINT"], rows)]
+    return "\n".join([*out, *_footer("disk", report)])
+
+
+def render_procs(report: ProcReport) -> str:
+    """Python / GPU processes with age, RSS and GPU memory, and the findings."""
+    out: list[str] = []
+    if report.processes:
+        rows = [
+            [
+                p.pid,
+                p.state,
+                _duration(p.age_s),
+                p.rss_mib,
+                p.gpu_memory_mib,
+                ",".join("?" if i is None else str(i) for i in p.gpus)
+                or ("dev" if p.gpu_fds else ""),
+                p.cmdline[:100],
+            ]
+            for p in report.processes
+        ]
+        out.append(table(["PID", "S", "AGE", "RSS MiB", "GPU MiB", "GPUS", "COMMAND"], rows))
+    invisible = [p for p in report.gpu_processes if not p.visible]
+    if invisible:
+        rows = [[p.pid, p.gpu_index, p.used_memory_mib, p.process_name] for p in invisible]
+        out += ["", table(["PID (NOT VISIBLE HERE)", "GPU", "MEM MiB", "PROCESS"], rows)]
+    return "\n".join([*out, *_footer("procs", report)])
+
+
+# --------------------------------------------------------------------------- task bodies
+
+
+def _emit(
+    target: Target,
+    build: Callable[[], _R],
+    render: Callable[[_R], str],
+    json_out: bool,
+    out: TextIO | None,
+) -> int:
+    """Build the report, print it (table or JSON) and return its exit code.
+
+    An engine error (timeout, connection, container ...) prints one message and returns 2.
+    """
+    stream = out if out is not None else sys.stdout
+    try:
+        report = build()
+    except RemotekitError as exc:
+        if json_out:
+            stream.write(
+                to_json(
+                    {"host": target.name, "exit_code": EXIT_FAILED, "errors": [str(exc)]}, indent=2
+                )
+                + "\n"
+            )
+        else:
+            stream.write(f"error: {exc}\n")
+        return EXIT_FAILED
+    stream.write((to_json(report, indent=2) if json_out else render(report)) + "\n")
+    return report.exit_code
+
+
+def gpu_main(
+    target: Target,
+    *,
+    json_out: bool = False,
+    out: TextIO | None = None,
+    timeout: float | None = None,
+    temp_threshold: float = DEFAULT_TEMP_THRESHOLD,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """``gpu`` task: print :func:`gpu_status` (``out`` defaults to stdout); return 0/1/2."""
+    return _emit(
+        target,
+        lambda: gpu_status(target, timeout=timeout, temp_threshold=temp_threshold, env=env),
+        render_gpu,
+        json_out,
+        out,
+    )
+
+
+def env_main(
+    target: Target,
+    *,
+    json_out: bool = False,
+    out: TextIO | None = None,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """``env`` task: print :func:`environment`; return 0/1/2."""
+    return _emit(
+        target, lambda: environment(target, timeout=timeout, env=env), render_env, json_out, out
+    )
+
+
+def disk_main(
+    target: Target,
+    paths: Sequence[str] | None = None,
+    *,
+    json_out: bool = False,
+    out: TextIO | None = None,
+    timeout: float | None = None,
+    min_free_pct: float = DEFAULT_MIN_FREE_PCT,
+    top: int = 10,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """``disk`` task: print :func:`disk_usage` of ``paths`` (default workdir + checkpoints)."""
+    return _emit(
+        target,
+        lambda: disk_usage(
+            target, paths, timeout=timeout, min_free_pct=min_free_pct, top=top, env=env
+        ),
+        render_disk,
+        json_out,
+        out,
+    )
+
+
+def procs_main(
+    target: Target,
+    *,
+    json_out: bool = False,
+    out: TextIO | None = None,
+    timeout: float | None = None,
+    all_processes: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """``procs`` task: print :func:`processes`; return 0/1/2."""
+    return _emit(
+        target,
+        lambda: processes(target, timeout=timeout, all_processes=all_processes, env=env),
+        render_procs,
+        json_out,
+        out,
+    )
