@@ -18,14 +18,16 @@ from remotekit.errors import (
     InterpreterNotFound,
     InventoryError,
     RemotekitError,
+    StepCancelled,
     StepError,
     StepFailed,
     StepTimeout,
     UnknownHost,
 )
+from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome, fleet
 from remotekit.inventory import HostSpec, Inventory, load_inventory, parse_inventory
 from remotekit.result import Result, Script
-from remotekit.target import Check, Target, local_target
+from remotekit.target import Check, PingReport, Target, local_target
 
 __version__ = "0.1.0"
 
@@ -35,19 +37,25 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "ContainerError",
+    "Fleet",
+    "FleetInterrupted",
     "HostKeyError",
+    "HostOutcome",
     "HostSpec",
     "InterpreterNotFound",
     "Inventory",
     "InventoryError",
+    "PingReport",
     "RemotekitError",
     "Result",
     "Script",
+    "StepCancelled",
     "StepError",
     "StepFailed",
     "StepTimeout",
     "Target",
     "UnknownHost",
+    "fleet",
     "load_inventory",
     "local_target",
     "parse_inventory",

@@ -13,6 +13,7 @@
     ├── ConnectionLost              the transport died while a step ran
     └── StepError                   a step ran and went wrong; carries its Result
         ├── StepTimeout             the step passed its timeout; it was stopped there
+        ├── StepCancelled           Target.cancel() (e.g. Ctrl-C on a fleet) stopped it there
         └── StepFailed              the step exited non-zero (with check=True)
 
 Third-party exceptions (paramiko, socket, subprocess) are translated at the transport
@@ -35,6 +36,7 @@ __all__ = [
     "InterpreterNotFound",
     "InventoryError",
     "RemotekitError",
+    "StepCancelled",
     "StepError",
     "StepFailed",
     "StepTimeout",
@@ -127,9 +129,16 @@ class InterpreterNotFound(RemotekitError):
 class ConnectionLost(RemotekitError):
     """The transport died mid-step; the remote side stops the step when it sees its stdin close."""
 
-    def __init__(self, message: str, *, result: Result | None = None, **kw: str | None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        result: Result | None = None,
+        host: str | None = None,
+        step: str | None = None,
+    ):
         self.result = result
-        super().__init__(message, **kw)  # type: ignore[arg-type]
+        super().__init__(message, host=host, step=step)
 
 
 def _tail(text: str, n: int = _TAIL_LINES) -> str:
@@ -159,6 +168,13 @@ class StepTimeout(StepError):
         if tail:
             msg += f"; last output:\n{tail}"
         super().__init__(msg, result=result)
+
+
+class StepCancelled(StepError):
+    """The step was cancelled (``Target.cancel``) and its process tree stopped there."""
+
+    def __init__(self, result: Result):
+        super().__init__("cancelled; the step was stopped there", result=result)
 
 
 class StepFailed(StepError):

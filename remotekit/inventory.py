@@ -217,22 +217,26 @@ class _HostReader:
         port = int(m["port"]) if m["port"] else self.get("port", _is_port, "a port 1-65535")
         if port is not None and not _is_port(port):
             self.doc.fail(self.where(k), f"port must be 1-65535, got {port}")
-        host_key = self.text("host_key") or "strict"
-        if host_key not in HOST_KEY_POLICIES:
-            self.doc.fail(
-                self.where("host_key"),
-                f"expected one of {', '.join(HOST_KEY_POLICIES)}, got {host_key!r}",
-            )
         return SSHSpec(
             host=m["v6"] or m["host"],
             user=m["user"] or self.text("user"),
             port=port,
             identity=self.text("identity"),
             known_hosts=self.text("known_hosts"),
-            host_key=host_key,
+            host_key=self.host_key(),
         )
 
+    def host_key(self) -> str:
+        policy = self.text("host_key") or "strict"
+        if policy not in HOST_KEY_POLICIES:
+            self.doc.fail(
+                self.where("host_key"),
+                f"expected one of {', '.join(HOST_KEY_POLICIES)}, got {policy!r}",
+            )
+        return policy
+
     def spec(self) -> HostSpec:
+        self.host_key()  # validated even where there is no ssh: yet
         ssh_text = self.text("ssh")
         ssh = self.ssh(ssh_text, "ssh") if ssh_text else None
         jump = self.text("jump")

@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any, Iterable, Sequence
+import os
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable, TextIO
 
-__all__ = ["table", "to_json", "to_jsonable"]
+__all__ = ["Console", "table", "to_json", "to_jsonable"]
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -38,3 +42,120 @@ def to_jsonable(obj: Any) -> Any:
 
 def to_json(obj: Any, indent: int | None = None) -> str:
     return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, default=str)
+
+
+_COLORS = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92", "94")
+
+
+class Console:
+    """Whole lines from many hosts, each prefixed with its host, plus a progress line.
+
+    Lines never interleave mid-line (one lock, one write per line); text holding newlines
+    becomes several lines, each with the prefix. Colour only on a terminal (decided for stdout
+    and stderr apart; not with NO_COLOR or TERM=dumb); the progress line only on a terminal
+    stderr, and never in quiet (``--json``) mode, where nothing but the final JSON goes to
+    stdout.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str] = (),
+        *,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        quiet: bool = False,
+        color: bool | None = None,
+        prefix: bool = True,
+    ):
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.quiet = quiet
+        #: Colour on stdout; stderr decides for itself (``2>log`` must not get escapes).
+        self.color = _wants_color(self.out) if color is None else color
+        self._color_err = _wants_color(self.err) if color is None else color
+        self.width = max((len(h) for h in hosts), default=0)
+        self.prefix = prefix
+        self._colors = {h: _COLORS[i % len(_COLORS)] for i, h in enumerate(hosts)}
+        self._lock = threading.Lock()
+        self._status = ""
+        self._live = not quiet and _isatty(self.err)
+
+    def tag(self, host: str, stream: str = "stdout") -> str:
+        """``host`` padded to the widest name, coloured when ``stream`` goes to a terminal."""
+        name = host.ljust(self.width)
+        colored = self._color_err if stream == "stderr" else self.color
+        if colored:
+            return f"\x1b[{self._colors.get(host, '0')}m{name}\x1b[0m"
+        return name
+
+    def line(self, host: str, stream: str, text: str) -> None:
+        """One line of a host's output (stderr lines go to our stderr).
+
+        Text with newlines in it is several lines: each gets the prefix, all in one write.
+        """
+        if self.quiet:
+            return
+        dest = self.err if stream == "stderr" else self.out
+        lines = text.split("\n")
+        if self.prefix:
+            tag = self.tag(host, stream)
+            lines = [f"{tag} | {piece}" for piece in lines]
+        msg = "\n".join(lines) + "\n"
+        with self._lock:
+            self._clear()
+            dest.write(msg)
+            dest.flush()
+            self._draw()
+
+    def output(self, host: str) -> Callable[[str, str], None]:
+        """An ``on_output`` callback that prints ``host``'s lines."""
+        return lambda stream, text: self.line(host, stream, text)
+
+    def say(self, text: str, *, stream: str = "stdout") -> None:
+        """A message of ours (not a host's), unless quiet."""
+        if self.quiet:
+            return
+        dest = self.err if stream == "stderr" else self.out
+        with self._lock:
+            self._clear()
+            dest.write(text + ("\n" if not text.endswith("\n") else ""))
+            dest.flush()
+            self._draw()
+
+    def progress(self, text: str) -> None:
+        """Replace the progress line (terminal only)."""
+        if not self._live:
+            return
+        with self._lock:
+            self._clear()
+            self._status = text
+            self._draw()
+
+    def done(self) -> None:
+        with self._lock:
+            self._clear()
+            self._status = ""
+
+    def _clear(self) -> None:
+        if self._live and self._status:
+            self.err.write("\r\x1b[K")
+            self.err.flush()
+
+    def _draw(self) -> None:
+        if self._live and self._status:
+            self.err.write(self._status)
+            self.err.flush()
+
+
+def _wants_color(stream: TextIO) -> bool:
+    """A terminal that shows colour (https://no-color.org: any non-empty NO_COLOR says no)."""
+    return (
+        _isatty(stream) and not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
+    )
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

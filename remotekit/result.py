@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ class Script:
                 raise ValueError(f"script file name must be relative, without '..': {rel!r}")
 
     @classmethod
-    def from_path(cls, path: str | Path, files: Mapping[str, bytes] | None = None) -> Script:
+    def from_path(
+        cls, path: str | os.PathLike[str], files: Mapping[str, bytes] | None = None
+    ) -> Script:
         p = Path(path)
         return cls(p.read_bytes(), name=p.name, files=dict(files or {}))

@@ -15,6 +15,7 @@ import json
 import os
 import queue
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,6 +30,7 @@ from remotekit.errors import (
     ContainerError,
     InterpreterNotFound,
     RemotekitError,
+    StepCancelled,
     StepFailed,
     StepTimeout,
 )
@@ -38,7 +40,14 @@ from remotekit.result import Result, Script
 from remotekit.transports.base import ExecutableMissing, Process, Transport
 from remotekit.transports.local import LocalTransport
 
-__all__ = ["DEFAULT_CAPTURE_LIMIT", "Check", "OutputCallback", "Target", "local_target"]
+__all__ = [
+    "DEFAULT_CAPTURE_LIMIT",
+    "Check",
+    "OutputCallback",
+    "PingReport",
+    "Target",
+    "local_target",
+]
 
 #: ``on_output(stream, line)``: stream is ``"stdout"`` or ``"stderr"``, line has no newline.
 OutputCallback = Callable[[str, str], None]
@@ -62,6 +71,30 @@ class Check:
     layer: str
     ok: bool
     detail: str
+
+
+@dataclass(frozen=True)
+class PingReport:
+    """Layer checks in order; the first failed one says which layer is broken."""
+
+    host: str
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> Check | None:
+        return next((c for c in self.checks if not c.ok), None)
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return tuple(f"{c.layer}: {c.detail}" for c in self.checks if not c.ok)
+
+    @property
+    def exit_code(self) -> int:
+        """0 all layers up; 1 only torch is missing; 2 a layer failed."""
+        bad = self.failed
+        if bad is None:
+            return 0
+        return 1 if bad.layer == "torch" else 2
 
 
 class _Stream:
@@ -173,6 +206,9 @@ class Target:
         self.transport = transport
         self.capture_limit = capture_limit
         self.launch: Launch = compose(spec.layers())
+        self._lock = threading.Lock()
+        self._active: set[Process] = set()
+        self._cancelled = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -185,6 +221,17 @@ class Target:
     def close(self) -> None:
         """Close the held connection (a later step opens a new one)."""
         self.transport.close()
+
+    def cancel(self) -> None:
+        """Stop every step running on this target (from any thread), and refuse new ones.
+
+        Each stopped step raises :class:`StepCancelled` in its own thread, after its process
+        tree there was stopped, as on a timeout.
+        """
+        self._cancelled.set()
+        with self._lock:
+            for proc in self._active:
+                proc.events.put(("cancel", None))
 
     def connect(self) -> None:
         """Open the connection now (otherwise the first step does)."""
@@ -263,8 +310,12 @@ class Target:
             script = replace(script, files={**script.files, **files})  # validates the names
         all_files = {script.name: script.source, **script.files}
         manifest = [[name, len(data), 0o600] for name, data in all_files.items()]
-        header = {"op": "exec", "argv": [str(a) for a in args], "script": script.name}
-        header["files"] = manifest
+        header: dict[str, Any] = {
+            "op": "exec",
+            "argv": [str(a) for a in args],
+            "script": script.name,
+            "files": manifest,
+        }
         display = (self.launch.interpreter or "python", "-u", f"<{script.name}>", *map(str, args))
         return self._step(
             header,
@@ -399,6 +450,8 @@ class Target:
                 chain=self.chain,
             )
 
+        if self._cancelled.is_set():
+            raise StepCancelled(result(None))
         try:
             proc = self.transport.start(launch.argv, stdin, wait=limit)
         except ExecutableMissing as exc:
@@ -414,6 +467,11 @@ class Target:
         # login shell printed before it is output, not data.
         sink_on = [False]
         marker = nonce.encode() + b"\n"
+
+        with self._lock:
+            self._active.add(proc)
+            if self._cancelled.is_set():
+                proc.events.put(("cancel", None))
 
         def handle(kind: str, data: Any) -> None:
             if kind == "stdout":
@@ -433,7 +491,8 @@ class Target:
             elif kind == "stderr":
                 err.feed(data)
 
-        outcome, code = "running", None
+        outcome: str = "running"
+        code: int | None = None
         try:
             while outcome == "running":
                 wait = None if deadline is None else deadline - time.monotonic()
@@ -445,7 +504,9 @@ class Target:
                 except queue.Empty:
                     continue
                 if kind == "exit":
-                    outcome, code = "exit", data
+                    outcome, code = "exit", data if isinstance(data, int) else None
+                elif kind == "cancel":
+                    outcome = "cancelled"
                 elif kind == "lost":
                     outcome = "lost"
                     lost_reason = str(data)
@@ -454,6 +515,12 @@ class Target:
         except BaseException:
             self._stop(proc, handle)
             raise
+        finally:
+            with self._lock:
+                self._active.discard(proc)
+        if outcome == "cancelled":
+            self._stop(proc, handle)
+            raise StepCancelled(result(None))
         if outcome == "timeout":
             self._stop(proc, handle)
             assert limit is not None
@@ -542,13 +609,19 @@ class Target:
 
     # -- ping --------------------------------------------------------------------------------
 
-    def ping(self, on_check: Callable[[Check], None] | None = None) -> list[Check]:
+    def ping(self, on_check: Callable[[Check], None] | None = None) -> PingReport:
         """Check each layer in turn (connection, sudo, container, interpreter, torch).
 
         Stops at the first layer that fails; that check says why.
         """
         checks: list[Check] = []
+        try:
+            self._ping(checks, on_check)
+        finally:
+            report = PingReport(self.name, tuple(checks))
+        return report
 
+    def _ping(self, checks: list[Check], on_check: Callable[[Check], None] | None) -> None:
         def add(layer: str, ok: bool, detail: str) -> bool:
             c = Check(layer, ok, detail)
             checks.append(c)
@@ -560,30 +633,30 @@ class Target:
             self.connect()
         except RemotekitError as exc:
             add(self.transport.label, False, exc.message)
-            return checks
+            return
         add(self.transport.label, True, "connected" if self.spec.ssh else "this machine")
         prefix: tuple[str, ...] = ("sudo", "-n", "--") if self.spec.sudo else ()
         if self.spec.sudo:
             code, text = self._probe([*prefix, "true"])
             if not add("sudo", code == 0, "passwordless sudo works" if code == 0 else text):
-                return checks
+                return
         if self.spec.container is not None:
             vmid = str(self.spec.container)
             code, text = self._probe([*prefix, self.spec.pct, "status", vmid])
             running = code == 0 and "running" in text and "stopped" not in text
             if not add(f"pct exec {vmid}", running, text or f"exit {code}"):
-                return checks
+                return
         probe = Script(_PING_PY, name="remotekit_ping.py")
         try:
             res = self.run_python(probe, step="ping", timeout=max(30.0, self.spec.timeouts.connect))
         except RemotekitError as exc:
             add(self.launch.interpreter or "python", False, exc.message)
-            return checks
+            return
         info = json.loads(res.stdout.strip().splitlines()[-1])
         add(info["executable"], True, f"Python {info['python']}")
         torch = info.get("torch")
         add("torch", torch is not None, torch or "not importable: " + info.get("torch_error", ""))
-        return checks
+        return
 
     def _probe(self, argv: list[str], timeout: float = 15.0) -> tuple[int | None, str]:
         """Run a bare command on the node (no runner: for checks before the runner can run)."""
@@ -599,13 +672,12 @@ class Target:
                 kind, data = proc.events.get(timeout=left)
             except queue.Empty:
                 break
-            if kind in ("stdout", "stderr"):
+            if isinstance(data, bytes):
                 chunks.append(data)
             else:
                 proc.terminate()
-                return (data if kind == "exit" else None), b"".join(chunks).decode(
-                    errors="replace"
-                ).strip()
+                code = data if kind == "exit" and isinstance(data, int) else None
+                return code, b"".join(chunks).decode(errors="replace").strip()
         proc.terminate()
         return None, f"no answer within {timeout:g} s"
 

@@ -38,7 +38,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> FakeNode:
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory, node: FakeNode) -> Iterator[SSHServer]:
     _need_sshd()
-    server = SSHServer(tmp_path_factory.mktemp("sshd"), env={"FAKE_PCT_STATE": str(node.state_file)})
+    server = SSHServer(
+        tmp_path_factory.mktemp("sshd"), env={"FAKE_PCT_STATE": str(node.state_file)}
+    )
     try:
         server.start()
         yield server

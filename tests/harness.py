@@ -76,9 +76,7 @@ class SSHServer:
         if not hostkey.exists():
             _keygen(hostkey)
             _keygen(self.client_key)
-            (self.root / "authorized_keys").write_text(
-                Path(f"{self.client_key}.pub").read_text()
-            )
+            (self.root / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation dir
         setenv = " ".join(f"{k}={v}" for k, v in {"SHLVL": "1", **self.env}.items())
@@ -114,7 +112,9 @@ class SSHServer:
             end = time.monotonic() + timeout
             while time.monotonic() < end:
                 if self.proc.poll() is not None:
-                    last = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                    last = (
+                        self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                    )
                     break
                 if self._answers():
                     return self

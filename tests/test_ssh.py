@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -32,7 +33,7 @@ PYEOF
 print(s.strip())
 print("non-ASCII: äöü ß 中文 🙂 – “quoted”")
 print("argv:", sys.argv[1:])
-"""
+"""  # noqa: RUF001
 
 
 def marker() -> str:
@@ -258,7 +259,9 @@ def test_capture_is_bounded(inventory: remotekit.Inventory) -> None:
     assert r.stdout.endswith("x\nEND\n")
 
 
-def test_put_and_get_through_the_container(ct: remotekit.Target, node: FakeNode, tmp_path: Path) -> None:
+def test_put_and_get_through_the_container(
+    ct: remotekit.Target, node: FakeNode, tmp_path: Path
+) -> None:
     data = os.urandom(3 << 20) + b"\n\x00end"
     src = tmp_path / "local.bin"
     src.write_bytes(data)
@@ -297,16 +300,16 @@ def test_missing_venv(inventory: remotekit.Inventory) -> None:
 
 def test_ping_walks_the_layers(inventory: remotekit.Inventory) -> None:
     with inventory.target("ct") as t:
-        checks = t.ping()
+        checks = t.ping().checks
     assert [c.ok for c in checks] == [True, True, True, True]
     assert checks[1].layer == f"pct exec {CT}"
     assert checks[3].layer == "torch"
     with inventory.target("stopped") as t:
-        checks = t.ping()
+        checks = t.ping().checks
     assert [c.ok for c in checks] == [True, False]
     assert "stopped" in checks[1].detail
     with inventory.target("novenv") as t:
-        checks = t.ping()
+        checks = t.ping().checks
     assert [c.ok for c in checks] == [True, True, False]
     assert "/opt/no-such-venv/bin/python" in checks[2].detail
 
@@ -317,8 +320,11 @@ def test_secret_env_values_never_show(sshd: SSHServer, node: FakeNode, tmp_path:
         tmp_path / "hosts.yaml",
         {
             "s": sshd.host_yaml(
-                container=CT, pct=str(node.pct), venv=sys.prefix,
-                env={"HF_TOKEN": secret}, secret_env=["HF_TOKEN"],
+                container=CT,
+                pct=str(node.pct),
+                venv=sys.prefix,
+                env={"HF_TOKEN": secret},
+                secret_env=["HF_TOKEN"],
             )
         },
     )
@@ -329,6 +335,7 @@ def test_secret_env_values_never_show(sshd: SSHServer, node: FakeNode, tmp_path:
         assert secret not in str(info.value) and "token is ***" in str(info.value)
         # the value never crosses a command line: check the runner's own argv there
         m = marker()
+
         def sleeper() -> None:
             with pytest.raises(remotekit.StepTimeout):
                 t.run(["sleep", m], timeout=3)
@@ -414,7 +421,34 @@ def test_refused_port_is_a_connect_error(tmp_path: Path) -> None:
 
 def test_unresolvable_host_is_a_connect_error(tmp_path: Path) -> None:
     inv = write_inventory(
-        tmp_path / "hosts.yaml", {"h": {"ssh": "root@no-such-host.invalid", "timeouts": {"connect": 3}}}
+        tmp_path / "hosts.yaml",
+        {"h": {"ssh": "root@no-such-host.invalid", "timeouts": {"connect": 3}}},
     )
     with inv.target("h") as t, pytest.raises(remotekit.ConnectError, match="cannot resolve"):
         t.run(["true"])
+
+
+@pytest.mark.parametrize("seed", range(1))
+def test_random_argv_and_env_roundtrip_over_ssh(ct: remotekit.Target, seed: int) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    text = st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
+    )
+
+    @settings(max_examples=25, deadline=None)
+    @given(argv=st.lists(text, max_size=5), value=text)
+    def check(argv: list[str], value: str) -> None:
+        r = ct.run(
+            [
+                "python",
+                "-c",
+                "import json,os,sys; print(json.dumps([sys.argv[1:], os.environ['V']]))",
+                *argv,
+            ],
+            env={"V": value},
+        )
+        assert json.loads(r.stdout) == [argv, value]
+
+    check()

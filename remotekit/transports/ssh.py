@@ -15,7 +15,7 @@ import queue
 import select
 import socket
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import paramiko
@@ -108,8 +108,14 @@ class SSHProcess:
                         self.events.put(("exit", code))
                     else:
                         transport = chan.get_transport()
-                        why = "dropped" if transport is None or not transport.is_active() else "closed"
-                        self.events.put(("lost", f"the SSH connection {why} without an exit status"))
+                        why = (
+                            "dropped"
+                            if transport is None or not transport.is_active()
+                            else "closed"
+                        )
+                        self.events.put(
+                            ("lost", f"the SSH connection {why} without an exit status")
+                        )
                     return
                 else:
                     select.select([chan], [], [], 0.2)

@@ -1,0 +1,196 @@
+"""Engine benchmark: remotekit steps vs OpenSSH and vs the seed's way, in one run.
+
+Through local -> sshd (127.0.0.1) -> fake pct exec -> venv Python, median of N runs each:
+
+  1. a trivial run_python step on a warm target  vs  `ssh -S ctl host 'pct exec <vmid> --
+     <venv>/bin/python -c pass'` over an OpenSSH ControlMaster        target: ratio <= 1.5
+  2. the seed's script as a step  vs  the seed's way: one plain ssh writing the script with a
+     heredoc inside `pct exec ... bash -c`, then a second ssh running it   target: >= 3x faster
+  3. streaming: time from a line printed there to the callback here   target: <= 100 ms
+  4. a step printing 100 MB: local peak RSS growth                     target: <= 64 MB
+
+Run: .venv/bin/python bench/bench_engine.py [--runs 20]   (writes bench/results/engine.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import remotekit  # noqa: E402
+from remotekit.quoting import join  # noqa: E402
+from tests.harness import FakeNode, SSHServer, venv_prefix  # noqa: E402
+
+SEED_SCRIPT = (
+    'import os\nd = "x"\nckpt = {"global_step": 1}\nprint(f\'{d}: step={ckpt["global_step"]}\')\n'
+)
+
+
+def median_time(fn, runs: int) -> float:
+    fn()  # warm
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rk-bench-"))
+    node = FakeNode(work / "node").install(shared=[venv_prefix()])
+    node.add(200)
+    server = SSHServer(work / "sshd", env={"FAKE_PCT_STATE": str(node.state_file)}).start()
+    py = f"{venv_prefix()}/bin/python"
+    ctl = work / "ctl"
+    plain = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"UserKnownHostsFile={server.known_hosts}",
+        "-i",
+        str(server.client_key),
+        "-p",
+        str(server.port),
+        f"{server.user}@127.0.0.1",
+    ]
+    ssh = [*plain[:-1], "-S", str(ctl), plain[-1]]  # through the ControlMaster
+    master = subprocess.Popen([*ssh[:-1], "-M", "-N", ssh[-1]])
+    figures: dict[str, float] = {}
+    try:
+        end = time.monotonic() + 10
+        while not ctl.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        inv_file = work / "hosts.yaml"
+        inv_file.write_text(
+            json.dumps(
+                {
+                    "hosts": {
+                        "ct": server.host_yaml(container=200, pct=str(node.pct), venv=venv_prefix())
+                    }
+                }
+            )
+        )
+        inv = remotekit.load_inventory(inv_file)
+        pct = str(node.pct)
+        with inv.target("ct") as t:
+            trivial = remotekit.Script("pass\n", name="trivial.py")
+            t.run_python(trivial)  # warm: connection held
+            figures["remotekit_run_python_s"] = median_time(
+                lambda: t.run_python(trivial), args.runs
+            )
+            figures["openssh_controlmaster_s"] = median_time(
+                lambda: subprocess.run(
+                    [*ssh, join([pct, "exec", "200", "--", py, "-c", "pass"])], check=True
+                ),
+                args.runs,
+            )
+
+            def seed_way() -> None:
+                inner = f"cat > /tmp/check_ckpt.py << 'PYEOF'\n{SEED_SCRIPT}PYEOF"
+                subprocess.run(
+                    [*plain, join([pct, "exec", "200", "--", "bash", "-c", inner])], check=True
+                )
+                run = f"source {venv_prefix()}/bin/activate && python3 /tmp/check_ckpt.py"
+                subprocess.run(
+                    [*plain, join([pct, "exec", "200", "--", "bash", "-c", run])],
+                    check=True,
+                    capture_output=True,
+                )
+
+            figures["seed_two_ssh_heredoc_s"] = median_time(seed_way, args.runs)
+            seed_script = remotekit.Script(SEED_SCRIPT, name="check_ckpt.py")
+            figures["remotekit_seed_script_s"] = median_time(
+                lambda: t.run_python(seed_script), args.runs
+            )
+
+            # first-line latency: the script prints its own wall clock; the callback reads ours
+            lat = []
+            code = "import time\nfor i in range(5):\n    print(repr(time.time()), flush=True)\n    time.sleep(0.2)\n"
+            for _ in range(max(4, args.runs // 5)):
+                t.run_python(
+                    remotekit.Script(code),
+                    on_output=lambda s, line: lat.append(time.time() - float(line)),
+                )
+            figures["stream_line_latency_ms_median"] = statistics.median(lat) * 1000
+            figures["stream_line_latency_ms_max"] = max(lat) * 1000
+
+            big = "import sys\nchunk = ('y' * 1023 + '\\n') * 1024\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+            before = rss_mb()
+            r = t.run_python(remotekit.Script(big), capture=True)
+            figures["rss_growth_100mb_step_mb"] = rss_mb() - before
+            figures["captured_mb"] = len(r.stdout) / 2**20
+            figures["dropped_mb"] = r.stdout_dropped / 2**20
+    finally:
+        master.terminate()
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    ratio_cm = figures["remotekit_run_python_s"] / figures["openssh_controlmaster_s"]
+    speedup_seed = figures["seed_two_ssh_heredoc_s"] / figures["remotekit_seed_script_s"]
+    checks = [
+        ("run_python / OpenSSH ControlMaster", f"{ratio_cm:.2f}x", "<= 1.5x", ratio_cm <= 1.5),
+        (
+            "seed two-ssh heredoc / run_python",
+            f"{speedup_seed:.1f}x faster",
+            ">= 3x",
+            speedup_seed >= 3,
+        ),
+        (
+            "first line seen locally (median)",
+            f"{figures['stream_line_latency_ms_median']:.1f} ms",
+            "<= 100 ms",
+            figures["stream_line_latency_ms_median"] <= 100,
+        ),
+        (
+            "peak RSS growth, 100 MB step",
+            f"{figures['rss_growth_100mb_step_mb']:.1f} MB",
+            "<= 64 MB",
+            figures["rss_growth_100mb_step_mb"] <= 64,
+        ),
+    ]
+    for k, v in figures.items():
+        print(f"{k:36s} {v:10.4f}")
+    print()
+    for name, got, target, ok in checks:
+        print(f"{'PASS' if ok else 'FAIL'}  {name:38s} {got:>14s}  (target {target})")
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "engine.json").write_text(
+        json.dumps(
+            {
+                "runs": args.runs,
+                "figures": figures,
+                "ratio_vs_controlmaster": ratio_cm,
+                "speedup_vs_seed": speedup_seed,
+                "pass": all(c[3] for c in checks),
+            },
+            indent=2,
+        )
+    )
+    return 0 if all(c[3] for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

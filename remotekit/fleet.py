@@ -1,0 +1,173 @@
+"""Many targets at once: any step or diagnostic, in parallel with a bound, results in order.
+
+    import remotekit
+    from remotekit.diagnostics import system
+
+    inv = remotekit.load_inventory()
+    with remotekit.fleet(inv.select(group="gpu")) as f:
+        for o in f.map(system.gpu_status):      # one HostOutcome per host, inventory order
+            print(o.host, o.exit_code, o.error or o.value.findings)
+
+One slow, unreachable or failing host never blocks or hides the others: its outcome carries
+the error. Ctrl-C (KeyboardInterrupt in the calling thread) cancels every running step, each
+stopped there as on a timeout, and raises :class:`FleetInterrupted` holding what finished.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from remotekit.inventory import HostSpec
+from remotekit.result import Result
+from remotekit.target import Target
+
+__all__ = ["DEFAULT_PARALLEL", "Fleet", "FleetInterrupted", "HostOutcome", "fleet"]
+
+#: Hosts worked on at once by default. Steps mostly wait on the network, so threads are cheap.
+DEFAULT_PARALLEL = 64
+
+
+@dataclass(frozen=True)
+class HostOutcome:
+    """What one host of a fleet produced: ``value`` (a Result or a report) or ``error``."""
+
+    host: str
+    value: Any = None
+    error: BaseException | None = None
+    duration_s: float = 0.0
+    chain: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 OK, 1 findings, 2 failed (as every remotekit task exits)."""
+        if self.error is not None:
+            return 2
+        if isinstance(self.value, Result):
+            return 0 if self.value.ok else 2
+        code = getattr(self.value, "exit_code", 0)
+        return code if isinstance(code, int) else 0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def status(self) -> str:
+        return {0: "ok", 1: "findings"}.get(self.exit_code, "failed")
+
+
+class FleetInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the fleet.
+
+    ``outcomes`` holds, in target order, every host that started: the finished ones as they
+    finished, the stopped ones with :class:`~remotekit.errors.StepCancelled` (or whatever
+    their ``fn`` made of it). Hosts still queued (more than ``parallel``) never started and
+    are absent.
+    """
+
+    def __init__(self, outcomes: list[HostOutcome]):
+        self.outcomes = outcomes
+        super().__init__("fleet interrupted")
+
+
+class Fleet:
+    """Targets worked on in parallel, ``parallel`` at a time."""
+
+    def __init__(self, targets: Sequence[Target], parallel: int | None = None):
+        self.targets = list(targets)
+        self.parallel = max(1, parallel or DEFAULT_PARALLEL)
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for t in self.targets:
+            t.close()
+
+    def map(
+        self,
+        fn: Callable[[Target], Any],
+        *,
+        on_done: Callable[[HostOutcome], None] | None = None,
+    ) -> list[HostOutcome]:
+        """``fn(target)`` on every target; outcomes in target order.
+
+        ``on_done`` is called in the calling thread as each host finishes. A RemotekitError
+        (or any other exception) from ``fn`` becomes that host's ``error``.
+        """
+        outcomes: dict[int, HostOutcome] = {}
+
+        def one(t: Target) -> HostOutcome:
+            t0 = time.monotonic()
+            try:
+                value = fn(t)
+            except Exception as exc:  # a host's failure is data, not our failure
+                return HostOutcome(
+                    t.name, error=exc, duration_s=time.monotonic() - t0, chain=t.chain
+                )
+            return HostOutcome(t.name, value=value, duration_s=time.monotonic() - t0, chain=t.chain)
+
+        pool = ThreadPoolExecutor(
+            max_workers=min(self.parallel, max(1, len(self.targets))),
+            thread_name_prefix="remotekit-fleet",
+        )
+        futures: dict[Future[HostOutcome], int] = {
+            pool.submit(one, t): i for i, t in enumerate(self.targets)
+        }
+        pending = set(futures)
+
+        def collect(done: Iterable[Future[HostOutcome]]) -> None:
+            for fut in sorted(done, key=futures.__getitem__):
+                if fut.cancelled():
+                    continue  # queued when the fleet was stopped: it never started
+                outcomes[futures[fut]] = fut.result()
+                if on_done is not None:
+                    on_done(outcomes[futures[fut]])
+
+        def stop() -> None:
+            # Queued hosts never start (their ``fn`` would still connect, probe ...); every
+            # running step is stopped there, and each running ``fn`` ends with its error.
+            for fut in futures:
+                fut.cancel()  # a no-op for the running and the finished ones
+            for t in self.targets:
+                t.cancel()
+
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                collect(done)
+        except KeyboardInterrupt:
+            stop()
+            # Not ``pending``: the interrupt may have come between ``wait`` and ``collect``.
+            rest = [f for f, i in futures.items() if i not in outcomes]
+            wait(rest)
+            collect(rest)
+            raise FleetInterrupted([outcomes[i] for i in sorted(outcomes)]) from None
+        except BaseException:
+            stop()  # our own failure (e.g. in ``on_done``): leave nothing running there
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return [outcomes[i] for i in range(len(self.targets))]
+
+    def run(self, argv: Sequence[str], **kwargs: Any) -> list[HostOutcome]:
+        """:meth:`Target.run` on every host."""
+        on_done = kwargs.pop("on_done", None)
+        return self.map(lambda t: t.run(argv, **kwargs), on_done=on_done)
+
+    def run_python(self, script: Any, args: Sequence[str] = (), **kwargs: Any) -> list[HostOutcome]:
+        """:meth:`Target.run_python` on every host."""
+        on_done = kwargs.pop("on_done", None)
+        return self.map(lambda t: t.run_python(script, args, **kwargs), on_done=on_done)
+
+
+def fleet(targets: Iterable[Target | HostSpec], parallel: int | None = None) -> Fleet:
+    """A :class:`Fleet` of ``targets`` (Targets, or HostSpecs from ``Inventory.select``)."""
+    return Fleet([t if isinstance(t, Target) else Target(t) for t in targets], parallel)

@@ -1,0 +1,308 @@
+"""remotekit's laptop face: `invoke --list`. Every task is a thin wrapper over the Python API.
+
+Every task takes a selection of targets (``--host a,b``, ``--group g``, ``--all``; default:
+``local``), runs them in parallel (``--parallel N``), prints each host's output prefixed with
+its name, ends with a summary table, and exits with the worst host's code: 0 all OK,
+1 findings, 2 some host failed. ``--json`` prints machine-readable output only.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Callable
+
+from invoke import Exit, task
+
+import remotekit
+from remotekit.fleet import FleetInterrupted, HostOutcome, fleet
+from remotekit.render import Console, table, to_json, to_jsonable
+
+SELECT_HELP = {
+    "host": "target name(s) from hosts.yaml, comma-separated (default: local)",
+    "group": "a group from hosts.yaml",
+    "all": "every target in hosts.yaml",
+    "parallel": "hosts worked on at once (default 64)",
+    "json": "machine-readable output only (JSON on stdout)",
+    "verbose": "show each host's layer chain",
+    "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, ~/.config/remotekit/hosts.yaml)",
+}
+TIMEOUT_HELP = "seconds before the step is stopped there (default: the host's timeouts.step)"
+
+
+def _help(**extra: str) -> dict[str, str]:
+    return {**SELECT_HELP, **extra}
+
+
+def _select(host: str, group: str, all: bool, inventory: str) -> list[remotekit.Target]:
+    try:
+        inv = remotekit.load_inventory(inventory or None)
+        specs = inv.select(
+            hosts=host or ("local" if not group and not all else None), group=group or None, all=all
+        )
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    if not specs:
+        raise Exit("remotekit: no targets selected", code=2)
+    return [remotekit.Target(s) for s in specs]
+
+
+def _finding(o: HostOutcome) -> str:
+    if o.error is not None:
+        text = str(getattr(o.error, "message", None) or o.error)
+        return f"{type(o.error).__name__}: {text.splitlines()[0] if text else ''}"
+    value = o.value
+    if isinstance(value, remotekit.Result):
+        if value.ok:
+            return ""
+        tail = (value.stderr or value.stdout).strip().splitlines()
+        return f"exit {value.exit_code}" + (f": {tail[-1]}" if tail else "")
+    findings = getattr(value, "findings", None) or ()
+    if findings:
+        first = findings[0]
+        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+        return f"{first}{more}"
+    return ""
+
+
+def _fan(
+    *,
+    host: str,
+    group: str,
+    all: bool,
+    parallel: int,
+    json: bool,
+    verbose: bool,
+    inventory: str,
+    fn: Callable[[remotekit.Target, Console], Any],
+    render: Callable[[Any], str] | None = None,
+    title: str = "",
+) -> None:
+    """Run ``fn(target, console)`` on the selected targets; print, summarize, exit."""
+    targets = _select(host, group, all, inventory)
+    names = [t.name for t in targets]
+    console = Console(names, quiet=json)
+    if verbose:
+        for t in targets:
+            console.say(f"{console.tag(t.name)} | chain: {t.chain}", stream="stderr")
+    total, done, failed = len(targets), [0], [0]
+
+    def on_done(o: HostOutcome) -> None:
+        done[0] += 1
+        failed[0] += o.exit_code == 2
+        if render is not None and o.error is None:
+            section = render(o.value)
+            console.say(
+                f"== {o.host}{' ' + title if title else ''} ==\n{section}" if total > 1 else section
+            )
+        elif o.error is not None:
+            console.say(f"{console.tag(o.host)} | error: {o.error}", stream="stderr")
+        console.progress(f"[{done[0]}/{total} hosts done, {failed[0]} failed]")
+
+    interrupted = False
+    with fleet(targets, parallel=parallel or None) as f:
+        try:
+            outcomes = f.map(lambda t: fn(t, console), on_done=on_done)
+        except FleetInterrupted as exc:
+            outcomes, interrupted = exc.outcomes, True
+    console.done()
+    code = max((o.exit_code for o in outcomes), default=0)
+    if json:
+        print(to_json({"exit_code": code, "hosts": [_outcome_json(o) for o in outcomes]}, indent=2))
+    elif total > 1 or interrupted or any(o.error for o in outcomes):
+        rows = [(o.host, o.status, f"{o.duration_s:.1f}s", _finding(o)) for o in outcomes]
+        missing = [t.name for t in targets if t.name not in {o.host for o in outcomes}]
+        rows += [(h, "not run", "-", "interrupted") for h in missing]
+        console.say("\n" + table(["host", "status", "time", "finding"], rows))
+    if interrupted:
+        raise Exit("remotekit: interrupted; every running step was stopped", code=130)
+    if code:
+        raise Exit(code=code)
+
+
+def _outcome_json(o: HostOutcome) -> dict[str, Any]:
+    out: dict[str, Any] = {"host": o.host, "status": o.status, "exit_code": o.exit_code}
+    out["duration_s"] = round(o.duration_s, 3)
+    out["chain"] = o.chain
+    if o.error is not None:
+        out["error"] = {"type": type(o.error).__name__, "message": str(o.error)}
+    else:
+        out["result"] = to_jsonable(o.value)
+    return out
+
+
+# -- the engine ------------------------------------------------------------------------------
+
+
+@task(help={"inventory": SELECT_HELP["inventory"], "json": SELECT_HELP["json"]})
+def hosts(c, inventory="", json=False):
+    """List the targets in hosts.yaml with their layer chains and groups."""
+    try:
+        inv = remotekit.load_inventory(inventory or None)
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    groups = {h: [g for g, m in inv.groups.items() if h in m] for h in inv.hosts}
+    rows = [(s.name, remotekit.Target(s).chain, ",".join(groups[s.name]), s.source) for s in inv]
+    if json:
+        print(
+            to_json([dict(zip(["host", "chain", "groups", "source"], r)) for r in rows], indent=2)
+        )
+    else:
+        print(f"inventory: {inv.path or '(embedded default)'}")
+        print(table(["host", "chain", "groups", "declared at"], rows))
+
+
+@task(help=_help())
+def ping(c, host="", group="", all=False, parallel=0, json=False, verbose=False, inventory=""):
+    """Check each layer of a target in turn: SSH, sudo, container, interpreter, torch."""
+
+    def one(t: remotekit.Target, console: Console) -> remotekit.PingReport:
+        def show(ch: remotekit.Check) -> None:
+            console.line(t.name, "stdout", f"{'ok  ' if ch.ok else 'FAIL'} {ch.layer}: {ch.detail}")
+
+        return t.ping(on_check=show)
+
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=one,
+    )
+
+
+@task(
+    help=_help(
+        cmd="the command, split like a shell would here (no shell runs there)", timeout=TIMEOUT_HELP
+    )
+)
+def run(
+    c,
+    cmd,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    timeout=0.0,
+):
+    """Run a command on targets, output streamed live with host prefixes."""
+    argv = shlex.split(cmd)
+    if not argv:
+        raise Exit("remotekit: --cmd is empty", code=2)
+
+    def one(t: remotekit.Target, console: Console) -> Any:
+        return t.run(argv, timeout=timeout or None, check=False, on_output=console.output(t.name))
+
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=one,
+    )
+
+
+@task(
+    help=_help(
+        script="a local Python file to ship and run there",
+        args="its arguments, split like a shell would",
+        timeout=TIMEOUT_HELP,
+    )
+)
+def py(
+    c,
+    script,
+    args="",
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    timeout=0.0,
+):
+    """Ship a Python file to targets and run it there with the target's interpreter."""
+    try:
+        shipped = remotekit.Script.from_path(script)
+    except OSError as exc:
+        raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
+    argv = shlex.split(args)
+
+    def one(t: remotekit.Target, console: Console) -> Any:
+        return t.run_python(
+            shipped,
+            args=argv,
+            timeout=timeout or None,
+            check=False,
+            on_output=console.output(t.name),
+        )
+
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=one,
+    )
+
+
+@task(
+    help=_help(
+        src="local file", dest="path there (a directory keeps the name)", timeout=TIMEOUT_HELP
+    )
+)
+def put(
+    c,
+    src,
+    dest,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    timeout=0.0,
+):
+    """Copy a local file to targets (atomic: written beside, then renamed)."""
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=lambda t, console: t.put(src, dest, timeout=timeout or None),
+    )
+
+
+@task(
+    help={
+        "src": "path there",
+        "dest": "local path",
+        "host": "one target",
+        "inventory": SELECT_HELP["inventory"],
+        "timeout": TIMEOUT_HELP,
+    }
+)
+def get(c, src, dest, host="local", inventory="", timeout=0.0):
+    """Copy a file from one target to here."""
+    [t] = _select(host, "", False, inventory)
+    with t:
+        try:
+            t.get(src, dest, timeout=timeout or None)
+        except remotekit.RemotekitError as exc:
+            raise Exit(f"remotekit: {exc}", code=2) from None

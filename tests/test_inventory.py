@@ -1,0 +1,173 @@
+"""hosts.yaml: every bad input names the file, the line and the key."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import remotekit
+from remotekit.inventory import Timeouts
+
+
+def load(tmp_path: Path, text: str) -> remotekit.Inventory:
+    p = tmp_path / "hosts.yaml"
+    p.write_text(text)
+    return remotekit.load_inventory(p)
+
+
+def bad(tmp_path: Path, text: str) -> remotekit.InventoryError:
+    with pytest.raises(remotekit.InventoryError) as info:
+        load(tmp_path, text)
+    assert str(tmp_path / "hosts.yaml") in str(info.value)
+    return info.value
+
+
+def test_the_shipped_example_loads() -> None:
+    inv = remotekit.load_inventory(Path(__file__).parents[1] / "hosts.yaml")
+    assert "local" in inv.hosts
+
+
+def test_full_host(tmp_path: Path) -> None:
+    inv = load(
+        tmp_path,
+        """
+defaults:
+  timeouts: {connect: 5, step: 100}
+  env: {A: "1"}
+hosts:
+  kpro6:
+    ssh: root@kpro6.lan:2222
+    identity: ~/.ssh/id_ed25519
+    host_key: accept-new
+    jump: admin@bastion
+    sudo: true
+    container: 200
+    venv: /root/venv
+    workdir: /workspace
+    env: {HF_HOME: /workspace/hf, N: 3}
+    secret_env: [HF_TOKEN]
+    checkpoints: /workspace/checkpoints
+    timeouts: {step: 30}
+groups:
+  gpu: [kpro6]
+""",
+    )
+    s = inv.spec("kpro6")
+    assert s.ssh is not None and s.ssh.display == "root@kpro6.lan:2222"
+    assert s.ssh.host_key == "accept-new" and s.ssh.jump is not None
+    assert s.ssh.jump.display == "admin@bastion"
+    assert s.sudo and s.container == 200 and s.interpreter == "/root/venv/bin/python"
+    assert s.env == {"A": "1", "HF_HOME": "/workspace/hf", "N": "3"}
+    assert s.timeouts == Timeouts(connect=5, step=30, kill_grace=1)
+    assert s.source.endswith("hosts.yaml:6")
+    assert inv.groups == {"gpu": ("kpro6",)}
+    assert [h.name for h in inv.select(group="gpu")] == ["kpro6"]
+    assert [h.name for h in inv.select(all=True)] == ["local", "kpro6"]
+
+
+@pytest.mark.parametrize(
+    ("value", "host", "user", "port"),
+    [("kpro6", "kpro6", None, None), ("u@h:22", "h", "u", 22), ("[::1]:2200", "::1", None, 2200)],
+)
+def test_ssh_forms(
+    tmp_path: Path, value: str, host: str, user: str | None, port: int | None
+) -> None:
+    s = load(tmp_path, f"hosts:\n  h:\n    ssh: '{value}'\n").spec("h").ssh
+    assert s is not None and (s.host, s.user, s.port) == (host, user, port)
+
+
+def test_local_is_embedded_and_uses_our_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REMOTEKIT_HOSTS", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inv = remotekit.load_inventory()
+    assert list(inv.hosts) == ["local"]
+    assert inv.spec("local").interpreter == sys.executable
+
+
+def test_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "elsewhere.yaml"
+    p.write_text("hosts:\n  a: {ssh: a}\n")
+    monkeypatch.setenv("REMOTEKIT_HOSTS", str(p))
+    assert list(remotekit.load_inventory().hosts) == ["local", "a"]
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a: {ssh: x\n  b: 1\n")
+    assert e.line is not None and "invalid YAML" in str(e)
+
+
+def test_unknown_key_with_hint(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a:\n    ssh: x\n    contianer: 200\n")
+    assert e.line == 4 and e.key == "hosts.a.contianer"
+    assert "hosts.yaml:4" in str(e) and "did you mean 'container'" in str(e)
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts: {}\nhost: {}\n")
+    assert e.line == 2 and e.key == "host"
+
+
+@pytest.mark.parametrize(
+    ("snippet", "key", "words"),
+    [
+        ("container: abc", "hosts.a.container", "Proxmox CT id"),
+        ("container: 5", "hosts.a.container", "Proxmox CT id"),
+        ("sudo: 'yes'", "hosts.a.sudo", "true or false"),
+        ("host_key: maybe", "hosts.a.host_key", "strict, accept-new"),
+        ("env: [A]", "hosts.a.env", "mapping"),
+        ("env: {'A-B': x}", "hosts.a.env.A-B", "environment variable name"),
+        ("timeouts: {step: -1}", "hosts.a.timeouts.step", "seconds > 0"),
+        ("timeouts: {stpe: 1}", "hosts.a.timeouts.stpe", "unknown timeout"),
+        ("venv: ''", "hosts.a.venv", "non-empty string"),
+        ("ssh: 'a b'", "hosts.a.ssh", "[user@]host[:port]"),
+        ("ssh: 'a:99999'", "hosts.a.ssh", "1-65535"),
+    ],
+)
+def test_wrong_types_name_line_and_key(tmp_path: Path, snippet: str, key: str, words: str) -> None:
+    e = bad(tmp_path, f"hosts:\n  a:\n    {snippet}\n")
+    assert e.key == key and e.line == 3
+    assert words in str(e)
+
+
+def test_jump_needs_ssh(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a:\n    jump: bastion\n")
+    assert e.key == "hosts.a.jump" and e.line == 3
+
+
+def test_group_with_unknown_host(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a: {ssh: a}\ngroups:\n  gpu:\n    - a\n    - b\n")
+    assert e.line == 6 and "unknown host 'b'" in str(e) and "known hosts: local, a" in str(e)
+
+
+def test_duplicate_key(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a: {ssh: a}\n  a: {ssh: b}\n")
+    assert e.line == 3 and "duplicate" in str(e)
+
+
+def test_error_in_defaults_points_at_defaults(tmp_path: Path) -> None:
+    e = bad(tmp_path, "defaults:\n  sudo: 1\nhosts:\n  a: {ssh: a}\n")
+    assert e.key == "defaults.sudo" and e.line == 2
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    e = bad(tmp_path, "- a\n- b\n")
+    assert e.line == 1
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(remotekit.InventoryError, match="file not found"):
+        remotekit.load_inventory(tmp_path / "nope.yaml")
+
+
+def test_unknown_target_lists_the_known_ones(tmp_path: Path) -> None:
+    inv = load(tmp_path, "hosts:\n  kpro6: {ssh: a}\n  kpro7: {ssh: b}\n")
+    with pytest.raises(remotekit.UnknownHost) as info:
+        inv.target("kpro8")
+    assert "'kpro8'" in str(info.value) and "local, kpro6, kpro7" in str(info.value)
+    with pytest.raises(remotekit.UnknownHost, match="group:gpu"):
+        inv.select(group="gpu")
