@@ -108,7 +108,7 @@ def _fan(
     code = max((o.exit_code for o in outcomes), default=0)
     if json:
         print(to_json({"exit_code": code, "hosts": [_outcome_json(o) for o in outcomes]}, indent=2))
-    elif total > 1 or interrupted or any(o.error for o in outcomes):
+    elif total > 1 or interrupted or any(o.exit_code == 2 for o in outcomes):
         rows = [(o.host, o.status, f"{o.duration_s:.1f}s", _finding(o)) for o in outcomes]
         missing = [t.name for t in targets if t.name not in {o.host for o in outcomes}]
         rows += [(h, "not run", "-", "interrupted") for h in missing]
@@ -306,3 +306,180 @@ def get(c, src, dest, host="local", inventory="", timeout=0.0):
             t.get(src, dest, timeout=timeout or None)
         except remotekit.RemotekitError as exc:
             raise Exit(f"remotekit: {exc}", code=2) from None
+
+
+# -- run health: env, gpu, disk, procs, diagnose ---------------------------------------------
+
+
+def _system():
+    from remotekit.diagnostics import system
+
+    return system
+
+
+@task(
+    help=_help(timeout=TIMEOUT_HELP, temp="warn at or above this GPU temperature, C (default 85)")
+)
+def gpu(
+    c,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    timeout=0.0,
+    temp=85.0,
+):
+    """GPU health: nvidia-smi (temperature, ECC, throttling, stale memory) and torch's view."""
+    system = _system()
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=lambda t, console: system.gpu_status(t, timeout=timeout or None, temp_threshold=temp),
+        render=system.render_gpu,
+        title="gpu",
+    )
+
+
+@task(help=_help(timeout=TIMEOUT_HELP))
+def env(
+    c,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    timeout=0.0,
+):
+    """Environment: Python, torch, CUDA, cuDNN, NCCL, container, memory; torch CVE warnings."""
+    system = _system()
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=lambda t, console: system.environment(t, timeout=timeout or None),
+        render=system.render_env,
+        title="env",
+    )
+
+
+@task(
+    iterable=["path"],
+    help=_help(
+        timeout=TIMEOUT_HELP,
+        path="a path to check (repeatable; default: workdir and checkpoints)",
+        min_free="warn below this %% free (default 10)",
+    ),
+)
+def disk(
+    c,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    timeout=0.0,
+    path=None,
+    min_free=10.0,
+):
+    """Disk: free space and inodes for workdir and checkpoints, largest files, will a save fit."""
+    system = _system()
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=lambda t, console: system.disk_usage(
+            t, list(path) or None, timeout=timeout or None, min_free_pct=min_free
+        ),
+        render=system.render_disk,
+        title="disk",
+    )
+
+
+@task(help=_help(timeout=TIMEOUT_HELP, every="all processes, not only Python and GPU ones"))
+def procs(
+    c,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    timeout=0.0,
+    every=False,
+):
+    """Processes: Python and GPU processes with age and RSS (stale trainers holding a GPU)."""
+    system = _system()
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=lambda t, console: system.processes(t, timeout=timeout or None, all_processes=every),
+        render=system.render_procs,
+        title="procs",
+    )
+
+
+@task(help=_help(path="checkpoints to scan (default: the host's `checkpoints:`)"))
+def diagnose(
+    c, host="", group="", all=False, parallel=0, json=False, verbose=False, inventory="", path=""
+):
+    """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary."""
+    from remotekit.diagnostics.diagnose import diagnose as run_diagnose
+    from remotekit.diagnostics.diagnose import render_section
+
+    def one(t: remotekit.Target, console: Console) -> Any:
+        def show(section: Any) -> None:
+            console.say(f"[{t.name}] {render_section(section)}\n")
+
+        return run_diagnose(t, path=path or None, on_section=show)
+
+    def summary(report: Any) -> str:
+        rows = [
+            (
+                s.name,
+                s.status,
+                "-" if s.status == "skipped" else f"{s.duration_s:.1f}s",
+                len(s.findings),
+                (s.error or "").split("\n")[0],
+            )
+            for s in report.sections
+        ]
+        return table(["section", "status", "time", "findings", "detail"], rows)
+
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=one,
+        render=summary,
+        title="diagnose",
+    )

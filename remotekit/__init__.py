@@ -9,6 +9,7 @@ with inv.target("kpro6") as t:                   # ssh -> pct exec 200 -> /root/
 
 from __future__ import annotations
 
+from remotekit.diagnostics.diagnose import diagnose
 from remotekit.errors import (
     AuthError,
     ConnectError,
@@ -55,6 +56,7 @@ __all__ = [
     "StepTimeout",
     "Target",
     "UnknownHost",
+    "diagnose",
     "fleet",
     "load_inventory",
     "local_target",

@@ -281,9 +281,14 @@ def fork_script(path, args, cwd, env):
 
         enc = sys.stdout.encoding if sys.stdout else "utf-8"
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc, write_through=True)
+        sys.stdout = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding=enc, write_through=True
+        )
         sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False), encoding=enc, errors="backslashreplace", write_through=True
+            io.FileIO(2, "w", closefd=False),
+            encoding=enc,
+            errors="backslashreplace",
+            write_through=True,
         )
         sys.argv = [path] + list(args)
         sys.path[0] = os.path.dirname(path)
@@ -318,7 +323,9 @@ def spawn(argv, cwd, env):
     import subprocess
 
     try:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=cwd or None, env=env, start_new_session=True)
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, cwd=cwd or None, env=env, start_new_session=True
+        )
     except FileNotFoundError:
         fail("command not found: %s" % argv[0], 127)
     except PermissionError:

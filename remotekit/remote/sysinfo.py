@@ -636,7 +636,10 @@ def cmd_env(args, out):
 # --------------------------------------------------------------------------- disk
 
 
-def is_checkpoint_file(name):
+def is_checkpoint_file(name, folder=""):
+    # A .pth in site-packages is Python's path configuration file, not a torch checkpoint.
+    if name.endswith(".pth") and os.path.basename(folder) in ("site-packages", "dist-packages"):
+        return False
     return name.endswith(CKPT_SUFFIXES) or bool(CKPT_FILE_RE.match(name))
 
 
@@ -725,7 +728,7 @@ class Walk(object):
                     size = st.st_size
                     stats["files"] += 1
                     stats["bytes"] += size
-                    ckpt = is_checkpoint_file(entry.name)
+                    ckpt = is_checkpoint_file(entry.name, os.path.dirname(entry.path))
                     if entry.name == ".metadata" or entry.name.endswith(".index.json"):
                         marked = True
                     direct += size

@@ -1,0 +1,105 @@
+"""The invoke face, run as a user would: `invoke TASK ...` in a subprocess, local target."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def invoke(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_list_shows_every_task_with_help() -> None:
+    r = invoke("--list")
+    assert r.returncode == 0
+    for name in ("hosts", "ping", "run", "py", "gpu", "env", "disk", "procs", "diagnose"):
+        assert f"  {name} " in r.stdout
+
+
+def test_help_documents_flags() -> None:
+    r = invoke("--help", "run")
+    assert r.returncode == 0
+    for flag in (
+        "--cmd",
+        "--host",
+        "--group",
+        "--all",
+        "--parallel",
+        "--json",
+        "--verbose",
+        "--timeout",
+    ):
+        assert flag in r.stdout
+
+
+def test_run_streams_with_the_host_prefix(tmp_path: Path) -> None:
+    r = invoke("run", "--cmd", "echo 'a {b} $c'", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "local | a {b} $c"
+    assert "\x1b[" not in r.stdout  # piped: no colour
+
+
+def test_run_failure_exits_2_with_a_summary(tmp_path: Path) -> None:
+    r = invoke("run", "--cmd", "sh -c 'echo nope >&2; exit 3'", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "local | nope" in r.stderr
+    assert "failed" in r.stdout and "exit 3: nope" in r.stdout
+
+
+def test_py_ships_a_file(tmp_path: Path) -> None:
+    script = tmp_path / "check.py"
+    script.write_text(
+        'import sys\nckpt = {"global_step": 7}\nprint(f\'step={ckpt["global_step"]}\', sys.argv[1:])\n'
+    )
+    r = invoke("py", "--script", str(script), "--args", "--dir '/a b'", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "local | step=7 ['--dir', '/a b']"
+
+
+def test_json_is_json_only(tmp_path: Path) -> None:
+    r = invoke("run", "--cmd", "echo hi", "--json", cwd=tmp_path)
+    doc = json.loads(r.stdout)
+    assert doc["exit_code"] == 0
+    [h] = doc["hosts"]
+    assert h["host"] == "local" and h["status"] == "ok" and h["result"]["stdout"] == "hi\n"
+
+
+def test_ping_local(tmp_path: Path) -> None:
+    r = invoke("ping", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "local | ok   local: this machine" in r.stdout
+    assert "torch:" in r.stdout
+
+
+def test_unknown_host_lists_the_known_ones(tmp_path: Path) -> None:
+    r = invoke("ping", "--host", "kpro9", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "unknown target 'kpro9'" in r.stderr and "known targets: local" in r.stderr
+
+
+def test_bad_inventory_is_named(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  a:\n    ssh: x\n    contianer: 1\n")
+    r = invoke("hosts", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "hosts.yaml:4: hosts.a.contianer: unknown key" in r.stderr
+
+
+def test_hosts_lists_chains(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  kpro6: {ssh: root@kpro6.lan, container: 200, venv: /root/venv}\ngroups:\n  gpu: [kpro6]\n"
+    )
+    r = invoke("hosts", cwd=tmp_path)
+    assert r.returncode == 0
+    assert "ssh root@kpro6.lan -> pct exec 200 -> /root/venv/bin/python" in r.stdout
+    assert "gpu" in r.stdout
