@@ -9,6 +9,8 @@ its name, ends with a summary table, and exits with the worst host's code: 0 all
 from __future__ import annotations
 
 import shlex
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from invoke import Exit, task
@@ -76,8 +78,12 @@ def _fan(
     fn: Callable[[remotekit.Target, Console], Any],
     render: Callable[[Any], str] | None = None,
     title: str = "",
+    after: Callable[[list[HostOutcome], Console], int] | None = None,
 ) -> None:
-    """Run ``fn(target, console)`` on the selected targets; print, summarize, exit."""
+    """Run ``fn(target, console)`` on the selected targets; print, summarize, exit.
+
+    ``after(outcomes, console)`` runs last (e.g. drawing a plot) and may raise the exit code.
+    """
     targets = _select(host, group, all, inventory)
     names = [t.name for t in targets]
     console = Console(names, quiet=json)
@@ -115,6 +121,8 @@ def _fan(
         console.say("\n" + table(["host", "status", "time", "finding"], rows))
     if interrupted:
         raise Exit("remotekit: interrupted; every running step was stopped", code=130)
+    if after is not None:
+        code = max(code, after(outcomes, console))
     if code:
         raise Exit(code=code)
 
@@ -482,4 +490,91 @@ def diagnose(
         fn=one,
         render=summary,
         title="diagnose",
+    )
+
+
+# -- training logs ---------------------------------------------------------------------------
+
+
+@task(
+    iterable=["metric"],
+    help=_help(
+        path="the training log there (JSON lines, CSV, trainer_state.json or key=value text)",
+        preset="spike rule: olmo2 (1000 steps, 7 sigma), olmo-core (128, 6), megatron (10x running max)",
+        metric="a metric to analyse besides loss/acc/lr/grad_norm (repeatable)",
+        ckpt_steps="checkpoint steps, comma-separated (else found in the log or --ckpt-dir)",
+        ckpt_dir="a checkpoint directory there whose names carry steps",
+        steps_per_epoch="steps per epoch, for epoch boundaries",
+        plot="draw loss/accuracy with spikes and events into this PNG (needs remotekit[plot])",
+        timeout=TIMEOUT_HELP,
+    ),
+)
+def train_log(
+    c,
+    path,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    preset="olmo2",
+    metric=None,
+    ckpt_steps="",
+    ckpt_dir="",
+    steps_per_epoch=0.0,
+    plot="",
+    timeout=0.0,
+):
+    """What happened to this run: spikes, cliffs, events, and batch composition."""
+    from remotekit.diagnostics import trainlog
+
+    def one(t: remotekit.Target, console: Console) -> Any:
+        return trainlog.analyze_train_log(
+            t,
+            path,
+            metrics=list(metric or ()) or None,
+            preset=preset,
+            ckpt_steps=ckpt_steps or None,
+            ckpt_dir=ckpt_dir or None,
+            steps_per_epoch=steps_per_epoch or None,
+            points=2000 if plot else 0,
+            timeout=timeout or None,
+        )
+
+    def draw(outcomes: list[HostOutcome], console: Console) -> int:
+        if not plot:
+            return 0
+        for o in outcomes:
+            if o.error is not None or o.value is None:
+                continue
+            dest = (
+                plot
+                if len(outcomes) == 1
+                else str(Path(plot).with_stem(f"{Path(plot).stem}-{o.host}"))
+            )
+            try:
+                trainlog.plot_report(o.value, dest)
+            except ImportError:
+                print(
+                    "remotekit: --plot needs matplotlib: pip install 'remotekit[plot]'",
+                    file=sys.stderr,
+                )
+                return 2
+            console.say(f"plot: {dest}", stream="stderr")
+        return 0
+
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=one,
+        render=trainlog.render_report,
+        title="train-log",
+        after=draw,
     )

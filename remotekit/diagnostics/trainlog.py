@@ -1,0 +1,983 @@
+"""train-log: find loss spikes and accuracy cliffs in a training log, what they sit at, and
+whether the batches themselves are the cause.
+
+The log stays where it is: ``remote/trainlog.py`` reads it there (stdlib only) and sends back
+findings, a decimated series and a histogram. This module turns those records into frozen
+dataclasses (:class:`TrainLogReport`), renders them as text or JSON, and draws the optional
+picture (matplotlib, the ``plot`` extra)::
+
+    report = analyze_train_log(target, "/workspace/run/log.jsonl", ckpt_dir="/workspace/ckpt")
+    report.exit_code            # 0 OK, 1 findings, 2 could not run
+    report.composition.verdict  # "loss is trimodal; modes match length buckets; ..."
+
+What it looks for (the story behind it: spikes that sat at checkpoint saves, one that sat at
+no event, and a trimodal loss from homogeneous length-bucketed batches):
+
+- spikes (loss, grad norm) and cliffs (accuracy) against a robust rolling baseline, by a
+  named preset (``olmo2``, ``olmo-core``, ``megatron``); onset, peak, baseline, score and
+  the steps it took to get back;
+- events: checkpoint saves (log lines, ``ckpt_dir``, ``ckpt_steps``, HF ``save_steps``),
+  resumes (the step counter goes back), epoch starts, a missing warmup, lr jumps, pauses;
+  for each spike the nearest event, and per kind whether spikes sit at events more often
+  than chance (binomial test on the share of steps near an event);
+- batch composition: the modes of the loss over a stable window, periodicity, and where
+  the log has a per-step ``bucket`` / ``seq_len`` / ``tokens``: loss per bucket, share of
+  batches, runs of same-bucket steps, and a verdict in words.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, run_records
+from remotekit.errors import RemotekitError
+from remotekit.render import table, to_json
+
+if TYPE_CHECKING:
+    from remotekit.target import Target
+
+__all__ = [
+    "PRESETS",
+    "BucketStat",
+    "Composition",
+    "Correlation",
+    "Distribution",
+    "Event",
+    "Histogram",
+    "LogSource",
+    "MetricStats",
+    "Mode",
+    "Periodicity",
+    "Preset",
+    "Series",
+    "Spike",
+    "TrainLogReport",
+    "analyze_train_log",
+    "plot_report",
+    "render_report",
+    "train_log_main",
+]
+
+PRESETS = ("olmo2", "olmo-core", "megatron")
+SCRIPT = "trainlog.py"
+PLOT_HINT = (
+    "--plot needs matplotlib, which is not installed here: "
+    "pip install 'remotekit[plot]' (or pip install matplotlib)"
+)
+
+Record = dict[str, Any]
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------
+# records as values
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """What was read: format, counts, the key that gave the step, label -> key of columns."""
+
+    path: str
+    format: str
+    lines: int
+    rows: int
+    skipped: int
+    bad_lines: int
+    step_key: str | None
+    columns: dict[str, str]
+    metrics: tuple[str, ...]
+    first_step: float
+    last_step: float
+    stride: float
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The spike rule used; ``window`` may be shorter than ``preset_window`` for a short log."""
+
+    name: str
+    window: int
+    preset_window: int
+    sigma: float | None
+    ratio: float | None
+    cliff_sigma: float
+    cliff_drop: float
+    rule: str
+
+
+@dataclass(frozen=True)
+class MetricStats:
+    """One metric: its direction (``up``: spikes, ``down``: cliffs, ``none``), how many
+    values were flagged and their share (OLMo 2's spike score), non-finite values."""
+
+    label: str
+    key: str
+    direction: str
+    n: int
+    flagged: int
+    spike_share: float
+    nonfinite: int
+    median: float | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened at ``step``: checkpoint, resume, epoch, warmup, lr-jump, pause."""
+
+    kind: str
+    step: float
+    source: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Spike:
+    """One incident of one metric: onset ``step``, worst ``value`` (at ``peak_step``) against
+    ``baseline``; ``score`` is sigmas (or x running max for megatron); ``recovery_steps`` is
+    None when the metric was not back by the end. ``event`` is the nearest event (``distance``
+    = step - event step); ``bucket``/``run_position``: the batch's bucket and how many
+    same-bucket steps in a row led up to it."""
+
+    metric: str
+    kind: str
+    step: float
+    peak_step: float
+    value: float
+    baseline: float | None
+    scale: float | None
+    score: float | None
+    recovery_steps: float | None
+    flagged: int
+    event: str | None
+    event_step: float | None
+    distance: float | None
+    bucket: str | None
+    run_position: int | None
+    at_event: bool = False
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Spike onsets within ``tolerance`` steps of events of ``kind``, against chance."""
+
+    kind: str
+    events: int
+    spikes: int
+    at_events: int
+    tolerance: float
+    coverage: float
+    expected: float
+    p_value: float
+    beyond_chance: bool
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A mode of the loss: where (``center``, in loss units), how much of the window, and
+    which bucket dominates it (``purity``: that bucket's share of the mode)."""
+
+    center: float
+    weight: float
+    lo: float
+    hi: float
+    bucket: str | None
+    purity: float | None
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Shape of ``metric`` over a stable window (trend removed): its modes and Sarle's
+    bimodality coefficient (> 5/9 hints at several modes)."""
+
+    metric: str
+    scale: str
+    first_step: float
+    last_step: float
+    n: int
+    shape: str
+    modes: tuple[Mode, ...]
+    bimodality: float | None
+    trend_slope: float
+
+
+@dataclass(frozen=True)
+class Periodicity:
+    """The strongest autocorrelation peak of the loss at a lag >= 2."""
+
+    lag: int | None
+    acf: float | None
+    max_lag: int
+    periodic: bool
+
+
+@dataclass(frozen=True)
+class BucketStat:
+    bucket: str
+    batches: int
+    share: float
+    loss_median: float | None
+    max_run: int
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Batch composition: per-bucket stats (``key`` is the field used, None without batch
+    metadata), the share of loss variance the bucket explains, the longest same-bucket run
+    against what a random order (``random_max_run``) and an interleaved one would give;
+    ``finding`` when batches are homogeneous and run long (or, without metadata, when the
+    loss is multimodal or periodic)."""
+
+    key: str | None
+    buckets: tuple[BucketStat, ...]
+    explained: float | None
+    max_run: int | None
+    max_run_bucket: str | None
+    random_max_run: float | None
+    interleaved_max_run: int | None
+    homogeneous: bool | None
+    long_runs: bool | None
+    modes_match: bool
+    finding: bool
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Counts of the loss per bin (``edges`` in loss units), per bucket where known."""
+
+    metric: str
+    scale: str
+    key: str | None
+    edges: tuple[float, ...]
+    counts: dict[str, tuple[int, ...]]
+    modes: tuple[float, ...]
+    first_step: float
+    last_step: float
+
+
+@dataclass(frozen=True)
+class Series:
+    """A decimated metric: min and max of each bin, every spike kept."""
+
+    metric: str
+    steps: tuple[float, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class TrainLogReport:
+    """Everything train-log found; ``exit_code`` 0 OK, 1 findings, 2 could not run."""
+
+    host: str
+    path: str
+    source: LogSource | None = None
+    preset: Preset | None = None
+    metrics: tuple[MetricStats, ...] = ()
+    spikes: tuple[Spike, ...] = ()
+    events: tuple[Event, ...] = ()
+    correlations: tuple[Correlation, ...] = ()
+    distribution: Distribution | None = None
+    periodicity: Periodicity | None = None
+    composition: Composition | None = None
+    histogram: Histogram | None = None
+    series: tuple[Series, ...] = ()
+    warnings: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    findings: tuple[str, ...] = ()
+    diagnosis: tuple[str, ...] = ()
+    exit_code: int = EXIT_OK
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    def series_for(self, metric: str) -> Series | None:
+        return next((s for s in self.series if s.metric == metric), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# records -> dataclasses
+
+
+def _f(v: Any) -> Any:
+    """Numbers as the script sends them: non-finite floats arrive as strings."""
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    return v
+
+
+def _make(cls: type[T], rec: Record, **over: Any) -> T:
+    """``cls`` from a record: known fields only (a newer script may send more)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    kw = {k: _f(v) for k, v in rec.items() if k in names}
+    kw.update(over)
+    return cls(**kw)
+
+
+def _tuple_floats(vals: Sequence[Any]) -> tuple[float, ...]:
+    return tuple(float(_f(v)) for v in vals)
+
+
+def build_report(
+    host: str, path: str, records: Sequence[Record], *, duration_s: float = 0.0
+) -> TrainLogReport:
+    """A :class:`TrainLogReport` from the script's records (exit 2 if they say it failed)."""
+    rep = TrainLogReport(host=host, path=path, duration_s=duration_s)
+    metrics: list[MetricStats] = []
+    spikes: list[Spike] = []
+    events: list[Event] = []
+    corr: list[Correlation] = []
+    series: list[Series] = []
+    warnings: list[str] = []
+    errors: list[str] = []
+    summary: Record | None = None
+    for rec in records:
+        t = rec.get("type")
+        if t == "source":
+            rep = replace(
+                rep,
+                source=_make(LogSource, rec, metrics=tuple(rec.get("metrics", ()))),
+            )
+        elif t == "preset":
+            rep = replace(rep, preset=_make(Preset, rec))
+        elif t == "metric":
+            metrics.append(_make(MetricStats, rec))
+        elif t == "event":
+            events.append(_make(Event, rec))
+        elif t == "spike":
+            spikes.append(_make(Spike, rec))
+        elif t == "correlation":
+            corr.append(_make(Correlation, rec))
+        elif t == "distribution":
+            modes = tuple(_make(Mode, m) for m in rec.get("modes", ()))
+            rep = replace(rep, distribution=_make(Distribution, rec, modes=modes))
+        elif t == "periodicity":
+            rep = replace(rep, periodicity=_make(Periodicity, rec))
+        elif t == "composition":
+            buckets = tuple(_make(BucketStat, b) for b in rec.get("buckets", ()))
+            rep = replace(
+                rep,
+                composition=_make(
+                    Composition, rec, buckets=buckets, modes_match=bool(rec.get("modes_match"))
+                ),
+            )
+        elif t == "histogram":
+            counts = {str(k): tuple(int(c) for c in v) for k, v in rec["counts"].items()}
+            rep = replace(
+                rep,
+                histogram=_make(
+                    Histogram,
+                    rec,
+                    edges=_tuple_floats(rec["edges"]),
+                    counts=counts,
+                    modes=_tuple_floats(rec.get("modes", ())),
+                ),
+            )
+        elif t == "series":
+            series.append(
+                Series(
+                    metric=rec["metric"],
+                    steps=_tuple_floats(rec["steps"]),
+                    values=_tuple_floats(rec["values"]),
+                )
+            )
+        elif t == "warning":
+            warnings.append(str(rec.get("message", "")))
+        elif t == "error":
+            errors.append(str(rec.get("message", "")))
+        elif t == "summary":
+            summary = rec
+    tol = rep.source.tolerance if rep.source else 0.0
+    spikes = [
+        replace(s, at_event=s.distance is not None and abs(s.distance) <= tol) for s in spikes
+    ]
+    findings: tuple[str, ...] = tuple(summary.get("findings", ())) if summary else ()
+    if errors:
+        code = EXIT_FAILED
+    elif summary is None:
+        code = EXIT_FAILED
+        errors.append("the analysis stopped before its summary (see the output above)")
+    else:
+        code = int(summary.get("exit", EXIT_FINDINGS if findings else EXIT_OK))
+    rep = replace(
+        rep,
+        metrics=tuple(metrics),
+        spikes=tuple(spikes),
+        events=tuple(events),
+        correlations=tuple(corr),
+        series=tuple(series),
+        warnings=tuple(warnings),
+        errors=tuple(errors),
+        findings=findings,
+        exit_code=code,
+    )
+    return replace(rep, diagnosis=tuple(diagnose(rep)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the API
+
+
+def _csv(v: Sequence[Any] | str | None) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    return ",".join(str(x) for x in v)
+
+
+def script_args(
+    path: str,
+    *,
+    metrics: Sequence[str] | str | None = None,
+    preset: str = "olmo2",
+    ckpt_steps: Sequence[int] | str | None = None,
+    ckpt_dir: str | None = None,
+    steps_per_epoch: float | None = None,
+    tolerance: float | None = None,
+    points: int = 0,
+) -> list[str]:
+    """The argv of ``remote/trainlog.py`` for these options."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    args = [str(path), "--preset", preset]
+    if (m := _csv(metrics)) is not None and m.strip():
+        args += ["--metrics", m]
+    if (c := _csv(ckpt_steps)) is not None and c.strip():
+        args += ["--ckpt-steps", c]
+    if ckpt_dir:
+        args += ["--ckpt-dir", str(ckpt_dir)]
+    if steps_per_epoch:
+        args += ["--steps-per-epoch", f"{float(steps_per_epoch):g}"]
+    if tolerance is not None:
+        args += ["--tolerance", f"{float(tolerance):g}"]
+    if points > 0:
+        args += ["--points", str(int(points))]
+    return args
+
+
+def analyze_train_log(
+    target: Target,
+    path: str,
+    *,
+    metrics: Sequence[str] | str | None = None,
+    preset: str = "olmo2",
+    ckpt_steps: Sequence[int] | str | None = None,
+    ckpt_dir: str | None = None,
+    steps_per_epoch: float | None = None,
+    tolerance: float | None = None,
+    points: int = 0,
+    timeout: float | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> TrainLogReport:
+    """Analyse the training log at ``path`` *on* ``target``; only findings come back.
+
+    ``metrics`` names the columns to check (default: loss, acc, lr, grad_norm, found under
+    their usual names, e.g. ``train/loss``); ``preset`` picks the spike rule (see
+    :data:`PRESETS`); checkpoint saves come from the log's own lines plus ``ckpt_steps``
+    and the entries of ``ckpt_dir`` (there); ``steps_per_epoch`` marks epoch starts (else an
+    ``epoch`` field does); ``tolerance`` is how many steps from an event still count as
+    "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
+    series of each metric (for :func:`plot_report`).
+
+    A log that cannot be analysed gives a report with ``errors`` and exit code 2; the
+    engine's own errors (connection, timeout, container, interpreter) are raised.
+    """
+    args = script_args(
+        path,
+        metrics=metrics,
+        preset=preset,
+        ckpt_steps=ckpt_steps,
+        ckpt_dir=ckpt_dir,
+        steps_per_epoch=steps_per_epoch,
+        tolerance=tolerance,
+        points=points,
+    )
+    other: list[str] = []
+
+    def keep(stream: str, line: str) -> None:
+        other.append(line.rstrip("\n"))
+        del other[:-20]
+
+    records, result = run_records(
+        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record, on_output=keep
+    )
+    report = build_report(
+        result.host or target.name, str(path), records, duration_s=result.duration_s
+    )
+    if report.exit_code == EXIT_FAILED and not any(r.get("type") == "error" for r in records):
+        tail = "\n".join("  " + ln for ln in other[-10:])
+        msg = f"trainlog.py exited with {result.exit_code}" + (f":\n{tail}" if tail else "")
+        report = replace(report, errors=(*report.errors, msg))
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# words
+
+
+def _n(v: float | None, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if float(v).is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.{digits}g}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def _p(v: float) -> str:
+    return f"{v:.2g}"
+
+
+_KIND_WORDS = {
+    "checkpoint": "checkpoint saves",
+    "resume": "resumes",
+    "epoch": "epoch starts",
+    "warmup": "the start without warmup",
+    "lr-jump": "learning-rate jumps",
+    "pause": "pauses in logging",
+}
+
+
+def _event_phrase(s: Spike, tol: float) -> str:
+    if s.event is None or s.event_step is None or s.distance is None:
+        return "no event in the log"
+    where = f"{s.event} {_n(s.event_step)}"
+    if abs(s.distance) <= tol:
+        return f"{where} ({'+' if s.distance >= 0 else ''}{_n(s.distance)})"
+    side = "after" if s.distance > 0 else "before"
+    return f"none within ±{_n(tol)} (nearest: {where}, {_n(abs(s.distance))} steps {side})"
+
+
+def _onsets(spikes: Sequence[Spike], tol: float) -> list[list[Spike]]:
+    """Spikes grouped into incidents: onsets within ``tol`` steps of each other."""
+    groups: list[list[Spike]] = []
+    for s in sorted((s for s in spikes if s.kind != "nonfinite"), key=lambda s: s.step):
+        if groups and s.step - groups[-1][0].step <= tol:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def diagnose(rep: TrainLogReport) -> list[str]:
+    """A few sentences that lead from the findings to a cause."""
+    if rep.errors:
+        return []
+    out: list[str] = []
+    tol = rep.source.tolerance if rep.source else 0.0
+    groups = _onsets(rep.spikes, tol)
+    if groups:
+        kinds = sorted({f"{s.metric} {s.kind}s" for g in groups for s in g})
+        out.append(f"{len(groups)} incident(s) ({', '.join(kinds)}).")
+        for c in rep.correlations:
+            if c.beyond_chance:
+                out.append(
+                    f"{c.at_events} of {c.spikes} sit at {_KIND_WORDS.get(c.kind, c.kind)} "
+                    f"(±{_n(tol)} steps), more than chance ({_n(c.expected, 2)} expected, "
+                    f"p={_p(c.p_value)})."
+                )
+        loose = [g for g in groups if not any(s.at_event for s in g)]
+        if loose:
+            where = ", ".join(
+                f"step {_n(g[0].step)}" + (f" (bucket {g[0].bucket})" if g[0].bucket else "")
+                for g in loose[:5]
+            )
+            more = f" and {len(loose) - 5} more" if len(loose) > 5 else ""
+            out.append(
+                f"{len(loose)} at no event: {where}{more}; events do not explain those, "
+                "look at what the batches were."
+            )
+    nonfinite = [s for s in rep.spikes if s.kind == "nonfinite"]
+    if nonfinite:
+        out.append(
+            f"non-finite {', '.join(sorted({s.metric for s in nonfinite}))} from step "
+            f"{_n(nonfinite[0].step)} ({sum(s.flagged for s in nonfinite)} value(s))."
+        )
+    comp = rep.composition
+    if comp is not None and comp.finding:
+        out.append(comp.verdict + ".")
+        if comp.key is not None:
+            out.append(
+                "Fix: interleave buckets in proportion (stride-based), so that every bucket "
+                "is spread over the epoch and no bucket runs for many steps in a row."
+            )
+    elif comp is not None and comp.homogeneous:
+        out.append(comp.verdict + ".")
+    warm = [e for e in rep.events if e.kind == "warmup"]
+    if warm:
+        out.append(f"{warm[0].detail} (expect a rough start; a warmup schedule avoids it).")
+    if not out:
+        out.append("no spikes, cliffs or signs of homogeneous batches.")
+    return out
+
+
+def render_report(rep: TrainLogReport) -> str:
+    """The report as text for people."""
+    lines: list[str] = [f"train-log  {rep.host}:{rep.path}"]
+    for msg in rep.errors:
+        lines.append(f"  error: {msg}")
+    src = rep.source
+    if src is not None:
+        meta = [k for k in ("bucket", "seq_len", "tokens") if k in src.columns]
+        lines.append(
+            f"  {src.format}, {src.rows} rows (steps {_n(src.first_step)}..{_n(src.last_step)}),"
+            f" metrics {', '.join(src.metrics)}"
+            + (f"; batch fields: {', '.join(meta)}" if meta else "; no batch fields")
+        )
+    if rep.preset is not None:
+        p = rep.preset
+        short = (
+            f" (window {p.window}, shortened from {p.preset_window} for this log)"
+            if p.window != p.preset_window
+            else ""
+        )
+        lines.append(f"  preset {p.name}: {p.rule}{short}")
+    for w in rep.warnings:
+        lines.append(f"  warning: {w}")
+    tol = src.tolerance if src else 0.0
+    if rep.metrics:
+        lines += ["", "Metrics"]
+        lines.append(
+            table(
+                ["metric", "key", "checks", "values", "flagged", "share", "non-finite", "median"],
+                [
+                    (
+                        m.label,
+                        m.key,
+                        {"up": "spikes", "down": "cliffs"}.get(m.direction, "-"),
+                        m.n,
+                        m.flagged,
+                        f"{m.spike_share:.2%}" if m.direction != "none" else "-",
+                        m.nonfinite,
+                        _n(m.median),
+                    )
+                    for m in rep.metrics
+                ],
+            )
+        )
+    if rep.spikes:
+        lines += ["", f"Spikes and cliffs ({len(rep.spikes)})"]
+        lines.append(
+            table(
+                [
+                    "step",
+                    "metric",
+                    "kind",
+                    "value",
+                    "baseline",
+                    "score",
+                    "back after",
+                    "event",
+                    "bucket (run)",
+                ],
+                [
+                    (
+                        _n(s.step),
+                        s.metric,
+                        s.kind,
+                        _n(s.value),
+                        _n(s.baseline),
+                        _n(s.score, 3),
+                        "-"
+                        if s.kind == "nonfinite"
+                        else (
+                            f"{_n(s.recovery_steps)} steps"
+                            if s.recovery_steps is not None
+                            else "not back"
+                        ),
+                        _event_phrase(s, tol),
+                        f"{s.bucket} ({s.run_position})" if s.bucket is not None else "-",
+                    )
+                    for s in rep.spikes
+                ],
+            )
+        )
+    if rep.events:
+        counts: dict[tuple[str, str], int] = {}
+        for e in rep.events:
+            counts[(e.kind, e.source)] = counts.get((e.kind, e.source), 0) + 1
+        lines += ["", "Events: " + ", ".join(f"{n} {k} ({s})" for (k, s), n in counts.items())]
+        notable = [e for e in rep.events if e.kind in ("resume", "warmup", "lr-jump", "pause")]
+        for e in notable[:10]:
+            lines.append(f"  step {_n(e.step)}: {e.kind}: {e.detail}")
+    if rep.correlations and any(c.spikes for c in rep.correlations):
+        lines += ["", f"Spikes at events (onsets within ±{_n(tol)} steps)"]
+        lines.append(
+            table(
+                ["events", "count", "spikes at them", "by chance", "p", "verdict"],
+                [
+                    (
+                        c.kind,
+                        c.events,
+                        f"{c.at_events} of {c.spikes}",
+                        _n(c.expected, 2),
+                        _p(c.p_value),
+                        "more than chance" if c.beyond_chance else "-",
+                    )
+                    for c in rep.correlations
+                ],
+            )
+        )
+    d = rep.distribution
+    if d is not None:
+        lines += [
+            "",
+            f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)} "
+            f"({d.n} values, trend removed, {d.scale} scale): {d.shape}, bimodality "
+            f"coefficient {_n(d.bimodality, 2)} (> 0.56 hints at several modes)",
+        ]
+        lines.append(
+            table(
+                ["mode", "weight", "range", "bucket (purity)"],
+                [
+                    (
+                        _n(m.center),
+                        _pct(m.weight),
+                        f"{_n(m.lo)}..{_n(m.hi)}",
+                        f"{m.bucket} ({_pct(m.purity)})" if m.bucket is not None else "-",
+                    )
+                    for m in d.modes
+                ],
+            )
+        )
+    per = rep.periodicity
+    if per is not None:
+        if per.periodic:
+            lines.append(
+                f"Periodicity: repeats every {per.lag} steps (autocorrelation {_n(per.acf, 2)})"
+            )
+        elif per.lag is not None:
+            lines.append(
+                f"Periodicity: none (strongest autocorrelation {_n(per.acf, 2)} at lag {per.lag})"
+            )
+    c = rep.composition
+    if c is not None:
+        if c.key is not None:
+            lines += [
+                "",
+                f"Batch composition by {c.key}: it explains {_pct(c.explained)} of the loss "
+                f"variance; longest same-{c.key} run {c.max_run} (random order: ~"
+                f"{_n(c.random_max_run, 2)}, interleaved: {c.interleaved_max_run})",
+            ]
+            lines.append(
+                table(
+                    [c.key, "batches", "share", "loss median", "longest run"],
+                    [
+                        (b.bucket, b.batches, _pct(b.share), _n(b.loss_median), b.max_run)
+                        for b in c.buckets
+                    ],
+                )
+            )
+        lines.append(f"Verdict: {c.verdict}")
+    if rep.diagnosis:
+        lines += ["", "Diagnosis"]
+        lines += [f"  - {s}" for s in rep.diagnosis]
+    word = {EXIT_OK: "OK", EXIT_FINDINGS: "findings", EXIT_FAILED: "could not run"}
+    extra = (
+        f": {', '.join(rep.findings)}" if rep.findings and rep.exit_code == EXIT_FINDINGS else ""
+    )
+    lines += ["", f"exit {rep.exit_code} ({word.get(rep.exit_code, '?')}{extra})"]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# the picture
+
+
+_EVENT_STYLE = {
+    "checkpoint": ("tab:green", "--"),
+    "resume": ("tab:purple", "-"),
+    "epoch": ("0.6", ":"),
+    "warmup": ("tab:orange", "-."),
+    "lr-jump": ("tab:brown", "-."),
+    "pause": ("tab:gray", "-"),
+}
+
+
+def plot_report(rep: TrainLogReport, path: str) -> str:
+    """Draw loss and accuracy against step (spikes and events marked) and the loss
+    histogram by bucket into ``path`` (PNG, SVG, PDF by suffix). Needs matplotlib and a
+    report made with ``points`` > 0; raises ImportError without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [m for m in ("loss", "acc") if rep.series_for(m) is not None]
+    if not panels:
+        panels = [s.metric for s in rep.series[:1]]
+    hist = rep.histogram
+    n = len(panels) + (1 if hist is not None else 0)
+    if n == 0:
+        raise ValueError("nothing to draw: the report has no series (use points > 0)")
+    fig, axes = plt.subplots(n, 1, figsize=(11, 3.2 * n), squeeze=False)
+    ax_list = [a[0] for a in axes]
+    tol = rep.source.tolerance if rep.source else 0.0
+    for ax, metric in zip(ax_list, panels):
+        s = rep.series_for(metric)
+        assert s is not None
+        ax.plot(s.steps, s.values, lw=0.6, color="tab:blue", label=metric)
+        if metric == "loss" and s.values and min(s.values) > 0:
+            ax.set_yscale("log")
+        seen: set[str] = set()
+        for e in rep.events:
+            color, style = _EVENT_STYLE.get(e.kind, ("k", ":"))
+            if e.kind == "epoch" and len(rep.events) > 200:
+                continue
+            ax.axvline(
+                e.step,
+                color=color,
+                ls=style,
+                lw=0.9,
+                alpha=0.8,
+                label=e.kind if e.kind not in seen else None,
+            )
+            seen.add(e.kind)
+        mine = [sp for sp in rep.spikes if sp.metric == metric and math.isfinite(sp.value)]
+        for kind, marker, color in (("spike", "^", "red"), ("cliff", "v", "red")):
+            pts = [sp for sp in mine if sp.kind == kind]
+            if not pts:
+                continue
+            ax.scatter(
+                [p.peak_step for p in pts],
+                [p.value for p in pts],
+                marker=marker,
+                s=40,
+                color=color,
+                zorder=5,
+                label=f"{kind} ({len(pts)})",
+            )
+            crowded = len(pts) > 6
+            for p in pts[:40]:
+                at = ("at " + p.event) if p.at_event and p.event else "no event"
+                ax.annotate(
+                    f"{_n(p.step)}: {at}",
+                    (p.peak_step, p.value),
+                    textcoords="offset points",
+                    xytext=(2, -4 if kind == "cliff" and crowded else 4),
+                    fontsize=6 if crowded else 7,
+                    rotation=90 if crowded else 0,
+                    va="top" if kind == "cliff" and crowded else "bottom",
+                    color="darkred",
+                )
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.25)
+        ax.legend(loc="best", fontsize=7, ncol=3)
+    ax_list[len(panels) - 1].set_xlabel("step")
+    title = f"{rep.host}:{rep.path}"
+    if rep.preset is not None:
+        title += f"  (preset {rep.preset.name}, ±{_n(tol)} steps counts as at an event)"
+    ax_list[0].set_title(title, fontsize=9)
+    if hist is not None:
+        ax = ax_list[-1]
+        edges = list(hist.edges)
+        widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
+        bottom = [0.0] * len(widths)
+        cmap = plt.get_cmap("tab10")
+        for i, (name, counts) in enumerate(hist.counts.items()):
+            label = f"{hist.key} {name}" if hist.key else name
+            ax.bar(
+                edges[:-1],
+                counts,
+                width=widths,
+                bottom=bottom,
+                align="edge",
+                color=cmap(i % 10),
+                alpha=0.85,
+                label=label,
+            )
+            bottom = [b + c for b, c in zip(bottom, counts)]
+        for m in hist.modes:
+            ax.axvline(m, color="k", ls="--", lw=0.8)
+        if hist.scale == "log":
+            ax.set_xscale("log")
+        shape = rep.distribution.shape if rep.distribution else ""
+        ax.set_title(
+            f"{hist.metric} over steps {_n(hist.first_step)}..{_n(hist.last_step)} "
+            f"(trend removed): {shape}" + (f", coloured by {hist.key}" if hist.key else ""),
+            fontsize=9,
+        )
+        ax.set_xlabel(hist.metric)
+        ax.set_ylabel("steps")
+        ax.legend(fontsize=7)
+        if rep.composition is not None:
+            fig.text(0.01, 0.005, rep.composition.verdict, fontsize=7, wrap=True)
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# the task body
+
+
+def train_log_main(
+    target: Target,
+    path: str,
+    *,
+    json_out: bool = False,
+    plot: str | None = None,
+    preset: str = "olmo2",
+    ckpt_steps: Sequence[int] | str | None = None,
+    ckpt_dir: str | None = None,
+    steps_per_epoch: float | None = None,
+    metrics: Sequence[str] | str | None = None,
+    tolerance: float | None = None,
+    timeout: float | None = None,
+    out: IO[str] | None = None,
+) -> int:
+    """``invoke train-log``: analyse, print (text or ``json_out``), draw ``plot`` if asked;
+    return the exit code (0 OK, 1 findings, 2 could not run; 2 also when the plot was asked
+    for and could not be drawn, after the analysis has been printed)."""
+    out = out if out is not None else sys.stdout
+    err = sys.stderr
+    try:
+        report = analyze_train_log(
+            target,
+            path,
+            metrics=metrics,
+            preset=preset,
+            ckpt_steps=ckpt_steps,
+            ckpt_dir=ckpt_dir,
+            steps_per_epoch=steps_per_epoch,
+            tolerance=tolerance,
+            points=2000 if plot else 0,
+            timeout=timeout,
+        )
+    except (RemotekitError, ValueError) as exc:
+        report = TrainLogReport(
+            host=getattr(target, "name", "?"),
+            path=str(path),
+            errors=(str(exc),),
+            exit_code=EXIT_FAILED,
+        )
+    if json_out:
+        out.write(to_json(report, indent=2) + "\n")
+    else:
+        out.write(render_report(report) + "\n")
+    code = report.exit_code
+    if plot and code != EXIT_FAILED:
+        try:
+            plot_report(report, plot)
+        except ImportError:
+            err.write(PLOT_HINT + "\n")
+            return EXIT_FAILED
+        except (OSError, ValueError) as exc:
+            err.write(f"train-log: could not draw {plot}: {exc}\n")
+            return EXIT_FAILED
+        if not json_out:
+            out.write(f"plot: {plot}\n")
+    return code

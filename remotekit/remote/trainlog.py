@@ -1,0 +1,1841 @@
+#!/usr/bin/env python3
+"""train-log: read a training log where it lives and report spikes, events and batch shape.
+
+Runs *there* (inside the container) with only the standard library, on Python >= 3.8.
+The log is streamed once into compact ``array`` columns; only findings travel back.
+
+Usage::
+
+    trainlog.py PATH [--metrics loss,acc] [--preset olmo2|olmo-core|megatron]
+                [--ckpt-steps 2000,4001] [--ckpt-dir DIR] [--steps-per-epoch 1931]
+                [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
+
+Inputs (auto-detected): JSON lines (W&B history with ``_step``, or any ``step`` key), CSV
+with a header, HF ``trainer_state.json`` (``log_history``), plain text with ``key=value``
+or ``key: value`` pairs. Lines that announce checkpoint saves or resumes become events.
+
+Records, one JSON object per stdout line, each with a ``"type"``; non-finite numbers are
+sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
+
+``source``       path, format, lines, rows, skipped, bad_lines, step_key, columns {label:
+                 key}, metrics, first_step, last_step, stride, tolerance (steps that still
+                 count as "at" an event)
+``preset``       name, window (used), preset_window, sigma, ratio, cliff_sigma, cliff_drop,
+                 rule
+``metric``       label, key, direction ("up", "down", "none"), n, flagged, spike_share,
+                 nonfinite, median
+``event``        kind (checkpoint, resume, epoch, warmup, lr-jump, pause), step, source, detail
+``spike``        metric, kind (spike, cliff, nonfinite), step, peak_step, value, baseline,
+                 scale, score, recovery_steps (None: not back by the end), flagged,
+                 event, event_step, distance, bucket, run_position
+``correlation``  kind, events, spikes, at_events, coverage, expected, p_value, beyond_chance
+``distribution`` metric, scale, first_step, last_step, n, shape, modes [{center, weight, lo,
+                 hi, bucket, purity}], bimodality, trend_slope
+``periodicity``  lag, acf, max_lag, periodic
+``composition``  key, buckets [{bucket, batches, share, loss_median, max_run}], explained,
+                 max_run, max_run_bucket, random_max_run, interleaved_max_run, homogeneous,
+                 long_runs, modes_match, finding, verdict
+``histogram``    metric, scale, key, edges, counts {bucket: [...]}, modes, first_step,
+                 last_step
+``series``       metric, steps, values (min/max per bin; every spike kept)
+``warning``      message
+``error``        message (then exit 2)
+``summary``      rows, spikes, events {kind: count}, findings [names], exit (always last)
+
+Exit status: 0 nothing found, 1 findings, 2 could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import json
+import math
+import os
+import re
+import struct
+import sys
+from array import array
+from collections import Counter
+from itertools import chain, compress, islice, repeat
+from operator import gt, itemgetter, le, mul, ne, sub
+
+EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
+
+PRESETS = {
+    "olmo2": {
+        "window": 1000,
+        "sigma": 7.0,
+        "ratio": None,
+        "rule": "OLMo 2: value >= 7 sigma from the rolling baseline of the last 1000 values",
+    },
+    "olmo-core": {
+        "window": 128,
+        "sigma": 6.0,
+        "ratio": None,
+        "rule": "OLMo-core: |x - baseline| / sigma > 6 over the last 128 values",
+    },
+    "megatron": {
+        "window": 1000,
+        "sigma": None,
+        "ratio": 10.0,
+        "rule": "Megatron --check-for-spiky-loss: value > 10x the running max of recent values",
+    },
+}
+CLIFF_SIGMA = 4.0  # a cliff is >= 4 sigma below the baseline ...
+CLIFF_DROP = 0.5  # ... and at most half of it
+RECOVER_SIGMA = 3.0  # back to baseline: 3 values in a row within 3 sigma of it
+SKETCH = 33  # values kept per block for the rolling quantiles
+MAX_SPIKES = 500  # spike records sent (the highest scores); all are counted
+MAX_EVENTS = 2000  # event records sent per kind
+STABLE_MAX = 50000  # values of the stable window (the log's second half, the latest ones)
+
+ROLES = {
+    "loss": (
+        "loss",
+        "train/loss",
+        "train_loss",
+        "training_loss",
+        "loss/train",
+        "lm_loss",
+        "train/lm_loss",
+        "lm loss",
+    ),
+    "acc": (
+        "acc",
+        "accuracy",
+        "train/acc",
+        "train/accuracy",
+        "train_acc",
+        "train_accuracy",
+        "acc/train",
+        "accuracy/train",
+    ),
+    "lr": ("lr", "learning_rate", "train/lr", "train/learning_rate", "learning-rate", "lr-0"),
+    "grad_norm": (
+        "grad_norm",
+        "train/grad_norm",
+        "gradient_norm",
+        "grad-norm",
+        "grad norm",
+        "total_grad_norm",
+        "optim/total_grad_norm",
+    ),
+}
+ROLE_NAMES = {
+    "loss": "loss",
+    "acc": "acc",
+    "accuracy": "acc",
+    "lr": "lr",
+    "learning_rate": "lr",
+    "grad_norm": "grad_norm",
+}
+STEP_KEYS = (
+    "step",
+    "global_step",
+    "trainer/global_step",
+    "train/global_step",
+    "train/step",
+    "iteration",
+    "iter",
+    "_step",
+)
+META = {
+    "epoch": ("epoch", "train/epoch", "trainer/epoch"),
+    "seq_len": ("seq_len", "seqlen", "seq_length", "max_len", "batch/seq_len", "train/seq_len"),
+    "tokens": ("tokens", "num_tokens", "ntokens", "batch_tokens", "train/tokens"),
+    "time": ("_timestamp", "timestamp", "time", "wall_time", "_runtime"),
+}
+BUCKET_KEYS = ("bucket", "length_bucket", "bucket_id", "batch/bucket", "train/bucket")
+NOT_TRAIN = ("eval", "val", "test")
+
+# A NaN with a payload marks "key missing in this row"; a logged NaN is a plain NaN.
+MISSING = struct.unpack("<d", struct.pack("<Q", 0x7FF80000DEADBEEF))[0]
+_MISSING_BYTES = struct.pack("<d", MISSING)
+
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
+PAIR_RE = re.compile(r"""['"]?([A-Za-z_][\w./\-]*)['"]?\s*[=:]\s*['"]?(""" + _NUM + ")", re.I)
+# the fast path's looser pairs: any value token; float() decides (else the line goes slow)
+FAST_PAIR_RE = re.compile(r"""([A-Za-z_][\w./\-]*)['"]?\s*[=:]\s*['"]?([^\s,|;'"{}()\[\]]+)""")
+WORD_RE = re.compile(
+    r"\b(step|iter|iteration|epoch|loss|acc|accuracy|lr|grad_norm)\s+(" + _NUM + ")", re.I
+)
+CKPT_RE = re.compile(
+    r"\bsav(?:e|ed|ing)\b.{0,40}?(?:checkpoint|ckpt|state)|(?:checkpoint|ckpt)\b.{0,20}?\b(?:saved|written)",
+    re.I,
+)
+RESUME_RE = re.compile(
+    r"\bresum(?:e|ed|ing)\b|\brestor(?:e|ed|ing)\b.{0,30}?(?:checkpoint|ckpt|state)|\bload(?:ed|ing)?\b.{0,20}?(?:checkpoint|ckpt)",
+    re.I,
+)
+EVENT_STEP_RE = re.compile(
+    r"(?:global[_ ]?step|\bstep|\biter(?:ation)?|checkpoint|ckpt)[\s_\-=:#]*(\d+)", re.I
+)
+DIR_STEP_RE = re.compile(r"(?:step|iter|checkpoint|ckpt)[\s_\-=]*(\d+)", re.I)
+
+
+class LogError(Exception):
+    """The log cannot be analysed; the message says why and what to do."""
+
+
+# --------------------------------------------------------------------------------------------
+# output
+
+
+def _num(v):
+    """A JSON-safe number: non-finite floats as strings, integral floats as ints."""
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        if v in (math.inf, -math.inf):
+            return "inf" if v > 0 else "-inf"
+        if v.is_integer() and abs(v) < 2**53:
+            return int(v)
+        return float("%.6g" % v)
+    return v
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return _num(obj)
+
+
+def emit(rtype, **fields):
+    fields = _clean(fields)
+    rec = {"type": rtype}
+    rec.update(fields)
+    sys.stdout.write(json.dumps(rec, allow_nan=False) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+
+def _is_missing(x):
+    return x != x and struct.pack("<d", x) == _MISSING_BYTES
+
+
+def _to_float(v):
+    if v is None:
+        return MISSING
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip().strip("'\""))
+        except ValueError:
+            return MISSING
+    return MISSING
+
+
+def _find_key(keys, aliases, bases=None):
+    """The first of ``aliases`` among ``keys`` (case-insensitive), else a key whose last
+    ``/`` part is one of ``bases`` and that is not an eval/val/test key."""
+    low = {}
+    for k in keys:
+        low.setdefault(k.lower(), k)
+    for a in aliases:
+        if a in low:
+            return low[a]
+    if bases:
+        for lk, k in low.items():
+            if lk.startswith(NOT_TRAIN):
+                continue
+            if lk.rsplit("/", 1)[-1] in bases:
+                return k
+    return None
+
+
+def resolve_columns(keys, wanted):
+    """Map labels to row keys: ``(step_key, [(label, key)], [(meta, key)], bucket_key,
+    missing_labels)``."""
+    keys = list(keys)
+    step_key = _find_key(keys, STEP_KEYS, ("step", "global_step"))
+    metrics = []
+    missing = []
+    names = wanted or ["loss", "acc", "lr", "grad_norm"]
+    for name in names:
+        role = ROLE_NAMES.get(name.lower())
+        if role is not None:
+            key = _find_key(keys, (name.lower(),) + ROLES[role], ROLES[role])
+            label = role
+        else:
+            key = _find_key(keys, (name.lower(),), (name.lower(),))
+            label = name
+        if key is None or key == step_key or any(k == key for _, k in metrics):
+            if wanted:
+                missing.append(name)
+            continue
+        metrics.append((label, key))
+    used = {step_key} | {k for _, k in metrics}
+    meta = []
+    for name, aliases in META.items():
+        key = _find_key(keys, aliases)
+        if key is not None and key not in used:
+            meta.append((name, key))
+            used.add(key)
+    bucket_key = _find_key(keys, BUCKET_KEYS, ("bucket",))
+    if bucket_key in used:
+        bucket_key = None
+    return step_key, metrics, meta, bucket_key, missing
+
+
+class Ingest:
+    """Rows into one flat row-major ``array('d')`` (step, metrics..., meta...) plus bucket
+    codes; the hot path is ``flat.extend(itemgetter(*keys)(row))``."""
+
+    def __init__(self, step_key, metrics, meta, bucket_key):
+        self.step_key = step_key
+        self.metrics = metrics
+        self.meta = meta
+        self.bucket_key = bucket_key
+        self.keys = ([step_key] if step_key else []) + [k for _, k in metrics]
+        self.keys += [k for _, k in meta]
+        self.K = len(self.keys)
+        self.m0 = 1 if step_key else 0
+        self.m1 = self.m0 + len(metrics)
+        if self.K == 1:
+            key = self.keys[0]
+            self.getter = lambda d: (d[key],)
+        else:
+            self.getter = itemgetter(*self.keys)
+        self.flat = array("d")  # rows not yet moved into the columns
+        self.cols = [array("d") for _ in self.keys]
+        self.codes = array("i")
+        self.cmap = {}
+        self.bnames = []
+        self.skipped = 0
+        self.bad = 0
+        self.events = []
+
+    def rows(self):
+        return len(self.cols[0]) + len(self.flat) // self.K
+
+    def last_step(self):
+        n = self.rows()
+        if n == 0:
+            return 0.0
+        if not self.step_key:
+            return float(n - 1)
+        if self.flat:
+            return self.flat[(len(self.flat) // self.K - 1) * self.K]
+        return self.cols[0][-1]
+
+    def flush(self):
+        """Move the buffered rows into the columns (keeps the peak memory near one copy)."""
+        K = self.K
+        self.fix_partial()
+        for j, col in enumerate(self.cols):
+            col.extend(self.flat[j::K])
+        del self.flat[:]
+
+    def code(self, v):
+        if v is None:
+            v = "-"
+        elif isinstance(v, float) and v.is_integer():
+            v = int(v)
+        try:
+            return self.cmap[v]
+        except (KeyError, TypeError):
+            pass
+        name = str(v)
+        for known, c in self.cmap.items():
+            if str(known) == name:
+                return c
+        c = len(self.bnames)
+        self.bnames.append(name)
+        try:
+            self.cmap[v] = c
+        except TypeError:
+            self.cmap[name] = c
+        return c
+
+    def fix_partial(self):
+        """``array.extend`` may have appended part of a row before failing: drop it."""
+        n = len(self.flat)
+        cut = (n // self.K) * self.K
+        if cut != n:
+            del self.flat[cut:]
+
+    def slow(self, d, quiet=False):
+        """A row the fast path refused: missing keys, strings, or not a row at all."""
+        if not isinstance(d, dict):
+            self.skipped += 1
+            return
+        vals = [_to_float(d.get(k)) for k in self.keys]
+        if all(vals[i] is MISSING for i in range(self.m0, self.m1)):
+            if not (self.dict_event(d) or quiet):
+                self.skipped += 1
+            return
+        if self.step_key and vals[0] is MISSING:
+            vals[0] = self.last_step() + 1
+        self.flat.extend(vals)
+        if self.bucket_key is not None:
+            self.codes.append(self.code(d.get(self.bucket_key)))
+
+    def add(self, d):
+        """One parsed row (a dict)."""
+        try:
+            self.flat.extend(self.getter(d))
+        except KeyError:
+            self.slow(d)
+            return
+        except TypeError:
+            self.fix_partial()
+            self.slow(d)
+            return
+        if self.bucket_key is not None:
+            bv = d.get(self.bucket_key)
+            try:
+                self.codes.append(self.cmap[bv])
+            except (KeyError, TypeError):
+                self.codes.append(self.code(bv))
+
+    def dict_event(self, d):
+        for v in d.values():
+            if isinstance(v, str) and ("heckpoint" in v or "ckpt" in v or "esum" in v):
+                step = _to_float(d.get(self.step_key)) if self.step_key else MISSING
+                return self.text_event(v, None if step is MISSING else step)
+        return False
+
+    def text_event(self, line, step=None):
+        """A line that is not a metrics row: a checkpoint save or a resume, if it says so."""
+        kind = None
+        if RESUME_RE.search(line):
+            kind = "resume"
+        elif CKPT_RE.search(line):
+            kind = "checkpoint"
+        if kind is None:
+            return False
+        m = EVENT_STEP_RE.search(line)
+        if m:
+            step = float(m.group(1))
+        elif step is None:
+            step = self.last_step()
+        self.events.append((kind, step, "log", line.strip()[:160]))
+        return True
+
+
+def _maybe_event(ing, line):
+    low = line.lower()
+    if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+        return ing.text_event(line)
+    return False
+
+
+def sniff(path):
+    """``jsonl``, ``json`` (a whole document: trainer_state.json), ``csv`` or ``text``."""
+    with open(path, "rb") as f:
+        head = f.read(65536)
+    text = head.decode("utf-8", "replace").lstrip("\ufeff")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise LogError("the log is empty")
+    first = lines[0]
+    if first.startswith("{"):
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            return "json"
+        if isinstance(obj, dict) and "log_history" not in obj:
+            return "jsonl"
+        return "json"
+    if first.startswith("["):
+        return "json"
+    for delim in (",", "\t"):
+        cells = [c.strip().strip('"') for c in first.split(delim)]
+        if (
+            len(cells) >= 2
+            and "=" not in first
+            and all(re.match(r"^[A-Za-z_][\w./\- ]*$", c) for c in cells if c)
+            and (len(lines) < 2 or len(lines[1].split(delim)) == len(first.split(delim)))
+        ):
+            return "csv"
+    return "text"
+
+
+def _text_row(line):
+    d = dict(PAIR_RE.findall(line))
+    if not d or not any(k.lower() in ("step", "iter", "iteration") for k in d):
+        for k, v in WORD_RE.findall(line):
+            d.setdefault(k.lower(), v)
+    return d
+
+
+HEAD_ROWS = 5000  # rows read before the columns are chosen
+CHUNK = 1 << 22  # bytes of lines parsed between two moves of rows into the columns
+
+
+def read_log(path, fmt, wanted):
+    """Stream the log once; return ``(Ingest, format, lines, extra)``."""
+    auto = fmt == "auto"
+    if auto:
+        fmt = sniff(path)
+    extra = {}
+    doc = None
+    if fmt == "json":
+        with open(path, encoding="utf-8", errors="replace") as f:
+            try:
+                doc = json.load(f)
+            except ValueError as exc:
+                if not auto:
+                    raise LogError("not valid JSON (%s)" % exc) from None
+                fmt = "text"  # e.g. HF's stdout: {'loss': 0.7, 'learning_rate': 2e-05}
+    if fmt == "json":
+        if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
+            rows = doc["log_history"]
+            fmt = "trainer_state"
+            for k in ("save_steps", "max_steps", "num_train_epochs", "global_step"):
+                if isinstance(doc.get(k), (int, float)):
+                    extra[k] = doc[k]
+        elif isinstance(doc, list):
+            rows = doc
+        else:
+            raise LogError("a JSON document without log_history (not a trainer_state.json)")
+        rows = [r for r in rows if isinstance(r, dict)]
+        ing = _ingest_for(Counter(chain.from_iterable(r.keys() for r in rows[:HEAD_ROWS])), wanted)
+        for r in rows:
+            ing.add(r)
+        return ing, fmt, len(rows), extra
+    f = open(path, encoding="utf-8", errors="replace", newline="")
+    try:
+        if fmt == "csv":
+            return _read_csv(f, wanted) + (extra,)
+        if fmt == "jsonl":
+            return _read_jsonl(f, wanted) + (extra,)
+        return _read_text(f, wanted) + (extra,)
+    finally:
+        f.close()
+
+
+def _ingest_for(keys, wanted):
+    """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys)."""
+    step_key, metrics, meta, bucket_key, missing = resolve_columns(keys, wanted)
+    if not metrics:
+        seen = sorted(keys)
+        raise LogError(
+            "no metric found (wanted %s); keys seen: %s; name one with --metrics"
+            % (", ".join(wanted or ["loss", "acc", "lr", "grad_norm"]), ", ".join(seen[:30]))
+        )
+    ing = Ingest(step_key, metrics, meta, bucket_key)
+    ing.missing = missing
+    return ing
+
+
+def _read_jsonl(f, wanted):
+    loads = json.loads
+    head = []
+    texts = []
+    nlines = 0
+    for line in f:
+        nlines += 1
+        if line[:1] == "{":
+            try:
+                d = loads(line)
+            except ValueError:
+                head.append(None)
+                continue
+            head.append(d)
+        elif line.strip():
+            head.append(line)
+            texts.append(line)
+        if len(head) >= HEAD_ROWS:
+            break
+    keys = Counter()
+    for d in head:
+        if isinstance(d, dict):
+            keys.update(d.keys())
+    ing = _ingest_for(keys, wanted)
+    for d in head:
+        if d is None:
+            ing.bad += 1
+        elif isinstance(d, str):
+            if not _maybe_event(ing, d):
+                ing.skipped += 1
+        else:
+            ing.add(d)
+    # The hot loop: one json.loads and one array.extend per line.
+    ext = ing.flat.extend
+    getter = ing.getter
+    bkey = ing.bucket_key
+    codes = ing.codes
+    app = codes.append
+    cmap = ing.cmap
+    slow = ing.slow
+    while True:
+        block = f.readlines(CHUNK)
+        if not block:
+            break
+        nlines += len(block)
+        for line in block:
+            if line[:1] != "{":
+                if line.strip() and not _maybe_event(ing, line):
+                    ing.skipped += 1
+                continue
+            try:
+                d = loads(line)
+            except ValueError:
+                ing.bad += 1
+                continue
+            try:
+                ext(getter(d))
+            except KeyError:
+                slow(d)
+                continue
+            except TypeError:
+                ing.fix_partial()
+                slow(d)
+                continue
+            if bkey is not None:
+                bv = d.get(bkey)
+                try:
+                    app(cmap[bv])
+                except (KeyError, TypeError):
+                    app(ing.code(bv))
+        ing.flush()
+    return ing, "jsonl", nlines
+
+
+def _read_csv(f, wanted):
+    first = f.readline()
+    delim = "\t" if first.count("\t") > first.count(",") else ","
+    header = next(csv.reader([first], delimiter=delim))
+    header = [h.strip() for h in header]
+    ing = _ingest_for(Counter(header), wanted)
+    pos = {h: i for i, h in enumerate(header)}
+    idx = [pos[k] for k in ing.keys]
+    getter = itemgetter(*idx) if len(idx) > 1 else (lambda r, i=idx[0]: (r[i],))
+    bidx = pos[ing.bucket_key] if ing.bucket_key is not None else None
+    ext = ing.flat.extend
+    nlines = 1
+    for row in csv.reader(f, delimiter=delim):
+        nlines += 1
+        if not row:
+            continue
+        if not nlines % 65536:
+            ing.flush()
+        try:
+            ext(map(float, getter(row)))
+        except (ValueError, IndexError, TypeError):
+            ing.fix_partial()
+            if len(row) == 1 and _maybe_event(ing, row[0]):
+                continue
+            ing.slow(dict(zip(header, row)))
+            continue
+        if bidx is not None:
+            ing.codes.append(ing.code(row[bidx] if bidx < len(row) else None))
+    return ing, "csv", nlines
+
+
+def _read_text(f, wanted):
+    head = []
+    nlines = 0
+    for line in f:
+        nlines += 1
+        head.append(line)
+        if len(head) >= HEAD_ROWS:
+            break
+    keys = Counter()
+    plain = Counter()
+    parsed = []
+    for line in head:
+        d = _text_row(line)
+        parsed.append(d)
+        keys.update(d.keys())
+        plain.update(dict(FAST_PAIR_RE.findall(line)).keys())
+    ing = _ingest_for(keys, wanted)
+    for line, d in zip(head, parsed):
+        _text_line(ing, line, d)
+    # The fast path: one regex per line, then the same itemgetter + array.extend as JSON.
+    # "Step 12 | loss 0.7" has words, not pairs: then the word regex runs too.
+    pairs = FAST_PAIR_RE.findall
+    words = WORD_RE.findall if not all(k in plain for k in ing.keys) else None
+    ext = ing.flat.extend
+    getter = ing.getter
+    bkey = ing.bucket_key
+    app = ing.codes.append
+    while True:
+        block = f.readlines(CHUNK)
+        if not block:
+            break
+        nlines += len(block)
+        for line in block:
+            low = line.lower()
+            if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+                _text_line(ing, line, None)
+                continue
+            d = dict(pairs(line))
+            if words is not None:
+                for k, v in words(line):
+                    d.setdefault(k.lower(), v)
+            try:
+                ext(map(float, getter(d)))
+            except (KeyError, ValueError, TypeError):
+                ing.fix_partial()
+                _text_line(ing, line, None)
+                continue
+            if bkey is not None:
+                app(ing.code(d.get(bkey)))
+        ing.flush()
+    return ing, "text", nlines
+
+
+def _text_line(ing, line, d):
+    event = _maybe_event(ing, line)
+    if d is None:
+        d = _text_row(line)
+    if d:
+        ing.slow(d, quiet=event)
+    elif line.strip() and not event:
+        ing.skipped += 1
+
+
+# --------------------------------------------------------------------------------------------
+# arithmetic helpers (no numpy there)
+
+
+def _quantile(sorted_vals, q):
+    n = len(sorted_vals)
+    if n == 0:
+        return math.nan
+    pos = q * (n - 1)
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _median(vals):
+    return _quantile(sorted(vals), 0.5)
+
+
+def _robust_sigma(s):
+    """A sigma from a sorted sample: IQR / 1.349, falling back to wider quantiles."""
+    sig = (_quantile(s, 0.75) - _quantile(s, 0.25)) / 1.349
+    if sig <= 0:
+        sig = (_quantile(s, 0.9) - _quantile(s, 0.1)) / 2.563
+    if sig <= 0:
+        sig = (s[-1] - s[0]) / 6.0
+    if sig <= 0:
+        sig = max(abs(_quantile(s, 0.5)) * 1e-3, 1e-12)
+    return sig
+
+
+def binom_sf(k, n, p):
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if p <= 0:
+        return 0.0
+    if p >= 1:
+        return 1.0
+    total = 0.0
+    for i in range(k, n + 1):
+        total += math.comb(n, i) * p**i * (1 - p) ** (n - i)
+    return min(1.0, total)
+
+
+def decimate(vals, points, keep=()):
+    """Indices that keep each bin's min and max (about ``points`` of them) plus ``keep``."""
+    n = len(vals)
+    if points <= 0:
+        return []
+    if n <= points:
+        return list(range(n))
+    bins = max(1, points // 2)
+    size = -(-n // bins)
+    out = set(i for i in keep if 0 <= i < n)
+    for lo in range(0, n, size):
+        seg = vals[lo : lo + size]
+        out.add(lo + seg.index(max(seg)))
+        out.add(lo + seg.index(min(seg)))
+    out.add(0)
+    out.add(n - 1)
+    return sorted(out)
+
+
+# --------------------------------------------------------------------------------------------
+# spikes and cliffs
+
+
+def _window_stats(pool):
+    """Baseline of a sorted sample: (median, sigma, 2nd percentile, max).
+
+    sigma is the larger of IQR / 1.349 and the standard deviation of the values between the
+    1st and 99th percentile: robust to the few spike values, yet not fooled into a tiny sigma
+    when the values form several modes (a frequent bucket with a higher loss is no spike).
+    """
+    m = len(pool)
+    med = _quantile(pool, 0.5)
+    sig = _robust_sigma(pool)
+    cut = m // 100
+    core = pool[cut : m - cut] if m - 2 * cut >= 3 else pool
+    mean = sum(core) / len(core)
+    var = sum(map(mul, core, core)) / len(core) - mean * mean
+    if var > 0:
+        sig = max(sig, math.sqrt(var))
+    return med, sig, _quantile(pool, 0.02), pool[-1]
+
+
+def _sketch(sorted_vals):
+    m = len(sorted_vals)
+    if m <= SKETCH:
+        return sorted_vals
+    return [sorted_vals[(i * (m - 1)) // (SKETCH - 1)] for i in range(SKETCH)]
+
+
+def _recovery(vals, j, thr, up, cap):
+    """First index after ``j`` where 3 values in a row are back within ``thr``."""
+    n = len(vals)
+    end = min(n, j + 1 + cap)
+    t = j + 1
+    while t < end:
+        w = vals[t : t + 3]
+        if (max(w) <= thr) if up else (min(w) >= thr):
+            return t
+        t += 1
+    return None
+
+
+def detect(label, vals, rows, steps, direction, preset):
+    """Spikes (``up``) or cliffs (``down``) of one metric: ``(incidents, flagged)``.
+
+    The baseline of each value is the median and sigma of the preceding ``window`` values,
+    refreshed every ``window // 8`` values from per-block quantile sketches (at most 33
+    values each, exact for small blocks). Values inside an incident (onset to recovery)
+    never enter a baseline, as OLMo-core skips a spiking step. One incident per onset: the
+    flagged values until the metric is back (3 values in a row within 3 sigma) belong to it.
+    """
+    n = len(vals)
+    if n == 0 or direction == "none":
+        return [], 0
+    window = preset["window"]
+    b = max(4, window // 8)
+    nwin = max(1, window // b)
+    minp = min(window, max(20, window // 10))
+    ratio = preset["ratio"] if direction == "up" else None
+    up = direction == "up"
+    cap = 20 * window
+    sketches = []  # per block: (sorted sketch, number of values it stands for)
+    incidents = []
+    flagged = 0
+    stop = -1  # end (exclusive) of the current incident
+    spans = []  # (start, stop) of every incident, to keep them out of the baselines
+    for k in range(-(-n // b)):
+        lo = k * b
+        seg = vals[lo : lo + b]
+        prev = [sk for sk in sketches[max(0, k - nwin) : k] if sk[1]]
+        stats = None
+        if sum(sk[1] for sk in prev) >= minp:
+            pool = sorted(chain.from_iterable(sk[0] for sk in prev))
+            stats = _window_stats(pool)
+        if stats is not None:
+            med, sig, q02, wmax = stats
+            if up:
+                thr = ratio * wmax if ratio else med + preset["sigma"] * sig
+                hit = (ratio is None or wmax > 0) and max(seg) > thr
+            else:
+                thr = med - CLIFF_SIGMA * sig
+                if q02 > 0:
+                    thr = min(thr, q02 * (1 - CLIFF_DROP))
+                hit = min(seg) < thr
+            if hit:
+                idx = [lo + j for j, v in enumerate(seg) if (v > thr if up else v < thr)]
+                for j in idx:
+                    flagged += 1
+                    if j < stop:
+                        incidents[-1]["flagged"] += 1
+                        continue
+                    back = med + RECOVER_SIGMA * sig if up else med - RECOVER_SIGMA * sig
+                    end = _recovery(vals, j, back, up, cap)
+                    stop = end if end is not None else min(n, j + 1 + cap)
+                    spans.append((j, stop))
+                    part = vals[j:stop]
+                    peak = max(part) if up else min(part)
+                    pj = j + part.index(peak)
+                    if ratio:
+                        score = peak / wmax
+                    else:
+                        score = (peak - med) / sig if up else (med - peak) / sig
+                    row = rows[j] if rows is not None else j
+                    prow = rows[pj] if rows is not None else pj
+                    recovery = None
+                    if end is not None:
+                        recovery = steps[rows[end] if rows is not None else end] - steps[row]
+                    incidents.append(
+                        {
+                            "metric": label,
+                            "kind": "spike" if up else "cliff",
+                            "row": row,
+                            "idx": j,
+                            "end_idx": stop,
+                            "step": steps[row],
+                            "peak_step": steps[prow],
+                            "value": peak,
+                            "baseline": med,
+                            "scale": wmax if ratio else sig,
+                            "score": score,
+                            "recovery_steps": recovery,
+                            "flagged": 1,
+                        }
+                    )
+        # this block's sketch, without the values of any incident
+        hi = lo + len(seg)
+        inside = [sp for sp in spans[-8:] if sp[0] < hi and sp[1] > lo]
+        if inside:
+            clean = sorted(
+                v for i, v in enumerate(seg, lo) if not any(a <= i < z for a, z in inside)
+            )
+        else:
+            clean = sorted(seg)
+        sketches.append((_sketch(clean), len(clean)))
+    return incidents, flagged
+
+
+# --------------------------------------------------------------------------------------------
+# events
+
+
+def dir_steps(path):
+    """Step numbers of a checkpoint directory's entries: checkpoint-2000, step_2000.pt,
+    global_step2000, ckpt_2000, or a bare number (002000, 2000.pt)."""
+    out = []
+    for name in os.listdir(path):
+        m = DIR_STEP_RE.search(name)
+        if m:
+            out.append(float(m.group(1)))
+        elif re.fullmatch(r"\d+(?:\.\w+)*", name):
+            out.append(float(name.split(".")[0]))
+    return sorted(set(out))
+
+
+def find_events(ing, steps, cols, args, extra, warnings):
+    """Every event as ``(kind, step, source, detail)``, sorted by step."""
+    events = list(ing.events)
+    n = len(steps)
+    # resumes: the step counter goes back (or repeats)
+    if n > 1:
+        back = list(compress(range(1, n), map(le, islice(steps, 1, None), steps)))
+        for i in back[:MAX_EVENTS]:
+            s, prev = steps[i], steps[i - 1]
+            word = "reset" if s <= steps[0] else "went back"
+            events.append(
+                (
+                    "resume",
+                    s,
+                    "steps",
+                    "step counter %s from %s to %s" % (word, _fmt(prev), _fmt(s)),
+                )
+            )
+    if args.ckpt_steps:
+        for s in args.ckpt_steps:
+            events.append(("checkpoint", float(s), "ckpt-steps", "given with --ckpt-steps"))
+    if args.ckpt_dir:
+        try:
+            for s in dir_steps(args.ckpt_dir):
+                events.append(("checkpoint", s, "ckpt-dir", "entry in %s" % args.ckpt_dir))
+        except OSError as exc:
+            warnings.append("cannot list --ckpt-dir %s: %s" % (args.ckpt_dir, exc.strerror or exc))
+    if extra.get("save_steps") and n:
+        every = float(extra["save_steps"])
+        if every > 0:
+            k = 1
+            while k * every <= steps[-1] + 0.5 and k <= MAX_EVENTS:
+                events.append(
+                    ("checkpoint", k * every, "trainer_state", "save_steps %s" % _fmt(every))
+                )
+                k += 1
+    # epochs
+    if n:
+        lo, hi = min(steps), max(steps)
+        if args.steps_per_epoch:
+            spe = float(args.steps_per_epoch)
+            k = 1
+            while k * spe <= hi and k <= MAX_EVENTS:
+                s = float(round(k * spe))
+                if s >= lo:
+                    events.append(
+                        (
+                            "epoch",
+                            s,
+                            "steps-per-epoch",
+                            "epoch %d starts (%s steps each)" % (k, _fmt(spe)),
+                        )
+                    )
+                k += 1
+        elif "epoch" in cols:
+            ep = cols["epoch"]
+            if math.isfinite(sum(ep)):
+                fl = list(map(math.floor, ep))
+            else:
+                fl = [math.floor(e) if e - e == 0 else -1 for e in ep]
+            starts = list(compress(range(1, n), map(lambda a, b: a > b >= 0, fl[1:], fl)))
+            for i in starts[:MAX_EVENTS]:
+                events.append(("epoch", steps[i], "epoch field", "epoch %d starts" % fl[i]))
+    # learning rate: already at its peak at step 0 (no warmup); later jumps back up
+    lr = cols.get("lr")
+    if lr is not None and len(lr):
+        if math.isfinite(sum(lr)):
+            rows = None
+            lv = lr
+        else:
+            rows = [i for i, v in enumerate(lr) if v - v == 0]
+            lv = array("d", (lr[i] for i in rows))
+        if len(lv):
+            peak = max(lv)
+            peak_i = lv.index(peak)
+            r0 = rows[0] if rows else 0
+            if peak > 0 and steps[r0] <= 10 and lv[0] >= 0.9 * peak:
+                events.append(
+                    (
+                        "warmup",
+                        steps[r0],
+                        "lr",
+                        "lr at step %s is %s, already its peak %s: no warmup"
+                        % (_fmt(steps[r0]), _fmt(lv[0]), _fmt(peak)),
+                    )
+                )
+            doubled = map(mul, lv, repeat(2.0))
+            jumps = compress(range(1, len(lv)), map(gt, islice(lv, 1, None), doubled))
+            shown = 0
+            for i in jumps:
+                if i <= peak_i or lv[i - 1] <= 0:
+                    continue
+                events.append(
+                    (
+                        "lr-jump",
+                        steps[rows[i] if rows else i],
+                        "lr",
+                        "lr jumped from %s to %s" % (_fmt(lv[i - 1]), _fmt(lv[i])),
+                    )
+                )
+                shown += 1
+                if shown >= MAX_EVENTS:
+                    break
+    # pauses: wall-clock gaps far beyond the usual step time
+    t = cols.get("time")
+    if t is not None and n > 10:
+        dts = array("d", map(sub, islice(t, 1, None), t))
+        fin = sorted(d for d in dts[:: max(1, len(dts) // 10000)] if d == d and d > 0)
+        if fin:
+            typ = _quantile(fin, 0.5)
+            lim = max(60.0, 20 * typ)
+            gaps = list(compress(range(1, n), (d > lim for d in dts)))
+            for i in gaps[:MAX_EVENTS]:
+                events.append(
+                    (
+                        "pause",
+                        steps[i],
+                        "time",
+                        "%.0f s without a log line (usual %.3g s)" % (dts[i - 1], typ),
+                    )
+                )
+    events.sort(key=lambda e: (e[1], e[0]))
+    # one event per (kind, step): several lines often announce the same save
+    out = []
+    seen = set()
+    for e in events:
+        if (e[0], e[1]) in seen:
+            continue
+        seen.add((e[0], e[1]))
+        out.append(e)
+    return out
+
+
+KIND_ORDER = {"checkpoint": 0, "resume": 1, "warmup": 2, "lr-jump": 3, "pause": 4, "epoch": 5}
+
+
+def nearest_event(step, events_by_step, ev_steps):
+    """The nearest event to ``step`` (ties: checkpoint, resume, warmup, ...)."""
+    if not ev_steps:
+        return None
+    i = bisect.bisect_left(ev_steps, step)
+    best = None
+    for j in range(max(0, i - 3), min(len(ev_steps), i + 3)):
+        e = events_by_step[j]
+        key = (abs(step - e[1]), KIND_ORDER.get(e[0], 9))
+        if best is None or key < best[0]:
+            best = (key, e)
+    return best[1]
+
+
+def coverage(ev_steps, tol, lo, hi):
+    """Share of the step range [lo, hi] within ``tol`` steps of an event."""
+    span = hi - lo + 1
+    if span <= 0:
+        return 1.0
+    covered = 0.0
+    cur_lo = cur_hi = None
+    for s in ev_steps:
+        a, b = max(lo, s - tol), min(hi, s + tol)
+        if a > b:
+            continue
+        if cur_hi is not None and a <= cur_hi + 1:
+            cur_hi = max(cur_hi, b)
+        else:
+            if cur_hi is not None:
+                covered += cur_hi - cur_lo + 1
+            cur_lo, cur_hi = a, b
+    if cur_hi is not None:
+        covered += cur_hi - cur_lo + 1
+    return min(1.0, covered / span)
+
+
+def correlate(incidents, events, tol, lo, hi):
+    """Per event kind: do spikes sit at these events more often than chance would put them?"""
+    onsets = sorted(set(i["step"] for i in incidents if i["kind"] != "nonfinite"))
+    uniq = []
+    for s in onsets:
+        if not uniq or s - uniq[-1] > tol:
+            uniq.append(s)
+    out = []
+    kinds = sorted(set(e[0] for e in events), key=lambda k: KIND_ORDER.get(k, 9))
+    for kind in kinds:
+        ev = sorted(e[1] for e in events if e[0] == kind)
+        at = 0
+        for s in uniq:
+            i = bisect.bisect_left(ev, s - tol)
+            if i < len(ev) and ev[i] <= s + tol:
+                at += 1
+        p = coverage(ev, tol, lo, hi)
+        pv = binom_sf(at, len(uniq), p) if uniq else 1.0
+        out.append(
+            {
+                "kind": kind,
+                "events": len(ev),
+                "spikes": len(uniq),
+                "at_events": at,
+                "tolerance": tol,
+                "coverage": p,
+                "expected": len(uniq) * p,
+                "p_value": pv,
+                "beyond_chance": bool(uniq) and at >= 1 and pv < 0.05 and at > len(uniq) * p,
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# batch composition
+
+
+def kde_modes(r, nbins=200):
+    """Modes of a sample: a histogram smoothed by a Gaussian kernel (Silverman bandwidth),
+    local maxima merged until each stands out. Returns (modes, grid, density)."""
+    s = sorted(r)
+    n = len(s)
+    lo, hi = _quantile(s, 0.005), _quantile(s, 0.995)
+    if not hi > lo:
+        return [{"center": s[n // 2], "weight": 1.0, "lo": s[0], "hi": s[-1]}], [], []
+    mean = sum(s) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in s) / max(1, n - 1))
+    iqr = (_quantile(s, 0.75) - _quantile(s, 0.25)) / 1.349
+    spread = min(sd, iqr) if iqr > 0 else sd
+    h = 0.9 * spread * n ** (-0.2)
+    width = (hi - lo) / nbins
+    h = max(h, width)
+    counts = [0] * nbins
+    for x in s:
+        i = int((x - lo) / width)
+        if 0 <= i < nbins:
+            counts[i] += 1
+    hb = h / width
+    half = int(4 * hb) + 1
+    kern = [math.exp(-0.5 * (d / hb) ** 2) for d in range(-half, half + 1)]
+    dens = [0.0] * nbins
+    for i, c in enumerate(counts):
+        if not c:
+            continue
+        for d, w in enumerate(kern):
+            j = i + d - half
+            if 0 <= j < nbins:
+                dens[j] += c * w
+    grid = [lo + (i + 0.5) * width for i in range(nbins)]
+    peaks = [
+        i
+        for i in range(nbins)
+        if dens[i] > 0
+        and (i == 0 or dens[i] > dens[i - 1])
+        and (i == nbins - 1 or dens[i] >= dens[i + 1])
+    ]
+    top = max(dens)
+    changed = True
+    while changed and len(peaks) > 1:
+        changed = False
+        for a in range(len(peaks) - 1):
+            p, q = peaks[a], peaks[a + 1]
+            valley = min(dens[p : q + 1])
+            low_peak = min(dens[p], dens[q])
+            if valley > 0.85 * low_peak or low_peak - valley < 0.03 * top:
+                peaks.pop(a + 1 if dens[p] >= dens[q] else a)
+                changed = True
+                break
+    # regions between valleys
+    bounds = [lo - 1e300]
+    for a in range(len(peaks) - 1):
+        p, q = peaks[a], peaks[a + 1]
+        seg = dens[p : q + 1]
+        v = p + seg.index(min(seg))
+        bounds.append(grid[v])
+    bounds.append(hi + 1e300)
+    weights = [0] * len(peaks)
+    for x in s:
+        weights[max(0, min(len(peaks) - 1, bisect.bisect_right(bounds, x) - 1))] += 1
+    modes = []
+    for a, p in enumerate(peaks):
+        modes.append(
+            {
+                "center": grid[p],
+                "weight": weights[a] / n,
+                "lo": max(bounds[a], s[0]),
+                "hi": min(bounds[a + 1], s[-1]),
+            }
+        )
+    # tiny modes are noise: fold them away (their mass goes to the neighbour)
+    big = [m for m in modes if m["weight"] >= 0.05]
+    if big and len(big) < len(modes):
+        return kde_modes_fold(modes, big), grid, dens
+    return modes, grid, dens
+
+
+def kde_modes_fold(modes, big):
+    out = [dict(m) for m in big]
+    for m in modes:
+        if m in big:
+            continue
+        j = min(range(len(out)), key=lambda i: abs(out[i]["center"] - m["center"]))
+        out[j]["weight"] += m["weight"]
+        out[j]["lo"] = min(out[j]["lo"], m["lo"])
+        out[j]["hi"] = max(out[j]["hi"], m["hi"])
+    return out
+
+
+def bimodality_coefficient(r):
+    """Sarle's b = (skew^2 + 1) / (excess kurtosis + 3(n-1)^2/((n-2)(n-3))); > 5/9 hints
+    at two or more modes."""
+    n = len(r)
+    if n < 4:
+        return None
+    m = sum(r) / n
+    m2 = sum((x - m) ** 2 for x in r) / n
+    if m2 <= 0:
+        return None
+    m3 = sum((x - m) ** 3 for x in r) / n
+    m4 = sum((x - m) ** 4 for x in r) / n
+    g = m3 / m2**1.5
+    k = m4 / m2**2 - 3
+    return (g * g + 1) / (k + 3.0 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+
+
+def autocorr(r, max_lag):
+    n = len(r)
+    m = sum(r) / n
+    z = [x - m for x in r]
+    var = sum(map(mul, z, z))
+    if var <= 0:
+        return []
+    return [sum(map(mul, z[:-lag], z[lag:])) / var for lag in range(1, max_lag + 1)]
+
+
+def periodicity(r):
+    """The strongest autocorrelation bump at a lag >= 2 (a period), if any."""
+    r = r[-4096:]
+    n = len(r)
+    max_lag = min(512, n // 3)
+    if max_lag < 4:
+        return None
+    acf = autocorr(r, max_lag)
+    if not acf:
+        return None
+    best = None
+    for i in range(1, len(acf) - 1):
+        lag = i + 1
+        if acf[i] >= acf[i - 1] and acf[i] >= acf[i + 1]:
+            dip = min(acf[:i])
+            bump = acf[i] - dip
+            if best is None or acf[i] > best[1]:
+                best = (lag, acf[i], bump)
+    if best is None:
+        return {"lag": None, "acf": None, "max_lag": max_lag, "periodic": False}
+    lag, a, bump = best
+    periodic = a >= max(0.3, 4.0 / math.sqrt(n)) and bump >= 0.2
+    return {"lag": lag, "acf": a, "max_lag": max_lag, "periodic": periodic}
+
+
+def bucket_column(ing, cols, n):
+    """Bucket codes per row and their names: the ``bucket`` field, else ``seq_len`` or
+    ``tokens`` (distinct values, or powers of two when there are many)."""
+    if ing.bucket_key is not None and len(ing.codes) == n and len(ing.bnames) >= 1:
+        return ing.bucket_key, ing.codes, list(ing.bnames)
+    for name in ("seq_len", "tokens"):
+        col = cols.get(name)
+        if col is None:
+            continue
+        fin = [v for v in col if v == v]
+        if not fin:
+            continue
+        distinct = sorted(set(fin))
+        if len(distinct) <= 16:
+            names = [_fmt(v) for v in distinct]
+            cmap = {v: i for i, v in enumerate(distinct)}
+            codes = array("i", (cmap.get(v, -1) if v == v else -1 for v in col))
+            return name, codes, names
+        pw = sorted(set(math.ceil(math.log2(max(v, 1.0))) for v in fin))
+        names = ["<=%d" % (2**p) for p in pw]
+        cmap = {p: i for i, p in enumerate(pw)}
+        codes = array(
+            "i",
+            (cmap[math.ceil(math.log2(max(v, 1.0)))] if v == v else -1 for v in col),
+        )
+        return name, codes, names
+    return None, None, None
+
+
+def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
+    """Shape of ``label`` over a stable window, and how it follows the batch's bucket."""
+    n = len(vals)
+    out = {}
+    if n < 40:
+        return out
+    lo = n // 2
+    lo = max(lo, n - STABLE_MAX)
+    excl = sorted(
+        (i["idx"], i["end_idx"] + 3)
+        for i in incidents
+        if i["metric"] == label and i["idx"] is not None
+    )
+    keep = []
+    e = 0
+    for i in range(lo, n):
+        while e < len(excl) and excl[e][1] <= i:
+            e += 1
+        if e < len(excl) and excl[e][0] <= i < excl[e][1]:
+            continue
+        keep.append(i)
+    if len(keep) < 30:
+        return out
+    v = [vals[i] for i in keep]
+    logscale = min(v) > 0
+    y = [math.log(x) for x in v] if logscale else list(v)
+    # trend: least squares on log(row), so a still-falling loss does not smear the modes
+    x = [math.log(i + 1) for i in keep]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sxx = sum((a - mx) ** 2 for a in x)
+    b = sum((a - mx) * (c - my) for a, c in zip(x, y)) / sxx if sxx > 0 else 0.0
+    r = [c - b * (a - mx) - my for a, c in zip(x, y)]
+    level = my + b * (x[-1] - mx)  # residual 0 reads as the level at the window's end
+
+    def unscale(t):
+        return math.exp(t + level) if logscale else t + level
+
+    modes, _, _ = kde_modes(r)
+    bc = bimodality_coefficient(r)
+    nm = len(modes)
+    shape = {1: "unimodal", 2: "bimodal", 3: "trimodal"}.get(nm, "multimodal")
+    first_row = rows[keep[0]] if rows is not None else keep[0]
+    last_row = rows[keep[-1]] if rows is not None else keep[-1]
+    dist = {
+        "metric": label,
+        "scale": "log" if logscale else "linear",
+        "first_step": steps[first_row],
+        "last_step": steps[last_row],
+        "n": len(r),
+        "shape": shape,
+        "bimodality": bc,
+        "trend_slope": b,
+        "modes": [],
+    }
+    per = periodicity(r)
+    out["periodicity"] = per
+    # buckets
+    key, codes, names = bucket_column(ing, cols, nrows)
+    comp = None
+    rc = None
+    if key is not None:
+        rc = [codes[rows[i] if rows is not None else i] for i in keep]
+    bounds = [m["hi"] for m in modes[:-1]]
+    for m in modes:
+        md = {
+            "center": unscale(m["center"]),
+            "weight": m["weight"],
+            "lo": unscale(m["lo"]),
+            "hi": unscale(m["hi"]),
+            "bucket": None,
+            "purity": None,
+        }
+        dist["modes"].append(md)
+    if rc is not None:
+        per_mode = [Counter() for _ in modes]
+        for t, c in zip(r, rc):
+            per_mode[min(len(modes) - 1, bisect.bisect_left(bounds, t))][c] += 1
+        for md, cnt in zip(dist["modes"], per_mode):
+            if cnt:
+                c, k = cnt.most_common(1)[0]
+                md["bucket"] = names[c] if c >= 0 else "-"
+                md["purity"] = k / sum(cnt.values())
+    out["distribution"] = dist
+    # histogram on the original scale (trend removed), by bucket where known
+    hb = 40 if len(r) >= 400 else 20
+    rs = sorted(r)
+    h_lo, h_hi = _quantile(rs, 0.002), _quantile(rs, 0.998)
+    if h_hi > h_lo:
+        w = (h_hi - h_lo) / hb
+        edges = [unscale(h_lo + i * w) for i in range(hb + 1)]
+        counts = {}
+        top = None
+        if rc is not None:
+            topc = [c for c, _ in Counter(rc).most_common(8)]
+            top = set(topc)
+        for i, t in enumerate(r):
+            j = int((t - h_lo) / w)
+            if j == hb:
+                j -= 1
+            if not 0 <= j < hb:
+                continue
+            if rc is None:
+                name = "all"
+            else:
+                c = rc[i]
+                name = (names[c] if c >= 0 else "-") if c in top else "other"
+            counts.setdefault(name, [0] * hb)[j] += 1
+        out["histogram"] = {
+            "metric": label,
+            "scale": dist["scale"],
+            "key": key,
+            "edges": edges,
+            "counts": counts,
+            "modes": [m["center"] for m in dist["modes"]],
+            "first_step": dist["first_step"],
+            "last_step": dist["last_step"],
+        }
+    if key is None:
+        # two signs, since a flat-topped sample can show a spurious bump
+        multimodal = (
+            nm >= 2 and sum(1 for m in modes if m["weight"] >= 0.1) >= 2 and (bc or 0) > 5 / 9
+        )
+        words = ["%s is %s" % (label, shape)]
+        if nm >= 2:
+            words.append(
+                "modes %s"
+                % ", ".join(
+                    "%s (%d%%)" % (_fmt(m["center"]), round(100 * m["weight"]))
+                    for m in dist["modes"]
+                )
+            )
+        finding = multimodal or bool(per and per["periodic"])
+        if per and per["periodic"]:
+            words.append(
+                "it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"])
+            )
+        if finding:
+            words.append(
+                "batches may be homogeneous (e.g. length-bucketed): log each step's bucket or "
+                "seq_len to confirm, and interleave buckets"
+            )
+        comp = {
+            "key": None,
+            "buckets": [],
+            "explained": None,
+            "max_run": None,
+            "max_run_bucket": None,
+            "random_max_run": None,
+            "interleaved_max_run": None,
+            "homogeneous": None,
+            "long_runs": None,
+            "finding": finding,
+            "verdict": "; ".join(words) + ("" if finding else ": no sign of homogeneous batches"),
+        }
+        out["composition"] = comp
+        return out
+    # per bucket: share of all batches, loss in the window, longest run of consecutive steps
+    allc = Counter(codes)
+    total = sum(allc.values())
+    runs = {}
+    nc = len(codes)
+    starts = array("l", [0])
+    starts.extend(compress(range(1, nc), map(ne, islice(codes, 1, None), codes)))
+    starts.append(nc)
+    for a, z in zip(starts, islice(starts, 1, None)):
+        c = codes[a]
+        if z - a > runs.get(c, 0):
+            runs[c] = z - a
+    by = {}
+    for val, c in zip(v, rc):
+        by.setdefault(c, []).append(val)
+    byr = {}
+    for t, c in zip(r, rc):
+        byr.setdefault(c, []).append(t)
+    mr = sum(r) / len(r)
+    ss_tot = sum((t - mr) ** 2 for t in r)
+    ss_b = sum(len(g) * (sum(g) / len(g) - mr) ** 2 for g in byr.values())
+    explained = ss_b / ss_tot if ss_tot > 0 else 0.0
+    buckets = []
+    for c, cnt in allc.most_common():
+        buckets.append(
+            {
+                "bucket": names[c] if c >= 0 else "-",
+                "batches": cnt,
+                "share": cnt / total,
+                "loss_median": _median(by[c]) if c in by else None,
+                "max_run": runs.get(c, 0),
+            }
+        )
+    real = [bk for bk in buckets if bk["share"] >= 0.02]
+    top = buckets[0]
+    max_run_c = max(runs, key=lambda c: runs[c])
+    max_run = runs[max_run_c]
+    p = top["share"]
+    random_run = math.log(max(2.0, total * (1 - p))) / math.log(1 / p) if 0 < p < 1 else total
+    inter_run = max(1, math.ceil(p / (1 - p))) if p < 1 else total
+    homogeneous = len(real) >= 2 and explained >= 0.3
+    long_runs = max_run >= max(4, 2 * inter_run + 1)
+    mode_buckets = [m["bucket"] for m in dist["modes"] if m["weight"] >= 0.05]
+    match = (
+        len(mode_buckets) >= 2
+        and len(set(mode_buckets)) == len(mode_buckets)
+        and all((m["purity"] or 0) >= 0.6 for m in dist["modes"] if m["weight"] >= 0.05)
+    )
+    kname = key.rsplit("/", 1)[-1]  # train/bucket reads as bucket
+    bname = "%s %s" % (kname, top["bucket"])
+    rname = "%s %s" % (kname, names[max_run_c] if max_run_c >= 0 else "-")
+    words = ["%s is %s" % (label, shape)]
+    if len(real) < 2:
+        words.append(
+            "%s is %s in %.0f%% of batches (padded or mixed batches)"
+            % (kname, top["bucket"], 100 * top["share"])
+        )
+        if per and per["periodic"]:
+            words.append(
+                "it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"])
+            )
+        out["composition"] = {
+            "key": key,
+            "buckets": buckets[:32],
+            "explained": explained,
+            "max_run": max_run,
+            "max_run_bucket": names[max_run_c] if max_run_c >= 0 else "-",
+            "random_max_run": random_run,
+            "interleaved_max_run": inter_run,
+            "homogeneous": False,
+            "long_runs": False,
+            "modes_match": False,
+            "finding": False,
+            "verdict": "; ".join(words) + ": no sign of homogeneous batches",
+        }
+        out["codes"] = (codes, names)
+        return out
+    if match:
+        words.append(
+            "modes match %s" % ("token buckets" if kname == "tokens" else "length buckets")
+        )
+    elif homogeneous:
+        words.append(
+            "%s depends on the batch's %s (%.0f%% of its variance)"
+            % (label, kname, 100 * explained)
+        )
+    words.append("%s is %.0f%% of batches" % (bname, 100 * top["share"]))
+    words.append("up to %d consecutive same-%s steps (%s)" % (max_run, kname, rname))
+    if homogeneous and long_runs:
+        tail = "batches look homogeneous, interleave buckets"
+    elif homogeneous:
+        tail = (
+            "batches are homogeneous per bucket but already interleaved; the %s loss is expected"
+            % shape
+        )
+    else:
+        tail = "batches mix buckets (the bucket explains %.0f%% of the %s variance)" % (
+            100 * explained,
+            label,
+        )
+    if per and per["periodic"]:
+        words.append("it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"]))
+    verdict = "; ".join(words) + ": " + tail
+    comp = {
+        "key": key,
+        "buckets": buckets[:32],
+        "explained": explained,
+        "max_run": max_run,
+        "max_run_bucket": names[max_run_c] if max_run_c >= 0 else "-",
+        "random_max_run": random_run,
+        "interleaved_max_run": inter_run,
+        "homogeneous": homogeneous,
+        "long_runs": long_runs,
+        "modes_match": match,
+        # a periodic loss from an interleaved order is expected; it matters with long runs
+        "finding": bool(homogeneous and long_runs),
+        "verdict": verdict,
+    }
+    out["composition"] = comp
+    out["codes"] = (codes, names)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# main
+
+
+def _fmt(v):
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    if isinstance(v, float):
+        return "%.4g" % v
+    return str(v)
+
+
+def _csv_steps(text):
+    out = []
+    for part in re.split(r"[,\s]+", text.strip()):
+        if part:
+            out.append(float(part))
+    return out
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="trainlog.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("path")
+    ap.add_argument("--metrics", default="", help="comma-separated metric names")
+    ap.add_argument("--preset", default="olmo2", choices=sorted(PRESETS))
+    ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
+    ap.add_argument("--ckpt-dir", default=None)
+    ap.add_argument("--steps-per-epoch", type=float, default=None)
+    ap.add_argument(
+        "--tolerance", type=float, default=None, help="steps; default max(5, 2 strides)"
+    )
+    ap.add_argument("--points", type=int, default=0, help="send a decimated series (0: none)")
+    ap.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "json", "text"])
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    wanted = [m.strip() for m in args.metrics.split(",") if m.strip()] or None
+    try:
+        return analyse(args, wanted)
+    except LogError as exc:
+        emit("error", message="%s: %s" % (args.path, exc))
+        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
+        return EXIT_FAILED
+    except OSError as exc:
+        emit("error", message="cannot read %s: %s" % (args.path, exc.strerror or exc))
+        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
+        return EXIT_FAILED
+
+
+def analyse(args, wanted):
+    preset = dict(PRESETS[args.preset])
+    if os.path.isdir(args.path):
+        raise LogError("is a directory; name the log file (e.g. trainer_state.json)")
+    ing, fmt, nlines, extra = read_log(args.path, args.format, wanted)
+    warnings = []
+    for name in getattr(ing, "missing", []):
+        warnings.append("metric %r not found in the log" % name)
+    n = ing.rows()
+    if n == 0:
+        raise LogError("no rows with %s" % ", ".join(k for _, k in ing.metrics))
+    ing.flush()
+    steps = ing.cols[0] if ing.step_key else array("d", range(n))
+    cols = {}
+    for j, (label, _) in enumerate(ing.metrics):
+        cols[label] = ing.cols[ing.m0 + j]
+    for j, (name, _) in enumerate(ing.meta):
+        cols[name] = ing.cols[ing.m1 + j]
+    ing.cols = []
+    for name in [m for m, _ in ing.meta]:
+        col = cols[name]
+        if not math.isfinite(sum(col)):
+            cols[name] = array("d", (math.nan if _is_missing(v) else v for v in col))
+    strides = sorted(map(sub, islice(steps, 1, min(n, 2001)), steps[: min(n, 2001) - 1]))
+    stride = _quantile([s for s in strides if s > 0], 0.5) if any(s > 0 for s in strides) else 1.0
+    tol = args.tolerance if args.tolerance is not None else max(5.0, 2 * stride)
+    # A log shorter than a few windows would be judged against its own first learning
+    # phase: use a quarter of the log (at least 50 rows) as the window instead.
+    # (the preset record then says window < preset_window)
+    preset["window"] = min(preset["window"], max(50, n // 4))
+    emit(
+        "source",
+        path=os.path.abspath(args.path),
+        format=fmt,
+        lines=nlines,
+        rows=n,
+        skipped=ing.skipped,
+        bad_lines=ing.bad,
+        step_key=ing.step_key,
+        columns=dict(
+            ing.metrics + ing.meta + ([("bucket", ing.bucket_key)] if ing.bucket_key else [])
+        ),
+        metrics=[label for label, _ in ing.metrics],
+        first_step=steps[0],
+        last_step=steps[-1],
+        stride=stride,
+        tolerance=tol,
+    )
+    emit(
+        "preset",
+        name=args.preset,
+        window=preset["window"],
+        preset_window=PRESETS[args.preset]["window"],
+        sigma=preset["sigma"],
+        ratio=preset["ratio"],
+        cliff_sigma=CLIFF_SIGMA,
+        cliff_drop=CLIFF_DROP,
+        rule=preset["rule"],
+    )
+    incidents = []
+    compact = {}
+    for label, key in ing.metrics:
+        col = cols[label]
+        direction = "none" if label == "lr" else ("down" if "acc" in label.lower() else "up")
+        total = sum(col)
+        rows = None
+        nonfinite = []
+        if not math.isfinite(total):
+            rows = [i for i, v in enumerate(col) if v - v == 0]
+            bad = [i for i, v in enumerate(col) if v - v != 0 and not _is_missing(v)]
+            vals = array("d", (col[i] for i in rows))
+            if len(rows) == n:
+                rows = None
+            for i in bad:
+                if nonfinite and nonfinite[-1]["last"] == i - 1:
+                    nonfinite[-1]["last"] = i
+                    nonfinite[-1]["flagged"] += 1
+                    continue
+                nonfinite.append({"first": i, "last": i, "flagged": 1, "value": col[i]})
+        else:
+            vals = col
+        compact[label] = (vals, rows)
+        found, flagged = detect(label, vals, rows, steps, direction, preset)
+        for nf in nonfinite:
+            found.append(
+                {
+                    "metric": label,
+                    "kind": "nonfinite",
+                    "row": nf["first"],
+                    "idx": None,
+                    "end_idx": None,
+                    "step": steps[nf["first"]],
+                    "peak_step": steps[nf["first"]],
+                    "value": nf["value"],
+                    "baseline": None,
+                    "scale": None,
+                    "score": None,
+                    "recovery_steps": None,
+                    "flagged": nf["flagged"],
+                }
+            )
+        incidents.extend(found)
+        emit(
+            "metric",
+            label=label,
+            key=key,
+            direction=direction,
+            n=len(vals),
+            flagged=flagged,
+            spike_share=(flagged / len(vals)) if len(vals) else 0.0,
+            nonfinite=sum(nf["flagged"] for nf in nonfinite),
+            median=_median(vals[-min(len(vals), 10000) :]) if len(vals) else None,
+        )
+    # events
+    events = find_events(ing, steps, cols, args, extra, warnings)
+    ev_steps = [e[1] for e in events]
+    counts = Counter(e[0] for e in events)
+    sent = Counter()
+    for e in events:
+        sent[e[0]] += 1
+        if sent[e[0]] <= MAX_EVENTS:
+            emit("event", kind=e[0], step=e[1], source=e[2], detail=e[3])
+    # batch composition on the loss (or the first upward metric)
+    main_label = next((lab for lab, _ in ing.metrics if lab == "loss"), None)
+    if main_label is None:
+        main_label = next((lab for lab, _ in ing.metrics if lab not in ("lr",)), None)
+    comp = {}
+    if main_label is not None:
+        vals, rows = compact[main_label]
+        comp = composition(main_label, vals, rows, steps, incidents, ing, cols, n)
+    codes, names = comp.get("codes", (None, None))
+    if codes is None:
+        key, codes, names = bucket_column(ing, cols, n)
+    # spikes: nearest event, bucket and run position at the onset
+    incidents.sort(key=lambda i: (i["step"], i["metric"]))
+    for inc in incidents:
+        e = nearest_event(inc["step"], events, ev_steps)
+        if e is not None:
+            inc["event"], inc["event_step"], inc["distance"] = e[0], e[1], inc["step"] - e[1]
+        else:
+            inc["event"] = inc["event_step"] = inc["distance"] = None
+        inc["bucket"] = inc["run_position"] = None
+        if codes is not None:
+            row = inc["row"]
+            c = codes[row]
+            pos = 1
+            while row - pos >= 0 and codes[row - pos] == c and pos < 100000:
+                pos += 1
+            inc["bucket"] = names[c] if c >= 0 else None
+            inc["run_position"] = pos
+    send = incidents
+    if len(send) > MAX_SPIKES:
+        send = sorted(send, key=lambda i: -(i["score"] if i["score"] is not None else math.inf))[
+            :MAX_SPIKES
+        ]
+        send.sort(key=lambda i: (i["step"], i["metric"]))
+        warnings.append(
+            "%d spikes found; the %d with the highest score are listed"
+            % (len(incidents), MAX_SPIKES)
+        )
+    for inc in send:
+        rec = dict((k, v) for k, v in inc.items() if k not in ("row", "idx", "end_idx"))
+        emit("spike", **rec)
+    lo_s, hi_s = min(steps), max(steps)
+    for c in correlate(incidents, events, tol, lo_s, hi_s):
+        emit("correlation", **c)
+    if "distribution" in comp:
+        emit("distribution", **comp["distribution"])
+    if comp.get("periodicity"):
+        emit("periodicity", **comp["periodicity"])
+    if "composition" in comp:
+        emit("composition", **comp["composition"])
+    if "histogram" in comp:
+        emit("histogram", **comp["histogram"])
+    if args.points > 0:
+        for label, _ in ing.metrics:
+            vals, rows = compact[label]
+            keep = [i["idx"] for i in incidents if i["metric"] == label and i["idx"] is not None]
+            keep += [
+                i["idx"] + 1 for i in incidents if i["metric"] == label and i["idx"] is not None
+            ]
+            idx = decimate(vals, args.points, keep)
+            emit(
+                "series",
+                metric=label,
+                steps=[steps[rows[i] if rows is not None else i] for i in idx],
+                values=[vals[i] for i in idx],
+            )
+    for w in warnings:
+        emit("warning", message=w)
+    findings = []
+    if any(i["kind"] == "spike" for i in incidents):
+        findings.append("spikes")
+    if any(i["kind"] == "cliff" for i in incidents):
+        findings.append("cliffs")
+    if any(i["kind"] == "nonfinite" for i in incidents):
+        findings.append("nonfinite")
+    if comp.get("composition", {}).get("finding"):
+        findings.append("batch-composition")
+    code = EXIT_FINDINGS if findings else EXIT_OK
+    emit(
+        "summary",
+        rows=n,
+        spikes=len(incidents),
+        events=dict(counts),
+        findings=findings,
+        exit=code,
+    )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""train-log through the engine: the local target ships remote/trainlog.py and runs it with
+our own interpreter; the local half returns frozen dataclasses, text, JSON and a picture."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remotekit
+import remotekit.diagnostics.trainlog as tl
+from tests import trainlog_factory as factory
+
+pytest.importorskip("torch")
+
+SPIKES = (200, 330, 400)
+CKPTS = (200, 400, 500)
+
+
+@pytest.fixture(scope="module")
+def target() -> remotekit.Target:
+    return remotekit.local_target()
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("trainlogs-api")
+    return {
+        "homogeneous": factory.write_jsonl(
+            factory.cached("homogeneous", 600, SPIKES), d / "homo.jsonl", checkpoints=CKPTS
+        ),
+        "mixed": factory.write_jsonl(
+            factory.cached("mixed", 600, (), 30), d / "mixed.jsonl", checkpoints=CKPTS
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def report(target: remotekit.Target, logs: dict[str, Path]) -> tl.TrainLogReport:
+    return tl.analyze_train_log(target, str(logs["homogeneous"]), points=400)
+
+
+def test_report_is_values(report: tl.TrainLogReport) -> None:
+    assert report.host == "local" and report.exit_code == 1 and not report.ok
+    assert isinstance(report.source, tl.LogSource) and report.source.rows == 600
+    assert report.preset is not None and report.preset.name == "olmo2"
+    assert all(isinstance(s, tl.Spike) for s in report.spikes)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.exit_code = 0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.spikes[0].step = 1  # type: ignore[misc]
+    assert set(report.findings) == {"spikes", "cliffs", "batch-composition"}
+
+
+def test_report_leads_to_the_batches(report: tl.TrainLogReport) -> None:
+    loss = {int(s.step): s for s in report.spikes if s.metric == "loss"}
+    assert set(loss) == set(SPIKES)
+    assert loss[200].at_event and loss[400].at_event and not loss[330].at_event
+    ck = next(c for c in report.correlations if c.kind == "checkpoint")
+    assert ck.beyond_chance and (ck.at_events, ck.spikes) == (2, 3)
+    comp = report.composition
+    assert comp is not None and comp.finding and comp.key == "bucket"
+    assert comp.buckets[0].bucket == "5"
+    assert report.distribution is not None and len(report.distribution.modes) >= 2
+    said = " ".join(report.diagnosis)
+    assert "2 of 3 sit at checkpoint saves" in said
+    assert "1 at no event: step 330" in said
+    assert "interleave buckets" in said
+    assert "no warmup" in said
+
+
+def test_series_and_histogram_come_back_small(report: tl.TrainLogReport) -> None:
+    loss = report.series_for("loss")
+    assert loss is not None and 100 < len(loss.steps) <= 420
+    assert report.histogram is not None and set(report.histogram.counts) == {"1", "3", "5"}
+    peaks = {s.peak_step: s.value for s in report.spikes if s.metric == "loss"}
+    got = dict(zip(loss.steps, loss.values))
+    assert all(got[k] == pytest.approx(v) for k, v in peaks.items())
+
+
+def test_clean_log_is_ok(target: remotekit.Target, logs: dict[str, Path]) -> None:
+    rep = tl.analyze_train_log(target, str(logs["mixed"]), ckpt_steps=[100], timeout=60)
+    assert rep.exit_code == 0 and rep.ok and rep.spikes == ()
+    assert rep.composition is not None and not rep.composition.finding
+    assert rep.diagnosis == ("no spikes, cliffs or signs of homogeneous batches.",)
+    assert any(e.kind == "checkpoint" and e.source == "ckpt-steps" for e in rep.events)
+
+
+def test_records_arrive_live(target: remotekit.Target, logs: dict[str, Path]) -> None:
+    seen: list[str] = []
+    tl.analyze_train_log(target, str(logs["mixed"]), on_record=lambda r: seen.append(r["type"]))
+    assert seen[0] == "source" and seen[-1] == "summary"
+
+
+def test_missing_log_is_exit_2_not_an_exception(target: remotekit.Target, tmp_path: Path) -> None:
+    rep = tl.analyze_train_log(target, str(tmp_path / "nope.jsonl"))
+    assert rep.exit_code == 2 and rep.source is None
+    assert "cannot read" in rep.errors[0]
+
+
+def test_unknown_preset(target: remotekit.Target, logs: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match="olmo-core"):
+        tl.analyze_train_log(target, str(logs["mixed"]), preset="olmo3")
+    out = io.StringIO()
+    assert tl.train_log_main(target, str(logs["mixed"]), preset="olmo3", out=out) == 2
+    assert "unknown preset" in out.getvalue()
+
+
+def test_main_text(target: remotekit.Target, logs: dict[str, Path]) -> None:
+    out = io.StringIO()
+    code = tl.train_log_main(target, str(logs["homogeneous"]), steps_per_epoch=150, out=out)
+    text = out.getvalue()
+    assert code == 1
+    assert "Verdict: loss is " in text and "interleave buckets" in text
+    assert "none within ±5 (nearest: epoch 300, 30 steps after)" in text
+    assert "checkpoint 200 (+0)" in text
+    assert "2 of 3" in text and "more than chance" in text
+    assert text.rstrip().endswith("exit 1 (findings: spikes, cliffs, batch-composition)")
+
+
+def test_main_json(target: remotekit.Target, logs: dict[str, Path]) -> None:
+    out = io.StringIO()
+    code = tl.train_log_main(
+        target, str(logs["homogeneous"]), json_out=True, metrics="loss,acc", out=out
+    )
+    doc = json.loads(out.getvalue())
+    assert code == doc["exit_code"] == 1
+    assert doc["source"]["metrics"] == ["loss", "acc"]
+    assert doc["composition"]["finding"] is True
+    assert doc["series"] == []  # only a plot asks for the series
+
+
+def test_plot(target: remotekit.Target, logs: dict[str, Path], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "run.png"
+    out = io.StringIO()
+    code = tl.train_log_main(target, str(logs["homogeneous"]), plot=str(png), out=out)
+    assert code == 1
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {png}" in out.getvalue()
+
+
+def test_plot_without_matplotlib_keeps_the_analysis_and_says_how(
+    target: remotekit.Target,
+    logs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    out = io.StringIO()
+    png = tmp_path / "run.png"
+    code = tl.train_log_main(target, str(logs["homogeneous"]), plot=str(png), out=out)
+    assert code == 2
+    assert "Verdict:" in out.getvalue()
+    assert "pip install 'remotekit[plot]'" in capsys.readouterr().err
+    assert not png.exists()
+
+
+def test_render_handles_a_failed_report() -> None:
+    rep = tl.TrainLogReport(host="h", path="/x", errors=("boom",), exit_code=2)
+    text = tl.render_report(rep)
+    assert "error: boom" in text and text.endswith("exit 2 (could not run)")
+
+
+def test_build_report_from_records_ignores_unknown_fields() -> None:
+    recs: list[dict[str, Any]] = [
+        {"type": "event", "kind": "resume", "step": 5, "source": "steps", "detail": "d", "new": 1},
+        {"type": "summary", "rows": 10, "spikes": 0, "findings": [], "exit": 0},
+    ]
+    rep = tl.build_report("h", "/x", recs)
+    assert rep.events == (tl.Event("resume", 5, "steps", "d"),) and rep.exit_code == 0
+    truncated = tl.build_report("h", "/x", recs[:1])
+    assert truncated.exit_code == 2 and "before its summary" in truncated.errors[0]
