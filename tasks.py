@@ -48,6 +48,13 @@ def _select(host: str, group: str, all: bool, inventory: str) -> list[remotekit.
     return [remotekit.Target(s) for s in specs]
 
 
+def _required(**values: str) -> None:
+    """Options a task cannot do without (options, not positionals: so --help stays help)."""
+    for name, value in values.items():
+        if not value:
+            raise Exit(f"remotekit: --{name.replace('_', '-')} is required", code=2)
+
+
 def _finding(o: HostOutcome) -> str:
     if o.error is not None:
         text = str(getattr(o.error, "message", None) or o.error)
@@ -89,7 +96,7 @@ def _fan(
     console = Console(names, quiet=json)
     if verbose:
         for t in targets:
-            console.say(f"{console.tag(t.name)} | chain: {t.chain}", stream="stderr")
+            console.say(f"{console.tag(t.name, 'stderr')} | chain: {t.chain}", stream="stderr")
     total, done, failed = len(targets), [0], [0]
 
     def on_done(o: HostOutcome) -> None:
@@ -101,22 +108,26 @@ def _fan(
                 f"== {o.host}{' ' + title if title else ''} ==\n{section}" if total > 1 else section
             )
         elif o.error is not None:
-            console.say(f"{console.tag(o.host)} | error: {o.error}", stream="stderr")
+            console.line(o.host, "stderr", f"error: {o.error}")
         console.progress(f"[{done[0]}/{total} hosts done, {failed[0]} failed]")
 
     interrupted = False
+    console.progress(f"[0/{total} hosts done, 0 failed]")
     with fleet(targets, parallel=parallel or None) as f:
         try:
             outcomes = f.map(lambda t: fn(t, console), on_done=on_done)
         except FleetInterrupted as exc:
             outcomes, interrupted = exc.outcomes, True
     console.done()
-    code = max((o.exit_code for o in outcomes), default=0)
+    code = 130 if interrupted else max((o.exit_code for o in outcomes), default=0)
+    missing = [t.name for t in targets if t.name not in {o.host for o in outcomes}]
     if json:
-        print(to_json({"exit_code": code, "hosts": [_outcome_json(o) for o in outcomes]}, indent=2))
+        doc: dict[str, Any] = {"exit_code": code, "interrupted": interrupted}
+        doc["hosts"] = [_outcome_json(o) for o in outcomes]
+        doc["hosts"] += [{"host": h, "status": "not run", "exit_code": None} for h in missing]
+        print(to_json(doc, indent=2))
     elif total > 1 or interrupted or any(o.exit_code == 2 for o in outcomes):
         rows = [(o.host, o.status, f"{o.duration_s:.1f}s", _finding(o)) for o in outcomes]
-        missing = [t.name for t in targets if t.name not in {o.host for o in outcomes}]
         rows += [(h, "not run", "-", "interrupted") for h in missing]
         console.say("\n" + table(["host", "status", "time", "finding"], rows))
     if interrupted:
@@ -188,7 +199,7 @@ def ping(c, host="", group="", all=False, parallel=0, json=False, verbose=False,
 )
 def run(
     c,
-    cmd,
+    cmd="",
     host="",
     group="",
     all=False,
@@ -199,9 +210,8 @@ def run(
     timeout=0.0,
 ):
     """Run a command on targets, output streamed live with host prefixes."""
+    _required(cmd=cmd)
     argv = shlex.split(cmd)
-    if not argv:
-        raise Exit("remotekit: --cmd is empty", code=2)
 
     def one(t: remotekit.Target, console: Console) -> Any:
         return t.run(argv, timeout=timeout or None, check=False, on_output=console.output(t.name))
@@ -227,7 +237,7 @@ def run(
 )
 def py(
     c,
-    script,
+    script="",
     args="",
     host="",
     group="",
@@ -239,6 +249,7 @@ def py(
     timeout=0.0,
 ):
     """Ship a Python file to targets and run it there with the target's interpreter."""
+    _required(script=script)
     try:
         shipped = remotekit.Script.from_path(script)
     except OSError as exc:
@@ -273,8 +284,8 @@ def py(
 )
 def put(
     c,
-    src,
-    dest,
+    src="",
+    dest="",
     host="",
     group="",
     all=False,
@@ -285,6 +296,7 @@ def put(
     timeout=0.0,
 ):
     """Copy a local file to targets (atomic: written beside, then renamed)."""
+    _required(src=src, dest=dest)
     _fan(
         host=host,
         group=group,
@@ -306,8 +318,9 @@ def put(
         "timeout": TIMEOUT_HELP,
     }
 )
-def get(c, src, dest, host="local", inventory="", timeout=0.0):
+def get(c, src="", dest="", host="local", inventory="", timeout=0.0):
     """Copy a file from one target to here."""
+    _required(src=src, dest=dest)
     [t] = _select(host, "", False, inventory)
     with t:
         try:
@@ -511,7 +524,7 @@ def diagnose(
 )
 def train_log(
     c,
-    path,
+    path="",
     host="",
     group="",
     all=False,
@@ -528,6 +541,7 @@ def train_log(
     timeout=0.0,
 ):
     """What happened to this run: spikes, cliffs, events, and batch composition."""
+    _required(path=path)
     from remotekit.diagnostics import trainlog
 
     def one(t: remotekit.Target, console: Console) -> Any:

@@ -103,6 +103,8 @@ class Fleet:
         (or any other exception) from ``fn`` becomes that host's ``error``.
         """
         outcomes: dict[int, HostOutcome] = {}
+        for t in self.targets:
+            t.resume()  # a target cancelled by an earlier interrupted map runs again
 
         def one(t: Target) -> HostOutcome:
             t0 = time.monotonic()

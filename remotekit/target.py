@@ -226,12 +226,16 @@ class Target:
         """Stop every step running on this target (from any thread), and refuse new ones.
 
         Each stopped step raises :class:`StepCancelled` in its own thread, after its process
-        tree there was stopped, as on a timeout.
+        tree there was stopped, as on a timeout. :meth:`resume` allows steps again.
         """
         self._cancelled.set()
         with self._lock:
             for proc in self._active:
                 proc.events.put(("cancel", None))
+
+    def resume(self) -> None:
+        """Allow steps again after :meth:`cancel`."""
+        self._cancelled.clear()
 
     def connect(self) -> None:
         """Open the connection now (otherwise the first step does)."""
@@ -649,6 +653,8 @@ class Target:
         probe = Script(_PING_PY, name="remotekit_ping.py")
         try:
             res = self.run_python(probe, step="ping", timeout=max(30.0, self.spec.timeouts.connect))
+        except StepCancelled:
+            raise
         except RemotekitError as exc:
             add(self.launch.interpreter or "python", False, exc.message)
             return
@@ -660,26 +666,38 @@ class Target:
 
     def _probe(self, argv: list[str], timeout: float = 15.0) -> tuple[int | None, str]:
         """Run a bare command on the node (no runner: for checks before the runner can run)."""
+        started = time.monotonic()
+        cancelled = StepCancelled(
+            Result(self.name, "ping", tuple(argv), None, "", "", 0.0, chain=self.chain)
+        )
+        if self._cancelled.is_set():
+            raise cancelled
         try:
             proc = self.transport.start(argv, [])
         except ExecutableMissing as exc:
             return 127, f"{exc.path}: not found"
+        with self._lock:
+            self._active.add(proc)
         proc.close_stdin()
         chunks: list[bytes] = []
-        end = time.monotonic() + timeout
-        while (left := end - time.monotonic()) > 0:
-            try:
-                kind, data = proc.events.get(timeout=left)
-            except queue.Empty:
-                break
-            if isinstance(data, bytes):
-                chunks.append(data)
-            else:
-                proc.terminate()
-                code = data if kind == "exit" and isinstance(data, int) else None
-                return code, b"".join(chunks).decode(errors="replace").strip()
-        proc.terminate()
-        return None, f"no answer within {timeout:g} s"
+        try:
+            while (left := started + timeout - time.monotonic()) > 0:
+                try:
+                    kind, data = proc.events.get(timeout=left)
+                except queue.Empty:
+                    break
+                if kind == "cancel":
+                    raise cancelled
+                if isinstance(data, bytes):
+                    chunks.append(data)
+                else:
+                    code = data if kind == "exit" and isinstance(data, int) else None
+                    return code, b"".join(chunks).decode(errors="replace").strip()
+            return None, f"no answer within {timeout:g} s"
+        finally:
+            with self._lock:
+                self._active.discard(proc)
+            proc.terminate()
 
 
 _PING_PY = b"""\

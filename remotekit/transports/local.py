@@ -7,6 +7,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import IO
 
@@ -22,6 +23,7 @@ _DRAIN_S = 0.5
 class LocalProcess:
     def __init__(self, argv: Sequence[str], stdin: Iterable[bytes]):
         self.events: queue.Queue[Event] = queue.Queue()
+        self._last_output = time.monotonic()
         try:
             self._proc = subprocess.Popen(
                 list(argv),
@@ -49,6 +51,7 @@ class LocalProcess:
         try:
             while data := os.read(fd, _CHUNK):
                 self.events.put((name, data))
+                self._last_output = time.monotonic()
         except OSError:
             pass
 
@@ -63,8 +66,14 @@ class LocalProcess:
 
     def _wait(self) -> None:
         code = self._proc.wait()
-        for t in self._readers:
-            t.join(_DRAIN_S)
+        # Read until both pipes close, or until they stay quiet for _DRAIN_S (a leftover
+        # child of the step may hold them open).
+        self._last_output = time.monotonic()
+        while any(t.is_alive() for t in self._readers):
+            for t in self._readers:
+                t.join(0.05)
+            if time.monotonic() - self._last_output > _DRAIN_S:
+                break
         self.events.put(("exit", 128 - code if code < 0 else code))
 
     def close_stdin(self) -> None:

@@ -15,6 +15,7 @@ import queue
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -89,15 +90,26 @@ class SSHProcess:
 
     def _pump(self) -> None:
         chan = self._chan
+        quiet_since: float | None = None  # the step exited and no output came since then
         try:
             while True:
                 if chan.recv_ready():
                     self.events.put(("stdout", chan.recv(_CHUNK)))
+                    quiet_since = None
                 elif chan.recv_stderr_ready():
                     self.events.put(("stderr", chan.recv_stderr(_CHUNK)))
+                    quiet_since = None
                 elif chan.eof_received or chan.closed or chan.exit_status_ready():
-                    # Output is done (or the step exited while something there still holds
-                    # its pipes): the exit status follows at once, or the connection died.
+                    if not (chan.eof_received or chan.closed):
+                        # sshd sends the exit status as soon as the command exits, before
+                        # the rest of its pipes (session.c): keep reading until EOF, or
+                        # until it stays quiet (a leftover child may hold the pipes open).
+                        now = time.monotonic()
+                        quiet_since = quiet_since or now
+                        if now - quiet_since < _DRAIN_S:
+                            select.select([chan], [], [], 0.05)
+                            continue
+                    # Output is done: the exit status follows at once, or the connection died.
                     chan.status_event.wait(_DRAIN_S)
                     if chan.recv_ready() or chan.recv_stderr_ready():
                         continue
