@@ -592,3 +592,290 @@ def train_log(
         title="train-log",
         after=draw,
     )
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+SAFETY_HELP = {
+    "allow_global": "a global a checkpoint may use under weights_only (module.Name; repeatable)",
+    "unsafe_pickle": "load with weights_only=False: RUNS ARBITRARY CODE from the file; only for files you trust",
+}
+
+
+def _ckpt():
+    from remotekit.diagnostics import checkpoints
+
+    return checkpoints
+
+
+def _scan_progress(console: Console, host: str) -> Callable[[Any], None]:
+    return lambda p: console.progress(f"{host}: " + _ckpt().progress_line(p))
+
+
+def _warn(console: Console, host: str) -> Callable[[str], None]:
+    return lambda message: console.line(host, "stderr", f"warning: {message}")
+
+
+@task(
+    iterable=["allow_global"],
+    help=_help(
+        path="a checkpoint file, a directory (searched recursively) or a glob (default: the host's `checkpoints:`)",
+        jobs="files scanned in parallel there",
+        timeout=TIMEOUT_HELP,
+        **SAFETY_HELP,
+    ),
+)
+def ckpt_scan(
+    c,
+    path="",
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    jobs=1,
+    allow_global=None,
+    unsafe_pickle=False,
+    timeout=0.0,
+):
+    """Are my checkpoints corrupt? NaN/Inf in weights and optimizer state (exit 1 if so)."""
+    ck = _ckpt()
+
+    def one(t: remotekit.Target, console: Console) -> Any:
+        where = path or t.spec.checkpoints
+        if not where:
+            raise remotekit.RemotekitError(
+                "no --path given and no `checkpoints:` for this host in hosts.yaml",
+                host=t.name,
+                step="ckpt-scan",
+            )
+        return ck.scan_checkpoints(
+            t,
+            where,
+            jobs=jobs,
+            allow_globals=list(allow_global or ()),
+            unsafe_pickle=unsafe_pickle,
+            timeout=timeout or None,
+            on_progress=_scan_progress(console, t.name),
+            on_warning=_warn(console, t.name),
+        )
+
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=one,
+        render=lambda scan: ck.render_scan(scan, plan=scan.plan),
+        title="ckpt-scan",
+    )
+
+
+@task(
+    iterable=["allow_global"],
+    help=_help(path="a checkpoint file or HF *.index.json", timeout=TIMEOUT_HELP, **SAFETY_HELP),
+)
+def ckpt_inspect(
+    c,
+    path="",
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    allow_global=None,
+    unsafe_pickle=False,
+    timeout=0.0,
+):
+    """Keys, dtypes, shapes, step/epoch and lr per param group, without reading tensor data."""
+    _required(path=path)
+    ck = _ckpt()
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=lambda t, console: ck.inspect_checkpoint(
+            t,
+            path,
+            allow_globals=list(allow_global or ()),
+            unsafe_pickle=unsafe_pickle,
+            timeout=timeout or None,
+        ),
+        render=ck.render_inspect,
+        title="ckpt-inspect",
+    )
+
+
+@task(
+    iterable=["allow_global"],
+    help=_help(
+        a="the earlier checkpoint",
+        b="the later checkpoint",
+        top="tensors listed by relative change",
+        timeout=TIMEOUT_HELP,
+        **SAFETY_HELP,
+    ),
+)
+def ckpt_diff(
+    c,
+    a="",
+    b="",
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    top=10,
+    allow_global=None,
+    unsafe_pickle=False,
+    timeout=0.0,
+):
+    """What changed between two checkpoints: the 'bad jump' finder."""
+    _required(a=a, b=b)
+    ck = _ckpt()
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=lambda t, console: ck.diff_checkpoints(
+            t,
+            a,
+            b,
+            top=top,
+            allow_globals=list(allow_global or ()),
+            unsafe_pickle=unsafe_pickle,
+            timeout=timeout or None,
+        ),
+        render=ck.render_diff,
+        title="ckpt-diff",
+    )
+
+
+@task(
+    iterable=["allow_global"],
+    help=_help(
+        path="a directory of checkpoints (default: the host's `checkpoints:`)",
+        linear="check every checkpoint instead of a binary search",
+        jobs="files scanned in parallel there",
+        timeout=TIMEOUT_HELP,
+        **SAFETY_HELP,
+    ),
+)
+def ckpt_bisect(
+    c,
+    path="",
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    linear=False,
+    jobs=1,
+    allow_global=None,
+    unsafe_pickle=False,
+    timeout=0.0,
+):
+    """The last clean and the first bad checkpoint, ordered by global_step."""
+    ck = _ckpt()
+
+    def one(t: remotekit.Target, console: Console) -> Any:
+        where = path or t.spec.checkpoints
+        if not where:
+            raise remotekit.RemotekitError(
+                "no --path given and no `checkpoints:` for this host in hosts.yaml",
+                host=t.name,
+                step="ckpt-bisect",
+            )
+        return ck.bisect_checkpoints(
+            t,
+            where,
+            linear=linear,
+            jobs=jobs,
+            allow_globals=list(allow_global or ()),
+            unsafe_pickle=unsafe_pickle,
+            timeout=timeout or None,
+            on_progress=_scan_progress(console, t.name),
+        )
+
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=one,
+        render=ck.render_bisect,
+        title="ckpt-bisect",
+    )
+
+
+@task(
+    help=_help(dir="where to make the samples there (default: a new temp dir, removed afterwards)")
+)
+def demo(
+    c, host="", group="", all=False, parallel=0, json=False, verbose=False, inventory="", dir=""
+):
+    """The main job in a minute, no server needed: make sample checkpoints and scan them."""
+    ck = _ckpt()
+
+    def one(t: remotekit.Target, console: Console) -> Any:
+        if dir:
+            return ck.run_demo(t, dir, on_progress=_scan_progress(console, t.name))
+        where = t.run(
+            ["python3", "-c", "import tempfile; print(tempfile.mkdtemp(prefix='remotekit-demo-'))"]
+        ).stdout.strip()
+        try:
+            return ck.run_demo(t, where, on_progress=_scan_progress(console, t.name))
+        finally:
+            t.run(["rm", "-rf", "--", where], check=False)
+
+    _fan(
+        host=host,
+        group=group,
+        all=all,
+        parallel=parallel,
+        json=json,
+        verbose=verbose,
+        inventory=inventory,
+        fn=one,
+        render=ck.render_demo,
+        title="demo",
+    )
+
+
+@task(help={"quick": "smaller sizes and fewer runs (minutes -> about one)"})
+def bench(c, quick=False):
+    """Run the benchmarks in bench/ (each compares against its named baseline in one run)."""
+    runs = [
+        ["bench/bench_engine.py", *(["--runs", "10"] if quick else [])],
+        ["bench/bench_fleet.py"],
+        ["bench/bench_trainlog.py"],
+        ["bench/bench_ckpt.py", *(["--size-gb", "0.5"] if quick else [])],
+    ]
+    worst = 0
+    for argv in runs:
+        print(f"== {argv[0]}", flush=True)
+        worst = max(worst, c.run(shlex.join([sys.executable, *argv]), warn=True).exited)
+    if worst:
+        raise Exit(code=worst)

@@ -1,0 +1,1548 @@
+"""Checkpoint diagnostics, the local half of ``remote/ckpt.py``: "are my checkpoints corrupt?"
+
+Four questions, one step each on the target (the data never leaves it):
+
+- :func:`scan_checkpoints` (``ckpt-scan``): exact NaN / +Inf / -Inf counts per checkpoint, in
+  model weights and in optimizer state, for a file, a directory or a glob;
+- :func:`inspect_checkpoint` (``ckpt-inspect``): keys, dtypes, shapes, step, optimizer
+  hyperparameters, without reading tensor data;
+- :func:`diff_checkpoints` (``ckpt-diff``): per-tensor relative change between two checkpoints,
+  and the values that became non-finite (or a negative second moment) on the way;
+- :func:`bisect_checkpoints` (``ckpt-bisect``): the last clean and the first bad checkpoint of
+  a run, ordered by global step.
+
+Each returns frozen reports with an ``exit_code``: 0 all clean, 1 findings (non-finite values),
+2 something could not be read (see :mod:`remotekit.diagnostics.base`). Each ``*_main`` task
+body prints a table (or JSON) and returns that exit code. The API functions raise the engine's
+:class:`~remotekit.RemotekitError` s, and :class:`CheckpointError` when the script there could
+not run at all (no torch, a path that does not exist, a bad ``--allow-global``); the task
+bodies turn those into one message and exit code 2.
+
+Safety: checkpoints are loaded with ``weights_only=True`` there, so a file cannot run code.
+``allow_globals`` allow-lists named globals (their modules are imported, nothing else);
+``unsafe_pickle=True`` loads plain pickle, which runs whatever the file holds.
+
+This module does not import torch: only the script that runs there does.
+
+>>> reports = scan_checkpoints(target, "/workspace/checkpoints", jobs=4)
+>>> reports.exit_code, [(r.path, r.status, r.nan_weights) for r in reports]
+(1, [('/workspace/checkpoints/step_1000/checkpoint.pt', 'clean', 0),
+     ('/workspace/checkpoints/step_2000/checkpoint.pt', 'bad', 3)])
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import sys
+import time
+import warnings
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, TextIO
+
+from remotekit.diagnostics.base import (
+    EXIT_FAILED,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Record,
+    run_records,
+    worst_exit,
+)
+from remotekit.errors import RemotekitError, StepError
+from remotekit.render import table, to_json
+from remotekit.result import Result
+
+if TYPE_CHECKING:
+    from remotekit.target import Target
+
+__all__ = [
+    "BadTensor",
+    "BisectPoint",
+    "BisectReport",
+    "CheckpointError",
+    "CheckpointReport",
+    "CheckpointScan",
+    "DiffFlag",
+    "DiffReport",
+    "InspectReport",
+    "OptimizerInfo",
+    "ParamGroup",
+    "Sample",
+    "ScanPlan",
+    "ScanProgress",
+    "TensorChange",
+    "TensorDiff",
+    "TensorInfo",
+    "bisect_checkpoints",
+    "bisect_main",
+    "demo_main",
+    "diff_checkpoints",
+    "diff_main",
+    "inspect_checkpoint",
+    "inspect_main",
+    "make_samples",
+    "render_bisect",
+    "render_diff",
+    "render_inspect",
+    "render_scan",
+    "scan_checkpoints",
+    "scan_exit_code",
+    "scan_main",
+]
+
+SCRIPT = "ckpt.py"
+SAMPLES_SCRIPT = "ckpt_samples.py"
+SECTIONS = ("weights", "optimizer")
+#: How many bad tensors the table lists per checkpoint (the report holds up to ``max_bad``).
+SHOW_BAD = 5
+
+ReportCallback = Callable[["CheckpointReport"], None]
+ProgressCallback = Callable[["ScanProgress"], None]
+WarningCallback = Callable[[str], None]
+
+
+class CheckpointError(StepError):
+    """The checkpoint script could not run at all; the message says why and what to do.
+
+    Raised for a fatal ``error`` record (no torch there, a path that does not exist, an
+    ``--allow-global`` name that cannot be imported) and for a script that stopped without
+    its final record (crashed or killed); ``result`` is the step's Result.
+    """
+
+
+# --------------------------------------------------------------------------- reports
+
+
+@dataclass(frozen=True)
+class BadTensor:
+    """One tensor with non-finite values (or negative values in a second-moment slot).
+
+    ``section`` is "weights" or "optimizer"; ``slot`` the optimizer state name (exp_avg,
+    exp_avg_sq, ...). ``first_index`` is the flat index of the first bad value.
+    ``shared_with`` names the other keys that share this tensor's storage (tied weights):
+    their counts are the same values, counted once in the checkpoint's totals.
+    """
+
+    name: str
+    section: str
+    slot: str | None
+    dtype: str
+    numel: int
+    nan: int
+    posinf: int
+    neginf: int
+    negative: int
+    first_index: int | None
+    shared_with: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        parts = [
+            f"{n} {label}"
+            for n, label in ((self.nan, "NaN"), (self.posinf, "+Inf"), (self.neginf, "-Inf"))
+            if n
+        ]
+        if self.negative:
+            parts.append(f"{self.negative} negative")
+        text = f"{self.name} ({self.section}, {self.dtype}, {self.numel} values): "
+        text += ", ".join(parts) or "bad values"
+        if self.first_index is not None:
+            text += f"; first at flat index {self.first_index}"
+        if self.shared_with:
+            text += f"; same storage as {', '.join(self.shared_with)}"
+        return text
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """The scan of one checkpoint (a file, or an HF index with its shards).
+
+    ``status``: "clean", "bad" (non-finite values, or a negative exp_avg_sq-like slot),
+    "error" (could not be read; ``error`` says why and what to do) or "unsupported" (a format
+    named but not handled yet: DCP directories, DeepSpeed ZeRO partitions). Counts are exact;
+    values in shared storage count once. ``params`` is the element count of the floating
+    tensors outside optimizer state; ``max_abs_*`` is the largest finite magnitude per section
+    (optimizer step counters left out).
+    ``needs_globals`` lists what weights-only loading refused (see ``allow_globals``).
+    """
+
+    path: str
+    status: str
+    error: str | None = None
+    format: str | None = None
+    global_step: int | float | None = None
+    epoch: int | float | None = None
+    params: int = 0
+    tensors: int = 0
+    skipped_tensors: int = 0
+    bytes: int = 0
+    nan_weights: int = 0
+    posinf_weights: int = 0
+    neginf_weights: int = 0
+    nan_optimizer: int = 0
+    posinf_optimizer: int = 0
+    neginf_optimizer: int = 0
+    negative_exp_avg_sq: int = 0
+    max_abs_weights: float | None = None
+    max_abs_optimizer: float | None = None
+    bad_tensors: tuple[BadTensor, ...] = ()
+    bad_tensors_total: int = 0
+    needs_globals: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Read in full and every value finite."""
+        return self.status == "clean"
+
+    @property
+    def nonfinite_weights(self) -> int:
+        return self.nan_weights + self.posinf_weights + self.neginf_weights
+
+    @property
+    def nonfinite_optimizer(self) -> int:
+        return self.nan_optimizer + self.posinf_optimizer + self.neginf_optimizer
+
+    @property
+    def exit_code(self) -> int:
+        return {"clean": EXIT_OK, "bad": EXIT_FINDINGS}.get(self.status, EXIT_FAILED)
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> CheckpointReport:
+        return cls(
+            path=str(rec.get("path")),
+            status=str(rec.get("status") or "error"),
+            error=rec.get("error"),
+            format=rec.get("format"),
+            global_step=_num(rec.get("global_step")),
+            epoch=_num(rec.get("epoch")),
+            params=_int(rec.get("params")),
+            tensors=_int(rec.get("tensors")),
+            skipped_tensors=_int(rec.get("skipped_tensors")),
+            bytes=_int(rec.get("bytes")),
+            nan_weights=_int(rec.get("nan_weights")),
+            posinf_weights=_int(rec.get("posinf_weights")),
+            neginf_weights=_int(rec.get("neginf_weights")),
+            nan_optimizer=_int(rec.get("nan_optimizer")),
+            posinf_optimizer=_int(rec.get("posinf_optimizer")),
+            neginf_optimizer=_int(rec.get("neginf_optimizer")),
+            negative_exp_avg_sq=_int(rec.get("negative_exp_avg_sq")),
+            max_abs_weights=_float(rec.get("max_abs_weights")),
+            max_abs_optimizer=_float(rec.get("max_abs_optimizer")),
+            bad_tensors=tuple(_bad_tensor(b) for b in rec.get("bad_tensors") or ()),
+            bad_tensors_total=_int(rec.get("bad_tensors_total")),
+            needs_globals=tuple(str(g) for g in rec.get("needs_globals") or ()),
+            notes=tuple(str(n) for n in rec.get("notes") or ()),
+            seconds=float(rec.get("seconds") or 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """What the scan found before it started: files (checkpoints), their bytes, skipped files."""
+
+    files: int
+    bytes: int
+    jobs: int
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScanProgress:
+    """Progress of a scan: whole checkpoints done, and bytes done (partial files included)."""
+
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    current: str | None = None
+
+
+class CheckpointScan(list[CheckpointReport]):
+    """The reports of one scan, sorted by path (a plain list of :class:`CheckpointReport`),
+    with the scan's verdict: ``exit_code`` (worst report), ``findings`` (one line per bad
+    checkpoint), ``errors`` (one line per unreadable or unsupported one), ``plan`` and the
+    script's ``warnings``."""
+
+    def __init__(
+        self,
+        reports: Sequence[CheckpointReport] = (),
+        *,
+        plan: ScanPlan | None = None,
+        warnings: Sequence[str] = (),
+    ) -> None:
+        super().__init__(sorted(reports, key=lambda r: r.path))
+        self.plan = plan
+        self.warnings = tuple(warnings)
+
+    @property
+    def exit_code(self) -> int:
+        return scan_exit_code(self)
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return tuple(f"{r.path}: {_counts_line(r)}" for r in self if r.status == "bad")
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return tuple(f"{r.path}: {r.error}" for r in self if r.status in ("error", "unsupported"))
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.warnings
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of an inspected checkpoint (no data read)."""
+
+    name: str
+    section: str
+    slot: str | None
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+    bytes: int
+    shared_with: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """An optimizer param group: its ``lr``, how many params, the other hyperparameters."""
+
+    index: int
+    lr: float | None
+    params: int
+    hyper: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    """An optimizer state dict found at ``path`` inside the checkpoint."""
+
+    path: str
+    groups: tuple[ParamGroup, ...]
+    state_params: int
+    slots: Mapping[str, int]
+    step: int | float | None
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    """Structure of one checkpoint: tensors, step/epoch, top-level scalars, optimizers."""
+
+    path: str
+    ok: bool
+    error: str | None
+    format: str | None
+    bytes: int
+    global_step: int | float | None
+    epoch: int | float | None
+    tensors: tuple[TensorInfo, ...]
+    top_keys: tuple[str, ...]
+    scalars: Mapping[str, Any]
+    optimizers: tuple[OptimizerInfo, ...]
+    totals: Mapping[str, Mapping[str, int]]
+    dtypes: Mapping[str, int]
+    metadata: Mapping[str, Any] | None
+    needs_globals: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_FAILED
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """B against A for one tensor: ``rel_change`` = ||B-A|| / ||A|| over the elements finite
+    in both; ``new_nonfinite`` counts elements finite in A and not in B."""
+
+    name: str
+    section: str
+    slot: str | None
+    dtype: str
+    numel: int
+    rel_change: float
+    max_abs_diff: float
+    cosine: float | None
+    nonfinite_a: int
+    nonfinite_b: int
+    new_nonfinite: int
+    negative_b: int
+
+
+@dataclass(frozen=True)
+class TensorChange:
+    """A tensor whose shape or dtype differs between A and B."""
+
+    name: str
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+    dtype_a: str
+    dtype_b: str
+
+
+@dataclass(frozen=True)
+class DiffFlag:
+    """A finding of the diff: ``kind`` is "new_nonfinite", "nonfinite_exp_avg_sq" or
+    "negative_exp_avg_sq" (any second-moment slot); ``count`` elements."""
+
+    name: str
+    section: str
+    kind: str
+    count: int
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """Checkpoint B compared with checkpoint A (see :func:`diff_checkpoints`)."""
+
+    a: str
+    b: str
+    ok: bool
+    error: str | None
+    format_a: str | None = None
+    format_b: str | None = None
+    step_a: int | float | None = None
+    step_b: int | float | None = None
+    step_delta: int | float | None = None
+    epoch_a: int | float | None = None
+    epoch_b: int | float | None = None
+    lr_a: tuple[tuple[float | None, ...], ...] = ()
+    lr_b: tuple[tuple[float | None, ...], ...] = ()
+    tensors_a: int = 0
+    tensors_b: int = 0
+    compared: int = 0
+    identical: int = 0
+    only_a: tuple[str, ...] = ()
+    only_b: tuple[str, ...] = ()
+    only_a_total: int = 0
+    only_b_total: int = 0
+    changes: tuple[TensorChange, ...] = ()
+    changes_total: int = 0
+    top_weights: tuple[TensorDiff, ...] = ()
+    top_optimizer: tuple[TensorDiff, ...] = ()
+    flags: tuple[DiffFlag, ...] = ()
+    flags_total: int = 0
+    rel_change_weights: float | None = None
+    rel_change_optimizer: float | None = None
+    needs_globals: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        if self.error:
+            return EXIT_FAILED
+        return EXIT_FINDINGS if self.flags_total else EXIT_OK
+
+
+@dataclass(frozen=True)
+class BisectPoint:
+    path: str
+    global_step: int | float | None
+    epoch: int | float | None = None
+
+
+@dataclass(frozen=True)
+class BisectReport:
+    """Where a run went bad: ``last_clean`` and ``first_bad`` in ``order`` ("global_step",
+    or "name" when some checkpoint has no step), with the first bad tensor and its section.
+
+    ``mode`` "binary" checks about log2(n) checkpoints and assumes that once one is bad every
+    later one is too; "linear" checks all, and ``later_clean`` lists clean ones after the
+    first bad (an isolated corrupt save rather than a divergence).
+    """
+
+    directory: str
+    order: str
+    mode: str
+    checkpoints: int
+    scanned: int
+    last_clean: BisectPoint | None
+    first_bad: BisectPoint | None
+    first_bad_tensor: BadTensor | None
+    unreadable: tuple[str, ...]
+    bad: tuple[str, ...]
+    later_clean: tuple[str, ...]
+    assumption: str | None
+    ordered: tuple[BisectPoint, ...]
+    reports: tuple[CheckpointReport, ...]
+
+    @property
+    def exit_code(self) -> int:
+        codes = [EXIT_FINDINGS if self.first_bad else EXIT_OK]
+        if self.unreadable:
+            codes.append(EXIT_FAILED)
+        return worst_exit(codes)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A sample checkpoint made by :func:`make_samples`; ``expect`` is the status a scan
+    must give it."""
+
+    name: str
+    path: str
+    expect: str
+    detail: str
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _int(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _float(v: Any) -> float | None:
+    """A float from a record; the script writes non-finite floats as "nan", "inf", "-inf"."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def _num(v: Any) -> int | float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return v
+    return _float(v)
+
+
+def _strs(v: Any) -> tuple[str, ...]:
+    return tuple(str(x) for x in v or ())
+
+
+def _bad_tensor(b: Mapping[str, Any]) -> BadTensor:
+    first = b.get("first_index")
+    return BadTensor(
+        name=str(b.get("name")),
+        section=str(b.get("section")),
+        slot=b.get("slot"),
+        dtype=str(b.get("dtype")),
+        numel=_int(b.get("numel")),
+        nan=_int(b.get("nan")),
+        posinf=_int(b.get("posinf")),
+        neginf=_int(b.get("neginf")),
+        negative=_int(b.get("negative")),
+        first_index=int(first) if isinstance(first, int) else None,
+        shared_with=_strs(b.get("shared_with")),
+    )
+
+
+def _tensor_diff(d: Mapping[str, Any]) -> TensorDiff:
+    rel = _float(d.get("rel_change"))
+    return TensorDiff(
+        name=str(d.get("name")),
+        section=str(d.get("section")),
+        slot=d.get("slot"),
+        dtype=str(d.get("dtype")),
+        numel=_int(d.get("numel")),
+        rel_change=math.nan if rel is None else rel,
+        max_abs_diff=_float(d.get("max_abs_diff")) or 0.0,
+        cosine=_float(d.get("cosine")),
+        nonfinite_a=_int(d.get("nonfinite_a")),
+        nonfinite_b=_int(d.get("nonfinite_b")),
+        new_nonfinite=_int(d.get("new_nonfinite")),
+        negative_b=_int(d.get("negative_b")),
+    )
+
+
+def _optimizer(o: Mapping[str, Any]) -> OptimizerInfo:
+    groups = tuple(
+        ParamGroup(
+            index=_int(g.get("index")),
+            lr=_float(g.get("lr")),
+            params=_int(g.get("params")),
+            hyper=dict(g.get("hyper") or {}),
+        )
+        for g in o.get("groups") or ()
+    )
+    return OptimizerInfo(
+        path=str(o.get("path") or ""),
+        groups=groups,
+        state_params=_int(o.get("state_params")),
+        slots={str(k): _int(v) for k, v in (o.get("slots") or {}).items()},
+        step=_num(o.get("step")),
+    )
+
+
+def _point(p: Mapping[str, Any] | None) -> BisectPoint | None:
+    if not p:
+        return None
+    return BisectPoint(str(p.get("path")), _num(p.get("global_step")), _num(p.get("epoch")))
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _safety_args(allow_globals: Sequence[str], unsafe_pickle: bool) -> list[str]:
+    if isinstance(allow_globals, str):
+        allow_globals = [allow_globals]  # one name given bare: not its characters
+    args: list[str] = []
+    for name in allow_globals:
+        args += ["--allow-global", name]
+    if unsafe_pickle:
+        args.append("--unsafe-pickle")
+    return args
+
+
+def _run(
+    target: Target,
+    script: str,
+    args: Sequence[str],
+    *,
+    step: str,
+    timeout: float | None,
+    on_record: Callable[[Record], None] | None = None,
+) -> tuple[list[Record], Result]:
+    """Run a checkpoint script; CheckpointError on a fatal record or a missing ``done``."""
+    tail: deque[str] = deque(maxlen=12)
+
+    def keep(stream: str, line: str) -> None:
+        tail.append(line)
+
+    records, result = run_records(
+        target, script, args, step=step, timeout=timeout, on_record=on_record, on_output=keep
+    )
+    fatal = [str(r.get("message")) for r in records if r.get("type") == "error"]
+    if fatal:
+        raise CheckpointError("; ".join(fatal), result=result)
+    if not any(r.get("type") == "done" for r in records):
+        msg = f"{script} {args[0] if args else ''} stopped before it finished (exit {result.exit_code})"
+        if tail:
+            msg += "; last output:\n" + "\n".join("  " + line for line in tail)
+        raise CheckpointError(msg, result=result)
+    return records, result
+
+
+class _Tracker:
+    """Turns plan / progress / checkpoint records into :class:`ScanProgress` callbacks."""
+
+    def __init__(self, on_progress: ProgressCallback | None) -> None:
+        self.on_progress = on_progress
+        self.files_total = self.bytes_total = 0
+        self.files_done = self.bytes_done = 0
+        self.partial: dict[str, int] = {}
+
+    def record(self, rec: Record) -> None:
+        kind = rec.get("type")
+        current: str | None = None
+        if kind == "plan":
+            self.files_total = _int(rec.get("files"))
+            self.bytes_total = _int(rec.get("bytes"))
+        elif kind == "progress":
+            current = str(rec.get("path"))
+            self.partial[current] = _int(rec.get("done"))
+        elif kind == "checkpoint":
+            self.partial.pop(str(rec.get("path")), None)
+            self.files_done += 1
+            self.bytes_done += _int(rec.get("bytes"))
+            current = str(rec.get("path"))
+        else:
+            return
+        if self.on_progress is not None:
+            done = min(self.bytes_total, self.bytes_done + sum(self.partial.values()))
+            self.on_progress(
+                ScanProgress(self.files_done, self.files_total, done, self.bytes_total, current)
+            )
+
+
+def _warn(on_warning: WarningCallback | None, message: str) -> None:
+    if on_warning is not None:
+        on_warning(message)
+    else:
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------- API
+
+
+def scan_checkpoints(
+    target: Target,
+    path: str,
+    *,
+    jobs: int = 1,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+    on_report: ReportCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_warning: WarningCallback | None = None,
+) -> CheckpointScan:
+    """Check every checkpoint at ``path`` there (a file, a directory searched recursively,
+    or a glob) for NaN / +Inf / -Inf, in weights and in optimizer state.
+
+    ``jobs`` checkpoints are checked in parallel (one worker process each, one checkpoint at
+    a time per worker). ``on_report`` gets each :class:`CheckpointReport` as soon as its
+    checkpoint is done, ``on_progress`` a :class:`ScanProgress` after each record, and
+    ``on_warning`` the script's warnings (default: :func:`warnings.warn`). A file that cannot
+    be read never stops the scan: it gets a report with status "error" and the reason.
+
+    Returns a :class:`CheckpointScan` (a list of reports sorted by path, with ``exit_code``).
+    Raises :class:`CheckpointError` when the scan cannot run at all (nothing at ``path``,
+    no torch there, an ``allow_globals`` name that cannot be imported) and the engine's
+    errors (timeout, connection, container, interpreter).
+    """
+    args = ["scan", path, "--jobs", str(max(1, jobs)), *_safety_args(allow_globals, unsafe_pickle)]
+    tracker = _Tracker(on_progress)
+    reports: list[CheckpointReport] = []
+    notes: list[str] = []
+    plan: list[ScanPlan] = []
+
+    def on_record(rec: Record) -> None:
+        kind = rec.get("type")
+        if kind == "plan":
+            plan.append(
+                ScanPlan(
+                    _int(rec.get("files")),
+                    _int(rec.get("bytes")),
+                    _int(rec.get("jobs")),
+                    _strs(rec.get("skipped")),
+                )
+            )
+        elif kind == "checkpoint":
+            report = CheckpointReport.from_record(rec)
+            reports.append(report)
+            if on_report is not None:
+                on_report(report)
+        elif kind == "warning":
+            notes.append(str(rec.get("message")))
+            _warn(on_warning, str(rec.get("message")))
+        tracker.record(rec)
+
+    _run(target, SCRIPT, args, step="ckpt-scan", timeout=timeout, on_record=on_record)
+    return CheckpointScan(reports, plan=plan[0] if plan else None, warnings=notes)
+
+
+def scan_exit_code(reports: Sequence[CheckpointReport]) -> int:
+    """0 all clean, 1 non-finite values found, 2 some checkpoint could not be read."""
+    return worst_exit([r.exit_code for r in reports])
+
+
+def inspect_checkpoint(
+    target: Target,
+    path: str,
+    *,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+) -> InspectReport:
+    """Keys, dtypes, shapes, sizes, step/epoch and optimizer hyperparameters of one checkpoint
+    (a file or an HF ``*.index.json``), without reading tensor data (memory-mapped torch
+    files; the safetensors header only). A checkpoint that cannot be read gives a report with
+    ``ok`` False and ``error``; CheckpointError / engine errors as in :func:`scan_checkpoints`.
+    """
+    args = ["inspect", path, *_safety_args(allow_globals, unsafe_pickle)]
+    records, _ = _run(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
+    tensors = tuple(
+        TensorInfo(
+            name=str(r.get("name")),
+            section=str(r.get("section")),
+            slot=r.get("slot"),
+            dtype=str(r.get("dtype")),
+            shape=tuple(_int(s) for s in r.get("shape") or ()),
+            numel=_int(r.get("numel")),
+            bytes=_int(r.get("bytes")),
+            shared_with=_strs(r.get("shared_with")),
+        )
+        for r in records
+        if r.get("type") == "tensor"
+    )
+    rec = next((r for r in records if r.get("type") == "inspect"), {})
+    return InspectReport(
+        path=str(rec.get("path", path)),
+        ok=bool(rec.get("ok")),
+        error=rec.get("error") if rec else "the script gave no inspect record",
+        format=rec.get("format"),
+        bytes=_int(rec.get("bytes")),
+        global_step=_num(rec.get("global_step")),
+        epoch=_num(rec.get("epoch")),
+        tensors=tensors,
+        top_keys=_strs(rec.get("top_keys")),
+        scalars=dict(rec.get("scalars") or {}),
+        optimizers=tuple(_optimizer(o) for o in rec.get("optimizers") or ()),
+        totals={str(k): dict(v) for k, v in (rec.get("totals") or {}).items()},
+        dtypes={str(k): _int(v) for k, v in (rec.get("dtypes") or {}).items()},
+        metadata=rec.get("metadata"),
+        needs_globals=_strs(rec.get("needs_globals")),
+        notes=_strs(rec.get("notes")),
+    )
+
+
+def diff_checkpoints(
+    target: Target,
+    a: str,
+    b: str,
+    *,
+    top: int = 10,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+) -> DiffReport:
+    """Compare checkpoint ``b`` with ``a``, tensor by tensor, there.
+
+    Per tensor: ||B-A|| / ||A||, max |B-A|, cosine, shape/dtype changes; keys only in one side
+    (after removing ``module.`` / ``_orig_mod.`` wrappers when that matches more names); step
+    delta and lr per param group; the ``top`` tensors by relative change per section. Flags
+    values that became non-finite, and negative or non-finite exp_avg_sq (exit code 1).
+    """
+    args = ["diff", a, b, "--top", str(max(1, top)), *_safety_args(allow_globals, unsafe_pickle)]
+    records, _ = _run(target, SCRIPT, args, step="ckpt-diff", timeout=timeout)
+    rec = next((r for r in records if r.get("type") == "diff"), None)
+    if rec is None:
+        return DiffReport(a=a, b=b, ok=False, error="the script gave no diff record")
+    rel = rec.get("rel_change") or {}
+
+    def lrs(v: Any) -> tuple[tuple[float | None, ...], ...]:
+        return tuple(tuple(_float(x) for x in group) for group in v or ())
+
+    return DiffReport(
+        a=a,
+        b=b,
+        ok=bool(rec.get("ok")),
+        error=rec.get("error"),
+        format_a=rec.get("format_a"),
+        format_b=rec.get("format_b"),
+        step_a=_num(rec.get("step_a")),
+        step_b=_num(rec.get("step_b")),
+        step_delta=_num(rec.get("step_delta")),
+        epoch_a=_num(rec.get("epoch_a")),
+        epoch_b=_num(rec.get("epoch_b")),
+        lr_a=lrs(rec.get("lr_a")),
+        lr_b=lrs(rec.get("lr_b")),
+        tensors_a=_int(rec.get("tensors_a")),
+        tensors_b=_int(rec.get("tensors_b")),
+        compared=_int(rec.get("compared")),
+        identical=_int(rec.get("identical")),
+        only_a=_strs(rec.get("only_a")),
+        only_b=_strs(rec.get("only_b")),
+        only_a_total=_int(rec.get("only_a_total")),
+        only_b_total=_int(rec.get("only_b_total")),
+        changes=tuple(
+            TensorChange(
+                name=str(c.get("name")),
+                shape_a=tuple(_int(s) for s in c.get("shape_a") or ()),
+                shape_b=tuple(_int(s) for s in c.get("shape_b") or ()),
+                dtype_a=str(c.get("dtype_a")),
+                dtype_b=str(c.get("dtype_b")),
+            )
+            for c in rec.get("changes") or ()
+        ),
+        changes_total=_int(rec.get("changes_total")),
+        top_weights=tuple(_tensor_diff(d) for d in rec.get("top_weights") or ()),
+        top_optimizer=tuple(_tensor_diff(d) for d in rec.get("top_optimizer") or ()),
+        flags=tuple(
+            DiffFlag(
+                str(f.get("name")), str(f.get("section")), str(f.get("kind")), _int(f.get("count"))
+            )
+            for f in rec.get("flags") or ()
+        ),
+        flags_total=_int(rec.get("flags_total")),
+        rel_change_weights=_float(rel.get("weights")),
+        rel_change_optimizer=_float(rel.get("optimizer")),
+        needs_globals=_strs(rec.get("needs_globals")),
+        notes=_strs(rec.get("notes")),
+    )
+
+
+def bisect_checkpoints(
+    target: Target,
+    directory: str,
+    *,
+    linear: bool = False,
+    jobs: int = 1,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+    on_report: ReportCallback | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> BisectReport:
+    """Order the checkpoints under ``directory`` by global step (or by name, naturally sorted,
+    when some has none) and find the last clean and the first bad one.
+
+    By default a binary search (about log2(n) scans; assumes that once a checkpoint is bad,
+    every later one is too); ``linear=True`` scans all (with ``jobs`` workers) and reports
+    clean checkpoints after the first bad one. Unreadable checkpoints are left out of the
+    order and listed in ``unreadable`` (exit code 2).
+    """
+    args = ["bisect", directory, "--jobs", str(max(1, jobs))]
+    if linear:
+        args.append("--linear")
+    args += _safety_args(allow_globals, unsafe_pickle)
+    tracker = _Tracker(on_progress)
+    reports: list[CheckpointReport] = []
+
+    def on_record(rec: Record) -> None:
+        if rec.get("type") == "checkpoint":
+            report = CheckpointReport.from_record(rec)
+            reports.append(report)
+            if on_report is not None:
+                on_report(report)
+        tracker.record(rec)
+
+    records, result = _run(
+        target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=on_record
+    )
+    rec = next((r for r in records if r.get("type") == "bisect"), None)
+    if rec is None:
+        raise CheckpointError("ckpt.py bisect gave no bisect record", result=result)
+    order = next((r for r in records if r.get("type") == "order"), {})
+    first_bad = rec.get("first_bad") or None
+    return BisectReport(
+        directory=directory,
+        order=str(rec.get("order")),
+        mode=str(rec.get("mode")),
+        checkpoints=_int(rec.get("checkpoints")),
+        scanned=_int(rec.get("scanned")),
+        last_clean=_point(rec.get("last_clean")),
+        first_bad=_point(first_bad),
+        first_bad_tensor=_bad_tensor(first_bad["tensor"])
+        if first_bad and first_bad.get("tensor")
+        else None,
+        unreadable=_strs(rec.get("unreadable")),
+        bad=_strs(rec.get("bad")),
+        later_clean=_strs(rec.get("later_clean")),
+        assumption=rec.get("assumption"),
+        ordered=tuple(p for p in (_point(c) for c in order.get("checkpoints") or ()) if p),
+        reports=tuple(reports),
+    )
+
+
+def make_samples(
+    target: Target, directory: str, *, steps: int = 5, timeout: float | None = None
+) -> list[Sample]:
+    """Write the demo's sample checkpoints into ``directory`` there (``remote/ckpt_samples.py``):
+    clean, NaN in weights, +Inf in Adam state, truncated, needs an unsafe global."""
+    records, _ = _run(
+        target,
+        SAMPLES_SCRIPT,
+        [directory, "--steps", str(steps)],
+        step="ckpt-samples",
+        timeout=timeout,
+    )
+    return [
+        Sample(str(r.get("name")), str(r.get("path")), str(r.get("expect")), str(r.get("detail")))
+        for r in records
+        if r.get("type") == "sample"
+    ]
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _size(n: int | None) -> str | None:
+    if n is None:
+        return None
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def _g(x: float | None) -> str | None:
+    if x is None:
+        return None
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.3g}"
+
+
+def _triple(r: CheckpointReport, section: str) -> str | None:
+    """ "NaN/+Inf/-Inf" of a section; None ("-") for a checkpoint that was not read at all."""
+    counts = [getattr(r, f"{kind}_{section}") for kind in ("nan", "posinf", "neginf")]
+    if r.status not in ("clean", "bad") and not any(counts) and not r.params:
+        return None
+    return "/".join(str(c) for c in counts)
+
+
+def _counts_line(r: CheckpointReport) -> str:
+    parts = []
+    for label, sec in (("weights", "weights"), ("optimizer state", "optimizer")):
+        nan = getattr(r, f"nan_{sec}")
+        pos = getattr(r, f"posinf_{sec}")
+        neg = getattr(r, f"neginf_{sec}")
+        if nan or pos or neg:
+            parts.append(f"{label}: {nan} NaN, {pos} +Inf, {neg} -Inf")
+    if r.negative_exp_avg_sq:
+        parts.append(f"{r.negative_exp_avg_sq} negative exp_avg_sq values")
+    return "; ".join(parts) or "clean"
+
+
+def _display_paths(paths: Sequence[str]) -> dict[str, str]:
+    """Paths relative to their common parent (remote paths are POSIX)."""
+    if len(paths) <= 1:
+        return {p: p for p in paths}
+    try:
+        base = posixpath.commonpath([posixpath.dirname(p) or "/" for p in paths])
+    except ValueError:  # relative and absolute mixed
+        return {p: p for p in paths}
+    return {p: (posixpath.relpath(p, base) if base not in ("", "/") else p) for p in paths}
+
+
+def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = None) -> str:
+    """The scan table (counts are NaN/+Inf/-Inf), then findings, errors and a summary line."""
+    shown = _display_paths([r.path for r in reports])
+    rows = [
+        [
+            shown[r.path],
+            r.status,
+            r.format,
+            r.global_step,
+            r.epoch,
+            _count(r.params) if r.status in ("clean", "bad") else None,
+            _size(r.bytes),
+            _triple(r, "weights"),
+            _triple(r, "optimizer"),
+            _g(r.max_abs_weights),
+            _g(r.max_abs_optimizer),
+            f"{r.seconds:.1f}",
+        ]
+        for r in reports
+    ]
+    headers = [
+        "CHECKPOINT",
+        "STATUS",
+        "FORMAT",
+        "STEP",
+        "EPOCH",
+        "PARAMS",
+        "SIZE",
+        "WEIGHTS NaN/+Inf/-Inf",
+        "OPTIM NaN/+Inf/-Inf",
+        "MAX|W|",
+        "MAX|OPT|",
+        "SECONDS",
+    ]
+    lines = [table(headers, rows)]
+    bad = [r for r in reports if r.status == "bad"]
+    if bad:
+        lines.append("")
+        lines.append("Bad values:")
+        for r in bad:
+            lines.append(f"  {shown[r.path]}: {_counts_line(r)}")
+            for t in r.bad_tensors[:SHOW_BAD]:
+                lines.append(f"    {t.describe()}")
+            more = r.bad_tensors_total - min(len(r.bad_tensors), SHOW_BAD)
+            if more > 0:
+                lines.append(f"    ... and {more} more tensor(s) (--json lists up to 20)")
+    failed = [r for r in reports if r.status in ("error", "unsupported")]
+    if failed:
+        lines.append("")
+        lines.append("Could not check:")
+        for r in failed:
+            lines.append(f"  {shown[r.path]}: {r.error}")
+    counts = {
+        s: sum(1 for r in reports if r.status == s)
+        for s in ("clean", "bad", "error", "unsupported")
+    }
+    summary = (
+        f"{len(reports)} checkpoint(s): {counts['clean']} clean, {counts['bad']} with bad values, "
+        f"{counts['error']} unreadable"
+    )
+    if counts["unsupported"]:
+        summary += f", {counts['unsupported']} not supported yet"
+    if plan is not None and plan.skipped:
+        summary += f"; skipped {len(plan.skipped)} trainer side file(s)"
+    summary += f" (exit {scan_exit_code(reports)})"
+    lines += ["", summary]
+    return "\n".join(lines)
+
+
+def render_inspect(report: InspectReport) -> str:
+    """Header (format, size, step), optimizer groups with lr, then every tensor."""
+    head = f"{report.path}: {report.format or '?'}, {_size(report.bytes)}"
+    head += f", step {report.global_step if report.global_step is not None else '?'}"
+    head += f", epoch {report.epoch if report.epoch is not None else '?'}"
+    lines = [head]
+    if report.error:
+        lines.append(f"error: {report.error}")
+    if report.top_keys:
+        lines.append("top-level keys: " + ", ".join(report.top_keys))
+    if report.scalars:
+        lines.append("scalars: " + ", ".join(f"{k}={v!r}" for k, v in report.scalars.items()))
+    for o in report.optimizers:
+        slots = ", ".join(f"{k} x{v}" for k, v in o.slots.items())
+        lines.append(
+            f"optimizer at {o.path or '<root>'}: state for {o.state_params} params ({slots}); "
+            f"step {o.step if o.step is not None else '?'}"
+        )
+        keys = sorted({k for g in o.groups for k in g.hyper})
+        rows = [[g.index, _g(g.lr), g.params, *[g.hyper.get(k) for k in keys]] for g in o.groups]
+        lines.append(_indent(table(["GROUP", "LR", "PARAMS", *[k.upper() for k in keys]], rows)))
+    if report.tensors:
+        rows = [
+            [
+                t.name,
+                t.section,
+                t.dtype,
+                "x".join(str(s) for s in t.shape) or "scalar",
+                t.numel,
+                _size(t.bytes),
+                ", ".join(t.shared_with) or None,
+            ]
+            for t in report.tensors
+        ]
+        lines.append("")
+        lines.append(
+            table(["TENSOR", "SECTION", "DTYPE", "SHAPE", "NUMEL", "SIZE", "SHARED WITH"], rows)
+        )
+    for sec, t in report.totals.items():
+        lines.append(
+            f"{sec}: {t.get('tensors', 0)} tensors, {_count(t.get('numel', 0))} values, {_size(t.get('bytes', 0))}"
+        )
+    if report.dtypes:
+        lines.append("dtypes: " + ", ".join(f"{k} {_count(v)}" for k, v in report.dtypes.items()))
+    lines += [f"note: {n}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def _indent(text: str, by: str = "  ") -> str:
+    return "\n".join(by + line for line in text.splitlines())
+
+
+def _pct(x: float | None) -> str | None:
+    if x is None:
+        return None
+    if math.isinf(x) or math.isnan(x):
+        return _g(x)
+    return f"{100 * x:.3g}%"
+
+
+def render_diff(report: DiffReport) -> str:
+    """Steps and lr, key differences, top tensors by relative change, and the flags."""
+    lines = [
+        f"A: {report.a} (step {report.step_a}, epoch {report.epoch_a})",
+        f"B: {report.b} (step {report.step_b}, epoch {report.epoch_b})",
+    ]
+    if report.error:
+        lines.append(f"error: {report.error}")
+        if not report.compared:
+            return "\n".join(lines)
+    if report.step_delta is not None:
+        lines.append(f"step delta: {report.step_delta:+}")
+    for i, (la, lb) in enumerate(zip(report.lr_a, report.lr_b)):
+        lines.append(f"optimizer {i} lr per group: {list(la)} -> {list(lb)}")
+    lines.append(
+        f"compared {report.compared} tensors ({report.identical} identical); "
+        f"only in A: {report.only_a_total}, only in B: {report.only_b_total}, "
+        f"shape/dtype changes: {report.changes_total}"
+    )
+    lines.append(
+        f"relative change: weights {_pct(report.rel_change_weights)}, "
+        f"optimizer state {_pct(report.rel_change_optimizer)}"
+    )
+    for title, names in (("only in A", report.only_a), ("only in B", report.only_b)):
+        if names:
+            lines.append(f"{title}: " + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
+    if report.changes:
+        rows: list[list[Any]] = [
+            [
+                c.name,
+                "x".join(map(str, c.shape_a)),
+                "x".join(map(str, c.shape_b)),
+                c.dtype_a,
+                c.dtype_b,
+            ]
+            for c in report.changes
+        ]
+        lines += ["", table(["TENSOR", "SHAPE A", "SHAPE B", "DTYPE A", "DTYPE B"], rows)]
+    for title, diffs in (
+        ("weights", report.top_weights),
+        ("optimizer state", report.top_optimizer),
+    ):
+        if not diffs:
+            continue
+        rows = [
+            [
+                d.name,
+                _pct(d.rel_change),
+                _g(d.max_abs_diff),
+                _g(d.cosine),
+                d.dtype,
+                d.numel,
+                d.new_nonfinite or None,
+            ]
+            for d in diffs
+        ]
+        lines += ["", f"Top {title} by relative change ||B-A||/||A||:"]
+        lines.append(
+            table(
+                ["TENSOR", "REL CHANGE", "MAX|B-A|", "COSINE", "DTYPE", "NUMEL", "NEW NON-FINITE"],
+                rows,
+            )
+        )
+    if report.flags:
+        lines += ["", "Flags:"]
+        lines.append(
+            table(
+                ["TENSOR", "SECTION", "FINDING", "COUNT"],
+                [[f.name, f.section, f.kind, f.count] for f in report.flags],
+            )
+        )
+    lines += [f"note: {n}" for n in report.notes]
+    verdict = {
+        EXIT_OK: "no new non-finite values",
+        EXIT_FINDINGS: f"{report.flags_total} finding(s)",
+        EXIT_FAILED: "could not compare",
+    }[report.exit_code]
+    lines += ["", f"diff: {verdict} (exit {report.exit_code})"]
+    return "\n".join(lines)
+
+
+def render_bisect(report: BisectReport) -> str:
+    """The ordered checkpoints with the status of those scanned, then the answer."""
+    by_path = {r.path: r for r in report.reports}
+    shown = _display_paths([p.path for p in report.ordered] or [report.directory])
+    rows = []
+    for i, p in enumerate(report.ordered):
+        r = by_path.get(p.path)
+        mark = ""
+        if report.last_clean and p.path == report.last_clean.path:
+            mark = "<- last clean"
+        if report.first_bad and p.path == report.first_bad.path:
+            mark = "<- first bad"
+        rows.append(
+            [
+                i + 1,
+                shown.get(p.path, p.path),
+                p.global_step,
+                r.status if r else "(not scanned)",
+                _counts_line(r) if r and r.status == "bad" else None,
+                mark or None,
+            ]
+        )
+    lines = [
+        f"{report.checkpoints} checkpoint(s) under {report.directory}, ordered by {report.order}; "
+        f"scanned {report.scanned} ({report.mode} search)",
+        table(["#", "CHECKPOINT", "STEP", "STATUS", "BAD VALUES", ""], rows),
+        "",
+    ]
+    if report.first_bad is None:
+        lines.append("no bad checkpoint found" + (" (all clean)" if not report.unreadable else ""))
+    else:
+        lc = report.last_clean
+        lines.append(
+            f"last clean: {lc.path} (step {lc.global_step})"
+            if lc
+            else "last clean: none (the first checkpoint is bad)"
+        )
+        lines.append(f"first bad:  {report.first_bad.path} (step {report.first_bad.global_step})")
+        if report.first_bad_tensor is not None:
+            lines.append(f"  first bad tensor: {report.first_bad_tensor.describe()}")
+    if report.later_clean:
+        lines.append(
+            f"{len(report.later_clean)} clean checkpoint(s) after the first bad one: isolated bad "
+            "saves rather than a divergence? " + ", ".join(report.later_clean[:5])
+        )
+    if report.assumption:
+        lines.append(f"note: {report.assumption}")
+    for path in report.unreadable:
+        r = by_path.get(path)
+        lines.append(f"could not check {path}: {r.error if r else 'unreadable'}")
+    lines.append(f"bisect: exit {report.exit_code}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- task bodies
+
+
+class _ProgressBar:
+    """One redrawn line on a TTY: files and bytes done, the file being checked."""
+
+    WIDTH = 24
+
+    def __init__(self, stream: TextIO, label: str) -> None:
+        self.stream = stream
+        self.label = label
+        self.last = 0.0
+        self.drawn = False
+
+    def __call__(self, p: ScanProgress) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.1 and p.files_done < p.files_total:
+            return
+        self.last = now
+        frac = (
+            p.bytes_done / p.bytes_total
+            if p.bytes_total
+            else (p.files_done / max(1, p.files_total))
+        )
+        filled = int(self.WIDTH * min(1.0, frac))
+        name = (
+            posixpath.basename(posixpath.dirname(p.current or ""))
+            + "/"
+            + posixpath.basename(p.current or "")
+        )
+        line = (
+            f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+            f"{p.files_done}/{p.files_total} files  {_size(p.bytes_done)}/{_size(p.bytes_total)}  {name}"
+        )
+        self.stream.write("\r\x1b[K" + line[:160])
+        self.stream.flush()
+        self.drawn = True
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.drawn = False
+
+
+def _bar(err: TextIO, label: str, show: bool | None) -> _ProgressBar | None:
+    if show is None:
+        isatty = getattr(err, "isatty", None)
+        show = bool(isatty and isatty())
+    return _ProgressBar(err, label) if show else None
+
+
+def _warner(err: TextIO, bar: _ProgressBar | None) -> WarningCallback:
+    def warn(message: str) -> None:
+        if bar is not None:
+            bar.clear()
+        err.write(f"warning: {message}\n")
+
+    return warn
+
+
+def _fail(exc: RemotekitError, name: str, json_out: bool, out: TextIO, err: TextIO) -> int:
+    if json_out:
+        out.write(to_json({"exit_code": EXIT_FAILED, "error": str(exc)}, indent=2) + "\n")
+    else:
+        err.write(f"{name}: error: {exc}\n")
+    return EXIT_FAILED
+
+
+def scan_main(
+    target: Target,
+    path: str,
+    *,
+    json_out: bool = False,
+    jobs: int = 1,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``ckpt-scan`` task: scan ``path``, print the table (or JSON), return 0/1/2.
+
+    A progress bar is drawn on ``err`` when it is a TTY (``progress`` forces it on or off);
+    script warnings (``--unsafe-pickle``) go to ``err`` too.
+    """
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    bar = _bar(err, "ckpt-scan", progress)
+    try:
+        reports = scan_checkpoints(
+            target,
+            path,
+            jobs=jobs,
+            allow_globals=allow_globals,
+            unsafe_pickle=unsafe_pickle,
+            timeout=timeout,
+            on_progress=bar,
+            on_warning=_warner(err, bar),
+        )
+    except RemotekitError as exc:
+        return _fail(exc, "ckpt-scan", json_out, out, err)
+    finally:
+        if bar is not None:
+            bar.clear()
+    code = reports.exit_code
+    if json_out:
+        doc = {
+            "path": path,
+            "exit_code": code,
+            "plan": reports.plan,
+            "warnings": reports.warnings,
+            "checkpoints": list(reports),
+        }
+        out.write(to_json(doc, indent=2) + "\n")
+    else:
+        out.write(render_scan(reports, plan=reports.plan) + "\n")
+    return code
+
+
+def inspect_main(
+    target: Target,
+    path: str,
+    *,
+    json_out: bool = False,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``ckpt-inspect`` task: print :func:`inspect_checkpoint` of ``path``; return 0 or 2."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    try:
+        report = inspect_checkpoint(
+            target, path, allow_globals=allow_globals, unsafe_pickle=unsafe_pickle, timeout=timeout
+        )
+    except RemotekitError as exc:
+        return _fail(exc, "ckpt-inspect", json_out, out, err)
+    out.write((to_json(report, indent=2) if json_out else render_inspect(report)) + "\n")
+    return report.exit_code
+
+
+def diff_main(
+    target: Target,
+    a: str,
+    b: str,
+    *,
+    top: int = 10,
+    json_out: bool = False,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``ckpt-diff`` task: print :func:`diff_checkpoints` of ``a`` -> ``b``; return 0/1/2."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    try:
+        report = diff_checkpoints(
+            target,
+            a,
+            b,
+            top=top,
+            allow_globals=allow_globals,
+            unsafe_pickle=unsafe_pickle,
+            timeout=timeout,
+        )
+    except RemotekitError as exc:
+        return _fail(exc, "ckpt-diff", json_out, out, err)
+    out.write((to_json(report, indent=2) if json_out else render_diff(report)) + "\n")
+    return report.exit_code
+
+
+def bisect_main(
+    target: Target,
+    directory: str,
+    *,
+    linear: bool = False,
+    jobs: int = 1,
+    json_out: bool = False,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``ckpt-bisect`` task: print :func:`bisect_checkpoints` of ``directory``; return 0/1/2."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    bar = _bar(err, "ckpt-bisect", progress)
+    try:
+        report = bisect_checkpoints(
+            target,
+            directory,
+            linear=linear,
+            jobs=jobs,
+            allow_globals=allow_globals,
+            unsafe_pickle=unsafe_pickle,
+            timeout=timeout,
+            on_progress=bar,
+        )
+    except RemotekitError as exc:
+        return _fail(exc, "ckpt-bisect", json_out, out, err)
+    finally:
+        if bar is not None:
+            bar.clear()
+    out.write((to_json(report, indent=2) if json_out else render_bisect(report)) + "\n")
+    return report.exit_code
+
+
+def demo_main(
+    target: Target,
+    directory: str,
+    *,
+    json_out: bool = False,
+    jobs: int = 1,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``demo`` task: make the sample checkpoints in ``directory`` there, scan it, print the
+    table, and check that the scan found what was planted. Returns 0 when every sample got
+    the status it should, 1 when one did not, 2 when the demo could not run."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    bar = _bar(err, "ckpt-scan", progress)
+    try:
+        samples = make_samples(target, directory, timeout=timeout)
+        reports = scan_checkpoints(
+            target,
+            directory,
+            jobs=jobs,
+            timeout=timeout,
+            on_progress=bar,
+            on_warning=_warner(err, bar),
+        )
+    except RemotekitError as exc:
+        return _fail(exc, "demo", json_out, out, err)
+    finally:
+        if bar is not None:
+            bar.clear()
+    by_path = {r.path: r for r in reports}
+    mismatches = []
+    for s in samples:
+        got = by_path.get(s.path)
+        if got is None or got.status != s.expect:
+            mismatches.append(
+                f"{s.name}: expected {s.expect}, scan says {got.status if got else 'nothing'}"
+            )
+    code = EXIT_OK if samples and not mismatches else EXIT_FINDINGS
+    if json_out:
+        out.write(
+            to_json(
+                {
+                    "directory": directory,
+                    "exit_code": code,
+                    "samples": samples,
+                    "mismatches": mismatches,
+                    "checkpoints": list(reports),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        return code
+    out.write(f"Made {len(samples)} sample checkpoints in {directory} on {target.name}:\n")
+    for s in samples:
+        out.write(f"  {s.name:<14} {s.detail} (a scan must say: {s.expect})\n")
+    out.write("\n" + render_scan(reports, plan=reports.plan) + "\n\n")
+    if mismatches:
+        out.write("demo: the scan disagrees with what was planted:\n")
+        out.writelines(f"  {m}\n" for m in mismatches)
+    else:
+        out.write(
+            f"demo: the scan found every planted fault ({len(samples)}/{len(samples)} samples as expected)\n"
+        )
+    return code

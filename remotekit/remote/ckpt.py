@@ -1,0 +1,2255 @@
+#!/usr/bin/env python3
+"""Checkpoint diagnostics, run *there*: "are my checkpoints corrupt?"
+
+Standalone: the standard library and torch >= 2.1 only, Python >= 3.8. Subcommands::
+
+    ckpt.py scan PATH [--jobs N] [--allow-global NAME]... [--unsafe-pickle] [--max-bad 20]
+    ckpt.py inspect PATH [--allow-global NAME]... [--unsafe-pickle]
+    ckpt.py diff A B [--top 10] [--allow-global NAME]... [--unsafe-pickle]
+    ckpt.py bisect DIR [--linear] [--jobs N] [--allow-global NAME]... [--unsafe-pickle]
+
+PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt,
+*.safetensors and Hugging Face ``*.index.json`` shard indexes) or a glob. Formats: torch.save
+files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors (parsed here:
+8-byte little-endian header length, JSON header, raw data; no safetensors package needed) and
+HF sharded checkpoints (``weight_map``). torch.distributed.checkpoint directories (``.metadata``)
+and DeepSpeed ZeRO partitions are named as not supported yet.
+
+Output: one JSON object per stdout line, flushed as it is made, each with a ``"type"``:
+
+    plan        {files, bytes, jobs, skipped: [paths]}            first record of scan/bisect
+    progress    {path, done, total}                               tensor bytes checked in a file
+    checkpoint  {path, status, ok, error, format, global_step, epoch, params, tensors,
+                 skipped_tensors, bytes, nan_weights, posinf_weights, neginf_weights,
+                 nan_optimizer, posinf_optimizer, neginf_optimizer, negative_exp_avg_sq,
+                 max_abs_weights, max_abs_optimizer, bad_tensors: [{name, section, slot, dtype,
+                 numel, nan, posinf, neginf, negative, first_index, shared_with}],
+                 bad_tensors_total, needs_globals, notes, seconds}
+    meta        {path, global_step, epoch, error}                 (bisect ordering)
+    order       {order, checkpoints: [{path, global_step}]}       (bisect)
+    bisect      {directory, order, mode, checkpoints, scanned, last_clean, first_bad,
+                 unreadable, bad, later_clean, assumption}
+    tensor      {name, section, slot, dtype, shape, numel, bytes, shared_with}   (inspect)
+    inspect     {path, ok, error, format, bytes, global_step, epoch, top_keys, scalars,
+                 optimizers, totals, dtypes, metadata, needs_globals, notes}
+    diff        {a, b, ok, error, format_a/b, step_a/b, step_delta, epoch_a/b, lr_a/b,
+                 tensors_a/b, compared, identical, only_a/b(_total), changes(_total),
+                 top_weights, top_optimizer, flags(_total), rel_change, notes}
+    warning     {message}
+    error       {message}                                         fatal: only "done" follows
+    done        {command, exit_code, seconds, ...}                last record of every command
+
+``status`` is "clean", "bad" (non-finite values, or negative values in a second-moment
+optimizer slot such as exp_avg_sq), "error" (could not be read; ``error`` says why) or
+"unsupported". Counts are exact. Sections: "optimizer" is everything inside an optimizer state
+dict (a dict with "state" and "param_groups", or under a key containing "optim"); "weights" is
+every other floating tensor. Tensors that share storage (tied weights) are checked once: totals
+count each stored value once, and ``bad_tensors`` lists every key (with ``shared_with``).
+Integer and bool tensors are not checked (``skipped_tensors``). Float values that JSON cannot
+hold are written as the strings "nan", "inf", "-inf".
+
+Exit status: 0 all clean, 1 findings (non-finite values), 2 something could not be read.
+
+Safety: files are loaded with ``weights_only=True`` (no code from the file runs). When that
+refuses a file, the record names the globals it needs; ``--allow-global NAME`` imports NAME's
+module and allow-lists it, ``--unsafe-pickle`` loads plain pickle (arbitrary code; a warning
+record says so). Memory: zip checkpoints are memory-mapped and each checked chunk's pages are
+released again (``madvise(MADV_DONTNEED)``), so resident memory stays far below the file size.
+Speed: one ``aminmax`` per chunk of 4M values tells a clean chunk (it propagates NaN and shows
++-Inf as min or max); only chunks with bad values are counted element by element.
+
+Processes: scan and bisect discover files here (no torch) and check them in one worker
+process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one file each at a
+time. A file that crashes the worker costs only itself: the files the worker had open are
+checked again alone in a fresh one. inspect and diff run in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import glob
+import importlib
+import importlib.util
+import json
+import math
+import mmap
+import os
+import pickle
+import queue
+import re
+import struct
+import subprocess
+import sys
+import threading
+import time
+import warnings
+import zipfile
+
+torch = None  # type: ignore  # imported by _import_torch(): discovery needs no torch
+
+CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+INDEX_SUFFIX = ".index.json"
+# Files an HF Trainer writes beside the weights that are not model/optimizer state.
+AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
+ZERO_PARTITION = re.compile(r"(^|_)zero_pp_rank_\d+|_optim_states\.pt$")
+OPTIM_KEY = re.compile(r"optim", re.IGNORECASE)
+STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_updates", "train_step", "steps")
+EPOCH_KEYS = ("epoch", "epochs")
+# Optimizer slots that can never be negative (second moments and accumulators).
+NONNEG_SLOTS = frozenset(
+    ["exp_avg_sq", "max_exp_avg_sq", "square_avg", "exp_avg_sq_row", "exp_avg_sq_col", "sum"]
+)
+WEIGHTS, OPTIMIZER = "weights", "optimizer"
+SECTIONS = (WEIGHTS, OPTIMIZER)
+DEFAULT_CHUNK = 1 << 22  # elements per checked chunk: 16 MiB of float32
+SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
+ST_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
+    "C64": "complex64",
+    "C128": "complex128",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U64": "uint64",
+    "U32": "uint32",
+    "U16": "uint16",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
+PROGRESS_EVERY_S = 0.5
+
+# ------------------------------------------------------------------------------------ output
+
+_OUT_LOCK = threading.Lock()
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def emit(rec):
+    """Write one record as a JSON line and flush (thread-safe)."""
+    line = json.dumps(_jsonable(rec), separators=(",", ":"), allow_nan=False, default=str)
+    emit_line(line)
+
+
+def emit_line(line):
+    with _OUT_LOCK:
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader went away: nobody to tell
+            os._exit(EXIT_FAILED)
+
+
+class Fatal(Exception):
+    """The command cannot go on at all (bad arguments, no torch): one "error" record, exit 2."""
+
+
+class LoadError(Exception):
+    """A checkpoint could not be read; ``reason`` says why and what to do."""
+
+    def __init__(self, reason, needs_globals=(), fmt=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.needs_globals = list(needs_globals)
+        self.fmt = fmt
+
+
+class Unscannable(Exception):
+    """This torch cannot check values of this dtype on CPU."""
+
+
+def _short(exc, limit=300):
+    """One readable line out of an exception (torch's messages are long and colored)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    m = re.search(r"WeightsUnpickler error:\s*(.+)", text, re.S)
+    if m:
+        text = m.group(1)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def _euid():
+    return os.geteuid() if hasattr(os, "geteuid") else -1
+
+
+# ------------------------------------------------------------------------------------ torch
+
+
+def _import_torch():
+    global torch
+    if torch is not None:
+        return torch
+    warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
+    # safetensors data is mapped read-only on purpose: nothing here writes to it
+    warnings.filterwarnings("ignore", message=".*given buffer is not writable.*")
+    try:
+        import torch as _torch
+    except Exception as e:  # ImportError, or a broken install raising anything
+        raise Fatal(
+            "cannot import torch with %s: %s; install torch >= 2.1 in the environment "
+            "that runs this script" % (sys.executable, _short(e))
+        ) from e
+    version = tuple(int(x) for x in re.findall(r"\d+", _torch.__version__)[:2])
+    if version < (2, 1):
+        raise Fatal(
+            "torch %s is too old: checkpoint diagnostics need torch >= 2.1 (mmap loading)"
+            % _torch.__version__
+        )
+    torch = _torch
+    return torch
+
+
+def _is_checkable(dtype):
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def _as_number(v):
+    """An int/float out of a step-like value (python number or 1-element tensor), else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v) if v.is_integer() else v
+    if torch is not None and isinstance(v, torch.Tensor) and v.numel() == 1:
+        x = v.item()
+        if isinstance(x, float) and x.is_integer():
+            return int(x)
+        return x if isinstance(x, (int, float)) else None
+    return None
+
+
+# ------------------------------------------------------------------------ memory release
+
+
+class _Releaser:
+    """Hands checked pages of a torch mmap back to the kernel (Linux; a no-op elsewhere).
+
+    Only ranges that /proc/self/maps shows as mapped from ``path`` are released, so heap
+    memory (a legacy, non-mmap load) is never touched. The mapping is private and never
+    written, so released pages simply read back from the file if they are touched again.
+    """
+
+    MADV_DONTNEED = 4
+
+    def __init__(self, path):
+        self.ranges = []
+        self.madvise = None
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            real = os.path.realpath(path)
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    parts = line.rstrip("\n").split(None, 5)
+                    if len(parts) == 6 and parts[5] == real:
+                        lo, hi = parts[0].split("-")
+                        self.ranges.append((int(lo, 16), int(hi, 16)))
+            if self.ranges:
+                libc = ctypes.CDLL(None, use_errno=True)
+                fn = libc.madvise
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                fn.restype = ctypes.c_int
+                self.madvise = fn
+                self.page = mmap.PAGESIZE
+        except (OSError, AttributeError, ValueError):
+            self.madvise = None
+
+    def __call__(self, addr, nbytes):
+        if self.madvise is None or nbytes <= 0:
+            return
+        start = addr - addr % self.page
+        end = addr + nbytes
+        for lo, hi in self.ranges:
+            if lo <= start and end <= hi:
+                self.madvise(start, end - start, self.MADV_DONTNEED)
+                return
+
+
+def _advise_dontneed(mm, offset, length):
+    """Release pages of a Python mmap (safetensors) after they were checked."""
+    if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = offset - offset % mmap.PAGESIZE
+    try:
+        mm.madvise(mmap.MADV_DONTNEED, start, offset + length - start)
+    except (OSError, ValueError):
+        pass
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class Entry(object):
+    """One named tensor of a checkpoint; ``chunks(n)`` yields (flat offset, 1-D tensor)."""
+
+    __slots__ = ("_chunks", "dtype", "key", "name", "nbytes", "numel", "section", "shape", "slot")
+
+    def __init__(self, name, section, slot, dtype, shape, numel, nbytes, key, chunks):
+        self.name = name
+        self.section = section
+        self.slot = slot
+        self.dtype = dtype
+        self.shape = shape
+        self.numel = numel
+        self.nbytes = nbytes
+        self.key = key
+        self._chunks = chunks
+
+    def chunks(self, n):
+        return self._chunks(n)
+
+
+class Source(object):
+    """An opened checkpoint: its entries (no tensor data read yet) and what it says about itself.
+
+    ``problems`` are partial failures (a truncated tail, a missing shard): the entries that
+    could be read are still there, and the checkpoint's verdict becomes "error".
+    """
+
+    def __init__(self, path, fmt, nbytes):
+        self.path = path
+        self.format = fmt
+        self.bytes = nbytes
+        self.entries = []
+        self.meta = {"global_step": None, "epoch": None, "top_keys": [], "scalars": {}}
+        self.optimizers = []
+        self.notes = []
+        self.problems = []
+        self.needs_globals = []
+        self._close = []
+        self.obj = None
+
+    def close(self):
+        self.entries = []
+        self.obj = None
+        for fn in reversed(self._close):
+            try:
+                fn()
+            except (BufferError, OSError, ValueError):
+                pass  # a chunk tensor still refers to it: the mapping goes with the garbage
+        self._close = []
+
+
+def _section_for_name(name):
+    return OPTIMIZER if any(OPTIM_KEY.search(p) for p in name.split(".")) else WEIGHTS
+
+
+def _join(prefix, key):
+    return key if not prefix else prefix + "." + key
+
+
+def _chunk_len(shape, n):
+    """Elements per chunk: about ``n``, in whole rows, so equal shapes chunk alike (diff)."""
+    if len(shape) <= 1:
+        return n
+    row = 1
+    for s in shape[1:]:
+        row *= s
+    return max(1, n // row) * row if row else n
+
+
+def _tensor_chunks(t, n, release):
+    numel = t.numel()
+    if numel == 0:
+        return
+    if t.dim() == 0:
+        yield 0, t.reshape(1)
+        return
+    step = _chunk_len(t.shape, n)
+    if t.is_contiguous():
+        flat = t.view(-1)
+        for i in range(0, numel, step):
+            c = flat[i : i + step]
+            yield i, c
+            if release is not None:
+                release(c.data_ptr(), c.numel() * c.element_size())
+        return
+    # Non-contiguous (a saved view): copy bounded row blocks, never the whole tensor.
+    row = numel // t.shape[0]
+    per = step // row
+    for i in range(0, t.shape[0], per):
+        yield i * row, t[i : i + per].reshape(-1)
+
+
+def _walk(obj, src, release):
+    """Collect every tensor in a loaded object as an Entry, with its section and slot."""
+    seen = set()
+    nn = getattr(torch, "nn", None)
+    optim = getattr(torch, "optim", None)
+
+    def rec(o, path, section, slot, depth):
+        if isinstance(o, torch.Tensor):
+            numel = o.numel()
+            key = None
+            if numel and o.device.type == "cpu":
+                key = (o.data_ptr(), tuple(o.shape), tuple(o.stride()), str(o.dtype))
+            src.entries.append(
+                Entry(
+                    path or "<tensor>",
+                    section,
+                    slot,
+                    o.dtype,
+                    tuple(o.shape),
+                    numel,
+                    numel * o.element_size(),
+                    key,
+                    lambda n, t=o: _tensor_chunks(t, n, release),
+                )
+            )
+            return
+        if depth > 64 or id(o) in seen:
+            return
+        if nn is not None and isinstance(o, nn.Module):  # only with --unsafe-pickle
+            seen.add(id(o))
+            rec(o.state_dict(keep_vars=True), path, section, slot, depth + 1)
+            return
+        if optim is not None and isinstance(o, optim.Optimizer):
+            seen.add(id(o))
+            rec(o.state_dict(), path, OPTIMIZER, slot, depth + 1)
+            return
+        if isinstance(o, dict):
+            seen.add(id(o))
+            is_opt = "state" in o and "param_groups" in o
+            if is_opt:
+                src.optimizers.append((path, o))
+            for k, v in o.items():
+                ks = str(k)
+                sec = (
+                    OPTIMIZER
+                    if (section == OPTIMIZER or is_opt or OPTIM_KEY.search(ks))
+                    else section
+                )
+                rec(v, _join(path, ks), sec, ks, depth + 1)
+        elif isinstance(o, (list, tuple)):
+            seen.add(id(o))
+            for i, v in enumerate(o):
+                rec(v, _join(path, str(i)), section, slot, depth + 1)
+        elif hasattr(o, "__dict__") and not isinstance(o, type) and not callable(o):
+            seen.add(id(o))  # an allow-listed or unpickled object (e.g. argparse.Namespace)
+            rec(vars(o), path, section, slot, depth + 1)
+
+    rec(obj, "", WEIGHTS, None, 0)
+
+
+def _fill_meta(src, obj):
+    if isinstance(obj, dict):
+        keys = [str(k) for k in obj]
+        src.meta["top_keys"] = keys[:50]
+        for k in STEP_KEYS:
+            if k in obj and _as_number(obj[k]) is not None:
+                src.meta["global_step"] = _as_number(obj[k])
+                break
+        for k in EPOCH_KEYS:
+            if k in obj and _as_number(obj[k]) is not None:
+                src.meta["epoch"] = _as_number(obj[k])
+                break
+        scalars = {}
+        for k, v in obj.items():
+            if isinstance(v, (bool, int, float)) or v is None:
+                scalars[str(k)] = v
+            elif isinstance(v, str):
+                scalars[str(k)] = v if len(v) <= 200 else v[:197] + "..."
+            if len(scalars) >= 30:
+                break
+        src.meta["scalars"] = scalars
+        if not src.entries:
+            raise LoadError(
+                "holds no tensors (top-level keys: %s); expected a state dict or a dict with "
+                "model_state_dict / optimizer_state_dict" % (", ".join(keys[:12]) or "none")
+            )
+    elif not src.entries:
+        raise LoadError(
+            "holds a %s with no tensors; expected a state dict or a dict with "
+            "model_state_dict / optimizer_state_dict" % type(obj).__name__
+        )
+
+
+def _sidecar_step(src):
+    """HF Trainer writes trainer_state.json beside the weights: use its step and epoch."""
+    if src.meta["global_step"] is not None:
+        return
+    p = os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
+    try:
+        with open(p) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return
+    if isinstance(state, dict):
+        if _as_number(state.get("global_step")) is not None:
+            src.meta["global_step"] = _as_number(state.get("global_step"))
+            src.notes.append("step and epoch from trainer_state.json")
+        if src.meta["epoch"] is None and _as_number(state.get("epoch")) is not None:
+            src.meta["epoch"] = _as_number(state.get("epoch"))
+
+
+def _unsafe_globals(path, is_zip, exc):
+    names = []
+    gu = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if is_zip and gu is not None:
+        try:
+            names = list(gu(path))
+        except Exception:  # the listing is a courtesy: fall back to the message
+            names = []
+    if not names:
+        names = re.findall(r"GLOBAL ([\w.]+) was not an allowed global", str(exc))
+    return names
+
+
+def _open_torch(path, size, is_zip, opts):
+    try:
+        return _open_torch_unchecked(path, size, is_zip, opts)
+    except LoadError as e:
+        e.fmt = e.fmt or ("torch" if is_zip else "torch-legacy")
+        raise
+
+
+def _open_torch_unchecked(path, size, is_zip, opts):
+    src = Source(path, "torch" if is_zip else "torch-legacy", size)
+    if is_zip:
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError) as e:
+            raise LoadError(
+                "truncated or damaged zip archive: %s; the file is %d bytes: the save was "
+                "interrupted or the copy is incomplete"
+                % (
+                    "its central directory (at the end) is missing"
+                    if "not a zip file" in str(e)
+                    else _short(e),
+                    size,
+                )
+            ) from e
+        if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+            raise LoadError("a zip archive, but not a torch.save checkpoint (no data.pkl inside)")
+    else:
+        src.notes.append("legacy (non-zip) torch.save format: loaded into memory, not mmap")
+    if opts.unsafe_pickle:
+        src.notes.append("loaded with --unsafe-pickle (weights_only=False)")
+    try:
+        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=not opts.unsafe_pickle)
+    except pickle.UnpicklingError as e:
+        needs = [] if opts.unsafe_pickle else _unsafe_globals(path, is_zip, e)
+        if needs:
+            raise LoadError(
+                "weights-only load refused %s: %s. If you trust this file, allow %s with %s "
+                "(imports the module only), or load it as plain pickle with --unsafe-pickle "
+                "(runs any code the file holds)"
+                % (
+                    "a global" if len(needs) == 1 else "%d globals" % len(needs),
+                    ", ".join(needs),
+                    "it" if len(needs) == 1 else "them",
+                    " ".join("--allow-global " + n for n in needs),
+                ),
+                needs_globals=needs,
+            ) from e
+        raise LoadError(
+            "the pickle inside is damaged or not a torch checkpoint (%s)" % _short(e)
+        ) from e
+    except MemoryError:
+        raise LoadError(
+            "out of memory while loading (legacy files cannot be memory-mapped)"
+        ) from None
+    except Exception as e:  # torch raises RuntimeError/EOFError/KeyError... for damage
+        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+    src.obj = obj
+    release = _Releaser(path) if is_zip else None
+    _walk(obj, src, release)
+    _fill_meta(src, obj)
+    return src
+
+
+def _st_dtype(code):
+    name = ST_DTYPES.get(code)
+    return getattr(torch, name, None) if name else None
+
+
+def _st_chunks(mm, start, dtype, itemsize, numel, shape, n):
+    n = _chunk_len(shape, n)
+    for i in range(0, numel, n):
+        cnt = min(n, numel - i)
+        off = start + i * itemsize
+        t = torch.frombuffer(mm, dtype=torch.uint8, count=cnt * itemsize, offset=off)
+        if dtype != torch.uint8:
+            t = t.view(dtype)
+        yield i, t
+        del t
+        _advise_dontneed(mm, off, cnt * itemsize)
+
+
+def _read_safetensors_header(path, size):
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise LoadError("truncated: %d bytes, shorter than a safetensors header" % size)
+        (n,) = struct.unpack("<Q", head)
+        if n > SAFETENSORS_MAX_HEADER:
+            raise LoadError("not a safetensors file: header length %d is implausible" % n)
+        if 8 + n > size:
+            raise LoadError(
+                "truncated: the safetensors header needs %d bytes but the file has %d"
+                % (8 + n, size)
+            )
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise LoadError("damaged safetensors header (not JSON: %s)" % _short(e)) from e
+    if not isinstance(header, dict):
+        raise LoadError("damaged safetensors header (not a JSON object)")
+    return header, 8 + n
+
+
+def _open_safetensors(path, size, header_only=False):
+    src = Source(path, "safetensors", size)
+    header, data_start = _read_safetensors_header(path, size)
+    meta = header.pop("__metadata__", None)
+    if isinstance(meta, dict):
+        src.meta["metadata"] = meta
+        for k in STEP_KEYS:
+            if k in meta:
+                try:
+                    src.meta["global_step"] = int(meta[k])
+                    break
+                except (TypeError, ValueError):
+                    pass
+    mm = None
+    if not header_only and size > data_start:
+        f = open(path, "rb")
+        try:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        finally:
+            f.close()
+        src._close.append(mm.close)
+    items = []
+    for name, info in header.items():
+        if not isinstance(info, dict) or "data_offsets" not in info:
+            src.problems.append("header entry %r is not a tensor description" % name)
+            continue
+        items.append((info["data_offsets"][0], name, info))
+    items.sort(key=lambda x: x[0])
+    missing = []
+    need = data_start
+    itemsizes = {}
+    for _, name, info in items:
+        dtype = _st_dtype(info.get("dtype"))
+        shape = tuple(int(s) for s in info.get("shape", ()))
+        begin, end = int(info["data_offsets"][0]), int(info["data_offsets"][1])
+        need = max(need, data_start + end)
+        if dtype is None:
+            src.notes.append(
+                "%s: dtype %s unknown to this torch: not checked" % (name, info.get("dtype"))
+            )
+            continue
+        numel = 1
+        for s in shape:
+            numel *= s
+        if dtype not in itemsizes:
+            itemsizes[dtype] = torch.empty((), dtype=dtype).element_size()
+        itemsize = itemsizes[dtype]
+        if end - begin != numel * itemsize:
+            src.problems.append(
+                "%s: header gives %d bytes, but %s %s needs %d"
+                % (name, end - begin, info.get("dtype"), list(shape), numel * itemsize)
+            )
+            continue
+        if data_start + end > size:
+            missing.append(name)
+            continue
+        chunks = None
+        if mm is not None:
+
+            def chunks(n, s=data_start + begin, d=dtype, i=itemsize, c=numel, sh=shape):
+                return _st_chunks(mm, s, d, i, c, sh, n)
+
+        src.entries.append(
+            Entry(
+                name,
+                _section_for_name(name),
+                name.rsplit(".", 1)[-1],
+                dtype,
+                shape,
+                numel,
+                numel * itemsize,
+                None,
+                chunks,
+            )
+        )
+    if missing:
+        src.problems.append(
+            "truncated: %d of %d tensors lie past the end of the file (it has %d bytes, the "
+            "header needs %d); first missing: %s"
+            % (len(missing), len(items), size, need, missing[0])
+        )
+    if not items:
+        src.problems.append("the safetensors header lists no tensors")
+    return src
+
+
+def _sniff(path):
+    """(size, first 16 bytes); LoadError for what cannot be opened."""
+    if os.path.isdir(path):
+        raise LoadError("is a directory, not a checkpoint file")
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except PermissionError:
+        raise LoadError(
+            "permission denied: uid %d cannot read it; fix the file's permissions or scan "
+            "as its owner" % _euid()
+        ) from None
+    except FileNotFoundError:
+        raise LoadError("no such file (removed while scanning, or a dangling symlink)") from None
+    except OSError as e:
+        raise LoadError("cannot read: %s" % (e.strerror or e)) from e
+    return size, head
+
+
+def _looks_like_safetensors(head, size):
+    if len(head) < 9:
+        return False
+    (n,) = struct.unpack("<Q", head[:8])
+    return head[8:9] == b"{" and 0 < n <= SAFETENSORS_MAX_HEADER
+
+
+def _open_file(path, opts, header_only=False):
+    size, head = _sniff(path)
+    if size == 0:
+        raise LoadError(
+            "empty file (0 bytes): the save was interrupted before any data was written"
+        )
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        src = _open_torch(path, size, True, opts)
+    elif head.startswith(b"\x80"):
+        src = _open_torch(path, size, False, opts)
+    elif _looks_like_safetensors(head, size):
+        try:
+            src = _open_safetensors(path, size, header_only=header_only)
+        except LoadError as e:
+            e.fmt = "safetensors"
+            raise
+    else:
+        raise LoadError(
+            "not a checkpoint: neither a torch.save zip, a legacy torch pickle nor safetensors "
+            "(%d bytes, starting %r)" % (size, head[:8])
+        )
+    _sidecar_step(src)
+    return src
+
+
+def _open_index(path, opts, header_only=False):
+    try:
+        with open(path) as f:
+            index = json.load(f)
+    except PermissionError:
+        raise LoadError("permission denied: uid %d cannot read the index" % _euid()) from None
+    except (OSError, ValueError) as e:
+        raise LoadError("cannot read the shard index: %s" % _short(e)) from e
+    wmap = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wmap, dict):
+        raise LoadError('not a Hugging Face shard index: no "weight_map" object')
+    base = os.path.dirname(path)
+    shards = sorted(set(str(v) for v in wmap.values()))
+    src = Source(path, "hf-sharded", 0)
+    src.notes.append("%d shards" % len(shards))
+    for shard in shards:
+        p = os.path.join(base, shard)
+        expected = [k for k, v in wmap.items() if v == shard]
+        if not os.path.exists(p):
+            src.problems.append("shard %s is missing (%d tensors)" % (shard, len(expected)))
+            continue
+        try:
+            part = _open_file(p, opts, header_only=header_only)
+        except LoadError as e:
+            src.problems.append("shard %s: %s" % (shard, e.reason))
+            src.needs_globals.extend(e.needs_globals)
+            continue
+        src.bytes += part.bytes
+        src._close.append(part.close)
+        src.problems.extend("shard %s: %s" % (shard, p) for p in part.problems)
+        names = set(e.name for e in part.entries)
+        absent = [k for k in expected if k not in names]
+        if absent and not part.problems:
+            src.problems.append(
+                "shard %s lacks %d tensors the index puts there (first: %s)"
+                % (shard, len(absent), absent[0])
+            )
+        src.entries.extend(part.entries)
+        src.optimizers.extend(part.optimizers)
+        for k in ("global_step", "epoch"):
+            if src.meta[k] is None:
+                src.meta[k] = part.meta[k]
+    _sidecar_step(src)
+    if isinstance(index.get("metadata"), dict):
+        src.meta["metadata"] = index["metadata"]
+    return src
+
+
+def open_source(path, opts, header_only=False):
+    """Open one checkpoint (file or HF index) without reading tensor data; LoadError if not."""
+    _import_torch()
+    if path.endswith(INDEX_SUFFIX):
+        return _open_index(path, opts, header_only=header_only)
+    return _open_file(path, opts, header_only=header_only)
+
+
+# ------------------------------------------------------------------------------ checking
+
+
+class Stats(object):
+    """Exact counts for one tensor; ``max_abs``/``min`` are over its finite values."""
+
+    __slots__ = ("first_bad", "max_abs", "min", "nan", "negative", "neginf", "numel", "posinf")
+
+    def __init__(self, numel):
+        self.numel = numel
+        self.nan = self.posinf = self.neginf = self.negative = 0
+        self.max_abs = None
+        self.min = None
+        self.first_bad = None
+
+    @property
+    def nonfinite(self):
+        return self.nan + self.posinf + self.neginf
+
+    def minmax(self, mn, mx):
+        a = max(abs(mn), abs(mx))
+        self.max_abs = a if self.max_abs is None else max(self.max_abs, a)
+        self.min = mn if self.min is None else min(self.min, mn)
+
+
+_UPCAST = {}  # dtype -> True when this torch cannot reduce it natively (float8, ...)
+
+
+def _aminmax(c):
+    """(x, min, max) of a real chunk, upcasting dtypes torch cannot reduce (float8)."""
+    if not _UPCAST.get(c.dtype):
+        try:
+            mn, mx = torch.aminmax(c)
+            return c, float(mn), float(mx)
+        except (RuntimeError, NotImplementedError, TypeError):
+            if c.dtype in (torch.float32, torch.float64):
+                raise
+            _UPCAST[c.dtype] = True
+    try:
+        x = c.float()
+    except (RuntimeError, NotImplementedError, TypeError):
+        raise Unscannable(
+            "dtype %s cannot be checked on CPU by torch %s" % (c.dtype, torch.__version__)
+        ) from None
+    mn, mx = torch.aminmax(x)
+    return x, float(mn), float(mx)
+
+
+ROW = 1 << 14  # elements per row when a chunk with bad values is narrowed down
+
+
+def _check_chunk(c, offset, st, nonneg):
+    """Fold one 1-D chunk into ``st``.
+
+    The common case is one reduction: ``aminmax`` propagates NaN and shows +-Inf as the min or
+    max, so finite min and max mean a clean chunk (and, in a second-moment slot, min >= 0 means
+    no negative value). Otherwise a row-wise ``aminmax`` finds the rows holding bad values and
+    only those rows are counted exactly: elementwise masks are slow, and bad values are rare.
+    """
+    if c.dtype.is_complex:
+        _check_complex(c, offset, st)
+        return
+    x, mn, mx = _aminmax(c)
+    if math.isfinite(mn) and math.isfinite(mx) and not (nonneg and mn < 0):
+        st.minmax(mn, mx)
+        return
+    n = x.numel()
+    full = n - n % ROW
+    if full:
+        rows = x[:full].view(-1, ROW)
+        rmn, rmx = torch.aminmax(rows, dim=1)
+        ok = torch.isfinite(rmn) & torch.isfinite(rmx)
+        if nonneg:
+            ok &= rmn >= 0
+        if bool(ok.any()):
+            st.minmax(float(rmn[ok].min()), float(rmx[ok].max()))
+        bad_rows = (~ok).nonzero().flatten()
+        if bad_rows.numel():
+            first = int(bad_rows[0])
+            _first_bad(rows[first], offset + first * ROW, st, nonneg)
+            _count_exact(rows.index_select(0, bad_rows).view(-1), st, nonneg)
+    if full < n:
+        _first_bad(x[full:], offset + full, st, nonneg)
+        _count_exact(x[full:], st, nonneg)
+
+
+def _count_exact(x, st, nonneg):
+    st.nan += int(torch.count_nonzero(torch.isnan(x)))
+    st.posinf += int(torch.count_nonzero(x == math.inf))
+    st.neginf += int(torch.count_nonzero(x == -math.inf))
+    if nonneg:
+        st.negative += int(torch.count_nonzero(x < 0))  # -inf counts as negative too
+    fin = torch.isfinite(x)
+    if bool(fin.any()):
+        mn, mx = torch.aminmax(x[fin])
+        st.minmax(float(mn), float(mx))
+
+
+def _first_bad(x, base, st, nonneg):
+    if st.first_bad is not None:
+        return
+    bad = ~torch.isfinite(x)
+    if nonneg:
+        bad |= x < 0
+    if bool(bad.any()):
+        st.first_bad = base + int(torch.argmax(bad.to(torch.uint8)))
+
+
+def _check_complex(c, offset, st):
+    try:
+        r = torch.view_as_real(c)
+    except (RuntimeError, NotImplementedError, TypeError):
+        try:
+            c = c.to(torch.complex64)
+            r = torch.view_as_real(c)
+        except (RuntimeError, NotImplementedError, TypeError):
+            raise Unscannable(
+                "dtype %s cannot be checked on CPU by torch %s" % (c.dtype, torch.__version__)
+            ) from None
+    _x, mn, mx = _aminmax(r)
+    if math.isfinite(mn) and math.isfinite(mx):
+        m = float(torch.abs(c).max())
+        st.max_abs = m if st.max_abs is None else max(st.max_abs, m)
+        return
+    re_, im = r[:, 0], r[:, 1]
+    nanm = torch.isnan(re_) | torch.isnan(im)
+    posm = ((re_ == math.inf) | (im == math.inf)) & ~nanm
+    negm = ((re_ == -math.inf) | (im == -math.inf)) & ~nanm & ~posm
+    st.nan += int(nanm.sum())
+    st.posinf += int(posm.sum())
+    st.neginf += int(negm.sum())
+    bad = nanm | posm | negm
+    if st.first_bad is None:
+        st.first_bad = offset + int(torch.argmax(bad.to(torch.uint8)))
+    if not bool(bad.all()):
+        m = float(torch.abs(c[~bad]).max())
+        st.max_abs = m if st.max_abs is None else max(st.max_abs, m)
+
+
+class _Progress(object):
+    def __init__(self, path, total):
+        self.path, self.total, self.done = path, total, 0
+        self.last = time.time()
+
+    def advance(self, n):
+        self.done += n
+        now = time.time()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            emit({"type": "progress", "path": self.path, "done": self.done, "total": self.total})
+
+
+def check_entry(entry, chunk, progress=None):
+    """Exact non-finite counts of one entry, reading it once in bounded chunks."""
+    st = Stats(entry.numel)
+    nonneg = entry.section == OPTIMIZER and entry.slot in NONNEG_SLOTS
+    for off, c in entry.chunks(chunk):
+        _check_chunk(c, off, st, nonneg)
+        if progress is not None:
+            progress.advance(c.numel() * c.element_size())
+        del c
+    return st
+
+
+def _empty_record(path, fmt=None, nbytes=0):
+    rec = {
+        "type": "checkpoint",
+        "path": path,
+        "status": "error",
+        "ok": False,
+        "error": None,
+        "format": fmt,
+        "global_step": None,
+        "epoch": None,
+        "params": 0,
+        "tensors": 0,
+        "skipped_tensors": 0,
+        "bytes": nbytes,
+        "negative_exp_avg_sq": 0,
+        "bad_tensors": [],
+        "bad_tensors_total": 0,
+        "needs_globals": [],
+        "notes": [],
+        "seconds": 0.0,
+    }
+    for sec in SECTIONS:
+        for what in ("nan", "posinf", "neginf"):
+            rec["%s_%s" % (what, sec)] = 0
+        rec["max_abs_" + sec] = None
+    return rec
+
+
+def scan_source(src, rec, opts):
+    """Check every tensor of an opened source and fill the counts of ``rec``."""
+    groups = []  # [entry, [names], stats] per distinct stored tensor, in checkpoint order
+    keys = set()
+    todo = 0
+    for e in src.entries:
+        if (
+            _is_checkable(e.dtype)
+            and e._chunks is not None
+            and (e.key is None or e.key not in keys)
+        ):
+            todo += e.nbytes
+            keys.add(e.key)
+    by_key = {}
+    progress = _Progress(src.path, todo)
+    rec["tensors"] = len(src.entries)
+    for e in src.entries:
+        if not _is_checkable(e.dtype):
+            rec["skipped_tensors"] += 1
+            continue
+        if e._chunks is None:
+            continue
+        if e.key is not None and e.key in by_key:
+            by_key[e.key][1].append(e.name)
+            continue
+        try:
+            st = check_entry(e, opts.chunk_elems, progress)
+        except Unscannable as exc:
+            rec["skipped_tensors"] += 1
+            note = "%s: %s" % (e.name, exc)
+            if len(rec["notes"]) < 20:
+                rec["notes"].append(note)
+            continue
+        g = [e, [e.name], st]
+        groups.append(g)
+        if e.key is not None:
+            by_key[e.key] = g
+        sec = e.section
+        if sec == WEIGHTS:
+            rec["params"] += e.numel
+        rec["nan_" + sec] += st.nan
+        rec["posinf_" + sec] += st.posinf
+        rec["neginf_" + sec] += st.neginf
+        if st.negative:
+            rec["negative_exp_avg_sq"] += st.negative
+        if st.max_abs is not None and e.slot != "step":  # Adam's step counter is no magnitude
+            cur = rec["max_abs_" + sec]
+            rec["max_abs_" + sec] = st.max_abs if cur is None else max(cur, st.max_abs)
+    bad = []
+    for e, names, st in groups:
+        if not (st.nonfinite or st.negative):
+            continue
+        for name in names:
+            bad.append(
+                {
+                    "name": name,
+                    "section": e.section,
+                    "slot": e.slot if e.section == OPTIMIZER else None,
+                    "dtype": str(e.dtype).replace("torch.", ""),
+                    "numel": e.numel,
+                    "nan": st.nan,
+                    "posinf": st.posinf,
+                    "neginf": st.neginf,
+                    "negative": st.negative,
+                    "first_index": st.first_bad,
+                    "shared_with": [n for n in names if n != name],
+                }
+            )
+    rec["bad_tensors_total"] = len(bad)
+    rec["bad_tensors"] = bad[: opts.max_bad]
+
+
+def scan_item(item, opts):
+    """One "checkpoint" record for a discovered item; never raises for a bad file."""
+    t0 = time.time()
+    rec = _empty_record(item["path"], item.get("format"), item.get("bytes", 0))
+    kind = item["kind"]
+    if kind == "unsupported":
+        rec["status"] = "unsupported"
+        rec["error"] = item["reason"]
+        return rec
+    if kind == "error":
+        rec["error"] = item["reason"]
+        return rec
+    src = None
+    try:
+        src = open_source(item["path"], opts)
+        rec["format"] = src.format
+        rec["bytes"] = src.bytes
+        rec["global_step"] = src.meta["global_step"]
+        rec["epoch"] = src.meta["epoch"]
+        rec["notes"].extend(src.notes)
+        scan_source(src, rec, opts)
+        if src.problems:
+            rec["error"] = "; ".join(src.problems[:5])
+            rec["needs_globals"] = sorted(set(src.needs_globals))
+    except LoadError as e:
+        rec["error"] = e.reason
+        rec["needs_globals"] = e.needs_globals
+        rec["format"] = rec["format"] or e.fmt
+    except Fatal:
+        raise
+    except Exception as e:  # a bad file must never stop the scan: say what happened
+        rec["error"] = "unexpected %s while checking: %s" % (type(e).__name__, _short(e))
+    finally:
+        if src is not None:
+            src.close()
+        src = None
+        gc.collect()  # unmap this checkpoint before the next one: one at a time per worker
+    if rec["error"]:
+        rec["status"] = "error"
+    elif (
+        any(rec["%s_%s" % (w, s)] for w in ("nan", "posinf", "neginf") for s in SECTIONS)
+        or rec["negative_exp_avg_sq"]
+    ):
+        rec["status"] = "bad"
+    else:
+        rec["status"] = "clean"
+    rec["ok"] = rec["status"] == "clean"
+    rec["seconds"] = round(time.time() - t0, 3)
+    return rec
+
+
+def meta_item(item, opts):
+    """A "meta" record (step, epoch) for ordering; reads no tensor data."""
+    rec = {"type": "meta", "path": item["path"], "global_step": None, "epoch": None, "error": None}
+    if item["kind"] != "file" and item["kind"] != "hf-index":
+        rec["error"] = item.get("reason")
+        return rec
+    src = None
+    try:
+        src = open_source(item["path"], opts, header_only=True)
+        rec["global_step"] = src.meta["global_step"]
+        rec["epoch"] = src.meta["epoch"]
+    except LoadError as e:
+        rec["error"] = e.reason
+    except Fatal:
+        raise
+    except Exception as e:
+        rec["error"] = "unexpected %s: %s" % (type(e).__name__, _short(e))
+    finally:
+        if src is not None:
+            src.close()
+        gc.collect()
+    return rec
+
+
+def exit_code_of(rec):
+    return {"clean": EXIT_OK, "bad": EXIT_FINDINGS}.get(rec.get("status"), EXIT_FAILED)
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def _file_item(path):
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    return {"kind": "file", "path": path, "bytes": size}
+
+
+def _index_item(path):
+    base = os.path.dirname(path)
+    files = []
+    try:
+        with open(path) as f:
+            wmap = json.load(f).get("weight_map") or {}
+        files = sorted(set(os.path.join(base, str(v)) for v in wmap.values()))
+    except (OSError, ValueError, AttributeError):
+        pass
+    size = 0
+    for p in files:
+        try:
+            size += os.path.getsize(p)
+        except OSError:
+            pass
+    return {"kind": "hf-index", "path": path, "bytes": size, "files": files}
+
+
+def _dcp_item(path):
+    return {
+        "kind": "unsupported",
+        "format": "dcp",
+        "path": path,
+        "bytes": _tree_size(path),
+        "reason": "torch.distributed.checkpoint directory (.metadata): not supported yet; "
+        "convert it with `python -m torch.distributed.checkpoint.format_utils dcp_to_torch "
+        "%s OUT.pt` and scan OUT.pt" % path,
+    }
+
+
+def _tree_size(path):
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(d, f))
+            except OSError:
+                pass
+    return total
+
+
+def _error_item(path, reason):
+    return {"kind": "error", "path": path, "bytes": 0, "reason": reason}
+
+
+def _discover_dir(root, items, skipped):
+    ext_dirs = [root] if root.rstrip("/").endswith(CKPT_EXTS) else []
+
+    def onerror(e):
+        if isinstance(e, PermissionError):
+            items.append(
+                _error_item(
+                    e.filename or root,
+                    "permission denied: cannot list this directory as uid %d" % _euid(),
+                )
+            )
+        else:
+            items.append(_error_item(getattr(e, "filename", None) or root, "cannot list: %s" % e))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
+        dirnames.sort()
+        filenames.sort()
+        if ".metadata" in filenames:
+            items.append(_dcp_item(dirpath))
+            dirnames[:] = []
+            continue
+        ext_dirs.extend(os.path.join(dirpath, d) for d in dirnames if d.endswith(CKPT_EXTS))
+        taken = set()
+        for f in filenames:
+            if f.endswith(INDEX_SUFFIX):
+                it = _index_item(os.path.join(dirpath, f))
+                items.append(it)
+                taken.update(it["files"])
+        zero = [f for f in filenames if ZERO_PARTITION.search(f)]
+        if zero:
+            items.append(
+                {
+                    "kind": "unsupported",
+                    "format": "deepspeed-zero",
+                    "path": dirpath,
+                    "bytes": sum(_file_item(os.path.join(dirpath, f))["bytes"] for f in zero),
+                    "reason": "DeepSpeed ZeRO partitions (%d files, e.g. %s): not supported yet; "
+                    "consolidate them with DeepSpeed's zero_to_fp32.py and scan the result"
+                    % (len(zero), zero[0]),
+                }
+            )
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if f in zero or f.endswith(INDEX_SUFFIX) or p in taken or not f.endswith(CKPT_EXTS):
+                continue
+            if AUX_FILES.match(f):
+                skipped.append(p)
+                continue
+            if os.path.islink(p) and not os.path.exists(p):
+                items.append(_error_item(p, "dangling symlink to %s" % os.readlink(p)))
+                continue
+            items.append(_file_item(p))
+    for d in ext_dirs:
+        prefix = d.rstrip("/") + os.sep
+        if not any(it["path"] == d or it["path"].startswith(prefix) for it in items):
+            items.append(_error_item(d, "is a directory, not a checkpoint file (and holds none)"))
+
+
+def discover(arg):
+    """(items, skipped) for a file, directory or glob; Fatal when nothing is there at all."""
+    if os.path.lexists(arg):
+        paths = [arg]
+        explicit = True
+    elif re.search(r"[*?[]", arg):
+        paths = sorted(glob.glob(arg, recursive=True))
+        explicit = False
+        if not paths:
+            raise Fatal("no files match %s (as seen by uid %d on this host)" % (arg, _euid()))
+    else:
+        raise Fatal(
+            "%s: no such file or directory (as seen by uid %d on this host)" % (arg, _euid())
+        )
+    items, skipped = [], []
+    for p in paths:
+        if os.path.islink(p) and not os.path.exists(p):
+            items.append(_error_item(p, "dangling symlink to %s" % os.readlink(p)))
+        elif os.path.isdir(p):
+            _discover_dir(p, items, skipped)
+        elif p.endswith(INDEX_SUFFIX):
+            items.append(_index_item(p))
+        elif explicit:
+            items.append(_file_item(p))
+        elif p.endswith(CKPT_EXTS):  # a glob match: the same rules as a directory walk
+            if AUX_FILES.match(os.path.basename(p)):
+                skipped.append(p)
+            else:
+                items.append(_file_item(p))
+    # An index owns its shards: drop them if they were also found on their own (globs).
+    shards = set()
+    for it in items:
+        shards.update(it.get("files", ()))
+    out, seen = [], set()
+    for it in items:
+        if it["kind"] == "file" and it["path"] in shards:
+            continue
+        if it["path"] not in seen:
+            seen.add(it["path"])
+            out.append(it)
+    if not out:
+        raise Fatal(
+            "no checkpoints under %s (looked for %s and *%s)"
+            % (arg, ", ".join("*" + e for e in CKPT_EXTS), INDEX_SUFFIX)
+        )
+    return out, skipped
+
+
+# ------------------------------------------------------------------------------- workers
+
+
+def _cpu_count():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _common_args(opts):
+    args = []
+    for g in opts.allow_global or ():
+        args += ["--allow-global", g]
+    if opts.unsafe_pickle:
+        args.append("--unsafe-pickle")
+    args += ["--max-bad", str(opts.max_bad), "--chunk-elems", str(opts.chunk_elems)]
+    return args
+
+
+class WorkerPool(object):
+    """One worker process (this script's ``_worker`` mode) checking up to ``jobs`` files at a
+    time on threads: one ``import torch``, and torch kernels and madvise release the GIL.
+
+    Items go to the worker as JSON lines on its stdin; its records come back on stdout and
+    are passed on as they arrive ("started" ones are kept: they say which files were open).
+    The worker outlives one ``run`` (bisect asks one file at a time). When it dies (a crash in
+    torch on a damaged file), each file it had open is checked again alone in a fresh worker,
+    so only the file that kills a worker gets the error record; the rest continue.
+    """
+
+    DONE_TYPES = ("checkpoint", "meta")
+
+    def __init__(self, jobs, opts):
+        self.jobs = max(1, jobs)
+        self.opts = opts
+        self.proc = None
+        self._proc_jobs = None
+        self._died = None
+
+    def _spawn(self, jobs):
+        threads = max(1, _cpu_count() // jobs)
+        argv = [sys.executable, os.path.abspath(__file__), "_worker"]
+        argv += ["--jobs", str(jobs), "--threads", str(threads)] + _common_args(self.opts)
+        return subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True, bufsize=1
+        )
+
+    def run(self, items):
+        """Check ``items`` (op "scan" or "meta"); returns their final records, in completion
+        order, each passed on (emitted) as it arrives."""
+        todo = sorted(items, key=lambda it: -int(it.get("bytes", 0)))  # largest first
+        results = []
+        while todo:
+            done, suspects = self._batch(todo, self.jobs)
+            results += done
+            finished = set(r["path"] for r in done)
+            for it in [it for it in todo if it["path"] in suspects]:
+                alone, crashed = self._batch([it], 1)
+                if crashed:
+                    alone = [self._crash_record(it)]
+                    emit(alone[0])
+                results += alone
+                finished.add(it["path"])
+            todo = [it for it in todo if it["path"] not in finished]
+        return results
+
+    def _batch(self, items, jobs):
+        """Send ``items`` to a worker; (records, paths open when the worker died)."""
+        if self.proc is None or self.proc.poll() is not None or jobs != self._proc_jobs:
+            self.close()
+            self.proc = self._spawn(jobs)
+            self._proc_jobs = jobs
+        proc = self.proc
+        pending = set(it["path"] for it in items)
+        payload = "".join(json.dumps(it) + "\n" for it in items)
+
+        def feed():
+            try:
+                proc.stdin.write(payload)
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass  # the worker died: the reader below sees it
+
+        writer = threading.Thread(target=feed)
+        writer.start()
+        records, started = [], set()
+        while pending:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            line = line.rstrip("\n")
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                sys.stderr.write(line + "\n")
+                continue
+            kind = rec.get("type") if isinstance(rec, dict) else None
+            if kind == "started":
+                started.add(rec.get("path"))
+                continue
+            if kind == "error":
+                writer.join()
+                raise Fatal(rec.get("message", "the worker failed"))
+            emit_line(line)
+            if kind in self.DONE_TYPES and rec.get("path") in pending:
+                pending.discard(rec["path"])
+                started.discard(rec["path"])
+                records.append(rec)
+        writer.join()
+        if not pending:
+            return records, set()
+        self._died = proc.wait()
+        self.proc = None
+        crashed = started & pending
+        if not crashed:
+            raise Fatal(
+                "the worker process exited (%s) before it checked anything; its stderr says why"
+                % self._died
+            )
+        return records, crashed
+
+    def _crash_record(self, item):
+        code = self._died
+        sig = " = signal %d" % -code if code is not None and code < 0 else ""
+        reason = (
+            "the worker process died (exit %s%s) while reading this file: it is damaged in a way "
+            "that crashes torch" % (code, sig)
+        )
+        if item.get("op", "scan") == "scan":
+            rec = _empty_record(item["path"], None, item.get("bytes", 0))
+            rec["error"] = reason
+            return rec
+        return {
+            "type": "meta",
+            "path": item["path"],
+            "global_step": None,
+            "epoch": None,
+            "error": reason,
+        }
+
+    def close(self):
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class InlinePool(object):
+    """The same interface as WorkerPool, checking in this process (when no file to re-run)."""
+
+    def __init__(self, opts):
+        self.opts = opts
+        _import_torch()
+        _allow_globals(opts.allow_global or ())
+
+    def run(self, items):
+        out = []
+        for it in items:
+            rec = meta_item(it, self.opts) if it.get("op") == "meta" else scan_item(it, self.opts)
+            emit(rec)
+            out.append(rec)
+        return out
+
+    def close(self):
+        pass
+
+
+def make_pool(jobs, opts):
+    me = globals().get("__file__")
+    if me and os.path.isfile(me):
+        return WorkerPool(jobs, opts)
+    if jobs > 1:
+        emit(
+            {
+                "type": "warning",
+                "message": "cannot locate this script to start workers: --jobs ignored",
+            }
+        )
+    return InlinePool(opts)
+
+
+def cmd_worker(opts):
+    """Check the items read from stdin on ``--jobs`` threads; "started" then the record."""
+    # No PR_SET_PDEATHSIG: it fires when the spawning *thread* ends. A worker whose parent
+    # died reads EOF on stdin and exits; the runner stops the whole process group anyway.
+    try:
+        _import_torch()
+        torch.set_num_threads(max(1, opts.threads))
+        _allow_globals(opts.allow_global or ())
+    except Fatal as e:
+        emit({"type": "error", "message": str(e)})
+        return EXIT_FAILED
+    q = queue.Queue()
+
+    def work():
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            emit({"type": "started", "path": item["path"]})
+            rec = meta_item(item, opts) if item.get("op") == "meta" else scan_item(item, opts)
+            emit(rec)
+
+    threads = [threading.Thread(target=work) for _ in range(max(1, opts.jobs))]
+    for t in threads:
+        t.start()
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        if line.strip():
+            q.put(json.loads(line))
+    for _ in threads:
+        q.put(None)
+    for t in threads:
+        t.join()
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def _import_global(name):
+    parts = name.split(".")
+    err = None
+    for i in range(len(parts) - 1, 0, -1):
+        modname = ".".join(parts[:i])
+        try:
+            obj = importlib.import_module(modname)
+        except ImportError as e:
+            err = e
+            continue
+        except Exception as e:
+            raise Fatal(
+                "--allow-global %s: importing %s failed: %s" % (name, modname, _short(e))
+            ) from e
+        try:
+            for a in parts[i:]:
+                obj = getattr(obj, a)
+        except AttributeError:
+            raise Fatal(
+                "--allow-global %s: module %s has no %s" % (name, modname, ".".join(parts[i:]))
+            ) from None
+        return obj
+    raise Fatal(
+        "--allow-global %s: cannot import it%s; give the full dotted name, e.g. argparse.Namespace"
+        % (name, " (%s)" % _short(err) if err else "")
+    )
+
+
+def _allow_globals(names):
+    if not names:
+        return
+    objs = [_import_global(n) for n in names]
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is None:
+        raise Fatal(
+            "--allow-global needs torch >= 2.4 (this is %s); use --unsafe-pickle if you trust "
+            "the files" % torch.__version__
+        )
+    add(objs)
+
+
+def _preflight(opts):
+    if opts.unsafe_pickle:
+        emit(
+            {
+                "type": "warning",
+                "message": "--unsafe-pickle: checkpoints are loaded with weights_only=False; a "
+                "malicious file runs arbitrary code here as uid %d" % _euid(),
+            }
+        )
+    for name in opts.allow_global or ():
+        _import_global(name)  # fail before any work when a name is wrong
+    if importlib.util.find_spec("torch") is None:
+        raise Fatal(
+            "torch is not installed for %s: install torch >= 2.1 in the environment that runs "
+            "this script" % sys.executable
+        )
+
+
+def cmd_scan(opts):
+    t0 = time.time()
+    _preflight(opts)
+    items, skipped = discover(opts.path)
+    total = sum(int(it.get("bytes", 0)) for it in items)
+    jobs = max(1, min(opts.jobs, len(items)))
+    emit({"type": "plan", "files": len(items), "bytes": total, "jobs": jobs, "skipped": skipped})
+    direct = [it for it in items if it["kind"] in ("unsupported", "error")]
+    work = [it for it in items if it["kind"] not in ("unsupported", "error")]
+    recs = []
+    for it in direct:
+        rec = scan_item(it, opts)
+        emit(rec)
+        recs.append(rec)
+    if work:
+        pool = make_pool(jobs, opts)
+        try:
+            recs += pool.run([dict(it, op="scan") for it in work])
+        finally:
+            pool.close()
+    counts = {"clean": 0, "bad": 0, "error": 0, "unsupported": 0}
+    for r in recs:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    code = max([exit_code_of(r) for r in recs] or [EXIT_OK])
+    emit(
+        dict(
+            {
+                "type": "done",
+                "command": "scan",
+                "exit_code": code,
+                "files": len(recs),
+                "seconds": round(time.time() - t0, 3),
+            },
+            **counts,
+        )
+    )
+    return code
+
+
+def _optimizer_info(src):
+    out = []
+    for path, opt in src.optimizers:
+        groups = []
+        for i, g in enumerate(opt.get("param_groups") or []):
+            if not isinstance(g, dict):
+                continue
+            hyper = {}
+            for k, v in g.items():
+                if k == "params":
+                    continue
+                if isinstance(v, (bool, int, float, str)) or v is None:
+                    hyper[k] = v
+                elif isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v):
+                    hyper[k] = list(v)
+                elif _as_number(v) is not None:
+                    hyper[k] = _as_number(v)
+            lr = hyper.pop("lr", None)
+            groups.append(
+                {"index": i, "lr": lr, "params": len(g.get("params") or []), "hyper": hyper}
+            )
+        state = opt.get("state") or {}
+        slots = {}
+        for s in state.values() if isinstance(state, dict) else ():
+            if isinstance(s, dict):
+                for k in s:
+                    slots[str(k)] = slots.get(str(k), 0) + 1
+        step = None
+        for s in state.values() if isinstance(state, dict) else ():
+            if isinstance(s, dict) and "step" in s:
+                step = _as_number(s["step"])
+                break
+        out.append(
+            {
+                "path": path,
+                "groups": groups,
+                "state_params": len(state),
+                "slots": slots,
+                "step": step,
+            }
+        )
+    return out
+
+
+def cmd_inspect(opts):
+    t0 = time.time()
+    _preflight(opts)
+    _import_torch()
+    _allow_globals(opts.allow_global or ())
+    path = opts.path
+    rec = {
+        "type": "inspect",
+        "path": path,
+        "ok": False,
+        "error": None,
+        "format": None,
+        "bytes": 0,
+        "global_step": None,
+        "epoch": None,
+        "top_keys": [],
+        "scalars": {},
+        "optimizers": [],
+        "totals": {},
+        "dtypes": {},
+        "metadata": None,
+        "needs_globals": [],
+        "notes": [],
+    }
+    src = None
+    try:
+        if os.path.isdir(path):
+            if os.path.exists(os.path.join(path, ".metadata")):
+                raise LoadError(_dcp_item(path)["reason"])
+            raise LoadError("is a directory: give one checkpoint file or a *.index.json")
+        src = open_source(path, opts, header_only=True)
+        rec.update(
+            format=src.format,
+            bytes=src.bytes,
+            global_step=src.meta["global_step"],
+            epoch=src.meta["epoch"],
+            top_keys=src.meta["top_keys"],
+            scalars=src.meta["scalars"],
+            metadata=src.meta.get("metadata"),
+            notes=src.notes,
+            optimizers=_optimizer_info(src),
+        )
+        names_by_key = {}
+        for e in src.entries:
+            if e.key is not None:
+                names_by_key.setdefault(e.key, []).append(e.name)
+        totals = {}
+        dtypes = {}
+        for e in src.entries:
+            dt = str(e.dtype).replace("torch.", "")
+            shared = (
+                [n for n in names_by_key.get(e.key, ()) if n != e.name] if e.key is not None else []
+            )
+            emit(
+                {
+                    "type": "tensor",
+                    "name": e.name,
+                    "section": e.section,
+                    "slot": e.slot if e.section == OPTIMIZER else None,
+                    "dtype": dt,
+                    "shape": list(e.shape),
+                    "numel": e.numel,
+                    "bytes": e.nbytes,
+                    "shared_with": shared,
+                }
+            )
+            t = totals.setdefault(e.section, {"tensors": 0, "numel": 0, "bytes": 0})
+            t["tensors"] += 1
+            if not shared or names_by_key[e.key][0] == e.name:
+                t["numel"] += e.numel
+                t["bytes"] += e.nbytes
+                dtypes[dt] = dtypes.get(dt, 0) + e.numel
+        rec["totals"] = totals
+        rec["dtypes"] = dtypes
+        if src.problems:
+            rec["error"] = "; ".join(src.problems[:5])
+        rec["needs_globals"] = sorted(set(src.needs_globals))
+    except LoadError as e:
+        rec["error"] = e.reason
+        rec["needs_globals"] = e.needs_globals
+    finally:
+        if src is not None:
+            src.close()
+    rec["ok"] = rec["error"] is None
+    emit(rec)
+    code = EXIT_OK if rec["ok"] else EXIT_FAILED
+    emit(
+        {
+            "type": "done",
+            "command": "inspect",
+            "exit_code": code,
+            "seconds": round(time.time() - t0, 3),
+        }
+    )
+    return code
+
+
+_WRAPPERS = re.compile(r"(^|\.)(module|_orig_mod)\.")
+
+
+def _strip_wrappers(name):
+    prev = None
+    while prev != name:
+        prev = name
+        name = _WRAPPERS.sub(lambda m: m.group(1), name, count=1)
+    return name
+
+
+def _diff_entry(ea, eb, chunk):
+    """Per-tensor comparison over chunks, in float64; non-finite elements are left out of norms."""
+    ss_a = ss_b = ss_d = dot = 0.0
+    max_d = 0.0
+    nf_a = nf_b = new_nf = neg_b = 0
+    nonneg = ea.section == OPTIMIZER and ea.slot in NONNEG_SLOTS
+    for (_, ca), (_, cb) in zip(ea.chunks(chunk), eb.chunks(chunk)):
+        a = _to_f64(ca)
+        b = _to_f64(cb)
+        fa = torch.isfinite(a)
+        fb = torch.isfinite(b)
+        if not (bool(fa.all()) and bool(fb.all())):
+            nf_a += int((~fa).sum())
+            nf_b += int((~fb).sum())
+            new_nf += int((fa & ~fb).sum())
+            both = fa & fb
+            a = a[both]
+            b = b[both]
+        if nonneg:
+            neg_b += int((_to_f64(cb) < 0).sum())
+        d = b - a
+        ss_a += float((a * a).sum())
+        ss_b += float((b * b).sum())
+        ss_d += float((d * d).sum())
+        dot += float((a * b).sum())
+        if d.numel():
+            max_d = max(max_d, float(d.abs().max()))
+    na, nb = math.sqrt(ss_a), math.sqrt(ss_b)
+    rel = math.sqrt(ss_d) / na if na > 0 else (0.0 if ss_d == 0 else math.inf)
+    cos = dot / (na * nb) if na > 0 and nb > 0 else None
+    return {
+        "rel_change": rel,
+        "max_abs_diff": max_d,
+        "cosine": cos,
+        "nonfinite_a": nf_a,
+        "nonfinite_b": nf_b,
+        "new_nonfinite": new_nf,
+        "negative_b": neg_b,
+        "ss_a": ss_a,
+        "ss_d": ss_d,
+    }
+
+
+def _to_f64(c):
+    if c.dtype.is_complex:
+        return torch.view_as_real(c.to(torch.complex128)).reshape(-1)
+    if c.dtype in (torch.float64,):
+        return c
+    try:
+        return c.to(torch.float64)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return c.float().to(torch.float64)
+
+
+def _lr_list(src):
+    return [[g["lr"] for g in o["groups"]] for o in _optimizer_info(src)]
+
+
+def cmd_diff(opts):
+    t0 = time.time()
+    _preflight(opts)
+    _import_torch()
+    _allow_globals(opts.allow_global or ())
+    rec = {"type": "diff", "a": opts.a, "b": opts.b, "ok": False, "error": None}
+    srcs = []
+    code = EXIT_FAILED
+    try:
+        for side, p in (("A", opts.a), ("B", opts.b)):
+            try:
+                srcs.append(open_source(p, opts))
+            except LoadError as e:
+                raise LoadError("%s (%s): %s" % (side, p, e.reason), e.needs_globals) from e
+        a, b = srcs
+        code = _diff(a, b, rec, opts)
+    except LoadError as e:
+        rec["error"] = e.reason
+        rec["needs_globals"] = e.needs_globals
+    finally:
+        for s in srcs:
+            s.close()
+    rec["ok"] = rec["error"] is None
+    emit(rec)
+    emit(
+        {
+            "type": "done",
+            "command": "diff",
+            "exit_code": code,
+            "seconds": round(time.time() - t0, 3),
+        }
+    )
+    return code
+
+
+def _diff(a, b, rec, opts):
+    ma = dict((e.name, e) for e in a.entries)
+    mb = dict((e.name, e) for e in b.entries)
+    notes = []
+    if set(ma) != set(mb):
+        sa = dict((_strip_wrappers(n), e) for n, e in ma.items())
+        sb = dict((_strip_wrappers(n), e) for n, e in mb.items())
+        if len(set(sa) & set(sb)) > len(set(ma) & set(mb)):
+            ma, mb = sa, sb
+            notes.append(
+                "names matched after removing 'module.' / '_orig_mod.' (DDP, torch.compile)"
+            )
+    only_a = [n for n in ma if n not in mb]
+    only_b = [n for n in mb if n not in ma]
+    changes, diffs, flags = [], [], []
+    seen_keys = set()
+    tot = {WEIGHTS: [0.0, 0.0], OPTIMIZER: [0.0, 0.0]}
+    identical = 0
+    for name, ea in ma.items():
+        eb = mb.get(name)
+        if eb is None:
+            continue
+        if ea.shape != eb.shape or ea.dtype != eb.dtype:
+            changes.append(
+                {
+                    "name": name,
+                    "shape_a": list(ea.shape),
+                    "shape_b": list(eb.shape),
+                    "dtype_a": str(ea.dtype).replace("torch.", ""),
+                    "dtype_b": str(eb.dtype).replace("torch.", ""),
+                }
+            )
+        if ea.shape != eb.shape or ea._chunks is None or eb._chunks is None:
+            continue
+        key = (ea.key, eb.key)
+        if ea.key is not None and eb.key is not None and key in seen_keys:
+            continue  # tied weights: compared once
+        seen_keys.add(key)
+        try:
+            d = _diff_entry(ea, eb, opts.chunk_elems)
+        except (RuntimeError, NotImplementedError, TypeError) as e:
+            notes.append("%s: not compared (%s)" % (name, _short(e)))
+            continue
+        sec = ea.section
+        tot[sec][0] += d.pop("ss_a")
+        tot[sec][1] += d.pop("ss_d")
+        d.update(
+            name=name,
+            section=sec,
+            slot=ea.slot if sec == OPTIMIZER else None,
+            numel=ea.numel,
+            dtype=str(ea.dtype).replace("torch.", ""),
+        )
+        if d["max_abs_diff"] == 0 and not d["nonfinite_a"] and not d["nonfinite_b"]:
+            identical += 1
+        diffs.append(d)
+        second_moment = sec == OPTIMIZER and ea.slot in NONNEG_SLOTS
+        if d["new_nonfinite"] and not second_moment:
+            flags.append(
+                {"name": name, "section": sec, "kind": "new_nonfinite", "count": d["new_nonfinite"]}
+            )
+        if second_moment:
+            if d["nonfinite_b"]:
+                flags.append(
+                    {
+                        "name": name,
+                        "section": sec,
+                        "kind": "nonfinite_exp_avg_sq",
+                        "count": d["nonfinite_b"],
+                    }
+                )
+            if d["negative_b"]:
+                flags.append(
+                    {
+                        "name": name,
+                        "section": sec,
+                        "kind": "negative_exp_avg_sq",
+                        "count": d["negative_b"],
+                    }
+                )
+
+    def rank(section):
+        # Step counters change by design: they would crowd out the tensors worth a look.
+        pool = [
+            d
+            for d in diffs
+            if d["section"] == section and not (d["slot"] == "step" and d["numel"] == 1)
+        ]
+        return sorted(pool, key=lambda d: -d["rel_change"])[: opts.top]
+
+    sa, sb = a.meta["global_step"], b.meta["global_step"]
+    rec.update(
+        format_a=a.format,
+        format_b=b.format,
+        step_a=sa,
+        step_b=sb,
+        step_delta=(sb - sa)
+        if isinstance(sa, (int, float)) and isinstance(sb, (int, float))
+        else None,
+        epoch_a=a.meta["epoch"],
+        epoch_b=b.meta["epoch"],
+        lr_a=_lr_list(a),
+        lr_b=_lr_list(b),
+        tensors_a=len(ma),
+        tensors_b=len(mb),
+        compared=len(diffs),
+        identical=identical,
+        only_a=only_a[:50],
+        only_b=only_b[:50],
+        only_a_total=len(only_a),
+        only_b_total=len(only_b),
+        changes=changes[:50],
+        changes_total=len(changes),
+        top_weights=rank(WEIGHTS),
+        top_optimizer=rank(OPTIMIZER),
+        flags=flags[:50],
+        flags_total=len(flags),
+        rel_change={
+            s: (math.sqrt(v[1]) / math.sqrt(v[0]) if v[0] > 0 else None) for s, v in tot.items()
+        },
+        notes=notes + a.notes + b.notes,
+    )
+    problems = ["A: " + p for p in a.problems] + ["B: " + p for p in b.problems]
+    if problems:
+        rec["error"] = "; ".join(problems[:5])
+        return EXIT_FAILED
+    return EXIT_FINDINGS if flags else EXIT_OK
+
+
+_NUM = re.compile(r"(\d+)")
+
+
+def _natural(s):
+    return [int(p) if p.isdigit() else p for p in _NUM.split(s)]
+
+
+def cmd_bisect(opts):
+    t0 = time.time()
+    _preflight(opts)
+    if not os.path.isdir(opts.path):
+        raise Fatal(
+            "%s is not a directory (bisect orders the checkpoints found under one)" % opts.path
+        )
+    items, skipped = discover(opts.path)
+    emit(
+        {
+            "type": "plan",
+            "files": len(items),
+            "bytes": sum(int(i.get("bytes", 0)) for i in items),
+            "jobs": opts.jobs,
+            "skipped": skipped,
+        }
+    )
+    unreadable = []
+    for it in items:
+        if it["kind"] in ("unsupported", "error"):
+            rec = scan_item(it, opts)
+            emit(rec)
+            unreadable.append(it["path"])
+    work = [it for it in items if it["kind"] not in ("unsupported", "error")]
+    pool = make_pool(opts.jobs if opts.linear else 1, opts) if work else None
+    try:
+        metas = {}
+        if pool is not None:
+            for m in pool.run([dict(it, op="meta") for it in work]):
+                metas[m["path"]] = m
+        cands = []
+        for it in work:
+            m = metas.get(it["path"], {})
+            if m.get("error"):
+                unreadable.append(it["path"])
+                emit(dict(scan_item(dict(it, kind="error", reason=m["error"]), opts)))
+                continue
+            cands.append((it, m.get("global_step")))
+        rel = lambda p: os.path.relpath(p, opts.path)  # noqa: E731
+        if cands and all(s is not None for _, s in cands):
+            order = "global_step"
+            cands.sort(key=lambda c: (c[1], _natural(rel(c[0]["path"]))))
+        else:
+            order = "name"
+            cands.sort(key=lambda c: _natural(rel(c[0]["path"])))
+        emit(
+            {
+                "type": "order",
+                "order": order,
+                "checkpoints": [{"path": it["path"], "global_step": s} for it, s in cands],
+            }
+        )
+        results = {}
+
+        def scan(idx_items):
+            todo = [dict(it, op="scan") for it, _ in idx_items if it["path"] not in results]
+            for r in pool.run(todo) if todo else []:
+                results[r["path"]] = r
+
+        later_clean, bad = [], []
+        if opts.linear:
+            scan(cands)
+            seq = [c for c in cands if results[c[0]["path"]]["status"] in ("clean", "bad")]
+            unreadable += [c[0]["path"] for c in cands if c not in seq]
+            first = next(
+                (i for i, c in enumerate(seq) if results[c[0]["path"]]["status"] == "bad"), None
+            )
+            bad = [c[0]["path"] for c in seq if results[c[0]["path"]]["status"] == "bad"]
+            if first is not None:
+                later_clean = [
+                    c[0]["path"]
+                    for c in seq[first + 1 :]
+                    if results[c[0]["path"]]["status"] == "clean"
+                ]
+            lo = first - 1 if first is not None else len(seq) - 1
+            hi = first if first is not None else len(seq)
+        else:
+            seq = list(cands)
+            lo, hi = -1, len(seq)
+            while hi - lo > 1:  # invariant: seq[lo] clean (or -1), seq[hi] bad (or len)
+                mid = (lo + hi) // 2
+                scan([seq[mid]])
+                st = results[seq[mid][0]["path"]]["status"]
+                if st == "clean":
+                    lo = mid
+                elif st == "bad":
+                    hi = mid
+                else:
+                    unreadable.append(seq[mid][0]["path"])
+                    del seq[mid]
+                    hi -= 1
+            bad = [p for p, r in results.items() if r["status"] == "bad"]
+
+        def brief(i, with_tensor):
+            if i < 0 or i >= len(seq):
+                return None
+            it, step = seq[i]
+            r = results[it["path"]]
+            out = {"path": it["path"], "global_step": step, "epoch": r.get("epoch")}
+            if with_tensor:
+                out["tensor"] = (r.get("bad_tensors") or [None])[0]
+                for k in (
+                    "nan_weights",
+                    "posinf_weights",
+                    "neginf_weights",
+                    "nan_optimizer",
+                    "posinf_optimizer",
+                    "neginf_optimizer",
+                    "negative_exp_avg_sq",
+                ):
+                    out[k] = r.get(k)
+            return out
+
+        first_bad = brief(hi, True)
+        code = EXIT_FINDINGS if first_bad else EXIT_OK
+        if unreadable:
+            code = EXIT_FAILED
+        emit(
+            {
+                "type": "bisect",
+                "directory": opts.path,
+                "order": order,
+                "mode": "linear" if opts.linear else "binary",
+                "checkpoints": len(cands),
+                "scanned": len(results),
+                "last_clean": brief(lo, False),
+                "first_bad": first_bad,
+                "unreadable": unreadable,
+                "bad": bad,
+                "later_clean": later_clean,
+                "assumption": None
+                if opts.linear
+                else "binary search: assumes that once a checkpoint is bad, every later one is "
+                "too; use --linear to check them all",
+            }
+        )
+    finally:
+        if pool is not None:
+            pool.close()
+    emit(
+        {
+            "type": "done",
+            "command": "bisect",
+            "exit_code": code,
+            "seconds": round(time.time() - t0, 3),
+        }
+    )
+    return code
+
+
+# ---------------------------------------------------------------------------------- main
+
+
+def build_parser():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--allow-global",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="allow-list a global for weights-only loading (imports its module)",
+    )
+    common.add_argument(
+        "--unsafe-pickle",
+        action="store_true",
+        help="load with weights_only=False: runs any code in the file",
+    )
+    common.add_argument("--max-bad", type=int, default=20, help="bad tensors listed per checkpoint")
+    common.add_argument("--chunk-elems", type=int, default=DEFAULT_CHUNK, help=argparse.SUPPRESS)
+    p = argparse.ArgumentParser(prog="ckpt.py", description="Checkpoint diagnostics (JSON lines).")
+    sub = p.add_subparsers(dest="command")
+    s = sub.add_parser("scan", parents=[common], help="check checkpoints for non-finite values")
+    s.add_argument("path")
+    s.add_argument("--jobs", type=int, default=1)
+    s = sub.add_parser(
+        "inspect", parents=[common], help="keys, dtypes, shapes; no tensor data read"
+    )
+    s.add_argument("path")
+    s = sub.add_parser("diff", parents=[common], help="compare two checkpoints tensor by tensor")
+    s.add_argument("a")
+    s.add_argument("b")
+    s.add_argument("--top", type=int, default=10)
+    s = sub.add_parser(
+        "bisect", parents=[common], help="find the first bad checkpoint in a directory"
+    )
+    s.add_argument("path")
+    s.add_argument(
+        "--linear", action="store_true", help="check every checkpoint, not a binary search"
+    )
+    s.add_argument("--jobs", type=int, default=1)
+    s = sub.add_parser("_worker", parents=[common])
+    s.add_argument("--jobs", type=int, default=1)
+    s.add_argument("--threads", type=int, default=1)
+    return p
+
+
+COMMANDS = {
+    "scan": cmd_scan,
+    "inspect": cmd_inspect,
+    "diff": cmd_diff,
+    "bisect": cmd_bisect,
+    "_worker": cmd_worker,
+}
+
+
+def main(argv=None):
+    opts = build_parser().parse_args(argv)
+    if not opts.command:
+        build_parser().print_help(sys.stderr)
+        return EXIT_FAILED
+    opts.chunk_elems = max(1, opts.chunk_elems)
+    opts.max_bad = max(0, opts.max_bad)
+    if hasattr(opts, "jobs"):
+        opts.jobs = max(1, opts.jobs)
+    try:
+        return COMMANDS[opts.command](opts)
+    except Fatal as e:
+        emit({"type": "error", "message": str(e)})
+        emit({"type": "done", "command": opts.command, "exit_code": EXIT_FAILED})
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,483 @@
+"""Real checkpoints for the checkpoint diagnostics tests, with faults planted at known places.
+
+A plain module (not a fixture file) so that every test layer can use it: the script tests run
+``remotekit/remote/ckpt.py`` on these files directly, the API tests go through the local
+target, and the sshd -> fake pct -> venv tests go through the whole chain.
+
+:func:`build_corpus` writes one directory holding every case and returns a :class:`Corpus`
+whose ``expect`` maps each checkpoint path to the exact values a scan must report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+NAN, INF = float("nan"), float("inf")
+
+__all__ = [
+    "Corpus",
+    "MaliciousPayload",
+    "build_bisect_series",
+    "build_corpus",
+    "checkpoint_dict",
+    "mismatches",
+    "plant",
+    "save_safetensors",
+    "train_tiny",
+    "write_malicious",
+    "write_worker_killer",
+]
+
+
+class TinyNet(torch.nn.Module):
+    """fc1 (16x8 + 16), fc2 (4x16 + 4): 212 parameters in four tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+PARAMS = 16 * 8 + 16 + 4 * 16 + 4
+
+
+def train_tiny(steps: int = 3, seed: int = 0) -> tuple[TinyNet, torch.optim.Adam]:
+    """A TinyNet trained ``steps`` Adam steps; two param groups (lr 1e-3 for fc1, 5e-4 for fc2)."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = TinyNet()
+    opt = torch.optim.Adam(
+        [
+            {"params": model.fc1.parameters(), "lr": 1e-3},
+            {"params": model.fc2.parameters(), "lr": 5e-4},
+        ]
+    )
+    for _ in range(steps):
+        x = torch.randn(32, 8, generator=g)
+        y = torch.randn(32, 4, generator=g)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, opt
+
+
+def checkpoint_dict(steps: int = 3, seed: int = 0, epoch: int = 0) -> dict[str, Any]:
+    """The training-loop layout: model_state_dict, optimizer_state_dict, global_step, epoch."""
+    model, opt = train_tiny(steps, seed)
+    return {
+        "model_state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "optimizer_state_dict": opt.state_dict(),
+        "global_step": steps,
+        "epoch": epoch,
+        "loss": 0.5,
+    }
+
+
+def plant(t: torch.Tensor, flat_indices: list[int], value: float) -> None:
+    """Write ``value`` at the given flat positions of ``t`` (in place)."""
+    flat = t.view(-1)
+    for i in flat_indices:
+        flat[i] = value
+
+
+class MaliciousPayload:
+    """Unpickling this runs ``exec``, which writes ``marker``: a stand-in for real malware."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
+
+
+class WorkerKiller:
+    """Unpickling this ends the process at once (exit 3): a file that crashes the loader."""
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return (os._exit, (3,))
+
+
+def write_worker_killer(path: Path) -> None:
+    """A checkpoint whose unpickling (only with --unsafe-pickle) kills the process."""
+    torch.save({"model_state_dict": {"w": torch.ones(2)}, "boom": WorkerKiller()}, path)
+
+
+def write_malicious(path: Path, marker: Path) -> None:
+    """A torch.save'd dict of real weights plus an object whose unpickling writes ``marker``."""
+    ckpt = checkpoint_dict()
+    torch.save(
+        {"model_state_dict": ckpt["model_state_dict"], "payload": MaliciousPayload(str(marker))},
+        path,
+    )
+
+
+def save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Write ``tensors`` with the safetensors package itself.
+
+    safetensors >= 0.7 has a numpy-free writer (``TensorSpec`` + ``serialize_file``); older
+    releases go through ``safetensors.torch.save_file``, which needs numpy.
+    """
+    try:
+        from safetensors import TensorSpec, serialize_file
+    except ImportError:
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(path))
+        return
+    alive = {k: v.contiguous() for k, v in tensors.items()}
+    specs = {
+        k: TensorSpec(
+            dtype=str(v.dtype).replace("torch.", ""),
+            shape=list(v.shape),
+            data_ptr=v.data_ptr(),
+            data_len=v.numel() * v.element_size(),
+        )
+        for k, v in alive.items()
+    }
+    serialize_file(specs, str(path))
+
+
+@dataclass
+class Corpus:
+    """What :func:`build_corpus` made: ``expect[path]`` holds the exact values a scan reports."""
+
+    root: Path
+    expect: dict[str, dict[str, Any]] = field(default_factory=dict)
+    clean: Path = Path()
+    unsafe: Path = Path()
+    skipped: list[str] = field(default_factory=list)
+
+    def add(self, path: Path, **values: Any) -> Path:
+        self.expect[str(path)] = values
+        return path
+
+
+def _zero_counts(**over: Any) -> dict[str, Any]:
+    base = {
+        "nan_weights": 0,
+        "posinf_weights": 0,
+        "neginf_weights": 0,
+        "nan_optimizer": 0,
+        "posinf_optimizer": 0,
+        "neginf_optimizer": 0,
+        "negative_exp_avg_sq": 0,
+    }
+    base.update(over)
+    return base
+
+
+def build_corpus(root: Path) -> Corpus:
+    """Write every case under ``root`` (a few hundred KB in all); see :class:`Corpus`."""
+    root.mkdir(parents=True, exist_ok=True)
+    c = Corpus(root=root)
+
+    def ckdir(name: str) -> Path:
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    # A clean training checkpoint.
+    clean = checkpoint_dict(steps=3)
+    c.clean = ckdir("clean") / "checkpoint.pt"
+    torch.save(clean, c.clean)
+    c.add(
+        c.clean,
+        status="clean",
+        format="torch",
+        global_step=3,
+        epoch=0,
+        params=PARAMS,
+        tensors=4 + 4 * 3,
+        bad=[],
+        **_zero_counts(),
+    )
+
+    # NaN / +Inf / -Inf in weights.
+    ck = checkpoint_dict(steps=4)
+    sd = ck["model_state_dict"]
+    plant(sd["fc1.weight"], [3, 17], NAN)
+    plant(sd["fc2.bias"], [1], INF)
+    plant(sd["fc1.bias"], [0, 7], -INF)
+    p = ckdir("nan_weights") / "checkpoint.pt"
+    torch.save(ck, p)
+    c.add(
+        p,
+        status="bad",
+        format="torch",
+        global_step=4,
+        params=PARAMS,
+        bad=[
+            ("model_state_dict.fc1.weight", "weights", 2, 0, 0, 3),
+            ("model_state_dict.fc1.bias", "weights", 0, 0, 2, 0),
+            ("model_state_dict.fc2.bias", "weights", 0, 1, 0, 1),
+        ],
+        **_zero_counts(nan_weights=2, posinf_weights=1, neginf_weights=2),
+    )
+
+    # Non-finite and negative values in Adam state.
+    ck = checkpoint_dict(steps=5)
+    st = ck["optimizer_state_dict"]["state"]
+    plant(st[0]["exp_avg_sq"], [0, 10, 20], INF)
+    plant(st[0]["exp_avg_sq"], [5], NAN)
+    plant(st[2]["exp_avg"], [1], -INF)
+    plant(st[1]["exp_avg_sq"], [2], -1.0)
+    p = ckdir("inf_optimizer") / "checkpoint.pt"
+    torch.save(ck, p)
+    c.add(
+        p,
+        status="bad",
+        format="torch",
+        global_step=5,
+        bad=[
+            ("optimizer_state_dict.state.0.exp_avg_sq", "optimizer", 1, 3, 0, 0),
+            ("optimizer_state_dict.state.1.exp_avg_sq", "optimizer", 0, 0, 0, 2),
+            ("optimizer_state_dict.state.2.exp_avg", "optimizer", 0, 0, 1, 1),
+        ],
+        **_zero_counts(
+            nan_optimizer=1, posinf_optimizer=3, neginf_optimizer=1, negative_exp_avg_sq=1
+        ),
+    )
+
+    # Low-precision, complex, integer and bool tensors.
+    bf = torch.randn(64).to(torch.bfloat16)
+    plant(bf, [9], NAN)
+    f16 = torch.randn(32).to(torch.float16)
+    plant(f16, [31], -INF)
+    e4 = torch.randn(40).to(torch.float8_e4m3fn)
+    e4.view(torch.uint8)[[4, 39]] = 0x7F  # the e4m3fn NaN encoding (it has no Inf)
+    e5 = torch.randn(24).to(torch.float8_e5m2)
+    e5.view(torch.uint8)[7] = 0x7C  # +Inf in e5m2
+    cx = torch.randn(10, dtype=torch.complex64)
+    cx[3] = complex(1.0, NAN)
+    mixed = {
+        "bf16.weight": bf,
+        "half.weight": f16,
+        "f8e4m3.weight": e4,
+        "f8e5m2.weight": e5,
+        "complex.weight": cx,
+        "steps": torch.arange(5),
+        "mask": torch.ones(3, dtype=torch.bool),
+    }
+    p = ckdir("mixed_dtypes") / "checkpoint.pt"
+    torch.save(mixed, p)
+    c.add(
+        p,
+        status="bad",
+        tensors=7,
+        skipped_tensors=2,
+        params=64 + 32 + 40 + 24 + 10,
+        bad=[
+            ("bf16.weight", "weights", 1, 0, 0, 9),
+            ("half.weight", "weights", 0, 0, 1, 31),
+            ("f8e4m3.weight", "weights", 2, 0, 0, 4),
+            ("f8e5m2.weight", "weights", 0, 1, 0, 7),
+            ("complex.weight", "weights", 1, 0, 0, 3),
+        ],
+        **_zero_counts(nan_weights=4, posinf_weights=1, neginf_weights=1),
+    )
+
+    # Tied weights: one storage under two keys, one NaN in it.
+    emb = torch.randn(50, 8)
+    plant(emb, [13], NAN)
+    tied = {"embed.weight": emb, "lm_head.weight": emb, "norm.weight": torch.ones(8)}
+    p = ckdir("tied") / "checkpoint.pt"
+    torch.save(tied, p)
+    c.add(
+        p,
+        status="bad",
+        tensors=3,
+        params=50 * 8 + 8,
+        bad=[("embed.weight", "weights", 1, 0, 0, 13), ("lm_head.weight", "weights", 1, 0, 0, 13)],
+        shared={"embed.weight": ["lm_head.weight"], "lm_head.weight": ["embed.weight"]},
+        **_zero_counts(nan_weights=1),
+    )
+
+    # DDP-style "module." prefixes in a bare state dict.
+    p = ckdir("ddp") / "checkpoint.pt"
+    torch.save({"module." + k: v for k, v in clean["model_state_dict"].items()}, p)
+    c.add(p, status="clean", tensors=4, params=PARAMS, bad=[], **_zero_counts())
+
+    # Nested dicts and lists.
+    a = checkpoint_dict(steps=1, seed=1)["model_state_dict"]
+    b = checkpoint_dict(steps=1, seed=2)["model_state_dict"]
+    plant(b["fc2.weight"], [63], NAN)
+    p = ckdir("nested") / "checkpoint.pt"
+    torch.save(
+        {"models": [a, b], "extra": {"ema": {"decay": 0.999, "shadow": [a["fc1.bias"] * 1]}}}, p
+    )
+    c.add(
+        p,
+        status="bad",
+        tensors=9,
+        params=2 * PARAMS + 16,
+        bad=[("models.1.fc2.weight", "weights", 1, 0, 0, 63)],
+        **_zero_counts(nan_weights=1),
+    )
+
+    # Legacy (non-zip) torch.save: no mmap, same answers.
+    p = ckdir("legacy") / "checkpoint.pt"
+    torch.save(clean, p, _use_new_zipfile_serialization=False)
+    c.add(
+        p,
+        status="clean",
+        format="torch-legacy",
+        global_step=3,
+        params=PARAMS,
+        bad=[],
+        **_zero_counts(),
+    )
+
+    # A safetensors file written by the safetensors package.
+    w = torch.randn(6, 5)
+    plant(w, [0, 29], INF)
+    st_tensors = {
+        "encoder.weight": w,
+        "encoder.bias": torch.randn(5).to(torch.bfloat16),
+        "head.weight": torch.randn(3, 5).to(torch.float16),
+        "ids": torch.arange(4),
+    }
+    p = ckdir("safetensors") / "model.safetensors"
+    save_safetensors(st_tensors, p)
+    c.add(
+        p,
+        status="bad",
+        format="safetensors",
+        tensors=4,
+        skipped_tensors=1,
+        params=30 + 5 + 15,
+        bad=[("encoder.weight", "weights", 0, 2, 0, 0)],
+        **_zero_counts(posinf_weights=2),
+    )
+
+    # A 2-shard HF checkpoint with its index and trainer_state.json.
+    hf = ckdir("hf")
+    s1 = {"layers.0.weight": torch.randn(4, 4), "layers.0.bias": torch.randn(4)}
+    s2 = {"layers.1.weight": torch.randn(4, 4), "layers.1.bias": torch.randn(4)}
+    plant(s2["layers.1.weight"], [6], NAN)
+    save_safetensors(s1, hf / "model-00001-of-00002.safetensors")
+    save_safetensors(s2, hf / "model-00002-of-00002.safetensors")
+    wmap = {k: "model-00001-of-00002.safetensors" for k in s1}
+    wmap.update({k: "model-00002-of-00002.safetensors" for k in s2})
+    (hf / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 160}, "weight_map": wmap})
+    )
+    (hf / "trainer_state.json").write_text(json.dumps({"global_step": 50, "epoch": 1.0}))
+    for aux in ("training_args.bin", "rng_state.pth"):
+        (hf / aux).write_bytes(b"not scanned")
+        c.skipped.append(str(hf / aux))
+    c.add(
+        hf / "model.safetensors.index.json",
+        status="bad",
+        format="hf-sharded",
+        global_step=50,
+        epoch=1,
+        tensors=4,
+        params=40,
+        bad=[("layers.1.weight", "weights", 1, 0, 0, 6)],
+        **_zero_counts(nan_weights=1),
+    )
+
+    # Files that cannot be read, each for its own reason.
+    bad = ckdir("bad")
+    raw = c.clean.read_bytes()
+    c.add(_put(bad / "truncated.pt", raw[: len(raw) // 2]), status="error", error="truncated")
+    c.add(_put(bad / "empty.pt", b""), status="error", error="empty file")
+    c.add(
+        _put(bad / "notazip.pt", b"hello, I am a text file\n" * 4),
+        status="error",
+        error="not a checkpoint",
+    )
+    (bad / "dir.pt").mkdir(exist_ok=True)
+    c.add(bad / "dir.pt", status="error", error="is a directory")
+    torch.save({"foo": 1, "bar": "baz"}, bad / "nokeys.pt")
+    c.add(bad / "nokeys.pt", status="error", error="holds no tensors")
+    st_raw = (root / "safetensors" / "model.safetensors").read_bytes()
+    c.add(_put(bad / "cut.safetensors", st_raw[:-40]), status="error", error="truncated")
+    os.symlink(bad / "gone.pt", bad / "dangling.pt")
+    c.add(bad / "dangling.pt", status="error", error="dangling symlink")
+
+    # Formats named as not supported yet.
+    dcp = ckdir("unsupported/dcp_step100")
+    (dcp / ".metadata").write_bytes(b"\x80\x04N.")
+    (dcp / "__0_0.distcp").write_bytes(b"\0" * 16)
+    c.add(dcp, status="unsupported", format="dcp", error="torch.distributed.checkpoint")
+    zero = ckdir("unsupported/global_step7")
+    (zero / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"\0" * 16)
+    (zero / "zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b"\0" * 16)
+    c.add(zero, status="unsupported", format="deepspeed-zero", error="DeepSpeed ZeRO")
+
+    # Needs a global that weights_only does not allow by default.
+    ck = checkpoint_dict(steps=3)
+    ck["args"] = argparse.Namespace(lr=1e-3, batch_size=32)
+    c.unsafe = ckdir("unsafe_global") / "checkpoint.pt"
+    torch.save(ck, c.unsafe)
+    c.add(
+        c.unsafe, status="error", error="argparse.Namespace", needs_globals=["argparse.Namespace"]
+    )
+    return c
+
+
+def mismatches(expect: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """How a scan's checkpoint record (or ``to_jsonable(CheckpointReport)``) differs from
+    ``expect``; empty when it matches. ``bad`` compares (name, section, nan, posinf, neginf,
+    first_index) per bad tensor in order; ``error`` is a substring; ``shared`` maps names to
+    their ``shared_with``; every other key must be equal."""
+    out = []
+    for key, want in expect.items():
+        if key == "bad":
+            have = [
+                (b["name"], b["section"], b["nan"], b["posinf"], b["neginf"], b["first_index"])
+                for b in got.get("bad_tensors") or ()
+            ]
+            if have != list(want):
+                out.append(f"bad tensors: {have} != {want}")
+        elif key == "error":
+            if want not in (got.get("error") or ""):
+                out.append(f"error {got.get('error')!r} lacks {want!r}")
+        elif key == "shared":
+            have_shared = {b["name"]: list(b["shared_with"]) for b in got.get("bad_tensors") or ()}
+            if have_shared != want:
+                out.append(f"shared_with: {have_shared} != {want}")
+        else:
+            have_value = got.get(key)
+            if isinstance(want, list):
+                have_value = list(have_value or [])
+            if have_value != want:
+                out.append(f"{key}: {have_value!r} != {want!r}")
+    return out
+
+
+def _put(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def build_bisect_series(
+    root: Path, steps: list[int], bad_steps: set[int], names: list[str], *, with_step: bool = True
+) -> list[Path]:
+    """One ``<name>/checkpoint.pt`` per step; those in ``bad_steps`` get a NaN in fc2.weight[5].
+    ``with_step=False`` leaves ``global_step`` out (bisect then orders by name)."""
+    out = []
+    for step, name in zip(steps, names):
+        ck = checkpoint_dict(steps=1, seed=step)
+        ck["global_step"] = step
+        if not with_step:
+            del ck["global_step"]
+        if step in bad_steps:
+            plant(ck["model_state_dict"]["fc2.weight"], [5], NAN)
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        torch.save(ck, d / "checkpoint.pt")
+        out.append(d / "checkpoint.pt")
+    return out
