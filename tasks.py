@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,16 +74,23 @@ def _finding(o: HostOutcome) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class Sel:
+    """The target selection and output options every task takes."""
+
+    host: str
+    group: str
+    all: bool
+    parallel: int
+    json: bool
+    verbose: bool
+    inventory: str
+
+
 def _fan(
-    *,
-    host: str,
-    group: str,
-    all: bool,
-    parallel: int,
-    json: bool,
-    verbose: bool,
-    inventory: str,
+    sel: Sel,
     fn: Callable[[remotekit.Target, Console], Any],
+    *,
     render: Callable[[Any], str] | None = None,
     title: str = "",
     after: Callable[[list[HostOutcome], Console], int] | None = None,
@@ -91,10 +99,10 @@ def _fan(
 
     ``after(outcomes, console)`` runs last (e.g. drawing a plot) and may raise the exit code.
     """
-    targets = _select(host, group, all, inventory)
+    targets = _select(sel.host, sel.group, sel.all, sel.inventory)
     names = [t.name for t in targets]
-    console = Console(names, quiet=json)
-    if verbose:
+    console = Console(names, quiet=sel.json)
+    if sel.verbose:
         for t in targets:
             console.say(f"{console.tag(t.name, 'stderr')} | chain: {t.chain}", stream="stderr")
     total, done, failed = len(targets), [0], [0]
@@ -113,7 +121,7 @@ def _fan(
 
     interrupted = False
     console.progress(f"[0/{total} hosts done, 0 failed]")
-    with fleet(targets, parallel=parallel or None) as f:
+    with fleet(targets, parallel=sel.parallel or None) as f:
         try:
             outcomes = f.map(lambda t: fn(t, console), on_done=on_done)
         except FleetInterrupted as exc:
@@ -121,7 +129,7 @@ def _fan(
     console.done()
     code = 130 if interrupted else max((o.exit_code for o in outcomes), default=0)
     missing = [t.name for t in targets if t.name not in {o.host for o in outcomes}]
-    if json:
+    if sel.json:
         doc: dict[str, Any] = {"exit_code": code, "interrupted": interrupted}
         doc["hosts"] = [_outcome_json(o) for o in outcomes]
         doc["hosts"] += [{"host": h, "status": "not run", "exit_code": None} for h in missing]
@@ -181,14 +189,8 @@ def ping(c, host="", group="", all=False, parallel=0, json=False, verbose=False,
         return t.ping(on_check=show)
 
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=one,
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
     )
 
 
@@ -217,14 +219,8 @@ def run(
         return t.run(argv, timeout=timeout or None, check=False, on_output=console.output(t.name))
 
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=one,
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
     )
 
 
@@ -266,14 +262,8 @@ def py(
         )
 
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=one,
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
     )
 
 
@@ -298,14 +288,8 @@ def put(
     """Copy a local file to targets (atomic: written beside, then renamed)."""
     _required(src=src, dest=dest)
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=lambda t, console: t.put(src, dest, timeout=timeout or None),
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: t.put(src, dest, timeout=timeout or None),
     )
 
 
@@ -356,14 +340,8 @@ def gpu(
     """GPU health: nvidia-smi (temperature, ECC, throttling, stale memory) and torch's view."""
     system = _system()
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=lambda t, console: system.gpu_status(t, timeout=timeout or None, temp_threshold=temp),
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: system.gpu_status(t, timeout=timeout or None, temp_threshold=temp),
         render=system.render_gpu,
         title="gpu",
     )
@@ -384,14 +362,8 @@ def env(
     """Environment: Python, torch, CUDA, cuDNN, NCCL, container, memory; torch CVE warnings."""
     system = _system()
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=lambda t, console: system.environment(t, timeout=timeout or None),
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: system.environment(t, timeout=timeout or None),
         render=system.render_env,
         title="env",
     )
@@ -421,14 +393,8 @@ def disk(
     """Disk: free space and inodes for workdir and checkpoints, largest files, will a save fit."""
     system = _system()
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=lambda t, console: system.disk_usage(
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: system.disk_usage(
             t, list(path) or None, timeout=timeout or None, min_free_pct=min_free
         ),
         render=system.render_disk,
@@ -452,14 +418,8 @@ def procs(
     """Processes: Python and GPU processes with age and RSS (stale trainers holding a GPU)."""
     system = _system()
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=lambda t, console: system.processes(t, timeout=timeout or None, all_processes=every),
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: system.processes(t, timeout=timeout or None, all_processes=every),
         render=system.render_procs,
         title="procs",
     )
@@ -493,14 +453,8 @@ def diagnose(
         return table(["section", "status", "time", "findings", "detail"], rows)
 
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=one,
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
         render=summary,
         title="diagnose",
     )
@@ -580,14 +534,8 @@ def train_log(
         return 0
 
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=one,
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
         render=trainlog.render_report,
         title="train-log",
         after=draw,
@@ -606,6 +554,15 @@ def _ckpt():
     from remotekit.diagnostics import checkpoints
 
     return checkpoints
+
+
+def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
+    """``--path``, else the host's ``checkpoints:``."""
+    if path or t.spec.checkpoints:
+        return path or str(t.spec.checkpoints)
+    raise remotekit.RemotekitError(
+        "no --path given and no `checkpoints:` for this host in hosts.yaml", host=t.name, step=step
+    )
 
 
 def _scan_progress(console: Console, host: str) -> Callable[[Any], None]:
@@ -644,13 +601,7 @@ def ckpt_scan(
     ck = _ckpt()
 
     def one(t: remotekit.Target, console: Console) -> Any:
-        where = path or t.spec.checkpoints
-        if not where:
-            raise remotekit.RemotekitError(
-                "no --path given and no `checkpoints:` for this host in hosts.yaml",
-                host=t.name,
-                step="ckpt-scan",
-            )
+        where = _checkpoints_path(t, path, "ckpt-scan")
         return ck.scan_checkpoints(
             t,
             where,
@@ -663,14 +614,8 @@ def ckpt_scan(
         )
 
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=one,
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
         render=lambda scan: ck.render_scan(scan, plan=scan.plan),
         title="ckpt-scan",
     )
@@ -698,14 +643,8 @@ def ckpt_inspect(
     _required(path=path)
     ck = _ckpt()
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=lambda t, console: ck.inspect_checkpoint(
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: ck.inspect_checkpoint(
             t,
             path,
             allow_globals=list(allow_global or ()),
@@ -747,14 +686,8 @@ def ckpt_diff(
     _required(a=a, b=b)
     ck = _ckpt()
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=lambda t, console: ck.diff_checkpoints(
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: ck.diff_checkpoints(
             t,
             a,
             b,
@@ -798,13 +731,7 @@ def ckpt_bisect(
     ck = _ckpt()
 
     def one(t: remotekit.Target, console: Console) -> Any:
-        where = path or t.spec.checkpoints
-        if not where:
-            raise remotekit.RemotekitError(
-                "no --path given and no `checkpoints:` for this host in hosts.yaml",
-                host=t.name,
-                step="ckpt-bisect",
-            )
+        where = _checkpoints_path(t, path, "ckpt-bisect")
         return ck.bisect_checkpoints(
             t,
             where,
@@ -817,14 +744,8 @@ def ckpt_bisect(
         )
 
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=one,
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
         render=ck.render_bisect,
         title="ckpt-bisect",
     )
@@ -842,23 +763,18 @@ def demo(
     def one(t: remotekit.Target, console: Console) -> Any:
         if dir:
             return ck.run_demo(t, dir, on_progress=_scan_progress(console, t.name))
-        where = t.run(
-            ["python3", "-c", "import tempfile; print(tempfile.mkdtemp(prefix='remotekit-demo-'))"]
-        ).stdout.strip()
+        mkdtemp = remotekit.Script(
+            "import tempfile\nprint(tempfile.mkdtemp(prefix='remotekit-demo-'))\n"
+        )
+        where = t.run_python(mkdtemp, step="demo dir").stdout.strip()
         try:
             return ck.run_demo(t, where, on_progress=_scan_progress(console, t.name))
         finally:
-            t.run(["rm", "-rf", "--", where], check=False)
+            t.run(["rm", "-rf", "--", where], check=False, step="demo cleanup")
 
     _fan(
-        host=host,
-        group=group,
-        all=all,
-        parallel=parallel,
-        json=json,
-        verbose=verbose,
-        inventory=inventory,
-        fn=one,
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
         render=ck.render_demo,
         title="demo",
     )
