@@ -104,7 +104,10 @@ def _fan(
     console = Console(names, quiet=sel.json)
     if sel.verbose:
         for t in targets:
-            console.say(f"{console.tag(t.name, 'stderr')} | chain: {t.chain}", stream="stderr")
+            console.line(t.name, "stderr", f"chain: {t.chain}")
+            t.trace = lambda step, chain, host=t.name: console.line(
+                host, "stderr", f"step {step}: {chain}"
+            )
     total, done, failed = len(targets), [0], [0]
 
     def on_done(o: HostOutcome) -> None:

@@ -15,6 +15,7 @@ import json
 import os
 import queue
 import secrets
+import shlex
 import threading
 import time
 from collections import deque
@@ -205,6 +206,8 @@ class Target:
                 transport = LocalTransport()
         self.transport = transport
         self.capture_limit = capture_limit
+        #: Called with (step, step_chain) as each step starts (``--verbose`` prints it).
+        self.trace: Callable[[str, str], None] | None = None
         self.launch: Launch = compose(spec.layers())
         self._lock = threading.Lock()
         self._active: set[Process] = set()
@@ -245,6 +248,11 @@ class Target:
     def chain(self) -> str:
         """The layer chain, e.g. ``ssh root@kpro6 -> pct exec 200 -> /root/venv/bin/python``."""
         return f"{self.transport.label} -> {self.launch.chain}"
+
+    def step_chain(self, argv: Sequence[str]) -> str:
+        """The chain a step runs through, ending in its own command (``-u <check.py>`` ...)."""
+        hops = [self.transport.label, *self.launch.hops[:-1], shlex.join(argv)]
+        return " -> ".join(hops)
 
     def __repr__(self) -> str:
         return f"<Target {self.name}: {self.chain}>"
@@ -320,7 +328,12 @@ class Target:
             "script": script.name,
             "files": manifest,
         }
-        display = (self.launch.interpreter or "python", "-u", f"<{script.name}>", *map(str, args))
+        display = (
+            self.launch.interpreter or "python",
+            "-u",
+            f"<shipped {script.name}>",
+            *map(str, args),
+        )
         return self._step(
             header,
             list(all_files.values()),
@@ -456,6 +469,8 @@ class Target:
 
         if self._cancelled.is_set():
             raise StepCancelled(result(None))
+        if self.trace is not None:
+            self.trace(step, self.step_chain(display))
         try:
             proc = self.transport.start(launch.argv, stdin, wait=limit)
         except ExecutableMissing as exc:
