@@ -66,7 +66,7 @@ def _finding(o: HostOutcome) -> str:
             return ""
         tail = (value.stderr or value.stdout).strip().splitlines()
         return f"exit {value.exit_code}" + (f": {tail[-1]}" if tail else "")
-    findings = getattr(value, "findings", None) or ()
+    findings = getattr(value, "findings", None) or getattr(value, "errors", None) or ()
     if findings:
         first = findings[0]
         more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
@@ -438,7 +438,7 @@ def diagnose(
 
     def one(t: remotekit.Target, console: Console) -> Any:
         def show(section: Any) -> None:
-            console.say(f"[{t.name}] {render_section(section)}\n")
+            console.say(f"[{t.name}] {render_section(section)}\n\n")
 
         return run_diagnose(t, path=path or None, on_section=show)
 
@@ -517,8 +517,9 @@ def train_log(
     def draw(outcomes: list[HostOutcome], console: Console) -> int:
         if not plot:
             return 0
+        worst = 0
         for o in outcomes:
-            if o.error is not None or o.value is None:
+            if o.exit_code == 2:  # no analysis to draw
                 continue
             dest = (
                 plot
@@ -533,8 +534,12 @@ def train_log(
                     file=sys.stderr,
                 )
                 return 2
+            except (OSError, ValueError) as exc:
+                print(f"remotekit: could not draw {dest}: {exc}", file=sys.stderr)
+                worst = 2
+                continue
             console.say(f"plot: {dest}", stream="stderr")
-        return 0
+        return worst
 
     _fan(
         Sel(host, group, all, parallel, json, verbose, inventory),
@@ -573,7 +578,13 @@ def _scan_progress(console: Console, host: str) -> Callable[[Any], None]:
 
 
 def _warn(console: Console, host: str) -> Callable[[str], None]:
-    return lambda message: console.line(host, "stderr", f"warning: {message}")
+    def warn(message: str) -> None:
+        if console.quiet:  # --json: stdout is for the JSON only, but a warning must be seen
+            print(f"{host}: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            console.line(host, "stderr", f"warning: {message}")
+
+    return warn
 
 
 @task(

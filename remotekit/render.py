@@ -28,7 +28,12 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Dataclasses (nested), tuples and mappings as plain JSON-ready values."""
+    """Dataclasses (nested), tuples and mappings as plain JSON-ready values.
+
+    An object with a ``__json__()`` method is asked for its own plain form first.
+    """
+    if hasattr(obj, "__json__") and not isinstance(obj, type):
+        return to_jsonable(obj.__json__())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):

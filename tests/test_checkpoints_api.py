@@ -1,15 +1,15 @@
 """The checkpoint diagnostics through the engine, on the local target.
 
 ``scan_checkpoints`` and friends ship ``remote/ckpt.py`` with ``run_python``, parse its records
-into frozen reports and give exit codes; the ``*_main`` task bodies print them. The same
-corpus as tests/test_ckpt_script.py (tests/ckpt_factory.py), so the exact expectations are
-shared; the sshd -> fake pct -> venv tests reuse them too.
+into frozen reports and give exit codes; the ``render_*`` functions turn them into text (the
+invoke tasks that print them: tests/test_cli_diagnostics.py). The same corpus as
+tests/test_ckpt_script.py (tests/ckpt_factory.py), so the exact expectations are shared; the
+sshd -> fake pct -> venv tests reuse them too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import subprocess
 import sys
@@ -20,7 +20,8 @@ import pytest
 
 import remotekit
 from remotekit.diagnostics import checkpoints as ck
-from remotekit.render import to_jsonable
+from remotekit.diagnostics import diagnose as dg
+from remotekit.render import to_json, to_jsonable
 from tests import ckpt_factory as cf
 
 
@@ -98,38 +99,42 @@ def test_scan_of_nothing_raises_checkpoint_error_naming_the_path(
     assert info.value.result.exit_code == 2
 
 
-def test_scan_main_prints_the_table_and_returns_the_exit_code(
-    target: remotekit.Target, corpus: cf.Corpus
-) -> None:
-    out, err = io.StringIO(), io.StringIO()
-    code = ck.scan_main(target, str(corpus.root / "nan_weights"), out=out, err=err, progress=True)
-    text = out.getvalue()
-    assert code == 1
+def test_render_scan_and_its_progress_line(target: remotekit.Target, corpus: cf.Corpus) -> None:
+    progress: list[ck.ScanProgress] = []
+    reports = ck.scan_checkpoints(
+        target, str(corpus.root / "nan_weights"), on_progress=progress.append
+    )
+    text = ck.render_scan(reports, plan=reports.plan)
+    assert reports.exit_code == 1
     assert "checkpoint.pt" in text and "bad" in text and "2/1/2" in text
     assert "model_state_dict.fc1.weight (weights, float32, 128 values): 2 NaN" in text
     assert "(exit 1)" in text
-    bar = err.getvalue()
-    assert "ckpt-scan [" in bar and "1/1 files" in bar and bar.endswith("\r\x1b[K")
+    line = ck.progress_line(progress[-1])
+    assert line.startswith(f"[{'#' * ck.BAR_WIDTH}] 1/1 files  ")
+    assert line.endswith("  nan_weights/checkpoint.pt")
+    assert "\x1b" not in line and "\r" not in line  # the Console draws and clears it
 
 
-def test_scan_main_json_and_unsafe_warning(target: remotekit.Target, corpus: cf.Corpus) -> None:
-    out, err = io.StringIO(), io.StringIO()
-    code = ck.scan_main(
-        target, str(corpus.unsafe), json_out=True, unsafe_pickle=True, out=out, err=err
+def test_progress_line_before_the_first_file_and_for_a_long_name() -> None:
+    start = ck.progress_line(ck.ScanProgress(0, 3, 0, 0))
+    assert start == f"[{'.' * ck.BAR_WIDTH}] 0/3 files  0 B/0 B"
+    half = ck.progress_line(ck.ScanProgress(1, 3, 3 << 20, 6 << 20, "/ckpt/step_1/model.pt"))
+    assert half == f"[{'#' * 12}{'.' * 12}] 1/3 files  3.0 MiB/6.0 MiB  step_1/model.pt"
+    long = ck.progress_line(ck.ScanProgress(1, 3, 1, 2, "/ckpt/" + "x" * 300 + "/model.pt"))
+    assert len(long) == ck.PROGRESS_MAX
+
+
+def test_scan_json_and_unsafe_warning(target: remotekit.Target, corpus: cf.Corpus) -> None:
+    warnings: list[str] = []
+    reports = ck.scan_checkpoints(
+        target, str(corpus.unsafe), unsafe_pickle=True, on_warning=warnings.append
     )
-    doc = json.loads(out.getvalue())
-    assert code == doc["exit_code"] == 0
+    doc = json.loads(to_json(reports, indent=2))
+    assert reports.exit_code == doc["exit_code"] == 0
     assert [c["status"] for c in doc["checkpoints"]] == ["clean"]
-    assert "--unsafe-pickle" in err.getvalue() and "arbitrary code" in err.getvalue()
-
-
-def test_scan_main_turns_errors_into_exit_2(target: remotekit.Target, tmp_path: Path) -> None:
-    out, err = io.StringIO(), io.StringIO()
-    assert ck.scan_main(target, str(tmp_path / "missing"), out=out, err=err) == 2
-    assert "ckpt-scan: error:" in err.getvalue() and out.getvalue() == ""
-    out = io.StringIO()
-    assert ck.scan_main(target, str(tmp_path / "missing"), json_out=True, out=out, err=err) == 2
-    assert "no such file" in json.loads(out.getvalue())["error"]
+    assert reports.warnings == tuple(warnings) == tuple(doc["warnings"])
+    assert doc["plan"]["files"] == 1
+    assert "--unsafe-pickle" in warnings[0] and "arbitrary code" in warnings[0]
 
 
 def test_allow_globals_reach_the_script(target: remotekit.Target, corpus: cf.Corpus) -> None:
@@ -149,9 +154,9 @@ def test_inspect(target: remotekit.Target, corpus: cf.Corpus) -> None:
     assert [g.lr for g in opt.groups] == [1e-3, 5e-4]
     text = ck.render_inspect(report)
     assert "model_state_dict.fc1.weight" in text and "16x8" in text and "0.001" in text
-    out = io.StringIO()
-    assert ck.inspect_main(target, str(corpus.root / "bad/empty.pt"), out=out) == 2
-    assert "empty file" in out.getvalue()
+    empty = ck.inspect_checkpoint(target, str(corpus.root / "bad/empty.pt"))
+    assert empty.exit_code == 2
+    assert "empty file" in ck.render_inspect(empty)
 
 
 def test_diff(target: remotekit.Target, corpus: cf.Corpus) -> None:
@@ -182,18 +187,49 @@ def test_bisect(target: remotekit.Target, tmp_path: Path) -> None:
         "weights",
     )
     assert [p.global_step for p in report.ordered] == steps
-    out = io.StringIO()
-    assert ck.bisect_main(target, str(tmp_path), out=out, progress=False) == 1
-    assert "first bad:" in out.getvalue() and "<- last clean" in out.getvalue()
+    text = ck.render_bisect(report)
+    assert "first bad:" in text and "<- last clean" in text
 
 
 def test_demo_makes_samples_scans_them_and_agrees(target: remotekit.Target, tmp_path: Path) -> None:
-    out, err = io.StringIO(), io.StringIO()
-    code = ck.demo_main(target, str(tmp_path / "demo"), out=out, err=err, progress=False)
-    text = out.getvalue()
-    assert code == 0, text
+    progress: list[ck.ScanProgress] = []
+    report = ck.run_demo(target, str(tmp_path / "demo"), on_progress=progress.append)
+    text = ck.render_demo(report)
+    assert report.exit_code == 0, text
+    assert report.mismatches == report.findings == ()
     assert "5/5 samples as expected" in text
     assert "--allow-global argparse.Namespace" in text  # the unsafe sample says how to allow it
+    assert [s.expect for s in report.samples] == ["clean", "bad", "bad", "error", "error"]
+    assert report.scan.exit_code == 2  # the unreadable samples: the demo's verdict is its own
+    assert progress[-1].files_done == progress[-1].files_total == 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.mismatches = ("x",)  # type: ignore[misc]
+    doc = json.loads(to_json(report, indent=2))
+    assert doc["directory"] == str(tmp_path / "demo") and doc["mismatches"] == []
+    assert [s["name"] for s in doc["samples"]] == [s.name for s in report.samples]
+    assert [c["status"] for c in doc["scan"]["checkpoints"]] == [r.status for r in report.scan]
+
+
+def test_demo_report_when_the_scan_disagrees(scan: dict[str, object]) -> None:
+    reports = scan["reports"]
+    assert isinstance(reports, ck.CheckpointScan)
+    sample = ck.Sample("nan", reports[0].path, "bad", "2 NaN in weights")
+    report = ck.DemoReport(
+        "h", "/d", (sample,), reports, (f"nan: expected bad, scan says {reports[0].status}",)
+    )
+    assert report.exit_code == 1 and report.findings == report.mismatches
+    text = ck.render_demo(report)
+    assert "demo: the scan disagrees with what was planted (exit 1):" in text
+    assert text.endswith(f"  nan: expected bad, scan says {reports[0].status}")
+    assert ck.DemoReport("h", "/d", (), reports, ()).exit_code == 1  # nothing planted
+
+
+def test_diagnose_shows_the_scan_table(scan: dict[str, object]) -> None:
+    reports = scan["reports"]
+    assert isinstance(reports, ck.CheckpointScan)
+    section = dg.Section("ckpt-scan", "failed", 2, reports.findings, "2 unreadable", 1.5, reports)
+    text = dg.render_section(section)
+    assert text == "== ckpt-scan: failed (1.5 s)\n" + ck.render_scan(reports, plan=reports.plan)
 
 
 def test_the_local_half_does_not_import_torch() -> None:

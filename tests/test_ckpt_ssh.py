@@ -70,7 +70,7 @@ def test_a_file_only_on_the_node_is_not_seen_in_the_container(
     # tmp_path is under the node's /tmp, which the container does not share
     node_only = tmp_path / "node_only.pt"
     node_only.write_bytes(corpus.clean.read_bytes())
-    with pytest.raises(remotekit.RemotekitError, match="node_only.pt"):
+    with pytest.raises(remotekit.RemotekitError, match=r"node_only\.pt"):
         ck.scan_checkpoints(ct, str(node_only))
 
 
@@ -85,7 +85,9 @@ def test_malicious_pickle_does_not_run_there(ct: remotekit.Target, node: FakeNod
     assert scan.exit_code == 2
 
 
-def test_inspect_and_diff_through_ssh(ct: remotekit.Target, corpus: cf.Corpus, node: FakeNode) -> None:
+def test_inspect_and_diff_through_ssh(
+    ct: remotekit.Target, corpus: cf.Corpus, node: FakeNode
+) -> None:
     info = ck.inspect_checkpoint(ct, there(corpus.clean, node))
     assert info.global_step == 3 and info.ok
     diff = ck.diff_checkpoints(
@@ -113,9 +115,23 @@ def test_scan_task_over_ssh_exits_1_with_a_table(
     root = Path(__file__).resolve().parents[1]
     path = there(corpus.root / "nan_weights" / "checkpoint.pt", node)
     r = subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(root), "ckpt-scan",
-         "--host", "ct", "--path", path, "--inventory", str(inv)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "--search-root",
+            str(root),
+            "ckpt-scan",
+            "--host",
+            "ct",
+            "--path",
+            path,
+            "--inventory",
+            str(inv),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "nan_weights" in r.stdout and "bad" in r.stdout

@@ -2,12 +2,12 @@
 
 The fake nvidia-smi (tests/fakes) is found through the ``PATH`` the step sets there. Most
 tests use a target whose interpreter runs ``python -S`` (no torch: quick, and the "torch is
-missing" path); the ones about torch use the plain ``remotekit.local_target()``.
+missing" path); the ones about torch use the plain ``remotekit.local_target()``. What only the
+invoke tasks do (exit code, ``--json``, an engine error as exit 2): tests/test_cli_diagnostics.py.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import platform
@@ -25,17 +25,16 @@ import pytest
 import remotekit
 from remotekit.diagnostics import diagnose as dg
 from remotekit.diagnostics import system
+from remotekit.render import to_json
 
 FAKE_SMI = Path(__file__).with_name("fakes") / "nvidia-smi"
 H100 = "NVIDIA H100 80GB HBM3"
 TORCH_NO_CUDA = "nvidia-smi sees 8 GPU(s) but torch {} (a CPU-only build) cannot use CUDA"
 
 
-@pytest.fixture
-def bin_dir(tmp_path: Path) -> Path:
-    """PATH folder: the fake nvidia-smi, and ``python3`` for its shebang."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
+def make_bin_dir(folder: Path) -> Path:
+    """``folder`` as a PATH folder: the fake nvidia-smi, and ``python3`` for its shebang."""
+    folder.mkdir(exist_ok=True)
     shutil.copy2(FAKE_SMI, folder / "nvidia-smi")
     py = folder / "python3"
     py.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
@@ -43,20 +42,29 @@ def bin_dir(tmp_path: Path) -> Path:
     return folder
 
 
+def make_notorch(folder: Path) -> remotekit.Target:
+    """The local target with an interpreter that runs this Python without site-packages,
+    and a small workdir (the disk section walks it), both in ``folder``."""
+    py = folder / "python-S"
+    py.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    py.chmod(0o755)
+    work = folder / "work"
+    work.mkdir()
+    return remotekit.local_target(python=str(py), workdir=str(work))
+
+
 def smi_env(bin_dir: Path, scenario: str = "healthy", **extra: str) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_NVIDIA_SMI_SCENARIO": scenario, **extra}
 
 
 @pytest.fixture
+def bin_dir(tmp_path: Path) -> Path:
+    return make_bin_dir(tmp_path / "bin")
+
+
+@pytest.fixture
 def notorch(tmp_path: Path) -> remotekit.Target:
-    """The local target with an interpreter that runs this Python without site-packages,
-    and a small workdir (the disk section walks it)."""
-    py = tmp_path / "python-S"
-    py.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
-    py.chmod(0o755)
-    work = tmp_path / "work"
-    work.mkdir()
-    return remotekit.local_target(python=str(py), workdir=str(work))
+    return make_notorch(tmp_path)
 
 
 # --------------------------------------------------------------------------- gpu
@@ -116,29 +124,24 @@ def test_gpu_status_without_nvidia_smi(notorch: remotekit.Target, tmp_path: Path
     )
 
 
-def test_gpu_main_table_and_json(notorch: remotekit.Target, bin_dir: Path) -> None:
-    out = io.StringIO()
-    assert system.gpu_main(notorch, out=out, env=smi_env(bin_dir, "ecc")) == 1
-    text = out.getvalue()
+def test_render_gpu_and_json(notorch: remotekit.Target, bin_dir: Path) -> None:
+    report = system.gpu_status(notorch, env=smi_env(bin_dir, "ecc"))
+    assert report.exit_code == 1
+    text = system.render_gpu(report)
     assert H100 in text and "THROTTLE" in text
     assert "warning: GPU 2: 3 uncorrected ECC error(s)" in text
     assert text.rstrip().endswith("gpu on local: 2 finding(s)")
 
-    out = io.StringIO()
-    assert system.gpu_main(notorch, json_out=True, out=out, env=smi_env(bin_dir, "ecc")) == 1
-    doc = json.loads(out.getvalue())
+    doc = json.loads(to_json(report, indent=2))
     assert doc["exit_code"] == 1 and len(doc["gpus"]) == 8
     assert doc["gpus"][2]["ecc_uncorrected_volatile"] == 3
 
 
-def test_main_turns_an_engine_error_into_exit_2(notorch: remotekit.Target, bin_dir: Path) -> None:
-    out = io.StringIO()
-    assert system.gpu_main(notorch, out=out, timeout=0.001, env=smi_env(bin_dir)) == 2
-    assert out.getvalue().startswith("error: [host 'local', step 'gpu'] timed out")
-    out = io.StringIO()
-    assert system.env_main(notorch, json_out=True, out=out, timeout=0.001) == 2
-    doc = json.loads(out.getvalue())
-    assert doc["exit_code"] == 2 and "timed out" in doc["errors"][0]
+def test_an_engine_error_is_raised(notorch: remotekit.Target, bin_dir: Path) -> None:
+    with pytest.raises(remotekit.StepTimeout, match=r"^\[host 'local', step 'gpu'\] timed out"):
+        system.gpu_status(notorch, timeout=0.001, env=smi_env(bin_dir))
+    with pytest.raises(remotekit.StepTimeout, match="timed out"):
+        system.environment(notorch, timeout=0.001)
 
 
 # --------------------------------------------------------------------------- env
@@ -191,9 +194,10 @@ def test_disk_usage_defaults_to_workdir_and_checkpoints(tmp_path: Path) -> None:
     (c,) = report.checkpoints
     assert (c.path, c.size_bytes, c.kind) == (str(ckpt / "step_200"), 6000, "dir")
     assert report.exit_code == 0
-    out = io.StringIO()
-    assert system.disk_main(t, [str(tmp_path / "missing")], min_free_pct=0, out=out) == 1
-    assert "(missing)" in out.getvalue() and "warning: " in out.getvalue()
+    missing = system.disk_usage(t, [str(tmp_path / "missing")], min_free_pct=0)
+    assert missing.exit_code == 1
+    text = system.render_disk(missing)
+    assert "(missing)" in text and "warning: " in text
 
 
 # --------------------------------------------------------------------------- procs
@@ -310,17 +314,22 @@ def test_diagnose_ckpt_scan_contract(
     assert [s.name for s in broken.sections if s.report is not None] == ["env", "gpu", "disk"]
 
 
-def test_diagnose_main_text_and_json(notorch: remotekit.Target, bin_dir: Path) -> None:
-    out = io.StringIO()
-    code = dg.diagnose_main(notorch, out=out, env=smi_env(bin_dir, "throttled"))
-    text = out.getvalue()
-    assert code == 1
-    assert text.index("== env: ok") < text.index("== gpu: findings") < text.index("diagnose local")
-    assert "ckpt-scan  skipped" in text
+def test_diagnose_sections_render_and_json(notorch: remotekit.Target, bin_dir: Path) -> None:
+    shown: list[str] = []
+    report = dg.diagnose(
+        notorch,
+        env=smi_env(bin_dir, "throttled"),
+        on_section=lambda s: shown.append(dg.render_section(s)),
+    )
+    text = "\n".join(shown)
+    assert report.exit_code == 1
+    assert text.index("== env: ok") < text.index("== gpu: findings") < text.index("== ckpt-scan")
+    assert "== ckpt-scan: skipped\nno checkpoints: configured for local" in text
+    assert "warning: GPU 3: temperature 88 C >= 85 C" in text  # the gpu section's own table
 
-    out = io.StringIO()
-    assert dg.diagnose_main(notorch, json_out=True, out=out, env=smi_env(bin_dir, "no-driver")) == 2
-    doc = json.loads(out.getvalue())
+    broken = dg.diagnose(notorch, env=smi_env(bin_dir, "no-driver"))
+    doc = json.loads(to_json(broken, indent=2))
+    assert broken.exit_code == doc["exit_code"] == 2
     assert [s["name"] for s in doc["sections"]] == list(dg.SECTIONS)
     assert doc["sections"][1]["status"] == "failed"
     assert doc["sections"][1]["error"].startswith("NVIDIA-SMI has failed")

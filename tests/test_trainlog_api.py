@@ -1,10 +1,11 @@
 """train-log through the engine: the local target ships remote/trainlog.py and runs it with
-our own interpreter; the local half returns frozen dataclasses, text, JSON and a picture."""
+our own interpreter; the local half returns frozen dataclasses, text, JSON and a picture. What
+only the invoke task does (exit code, ``--json``, ``--plot`` without matplotlib):
+tests/test_cli_diagnostics.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 import remotekit
 import remotekit.diagnostics.trainlog as tl
+from remotekit.render import to_json
 from tests import trainlog_factory as factory
 
 pytest.importorskip("torch")
@@ -104,18 +106,14 @@ def test_missing_log_is_exit_2_not_an_exception(target: remotekit.Target, tmp_pa
 
 
 def test_unknown_preset(target: remotekit.Target, logs: dict[str, Path]) -> None:
-    with pytest.raises(ValueError, match="olmo-core"):
+    with pytest.raises(ValueError, match=r"unknown preset.*olmo-core"):
         tl.analyze_train_log(target, str(logs["mixed"]), preset="olmo3")
-    out = io.StringIO()
-    assert tl.train_log_main(target, str(logs["mixed"]), preset="olmo3", out=out) == 2
-    assert "unknown preset" in out.getvalue()
 
 
-def test_main_text(target: remotekit.Target, logs: dict[str, Path]) -> None:
-    out = io.StringIO()
-    code = tl.train_log_main(target, str(logs["homogeneous"]), steps_per_epoch=150, out=out)
-    text = out.getvalue()
-    assert code == 1
+def test_render_report(target: remotekit.Target, logs: dict[str, Path]) -> None:
+    rep = tl.analyze_train_log(target, str(logs["homogeneous"]), steps_per_epoch=150)
+    text = tl.render_report(rep)
+    assert rep.exit_code == 1
     assert "Verdict: loss is " in text and "interleave buckets" in text
     assert "none within ±5 (nearest: epoch 300, 30 steps after)" in text
     assert "checkpoint 200 (+0)" in text
@@ -123,13 +121,10 @@ def test_main_text(target: remotekit.Target, logs: dict[str, Path]) -> None:
     assert text.rstrip().endswith("exit 1 (findings: spikes, cliffs, batch-composition)")
 
 
-def test_main_json(target: remotekit.Target, logs: dict[str, Path]) -> None:
-    out = io.StringIO()
-    code = tl.train_log_main(
-        target, str(logs["homogeneous"]), json_out=True, metrics="loss,acc", out=out
-    )
-    doc = json.loads(out.getvalue())
-    assert code == doc["exit_code"] == 1
+def test_report_json(target: remotekit.Target, logs: dict[str, Path]) -> None:
+    rep = tl.analyze_train_log(target, str(logs["homogeneous"]), metrics="loss,acc")
+    doc = json.loads(to_json(rep, indent=2))
+    assert rep.exit_code == doc["exit_code"] == 1
     assert doc["source"]["metrics"] == ["loss", "acc"]
     assert doc["composition"]["finding"] is True
     assert doc["series"] == []  # only a plot asks for the series
@@ -138,29 +133,26 @@ def test_main_json(target: remotekit.Target, logs: dict[str, Path]) -> None:
 def test_plot(target: remotekit.Target, logs: dict[str, Path], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
-    out = io.StringIO()
-    code = tl.train_log_main(target, str(logs["homogeneous"]), plot=str(png), out=out)
-    assert code == 1
+    rep = tl.analyze_train_log(target, str(logs["homogeneous"]), points=2000)
+    assert rep.exit_code == 1
+    assert tl.plot_report(rep, str(png)) == str(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"plot: {png}" in out.getvalue()
 
 
-def test_plot_without_matplotlib_keeps_the_analysis_and_says_how(
+def test_plot_without_matplotlib_raises_import_error(
     target: remotekit.Target,
     logs: dict[str, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    out = io.StringIO()
+    rep = tl.analyze_train_log(target, str(logs["homogeneous"]), points=2000)
     png = tmp_path / "run.png"
-    code = tl.train_log_main(target, str(logs["homogeneous"]), plot=str(png), out=out)
-    assert code == 2
-    assert "Verdict:" in out.getvalue()
-    assert "pip install 'remotekit[plot]'" in capsys.readouterr().err
+    with pytest.raises(ImportError):
+        tl.plot_report(rep, str(png))
+    assert rep.exit_code == 1 and "Verdict:" in tl.render_report(rep)
     assert not png.exists()
 
 

@@ -12,11 +12,12 @@ Four questions, one step each on the target (the data never leaves it):
   a run, ordered by global step.
 
 Each returns frozen reports with an ``exit_code``: 0 all clean, 1 findings (non-finite values),
-2 something could not be read (see :mod:`remotekit.diagnostics.base`). Each ``*_main`` task
-body prints a table (or JSON) and returns that exit code. The API functions raise the engine's
-:class:`~remotekit.RemotekitError` s, and :class:`CheckpointError` when the script there could
-not run at all (no torch, a path that does not exist, a bad ``--allow-global``); the task
-bodies turn those into one message and exit code 2.
+2 something could not be read (see :mod:`remotekit.diagnostics.base`), and a ``render_*``
+function turns each into text; :func:`run_demo` (``demo``) plants known faults and checks that
+the scan finds them. The invoke tasks (``tasks.py``) print these, as JSON too, and exit with
+the code. The API functions raise the engine's :class:`~remotekit.RemotekitError` s, and
+:class:`CheckpointError` when the script there could not run at all (no torch, a path that
+does not exist, a bad ``--allow-global``).
 
 Safety: checkpoints are loaded with ``weights_only=True`` there, so a file cannot run code.
 ``allow_globals`` allow-lists named globals (their modules are imported, nothing else);
@@ -34,13 +35,11 @@ from __future__ import annotations
 
 import math
 import posixpath
-import sys
-import time
 import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
@@ -50,8 +49,8 @@ from remotekit.diagnostics.base import (
     run_records,
     worst_exit,
 )
-from remotekit.errors import RemotekitError, StepError
-from remotekit.render import table, to_json
+from remotekit.errors import StepError
+from remotekit.render import table
 from remotekit.result import Result
 
 if TYPE_CHECKING:
@@ -64,6 +63,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointReport",
     "CheckpointScan",
+    "DemoReport",
     "DiffFlag",
     "DiffReport",
     "InspectReport",
@@ -76,20 +76,18 @@ __all__ = [
     "TensorDiff",
     "TensorInfo",
     "bisect_checkpoints",
-    "bisect_main",
-    "demo_main",
     "diff_checkpoints",
-    "diff_main",
     "inspect_checkpoint",
-    "inspect_main",
     "make_samples",
+    "progress_line",
     "render_bisect",
+    "render_demo",
     "render_diff",
     "render_inspect",
     "render_scan",
+    "run_demo",
     "scan_checkpoints",
     "scan_exit_code",
-    "scan_main",
 ]
 
 SCRIPT = "ckpt.py"
@@ -97,6 +95,8 @@ SAMPLES_SCRIPT = "ckpt_samples.py"
 SECTIONS = ("weights", "optimizer")
 #: How many bad tensors the table lists per checkpoint (the report holds up to ``max_bad``).
 SHOW_BAD = 5
+#: Width of the bar in :func:`progress_line`, and the longest line it returns.
+BAR_WIDTH, PROGRESS_MAX = 24, 160
 
 ReportCallback = Callable[["CheckpointReport"], None]
 ProgressCallback = Callable[["ScanProgress"], None]
@@ -293,6 +293,17 @@ class CheckpointScan(list[CheckpointReport]):
     def notes(self) -> tuple[str, ...]:
         return self.warnings
 
+    def __json__(self) -> dict[str, Any]:
+        """As JSON: the verdict with the reports, not only the list."""
+        return {
+            "exit_code": self.exit_code,
+            "plan": self.plan,
+            "warnings": self.warnings,
+            "findings": self.findings,
+            "errors": self.errors,
+            "checkpoints": list(self),
+        }
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -488,6 +499,30 @@ class Sample:
     path: str
     expect: str
     detail: str
+
+
+@dataclass(frozen=True)
+class DemoReport:
+    """What :func:`run_demo` planted in ``directory`` on ``host`` and what the scan said.
+
+    ``mismatches`` has one line per sample whose scan status is not the one it should get;
+    they are the ``findings`` (exit code 1). An unreadable sample is the point of one of them,
+    so ``scan.exit_code`` is 2 whatever happens: the demo's verdict is ``exit_code``.
+    """
+
+    host: str
+    directory: str
+    samples: tuple[Sample, ...]
+    scan: CheckpointScan
+    mismatches: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FINDINGS if self.mismatches or not self.samples else EXIT_OK
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return self.mismatches
 
 
 # --------------------------------------------------------------------------- parsing
@@ -938,6 +973,30 @@ def make_samples(
     ]
 
 
+def run_demo(
+    target: Target,
+    directory: str,
+    *,
+    jobs: int = 1,
+    timeout: float | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> DemoReport:
+    """Make the sample checkpoints in ``directory`` there (:func:`make_samples`), scan them
+    (:func:`scan_checkpoints`, ``jobs``, ``on_progress``) and check that each sample got the
+    status it should. ``timeout`` is per step. Raises as those two do."""
+    samples = tuple(make_samples(target, directory, timeout=timeout))
+    scan = scan_checkpoints(target, directory, jobs=jobs, timeout=timeout, on_progress=on_progress)
+    status = {r.path: r.status for r in scan}
+    mismatches = [
+        f"{s.name}: expected {s.expect}, scan says {status.get(s.path, 'nothing')}"
+        for s in samples
+        if status.get(s.path) != s.expect
+    ]
+    if not samples:
+        mismatches.append(f"{SAMPLES_SCRIPT} made no samples in {directory}")
+    return DemoReport(target.name, directory, samples, scan, tuple(mismatches))
+
+
 # --------------------------------------------------------------------------- rendering
 
 
@@ -1263,286 +1322,36 @@ def render_bisect(report: BisectReport) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- task bodies
-
-
-class _ProgressBar:
-    """One redrawn line on a TTY: files and bytes done, the file being checked."""
-
-    WIDTH = 24
-
-    def __init__(self, stream: TextIO, label: str) -> None:
-        self.stream = stream
-        self.label = label
-        self.last = 0.0
-        self.drawn = False
-
-    def __call__(self, p: ScanProgress) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.1 and p.files_done < p.files_total:
-            return
-        self.last = now
-        frac = (
-            p.bytes_done / p.bytes_total
-            if p.bytes_total
-            else (p.files_done / max(1, p.files_total))
+def render_demo(report: DemoReport) -> str:
+    """The samples planted, the scan table, and whether the scan found what was planted."""
+    n = len(report.samples)
+    lines = [f"Made {n} sample checkpoints in {report.directory} on {report.host}:"]
+    lines += [f"  {s.name:<14} {s.detail} (a scan must say: {s.expect})" for s in report.samples]
+    lines += ["", render_scan(report.scan, plan=report.scan.plan), ""]
+    if report.mismatches:
+        lines.append(f"demo: the scan disagrees with what was planted (exit {report.exit_code}):")
+        lines += [f"  {m}" for m in report.mismatches]
+    else:
+        lines.append(
+            f"demo: the scan found every planted fault, {n}/{n} samples as expected "
+            f"(exit {report.exit_code})"
         )
-        filled = int(self.WIDTH * min(1.0, frac))
+    return "\n".join(lines)
+
+
+def progress_line(p: ScanProgress) -> str:
+    """A scan's progress as one line: a bar, files and bytes done, the file being checked
+    (its directory and name). Plain text, at most ``PROGRESS_MAX`` characters: whoever shows
+    it (``Console.progress``) redraws and clears it."""
+    frac = p.bytes_done / p.bytes_total if p.bytes_total else p.files_done / max(1, p.files_total)
+    filled = int(BAR_WIDTH * min(1.0, frac))
+    name = ""
+    if p.current:
         name = (
-            posixpath.basename(posixpath.dirname(p.current or ""))
-            + "/"
-            + posixpath.basename(p.current or "")
+            posixpath.basename(posixpath.dirname(p.current)) + "/" + posixpath.basename(p.current)
         )
-        line = (
-            f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
-            f"{p.files_done}/{p.files_total} files  {_size(p.bytes_done)}/{_size(p.bytes_total)}  {name}"
-        )
-        self.stream.write("\r\x1b[K" + line[:160])
-        self.stream.flush()
-        self.drawn = True
-
-    def clear(self) -> None:
-        if self.drawn:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self.drawn = False
-
-
-def _bar(err: TextIO, label: str, show: bool | None) -> _ProgressBar | None:
-    if show is None:
-        isatty = getattr(err, "isatty", None)
-        show = bool(isatty and isatty())
-    return _ProgressBar(err, label) if show else None
-
-
-def _warner(err: TextIO, bar: _ProgressBar | None) -> WarningCallback:
-    def warn(message: str) -> None:
-        if bar is not None:
-            bar.clear()
-        err.write(f"warning: {message}\n")
-
-    return warn
-
-
-def _fail(exc: RemotekitError, name: str, json_out: bool, out: TextIO, err: TextIO) -> int:
-    if json_out:
-        out.write(to_json({"exit_code": EXIT_FAILED, "error": str(exc)}, indent=2) + "\n")
-    else:
-        err.write(f"{name}: error: {exc}\n")
-    return EXIT_FAILED
-
-
-def scan_main(
-    target: Target,
-    path: str,
-    *,
-    json_out: bool = False,
-    jobs: int = 1,
-    allow_globals: Sequence[str] = (),
-    unsafe_pickle: bool = False,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """``ckpt-scan`` task: scan ``path``, print the table (or JSON), return 0/1/2.
-
-    A progress bar is drawn on ``err`` when it is a TTY (``progress`` forces it on or off);
-    script warnings (``--unsafe-pickle``) go to ``err`` too.
-    """
-    out = out if out is not None else sys.stdout
-    err = err if err is not None else sys.stderr
-    bar = _bar(err, "ckpt-scan", progress)
-    try:
-        reports = scan_checkpoints(
-            target,
-            path,
-            jobs=jobs,
-            allow_globals=allow_globals,
-            unsafe_pickle=unsafe_pickle,
-            timeout=timeout,
-            on_progress=bar,
-            on_warning=_warner(err, bar),
-        )
-    except RemotekitError as exc:
-        return _fail(exc, "ckpt-scan", json_out, out, err)
-    finally:
-        if bar is not None:
-            bar.clear()
-    code = reports.exit_code
-    if json_out:
-        doc = {
-            "path": path,
-            "exit_code": code,
-            "plan": reports.plan,
-            "warnings": reports.warnings,
-            "checkpoints": list(reports),
-        }
-        out.write(to_json(doc, indent=2) + "\n")
-    else:
-        out.write(render_scan(reports, plan=reports.plan) + "\n")
-    return code
-
-
-def inspect_main(
-    target: Target,
-    path: str,
-    *,
-    json_out: bool = False,
-    allow_globals: Sequence[str] = (),
-    unsafe_pickle: bool = False,
-    timeout: float | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """``ckpt-inspect`` task: print :func:`inspect_checkpoint` of ``path``; return 0 or 2."""
-    out = out if out is not None else sys.stdout
-    err = err if err is not None else sys.stderr
-    try:
-        report = inspect_checkpoint(
-            target, path, allow_globals=allow_globals, unsafe_pickle=unsafe_pickle, timeout=timeout
-        )
-    except RemotekitError as exc:
-        return _fail(exc, "ckpt-inspect", json_out, out, err)
-    out.write((to_json(report, indent=2) if json_out else render_inspect(report)) + "\n")
-    return report.exit_code
-
-
-def diff_main(
-    target: Target,
-    a: str,
-    b: str,
-    *,
-    top: int = 10,
-    json_out: bool = False,
-    allow_globals: Sequence[str] = (),
-    unsafe_pickle: bool = False,
-    timeout: float | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """``ckpt-diff`` task: print :func:`diff_checkpoints` of ``a`` -> ``b``; return 0/1/2."""
-    out = out if out is not None else sys.stdout
-    err = err if err is not None else sys.stderr
-    try:
-        report = diff_checkpoints(
-            target,
-            a,
-            b,
-            top=top,
-            allow_globals=allow_globals,
-            unsafe_pickle=unsafe_pickle,
-            timeout=timeout,
-        )
-    except RemotekitError as exc:
-        return _fail(exc, "ckpt-diff", json_out, out, err)
-    out.write((to_json(report, indent=2) if json_out else render_diff(report)) + "\n")
-    return report.exit_code
-
-
-def bisect_main(
-    target: Target,
-    directory: str,
-    *,
-    linear: bool = False,
-    jobs: int = 1,
-    json_out: bool = False,
-    allow_globals: Sequence[str] = (),
-    unsafe_pickle: bool = False,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """``ckpt-bisect`` task: print :func:`bisect_checkpoints` of ``directory``; return 0/1/2."""
-    out = out if out is not None else sys.stdout
-    err = err if err is not None else sys.stderr
-    bar = _bar(err, "ckpt-bisect", progress)
-    try:
-        report = bisect_checkpoints(
-            target,
-            directory,
-            linear=linear,
-            jobs=jobs,
-            allow_globals=allow_globals,
-            unsafe_pickle=unsafe_pickle,
-            timeout=timeout,
-            on_progress=bar,
-        )
-    except RemotekitError as exc:
-        return _fail(exc, "ckpt-bisect", json_out, out, err)
-    finally:
-        if bar is not None:
-            bar.clear()
-    out.write((to_json(report, indent=2) if json_out else render_bisect(report)) + "\n")
-    return report.exit_code
-
-
-def demo_main(
-    target: Target,
-    directory: str,
-    *,
-    json_out: bool = False,
-    jobs: int = 1,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """``demo`` task: make the sample checkpoints in ``directory`` there, scan it, print the
-    table, and check that the scan found what was planted. Returns 0 when every sample got
-    the status it should, 1 when one did not, 2 when the demo could not run."""
-    out = out if out is not None else sys.stdout
-    err = err if err is not None else sys.stderr
-    bar = _bar(err, "ckpt-scan", progress)
-    try:
-        samples = make_samples(target, directory, timeout=timeout)
-        reports = scan_checkpoints(
-            target,
-            directory,
-            jobs=jobs,
-            timeout=timeout,
-            on_progress=bar,
-            on_warning=_warner(err, bar),
-        )
-    except RemotekitError as exc:
-        return _fail(exc, "demo", json_out, out, err)
-    finally:
-        if bar is not None:
-            bar.clear()
-    by_path = {r.path: r for r in reports}
-    mismatches = []
-    for s in samples:
-        got = by_path.get(s.path)
-        if got is None or got.status != s.expect:
-            mismatches.append(
-                f"{s.name}: expected {s.expect}, scan says {got.status if got else 'nothing'}"
-            )
-    code = EXIT_OK if samples and not mismatches else EXIT_FINDINGS
-    if json_out:
-        out.write(
-            to_json(
-                {
-                    "directory": directory,
-                    "exit_code": code,
-                    "samples": samples,
-                    "mismatches": mismatches,
-                    "checkpoints": list(reports),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        return code
-    out.write(f"Made {len(samples)} sample checkpoints in {directory} on {target.name}:\n")
-    for s in samples:
-        out.write(f"  {s.name:<14} {s.detail} (a scan must say: {s.expect})\n")
-    out.write("\n" + render_scan(reports, plan=reports.plan) + "\n\n")
-    if mismatches:
-        out.write("demo: the scan disagrees with what was planted:\n")
-        out.writelines(f"  {m}\n" for m in mismatches)
-    else:
-        out.write(
-            f"demo: the scan found every planted fault ({len(samples)}/{len(samples)} samples as expected)\n"
-        )
-    return code
+    line = (
+        f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {p.files_done}/{p.files_total} files  "
+        f"{_size(p.bytes_done)}/{_size(p.bytes_total)}  {name}"
+    )
+    return line.rstrip()[:PROGRESS_MAX]

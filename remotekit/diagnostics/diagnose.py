@@ -19,17 +19,15 @@ ckpt-scan skipped
 from __future__ import annotations
 
 import inspect
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.diagnostics import system
 from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, worst_exit
 from remotekit.errors import RemotekitError
-from remotekit.render import table, to_json
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -40,7 +38,6 @@ __all__ = [
     "DiagnoseReport",
     "Section",
     "diagnose",
-    "diagnose_main",
     "render_section",
 ]
 
@@ -196,10 +193,20 @@ def _summary_line(s: Section) -> str:
     return line
 
 
-_RENDERERS: dict[type, Callable[[Any], str]] = {
-    system.EnvReport: system.render_env,
-    system.GpuReport: system.render_gpu,
-    system.DiskReport: system.render_disk,
+def _render_scan(scan: Any) -> str:
+    # Imported here, as in _scan_checkpoints: a scan report only exists once that module is.
+    from remotekit.diagnostics.checkpoints import render_scan
+
+    return render_scan(scan, plan=scan.plan)
+
+
+#: A section's renderer by its report's type name: the checkpoint scan's type lives in a
+#: module this one does not import up front (see _scan_checkpoints).
+_RENDERERS: dict[str, Callable[[Any], str]] = {
+    "EnvReport": system.render_env,
+    "GpuReport": system.render_gpu,
+    "DiskReport": system.render_disk,
+    "CheckpointScan": _render_scan,
 }
 
 
@@ -209,51 +216,11 @@ def render_section(section: Section) -> str:
     if section.status != "skipped":
         head += f" ({section.duration_s:.1f} s)"
     lines = [head]
-    render = _RENDERERS.get(type(section.report))
+    render = _RENDERERS.get(type(section.report).__name__)
     if render is not None:
         lines.append(render(section.report))
-    else:  # failed before a report, skipped, or a report type we do not know (ckpt-scan)
+    else:  # failed before a report, skipped, or a report type we do not know
         if section.error:
             lines.append(("" if section.status == "skipped" else "error: ") + section.error)
         lines += [f"warning: {f}" for f in section.findings]
     return "\n".join(lines)
-
-
-def diagnose_main(
-    target: Target,
-    *,
-    path: str | None = None,
-    json_out: bool = False,
-    out: TextIO | None = None,
-    timeouts: Mapping[str, float] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> int:
-    """``diagnose`` task: print each section as it completes (or all as JSON at the end),
-    then a summary table; return the worst exit code (0 OK, 1 findings, 2 could not run)."""
-    stream = out if out is not None else sys.stdout
-
-    def show(section: Section) -> None:
-        stream.write(render_section(section) + "\n\n")
-        stream.flush()
-
-    report = diagnose(
-        target, path=path, timeouts=timeouts, on_section=None if json_out else show, env=env
-    )
-    if json_out:
-        stream.write(to_json(report, indent=2) + "\n")
-        return report.exit_code
-    rows = [
-        [
-            s.name,
-            s.status,
-            s.exit_code,
-            None if s.status == "skipped" else f"{s.duration_s:.1f}",
-            len(s.findings),
-            (s.error or "").splitlines()[0] if s.error else None,
-        ]
-        for s in report.sections
-    ]
-    stream.write(f"diagnose {report.host}\n")
-    stream.write(table(["SECTION", "STATUS", "EXIT", "SECONDS", "FINDINGS", "DETAIL"], rows))
-    stream.write("\n")
-    return report.exit_code

@@ -1,8 +1,8 @@
 """The ``gpu``, ``env``, ``disk`` and ``procs`` diagnostics: local halves of ``remote/sysinfo.py``.
 
 Each API function runs one ``sysinfo.py`` subcommand on a target (one step) and returns a
-frozen report; each ``*_main`` task body prints that report as a table or JSON and returns
-the exit code. Every report has:
+frozen report; its ``render_*`` function turns it into text (the invoke tasks in ``tasks.py``
+print that, or JSON, and exit with the code). Every report has:
 
 - ``exit_code``: 0 OK, 1 findings, 2 could not run (see :mod:`remotekit.diagnostics.base`);
 - ``findings``: one message per warning (hot GPU, ECC errors, low disk ...);
@@ -10,7 +10,7 @@ the exit code. Every report has:
 - ``errors``: why the diagnostic could not run (no nvidia-smi, no driver, script crashed).
 
 The API functions raise the engine's :class:`~remotekit.RemotekitError` s (timeout, connection,
-container, interpreter); the ``*_main`` bodies turn those into a message and exit code 2.
+container, interpreter).
 
 >>> report = gpu_status(target)
 >>> report.exit_code, [g.temperature_c for g in report.gpus], report.findings
@@ -19,11 +19,10 @@ container, interpreter); the ``*_main`` bodies turn those into a message and exi
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
@@ -32,8 +31,7 @@ from remotekit.diagnostics.base import (
     Record,
     run_records,
 )
-from remotekit.errors import RemotekitError
-from remotekit.render import table, to_json
+from remotekit.render import table
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -53,14 +51,10 @@ __all__ = [
     "TorchDevice",
     "TorchInfo",
     "WalkStats",
-    "disk_main",
     "disk_usage",
-    "env_main",
     "environment",
-    "gpu_main",
     "gpu_status",
     "processes",
-    "procs_main",
     "render_disk",
     "render_env",
     "render_gpu",
@@ -92,9 +86,6 @@ class _Report(Protocol):
     def errors(self) -> tuple[str, ...]: ...
     @property
     def exit_code(self) -> int: ...
-
-
-_R = TypeVar("_R", bound=_Report)
 
 
 # --------------------------------------------------------------------------- values
@@ -751,110 +742,3 @@ def render_procs(report: ProcReport) -> str:
         rows = [[p.pid, p.gpu_index, p.used_memory_mib, p.process_name] for p in invisible]
         out += ["", table(["PID (NOT VISIBLE HERE)", "GPU", "MEM MiB", "PROCESS"], rows)]
     return "\n".join([*out, *_footer("procs", report)])
-
-
-# --------------------------------------------------------------------------- task bodies
-
-
-def _emit(
-    target: Target,
-    build: Callable[[], _R],
-    render: Callable[[_R], str],
-    json_out: bool,
-    out: TextIO | None,
-) -> int:
-    """Build the report, print it (table or JSON) and return its exit code.
-
-    An engine error (timeout, connection, container ...) prints one message and returns 2.
-    """
-    stream = out if out is not None else sys.stdout
-    try:
-        report = build()
-    except RemotekitError as exc:
-        if json_out:
-            stream.write(
-                to_json(
-                    {"host": target.name, "exit_code": EXIT_FAILED, "errors": [str(exc)]}, indent=2
-                )
-                + "\n"
-            )
-        else:
-            stream.write(f"error: {exc}\n")
-        return EXIT_FAILED
-    stream.write((to_json(report, indent=2) if json_out else render(report)) + "\n")
-    return report.exit_code
-
-
-def gpu_main(
-    target: Target,
-    *,
-    json_out: bool = False,
-    out: TextIO | None = None,
-    timeout: float | None = None,
-    temp_threshold: float = DEFAULT_TEMP_THRESHOLD,
-    env: Mapping[str, str] | None = None,
-) -> int:
-    """``gpu`` task: print :func:`gpu_status` (``out`` defaults to stdout); return 0/1/2."""
-    return _emit(
-        target,
-        lambda: gpu_status(target, timeout=timeout, temp_threshold=temp_threshold, env=env),
-        render_gpu,
-        json_out,
-        out,
-    )
-
-
-def env_main(
-    target: Target,
-    *,
-    json_out: bool = False,
-    out: TextIO | None = None,
-    timeout: float | None = None,
-    env: Mapping[str, str] | None = None,
-) -> int:
-    """``env`` task: print :func:`environment`; return 0/1/2."""
-    return _emit(
-        target, lambda: environment(target, timeout=timeout, env=env), render_env, json_out, out
-    )
-
-
-def disk_main(
-    target: Target,
-    paths: Sequence[str] | None = None,
-    *,
-    json_out: bool = False,
-    out: TextIO | None = None,
-    timeout: float | None = None,
-    min_free_pct: float = DEFAULT_MIN_FREE_PCT,
-    top: int = 10,
-    env: Mapping[str, str] | None = None,
-) -> int:
-    """``disk`` task: print :func:`disk_usage` of ``paths`` (default workdir + checkpoints)."""
-    return _emit(
-        target,
-        lambda: disk_usage(
-            target, paths, timeout=timeout, min_free_pct=min_free_pct, top=top, env=env
-        ),
-        render_disk,
-        json_out,
-        out,
-    )
-
-
-def procs_main(
-    target: Target,
-    *,
-    json_out: bool = False,
-    out: TextIO | None = None,
-    timeout: float | None = None,
-    all_processes: bool = False,
-    env: Mapping[str, str] | None = None,
-) -> int:
-    """``procs`` task: print :func:`processes`; return 0/1/2."""
-    return _emit(
-        target,
-        lambda: processes(target, timeout=timeout, all_processes=all_processes, env=env),
-        render_procs,
-        json_out,
-        out,
-    )

@@ -3,8 +3,8 @@ whether the batches themselves are the cause.
 
 The log stays where it is: ``remote/trainlog.py`` reads it there (stdlib only) and sends back
 findings, a decimated series and a histogram. This module turns those records into frozen
-dataclasses (:class:`TrainLogReport`), renders them as text or JSON, and draws the optional
-picture (matplotlib, the ``plot`` extra)::
+dataclasses (:class:`TrainLogReport`), renders them as text (:func:`render_report`), and
+draws the optional picture (matplotlib, the ``plot`` extra)::
 
     report = analyze_train_log(target, "/workspace/run/log.jsonl", ckpt_dir="/workspace/ckpt")
     report.exit_code            # 0 OK, 1 findings, 2 could not run
@@ -28,14 +28,12 @@ no event, and a trimodal loss from homogeneous length-bucketed batches):
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, run_records
-from remotekit.errors import RemotekitError
-from remotekit.render import table, to_json
+from remotekit.render import table
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -59,15 +57,10 @@ __all__ = [
     "analyze_train_log",
     "plot_report",
     "render_report",
-    "train_log_main",
 ]
 
 PRESETS = ("olmo2", "olmo-core", "megatron")
 SCRIPT = "trainlog.py"
-PLOT_HINT = (
-    "--plot needs matplotlib, which is not installed here: "
-    "pip install 'remotekit[plot]' (or pip install matplotlib)"
-)
 
 Record = dict[str, Any]
 T = TypeVar("T")
@@ -918,66 +911,3 @@ def plot_report(rep: TrainLogReport, path: str) -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-# ---------------------------------------------------------------------------------------------
-# the task body
-
-
-def train_log_main(
-    target: Target,
-    path: str,
-    *,
-    json_out: bool = False,
-    plot: str | None = None,
-    preset: str = "olmo2",
-    ckpt_steps: Sequence[int] | str | None = None,
-    ckpt_dir: str | None = None,
-    steps_per_epoch: float | None = None,
-    metrics: Sequence[str] | str | None = None,
-    tolerance: float | None = None,
-    timeout: float | None = None,
-    out: IO[str] | None = None,
-) -> int:
-    """``invoke train-log``: analyse, print (text or ``json_out``), draw ``plot`` if asked;
-    return the exit code (0 OK, 1 findings, 2 could not run; 2 also when the plot was asked
-    for and could not be drawn, after the analysis has been printed)."""
-    out = out if out is not None else sys.stdout
-    err = sys.stderr
-    try:
-        report = analyze_train_log(
-            target,
-            path,
-            metrics=metrics,
-            preset=preset,
-            ckpt_steps=ckpt_steps,
-            ckpt_dir=ckpt_dir,
-            steps_per_epoch=steps_per_epoch,
-            tolerance=tolerance,
-            points=2000 if plot else 0,
-            timeout=timeout,
-        )
-    except (RemotekitError, ValueError) as exc:
-        report = TrainLogReport(
-            host=getattr(target, "name", "?"),
-            path=str(path),
-            errors=(str(exc),),
-            exit_code=EXIT_FAILED,
-        )
-    if json_out:
-        out.write(to_json(report, indent=2) + "\n")
-    else:
-        out.write(render_report(report) + "\n")
-    code = report.exit_code
-    if plot and code != EXIT_FAILED:
-        try:
-            plot_report(report, plot)
-        except ImportError:
-            err.write(PLOT_HINT + "\n")
-            return EXIT_FAILED
-        except (OSError, ValueError) as exc:
-            err.write(f"train-log: could not draw {plot}: {exc}\n")
-            return EXIT_FAILED
-        if not json_out:
-            out.write(f"plot: {plot}\n")
-    return code

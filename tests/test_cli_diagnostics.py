@@ -1,0 +1,281 @@
+"""The diagnostics' invoke tasks run as a user would: `invoke TASK ...` in a subprocess, local target.
+
+Only what the task layer adds is asserted here: the process's exit code, the host's report on
+stdout, ``--json``, an engine error as exit 2 (a message on stderr), ``--plot``. What the
+reports hold and how they render: tests/test_{checkpoints,system,trainlog}_api.py.
+
+The fake nvidia-smi cannot be reached through the step's ``env=`` from the command line: these
+tests write a hosts.yaml (``--inventory``) whose ``local`` host sets ``PATH`` and the scenario.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remotekit
+from tests import ckpt_factory as cf
+from tests import trainlog_factory as factory
+from tests.conftest import write_inventory
+from tests.test_cli import invoke
+from tests.test_system_api import H100, make_bin_dir, make_notorch, smi_env
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bin_dir(tmp_path_factory.mktemp("bin"))
+
+
+@pytest.fixture(scope="module")
+def notorch(tmp_path_factory: pytest.TempPathFactory) -> remotekit.Target:
+    return make_notorch(tmp_path_factory.mktemp("notorch"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> cf.Corpus:
+    return cf.build_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The homogeneous-batches log of tests/test_trainlog_api.py: spikes at 200, 330, 400."""
+    d = tmp_path_factory.mktemp("trainlog-cli")
+    rows = factory.cached("homogeneous", 600, (200, 330, 400))
+    return factory.write_jsonl(rows, d / "homo.jsonl", checkpoints=(200, 400, 500))
+
+
+def smi_hosts(tmp_path: Path, bin_dir: Path, scenario: str, target: remotekit.Target) -> str:
+    """A hosts.yaml whose ``local`` runs ``target``'s interpreter in its workdir (the disk
+    section walks it) and sees the fake nvidia-smi in ``scenario``; its path."""
+    local = {"python": target.spec.python, "workdir": target.spec.workdir}
+    path = tmp_path / f"hosts-{scenario}.yaml"
+    write_inventory(path, {"local": {**local, "env": smi_env(bin_dir, scenario)}})
+    return str(path)
+
+
+def only_host(stdout: str) -> dict[str, Any]:
+    doc = json.loads(stdout)
+    [host] = doc["hosts"]
+    assert host["host"] == "local" and host["exit_code"] == doc["exit_code"]
+    return host
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def test_ckpt_scan_prints_the_table_and_exits_1(corpus: cf.Corpus, tmp_path: Path) -> None:
+    r = invoke("ckpt-scan", "--path", str(corpus.root / "nan_weights"), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "checkpoint.pt" in r.stdout and "bad" in r.stdout and "2/1/2" in r.stdout
+    assert "model_state_dict.fc1.weight (weights, float32, 128 values): 2 NaN" in r.stdout
+    assert "(exit 1)" in r.stdout
+    assert "\x1b" not in r.stdout + r.stderr  # piped: no colour, no progress line
+
+
+def test_ckpt_scan_json_and_unsafe_warning(corpus: cf.Corpus, tmp_path: Path) -> None:
+    r = invoke("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path)
+    host = only_host(r.stdout)
+    assert r.returncode == host["exit_code"] == 0
+    assert [c["status"] for c in host["result"]["checkpoints"]] == ["clean"]
+    assert host["result"]["warnings"] and host["result"]["plan"]["files"] == 1
+    r = invoke("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", cwd=tmp_path)
+    assert r.returncode == 0
+    assert "local | warning: --unsafe-pickle" in r.stderr and "arbitrary code" in r.stderr
+
+
+def test_ckpt_scan_json_still_warns_about_unsafe_pickle(corpus: cf.Corpus, tmp_path: Path) -> None:
+    r = invoke("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path)
+    assert r.returncode == 0
+    assert "--unsafe-pickle" in r.stderr and "arbitrary code" in r.stderr
+
+
+def test_ckpt_scan_error_exits_2(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing")
+    r = invoke("ckpt-scan", "--path", missing, cwd=tmp_path)
+    assert r.returncode == 2
+    assert f"local | error: [host 'local', step 'ckpt-scan'] {missing}: no such file" in r.stderr
+    assert "CHECKPOINT" not in r.stdout  # no scan table: the summary names the failure
+    assert "failed" in r.stdout and "CheckpointError" in r.stdout
+    r = invoke("ckpt-scan", "--path", missing, "--json", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "no such file" in only_host(r.stdout)["error"]["message"]
+
+
+def test_ckpt_inspect_of_an_unreadable_file_exits_2(corpus: cf.Corpus, tmp_path: Path) -> None:
+    r = invoke("ckpt-inspect", "--path", str(corpus.root / "bad/empty.pt"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert "empty file" in r.stdout
+
+
+def test_ckpt_bisect_exits_1(tmp_path: Path) -> None:
+    series = tmp_path / "run"
+    cf.build_bisect_series(series, [10, 20, 30, 40, 50], {40, 50}, ["r1", "r2", "r3", "r4", "r5"])
+    r = invoke("ckpt-bisect", "--path", str(series), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "first bad:" in r.stdout and "<- last clean" in r.stdout
+
+
+def test_demo_agrees_and_exits_0(tmp_path: Path) -> None:
+    where = tmp_path / "demo"
+    r = invoke("demo", "--dir", str(where), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "5/5 samples as expected" in r.stdout
+    assert "--allow-global argparse.Namespace" in r.stdout  # the unsafe sample says how
+    assert (where / "clean" / "checkpoint.pt").is_file()  # a --dir of yours is kept
+
+
+def test_demo_json_and_its_temp_dir_is_removed(tmp_path: Path) -> None:
+    r = invoke("demo", "--json", cwd=tmp_path)
+    host = only_host(r.stdout)
+    assert r.returncode == host["exit_code"] == 0, r.stderr
+    demo = host["result"]
+    assert demo["mismatches"] == [] and len(demo["samples"]) == 5
+    status = {c["path"]: c["status"] for c in demo["scan"]["checkpoints"]}
+    assert [status[s["path"]] for s in demo["samples"]] == [s["expect"] for s in demo["samples"]]
+    assert not Path(demo["directory"]).exists()
+
+
+# --------------------------------------------------------------------------- system
+
+
+def test_gpu_exit_code_table_and_json(
+    notorch: remotekit.Target, bin_dir: Path, tmp_path: Path
+) -> None:
+    hosts = smi_hosts(tmp_path, bin_dir, "ecc", notorch)
+    r = invoke("gpu", "--inventory", hosts, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert H100 in r.stdout and "THROTTLE" in r.stdout
+    assert "warning: GPU 2: 3 uncorrected ECC error(s)" in r.stdout
+    assert r.stdout.rstrip().endswith("gpu on local: 2 finding(s)")
+
+    r = invoke("gpu", "--inventory", hosts, "--json", cwd=tmp_path)
+    host = only_host(r.stdout)
+    assert r.returncode == host["exit_code"] == host["result"]["exit_code"] == 1
+    assert len(host["result"]["gpus"]) == 8
+    assert host["result"]["gpus"][2]["ecc_uncorrected_volatile"] == 3
+
+
+def test_an_engine_error_exits_2(notorch: remotekit.Target, bin_dir: Path, tmp_path: Path) -> None:
+    hosts = smi_hosts(tmp_path, bin_dir, "healthy", notorch)
+    r = invoke("gpu", "--inventory", hosts, "--timeout", "0.001", cwd=tmp_path)
+    assert r.returncode == 2
+    assert any(
+        line.startswith("local | error: [host 'local', step 'gpu'] timed out")
+        for line in r.stderr.splitlines()
+    ), r.stderr
+    r = invoke("env", "--inventory", hosts, "--json", "--timeout", "0.001", cwd=tmp_path)
+    host = only_host(r.stdout)
+    assert r.returncode == host["exit_code"] == 2
+    assert "timed out" in host["error"]["message"]
+
+
+def test_disk_of_a_missing_path_exits_1(tmp_path: Path) -> None:
+    r = invoke("disk", "--path", str(tmp_path / "missing"), "--min-free", "0", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "(missing)" in r.stdout and "warning: " in r.stdout
+
+
+def test_diagnose_text_and_json(notorch: remotekit.Target, bin_dir: Path, tmp_path: Path) -> None:
+    hosts = smi_hosts(tmp_path, bin_dir, "throttled", notorch)
+    r = invoke("diagnose", "--inventory", hosts, cwd=tmp_path)
+    text = r.stdout
+    assert r.returncode == 1, text + r.stderr
+    # each section as it completes, then the summary table
+    assert text.index("== env: ok") < text.index("== gpu: findings") < text.index("\nsection ")
+    assert "ckpt-scan  skipped" in text
+
+    hosts = smi_hosts(tmp_path, bin_dir, "no-driver", notorch)
+    r = invoke("diagnose", "--inventory", hosts, "--json", cwd=tmp_path)
+    host = only_host(r.stdout)
+    assert r.returncode == host["exit_code"] == 2
+    sections = host["result"]["sections"]
+    assert [s["name"] for s in sections] == ["env", "gpu", "disk", "ckpt-scan"]
+    assert sections[1]["status"] == "failed"
+    assert sections[1]["error"].startswith("NVIDIA-SMI has failed")
+
+
+def test_diagnose_shows_the_checkpoint_scan_table(
+    corpus: cf.Corpus, bin_dir: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    torch = remotekit.local_target(workdir=str(work))  # our own Python: the scan needs torch
+    hosts = smi_hosts(tmp_path, bin_dir, "healthy", torch)
+    nan = str(corpus.root / "nan_weights")
+    r = invoke("diagnose", "--inventory", hosts, "--path", nan, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    scan = r.stdout[r.stdout.index("== ckpt-scan: findings") :]
+    assert "CHECKPOINT" in scan and "2/1/2" in scan and "(exit 1)" in scan
+    assert "model_state_dict.fc1.weight (weights, float32, 128 values): 2 NaN" in scan
+
+
+# --------------------------------------------------------------------------- train-log
+
+
+def test_train_log_unknown_preset_exits_2(log: Path, tmp_path: Path) -> None:
+    r = invoke("train-log", "--path", str(log), "--preset", "olmo3", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "local | error: unknown preset 'olmo3'" in r.stderr
+
+
+def test_train_log_text_exits_1(log: Path, tmp_path: Path) -> None:
+    r = invoke("train-log", "--path", str(log), "--steps-per-epoch", "150", cwd=tmp_path)
+    text = r.stdout
+    assert r.returncode == 1, text + r.stderr
+    assert "Verdict: loss is " in text and "interleave buckets" in text
+    assert "none within ±5 (nearest: epoch 300, 30 steps after)" in text
+    assert "checkpoint 200 (+0)" in text
+    assert "2 of 3" in text and "more than chance" in text
+    assert text.rstrip().endswith("exit 1 (findings: spikes, cliffs, batch-composition)")
+
+
+def test_train_log_json(log: Path, tmp_path: Path) -> None:
+    args = ("--metric", "loss", "--metric", "acc", "--json")
+    r = invoke("train-log", "--path", str(log), *args, cwd=tmp_path)
+    host = only_host(r.stdout)
+    assert r.returncode == host["exit_code"] == host["result"]["exit_code"] == 1
+    report = host["result"]
+    assert report["source"]["metrics"] == ["loss", "acc"]
+    assert report["composition"]["finding"] is True
+    assert report["series"] == []  # only a plot asks for the series
+
+
+def test_train_log_plot(log: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "run.png"
+    r = invoke("train-log", "--path", str(log), "--plot", str(png), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert png.read_bytes()[:8] == PNG
+    assert f"plot: {png}" in r.stderr
+
+
+def test_train_log_plot_without_matplotlib_keeps_the_analysis_and_says_how(
+    log: Path, tmp_path: Path
+) -> None:
+    # `python -m invoke` puts its working directory first on sys.path: a package there named
+    # matplotlib that fails to import is matplotlib not being installed, for that process.
+    (tmp_path / "matplotlib").mkdir()
+    (tmp_path / "matplotlib" / "__init__.py").write_text(
+        "raise ImportError(\"No module named 'matplotlib'\")\n"
+    )
+    png = tmp_path / "run.png"
+    r = invoke("train-log", "--path", str(log), "--plot", str(png), cwd=tmp_path)
+    assert r.returncode == 2
+    assert "Verdict:" in r.stdout
+    assert "pip install 'remotekit[plot]'" in r.stderr
+    assert not png.exists()
+
+
+def test_train_log_plot_of_a_log_that_cannot_be_read_exits_2(tmp_path: Path) -> None:
+    png = tmp_path / "run.png"
+    r = invoke(
+        "train-log", "--path", str(tmp_path / "nope.jsonl"), "--plot", str(png), cwd=tmp_path
+    )
+    assert r.returncode == 2
+    assert "cannot read" in r.stdout
+    assert "Traceback" not in r.stderr and not png.exists()
