@@ -452,3 +452,42 @@ def test_random_argv_and_env_roundtrip_over_ssh(ct: remotekit.Target, seed: int)
         assert json.loads(r.stdout) == [argv, value]
 
     check()
+
+
+def test_jump_host(sshd: SSHServer, node: FakeNode, tmp_path: Path) -> None:
+    # ProxyJump through the same sshd: laptop -> 127.0.0.1 (jump) -> 127.0.0.1 -> pct -> venv
+    inv = write_inventory(
+        tmp_path / "hosts.yaml",
+        {
+            "via": sshd.host_yaml(
+                jump=f"{sshd.user}@127.0.0.1:{sshd.port}",
+                container=CT,
+                pct=str(node.pct),
+                venv=sys.prefix,
+            )
+        },
+    )
+    with inv.target("via") as t:
+        assert (
+            t.run_python(remotekit.Script("print('through the jump')")).stdout
+            == "through the jump\n"
+        )
+
+
+def test_silent_server_is_a_connect_error_within_the_timeout(tmp_path: Path) -> None:
+    # A port that accepts but never says its SSH banner (a wedged sshd, a firewall proxy).
+    import socket
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        port = srv.getsockname()[1]
+        inv = write_inventory(
+            tmp_path / "hosts.yaml",
+            {"h": {"ssh": f"root@127.0.0.1:{port}", "timeouts": {"connect": 2}}},
+        )
+        t0 = time.monotonic()
+        with inv.target("h") as t, pytest.raises(remotekit.ConnectError) as info:
+            t.run(["true"])
+        assert time.monotonic() - t0 < 2 + 3
+    assert f"127.0.0.1:{port}" in str(info.value) and info.value.host == "h"
