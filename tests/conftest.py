@@ -39,7 +39,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> FakeNode:
 def sshd(tmp_path_factory: pytest.TempPathFactory, node: FakeNode) -> Iterator[SSHServer]:
     _need_sshd()
     server = SSHServer(
-        tmp_path_factory.mktemp("sshd"), env={"FAKE_PCT_STATE": str(node.state_file)}
+        tmp_path_factory.mktemp("sshd"),
+        env={"FAKE_PCT_STATE": str(node.state_file), "PATH": f"{node.bin}:{os.environ['PATH']}"},
     )
     try:
         server.start()
@@ -65,6 +66,7 @@ def inventory(
         "stopped": sshd.host_yaml(container=STOPPED, pct=pct, venv=venv),
         "noct": sshd.host_yaml(container=999, pct=pct, venv=venv),
         "novenv": sshd.host_yaml(container=CT, pct=pct, venv="/opt/no-such-venv"),
+        "sudo": sshd.host_yaml(sudo=True, container=CT, pct=pct, venv=venv),
     }
     return write_inventory(tmp_path_factory.mktemp("inv") / "hosts.yaml", hosts)
 

@@ -164,14 +164,24 @@ class FakeNode:
     def state_file(self) -> Path:
         return self.root / "fake-pct.json"
 
+    @property
+    def bin(self) -> Path:
+        """The node's fake tools (pct, sudo): put it first on the node's PATH."""
+        return self.root / "bin"
+
     def install(self, shared: list[str]) -> FakeNode:
-        (self.root / "bin").mkdir(parents=True, exist_ok=True)
-        src = (FAKES / "pct").read_text().split("\n", 1)[1]
-        # Our own interpreter, -S: no pyenv shim, no site (the fake is stdlib only).
-        self.pct.write_text(f"#!{sys.executable} -S\n{src}")
-        self.pct.chmod(0o755)
+        self.bin.mkdir(parents=True, exist_ok=True)
+        for tool in ("pct", "sudo"):
+            src = (FAKES / tool).read_text().split("\n", 1)[1]
+            # Our own interpreter, -S: no pyenv shim, no site (the fakes are stdlib only).
+            (self.bin / tool).write_text(f"#!{sys.executable} -S\n{src}")
+            (self.bin / tool).chmod(0o755)
         self.shared = shared
         return self
+
+    def sudo_policy(self, policy: str) -> None:
+        """``nopasswd`` or ``password`` (what the fake sudo answers to ``sudo -n``)."""
+        (self.bin / "sudo-policy").write_text(policy)
 
     def add(self, vmid: int, state: str = "running") -> Path:
         root = self.root / f"ct{vmid}"

@@ -491,3 +491,29 @@ def test_silent_server_is_a_connect_error_within_the_timeout(tmp_path: Path) -> 
             t.run(["true"])
         assert time.monotonic() - t0 < 2 + 3
     assert f"127.0.0.1:{port}" in str(info.value) and info.value.host == "h"
+
+
+def test_sudo_layer(inventory: remotekit.Inventory, node: FakeNode) -> None:
+    node.sudo_policy("nopasswd")
+    with inventory.target("sudo") as t:
+        assert t.chain.startswith("ssh ") and " -> sudo -> pct exec 200 -> " in t.chain
+        assert t.run(["echo", "as root"]).stdout == "as root\n"
+        assert [c.ok for c in t.ping().checks] == [True, True, True, True, True]
+
+
+def test_sudo_that_wants_a_password_is_an_auth_error(
+    inventory: remotekit.Inventory, node: FakeNode
+) -> None:
+    node.sudo_policy("password")
+    try:
+        with inventory.target("sudo") as t:
+            with pytest.raises(remotekit.AuthError) as info:
+                t.run(["true"])
+            assert "NOPASSWD" in str(info.value) and "sudo: a password is required" in str(
+                info.value
+            )
+            report = t.ping()
+            assert [(c.layer, c.ok) for c in report.checks][1] == ("sudo", False)
+            assert report.exit_code == 2
+    finally:
+        node.sudo_policy("nopasswd")
