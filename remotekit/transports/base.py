@@ -53,7 +53,7 @@ class Transport(Protocol):
     def start(
         self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
     ) -> Process:
-        """Start ``argv``; ``wait`` bounds the wait for a free slot (raises socket.timeout)."""
+        """Start ``argv``; ``wait`` bounds the wait for a free slot (raises TimeoutError)."""
         ...
 
     def connect(self) -> None: ...

@@ -266,7 +266,7 @@ class SSHTransport:
         assert self._conn is not None
         command = join(argv)  # the one quoting point
         if not self._sessions.acquire(timeout=wait):
-            raise socket.timeout(f"all {self.max_sessions} sessions busy")
+            raise TimeoutError(f"all {self.max_sessions} sessions busy")
         try:
             transport = self._conn.client.get_transport()
             if transport is None or not transport.is_active():
