@@ -319,6 +319,7 @@ HOST_KEYS = frozenset(
     ]
 )
 TOP_KEYS = frozenset({"defaults", "hosts", "groups"})
+SSH_ONLY_KEYS = frozenset({"user", "port", "identity", "known_hosts", "host_key", "jump"})
 
 
 def _is_number(v: Any) -> bool:
@@ -413,7 +414,11 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
         for nested in ("env", "timeouts"):
             if isinstance(defaults.get(nested), dict) and isinstance(raw.get(nested), dict):
                 merged[nested] = {**defaults[nested], **raw[nested]}
-        hosts[name] = _HostReader(doc, name, merged, key).spec()
+        spec = _HostReader(doc, name, merged, key).spec()
+        if spec.ssh is None:  # SSH settings written on a host without `ssh:` are a mistake
+            for k in sorted(SSH_ONLY_KEYS & set(raw), key=lambda k: doc.line((*key, k)) or 0):
+                doc.fail((*key, k), f"`{k}` needs `ssh:` on this host (it has no SSH connection)")
+        hosts[name] = spec
     if "local" not in hosts:
         hosts = {
             "local": _HostReader(doc, "local", dict(defaults), ("hosts", "local")).spec(),

@@ -139,6 +139,14 @@ def test_jump_needs_ssh(tmp_path: Path) -> None:
     assert e.key == "hosts.a.jump" and e.line == 3
 
 
+def test_ssh_settings_without_ssh(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a:\n    container: 200\n    identity: ~/.ssh/id\n")
+    assert e.key == "hosts.a.identity" and e.line == 4 and "needs `ssh:`" in str(e)
+    # from defaults they are fine: they apply to the hosts that do have ssh
+    inv = load(tmp_path, "defaults:\n  identity: ~/.ssh/id\nhosts:\n  a: {ssh: a}\n")
+    assert inv.spec("a").ssh.identity == "~/.ssh/id" and inv.spec("local").ssh is None  # type: ignore[union-attr]
+
+
 def test_group_with_unknown_host(tmp_path: Path) -> None:
     e = bad(tmp_path, "hosts:\n  a: {ssh: a}\ngroups:\n  gpu:\n    - a\n    - b\n")
     assert e.line == 6 and "unknown host 'b'" in str(e) and "known hosts: local, a" in str(e)
