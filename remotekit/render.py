@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, TextIO
 
-__all__ = ["Console", "table", "to_json", "to_jsonable"]
+__all__ = ["Console", "human_bytes", "table", "to_json", "to_jsonable"]
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -25,6 +25,16 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
+
+
+def human_bytes(n: int | None) -> str | None:
+    """``1.5 GiB``-style sizes for tables; ``None`` stays ``None`` (printed as ``-``)."""
+    if n is None:
+        return None
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def to_jsonable(obj: Any) -> Any:

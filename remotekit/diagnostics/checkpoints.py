@@ -50,7 +50,7 @@ from remotekit.diagnostics.base import (
     worst_exit,
 )
 from remotekit.errors import StepError
-from remotekit.render import table
+from remotekit.render import human_bytes, table
 from remotekit.result import Result
 
 if TYPE_CHECKING:
@@ -1000,15 +1000,6 @@ def run_demo(
 # --------------------------------------------------------------------------- rendering
 
 
-def _size(n: int | None) -> str | None:
-    if n is None:
-        return None
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def _count(n: int) -> str:
     for unit, scale in (("B", 10**9), ("M", 10**6), ("k", 10**3)):
         if n >= scale:
@@ -1069,7 +1060,7 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
             r.global_step,
             r.epoch,
             _count(r.params) if r.status in ("clean", "bad") else None,
-            _size(r.bytes),
+            human_bytes(r.bytes),
             _triple(r, "weights"),
             _triple(r, "optimizer"),
             _g(r.max_abs_weights),
@@ -1129,7 +1120,7 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
 
 def render_inspect(report: InspectReport) -> str:
     """Header (format, size, step), optimizer groups with lr, then every tensor."""
-    head = f"{report.path}: {report.format or '?'}, {_size(report.bytes)}"
+    head = f"{report.path}: {report.format or '?'}, {human_bytes(report.bytes)}"
     head += f", step {report.global_step if report.global_step is not None else '?'}"
     head += f", epoch {report.epoch if report.epoch is not None else '?'}"
     lines = [head]
@@ -1156,7 +1147,7 @@ def render_inspect(report: InspectReport) -> str:
                 t.dtype,
                 "x".join(str(s) for s in t.shape) or "scalar",
                 t.numel,
-                _size(t.bytes),
+                human_bytes(t.bytes),
                 ", ".join(t.shared_with) or None,
             ]
             for t in report.tensors
@@ -1167,7 +1158,7 @@ def render_inspect(report: InspectReport) -> str:
         )
     for sec, t in report.totals.items():
         lines.append(
-            f"{sec}: {t.get('tensors', 0)} tensors, {_count(t.get('numel', 0))} values, {_size(t.get('bytes', 0))}"
+            f"{sec}: {t.get('tensors', 0)} tensors, {_count(t.get('numel', 0))} values, {human_bytes(t.get('bytes', 0))}"
         )
     if report.dtypes:
         lines.append("dtypes: " + ", ".join(f"{k} {_count(v)}" for k, v in report.dtypes.items()))
@@ -1352,6 +1343,6 @@ def progress_line(p: ScanProgress) -> str:
         )
     line = (
         f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {p.files_done}/{p.files_total} files  "
-        f"{_size(p.bytes_done)}/{_size(p.bytes_total)}  {name}"
+        f"{human_bytes(p.bytes_done)}/{human_bytes(p.bytes_total)}  {name}"
     )
     return line.rstrip()[:PROGRESS_MAX]

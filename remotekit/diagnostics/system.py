@@ -31,7 +31,7 @@ from remotekit.diagnostics.base import (
     Record,
     run_records,
 )
-from remotekit.render import table
+from remotekit.render import human_bytes, table
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -547,15 +547,6 @@ def processes(
 # --------------------------------------------------------------------------- rendering
 
 
-def _size(n: int | None) -> str | None:
-    if n is None:
-        return None
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def _pair(a: Any, b: Any, fmt: str = "{}") -> str:
     def one(x: Any) -> str:
         return "?" if x is None else fmt.format(x)
@@ -699,8 +690,8 @@ def render_disk(report: DiskReport) -> str:
                 f.path + ("" if f.exists else " (missing)"),
                 f.mount,
                 f.fstype,
-                _size(f.free_bytes),
-                _size(f.total_bytes),
+                human_bytes(f.free_bytes),
+                human_bytes(f.total_bytes),
                 None if f.free_pct is None else f"{f.free_pct:.1f}%",
                 None if f.inodes_free_pct is None else f"{f.inodes_free_pct:.1f}%",
             ]
@@ -709,12 +700,12 @@ def render_disk(report: DiskReport) -> str:
         out.append(table(["PATH", "MOUNT", "FS", "FREE", "SIZE", "FREE%", "INODES FREE%"], rows))
     if report.largest_files:
         rows = [
-            [_size(f.size_bytes), "ckpt" if f.checkpoint else "", f.path]
+            [human_bytes(f.size_bytes), "ckpt" if f.checkpoint else "", f.path]
             for f in report.largest_files
         ]
         out += ["", table(["SIZE", "KIND", "LARGEST FILES"], rows)]
     if report.checkpoints:
-        rows = [[_size(c.size_bytes), c.kind, c.mount, c.path] for c in report.checkpoints]
+        rows = [[human_bytes(c.size_bytes), c.kind, c.mount, c.path] for c in report.checkpoints]
         out += ["", table(["SIZE", "KIND", "MOUNT", "LARGEST CHECKPOINT"], rows)]
     return "\n".join([*out, *_footer("disk", report)])
 
