@@ -186,12 +186,17 @@ class SSHTransport:
             connect_kwargs=kwargs,
         )
         known = os.path.expanduser(spec.known_hosts or _DEFAULT_KNOWN_HOSTS)
-        if os.path.exists(known):
-            conn.client.load_host_keys(known)
         policy: paramiko.MissingHostKeyPolicy = (
             _AcceptNewPolicy(known) if spec.host_key == "accept-new" else _StrictPolicy()
         )
-        conn.client.set_missing_host_key_policy(policy)
+        # Every hop checks host keys our way, including gateways that Fabric builds itself
+        # from a ProxyJump in ~/.ssh/config (it would give them its AutoAddPolicy).
+        hop: object = conn
+        while isinstance(hop, Connection):
+            if os.path.exists(known):
+                hop.client.load_host_keys(known)
+            hop.client.set_missing_host_key_policy(policy)
+            hop = hop.gateway
         return conn
 
     def connect(self) -> None:
