@@ -26,7 +26,7 @@ SELECT_HELP = {
     "all": "every target in hosts.yaml",
     "parallel": "hosts worked on at once (default 64)",
     "json": "machine-readable output only (JSON on stdout)",
-    "verbose": "show each host's layer chain",
+    "verbose": "show each host's layer chain, and each step's full chain as it starts",
     "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, ~/.config/remotekit/hosts.yaml)",
 }
 TIMEOUT_HELP = "seconds before the step is stopped there (default: the host's timeouts.step)"
