@@ -9,6 +9,7 @@ to ``on_output``. Exit codes of every diagnostic: 0 OK, 1 findings, 2 could not 
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -18,11 +19,26 @@ from remotekit.result import Result
 if TYPE_CHECKING:
     from remotekit.target import OutputCallback, Target
 
-__all__ = ["EXIT_FAILED", "EXIT_FINDINGS", "EXIT_OK", "run_records", "worst_exit"]
+__all__ = ["EXIT_FAILED", "EXIT_FINDINGS", "EXIT_OK", "OutputTail", "run_records", "worst_exit"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
 
 Record = dict[str, Any]
+
+
+class OutputTail:
+    """An ``on_output`` sink keeping the last ``n`` lines a script wrote besides its records:
+    what a failure message quotes when the script stopped without its final record."""
+
+    def __init__(self, n: int = 12) -> None:
+        self.lines: deque[str] = deque(maxlen=n)
+
+    def __call__(self, stream: str, line: str) -> None:
+        self.lines.append(line)
+
+    def indented(self) -> str:
+        """The kept lines, each indented by two spaces."""
+        return "\n".join("  " + line for line in self.lines)
 
 
 def run_records(

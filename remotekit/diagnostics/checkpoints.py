@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import posixpath
 import warnings
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -45,6 +44,7 @@ from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
     EXIT_OK,
+    OutputTail,
     Record,
     run_records,
     worst_exit,
@@ -642,21 +642,17 @@ def _run(
     on_record: Callable[[Record], None] | None = None,
 ) -> tuple[list[Record], Result]:
     """Run a checkpoint script; CheckpointError on a fatal record or a missing ``done``."""
-    tail: deque[str] = deque(maxlen=12)
-
-    def keep(stream: str, line: str) -> None:
-        tail.append(line)
-
+    tail = OutputTail()
     records, result = run_records(
-        target, script, args, step=step, timeout=timeout, on_record=on_record, on_output=keep
+        target, script, args, step=step, timeout=timeout, on_record=on_record, on_output=tail
     )
     fatal = [str(r.get("message")) for r in records if r.get("type") == "error"]
     if fatal:
         raise CheckpointError("; ".join(fatal), result=result)
     if not any(r.get("type") == "done" for r in records):
         msg = f"{script} {args[0] if args else ''} stopped before it finished (exit {result.exit_code})"
-        if tail:
-            msg += "; last output:\n" + "\n".join("  " + line for line in tail)
+        if tail.lines:
+            msg += "; last output:\n" + tail.indented()
         raise CheckpointError(msg, result=result)
     return records, result
 

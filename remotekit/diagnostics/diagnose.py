@@ -18,7 +18,6 @@ ckpt-scan skipped
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -104,14 +103,7 @@ def _scan_checkpoints(target: Target, path: str, timeout: float) -> Any:
         raise RemotekitError(
             f"checkpoint scanner unavailable: {exc}", host=target.name, step="ckpt-scan"
         ) from exc
-
-    params = inspect.signature(scan_checkpoints).parameters
-    takes_timeout = "timeout" in params or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
-    )
-    if takes_timeout:
-        return scan_checkpoints(target, path, timeout=timeout)
-    return scan_checkpoints(target, path)
+    return scan_checkpoints(target, path, timeout=timeout)
 
 
 def diagnose(

@@ -19,7 +19,6 @@ container, interpreter).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
@@ -28,6 +27,7 @@ from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
     EXIT_OK,
+    OutputTail,
     Record,
     run_records,
 )
@@ -332,11 +332,7 @@ def _run(
     A script that ends without its ``done`` record (crash, killed) is an error carrying the
     last lines of its stderr.
     """
-    tail: deque[str] = deque(maxlen=12)
-
-    def keep(stream: str, line: str) -> None:
-        tail.append(line)
-
+    tail = OutputTail()
     records, result = run_records(
         target,
         SCRIPT,
@@ -344,7 +340,7 @@ def _run(
         step=step,
         timeout=timeout,
         on_record=on_record,
-        on_output=keep,
+        on_output=tail,
         env=env,
     )
     findings = tuple(str(r.get("message")) for r in records if r["type"] == "warning")
@@ -352,8 +348,8 @@ def _run(
     errors = [str(r.get("message")) for r in records if r["type"] == "error"]
     if not any(r["type"] == "done" for r in records):
         msg = f"{SCRIPT} {args[0]} ended without a result (exit {result.exit_code})"
-        if tail:
-            msg += "; last output:\n" + "\n".join("  " + line for line in tail)
+        if tail.lines:
+            msg += "; last output:\n" + tail.indented()
         errors.append(msg)
     code = EXIT_FAILED if errors else EXIT_FINDINGS if findings else EXIT_OK
     return _Outcome(records, findings, notes, tuple(errors), code)

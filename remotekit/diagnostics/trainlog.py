@@ -32,7 +32,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, run_records
+from remotekit.diagnostics.base import (
+    EXIT_FAILED,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    OutputTail,
+    Record,
+    run_records,
+)
 from remotekit.render import table
 
 if TYPE_CHECKING:
@@ -62,7 +69,6 @@ __all__ = [
 PRESETS = ("olmo2", "olmo-core", "megatron")
 SCRIPT = "trainlog.py"
 
-Record = dict[str, Any]
 T = TypeVar("T")
 
 
@@ -354,12 +360,7 @@ def build_report(
             rep = replace(rep, periodicity=_make(Periodicity, rec))
         elif t == "composition":
             buckets = tuple(_make(BucketStat, b) for b in rec.get("buckets", ()))
-            rep = replace(
-                rep,
-                composition=_make(
-                    Composition, rec, buckets=buckets, modes_match=bool(rec.get("modes_match"))
-                ),
-            )
+            rep = replace(rep, composition=_make(Composition, rec, buckets=buckets))
         elif t == "histogram":
             counts = {str(k): tuple(int(c) for c in v) for k, v in rec["counts"].items()}
             rep = replace(
@@ -492,21 +493,17 @@ def analyze_train_log(
         tolerance=tolerance,
         points=points,
     )
-    other: list[str] = []
-
-    def keep(stream: str, line: str) -> None:
-        other.append(line.rstrip("\n"))
-        del other[:-20]
-
+    tail = OutputTail(10)
     records, result = run_records(
-        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record, on_output=keep
+        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record, on_output=tail
     )
     report = build_report(
         result.host or target.name, str(path), records, duration_s=result.duration_s
     )
     if report.exit_code == EXIT_FAILED and not any(r.get("type") == "error" for r in records):
-        tail = "\n".join("  " + ln for ln in other[-10:])
-        msg = f"trainlog.py exited with {result.exit_code}" + (f":\n{tail}" if tail else "")
+        msg = f"trainlog.py exited with {result.exit_code}"
+        if tail.lines:
+            msg += ":\n" + tail.indented()
         report = replace(report, errors=(*report.errors, msg))
     return report
 

@@ -103,6 +103,8 @@ NONNEG_SLOTS = frozenset(
 )
 WEIGHTS, OPTIMIZER = "weights", "optimizer"
 SECTIONS = (WEIGHTS, OPTIMIZER)
+# The per-section counts of a "checkpoint" record: nan_weights, posinf_weights, ...
+NONFINITE_KEYS = tuple("%s_%s" % (w, s) for s in SECTIONS for w in ("nan", "posinf", "neginf"))
 DEFAULT_CHUNK = 1 << 22  # elements per checked chunk: 16 MiB of float32
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
 ST_DTYPES = {
@@ -1117,10 +1119,7 @@ def scan_item(item, opts):
         gc.collect()  # unmap this checkpoint before the next one: one at a time per worker
     if rec["error"]:
         rec["status"] = "error"
-    elif (
-        any(rec["%s_%s" % (w, s)] for w in ("nan", "posinf", "neginf") for s in SECTIONS)
-        or rec["negative_exp_avg_sq"]
-    ):
+    elif any(rec[k] for k in NONFINITE_KEYS) or rec["negative_exp_avg_sq"]:
         rec["status"] = "bad"
     else:
         rec["status"] = "clean"
@@ -1129,9 +1128,13 @@ def scan_item(item, opts):
     return rec
 
 
+def _meta_record(path, error=None):
+    return {"type": "meta", "path": path, "global_step": None, "epoch": None, "error": error}
+
+
 def meta_item(item, opts):
     """A "meta" record (step, epoch) for ordering; reads no tensor data."""
-    rec = {"type": "meta", "path": item["path"], "global_step": None, "epoch": None, "error": None}
+    rec = _meta_record(item["path"])
     if item["kind"] != "file" and item["kind"] != "hf-index":
         rec["error"] = item.get("reason")
         return rec
@@ -1452,13 +1455,7 @@ class WorkerPool(object):
             rec = _empty_record(item["path"], None, item.get("bytes", 0))
             rec["error"] = reason
             return rec
-        return {
-            "type": "meta",
-            "path": item["path"],
-            "global_step": None,
-            "epoch": None,
-            "error": reason,
-        }
+        return _meta_record(item["path"], reason)
 
     def close(self):
         proc, self.proc = self.proc, None
@@ -1809,6 +1806,8 @@ def _diff_entry(ea, eb, chunk):
     for (_, ca), (_, cb) in zip(ea.chunks(chunk), eb.chunks(chunk)):
         a = _to_f64(ca)
         b = _to_f64(cb)
+        if nonneg:
+            neg_b += int((b < 0).sum())  # every element of B, before the finite filter
         fa = torch.isfinite(a)
         fb = torch.isfinite(b)
         if not (bool(fa.all()) and bool(fb.all())):
@@ -1818,8 +1817,6 @@ def _diff_entry(ea, eb, chunk):
             both = fa & fb
             a = a[both]
             b = b[both]
-        if nonneg:
-            neg_b += int((_to_f64(cb) < 0).sum())
         d = b - a
         ss_a += float((a * a).sum())
         ss_b += float((b * b).sum())
@@ -2130,15 +2127,7 @@ def cmd_bisect(opts):
             out = {"path": it["path"], "global_step": step, "epoch": r.get("epoch")}
             if with_tensor:
                 out["tensor"] = (r.get("bad_tensors") or [None])[0]
-                for k in (
-                    "nan_weights",
-                    "posinf_weights",
-                    "neginf_weights",
-                    "nan_optimizer",
-                    "posinf_optimizer",
-                    "neginf_optimizer",
-                    "negative_exp_avg_sq",
-                ):
+                for k in NONFINITE_KEYS + ("negative_exp_avg_sq",):
                     out[k] = r.get(k)
             return out
 

@@ -209,6 +209,7 @@ def emit(rtype, **fields):
     rec = {"type": rtype}
     rec.update(fields)
     sys.stdout.write(json.dumps(rec, allow_nan=False) + "\n")
+    sys.stdout.flush()  # each record is seen as it is made, even when stdout is a pipe
 
 
 # --------------------------------------------------------------------------------------------
@@ -1352,9 +1353,11 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
     }
     per = periodicity(r)
     out["periodicity"] = per
+    repeats = None  # the words for a periodic loss
+    if per and per["periodic"]:
+        repeats = "it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"])
     # buckets
     key, codes, names = bucket_column(ing, cols, nrows)
-    comp = None
     rc = None
     if key is not None:
         rc = [codes[rows[i] if rows is not None else i] for i in keep]
@@ -1427,17 +1430,15 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
                     for m in dist["modes"]
                 )
             )
-        finding = multimodal or bool(per and per["periodic"])
-        if per and per["periodic"]:
-            words.append(
-                "it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"])
-            )
+        finding = multimodal or repeats is not None
+        if repeats:
+            words.append(repeats)
         if finding:
             words.append(
                 "batches may be homogeneous (e.g. length-bucketed): log each step's bucket or "
                 "seq_len to confirm, and interleave buckets"
             )
-        comp = {
+        out["composition"] = {
             "key": None,
             "buckets": [],
             "explained": None,
@@ -1447,10 +1448,10 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
             "interleaved_max_run": None,
             "homogeneous": None,
             "long_runs": None,
+            "modes_match": False,
             "finding": finding,
             "verdict": "; ".join(words) + ("" if finding else ": no sign of homogeneous batches"),
         }
-        out["composition"] = comp
         return out
     # per bucket: share of all batches, loss in the window, longest run of consecutive steps
     allc = Counter(codes)
@@ -1500,34 +1501,35 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
         and len(set(mode_buckets)) == len(mode_buckets)
         and all((m["purity"] or 0) >= 0.6 for m in dist["modes"] if m["weight"] >= 0.05)
     )
+    stats = {
+        "key": key,
+        "buckets": buckets[:32],
+        "explained": explained,
+        "max_run": max_run,
+        "max_run_bucket": names[max_run_c] if max_run_c >= 0 else "-",
+        "random_max_run": random_run,
+        "interleaved_max_run": inter_run,
+    }
+    out["codes"] = (codes, names)
     kname = key.rsplit("/", 1)[-1]  # train/bucket reads as bucket
     bname = "%s %s" % (kname, top["bucket"])
-    rname = "%s %s" % (kname, names[max_run_c] if max_run_c >= 0 else "-")
+    rname = "%s %s" % (kname, stats["max_run_bucket"])
     words = ["%s is %s" % (label, shape)]
     if len(real) < 2:
         words.append(
             "%s is %s in %.0f%% of batches (padded or mixed batches)"
             % (kname, top["bucket"], 100 * top["share"])
         )
-        if per and per["periodic"]:
-            words.append(
-                "it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"])
-            )
-        out["composition"] = {
-            "key": key,
-            "buckets": buckets[:32],
-            "explained": explained,
-            "max_run": max_run,
-            "max_run_bucket": names[max_run_c] if max_run_c >= 0 else "-",
-            "random_max_run": random_run,
-            "interleaved_max_run": inter_run,
-            "homogeneous": False,
-            "long_runs": False,
-            "modes_match": False,
-            "finding": False,
-            "verdict": "; ".join(words) + ": no sign of homogeneous batches",
-        }
-        out["codes"] = (codes, names)
+        if repeats:
+            words.append(repeats)
+        out["composition"] = dict(
+            stats,
+            homogeneous=False,
+            long_runs=False,
+            modes_match=False,
+            finding=False,
+            verdict="; ".join(words) + ": no sign of homogeneous batches",
+        )
         return out
     if match:
         words.append(
@@ -1552,26 +1554,17 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
             100 * explained,
             label,
         )
-    if per and per["periodic"]:
-        words.append("it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"]))
-    verdict = "; ".join(words) + ": " + tail
-    comp = {
-        "key": key,
-        "buckets": buckets[:32],
-        "explained": explained,
-        "max_run": max_run,
-        "max_run_bucket": names[max_run_c] if max_run_c >= 0 else "-",
-        "random_max_run": random_run,
-        "interleaved_max_run": inter_run,
-        "homogeneous": homogeneous,
-        "long_runs": long_runs,
-        "modes_match": match,
+    if repeats:
+        words.append(repeats)
+    out["composition"] = dict(
+        stats,
+        homogeneous=homogeneous,
+        long_runs=long_runs,
+        modes_match=match,
         # a periodic loss from an interleaved order is expected; it matters with long runs
-        "finding": bool(homogeneous and long_runs),
-        "verdict": verdict,
-    }
-    out["composition"] = comp
-    out["codes"] = (codes, names)
+        finding=bool(homogeneous and long_runs),
+        verdict="; ".join(words) + ": " + tail,
+    )
     return out
 
 
