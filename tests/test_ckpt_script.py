@@ -308,6 +308,23 @@ def test_inspect_lists_tensors_step_and_lr_per_group(corpus: cf.Corpus) -> None:
     assert info["totals"]["weights"]["numel"] == cf.PARAMS
 
 
+def test_inspect_does_not_send_credentials_back(tmp_path: Path) -> None:
+    ck = cf.checkpoint_dict()
+    ck["wandb_url"] = "https://api.wandb.ai/run/abc?token=hunter2secret"
+    ck["hf_token"] = "hf_abcdefSECRET"
+    ck["note"] = "resumed from s3 with aws_secret_access_key=SHHH and lr 1e-3"
+    path = tmp_path / "ck.pt"
+    torch.save(ck, path)
+    r = run("inspect", str(path))
+    assert r.code == 0, r.stderr
+    scalars = r.one("inspect")["scalars"]
+    assert scalars["hf_token"] == "***"
+    assert scalars["wandb_url"] == "https://api.wandb.ai/run/abc?***"
+    assert scalars["note"] == "resumed from s3 with aws_secret_access_key=*** and lr 1e-3"
+    for secret in ("hunter2secret", "hf_abcdefSECRET", "SHHH"):
+        assert secret not in json.dumps(r.records)
+
+
 def test_inspect_reads_only_the_safetensors_header(tmp_path: Path) -> None:
     """The header claims 1 GiB of data the (sparse) file does not hold: inspect still answers."""
     p = tmp_path / "big.safetensors"

@@ -256,6 +256,23 @@ def test_pause_and_lr_jump_are_events(tmp_path: Path) -> None:
     assert not [k for k, _ in kinds if k == "warmup"]
 
 
+def test_event_details_do_not_carry_credentials(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    lines = [f"step={i} loss={1 + (i % 5) * 0.01:.3f} acc=0.5" for i in range(400)]
+    lines.insert(
+        201,
+        "step=200 Saving checkpoint to https://bucket.s3.amazonaws.com/ckpt-200.pt"
+        "?X-Amz-Credential=AKIAXXXX&X-Amz-Signature=deadbeef0123 api_key=sk-live-42",
+    )
+    log.write_text("\n".join(lines) + "\n")
+    r = run(log)
+    [ev] = [e for e in r.all("event") if e["kind"] == "checkpoint"]
+    assert ev["step"] == 200
+    assert "ckpt-200.pt?***" in ev["detail"] and "api_key=***" in ev["detail"]
+    for secret in ("AKIAXXXX", "deadbeef0123", "sk-live-42"):
+        assert secret not in json.dumps(r.records)
+
+
 def test_resume_is_an_event(tmp_path: Path) -> None:
     rows = factory.resumed(factory.cached("homogeneous", 600, SPIKES), at=450, back_to=380)
     r = run(factory.write_jsonl(rows, tmp_path / "resumed.jsonl"))

@@ -453,6 +453,20 @@ def _walk(obj, src, release):
     rec(obj, "", WEIGHTS, None, 0)
 
 
+# Top-level strings travel back with inspect: hide what looks like a credential in them.
+_SECRET_KEY_RE = re.compile(r"(?i)pass(word|wd)?|secret|token|api[-_]?key|credential|auth")
+_SECRET_ASSIGN_RE = re.compile(
+    r"(?i)([\w.-]*(?:pass(?:word|wd)?|secret|token|api[-_]?key|credential|auth|signature)"
+    r"[\w.-]*\s*[=:]\s*)[^\s&,;]+"
+)
+_URL_QUERY_RE = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s?#]+)\?[^\s]+", re.I)
+
+
+def mask(text):
+    """``text`` with URL query strings and ``token=...``-style values replaced by ``***``."""
+    return _SECRET_ASSIGN_RE.sub(r"\1***", _URL_QUERY_RE.sub(r"\1?***", text))
+
+
 def _fill_meta(src, obj):
     if isinstance(obj, dict):
         keys = [str(k) for k in obj]
@@ -470,6 +484,7 @@ def _fill_meta(src, obj):
             if isinstance(v, (bool, int, float)) or v is None:
                 scalars[str(k)] = v
             elif isinstance(v, str):
+                v = "***" if _SECRET_KEY_RE.search(str(k)) else mask(v)
                 scalars[str(k)] = v if len(v) <= 200 else v[:197] + "..."
             if len(scalars) >= 30:
                 break

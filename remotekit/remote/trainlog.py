@@ -417,8 +417,21 @@ class Ingest:
             step = float(m.group(1))
         elif step is None:
             step = self.last_step()
-        self.events.append((kind, step, "log", line.strip()[:160]))
+        self.events.append((kind, step, "log", mask(line.strip())[:160]))
         return True
+
+
+# A log line travels back as an event's detail: hide what looks like a credential in it.
+_SECRET_ASSIGN_RE = re.compile(
+    r"(?i)([\w.-]*(?:pass(?:word|wd)?|secret|token|api[-_]?key|credential|auth|signature)"
+    r"[\w.-]*\s*[=:]\s*)[^\s&,;]+"
+)
+_URL_QUERY_RE = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s?#]+)\?[^\s]+", re.I)
+
+
+def mask(text):
+    """``text`` with URL query strings and ``token=...``-style values replaced by ``***``."""
+    return _SECRET_ASSIGN_RE.sub(r"\1***", _URL_QUERY_RE.sub(r"\1?***", text))
 
 
 def _maybe_event(ing, line):
