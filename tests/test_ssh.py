@@ -517,3 +517,33 @@ def test_sudo_that_wants_a_password_is_an_auth_error(
             assert report.exit_code == 2
     finally:
         node.sudo_policy("nopasswd")
+
+
+def test_ssh_config_alias(sshd: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `ssh: kpro6` names a Host block of ~/.ssh/config: HostName, Port, User, IdentityFile
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host kpro6-alias\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.client_key}\n"
+    )
+    (home / ".ssh" / "known_hosts").write_text(sshd.known_hosts.read_text())
+    monkeypatch.setenv("HOME", str(home))
+    inv = write_inventory(tmp_path / "hosts.yaml", {"k": {"ssh": "kpro6-alias"}})
+    with inv.target("k") as t:
+        assert t.run(["echo", "via alias"]).stdout == "via alias\n"
+
+
+def test_unknown_key_hint_names_the_real_address_behind_an_alias(
+    sshd: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  IdentityFile {sshd.client_key}\n"
+    )
+    monkeypatch.setenv("HOME", str(home))
+    inv = write_inventory(tmp_path / "hosts.yaml", {"k": {"ssh": f"{sshd.user}@box"}})
+    with inv.target("k") as t, pytest.raises(remotekit.HostKeyError) as info:
+        t.run(["true"])
+    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> ~/.ssh/known_hosts" in str(info.value)

@@ -221,11 +221,14 @@ class SSHTransport:
         where = f"{spec.display}"
         known = spec.known_hosts or _DEFAULT_KNOWN_HOSTS
         if isinstance(exc, _UnknownHostKey):
-            port = f"-p {spec.port} " if spec.port != 22 else ""
+            # paramiko names the hop as known_hosts does: "host" or "[host]:port"; this is
+            # the real address even when hosts.yaml used an ~/.ssh/config alias or a jump.
+            name, _, port = exc.hostname.removeprefix("[").partition("]:")
+            scan = f"ssh-keyscan -p {port} {name}" if port else f"ssh-keyscan {name}"
             return HostKeyError(
                 f"{where}: host key {exc.key.get_name()} {_fingerprint(exc.key)} of "
                 f"{exc.hostname} is not in {known}. If that fingerprint is right, trust it with\n"
-                f"  ssh-keyscan {port}{spec.host} >> {known}\n"
+                f"  {scan} >> {known}\n"
                 f"or set `host_key: accept-new` for this host in hosts.yaml.",
                 host=host,
             )
