@@ -564,6 +564,15 @@ def _ckpt():
     return checkpoints
 
 
+def _load_options(allow_global: Any, unsafe_pickle: bool, timeout: float) -> dict[str, Any]:
+    """How the checkpoint tasks load files there: weights_only unless --unsafe-pickle."""
+    return {
+        "allow_globals": list(allow_global or ()),
+        "unsafe_pickle": unsafe_pickle,
+        "timeout": timeout or None,
+    }
+
+
 def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
     """``--path``, else the host's ``checkpoints:``."""
     if path or t.spec.checkpoints:
@@ -620,9 +629,7 @@ def ckpt_scan(
             t,
             where,
             jobs=jobs,
-            allow_globals=list(allow_global or ()),
-            unsafe_pickle=unsafe_pickle,
-            timeout=timeout or None,
+            **_load_options(allow_global, unsafe_pickle, timeout),
             on_progress=_scan_progress(console, t.name),
             on_warning=_warn(console, t.name),
         )
@@ -661,9 +668,7 @@ def ckpt_inspect(
         lambda t, console: ck.inspect_checkpoint(
             t,
             path,
-            allow_globals=list(allow_global or ()),
-            unsafe_pickle=unsafe_pickle,
-            timeout=timeout or None,
+            **_load_options(allow_global, unsafe_pickle, timeout),
         ),
         render=ck.render_inspect,
         title="ckpt-inspect",
@@ -706,9 +711,7 @@ def ckpt_diff(
             a,
             b,
             top=top,
-            allow_globals=list(allow_global or ()),
-            unsafe_pickle=unsafe_pickle,
-            timeout=timeout or None,
+            **_load_options(allow_global, unsafe_pickle, timeout),
         ),
         render=ck.render_diff,
         title="ckpt-diff",
@@ -751,9 +754,7 @@ def ckpt_bisect(
             where,
             linear=linear,
             jobs=jobs,
-            allow_globals=list(allow_global or ()),
-            unsafe_pickle=unsafe_pickle,
-            timeout=timeout or None,
+            **_load_options(allow_global, unsafe_pickle, timeout),
             on_progress=_scan_progress(console, t.name),
         )
 
