@@ -33,7 +33,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import yaml
 
@@ -134,16 +134,94 @@ LOCAL = HostSpec(name="local")
 
 # -- YAML with line numbers ------------------------------------------------------------------
 
+# hosts.yaml is a few levels deep; these bounds keep a hostile file from costing more than a
+# fraction of a second (alias bombs, deep nesting, recursive aliases).
+_MAX_DEPTH = 32  # nested mappings and lists, aliases expanded
+_MAX_ALIAS_VALUES = 20_000  # values reached through aliases, all aliases together
+_YAML_TAG = "tag:yaml.org,2002:"
+_MERGE_TAG = _YAML_TAG + "merge"
+_PLAIN_TAGS = frozenset(
+    _YAML_TAG + t for t in ("null", "bool", "int", "float", "str", "timestamp", "map", "seq")
+)
+
+
+class _Refused(Exception):
+    """Raised by the composer: what is wrong, the line and the key path."""
+
+    def __init__(self, message: str, line: int, key: tuple[str, ...]):
+        super().__init__(message)
+        self.line, self.key = line, key
+
+
+class _Alias(yaml.Node):
+    """An alias as written (``*name``): the node it names, and the alias's own line."""
+
+    def __init__(self, target: yaml.Node, anchor: str, mark: Any):
+        super().__init__(target.tag, target, mark, mark)
+        self.anchor = anchor
+
+
+class _Composer(yaml.SafeLoader):
+    """SafeLoader's composer, keeping aliases as written and refusing nesting past the bound.
+
+    PyYAML composes recursively: nesting deep enough to matter to us is refused here, before
+    it could reach Python's recursion limit. An alias to a collection that is still open
+    (``&a [*a]``) is refused too: it would make the document infinite.
+    """
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self._path: list[str] = []
+        self._open: set[str] = set()
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        label = index.value if isinstance(index, yaml.ScalarNode) else str(index)
+        event = self.peek_event()
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open:
+                raise _Refused(
+                    f"recursive alias *{event.anchor}: it is used inside the value it names",
+                    line,
+                    (*self._path, label),
+                )
+            target = super().compose_node(parent, index)  # or "found undefined alias"
+            assert target is not None
+            return _Alias(target, str(event.anchor), event.start_mark)
+        if not isinstance(event, yaml.CollectionStartEvent):
+            return super().compose_node(parent, index)
+        if len(self._path) >= _MAX_DEPTH:
+            # Named by the host-level key that holds it (a path of 32 list indexes says less).
+            where = tuple(self._path[:4])
+            raise _Refused(f"nested more than {_MAX_DEPTH} levels deep", line, where)
+        self._path.append(label)
+        anchors = {event.anchor} if event.anchor is not None else set()
+        self._open |= anchors
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._path.pop()
+            self._open -= anchors
+
 
 class _Doc:
-    """The composed YAML plus the line of every key path, for error messages."""
+    """The composed YAML plus the line of every key path, for error messages.
+
+    Only plain YAML is read: standard scalars, mappings, lists, anchors, aliases and merge
+    keys (``<<: *base``). Aliases are expanded up to a bound (see ``_MAX_ALIAS_VALUES``).
+    """
 
     def __init__(self, path: str, text: str):
         self.path = path
         self.lines: dict[tuple[str, ...], int] = {}
         self._scalars = yaml.SafeLoader("")
+        self._aliases: list[tuple[_Alias, tuple[str, ...]]] = []  # being expanded, outermost first
+        self._alias_values = 0
+        loader = _Composer(text)
         try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            node = loader.get_single_node()
+        except _Refused as exc:
+            self.fail(exc.key[1:], str(exc), line=exc.line)  # [1:]: the document's own label
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             line = mark.line + 1 if mark else None
@@ -152,31 +230,108 @@ class _Doc:
             ) from exc
         except yaml.YAMLError as exc:
             raise InventoryError(f"invalid YAML: {exc}", path=path) from exc
+        finally:
+            loader.dispose()
         self.data = self._value(node, ()) if node is not None else {}
 
     def _value(self, node: yaml.Node, key: tuple[str, ...]) -> Any:
+        if isinstance(node, _Alias):
+            return self._alias(node, key)
+        if self._aliases:
+            self._alias_values += 1
+            if self._alias_values > _MAX_ALIAS_VALUES:
+                self._fail_at_alias(
+                    f"takes the document past {_MAX_ALIAS_VALUES} values reached through "
+                    "aliases (an alias bomb?)"
+                )
         self.lines.setdefault(key, node.start_mark.line + 1)
+        self._check_tag(node, key)
         if isinstance(node, yaml.MappingNode):
-            out: dict[str, Any] = {}
-            for knode, vnode in node.value:
-                if not isinstance(knode, yaml.ScalarNode):
-                    self.fail(key, "keys must be plain names", line=knode.start_mark.line + 1)
-                name = str(knode.value)
-                if name in out:
-                    self.fail((*key, name), "duplicate key", line=knode.start_mark.line + 1)
-                self.lines[(*key, name)] = knode.start_mark.line + 1
-                out[name] = self._value(vnode, (*key, name))
-            return out
+            return self._mapping(node, key)
         if isinstance(node, yaml.SequenceNode):
             return [self._value(v, (*key, str(i))) for i, v in enumerate(node.value)]
-        return self._scalars.construct_object(node, deep=True)
+        return self._scalar(node, key)
+
+    def _alias(self, alias: _Alias, key: tuple[str, ...]) -> Any:
+        self._aliases.append((alias, key))
+        if len(key) > _MAX_DEPTH:
+            self._fail_at_alias(f"nests values more than {_MAX_DEPTH} levels deep")
+        try:
+            return self._value(alias.value, key)
+        finally:
+            self._aliases.pop()
+
+    def _fail_at_alias(self, problem: str) -> NoReturn:
+        # Reported where the outermost alias is written: that is the line to change.
+        alias, key = self._aliases[0]
+        self.fail(key, f"alias *{alias.anchor} {problem}", line=alias.start_mark.line + 1)
+
+    def _mapping(self, node: yaml.MappingNode, key: tuple[str, ...]) -> dict[str, Any]:
+        own: dict[str, Any] = {}
+        merges: list[yaml.Node] = []
+        for knode, vnode in node.value:
+            if isinstance(knode, yaml.ScalarNode) and knode.tag == _MERGE_TAG:
+                merges.append(vnode)
+                continue
+            if not isinstance(knode, yaml.ScalarNode):
+                self.fail(key, "keys must be plain names", line=knode.start_mark.line + 1)
+            self._check_tag(knode, key)
+            name = self._text(str(knode.value), key, knode)
+            if name in own:
+                self.fail((*key, name), "duplicate key", line=knode.start_mark.line + 1)
+            self.lines.setdefault((*key, name), knode.start_mark.line + 1)
+            own[name] = self._value(vnode, (*key, name))
+        # `<<: *base` or `<<: [*a, *b]`: keys written here win, then the earlier source.
+        merged: dict[str, Any] = {}
+        for vnode in merges:
+            sources = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
+            for src in sources:
+                target = src.value if isinstance(src, _Alias) else src
+                if not isinstance(target, yaml.MappingNode):
+                    self.fail(
+                        (*key, "<<"),
+                        "`<<` merges a mapping or a list of mappings",
+                        line=src.start_mark.line + 1,
+                    )
+                for k, v in self._value(src, key).items():
+                    if k not in own:
+                        merged.setdefault(k, v)
+        return {**merged, **own} if merged else own
+
+    def _scalar(self, node: yaml.Node, key: tuple[str, ...]) -> Any:
+        try:
+            value = self._scalars.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:
+            problem = getattr(exc, "problem", None) or str(exc).split(";")[0]
+            self.fail(key, f"cannot read {str(node.value)[:40]!r}: {problem}")
+        return self._text(value, key, node) if isinstance(value, str) else value
+
+    def _text(self, value: str, key: tuple[str, ...], node: yaml.Node) -> str:
+        if "\0" in value:
+            self.fail(
+                key,
+                "contains a NUL character, which no command line, path or environment "
+                "variable can carry",
+                line=node.start_mark.line + 1,
+            )
+        return value
+
+    def _check_tag(self, node: yaml.Node, key: tuple[str, ...]) -> None:
+        if node.tag not in _PLAIN_TAGS:
+            tag = node.tag.replace(_YAML_TAG, "!!", 1)
+            self.fail(
+                key,
+                f"tag {tag} is not supported: hosts.yaml takes plain strings, numbers, "
+                "booleans, lists and mappings",
+                line=node.start_mark.line + 1,
+            )
 
     def line(self, key: tuple[str, ...]) -> int | None:
         while key and key not in self.lines:
             key = key[:-1]
         return self.lines.get(key)
 
-    def fail(self, key: tuple[str, ...], message: str, *, line: int | None = None) -> Any:
+    def fail(self, key: tuple[str, ...], message: str, *, line: int | None = None) -> NoReturn:
         raise InventoryError(
             message, path=self.path, line=line or self.line(key), key=".".join(key) or None
         )
@@ -290,9 +445,15 @@ class _HostReader:
                     (*self.where("timeouts"), k),
                     f"unknown timeout; known: {', '.join(Timeouts.__dataclass_fields__)}",
                 )
-            ok = (v is None and k == "step") or (_is_number(v) and v > 0)
+            # Finite and bounded: every wait (select, queue, thread join) takes it as is.
+            top = _TIMEOUT_MAX_S[k]
+            ok = (v is None and k == "step") or (_is_number(v) and 0 < v <= top)
             if not ok:
-                self.doc.fail((*self.where("timeouts"), k), f"expected seconds > 0, got {v!r}")
+                none = " (or null for no limit)" if k == "step" else ""
+                self.doc.fail(
+                    (*self.where("timeouts"), k),
+                    f"expected seconds > 0 and <= {top:.0f}{none}, got {v!r}",
+                )
             values[k] = None if v is None else float(v)
         return Timeouts(**{**base.__dict__, **values})
 
@@ -320,6 +481,12 @@ HOST_KEYS = frozenset(
 )
 TOP_KEYS = frozenset({"defaults", "hosts", "groups"})
 SSH_ONLY_KEYS = frozenset({"user", "port", "identity", "known_hosts", "host_key", "jump"})
+
+
+_TIMEOUT_MAX_S = {"connect": 3600.0, "step": 30 * 86400.0, "kill_grace": 3600.0}
+# Host and group names are typed in `--host a,b` / `--group g` and shown in tables and
+# output prefixes: no separators, spaces, quotes or control characters, no leading `-`.
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 def _is_number(v: Any) -> bool:
@@ -406,6 +573,7 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
     hosts: dict[str, HostSpec] = {}
     for name, raw in raw_hosts.items():
         key = ("hosts", name)
+        _check_name(doc, key, "host")
         raw = raw or {}
         if not isinstance(raw, dict):
             doc.fail(key, "expected a mapping of host settings (or {} for none)")
@@ -429,6 +597,7 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
     if not isinstance(raw_groups, dict):
         doc.fail(("groups",), "expected a mapping of group names to lists of hosts")
     for g, members in raw_groups.items():
+        _check_name(doc, ("groups", g), "group")
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             doc.fail(("groups", g), "expected a list of host names")
         for i, m in enumerate(members):
@@ -447,6 +616,15 @@ def _check_keys(doc: _Doc, key: tuple[str, ...], raw: Mapping[str, Any]) -> None
             close = [h for h in sorted(HOST_KEYS) if h[:3] == k[:3]]
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             doc.fail((*key, k), f"unknown key{hint}; known keys: {', '.join(sorted(HOST_KEYS))}")
+
+
+def _check_name(doc: _Doc, key: tuple[str, ...], what: str) -> None:
+    if not _NAME_RE.fullmatch(key[-1]):
+        doc.fail(
+            key,
+            f"{what} name {key[-1]!r} cannot be used: a name is 1-64 letters, digits, "
+            f"'_', '.' or '-', not starting with '.' or '-' (it is typed in --{what} a,b)",
+        )
 
 
 def find_inventory() -> Path | None:
