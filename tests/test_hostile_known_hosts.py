@@ -178,3 +178,18 @@ def test_accept_new_writes_plain_entries_to_a_plain_file(sshd: SSHServer, tmp_pa
     assert lines[0].startswith("keep.example ssh-ed25519 ")  # not glued to the new entry
     assert lines[1] == f"[127.0.0.1]:{sshd.port} " + " ".join(sshd.host_pub.split()[:2])
     assert openssh_connects(sshd, kh).stdout == "openssh-ok\n"
+
+
+@pytest.mark.parametrize("policy", ["strict", "accept-new"])
+@pytest.mark.parametrize("listed", [False, True], ids=["revoked only", "revoked and listed"])
+def test_a_revoked_key_is_refused_as_openssh_does(
+    sshd: SSHServer, tmp_path: Path, policy: str, listed: bool
+) -> None:
+    kh = tmp_path / "known_hosts"
+    entry = sshd.known_hosts.read_text() if listed else ""
+    kh.write_text(f"@revoked * {sshd.host_pub}\n{entry}")
+    before = kh.read_text()
+    msg = refused(sshd, tmp_path, kh, policy)
+    assert f"is marked @revoked in {kh}" in msg
+    assert kh.read_text() == before
+    assert "REVOKED HOST KEY" in openssh_connects(sshd, kh).stderr

@@ -14,7 +14,6 @@ import os
 import queue
 import select
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +25,15 @@ from fabric import Config, Connection
 from remotekit.errors import AuthError, ConnectError, ConnectionLost, HostKeyError
 from remotekit.quoting import join, quote
 from remotekit.transports.base import Event
+from remotekit.transports.known_hosts import (
+    AcceptNewPolicy,
+    KnownHostsUnusable,
+    RevokedHostKey,
+    StrictPolicy,
+    UnknownHostKey,
+    read_known_hosts,
+    shell_path,
+)
 
 if TYPE_CHECKING:
     from remotekit.inventory import SSHSpec
@@ -35,134 +43,6 @@ __all__ = ["SSHProcess", "SSHTransport"]
 _CHUNK = 1 << 16
 _DRAIN_S = 0.5
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-
-
-class _UnknownHostKey(paramiko.SSHException):
-    def __init__(self, hostname: str, key: paramiko.PKey):
-        self.hostname = hostname
-        self.key = key
-        super().__init__(hostname)
-
-
-class _StrictPolicy(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        raise _UnknownHostKey(hostname, key)
-
-
-class _KnownHostsUnusable(paramiko.SSHException):
-    """known_hosts cannot be read or written: ``problem`` says why."""
-
-    def __init__(self, path: str, problem: str):
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{path}: {problem}")
-
-
-class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """OpenSSH's ``accept-new``: record an unknown key in known_hosts, refuse a changed one.
-
-    The entry is hashed (``|1|salt|hash``, as ``HashKnownHosts yes`` writes it) when the file
-    already holds a hashed entry, so that recording a key does not undo the user's hashing.
-    """
-
-    def __init__(self, known_hosts: str, hashed: bool):
-        self.known_hosts = known_hosts
-        self.hashed = hashed
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        name = paramiko.HostKeys.hash_host(hostname) if self.hashed else hostname
-        _append_known_host(self.known_hosts, f"{name} {key.get_name()} {key.get_base64()}")
-        client.get_host_keys().add(hostname, key.get_name(), key)
-
-
-_FILE_KINDS = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFIFO: "a FIFO (named pipe)",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-}
-
-
-def _open_regular(path: str, flags: int) -> int:
-    """An fd on ``path`` if it is a regular file; never blocks on a FIFO or a device."""
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except IsADirectoryError:
-        raise _KnownHostsUnusable(path, "it is a directory, not a file") from None
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        # Opening a FIFO for writing with no reader fails (ENXIO) rather than blocking.
-        kind = _FILE_KINDS.get(stat.S_IFMT(os.stat(path).st_mode)) if os.path.exists(path) else None
-        why = f"it is {kind}, not a file" if kind else f"cannot open it: {exc.strerror}"
-        raise _KnownHostsUnusable(path, why) from exc
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise _KnownHostsUnusable(path, f"it is {kind}, not a file")
-    os.set_blocking(fd, True)
-    return fd
-
-
-def _read_known_hosts(path: str) -> tuple[list[tuple[str, paramiko.PKey]], bool]:
-    """The (host name, key) pairs of an OpenSSH known_hosts file, and whether it is hashed.
-
-    A missing file holds none. Lines paramiko has no key type for (``@cert-authority``,
-    ``sk-*`` keys) are skipped, as before; a line whose names or key cannot be read is an
-    error, not a skip: under ``accept-new`` a skipped entry would let a changed key in.
-    """
-    try:
-        fd = _open_regular(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return [], False
-    entries: list[tuple[str, paramiko.PKey]] = []
-    try:
-        with os.fdopen(fd, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                fields = raw.split(None, 3)[:3]  # names, key type, key; then a comment
-                if not fields or fields[0].startswith(b"#") or fields[0].startswith(b"@"):
-                    continue
-                try:
-                    text = b" ".join(fields).decode()
-                except UnicodeDecodeError:
-                    raise _KnownHostsUnusable(f"{path}:{lineno}", "not UTF-8 text") from None
-                try:
-                    entry = paramiko.hostkeys.HostKeyEntry.from_line(text, lineno)
-                except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError):
-                    raise _KnownHostsUnusable(
-                        f"{path}:{lineno}", "the key on this line cannot be read"
-                    ) from None
-                if entry is not None:
-                    entries += [(name, entry.key) for name in entry.hostnames]
-    except OSError as exc:
-        raise _KnownHostsUnusable(path, f"cannot read it: {exc.strerror}") from exc
-    return entries, any(name.startswith("|1|") for name, _ in entries)
-
-
-def _append_known_host(path: str, line: str) -> None:
-    try:
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        fd = _open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        with os.fdopen(fd, "ab") as f:
-            size = os.fstat(fd).st_size
-            # A last line without its newline would swallow ours into it.
-            sep = b"" if size == 0 or os.pread(fd, 1, size - 1) == b"\n" else b"\n"
-            f.write(sep + line.encode() + b"\n")
-    except OSError as exc:
-        raise _KnownHostsUnusable(path, f"cannot record the key: {exc.strerror}") from exc
-
-
-def _shell_path(path: str) -> str:
-    """``path`` as a shell word, a leading ``~/`` left for the shell to expand."""
-    if path.startswith("~/"):
-        return "~/" + quote(path[2:])
-    return quote(path)
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -286,18 +166,16 @@ class SSHTransport:
         )
         known = os.path.expanduser(spec.known_hosts or _DEFAULT_KNOWN_HOSTS)
         try:
-            entries, hashed = _read_known_hosts(known)
-        except _KnownHostsUnusable as exc:
+            known_hosts = read_known_hosts(known)
+        except KnownHostsUnusable as exc:
             raise self._translate(exc) from exc
-        policy: paramiko.MissingHostKeyPolicy = (
-            _AcceptNewPolicy(known, hashed) if spec.host_key == "accept-new" else _StrictPolicy()
-        )
+        policy = (AcceptNewPolicy if spec.host_key == "accept-new" else StrictPolicy)(known_hosts)
         # Every hop checks host keys our way, including gateways that Fabric builds itself
         # from a ProxyJump in ~/.ssh/config (it would give them its AutoAddPolicy).
         hop: object = conn
         while isinstance(hop, Connection):
             keys = hop.client.get_host_keys()
-            for name, key in entries:
+            for name, key in known_hosts.entries:
                 keys.add(name, key.get_name(), key)
             hop.client.set_missing_host_key_policy(policy)
             self._hop_ports.setdefault(hop.host, hop.port)
@@ -325,7 +203,13 @@ class SSHTransport:
         spec, host = self.spec, self.host
         where = f"{spec.display}"
         known = spec.known_hosts or _DEFAULT_KNOWN_HOSTS
-        if isinstance(exc, _UnknownHostKey):
+        if isinstance(exc, RevokedHostKey):
+            return HostKeyError(
+                f"{where}: host key {exc.key.get_name()} {_fingerprint(exc.key)} of "
+                f"{exc.hostname} is marked @revoked in {known}. Refusing to connect.",
+                host=host,
+            )
+        if isinstance(exc, UnknownHostKey):
             # paramiko names the hop as known_hosts does: "host" or "[host]:port"; this is
             # the real address even when hosts.yaml used an ~/.ssh/config alias or a jump.
             name, _, port = exc.hostname.removeprefix("[").partition("]:")
@@ -333,7 +217,7 @@ class SSHTransport:
             return HostKeyError(
                 f"{where}: host key {exc.key.get_name()} {_fingerprint(exc.key)} of "
                 f"{exc.hostname} is not in {known}. If that fingerprint is right, trust it with\n"
-                f"  {scan} >> {_shell_path(known)}\n"
+                f"  {scan} >> {shell_path(known)}\n"
                 f"or set `host_key: accept-new` for this host in hosts.yaml.",
                 host=host,
             )
@@ -347,12 +231,12 @@ class SSHTransport:
                 f"{_fingerprint(exc.expected_key)}, got {_fingerprint(exc.key)}. Refusing to "
                 f"connect (this is what a man-in-the-middle looks like). If the server was "
                 f"reinstalled, remove the old key:\n"
-                f"  ssh-keygen -R {quote(name)} -f {_shell_path(known)}",
+                f"  ssh-keygen -R {quote(name)} -f {shell_path(known)}",
                 host=host,
             )
-        if isinstance(exc, _KnownHostsUnusable):
+        if isinstance(exc, KnownHostsUnusable):
             return HostKeyError(
-                f"{where}: cannot use known_hosts {exc.path}: {exc.problem}. Host keys are "
+                f"{where}: cannot use known_hosts {exc.where}: {exc.problem}. Host keys are "
                 "checked against it: fix or move it (or point `known_hosts:` in hosts.yaml "
                 "at a file).",
                 host=host,
