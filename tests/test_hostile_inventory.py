@@ -56,10 +56,10 @@ def test_alias_bomb_is_refused_at_the_alias_with_bounded_memory(tmp_path: Path) 
 
 def test_aliases_and_merge_keys_for_a_real_fleet_stay_within_the_bound(tmp_path: Path) -> None:
     base = "hosts:\n  base: &base\n    venv: /v\n    env: {A: '1', B: '2'}\n    workdir: /w\n"
-    hosts = "".join(f"  gpu{i:03}:\n    <<: *base\n    container: {100 + i}\n" for i in range(300))
+    hosts = "".join(f"  gpu{i:03}:\n    <<: *base\n    workdir: /w{i}\n" for i in range(300))
     inv = load(tmp_path, base + hosts)
     assert len(inv.hosts) == 302
-    assert inv.spec("gpu299").env == {"A": "1", "B": "2"} and inv.spec("gpu299").container == 399
+    assert inv.spec("gpu299").env == {"A": "1", "B": "2"} and inv.spec("gpu299").workdir == "/w299"
 
 
 @pytest.mark.parametrize(
