@@ -51,7 +51,7 @@ def test_alias_bomb_is_refused_at_the_alias_with_bounded_memory(tmp_path: Path) 
     finally:
         tracemalloc.stop()
     assert "alias bomb" in msg
-    assert peak < 30 * 2**20
+    assert peak < 16 * 2**20
 
 
 def test_aliases_and_merge_keys_for_a_real_fleet_stay_within_the_bound(tmp_path: Path) -> None:

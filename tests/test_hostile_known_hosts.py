@@ -144,6 +144,19 @@ def test_changed_key_hint_works_pasted_into_a_shell(
     assert connect(sshd, tmp_path, kh, "accept-new") == "ok\n"
 
 
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_unknown_key_hint_works_pasted_into_a_shell(
+    sshd: SSHServer, tmp_path: Path, shell: str
+) -> None:
+    kh = tmp_path / "it's known hosts"
+    kh.write_text("")
+    msg = refused(sshd, tmp_path, kh)
+    hint = msg.split("\n")[1].strip()
+    assert hint.startswith(f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> "), msg
+    subprocess.run([shell, "-c", hint], check=True, capture_output=True, cwd=tmp_path, timeout=30)
+    assert connect(sshd, tmp_path, kh) == "ok\n"
+
+
 # -- what accept-new writes -----------------------------------------------------------------
 
 
