@@ -254,7 +254,8 @@ class _Doc:
 
     def _alias(self, alias: _Alias, key: tuple[str, ...]) -> Any:
         self._aliases.append((alias, key))
-        if len(key) > _MAX_DEPTH:
+        # Merge keys expand aliases without adding key levels: bound the aliases too.
+        if len(key) > _MAX_DEPTH or len(self._aliases) > _MAX_DEPTH:
             self._fail_at_alias(f"nests values more than {_MAX_DEPTH} levels deep")
         try:
             return self._value(alias.value, key)
@@ -284,6 +285,7 @@ class _Doc:
         # `<<: *base` or `<<: [*a, *b]`: keys written here win, then the earlier source.
         merged: dict[str, Any] = {}
         for vnode in merges:
+            self._check_tag(vnode, (*key, "<<"))
             sources = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
             for src in sources:
                 target = src.value if isinstance(src, _Alias) else src

@@ -94,6 +94,16 @@ def test_aliases_cannot_nest_past_the_bound(tmp_path: Path) -> None:
     assert "levels deep" in msg
 
 
+def test_chained_merge_keys_cannot_nest_past_the_bound(tmp_path: Path) -> None:
+    # Each host merges the one before: no key levels added, but 40 aliases deep.
+    text = "hosts:\n  h0: &a0 {venv: /v}\n"
+    text += "".join(f"  h{i}: &a{i}\n    <<: *a{i - 1}\n" for i in range(1, 40))
+    msg = bad(tmp_path, text, 68, "hosts.h33", "alias *a32")
+    assert "levels deep" in msg
+    three = "hosts:\n  h0: &a0 {venv: /v}\n  h1: &a1 {<<: *a0}\n  h2: {<<: *a1, workdir: /w}\n"
+    assert load(tmp_path, three).spec("h2").venv == "/v"
+
+
 # -- tags and values ------------------------------------------------------------------------
 
 
