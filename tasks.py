@@ -854,6 +854,7 @@ def bench(c, quick=False):
     runs = [
         ["bench/bench_engine.py", *(["--runs", "10"] if quick else [])],
         ["bench/bench_fleet.py"],
+        ["bench/bench_transfer.py", *(["--sizes", "20,80", "--runs", "1"] if quick else [])],
         ["bench/bench_trainlog.py"],
         ["bench/bench_ckpt.py", *(["--size-gb", "0.5"] if quick else [])],
     ]
