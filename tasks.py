@@ -18,7 +18,7 @@ from invoke import Exit, task
 
 import remotekit
 from remotekit.fleet import FleetInterrupted, HostOutcome, fleet
-from remotekit.render import Console, table, to_json, to_jsonable
+from remotekit.render import Console, mask_strings, table, to_json, to_jsonable
 
 SELECT_HELP = {
     "host": "target name(s) from hosts.yaml, comma-separated (default: local)",
@@ -62,10 +62,14 @@ def _finding(o: HostOutcome) -> str:
         return f"{type(o.error).__name__}: {text.splitlines()[0] if text else ''}"
     value = o.value
     if isinstance(value, remotekit.Result):
+        if value.detached is not None:
+            return f"detached: pid {value.detached.pid}, log {value.detached.log}"
+        stopped = f"stopped {len(value.stopped)} leftover process(es)" if value.stopped else ""
         if value.ok:
-            return ""
+            return stopped
         tail = (value.stderr or value.stdout).strip().splitlines()
-        return f"exit {value.exit_code}" + (f": {tail[-1]}" if tail else "")
+        text = f"exit {value.exit_code}" + (f": {tail[-1]}" if tail else "")
+        return f"{text}; {stopped}" if stopped else text
     findings = getattr(value, "findings", None) or getattr(value, "errors", None) or ()
     if findings:
         first = findings[0]
@@ -85,6 +89,8 @@ class Sel:
     json: bool
     verbose: bool
     inventory: str
+    #: Mask secret values in the steps' own output too (live lines and --json results).
+    mask_output: bool = False
 
 
 def _fan(
@@ -101,7 +107,13 @@ def _fan(
     """
     targets = _select(sel.host, sel.group, sel.all, sel.inventory)
     names = [t.name for t in targets]
-    console = Console(names, quiet=sel.json)
+
+    def mask(text: str) -> str:
+        for t in targets:
+            text = t.redact(text)
+        return text
+
+    console = Console(names, quiet=sel.json, mask=mask, mask_output=sel.mask_output)
     if sel.verbose:
         for t in targets:
             console.line(t.name, "stderr", f"chain: {t.chain}")
@@ -134,7 +146,7 @@ def _fan(
     missing = [t.name for t in targets if t.name not in {o.host for o in outcomes}]
     if sel.json:
         doc: dict[str, Any] = {"exit_code": code, "interrupted": interrupted}
-        doc["hosts"] = [_outcome_json(o) for o in outcomes]
+        doc["hosts"] = [_outcome_json(o, mask, sel.mask_output) for o in outcomes]
         doc["hosts"] += [{"host": h, "status": "not run", "exit_code": None} for h in missing]
         print(to_json(doc, indent=2))
     elif total > 1 or interrupted or any(o.exit_code == 2 for o in outcomes):
@@ -149,14 +161,20 @@ def _fan(
         raise Exit(code=code)
 
 
-def _outcome_json(o: HostOutcome) -> dict[str, Any]:
+def _outcome_json(o: HostOutcome, mask: Callable[[str], str], mask_output: bool) -> dict[str, Any]:
+    """One host in --json: our texts (errors, chain) masked; the result as the step made it,
+    unless ``mask_output``."""
     out: dict[str, Any] = {"host": o.host, "status": o.status, "exit_code": o.exit_code}
     out["duration_s"] = round(o.duration_s, 3)
-    out["chain"] = o.chain
+    out["chain"] = mask(o.chain)
     if o.error is not None:
-        out["error"] = {"type": type(o.error).__name__, "message": str(o.error)}
+        out["error"] = {"type": type(o.error).__name__, "message": mask(str(o.error))}
+        result = getattr(o.error, "result", None)
+        if mask_output and result is not None:
+            out["error"]["result"] = mask_strings(to_jsonable(result), mask)
     else:
-        out["result"] = to_jsonable(o.value)
+        value = to_jsonable(o.value)
+        out["result"] = mask_strings(value, mask) if mask_output else value
     return out
 
 
@@ -197,9 +215,27 @@ def ping(c, host="", group="", all=False, parallel=0, json=False, verbose=False,
     )
 
 
+DETACH_HELP = (
+    "start it there in its own session, output to a log file; print its pid and log, return"
+)
+MASK_OUTPUT_HELP = (
+    "mask secret_env values in the steps' own output too (live lines and --json results); "
+    "our own messages, errors and tables are always masked"
+)
+
+
+def _detached_note(t: remotekit.Target, r: remotekit.Result, console: Console) -> None:
+    if r.detached is not None:
+        d = r.detached
+        console.line(t.name, "stdout", f"detached: pid {d.pid}, log {d.log}")
+
+
 @task(
     help=_help(
-        cmd="the command, split like a shell would here (no shell runs there)", timeout=TIMEOUT_HELP
+        cmd="the command, split like a shell would here (no shell runs there)",
+        timeout=TIMEOUT_HELP,
+        detach=DETACH_HELP,
+        mask_output=MASK_OUTPUT_HELP,
     )
 )
 def run(
@@ -213,16 +249,26 @@ def run(
     verbose=False,
     inventory="",
     timeout=0.0,
+    detach=False,
+    mask_output=False,
 ):
     """Run a command on targets, output streamed live with host prefixes."""
     _required(cmd=cmd)
     argv = shlex.split(cmd)
 
     def one(t: remotekit.Target, console: Console) -> Any:
-        return t.run(argv, timeout=timeout or None, check=False, on_output=console.output(t.name))
+        r = t.run(
+            argv,
+            timeout=timeout or None,
+            check=False,
+            on_output=console.output(t.name),
+            detach=detach,
+        )
+        _detached_note(t, r, console)
+        return r
 
     _fan(
-        Sel(host, group, all, parallel, json, verbose, inventory),
+        Sel(host, group, all, parallel, json, verbose, inventory, mask_output),
         one,
     )
 
@@ -232,6 +278,8 @@ def run(
         script="a local Python file to ship and run there",
         args="its arguments, split like a shell would",
         timeout=TIMEOUT_HELP,
+        detach=DETACH_HELP,
+        mask_output=MASK_OUTPUT_HELP,
     )
 )
 def py(
@@ -246,6 +294,8 @@ def py(
     verbose=False,
     inventory="",
     timeout=0.0,
+    detach=False,
+    mask_output=False,
 ):
     """Ship a Python file to targets and run it there with the target's interpreter."""
     _required(script=script)
@@ -256,16 +306,19 @@ def py(
     argv = shlex.split(args)
 
     def one(t: remotekit.Target, console: Console) -> Any:
-        return t.run_python(
+        r = t.run_python(
             shipped,
             args=argv,
             timeout=timeout or None,
             check=False,
             on_output=console.output(t.name),
+            detach=detach,
         )
+        _detached_note(t, r, console)
+        return r
 
     _fan(
-        Sel(host, group, all, parallel, json, verbose, inventory),
+        Sel(host, group, all, parallel, json, verbose, inventory, mask_output),
         one,
     )
 
@@ -801,6 +854,7 @@ def bench(c, quick=False):
     runs = [
         ["bench/bench_engine.py", *(["--runs", "10"] if quick else [])],
         ["bench/bench_fleet.py"],
+        ["bench/bench_transfer.py", *(["--sizes", "20,80", "--runs", "1"] if quick else [])],
         ["bench/bench_trainlog.py"],
         ["bench/bench_ckpt.py", *(["--size-gb", "0.5"] if quick else [])],
     ]

@@ -27,7 +27,7 @@ from remotekit.errors import (
 )
 from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome, fleet
 from remotekit.inventory import HostSpec, Inventory, load_inventory, parse_inventory
-from remotekit.result import Result, Script
+from remotekit.result import Detached, Result, Script
 from remotekit.target import Check, PingReport, Target, local_target
 
 __version__ = "0.1.0"
@@ -38,6 +38,7 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "ContainerError",
+    "Detached",
     "Fleet",
     "FleetInterrupted",
     "HostKeyError",

@@ -159,11 +159,36 @@ class StepError(RemotekitError):
 
 
 class StepTimeout(StepError):
-    """The step ran past ``timeout_s`` and was terminated (TERM, then KILL) where it ran."""
+    """The step ran past ``timeout_s`` and was stopped (TERM, then KILL) where it ran.
 
-    def __init__(self, result: Result, timeout_s: float):
+    ``started`` is false when it never ran at all (it waited ``timeout_s`` for a free SSH
+    session). ``confirmed`` is false when the runner there never reported the stop: the
+    message then says it may still run; ``result.still_running`` names what survived.
+    """
+
+    def __init__(
+        self, result: Result, timeout_s: float, *, started: bool = True, confirmed: bool = True
+    ):
         self.timeout_s = timeout_s
-        msg = f"timed out after {timeout_s:g} s and was stopped (process tree terminated)"
+        self.started = started
+        self.confirmed = confirmed
+        if not started:
+            msg = (
+                f"never started: no SSH session of the connection became free within "
+                f"{timeout_s:g} s, so nothing ran there"
+            )
+        elif not confirmed:
+            msg = (
+                f"timed out after {timeout_s:g} s; the runner there was told to stop it but "
+                f"did not confirm: it may still be running"
+            )
+        elif result.still_running:
+            msg = (
+                f"timed out after {timeout_s:g} s; stopping it failed, still running there: "
+                + "; ".join(result.still_running)
+            )
+        else:
+            msg = f"timed out after {timeout_s:g} s and was stopped (process tree terminated)"
         tail = _tail(result.stderr) or _tail(result.stdout)
         if tail:
             msg += f"; last output:\n{tail}"

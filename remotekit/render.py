@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, TextIO
 
-__all__ = ["Console", "human_bytes", "table", "to_json", "to_jsonable"]
+__all__ = ["Console", "human_bytes", "mask_strings", "table", "to_json", "to_jsonable"]
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -55,6 +55,17 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def mask_strings(obj: Any, mask: Callable[[str], str]) -> Any:
+    """A JSON-ready value (from :func:`to_jsonable`) with ``mask`` applied to every string."""
+    if isinstance(obj, str):
+        return mask(obj)
+    if isinstance(obj, dict):
+        return {mask(k): mask_strings(v, mask) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [mask_strings(v, mask) for v in obj]
+    return obj
+
+
 def to_json(obj: Any, indent: int | None = None) -> str:
     return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, default=str)
 
@@ -64,6 +75,10 @@ _COLORS = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92", "94")
 
 class Console:
     """Whole lines from many hosts, each prefixed with its host, plus a progress line.
+
+    ``mask`` (e.g. :meth:`Target.redact`) is applied to every text of ours: messages,
+    tables, errors. A host's own output (:meth:`output`) passes through as the step printed
+    it, unless ``mask_output``.
 
     Lines never interleave mid-line (one lock, one write per line); text holding newlines
     becomes several lines, each with the prefix. Colour only on a terminal (decided for stdout
@@ -81,7 +96,11 @@ class Console:
         quiet: bool = False,
         color: bool | None = None,
         prefix: bool = True,
+        mask: Callable[[str], str] | None = None,
+        mask_output: bool = False,
     ):
+        self.mask: Callable[[str], str] = mask or (lambda text: text)
+        self.mask_output = mask_output
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.quiet = quiet
@@ -107,7 +126,11 @@ class Console:
         """One line of a host's output (stderr lines go to our stderr).
 
         Text with newlines in it is several lines: each gets the prefix, all in one write.
+        The text is masked (it is ours: a message, an error, a chain).
         """
+        self._line(host, stream, self.mask(text))
+
+    def _line(self, host: str, stream: str, text: str) -> None:
         if self.quiet:
             return
         dest = self.err if stream == "stderr" else self.out
@@ -123,13 +146,16 @@ class Console:
             self._draw()
 
     def output(self, host: str) -> Callable[[str, str], None]:
-        """An ``on_output`` callback that prints ``host``'s lines."""
-        return lambda stream, text: self.line(host, stream, text)
+        """An ``on_output`` callback that prints ``host``'s lines (masked if ``mask_output``)."""
+        if self.mask_output:
+            return lambda stream, text: self._line(host, stream, self.mask(text))
+        return lambda stream, text: self._line(host, stream, text)
 
     def say(self, text: str, *, stream: str = "stdout") -> None:
         """A message of ours (not a host's), unless quiet."""
         if self.quiet:
             return
+        text = self.mask(text)
         dest = self.err if stream == "stderr" else self.out
         with self._lock:
             self._clear()

@@ -8,7 +8,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Result", "Script"]
+__all__ = ["Detached", "Result", "Script"]
+
+
+@dataclass(frozen=True)
+class Detached:
+    """A command started with ``detach=True``: it runs on there in its own session.
+
+    ``log`` holds its stdout and stderr; ``dir`` is its private folder (0700: the log and,
+    for ``run_python``, the shipped files), left in place for you to remove when done.
+    """
+
+    pid: int
+    log: str
+    dir: str
 
 
 @dataclass(frozen=True)
@@ -19,6 +32,11 @@ class Result:
     (the *last* bytes are kept; ``stdout_dropped`` / ``stderr_dropped`` count what was cut).
     ``exit_code`` is the command's exit status, ``128 + N`` when signal N ended it, or
     ``None`` when the step was stopped before it exited (timeout, interrupt, lost connection).
+
+    ``stopped`` names the processes (``pid N: command``) the runner stopped because they were
+    still running when the step's main process exited (or at its timeout): only processes
+    that are gone afterwards. ``still_running`` names any that survived even SIGKILL.
+    ``detached`` is set for a ``detach=True`` step: the pid and log of what it started.
     """
 
     host: str
@@ -31,6 +49,9 @@ class Result:
     stdout_dropped: int = 0
     stderr_dropped: int = 0
     chain: str = ""
+    stopped: tuple[str, ...] = ()
+    still_running: tuple[str, ...] = ()
+    detached: Detached | None = None
 
     @property
     def ok(self) -> bool:
@@ -56,6 +77,17 @@ class Script:
     def __post_init__(self) -> None:
         if isinstance(self.source, str):
             object.__setattr__(self, "source", self.source.encode("utf-8"))
+        for rel, data in self.files.items():
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(
+                    f"files[{rel!r}] must be bytes, not {type(data).__name__}"
+                    + (" (encode it, e.g. text.encode())" if isinstance(data, str) else "")
+                )
+        if os.path.normpath(self.name) in {os.path.normpath(r) for r in self.files}:
+            raise ValueError(
+                f"files has an entry named {self.name!r}, the script's own name: it would "
+                f"replace the script; rename one of them"
+            )
         for rel in [self.name, *self.files]:
             parts = Path(rel).parts
             if not parts or Path(rel).is_absolute() or ".." in parts:

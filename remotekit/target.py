@@ -16,6 +16,7 @@ import os
 import queue
 import secrets
 import shlex
+import stat
 import threading
 import time
 from collections import deque
@@ -37,7 +38,7 @@ from remotekit.errors import (
 )
 from remotekit.inventory import LOCAL, HostSpec
 from remotekit.layers import Launch, compose
-from remotekit.result import Result, Script
+from remotekit.result import Detached, Result, Script
 from remotekit.transports.base import ExecutableMissing, Process, Transport
 from remotekit.transports.local import LocalTransport
 
@@ -57,6 +58,8 @@ OutputCallback = Callable[[str, str], None]
 DEFAULT_CAPTURE_LIMIT = 16 << 20
 #: A line longer than this is passed on in pieces, so one endless line cannot exhaust memory.
 MAX_LINE = 1 << 20
+#: ``get`` refuses files larger than this unless given ``max_bytes``.
+DEFAULT_GET_MAX_BYTES = 1 << 40
 #: Extra seconds the runner waits past the step's timeout before it stops the step itself.
 REMOTE_BACKSTOP_S = 5.0
 _CHUNK = 1 << 20
@@ -144,10 +147,10 @@ class _Stream:
 
     def _line(self, raw: bytes, newline: bool = True) -> None:
         text = raw.decode("utf-8", "replace")
-        if self.nonce is not None and self.nonce in text:
-            before, _, rest = text.partition(self.nonce)
-            word, _, data = rest.strip().partition(" ")
-            self.controls.append((word, json.loads(data) if data else None))
+        record = self._control(text)
+        if record is not None:
+            before, word, data = record
+            self.controls.append((word, data))
             if not before:
                 return
             text, newline = before, False
@@ -162,6 +165,29 @@ class _Stream:
                 old = self.kept.popleft()
                 self.kept_bytes -= len(old)
                 self.dropped += len(old)
+
+    def _control(self, text: str) -> tuple[str, str, Any] | None:
+        """``(output before it, word, data)`` for a runner's control line, else None.
+
+        The first control line (``ready``) carries our nonce and the runner's key; every
+        later one must carry that key, which no step can know. Anything else that looks like
+        one (a forged or malformed line) is ordinary output.
+        """
+        if self.nonce is None or self.nonce not in text:
+            return None
+        before, _, rest = text.partition(self.nonce)
+        word, _, raw = rest.strip().partition(" ")
+        try:
+            data = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        if not self.controls:
+            if word != "ready" or not isinstance(data, dict) or not data.get("key"):
+                return None
+            self.nonce = str(data["key"])
+        elif word == "ready" or (word == "exit" and self.has("exit")):
+            return None  # one ready, one final record: a second is not the runner's
+        return before, word, data
 
     def control(self, word: str) -> Any:
         return next((d for w, d in self.controls if w == word), None)
@@ -212,6 +238,33 @@ class Target:
         self._lock = threading.Lock()
         self._active: set[Process] = set()
         self._cancelled = threading.Event()
+        self._secrets: set[str] = set()
+        self._remember_secrets(spec.env)
+
+    # -- secrets -----------------------------------------------------------------------------
+
+    def _remember_secrets(self, env: Mapping[str, str] | None) -> None:
+        for name in self.spec.secret_env:
+            value = (env or {}).get(name)
+            if value:
+                with self._lock:
+                    self._secrets.add(value)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value of this target replaced by ``***``.
+
+        Secrets are the values of the ``secret_env`` names, from hosts.yaml and from any
+        step's ``env=``; a multi-line value is masked whole and line by line (lines of at
+        least :data:`MIN_SECRET_LINE` characters, so a lone ``}`` is not masked everywhere).
+        """
+        with self._lock:
+            values = list(self._secrets)
+        return mask(text, values)
+
+    def _redacted(self, exc: RemotekitError) -> RemotekitError:
+        exc.message = self.redact(exc.message)
+        exc.args = tuple(self.redact(a) if isinstance(a, str) else a for a in exc.args)
+        return exc
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -270,19 +323,26 @@ class Target:
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        detach: bool = False,
     ) -> Result:
         """Run ``argv`` there (no shell: pass ``["bash", "-c", ...]`` if you want one).
 
         ``timeout`` defaults to the host's ``timeouts.step``. Raises :class:`StepTimeout`
         (the step's process tree is stopped there), :class:`StepFailed` on a non-zero exit
         when ``check``, and the connection/container/interpreter errors.
+
+        Nothing the step starts outlives it: whatever is still running when its main process
+        exits is stopped (TERM, KILL after ``kill_grace``) and named in ``Result.stopped``.
+        ``detach=True`` is the way to leave something running (a training run, TensorBoard):
+        the command starts there in its own session, its output goes to a log file, and the
+        step returns at once with ``Result.detached`` (pid, log path).
         """
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['ls', '-l'], not one string")
         argv = [str(a) for a in argv]
         if not argv:
             raise ValueError("argv is empty")
-        header = {"op": "exec", "argv": argv}
+        header = {"op": "exec", "argv": argv, "detach": detach}
         return self._step(
             header,
             [],
@@ -309,17 +369,21 @@ class Target:
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        detach: bool = False,
     ) -> Result:
         """Ship ``script`` (a local file path or a :class:`Script`) and run it there.
 
         The script and ``files`` travel as bytes into a private temp dir (0700, unique per
         step) that is removed afterwards, also on failure and timeout. The interpreter is the
         target's (venv / python), unbuffered; ``$REMOTEKIT_DIR`` names the temp dir.
+        ``files`` values must be bytes (checked before anything is sent); a file may not
+        take the script's own name. ``detach=True``: as for :meth:`run` (the temp dir then
+        stays, holding the log; ``Result.detached.dir`` names it).
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
         if files:
-            script = replace(script, files={**script.files, **files})  # validates the names
+            script = replace(script, files={**script.files, **files})  # validates names, types
         all_files = {script.name: script.source, **script.files}
         manifest = [[name, len(data), 0o600] for name, data in all_files.items()]
         header: dict[str, Any] = {
@@ -327,6 +391,7 @@ class Target:
             "argv": [str(a) for a in args],
             "script": script.name,
             "files": manifest,
+            "detach": detach,
         }
         display = (
             self.launch.interpreter or "python",
@@ -336,7 +401,7 @@ class Target:
         )
         return self._step(
             header,
-            list(all_files.values()),
+            (piece for data in all_files.values() for piece in _slices(data)),
             display=display,
             step=step or script.name,
             timeout=timeout,
@@ -356,16 +421,28 @@ class Target:
         timeout: float | None = None,
         step: str | None = None,
     ) -> Result:
-        """Copy a local file there (atomically: a temp file beside it, then rename)."""
+        """Copy a local file there (atomically: a temp file beside it, then rename).
+
+        The file there gets the local file's mode (under the umask there), never wider than
+        the mode of a file it replaces; ``mode=`` sets it exactly instead.
+        """
         src = Path(local)
         try:
-            size = src.stat().st_size
+            st = src.stat()
+            size = st.st_size
             fh = src.open("rb")
         except OSError as exc:
             raise RemotekitError(
                 f"cannot read local file {src}: {exc.strerror}", host=self.name
             ) from exc
-        header = {"op": "put", "dest": remote_path, "name": src.name, "size": size, "mode": mode}
+        header = {
+            "op": "put",
+            "dest": remote_path,
+            "name": src.name,
+            "size": size,
+            "mode": stat.S_IMODE(st.st_mode) if mode is None else mode,
+            "explicit_mode": mode is not None,
+        }
         with fh:
             return self._step(
                 header,
@@ -383,26 +460,50 @@ class Target:
         *,
         timeout: float | None = None,
         step: str | None = None,
+        max_bytes: int = DEFAULT_GET_MAX_BYTES,
     ) -> Result:
-        """Copy a file from there to ``local`` (written to a temp file, renamed when complete)."""
+        """Copy a regular file from there to ``local`` (a temp file, renamed when complete).
+
+        FIFOs, devices, directories and sockets are refused, as is a file larger than
+        ``max_bytes``. The local file gets the remote file's mode under our umask, never
+        wider than the mode of a local file it replaces.
+        """
         dest = Path(local)
         if dest.is_dir():
             dest = dest / os.path.basename(remote_path)
         tmp = dest.with_name(f".{dest.name}.remotekit-{secrets.token_hex(4)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         ok = False
+        got = [0]
+        info: dict[str, Any] = {}
+        name = step or f"get {remote_path}"
+
+        def sink(data: bytes) -> None:
+            got[0] += len(data)
+            if got[0] > max_bytes:
+                raise RemotekitError(
+                    f"{remote_path} sent more than max_bytes={max_bytes}; stopped",
+                    host=self.name,
+                    step=name,
+                )
+            fh.write(data)
+
         try:
             with os.fdopen(fd, "wb") as fh:
                 result = self._step(
-                    {"op": "get", "src": remote_path},
+                    {"op": "get", "src": remote_path, "max_bytes": max_bytes},
                     [],
                     display=("get", remote_path, str(dest)),
-                    step=step or f"get {remote_path}",
+                    step=name,
                     timeout=timeout,
                     check=True,
-                    stdout_sink=fh.write,
+                    stdout_sink=sink,
+                    info=info,
                 )
-            os.chmod(tmp, 0o666 & ~_umask())
+            mode = 0o666 & ~_umask() & int(info.get("mode", 0o666))
+            if dest.is_file():
+                mode &= stat.S_IMODE(dest.stat().st_mode)
+            os.chmod(tmp, mode)
             os.replace(tmp, dest)
             ok = True
             return result
@@ -426,6 +527,44 @@ class Target:
         on_output: OutputCallback | None = None,
         capture: bool = True,
         stdout_sink: Callable[[bytes], Any] | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> Result:
+        """One step; every error it raises is redacted (see :meth:`redact`)."""
+        self._remember_secrets(env)
+        try:
+            return self._run_step(
+                header,
+                payload,
+                display=display,
+                step=step,
+                timeout=timeout,
+                env=env,
+                cwd=cwd,
+                check=check,
+                on_output=on_output,
+                capture=capture,
+                stdout_sink=stdout_sink,
+                info=info,
+            )
+        except RemotekitError as exc:
+            self._redacted(exc)
+            raise
+
+    def _run_step(
+        self,
+        header: dict[str, Any],
+        payload: Iterable[bytes],
+        *,
+        display: tuple[str, ...],
+        step: str,
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        check: bool,
+        on_output: OutputCallback | None,
+        capture: bool,
+        stdout_sink: Callable[[bytes], Any] | None,
+        info: dict[str, Any] | None,
     ) -> Result:
         launch = self.launch
         limit = self.spec.timeouts.step if timeout is None else timeout
@@ -454,6 +593,8 @@ class Target:
         def result(code: int | None) -> Result:
             out.flush()
             err.flush()
+            trailer = err.control("exit") or {}
+            detached = trailer.get("detached")
             return Result(
                 host=self.name,
                 step=step,
@@ -465,6 +606,9 @@ class Target:
                 stdout_dropped=out.dropped,
                 stderr_dropped=err.dropped,
                 chain=self.chain,
+                stopped=tuple(map(str, trailer.get("stopped") or ())),
+                still_running=tuple(map(str, trailer.get("running") or ())),
+                detached=None if not isinstance(detached, dict) else Detached(**detached),
             )
 
         if self._cancelled.is_set():
@@ -477,7 +621,7 @@ class Target:
             raise self._missing(exc.path, step) from None
         except TimeoutError:
             assert limit is not None
-            raise StepTimeout(result(None), limit) from None
+            raise StepTimeout(result(None), limit, started=False) from None
         except RemotekitError as exc:
             exc.step = exc.step or step
             raise
@@ -543,28 +687,27 @@ class Target:
         if outcome == "timeout":
             self._stop(proc, handle)
             assert limit is not None
-            raise _redacted(StepTimeout(result(None), limit), self.spec)
+            raise StepTimeout(result(None), limit, confirmed=err.has("exit"))
         if outcome == "lost":
             proc.terminate()
             res = result(None)
-            raise _redacted(
-                ConnectionLost(
-                    f"connection lost while the step ran ({lost_reason}); the runner there "
-                    f"stops the step when it sees its stdin close",
-                    result=res,
-                    host=self.name,
-                    step=step,
-                ),
-                self.spec,
+            raise ConnectionLost(
+                f"connection lost while the step ran ({lost_reason}); the runner there "
+                f"stops the step when it sees its stdin close",
+                result=res,
+                host=self.name,
+                step=step,
             )
         if not err.has("ready"):
             raise self._not_started(code, result(code), step)
         trailer = err.control("exit")
-        if trailer is not None:
+        if isinstance(trailer, dict) and isinstance(trailer.get("code"), int):
             code = trailer["code"]
+        if info is not None:
+            info.update(err.control("file") or {})
         res = result(code)
         if check and code != 0:
-            raise _redacted(StepFailed(res), self.spec)
+            raise StepFailed(res)
         return res
 
     def _stop(self, proc: Process, handle: Callable[[str, Any], None]) -> None:
@@ -727,11 +870,11 @@ print(json.dumps(info))
 """
 
 
-def _redacted(exc: RemotekitError, spec: HostSpec) -> RemotekitError:
-    if spec.secret_env:
-        exc.message = spec.redact(exc.message)
-        exc.args = (spec.redact(str(exc.args[0])),) if exc.args else exc.args
-    return exc
+def _slices(data: bytes) -> Iterator[bytes]:
+    """``data`` in bounded pieces (views, no copies): a transport never gets one huge write."""
+    view = memoryview(data)
+    for at in range(0, len(view), _CHUNK):
+        yield view[at : at + _CHUNK]  # type: ignore[misc]
 
 
 def _chunks(fh: IO[bytes]) -> Iterator[bytes]:
@@ -748,6 +891,24 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+#: Lines of a multi-line secret shorter than this are not masked on their own.
+MIN_SECRET_LINE = 4
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each secret (whole, and each line of a multi-line one) as ``***``."""
+    pieces: set[str] = set()
+    for value in secrets:
+        if value:
+            pieces.add(value)
+            lines = value.splitlines()
+            if len(lines) > 1:
+                pieces.update(ln.strip() for ln in lines if len(ln.strip()) >= MIN_SECRET_LINE)
+    for piece in sorted(pieces, key=len, reverse=True):
+        text = text.replace(piece, "***")
+    return text
 
 
 def local_target(**overrides: Any) -> Target:

@@ -7,16 +7,24 @@
 #   <decimal length>\n<header: UTF-8 JSON>         then the bytes of header["files"], in order
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
-#          "files": [[name, size, mode], ...], "timeout", "grace", "dest", "src", "size", "mode"}
+#          "files": [[name, size, mode], ...], "timeout", "grace", "detach",
+#          put: "dest", "name", "size", "mode", "keep_mode";  get: "src", "max_bytes"}
 #
 # After the payload, stdin stays open: EOF on it means the caller is gone (timeout, Ctrl-C,
 # lost connection) and the step's whole process tree is stopped: TERM, then KILL after
 # "grace" seconds. The runner also stops the tree itself at "timeout" (a backstop: the caller
-# normally acts first). Control lines on stderr carry the nonce so the caller can strip them:
+# normally acts first). When the step's main process exits, whatever it left running is
+# stopped the same way (a step that wants a process to outlive it asks for "detach").
 #
-#   <nonce> ready                          the runner started (so the interpreter exists)
-#   <nonce> started {"pid": N}             the step's process runs
-#   <nonce> exit {"code": N, "reason": R}  R: exit | deadline | eof | signal
+# Control lines on stderr. The first carries the caller's nonce and a key the runner draws
+# only after its step-to-be was forked, so no step can know it; every later line carries the
+# key, and the caller believes only those:
+#
+#   <nonce> ready {"key": K}               the runner started (so the interpreter exists)
+#   <K> started {"pid": N}                 the step's process runs
+#   <K> file {"mode": M, "size": N}        get: the file about to be sent on stdout
+#   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
+#                                          R: exit | deadline | eof | signal | detached
 #
 # The step's own stdout and stderr are the runner's (inherited), so output is never copied
 # or buffered here. Exit status: the step's, 128+N for signal N; 125 for a runner error
@@ -24,18 +32,28 @@
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
 
 STDIN = sys.stdin.buffer
 CHUNK = 1 << 20
+KEY = [""]
 
 
-def control(nonce, word, data=None):
-    line = nonce + " " + word + ("" if data is None else " " + json.dumps(data)) + "\n"
+class Stopped(BaseException):
+    """A signal (TERM, HUP, INT) reached the runner outside a step: unwind, clean up."""
+
+    def __init__(self, signum):
+        BaseException.__init__(self, signum)
+        self.signum = signum
+
+
+def control(word, data=None, prefix=None):
+    line = (prefix or KEY[0]) + " " + word + ("" if data is None else " " + json.dumps(data))
     try:
-        os.write(2, line.encode())
+        os.write(2, (line + "\n").encode())
     except OSError:
         pass
 
@@ -80,8 +98,8 @@ def descendants(root):
             continue
         try:
             with open("/proc/" + name + "/stat", "rb") as f:
-                stat = f.read()
-            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+                stat_ = f.read()
+            ppid = int(stat_[stat_.rindex(b")") + 2 :].split()[1])
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(name))
@@ -93,58 +111,114 @@ def descendants(root):
     return out
 
 
-def signal_tree(child, sig):
-    """Send ``sig`` to the step's process group and to every descendant of the runner."""
-    pids = set(descendants(os.getpid()))
+def describe(pid):
+    """``pid 123: sleep 120`` for reports (the command line, shortened)."""
     try:
-        os.killpg(child.pid, sig)
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmd = f.read(400).replace(b"\0", b" ").decode("utf-8", "replace").strip()
     except OSError:
-        pass
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-    return pids
+        cmd = ""
+    cmd = cmd if len(cmd) <= 120 else cmd[:117] + "..."
+    return "pid %d: %s" % (pid, cmd or "?")
 
 
 def reap_others(child):
     """Reap orphans re-parented to us (we are a subreaper), never the step's own process."""
     for pid in descendants(os.getpid()):
-        if pid != child.pid:
+        if child is None or pid != child.pid:
             try:
                 os.waitpid(pid, os.WNOHANG)
             except OSError:
                 pass
 
 
+def alive(child):
+    """The step's processes still there: its main process (if running) and every descendant
+    of the runner that is not a zombie."""
+    pids = []
+    for pid in descendants(os.getpid()):
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                st = f.read()
+            if st[st.rindex(b")") + 2 :].split()[0] == b"Z":
+                continue
+        except (OSError, ValueError, IndexError):
+            continue
+        pids.append(pid)
+    return pids
+
+
 def stop_tree(child, grace):
-    signal_tree(child, signal.SIGTERM)
+    """TERM the step's tree, KILL what is left after ``grace``; return (stopped, running):
+    descriptions of the processes that were there and are gone, and of those that are not."""
+    seen = {}
+
+    def signal_all(sig):
+        pids = alive(child)
+        for pid in pids:
+            seen.setdefault(pid, describe(pid))
+        if child is not None and child.returncode is None:
+            try:
+                os.killpg(child.pid, sig)
+            except OSError:
+                pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    signal_all(signal.SIGTERM)
     end = time.monotonic() + grace
     while time.monotonic() < end:
-        child.poll()
+        if child is not None:
+            child.poll()
         reap_others(child)
-        if child.returncode is not None and not descendants(os.getpid()):
-            return
+        if (child is None or child.returncode is not None) and not alive(child):
+            break
         time.sleep(0.02)
-    signal_tree(child, signal.SIGKILL)
-    child.wait()
-    end = time.monotonic() + 2.0
-    while descendants(os.getpid()) and time.monotonic() < end:
-        reap_others(child)
-        time.sleep(0.01)
+    else:
+        signal_all(signal.SIGKILL)
+        if child is not None:
+            child.wait()
+        end = time.monotonic() + 2.0
+        while alive(child) and time.monotonic() < end:
+            reap_others(child)
+            time.sleep(0.01)
+    reap_others(child)
+    left = set(alive(child))
+    stopped = [d for pid, d in sorted(seen.items()) if pid not in left]
+    running = [seen.get(pid) or describe(pid) for pid in sorted(left)]
+    return stopped, running
+
+
+def prctl(option, value):
+    # Linux only; elsewhere a no-op (the process group is then what we stop).
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except Exception:
+        pass
 
 
 def become_subreaper():
     # Orphaned grandchildren (double forks, setsid daemons) re-parent to us, so a stopped
-    # step leaves nothing behind. Linux only; elsewhere the process group is what we stop.
-    try:
-        import ctypes
+    # step leaves nothing behind.
+    prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:
-        pass
+
+def kind_of(mode):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def do_put(h):
@@ -154,6 +228,18 @@ def do_put(h):
     folder = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(folder):
         fail("cannot write %s: directory %s does not exist" % (dest, folder), 1)
+    mode = h.get("mode")
+    if mode is None:
+        mode = 0o666
+    if not h.get("explicit_mode"):
+        # The source's mode under our umask, and never wider than the file it replaces.
+        mode &= 0o777 & ~current_umask()
+        try:
+            old = os.stat(dest)
+            if stat.S_ISREG(old.st_mode):
+                mode &= old.st_mode
+        except OSError:
+            pass
     import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix=".remotekit-", dir=folder)
@@ -162,10 +248,7 @@ def do_put(h):
             copy_stdin_to(f, h["size"])
             f.flush()
             os.fsync(f.fileno())
-        if h.get("mode") is not None:
-            os.chmod(tmp, h["mode"])
-        else:
-            os.chmod(tmp, 0o666 & ~current_umask())
+        os.chmod(tmp, mode)
         os.replace(tmp, dest)
     except BaseException:
         try:
@@ -196,16 +279,38 @@ def current_umask():
 
 def do_get(h):
     src = h["src"]
+    limit = h.get("max_bytes")
     try:
-        f = open(src, "rb")
+        # Refuse before opening (a FIFO would block the open; a device streams forever),
+        # then check again what was opened, without blocking.
+        if not stat.S_ISREG(os.stat(src).st_mode):
+            fail(
+                "cannot get %s: it is %s, not a regular file"
+                % (src, kind_of(os.stat(src).st_mode)),
+                1,
+            )
+        fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as e:
         fail("cannot read %s: %s" % (src, e.strerror), 1)
-    with f:
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            fail("cannot get %s: it is %s, not a regular file" % (src, kind_of(st.st_mode)), 1)
+        if limit is not None and st.st_size > limit:
+            fail(
+                "cannot get %s: it is %d bytes, more than max_bytes=%d" % (src, st.st_size, limit),
+                1,
+            )
+        control("file", {"mode": stat.S_IMODE(st.st_mode), "size": st.st_size})
         os.write(1, (h["nonce"] + "\n").encode())  # data starts after this line
+        sent = 0
         while True:
             b = f.read(CHUNK)
             if not b:
                 break
+            sent += len(b)
+            if limit is not None and sent > limit:
+                fail("cannot get %s: it grew past max_bytes=%d while being read" % (src, limit), 1)
             view = memoryview(b)
             while view:
                 n = os.write(1, view)
@@ -245,33 +350,72 @@ class Forked(object):
         return self.returncode
 
 
-def fork_safe(env):
-    # A forked interpreter has read its PYTHON* settings already; a step that sets any
-    # gets a fresh interpreter instead.
-    return hasattr(os, "fork") and not any(
-        k.startswith("PYTHON") and k != "PYTHONUNBUFFERED" for k in env
-    )
+class Zygote(object):
+    """A fork of this interpreter made before the header (with the nonce) is read and before
+    the key exists: it runs a shipped script as a fresh ``python -u script`` would, without
+    paying for a second interpreter start, and has nothing in its memory to forge control
+    lines with. It waits for one order on a pipe; EOF on the pipe means "not needed"."""
+
+    def __init__(self):
+        self.pid = None
+        if not hasattr(os, "fork"):
+            return
+        r, w = os.pipe()
+        pid = os.fork()
+        if not pid:
+            os.close(w)
+            zygote_main(r)
+        os.close(r)
+        self.pid, self.pipe = pid, w
+
+    def run(self, path, args, cwd, env):
+        data = json.dumps([path, list(args), cwd, env]).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.pipe, view) :]
+        os.close(self.pipe)
+        child, self.pid = Forked(self.pid), None
+        return child
+
+    def discard(self):
+        if self.pid is not None:
+            os.close(self.pipe)
+            try:
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.pid = None
 
 
-def fork_script(path, args, cwd, env):
-    """Run the shipped script in a forked copy of this interpreter: the same Python as a
-    fresh ``python -u script`` would be, without paying for a second interpreter start.
-    Forked before any thread exists; the child gets its own session, /dev/null as stdin,
-    unbuffered stdout/stderr, the step's env and cwd, and the script as ``__main__``."""
-    if cwd and not os.path.isdir(cwd):
-        fail("cannot change to working directory %s: no such directory" % cwd)
-    pid = os.fork()
-    if pid:
-        return Forked(pid)
+def zygote_main(pipe):
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        parts = []
+        while True:
+            b = os.read(pipe, CHUNK)
+            if not b:
+                break
+            parts.append(b)
+        if not parts:
+            os._exit(0)
+        path, args, cwd, env = json.loads(b"".join(parts).decode("utf-8"))
+        code = run_script(path, args, cwd, env)
+    finally:
+        os._exit(code & 0xFF)
+
+
+def run_script(path, args, cwd, env):
+    """In the zygote: the child's own session, /dev/null as stdin, unbuffered stdout/stderr,
+    the step's env and cwd, and the script as ``__main__``. Returns the exit status."""
     code = 1
     try:
         os.setsid()
         for s in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
         if cwd:
             os.chdir(cwd)
         os.environ.clear()
@@ -316,15 +460,27 @@ def fork_script(path, args, cwd, env):
             sys.stderr.flush()
         except BaseException:
             pass
-        os._exit(code & 0xFF)
+    return code
 
 
-def spawn(argv, cwd, env):
+def fork_safe(env):
+    # A forked interpreter has read its PYTHON* settings already; a step that sets any
+    # gets a fresh interpreter instead.
+    return not any(k.startswith("PYTHON") and k != "PYTHONUNBUFFERED" for k in env)
+
+
+def spawn(argv, cwd, env, out=None):
     import subprocess
 
     try:
         return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, cwd=cwd or None, env=env, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            cwd=cwd or None,
+            env=env,
+            start_new_session=True,
         )
     except FileNotFoundError:
         fail("command not found: %s" % argv[0], 127)
@@ -334,8 +490,7 @@ def spawn(argv, cwd, env):
         fail("cannot run %s: %s" % (argv[0], e), 126)
 
 
-def do_exec(h, tmpdir):
-    nonce = h["nonce"]
+def step_argv(h, tmpdir):
     env = dict(os.environ)
     env.update(h.get("env") or {})
     if h.get("path_prepend"):
@@ -348,6 +503,25 @@ def do_exec(h, tmpdir):
     cwd = h.get("cwd")
     if cwd and not os.path.isdir(cwd):
         fail("cannot change to working directory %s: no such directory" % cwd)
+    return argv, cwd, env
+
+
+def do_detach(h, tmpdir, zygote):
+    """Start the command in its own session with its output in a log file, and return:
+    the one way a process outlives its step. Its folder (log, shipped files) stays."""
+    zygote.discard()
+    argv, cwd, env = step_argv(h, tmpdir)
+    log = os.path.join(tmpdir, "output.log")
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    child = spawn(argv, cwd, env, out=fd)
+    os.close(fd)
+    info = {"pid": child.pid, "log": log, "dir": tmpdir}
+    control("exit", {"code": 0, "reason": "detached", "detached": info})
+    return 0
+
+
+def do_exec(h, tmpdir, zygote):
+    argv, cwd, env = step_argv(h, tmpdir)
 
     # Woken by: the step exiting (waiter thread), stdin EOF (watcher thread), or a signal
     # (flag checked at least every 0.25 s); the deadline is the wait's timeout.
@@ -360,11 +534,12 @@ def do_exec(h, tmpdir):
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(s, on_signal)
     become_subreaper()
-    if h.get("script") and fork_safe(h.get("env") or {}):
-        child = fork_script(argv[2], argv[3:], cwd, env)
+    if h.get("script") and zygote.pid is not None and fork_safe(h.get("env") or {}):
+        child = zygote.run(argv[2], argv[3:], cwd, env)
     else:
+        zygote.discard()
         child = spawn(argv, cwd, env)
-    control(nonce, "started", {"pid": child.pid})
+    control("started", {"pid": child.pid})
 
     def watch_stdin():
         try:
@@ -388,26 +563,32 @@ def do_exec(h, tmpdir):
             reason[0] = "deadline"
             break
         wake.wait(left)
-    if child.returncode is None:
-        stop_tree(child, float(h.get("grace", 1.0)))
-    else:
+    if child.returncode is not None:
         reason[0] = "exit"
-        reap_others(child)
+    reap_others(child)
+    data = {"reason": reason[0]}
+    if child.returncode is None or alive(child):
+        data["stopped"], data["running"] = stop_tree(child, float(h.get("grace", 1.0)))
     code = child.returncode
-    code = 128 - code if code < 0 else code
-    control(nonce, "exit", {"code": code, "reason": reason[0]})
+    data["code"] = code = 128 - code if code < 0 else code
+    control("exit", data)
     return code
 
 
 def main():
+    zygote = Zygote()  # before the header: the nonce and the key never enter its memory
+    prctl(4, 0)  # PR_SET_DUMPABLE 0: other processes of this user cannot read our memory
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(s, on_stop_signal)
     header = json.loads(read_exact(int(STDIN.readline())).decode("utf-8"))
-    control(header["nonce"], "ready")
+    KEY[0] = "remotekit-" + os.urandom(16).hex()
+    control("ready", {"key": KEY[0]}, prefix=header["nonce"])
     op = header.get("op", "exec")
-    if op == "put":
-        return do_put(header)
-    if op == "get":
-        return do_get(header)
+    if op in ("put", "get"):
+        zygote.discard()
+        return do_put(header) if op == "put" else do_get(header)
     tmpdir = None
+    keep = False
     try:
         if header.get("files"):
             tmpdir = private_dir()
@@ -415,14 +596,23 @@ def main():
                 path = os.path.join(tmpdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "wb") as f:
-                    f.write(read_exact(size))
+                    copy_stdin_to(f, size)  # written through as it arrives
                 os.chmod(path, mode)
-        return do_exec(header, tmpdir)
+        if header.get("detach"):
+            tmpdir = tmpdir or private_dir()
+            keep = True
+            return do_detach(header, tmpdir, zygote)
+        return do_exec(header, tmpdir, zygote)
     finally:
-        if tmpdir is not None:
+        zygote.discard()
+        if tmpdir is not None and not keep:
             import shutil
 
             shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def on_stop_signal(signum, frame):
+    raise Stopped(signum)
 
 
 if __name__ == "__main__":
@@ -430,6 +620,11 @@ if __name__ == "__main__":
         code = main()
     except EOFError as e:
         fail(str(e))
+    except Stopped as e:
+        fail(
+            "stopped by signal %d before the step ran; nothing was left behind" % e.signum,
+            128 + e.signum,
+        )
     except SystemExit:
         raise
     except BaseException as e:

@@ -62,7 +62,11 @@ class SSHProcess:
     def _feed(self, chunks: Iterable[bytes]) -> None:
         try:
             for chunk in chunks:
-                self._chan.sendall(chunk)
+                # paramiko's sendall re-slices what is left after each packet: bounded
+                # pieces keep a large payload linear instead of quadratic.
+                view = memoryview(chunk)
+                for at in range(0, len(view), _CHUNK):
+                    self._chan.sendall(bytes(view[at : at + _CHUNK]))
         except (OSError, EOFError, paramiko.SSHException):
             pass  # the channel is gone; the pump reports why
 

@@ -1,0 +1,117 @@
+"""secret_env values never leak into what remotekit renders (issue 11).
+
+Every rendered output is searched for each secret and each line of a multi-line one: the
+`invoke run`/`py` summary and its finding column, errors, --verbose, --json. The step's own
+output passes through live and in --json unless --mask-output; then nothing holds them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import remotekit
+from tests.conftest import write_inventory
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "hf_SeCrEt0123456789"
+MULTI = "first-line-of-the-key-AAAA\nsecond-line-of-the-key-BBBB"
+PIECES = (TOKEN, "first-line-of-the-key-AAAA", "second-line-of-the-key-BBBB")
+# Prints both secrets (the multi-line one on stderr, so the finding shows its *last* line
+# while its first line stays above), then fails.
+LEAK = "sh -c 'echo $HF_TOKEN; echo \"$MULTI\" >&2; exit 3'"
+
+
+def invoke(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def inv_dir(tmp_path: Path) -> Path:
+    env = {"HF_TOKEN": TOKEN, "MULTI": MULTI}
+    box = {"env": env, "secret_env": ["HF_TOKEN", "MULTI"]}
+    write_inventory(tmp_path / "hosts.yaml", {"box": box, "box2": box})
+    return tmp_path
+
+
+def _ours(text: str) -> list[str]:
+    """The lines remotekit wrote itself: everything but a host's live output lines."""
+    return [ln for ln in text.splitlines() if not re.match(r"box2? *\| ", ln)]
+
+
+def _leaks(lines: list[str]) -> list[str]:
+    return [ln for ln in lines if any(p in ln for p in PIECES)]
+
+
+@pytest.mark.timeout(120)
+def test_run_summary_errors_and_verbose_are_masked(inv_dir: Path) -> None:
+    r = invoke(inv_dir, "run", "--host", "box,box2", "--cmd", LEAK, "--verbose")
+    assert r.returncode == 2
+    assert "exit 3: ***" in r.stdout  # the finding column
+    assert _leaks(_ours(r.stdout + r.stderr)) == []
+    # live output passes through, as documented
+    assert f"box  | {TOKEN}" in r.stdout
+
+
+@pytest.mark.timeout(120)
+def test_mask_output_masks_everything(inv_dir: Path) -> None:
+    r = invoke(inv_dir, "run", "--host", "box,box2", "--cmd", LEAK, "--mask-output")
+    assert r.returncode == 2
+    assert _leaks((r.stdout + r.stderr).splitlines()) == []
+    assert "box  | ***" in r.stdout
+
+
+@pytest.mark.timeout(120)
+def test_json_passes_output_through_unless_masked(inv_dir: Path) -> None:
+    r = invoke(inv_dir, "run", "--host", "box", "--cmd", LEAK, "--json")
+    doc = json.loads(r.stdout)
+    assert doc["hosts"][0]["result"]["stdout"] == TOKEN + "\n"
+    r = invoke(inv_dir, "run", "--host", "box", "--cmd", LEAK, "--json", "--mask-output")
+    doc = json.loads(r.stdout)
+    assert doc["hosts"][0]["result"]["stdout"] == "***\n"
+    assert _leaks((r.stdout + r.stderr).splitlines()) == []
+
+
+@pytest.mark.timeout(120)
+def test_py_task_errors_are_masked(inv_dir: Path) -> None:
+    script = inv_dir / "leak.py"
+    script.write_text("import os, sys\nraise SystemExit('boom ' + os.environ['MULTI'])\n")
+    r = invoke(inv_dir, "py", "--host", "box", "--script", str(script))
+    assert r.returncode == 2
+    assert _leaks(_ours(r.stdout + r.stderr)) == []
+
+
+def _spec(**env: str) -> remotekit.HostSpec:
+    return remotekit.HostSpec(name="box", env=env, secret_env=frozenset({"HF_TOKEN", "MULTI"}))
+
+
+@pytest.mark.timeout(30)
+def test_per_call_env_secret_is_masked_in_errors() -> None:
+    with remotekit.Target(_spec()) as t:
+        with pytest.raises(remotekit.StepFailed) as info:
+            t.run(["sh", "-c", 'echo "$HF_TOKEN"; exit 3'], env={"HF_TOKEN": TOKEN})
+        assert TOKEN in info.value.result.stdout  # the step's own output, kept as it was
+        assert TOKEN not in str(info.value) and "***" in str(info.value)
+        assert TOKEN not in t.redact(f"x {TOKEN} y")
+
+
+@pytest.mark.timeout(30)
+def test_every_line_of_a_multiline_secret_is_masked_in_errors() -> None:
+    with remotekit.Target(_spec(MULTI=MULTI)) as t:
+        with pytest.raises(remotekit.StepFailed) as info:
+            t.run(["sh", "-c", 'echo "$MULTI" >&2; exit 3'])
+        assert _leaks(str(info.value).splitlines()) == []
+        with pytest.raises(remotekit.StepTimeout) as timeout:
+            t.run(["sh", "-c", 'echo "$MULTI"; sleep 30'], timeout=0.5)
+        assert _leaks(str(timeout.value).splitlines()) == []

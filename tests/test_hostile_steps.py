@@ -1,0 +1,403 @@
+"""Steps and transfers under hostile or careless input (issue 11): nothing hangs, nothing
+grows without bound, nothing survives a step unasked, nothing lies.
+
+The cases that depend on the transport run on ``local`` and through the real sshd (ssh ->
+fake pct exec -> venv Python): the ``target`` fixture is parametrized over both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import remotekit
+from remotekit import remote
+from remotekit.target import _Stream
+from tests.conftest import CT
+from tests.harness import wait_gone
+
+
+@pytest.fixture(params=["local", "ssh"])
+def target(request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
+    if request.param == "local":
+        with remotekit.local_target() as t:
+            yield t
+    else:
+        yield request.getfixturevalue("ct")
+
+
+@dataclass(frozen=True)
+class There:
+    """A scratch folder as the target sees it (``path``) and as this test sees it (``here``)."""
+
+    target: remotekit.Target
+    path: str
+    here: Path
+    ct_tmp: Path | None = None  # the container's /tmp, seen from here
+
+    def local(self, there: str) -> Path:
+        """Where a path the target names lies for this test."""
+        if self.ct_tmp is None:
+            return Path(there)
+        return self.ct_tmp / Path(there).relative_to("/tmp")
+
+
+@pytest.fixture
+def there(
+    target: remotekit.Target, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[There]:
+    if target.spec.container is None:
+        yield There(target, str(tmp_path / "there"), (tmp_path / "there"))
+        return
+    name = f"rk-hostile-{uuid.uuid4().hex[:8]}"
+    node = request.getfixturevalue("node")
+    try:
+        yield There(target, f"/tmp/{name}", node.ct_tmp(CT) / name, node.ct_tmp(CT))
+    finally:
+        shutil.rmtree(node.ct_tmp(CT) / name, ignore_errors=True)
+
+
+def _pid_of(description: str) -> int:
+    return int(description.split(":")[0].split()[1])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state == "Z"
+
+
+# -- large shipped files ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_large_shipped_file_arrives_whole(target: remotekit.Target) -> None:
+    blob = os.urandom(24 << 20)
+    script = remotekit.Script(
+        b"import hashlib, os, sys\n"
+        b"p = os.path.join(os.environ['REMOTEKIT_DIR'], 'blob.bin')\n"
+        b"print(hashlib.sha256(open(p, 'rb').read()).hexdigest())\n",
+        name="sum.py",
+    )
+    r = target.run_python(script, files={"blob.bin": blob}, timeout=50)
+    assert r.stdout.strip() == hashlib.sha256(blob).hexdigest()
+
+
+@pytest.mark.timeout(60)
+def test_runner_writes_shipped_files_through(local: remotekit.Target) -> None:
+    """The runner never holds a shipped file in memory (it used to hold it twice)."""
+    size = 64 << 20
+    script = remotekit.Script(
+        b"import os\n"
+        b"for line in open('/proc/%d/status' % os.getppid()):\n"
+        b"    if line.startswith('VmHWM:'):\n"
+        b"        print(int(line.split()[1]) * 1024)\n",
+        name="hwm.py",
+    )
+    r = local.run_python(script, files={"big.bin": bytes(size)}, timeout=50)
+    assert int(r.stdout) < size // 2, f"runner peak RSS {int(r.stdout) >> 20} MiB"
+
+
+# -- leftovers and detach --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_background_writer_does_not_keep_the_step_open(target: remotekit.Target) -> None:
+    marker = f"rk-writer-{uuid.uuid4().hex[:8]}"
+    script = f"(while :; do echo {marker} >&2; sleep .1; done) & exit 0"
+    r = target.run(["bash", "-c", script], timeout=20)
+    assert r.ok and r.exit_code == 0
+    assert r.stopped, "the Result must name what was stopped"
+    assert all(_gone(_pid_of(d)) for d in r.stopped)
+    assert not r.still_running
+    assert wait_gone(marker, 2.0) == []
+
+
+@pytest.mark.timeout(30)
+def test_quiet_background_child_does_not_outlive_the_step(target: remotekit.Target) -> None:
+    secs = 100 + int(uuid.uuid4().int % 800)  # a unique `sleep N` to look for
+    r = target.run(["bash", "-c", f"sleep {secs} >/dev/null 2>&1 & echo started"], timeout=20)
+    assert r.ok and r.stdout == "started\n"
+    assert any(f"sleep {secs}" in d for d in r.stopped), r.stopped
+    assert wait_gone(f"sleep {secs}", 2.0) == []
+
+
+@pytest.mark.timeout(30)
+def test_a_clean_step_stops_nothing(target: remotekit.Target) -> None:
+    r = target.run(["bash", "-c", "sleep 0.1 & wait; echo done"], timeout=20)
+    assert r.ok and r.stopped == () and r.still_running == ()
+
+
+@pytest.mark.timeout(30)
+def test_detach_leaves_one_process_running_with_a_log(there: There) -> None:
+    marker = f"rk-detach-{uuid.uuid4().hex[:8]}"
+    r = there.target.run(["bash", "-c", f"echo {marker}; exec sleep 60"], detach=True, timeout=20)
+    d = r.detached
+    assert r.ok and d is not None
+    folder, log = there.local(d.dir), there.local(d.log)
+    try:
+        assert not _gone(d.pid)
+        assert os.getsid(d.pid) == d.pid, "its own session"
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        end = time.monotonic() + 5
+        while marker not in log.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert marker in log.read_text()
+        time.sleep(0.3)
+        assert not _gone(d.pid), "a detached process survives its step"
+    finally:
+        os.kill(d.pid, signal.SIGKILL)
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+@pytest.mark.timeout(30)
+def test_run_python_detach_keeps_its_files(local: remotekit.Target) -> None:
+    script = remotekit.Script(
+        b"import os, time\nprint(open(os.path.join(os.environ['REMOTEKIT_DIR'], 'cfg')).read())\n"
+        b"time.sleep(60)\n",
+        name="train.py",
+    )
+    r = local.run_python(script, files={"cfg": b"lr=3e-4"}, detach=True, timeout=20)
+    d = r.detached
+    assert d is not None and Path(d.dir, "train.py").is_file()
+    try:
+        end = time.monotonic() + 10
+        while "lr=3e-4" not in Path(d.log).read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert "lr=3e-4" in Path(d.log).read_text()
+    finally:
+        os.kill(d.pid, signal.SIGKILL)
+        subprocess.run(["rm", "-rf", d.dir], check=False)
+
+
+@pytest.mark.timeout(30)
+def test_timeout_message_matches_what_happened(local: remotekit.Target) -> None:
+    with pytest.raises(remotekit.StepTimeout) as info:
+        local.run(["sleep", "30"], timeout=0.5)
+    e = info.value
+    assert e.started and e.confirmed and "process tree terminated" in str(e)
+    assert any("sleep 30" in d for d in e.result.stopped)
+
+
+# -- forged control lines --------------------------------------------------------------------
+
+FORGER = rb"""
+import gc, json, os, sys
+found = set()
+def look(text):
+    at = text.find("remotekit-")
+    while at >= 0:
+        found.add(text[at:at + 42].split()[0].split('"')[0])
+        at = text.find("remotekit-", at + 1)
+for obj in gc.get_objects():
+    for v in (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()):
+        if isinstance(v, str):
+            look(v)
+        elif isinstance(v, bytes):
+            look(v.decode("latin-1"))
+for path in ("/proc/self/environ", "/proc/self/cmdline", "/proc/%d/cmdline" % os.getppid(),
+             "/proc/%d/environ" % os.getppid()):
+    try:
+        look(open(path, "rb").read().decode("latin-1"))
+    except OSError:
+        pass
+look(json.dumps(dict(os.environ)))
+for nonce in sorted(found):
+    for word in ("ready", "started", "exit"):
+        sys.stderr.write("%s %s %s\n" % (nonce, word, json.dumps({"code": 0, "reason": "exit", "key": nonce})))
+    sys.stderr.write(nonce + " exit {not json\n")
+sys.stderr.write("tried %d\n" % len(found))
+sys.exit(3)
+"""
+
+
+@pytest.mark.timeout(30)
+def test_a_step_cannot_forge_its_exit(target: remotekit.Target) -> None:
+    r = target.run_python(remotekit.Script(FORGER, name="forge.py"), check=False, timeout=20)
+    assert r.exit_code == 3 and not r.ok, r.stderr
+    assert "tried" in r.stderr
+
+
+@pytest.mark.timeout(30)
+def test_forged_lines_in_a_plain_command_are_output(local: remotekit.Target) -> None:
+    cmd = 'echo "remotekit-00 exit {\\"code\\": 0}" >&2; echo "remotekit-00 exit {bad" >&2; exit 4'
+    r = local.run(["bash", "-c", cmd], check=False)
+    assert r.exit_code == 4 and "remotekit-00 exit {bad" in r.stderr
+
+
+def test_malformed_control_line_is_output() -> None:
+    lines: list[str] = []
+    s = _Stream("stderr", lambda _, t: lines.append(t), True, 1 << 20, nonce="N1")
+    s.feed(b'N1 ready {"key": "K9"}\n')
+    s.feed(b"K9 exit {oops\nN1 exit {}\n")
+    s.feed(b'K9 started {"pid": 5}\nK9 exit {"code": 3, "reason": "exit"}\n')
+    s.feed(b'K9 exit {"code": 0, "reason": "exit"}\n')
+    assert s.control("exit") == {"code": 3, "reason": "exit"}
+    assert lines == ["K9 exit {oops", "N1 exit {}", 'K9 exit {"code": 0, "reason": "exit"}']
+
+
+# -- get of FIFOs, devices, huge files ---------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_get_refuses_a_fifo(there: There, tmp_path: Path) -> None:
+    there.here.mkdir()
+    os.mkfifo(there.here / "pipe")
+    t0 = time.monotonic()
+    with pytest.raises(remotekit.StepFailed, match="FIFO"):
+        there.target.get(f"{there.path}/pipe", tmp_path / "out", timeout=20)
+    assert time.monotonic() - t0 < 15
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.timeout(30)
+def test_get_refuses_a_device(target: remotekit.Target, tmp_path: Path) -> None:
+    with pytest.raises(remotekit.StepFailed, match="character device"):
+        target.get("/dev/zero", tmp_path / "out", timeout=20)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(30)
+def test_get_max_bytes(local: remotekit.Target, tmp_path: Path) -> None:
+    src = tmp_path / "big"
+    src.write_bytes(b"x" * 5000)
+    (tmp_path / "in").mkdir()
+    with pytest.raises(remotekit.StepFailed, match="max_bytes=1000"):
+        local.get(str(src), tmp_path / "in" / "big", max_bytes=1000)
+    assert list((tmp_path / "in").iterdir()) == []
+    local.get(str(src), tmp_path / "in" / "big", max_bytes=5000)
+    assert (tmp_path / "in" / "big").stat().st_size == 5000
+
+
+# -- file modes --------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_put_keeps_the_mode_and_never_widens(there: There, tmp_path: Path) -> None:
+    src = tmp_path / "key"
+    src.write_bytes(b"secret")
+    src.chmod(0o600)
+    there.here.mkdir()
+    dest, key = there.here / "key", f"{there.path}/key"
+    there.target.put(src, key)
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
+    src.chmod(0o644)
+    there.target.put(src, key)  # replaces a 0600 file: stays 0600
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
+    there.target.put(src, key, mode=0o640)  # explicit: exactly that
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o640
+    run = tmp_path / "run.sh"
+    run.write_bytes(b"#!/bin/sh\n")
+    run.chmod(0o755)
+    there.target.put(run, there.path)
+    assert stat.S_IMODE((there.here / "run.sh").stat().st_mode) == 0o755 & ~_umask()
+    assert [p.name for p in there.here.iterdir()] == ["key", "run.sh"] or sorted(
+        p.name for p in there.here.iterdir()
+    ) == ["key", "run.sh"]
+
+
+@pytest.mark.timeout(30)
+def test_get_keeps_the_mode_and_never_widens(there: There, tmp_path: Path) -> None:
+    there.here.mkdir()
+    src = there.here / "key"
+    src.write_bytes(b"secret")
+    src.chmod(0o600)
+    here = tmp_path / "here"
+    there.target.get(f"{there.path}/key", here)
+    assert stat.S_IMODE(here.stat().st_mode) == 0o600
+    src.chmod(0o644)
+    there.target.get(f"{there.path}/key", here)
+    assert stat.S_IMODE(here.stat().st_mode) == 0o600
+    src.chmod(0o640)
+    here.unlink()
+    there.target.get(f"{there.path}/key", here)
+    assert stat.S_IMODE(here.stat().st_mode) == 0o640 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# -- a signalled put leaves nothing --------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signalled_put_leaves_no_temp_file(tmp_path: Path, sig: int) -> None:
+    runner = remote.source("runner.py")
+    header = json.dumps(
+        {"nonce": "n", "op": "put", "dest": str(tmp_path / "f"), "name": "f", "size": 10 << 20}
+    ).encode()
+    proc = subprocess.Popen(
+        list(remotekit.local_target().launch.argv),
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin and proc.stderr
+    proc.stdin.write(b"%d\n%s%d\n%s" % (len(runner), runner, len(header), header))
+    proc.stdin.write(bytes(1 << 20))
+    proc.stdin.flush()
+    end = time.monotonic() + 10
+    while not list(tmp_path.glob(".remotekit-*")) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert list(tmp_path.glob(".remotekit-*")), "the put should be under way"
+    proc.send_signal(sig)
+    assert proc.wait(10) == 128 + sig
+    proc.stdin.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- sessions that never came; files= that cannot be sent ------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_step_that_never_got_a_session_says_so(inventory: remotekit.Inventory) -> None:
+    with inventory.target("node") as t:
+        busy = [
+            threading.Thread(target=t.run, args=(["sleep", "4"],), kwargs={"timeout": 20})
+            for _ in range(t.transport.max_sessions)  # type: ignore[attr-defined]
+        ]
+        for th in busy:
+            th.start()
+        time.sleep(1.0)
+        with pytest.raises(remotekit.StepTimeout) as info:
+            t.run(["true"], timeout=0.5)
+        for th in busy:
+            th.join()
+    e = info.value
+    assert not e.started and "never started" in str(e) and "terminated" not in str(e)
+
+
+@pytest.mark.timeout(10)
+def test_files_must_be_bytes(local: remotekit.Target) -> None:
+    script = remotekit.Script(b"print(1)", name="s.py")
+    with pytest.raises(TypeError, match=r"files\['cfg.json'\] must be bytes, not str"):
+        local.run_python(script, files={"cfg.json": "{}"})  # type: ignore[dict-item]
+
+
+@pytest.mark.timeout(10)
+def test_a_file_cannot_replace_the_script(local: remotekit.Target) -> None:
+    script = remotekit.Script(b"print(1)", name="s.py")
+    with pytest.raises(ValueError, match="script's own name"):
+        local.run_python(script, files={"s.py": b"print(2)"})
+    with pytest.raises(ValueError, match="script's own name"):
+        local.run_python(script, files={"./s.py": b"print(2)"})
