@@ -9,6 +9,7 @@ import pytest
 
 import remotekit
 from remotekit.inventory import Timeouts
+from remotekit.layers import Pct
 
 
 def load(tmp_path: Path, text: str) -> remotekit.Inventory:
@@ -58,7 +59,7 @@ groups:
     assert s.ssh is not None and s.ssh.display == "root@kpro6.lan:2222"
     assert s.ssh.host_key == "accept-new" and s.ssh.jump is not None
     assert s.ssh.jump.display == "admin@bastion"
-    assert s.sudo and s.container == 200 and s.interpreter == "/root/venv/bin/python"
+    assert s.sudo and s.hop == Pct(200) and s.interpreter == "/root/venv/bin/python"
     assert s.env == {"A": "1", "HF_HOME": "/workspace/hf", "N": "3"}
     assert s.timeouts == Timeouts(connect=5, step=30, kill_grace=1)
     assert s.source.endswith("hosts.yaml:6")

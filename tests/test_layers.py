@@ -63,7 +63,7 @@ def test_host_spec_layers() -> None:
         name="kpro6",
         ssh=SSHSpec(host="kpro6.lan", user="root"),
         sudo=True,
-        container=200,
+        hop=Pct(200),
         venv="/root/venv/",
         workdir="/workspace",
         env={"HF_HOME": "/workspace/hf"},
