@@ -208,6 +208,7 @@ class Target:
         #: Whether every hop knows where it goes (a Slurm job given by name is looked up once).
         self._opened = not any(h.lookup() for h in spec.hops)
         self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self._active: set[Process] = set()
         self._cancelled = threading.Event()
 
@@ -586,7 +587,7 @@ class Target:
 
     def _open_hops(self, step: str) -> None:
         """Look up what a hop needs before the first step (a Slurm job by name -> its id)."""
-        with self._lock:
+        with self._open_lock:
             if self._opened:
                 return
             hops = list(self.spec.hops)
@@ -692,7 +693,12 @@ class Target:
             add(self.launch.interpreter or "python", False, exc.message)
             return
         info = json.loads(res.stdout.strip().splitlines()[-1])
-        add(info["executable"], True, f"Python {info['python']}")
+        # sys.executable is empty when the interpreter was found without PATH (slurm)
+        add(
+            info["executable"] or self.launch.interpreter or "python",
+            True,
+            f"Python {info['python']}",
+        )
         torch = info.get("torch")
         add("torch", torch is not None, torch or "not importable: " + info.get("torch_error", ""))
         return

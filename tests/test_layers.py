@@ -325,6 +325,14 @@ LXC_NO_PID = (
             "job 4244 has finished",
         ),
         (
+            Slurm(4245),
+            1,
+            "srun: error: Slurm job 4245 has expired\n"
+            "srun: Check SLURM_JOB_ID environment variable. Expired or invalid job 4245",
+            NOT_RUNNING,
+            "job 4245 has finished",
+        ),
+        (
             Kubectl("x"),
             1,
             'Error from server (NotFound): pods "x" not found',

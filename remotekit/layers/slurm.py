@@ -15,6 +15,7 @@ searches the system's default path. srun's words (slurm 22.05)::
     srun: error: Unable to confirm allocation for job 4242: Invalid job id specified     (exit 1)
     srun: error: Unable to confirm allocation for job 4242: Job is pending execution
     srun: error: Unable to confirm allocation for job 4242: Job/step already completing or completed
+    srun: error: Slurm job 4242 has expired                              (finished)
     slurmstepd: error: execve(): python9: No such file or directory     (exit 2, the errno; 13)
 """
 
@@ -150,7 +151,7 @@ class Slurm(Hop):
             return ContainerNotFound(f"there is no {self.what}; {said}", **where)
         if "pending execution" in low:
             return ContainerNotRunning(f"{self.what} is still pending; {said}", **where)
-        if "completing or completed" in low or "job has expired" in low:
+        if "completing or completed" in low or "has expired" in low:
             return ContainerNotRunning(f"{self.what} has finished; {said}", **where)
         if "unable to confirm allocation" in low or "unable to create step" in low:
             return ContainerError(f"srun cannot run in {self.what}; {said}", **where)
