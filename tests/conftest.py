@@ -50,6 +50,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     env = {
         "SLURM_CONF": str(root / "slurm" / "slurm.conf"),
         "CONTAINERS_CONF": str(root / "podman" / "containers.conf"),
+        "FAKE_PCT_ROOT": str(root / "node" / "pve"),  # pct on the local node, too
     }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -64,9 +65,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def pve(tmp_path_factory: pytest.TempPathFactory) -> FakeNode:
+def pve(world: Path) -> FakeNode:
     """The Proxmox node stand-in's tools and config dir, with no CT yet (see ``node``)."""
-    return FakeNode(tmp_path_factory.mktemp("node")).install()
+    return FakeNode(world / "node").install()
 
 
 @pytest.fixture(scope="session")
@@ -123,6 +124,12 @@ def slurm_cluster(world: Path) -> Iterator[runtimes.SlurmCluster]:
         yield cluster.start()
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(world: Path) -> runtimes.FakeKube:
+    """The fake kubectl (``.bin``) with pods in namespace ``ml``: see runtimes.FakeKube."""
+    return runtimes.FakeKube(world / "kube").install()
 
 
 @pytest.fixture(scope="session")

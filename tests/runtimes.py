@@ -16,6 +16,7 @@ private; ``/workspace`` is writable.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.harness import free_port
+from tests.harness import FAKES, free_port
 
 TOOLS = {
     "lxc": ("lxc-create", "lxc-start", "lxc-attach", "lxc-info", "lxc-stop", "lxc-destroy"),
@@ -450,3 +451,48 @@ def _rmdir_tree(top: Path) -> None:
                 path.rmdir()
     with contextlib.suppress(OSError):
         top.rmdir()
+
+
+# -- kubectl (fake: no cluster can run here) ----------------------------------------------------
+
+
+@dataclass
+class FakeKube:
+    """tests/fakes/kubectl installed in ``root`` with its pods' state file beside it.
+
+    Namespace ``ml``: ``trainer`` (Running; containers ``main`` and ``sidecar``), ``done``
+    (Succeeded), ``queued`` (Pending, no node), ``crashing`` (Running, container ``main`` not
+    running). Context ``kind-rk``.
+    """
+
+    root: Path
+    namespace: str = "ml"
+    context: str = "kind-rk"
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "kubectl"
+
+    def install(self) -> FakeKube:
+        self.root.mkdir(parents=True, exist_ok=True)
+        src = (FAKES / "kubectl").read_text().split("\n", 1)[1]
+        self.bin.write_text(f"#!{sys.executable} -S\n{src}")
+        self.bin.chmod(0o755)
+        ns = self.namespace
+        pods = {
+            f"{ns}/trainer": {
+                "phase": "Running",
+                "node": "gpu1",
+                "containers": {"main": {"running": True}, "sidecar": {"running": True}},
+            },
+            f"{ns}/done": {"phase": "Succeeded", "node": "gpu1", "containers": {"main": {}}},
+            f"{ns}/queued": {"phase": "Pending", "containers": {"main": {"running": False}}},
+            f"{ns}/crashing": {
+                "phase": "Running",
+                "node": "gpu1",
+                "containers": {"main": {"running": False}},
+            },
+        }
+        state = {"contexts": [self.context], "current-context": self.context, "pods": pods}
+        (self.root / "kubectl-state.json").write_text(json.dumps(state, indent=1))
+        return self
