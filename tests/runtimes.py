@@ -75,7 +75,7 @@ def wait_for(what: str, ready: Callable[[], bool], timeout: float = 30.0) -> Non
 
 
 def _run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, **kw)  # type: ignore[call-overload, no-any-return]
+    return subprocess.run(argv, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
 
 
 def _check(argv: list[str], **kw: object) -> str:

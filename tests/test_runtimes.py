@@ -256,7 +256,7 @@ def test_nasty_argv_and_env_round_trip(target: remotekit.Target) -> None:
 def test_run_python_is_byte_exact(target: remotekit.Target) -> None:
     args = ["{x}", "a b", "'\\''", "$HOME", "PYEOF"]
     r = target.run_python(
-        remotekit.Script(SCRIPT, name="check.py"),
+        remotekit.Script(SCRIPT.encode(), name="check.py"),
         args=args,
         files={"data/blob.bin": bytes(range(256))},
     )
@@ -361,7 +361,9 @@ def test_sixteen_concurrent_steps(
     def one(i: int) -> None:
         try:
             code = f"import os\nprint({i} * 7, os.environ['REMOTEKIT_DIR'])\n"
-            results[i] = ssh_target.run_python(remotekit.Script(code, name=f"s{i}.py"), timeout=120)
+            results[i] = ssh_target.run_python(
+                remotekit.Script(code.encode(), name=f"s{i}.py"), timeout=120
+            )
         except BaseException as exc:
             failures.append(exc)
 
@@ -380,7 +382,7 @@ def test_sixteen_concurrent_steps(
 
 def test_bad_input_and_exit_codes(target: remotekit.Target) -> None:
     with pytest.raises(TypeError):
-        target.run("echo hi")  # type: ignore[arg-type]
+        target.run("echo hi")
     with pytest.raises(ValueError):
         target.run([])
     r = target.run(["sh", "-c", "echo out; echo err >&2; exit 3"], check=False)
