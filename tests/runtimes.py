@@ -65,6 +65,12 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+def _stale(name: str, prefix: str) -> bool:
+    """A resource named by ``unique(prefix)`` whose session (its pid) is gone: a killed run's."""
+    pid = name[len(prefix) + 1 :].split("-")[0]
+    return name.startswith(prefix + "-") and pid.isdigit() and not Path(f"/proc/{pid}").exists()
+
+
 def wait_for(what: str, ready: Callable[[], bool], timeout: float = 30.0) -> None:
     """Poll ``ready`` until it is true; RuntimeError naming ``what`` after ``timeout`` s."""
     end = time.monotonic() + timeout
@@ -128,6 +134,9 @@ class LxcContainer:
         return Path(self.lxcpath) / self.name / "config"
 
     def start(self) -> LxcContainer:
+        for old in _run(["lxc-ls", "-1"]).stdout.split():
+            if _stale(old, "rk-lxc"):  # left by a test session that was killed
+                _run(["lxc-destroy", "-n", old, "-f"])
         _check(["lxc-create", "-n", self.name, "-t", "busybox"])
         self.workspace = Path(tempfile.mkdtemp(prefix=f"{self.name}-ws-"))
         self.config.write_text(self._config(self.config.read_text()))
@@ -226,6 +235,7 @@ class PodmanWorld:
     def start(self) -> PodmanWorld:
         self.root.mkdir(parents=True, exist_ok=True)
         self.conf.write_text(CONTAINERS_CONF)
+        self._sweep()
         rootfs = self.root / "rootfs"
         for d in ("usr", "tmp", "etc", "proc", "sys", "dev", "workspace", "root"):
             (rootfs / d).mkdir(parents=True, exist_ok=True)
@@ -262,6 +272,17 @@ class PodmanWorld:
             self.podman("stop", "-t", "5", name)
             wait_for(f"podman stop {name}", lambda: self.state(name) == "exited")
         return name
+
+    def _sweep(self) -> None:
+        """Remove what a killed test session left (its pid is in every name)."""
+        names = self.podman("ps", "-a", "--format", "{{.Names}}").stdout.split()
+        for old in names:
+            if _stale(old, "rk-pod"):
+                self.podman("rm", "-f", "-t", "0", old)
+        images = self.podman("images", "--format", "{{.Repository}}").stdout.split()
+        for image in images:
+            if _stale(image.removeprefix("localhost/"), "rk-rootfs"):
+                self.podman("rmi", "-f", image)
 
     def state(self, name: str) -> str:
         r = self.podman("inspect", "-f", "{{.State.Status}}", name)
