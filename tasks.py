@@ -800,6 +800,7 @@ def bench(c, quick=False):
     """Run the benchmarks in bench/ (each compares against its named baseline in one run)."""
     runs = [
         ["bench/bench_engine.py", *(["--runs", "10"] if quick else [])],
+        ["bench/bench_layers.py", *(["--runs", "10"] if quick else [])],
         ["bench/bench_fleet.py"],
         ["bench/bench_trainlog.py"],
         ["bench/bench_ckpt.py", *(["--size-gb", "0.5"] if quick else [])],
