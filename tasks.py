@@ -853,6 +853,7 @@ def bench(c, quick=False):
     """Run the benchmarks in bench/ (each compares against its named baseline in one run)."""
     runs = [
         ["bench/bench_engine.py", *(["--runs", "10"] if quick else [])],
+        ["bench/bench_layers.py", *(["--runs", "10"] if quick else [])],
         ["bench/bench_fleet.py"],
         ["bench/bench_transfer.py", *(["--sizes", "20,80", "--runs", "1"] if quick else [])],
         ["bench/bench_trainlog.py"],

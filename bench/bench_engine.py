@@ -1,6 +1,6 @@
 """Engine benchmark: remotekit steps vs OpenSSH and vs the seed's way, in one run.
 
-Through local -> sshd (127.0.0.1) -> fake pct exec -> venv Python, median of N runs each:
+Through local -> sshd (127.0.0.1) -> pct stand-in -> real LXC container -> venv Python, median of N runs each:
 
   1. a trivial run_python step on a warm target  vs  `ssh -S ctl host 'pct exec <vmid> --
      <venv>/bin/python -c pass'` over an OpenSSH ControlMaster        target: ratio <= 1.5
@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 import remotekit  # noqa: E402
 from remotekit.quoting import join  # noqa: E402
 from tests.harness import FakeNode, SSHServer, venv_prefix  # noqa: E402
+from tests.runtimes import LxcContainer  # noqa: E402
 
 SEED_SCRIPT = (
     'import os\nd = "x"\nckpt = {"global_step": 1}\nprint(f\'{d}: step={ckpt["global_step"]}\')\n'
@@ -47,22 +50,10 @@ def median_time(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--runs", type=int, default=20)
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="rk-bench-"))
-    node = FakeNode(work / "node").install(shared=[venv_prefix()])
-    node.add(200)
-    server = SSHServer(work / "sshd", env={"FAKE_PCT_STATE": str(node.state_file)}).start()
-    py = f"{venv_prefix()}/bin/python"
-    ctl = work / "ctl"
+@contextmanager
+def controlmaster(server: SSHServer, ctl: Path) -> Iterator[tuple[list[str], list[str]]]:
+    """(plain ssh argv, ssh argv through a ControlMaster at ``ctl``) to ``server``, while the
+    master runs."""
     plain = [
         "ssh",
         "-o",
@@ -75,13 +66,40 @@ def main() -> int:
         str(server.port),
         f"{server.user}@127.0.0.1",
     ]
-    ssh = [*plain[:-1], "-S", str(ctl), plain[-1]]  # through the ControlMaster
+    ssh = [*plain[:-1], "-S", str(ctl), plain[-1]]
     master = subprocess.Popen([*ssh[:-1], "-M", "-N", ssh[-1]])
-    figures: dict[str, float] = {}
     try:
         end = time.monotonic() + 10
         while not ctl.exists() and time.monotonic() < end:
             time.sleep(0.05)
+        yield plain, ssh
+    finally:
+        master.terminate()
+        master.wait()
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rk-bench-"))
+    ct = LxcContainer()
+    node = FakeNode(work / "node", running=ct).install()
+    server = SSHServer(work / "sshd", env=node.env)
+    py = f"{venv_prefix()}/bin/python"
+    figures: dict[str, float] = {}
+    stack = ExitStack()
+    try:
+        ct.start()
+        node.add(200)
+        server.start()
+        plain, ssh = stack.enter_context(controlmaster(server, work / "ctl"))
         inv_file = work / "hosts.yaml"
         inv_file.write_text(
             json.dumps(
@@ -143,8 +161,9 @@ def main() -> int:
             figures["captured_mb"] = len(r.stdout) / 2**20
             figures["dropped_mb"] = r.stdout_dropped / 2**20
     finally:
-        master.terminate()
+        stack.close()
         server.stop()
+        ct.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     ratio_cm = figures["remotekit_run_python_s"] / figures["openssh_controlmaster_s"]

@@ -1,7 +1,9 @@
-"""Shared fixtures: a real sshd on 127.0.0.1, a fake Proxmox node behind it, an inventory.
+"""Shared fixtures: a real sshd on 127.0.0.1, a Proxmox node stand-in behind it whose CTs are
+real LXC containers, a real Podman container, a one-node Slurm cluster, an inventory.
 
-Tests marked ``sshd`` skip when there is no sshd on this machine, except under CI=true,
-where a missing sshd is an error: CI must run them.
+Tests marked ``sshd`` skip when there is no sshd on this machine, and tests on a runtime skip
+(one line: what is missing) when it cannot run here, except under CI=true, where either is an
+error: CI must run them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 import remotekit
+from tests import runtimes
 from tests.harness import FakeNode, SSHServer, find_sshd, venv_prefix
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -27,21 +30,116 @@ def _need_sshd() -> None:
         pytest.skip("no sshd on this machine (apt-get install openssh-server)")
 
 
-@pytest.fixture(scope="session")
-def node(tmp_path_factory: pytest.TempPathFactory) -> FakeNode:
-    fake = FakeNode(tmp_path_factory.mktemp("node")).install(shared=[venv_prefix()])
-    fake.add(CT)
-    fake.add(STOPPED, state="stopped")
-    return fake
+def need(kind: str) -> None:
+    """Skip (with a one-line reason) when runtime ``kind`` cannot run here; fail under CI."""
+    reason = runtimes.missing(kind)
+    if reason is not None:
+        if CI:
+            pytest.fail(f"CI=true but {reason}: .ci/run must install it (and run as root)")
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
-def sshd(tmp_path_factory: pytest.TempPathFactory, node: FakeNode) -> Iterator[SSHServer]:
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One folder for this session's runtimes; their client settings set in our env.
+
+    ``SLURM_CONF`` and ``CONTAINERS_CONF`` name files in it before the runtimes start, so the
+    sshd (started once) passes them to its sessions too.
+    """
+    root = tmp_path_factory.mktemp("world")
+    env = {
+        "SLURM_CONF": str(root / "slurm" / "slurm.conf"),
+        "CONTAINERS_CONF": str(root / "podman" / "containers.conf"),
+        "FAKE_PCT_ROOT": str(root / "node" / "pve"),  # pct on the local node, too
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield root
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def pve(world: Path) -> FakeNode:
+    """The Proxmox node stand-in's tools and config dir, with no CT yet (see ``node``)."""
+    return FakeNode(world / "node").install()
+
+
+@pytest.fixture(scope="session")
+def lxc_ct() -> Iterator[runtimes.LxcContainer]:
+    """A real running busybox LXC container (venv bound, private /tmp, writable /workspace)."""
+    need("lxc")
+    ct = runtimes.LxcContainer()
+    try:
+        yield ct.start()
+    finally:
+        ct.stop()
+
+
+@pytest.fixture(scope="session")
+def lxc_stopped() -> Iterator[runtimes.LxcContainer]:
+    """The stopped twin of ``lxc_ct``: created, configured, never started."""
+    need("lxc")
+    ct = runtimes.LxcContainer(running=False)
+    try:
+        yield ct.start()
+    finally:
+        ct.stop()
+
+
+@pytest.fixture(scope="session")
+def node(
+    pve: FakeNode, lxc_ct: runtimes.LxcContainer, lxc_stopped: runtimes.LxcContainer
+) -> FakeNode:
+    """The node with CT 200 (the running LXC container) and CT 201 (the stopped one)."""
+    pve.running, pve.stopped = lxc_ct, lxc_stopped
+    pve.add(CT)
+    pve.add(STOPPED, state="stopped")
+    return pve
+
+
+@pytest.fixture(scope="session")
+def podman_ctr(world: Path) -> Iterator[runtimes.PodmanWorld]:
+    """A real podman container (``.running``, under --init) and a stopped one (``.stopped``)."""
+    need("podman")
+    pods = runtimes.PodmanWorld(world / "podman")
+    try:
+        yield pods.start()
+    finally:
+        pods.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(world: Path) -> Iterator[runtimes.SlurmCluster]:
+    """A one-node Slurm cluster with a RUNNING job (``.running``) and pending/finished/unknown
+    job ids (``.pending``, ``.finished``, ``.unknown``)."""
+    need("slurm")
+    cluster = runtimes.SlurmCluster(world / "slurm")
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(world: Path) -> runtimes.FakeKube:
+    """The fake kubectl (``.bin``) with pods in namespace ``ml``: see runtimes.FakeKube."""
+    return runtimes.FakeKube(world / "kube").install()
+
+
+@pytest.fixture(scope="session")
+def sshd(
+    tmp_path_factory: pytest.TempPathFactory, pve: FakeNode, world: Path
+) -> Iterator[SSHServer]:
     _need_sshd()
-    server = SSHServer(
-        tmp_path_factory.mktemp("sshd"),
-        env={"FAKE_PCT_STATE": str(node.state_file), "PATH": f"{node.bin}:{os.environ['PATH']}"},
-    )
+    env = {**pve.env, "SLURM_CONF": os.environ["SLURM_CONF"]}
+    env["CONTAINERS_CONF"] = os.environ["CONTAINERS_CONF"]
+    server = SSHServer(tmp_path_factory.mktemp("sshd"), env=env)
     try:
         server.start()
         yield server

@@ -1,15 +1,14 @@
-"""Real parts for tests and benchmarks: an OpenSSH sshd on 127.0.0.1 and a fake Proxmox node.
+"""Real parts for tests and benchmarks: an OpenSSH sshd on 127.0.0.1 and a Proxmox node stand-in.
 
 ``SSHServer`` starts a real ``sshd`` with generated host and client keys, its own config and
 known_hosts, polls it until it answers and stops it in ``stop()``. ``FakeNode`` installs the
-fake ``pct`` (tests/fakes/pct) with fake containers whose /tmp is private. Used by
+`pct` stand-in (tests/fakes/pct), whose CTs are real LXC containers (tests/runtimes.py). Used by
 tests/conftest.py and by bench/.
 """
 
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import shutil
 import signal
@@ -19,6 +18,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.runtimes import LxcContainer
 
 HERE = Path(__file__).resolve().parent
 FAKES = HERE / "fakes"
@@ -151,58 +154,68 @@ class SSHServer:
 
 @dataclass
 class FakeNode:
-    """The fake `pct` installed in ``root/bin`` with its containers' state file."""
+    """A Proxmox node stand-in: the `pct` stand-in (tests/fakes/pct) and a fake `sudo` in
+    ``root/bin``, and CT configs under ``root/pve`` (the node's /etc/pve) that map each vmid to
+    a real LXC container (tests/runtimes.py): ``running`` or ``stopped``.
+
+    ``install()`` needs no container (the sshd fixture only needs ``env``); ``add()`` does.
+    """
 
     root: Path
-    containers: dict[str, dict[str, object]] = field(default_factory=dict)
+    running: LxcContainer | None = None
+    stopped: LxcContainer | None = None
+    name: str = "pve"
+    vmids: dict[int, LxcContainer] = field(default_factory=dict)
 
     @property
     def pct(self) -> Path:
         return self.root / "bin" / "pct"
 
     @property
-    def state_file(self) -> Path:
-        return self.root / "fake-pct.json"
-
-    @property
     def bin(self) -> Path:
         """The node's fake tools (pct, sudo): put it first on the node's PATH."""
         return self.root / "bin"
 
-    def install(self, shared: list[str]) -> FakeNode:
+    @property
+    def pve(self) -> Path:
+        """The stand-in for /etc/pve (``$FAKE_PCT_ROOT``)."""
+        return self.root / "pve"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the node's sshd sessions need: the pct stand-in's root and the tools on PATH."""
+        return {"FAKE_PCT_ROOT": str(self.pve), "PATH": f"{self.bin}:{os.environ['PATH']}"}
+
+    def install(self) -> FakeNode:
         self.bin.mkdir(parents=True, exist_ok=True)
         for tool in ("pct", "sudo"):
             src = (FAKES / tool).read_text().split("\n", 1)[1]
             # Our own interpreter, -S: no pyenv shim, no site (the fakes are stdlib only).
             (self.bin / tool).write_text(f"#!{sys.executable} -S\n{src}")
             (self.bin / tool).chmod(0o755)
-        self.shared = shared
+        (self.pve / "nodes" / self.name / "lxc").mkdir(parents=True, exist_ok=True)
+        if not (self.pve / "local").is_symlink():
+            (self.pve / "local").symlink_to(f"nodes/{self.name}")
         return self
 
     def sudo_policy(self, policy: str) -> None:
         """``nopasswd`` or ``password`` (what the fake sudo answers to ``sudo -n``)."""
         (self.bin / "sudo-policy").write_text(policy)
 
-    def add(self, vmid: int, state: str = "running") -> Path:
-        root = self.root / f"ct{vmid}"
-        (root / "tmp").mkdir(parents=True, exist_ok=True)
-        os.chmod(root / "tmp", 0o1777)
-        self.containers[str(vmid)] = {"state": state, "root": str(root), "shared": self.shared}
-        self.save()
-        return root
-
-    def set_state(self, vmid: int, state: str) -> None:
-        self.containers[str(vmid)]["state"] = state
-        self.save()
-
-    def save(self) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"node": "pve", "containers": self.containers}))
-        tmp.replace(self.state_file)
+    def add(self, vmid: int, state: str = "running") -> None:
+        """CT ``vmid``: the running LXC container, or the stopped one (``state="stopped"``)."""
+        ct = self.running if state == "running" else self.stopped
+        if ct is None:
+            raise RuntimeError(f"FakeNode has no {state} LXC container for CT {vmid}")
+        self.vmids[vmid] = ct
+        conf = self.pve / "nodes" / self.name / "lxc" / f"{vmid}.conf"
+        conf.write_text(
+            f"arch: amd64\nhostname: ct{vmid}\nostype: unmanaged\nrk-lxc-name: {ct.name}\n"
+        )
 
     def ct_tmp(self, vmid: int) -> Path:
-        """The container's /tmp as seen from the node."""
-        return Path(str(self.containers[str(vmid)]["root"])) / "tmp"
+        """The running container's /tmp as seen from the node."""
+        return self.vmids[vmid].path("/tmp")
 
 
 def venv_prefix() -> str:

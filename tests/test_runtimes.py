@@ -1,0 +1,438 @@
+"""The engine's guarantees, against every real runtime, on the local node and through sshd.
+
+One parametrized suite over [pct-over-lxc, lxc, podman, docker (engine=podman), slurm,
+kubectl (fake)] x [local, ssh]: nasty argv and env round trips, byte-exact run_python, a
+timeout leaves no process (checked by pid inside the container's own pid namespace), a lost
+connection stops the step there, 16 concurrent steps, bad input, the caller's env never leaks
+in, each stopped/missing container, job or pod is its own clear error quoting the tool, and
+ping names the broken hop. Each runtime is started once per session (tests/conftest.py) and
+each target is opened once and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remotekit
+from tests.conftest import CT, STOPPED, write_inventory
+from tests.harness import SSHServer, processes_with, wait_gone
+from tests.runtimes import pid_inside
+
+RUNTIMES = ("pct", "lxc", "podman", "docker", "slurm", "kubectl")
+HOPS = ("local", "ssh")
+NASTY = [
+    "{x}",
+    "a b",
+    "'\\''",
+    '"',
+    "$HOME",
+    "`id`",
+    "$(id)",
+    "*",
+    "~",
+    "\\",
+    "a\nb",
+    "PYEOF",
+    "-c",
+    "--",
+    "",
+    " lead",
+    "äöü 中文 🙂",
+    "%s%n",
+    ";|&<>",
+]
+ECHO_ARGV = "import json,sys,os; print(json.dumps([sys.argv[1:], os.environ.get('NASTY')]))"
+SCRIPT = """\
+import sys
+d = "ckpt-0001"
+ckpt = {"global_step": 4001}
+print(f'{d}: step={ckpt["global_step"]}')
+print("quotes \\"x\\" 'y' $HOME `uname` ${PATH} {a,b} *")
+s = '''
+PYEOF
+'''
+print(s.strip(), "äöü 🙂")
+print("argv:", sys.argv[1:])
+sys.stdout.buffer.write(bytes(range(256)).hex().encode() + b"\\n")
+"""
+
+
+@dataclass
+class Broken:
+    """A host whose container/job/pod is stopped or missing, and what the error must say."""
+
+    host: str
+    error: str  # the ContainerError subclass
+    says: str  # the tool's own words, quoted in the message
+    ident: str  # the container, job or pod, named in the message
+
+
+@dataclass
+class World:
+    """One runtime's hosts.yaml: ``local`` and ``ssh`` reach the running container."""
+
+    runtime: str
+    inv: remotekit.Inventory
+    ident: str
+    broken: list[Broken] = field(default_factory=list)
+
+
+def _tool(name: str) -> str:
+    return shutil.which(name, path=f"{os.environ['PATH']}:/usr/sbin:/sbin") or name
+
+
+def _hosts(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """(hop settings, what is entered, {broken host: (hop settings, Broken fields)})."""
+    if runtime == "pct":
+        pct = str(fx("node").pct)
+        return (
+            {"container": CT, "pct": pct},
+            str(CT),
+            {
+                "stopped": ({"container": STOPPED, "pct": pct}, "ContainerNotRunning",
+                            f"container '{STOPPED}' not running!", str(STOPPED)),
+                "missing": ({"container": 999, "pct": pct}, "ContainerNotFound",
+                            "Configuration file 'nodes/pve/lxc/999.conf' does not exist", "999"),
+            },
+        )  # fmt: skip
+    if runtime == "lxc":
+        ct, stopped, attach = fx("lxc_ct"), fx("lxc_stopped"), _tool("lxc-attach")
+        gone = "rk-no-such-ct"
+        return (
+            {"lxc": {"name": ct.name, "bin": attach}},
+            ct.name,
+            {
+                "stopped": ({"lxc": {"name": stopped.name, "bin": attach}}, "ContainerNotRunning",
+                            "Failed to get init pid", stopped.name),
+                "missing": ({"lxc": {"name": gone, "bin": attach}}, "ContainerNotFound",
+                            "Failed to get init pid", gone),
+            },
+        )  # fmt: skip
+    if runtime in ("podman", "docker"):
+        pods, engine = fx("podman_ctr"), _tool("podman")
+        gone = "rk-no-such-pod"
+        return (
+            {runtime: pods.running, "engine": engine},
+            pods.running,
+            {
+                "stopped": ({runtime: pods.stopped, "engine": engine}, "ContainerNotRunning",
+                            "container state improper", pods.stopped),
+                "missing": ({runtime: gone, "engine": engine}, "ContainerNotFound",
+                            "no such container", gone),
+            },
+        )  # fmt: skip
+    if runtime == "slurm":
+        c, srun = fx("slurm_cluster"), _tool("srun")
+
+        def job(j: str) -> dict[str, Any]:
+            return {"slurm": {"job": int(j), "bin": srun}}
+
+        return (
+            job(c.running),
+            c.running,
+            {
+                "pending": (job(c.pending), "ContainerNotRunning", "Job is pending execution",
+                            c.pending),
+                "finished": (job(c.finished), "ContainerNotRunning", "has expired", c.finished),
+                "unknown": (job(c.unknown), "ContainerNotFound", "Invalid job id specified",
+                            c.unknown),
+            },
+        )  # fmt: skip
+    assert runtime == "kubectl"
+    k = fx("kube")
+
+    def pod(name: str, container: str = "main") -> dict[str, Any]:
+        return {"kubectl": {"pod": name, "container": container, "namespace": k.namespace,
+                            "bin": str(k.bin), "context": k.context}}  # fmt: skip
+
+    return (
+        pod("trainer"),
+        "trainer",
+        {
+            "missing": (pod("nope"), "ContainerNotFound", 'pods "nope" not found', "nope"),
+            "nocontainer": (pod("trainer", "gpu"), "ContainerNotFound",
+                            "container gpu is not valid for pod trainer", "gpu"),
+            "completed": (pod("done"), "ContainerNotRunning",
+                          "cannot exec into a container in a completed pod", "done"),
+            "pending": (pod("queued"), "ContainerNotRunning", "does not have a host assigned",
+                        "queued"),
+            "crashing": (pod("crashing"), "ContainerNotRunning", 'container not found ("main")',
+                         "crashing"),
+        },
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def worlds(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], World]:
+    """``worlds(runtime)``: that runtime's World, built (and its runtime started) on first use."""
+    made: dict[str, World] = {}
+
+    def get(runtime: str) -> World:
+        if runtime not in made:
+            sshd: SSHServer = request.getfixturevalue("sshd")
+            hop, ident, broken = _hosts(runtime, request.getfixturevalue)
+            venv = {"venv": sys.prefix}
+            hosts: dict[str, Any] = {
+                "local": {**hop, **venv},
+                "ssh": sshd.host_yaml(**hop, **venv),
+            }
+            bad = []
+            for name, (settings, error, says, what) in broken.items():
+                for via in HOPS:
+                    host = f"{name}-{via}"
+                    base = {} if via == "local" else sshd.host_yaml()
+                    hosts[host] = {**base, **settings, **venv}
+                    bad.append(Broken(host, error, says, what))
+            path = tmp_path_factory.mktemp(f"inv-{runtime}") / "hosts.yaml"
+            made[runtime] = World(runtime, write_inventory(path, hosts), ident, bad)
+        return made[runtime]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def held() -> Iterator[dict[tuple[str, str], remotekit.Target]]:
+    """Targets opened once per (runtime, hop) and closed at the end of the session."""
+    targets: dict[tuple[str, str], remotekit.Target] = {}
+    try:
+        yield targets
+    finally:
+        for t in targets.values():
+            t.close()
+
+
+def _open(
+    worlds: Callable[[str], World], held: dict[Any, remotekit.Target], key: tuple[str, str]
+) -> remotekit.Target:
+    if key not in held:
+        held[key] = worlds(key[0]).inv.target(key[1])
+    return held[key]
+
+
+@pytest.fixture(params=[(r, h) for r in RUNTIMES for h in HOPS], ids="-".join)
+def target(
+    request: pytest.FixtureRequest,
+    worlds: Callable[[str], World],
+    held: dict[tuple[str, str], remotekit.Target],
+) -> remotekit.Target:
+    """A warm target on each runtime, reached locally or through the real sshd."""
+    return _open(worlds, held, request.param)
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest, worlds: Callable[[str], World]) -> World:
+    return worlds(request.param)
+
+
+def marker() -> str:
+    return f"62{uuid.uuid4().int % 10**6:06d}.5"  # a unique `sleep` argument
+
+
+# -- quoting and payload -------------------------------------------------------------------------
+
+
+def test_nasty_argv_and_env_round_trip(target: remotekit.Target) -> None:
+    value = "".join(NASTY)
+    r = target.run(["python", "-c", ECHO_ARGV, *NASTY], env={"NASTY": value})
+    assert json.loads(r.stdout) == [NASTY, value]
+
+
+def test_run_python_is_byte_exact(target: remotekit.Target) -> None:
+    args = ["{x}", "a b", "'\\''", "$HOME", "PYEOF"]
+    r = target.run_python(
+        remotekit.Script(SCRIPT.encode(), name="check.py"),
+        args=args,
+        files={"data/blob.bin": bytes(range(256))},
+    )
+    want = (
+        "ckpt-0001: step=4001\n"
+        "quotes \"x\" 'y' $HOME `uname` ${PATH} {a,b} *\n"
+        "PYEOF äöü 🙂\n"
+        f"argv: {args}\n"
+        f"{bytes(range(256)).hex()}\n"
+    )
+    assert r.stdout == want
+    assert r.ok and r.exit_code == 0
+
+
+# -- stopping ------------------------------------------------------------------------------------
+
+
+def _inside_pids(m: str) -> dict[int, int | None]:
+    """host pid -> pid in its own pid namespace, for each process carrying marker ``m``."""
+    return {pid: pid_inside(pid) for pid in processes_with(m)}
+
+
+def test_timeout_leaves_no_process_inside(target: remotekit.Target) -> None:
+    m = marker()
+    seen: dict[int, int | None] = {}
+    said: list[int] = []
+
+    def on_output(stream: str, line: str) -> None:
+        if line.startswith("pid "):
+            said.append(int(line.split()[1]))
+            seen.update(_inside_pids(m))
+
+    with pytest.raises(remotekit.StepTimeout) as info:
+        target.run(["sh", "-c", f'echo "pid $$"; exec sleep {m}'], timeout=2, on_output=on_output)
+    assert info.value.host == target.name and info.value.timeout_s == 2
+    # the sleep was seen from here, under the pid it has inside its container ...
+    assert said and said[0] in seen.values(), (said, seen)
+    # ... and neither it nor any process with that inside pid is left
+    assert wait_gone(m, 5) == []
+    assert said[0] not in _inside_pids(m).values()
+
+
+def _sshd_sessions_of(t: remotekit.Target, server: SSHServer) -> list[int]:
+    """The sshd processes holding this target's connection (found by its socket's inode)."""
+    sock: socket.socket = t.transport._conn.client.get_transport().sock  # type: ignore[attr-defined]
+    here = sock.getsockname()[1]
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        local, remote = f[1], f[2]
+        if int(local.split(":")[1], 16) == server.port and int(remote.split(":")[1], 16) == here:
+            inodes.add(f[9])
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds}
+        except OSError:
+            continue
+        if any(f"socket:[{i}]" in links for i in inodes):
+            pids.append(int(pid))
+    return pids
+
+
+def test_lost_connection_stops_the_step_there(runtime: World, sshd: SSHServer) -> None:
+    m = marker()
+    errors: list[BaseException] = []
+    with runtime.inv.target("ssh") as t:
+        t.connect()
+
+        def run() -> None:
+            try:
+                t.run(["sleep", m], timeout=120)
+            except BaseException as exc:
+                errors.append(exc)
+
+        th = threading.Thread(target=run)
+        th.start()
+        end = time.monotonic() + 30
+        while not processes_with(m) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert processes_with(m), "the step never started"
+        sessions = _sshd_sessions_of(t, sshd)
+        assert sessions, "no sshd process holds this connection"
+        for pid in sessions:
+            os.kill(pid, signal.SIGKILL)  # the sshd serving this connection dies
+        th.join(30)
+    assert not th.is_alive()
+    assert errors and isinstance(errors[0], remotekit.ConnectionLost), errors
+    assert wait_gone(m, 10) == []
+
+
+def test_sixteen_concurrent_steps(
+    runtime: World, worlds: Callable[[str], World], held: dict[tuple[str, str], remotekit.Target]
+) -> None:
+    ssh_target = _open(worlds, held, (runtime.runtime, "ssh"))
+    results: dict[int, remotekit.Result] = {}
+    failures: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            code = f"import os\nprint({i} * 7, os.environ['REMOTEKIT_DIR'])\n"
+            results[i] = ssh_target.run_python(
+                remotekit.Script(code.encode(), name=f"s{i}.py"), timeout=120
+            )
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(180)
+    assert not failures, failures
+    assert sorted(int(r.stdout.split()[0]) for r in results.values()) == [i * 7 for i in range(16)]
+    assert len({r.stdout.split()[1] for r in results.values()}) == 16  # a private dir each
+
+
+# -- input and environment -----------------------------------------------------------------------
+
+
+def test_bad_input_and_exit_codes(target: remotekit.Target) -> None:
+    with pytest.raises(TypeError):
+        target.run("echo hi")
+    with pytest.raises(ValueError):
+        target.run([])
+    r = target.run(["sh", "-c", "echo out; echo err >&2; exit 3"], check=False)
+    assert (r.exit_code, r.stdout, r.stderr) == (3, "out\n", "err\n")
+    with pytest.raises(remotekit.StepFailed) as info:
+        target.run(["/no/such/command-rk"])
+    assert info.value.result.exit_code == 127
+    assert "/no/such/command-rk" in str(info.value)
+
+
+def test_callers_env_does_not_leak_in(
+    target: remotekit.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RK_LEAK_CANARY", "leaked")  # this process (the local node's caller)
+    probe = "import os; print(sorted(k for k in os.environ if k in ('RK_LEAK_CANARY', 'FAKE_PCT_ROOT', 'CONTAINERS_CONF')))"
+    r = target.run(["python", "-c", probe], env={"GIVEN": "1"})
+    # FAKE_PCT_ROOT and CONTAINERS_CONF are in the sshd session's env (and ours): the node's
+    assert r.stdout.strip() == "[]"
+    r = target.run(["sh", "-c", 'printf %s "$GIVEN"'], env={"GIVEN": "1"})
+    assert r.stdout == "1"  # what the step is given does arrive
+
+
+# -- broken containers, jobs and pods ------------------------------------------------------------
+
+
+def test_stopped_or_missing_is_its_own_clear_error(runtime: World) -> None:
+    for bad in runtime.broken:
+        with runtime.inv.target(bad.host) as t, pytest.raises(remotekit.ContainerError) as info:
+            t.run(["true"], step="probe")
+        err = info.value
+        assert type(err).__name__ == bad.error, (bad.host, type(err), str(err))
+        assert (err.host, err.step) == (bad.host, "probe")
+        assert getattr(err, "container", None) is not None
+        text = str(err)
+        assert bad.says in text, (bad.host, text)  # quotes the tool
+        assert bad.ident in text, (bad.host, text)
+
+
+def test_ping_names_the_broken_hop(runtime: World) -> None:
+    with runtime.inv.target("local") as t:
+        report = t.ping()
+    assert report.failed is None, report.findings
+    assert any(runtime.ident in c.layer for c in report.checks), report.checks
+    for bad in runtime.broken:
+        if not bad.host.endswith("-ssh"):
+            continue
+        with runtime.inv.target(bad.host) as t:
+            report = t.ping()
+        failed = report.failed
+        assert failed is not None, (bad.host, report.checks)
+        assert report.checks[0].ok  # ssh itself is fine ...
+        assert bad.ident in failed.layer or bad.ident in failed.detail, (bad.host, failed)
+        assert report.exit_code == 2
