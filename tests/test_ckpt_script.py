@@ -438,7 +438,7 @@ def test_bisect_linear_sees_an_isolated_bad_save(tmp_path: Path) -> None:
     assert b["scanned"] == 7
 
 
-def test_bisect_orders_by_name_naturally_without_steps(tmp_path: Path) -> None:
+def test_bisect_takes_the_step_from_the_name_when_the_files_hold_none(tmp_path: Path) -> None:
     names = [f"checkpoint-{s}" for s in (9, 10, 100, 11)]
     cf.build_bisect_series(tmp_path, [1, 2, 3, 4], {3, 4}, names, with_step=False)
     (tmp_path / "checkpoint-5").mkdir()
@@ -447,7 +447,8 @@ def test_bisect_orders_by_name_naturally_without_steps(tmp_path: Path) -> None:
     b = r.one("bisect")
     order = [Path(c["path"]).parent.name for c in r.one("order")["checkpoints"]]
     assert order == ["checkpoint-9", "checkpoint-10", "checkpoint-11", "checkpoint-100"]
-    assert b["order"] == "name"
+    assert b["order"] == "global_step"
+    assert [c["global_step"] for c in r.one("order")["checkpoints"]] == [9, 10, 11, 100]
     # checkpoint-11 holds "step 4" (bad), checkpoint-100 "step 3" (bad): first bad by name is 11
     assert Path(b["first_bad"]["path"]).parent.name == "checkpoint-11"
     assert b["unreadable"] == [str(tmp_path / "checkpoint-5" / "checkpoint.pt")]

@@ -69,7 +69,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import glob
 import importlib
 import importlib.util
 import json
@@ -95,8 +94,28 @@ INDEX_SUFFIX = ".index.json"
 AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
 ZERO_PARTITION = re.compile(r"(^|_)zero_pp_rank_\d+|_optim_states\.pt$")
 OPTIM_KEY = re.compile(r"optim", re.IGNORECASE)
-STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_updates", "train_step", "steps")
+# Step keys, most specific first: Lightning/HF/Accelerate, torchtitan, nanoGPT, Megatron,
+# fairseq, DeepSpeed's model states; "epoch" only when nothing finer is there.
+STEP_KEYS = (
+    "global_step",
+    "step",
+    "iter_num",
+    "iteration",
+    "num_updates",
+    "global_steps",
+    "train_step",
+    "iter",
+    "steps",
+)
 EPOCH_KEYS = ("epoch", "epochs")
+# Containers one level down that trainers keep their counters in (torchtitan, fairseq, ...).
+STATE_CONTAINERS = ("train_state", "trainer_state", "extra_state", "state", "progress", "meta")
+# A step in a checkpoint's own name or its directory's: checkpoint-2000, step_2000,
+# global_step2000, iter_2000, Lightning's epoch=3-step=1000.ckpt, torchtitan's step-1000.
+NAME_STEP = re.compile(
+    r"(?:^|[^a-z])(?:global_step|checkpoint|step|iter|iteration|ckpt)[-_=]?(\d+)(?=$|[^\d])", re.I
+)
+LFS_POINTER = b"version https://git-lfs"
 # Optimizer slots that can never be negative (second moments and accumulators).
 NONNEG_SLOTS = frozenset(
     ["exp_avg_sq", "max_exp_avg_sq", "square_avg", "exp_avg_sq_row", "exp_avg_sq_col", "sum"]
@@ -220,6 +239,10 @@ def _import_torch():
     return torch
 
 
+def _is_scalar_dtype(dtype):
+    return not dtype.is_complex and dtype.itemsize <= 8 and "float8" not in str(dtype)
+
+
 def _is_checkable(dtype):
     return dtype.is_floating_point or dtype.is_complex
 
@@ -333,7 +356,13 @@ class Source(object):
         self.format = fmt
         self.bytes = nbytes
         self.entries = []
-        self.meta = {"global_step": None, "epoch": None, "top_keys": [], "scalars": {}}
+        self.meta = {
+            "global_step": None,
+            "step_key": None,
+            "epoch": None,
+            "top_keys": [],
+            "scalars": {},
+        }
         self.optimizers = []
         self.notes = []
         self.problems = []
@@ -393,9 +422,32 @@ def _tensor_chunks(t, n, release):
         yield i * row, t[i : i + per].reshape(-1)
 
 
+# Names that mark a top-level scalar of a flat state dict as metadata rather than a weight.
+META_NAME = re.compile(
+    r"(?i)step|epoch|iter|loss|best|^lr$|val_|_val|acc|score|tokens|samples|seed"
+)
+
+
+def top_scalars(obj):
+    """The top-level entries of a loaded checkpoint that are metadata, not weights: 0-d tensors
+    (nanoGPT's ``best_val_loss``, torchtitan's ``step``) beside nested state, or whose name says
+    so in a flat state dict. {key: tensor}."""
+    if not isinstance(obj, dict):
+        return {}
+    nested = any(isinstance(v, (dict, list, tuple)) for v in obj.values())
+    return {
+        str(k): v
+        for k, v in obj.items()
+        if isinstance(v, torch.Tensor) and v.dim() == 0 and (nested or META_NAME.search(str(k)))
+    }
+
+
 def _walk(obj, src, release):
-    """Collect every tensor in a loaded object as an Entry, with its section and slot."""
+    """Collect every tensor in a loaded object as an Entry, with its section and slot.
+
+    Top-level scalars (:func:`top_scalars`) are left out: they are metadata."""
     seen = set()
+    meta_keys = set(top_scalars(obj))
     nn = getattr(torch, "nn", None)
     optim = getattr(torch, "optim", None)
 
@@ -436,6 +488,8 @@ def _walk(obj, src, release):
                 src.optimizers.append((path, o))
             for k, v in o.items():
                 ks = str(k)
+                if depth == 0 and ks in meta_keys:
+                    continue
                 sec = (
                     OPTIMIZER
                     if (section == OPTIMIZER or is_opt or OPTIM_KEY.search(ks))
@@ -467,21 +521,58 @@ def mask(text):
     return _SECRET_ASSIGN_RE.sub(r"\1***", _URL_QUERY_RE.sub(r"\1?***", text))
 
 
+def _first_key(d, keys):
+    """(value, key) of the first of ``keys`` in dict ``d`` holding a number, else (None, None)."""
+    for k in keys:
+        if k in d and _as_number(d[k]) is not None:
+            return _as_number(d[k]), k
+    return None, None
+
+
+def find_step(obj):
+    """(step, key path, epoch) of a loaded checkpoint: the most specific step key at the top,
+    else one level down in a trainer's state container (or fairseq's last optimizer_history
+    entry); the epoch alike."""
+    if not isinstance(obj, dict):
+        return None, None, None
+    places = [("", obj)]
+    for c in STATE_CONTAINERS:
+        if isinstance(obj.get(c), dict):
+            places.append((c + ".", obj[c]))
+    hist = obj.get("optimizer_history")
+    if isinstance(hist, list) and hist and isinstance(hist[-1], dict):
+        places.append(("optimizer_history[-1].", hist[-1]))
+    step = key = epoch = None
+    for prefix, d in places:
+        v, k = _first_key(d, STEP_KEYS)
+        if v is not None and key is None:
+            step, key = v, prefix + k
+        e, _ = _first_key(d, EPOCH_KEYS)
+        if e is not None and epoch is None:
+            epoch = e
+    return step, key, epoch
+
+
 def _fill_meta(src, obj):
     if isinstance(obj, dict):
         keys = [str(k) for k in obj]
         src.meta["top_keys"] = keys[:50]
-        for k in STEP_KEYS:
-            if k in obj and _as_number(obj[k]) is not None:
-                src.meta["global_step"] = _as_number(obj[k])
-                break
-        for k in EPOCH_KEYS:
-            if k in obj and _as_number(obj[k]) is not None:
-                src.meta["epoch"] = _as_number(obj[k])
-                break
+        step, key, epoch = find_step(obj)
+        if step is not None:
+            src.meta["global_step"], src.meta["step_key"] = step, key
+        src.meta["epoch"] = epoch
         scalars = {}
+        meta = top_scalars(obj)
+        if meta:
+            src.notes.append(
+                "top-level scalar%s %s: metadata, not weights"
+                % ("s" if len(meta) > 1 else "", ", ".join(sorted(meta)[:8]))
+            )
         for k, v in obj.items():
-            if isinstance(v, (bool, int, float)) or v is None:
+            if str(k) in meta:
+                x = meta[str(k)].item() if _is_scalar_dtype(meta[str(k)].dtype) else None
+                scalars[str(k)] = x
+            elif isinstance(v, (bool, int, float)) or v is None:
                 scalars[str(k)] = v
             elif isinstance(v, str):
                 v = "***" if _SECRET_KEY_RE.search(str(k)) else mask(v)
@@ -514,7 +605,7 @@ def _sidecar_step(src):
     if isinstance(state, dict):
         if _as_number(state.get("global_step")) is not None:
             src.meta["global_step"] = _as_number(state.get("global_step"))
-            src.notes.append("step and epoch from trainer_state.json")
+            src.meta["step_key"] = "trainer_state.json:global_step"
         if src.meta["epoch"] is None and _as_number(state.get("epoch")) is not None:
             src.meta["epoch"] = _as_number(state.get("epoch"))
 
@@ -545,7 +636,8 @@ def _open_torch_unchecked(path, size, is_zip, opts):
     if is_zip:
         try:
             with zipfile.ZipFile(path) as zf:
-                names = zf.namelist()
+                infos = zf.infolist()
+                names = [i.filename for i in infos]
         except (zipfile.BadZipFile, OSError, ValueError) as e:
             raise LoadError(
                 "truncated or damaged zip archive: %s; the file is %d bytes: the save was "
@@ -559,6 +651,19 @@ def _open_torch_unchecked(path, size, is_zip, opts):
             ) from e
         if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
             raise LoadError("a zip archive, but not a torch.save checkpoint (no data.pkl inside)")
+        packed = [i for i in infos if i.compress_type != zipfile.ZIP_STORED]
+        if packed:
+            raise LoadError(
+                "zip entry %s is compressed (method %d%s); torch.save stores every entry "
+                "uncompressed, so this archive was repacked (e.g. by `zip`) and its tensor data "
+                "cannot be read in place; re-save it with torch.save, or unpack and re-zip it "
+                "with `zip -0`"
+                % (
+                    packed[0].filename,
+                    packed[0].compress_type,
+                    ", %d entries in all" % len(packed) if len(packed) > 1 else "",
+                )
+            )
     else:
         src.notes.append("legacy (non-zip) torch.save format: loaded into memory, not mmap")
     if opts.unsafe_pickle:
@@ -637,6 +742,45 @@ def _read_safetensors_header(path, size):
     return header, 8 + n
 
 
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _st_invalid(info):
+    """Why a safetensors header entry is no valid tensor description (None if it is)."""
+    if not isinstance(info, dict) or "data_offsets" not in info:
+        return "not a tensor description"
+    offs, shape = info.get("data_offsets"), info.get("shape", [])
+    if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+        return "data_offsets %r are not two integers" % (offs,)
+    if offs[0] < 0 or offs[1] < offs[0]:
+        return "data_offsets %r are negative or end before they begin" % (offs,)
+    if not (isinstance(shape, list) and all(_is_int(d) for d in shape)):
+        return "shape %r is not a list of integers" % (shape,)
+    if any(d < 0 for d in shape):
+        return "shape %r has a negative dimension" % (shape,)
+    return None
+
+
+def _st_check_layout(src, items):
+    """Tensors must tile the data region: no two share bytes, no hole between them."""
+    prev_end, prev = 0, None
+    for begin, end, name, _ in items:
+        if begin < prev_end:
+            src.problems.append(
+                "%s [%d, %d) overlaps %s (ends at %d): the header is damaged"
+                % (name, begin, end, prev, prev_end)
+            )
+            return
+        if begin > prev_end:
+            src.problems.append(
+                "%d bytes before %s are not part of any tensor (a hole at %d): the header is "
+                "damaged" % (begin - prev_end, name, prev_end)
+            )
+            return
+        prev_end, prev = end, name
+
+
 def _open_safetensors(path, size, header_only=False):
     src = Source(path, "safetensors", size)
     header, data_start = _read_safetensors_header(path, size)
@@ -660,18 +804,19 @@ def _open_safetensors(path, size, header_only=False):
         src._close.append(mm.close)
     items = []
     for name, info in header.items():
-        if not isinstance(info, dict) or "data_offsets" not in info:
-            src.problems.append("header entry %r is not a tensor description" % name)
+        why = _st_invalid(info)
+        if why:
+            src.problems.append("header entry %r: %s" % (name, why))
             continue
-        items.append((info["data_offsets"][0], name, info))
-    items.sort(key=lambda x: x[0])
+        items.append((info["data_offsets"][0], info["data_offsets"][1], name, info))
+    items.sort(key=lambda x: (x[0], x[1]))
+    _st_check_layout(src, items)
     missing = []
     need = data_start
     itemsizes = {}
-    for _, name, info in items:
+    for begin, end, name, info in items:
         dtype = _st_dtype(info.get("dtype"))
-        shape = tuple(int(s) for s in info.get("shape", ()))
-        begin, end = int(info["data_offsets"][0]), int(info["data_offsets"][1])
+        shape = tuple(info.get("shape", ()))
         need = max(need, data_start + end)
         if dtype is None:
             src.notes.append(
@@ -750,6 +895,25 @@ def _looks_like_safetensors(head, size):
     return head[8:9] == b"{" and 0 < n <= SAFETENSORS_MAX_HEADER
 
 
+def _lfs_pointer(path, size):
+    """LoadError for a Git LFS pointer file (a clone without ``git lfs pull``)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1024).decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    if not text.startswith(LFS_POINTER.decode()):
+        return LoadError("not a checkpoint: a %d-byte text file" % size, fmt="text")
+    m = re.search(r"^size (\d+)", text, re.M)
+    real = " (the real file has %s bytes)" % m.group(1) if m else ""
+    return LoadError(
+        "a Git LFS pointer file (%d bytes), not the checkpoint%s: the repository was cloned "
+        "without its LFS content; run `git lfs pull` in the repository (or `git lfs pull "
+        "--include=%s`)" % (size, real, os.path.basename(path)),
+        fmt="git-lfs-pointer",
+    )
+
+
 def _open_file(path, opts, header_only=False):
     size, head = _sniff(path)
     if size == 0:
@@ -766,6 +930,8 @@ def _open_file(path, opts, header_only=False):
         except LoadError as e:
             e.fmt = "safetensors"
             raise
+    elif head.startswith(LFS_POINTER[:14]) and size < 1024:
+        raise _lfs_pointer(path, size)
     else:
         raise LoadError(
             "not a checkpoint: neither a torch.save zip, a legacy torch pickle nor safetensors "
@@ -1004,7 +1170,9 @@ def _empty_record(path, fmt=None, nbytes=0):
         "error": None,
         "format": fmt,
         "global_step": None,
+        "step_key": None,
         "epoch": None,
+        "scalars": {},
         "params": 0,
         "tensors": 0,
         "skipped_tensors": 0,
@@ -1095,6 +1263,29 @@ def scan_source(src, rec, opts):
     rec["bad_tensors"] = bad[: opts.max_bad]
 
 
+# A full gc pass costs ~0.1 s with torch loaded: run one only when memory asks for it.
+BIG_FILE = 256 << 20  # a checkpoint this large may leave a mapping behind in a cycle: unmap it
+RSS_SLACK = 1 << 30  # resident memory this far above the first file's: collect
+_RSS_BASE = []
+
+
+def _rss():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * mmap.PAGESIZE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _collect_if_needed(nbytes):
+    """gc.collect() after a large checkpoint, or when resident memory grew by RSS_SLACK."""
+    rss = _rss()
+    if not _RSS_BASE:
+        _RSS_BASE.append(rss)
+    if nbytes >= BIG_FILE or rss - _RSS_BASE[0] > RSS_SLACK:
+        gc.collect()
+
+
 def scan_item(item, opts):
     """One "checkpoint" record for a discovered item; never raises for a bad file."""
     t0 = time.time()
@@ -1112,8 +1303,11 @@ def scan_item(item, opts):
         src = open_source(item["path"], opts)
         rec["format"] = src.format
         rec["bytes"] = src.bytes
+        _name_step(src)
         rec["global_step"] = src.meta["global_step"]
+        rec["step_key"] = src.meta["step_key"]
         rec["epoch"] = src.meta["epoch"]
+        rec["scalars"] = src.meta["scalars"]
         rec["notes"].extend(src.notes)
         scan_source(src, rec, opts)
         if src.problems:
@@ -1131,7 +1325,7 @@ def scan_item(item, opts):
         if src is not None:
             src.close()
         src = None
-        gc.collect()  # unmap this checkpoint before the next one: one at a time per worker
+        _collect_if_needed(rec["bytes"])
     if rec["error"]:
         rec["status"] = "error"
     elif any(rec[k] for k in NONFINITE_KEYS) or rec["negative_exp_avg_sq"]:
@@ -1144,7 +1338,32 @@ def scan_item(item, opts):
 
 
 def _meta_record(path, error=None):
-    return {"type": "meta", "path": path, "global_step": None, "epoch": None, "error": error}
+    return {
+        "type": "meta",
+        "path": path,
+        "global_step": None,
+        "step_key": None,
+        "epoch": None,
+        "error": error,
+    }
+
+
+def step_from_name(path):
+    """A step written in the checkpoint's name or in one of its two parent directories'."""
+    parts = os.path.abspath(path).split(os.sep)[-3:]
+    for part in reversed(parts):
+        found = NAME_STEP.findall(os.path.splitext(part)[0] if part == parts[-1] else part)
+        if found:
+            return int(found[-1])
+    return None
+
+
+def _name_step(src):
+    """The file holds no step: take the one in its name (checkpoint-2000/, step_2000.pt)."""
+    if src.meta["global_step"] is None:
+        step = step_from_name(src.path)
+        if step is not None:
+            src.meta["global_step"], src.meta["step_key"] = step, "name"
 
 
 def meta_item(item, opts):
@@ -1156,6 +1375,8 @@ def meta_item(item, opts):
     src = None
     try:
         src = open_source(item["path"], opts, header_only=True)
+        _name_step(src)
+        rec["step_key"] = src.meta["step_key"]
         rec["global_step"] = src.meta["global_step"]
         rec["epoch"] = src.meta["epoch"]
     except LoadError as e:
@@ -1167,7 +1388,8 @@ def meta_item(item, opts):
     finally:
         if src is not None:
             src.close()
-        gc.collect()
+        src = None
+        _collect_if_needed(0)
     return rec
 
 
@@ -1289,13 +1511,86 @@ def _discover_dir(root, items, skipped):
             items.append(_error_item(d, "is a directory, not a checkpoint file (and holds none)"))
 
 
+def _glob_segment(seg):
+    """A regex for one glob path segment (``*``, ``?``, ``[...]`` never cross a ``/``)."""
+    out, i = [], 0
+    while i < len(seg):
+        c = seg[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and seg.find("]", i + 2) > 0:
+            j = seg.find("]", i + 2)
+            body = seg[i + 1 : j]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def glob_paths(pattern):
+    """Sorted matches of a glob, ``**`` included, walking real directories once each.
+
+    Python's glob follows directory symlinks without remembering where it has been: a link
+    loop repeats every file below it dozens of times, and two loops never end. Here each real
+    directory is entered once, and each real file is returned once (under its first path).
+    """
+    segs = pattern.split("/")
+    k = next(i for i, p in enumerate(segs + ["*"]) if re.search(r"[*?[]", p))
+    root = "/".join(segs[:k]) or ("/" if pattern.startswith("/") else ".")
+    rest = segs[k:]
+    if not rest or not os.path.isdir(root):
+        return [pattern] if not rest and os.path.lexists(pattern) else []
+    rx = []
+    for i, seg in enumerate(rest):
+        last = i == len(rest) - 1
+        if seg == "**":
+            rx.append(".*" if last else "(?:[^/]+/)*")
+        else:
+            rx.append(_glob_segment(seg) + ("" if last else "/"))
+    match = re.compile("".join(rx) + r"\Z", re.S).match
+    depth = None if "**" in rest else len(rest)
+    found, seen_dirs, seen_real = [], set(), set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen_dirs:
+            dirnames[:] = []
+            continue
+        seen_dirs.add((st.st_dev, st.st_ino))
+        rel = os.path.relpath(dirpath, root)
+        rel = "" if rel == "." else rel + "/"
+        level = rel.count("/") + 1
+        if depth is not None and level >= depth:
+            dirnames[:] = [d for d in dirnames if match(rel + d)]
+            filenames = [f for f in filenames if match(rel + f)]
+        for name in sorted(dirnames) + sorted(filenames):
+            if match(rel + name):
+                p = os.path.join(root, rel + name) if root != "." else rel + name
+                real = os.path.realpath(p)
+                if real not in seen_real:
+                    seen_real.add(real)
+                    found.append(p)
+        if depth is not None and level >= depth:
+            dirnames[:] = []
+    return sorted(found)
+
+
 def discover(arg):
     """(items, skipped) for a file, directory or glob; Fatal when nothing is there at all."""
     if os.path.lexists(arg):
         paths = [arg]
         explicit = True
     elif re.search(r"[*?[]", arg):
-        paths = sorted(glob.glob(arg, recursive=True))
+        paths = glob_paths(arg)
         explicit = False
         if not paths:
             raise Fatal("no files match %s (as seen by uid %d on this host)" % (arg, _euid()))
@@ -1326,8 +1621,9 @@ def discover(arg):
     for it in items:
         if it["kind"] == "file" and it["path"] in shards:
             continue
-        if it["path"] not in seen:
-            seen.add(it["path"])
+        real = os.path.realpath(it["path"])
+        if real not in seen:  # one checkpoint reached by two paths (a symlink) is one
+            seen.add(real)
             out.append(it)
     if not out:
         raise Fatal(
