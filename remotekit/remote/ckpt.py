@@ -67,10 +67,12 @@ checked again alone in a fresh one. inspect and diff run in this process.
 from __future__ import annotations
 
 import argparse
+import collections
 import ctypes
 import gc
 import importlib
 import importlib.util
+import io
 import json
 import math
 import mmap
@@ -92,7 +94,6 @@ CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 INDEX_SUFFIX = ".index.json"
 # Files an HF Trainer writes beside the weights that are not model/optimizer state.
 AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
-ZERO_PARTITION = re.compile(r"(^|_)zero_pp_rank_\d+|_optim_states\.pt$")
 OPTIM_KEY = re.compile(r"optim", re.IGNORECASE)
 # Step keys, most specific first: Lightning/HF/Accelerate, torchtitan, nanoGPT, Megatron,
 # fairseq, DeepSpeed's model states; "epoch" only when nothing finer is there.
@@ -222,6 +223,7 @@ def _import_torch():
     warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
     # safetensors data is mapped read-only on purpose: nothing here writes to it
     warnings.filterwarnings("ignore", message=".*given buffer is not writable.*")
+    warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated.*")
     try:
         import torch as _torch
     except Exception as e:  # ImportError, or a broken install raising anything
@@ -457,6 +459,7 @@ def _walk(obj, src, release):
             key = None
             if numel and o.device.type == "cpu":
                 key = (o.data_ptr(), tuple(o.shape), tuple(o.stride()), str(o.dtype))
+            data = o.detach()  # saved parameters may require grad: nothing here needs it
             src.entries.append(
                 Entry(
                     path or "<tensor>",
@@ -467,7 +470,7 @@ def _walk(obj, src, release):
                     numel,
                     numel * o.element_size(),
                     key,
-                    lambda n, t=o: _tensor_chunks(t, n, release),
+                    lambda n, t=data: _tensor_chunks(t, n, release),
                 )
             )
             return
@@ -592,11 +595,11 @@ def _fill_meta(src, obj):
         )
 
 
-def _sidecar_step(src):
+def _sidecar_step(src, p=None):
     """HF Trainer writes trainer_state.json beside the weights: use its step and epoch."""
     if src.meta["global_step"] is not None:
         return
-    p = os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
+    p = p or os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
     try:
         with open(p) as f:
             state = json.load(f)
@@ -672,6 +675,12 @@ def _open_torch_unchecked(path, size, is_zip, opts):
         obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=not opts.unsafe_pickle)
     except pickle.UnpicklingError as e:
         needs = [] if opts.unsafe_pickle else _unsafe_globals(path, is_zip, e)
+        if needs and _inert_globals(needs):
+            src.notes.append(
+                "DeepSpeed objects read as inert placeholders (deepspeed is not imported): %s"
+                % ", ".join(n.rsplit(".", 1)[-1] for n in needs)
+            )
+            return _load_again(path, src, is_zip)
         if needs:
             raise LoadError(
                 "weights-only load refused %s: %s. If you trust this file, allow %s with %s "
@@ -694,11 +703,55 @@ def _open_torch_unchecked(path, size, is_zip, opts):
         ) from None
     except Exception as e:  # torch raises RuntimeError/EOFError/KeyError... for damage
         raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+    return _adopt_loaded(path, src, obj, is_zip)
+
+
+def _adopt_loaded(path, src, obj, is_zip):
     src.obj = obj
     release = _Releaser(path) if is_zip else None
     _walk(obj, src, release)
     _fill_meta(src, obj)
     return src
+
+
+def _load_again(path, src, is_zip):
+    try:
+        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=True)
+    except Exception as e:
+        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+    return _adopt_loaded(path, src, obj, is_zip)
+
+
+class _Inert(object):
+    """Stands in for an object of a training library (DeepSpeed's LossScaler, ZeroStageEnum,
+    fragment_address) in its checkpoints: it keeps what was pickled and runs nothing."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+
+    def __setstate__(self, state):
+        self.state = state
+
+
+INERT_PREFIXES = ("deepspeed.",)
+_INERT = {}
+
+
+def _inert_globals(names):
+    """Allow-list inert stand-ins for ``names`` when all belong to a known training library
+    whose checkpoint layout is read here (DeepSpeed); False when some do not, or when this
+    torch (< 2.5) cannot map a name to a stand-in."""
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is None or not all(n.startswith(INERT_PREFIXES) for n in names):
+        return False
+    new = [n for n in names if n not in _INERT]
+    for n in new:
+        _INERT[n] = type(n.rsplit(".", 1)[-1], (_Inert,), {})
+    try:
+        add([(_INERT[n], n) for n in new])
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
 
 
 def _st_dtype(code):
@@ -914,7 +967,7 @@ def _lfs_pointer(path, size):
     )
 
 
-def _open_file(path, opts, header_only=False):
+def _open_file(path, opts, header_only=False, sidecar=True):
     size, head = _sniff(path)
     if size == 0:
         raise LoadError(
@@ -937,7 +990,8 @@ def _open_file(path, opts, header_only=False):
             "not a checkpoint: neither a torch.save zip, a legacy torch pickle nor safetensors "
             "(%d bytes, starting %r)" % (size, head[:8])
         )
-    _sidecar_step(src)
+    if sidecar:
+        _sidecar_step(src)
     return src
 
 
@@ -968,9 +1022,6 @@ def _open_index(path, opts, header_only=False):
             src.problems.append("shard %s: %s" % (shard, e.reason))
             src.needs_globals.extend(e.needs_globals)
             continue
-        src.bytes += part.bytes
-        src._close.append(part.close)
-        src.problems.extend("shard %s: %s" % (shard, p) for p in part.problems)
         names = set(e.name for e in part.entries)
         absent = [k for k in expected if k not in names]
         if absent and not part.problems:
@@ -978,23 +1029,451 @@ def _open_index(path, opts, header_only=False):
                 "shard %s lacks %d tensors the index puts there (first: %s)"
                 % (shard, len(absent), absent[0])
             )
-        src.entries.extend(part.entries)
-        src.optimizers.extend(part.optimizers)
-        for k in ("global_step", "epoch"):
-            if src.meta[k] is None:
-                src.meta[k] = part.meta[k]
+        _adopt(src, part, "shard " + shard)
     _sidecar_step(src)
     if isinstance(index.get("metadata"), dict):
         src.meta["metadata"] = index["metadata"]
     return src
 
 
+def _adopt(src, part, label, prefix="", section=None):
+    """Make ``part`` (an opened file) a part of the composite checkpoint ``src``."""
+    src.bytes += part.bytes
+    src._close.append(part.close)
+    src.problems.extend("%s: %s" % (label, p) for p in part.problems)
+    src.needs_globals.extend(part.needs_globals)
+    src.notes.extend("%s: %s" % (label, n) for n in part.notes)
+    for e in part.entries:
+        e.name = prefix + e.name
+        if section is not None:
+            e.section = section
+        src.entries.append(e)
+    src.optimizers.extend((prefix + p, o) for p, o in part.optimizers)
+    for k in ("global_step", "step_key", "epoch"):
+        if src.meta[k] is None:
+            src.meta[k] = part.meta[k]
+    for k, v in part.meta["scalars"].items():
+        if len(src.meta["scalars"]) < 30:
+            src.meta["scalars"].setdefault(prefix + k, v)
+
+
+def _open_part(src, path, label, opts, header_only, prefix="", section=None):
+    """Open one file of a checkpoint directory into ``src``; a failure is a problem of src."""
+    if not os.path.exists(path):
+        src.problems.append("%s is missing" % label)
+        return
+    try:
+        part = _open_index(path, opts, header_only) if path.endswith(INDEX_SUFFIX) else None
+        part = part or _open_file(path, opts, header_only=header_only, sidecar=False)
+    except LoadError as e:
+        src.problems.append("%s: %s" % (label, e.reason))
+        src.needs_globals.extend(e.needs_globals)
+        return
+    _adopt(src, part, label, prefix, section)
+
+
+# ------------------------------------------------------------------- checkpoint directories
+
+HF_WEIGHTS = (
+    "model.safetensors.index.json",
+    "model.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+HF_OPTIMIZER = ("optimizer.pt", "optimizer.bin")
+HF_DIR = re.compile(r"^checkpoint-\d+$")
+DS_MODEL = re.compile(r"^(?:zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$")
+DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
+DCP_FILE = re.compile(r"^__\d+_\d+\.distcp$")
+
+
+def classify_dir(path, names=None):
+    """The item for a directory that is ONE checkpoint (DCP, DeepSpeed, HF Trainer), else None.
+
+    ``files`` are the files the checkpoint owns (a scan does not report them on their own).
+    """
+    if names is None:
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return None
+    names = sorted(names)
+    join = lambda n: os.path.join(path, n)  # noqa: E731
+    if ".metadata" in names:
+        files = [join(".metadata")] + [join(n) for n in names if DCP_FILE.match(n)]
+        fmt = "dcp"
+    elif any(DS_MODEL.match(n) or DS_OPTIM.match(n) for n in names):
+        files = [join(n) for n in names if DS_MODEL.match(n) or DS_OPTIM.match(n)]
+        fmt = "deepspeed"
+    elif "trainer_state.json" in names or HF_DIR.match(os.path.basename(path.rstrip("/"))):
+        weights = _hf_weights(names)
+        if not weights:
+            return None
+        files = [join(n) for n in weights + [n for n in HF_OPTIMIZER if n in names][:1]]
+        for w in weights:
+            if w.endswith(INDEX_SUFFIX):
+                files += _index_item(join(w))["files"]
+        fmt = "hf-trainer"
+    else:
+        return None
+    size = 0
+    for p in files:  # tensor files only, as the scan counts them (not .metadata, not an index)
+        try:
+            if not p.endswith((INDEX_SUFFIX, ".metadata")):
+                size += os.path.getsize(p)
+        except OSError:
+            pass
+    return {"kind": "dir", "format": fmt, "path": path, "bytes": size, "files": files}
+
+
+def _hf_weights(names):
+    """The weights files of an HF checkpoint directory: an index and its shards, or one file."""
+    for w in HF_WEIGHTS:
+        if w in names:
+            return [w]
+    return [n for n in names if n.endswith(".safetensors")][:1]
+
+
+def _open_hf_trainer(path, opts, header_only):
+    """HF Trainer's checkpoint-N/: weights + optimizer.pt as ONE checkpoint, step from
+    trainer_state.json (scheduler.pt, scaler.pt, rng_state*.pth hold no model state)."""
+    src = Source(path, "hf-trainer", 0)
+    names = sorted(os.listdir(path))
+    for w in _hf_weights(names):
+        _open_part(src, os.path.join(path, w), w, opts, header_only)
+    opt = [n for n in HF_OPTIMIZER if n in names]
+    if opt:
+        _open_part(
+            src, os.path.join(path, opt[0]), opt[0], opts, header_only, "optimizer.", OPTIMIZER
+        )
+    else:
+        src.notes.append("no optimizer.pt: weights only (save_only_model?)")
+    src.meta["global_step"] = src.meta["step_key"] = None  # the trainer's own count wins
+    _sidecar_step(src, os.path.join(path, "trainer_state.json"))
+    return src
+
+
+def _open_deepspeed(path, opts, header_only):
+    """DeepSpeed's global_stepN/: model states (weights) and every ZeRO optimizer partition
+    (fp32 master copy and Adam moments) as ONE checkpoint; the step from the model states'
+    ``global_steps``, else the directory's name; ``latest`` beside it is checked."""
+    src = Source(path, "deepspeed", 0)
+    names = sorted(os.listdir(path))
+    for n in names:
+        if DS_MODEL.match(n):
+            _open_part(src, os.path.join(path, n), n, opts, header_only)
+    parts = [(int(DS_OPTIM.match(n).group(1)), n) for n in names if DS_OPTIM.match(n)]
+    for rank, n in sorted(parts):
+        prefix = "rank%d." % rank if len(parts) > 1 else ""
+        _open_part(src, os.path.join(path, n), n, opts, header_only, prefix, OPTIMIZER)
+    if parts:
+        src.notes.append("%d ZeRO optimizer partition(s)" % len(parts))
+    latest = _ds_latest(os.path.dirname(os.path.abspath(path)))
+    if latest is not None and latest == os.path.basename(path.rstrip("/")):
+        src.notes.append("`latest` names this checkpoint")
+    return src
+
+
+def _ds_latest(parent):
+    """The tag in DeepSpeed's ``latest`` file in ``parent`` (None if there is none)."""
+    try:
+        with open(os.path.join(parent, "latest")) as f:
+            return f.read(256).strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def open_source(path, opts, header_only=False):
-    """Open one checkpoint (file or HF index) without reading tensor data; LoadError if not."""
+    """Open one checkpoint (a file, an HF index, or a checkpoint directory: DCP, DeepSpeed,
+    HF Trainer) without reading tensor data; LoadError if it is none of them."""
     _import_torch()
+    if os.path.isdir(path):
+        item = classify_dir(path)
+        if item is None:
+            raise LoadError(
+                "is a directory, not a checkpoint (no DCP .metadata, DeepSpeed "
+                "model/optimizer states, or HF Trainer weights in it)"
+            )
+        opener = {"dcp": _open_dcp, "deepspeed": _open_deepspeed, "hf-trainer": _open_hf_trainer}
+        return opener[item["format"]](path, opts, header_only)
     if path.endswith(INDEX_SUFFIX):
         return _open_index(path, opts, header_only=header_only)
     return _open_file(path, opts, header_only=header_only)
+
+
+# ----------------------------------------------------------- torch.distributed.checkpoint
+
+# What a DCP .metadata pickle may name: torch's own metadata dataclasses and plain values.
+DCP_MODULES = (
+    "torch.distributed.checkpoint.metadata",
+    "torch.distributed.checkpoint.filesystem",
+    "torch.distributed.checkpoint.planner",
+)
+
+
+def _path_str(*parts):
+    return "/".join(str(p) for p in parts)
+
+
+def _layout(name):
+    layout = getattr(torch, str(name).replace("torch.", "", 1), None)
+    if not isinstance(layout, torch.layout):
+        raise pickle.UnpicklingError("unknown layout %r" % (name,))
+    return layout
+
+
+class _DcpMetaUnpickler(pickle.Unpickler):
+    """Reads .metadata without running code from it: only DCP's metadata classes,
+    torch.Size, dtypes and layouts may be named (torch itself uses plain pickle.load)."""
+
+    def find_class(self, module, name):
+        if module in DCP_MODULES:
+            obj = getattr(importlib.import_module(module), name, None)
+            if isinstance(obj, type):
+                return obj
+        elif module == "torch":
+            obj = getattr(torch, name, None)
+            if obj is torch.Size or isinstance(
+                obj, (torch.dtype, torch.layout, torch.memory_format)
+            ):
+                return obj
+        elif module == "pathlib" and name.endswith("Path"):
+            return _path_str  # storage_meta.checkpoint_id: the path it was saved to
+        elif (module, name) == ("torch.serialization", "_get_layout"):
+            return _layout  # how torch.layout pickles: a lookup by name
+        elif (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        raise pickle.UnpicklingError(
+            "the metadata names %s.%s, which a DCP .metadata file never holds" % (module, name)
+        )
+
+
+class _Window(io.RawIOBase):
+    """A read-only view of ``length`` bytes at ``start`` of an open file (one DCP item)."""
+
+    def __init__(self, f, start, length):
+        super().__init__()
+        self.f, self.start, self.length, self.pos = f, start, length, 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self.pos
+
+    def seek(self, pos, whence=0):
+        base = {0: 0, 1: self.pos, 2: self.length}[whence]
+        self.pos = max(0, min(self.length, base + pos))
+        return self.pos
+
+    def readinto(self, b):
+        n = min(len(b), self.length - self.pos)
+        if n <= 0:
+            return 0
+        self.f.seek(self.start + self.pos)
+        data = self.f.read(n)
+        b[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def _rebuild_ref(storage, storage_offset, size, stride, *rest):
+    return {
+        "storage": storage,
+        "offset": storage_offset,
+        "size": tuple(size),
+        "stride": tuple(stride),
+    }
+
+
+class _TensorRefUnpickler(pickle.Unpickler):
+    """The data.pkl of a torch.save'd tensor, read as a reference (storage, offset, size,
+    stride) to its bytes instead of a tensor: nothing is loaded, no code runs."""
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
+            raise pickle.UnpicklingError("unexpected persistent id")
+        return {"dtype": pid[1], "key": str(pid[2]), "numel": pid[4]}
+
+    def find_class(self, module, name):
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_ref
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if module == "torch" and name.endswith("Storage") and name != "UntypedStorage":
+            dtype = getattr(getattr(torch, name, None), "dtype", None)
+            if isinstance(dtype, torch.dtype):
+                return dtype
+        raise pickle.UnpicklingError("not a plain tensor (%s.%s)" % (module, name))
+
+
+def _dcp_locate(f, start, length):
+    """(absolute offset of the data, dtype, shape) of a contiguous tensor torch.save'd at
+    ``start`` of file ``f``; None when it is not that simple (then torch.load reads it)."""
+    try:
+        zf = zipfile.ZipFile(_Window(f, start, length))
+        pkl = [i for i in zf.infolist() if i.filename.endswith("/data.pkl")]
+        if len(pkl) != 1:
+            return None
+        ref = _TensorRefUnpickler(io.BytesIO(zf.read(pkl[0]))).load()
+        st = ref["storage"]
+        info = zf.getinfo(pkl[0].filename[: -len("data.pkl")] + "data/" + st["key"])
+    except (
+        zipfile.BadZipFile,
+        pickle.UnpicklingError,
+        KeyError,
+        TypeError,
+        ValueError,
+        EOFError,
+        AttributeError,
+        IndexError,
+    ):
+        return None
+    size, stride = ref["size"], ref["stride"]
+    want, expect = 1, []
+    for d in reversed(size):
+        expect.insert(0, want)
+        want *= d
+    if info.compress_type != zipfile.ZIP_STORED or (want > 1 and tuple(expect) != stride):
+        return None
+    f.seek(start + info.header_offset)
+    head = f.read(30)
+    if len(head) < 30 or head[:4] != b"PK\x03\x04":
+        return None
+    n, e = struct.unpack("<HH", head[26:30])
+    itemsize = torch.empty((), dtype=st["dtype"]).element_size()
+    if (ref["offset"] + want) * itemsize > info.file_size:
+        return None
+    return start + info.header_offset + 30 + n + e + ref["offset"] * itemsize, st["dtype"], size
+
+
+def _open_dcp(path, opts, header_only):
+    """A torch.distributed.checkpoint directory, read shard by shard without a process group:
+    .metadata lists every tensor chunk and where it lies (file, offset, length); each chunk is
+    a torch.save'd tensor whose bytes are memory-mapped and checked in place."""
+    src = Source(path, "dcp", 0)
+    try:
+        with open(os.path.join(path, ".metadata"), "rb") as f:
+            md = _DcpMetaUnpickler(f).load()
+        sdm, storage = md.state_dict_metadata, md.storage_data
+        sdm.items(), storage.items()
+    except (
+        OSError,
+        EOFError,
+        pickle.UnpicklingError,
+        AttributeError,
+        ImportError,
+        TypeError,
+        ValueError,
+    ) as e:
+        raise LoadError("cannot read the DCP .metadata: %s" % _short(e), fmt="dcp") from e
+    files, sizes, chunks_of = {}, {}, {}
+    for fqn, m in sdm.items():
+        for c in getattr(m, "chunks", None) or ():
+            chunks_of[(fqn, tuple(c.offsets))] = tuple(c.sizes)
+    skipped_bytes = 0
+    for idx, info in sorted(storage.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
+        m = sdm.get(idx.fqn)
+        if not hasattr(m, "chunks"):
+            skipped_bytes += 1  # a BytesStorageMetadata item: pickled objects, not tensors
+            continue
+        rel = info.relative_path
+        if rel not in files:
+            files[rel] = _dcp_file(src, path, rel, sizes)
+        f = files[rel]
+        if f is None:
+            continue
+        if info.offset + info.length > sizes[rel]:
+            src.problems.append(
+                "truncated: %s has %d bytes, but %s needs %d"
+                % (rel, sizes[rel], idx.fqn, info.offset + info.length)
+            )
+            continue
+        if getattr(info, "transform_descriptors", None):
+            src.notes.append(
+                "%s: stored with %s: not checked" % (idx.fqn, ", ".join(info.transform_descriptors))
+            )
+            continue
+        offsets = tuple(idx.offset or ())
+        shape = chunks_of.get((idx.fqn, offsets), tuple(m.size))
+        name = idx.fqn if len(m.chunks) == 1 else "%s@%s" % (idx.fqn, list(offsets))
+        _dcp_entry(src, f, name, idx.fqn, m.properties.dtype, shape, info, opts)
+    if skipped_bytes:
+        src.notes.append("%d non-tensor items (pickled objects) not checked" % skipped_bytes)
+    src.bytes = sum(sizes.values())
+    src.notes.append("%d items in %d files" % (len(sdm), len(files)))
+    return src
+
+
+def _dcp_file(src, path, rel, sizes):
+    p = os.path.join(path, rel)
+    try:
+        f = open(p, "rb")
+    except OSError as e:
+        src.problems.append("%s: %s" % (rel, e.strerror or e))
+        return None
+    sizes[rel] = os.fstat(f.fileno()).st_size
+    src._close.append(f.close)
+    return f
+
+
+def _dcp_entry(src, f, name, fqn, dtype, shape, info, opts):
+    numel = 1
+    for d in shape:
+        numel *= d
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    loc = _dcp_locate(f, info.offset, info.length)
+    if loc is not None and (loc[1] != dtype or tuple(loc[2]) != tuple(shape)):
+        src.problems.append(
+            "%s: the file holds %s %s, .metadata says %s %s"
+            % (name, loc[1], list(loc[2]), dtype, list(shape))
+        )
+        return
+    if loc is not None:
+        mm = _dcp_map(src, f)
+        chunks = lambda n, s=loc[0]: _st_chunks(mm, s, dtype, itemsize, numel, shape, n)  # noqa: E731
+    else:
+
+        def chunks(n, start=info.offset, length=info.length):
+            t = torch.load(_Window(f, start, length), map_location="cpu", weights_only=True)
+            return _tensor_chunks(t, n, None)
+
+    depth = fqn.count(".")
+    section = _section_for_name(fqn)
+    slot = fqn.rsplit(".", 1)[-1]
+    if (
+        len(shape) == 0
+        and section == WEIGHTS
+        and depth <= 1
+        and (depth == 0 or fqn.split(".")[0] in STATE_CONTAINERS or META_NAME.search(fqn))
+    ):
+        value = next(chunks(1))[1]
+        x = float(value[0]) if _is_scalar_dtype(dtype) and not dtype.is_complex else None
+        x = int(x) if x is not None and x.is_integer() else x
+        src.meta["scalars"][fqn] = x
+        if slot in STEP_KEYS and src.meta["global_step"] is None:
+            src.meta["global_step"], src.meta["step_key"] = x, fqn
+        return
+    src.entries.append(
+        Entry(name, section, slot, dtype, tuple(shape), numel, numel * itemsize, None, chunks)
+    )
+
+
+def _dcp_map(src, f):
+    mm = getattr(f, "_remotekit_mm", None)
+    if mm is None:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        src._close.insert(0, mm.close)
+        try:
+            f._remotekit_mm = mm
+        except AttributeError:
+            pass
+    return mm
 
 
 # ------------------------------------------------------------------------------ checking
@@ -1302,7 +1781,7 @@ def scan_item(item, opts):
     try:
         src = open_source(item["path"], opts)
         rec["format"] = src.format
-        rec["bytes"] = src.bytes
+        rec["bytes"] = src.bytes or rec["bytes"]
         _name_step(src)
         rec["global_step"] = src.meta["global_step"]
         rec["step_key"] = src.meta["step_key"]
@@ -1426,18 +1905,6 @@ def _index_item(path):
     return {"kind": "hf-index", "path": path, "bytes": size, "files": files}
 
 
-def _dcp_item(path):
-    return {
-        "kind": "unsupported",
-        "format": "dcp",
-        "path": path,
-        "bytes": _tree_size(path),
-        "reason": "torch.distributed.checkpoint directory (.metadata): not supported yet; "
-        "convert it with `python -m torch.distributed.checkpoint.format_utils dcp_to_torch "
-        "%s OUT.pt` and scan OUT.pt" % path,
-    }
-
-
 def _tree_size(path):
     total = 0
     for d, _, files in os.walk(path):
@@ -1451,6 +1918,24 @@ def _tree_size(path):
 
 def _error_item(path, reason):
     return {"kind": "error", "path": path, "bytes": 0, "reason": reason}
+
+
+HF_AUX = frozenset(["scheduler.pt", "scaler.pt", "training_args.bin"])
+
+
+def _check_latest(dirpath, filenames, dirnames, items):
+    """DeepSpeed's ``latest`` names the newest save: say so when that directory is missing."""
+    if "latest" not in filenames or not any(d.startswith("global_step") for d in dirnames):
+        return
+    tag = _ds_latest(dirpath)
+    if tag and tag not in dirnames:
+        items.append(
+            _error_item(
+                os.path.join(dirpath, "latest"),
+                "DeepSpeed's `latest` names %s, which is not in %s: the last save did not "
+                "finish or was deleted; a resume would fail" % (tag, dirpath),
+            )
+        )
 
 
 def _discover_dir(root, items, skipped):
@@ -1470,35 +1955,26 @@ def _discover_dir(root, items, skipped):
     for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
         dirnames.sort()
         filenames.sort()
-        if ".metadata" in filenames:
-            items.append(_dcp_item(dirpath))
-            dirnames[:] = []
-            continue
-        ext_dirs.extend(os.path.join(dirpath, d) for d in dirnames if d.endswith(CKPT_EXTS))
+        _check_latest(dirpath, filenames, dirnames, items)
+        whole = classify_dir(dirpath, filenames)
         taken = set()
+        if whole is not None:
+            items.append(whole)
+            taken.update(whole["files"])
+            if whole["format"] != "hf-trainer":  # HF dirs may hold a DeepSpeed global_stepN/
+                dirnames[:] = []
+                continue
+        ext_dirs.extend(os.path.join(dirpath, d) for d in dirnames if d.endswith(CKPT_EXTS))
         for f in filenames:
-            if f.endswith(INDEX_SUFFIX):
+            if f.endswith(INDEX_SUFFIX) and os.path.join(dirpath, f) not in taken:
                 it = _index_item(os.path.join(dirpath, f))
                 items.append(it)
                 taken.update(it["files"])
-        zero = [f for f in filenames if ZERO_PARTITION.search(f)]
-        if zero:
-            items.append(
-                {
-                    "kind": "unsupported",
-                    "format": "deepspeed-zero",
-                    "path": dirpath,
-                    "bytes": sum(_file_item(os.path.join(dirpath, f))["bytes"] for f in zero),
-                    "reason": "DeepSpeed ZeRO partitions (%d files, e.g. %s): not supported yet; "
-                    "consolidate them with DeepSpeed's zero_to_fp32.py and scan the result"
-                    % (len(zero), zero[0]),
-                }
-            )
         for f in filenames:
             p = os.path.join(dirpath, f)
-            if f in zero or f.endswith(INDEX_SUFFIX) or p in taken or not f.endswith(CKPT_EXTS):
+            if f.endswith(INDEX_SUFFIX) or p in taken or not f.endswith(CKPT_EXTS):
                 continue
-            if AUX_FILES.match(f):
+            if AUX_FILES.match(f) or (whole is not None and f in HF_AUX):
                 skipped.append(p)
                 continue
             if os.path.islink(p) and not os.path.exists(p):
@@ -2026,10 +2502,6 @@ def cmd_inspect(opts):
     }
     src = None
     try:
-        if os.path.isdir(path):
-            if os.path.exists(os.path.join(path, ".metadata")):
-                raise LoadError(_dcp_item(path)["reason"])
-            raise LoadError("is a directory: give one checkpoint file or a *.index.json")
         src = open_source(path, opts, header_only=True)
         rec.update(
             format=src.format,
