@@ -1848,7 +1848,7 @@ def _name_step(src):
 def meta_item(item, opts):
     """A "meta" record (step, epoch) for ordering; reads no tensor data."""
     rec = _meta_record(item["path"])
-    if item["kind"] != "file" and item["kind"] != "hf-index":
+    if item["kind"] not in ("file", "hf-index", "dir"):
         rec["error"] = item.get("reason")
         return rec
     src = None
