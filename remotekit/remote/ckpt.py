@@ -975,14 +975,14 @@ def _open_file(path, opts, header_only=False, sidecar=True):
         )
     if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
         src = _open_torch(path, size, True, opts)
-    elif head.startswith(b"\x80"):
-        src = _open_torch(path, size, False, opts)
-    elif _looks_like_safetensors(head, size):
+    elif _looks_like_safetensors(head, size):  # before pickle: a header length may start 0x80
         try:
             src = _open_safetensors(path, size, header_only=header_only)
         except LoadError as e:
             e.fmt = "safetensors"
             raise
+    elif head.startswith(b"\x80"):
+        src = _open_torch(path, size, False, opts)
     elif head.startswith(LFS_POINTER[:14]) and size < 1024:
         raise _lfs_pointer(path, size)
     else:
