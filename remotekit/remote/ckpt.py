@@ -9,23 +9,34 @@ Standalone: the standard library and torch >= 2.1 only, Python >= 3.8. Subcomman
     ckpt.py bisect DIR [--linear] [--jobs N] [--allow-global NAME]... [--unsafe-pickle]
 
 PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt,
-*.safetensors and Hugging Face ``*.index.json`` shard indexes) or a glob. Formats: torch.save
-files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors (parsed here:
-8-byte little-endian header length, JSON header, raw data; no safetensors package needed) and
-HF sharded checkpoints (``weight_map``). torch.distributed.checkpoint directories (``.metadata``)
-and DeepSpeed ZeRO partitions are named as not supported yet.
+*.safetensors, Hugging Face ``*.index.json`` shard indexes and checkpoint directories) or a
+glob (``**`` too; each real directory is entered once, so symlink loops end). Formats:
+torch.save files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors
+(parsed and validated here: 8-byte little-endian header length, JSON header, raw data; no
+safetensors package needed) and HF sharded checkpoints (``weight_map``). Directories that are
+ONE checkpoint each: HF Trainer ``checkpoint-N/`` (weights + optimizer.pt + trainer_state.json),
+DeepSpeed ``global_stepN/`` (model states + every ZeRO optimizer partition; ``latest`` is
+checked), torch.distributed.checkpoint (``.metadata`` + ``__R_N.distcp``, read chunk by chunk
+without a process group). Git LFS pointer files are named as such.
+
+Steps: the most specific key in the file (global_step, step, iter_num, iteration, num_updates,
+DeepSpeed's global_steps; one level down in train_state/trainer_state/extra_state; fairseq's
+optimizer_history), else trainer_state.json beside it, else the name (checkpoint-2000,
+step_2000, global_step2000, epoch=1-step=2000); ``step_key`` says which. Top-level scalars
+(nanoGPT's best_val_loss, a 0-d tensor) are metadata (``scalars``), never weights.
 
 Output: one JSON object per stdout line, flushed as it is made, each with a ``"type"``:
 
     plan        {files, bytes, jobs, skipped: [paths]}            first record of scan/bisect
     progress    {path, done, total}                               tensor bytes checked in a file
-    checkpoint  {path, status, ok, error, format, global_step, epoch, params, tensors,
+    checkpoint  {path, status, ok, error, format, global_step, step_key, epoch, scalars,
+                 params, tensors,
                  skipped_tensors, bytes, nan_weights, posinf_weights, neginf_weights,
                  nan_optimizer, posinf_optimizer, neginf_optimizer, negative_exp_avg_sq,
                  max_abs_weights, max_abs_optimizer, bad_tensors: [{name, section, slot, dtype,
                  numel, nan, posinf, neginf, negative, first_index, shared_with}],
                  bad_tensors_total, needs_globals, notes, seconds}
-    meta        {path, global_step, epoch, error}                 (bisect ordering)
+    meta        {path, global_step, step_key, epoch, error}       (bisect ordering)
     order       {order, checkpoints: [{path, global_step}]}       (bisect)
     bisect      {directory, order, mode, checkpoints, scanned, last_clean, first_bad,
                  unreadable, bad, later_clean, assumption}
