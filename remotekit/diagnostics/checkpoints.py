@@ -67,6 +67,7 @@ __all__ = [
     "DiffFlag",
     "DiffReport",
     "InspectReport",
+    "LogFile",
     "OptimizerInfo",
     "ParamGroup",
     "Sample",
@@ -248,13 +249,24 @@ class CheckpointReport:
 
 
 @dataclass(frozen=True)
+class LogFile:
+    """A file met while walking the scanned directories that may be a training log."""
+
+    path: str
+    bytes: int
+    mtime: int
+
+
+@dataclass(frozen=True)
 class ScanPlan:
-    """What the scan found before it started: files (checkpoints), their bytes, skipped files."""
+    """What the scan found before it started: files (checkpoints), their bytes, skipped files,
+    and the files that may be training logs (``logs``: what ``diagnose --run`` reads)."""
 
     files: int
     bytes: int
     jobs: int
     skipped: tuple[str, ...] = ()
+    logs: tuple[LogFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -748,6 +760,11 @@ def scan_checkpoints(
                     _int(rec.get("bytes")),
                     _int(rec.get("jobs")),
                     _strs(rec.get("skipped")),
+                    tuple(
+                        LogFile(str(g.get("path")), _int(g.get("bytes")), _int(g.get("mtime")))
+                        for g in rec.get("logs") or ()
+                        if isinstance(g, Mapping)
+                    ),
                 )
             )
         elif kind == "checkpoint":

@@ -27,7 +27,8 @@ step_2000, global_step2000, epoch=1-step=2000); ``step_key`` says which. Top-lev
 
 Output: one JSON object per stdout line, flushed as it is made, each with a ``"type"``:
 
-    plan        {files, bytes, jobs, skipped: [paths]}            first record of scan/bisect
+    plan        {files, bytes, jobs, skipped: [paths],            first record of scan/bisect
+                 logs: [{path, bytes, mtime}]}                    (scan: log files met)
     progress    {path, done, total}                               tensor bytes checked in a file
     checkpoint  {path, status, ok, error, format, global_step, step_key, epoch, scalars,
                  params, tensors,
@@ -1949,7 +1950,16 @@ def _check_latest(dirpath, filenames, dirnames, items):
         )
 
 
-def _discover_dir(root, items, skipped):
+# Files a run directory keeps its training log in (the plan's "logs": candidates for
+# train-log; what they hold is train-log's to recognise).
+LOG_FILE = re.compile(
+    r"(\.jsonl|\.log|\.csv|\.txt|^trainer_state\.json|^events\.out\.tfevents\..+|"
+    r"^wandb-summary\.json|^run-.+\.wandb)$"
+)
+MAX_LOGS = 100
+
+
+def _discover_dir(root, items, skipped, logs=None):
     ext_dirs = [root] if root.rstrip("/").endswith(CKPT_EXTS) else []
 
     def onerror(e):
@@ -1967,6 +1977,8 @@ def _discover_dir(root, items, skipped):
         dirnames.sort()
         filenames.sort()
         _check_latest(dirpath, filenames, dirnames, items)
+        if logs is not None and len(logs) < MAX_LOGS:
+            logs.extend(_log_entry(dirpath, f) for f in filenames if LOG_FILE.search(f))
         whole = classify_dir(dirpath, filenames)
         taken = set()
         if whole is not None:
@@ -2071,8 +2083,18 @@ def glob_paths(pattern):
     return sorted(found)
 
 
-def discover(arg):
-    """(items, skipped) for a file, directory or glob; Fatal when nothing is there at all."""
+def _log_entry(dirpath, name):
+    p = os.path.join(dirpath, name)
+    try:
+        st = os.stat(p)
+    except OSError:
+        return {"path": p, "bytes": 0, "mtime": 0}
+    return {"path": p, "bytes": st.st_size, "mtime": int(st.st_mtime)}
+
+
+def discover(arg, logs=None):
+    """(items, skipped) for a file, directory or glob; Fatal when nothing is there at all.
+    ``logs``, a list, collects the training-log candidates met in directory walks."""
     if os.path.lexists(arg):
         paths = [arg]
         explicit = True
@@ -2090,7 +2112,7 @@ def discover(arg):
         if os.path.islink(p) and not os.path.exists(p):
             items.append(_error_item(p, "dangling symlink to %s" % os.readlink(p)))
         elif os.path.isdir(p):
-            _discover_dir(p, items, skipped)
+            _discover_dir(p, items, skipped, logs)
         elif p.endswith(INDEX_SUFFIX):
             items.append(_index_item(p))
         elif explicit:
@@ -2113,10 +2135,14 @@ def discover(arg):
             seen.add(real)
             out.append(it)
     if not out:
-        raise Fatal(
-            "no checkpoints under %s (looked for %s and *%s)"
-            % (arg, ", ".join("*" + e for e in CKPT_EXTS), INDEX_SUFFIX)
+        why = "no checkpoints under %s (looked for %s, *%s and checkpoint directories)" % (
+            arg,
+            ", ".join("*" + e for e in CKPT_EXTS),
+            INDEX_SUFFIX,
         )
+        if not logs:
+            raise Fatal(why)
+        emit({"type": "warning", "message": why})  # a run directory with a log only
     return out, skipped
 
 
@@ -2407,10 +2433,20 @@ def _preflight(opts):
 def cmd_scan(opts):
     t0 = time.time()
     _preflight(opts)
-    items, skipped = discover(opts.path)
+    logs = []
+    items, skipped = discover(opts.path, logs)
     total = sum(int(it.get("bytes", 0)) for it in items)
     jobs = max(1, min(opts.jobs, len(items)))
-    emit({"type": "plan", "files": len(items), "bytes": total, "jobs": jobs, "skipped": skipped})
+    emit(
+        {
+            "type": "plan",
+            "files": len(items),
+            "bytes": total,
+            "jobs": jobs,
+            "skipped": skipped,
+            "logs": logs[:MAX_LOGS],
+        }
+    )
     direct = [it for it in items if it["kind"] in ("unsupported", "error")]
     work = [it for it in items if it["kind"] not in ("unsupported", "error")]
     recs = []
