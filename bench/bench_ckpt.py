@@ -185,6 +185,7 @@ def scan(path: Path, jobs: int = 1) -> dict[str, Any]:
         "exit_code": code,
         "file_s": sum(c["seconds"] for c in cps),
         "nan_weights": sum(c["nan_weights"] for c in cps),
+        "nan_optimizer": sum(c["nan_optimizer"] for c in cps),
         "posinf_optimizer": sum(c["posinf_optimizer"] for c in cps),
         "statuses": sorted({c["status"] for c in cps}),
     }
@@ -341,7 +342,9 @@ def layout_suite(tmp: Path, nbytes: int, repeat: int) -> list[tuple[str, float, 
         size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
         os.sync()
         cat_seconds([f for f in d.rglob("*") if f.is_file()], repeat=1)  # warm the page cache
-        print(f"made {name} checkpoint of {gib(size)} in {time.perf_counter() - t0:.0f} s", flush=True)
+        print(
+            f"made {name} checkpoint of {gib(size)} in {time.perf_counter() - t0:.0f} s", flush=True
+        )
         ours = best([scan(d) for _ in range(repeat)])
         base = min((child(naive, str(d)) for _ in range(repeat)), key=lambda r: r[0])
         found = int(base[2].split()[-1])
@@ -404,7 +407,10 @@ def run_suites(opts: argparse.Namespace) -> int:
         print(f"  {name:<55} {value:7.3f}  (target {op} {limit})  {'PASS' if ok else 'FAIL'}")
     out = RESULTS.with_name(f"ckpt-{opts.suite}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"targets": results, "when": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2) + "\n")
+    out.write_text(
+        json.dumps({"targets": results, "when": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2)
+        + "\n"
+    )
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0 if ok_all else 1
 

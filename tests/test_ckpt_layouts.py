@@ -251,3 +251,33 @@ def test_inspect_and_diff_take_checkpoint_directories(tmp_path: Path) -> None:
     assert d["step_delta"] == 100
     assert any(f["kind"] == "nonfinite_exp_avg_sq" for f in d["flags"])
     assert os.path.isdir(a)
+
+
+@pytest.mark.slow
+def test_dcp_scan_memory_stays_far_below_the_checkpoint_size(tmp_path: Path) -> None:
+    """Chunks are checked in place (mmap, pages released): RSS does not grow with the file."""
+    import subprocess
+    import sys
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    from tests.test_ckpt_script import SCRIPT
+
+    def peak_rss(path: Path) -> int:
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "scan", str(path)], stdout=subprocess.DEVNULL
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        return usage.ru_maxrss * 1024
+
+    size = 128 << 20
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"w": torch.zeros(16)}, checkpoint_id=str(tmp_path / "small"))
+        big = {f"l{i}": torch.zeros(size // 4 // 4) for i in range(4)}
+        dcp.save(big, checkpoint_id=str(tmp_path / "big"))
+    del big
+    extra = peak_rss(tmp_path / "big") - peak_rss(tmp_path / "small")
+    assert extra < size // 4, f"scanning {size >> 20} MiB of DCP added {extra >> 20} MiB of RSS"

@@ -1241,15 +1241,41 @@ def _layout(name):
     return layout
 
 
+class _DcpRecord(object):
+    """Stands in for DCP's metadata dataclasses (Metadata, TensorStorageMetadata,
+    MetadataIndex, _StorageInfo, ...): holds their fields and runs nothing. Importing the real
+    ones would import torch.distributed.checkpoint (~0.5 s), for plain records."""
+
+    def __init__(self, *args):
+        self.args = args  # an Enum member: _MEM_FORMAT_ENCODING(0)
+
+    def __setstate__(self, state):
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.state = state  # TensorProperties pickles a tuple: (dtype, layout, ...)
+
+
+_DCP_CLASSES = {}
+
+
+def _dcp_dtype(props):
+    dtype = getattr(props, "dtype", None)
+    if dtype is None and isinstance(getattr(props, "state", None), tuple):
+        dtype = props.state[0]
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
+
+
 class _DcpMetaUnpickler(pickle.Unpickler):
-    """Reads .metadata without running code from it: only DCP's metadata classes,
-    torch.Size, dtypes and layouts may be named (torch itself uses plain pickle.load)."""
+    """Reads .metadata without running code from it: only DCP's metadata classes (as inert
+    records), torch.Size, dtypes and layouts may be named (torch itself uses pickle.load)."""
 
     def find_class(self, module, name):
-        if module in DCP_MODULES:
-            obj = getattr(importlib.import_module(module), name, None)
-            if isinstance(obj, type):
-                return obj
+        if module in DCP_MODULES and re.match(r"^_?[A-Z][A-Za-z_]*$", name):
+            key = module + "." + name
+            if key not in _DCP_CLASSES:
+                _DCP_CLASSES[key] = type(name, (_DcpRecord,), {})
+            return _DCP_CLASSES[key]
         elif module == "torch":
             obj = getattr(torch, name, None)
             if obj is torch.Size or isinstance(
@@ -1419,7 +1445,7 @@ def _open_dcp(path, opts, header_only):
         offsets = tuple(idx.offset or ())
         shape = chunks_of.get((idx.fqn, offsets), tuple(m.size))
         name = idx.fqn if len(m.chunks) == 1 else "%s@%s" % (idx.fqn, list(offsets))
-        _dcp_entry(src, f, name, idx.fqn, m.properties.dtype, shape, info, opts)
+        _dcp_entry(src, f, name, idx.fqn, _dcp_dtype(m.properties), shape, info, opts)
     if skipped_bytes:
         src.notes.append("%d non-tensor items (pickled objects) not checked" % skipped_bytes)
     src.bytes = sum(sizes.values())
