@@ -281,3 +281,28 @@ def test_dcp_scan_memory_stays_far_below_the_checkpoint_size(tmp_path: Path) -> 
     del big
     extra = peak_rss(tmp_path / "big") - peak_rss(tmp_path / "small")
     assert extra < size // 4, f"scanning {size >> 20} MiB of DCP added {extra >> 20} MiB of RSS"
+
+
+@pytest.mark.parametrize(
+    ("path", "step"),
+    [
+        ("/runs/a/checkpoint-2000/model.safetensors", 2000),
+        ("/runs/a/lightning_logs/version_0/checkpoints/epoch=3-step=1000.ckpt", 1000),
+        ("/ckpt/global_step700/mp_rank_00_model_states.pt", 700),
+        ("/out/step_120.pt", 120),
+        ("/titan/checkpoint/step-50/__0_0.distcp", 50),
+        ("/out/iter_0004000/model_optim_rng.pt", 4000),
+        ("/out/final.pt", None),
+        ("/out/v2/model.pt", None),
+    ],
+)
+def test_step_from_the_name(path: str, step: int | None) -> None:
+    import importlib.util
+
+    from tests.test_ckpt_script import SCRIPT
+
+    spec = importlib.util.spec_from_file_location("ckpt_names_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.step_from_name(path) == step
