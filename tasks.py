@@ -481,19 +481,41 @@ def procs(
     )
 
 
-@task(help=_help(path="checkpoints to scan (default: the host's `checkpoints:`)"))
+@task(
+    help=_help(
+        path="checkpoints to scan (default: --run, else the host's `checkpoints:`)",
+        run="a training run's directory there: its checkpoints, its log, and one verdict",
+        plot="with --run: draw the log with spikes and saves into this PNG (needs remotekit[plot])",
+    )
+)
 def diagnose(
-    c, host="", group="", all=False, parallel=0, json=False, verbose=False, inventory="", path=""
+    c,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    path="",
+    run="",
+    plot="",
 ):
-    """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary."""
+    """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary.
+    With --run DIR: also the run's log, spikes at the saves found, batches, and a verdict."""
     from remotekit.diagnostics.diagnose import diagnose as run_diagnose
-    from remotekit.diagnostics.diagnose import render_section
+    from remotekit.diagnostics.diagnose import render_section, render_verdict
+
+    if plot and not run:
+        raise Exit("remotekit: --plot needs --run (it draws the run's log)", code=2)
 
     def one(t: remotekit.Target, console: Console) -> Any:
         def show(section: Any) -> None:
             console.say(f"[{t.name}] {render_section(section)}\n\n")
 
-        return run_diagnose(t, path=path or None, on_section=show)
+        return run_diagnose(
+            t, path=path or None, run=run or None, on_section=show, points=2000 if plot else 0
+        )
 
     def summary(report: Any) -> str:
         rows = [
@@ -506,14 +528,47 @@ def diagnose(
             )
             for s in report.sections
         ]
-        return table(["section", "status", "time", "findings", "detail"], rows)
+        text = table(["section", "status", "time", "findings", "detail"], rows)
+        verdict = render_verdict(report)
+        return f"{text}\n\n{verdict}" if verdict else text
+
+    def draw(outcomes: list[HostOutcome], console: Console) -> int:
+        logs = []
+        for o in outcomes:
+            section = o.value.section("train-log") if o.error is None else None
+            if section is not None and section.report is not None:
+                logs.append((o.host, section.report))
+        return _draw_logs(plot, logs, console, len(outcomes)) if plot else 0
 
     _fan(
         Sel(host, group, all, parallel, json, verbose, inventory),
         one,
         render=summary,
         title="diagnose",
+        after=draw,
     )
+
+
+def _draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts: int) -> int:
+    """Draw each host's train-log report into ``plot`` (one PNG per host when several)."""
+    from remotekit.diagnostics import trainlog
+
+    worst = 0
+    for host, rep in reports:
+        dest = plot if hosts == 1 else str(Path(plot).with_stem(f"{Path(plot).stem}-{host}"))
+        try:
+            trainlog.plot_report(rep, dest)
+        except ImportError:
+            print(
+                "remotekit: --plot needs matplotlib: pip install 'remotekit[plot]'", file=sys.stderr
+            )
+            return 2
+        except (OSError, ValueError) as exc:
+            print(f"remotekit: could not draw {dest}: {exc}", file=sys.stderr)
+            worst = 2
+            continue
+        console.say(f"plot: {dest}", stream="stderr")
+    return worst
 
 
 # -- training logs ---------------------------------------------------------------------------

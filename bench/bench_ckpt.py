@@ -15,7 +15,20 @@ first), then measures, each tool as a subprocess (wall time, and peak RSS from
 - ``cat file > /dev/null`` (the page-cache read speed);
 - 8 checkpoints of ``--size-gb / 8`` each, scanned with ``--jobs 1`` and ``--jobs 2``.
 
-Targets: scan wall time <= 0.5x the seed's; scan peak RSS <= 0.5x the seed's; the scan's own
+``--suite layouts`` (issue 9) measures the 8-GPU layouts against their naive full load, on
+checkpoints of about ``--layout-gb`` (default 1.1) built under ``--tmp`` and deleted after:
+
+- DCP (written by the real ``dcp.save``, one file per rank, 2 ranks' worth of files): ``ckpt.py
+  scan DIR`` vs ``dcp.load`` into a full state dict of the checkpoint's shapes, then a NaN count;
+- DeepSpeed ZeRO-2 (bf16 model states + 2 fp32 optimizer partitions with Adam moments, built to
+  DeepSpeed's layout, as tests/data/deepspeed shows it): scan vs ``torch.load`` of every file,
+  held together as zero_to_fp32.py does, then a NaN count.
+
+Targets: scan wall time and peak RSS <= 0.5x the naive load's. ``--suite small`` scans
+``--small-files`` (default 20,000) tiny checkpoints and reports files per second (target >=
+1,000) next to a bare ``torch.load`` loop over the same files in one process.
+
+Targets (seed suite): scan wall time <= 0.5x the seed's; scan peak RSS <= 0.5x the seed's; the scan's own
 check time for the file (its record's ``seconds``: load + check, without interpreter start and
 ``import torch``) <= 3x ``cat``. Both tools must agree on the planted NaN count. The ``--jobs``
 speed-up is reported as a figure: with a warm page cache each file is checked in tens of ms,
@@ -172,6 +185,7 @@ def scan(path: Path, jobs: int = 1) -> dict[str, Any]:
         "exit_code": code,
         "file_s": sum(c["seconds"] for c in cps),
         "nan_weights": sum(c["nan_weights"] for c in cps),
+        "nan_optimizer": sum(c["nan_optimizer"] for c in cps),
         "posinf_optimizer": sum(c["posinf_optimizer"] for c in cps),
         "statuses": sorted({c["status"] for c in cps}),
     }
@@ -206,12 +220,212 @@ def gib(n: float) -> str:
     return f"{n / (1 << 30):.2f} GiB"
 
 
+# ------------------------------------------------------------------------ layouts (issue 9)
+
+# Each builder / baseline runs as its own child process (this one stays torch-free, see
+# make_in_subprocess); argv: DIR BYTES.
+MAKE_DCP = r"""
+import sys, warnings, torch, torch.distributed.checkpoint as dcp
+out, nbytes = sys.argv[1], int(sys.argv[2])
+n = 16
+rows = max(1, nbytes // (3 * 4 * n * 4096))
+g = torch.Generator().manual_seed(0)
+model = {f"layers.{i}.weight": torch.randn(rows, 4096, generator=g) * 0.02 for i in range(n)}
+optim = {f"state.layers.{i}.weight.{k}": torch.rand(rows, 4096, generator=g) * 1e-3
+         for i in range(n) for k in ("exp_avg", "exp_avg_sq")}
+model["layers.3.weight"][5, 7] = float("nan")
+warnings.simplefilter("ignore")
+dcp.save({"model": model, "optimizer": optim, "train_state": {"step": torch.tensor(1000)}},
+         checkpoint_id=out)
+"""
+
+NAIVE_DCP = r"""
+import sys, time, warnings, torch, torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+warnings.simplefilter("ignore")
+path = sys.argv[1]
+md = dcp.FileSystemReader(path).read_metadata()
+sd = {}
+for fqn, m in md.state_dict_metadata.items():
+    if isinstance(m, TensorStorageMetadata):
+        sd[fqn] = torch.empty(m.size, dtype=m.properties.dtype)
+dcp.load(sd, checkpoint_id=path)
+nan = sum(int(torch.isnan(t).sum()) for t in sd.values() if t.is_floating_point())
+print(nan)
+"""
+
+MAKE_ZERO = r"""
+import os, sys, torch
+out, nbytes = sys.argv[1], int(sys.argv[2])
+os.makedirs(out + "/global_step1000")
+n, ranks = 16, 2
+rows = max(1, nbytes // (14 * n * 4096))  # bf16 module (2 B) + fp32 master, exp_avg, exp_avg_sq
+g = torch.Generator().manual_seed(0)
+module = {f"layers.{i}.weight": (torch.randn(rows, 4096, generator=g) * 0.02).bfloat16()
+          for i in range(n)}
+total = n * rows * 4096
+torch.save({"module": module, "optimizer": None, "global_steps": 1000, "global_samples": 64000,
+            "param_shapes": [{k: v.shape for k, v in module.items()}], "dp_world_size": ranks,
+            "mp_world_size": 1, "ds_config": {"zero_optimization": {"stage": 2}},
+            "ds_version": "0.19.8"}, out + "/global_step1000/mp_rank_00_model_states.pt")
+for r in range(ranks):
+    part = total // ranks
+    fp32 = torch.randn(part, generator=g) * 0.02
+    if r == 1:
+        fp32[12345] = float("nan")
+    state = {"step": torch.tensor(1000.0), "exp_avg": torch.zeros(part),
+             "exp_avg_sq": torch.rand(part, generator=g) * 1e-6}
+    osd = {"loss_scaler": None, "dynamic_loss_scale": False, "overflow": False, "clip_grad": 1.0,
+           "base_optimizer_state": {"state": {0: state},
+                                    "param_groups": [{"lr": 1e-4, "params": [0]}]},
+           "single_partition_of_fp32_groups": [fp32], "zero_stage": 2, "partition_count": [ranks]}
+    torch.save({"optimizer_state_dict": osd, "ds_config": {}, "ds_version": "0.19.8"},
+               out + "/global_step1000/zero_pp_rank_%d_mp_rank_00_optim_states.pt" % r)
+with open(out + "/latest", "w") as f:
+    f.write("global_step1000")
+"""
+
+NAIVE_ZERO = r"""
+import glob, sys, torch
+files = sorted(glob.glob(sys.argv[1] + "/global_step*/*.pt"))
+loaded = [torch.load(f, map_location="cpu", weights_only=True) for f in files]
+def tensors(o):
+    if isinstance(o, torch.Tensor):
+        yield o
+    elif isinstance(o, dict):
+        for v in o.values():
+            yield from tensors(v)
+    elif isinstance(o, (list, tuple)):
+        for v in o:
+            yield from tensors(v)
+nan = sum(int(torch.isnan(t).sum()) for o in loaded for t in tensors(o) if t.is_floating_point())
+print(nan)
+"""
+
+MAKE_SMALL = r"""
+import os, sys, torch
+out, n = sys.argv[1], int(sys.argv[2])
+for d in range(0, n, 1000):
+    os.makedirs("%s/d%03d" % (out, d // 1000))
+for i in range(n):
+    torch.save({"w": torch.full((8,), float(i)), "step": i}, "%s/d%03d/s%06d.pt" % (out, i // 1000, i))
+"""
+
+BARE_SMALL = r"""
+import glob, sys, time, torch
+files = sorted(glob.glob(sys.argv[1] + "/*/*.pt"))
+t0 = time.perf_counter()
+for f in files:
+    sd = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
+    torch.isfinite(sd["w"]).all()
+print(len(files) / (time.perf_counter() - t0))
+"""
+
+
+def child(code: str, *args: str) -> tuple[float, int, str]:
+    """Run ``code`` in a fresh Python: (wall seconds, peak RSS, stdout)."""
+    wall, rss, out, err, rc = timed([sys.executable, "-c", code, *args])
+    if rc != 0:
+        raise SystemExit(f"child failed (exit {rc}):\n{err}")
+    return wall, rss, out
+
+
+def layout_suite(tmp: Path, nbytes: int, repeat: int) -> list[tuple[str, float, str, float]]:
+    rows: list[tuple[str, float, str, float]] = []
+    for name, make, naive, expect in (
+        ("DCP", MAKE_DCP, NAIVE_DCP, 1),
+        ("ZeRO-2", MAKE_ZERO, NAIVE_ZERO, 1),
+    ):
+        d = tmp / name
+        t0 = time.perf_counter()
+        child(make, str(d), str(nbytes))
+        size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        os.sync()
+        cat_seconds([f for f in d.rglob("*") if f.is_file()], repeat=1)  # warm the page cache
+        print(
+            f"made {name} checkpoint of {gib(size)} in {time.perf_counter() - t0:.0f} s", flush=True
+        )
+        ours = best([scan(d) for _ in range(repeat)])
+        base = min((child(naive, str(d)) for _ in range(repeat)), key=lambda r: r[0])
+        found = int(base[2].split()[-1])
+        assert ours["nan_weights"] + _nan_opt(ours) == found == expect, (ours, found)
+        print(
+            f"  {name}: scan {ours['wall_s']:.2f} s / {gib(ours['peak_rss'])}; naive load "
+            f"{base[0]:.2f} s / {gib(base[1])}; both find {found} NaN",
+            flush=True,
+        )
+        rows.append((f"{name} scan wall time vs naive load", ours["wall_s"] / base[0], "<=", 0.5))
+        rows.append((f"{name} scan peak RSS vs naive load", ours["peak_rss"] / base[1], "<=", 0.5))
+        shutil.rmtree(d)
+    return rows
+
+
+def _nan_opt(rec: dict[str, Any]) -> int:
+    return int(rec.get("nan_optimizer", 0))
+
+
+def small_suite(tmp: Path, n: int) -> list[tuple[str, float, str, float]]:
+    d = tmp / "small"
+    t0 = time.perf_counter()
+    child(MAKE_SMALL, str(d), str(n))
+    print(f"made {n} small checkpoints in {time.perf_counter() - t0:.0f} s", flush=True)
+    os.sync()
+    wall, rss, out, err, _ = timed([sys.executable, str(SCRIPT), "scan", str(d)])
+    recs = [json.loads(line) for line in out.splitlines()]
+    clean = sum(1 for r in recs if r.get("type") == "checkpoint" and r["status"] == "clean")
+    assert clean == n, (clean, err[-2000:])
+    bare = float(child(BARE_SMALL, str(d))[2].split()[-1])
+    rate = n / wall
+    print(
+        f"  {n} small files: scan {wall:.1f} s = {rate:.0f} files/s (whole command, peak RSS "
+        f"{gib(rss)}); bare torch.load loop {bare:.0f} files/s",
+        flush=True,
+    )
+    shutil.rmtree(d)
+    return [
+        ("small files per second (x1000)", rate / 1000, ">=", 1.0),
+        ("small files: scan rate vs bare torch.load loop (info)", rate / bare, ">=", 0.0),
+    ]
+
+
+def run_suites(opts: argparse.Namespace) -> int:
+    """The layout and small-file suites: a table of ratios with PASS/FAIL."""
+    targets: list[tuple[str, float, str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="bench_ckpt_", dir=opts.tmp) as tmp_name:
+        tmp = Path(tmp_name)
+        if opts.suite in ("layouts", "all"):
+            targets += layout_suite(tmp, int(opts.layout_gb * (1 << 30)), opts.repeat)
+        if opts.suite in ("small", "all"):
+            targets += small_suite(tmp, opts.small_files)
+    ok_all = True
+    print()
+    results: dict[str, Any] = {}
+    for name, value, op, limit in targets:
+        ok = value <= limit if op == "<=" else value >= limit
+        ok_all &= ok
+        results[name] = {"value": round(value, 3), "op": op, "limit": limit, "pass": ok}
+        print(f"  {name:<55} {value:7.3f}  (target {op} {limit})  {'PASS' if ok else 'FAIL'}")
+    out = RESULTS.with_name(f"ckpt-{opts.suite}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps({"targets": results, "when": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2)
+        + "\n"
+    )
+    print(f"\nwrote {out.relative_to(ROOT)}")
+    return 0 if ok_all else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-gb", type=float, default=2.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool (the fastest counts)")
     ap.add_argument("--tmp", default=tempfile.gettempdir())
+    ap.add_argument("--suite", choices=["seed", "layouts", "small", "all"], default="seed")
+    ap.add_argument("--layout-gb", type=float, default=1.1)
+    ap.add_argument("--small-files", type=int, default=20000)
     opts = ap.parse_args()
+    if opts.suite != "seed":
+        return run_suites(opts)
     size = int(opts.size_gb * (1 << 30))
     need = 2 * size + (256 << 20)
     free = shutil.disk_usage(opts.tmp).free

@@ -22,16 +22,25 @@ import torch
 NAN, INF = float("nan"), float("inf")
 
 __all__ = [
+    "DEEPSPEED_DATA",
     "Corpus",
     "MaliciousPayload",
     "build_bisect_series",
     "build_corpus",
     "checkpoint_dict",
+    "copy_deepspeed",
+    "deflate_zip",
+    "hf_trainer_dir",
+    "lfs_pointer",
     "mismatches",
+    "nanogpt_checkpoint",
     "plant",
+    "plant_in_zip",
+    "save_dcp",
     "save_safetensors",
     "train_tiny",
     "write_malicious",
+    "write_safetensors_header",
     "write_worker_killer",
 ]
 
@@ -376,10 +385,10 @@ def build_corpus(root: Path) -> Corpus:
     for aux in ("training_args.bin", "rng_state.pth"):
         (hf / aux).write_bytes(b"not scanned")
         c.skipped.append(str(hf / aux))
-    c.add(
-        hf / "model.safetensors.index.json",
+    c.add(  # a directory with trainer_state.json: one HF Trainer checkpoint (save_only_model)
+        hf,
         status="bad",
-        format="hf-sharded",
+        format="hf-trainer",
         global_step=50,
         epoch=1,
         tensors=4,
@@ -407,15 +416,15 @@ def build_corpus(root: Path) -> Corpus:
     os.symlink(bad / "gone.pt", bad / "dangling.pt")
     c.add(bad / "dangling.pt", status="error", error="dangling symlink")
 
-    # Formats named as not supported yet.
-    dcp = ckdir("unsupported/dcp_step100")
+    # Checkpoint directories whose files are damaged: one record each, "error".
+    dcp = ckdir("broken_layouts/dcp_step100")
     (dcp / ".metadata").write_bytes(b"\x80\x04N.")
     (dcp / "__0_0.distcp").write_bytes(b"\0" * 16)
-    c.add(dcp, status="unsupported", format="dcp", error="torch.distributed.checkpoint")
-    zero = ckdir("unsupported/global_step7")
+    c.add(dcp, status="error", format="dcp", error="cannot read the DCP .metadata")
+    zero = ckdir("broken_layouts/global_step7")
     (zero / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"\0" * 16)
     (zero / "zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b"\0" * 16)
-    c.add(zero, status="unsupported", format="deepspeed-zero", error="DeepSpeed ZeRO")
+    c.add(zero, status="error", format="deepspeed", error="zero_pp_rank_0_mp_rank_00_optim_states")
 
     # Needs a global that weights_only does not allow by default.
     ck = checkpoint_dict(steps=3)
@@ -481,3 +490,147 @@ def build_bisect_series(
         torch.save(ck, d / "checkpoint.pt")
         out.append(d / "checkpoint.pt")
     return out
+
+
+# ------------------------------------------------------------------ layouts of real trainers
+
+DEEPSPEED_DATA = Path(__file__).with_name("data") / "deepspeed"
+
+
+def nanogpt_checkpoint(path: Path, iter_num: int = 2000, best_val_loss: float = 2.875) -> None:
+    """nanoGPT's train.py layout: model, optimizer, model_args, iter_num, best_val_loss (a 0-d
+    tensor: it is ``estimate_loss()['val']``), config."""
+    model, opt = train_tiny(3)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "model_args": {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 64},
+            "iter_num": iter_num,
+            "best_val_loss": torch.tensor(best_val_loss),
+            "config": {"learning_rate": 6e-4, "max_iters": 600000, "dataset": "openwebtext"},
+        },
+        path,
+    )
+
+
+def hf_trainer_dir(
+    root: Path, step: int, *, nan_optimizer: int | None = None, sharded: bool = False
+) -> Path:
+    """``checkpoint-N/`` as transformers' Trainer._save_checkpoint writes it: the weights
+    (model.safetensors, or shards + model.safetensors.index.json), optimizer.pt (the optimizer's
+    state_dict), scheduler.pt, rng_state.pth, training_args.bin and trainer_state.json. Written
+    here with torch + safetensors to that documented layout (transformers is not a dependency).
+    ``nan_optimizer`` plants a NaN at that flat index of the first exp_avg_sq."""
+    d = root / f"checkpoint-{step}"
+    d.mkdir(parents=True)
+    model, opt = train_tiny(3, seed=step)
+    weights = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    if sharded:
+        names = sorted(weights)
+        half = len(names) // 2
+        parts = {"model-00001-of-00002.safetensors": names[:half]}
+        parts["model-00002-of-00002.safetensors"] = names[half:]
+        wmap = {}
+        for fname, keys in parts.items():
+            save_safetensors({k: weights[k] for k in keys}, d / fname)
+            wmap.update({k: fname for k in keys})
+        (d / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": 848}, "weight_map": wmap})
+        )
+    else:
+        save_safetensors(weights, d / "model.safetensors")
+    osd = opt.state_dict()
+    if nan_optimizer is not None:
+        plant(osd["state"][0]["exp_avg_sq"], [nan_optimizer], NAN)
+    torch.save(osd, d / "optimizer.pt")
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    torch.save(sched.state_dict(), d / "scheduler.pt")
+    torch.save({"python": [3], "cpu": torch.get_rng_state()}, d / "rng_state.pth")
+    torch.save({"output_dir": str(root)}, d / "training_args.bin")
+    state = {
+        "global_step": step,
+        "epoch": step / 100,
+        "log_history": [{"loss": 2.5, "step": step}],
+        "save_steps": 100,
+    }
+    (d / "trainer_state.json").write_text(json.dumps(state))
+    return d
+
+
+def save_dcp(
+    path: Path, step: int, *, nan_weight: int | None = None, inf_optim: bool = False
+) -> None:
+    """A torch.distributed.checkpoint directory written by the real ``dcp.save`` (one process,
+    no process group), torchtitan-shaped: model, optimizer, train_state.step."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    model, opt = train_tiny(3, seed=step)
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if nan_weight is not None:
+        plant(sd["fc1.weight"], [nan_weight], NAN)
+    osd = opt.state_dict()
+    if inf_optim:
+        plant(osd["state"][1]["exp_avg"], [0], INF)
+    state = {"model": sd, "optimizer": osd, "train_state": {"step": torch.tensor(step)}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        dcp.save(state, checkpoint_id=str(path))
+
+
+def copy_deepspeed(variant: str, dest: Path) -> Path:
+    """A copy of a real DeepSpeed checkpoint (tests/data/deepspeed/VARIANT: ``latest`` and
+    ``global_step2/``); returns the global_step2 directory."""
+    import shutil
+
+    shutil.copytree(DEEPSPEED_DATA / variant, dest)
+    return dest / "global_step2"
+
+
+def plant_in_zip(
+    path: Path, storage_key: str, flat_index: int, value: float, dtype: torch.dtype
+) -> None:
+    """Overwrite one value of a stored tensor inside a torch.save zip, in place: the rest of
+    the file (its pickle, its library objects) stays byte for byte as its writer made it."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith("/data/" + storage_key))
+    with open(path, "r+b") as f:
+        f.seek(info.header_offset)
+        head = f.read(30)
+        n, e = struct.unpack("<HH", head[26:30])
+        size = torch.empty((), dtype=dtype).element_size()
+        f.seek(info.header_offset + 30 + n + e + flat_index * size)
+        f.write(bytes(torch.tensor([value], dtype=dtype).view(torch.uint8).tolist()))
+
+
+def lfs_pointer(path: Path, size: int = 1_342_177_280) -> Path:
+    """What a clone without ``git lfs pull`` has in place of a large file."""
+    path.write_text(
+        "version https://git-lfs.github.com/spec/v1\n"
+        "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+        f"size {size}\n"
+    )
+    return path
+
+
+def deflate_zip(src: Path, dest: Path) -> Path:
+    """``src`` (a torch.save zip) repacked with every entry deflated, as `zip -r` would."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info), compress_type=zipfile.ZIP_DEFLATED)
+    return dest
+
+
+def write_safetensors_header(path: Path, header: dict[str, Any], data_len: int) -> Path:
+    """A safetensors file with exactly this header (however wrong) and ``data_len`` zero bytes."""
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * data_len)
+    return path

@@ -44,7 +44,7 @@ CASES = [
     "nested/checkpoint.pt",
     "legacy/checkpoint.pt",
     "safetensors/model.safetensors",
-    "hf/model.safetensors.index.json",
+    "hf",
     "bad/truncated.pt",
     "bad/empty.pt",
     "bad/notazip.pt",
@@ -52,8 +52,8 @@ CASES = [
     "bad/nokeys.pt",
     "bad/cut.safetensors",
     "bad/dangling.pt",
-    "unsupported/dcp_step100",
-    "unsupported/global_step7",
+    "broken_layouts/dcp_step100",
+    "broken_layouts/global_step7",
     "unsafe_global/checkpoint.pt",
 ]
 COUNT_KEYS = [
@@ -130,7 +130,7 @@ def test_scan_speaks_json_lines_plan_first_done_last(scanned: Run, corpus: cf.Co
 def test_scan_exit_code_is_2_when_some_file_cannot_be_read(scanned: Run) -> None:
     done = scanned.one("done")
     assert scanned.code == done["exit_code"] == 2
-    assert (done["clean"], done["bad"], done["error"], done["unsupported"]) == (3, 7, 8, 2)
+    assert (done["clean"], done["bad"], done["error"], done["unsupported"]) == (3, 7, 10, 0)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -438,7 +438,7 @@ def test_bisect_linear_sees_an_isolated_bad_save(tmp_path: Path) -> None:
     assert b["scanned"] == 7
 
 
-def test_bisect_orders_by_name_naturally_without_steps(tmp_path: Path) -> None:
+def test_bisect_takes_the_step_from_the_name_when_the_files_hold_none(tmp_path: Path) -> None:
     names = [f"checkpoint-{s}" for s in (9, 10, 100, 11)]
     cf.build_bisect_series(tmp_path, [1, 2, 3, 4], {3, 4}, names, with_step=False)
     (tmp_path / "checkpoint-5").mkdir()
@@ -447,7 +447,8 @@ def test_bisect_orders_by_name_naturally_without_steps(tmp_path: Path) -> None:
     b = r.one("bisect")
     order = [Path(c["path"]).parent.name for c in r.one("order")["checkpoints"]]
     assert order == ["checkpoint-9", "checkpoint-10", "checkpoint-11", "checkpoint-100"]
-    assert b["order"] == "name"
+    assert b["order"] == "global_step"
+    assert [c["global_step"] for c in r.one("order")["checkpoints"]] == [9, 10, 11, 100]
     # checkpoint-11 holds "step 4" (bad), checkpoint-100 "step 3" (bad): first bad by name is 11
     assert Path(b["first_bad"]["path"]).parent.name == "checkpoint-11"
     assert b["unreadable"] == [str(tmp_path / "checkpoint-5" / "checkpoint.pt")]

@@ -67,6 +67,7 @@ __all__ = [
     "DiffFlag",
     "DiffReport",
     "InspectReport",
+    "LogFile",
     "OptimizerInfo",
     "ParamGroup",
     "Sample",
@@ -156,11 +157,15 @@ class BadTensor:
 
 @dataclass(frozen=True)
 class CheckpointReport:
-    """The scan of one checkpoint (a file, or an HF index with its shards).
+    """The scan of one checkpoint: a file, an HF index with its shards, or a checkpoint
+    directory (HF Trainer ``checkpoint-N/``, DeepSpeed ``global_stepN/``, a DCP directory).
 
     ``status``: "clean", "bad" (non-finite values, or a negative exp_avg_sq-like slot),
     "error" (could not be read; ``error`` says why and what to do) or "unsupported" (a format
-    named but not handled yet: DCP directories, DeepSpeed ZeRO partitions). Counts are exact;
+    named but not handled). ``global_step`` comes from ``step_key`` (a key in the file such
+    as "iter_num", "trainer_state.json:global_step", or "name" when only the file or directory
+    name carries it). ``scalars`` are the top-level non-tensor values and 0-d tensors (e.g.
+    nanoGPT's ``best_val_loss``): metadata, never counted as weights. Counts are exact;
     values in shared storage count once. ``params`` is the element count of the floating
     tensors outside optimizer state; ``max_abs_*`` is the largest finite magnitude per section
     (optimizer step counters left out).
@@ -172,7 +177,9 @@ class CheckpointReport:
     error: str | None = None
     format: str | None = None
     global_step: int | float | None = None
+    step_key: str | None = None
     epoch: int | float | None = None
+    scalars: Mapping[str, Any] = field(default_factory=dict)
     params: int = 0
     tensors: int = 0
     skipped_tensors: int = 0
@@ -217,7 +224,9 @@ class CheckpointReport:
             error=rec.get("error"),
             format=rec.get("format"),
             global_step=_num(rec.get("global_step")),
+            step_key=rec.get("step_key"),
             epoch=_num(rec.get("epoch")),
+            scalars=dict(rec.get("scalars") or {}),
             params=_int(rec.get("params")),
             tensors=_int(rec.get("tensors")),
             skipped_tensors=_int(rec.get("skipped_tensors")),
@@ -240,13 +249,24 @@ class CheckpointReport:
 
 
 @dataclass(frozen=True)
+class LogFile:
+    """A file met while walking the scanned directories that may be a training log."""
+
+    path: str
+    bytes: int
+    mtime: int
+
+
+@dataclass(frozen=True)
 class ScanPlan:
-    """What the scan found before it started: files (checkpoints), their bytes, skipped files."""
+    """What the scan found before it started: files (checkpoints), their bytes, skipped files,
+    and the files that may be training logs (``logs``: what ``diagnose --run`` reads)."""
 
     files: int
     bytes: int
     jobs: int
     skipped: tuple[str, ...] = ()
+    logs: tuple[LogFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -740,6 +760,11 @@ def scan_checkpoints(
                     _int(rec.get("bytes")),
                     _int(rec.get("jobs")),
                     _strs(rec.get("skipped")),
+                    tuple(
+                        LogFile(str(g.get("path")), _int(g.get("bytes")), _int(g.get("mtime")))
+                        for g in rec.get("logs") or ()
+                        if isinstance(g, Mapping)
+                    ),
                 )
             )
         elif kind == "checkpoint":
@@ -1045,6 +1070,19 @@ def _display_paths(paths: Sequence[str]) -> dict[str, str]:
     return {p: (posixpath.relpath(p, base) if base not in ("", "/") else p) for p in paths}
 
 
+def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
+    """ "step from iter_num; best_val_loss=2.875, ..." (numbers only; '' when nothing)."""
+    nums = [
+        f"{k}={_g(float(v)) if isinstance(v, float) else v}"
+        for k, v in r.scalars.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
+    parts = [f"step from {r.step_key}"] if r.step_key else []
+    if nums:
+        parts.append(", ".join(nums[:most]) + (" ..." if len(nums) > most else ""))
+    return "; ".join(parts)
+
+
 def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = None) -> str:
     """The scan table (counts are NaN/+Inf/-Inf), then findings, errors and a summary line."""
     shown = _display_paths([r.path for r in reports])
@@ -1091,6 +1129,12 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
             more = r.bad_tensors_total - min(len(r.bad_tensors), SHOW_BAD)
             if more > 0:
                 lines.append(f"    ... and {more} more tensor(s) (--json lists up to 20)")
+    meta = [(r, _metadata_line(r)) for r in reports]
+    meta = [(r, m) for r, m in meta if m]
+    if meta:
+        lines.append("")
+        lines.append("Step source and metadata (not weights):")
+        lines += [f"  {shown[r.path]}: {m}" for r, m in meta]
     failed = [r for r in reports if r.status in ("error", "unsupported")]
     if failed:
         lines.append("")
@@ -1106,7 +1150,7 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
         f"{counts['error']} unreadable"
     )
     if counts["unsupported"]:
-        summary += f", {counts['unsupported']} not supported yet"
+        summary += f", {counts['unsupported']} not supported"
     if plan is not None and plan.skipped:
         summary += f"; skipped {len(plan.skipped)} trainer side file(s)"
     summary += f" (exit {scan_exit_code(reports)})"

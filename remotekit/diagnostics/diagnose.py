@@ -1,11 +1,17 @@
-"""``diagnose``: one host's env, GPUs, disk and checkpoints, each section its own step.
+"""``diagnose``: one host's env, GPUs, disk and checkpoints, each section its own step; with
+``run=DIR`` also the run's training log, and one answer for the whole run.
 
-Sections run in the order of :data:`SECTIONS`, each with its own timeout
-(:data:`DEFAULT_TIMEOUTS`, overridable per name). A section that raises (a
+Sections run in the order of :data:`SECTIONS` (plus ``train-log`` with ``run``), each with
+its own timeout (:data:`DEFAULT_TIMEOUTS`, overridable per name). A section that raises (a
 :class:`~remotekit.RemotekitError` such as a timeout, or any other exception) becomes a
 *failed* section and the others still run; ``ckpt-scan`` is *skipped* when the host has no
-``checkpoints:`` and no ``path`` is given. The report's exit code is the worst section's:
-0 OK, 1 findings, 2 a section could not run.
+``checkpoints:`` and no ``path`` or ``run`` is given. The report's exit code is the worst
+section's: 0 OK, 1 findings, 2 a section could not run.
+
+``run=DIR`` answers "what happened to this run?" in one go: the checkpoints under DIR (clean
+or not, the first bad one by step), the training log found in DIR (format, spikes, whether
+they sit at the checkpoint saves the scan found, with the chance estimate) and the
+batch-composition verdict; :attr:`DiagnoseReport.verdict` says it in a few lines.
 
 >>> report = diagnose(target, on_section=lambda s: print(s.name, s.status))
 env ok
@@ -18,8 +24,10 @@ ckpt-scan skipped
 
 from __future__ import annotations
 
+import posixpath
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
@@ -33,17 +41,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
+    "RUN_SECTIONS",
     "SECTIONS",
     "DiagnoseReport",
     "Section",
     "diagnose",
+    "pick_log",
     "render_section",
+    "render_verdict",
 ]
 
 SECTIONS = ("env", "gpu", "disk", "ckpt-scan")
+#: The sections of ``diagnose(run=DIR)``: the log is read after the scan, with its save steps.
+RUN_SECTIONS = (*SECTIONS, "train-log")
 #: Seconds each section may run (its step's timeout); ``timeouts=`` overrides by name.
 DEFAULT_TIMEOUTS: Mapping[str, float] = MappingProxyType(
-    {"env": 60.0, "gpu": 90.0, "disk": 180.0, "ckpt-scan": 1800.0}
+    {"env": 60.0, "gpu": 90.0, "disk": 180.0, "ckpt-scan": 1800.0, "train-log": 600.0}
 )
 _STATUS = {EXIT_OK: "ok", EXIT_FINDINGS: "findings", EXIT_FAILED: "failed"}
 
@@ -76,6 +89,9 @@ class DiagnoseReport:
     exit_code: int
     findings: tuple[str, ...]
     summary: tuple[str, ...]  # one line per section, e.g. "gpu: findings (2) in 1.4 s"
+    run: str | None = None
+    #: With ``run``: the answer for the run (checkpoints, log, saves, batches), line by line.
+    verdict: tuple[str, ...] = ()
 
     def section(self, name: str) -> Section | None:
         return next((s for s in self.sections if s.name == name), None)
@@ -106,29 +122,97 @@ def _scan_checkpoints(target: Target, path: str, timeout: float) -> Any:
     return scan_checkpoints(target, path, timeout=timeout)
 
 
+# Which of the log files met in a run directory train-log reads: a per-step log written by
+# the trainer first, then the summary formats; a larger file over a smaller one of a kind.
+_LOG_RANK = (
+    re.compile(r"\.jsonl$"),
+    re.compile(r"(^|/)metrics\.csv$|\.csv$"),
+    re.compile(r"(^|/)events\.out\.tfevents\."),
+    re.compile(r"\.wandb$"),
+    re.compile(r"\.log$|\.txt$"),
+    re.compile(r"(^|/)trainer_state\.json$"),
+)
+_STEP_IN_PATH = re.compile(r"checkpoint-(\d+)/trainer_state\.json$")
+
+
+def pick_log(run: str, logs: Sequence[Any]) -> str | None:
+    """The training log to read among the files a scan met under ``run`` (``LogFile`` s):
+    by kind (:data:`_LOG_RANK`), then the top level of the run over subdirectories, then
+    size. An HF ``trainer_state.json`` is taken from the run itself or its latest checkpoint.
+    """
+
+    def key(f: Any) -> tuple[int, int, int, int]:
+        path = str(f.path)
+        kind = next((i for i, rx in enumerate(_LOG_RANK) if rx.search(path)), len(_LOG_RANK))
+        depth = posixpath.relpath(path, run).count("/")
+        m = _STEP_IN_PATH.search(path)
+        return (kind, depth if not m else 1, -int(m.group(1)) if m else 0, -int(f.bytes))
+
+    ranked = sorted((f for f in logs if int(f.bytes) > 0), key=key)
+    return str(ranked[0].path) if ranked else None
+
+
+def _train_log(
+    target: Target, run: str, scan: Any, timeout: float, points: int
+) -> tuple[Any, str | None]:
+    """The train-log report for the run's log, given the save steps the scan found."""
+    from remotekit.diagnostics import trainlog
+
+    plan = getattr(scan, "plan", None)
+    log = pick_log(run, getattr(plan, "logs", ()) or ())
+    if log is None:
+        raise RemotekitError(
+            f"no training log under {run} (looked for *.jsonl, *.csv, *.log, *.txt, "
+            "trainer_state.json, TensorBoard and W&B files)",
+            host=target.name,
+            step="train-log",
+        )
+    steps = _save_steps(scan)
+    report = trainlog.analyze_train_log(
+        target, log, ckpt_steps=steps or None, points=points, timeout=timeout
+    )
+    return report, log
+
+
+def _save_steps(scan: Any) -> list[int]:
+    """The steps of the checkpoints found (those with a real step, not an epoch)."""
+    steps = set()
+    for r in scan or ():
+        step = getattr(r, "global_step", None)
+        if isinstance(step, (int, float)) and getattr(r, "step_key", None) not in ("epoch",):
+            steps.add(int(step))
+    return sorted(steps)
+
+
 def diagnose(
     target: Target,
     *,
     path: str | None = None,
+    run: str | None = None,
     include_ckpt: bool = True,
     timeouts: Mapping[str, float] | None = None,
     on_section: Callable[[Section], None] | None = None,
     env: Mapping[str, str] | None = None,
+    points: int = 0,
 ) -> DiagnoseReport:
-    """Run env, gpu, disk and (with ``path`` or the host's ``checkpoints:``) ckpt-scan.
+    """Run env, gpu, disk and (with ``path``, ``run`` or the host's ``checkpoints:``)
+    ckpt-scan; with ``run`` also train-log on the run's log, and the run's verdict.
 
-    ``path`` is the checkpoint directory to scan (default: the host's ``checkpoints:``); the
-    disk section measures the host's ``workdir`` (else ``~``) and that directory.
-    ``timeouts`` overrides :data:`DEFAULT_TIMEOUTS` by section name (unknown names raise
-    ValueError). ``env`` is set for the env, gpu and disk scripts there. ``on_section`` is
-    called with each section as it completes, skipped ones included. Never raises for a
-    failing section; it records it and goes on.
+    ``path`` is the checkpoint directory to scan (default: ``run``, else the host's
+    ``checkpoints:``); the disk section measures the host's ``workdir`` (else ``~``) and that
+    directory. ``run`` is a training run's directory there: its checkpoints are scanned, its
+    log (:func:`pick_log` among the files the scan met) is analysed with the steps of those
+    checkpoints as save events. ``points`` > 0 fetches that many points of each log series
+    (for a plot). ``timeouts`` overrides :data:`DEFAULT_TIMEOUTS` by section name (unknown
+    names raise ValueError). ``env`` is set for the env, gpu and disk scripts there.
+    ``on_section`` is called with each section as it completes, skipped ones included. Never
+    raises for a failing section; it records it and goes on.
     """
-    unknown = set(timeouts or {}) - set(SECTIONS)
+    unknown = set(timeouts or {}) - set(RUN_SECTIONS)
     if unknown:
         raise ValueError(f"unknown section(s) in timeouts: {', '.join(sorted(unknown))}")
     limits = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
-    ckpt = path or target.spec.checkpoints
+    ckpt = path or run or target.spec.checkpoints
     disk_paths = [target.spec.workdir or "~", *([ckpt] if ckpt else [])]
 
     runs: dict[str, Callable[[], Any]] = {
@@ -136,30 +220,31 @@ def diagnose(
         "gpu": lambda: system.gpu_status(target, timeout=limits["gpu"], env=env),
         "disk": lambda: system.disk_usage(target, disk_paths, timeout=limits["disk"], env=env),
     }
-    skip: str | None = None
+    skip: dict[str, str] = {}
     if not include_ckpt:
-        skip = "not requested"
+        skip["ckpt-scan"] = "not requested"
     elif not ckpt:
-        skip = f"no checkpoints: configured for {target.name} and no path given"
+        skip["ckpt-scan"] = f"no checkpoints: configured for {target.name} and no path given"
     else:
         ckpt_path = ckpt
         runs["ckpt-scan"] = lambda: _scan_checkpoints(target, ckpt_path, limits["ckpt-scan"])
+    logs: list[str] = []
+    if run:
+        run_dir = run
+
+        def read_log() -> Any:
+            scan = done.get("ckpt-scan")
+            report, log = _train_log(target, run_dir, scan, limits["train-log"], points)
+            logs.append(log or "")
+            return report
+
+        runs["train-log"] = read_log
 
     sections: list[Section] = []
-    for name in SECTIONS:
-        started = time.monotonic()
-        if name not in runs:
-            section = Section(name, "skipped", EXIT_OK, (), skip, 0.0)
-        else:
-            try:
-                section = _from_report(name, runs[name](), started)
-            except RemotekitError as exc:
-                section = Section(
-                    name, "failed", EXIT_FAILED, (), str(exc), time.monotonic() - started
-                )
-            except Exception as exc:  # one broken section must not cost the others
-                msg = f"{type(exc).__name__}: {exc}"
-                section = Section(name, "failed", EXIT_FAILED, (), msg, time.monotonic() - started)
+    done: dict[str, Any] = {}
+    for name in RUN_SECTIONS if run else SECTIONS:
+        section = _run_section(name, runs.get(name), skip.get(name, ""))
+        done[name] = section.report
         sections.append(section)
         if on_section is not None:
             on_section(section)
@@ -170,7 +255,117 @@ def diagnose(
         exit_code=worst_exit([s.exit_code for s in sections]),
         findings=tuple(f"[{s.name}] {f}" for s in sections for f in s.findings),
         summary=tuple(_summary_line(s) for s in sections),
+        run=run,
+        verdict=tuple(_verdict(sections, logs[0] if logs else None)) if run else (),
     )
+
+
+def _run_section(name: str, fn: Callable[[], Any] | None, skipped: str) -> Section:
+    started = time.monotonic()
+    if fn is None:
+        return Section(name, "skipped", EXIT_OK, (), skipped, 0.0)
+    try:
+        return _from_report(name, fn(), started)
+    except RemotekitError as exc:
+        return Section(name, "failed", EXIT_FAILED, (), str(exc), time.monotonic() - started)
+    except Exception as exc:  # one broken section must not cost the others
+        msg = f"{type(exc).__name__}: {exc}"
+        return Section(name, "failed", EXIT_FAILED, (), msg, time.monotonic() - started)
+
+
+# ------------------------------------------------------------------------------- the verdict
+
+
+def _verdict(sections: Sequence[Section], log: str | None) -> list[str]:
+    by = {s.name: s for s in sections}
+    return _ckpt_verdict(by.get("ckpt-scan")) + _log_verdict(by.get("train-log"), log)
+
+
+def _step(r: Any) -> str:
+    return "?" if r.global_step is None else f"{r.global_step:g}"
+
+
+def _ckpt_verdict(section: Section | None) -> list[str]:
+    if section is None or section.report is None:
+        why = section.error if section is not None else "not run"
+        return [f"checkpoints: not checked ({(why or '').splitlines()[0] if why else ''})"]
+    reports = list(section.report)
+    if not reports:
+        return ["checkpoints: none found in the run directory"]
+    order = sorted(reports, key=lambda r: (r.global_step is None, r.global_step or 0, r.path))
+    readable = [r for r in order if r.status in ("clean", "bad")]
+    bad = [r for r in readable if r.status == "bad"]
+    unreadable = [r for r in order if r.status not in ("clean", "bad")]
+    formats = sorted({str(r.format) for r in reports if r.format})
+    head = f"checkpoints: {len(reports)} ({', '.join(formats)})"
+    if not bad:
+        out = [f"{head}, all {len(readable)} readable ones clean"]
+    else:
+        first = bad[0]
+        clean_before = [
+            r for r in readable if r.status == "clean" and order.index(r) < order.index(first)
+        ]
+        out = [
+            f"{head}, {len(bad)} with non-finite values; first bad: {first.path} at step "
+            f"{_step(first)} ({_counts(first)})"
+            + (f"; last clean before it: step {_step(clean_before[-1])}" if clean_before else "")
+        ]
+    if unreadable:
+        out.append(
+            f"  {len(unreadable)} unreadable, e.g. {unreadable[0].path}: {unreadable[0].error}"
+        )
+    return out
+
+
+def _counts(r: Any) -> str:
+    parts = []
+    for sec in ("weights", "optimizer"):
+        n = getattr(r, f"nonfinite_{sec}", 0)
+        if n:
+            parts.append(f"{n} in {sec}")
+    if getattr(r, "negative_exp_avg_sq", 0):
+        parts.append(f"{r.negative_exp_avg_sq} negative second moments")
+    return ", ".join(parts) or "bad values"
+
+
+def _log_verdict(section: Section | None, log: str | None) -> list[str]:
+    if section is None:
+        return []
+    rep = section.report
+    if rep is None:
+        return [f"log: not analysed ({(section.error or '').splitlines()[0]})"]
+    src = getattr(rep, "source", None)
+    if getattr(rep, "errors", ()):
+        return [f"log: {log}: {rep.errors[0]}"]
+    fmt = getattr(src, "format", None) or "?"
+    key = getattr(src, "step_key", None)
+    out = [f"log: {getattr(src, 'path', None) or log} ({fmt}, step key {key or 'row number'})"]
+    spikes = getattr(rep, "spikes", ())
+    saves = [c for c in getattr(rep, "correlations", ()) if c.kind == "checkpoint"]
+    metrics = sorted({str(getattr(x, "metric", "?")) for x in spikes})
+    out.append(f"spikes: {len(spikes)}" + (f" ({', '.join(metrics)})" if metrics else ""))
+    for c in saves:
+        out.append(
+            f"spikes at saves: {c.at_events} of {c.spikes} within ±{c.tolerance:g} steps of "
+            f"{c.events} checkpoint saves; {c.expected:.2g} expected by chance "
+            f"(p={c.p_value:.2g}): "
+            + ("more than chance" if c.beyond_chance else "no more than chance")
+        )
+    if spikes and not saves:
+        out.append("spikes at saves: no save steps known (no checkpoint with a step was found)")
+    comp = getattr(rep, "composition", None)
+    if comp is not None and getattr(comp, "verdict", None):
+        out.append(f"batches: {comp.verdict}")
+    else:
+        out.append("batches: no composition verdict (no per-step batch key, no stable window)")
+    return out
+
+
+def render_verdict(report: DiagnoseReport) -> str:
+    """The run's answer, for people ('' without ``run``)."""
+    if not report.run:
+        return ""
+    return "\n".join([f"== run {report.run}", *report.verdict])
 
 
 def _summary_line(s: Section) -> str:
@@ -199,7 +394,14 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "GpuReport": system.render_gpu,
     "DiskReport": system.render_disk,
     "CheckpointScan": _render_scan,
+    "TrainLogReport": lambda rep: _render_log(rep),
 }
+
+
+def _render_log(rep: Any) -> str:
+    from remotekit.diagnostics.trainlog import render_report
+
+    return render_report(rep)
 
 
 def render_section(section: Section) -> str:

@@ -9,23 +9,35 @@ Standalone: the standard library and torch >= 2.1 only, Python >= 3.8. Subcomman
     ckpt.py bisect DIR [--linear] [--jobs N] [--allow-global NAME]... [--unsafe-pickle]
 
 PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt,
-*.safetensors and Hugging Face ``*.index.json`` shard indexes) or a glob. Formats: torch.save
-files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors (parsed here:
-8-byte little-endian header length, JSON header, raw data; no safetensors package needed) and
-HF sharded checkpoints (``weight_map``). torch.distributed.checkpoint directories (``.metadata``)
-and DeepSpeed ZeRO partitions are named as not supported yet.
+*.safetensors, Hugging Face ``*.index.json`` shard indexes and checkpoint directories) or a
+glob (``**`` too; each real directory is entered once, so symlink loops end). Formats:
+torch.save files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors
+(parsed and validated here: 8-byte little-endian header length, JSON header, raw data; no
+safetensors package needed) and HF sharded checkpoints (``weight_map``). Directories that are
+ONE checkpoint each: HF Trainer ``checkpoint-N/`` (weights + optimizer.pt + trainer_state.json),
+DeepSpeed ``global_stepN/`` (model states + every ZeRO optimizer partition; ``latest`` is
+checked), torch.distributed.checkpoint (``.metadata`` + ``__R_N.distcp``, read chunk by chunk
+without a process group). Git LFS pointer files are named as such.
+
+Steps: the most specific key in the file (global_step, step, iter_num, iteration, num_updates,
+DeepSpeed's global_steps; one level down in train_state/trainer_state/extra_state; fairseq's
+optimizer_history), else trainer_state.json beside it, else the name (checkpoint-2000,
+step_2000, global_step2000, epoch=1-step=2000); ``step_key`` says which. Top-level scalars
+(nanoGPT's best_val_loss, a 0-d tensor) are metadata (``scalars``), never weights.
 
 Output: one JSON object per stdout line, flushed as it is made, each with a ``"type"``:
 
-    plan        {files, bytes, jobs, skipped: [paths]}            first record of scan/bisect
+    plan        {files, bytes, jobs, skipped: [paths],            first record of scan/bisect
+                 logs: [{path, bytes, mtime}]}                    (scan: log files met)
     progress    {path, done, total}                               tensor bytes checked in a file
-    checkpoint  {path, status, ok, error, format, global_step, epoch, params, tensors,
+    checkpoint  {path, status, ok, error, format, global_step, step_key, epoch, scalars,
+                 params, tensors,
                  skipped_tensors, bytes, nan_weights, posinf_weights, neginf_weights,
                  nan_optimizer, posinf_optimizer, neginf_optimizer, negative_exp_avg_sq,
                  max_abs_weights, max_abs_optimizer, bad_tensors: [{name, section, slot, dtype,
                  numel, nan, posinf, neginf, negative, first_index, shared_with}],
                  bad_tensors_total, needs_globals, notes, seconds}
-    meta        {path, global_step, epoch, error}                 (bisect ordering)
+    meta        {path, global_step, step_key, epoch, error}       (bisect ordering)
     order       {order, checkpoints: [{path, global_step}]}       (bisect)
     bisect      {directory, order, mode, checkpoints, scanned, last_clean, first_bad,
                  unreadable, bad, later_clean, assumption}
@@ -67,11 +79,12 @@ checked again alone in a fresh one. inspect and diff run in this process.
 from __future__ import annotations
 
 import argparse
+import collections
 import ctypes
 import gc
-import glob
 import importlib
 import importlib.util
+import io
 import json
 import math
 import mmap
@@ -93,10 +106,29 @@ CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 INDEX_SUFFIX = ".index.json"
 # Files an HF Trainer writes beside the weights that are not model/optimizer state.
 AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
-ZERO_PARTITION = re.compile(r"(^|_)zero_pp_rank_\d+|_optim_states\.pt$")
 OPTIM_KEY = re.compile(r"optim", re.IGNORECASE)
-STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_updates", "train_step", "steps")
+# Step keys, most specific first: Lightning/HF/Accelerate, torchtitan, nanoGPT, Megatron,
+# fairseq, DeepSpeed's model states; "epoch" only when nothing finer is there.
+STEP_KEYS = (
+    "global_step",
+    "step",
+    "iter_num",
+    "iteration",
+    "num_updates",
+    "global_steps",
+    "train_step",
+    "iter",
+    "steps",
+)
 EPOCH_KEYS = ("epoch", "epochs")
+# Containers one level down that trainers keep their counters in (torchtitan, fairseq, ...).
+STATE_CONTAINERS = ("train_state", "trainer_state", "extra_state", "state", "progress", "meta")
+# A step in a checkpoint's own name or its directory's: checkpoint-2000, step_2000,
+# global_step2000, iter_2000, Lightning's epoch=3-step=1000.ckpt, torchtitan's step-1000.
+NAME_STEP = re.compile(
+    r"(?:^|[^a-z])(?:global_step|checkpoint|step|iter|iteration|ckpt)[-_=]?(\d+)(?=$|[^\d])", re.I
+)
+LFS_POINTER = b"version https://git-lfs"
 # Optimizer slots that can never be negative (second moments and accumulators).
 NONNEG_SLOTS = frozenset(
     ["exp_avg_sq", "max_exp_avg_sq", "square_avg", "exp_avg_sq_row", "exp_avg_sq_col", "sum"]
@@ -203,6 +235,7 @@ def _import_torch():
     warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
     # safetensors data is mapped read-only on purpose: nothing here writes to it
     warnings.filterwarnings("ignore", message=".*given buffer is not writable.*")
+    warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated.*")
     try:
         import torch as _torch
     except Exception as e:  # ImportError, or a broken install raising anything
@@ -218,6 +251,10 @@ def _import_torch():
         )
     torch = _torch
     return torch
+
+
+def _is_scalar_dtype(dtype):
+    return not dtype.is_complex and dtype.itemsize <= 8 and "float8" not in str(dtype)
 
 
 def _is_checkable(dtype):
@@ -241,6 +278,9 @@ def _as_number(v):
 
 
 # ------------------------------------------------------------------------ memory release
+
+
+RELEASE_MIN = 64 << 20  # files smaller than this keep their checked pages (the OS drops them)
 
 
 class _Releaser:
@@ -333,7 +373,13 @@ class Source(object):
         self.format = fmt
         self.bytes = nbytes
         self.entries = []
-        self.meta = {"global_step": None, "epoch": None, "top_keys": [], "scalars": {}}
+        self.meta = {
+            "global_step": None,
+            "step_key": None,
+            "epoch": None,
+            "top_keys": [],
+            "scalars": {},
+        }
         self.optimizers = []
         self.notes = []
         self.problems = []
@@ -393,9 +439,32 @@ def _tensor_chunks(t, n, release):
         yield i * row, t[i : i + per].reshape(-1)
 
 
+# Names that mark a top-level scalar of a flat state dict as metadata rather than a weight.
+META_NAME = re.compile(
+    r"(?i)step|epoch|iter|loss|best|^lr$|val_|_val|acc|score|tokens|samples|seed"
+)
+
+
+def top_scalars(obj):
+    """The top-level entries of a loaded checkpoint that are metadata, not weights: 0-d tensors
+    (nanoGPT's ``best_val_loss``, torchtitan's ``step``) beside nested state, or whose name says
+    so in a flat state dict. {key: tensor}."""
+    if not isinstance(obj, dict):
+        return {}
+    nested = any(isinstance(v, (dict, list, tuple)) for v in obj.values())
+    return {
+        str(k): v
+        for k, v in obj.items()
+        if isinstance(v, torch.Tensor) and v.dim() == 0 and (nested or META_NAME.search(str(k)))
+    }
+
+
 def _walk(obj, src, release):
-    """Collect every tensor in a loaded object as an Entry, with its section and slot."""
+    """Collect every tensor in a loaded object as an Entry, with its section and slot.
+
+    Top-level scalars (:func:`top_scalars`) are left out: they are metadata."""
     seen = set()
+    meta_keys = set(top_scalars(obj))
     nn = getattr(torch, "nn", None)
     optim = getattr(torch, "optim", None)
 
@@ -405,6 +474,7 @@ def _walk(obj, src, release):
             key = None
             if numel and o.device.type == "cpu":
                 key = (o.data_ptr(), tuple(o.shape), tuple(o.stride()), str(o.dtype))
+            data = o.detach()  # saved parameters may require grad: nothing here needs it
             src.entries.append(
                 Entry(
                     path or "<tensor>",
@@ -415,7 +485,7 @@ def _walk(obj, src, release):
                     numel,
                     numel * o.element_size(),
                     key,
-                    lambda n, t=o: _tensor_chunks(t, n, release),
+                    lambda n, t=data: _tensor_chunks(t, n, release),
                 )
             )
             return
@@ -436,6 +506,8 @@ def _walk(obj, src, release):
                 src.optimizers.append((path, o))
             for k, v in o.items():
                 ks = str(k)
+                if depth == 0 and ks in meta_keys:
+                    continue
                 sec = (
                     OPTIMIZER
                     if (section == OPTIMIZER or is_opt or OPTIM_KEY.search(ks))
@@ -467,21 +539,58 @@ def mask(text):
     return _SECRET_ASSIGN_RE.sub(r"\1***", _URL_QUERY_RE.sub(r"\1?***", text))
 
 
+def _first_key(d, keys):
+    """(value, key) of the first of ``keys`` in dict ``d`` holding a number, else (None, None)."""
+    for k in keys:
+        if k in d and _as_number(d[k]) is not None:
+            return _as_number(d[k]), k
+    return None, None
+
+
+def find_step(obj):
+    """(step, key path, epoch) of a loaded checkpoint: the most specific step key at the top,
+    else one level down in a trainer's state container (or fairseq's last optimizer_history
+    entry); the epoch alike."""
+    if not isinstance(obj, dict):
+        return None, None, None
+    places = [("", obj)]
+    for c in STATE_CONTAINERS:
+        if isinstance(obj.get(c), dict):
+            places.append((c + ".", obj[c]))
+    hist = obj.get("optimizer_history")
+    if isinstance(hist, list) and hist and isinstance(hist[-1], dict):
+        places.append(("optimizer_history[-1].", hist[-1]))
+    step = key = epoch = None
+    for prefix, d in places:
+        v, k = _first_key(d, STEP_KEYS)
+        if v is not None and key is None:
+            step, key = v, prefix + k
+        e, _ = _first_key(d, EPOCH_KEYS)
+        if e is not None and epoch is None:
+            epoch = e
+    return step, key, epoch
+
+
 def _fill_meta(src, obj):
     if isinstance(obj, dict):
         keys = [str(k) for k in obj]
         src.meta["top_keys"] = keys[:50]
-        for k in STEP_KEYS:
-            if k in obj and _as_number(obj[k]) is not None:
-                src.meta["global_step"] = _as_number(obj[k])
-                break
-        for k in EPOCH_KEYS:
-            if k in obj and _as_number(obj[k]) is not None:
-                src.meta["epoch"] = _as_number(obj[k])
-                break
+        step, key, epoch = find_step(obj)
+        if step is not None:
+            src.meta["global_step"], src.meta["step_key"] = step, key
+        src.meta["epoch"] = epoch
         scalars = {}
+        meta = top_scalars(obj)
+        if meta:
+            src.notes.append(
+                "top-level scalar%s %s: metadata, not weights"
+                % ("s" if len(meta) > 1 else "", ", ".join(sorted(meta)[:8]))
+            )
         for k, v in obj.items():
-            if isinstance(v, (bool, int, float)) or v is None:
+            if str(k) in meta:
+                x = meta[str(k)].item() if _is_scalar_dtype(meta[str(k)].dtype) else None
+                scalars[str(k)] = x
+            elif isinstance(v, (bool, int, float)) or v is None:
                 scalars[str(k)] = v
             elif isinstance(v, str):
                 v = "***" if _SECRET_KEY_RE.search(str(k)) else mask(v)
@@ -501,11 +610,11 @@ def _fill_meta(src, obj):
         )
 
 
-def _sidecar_step(src):
+def _sidecar_step(src, p=None):
     """HF Trainer writes trainer_state.json beside the weights: use its step and epoch."""
     if src.meta["global_step"] is not None:
         return
-    p = os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
+    p = p or os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
     try:
         with open(p) as f:
             state = json.load(f)
@@ -514,7 +623,7 @@ def _sidecar_step(src):
     if isinstance(state, dict):
         if _as_number(state.get("global_step")) is not None:
             src.meta["global_step"] = _as_number(state.get("global_step"))
-            src.notes.append("step and epoch from trainer_state.json")
+            src.meta["step_key"] = "trainer_state.json:global_step"
         if src.meta["epoch"] is None and _as_number(state.get("epoch")) is not None:
             src.meta["epoch"] = _as_number(state.get("epoch"))
 
@@ -545,7 +654,8 @@ def _open_torch_unchecked(path, size, is_zip, opts):
     if is_zip:
         try:
             with zipfile.ZipFile(path) as zf:
-                names = zf.namelist()
+                infos = zf.infolist()
+                names = [i.filename for i in infos]
         except (zipfile.BadZipFile, OSError, ValueError) as e:
             raise LoadError(
                 "truncated or damaged zip archive: %s; the file is %d bytes: the save was "
@@ -559,6 +669,19 @@ def _open_torch_unchecked(path, size, is_zip, opts):
             ) from e
         if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
             raise LoadError("a zip archive, but not a torch.save checkpoint (no data.pkl inside)")
+        packed = [i for i in infos if i.compress_type != zipfile.ZIP_STORED]
+        if packed:
+            raise LoadError(
+                "zip entry %s is compressed (method %d%s); torch.save stores every entry "
+                "uncompressed, so this archive was repacked (e.g. by `zip`) and its tensor data "
+                "cannot be read in place; re-save it with torch.save, or unpack and re-zip it "
+                "with `zip -0`"
+                % (
+                    packed[0].filename,
+                    packed[0].compress_type,
+                    ", %d entries in all" % len(packed) if len(packed) > 1 else "",
+                )
+            )
     else:
         src.notes.append("legacy (non-zip) torch.save format: loaded into memory, not mmap")
     if opts.unsafe_pickle:
@@ -567,6 +690,12 @@ def _open_torch_unchecked(path, size, is_zip, opts):
         obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=not opts.unsafe_pickle)
     except pickle.UnpicklingError as e:
         needs = [] if opts.unsafe_pickle else _unsafe_globals(path, is_zip, e)
+        if needs and _inert_globals(needs):
+            src.notes.append(
+                "DeepSpeed objects read as inert placeholders (deepspeed is not imported): %s"
+                % ", ".join(n.rsplit(".", 1)[-1] for n in needs)
+            )
+            return _load_again(path, src, is_zip)
         if needs:
             raise LoadError(
                 "weights-only load refused %s: %s. If you trust this file, allow %s with %s "
@@ -589,11 +718,57 @@ def _open_torch_unchecked(path, size, is_zip, opts):
         ) from None
     except Exception as e:  # torch raises RuntimeError/EOFError/KeyError... for damage
         raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+    return _adopt_loaded(path, src, obj, is_zip)
+
+
+def _adopt_loaded(path, src, obj, is_zip):
     src.obj = obj
-    release = _Releaser(path) if is_zip else None
+    # Releasing pages pays off for large files only; finding the mapping reads /proc/self/maps
+    # (~0.6 ms with torch loaded), which would dominate a scan of many small files.
+    release = _Releaser(path) if is_zip and src.bytes >= RELEASE_MIN else None
     _walk(obj, src, release)
     _fill_meta(src, obj)
     return src
+
+
+def _load_again(path, src, is_zip):
+    try:
+        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=True)
+    except Exception as e:
+        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+    return _adopt_loaded(path, src, obj, is_zip)
+
+
+class _Inert(object):
+    """Stands in for an object of a training library (DeepSpeed's LossScaler, ZeroStageEnum,
+    fragment_address) in its checkpoints: it keeps what was pickled and runs nothing."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+
+    def __setstate__(self, state):
+        self.state = state
+
+
+INERT_PREFIXES = ("deepspeed.",)
+_INERT = {}
+
+
+def _inert_globals(names):
+    """Allow-list inert stand-ins for ``names`` when all belong to a known training library
+    whose checkpoint layout is read here (DeepSpeed); False when some do not, or when this
+    torch (< 2.5) cannot map a name to a stand-in."""
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is None or not all(n.startswith(INERT_PREFIXES) for n in names):
+        return False
+    new = [n for n in names if n not in _INERT]
+    for n in new:
+        _INERT[n] = type(n.rsplit(".", 1)[-1], (_Inert,), {})
+    try:
+        add([(_INERT[n], n) for n in new])
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
 
 
 def _st_dtype(code):
@@ -637,6 +812,45 @@ def _read_safetensors_header(path, size):
     return header, 8 + n
 
 
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _st_invalid(info):
+    """Why a safetensors header entry is no valid tensor description (None if it is)."""
+    if not isinstance(info, dict) or "data_offsets" not in info:
+        return "not a tensor description"
+    offs, shape = info.get("data_offsets"), info.get("shape", [])
+    if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+        return "data_offsets %r are not two integers" % (offs,)
+    if offs[0] < 0 or offs[1] < offs[0]:
+        return "data_offsets %r are negative or end before they begin" % (offs,)
+    if not (isinstance(shape, list) and all(_is_int(d) for d in shape)):
+        return "shape %r is not a list of integers" % (shape,)
+    if any(d < 0 for d in shape):
+        return "shape %r has a negative dimension" % (shape,)
+    return None
+
+
+def _st_check_layout(src, items):
+    """Tensors must tile the data region: no two share bytes, no hole between them."""
+    prev_end, prev = 0, None
+    for begin, end, name, _ in items:
+        if begin < prev_end:
+            src.problems.append(
+                "%s [%d, %d) overlaps %s (ends at %d): the header is damaged"
+                % (name, begin, end, prev, prev_end)
+            )
+            return
+        if begin > prev_end:
+            src.problems.append(
+                "%d bytes before %s are not part of any tensor (a hole at %d): the header is "
+                "damaged" % (begin - prev_end, name, prev_end)
+            )
+            return
+        prev_end, prev = end, name
+
+
 def _open_safetensors(path, size, header_only=False):
     src = Source(path, "safetensors", size)
     header, data_start = _read_safetensors_header(path, size)
@@ -660,18 +874,19 @@ def _open_safetensors(path, size, header_only=False):
         src._close.append(mm.close)
     items = []
     for name, info in header.items():
-        if not isinstance(info, dict) or "data_offsets" not in info:
-            src.problems.append("header entry %r is not a tensor description" % name)
+        why = _st_invalid(info)
+        if why:
+            src.problems.append("header entry %r: %s" % (name, why))
             continue
-        items.append((info["data_offsets"][0], name, info))
-    items.sort(key=lambda x: x[0])
+        items.append((info["data_offsets"][0], info["data_offsets"][1], name, info))
+    items.sort(key=lambda x: (x[0], x[1]))
+    _st_check_layout(src, items)
     missing = []
     need = data_start
     itemsizes = {}
-    for _, name, info in items:
+    for begin, end, name, info in items:
         dtype = _st_dtype(info.get("dtype"))
-        shape = tuple(int(s) for s in info.get("shape", ()))
-        begin, end = int(info["data_offsets"][0]), int(info["data_offsets"][1])
+        shape = tuple(info.get("shape", ()))
         need = max(need, data_start + end)
         if dtype is None:
             src.notes.append(
@@ -750,7 +965,26 @@ def _looks_like_safetensors(head, size):
     return head[8:9] == b"{" and 0 < n <= SAFETENSORS_MAX_HEADER
 
 
-def _open_file(path, opts, header_only=False):
+def _lfs_pointer(path, size):
+    """LoadError for a Git LFS pointer file (a clone without ``git lfs pull``)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1024).decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    if not text.startswith(LFS_POINTER.decode()):
+        return LoadError("not a checkpoint: a %d-byte text file" % size, fmt="text")
+    m = re.search(r"^size (\d+)", text, re.M)
+    real = " (the real file has %s bytes)" % m.group(1) if m else ""
+    return LoadError(
+        "a Git LFS pointer file (%d bytes), not the checkpoint%s: the repository was cloned "
+        "without its LFS content; run `git lfs pull` in the repository (or `git lfs pull "
+        "--include=%s`)" % (size, real, os.path.basename(path)),
+        fmt="git-lfs-pointer",
+    )
+
+
+def _open_file(path, opts, header_only=False, sidecar=True):
     size, head = _sniff(path)
     if size == 0:
         raise LoadError(
@@ -758,20 +992,23 @@ def _open_file(path, opts, header_only=False):
         )
     if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
         src = _open_torch(path, size, True, opts)
-    elif head.startswith(b"\x80"):
-        src = _open_torch(path, size, False, opts)
-    elif _looks_like_safetensors(head, size):
+    elif _looks_like_safetensors(head, size):  # before pickle: a header length may start 0x80
         try:
             src = _open_safetensors(path, size, header_only=header_only)
         except LoadError as e:
             e.fmt = "safetensors"
             raise
+    elif head.startswith(b"\x80"):
+        src = _open_torch(path, size, False, opts)
+    elif head.startswith(LFS_POINTER[:14]) and size < 1024:
+        raise _lfs_pointer(path, size)
     else:
         raise LoadError(
             "not a checkpoint: neither a torch.save zip, a legacy torch pickle nor safetensors "
             "(%d bytes, starting %r)" % (size, head[:8])
         )
-    _sidecar_step(src)
+    if sidecar:
+        _sidecar_step(src)
     return src
 
 
@@ -802,9 +1039,6 @@ def _open_index(path, opts, header_only=False):
             src.problems.append("shard %s: %s" % (shard, e.reason))
             src.needs_globals.extend(e.needs_globals)
             continue
-        src.bytes += part.bytes
-        src._close.append(part.close)
-        src.problems.extend("shard %s: %s" % (shard, p) for p in part.problems)
         names = set(e.name for e in part.entries)
         absent = [k for k in expected if k not in names]
         if absent and not part.problems:
@@ -812,23 +1046,477 @@ def _open_index(path, opts, header_only=False):
                 "shard %s lacks %d tensors the index puts there (first: %s)"
                 % (shard, len(absent), absent[0])
             )
-        src.entries.extend(part.entries)
-        src.optimizers.extend(part.optimizers)
-        for k in ("global_step", "epoch"):
-            if src.meta[k] is None:
-                src.meta[k] = part.meta[k]
+        _adopt(src, part, "shard " + shard)
     _sidecar_step(src)
     if isinstance(index.get("metadata"), dict):
         src.meta["metadata"] = index["metadata"]
     return src
 
 
+def _adopt(src, part, label, prefix="", section=None):
+    """Make ``part`` (an opened file) a part of the composite checkpoint ``src``."""
+    src.bytes += part.bytes
+    src._close.append(part.close)
+    src.problems.extend("%s: %s" % (label, p) for p in part.problems)
+    src.needs_globals.extend(part.needs_globals)
+    src.notes.extend("%s: %s" % (label, n) for n in part.notes)
+    for e in part.entries:
+        e.name = prefix + e.name
+        if section is not None:
+            e.section = section
+        src.entries.append(e)
+    src.optimizers.extend((prefix + p, o) for p, o in part.optimizers)
+    for k in ("global_step", "step_key", "epoch"):
+        if src.meta[k] is None:
+            src.meta[k] = part.meta[k]
+    for k, v in part.meta["scalars"].items():
+        if len(src.meta["scalars"]) < 30:
+            src.meta["scalars"].setdefault(prefix + k, v)
+
+
+def _open_part(src, path, label, opts, header_only, prefix="", section=None):
+    """Open one file of a checkpoint directory into ``src``; a failure is a problem of src."""
+    if not os.path.exists(path):
+        src.problems.append("%s is missing" % label)
+        return
+    try:
+        part = _open_index(path, opts, header_only) if path.endswith(INDEX_SUFFIX) else None
+        part = part or _open_file(path, opts, header_only=header_only, sidecar=False)
+    except LoadError as e:
+        src.problems.append("%s: %s" % (label, e.reason))
+        src.needs_globals.extend(e.needs_globals)
+        return
+    _adopt(src, part, label, prefix, section)
+
+
+# ------------------------------------------------------------------- checkpoint directories
+
+HF_WEIGHTS = (
+    "model.safetensors.index.json",
+    "model.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+HF_OPTIMIZER = ("optimizer.pt", "optimizer.bin")
+HF_DIR = re.compile(r"^checkpoint-\d+$")
+DS_MODEL = re.compile(r"^(?:zero_pp_rank_\d+_)?mp_rank_\d+_model_states\.pt$")
+DS_OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
+DCP_FILE = re.compile(r"^__\d+_\d+\.distcp$")
+
+
+def classify_dir(path, names=None):
+    """The item for a directory that is ONE checkpoint (DCP, DeepSpeed, HF Trainer), else None.
+
+    ``files`` are the files the checkpoint owns (a scan does not report them on their own).
+    """
+    if names is None:
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return None
+    names = sorted(names)
+    join = lambda n: os.path.join(path, n)  # noqa: E731
+    if ".metadata" in names:
+        files = [join(".metadata")] + [join(n) for n in names if DCP_FILE.match(n)]
+        fmt = "dcp"
+    elif any(DS_MODEL.match(n) or DS_OPTIM.match(n) for n in names):
+        files = [join(n) for n in names if DS_MODEL.match(n) or DS_OPTIM.match(n)]
+        fmt = "deepspeed"
+    elif "trainer_state.json" in names or HF_DIR.match(os.path.basename(path.rstrip("/"))):
+        weights = _hf_weights(names)
+        if not weights:
+            return None
+        files = [join(n) for n in weights + [n for n in HF_OPTIMIZER if n in names][:1]]
+        for w in weights:
+            if w.endswith(INDEX_SUFFIX):
+                files += _index_item(join(w))["files"]
+        fmt = "hf-trainer"
+    else:
+        return None
+    size = 0
+    for p in files:  # tensor files only, as the scan counts them (not .metadata, not an index)
+        try:
+            if not p.endswith((INDEX_SUFFIX, ".metadata")):
+                size += os.path.getsize(p)
+        except OSError:
+            pass
+    return {"kind": "dir", "format": fmt, "path": path, "bytes": size, "files": files}
+
+
+def _hf_weights(names):
+    """The weights files of an HF checkpoint directory: an index and its shards, or one file."""
+    for w in HF_WEIGHTS:
+        if w in names:
+            return [w]
+    return [n for n in names if n.endswith(".safetensors")][:1]
+
+
+def _open_hf_trainer(path, opts, header_only):
+    """HF Trainer's checkpoint-N/: weights + optimizer.pt as ONE checkpoint, step from
+    trainer_state.json (scheduler.pt, scaler.pt, rng_state*.pth hold no model state)."""
+    src = Source(path, "hf-trainer", 0)
+    names = sorted(os.listdir(path))
+    for w in _hf_weights(names):
+        _open_part(src, os.path.join(path, w), w, opts, header_only)
+    opt = [n for n in HF_OPTIMIZER if n in names]
+    if opt:
+        _open_part(
+            src, os.path.join(path, opt[0]), opt[0], opts, header_only, "optimizer.", OPTIMIZER
+        )
+    else:
+        src.notes.append("no optimizer.pt: weights only (save_only_model?)")
+    src.meta["global_step"] = src.meta["step_key"] = None  # the trainer's own count wins
+    _sidecar_step(src, os.path.join(path, "trainer_state.json"))
+    return src
+
+
+def _open_deepspeed(path, opts, header_only):
+    """DeepSpeed's global_stepN/: model states (weights) and every ZeRO optimizer partition
+    (fp32 master copy and Adam moments) as ONE checkpoint; the step from the model states'
+    ``global_steps``, else the directory's name; ``latest`` beside it is checked."""
+    src = Source(path, "deepspeed", 0)
+    names = sorted(os.listdir(path))
+    for n in names:
+        if DS_MODEL.match(n):
+            _open_part(src, os.path.join(path, n), n, opts, header_only)
+    parts = [(int(DS_OPTIM.match(n).group(1)), n) for n in names if DS_OPTIM.match(n)]
+    for rank, n in sorted(parts):
+        prefix = "rank%d." % rank if len(parts) > 1 else ""
+        _open_part(src, os.path.join(path, n), n, opts, header_only, prefix, OPTIMIZER)
+    if parts:
+        src.notes.append("%d ZeRO optimizer partition(s)" % len(parts))
+    latest = _ds_latest(os.path.dirname(os.path.abspath(path)))
+    if latest is not None and latest == os.path.basename(path.rstrip("/")):
+        src.notes.append("`latest` names this checkpoint")
+    return src
+
+
+def _ds_latest(parent):
+    """The tag in DeepSpeed's ``latest`` file in ``parent`` (None if there is none)."""
+    try:
+        with open(os.path.join(parent, "latest")) as f:
+            return f.read(256).strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def open_source(path, opts, header_only=False):
-    """Open one checkpoint (file or HF index) without reading tensor data; LoadError if not."""
+    """Open one checkpoint (a file, an HF index, or a checkpoint directory: DCP, DeepSpeed,
+    HF Trainer) without reading tensor data; LoadError if it is none of them."""
     _import_torch()
+    if os.path.isdir(path):
+        item = classify_dir(path)
+        if item is None:
+            raise LoadError(
+                "is a directory, not a checkpoint (no DCP .metadata, DeepSpeed "
+                "model/optimizer states, or HF Trainer weights in it)"
+            )
+        opener = {"dcp": _open_dcp, "deepspeed": _open_deepspeed, "hf-trainer": _open_hf_trainer}
+        return opener[item["format"]](path, opts, header_only)
     if path.endswith(INDEX_SUFFIX):
         return _open_index(path, opts, header_only=header_only)
     return _open_file(path, opts, header_only=header_only)
+
+
+# ----------------------------------------------------------- torch.distributed.checkpoint
+
+# What a DCP .metadata pickle may name: torch's own metadata dataclasses and plain values.
+DCP_MODULES = (
+    "torch.distributed.checkpoint.metadata",
+    "torch.distributed.checkpoint.filesystem",
+    "torch.distributed.checkpoint.planner",
+)
+
+
+def _path_str(*parts):
+    return "/".join(str(p) for p in parts)
+
+
+def _layout(name):
+    layout = getattr(torch, str(name).replace("torch.", "", 1), None)
+    if not isinstance(layout, torch.layout):
+        raise pickle.UnpicklingError("unknown layout %r" % (name,))
+    return layout
+
+
+class _DcpRecord(object):
+    """Stands in for DCP's metadata dataclasses (Metadata, TensorStorageMetadata,
+    MetadataIndex, _StorageInfo, ...): holds their fields and runs nothing. Importing the real
+    ones would import torch.distributed.checkpoint (~0.5 s), for plain records."""
+
+    def __init__(self, *args):
+        self.args = args  # an Enum member: _MEM_FORMAT_ENCODING(0)
+
+    def __setstate__(self, state):
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.state = state  # TensorProperties pickles a tuple: (dtype, layout, ...)
+
+
+_DCP_CLASSES = {}
+
+
+def _dcp_dtype(props):
+    dtype = getattr(props, "dtype", None)
+    if dtype is None and isinstance(getattr(props, "state", None), tuple):
+        dtype = props.state[0]
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
+
+
+class _DcpMetaUnpickler(pickle.Unpickler):
+    """Reads .metadata without running code from it: only DCP's metadata classes (as inert
+    records), torch.Size, dtypes and layouts may be named (torch itself uses pickle.load)."""
+
+    def find_class(self, module, name):
+        if module in DCP_MODULES and re.match(r"^_?[A-Z][A-Za-z_]*$", name):
+            key = module + "." + name
+            if key not in _DCP_CLASSES:
+                _DCP_CLASSES[key] = type(name, (_DcpRecord,), {})
+            return _DCP_CLASSES[key]
+        elif module == "torch":
+            obj = getattr(torch, name, None)
+            if obj is torch.Size or isinstance(
+                obj, (torch.dtype, torch.layout, torch.memory_format)
+            ):
+                return obj
+        elif module == "pathlib" and name.endswith("Path"):
+            return _path_str  # storage_meta.checkpoint_id: the path it was saved to
+        elif (module, name) == ("torch.serialization", "_get_layout"):
+            return _layout  # how torch.layout pickles: a lookup by name
+        elif (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        raise pickle.UnpicklingError(
+            "the metadata names %s.%s, which a DCP .metadata file never holds" % (module, name)
+        )
+
+
+class _Window(io.RawIOBase):
+    """A read-only view of ``length`` bytes at ``start`` of an open file (one DCP item)."""
+
+    def __init__(self, f, start, length):
+        super().__init__()
+        self.f, self.start, self.length, self.pos = f, start, length, 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self.pos
+
+    def seek(self, pos, whence=0):
+        base = {0: 0, 1: self.pos, 2: self.length}[whence]
+        self.pos = max(0, min(self.length, base + pos))
+        return self.pos
+
+    def readinto(self, b):
+        n = min(len(b), self.length - self.pos)
+        if n <= 0:
+            return 0
+        self.f.seek(self.start + self.pos)
+        data = self.f.read(n)
+        b[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def _rebuild_ref(storage, storage_offset, size, stride, *rest):
+    return {
+        "storage": storage,
+        "offset": storage_offset,
+        "size": tuple(size),
+        "stride": tuple(stride),
+    }
+
+
+class _TensorRefUnpickler(pickle.Unpickler):
+    """The data.pkl of a torch.save'd tensor, read as a reference (storage, offset, size,
+    stride) to its bytes instead of a tensor: nothing is loaded, no code runs."""
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
+            raise pickle.UnpicklingError("unexpected persistent id")
+        return {"dtype": pid[1], "key": str(pid[2]), "numel": pid[4]}
+
+    def find_class(self, module, name):
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_ref
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if module == "torch" and name.endswith("Storage") and name != "UntypedStorage":
+            dtype = getattr(getattr(torch, name, None), "dtype", None)
+            if isinstance(dtype, torch.dtype):
+                return dtype
+        raise pickle.UnpicklingError("not a plain tensor (%s.%s)" % (module, name))
+
+
+def _dcp_locate(f, start, length):
+    """(absolute offset of the data, dtype, shape) of a contiguous tensor torch.save'd at
+    ``start`` of file ``f``; None when it is not that simple (then torch.load reads it)."""
+    try:
+        zf = zipfile.ZipFile(_Window(f, start, length))
+        pkl = [i for i in zf.infolist() if i.filename.endswith("/data.pkl")]
+        if len(pkl) != 1:
+            return None
+        ref = _TensorRefUnpickler(io.BytesIO(zf.read(pkl[0]))).load()
+        st = ref["storage"]
+        info = zf.getinfo(pkl[0].filename[: -len("data.pkl")] + "data/" + st["key"])
+    except (
+        zipfile.BadZipFile,
+        pickle.UnpicklingError,
+        KeyError,
+        TypeError,
+        ValueError,
+        EOFError,
+        AttributeError,
+        IndexError,
+    ):
+        return None
+    size, stride = ref["size"], ref["stride"]
+    want, expect = 1, []
+    for d in reversed(size):
+        expect.insert(0, want)
+        want *= d
+    if info.compress_type != zipfile.ZIP_STORED or (want > 1 and tuple(expect) != stride):
+        return None
+    f.seek(start + info.header_offset)
+    head = f.read(30)
+    if len(head) < 30 or head[:4] != b"PK\x03\x04":
+        return None
+    n, e = struct.unpack("<HH", head[26:30])
+    itemsize = torch.empty((), dtype=st["dtype"]).element_size()
+    if (ref["offset"] + want) * itemsize > info.file_size:
+        return None
+    return start + info.header_offset + 30 + n + e + ref["offset"] * itemsize, st["dtype"], size
+
+
+def _open_dcp(path, opts, header_only):
+    """A torch.distributed.checkpoint directory, read shard by shard without a process group:
+    .metadata lists every tensor chunk and where it lies (file, offset, length); each chunk is
+    a torch.save'd tensor whose bytes are memory-mapped and checked in place."""
+    src = Source(path, "dcp", 0)
+    try:
+        with open(os.path.join(path, ".metadata"), "rb") as f:
+            md = _DcpMetaUnpickler(f).load()
+        sdm, storage = md.state_dict_metadata, md.storage_data
+        sdm.items(), storage.items()
+    except (
+        OSError,
+        EOFError,
+        pickle.UnpicklingError,
+        AttributeError,
+        ImportError,
+        TypeError,
+        ValueError,
+    ) as e:
+        raise LoadError("cannot read the DCP .metadata: %s" % _short(e), fmt="dcp") from e
+    files, sizes, chunks_of = {}, {}, {}
+    for fqn, m in sdm.items():
+        for c in getattr(m, "chunks", None) or ():
+            chunks_of[(fqn, tuple(c.offsets))] = tuple(c.sizes)
+    skipped_bytes = 0
+    for idx, info in sorted(storage.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
+        m = sdm.get(idx.fqn)
+        if not hasattr(m, "chunks"):
+            skipped_bytes += 1  # a BytesStorageMetadata item: pickled objects, not tensors
+            continue
+        rel = info.relative_path
+        if rel not in files:
+            files[rel] = _dcp_file(src, path, rel, sizes)
+        f = files[rel]
+        if f is None:
+            continue
+        if info.offset + info.length > sizes[rel]:
+            src.problems.append(
+                "truncated: %s has %d bytes, but %s needs %d"
+                % (rel, sizes[rel], idx.fqn, info.offset + info.length)
+            )
+            continue
+        if getattr(info, "transform_descriptors", None):
+            src.notes.append(
+                "%s: stored with %s: not checked" % (idx.fqn, ", ".join(info.transform_descriptors))
+            )
+            continue
+        offsets = tuple(idx.offset or ())
+        shape = chunks_of.get((idx.fqn, offsets), tuple(m.size))
+        name = idx.fqn if len(m.chunks) == 1 else "%s@%s" % (idx.fqn, list(offsets))
+        _dcp_entry(src, f, name, idx.fqn, _dcp_dtype(m.properties), shape, info, opts)
+    if skipped_bytes:
+        src.notes.append("%d non-tensor items (pickled objects) not checked" % skipped_bytes)
+    src.bytes = sum(sizes.values())
+    src.notes.append("%d items in %d files" % (len(sdm), len(files)))
+    return src
+
+
+def _dcp_file(src, path, rel, sizes):
+    p = os.path.join(path, rel)
+    try:
+        f = open(p, "rb")
+    except OSError as e:
+        src.problems.append("%s: %s" % (rel, e.strerror or e))
+        return None
+    sizes[rel] = os.fstat(f.fileno()).st_size
+    src._close.append(f.close)
+    return f
+
+
+def _dcp_entry(src, f, name, fqn, dtype, shape, info, opts):
+    numel = 1
+    for d in shape:
+        numel *= d
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    loc = _dcp_locate(f, info.offset, info.length)
+    if loc is not None and (loc[1] != dtype or tuple(loc[2]) != tuple(shape)):
+        src.problems.append(
+            "%s: the file holds %s %s, .metadata says %s %s"
+            % (name, loc[1], list(loc[2]), dtype, list(shape))
+        )
+        return
+    if loc is not None:
+        mm = _dcp_map(src, f)
+        chunks = lambda n, s=loc[0]: _st_chunks(mm, s, dtype, itemsize, numel, shape, n)  # noqa: E731
+    else:
+
+        def chunks(n, start=info.offset, length=info.length):
+            t = torch.load(_Window(f, start, length), map_location="cpu", weights_only=True)
+            return _tensor_chunks(t, n, None)
+
+    depth = fqn.count(".")
+    section = _section_for_name(fqn)
+    slot = fqn.rsplit(".", 1)[-1]
+    if (
+        len(shape) == 0
+        and section == WEIGHTS
+        and depth <= 1
+        and (depth == 0 or fqn.split(".")[0] in STATE_CONTAINERS or META_NAME.search(fqn))
+    ):
+        value = next(chunks(1))[1]
+        x = float(value[0]) if _is_scalar_dtype(dtype) and not dtype.is_complex else None
+        x = int(x) if x is not None and x.is_integer() else x
+        src.meta["scalars"][fqn] = x
+        if slot in STEP_KEYS and src.meta["global_step"] is None:
+            src.meta["global_step"], src.meta["step_key"] = x, fqn
+        return
+    src.entries.append(
+        Entry(name, section, slot, dtype, tuple(shape), numel, numel * itemsize, None, chunks)
+    )
+
+
+def _dcp_map(src, f):
+    mm = getattr(f, "_remotekit_mm", None)
+    if mm is None:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        src._close.insert(0, mm.close)
+        try:
+            f._remotekit_mm = mm
+        except AttributeError:
+            pass
+    return mm
 
 
 # ------------------------------------------------------------------------------ checking
@@ -1004,7 +1692,9 @@ def _empty_record(path, fmt=None, nbytes=0):
         "error": None,
         "format": fmt,
         "global_step": None,
+        "step_key": None,
         "epoch": None,
+        "scalars": {},
         "params": 0,
         "tensors": 0,
         "skipped_tensors": 0,
@@ -1095,6 +1785,29 @@ def scan_source(src, rec, opts):
     rec["bad_tensors"] = bad[: opts.max_bad]
 
 
+# A full gc pass costs ~0.1 s with torch loaded: run one only when memory asks for it.
+BIG_FILE = 256 << 20  # a checkpoint this large may leave a mapping behind in a cycle: unmap it
+RSS_SLACK = 1 << 30  # resident memory this far above the first file's: collect
+_RSS_BASE = []
+
+
+def _rss():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * mmap.PAGESIZE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _collect_if_needed(nbytes):
+    """gc.collect() after a large checkpoint, or when resident memory grew by RSS_SLACK."""
+    rss = _rss()
+    if not _RSS_BASE:
+        _RSS_BASE.append(rss)
+    if nbytes >= BIG_FILE or rss - _RSS_BASE[0] > RSS_SLACK:
+        gc.collect()
+
+
 def scan_item(item, opts):
     """One "checkpoint" record for a discovered item; never raises for a bad file."""
     t0 = time.time()
@@ -1111,9 +1824,12 @@ def scan_item(item, opts):
     try:
         src = open_source(item["path"], opts)
         rec["format"] = src.format
-        rec["bytes"] = src.bytes
+        rec["bytes"] = src.bytes or rec["bytes"]
+        _name_step(src)
         rec["global_step"] = src.meta["global_step"]
+        rec["step_key"] = src.meta["step_key"]
         rec["epoch"] = src.meta["epoch"]
+        rec["scalars"] = src.meta["scalars"]
         rec["notes"].extend(src.notes)
         scan_source(src, rec, opts)
         if src.problems:
@@ -1131,7 +1847,7 @@ def scan_item(item, opts):
         if src is not None:
             src.close()
         src = None
-        gc.collect()  # unmap this checkpoint before the next one: one at a time per worker
+        _collect_if_needed(rec["bytes"])
     if rec["error"]:
         rec["status"] = "error"
     elif any(rec[k] for k in NONFINITE_KEYS) or rec["negative_exp_avg_sq"]:
@@ -1144,18 +1860,45 @@ def scan_item(item, opts):
 
 
 def _meta_record(path, error=None):
-    return {"type": "meta", "path": path, "global_step": None, "epoch": None, "error": error}
+    return {
+        "type": "meta",
+        "path": path,
+        "global_step": None,
+        "step_key": None,
+        "epoch": None,
+        "error": error,
+    }
+
+
+def step_from_name(path):
+    """A step written in the checkpoint's name or in one of its two parent directories'."""
+    parts = os.path.abspath(path).split(os.sep)[-3:]
+    for part in reversed(parts):
+        found = NAME_STEP.findall(os.path.splitext(part)[0] if part == parts[-1] else part)
+        if found:
+            return int(found[-1])
+    return None
+
+
+def _name_step(src):
+    """The file holds no step: take the one in its name (checkpoint-2000/, step_2000.pt)."""
+    if src.meta["global_step"] is None:
+        step = step_from_name(src.path)
+        if step is not None:
+            src.meta["global_step"], src.meta["step_key"] = step, "name"
 
 
 def meta_item(item, opts):
     """A "meta" record (step, epoch) for ordering; reads no tensor data."""
     rec = _meta_record(item["path"])
-    if item["kind"] != "file" and item["kind"] != "hf-index":
+    if item["kind"] not in ("file", "hf-index", "dir"):
         rec["error"] = item.get("reason")
         return rec
     src = None
     try:
         src = open_source(item["path"], opts, header_only=True)
+        _name_step(src)
+        rec["step_key"] = src.meta["step_key"]
         rec["global_step"] = src.meta["global_step"]
         rec["epoch"] = src.meta["epoch"]
     except LoadError as e:
@@ -1167,7 +1910,8 @@ def meta_item(item, opts):
     finally:
         if src is not None:
             src.close()
-        gc.collect()
+        src = None
+        _collect_if_needed(0)
     return rec
 
 
@@ -1204,18 +1948,6 @@ def _index_item(path):
     return {"kind": "hf-index", "path": path, "bytes": size, "files": files}
 
 
-def _dcp_item(path):
-    return {
-        "kind": "unsupported",
-        "format": "dcp",
-        "path": path,
-        "bytes": _tree_size(path),
-        "reason": "torch.distributed.checkpoint directory (.metadata): not supported yet; "
-        "convert it with `python -m torch.distributed.checkpoint.format_utils dcp_to_torch "
-        "%s OUT.pt` and scan OUT.pt" % path,
-    }
-
-
 def _tree_size(path):
     total = 0
     for d, _, files in os.walk(path):
@@ -1231,7 +1963,34 @@ def _error_item(path, reason):
     return {"kind": "error", "path": path, "bytes": 0, "reason": reason}
 
 
-def _discover_dir(root, items, skipped):
+HF_AUX = frozenset(["scheduler.pt", "scaler.pt", "training_args.bin"])
+
+
+def _check_latest(dirpath, filenames, dirnames, items):
+    """DeepSpeed's ``latest`` names the newest save: say so when that directory is missing."""
+    if "latest" not in filenames or not any(d.startswith("global_step") for d in dirnames):
+        return
+    tag = _ds_latest(dirpath)
+    if tag and tag not in dirnames:
+        items.append(
+            _error_item(
+                os.path.join(dirpath, "latest"),
+                "DeepSpeed's `latest` names %s, which is not in %s: the last save did not "
+                "finish or was deleted; a resume would fail" % (tag, dirpath),
+            )
+        )
+
+
+# Files a run directory keeps its training log in (the plan's "logs": candidates for
+# train-log; what they hold is train-log's to recognise).
+LOG_FILE = re.compile(
+    r"(\.jsonl|\.log|\.csv|\.txt|^trainer_state\.json|^events\.out\.tfevents\..+|"
+    r"^wandb-summary\.json|^run-.+\.wandb)$"
+)
+MAX_LOGS = 100
+
+
+def _discover_dir(root, items, skipped, logs=None):
     ext_dirs = [root] if root.rstrip("/").endswith(CKPT_EXTS) else []
 
     def onerror(e):
@@ -1248,35 +2007,28 @@ def _discover_dir(root, items, skipped):
     for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
         dirnames.sort()
         filenames.sort()
-        if ".metadata" in filenames:
-            items.append(_dcp_item(dirpath))
-            dirnames[:] = []
-            continue
-        ext_dirs.extend(os.path.join(dirpath, d) for d in dirnames if d.endswith(CKPT_EXTS))
+        _check_latest(dirpath, filenames, dirnames, items)
+        if logs is not None and len(logs) < MAX_LOGS:
+            logs.extend(_log_entry(dirpath, f) for f in filenames if LOG_FILE.search(f))
+        whole = classify_dir(dirpath, filenames)
         taken = set()
+        if whole is not None:
+            items.append(whole)
+            taken.update(whole["files"])
+            if whole["format"] != "hf-trainer":  # HF dirs may hold a DeepSpeed global_stepN/
+                dirnames[:] = []
+                continue
+        ext_dirs.extend(os.path.join(dirpath, d) for d in dirnames if d.endswith(CKPT_EXTS))
         for f in filenames:
-            if f.endswith(INDEX_SUFFIX):
+            if f.endswith(INDEX_SUFFIX) and os.path.join(dirpath, f) not in taken:
                 it = _index_item(os.path.join(dirpath, f))
                 items.append(it)
                 taken.update(it["files"])
-        zero = [f for f in filenames if ZERO_PARTITION.search(f)]
-        if zero:
-            items.append(
-                {
-                    "kind": "unsupported",
-                    "format": "deepspeed-zero",
-                    "path": dirpath,
-                    "bytes": sum(_file_item(os.path.join(dirpath, f))["bytes"] for f in zero),
-                    "reason": "DeepSpeed ZeRO partitions (%d files, e.g. %s): not supported yet; "
-                    "consolidate them with DeepSpeed's zero_to_fp32.py and scan the result"
-                    % (len(zero), zero[0]),
-                }
-            )
         for f in filenames:
             p = os.path.join(dirpath, f)
-            if f in zero or f.endswith(INDEX_SUFFIX) or p in taken or not f.endswith(CKPT_EXTS):
+            if f.endswith(INDEX_SUFFIX) or p in taken or not f.endswith(CKPT_EXTS):
                 continue
-            if AUX_FILES.match(f):
+            if AUX_FILES.match(f) or (whole is not None and f in HF_AUX):
                 skipped.append(p)
                 continue
             if os.path.islink(p) and not os.path.exists(p):
@@ -1289,13 +2041,96 @@ def _discover_dir(root, items, skipped):
             items.append(_error_item(d, "is a directory, not a checkpoint file (and holds none)"))
 
 
-def discover(arg):
-    """(items, skipped) for a file, directory or glob; Fatal when nothing is there at all."""
+def _glob_segment(seg):
+    """A regex for one glob path segment (``*``, ``?``, ``[...]`` never cross a ``/``)."""
+    out, i = [], 0
+    while i < len(seg):
+        c = seg[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and seg.find("]", i + 2) > 0:
+            j = seg.find("]", i + 2)
+            body = seg[i + 1 : j]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def glob_paths(pattern):
+    """Sorted matches of a glob, ``**`` included, walking real directories once each.
+
+    Python's glob follows directory symlinks without remembering where it has been: a link
+    loop repeats every file below it dozens of times, and two loops never end. Here each real
+    directory is entered once, and each real file is returned once (under its first path).
+    """
+    segs = pattern.split("/")
+    k = next(i for i, p in enumerate(segs + ["*"]) if re.search(r"[*?[]", p))
+    root = "/".join(segs[:k]) or ("/" if pattern.startswith("/") else ".")
+    rest = segs[k:]
+    if not rest or not os.path.isdir(root):
+        return [pattern] if not rest and os.path.lexists(pattern) else []
+    rx = []
+    for i, seg in enumerate(rest):
+        last = i == len(rest) - 1
+        if seg == "**":
+            rx.append(".*" if last else "(?:[^/]+/)*")
+        else:
+            rx.append(_glob_segment(seg) + ("" if last else "/"))
+    match = re.compile("".join(rx) + r"\Z", re.S).match
+    depth = None if "**" in rest else len(rest)
+    found, seen_dirs, seen_real = [], set(), set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen_dirs:
+            dirnames[:] = []
+            continue
+        seen_dirs.add((st.st_dev, st.st_ino))
+        rel = os.path.relpath(dirpath, root)
+        rel = "" if rel == "." else rel + "/"
+        level = rel.count("/") + 1
+        if depth is not None and level >= depth:
+            dirnames[:] = [d for d in dirnames if match(rel + d)]
+            filenames = [f for f in filenames if match(rel + f)]
+        for name in sorted(dirnames) + sorted(filenames):
+            if match(rel + name):
+                p = os.path.join(root, rel + name) if root != "." else rel + name
+                real = os.path.realpath(p)
+                if real not in seen_real:
+                    seen_real.add(real)
+                    found.append(p)
+        if depth is not None and level >= depth:
+            dirnames[:] = []
+    return sorted(found)
+
+
+def _log_entry(dirpath, name):
+    p = os.path.join(dirpath, name)
+    try:
+        st = os.stat(p)
+    except OSError:
+        return {"path": p, "bytes": 0, "mtime": 0}
+    return {"path": p, "bytes": st.st_size, "mtime": int(st.st_mtime)}
+
+
+def discover(arg, logs=None):
+    """(items, skipped) for a file, directory or glob; Fatal when nothing is there at all.
+    ``logs``, a list, collects the training-log candidates met in directory walks."""
     if os.path.lexists(arg):
         paths = [arg]
         explicit = True
     elif re.search(r"[*?[]", arg):
-        paths = sorted(glob.glob(arg, recursive=True))
+        paths = glob_paths(arg)
         explicit = False
         if not paths:
             raise Fatal("no files match %s (as seen by uid %d on this host)" % (arg, _euid()))
@@ -1308,7 +2143,7 @@ def discover(arg):
         if os.path.islink(p) and not os.path.exists(p):
             items.append(_error_item(p, "dangling symlink to %s" % os.readlink(p)))
         elif os.path.isdir(p):
-            _discover_dir(p, items, skipped)
+            _discover_dir(p, items, skipped, logs)
         elif p.endswith(INDEX_SUFFIX):
             items.append(_index_item(p))
         elif explicit:
@@ -1326,14 +2161,19 @@ def discover(arg):
     for it in items:
         if it["kind"] == "file" and it["path"] in shards:
             continue
-        if it["path"] not in seen:
-            seen.add(it["path"])
+        real = os.path.realpath(it["path"])
+        if real not in seen:  # one checkpoint reached by two paths (a symlink) is one
+            seen.add(real)
             out.append(it)
     if not out:
-        raise Fatal(
-            "no checkpoints under %s (looked for %s and *%s)"
-            % (arg, ", ".join("*" + e for e in CKPT_EXTS), INDEX_SUFFIX)
+        why = "no checkpoints under %s (looked for %s, *%s and checkpoint directories)" % (
+            arg,
+            ", ".join("*" + e for e in CKPT_EXTS),
+            INDEX_SUFFIX,
         )
+        if not logs:
+            raise Fatal(why)
+        emit({"type": "warning", "message": why})  # a run directory with a log only
     return out, skipped
 
 
@@ -1556,7 +2396,11 @@ def cmd_worker(opts):
         q.put(None)
     for t in threads:
         t.join()
-    return EXIT_OK
+    # Every record is written and flushed: skip interpreter teardown, which with torch
+    # loaded and large files mapped takes up to a second for nothing.
+    with _OUT_LOCK:
+        sys.stdout.flush()
+    os._exit(EXIT_OK)
 
 
 # ------------------------------------------------------------------------------ commands
@@ -1624,10 +2468,20 @@ def _preflight(opts):
 def cmd_scan(opts):
     t0 = time.time()
     _preflight(opts)
-    items, skipped = discover(opts.path)
+    logs = []
+    items, skipped = discover(opts.path, logs)
     total = sum(int(it.get("bytes", 0)) for it in items)
     jobs = max(1, min(opts.jobs, len(items)))
-    emit({"type": "plan", "files": len(items), "bytes": total, "jobs": jobs, "skipped": skipped})
+    emit(
+        {
+            "type": "plan",
+            "files": len(items),
+            "bytes": total,
+            "jobs": jobs,
+            "skipped": skipped,
+            "logs": logs[:MAX_LOGS],
+        }
+    )
     direct = [it for it in items if it["kind"] in ("unsupported", "error")]
     work = [it for it in items if it["kind"] not in ("unsupported", "error")]
     recs = []
@@ -1730,10 +2584,6 @@ def cmd_inspect(opts):
     }
     src = None
     try:
-        if os.path.isdir(path):
-            if os.path.exists(os.path.join(path, ".metadata")):
-                raise LoadError(_dcp_item(path)["reason"])
-            raise LoadError("is a directory: give one checkpoint file or a *.index.json")
         src = open_source(path, opts, header_only=True)
         rec.update(
             format=src.format,

@@ -1,0 +1,190 @@
+"""Checkpoint diagnostics on hostile files (issue 11): nothing reported "clean" that is not,
+nothing hangs, nothing grows without bound.
+
+Each case failed before its fix: repacked (deflated) zips and damaged safetensors layouts
+scanned "clean", a glob through two symlink loops never ended, and every file cost a full
+``gc.collect()``. Peak memory is measured on the script's process tree (``wait4``).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from tests import ckpt_factory as cf
+from tests.test_ckpt_script import SCRIPT, Run, run
+
+pytestmark = pytest.mark.timeout(90)
+
+MiB = 1 << 20
+
+
+def scan_bounded(*args: str, timeout: float = 60) -> tuple[Run, int]:
+    """Run a scan; (its records, peak RSS in bytes of the script and its worker)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "scan", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    _, _, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
+    peak = usage.ru_maxrss * 1024 if usage else _children_peak()
+    return Run(subprocess.CompletedProcess(proc.args, proc.returncode, out, err)), peak
+
+
+def _children_peak() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+
+
+# ------------------------------------------------------------------ wrong but "clean" before
+
+
+def test_a_zip_with_deflated_entries_is_an_error_with_the_reason(tmp_path: Path) -> None:
+    torch.save(cf.checkpoint_dict(), tmp_path / "orig.pt")
+    packed = cf.deflate_zip(tmp_path / "orig.pt", tmp_path / "repacked.pt")
+    rec = run("scan", str(packed)).by_path[str(packed)]
+    assert rec["status"] == "error"
+    assert "compressed" in rec["error"] and "torch.save stores every entry" in rec["error"]
+
+
+ST_F32 = {"dtype": "F32"}
+
+
+@pytest.mark.parametrize(
+    ("header", "data_len", "reason"),
+    [
+        ({"w": {**ST_F32, "shape": [2], "data_offsets": [-8, 0]}}, 16, "negative"),
+        (
+            {
+                "a": {**ST_F32, "shape": [4], "data_offsets": [0, 16]},
+                "b": {**ST_F32, "shape": [4], "data_offsets": [8, 24]},
+            },
+            24,
+            "overlaps",
+        ),
+        ({"w": {**ST_F32, "shape": [-2, -2], "data_offsets": [0, 16]}}, 16, "negative dimension"),
+        ({"w": {**ST_F32, "shape": [2], "data_offsets": [8, 16]}}, 16, "not part of any tensor"),
+        ({"w": {**ST_F32, "shape": [2], "data_offsets": [0, "8"]}}, 8, "not two integers"),
+    ],
+    ids=["negative-offset", "overlap", "negative-shape", "hole", "string-offset"],
+)
+def test_damaged_safetensors_layouts_are_errors(
+    tmp_path: Path, header: dict[str, Any], data_len: int, reason: str
+) -> None:
+    p = cf.write_safetensors_header(tmp_path / "m.safetensors", header, data_len)
+    rec = run("scan", str(p)).by_path[str(p)]
+    assert rec["status"] == "error", rec
+    assert reason in rec["error"]
+
+
+def test_absurd_safetensors_sizes_cost_no_memory(tmp_path: Path) -> None:
+    huge = 1 << 40
+    p = cf.write_safetensors_header(
+        tmp_path / "huge.safetensors",
+        {"w": {**ST_F32, "shape": [huge], "data_offsets": [0, 4 * huge]}},
+        64,
+    )
+    r, peak = scan_bounded(str(p))
+    assert r.by_path[str(p)]["status"] == "error"
+    assert "past the end of the file" in r.by_path[str(p)]["error"]
+    assert peak < 600 * MiB, f"peak RSS {peak / MiB:.0f} MiB"
+
+
+# ---------------------------------------------------------------------------- symlink loops
+
+
+@pytest.fixture
+def looped(tmp_path: Path) -> Path:
+    """ckpts/{a,b}/x.pt with two loops: ckpts/a/up -> ckpts, ckpts/b/self -> ckpts/b."""
+    root = tmp_path / "ckpts"
+    for d in ("a", "b"):
+        (root / d).mkdir(parents=True)
+        torch.save({"w": torch.ones(3)}, root / d / "x.pt")
+    os.symlink(root, root / "a" / "up")
+    os.symlink(root / "b", root / "b" / "self")
+    os.symlink(root / "a" / "x.pt", root / "alias.pt")  # the same file by a second name
+    return root
+
+
+def test_a_glob_through_two_symlink_loops_ends_and_visits_each_file_once(looped: Path) -> None:
+    r, peak = scan_bounded(str(looped / "**" / "*.pt"))
+    assert r.code == 0, r.stderr
+    found = sorted(os.path.realpath(p) for p in r.by_path)
+    assert found == sorted(str(looped / d / "x.pt") for d in ("a", "b"))
+    assert peak < 600 * MiB
+
+
+def test_a_directory_scan_with_loops_visits_each_file_once(looped: Path) -> None:
+    r = run("scan", str(looped))
+    assert sorted(os.path.realpath(p) for p in r.by_path) == sorted(
+        str(looped / d / "x.pt") for d in ("a", "b")
+    )
+
+
+# ------------------------------------------------------------------------ many small files
+
+
+@pytest.fixture(scope="module")
+def ckpt() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location("ckpt_hostile_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod._import_torch()
+    yield mod
+
+
+def test_small_files_do_not_each_cost_a_full_gc(tmp_path: Path, ckpt: ModuleType) -> None:
+    """A full collection (~0.1 s with torch loaded) per file made 100,000 files take hours:
+    collect only after a large checkpoint or when memory grew."""
+    paths = []
+    for i in range(200):
+        p = tmp_path / f"s{i}.pt"
+        torch.save({"w": torch.full((4,), float(i))}, p)
+        paths.append(p)
+    opts = SimpleNamespace(unsafe_pickle=False, chunk_elems=1 << 22, max_bad=20)
+    full = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info.get("generation") == 2:
+            full.append(1)
+
+    gc.callbacks.append(count)
+    try:
+        recs = [ckpt.scan_item(ckpt._file_item(str(p)), opts) for p in paths]
+    finally:
+        gc.callbacks.remove(count)
+    assert all(r["status"] == "clean" for r in recs)
+    assert len(full) < 10, f"{len(full)} full collections for {len(paths)} small files"
+
+
+def test_a_large_checkpoint_is_unmapped_before_the_next(tmp_path: Path, ckpt: ModuleType) -> None:
+    """The other half of the gc rule: after a checkpoint of BIG_FILE bytes, collect."""
+    full = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info.get("generation") == 2:
+            full.append(1)
+
+    gc.callbacks.append(count)
+    try:
+        ckpt._collect_if_needed(ckpt.BIG_FILE)
+    finally:
+        gc.callbacks.remove(count)
+    assert full

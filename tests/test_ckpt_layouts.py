@@ -1,0 +1,308 @@
+"""remote/ckpt.py on the checkpoint layouts of real training runs (issue 9).
+
+Every fixture is the real thing where it can run here: nanoGPT's dict saved with torch.save,
+torch.distributed.checkpoint directories written by the real ``dcp.save`` (one process, no
+process group), DeepSpeed directories written by real DeepSpeed 0.19.8 (tests/data/deepspeed,
+make.py says how; DeepSpeed itself is no test dependency). HF Trainer ``checkpoint-N/``
+directories are written with torch + safetensors to the layout of transformers'
+``Trainer._save_checkpoint`` (transformers is no dependency of the tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests import ckpt_factory as cf
+from tests.test_ckpt_script import run
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def scan(path: Path, *extra: str) -> tuple[int, dict[str, dict[str, Any]]]:
+    r = run("scan", str(path), *extra)
+    return r.code, r.by_path
+
+
+# ------------------------------------------------------------------------------ nanoGPT
+
+
+def test_nanogpt_step_is_iter_num_and_best_val_loss_is_metadata(tmp_path: Path) -> None:
+    p = tmp_path / "ckpt.pt"
+    cf.nanogpt_checkpoint(p, iter_num=2000, best_val_loss=2.875)
+    code, recs = scan(p)
+    rec = recs[str(p)]
+    assert code == 0 and rec["status"] == "clean"
+    assert (rec["global_step"], rec["step_key"]) == (2000, "iter_num")
+    assert rec["params"] == cf.PARAMS  # not PARAMS + 1: the loss is no weight
+    assert rec["scalars"]["best_val_loss"] == 2.875
+    assert rec["max_abs_weights"] != 2.875
+    assert any("best_val_loss" in n and "metadata" in n for n in rec["notes"])
+
+
+def test_step_keys_of_other_trainers_most_specific_first(tmp_path: Path) -> None:
+    model, _ = cf.train_tiny(1)
+    sd = model.state_dict()
+    cases = {
+        "lightning.ckpt": ({"state_dict": sd, "global_step": 300, "epoch": 2}, 300, "global_step"),
+        "megatron.pt": ({"model": sd, "iteration": 700}, 700, "iteration"),
+        "fairseq.pt": (
+            {"model": sd, "optimizer_history": [{"num_updates": 10}, {"num_updates": 900}]},
+            900,
+            "optimizer_history[-1].num_updates",
+        ),
+        "titan.pt": (
+            {"model": sd, "train_state": {"step": torch.tensor(55)}},
+            55,
+            "train_state.step",
+        ),
+    }
+    for name, (obj, _, _) in cases.items():
+        torch.save(obj, tmp_path / name)
+    _, recs = scan(tmp_path)
+    for name, (_, step, key) in cases.items():
+        rec = recs[str(tmp_path / name)]
+        assert (rec["global_step"], rec["step_key"]) == (step, key), name
+        assert rec["params"] == cf.PARAMS, name
+    assert recs[str(tmp_path / "lightning.ckpt")]["epoch"] == 2
+
+
+def test_a_flat_state_dict_keeps_its_scalar_parameters(tmp_path: Path) -> None:
+    """A 0-d tensor in a plain state dict (CLIP's logit_scale) is a weight, not metadata."""
+    model, _ = cf.train_tiny(1)
+    sd = dict(model.state_dict(), logit_scale=torch.tensor(4.6))
+    torch.save(sd, tmp_path / "clip.pt")
+    rec = scan(tmp_path / "clip.pt")[1][str(tmp_path / "clip.pt")]
+    assert rec["params"] == cf.PARAMS + 1
+
+
+# ------------------------------------------------------------------------------ HF Trainer
+
+
+def test_hf_trainer_checkpoint_dirs_are_one_record_each(tmp_path: Path) -> None:
+    run_dir = tmp_path / "out"
+    clean = cf.hf_trainer_dir(run_dir, 500)
+    bad = cf.hf_trainer_dir(run_dir, 1000, nan_optimizer=3, sharded=True)
+    r = run("scan", str(run_dir))
+    assert set(r.by_path) == {str(clean), str(bad)}  # no record per file inside
+    c, b = r.by_path[str(clean)], r.by_path[str(bad)]
+    assert (c["format"], c["status"], c["global_step"]) == ("hf-trainer", "clean", 500)
+    assert c["step_key"] == "trainer_state.json:global_step"
+    assert c["params"] == cf.PARAMS
+    assert c["max_abs_optimizer"] is not None  # optimizer.pt was read, as optimizer state
+    assert (b["status"], b["global_step"], b["nan_optimizer"], b["nan_weights"]) == (
+        "bad",
+        1000,
+        1,
+        0,
+    )
+    assert b["bad_tensors"][0]["name"] == "optimizer.state.0.exp_avg_sq"
+    assert b["bad_tensors"][0]["first_index"] == 3
+    skipped = set(r.one("plan")["skipped"])
+    assert str(bad / "scheduler.pt") in skipped and str(bad / "rng_state.pth") in skipped
+
+
+def test_bisect_orders_hf_checkpoints_by_their_trainer_state(tmp_path: Path) -> None:
+    for step in (100, 200, 300):
+        cf.hf_trainer_dir(tmp_path, step, nan_optimizer=0 if step == 300 else None)
+    r = run("bisect", str(tmp_path))
+    b = r.one("bisect")
+    assert b["order"] == "global_step"
+    assert (b["last_clean"]["global_step"], b["first_bad"]["global_step"]) == (200, 300)
+
+
+# ------------------------------------------------------------------------------ DCP
+
+
+def test_dcp_directory_written_by_dcp_save_is_scanned_exactly(tmp_path: Path) -> None:
+    clean, bad, inf = tmp_path / "step-100", tmp_path / "step-200", tmp_path / "step-300"
+    cf.save_dcp(clean, 100)
+    cf.save_dcp(bad, 200, nan_weight=19)
+    cf.save_dcp(inf, 300, inf_optim=True)
+    r = run("scan", str(tmp_path), "--chunk-elems", "7")  # chunks smaller than a tensor
+    c, b, i = (r.by_path[str(p)] for p in (clean, bad, inf))
+    assert (c["format"], c["status"], c["global_step"], c["step_key"]) == (
+        "dcp",
+        "clean",
+        100,
+        "train_state.step",
+    )
+    assert c["params"] == cf.PARAMS
+    assert c["scalars"] == {"train_state.step": 100}
+    assert (b["status"], b["nan_weights"], b["bad_tensors"][0]["name"]) == (
+        "bad",
+        1,
+        "model.fc1.weight",
+    )
+    assert b["bad_tensors"][0]["first_index"] == 19
+    assert (i["posinf_optimizer"], i["bad_tensors"][0]["name"]) == (1, "optimizer.state.1.exp_avg")
+    assert r.code == 1
+
+
+def test_dcp_metadata_that_names_other_code_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "step-1"
+    cf.save_dcp(d, 1)
+    marker = tmp_path / "pwned"
+    (d / ".metadata").write_bytes(
+        b"cbuiltins\nexec\n(V" + f"open({str(marker)!r}, 'w')".encode() + b"\ntR."
+    )
+    rec = scan(d)[1][str(d)]
+    assert rec["status"] == "error" and "builtins.exec" in rec["error"]
+    assert not marker.exists()
+
+
+def test_dcp_with_a_missing_or_cut_shard_file_is_an_error(tmp_path: Path) -> None:
+    d = tmp_path / "step-5"
+    cf.save_dcp(d, 5)
+    shard = next(d.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:1000])
+    rec = scan(d)[1][str(d)]
+    assert rec["status"] == "error" and "truncated" in rec["error"]
+    shard.unlink()
+    rec = scan(d)[1][str(d)]
+    assert rec["status"] == "error" and shard.name in rec["error"]
+
+
+# ------------------------------------------------------------------------------ DeepSpeed
+
+
+@pytest.mark.parametrize("variant", ["zero1", "zero2", "zero2_bf16", "zero3"])
+def test_real_deepspeed_checkpoints_scan_clean_with_their_step(
+    tmp_path: Path, variant: str
+) -> None:
+    d = cf.copy_deepspeed(variant, tmp_path / variant)
+    rec = scan(d)[1][str(d)]
+    assert (rec["format"], rec["status"], rec["global_step"]) == ("deepspeed", "clean", 2)
+    assert rec["needs_globals"] == []  # DeepSpeed's own objects load as inert placeholders
+    assert rec["max_abs_optimizer"] is not None
+    if variant != "zero3":  # ZeRO-3 keeps the weights only in the optimizer partitions
+        assert rec["params"] == cf.PARAMS
+    assert any("`latest` names this checkpoint" in n for n in rec["notes"])
+
+
+def test_nan_in_a_deepspeed_fp32_partition_is_found(tmp_path: Path) -> None:
+    d = cf.copy_deepspeed("zero2", tmp_path / "zero2")
+    optim = d / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    obj = _deepspeed_partition_keys(optim)
+    cf.plant_in_zip(optim, obj, 5, float("nan"), torch.float32)
+    rec = scan(d)[1][str(d)]
+    assert (rec["status"], rec["nan_optimizer"], rec["nan_weights"]) == ("bad", 1, 0)
+    assert rec["bad_tensors"][0]["first_index"] == 5
+    assert "single_partition_of_fp32_groups" in rec["bad_tensors"][0]["name"]
+
+
+def _deepspeed_partition_keys(path: Path) -> str:
+    """The zip storage key of the fp32 master partition (read from the pickle's opcodes)."""
+    import pickletools
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        pkl = zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))
+    ops = list(pickletools.genops(pkl))
+    names = [i for i, (op, arg, _) in enumerate(ops) if arg == "single_partition_of_fp32_groups"]
+    for op, arg, _ in ops[names[0] :]:
+        if op.name in ("BINUNICODE", "SHORT_BINUNICODE") and str(arg).isdigit():
+            return str(arg)
+    raise AssertionError("no storage after single_partition_of_fp32_groups")
+
+
+def test_deepspeed_latest_naming_a_missing_save_is_reported(tmp_path: Path) -> None:
+    cf.copy_deepspeed("zero2", tmp_path / "run")
+    (tmp_path / "run" / "latest").write_text("global_step4")
+    r = run("scan", str(tmp_path / "run"))
+    latest = r.by_path[str(tmp_path / "run" / "latest")]
+    assert latest["status"] == "error" and "global_step4" in latest["error"]
+    assert r.by_path[str(tmp_path / "run" / "global_step2")]["status"] == "clean"
+
+
+# ------------------------------------------------------------------------------ Git LFS
+
+
+def test_git_lfs_pointers_are_named_with_the_fix(tmp_path: Path) -> None:
+    cf.lfs_pointer(tmp_path / "pytorch_model.bin")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    cf.lfs_pointer(hf / "model-00001-of-00001.safetensors")
+    (hf / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "model-00001-of-00001.safetensors"}})
+    )
+    code, recs = scan(tmp_path)
+    one = recs[str(tmp_path / "pytorch_model.bin")]
+    assert one["format"] == "git-lfs-pointer"
+    assert "Git LFS pointer" in one["error"] and "git lfs pull" in one["error"]
+    assert "1342177280 bytes" in one["error"]
+    shard = recs[str(hf / "model.safetensors.index.json")]
+    assert "Git LFS pointer" in shard["error"]
+    assert code == 2
+
+
+def test_inspect_and_diff_take_checkpoint_directories(tmp_path: Path) -> None:
+    a = cf.hf_trainer_dir(tmp_path, 100)
+    b = cf.hf_trainer_dir(tmp_path, 200, nan_optimizer=1)
+    ins = run("inspect", str(a)).one("inspect")
+    assert (ins["format"], ins["global_step"], ins["ok"]) == ("hf-trainer", 100, True)
+    assert set(ins["totals"]) == {"weights", "optimizer"}
+    d = run("diff", str(a), str(b)).one("diff")
+    assert d["step_delta"] == 100
+    assert any(f["kind"] == "nonfinite_exp_avg_sq" for f in d["flags"])
+    assert os.path.isdir(a)
+
+
+@pytest.mark.slow
+def test_dcp_scan_memory_stays_far_below_the_checkpoint_size(tmp_path: Path) -> None:
+    """Chunks are checked in place (mmap, pages released): RSS does not grow with the file."""
+    import subprocess
+    import sys
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    from tests.test_ckpt_script import SCRIPT
+
+    def peak_rss(path: Path) -> int:
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "scan", str(path)], stdout=subprocess.DEVNULL
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        return usage.ru_maxrss * 1024
+
+    size = 128 << 20
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"w": torch.zeros(16)}, checkpoint_id=str(tmp_path / "small"))
+        big = {f"l{i}": torch.zeros(size // 4 // 4) for i in range(4)}
+        dcp.save(big, checkpoint_id=str(tmp_path / "big"))
+    del big
+    extra = peak_rss(tmp_path / "big") - peak_rss(tmp_path / "small")
+    assert extra < size // 4, f"scanning {size >> 20} MiB of DCP added {extra >> 20} MiB of RSS"
+
+
+@pytest.mark.parametrize(
+    ("path", "step"),
+    [
+        ("/runs/a/checkpoint-2000/model.safetensors", 2000),
+        ("/runs/a/lightning_logs/version_0/checkpoints/epoch=3-step=1000.ckpt", 1000),
+        ("/ckpt/global_step700/mp_rank_00_model_states.pt", 700),
+        ("/out/step_120.pt", 120),
+        ("/titan/checkpoint/step-50/__0_0.distcp", 50),
+        ("/out/iter_0004000/model_optim_rng.pt", 4000),
+        ("/out/final.pt", None),
+        ("/out/v2/model.pt", None),
+    ],
+)
+def test_step_from_the_name(path: str, step: int | None) -> None:
+    import importlib.util
+
+    from tests.test_ckpt_script import SCRIPT
+
+    spec = importlib.util.spec_from_file_location("ckpt_names_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.step_from_name(path) == step

@@ -1,0 +1,142 @@
+"""``diagnose(run=DIR)`` / ``invoke diagnose --run DIR``: one answer for a training run.
+
+The run directory is the seed's afternoon in miniature: a JSON-lines log from a real (tiny)
+training loop with homogeneous length-bucketed batches and spikes planted at steps 200, 330
+and 400 (tests/trainlog_factory.py), and HF Trainer checkpoints at 200, 400 and 500, the last
+with a NaN in its optimizer state. Nobody types the save steps: they come from the scan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import remotekit
+from remotekit.diagnostics import diagnose as dg
+from remotekit.diagnostics import trainlog
+from remotekit.diagnostics.checkpoints import LogFile
+from tests import ckpt_factory as cf
+from tests import trainlog_factory as factory
+from tests.test_cli import invoke
+from tests.test_cli_diagnostics import PNG, only_host, smi_hosts
+from tests.test_system_api import make_bin_dir, smi_env
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("runs") / "run"
+    run.mkdir()
+    rows = factory.cached("homogeneous", 600, (200, 330, 400))
+    factory.write_jsonl(rows, run / "train_log.jsonl")
+    for step in (200, 400, 500):
+        cf.hf_trainer_dir(run / "checkpoints", step, nan_optimizer=2 if step == 500 else None)
+    return run
+
+
+@pytest.fixture(scope="module")
+def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bin_dir(tmp_path_factory.mktemp("bin"))
+
+
+@pytest.fixture(scope="module")
+def report(run_dir: Path, bin_dir: Path) -> Iterator[dg.DiagnoseReport]:
+    with remotekit.local_target() as t:
+        yield dg.diagnose(t, run=str(run_dir), env=smi_env(bin_dir, "healthy"))
+
+
+def test_a_run_gets_checkpoints_log_and_verdict(report: dg.DiagnoseReport, run_dir: Path) -> None:
+    assert [s.name for s in report.sections] == list(dg.RUN_SECTIONS)
+    scan = report.section("ckpt-scan")
+    assert scan is not None and scan.status == "findings"
+    log = report.section("train-log")
+    assert log is not None and isinstance(log.report, trainlog.TrainLogReport)
+    assert log.report.path == str(run_dir / "train_log.jsonl")  # not a trainer_state.json
+    saves = sorted(e.step for e in log.report.events if e.kind == "checkpoint")
+    assert saves == [200, 400, 500]  # from the scan, not typed by anyone
+    v = "\n".join(report.verdict)
+    assert f"first bad: {run_dir / 'checkpoints' / 'checkpoint-500'} at step 500" in v
+    assert "last clean before it: step 400" in v
+    assert "of 3 checkpoint saves" in v and "expected by chance (p=" in v
+    assert "batches: loss is trimodal" in v
+    assert report.exit_code == 1
+
+
+def test_the_verdict_renders_after_the_sections(report: dg.DiagnoseReport, run_dir: Path) -> None:
+    text = dg.render_verdict(report)
+    assert text.startswith(f"== run {run_dir}\ncheckpoints: 3 (hf-trainer)")
+    assert dg.render_section(report.sections[-1]).startswith("== train-log: findings")
+
+
+def test_pick_log_prefers_the_trainers_own_log_then_the_latest_trainer_state() -> None:
+    run = "/r"
+    logs = [
+        LogFile("/r/ckpt/checkpoint-100/trainer_state.json", 900, 0),
+        LogFile("/r/ckpt/checkpoint-300/trainer_state.json", 2000, 0),
+        LogFile("/r/notes.txt", 50, 0),
+        LogFile("/r/empty.jsonl", 0, 0),
+    ]
+    assert dg.pick_log(run, logs) == "/r/notes.txt"
+    assert dg.pick_log(run, logs[:2]) == "/r/ckpt/checkpoint-300/trainer_state.json"
+    assert dg.pick_log(run, [*logs, LogFile("/r/logs/metrics.csv", 10, 0)]) == "/r/logs/metrics.csv"
+    assert dg.pick_log(run, logs[3:]) is None
+
+
+def test_a_run_without_a_log_fails_only_that_section(tmp_path: Path, bin_dir: Path) -> None:
+    cf.hf_trainer_dir(tmp_path, 100)
+    (tmp_path / "checkpoint-100" / "trainer_state.json").unlink()
+    with remotekit.local_target() as t:
+        rep = dg.diagnose(t, run=str(tmp_path), env=smi_env(bin_dir, "healthy"))
+    log = rep.section("train-log")
+    assert log is not None and log.status == "failed" and "no training log under" in str(log.error)
+    assert rep.section("ckpt-scan").status == "ok"  # type: ignore[union-attr]
+    assert any(
+        line.startswith("log: not analysed (") and "no training log under" in line
+        for line in rep.verdict
+    )
+
+
+# --------------------------------------------------------------------------- the task
+
+
+def test_invoke_diagnose_run_text_json_and_plot(
+    run_dir: Path, bin_dir: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    hosts = smi_hosts(tmp_path, bin_dir, "healthy", remotekit.local_target(workdir=str(work)))
+    r = invoke("diagnose", "--inventory", hosts, "--run", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    text = r.stdout
+    assert text.index("== ckpt-scan: findings") < text.index("== train-log: findings")
+    assert text.index("\nsection ") < text.index(f"== run {run_dir}")
+    assert "first bad:" in text and "spikes at saves:" in text
+
+    png = tmp_path / "run.png"
+    r = invoke(
+        "diagnose",
+        "--inventory",
+        hosts,
+        "--run",
+        str(run_dir),
+        "--json",
+        "--plot",
+        str(png),
+        cwd=tmp_path,
+    )
+    host = only_host(r.stdout)
+    assert host["exit_code"] == 1
+    result = host["result"]
+    assert [s["name"] for s in result["sections"]] == list(dg.RUN_SECTIONS)
+    assert any(line.startswith("spikes at saves: ") for line in result["verdict"])
+    assert png.read_bytes().startswith(PNG)
+    json.dumps(result)  # plain JSON all the way down
+
+
+def test_invoke_diagnose_plot_without_run_exits_2(tmp_path: Path) -> None:
+    r = invoke("diagnose", "--plot", str(tmp_path / "x.png"), cwd=tmp_path)
+    assert r.returncode == 2 and "--plot needs --run" in r.stderr
