@@ -59,7 +59,7 @@ class There:
 def there(
     target: remotekit.Target, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[There]:
-    if target.spec.container is None:
+    if target.spec.hop is None:
         yield There(target, str(tmp_path / "there"), (tmp_path / "there"))
         return
     name = f"rk-hostile-{uuid.uuid4().hex[:8]}"
@@ -74,13 +74,25 @@ def _pid_of(description: str) -> int:
     return int(description.split(":")[0].split()[1])
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return state == "Z"
+def _stat(target: remotekit.Target, pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` fields after the name, read there: a pid the runner reports is a pid
+    in the target's own pid namespace (a real container's differ from this host's)."""
+    r = target.run(["cat", f"/proc/{pid}/stat"], check=False, timeout=20)
+    return r.stdout.rsplit(")", 1)[1].split() if r.ok else None
+
+
+def _gone(target: remotekit.Target, pid: int) -> bool:
+    fields = _stat(target, pid)
+    return fields is None or fields[0] == "Z"
+
+
+def _session(target: remotekit.Target, pid: int) -> int | None:
+    fields = _stat(target, pid)
+    return int(fields[3]) if fields else None
+
+
+def _kill(target: remotekit.Target, pid: int) -> None:
+    target.run(["kill", "-9", str(pid)], check=False, timeout=20)
 
 
 # -- large shipped files ---------------------------------------------------------------------
@@ -124,7 +136,7 @@ def test_background_writer_does_not_keep_the_step_open(target: remotekit.Target)
     r = target.run(["bash", "-c", script], timeout=20)
     assert r.ok and r.exit_code == 0
     assert r.stopped, "the Result must name what was stopped"
-    assert all(_gone(_pid_of(d)) for d in r.stopped)
+    assert all(_gone(target, _pid_of(d)) for d in r.stopped)
     assert not r.still_running
     assert wait_gone(marker, 2.0) == []
 
@@ -152,17 +164,17 @@ def test_detach_leaves_one_process_running_with_a_log(there: There) -> None:
     assert r.ok and d is not None
     folder, log = there.local(d.dir), there.local(d.log)
     try:
-        assert not _gone(d.pid)
-        assert os.getsid(d.pid) == d.pid, "its own session"
+        assert not _gone(there.target, d.pid)
+        assert _session(there.target, d.pid) == d.pid, "its own session"
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         end = time.monotonic() + 5
         while marker not in log.read_text() and time.monotonic() < end:
             time.sleep(0.05)
         assert marker in log.read_text()
         time.sleep(0.3)
-        assert not _gone(d.pid), "a detached process survives its step"
+        assert not _gone(there.target, d.pid), "a detached process survives its step"
     finally:
-        os.kill(d.pid, signal.SIGKILL)
+        _kill(there.target, d.pid)
         subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
