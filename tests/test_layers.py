@@ -285,7 +285,13 @@ LXC_NO_PID = (
         (Pct(200), 255, "missing command", REFUSED, "pct says"),
         (Pct(200, "pct"), 127, "bash: line 1: pct: command not found", REFUSED, "Proxmox node"),
         (Lxc("c1"), 1, LXC_NO_PID, REFUSED, "stopped or missing"),
-        (Podman("w"), 125, "Error: no such container w", NOT_FOUND, "no podman container 'w'"),
+        (
+            Podman("w"),
+            125,
+            'Error: no container with name or ID "w" found: no such container',
+            NOT_FOUND,
+            "no podman container 'w'",
+        ),
         (
             Podman("w"),
             255,

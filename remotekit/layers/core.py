@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, NoReturn, Protocol
@@ -149,6 +150,11 @@ class Fields(Protocol):
 
 def is_text(v: Any) -> bool:
     return isinstance(v, str) and v != ""
+
+
+def is_container_name(v: Any) -> bool:
+    """A name a container tool takes as one argument: no '/', whitespace, control chars, '-'."""
+    return is_text(v) and not re.search(r"[\s/\x00-\x1f\x7f]", v) and not v.startswith("-")
 
 
 class Hop:
