@@ -272,3 +272,13 @@ def test_a_hop_option_needs_its_hop(tmp_path: Path) -> None:
 def test_a_hop_in_defaults_is_reported_where_it_was_written(tmp_path: Path) -> None:
     e = bad(tmp_path, "defaults:\n  slurm: {job: x}\nhosts:\n  a: {ssh: a}\n")
     assert (e.key, e.line) == ("defaults.slurm.job", 2)
+
+
+def test_the_readme_examples_of_each_hop_load(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("### Container hops: one example each", 1)[1].split("```yaml\n", 1)[1]
+    inv = load(tmp_path, block.split("```", 1)[0])
+    kinds = {type(s.hop) for s in inv if s.hop is not None}
+    assert kinds == {Pct, Lxc, Podman, Docker, Slurm, Kubectl}
+    job = remotekit.Target(inv.spec("job"))
+    assert job.chain == "ssh gpu@login1 -> srun --jobid 4242 -w node07 -> /scratch/venv/bin/python"
