@@ -25,7 +25,7 @@ class Sudo(Hop):
     kind: ClassVar[str] = "sudo"
 
     @classmethod
-    def read(cls, fields: Fields) -> Sudo | None:  # type: ignore[override]
+    def read(cls, fields: Fields) -> Sudo | None:
         on = fields.get("sudo", lambda v: isinstance(v, bool), "true or false")
         return cls() if on else None
 
