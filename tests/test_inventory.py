@@ -244,6 +244,8 @@ hosts:
         ("kubectl: {pod: My_Pod}", "hosts.a.kubectl.pod", "Kubernetes name"),
         ("kubectl: {pod: p, namespace: 'a b'}", "hosts.a.kubectl.namespace", "Kubernetes name"),
         ("kubectl: {pod: p, ctx: x}", "hosts.a.kubectl.ctx", "unknown key"),
+        ("kubectl: {pod: p, context: --token=x}", "hosts.a.kubectl.context", "leading '-'"),
+        ("kubectl: {pod: p, context: 'a b'}", "hosts.a.kubectl.context", "no spaces"),
         ("kubectl: pod-1", "hosts.a.kubectl", "mapping"),
     ],
 )
