@@ -426,7 +426,7 @@ class Target:
         capture: bool = True,
         stdout_sink: Callable[[bytes], Any] | None = None,
     ) -> Result:
-        launch = self.launch
+        launch = self._launch(step)
         limit = self.spec.timeouts.step if timeout is None else timeout
         grace = self.spec.timeouts.kill_grace
         nonce = "remotekit-" + secrets.token_hex(8)
@@ -468,9 +468,6 @@ class Target:
 
         if self._cancelled.is_set():
             raise StepCancelled(result(None))
-        if not self._opened:
-            self._open_hops(step)
-            launch = self.launch
         if self.trace is not None:
             self.trace(step, self.step_chain(display))
         try:
@@ -584,6 +581,12 @@ class Target:
                 handle(kind, data)
         finally:
             proc.terminate()
+
+    def _launch(self, step: str) -> Launch:
+        """The launch, once every hop knows where it goes (looked up on the first step)."""
+        if not self._opened:
+            self._open_hops(step)
+        return self.launch
 
     def _open_hops(self, step: str) -> None:
         """Look up what a hop needs before the first step (a Slurm job by name -> its id)."""
