@@ -284,6 +284,14 @@ LXC_NO_PID = (
         ),
         (Pct(200), 255, "missing command", REFUSED, "pct says"),
         (Pct(200, "pct"), 127, "bash: line 1: pct: command not found", REFUSED, "Proxmox node"),
+        (
+            Lxc("c", "/opt/lxc/bin/lxc-attach"),
+            127,
+            "bash: line 1: /opt/lxc/bin/lxc-attach: No such file or directory",
+            REFUSED,
+            "is lxc-attach installed there? (`bin:` in hosts.yaml",
+        ),
+        (Kubectl("p"), 127, "zsh:1: command not found: kubectl", REFUSED, "'kubectl' not found"),
         (Lxc("c1"), 1, LXC_NO_PID, REFUSED, "stopped or missing"),
         (
             Podman("w"),

@@ -243,9 +243,10 @@ class Hop(ABC):
         return False
 
     def tool_missing(self, code: int | None, text: str) -> bool:
-        """A shell on the node said the hop's own executable does not exist."""
+        """A shell on the node (bash, dash, zsh) said the hop's own executable does not exist."""
         exe = self.executable
-        return code == 127 and (f"{exe}: command not found" in text or f"{exe}: not found" in text)
+        said = (f"{exe}: command not found", f"{exe}: not found", f"{exe}: No such file or dir")
+        return code == 127 and (any(s in text for s in said) or f"command not found: {exe}" in text)
 
     def missing(self, host: str, step: str) -> ContainerError:
         return ContainerError(
