@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
+from remotekit.errors import (
+    ContainerError,
+    ContainerNotFound,
+    ContainerNotRunning,
+    RemotekitError,
+)
 from remotekit.inventory import HostSpec, SSHSpec
 from remotekit.layers import (
     HOPS,
@@ -416,6 +421,11 @@ def test_words_that_are_not_the_hops_are_left_to_the_interpreter(
     hop: Hop, code: int, text: str
 ) -> None:
     assert hop.explain(code, text, "h", "s") is None
+
+
+def test_sudo_missing_on_the_node() -> None:
+    exc = Sudo().explain(127, "bash: line 1: sudo: command not found", "h", "s")
+    assert type(exc) is RemotekitError and "sudo is not installed on the node" in str(exc)
 
 
 def test_slurm_and_kubectl_exec_failures_are_the_interpreters() -> None:

@@ -248,7 +248,7 @@ class Hop(ABC):
         said = (f"{exe}: command not found", f"{exe}: not found", f"{exe}: No such file or dir")
         return code == 127 and (any(s in text for s in said) or f"command not found: {exe}" in text)
 
-    def missing(self, host: str, step: str) -> ContainerError:
+    def missing(self, host: str, step: str) -> RemotekitError:
         return ContainerError(
             f"{self.executable!r} not found on the node: is {os.path.basename(self.executable)} "
             f"installed there? (`{self.exe_key}:` in hosts.yaml sets its path)",

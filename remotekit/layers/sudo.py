@@ -67,3 +67,10 @@ class Sudo(Hop):
                 step=step,
             )
         return super().explain(code, text, host, step)
+
+    def missing(self, host: str, step: str) -> RemotekitError:
+        return RemotekitError(
+            "sudo is not installed on the node (`sudo: true` in hosts.yaml asks for it)",
+            host=host,
+            step=step,
+        )
