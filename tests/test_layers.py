@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from remotekit.errors import (
+    AuthError,
     ContainerError,
     ContainerNotFound,
     ContainerNotRunning,
@@ -421,6 +422,12 @@ def test_words_that_are_not_the_hops_are_left_to_the_interpreter(
     hop: Hop, code: int, text: str
 ) -> None:
     assert hop.explain(code, text, "h", "s") is None
+
+
+def test_sudo_that_wants_a_password_names_the_user() -> None:
+    exc = Sudo(user="gpu").explain(1, "sudo: a password is required", "h", "s")
+    assert type(exc) is AuthError
+    assert "passwordless sudo (NOPASSWD) for gpu:\n  sudo: a password is required" in str(exc)
 
 
 def test_sudo_missing_on_the_node() -> None:

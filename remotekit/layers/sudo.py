@@ -20,6 +20,8 @@ class Sudo(Hop):
     """Passwordless sudo (``-n``: fail at once rather than wait for a password prompt)."""
 
     sudo: str = "sudo"
+    #: Who asks (the SSH user), only for the message when sudo wants a password.
+    user: str | None = None
 
     key: ClassVar[str] = "sudo"
     kind: ClassVar[str] = "sudo"
@@ -62,7 +64,7 @@ class Sudo(Hop):
         if "sudo" in low and ("password" in low or "terminal" in low):
             return AuthError(
                 f"sudo wants a password; remotekit needs passwordless sudo (NOPASSWD) for "
-                f"the SSH user:\n{self.quote(text)}",
+                f"{self.user or 'this user'}:\n{self.quote(text)}",
                 host=host,
                 step=step,
             )
