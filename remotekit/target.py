@@ -36,7 +36,7 @@ from remotekit.errors import (
     StepTimeout,
 )
 from remotekit.inventory import LOCAL, HostSpec
-from remotekit.layers import Hop, Launch, compose
+from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result, Script
 from remotekit.transports.base import ExecutableMissing, Process, Transport
 from remotekit.transports.local import LocalTransport
@@ -565,7 +565,7 @@ class Target:
         stdout_sink: Callable[[bytes], Any] | None,
         info: dict[str, Any] | None,
     ) -> Result:
-        launch = self.launch
+        launch = self._launch(step)
         limit = self.spec.timeouts.step if timeout is None else timeout
         grace = self.spec.timeouts.kill_grace
         nonce = "remotekit-" + secrets.token_hex(8)
@@ -612,9 +612,6 @@ class Target:
 
         if self._cancelled.is_set():
             raise StepCancelled(result(None))
-        if not self._opened:
-            self._open_hops(step)
-            launch = self.launch
         if self.trace is not None:
             self.trace(step, self.step_chain(display))
         try:
@@ -728,6 +725,12 @@ class Target:
         finally:
             proc.terminate()
 
+    def _launch(self, step: str) -> Launch:
+        """The launch, once every hop knows where it goes (looked up on the first step)."""
+        if not self._opened:
+            self._open_hops(step)
+        return self.launch
+
     def _open_hops(self, step: str) -> None:
         """Look up what a hop needs before the first step (a Slurm job by name -> its id)."""
         with self._open_lock:
@@ -737,7 +740,7 @@ class Target:
             for i, hop in enumerate(hops):
                 lookup = hop.lookup()
                 if lookup is not None:
-                    code, text = self._probe(list(_through(hops[:i], lookup)))
+                    code, text = self._probe(self._inside(i, lookup))
                     try:
                         hops[i] = hop.resolved(code, text, self.name)
                     except RemotekitError as exc:
@@ -747,6 +750,10 @@ class Target:
                 self.spec = replace(self.spec, hop=hops[-1])
                 self.launch = compose(self.spec.layers())
             self._opened = True
+
+    def _inside(self, n: int, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside the first ``n`` hops (e.g. a probe under sudo)."""
+        return list(compose(reversed(self.spec.hops[:n]), Launch(argv=tuple(argv))).argv)
 
     def _missing(self, path: str, step: str) -> RemotekitError:
         if path == self.launch.interpreter:
@@ -768,10 +775,10 @@ class Target:
         for i, hop in enumerate(hops):
             error = hop.explain(code, text, self.name, step)
             if error is not None and hop.confirm:
-                status = self._probe(list(_through(hops[:i], hop.probe())))
+                status = self._probe(self._inside(i, hop.probe()))
                 error = hop.explain(code, text, self.name, step, status=status)
             if error is not None:
-                return self._redacted(error)
+                return error
         interp = self.launch.interpreter or "python"
         exec_failed = any(h.exec_failed(code, text) for h in hops)
         if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
@@ -824,7 +831,7 @@ class Target:
                 return
             hops = self.spec.hops
         for i, hop in enumerate(hops):
-            code, text = self._probe(list(_through(hops[:i], hop.probe())))
+            code, text = self._probe(self._inside(i, hop.probe()))
             if not add(hop.label, *hop.verdict(code, text)):
                 return
         probe = Script(_PING_PY, name="remotekit_ping.py")
@@ -899,11 +906,6 @@ def _slices(data: bytes) -> Iterator[bytes]:
     view = memoryview(data)
     for at in range(0, len(view), _CHUNK):
         yield view[at : at + _CHUNK]  # type: ignore[misc]
-
-
-def _through(outer: Sequence[Hop], argv: Sequence[str]) -> tuple[str, ...]:
-    """``argv`` run inside the ``outer`` hops (outermost first), e.g. under sudo."""
-    return compose(reversed(outer), Launch(argv=tuple(argv))).argv
 
 
 def _chunks(fh: IO[bytes]) -> Iterator[bytes]:

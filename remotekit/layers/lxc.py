@@ -19,16 +19,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch, is_text, tool_beside
+from remotekit.layers.core import Fields, Hop, Launch, is_container_name, tool_beside
 
 __all__ = ["Lxc"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def is_container_name(v: Any) -> bool:
-    """A name a container tool accepts as one argument: no '/', whitespace or control chars."""
-    return is_text(v) and not re.search(r"[\s/\x00-\x1f\x7f]", v) and not v.startswith("-")
 
 
 @dataclass(frozen=True)
@@ -81,7 +76,7 @@ class Lxc(Hop):
         return (tool_beside(self.bin, "lxc-info"), "-n", self.container, "-s")
 
     def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
-        return code == 0 and "RUNNING" in text, text or f"exit {code}"
+        return code == 0 and "RUNNING" in text, " ".join(text.split()) or f"exit {code}"
 
     #: "Failed to get init pid" cannot tell stopped from missing: the target asks the probe.
     confirm: ClassVar[bool] = True
@@ -108,7 +103,8 @@ class Lxc(Hop):
                 )
             if scode == 0 and "RUNNING" not in stext:
                 return ContainerNotRunning(
-                    f"LXC container {self.name!r} is not running ({stext.strip()}); {said}",
+                    f"LXC container {self.name!r} is not running ({' '.join(stext.split())}); "
+                    f"{said}",
                     **where,
                 )
         return ContainerError(

@@ -4,7 +4,7 @@ hosts.yaml: ``podman: NAME`` or ``docker: NAME``, with ``engine:`` the executabl
 ``podman`` / ``docker``). ``-i`` must come before the name, or stdin is silently not connected.
 docker's CLI and exit codes match podman's, so one module serves both. Their words::
 
-    Error: no such container NAME                                          (podman, exit 125)
+    Error: no container with name or ID "NAME" found: no such container    (podman, exit 125)
     Error: No such container: NAME                                         (docker)
     Error: can only create exec sessions on running containers: container state improper
                                                                            (podman, exit 255)
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch
-from remotekit.layers.lxc import is_container_name
+from remotekit.layers.core import Fields, Hop, Launch, is_container_name
 
 __all__ = ["Docker", "Podman"]
 

@@ -26,8 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch, is_text, tool_beside
-from remotekit.layers.lxc import is_container_name
+from remotekit.layers.core import Fields, Hop, Launch, is_container_name, is_text, tool_beside
 
 __all__ = ["Slurm"]
 
