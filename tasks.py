@@ -183,7 +183,7 @@ def hosts(c, inventory="", json=False):
 
 @task(help=_help())
 def ping(c, host="", group="", all=False, parallel=0, json=False, verbose=False, inventory=""):
-    """Check each layer of a target in turn: SSH, sudo, container, interpreter, torch."""
+    """Check each hop in turn with its own probe: SSH, sudo, container/job/pod, Python, torch."""
 
     def one(t: remotekit.Target, console: Console) -> remotekit.PingReport:
         def show(ch: remotekit.Check) -> None:

@@ -8,7 +8,9 @@
     ├── ConnectError                DNS failure, refused, unreachable, connect timeout
     │   ├── AuthError               the server refused our credentials (or sudo wants a password)
     │   └── HostKeyError            unknown host key (strict) or a changed key (always refused)
-    ├── ContainerError              `pct` refused: unknown CT id, CT not running
+    ├── ContainerError              a hop (pct, lxc, podman, srun, kubectl) refused; quotes it
+    │   ├── ContainerNotFound       no such container, job or pod
+    │   └── ContainerNotRunning     it exists but is stopped / pending / finished
     ├── InterpreterNotFound         the venv / python of the target does not exist there
     ├── ConnectionLost              the transport died while a step ran
     └── StepError                   a step ran and went wrong; carries its Result
@@ -32,6 +34,8 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "ContainerError",
+    "ContainerNotFound",
+    "ContainerNotRunning",
     "HostKeyError",
     "InterpreterNotFound",
     "InventoryError",
@@ -113,7 +117,29 @@ class HostKeyError(ConnectError):
 
 
 class ContainerError(RemotekitError):
-    """``pct`` refused to enter the container; the message quotes pct's own words."""
+    """A hop refused to enter its container, job or pod; the message quotes the tool's words.
+
+    ``container`` names what could not be entered (CT id, container, job or pod name).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str | None = None,
+        step: str | None = None,
+        container: str | None = None,
+    ):
+        self.container = container
+        super().__init__(message, host=host, step=step)
+
+
+class ContainerNotFound(ContainerError):
+    """There is no such container, job or pod."""
+
+
+class ContainerNotRunning(ContainerError):
+    """The container, job or pod exists but is not running (stopped, pending, finished)."""
 
 
 class InterpreterNotFound(RemotekitError):

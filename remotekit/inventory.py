@@ -13,8 +13,9 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
         host_key: strict                # strict | accept-new
         jump: root@bastion              # ProxyJump
         sudo: false
-        container: 200                  # Proxmox CT id -> pct exec 200 --
-        pct: pct
+        container: 200                  # one container hop (remotekit.layers.HOPS):
+        pct: pct                        #   container/pct, lxc, podman/docker + engine,
+                                        #   slurm, kubectl
         venv: /root/venv                # interpreter <venv>/bin/python
         python: python3                 # interpreter when there is no venv
         workdir: /workspace
@@ -30,15 +31,15 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import yaml
 
 from remotekit.errors import InventoryError, UnknownHost
-from remotekit.layers import Env, Interpreter, Layer, Pct, Sudo, Venv, Workdir
+from remotekit.layers import HOPS, Env, Fields, Hop, Interpreter, Layer, Sudo, Venv, Workdir
 
 __all__ = [
     "HostSpec",
@@ -85,8 +86,7 @@ class HostSpec:
     name: str
     ssh: SSHSpec | None = None
     sudo: bool = False
-    container: int | None = None
-    pct: str = "pct"
+    hop: Hop | None = None
     venv: str | None = None
     python: str | None = None
     workdir: str | None = None
@@ -103,7 +103,7 @@ class HostSpec:
             return self.venv.rstrip("/") + "/bin/python"
         if self.python:
             return self.python
-        if self.ssh is None and self.container is None:
+        if self.ssh is None and self.hop is None:
             return sys.executable
         return "python3"
 
@@ -114,11 +114,13 @@ class HostSpec:
             out.append(Env(dict(self.env)))
         if self.workdir:
             out.append(Workdir(self.workdir))
-        if self.container is not None:
-            out.append(Pct(self.container, self.pct))
-        if self.sudo:
-            out.append(Sudo())
+        out.extend(reversed(self.hops))
         return tuple(out)
+
+    @property
+    def hops(self) -> tuple[Hop, ...]:
+        """The hops after the transport, outermost first: ``[sudo] [container hop]``."""
+        return ((Sudo(),) if self.sudo else ()) + ((self.hop,) if self.hop else ())
 
     def redact(self, text: str) -> str:
         """``text`` with the values of secret env variables replaced by ``***``."""
@@ -209,6 +211,40 @@ class _HostReader:
     def text(self, k: str) -> str | None:
         return self.get(k, lambda v: isinstance(v, str) and v != "", "a non-empty string")
 
+    # -- what a hop reads its keys through (remotekit.layers.Fields) -----------------------
+
+    def has(self, k: str) -> bool:
+        return self.raw.get(k) is not None
+
+    def fail(self, k: str, message: str) -> NoReturn:
+        self.doc.fail(self.where(k), message)
+        raise AssertionError("unreachable")
+
+    def mapping(self, k: str, known: Iterable[str]) -> Fields:
+        value = self.raw.get(k)
+        if not isinstance(value, dict):
+            self.fail(k, "expected a mapping")
+        return _Nested(self.doc, value, self.where(k), frozenset(known))
+
+    def hop(self) -> Hop | None:
+        """The one container hop this host declares (``remotekit.layers.HOPS``), if any."""
+        declared = sorted(
+            (k for k in HOPS if self.has(k)), key=lambda k: self.doc.line(self.where(k)) or 0
+        )
+        if len(declared) > 1:
+            first, second = declared[:2]
+            self.fail(
+                second,
+                f"a target has at most one container hop; `{first}:` is already set "
+                f"(line {self.doc.line(self.where(first))})",
+            )
+        hop = HOPS[declared[0]] if declared else None
+        for option in _HOP_OPTIONS:  # `pct:` without `container:` is a mistake (not in defaults)
+            if (*self.key, option) in self.doc.lines and (hop is None or option not in hop.options):
+                owners = " or ".join(f"`{h.key}:`" for h in HOPS.values() if option in h.options)
+                self.fail(option, f"`{option}` needs {owners} on this host")
+        return hop.read(self) if hop else None
+
     def ssh(self, value: str, k: str) -> SSHSpec:
         m = _SSH_RE.match(value)
         if not m:
@@ -246,14 +282,6 @@ class _HostReader:
             assert ssh is not None
             j = self.ssh(jump, "jump")
             ssh = replace(ssh, jump=j)
-        container = self.get(
-            "container",
-            lambda v: (
-                (isinstance(v, int) and not isinstance(v, bool) and v >= 100)
-                or (isinstance(v, str) and v.isdigit() and int(v) >= 100)
-            ),
-            "a Proxmox CT id (an integer >= 100, e.g. 200)",
-        )
         env = self.get("env", _is_str_map, "a mapping of NAME: value")
         for var in env or {}:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
@@ -263,13 +291,11 @@ class _HostReader:
             lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
             "a list of env variable names",
         )
-        sudo = self.get("sudo", lambda v: isinstance(v, bool), "true or false")
         return HostSpec(
             name=self.name,
             ssh=ssh,
-            sudo=bool(sudo),
-            container=int(container) if container is not None else None,
-            pct=self.text("pct") or "pct",
+            sudo=Sudo.read(self) is not None,
+            hop=self.hop(),
             venv=self.text("venv"),
             python=self.text("python"),
             workdir=self.text("workdir"),
@@ -297,6 +323,41 @@ class _HostReader:
         return Timeouts(**{**base.__dict__, **values})
 
 
+class _Nested:
+    """A hop's nested mapping (``slurm: {job: 4242}``): the same checks, keys one level down."""
+
+    def __init__(
+        self, doc: _Doc, raw: Mapping[str, Any], key: tuple[str, ...], known: frozenset[str]
+    ):
+        self.doc, self.raw, self.key = doc, raw, key
+        for k in raw:
+            if k not in known:
+                self.fail(k, f"unknown key; known keys: {', '.join(sorted(known))}")
+
+    def has(self, k: str) -> bool:
+        return self.raw.get(k) is not None
+
+    def get(self, k: str, check: Callable[[Any], bool], what: str) -> Any:
+        value = self.raw.get(k)
+        if value is not None and not check(value):
+            self.fail(k, f"expected {what}, got {value!r}")
+        return value
+
+    def text(self, k: str) -> str | None:
+        return self.get(k, lambda v: isinstance(v, str) and v != "", "a non-empty string")
+
+    def fail(self, k: str, message: str) -> NoReturn:
+        self.doc.fail((*self.key, k), message)
+        raise AssertionError("unreachable")
+
+    def mapping(self, k: str, known: Iterable[str]) -> Fields:
+        value = self.raw.get(k)
+        if not isinstance(value, dict):
+            self.fail(k, "expected a mapping")
+        return _Nested(self.doc, value, (*self.key, k), frozenset(known))
+
+
+_HOP_OPTIONS = tuple(sorted({o for h in HOPS.values() for o in h.options}))
 HOST_KEYS = frozenset(
     [
         "ssh",
@@ -307,8 +368,6 @@ HOST_KEYS = frozenset(
         "host_key",
         "jump",
         "sudo",
-        "container",
-        "pct",
         "venv",
         "python",
         "workdir",
@@ -316,6 +375,8 @@ HOST_KEYS = frozenset(
         "secret_env",
         "checkpoints",
         "timeouts",
+        *HOPS,
+        *_HOP_OPTIONS,
     ]
 )
 TOP_KEYS = frozenset({"defaults", "hosts", "groups"})

@@ -1,7 +1,8 @@
 """A Target is a transport plus an ordered stack of layers; every action on it is a step.
 
 Each step ships the runner (``remote/runner.py``) and its payload over stdin, through
-``[ssh ->] [sudo ->] [pct exec ->] python -c LOADER``, in one round trip. The runner spawns
+``[ssh ->] [sudo ->] [container hop ->] python -c LOADER``, in one round trip. The target knows
+no hop's tool: each hop (``remotekit.layers``) says its argv, its probe and its failures. The runner spawns
 the command in its own process group there, with the step's env and cwd, and stops the whole
 tree when the deadline passes or when its stdin closes (timeout, Ctrl-C, lost connection).
 
@@ -26,9 +27,7 @@ from typing import IO, Any, Callable
 
 from remotekit import remote
 from remotekit.errors import (
-    AuthError,
     ConnectionLost,
-    ContainerError,
     InterpreterNotFound,
     RemotekitError,
     StepCancelled,
@@ -36,7 +35,7 @@ from remotekit.errors import (
     StepTimeout,
 )
 from remotekit.inventory import LOCAL, HostSpec
-from remotekit.layers import Launch, compose
+from remotekit.layers import Hop, Launch, compose
 from remotekit.result import Result, Script
 from remotekit.transports.base import ExecutableMissing, Process, Transport
 from remotekit.transports.local import LocalTransport
@@ -60,9 +59,6 @@ MAX_LINE = 1 << 20
 #: Extra seconds the runner waits past the step's timeout before it stops the step itself.
 REMOTE_BACKSTOP_S = 5.0
 _CHUNK = 1 << 20
-
-# pct's own words (pve-container src/PVE/CLI/pct.pm, PVE/LXC/Config.pm)
-_PCT_MESSAGES = ("not running", "does not exist", "missing command", "no such container")
 
 
 @dataclass(frozen=True)
@@ -209,7 +205,10 @@ class Target:
         #: Called with (step, step_chain) as each step starts (``--verbose`` prints it).
         self.trace: Callable[[str, str], None] | None = None
         self.launch: Launch = compose(spec.layers())
+        #: Whether every hop knows where it goes (a Slurm job given by name is looked up once).
+        self._opened = not any(h.lookup() for h in spec.hops)
         self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self._active: set[Process] = set()
         self._cancelled = threading.Event()
 
@@ -469,6 +468,9 @@ class Target:
 
         if self._cancelled.is_set():
             raise StepCancelled(result(None))
+        if not self._opened:
+            self._open_hops(step)
+            launch = self.launch
         if self.trace is not None:
             self.trace(step, self.step_chain(display))
         try:
@@ -583,37 +585,53 @@ class Target:
         finally:
             proc.terminate()
 
+    def _open_hops(self, step: str) -> None:
+        """Look up what a hop needs before the first step (a Slurm job by name -> its id)."""
+        with self._open_lock:
+            if self._opened:
+                return
+            hops = list(self.spec.hops)
+            for i, hop in enumerate(hops):
+                lookup = hop.lookup()
+                if lookup is not None:
+                    code, text = self._probe(list(_through(hops[:i], lookup)))
+                    try:
+                        hops[i] = hop.resolved(code, text, self.name)
+                    except RemotekitError as exc:
+                        exc.step = step
+                        raise
+            if self.spec.hop is not None:
+                self.spec = replace(self.spec, hop=hops[-1])
+                self.launch = compose(self.spec.layers())
+            self._opened = True
+
     def _missing(self, path: str, step: str) -> RemotekitError:
         if path == self.launch.interpreter:
             return InterpreterNotFound(
                 f"interpreter {path} not found ({self.chain})", path=path, host=self.name, step=step
             )
-        if self.spec.container is not None and path == self.spec.pct:
-            return ContainerError(
-                f"{path!r} not found: is this a Proxmox node? (`pct:` in hosts.yaml)",
-                host=self.name,
-                step=step,
-            )
+        for hop in self.spec.hops:
+            if path == hop.executable:
+                return hop.missing(self.name, step)
         return RemotekitError(f"{path!r} not found ({self.chain})", host=self.name, step=step)
 
     def _not_started(self, code: int | None, res: Result, step: str) -> RemotekitError:
-        """The runner never said ready: find which layer refused, from its own words."""
+        """The runner never said ready: ask each hop, outermost first, if the words are its."""
         text = (res.stderr + res.stdout).strip()
         low = text.lower()
         quoted = "\n".join("  " + line for line in text.splitlines()[-10:]) or "  (no output)"
         where = dict(host=self.name, step=step)
-        if self.spec.sudo and "sudo" in low and ("password" in low or "terminal" in low):
-            return AuthError(
-                f"sudo wants a password; remotekit needs passwordless sudo (NOPASSWD) for "
-                f"{self.spec.ssh.user if self.spec.ssh else 'this user'}:\n{quoted}",
-                **where,
-            )
-        if self.spec.container is not None and any(m in low for m in _PCT_MESSAGES):
-            return ContainerError(
-                f"container {self.spec.container} cannot be entered; pct says:\n{quoted}", **where
-            )
+        hops = self.spec.hops
+        for i, hop in enumerate(hops):
+            error = hop.explain(code, text, self.name, step)
+            if error is not None and hop.confirm:
+                status = self._probe(list(_through(hops[:i], hop.probe())))
+                error = hop.explain(code, text, self.name, step, status=status)
+            if error is not None:
+                return _redacted(error, self.spec)
         interp = self.launch.interpreter or "python"
-        if code in (126, 127, 255) or "no such file" in low or "not found" in low:
+        exec_failed = any(h.exec_failed(code, text) for h in hops)
+        if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
             return InterpreterNotFound(
                 f"interpreter {interp} not found there (exit {code}); check `venv:`/`python:` "
                 f"in hosts.yaml ({self.spec.source}):\n{quoted}",
@@ -654,16 +672,17 @@ class Target:
             add(self.transport.label, False, exc.message)
             return
         add(self.transport.label, True, "connected" if self.spec.ssh else "this machine")
-        prefix: tuple[str, ...] = ("sudo", "-n", "--") if self.spec.sudo else ()
-        if self.spec.sudo:
-            code, text = self._probe([*prefix, "true"])
-            if not add("sudo", code == 0, "passwordless sudo works" if code == 0 else text):
+        hops = self.spec.hops
+        if not self._opened:
+            try:
+                self._open_hops("ping")
+            except RemotekitError as exc:
+                add(hops[-1].label, False, exc.message)
                 return
-        if self.spec.container is not None:
-            vmid = str(self.spec.container)
-            code, text = self._probe([*prefix, self.spec.pct, "status", vmid])
-            running = code == 0 and "running" in text and "stopped" not in text
-            if not add(f"pct exec {vmid}", running, text or f"exit {code}"):
+            hops = self.spec.hops
+        for i, hop in enumerate(hops):
+            code, text = self._probe(list(_through(hops[:i], hop.probe())))
+            if not add(hop.label, *hop.verdict(code, text)):
                 return
         probe = Script(_PING_PY, name="remotekit_ping.py")
         try:
@@ -674,7 +693,12 @@ class Target:
             add(self.launch.interpreter or "python", False, exc.message)
             return
         info = json.loads(res.stdout.strip().splitlines()[-1])
-        add(info["executable"], True, f"Python {info['python']}")
+        # sys.executable is empty when the interpreter was found without PATH (slurm)
+        add(
+            info["executable"] or self.launch.interpreter or "python",
+            True,
+            f"Python {info['python']}",
+        )
         torch = info.get("torch")
         add("torch", torch is not None, torch or "not importable: " + info.get("torch_error", ""))
         return
@@ -725,6 +749,11 @@ except Exception as e:
     info["torch_error"] = "%s: %s" % (type(e).__name__, e)
 print(json.dumps(info))
 """
+
+
+def _through(outer: Sequence[Hop], argv: Sequence[str]) -> tuple[str, ...]:
+    """``argv`` run inside the ``outer`` hops (outermost first), e.g. under sudo."""
+    return compose(reversed(outer), Launch(argv=tuple(argv))).argv
 
 
 def _redacted(exc: RemotekitError, spec: HostSpec) -> RemotekitError:

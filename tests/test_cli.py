@@ -103,3 +103,51 @@ def test_hosts_lists_chains(tmp_path: Path) -> None:
     assert r.returncode == 0
     assert "ssh root@kpro6.lan -> pct exec 200 -> /root/venv/bin/python" in r.stdout
     assert "gpu" in r.stdout
+
+
+def test_hosts_shows_every_hop(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n"
+        "  job: {ssh: gpu@login1, slurm: {job: 4242, node: node07}, venv: /scratch/venv}\n"
+        "  byname: {ssh: gpu@login1, slurm: {name: train-llama}, python: python3}\n"
+        "  lx: {ssh: root@n1, sudo: true, lxc: box, venv: /v}\n"
+        "  pod: {ssh: n2, podman: web, venv: /v}\n"
+        "  k8s: {kubectl: {pod: trainer-0, container: main, namespace: ml}, venv: /v}\n"
+    )
+    r = invoke("hosts", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for chain in (
+        "ssh gpu@login1 -> srun --jobid 4242 -w node07 -> /scratch/venv/bin/python",
+        "ssh gpu@login1 -> srun --job-name train-llama -> python3",
+        "ssh root@n1 -> sudo -> lxc-attach -n box -> /v/bin/python",
+        "ssh n2 -> podman exec web -> /v/bin/python",
+        "local -> kubectl exec -n ml trainer-0 -c main -> /v/bin/python",
+    ):
+        assert chain in r.stdout
+
+
+def test_ping_and_run_name_the_broken_hop(tmp_path: Path) -> None:
+    # an engine that follows podman's CLI for a container that has exited
+    engine = tmp_path / "podman"
+    engine.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = container ]; then echo exited; exit 0; fi\n'
+        "echo 'Error: can only create exec sessions on running containers: "
+        "container state improper' >&2\nexit 255\n"
+    )
+    engine.chmod(0o755)
+    (tmp_path / "hosts.yaml").write_text(
+        f"hosts:\n  pod: {{podman: web, engine: {engine}, venv: /v}}\n"
+        "  job: {slurm: {name: train, bin: /nonexistent/srun}, venv: /v}\n"
+    )
+    r = invoke("ping", "--host", "pod,job", cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "pod | FAIL podman exec web: exited" in r.stdout
+    assert "job | FAIL srun --job-name train: squeue could not look up job named 'train'" in (
+        r.stdout
+    )
+    r = invoke("run", "--host", "pod", "--cmd", "true", "--verbose", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "chain: local -> podman exec web -> /v/bin/python" in r.stderr
+    assert "ContainerNotRunning" in r.stdout + r.stderr
+    assert "container state improper" in r.stdout + r.stderr

@@ -509,7 +509,7 @@ def test_run_json_is_machine_readable(fleet_hosts: FleetHosts) -> None:
         assert isinstance(h["duration_s"], float) and "error" not in h
     for name, kind in (
         ("down", "ConnectError"),
-        ("stopped", "ContainerError"),
+        ("stopped", "ContainerNotRunning"),
         ("hang", "StepTimeout"),
     ):
         h = by[name]
@@ -575,7 +575,7 @@ def test_run_piped_is_plain_with_a_summary_and_verbose_chains(fleet_hosts: Fleet
     assert status == {h: "ok" if h in fleet_hosts.ok else "failed" for h in fleet_hosts.names}
     finding = {r.split()[0]: r for r in rows}
     assert re.search(r"\d+\.\ds\s+ConnectError: .*refused", finding["down"])
-    assert "ContainerError: container 310 cannot be entered" in finding["stopped"]
+    assert "ContainerNotRunning: container 310 cannot be entered" in finding["stopped"]
     assert f"StepTimeout: timed out after {HANG_S:g} s" in finding["hang"]
     assert wait_gone(m) == []
 

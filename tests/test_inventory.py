@@ -9,6 +9,7 @@ import pytest
 
 import remotekit
 from remotekit.inventory import Timeouts
+from remotekit.layers import Docker, Kubectl, Lxc, Pct, Podman, Slurm
 
 
 def load(tmp_path: Path, text: str) -> remotekit.Inventory:
@@ -58,7 +59,7 @@ groups:
     assert s.ssh is not None and s.ssh.display == "root@kpro6.lan:2222"
     assert s.ssh.host_key == "accept-new" and s.ssh.jump is not None
     assert s.ssh.jump.display == "admin@bastion"
-    assert s.sudo and s.container == 200 and s.interpreter == "/root/venv/bin/python"
+    assert s.sudo and s.hop == Pct(200) and s.interpreter == "/root/venv/bin/python"
     assert s.env == {"A": "1", "HF_HOME": "/workspace/hf", "N": "3"}
     assert s.timeouts == Timeouts(connect=5, step=30, kill_grace=1)
     assert s.source.endswith("hosts.yaml:6")
@@ -179,3 +180,95 @@ def test_unknown_target_lists_the_known_ones(tmp_path: Path) -> None:
     assert "'kpro8'" in str(info.value) and "local, kpro6, kpro7" in str(info.value)
     with pytest.raises(remotekit.UnknownHost, match="group:gpu"):
         inv.select(group="gpu")
+
+
+# -- container hops: one per target, each validating its own keys ---------------------------
+
+
+def test_every_hop_from_hosts_yaml(tmp_path: Path) -> None:
+    inv = load(
+        tmp_path,
+        """
+hosts:
+  ct:   {container: '200', pct: /usr/sbin/pct}
+  lx:   {lxc: box1}
+  lx2:  {lxc: {name: box2, bin: /usr/bin/lxc-attach, keep_env: [TERM]}}
+  pod:  {podman: web, engine: /usr/bin/podman}
+  dock: {docker: web}
+  job:  {slurm: {job: 4242, node: node07, bin: /usr/bin/srun}}
+  job2: {slurm: {name: train-llama}}
+  k8s:  {kubectl: {pod: trainer-0, container: main, namespace: ml, bin: /k/kubectl, context: c}}
+""",
+    )
+    hops = {name: inv.spec(name).hop for name in inv.hosts}
+    assert hops == {
+        "local": None,
+        "ct": Pct(200, "/usr/sbin/pct"),
+        "lx": Lxc("box1"),
+        "lx2": Lxc("box2", "/usr/bin/lxc-attach", ("TERM",)),
+        "pod": Podman("web", "/usr/bin/podman"),
+        "dock": Docker("web", "docker"),
+        "job": Slurm(4242, node="node07", bin="/usr/bin/srun"),
+        "job2": Slurm(job_name="train-llama"),
+        "k8s": Kubectl("trainer-0", "main", "ml", "c", "/k/kubectl"),
+    }
+    assert inv.spec("job").interpreter == "python3"  # a container hop: not our own Python
+
+
+@pytest.mark.parametrize(
+    ("snippet", "key", "words"),
+    [
+        ("container: 99", "hosts.a.container", "100..999999999"),
+        ("container: 1000000000", "hosts.a.container", "100..999999999"),
+        ("container: '²⁰⁰'", "hosts.a.container", "ASCII digits"),
+        ("container: '\uff12\uff10\uff10'", "hosts.a.container", "ASCII digits"),
+        ("container: true", "hosts.a.container", "Proxmox CT id"),
+        ("container: 2.5e2", "hosts.a.container", "Proxmox CT id"),
+        ("lxc: ''", "hosts.a.lxc", "container name"),
+        ("lxc: 'a/b'", "hosts.a.lxc", "container name"),
+        ("lxc: [a]", "hosts.a.lxc", "container name"),
+        ("lxc: {bin: /x}", "hosts.a.lxc.name", "needs `name:`"),
+        ("lxc: {name: a, keepenv: [X]}", "hosts.a.lxc.keepenv", "unknown key"),
+        ("lxc: {name: a, keep_env: [A-B]}", "hosts.a.lxc.keep_env", "environment variable"),
+        ("podman: 'a b'", "hosts.a.podman", "container name"),
+        ("docker: 5", "hosts.a.docker", "container name"),
+        ("podman: w\n    engine: ''", "hosts.a.engine", "non-empty string"),
+        ("slurm: 4242", "hosts.a.slurm", "mapping"),
+        ("slurm: {job: -1}", "hosts.a.slurm.job", "positive integer"),
+        ("slurm: {job: '\uff14\uff12'}", "hosts.a.slurm.job", "positive integer"),
+        ("slurm: {node: n1}", "hosts.a.slurm.name", "exactly one of"),
+        ("slurm: {job: 1, name: x}", "hosts.a.slurm.job", "exactly one of"),
+        ("slurm: {job: 1, nodes: n1}", "hosts.a.slurm.nodes", "unknown key"),
+        ("slurm: {job: 1, bin: ''}", "hosts.a.slurm.bin", "non-empty string"),
+        ("kubectl: {container: c}", "hosts.a.kubectl.pod", "needs `pod:`"),
+        ("kubectl: {pod: My_Pod}", "hosts.a.kubectl.pod", "Kubernetes name"),
+        ("kubectl: {pod: p, namespace: 'a b'}", "hosts.a.kubectl.namespace", "Kubernetes name"),
+        ("kubectl: {pod: p, ctx: x}", "hosts.a.kubectl.ctx", "unknown key"),
+        ("kubectl: pod-1", "hosts.a.kubectl", "mapping"),
+    ],
+)
+def test_hop_keys_name_line_and_key(tmp_path: Path, snippet: str, key: str, words: str) -> None:
+    e = bad(tmp_path, f"hosts:\n  a:\n    {snippet}\n")
+    assert e.key == key and e.line == (4 if "\n" in snippet else 3), str(e)
+    assert words in str(e)
+
+
+def test_at_most_one_container_hop(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a:\n    lxc: box\n    venv: /v\n    podman: web\n")
+    assert (e.key, e.line) == ("hosts.a.podman", 5)
+    assert "at most one container hop" in str(e) and "`lxc:` is already set (line 3)" in str(e)
+
+
+def test_a_hop_option_needs_its_hop(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a:\n    ssh: a\n    pct: /usr/sbin/pct\n")
+    assert (e.key, e.line) == ("hosts.a.pct", 4) and "needs `container:`" in str(e)
+    e = bad(tmp_path, "hosts:\n  a:\n    lxc: box\n    engine: /usr/bin/podman\n")
+    assert (e.key, e.line) == ("hosts.a.engine", 4) and "`podman:` or `docker:`" in str(e)
+    # in defaults an option is fine: it applies to the hosts that have the hop
+    inv = load(tmp_path, "defaults:\n  pct: /p\nhosts:\n  a: {container: 200}\n  b: {ssh: b}\n")
+    assert inv.spec("a").hop == Pct(200, "/p") and inv.spec("b").hop is None
+
+
+def test_a_hop_in_defaults_is_reported_where_it_was_written(tmp_path: Path) -> None:
+    e = bad(tmp_path, "defaults:\n  slurm: {job: x}\nhosts:\n  a: {ssh: a}\n")
+    assert (e.key, e.line) == ("defaults.slurm.job", 2)

@@ -279,15 +279,20 @@ def test_put_and_get_through_the_container(
 
 
 def test_stopped_container(inventory: remotekit.Inventory) -> None:
-    with inventory.target("stopped") as t, pytest.raises(remotekit.ContainerError) as info:
+    with inventory.target("stopped") as t, pytest.raises(remotekit.ContainerNotRunning) as info:
         t.run(["true"])
     assert "container '201' not running!" in str(info.value)
-    assert info.value.host == "stopped"
+    assert (info.value.host, info.value.step, info.value.container) == (
+        "stopped",
+        "run true",
+        "201",
+    )
 
 
 def test_unknown_container(inventory: remotekit.Inventory) -> None:
-    with inventory.target("noct") as t, pytest.raises(remotekit.ContainerError) as info:
+    with inventory.target("noct") as t, pytest.raises(remotekit.ContainerNotFound) as info:
         t.run_python(remotekit.Script("pass"))
+    assert info.value.container == "999"
     assert "Configuration file 'nodes/pve/lxc/999.conf' does not exist" in str(info.value)
 
 

@@ -1,0 +1,55 @@
+"""Layers: pure transforms of a :class:`Launch`, composed in order, with no I/O.
+
+``core`` holds the launch and the layers every target has (interpreter, venv, env, workdir).
+Each *hop* (a way in: sudo, or one container hop) is one module; :data:`HOPS` maps the
+hosts.yaml key that declares a container hop to its class. The order is fixed:
+``ssh -> [sudo] -> [container hop] -> [interpreter]``, at most one container hop per target.
+
+Adding a hop: write ``remotekit/layers/<name>.py`` with a :class:`Hop` subclass (keys, argv,
+probe, failure texts), add it to :data:`HOPS`, test it in tests/test_layers.py, add README rows.
+"""
+
+from __future__ import annotations
+
+from remotekit.layers.core import (
+    LOADER,
+    Env,
+    Fields,
+    Hop,
+    Interpreter,
+    Launch,
+    Layer,
+    Venv,
+    Workdir,
+    compose,
+)
+from remotekit.layers.kubectl import Kubectl
+from remotekit.layers.lxc import Lxc
+from remotekit.layers.pct import Pct
+from remotekit.layers.podman import Docker, Podman
+from remotekit.layers.slurm import Slurm
+from remotekit.layers.sudo import Sudo
+
+__all__ = [
+    "HOPS",
+    "LOADER",
+    "Docker",
+    "Env",
+    "Fields",
+    "Hop",
+    "Interpreter",
+    "Kubectl",
+    "Launch",
+    "Layer",
+    "Lxc",
+    "Pct",
+    "Podman",
+    "Slurm",
+    "Sudo",
+    "Venv",
+    "Workdir",
+    "compose",
+]
+
+#: hosts.yaml key -> the container hop it declares (at most one per target).
+HOPS: dict[str, type[Hop]] = {hop.key: hop for hop in (Pct, Lxc, Podman, Docker, Slurm, Kubectl)}

@@ -1,0 +1,276 @@
+"""The launch and the layers every target has: interpreter, venv, env, workdir; and ``Hop``.
+
+A step there is started by one argv, the *launch*: the target's interpreter running a constant
+loader (``python -c LOADER``), which reads the runner and then the step's payload from stdin.
+Layers wrap that argv from the inside out::
+
+    Interpreter("/root/venv/bin/python")    ["/root/venv/bin/python", "-c", LOADER]
+    Pct(200)                                ["pct", "exec", "200", "--", *argv]
+    Sudo()                                  ["sudo", "-n", "--", *argv]
+
+and the SSH transport quotes the result once (:func:`remotekit.quoting.join`). Env, working
+directory and the venv's PATH do not touch the argv at all: they are fields of the payload,
+which travels as bytes on stdin. So no user value is ever parsed by a shell, and secret env
+values never show in a process table (``ps``) on the node.
+
+A :class:`Hop` is a layer that enters somewhere (sudo, a container, a job, a pod). Each hop is
+one module that owns everything about it: its hosts.yaml keys (:meth:`Hop.read`), its argv
+(:meth:`Hop.apply`), its ping probe (:meth:`Hop.probe`, :meth:`Hop.verdict`) and what its tool's
+exit codes and texts mean (:meth:`Hop.explain`). The target asks the hop; it knows no tool.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, ClassVar, NoReturn, Protocol
+
+from remotekit.errors import ContainerError, RemotekitError
+
+__all__ = [
+    "LOADER",
+    "Env",
+    "Fields",
+    "Hop",
+    "Interpreter",
+    "Launch",
+    "Layer",
+    "Venv",
+    "Workdir",
+    "compose",
+]
+
+#: The only code that crosses a shell: it reads ``<len>\n<runner source>`` from stdin and runs it.
+LOADER = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a step starts there: the argv plus what the runner applies before it spawns."""
+
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    path_prepend: tuple[str, ...] = ()
+    cwd: str | None = None
+    interpreter: str | None = None
+    hops: tuple[str, ...] = ()
+
+    @property
+    def chain(self) -> str:
+        """The hops for people: ``sudo -> pct exec 200 -> /root/venv/bin/python``."""
+        return " -> ".join(self.hops)
+
+
+class Layer(Protocol):
+    """A pure transform of a :class:`Launch`."""
+
+    def apply(self, launch: Launch) -> Launch: ...
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The innermost layer: ``python -c LOADER`` with the given interpreter."""
+
+    python: str
+
+    def apply(self, launch: Launch) -> Launch:
+        return replace(
+            launch,
+            argv=(self.python, "-c", LOADER),
+            interpreter=self.python,
+            hops=(*launch.hops, self.python),
+        )
+
+
+@dataclass(frozen=True)
+class Venv:
+    """Run with ``<venv>/bin/python``, and put ``<venv>/bin`` first on PATH, like ``activate``."""
+
+    path: str
+
+    def apply(self, launch: Launch) -> Launch:
+        bindir = posixpath.join(self.path, "bin")
+        launch = Interpreter(posixpath.join(bindir, "python")).apply(launch)
+        return replace(
+            launch,
+            env={**launch.env, "VIRTUAL_ENV": self.path},
+            path_prepend=(bindir, *launch.path_prepend),
+        )
+
+
+@dataclass(frozen=True)
+class Env:
+    """Environment variables for the step (sent in the payload, never on a command line)."""
+
+    values: Mapping[str, str]
+
+    def apply(self, launch: Launch) -> Launch:
+        return replace(launch, env={**launch.env, **self.values})
+
+
+@dataclass(frozen=True)
+class Workdir:
+    path: str
+
+    def apply(self, launch: Launch) -> Launch:
+        return replace(launch, cwd=self.path)
+
+
+def compose(layers: Iterable[Layer], launch: Launch | None = None) -> Launch:
+    """Apply ``layers`` in order (innermost first) to an empty launch."""
+    out = launch or Launch()
+    for layer in layers:
+        out = layer.apply(out)
+    return out
+
+
+# -- hops ------------------------------------------------------------------------------------
+
+
+class Fields(Protocol):
+    """How a hop reads its hosts.yaml keys (the inventory's reader: errors name file:line:key).
+
+    ``key`` is a host-level key (``container``, ``pct``) or, for a reader from :meth:`mapping`,
+    a key of that nested mapping (``slurm: {job: 4242}`` -> ``job``).
+    """
+
+    def has(self, key: str) -> bool: ...
+
+    def get(self, key: str, check: Callable[[Any], bool], what: str) -> Any: ...
+
+    def text(self, key: str) -> str | None: ...
+
+    def fail(self, key: str, message: str) -> NoReturn: ...
+
+    def mapping(self, key: str, known: Iterable[str]) -> Fields: ...
+
+
+def is_text(v: Any) -> bool:
+    return isinstance(v, str) and v != ""
+
+
+def is_container_name(v: Any) -> bool:
+    """A name a container tool takes as one argument: no '/', whitespace, control chars, '-'."""
+    return is_text(v) and not re.search(r"[\s/\x00-\x1f\x7f]", v) and not v.startswith("-")
+
+
+class Hop:
+    """A layer that enters somewhere: one module per hop, registered by its hosts.yaml key.
+
+    Subclasses are frozen dataclasses and set ``key`` (the hosts.yaml key that declares the hop),
+    ``options`` (other host-level keys it owns, e.g. ``pct:``), ``kind`` (what it enters, for
+    messages: "container", "job", "pod"), and implement :meth:`read`, :meth:`apply`,
+    :attr:`label`, :attr:`executable`, :attr:`name`, :meth:`probe` and :meth:`explain`.
+    """
+
+    key: ClassVar[str]
+    options: ClassVar[tuple[str, ...]] = ()
+    kind: ClassVar[str] = "container"
+    #: Where the executable is set in hosts.yaml, for "not found" hints.
+    exe_key: ClassVar[str] = "bin"
+
+    @classmethod
+    def read(cls, fields: Fields) -> Hop:
+        """The hop as declared (``fields`` holds the host's keys); raise via ``fields.fail``."""
+        raise NotImplementedError
+
+    @property
+    def executable(self) -> str:
+        """The first word of the argv this hop adds (its tool)."""
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        """What the hop enters, as the tool names it (CT id, container, job, pod)."""
+        raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        """The hop in a layer chain: ``pct exec 200``, ``srun --jobid 4242 -w node07``."""
+        raise NotImplementedError
+
+    @property
+    def what(self) -> str:
+        """The thing entered, for messages: ``container 200``, ``job 4242``, ``pod web``."""
+        return f"{self.kind} {self.name}"
+
+    def apply(self, launch: Launch) -> Launch:
+        raise NotImplementedError
+
+    def wrap(self, launch: Launch, argv: Iterable[str]) -> Launch:
+        """``launch`` entered through this hop by ``argv`` (the hop's words before the inner)."""
+        return replace(launch, argv=(*argv, *launch.argv), hops=(self.label, *launch.hops))
+
+    # -- ping ------------------------------------------------------------------------------
+
+    def probe(self) -> tuple[str, ...]:
+        """The argv, run on the node (inside the outer hops), that says if the hop is up."""
+        raise NotImplementedError
+
+    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
+        """Read the probe's answer: (up, what to show)."""
+        raise NotImplementedError
+
+    # -- failures --------------------------------------------------------------------------
+
+    #: True when :meth:`explain` may need the probe's answer (``status``) to tell cases apart.
+    confirm: ClassVar[bool] = False
+
+    def explain(
+        self,
+        code: int | None,
+        text: str,
+        host: str,
+        step: str,
+        status: tuple[int | None, str] | None = None,
+    ) -> RemotekitError | None:
+        """The error for a launch that never started, from the tool's exit code and texts.
+
+        None when the words are not this hop's (the next hop, or the interpreter, is asked).
+        ``status`` is the probe's (exit code, output) when the target ran it (``confirm``).
+        """
+        if self.tool_missing(code, text):
+            return self.missing(host, step)
+        return None
+
+    def exec_failed(self, code: int | None, text: str) -> bool:
+        """The hop ran but could not exec the interpreter (beyond the usual 126/127)."""
+        return False
+
+    def tool_missing(self, code: int | None, text: str) -> bool:
+        """A shell on the node said the hop's own executable does not exist."""
+        exe = self.executable
+        return code == 127 and (f"{exe}: command not found" in text or f"{exe}: not found" in text)
+
+    def missing(self, host: str, step: str) -> ContainerError:
+        return ContainerError(
+            f"{self.executable!r} not found on the node: is {os.path.basename(self.executable)} "
+            f"installed there? (`{self.exe_key}:` in hosts.yaml sets its path)",
+            host=host,
+            step=step,
+            container=self.name,
+        )
+
+    def quote(self, text: str) -> str:
+        """The tool's own words, indented, for a message (the last 10 lines)."""
+        lines = text.strip().splitlines()[-10:]
+        return "\n".join("  " + line for line in lines) or "  (no output)"
+
+    # -- resolution when the target opens ------------------------------------------------
+
+    def lookup(self) -> tuple[str, ...] | None:
+        """An argv to run on the node before the first step (e.g. a job name -> its id)."""
+        return None
+
+    def resolved(self, code: int | None, text: str, host: str) -> Hop:
+        """This hop with what :meth:`lookup` found (raise when it found nothing usable)."""
+        return self
+
+
+def tool_beside(executable: str, tool: str) -> str:
+    """``tool`` in the directory of ``executable`` when that is a path (srun -> squeue)."""
+    head = posixpath.dirname(executable)
+    return posixpath.join(head, tool) if head else tool

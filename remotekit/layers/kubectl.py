@@ -1,0 +1,132 @@
+"""Kubernetes: ``kubectl [--context C] exec -i -n NS POD [-c CTR] -- argv``.
+
+hosts.yaml: ``kubectl: {pod: P, container: C, namespace: NS, context: CTX, bin: PATH}``
+(only ``pod`` is required; namespace defaults to ``default``). kubectl's words, exit 1::
+
+    Error from server (NotFound): pods "P" not found
+    Error from server (BadRequest): container C is not valid for pod P
+    Error from server (BadRequest): pod P does not have a host assigned              (pending)
+    error: unable to upgrade connection: container not found ("C")           (not running)
+    error: cannot exec into a container in a completed pod; current phase is Succeeded
+    error: context "X" does not exist
+
+A command that fails inside returns its code with ``command terminated with exit code N``
+(126: cannot be invoked, 127: not found).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
+from remotekit.layers.core import Fields, Hop, Launch
+
+__all__ = ["Kubectl"]
+
+#: A DNS-1123 name: pods, containers and namespaces.
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def _is_k8s_name(v: Any) -> bool:
+    return isinstance(v, str) and len(v) <= 253 and bool(_K8S_NAME.fullmatch(v))
+
+
+@dataclass(frozen=True)
+class Kubectl(Hop):
+    """Enter container ``container`` of pod ``pod`` with ``kubectl exec -i``."""
+
+    pod: str
+    container: str | None = None
+    namespace: str = "default"
+    context: str | None = None
+    bin: str = "kubectl"
+
+    key: ClassVar[str] = "kubectl"
+    kind: ClassVar[str] = "pod"
+
+    @classmethod
+    def read(cls, fields: Fields) -> Kubectl:
+        fields.get("kubectl", lambda v: isinstance(v, dict), "a mapping {pod: P, ...}")
+        sub = fields.mapping("kubectl", ("pod", "container", "namespace", "context", "bin"))
+        name = "a Kubernetes name (lower-case letters, digits, '-', '.')"
+        pod = sub.get("pod", _is_k8s_name, name)
+        if pod is None:
+            sub.fail("pod", "`kubectl:` needs `pod:`")
+        return cls(
+            pod,
+            sub.get("container", _is_k8s_name, name),
+            sub.get("namespace", _is_k8s_name, name) or "default",
+            sub.text("context"),
+            sub.text("bin") or "kubectl",
+        )
+
+    @property
+    def executable(self) -> str:
+        return self.bin
+
+    @property
+    def name(self) -> str:
+        return self.pod
+
+    @property
+    def what(self) -> str:
+        ctr = f" container {self.container!r}" if self.container else ""
+        return f"pod {self.namespace}/{self.pod}{ctr}"
+
+    @property
+    def label(self) -> str:
+        ctr = f" -c {self.container}" if self.container else ""
+        return f"kubectl exec -n {self.namespace} {self.pod}{ctr}"
+
+    def _kubectl(self) -> tuple[str, ...]:
+        return (self.bin, *(("--context", self.context) if self.context else ()))
+
+    def apply(self, launch: Launch) -> Launch:
+        ctr = ("-c", self.container) if self.container else ()
+        return self.wrap(
+            launch, (*self._kubectl(), "exec", "-i", "-n", self.namespace, self.pod, *ctr, "--")
+        )
+
+    def probe(self) -> tuple[str, ...]:
+        return (
+            *self._kubectl(),
+            "get",
+            "pod",
+            "-n",
+            self.namespace,
+            self.pod,
+            "-o",
+            "jsonpath={.status.phase}",
+        )
+
+    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
+        phase = text.strip()
+        return code == 0 and phase == "Running", phase or f"exit {code}"
+
+    def explain(
+        self,
+        code: int | None,
+        text: str,
+        host: str,
+        step: str,
+        status: tuple[int | None, str] | None = None,
+    ) -> RemotekitError | None:
+        low = text.lower()
+        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
+        said = f"kubectl says:\n{self.quote(text)}"
+        if "(notfound)" in low or "is not valid for pod" in low:
+            return ContainerNotFound(f"no {self.what}; {said}", **where)
+        if (
+            "container not found" in low
+            or "cannot exec into a container in a completed pod" in low
+            or "does not have a host assigned" in low
+        ):
+            return ContainerNotRunning(f"{self.what} is not running; {said}", **where)
+        if code == 1 and re.search(r"^(error: |error from server)", low, flags=re.M):
+            return ContainerError(f"kubectl cannot enter {self.what}; {said}", **where)
+        return super().explain(code, text, host, step)
+
+    def exec_failed(self, code: int | None, text: str) -> bool:
+        return code in (126, 127) and "command terminated with exit code" in text

@@ -1,0 +1,114 @@
+"""Plain LXC: ``lxc-attach -n NAME --clear-env [--keep-var V ...] --`` on the node.
+
+hosts.yaml: ``lxc: NAME`` or ``lxc: {name: NAME, bin: /usr/bin/lxc-attach, keep_env: [TERM]}``.
+``--clear-env`` leaves only PATH and ``container=lxc`` inside; the step's env comes from the
+payload. lxc-attach has no cwd option (the runner sets cwd). Its words (lxc 5)::
+
+    lxc-attach: NAME: ../src/lxc/attach.c: get_attach_context: 405 Connection refused - Failed to get init pid
+    lxc-attach: NAME: ... Failed to exec "x"                                       (exit 127)
+
+``Failed to get init pid`` (exit 1) means stopped OR missing; ``lxc-info -n NAME -s`` (beside
+lxc-attach) tells which: ``State: STOPPED`` vs ``NAME doesn't exist``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
+from remotekit.layers.core import Fields, Hop, Launch, is_container_name, tool_beside
+
+__all__ = ["Lxc"]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Lxc(Hop):
+    """Enter LXC container ``name`` with ``lxc-attach`` and a cleared environment."""
+
+    container: str
+    bin: str = "lxc-attach"
+    keep_env: tuple[str, ...] = ()
+
+    key: ClassVar[str] = "lxc"
+
+    @classmethod
+    def read(cls, fields: Fields) -> Lxc:
+        what = "a container name, or {name: NAME, bin: PATH, keep_env: [VAR]}"
+        value = fields.get("lxc", lambda v: is_container_name(v) or isinstance(v, Mapping), what)
+        if isinstance(value, str):
+            return cls(value)
+        sub = fields.mapping("lxc", ("name", "bin", "keep_env"))
+        name = sub.get("name", is_container_name, "a container name (no '/' or spaces)")
+        if name is None:
+            sub.fail("name", "`lxc:` needs `name:`")
+        keep = sub.get(
+            "keep_env",
+            lambda v: (
+                isinstance(v, list)
+                and all(isinstance(x, str) and _ENV_NAME.fullmatch(x) for x in v)
+            ),
+            "a list of environment variable names",
+        )
+        return cls(name, sub.text("bin") or "lxc-attach", tuple(keep or ()))
+
+    @property
+    def executable(self) -> str:
+        return self.bin
+
+    @property
+    def name(self) -> str:
+        return self.container
+
+    @property
+    def label(self) -> str:
+        return f"lxc-attach -n {self.container}"
+
+    def apply(self, launch: Launch) -> Launch:
+        keep = [w for var in self.keep_env for w in ("--keep-var", var)]
+        return self.wrap(launch, (self.bin, "-n", self.container, "--clear-env", *keep, "--"))
+
+    def probe(self) -> tuple[str, ...]:
+        return (tool_beside(self.bin, "lxc-info"), "-n", self.container, "-s")
+
+    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
+        return code == 0 and "RUNNING" in text, " ".join(text.split()) or f"exit {code}"
+
+    #: "Failed to get init pid" cannot tell stopped from missing: the target asks the probe.
+    confirm: ClassVar[bool] = True
+
+    def explain(
+        self,
+        code: int | None,
+        text: str,
+        host: str,
+        step: str,
+        status: tuple[int | None, str] | None = None,
+    ) -> RemotekitError | None:
+        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
+        if "failed to get init pid" not in text.lower():
+            return super().explain(code, text, host, step)
+        said = f"lxc-attach says:\n{self.quote(text)}"
+        if status is not None:
+            scode, stext = status
+            if "doesn't exist" in stext or "does not exist" in stext:
+                return ContainerNotFound(
+                    f"LXC container {self.name!r} does not exist (lxc-info: "
+                    f"{stext.strip()}); {said}",
+                    **where,
+                )
+            if scode == 0 and "RUNNING" not in stext:
+                return ContainerNotRunning(
+                    f"LXC container {self.name!r} is not running ({' '.join(stext.split())}); "
+                    f"{said}",
+                    **where,
+                )
+        return ContainerError(
+            f"LXC container {self.name!r} cannot be entered (stopped or missing: "
+            f"`lxc-info -n {self.name}` says which); {said}",
+            **where,
+        )

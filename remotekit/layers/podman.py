@@ -1,0 +1,93 @@
+"""Podman and Docker: ``<engine> exec -i NAME argv`` on the node.
+
+hosts.yaml: ``podman: NAME`` or ``docker: NAME``, with ``engine:`` the executable (default
+``podman`` / ``docker``). ``-i`` must come before the name, or stdin is silently not connected.
+docker's CLI and exit codes match podman's, so one module serves both. Their words::
+
+    Error: no container with name or ID "NAME" found: no such container    (podman, exit 125)
+    Error: No such container: NAME                                         (docker)
+    Error: can only create exec sessions on running containers: container state improper
+                                                                           (podman, exit 255)
+    Error response from daemon: container NAME is not running              (docker)
+    126 the command cannot be invoked; 127 the command was not found inside
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
+from remotekit.layers.core import Fields, Hop, Launch, is_container_name
+
+__all__ = ["Docker", "Podman"]
+
+
+@dataclass(frozen=True)
+class Podman(Hop):
+    """Enter a running Podman container: ``podman exec -i NAME argv``."""
+
+    container: str
+    engine: str = "podman"
+
+    key: ClassVar[str] = "podman"
+    options: ClassVar[tuple[str, ...]] = ("engine",)
+    exe_key: ClassVar[str] = "engine"
+
+    @classmethod
+    def read(cls, fields: Fields) -> Podman:
+        name = fields.get(cls.key, is_container_name, "a container name or id (no '/' or spaces)")
+        return cls(name, fields.text("engine") or cls.key)
+
+    @property
+    def executable(self) -> str:
+        return self.engine
+
+    @property
+    def name(self) -> str:
+        return self.container
+
+    @property
+    def label(self) -> str:
+        return f"{self.key} exec {self.container}"
+
+    def apply(self, launch: Launch) -> Launch:
+        return self.wrap(launch, (self.engine, "exec", "-i", self.container))
+
+    def probe(self) -> tuple[str, ...]:
+        fmt = "{{.State.Status}}"
+        return (self.engine, "container", "inspect", "--format", fmt, self.container)
+
+    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
+        state = text.strip()
+        return code == 0 and state == "running", state or f"exit {code}"
+
+    def explain(
+        self,
+        code: int | None,
+        text: str,
+        host: str,
+        step: str,
+        status: tuple[int | None, str] | None = None,
+    ) -> RemotekitError | None:
+        low = text.lower()
+        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
+        said = f"{self.key} says (exit {code}):\n{self.quote(text)}"
+        if "no such container" in low:
+            return ContainerNotFound(f"no {self.key} container {self.name!r}; {said}", **where)
+        if "state improper" in low or "is not running" in low or "is paused" in low:
+            return ContainerNotRunning(
+                f"{self.key} container {self.name!r} is not running; {said}", **where
+            )
+        if code == 125 and low.startswith("error"):
+            return ContainerError(f"{self.key} exec failed; {said}", **where)
+        return super().explain(code, text, host, step)
+
+
+@dataclass(frozen=True)
+class Docker(Podman):
+    """``docker exec -i NAME argv`` (``engine:`` may name podman: same CLI and exit codes)."""
+
+    engine: str = "docker"
+
+    key: ClassVar[str] = "docker"

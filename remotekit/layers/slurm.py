@@ -1,0 +1,161 @@
+"""Slurm: ``srun --jobid=ID --overlap [-w NODE] --export=NONE -- argv`` inside a running job.
+
+How users inspect a live training job on a cluster: the step runs inside the job's allocation,
+beside the job's own processes. hosts.yaml::
+
+    slurm: {job: 4242, node: node07, bin: /usr/bin/srun}     # node, bin optional
+    slurm: {name: train-llama}                               # the RUNNING job of that name
+
+A job given by name is looked up with ``squeue`` (beside srun) when the target opens.
+``--export=NONE``: srun passes the caller's whole environment unless told not to; the step's
+env comes from the payload. Then the task has no PATH, and slurmstepd only finds a program
+by absolute path: a bare interpreter name (``python3``) is run through ``/usr/bin/env``, which
+searches the system's default path. srun's words (slurm 22.05)::
+
+    srun: error: Unable to confirm allocation for job 4242: Invalid job id specified     (exit 1)
+    srun: error: Unable to confirm allocation for job 4242: Job is pending execution
+    srun: error: Unable to confirm allocation for job 4242: Job/step already completing or completed
+    srun: error: Slurm job 4242 has expired                              (finished)
+    slurmstepd: error: execve(): python9: No such file or directory     (exit 2, the errno; 13)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
+from remotekit.layers.core import Fields, Hop, Launch, is_container_name, is_text, tool_beside
+
+__all__ = ["Slurm"]
+
+#: Where a bare interpreter is found when the task has no PATH (``--export=NONE``).
+ENV = "/usr/bin/env"
+
+
+def _is_job_id(v: Any) -> bool:
+    if isinstance(v, str) and re.fullmatch(r"[0-9]+", v, flags=re.ASCII):
+        v = int(v)
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+@dataclass(frozen=True)
+class Slurm(Hop):
+    """Run inside Slurm job ``job`` (or the running job named ``job_name``) with ``srun``."""
+
+    job: int | None = None
+    job_name: str | None = None
+    node: str | None = None
+    bin: str = "srun"
+
+    key: ClassVar[str] = "slurm"
+    kind: ClassVar[str] = "job"
+
+    @classmethod
+    def read(cls, fields: Fields) -> Slurm:
+        fields.get("slurm", lambda v: isinstance(v, dict), "a mapping {job: ID | name: NAME}")
+        sub = fields.mapping("slurm", ("job", "name", "node", "bin"))
+        job = sub.get("job", _is_job_id, "a Slurm job id (a positive integer)")
+        name = sub.get("name", lambda v: is_text(v) and "\n" not in v, "a job name")
+        if (job is None) == (name is None):
+            sub.fail("job" if job is not None else "name", "give exactly one of `job:` or `name:`")
+        node = sub.get("node", is_container_name, "a node name")
+        return cls(int(job) if job is not None else None, name, node, sub.text("bin") or "srun")
+
+    @property
+    def executable(self) -> str:
+        return self.bin
+
+    @property
+    def name(self) -> str:
+        return str(self.job) if self.job is not None else str(self.job_name)
+
+    @property
+    def what(self) -> str:
+        if self.job is not None and self.job_name:
+            return f"job {self.job} ({self.job_name})"
+        return f"job {self.job}" if self.job is not None else f"job named {self.job_name!r}"
+
+    @property
+    def label(self) -> str:
+        job = f"--jobid {self.job}" if self.job is not None else f"--job-name {self.job_name}"
+        return f"srun {job}" + (f" -w {self.node}" if self.node else "")
+
+    def apply(self, launch: Launch) -> Launch:
+        node = ("-w", self.node) if self.node else ()
+        srun = (self.bin, f"--jobid={self.job or self.job_name}", "--overlap", *node)
+        inner = launch
+        if inner.argv and not inner.argv[0].startswith("/"):
+            inner = replace(inner, argv=(ENV, *inner.argv))
+        return self.wrap(inner, (*srun, "--export=NONE", "--"))
+
+    # -- the job by name -------------------------------------------------------------------
+
+    def lookup(self) -> tuple[str, ...] | None:
+        if self.job is not None:
+            return None
+        squeue = tool_beside(self.bin, "squeue")
+        return (squeue, "--noheader", f"--name={self.job_name}", "--format=%i %T")
+
+    def resolved(self, code: int | None, text: str, host: str) -> Slurm:
+        where: dict[str, Any] = dict(host=host, step="open", container=self.name)
+        if code != 0:
+            raise ContainerError(
+                f"squeue could not look up {self.what} (exit {code}):\n{self.quote(text)}", **where
+            )
+        jobs = [line.split() for line in text.splitlines() if len(line.split()) == 2]
+        running = [int(j) for j, state in jobs if state == "RUNNING" and j.isdigit()]
+        if len(running) == 1:
+            return replace(self, job=running[0])
+        if running:
+            ids = ", ".join(map(str, running))
+            raise ContainerError(
+                f"several running jobs are named {self.job_name!r} ({ids}); "
+                f"set `job:` in hosts.yaml",
+                **where,
+            )
+        if jobs:
+            states = ", ".join(f"{j} {s}" for j, s in jobs)
+            raise ContainerNotRunning(
+                f"no RUNNING job named {self.job_name!r}; squeue shows: {states}", **where
+            )
+        raise ContainerNotFound(f"no job named {self.job_name!r} in squeue", **where)
+
+    # -- ping and failures -----------------------------------------------------------------
+
+    def probe(self) -> tuple[str, ...]:
+        squeue = tool_beside(self.bin, "squeue")
+        return (squeue, "--noheader", f"--jobs={self.name}", "--format=%T")
+
+    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
+        state = text.strip()
+        ok = code == 0 and state == "RUNNING"
+        if code == 0 and not state:
+            state = f"{self.what} is not in squeue (finished long ago?)"
+        return ok, state or f"exit {code}"
+
+    def explain(
+        self,
+        code: int | None,
+        text: str,
+        host: str,
+        step: str,
+        status: tuple[int | None, str] | None = None,
+    ) -> RemotekitError | None:
+        low = text.lower()
+        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
+        said = f"srun says:\n{self.quote(text)}"
+        if "invalid job id" in low:
+            return ContainerNotFound(f"there is no {self.what}; {said}", **where)
+        if "pending execution" in low:
+            return ContainerNotRunning(f"{self.what} is still pending; {said}", **where)
+        if "completing or completed" in low or "has expired" in low:
+            return ContainerNotRunning(f"{self.what} has finished; {said}", **where)
+        if "unable to confirm allocation" in low or "unable to create step" in low:
+            return ContainerError(f"srun cannot run in {self.what}; {said}", **where)
+        return super().explain(code, text, host, step)
+
+    def exec_failed(self, code: int | None, text: str) -> bool:
+        # slurmstepd returns the errno of execve (2 ENOENT, 13 EACCES), not 127/126.
+        return code in (2, 13) and "execve" in text

@@ -1,0 +1,69 @@
+"""Passwordless ``sudo -n --`` on the node, outside any container hop.
+
+hosts.yaml: ``sudo: true``. ``-n`` makes sudo fail at once rather than wait for a password
+prompt that nobody can answer; its words then are ``sudo: a password is required``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from remotekit.errors import AuthError, RemotekitError
+from remotekit.layers.core import Fields, Hop, Launch
+
+__all__ = ["Sudo"]
+
+
+@dataclass(frozen=True)
+class Sudo(Hop):
+    """Passwordless sudo (``-n``: fail at once rather than wait for a password prompt)."""
+
+    sudo: str = "sudo"
+
+    key: ClassVar[str] = "sudo"
+    kind: ClassVar[str] = "sudo"
+
+    @classmethod
+    def read(cls, fields: Fields) -> Sudo | None:  # type: ignore[override]
+        on = fields.get("sudo", lambda v: isinstance(v, bool), "true or false")
+        return cls() if on else None
+
+    @property
+    def executable(self) -> str:
+        return self.sudo
+
+    @property
+    def name(self) -> str:
+        return "sudo"
+
+    @property
+    def label(self) -> str:
+        return "sudo"
+
+    def apply(self, launch: Launch) -> Launch:
+        return self.wrap(launch, (self.sudo, "-n", "--"))
+
+    def probe(self) -> tuple[str, ...]:
+        return self.apply(Launch(argv=("true",))).argv
+
+    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
+        return code == 0, "passwordless sudo works" if code == 0 else text or f"exit {code}"
+
+    def explain(
+        self,
+        code: int | None,
+        text: str,
+        host: str,
+        step: str,
+        status: tuple[int | None, str] | None = None,
+    ) -> RemotekitError | None:
+        low = text.lower()
+        if "sudo" in low and ("password" in low or "terminal" in low):
+            return AuthError(
+                f"sudo wants a password; remotekit needs passwordless sudo (NOPASSWD) for "
+                f"the SSH user:\n{self.quote(text)}",
+                host=host,
+                step=step,
+            )
+        return super().explain(code, text, host, step)
