@@ -120,7 +120,8 @@ class HostSpec:
     @property
     def hops(self) -> tuple[Hop, ...]:
         """The hops after the transport, outermost first: ``[sudo] [container hop]``."""
-        return ((Sudo(),) if self.sudo else ()) + ((self.hop,) if self.hop else ())
+        user = self.ssh.user if self.ssh else None
+        return ((Sudo(user=user),) if self.sudo else ()) + ((self.hop,) if self.hop else ())
 
     def redact(self, text: str) -> str:
         """``text`` with the values of secret env variables replaced by ``***``."""

@@ -35,7 +35,7 @@ from remotekit.errors import (
     StepTimeout,
 )
 from remotekit.inventory import LOCAL, HostSpec
-from remotekit.layers import Hop, Launch, compose
+from remotekit.layers import Launch, compose
 from remotekit.result import Result, Script
 from remotekit.transports.base import ExecutableMissing, Process, Transport
 from remotekit.transports.local import LocalTransport
@@ -426,7 +426,7 @@ class Target:
         capture: bool = True,
         stdout_sink: Callable[[bytes], Any] | None = None,
     ) -> Result:
-        launch = self.launch
+        launch = self._launch(step)
         limit = self.spec.timeouts.step if timeout is None else timeout
         grace = self.spec.timeouts.kill_grace
         nonce = "remotekit-" + secrets.token_hex(8)
@@ -468,9 +468,6 @@ class Target:
 
         if self._cancelled.is_set():
             raise StepCancelled(result(None))
-        if not self._opened:
-            self._open_hops(step)
-            launch = self.launch
         if self.trace is not None:
             self.trace(step, self.step_chain(display))
         try:
@@ -585,6 +582,12 @@ class Target:
         finally:
             proc.terminate()
 
+    def _launch(self, step: str) -> Launch:
+        """The launch, once every hop knows where it goes (looked up on the first step)."""
+        if not self._opened:
+            self._open_hops(step)
+        return self.launch
+
     def _open_hops(self, step: str) -> None:
         """Look up what a hop needs before the first step (a Slurm job by name -> its id)."""
         with self._open_lock:
@@ -594,7 +597,7 @@ class Target:
             for i, hop in enumerate(hops):
                 lookup = hop.lookup()
                 if lookup is not None:
-                    code, text = self._probe(list(_through(hops[:i], lookup)))
+                    code, text = self._probe(self._inside(i, lookup))
                     try:
                         hops[i] = hop.resolved(code, text, self.name)
                     except RemotekitError as exc:
@@ -604,6 +607,10 @@ class Target:
                 self.spec = replace(self.spec, hop=hops[-1])
                 self.launch = compose(self.spec.layers())
             self._opened = True
+
+    def _inside(self, n: int, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside the first ``n`` hops (e.g. a probe under sudo)."""
+        return list(compose(reversed(self.spec.hops[:n]), Launch(argv=tuple(argv))).argv)
 
     def _missing(self, path: str, step: str) -> RemotekitError:
         if path == self.launch.interpreter:
@@ -625,10 +632,10 @@ class Target:
         for i, hop in enumerate(hops):
             error = hop.explain(code, text, self.name, step)
             if error is not None and hop.confirm:
-                status = self._probe(list(_through(hops[:i], hop.probe())))
+                status = self._probe(self._inside(i, hop.probe()))
                 error = hop.explain(code, text, self.name, step, status=status)
             if error is not None:
-                return _redacted(error, self.spec)
+                return error
         interp = self.launch.interpreter or "python"
         exec_failed = any(h.exec_failed(code, text) for h in hops)
         if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
@@ -681,7 +688,7 @@ class Target:
                 return
             hops = self.spec.hops
         for i, hop in enumerate(hops):
-            code, text = self._probe(list(_through(hops[:i], hop.probe())))
+            code, text = self._probe(self._inside(i, hop.probe()))
             if not add(hop.label, *hop.verdict(code, text)):
                 return
         probe = Script(_PING_PY, name="remotekit_ping.py")
@@ -749,11 +756,6 @@ except Exception as e:
     info["torch_error"] = "%s: %s" % (type(e).__name__, e)
 print(json.dumps(info))
 """
-
-
-def _through(outer: Sequence[Hop], argv: Sequence[str]) -> tuple[str, ...]:
-    """``argv`` run inside the ``outer`` hops (outermost first), e.g. under sudo."""
-    return compose(reversed(outer), Launch(argv=tuple(argv))).argv
 
 
 def _redacted(exc: RemotekitError, spec: HostSpec) -> RemotekitError:

@@ -244,6 +244,8 @@ hosts:
         ("kubectl: {pod: My_Pod}", "hosts.a.kubectl.pod", "Kubernetes name"),
         ("kubectl: {pod: p, namespace: 'a b'}", "hosts.a.kubectl.namespace", "Kubernetes name"),
         ("kubectl: {pod: p, ctx: x}", "hosts.a.kubectl.ctx", "unknown key"),
+        ("kubectl: {pod: p, context: --token=x}", "hosts.a.kubectl.context", "leading '-'"),
+        ("kubectl: {pod: p, context: 'a b'}", "hosts.a.kubectl.context", "no spaces"),
         ("kubectl: pod-1", "hosts.a.kubectl", "mapping"),
     ],
 )
@@ -272,3 +274,13 @@ def test_a_hop_option_needs_its_hop(tmp_path: Path) -> None:
 def test_a_hop_in_defaults_is_reported_where_it_was_written(tmp_path: Path) -> None:
     e = bad(tmp_path, "defaults:\n  slurm: {job: x}\nhosts:\n  a: {ssh: a}\n")
     assert (e.key, e.line) == ("defaults.slurm.job", 2)
+
+
+def test_the_readme_examples_of_each_hop_load(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("### Container hops: one example each", 1)[1].split("```yaml\n", 1)[1]
+    inv = load(tmp_path, block.split("```", 1)[0])
+    kinds = {type(s.hop) for s in inv if s.hop is not None}
+    assert kinds == {Pct, Lxc, Podman, Docker, Slurm, Kubectl}
+    job = remotekit.Target(inv.spec("job"))
+    assert job.chain == "ssh gpu@login1 -> srun --jobid 4242 -w node07 -> /scratch/venv/bin/python"

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
+from remotekit.errors import (
+    AuthError,
+    ContainerError,
+    ContainerNotFound,
+    ContainerNotRunning,
+    RemotekitError,
+)
 from remotekit.inventory import HostSpec, SSHSpec
 from remotekit.layers import (
     HOPS,
@@ -284,6 +290,14 @@ LXC_NO_PID = (
         ),
         (Pct(200), 255, "missing command", REFUSED, "pct says"),
         (Pct(200, "pct"), 127, "bash: line 1: pct: command not found", REFUSED, "Proxmox node"),
+        (
+            Lxc("c", "/opt/lxc/bin/lxc-attach"),
+            127,
+            "bash: line 1: /opt/lxc/bin/lxc-attach: No such file or directory",
+            REFUSED,
+            "is lxc-attach installed there? (`bin:` in hosts.yaml",
+        ),
+        (Kubectl("p"), 127, "zsh:1: command not found: kubectl", REFUSED, "'kubectl' not found"),
         (Lxc("c1"), 1, LXC_NO_PID, REFUSED, "stopped or missing"),
         (
             Podman("w"),
@@ -408,6 +422,17 @@ def test_words_that_are_not_the_hops_are_left_to_the_interpreter(
     hop: Hop, code: int, text: str
 ) -> None:
     assert hop.explain(code, text, "h", "s") is None
+
+
+def test_sudo_that_wants_a_password_names_the_user() -> None:
+    exc = Sudo(user="gpu").explain(1, "sudo: a password is required", "h", "s")
+    assert type(exc) is AuthError
+    assert "passwordless sudo (NOPASSWD) for gpu:\n  sudo: a password is required" in str(exc)
+
+
+def test_sudo_missing_on_the_node() -> None:
+    exc = Sudo().explain(127, "bash: line 1: sudo: command not found", "h", "s")
+    assert type(exc) is RemotekitError and "sudo is not installed on the node" in str(exc)
 
 
 def test_slurm_and_kubectl_exec_failures_are_the_interpreters() -> None:

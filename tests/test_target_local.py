@@ -199,3 +199,64 @@ def test_ping_local(local: remotekit.Target) -> None:
 
 def test_chain(local: remotekit.Target) -> None:
     assert local.chain == f"local -> {sys.executable}"
+
+
+# -- a hop that looks up where it goes when the target opens (a Slurm job by name) ----------
+
+SQUEUE = """#!/bin/sh
+echo "$@" >> "$(dirname "$0")/squeue.calls"
+case "$*" in
+  *--name=train*) printf '4241 PENDING\\n4242 RUNNING\\n' ;;
+  *--name=queued*) printf '4243 PENDING\\n' ;;
+  *--jobs=4242*) echo RUNNING ;;
+esac
+"""
+# srun's CLI as remotekit uses it: options, then `--`, then the argv it runs in the allocation
+SRUN = """#!/bin/sh
+echo "$@" > "$(dirname "$0")/srun.args"
+while [ "$1" != "--" ]; do shift; done
+shift
+exec "$@"
+"""
+
+
+@pytest.fixture
+def slurm_bin(tmp_path: Path) -> Path:
+    for name, body in (("squeue", SQUEUE), ("srun", SRUN)):
+        (tmp_path / name).write_text(body)
+        (tmp_path / name).chmod(0o755)
+    return tmp_path
+
+
+def test_a_job_by_name_is_looked_up_once_when_the_target_opens(slurm_bin: Path) -> None:
+    inv = remotekit.parse_inventory(
+        f"hosts:\n  job: {{slurm: {{name: train, bin: {slurm_bin / 'srun'}}}, "
+        f"python: {sys.executable}}}\n"
+    )
+    with inv.target("job") as t:
+        assert "srun --job-name train" in t.chain
+        steps = [threading.Thread(target=t.run, args=(["true"],)) for _ in range(4)]
+        for s in steps:
+            s.start()
+        for s in steps:
+            s.join(30)
+        assert t.run(["echo", "in"]).stdout == "in\n"
+        assert "srun --jobid 4242" in t.chain
+        report = t.ping()
+    assert report.failed is None, report.findings
+    assert [c.layer for c in report.checks][:2] == ["local", "srun --jobid 4242"]
+    calls = (slurm_bin / "squeue.calls").read_text().splitlines()
+    assert calls == ["--noheader --name=train --format=%i %T", "--noheader --jobs=4242 --format=%T"]
+    srun = (slurm_bin / "srun.args").read_text().split()
+    assert srun[:4] == ["--jobid=4242", "--overlap", "--export=NONE", "--"]
+
+
+def test_a_job_by_name_that_is_pending_names_the_job(slurm_bin: Path) -> None:
+    inv = remotekit.parse_inventory(
+        f"hosts:\n  job: {{slurm: {{name: queued, bin: {slurm_bin / 'srun'}}}}}\n"
+    )
+    with inv.target("job") as t, pytest.raises(remotekit.ContainerNotRunning) as info:
+        t.run(["true"], step="look")
+    assert (info.value.host, info.value.step, info.value.container) == ("job", "look", "queued")
+    assert "no RUNNING job named 'queued'; squeue shows: 4243 PENDING" in str(info.value)
+    assert not (slurm_bin / "srun.args").exists()

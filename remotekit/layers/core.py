@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, NoReturn, Protocol
@@ -157,7 +158,7 @@ def is_container_name(v: Any) -> bool:
     return is_text(v) and not re.search(r"[\s/\x00-\x1f\x7f]", v) and not v.startswith("-")
 
 
-class Hop:
+class Hop(ABC):
     """A layer that enters somewhere: one module per hop, registered by its hosts.yaml key.
 
     Subclasses are frozen dataclasses and set ``key`` (the hosts.yaml key that declares the hop),
@@ -173,32 +174,33 @@ class Hop:
     exe_key: ClassVar[str] = "bin"
 
     @classmethod
-    def read(cls, fields: Fields) -> Hop:
+    @abstractmethod
+    def read(cls, fields: Fields) -> Hop | None:
         """The hop as declared (``fields`` holds the host's keys); raise via ``fields.fail``."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def executable(self) -> str:
         """The first word of the argv this hop adds (its tool)."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def name(self) -> str:
         """What the hop enters, as the tool names it (CT id, container, job, pod)."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def label(self) -> str:
         """The hop in a layer chain: ``pct exec 200``, ``srun --jobid 4242 -w node07``."""
-        raise NotImplementedError
 
     @property
     def what(self) -> str:
         """The thing entered, for messages: ``container 200``, ``job 4242``, ``pod web``."""
         return f"{self.kind} {self.name}"
 
+    @abstractmethod
     def apply(self, launch: Launch) -> Launch:
-        raise NotImplementedError
+        """The launch entered through this hop (pure: an argv in, an argv out)."""
 
     def wrap(self, launch: Launch, argv: Iterable[str]) -> Launch:
         """``launch`` entered through this hop by ``argv`` (the hop's words before the inner)."""
@@ -206,13 +208,13 @@ class Hop:
 
     # -- ping ------------------------------------------------------------------------------
 
+    @abstractmethod
     def probe(self) -> tuple[str, ...]:
         """The argv, run on the node (inside the outer hops), that says if the hop is up."""
-        raise NotImplementedError
 
+    @abstractmethod
     def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
         """Read the probe's answer: (up, what to show)."""
-        raise NotImplementedError
 
     # -- failures --------------------------------------------------------------------------
 
@@ -241,11 +243,12 @@ class Hop:
         return False
 
     def tool_missing(self, code: int | None, text: str) -> bool:
-        """A shell on the node said the hop's own executable does not exist."""
+        """A shell on the node (bash, dash, zsh) said the hop's own executable does not exist."""
         exe = self.executable
-        return code == 127 and (f"{exe}: command not found" in text or f"{exe}: not found" in text)
+        said = (f"{exe}: command not found", f"{exe}: not found", f"{exe}: No such file or dir")
+        return code == 127 and (any(s in text for s in said) or f"command not found: {exe}" in text)
 
-    def missing(self, host: str, step: str) -> ContainerError:
+    def missing(self, host: str, step: str) -> RemotekitError:
         return ContainerError(
             f"{self.executable!r} not found on the node: is {os.path.basename(self.executable)} "
             f"installed there? (`{self.exe_key}:` in hosts.yaml sets its path)",

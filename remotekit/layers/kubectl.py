@@ -33,6 +33,12 @@ def _is_k8s_name(v: Any) -> bool:
     return isinstance(v, str) and len(v) <= 253 and bool(_K8S_NAME.fullmatch(v))
 
 
+def _is_context(v: Any) -> bool:
+    # free-form in kubeconfig (``arn:aws:eks:...:cluster/x``, ``user@cluster``), but one
+    # argument that kubectl cannot read as a flag
+    return isinstance(v, str) and bool(re.fullmatch(r"[^\s-][^\s]*", v))
+
+
 @dataclass(frozen=True)
 class Kubectl(Hop):
     """Enter container ``container`` of pod ``pod`` with ``kubectl exec -i``."""
@@ -58,7 +64,9 @@ class Kubectl(Hop):
             pod,
             sub.get("container", _is_k8s_name, name),
             sub.get("namespace", _is_k8s_name, name) or "default",
-            sub.text("context"),
+            sub.get(
+                "context", _is_context, "a kubeconfig context name (no spaces, no leading '-')"
+            ),
             sub.text("bin") or "kubectl",
         )
 

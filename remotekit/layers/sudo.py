@@ -20,12 +20,14 @@ class Sudo(Hop):
     """Passwordless sudo (``-n``: fail at once rather than wait for a password prompt)."""
 
     sudo: str = "sudo"
+    #: Who asks (the SSH user), only for the message when sudo wants a password.
+    user: str | None = None
 
     key: ClassVar[str] = "sudo"
     kind: ClassVar[str] = "sudo"
 
     @classmethod
-    def read(cls, fields: Fields) -> Sudo | None:  # type: ignore[override]
+    def read(cls, fields: Fields) -> Sudo | None:
         on = fields.get("sudo", lambda v: isinstance(v, bool), "true or false")
         return cls() if on else None
 
@@ -62,8 +64,15 @@ class Sudo(Hop):
         if "sudo" in low and ("password" in low or "terminal" in low):
             return AuthError(
                 f"sudo wants a password; remotekit needs passwordless sudo (NOPASSWD) for "
-                f"the SSH user:\n{self.quote(text)}",
+                f"{self.user or 'this user'}:\n{self.quote(text)}",
                 host=host,
                 step=step,
             )
         return super().explain(code, text, host, step)
+
+    def missing(self, host: str, step: str) -> RemotekitError:
+        return RemotekitError(
+            "sudo is not installed on the node (`sudo: true` in hosts.yaml asks for it)",
+            host=host,
+            step=step,
+        )
