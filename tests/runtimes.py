@@ -43,6 +43,9 @@ APT = {
 }
 
 
+CATATONIT = "/usr/libexec/podman/catatonit"
+
+
 def missing(kind: str) -> str | None:
     """Why runtime ``kind`` (lxc, podman, slurm) cannot run here, in one line; None if it can."""
     if not sys.platform.startswith("linux"):
@@ -52,6 +55,8 @@ def missing(kind: str) -> str | None:
     absent = [t for t in TOOLS[kind] if _which(t) is None]
     if kind == "lxc" and _which("busybox") is None:
         absent.append("busybox")
+    if kind == "podman" and not (Path(CATATONIT).exists() or _which("catatonit")):
+        absent.append("catatonit")  # what `podman run --init` runs
     if absent:
         return f"{kind}: {', '.join(absent)} not installed (apt-get install {APT[kind]})"
     return None
