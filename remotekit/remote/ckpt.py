@@ -1187,6 +1187,11 @@ def _open_deepspeed(path, opts, header_only):
         _open_part(src, os.path.join(path, n), n, opts, header_only, prefix, OPTIMIZER)
     if parts:
         src.notes.append("%d ZeRO optimizer partition(s)" % len(parts))
+        if not any(e.section == WEIGHTS and e.numel for e in src.entries):
+            src.notes.append(
+                "ZeRO-3: the model states hold no weights; the fp32 partitions "
+                "(fp32_flat_groups, optimizer section) are the model's values"
+            )
     latest = _ds_latest(os.path.dirname(os.path.abspath(path)))
     if latest is not None and latest == os.path.basename(path.rstrip("/")):
         src.notes.append("`latest` names this checkpoint")
