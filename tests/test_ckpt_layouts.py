@@ -61,6 +61,7 @@ def test_step_keys_of_other_trainers_most_specific_first(tmp_path: Path) -> None
             55,
             "train_state.step",
         ),
+        "epochs_only.pt": ({"model": sd, "epoch": 7}, 7, "epoch"),  # nothing finer: the epoch
     }
     for name, (obj, _, _) in cases.items():
         torch.save(obj, tmp_path / name)

@@ -1886,11 +1886,14 @@ def step_from_name(path):
 
 
 def _name_step(src):
-    """The file holds no step: take the one in its name (checkpoint-2000/, step_2000.pt)."""
+    """The file holds no step: take the one in its name (checkpoint-2000/, step_2000.pt),
+    else its epoch (the least specific counter; ``step_key`` "epoch" says so)."""
     if src.meta["global_step"] is None:
         step = step_from_name(src.path)
         if step is not None:
             src.meta["global_step"], src.meta["step_key"] = step, "name"
+        elif src.meta["epoch"] is not None:
+            src.meta["global_step"], src.meta["step_key"] = src.meta["epoch"], "epoch"
 
 
 def meta_item(item, opts):
