@@ -1436,6 +1436,12 @@ def _open_dcp(path, opts, header_only):
         f = files[rel]
         if f is None:
             continue
+        if not (_is_int(info.offset) and _is_int(info.length)) or min(info.offset, info.length) < 0:
+            src.problems.append(
+                "%s: .metadata gives offset %r, length %r: the metadata is damaged"
+                % (idx.fqn, info.offset, info.length)
+            )
+            continue
         if info.offset + info.length > sizes[rel]:
             src.problems.append(
                 "truncated: %s has %d bytes, but %s needs %d"
