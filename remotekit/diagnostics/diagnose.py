@@ -297,7 +297,7 @@ def _ckpt_verdict(section: Section | None) -> list[str]:
     bad = [r for r in readable if r.status == "bad"]
     unreadable = [r for r in order if r.status not in ("clean", "bad")]
     formats = sorted({str(r.format) for r in reports if r.format})
-    head = f"checkpoints: {len(reports)} ({', '.join(formats)})"
+    head = f"checkpoints: {len(reports)} ({', '.join(formats) or 'format unknown'})"
     if not bad:
         out = [f"{head}, all {len(readable)} readable ones clean"]
     else:
