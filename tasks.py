@@ -752,7 +752,11 @@ def ckpt_scan(
 
 @task(
     iterable=["allow_global"],
-    help=_help(path="a checkpoint file or HF *.index.json", timeout=TIMEOUT_HELP, **SAFETY_HELP),
+    help=_help(
+        path="a checkpoint file, an HF *.index.json, or a checkpoint directory (HF checkpoint-N/, DeepSpeed global_stepN/, DCP)",
+        timeout=TIMEOUT_HELP,
+        **SAFETY_HELP,
+    ),
 )
 def ckpt_inspect(
     c,
@@ -786,8 +790,8 @@ def ckpt_inspect(
 @task(
     iterable=["allow_global"],
     help=_help(
-        a="the earlier checkpoint",
-        b="the later checkpoint",
+        a="the earlier checkpoint (a file or a checkpoint directory)",
+        b="the later checkpoint (a file or a checkpoint directory)",
         top="tensors listed by relative change",
         timeout=TIMEOUT_HELP,
         **SAFETY_HELP,

@@ -23,6 +23,7 @@ NAN, INF = float("nan"), float("inf")
 
 __all__ = [
     "DEEPSPEED_DATA",
+    "HF_TRAINER_DATA",
     "Corpus",
     "MaliciousPayload",
     "build_bisect_series",
@@ -38,6 +39,7 @@ __all__ = [
     "plant_in_zip",
     "save_dcp",
     "save_safetensors",
+    "storage_key_after",
     "train_tiny",
     "write_malicious",
     "write_safetensors_header",
@@ -495,6 +497,7 @@ def build_bisect_series(
 # ------------------------------------------------------------------ layouts of real trainers
 
 DEEPSPEED_DATA = Path(__file__).with_name("data") / "deepspeed"
+HF_TRAINER_DATA = Path(__file__).with_name("data") / "hf_trainer"
 
 
 def nanogpt_checkpoint(path: Path, iter_num: int = 2000, best_val_loss: float = 2.875) -> None:
@@ -606,6 +609,26 @@ def plant_in_zip(
         size = torch.empty((), dtype=dtype).element_size()
         f.seek(info.header_offset + 30 + n + e + flat_index * size)
         f.write(bytes(torch.tensor([value], dtype=dtype).view(torch.uint8).tolist()))
+
+
+def storage_key_after(path: Path, name: str) -> str:
+    """The zip storage key of the first tensor pickled after the string ``name`` in a
+    torch.save file (read from the pickle's opcodes; nothing is unpickled)."""
+    import pickletools
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        pkl = zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))
+    ops = list(pickletools.genops(pkl))
+    start = next(i for i, (_, arg, _) in enumerate(ops) if arg == name)
+    # A tensor's storage is a persistent id ('storage', Type, KEY, 'cpu', numel): KEY is the
+    # last digit string before the next BINPERSID (the other strings may be memo references).
+    for i in range(start, len(ops)):
+        if ops[i][0].name == "BINPERSID":
+            for _, arg, _ in reversed(ops[start:i]):
+                if isinstance(arg, str) and arg.isdigit():
+                    return arg
+    raise AssertionError(f"no tensor after {name!r} in {path}")
 
 
 def lfs_pointer(path: Path, size: int = 1_342_177_280) -> Path:

@@ -188,3 +188,17 @@ def test_a_large_checkpoint_is_unmapped_before_the_next(tmp_path: Path, ckpt: Mo
     finally:
         gc.callbacks.remove(count)
     assert full
+
+
+def test_dcp_metadata_with_negative_offsets_is_an_error(tmp_path: Path) -> None:
+    """Offsets in .metadata are trusted by torch; here they are checked like safetensors'."""
+    import pickle
+
+    d = tmp_path / "step-3"
+    cf.save_dcp(d, 3)
+    md = pickle.loads((d / ".metadata").read_bytes())  # our own fixture: trusted here
+    for info in md.storage_data.values():
+        info.offset = -info.offset - 64
+    (d / ".metadata").write_bytes(pickle.dumps(md))
+    rec = run("scan", str(d)).by_path[str(d)]
+    assert rec["status"] == "error" and "the metadata is damaged" in rec["error"]

@@ -61,6 +61,7 @@ def test_step_keys_of_other_trainers_most_specific_first(tmp_path: Path) -> None
             55,
             "train_state.step",
         ),
+        "epochs_only.pt": ({"model": sd, "epoch": 7}, 7, "epoch"),  # nothing finer: the epoch
     }
     for name, (obj, _, _) in cases.items():
         torch.save(obj, tmp_path / name)
@@ -114,6 +115,34 @@ def test_bisect_orders_hf_checkpoints_by_their_trainer_state(tmp_path: Path) -> 
     b = r.one("bisect")
     assert b["order"] == "global_step"
     assert (b["last_clean"]["global_step"], b["first_bad"]["global_step"]) == (200, 300)
+
+
+def test_a_checkpoint_written_by_the_real_hf_trainer(tmp_path: Path) -> None:
+    """tests/data/hf_trainer/checkpoint-4: transformers' Trainer wrote it (make.py says how)."""
+    import shutil
+
+    from safetensors import safe_open
+
+    d = tmp_path / "out" / "checkpoint-4"
+    shutil.copytree(cf.HF_TRAINER_DATA / "checkpoint-4", d)
+    with safe_open(str(d / "model.safetensors"), framework="pt") as f:
+        params = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
+    rec = scan(d.parent)[1][str(d)]
+    assert (rec["format"], rec["status"], rec["global_step"]) == ("hf-trainer", "clean", 4)
+    assert rec["params"] == params
+    key = cf.storage_key_after(d / "optimizer.pt", "exp_avg_sq")
+    cf.plant_in_zip(d / "optimizer.pt", key, 9, float("nan"), torch.float32)
+    rec = scan(d.parent)[1][str(d)]
+    assert (rec["status"], rec["nan_optimizer"], rec["nan_weights"]) == ("bad", 1, 0)
+    assert rec["bad_tensors"][0]["slot"] == "exp_avg_sq"
+    assert rec["bad_tensors"][0]["first_index"] == 9
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 # ------------------------------------------------------------------------------ DCP
@@ -180,35 +209,22 @@ def test_real_deepspeed_checkpoints_scan_clean_with_their_step(
     assert (rec["format"], rec["status"], rec["global_step"]) == ("deepspeed", "clean", 2)
     assert rec["needs_globals"] == []  # DeepSpeed's own objects load as inert placeholders
     assert rec["max_abs_optimizer"] is not None
-    if variant != "zero3":  # ZeRO-3 keeps the weights only in the optimizer partitions
+    if variant != "zero3":
         assert rec["params"] == cf.PARAMS
+    else:  # ZeRO-3 keeps the weights only in the optimizer partitions, and says so
+        assert any(n.startswith("ZeRO-3: the model states hold no weights") for n in rec["notes"])
     assert any("`latest` names this checkpoint" in n for n in rec["notes"])
 
 
 def test_nan_in_a_deepspeed_fp32_partition_is_found(tmp_path: Path) -> None:
     d = cf.copy_deepspeed("zero2", tmp_path / "zero2")
     optim = d / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
-    obj = _deepspeed_partition_keys(optim)
-    cf.plant_in_zip(optim, obj, 5, float("nan"), torch.float32)
+    key = cf.storage_key_after(optim, "single_partition_of_fp32_groups")
+    cf.plant_in_zip(optim, key, 5, float("nan"), torch.float32)
     rec = scan(d)[1][str(d)]
     assert (rec["status"], rec["nan_optimizer"], rec["nan_weights"]) == ("bad", 1, 0)
     assert rec["bad_tensors"][0]["first_index"] == 5
     assert "single_partition_of_fp32_groups" in rec["bad_tensors"][0]["name"]
-
-
-def _deepspeed_partition_keys(path: Path) -> str:
-    """The zip storage key of the fp32 master partition (read from the pickle's opcodes)."""
-    import pickletools
-    import zipfile
-
-    with zipfile.ZipFile(path) as zf:
-        pkl = zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))
-    ops = list(pickletools.genops(pkl))
-    names = [i for i, (op, arg, _) in enumerate(ops) if arg == "single_partition_of_fp32_groups"]
-    for op, arg, _ in ops[names[0] :]:
-        if op.name in ("BINUNICODE", "SHORT_BINUNICODE") and str(arg).isdigit():
-            return str(arg)
-    raise AssertionError("no storage after single_partition_of_fp32_groups")
 
 
 def test_deepspeed_latest_naming_a_missing_save_is_reported(tmp_path: Path) -> None:

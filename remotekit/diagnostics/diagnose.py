@@ -297,7 +297,7 @@ def _ckpt_verdict(section: Section | None) -> list[str]:
     bad = [r for r in readable if r.status == "bad"]
     unreadable = [r for r in order if r.status not in ("clean", "bad")]
     formats = sorted({str(r.format) for r in reports if r.format})
-    head = f"checkpoints: {len(reports)} ({', '.join(formats)})"
+    head = f"checkpoints: {len(reports)} ({', '.join(formats) or 'format unknown'})"
     if not bad:
         out = [f"{head}, all {len(readable)} readable ones clean"]
     else:
@@ -343,10 +343,12 @@ def _log_verdict(section: Section | None, log: str | None) -> list[str]:
     spikes = getattr(rep, "spikes", ())
     saves = [c for c in getattr(rep, "correlations", ()) if c.kind == "checkpoint"]
     metrics = sorted({str(getattr(x, "metric", "?")) for x in spikes})
-    out.append(f"spikes: {len(spikes)}" + (f" ({', '.join(metrics)})" if metrics else ""))
+    out.append(
+        f"spikes and cliffs: {len(spikes)}" + (f" ({', '.join(metrics)})" if metrics else "")
+    )
     for c in saves:
         out.append(
-            f"spikes at saves: {c.at_events} of {c.spikes} within ±{c.tolerance:g} steps of "
+            f"spikes at saves: {c.at_events} of {c.spikes} incidents within ±{c.tolerance:g} steps of "
             f"{c.events} checkpoint saves; {c.expected:.2g} expected by chance "
             f"(p={c.p_value:.2g}): "
             + ("more than chance" if c.beyond_chance else "no more than chance")

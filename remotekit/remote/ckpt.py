@@ -254,7 +254,7 @@ def _import_torch():
 
 
 def _is_scalar_dtype(dtype):
-    return not dtype.is_complex and dtype.itemsize <= 8 and "float8" not in str(dtype)
+    return not dtype.is_complex and "float8" not in str(dtype)  # .item() gives a number
 
 
 def _is_checkable(dtype):
@@ -1187,6 +1187,11 @@ def _open_deepspeed(path, opts, header_only):
         _open_part(src, os.path.join(path, n), n, opts, header_only, prefix, OPTIMIZER)
     if parts:
         src.notes.append("%d ZeRO optimizer partition(s)" % len(parts))
+        if not any(e.section == WEIGHTS and e.numel for e in src.entries):
+            src.notes.append(
+                "ZeRO-3: the model states hold no weights; the fp32 partitions "
+                "(fp32_flat_groups, optimizer section) are the model's values"
+            )
     latest = _ds_latest(os.path.dirname(os.path.abspath(path)))
     if latest is not None and latest == os.path.basename(path.rstrip("/")):
         src.notes.append("`latest` names this checkpoint")
@@ -1430,6 +1435,12 @@ def _open_dcp(path, opts, header_only):
             files[rel] = _dcp_file(src, path, rel, sizes)
         f = files[rel]
         if f is None:
+            continue
+        if not (_is_int(info.offset) and _is_int(info.length)) or min(info.offset, info.length) < 0:
+            src.problems.append(
+                "%s: .metadata gives offset %r, length %r: the metadata is damaged"
+                % (idx.fqn, info.offset, info.length)
+            )
             continue
         if info.offset + info.length > sizes[rel]:
             src.problems.append(
@@ -1881,11 +1892,14 @@ def step_from_name(path):
 
 
 def _name_step(src):
-    """The file holds no step: take the one in its name (checkpoint-2000/, step_2000.pt)."""
+    """The file holds no step: take the one in its name (checkpoint-2000/, step_2000.pt),
+    else its epoch (the least specific counter; ``step_key`` "epoch" says so)."""
     if src.meta["global_step"] is None:
         step = step_from_name(src.path)
         if step is not None:
             src.meta["global_step"], src.meta["step_key"] = step, "name"
+        elif src.meta["epoch"] is not None:
+            src.meta["global_step"], src.meta["step_key"] = src.meta["epoch"], "epoch"
 
 
 def meta_item(item, opts):
