@@ -612,7 +612,7 @@ class Target:
             )
 
         if self._cancelled.is_set():
-            raise StepCancelled(result(None))
+            raise StepCancelled(result(None), started=False)
         if self.trace is not None:
             self.trace(step, self.step_chain(display))
         try:
@@ -683,7 +683,7 @@ class Target:
                 self._active.discard(proc)
         if outcome == "cancelled":
             self._stop(proc, handle)
-            raise StepCancelled(result(None))
+            raise StepCancelled(result(None), confirmed=err.has("exit"))
         if outcome == "timeout":
             self._stop(proc, handle)
             assert limit is not None

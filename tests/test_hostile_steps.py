@@ -401,3 +401,14 @@ def test_a_file_cannot_replace_the_script(local: remotekit.Target) -> None:
         local.run_python(script, files={"s.py": b"print(2)"})
     with pytest.raises(ValueError, match="script's own name"):
         local.run_python(script, files={"./s.py": b"print(2)"})
+
+
+@pytest.mark.timeout(10)
+def test_a_step_cancelled_before_it_started_says_so(local: remotekit.Target) -> None:
+    local.cancel()
+    try:
+        with pytest.raises(remotekit.StepCancelled) as info:
+            local.run(["true"])
+    finally:
+        local.resume()
+    assert not info.value.started and "nothing ran there" in str(info.value)
