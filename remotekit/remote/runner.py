@@ -26,8 +26,10 @@
 #   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
 #                                          R: exit | deadline | eof | signal | detached
 #
-# The step's own stdout and stderr are the runner's (inherited), so output is never copied
-# or buffered here. Exit status: the step's, 128+N for signal N; 125 for a runner error
+# The step writes to pipes of its own that the runner relays to its stdout and stderr as
+# they come (never buffered), so a step cannot read the runner's control lines back through
+# /proc/self/fd, and a process that escapes the stop cannot hold the connection open.
+# Exit status: the step's, 128+N for signal N; 125 for a runner error
 # (message on stderr), 126 / 127 when the command cannot be run / is not found.
 import json
 import os
@@ -356,7 +358,7 @@ class Zygote(object):
     paying for a second interpreter start, and has nothing in its memory to forge control
     lines with. It waits for one order on a pipe; EOF on the pipe means "not needed"."""
 
-    def __init__(self):
+    def __init__(self, outputs):
         self.pid = None
         if not hasattr(os, "fork"):
             return
@@ -364,6 +366,9 @@ class Zygote(object):
         pid = os.fork()
         if not pid:
             os.close(w)
+            os.dup2(outputs.out_w, 1)
+            os.dup2(outputs.err_w, 2)
+            outputs.close()
             zygote_main(r)
         os.close(r)
         self.pid, self.pipe = pid, w
@@ -469,7 +474,57 @@ def fork_safe(env):
     return not any(k.startswith("PYTHON") and k != "PYTHONUNBUFFERED" for k in env)
 
 
-def spawn(argv, cwd, env, out=None):
+class Outputs(object):
+    """The step's stdout and stderr: pipes whose read ends the runner relays to its own."""
+
+    def __init__(self):
+        self.out_r, self.out_w = os.pipe()
+        self.err_r, self.err_w = os.pipe()
+        self.threads = []
+
+    def relay(self):
+        """Close our write ends (the step holds them now) and copy the read ends through."""
+        os.close(self.out_w)
+        os.close(self.err_w)
+        self.out_w = self.err_w = None
+        for src, dst in ((self.out_r, 1), (self.err_r, 2)):
+            t = threading.Thread(target=copy_fd, args=(src, dst))
+            t.daemon = True
+            t.start()
+            self.threads.append(t)
+
+    def join(self, timeout):
+        """Wait until every writer closed its end (or ``timeout``): all output is through."""
+        end = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.0, end - time.monotonic()))
+
+    def close(self):
+        for fd in (self.out_r, self.out_w, self.err_r, self.err_w):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def copy_fd(src, dst):
+    while True:
+        try:
+            b = os.read(src, 1 << 16)
+        except OSError:
+            return
+        if not b:
+            return
+        view = memoryview(b)
+        try:
+            while view and dst is not None:
+                view = view[os.write(dst, view) :]
+        except OSError:
+            dst = None  # the caller is gone: keep draining, so the step never blocks
+
+
+def spawn(argv, cwd, env, out=None, err=None):
     import subprocess
 
     try:
@@ -477,7 +532,7 @@ def spawn(argv, cwd, env, out=None):
             argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
-            stderr=out,
+            stderr=err if err is not None else out,
             cwd=cwd or None,
             env=env,
             start_new_session=True,
@@ -520,7 +575,7 @@ def do_detach(h, tmpdir, zygote):
     return 0
 
 
-def do_exec(h, tmpdir, zygote):
+def do_exec(h, tmpdir, zygote, outputs):
     argv, cwd, env = step_argv(h, tmpdir)
 
     # Woken by: the step exiting (waiter thread), stdin EOF (watcher thread), or a signal
@@ -538,7 +593,8 @@ def do_exec(h, tmpdir, zygote):
         child = zygote.run(argv[2], argv[3:], cwd, env)
     else:
         zygote.discard()
-        child = spawn(argv, cwd, env)
+        child = spawn(argv, cwd, env, out=outputs.out_w, err=outputs.err_w)
+    outputs.relay()
     control("started", {"pid": child.pid})
 
     def watch_stdin():
@@ -569,6 +625,7 @@ def do_exec(h, tmpdir, zygote):
     data = {"reason": reason[0]}
     if child.returncode is None or alive(child):
         data["stopped"], data["running"] = stop_tree(child, float(h.get("grace", 1.0)))
+    outputs.join(2.0)  # all output before the final record (unless a survivor holds a pipe)
     code = child.returncode
     data["code"] = code = 128 - code if code < 0 else code
     control("exit", data)
@@ -576,7 +633,8 @@ def do_exec(h, tmpdir, zygote):
 
 
 def main():
-    zygote = Zygote()  # before the header: the nonce and the key never enter its memory
+    outputs = Outputs()
+    zygote = Zygote(outputs)  # before the header: the nonce and the key never enter it
     prctl(4, 0)  # PR_SET_DUMPABLE 0: other processes of this user cannot read our memory
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(s, on_stop_signal)
@@ -586,6 +644,7 @@ def main():
     op = header.get("op", "exec")
     if op in ("put", "get"):
         zygote.discard()
+        outputs.close()
         return do_put(header) if op == "put" else do_get(header)
     tmpdir = None
     keep = False
@@ -602,7 +661,7 @@ def main():
             tmpdir = tmpdir or private_dir()
             keep = True
             return do_detach(header, tmpdir, zygote)
-        return do_exec(header, tmpdir, zygote)
+        return do_exec(header, tmpdir, zygote, outputs)
     finally:
         zygote.discard()
         if tmpdir is not None and not keep:
