@@ -14,6 +14,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -418,3 +419,39 @@ def test_a_step_cancelled_before_it_started_says_so(local: remotekit.Target) -> 
     finally:
         local.resume()
     assert not info.value.started and "nothing ran there" in str(info.value)
+
+
+@pytest.mark.timeout(60)
+def test_cli_detach_prints_pid_and_log(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    marker = f"rk-cli-detach-{uuid.uuid4().hex[:8]}"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "--search-root",
+            str(root),
+            "run",
+            "--detach",
+            "--cmd",
+            f"bash -c 'echo {marker}; exec sleep 60'",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if "detached: pid" in ln)
+    pid = int(line.split("pid ")[1].split(",")[0])
+    log = Path(line.split("log ")[1].strip())
+    try:
+        assert not _gone(pid)
+        end = time.monotonic() + 5
+        while marker not in log.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert marker in log.read_text()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(log.parent, ignore_errors=True)
