@@ -279,25 +279,24 @@ def current_umask():
     return mask
 
 
+def refuse_odd(src, st):
+    if not stat.S_ISREG(st.st_mode):
+        fail("cannot get %s: it is %s, not a regular file" % (src, kind_of(st.st_mode)), 1)
+
+
 def do_get(h):
     src = h["src"]
     limit = h.get("max_bytes")
     try:
         # Refuse before opening (a FIFO would block the open; a device streams forever),
         # then check again what was opened, without blocking.
-        if not stat.S_ISREG(os.stat(src).st_mode):
-            fail(
-                "cannot get %s: it is %s, not a regular file"
-                % (src, kind_of(os.stat(src).st_mode)),
-                1,
-            )
+        refuse_odd(src, os.stat(src))
         fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as e:
         fail("cannot read %s: %s" % (src, e.strerror), 1)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            fail("cannot get %s: it is %s, not a regular file" % (src, kind_of(st.st_mode)), 1)
+        refuse_odd(src, st)
         if limit is not None and st.st_size > limit:
             fail(
                 "cannot get %s: it is %d bytes, more than max_bytes=%d" % (src, st.st_size, limit),
