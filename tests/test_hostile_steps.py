@@ -28,7 +28,7 @@ import remotekit
 from remotekit import remote
 from remotekit.target import _Stream
 from tests.conftest import CT
-from tests.harness import wait_gone
+from tests.harness import processes_with, wait_gone
 
 
 @pytest.fixture(params=["local", "ssh"])
@@ -378,14 +378,18 @@ def test_signalled_put_leaves_no_temp_file(tmp_path: Path, sig: int) -> None:
 
 @pytest.mark.timeout(60)
 def test_step_that_never_got_a_session_says_so(inventory: remotekit.Inventory) -> None:
+    secs = f"4.{uuid.uuid4().int % 10**6:06d}"  # a unique `sleep N` to count
     with inventory.target("node") as t:
+        slots = t.transport.max_sessions  # type: ignore[attr-defined]
         busy = [
-            threading.Thread(target=t.run, args=(["sleep", "4"],), kwargs={"timeout": 20})
-            for _ in range(t.transport.max_sessions)  # type: ignore[attr-defined]
+            threading.Thread(target=t.run, args=(["sleep", secs],), kwargs={"timeout": 20})
+            for _ in range(slots)
         ]
         for th in busy:
             th.start()
-        time.sleep(1.0)
+        end = time.monotonic() + 15
+        while len(processes_with(f"sleep {secs}")) < slots and time.monotonic() < end:
+            time.sleep(0.05)
         with pytest.raises(remotekit.StepTimeout) as info:
             t.run(["true"], timeout=0.5)
         for th in busy:
