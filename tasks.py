@@ -169,9 +169,6 @@ def _outcome_json(o: HostOutcome, mask: Callable[[str], str], mask_output: bool)
     out["chain"] = mask(o.chain)
     if o.error is not None:
         out["error"] = {"type": type(o.error).__name__, "message": mask(str(o.error))}
-        result = getattr(o.error, "result", None)
-        if mask_output and result is not None:
-            out["error"]["result"] = mask_strings(to_jsonable(result), mask)
     else:
         value = to_jsonable(o.value)
         out["result"] = mask_strings(value, mask) if mask_output else value
