@@ -11,6 +11,7 @@ into the Result, which keeps at most ``capture_limit`` bytes per stream (the las
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -23,7 +24,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, TypeVar, cast
 
 from remotekit import remote
 from remotekit.errors import (
@@ -198,6 +199,23 @@ class _Stream:
     @property
     def text(self) -> str:
         return "".join(self.kept)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _redacts_errors(method: _F) -> _F:
+    """A Target method whose RemotekitErrors leave with the target's secrets masked."""
+
+    @functools.wraps(method)
+    def wrapper(self: Target, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except RemotekitError as exc:
+            self._redacted(exc)
+            raise
+
+    return cast(_F, wrapper)
 
 
 def _step_name(argv: Sequence[str]) -> str:
@@ -513,6 +531,7 @@ class Target:
 
     # -- the step engine ---------------------------------------------------------------------
 
+    @_redacts_errors
     def _step(
         self,
         header: dict[str, Any],
@@ -531,41 +550,6 @@ class Target:
     ) -> Result:
         """One step; every error it raises is redacted (see :meth:`redact`)."""
         self._remember_secrets(env)
-        try:
-            return self._run_step(
-                header,
-                payload,
-                display=display,
-                step=step,
-                timeout=timeout,
-                env=env,
-                cwd=cwd,
-                check=check,
-                on_output=on_output,
-                capture=capture,
-                stdout_sink=stdout_sink,
-                info=info,
-            )
-        except RemotekitError as exc:
-            self._redacted(exc)
-            raise
-
-    def _run_step(
-        self,
-        header: dict[str, Any],
-        payload: Iterable[bytes],
-        *,
-        display: tuple[str, ...],
-        step: str,
-        timeout: float | None,
-        env: Mapping[str, str] | None,
-        cwd: str | None,
-        check: bool,
-        on_output: OutputCallback | None,
-        capture: bool,
-        stdout_sink: Callable[[bytes], Any] | None,
-        info: dict[str, Any] | None,
-    ) -> Result:
         launch = self.launch
         limit = self.spec.timeouts.step if timeout is None else timeout
         grace = self.spec.timeouts.kill_grace
