@@ -518,7 +518,7 @@ class Target:
                     stdout_sink=sink,
                     info=info,
                 )
-            mode = 0o666 & ~_umask() & int(info.get("mode", 0o666))
+            mode = 0o777 & ~_umask() & int(info.get("mode", 0o666))  # no setuid, sticky
             if dest.is_file():
                 mode &= stat.S_IMODE(dest.stat().st_mode)
             os.chmod(tmp, mode)

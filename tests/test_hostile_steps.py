@@ -332,10 +332,10 @@ def test_get_keeps_the_mode_and_never_widens(there: There, tmp_path: Path) -> No
     src.chmod(0o644)
     there.target.get(f"{there.path}/key", here)
     assert stat.S_IMODE(here.stat().st_mode) == 0o600
-    src.chmod(0o640)
+    src.chmod(0o4750)
     here.unlink()
     there.target.get(f"{there.path}/key", here)
-    assert stat.S_IMODE(here.stat().st_mode) == 0o640 & ~_umask()
+    assert stat.S_IMODE(here.stat().st_mode) == 0o750 & ~_umask()
 
 
 def _umask() -> int:
