@@ -248,6 +248,7 @@ def test_forged_lines_in_a_plain_command_are_output(local: remotekit.Target) -> 
     assert r.exit_code == 4 and "remotekit-00 exit {bad" in r.stderr
 
 
+@pytest.mark.timeout(10)
 def test_malformed_control_line_is_output() -> None:
     lines: list[str] = []
     s = _Stream("stderr", lambda _, t: lines.append(t), True, 1 << 20, nonce="N1")
