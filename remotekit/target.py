@@ -447,6 +447,11 @@ class Target:
         src = Path(local)
         try:
             st = src.stat()
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block here, a device never end
+                raise RemotekitError(
+                    f"cannot put {src}: it is {_kind(st.st_mode)}, not a regular file",
+                    host=self.name,
+                )
             size = st.st_size
             fh = src.open("rb")
         except OSError as exc:
@@ -464,7 +469,7 @@ class Target:
         with fh:
             return self._step(
                 header,
-                _chunks(fh),
+                _chunks(fh, size),
                 display=("put", str(src), remote_path),
                 step=step or f"put {remote_path}",
                 timeout=timeout,
@@ -861,9 +866,22 @@ def _slices(data: bytes) -> Iterator[bytes]:
         yield view[at : at + _CHUNK]  # type: ignore[misc]
 
 
-def _chunks(fh: IO[bytes]) -> Iterator[bytes]:
-    while chunk := fh.read(_CHUNK):
+def _chunks(fh: IO[bytes], size: int) -> Iterator[bytes]:
+    """The first ``size`` bytes of ``fh`` (what the runner reads; a file still growing is
+    sent as it was when measured)."""
+    while size > 0 and (chunk := fh.read(min(_CHUNK, size))):
+        size -= len(chunk)
         yield chunk
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
 
 
 def _concat(first: list[bytes], rest: Iterable[bytes]) -> Iterator[bytes]:

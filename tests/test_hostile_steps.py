@@ -460,3 +460,13 @@ def test_cli_detach_prints_pid_and_log(tmp_path: Path) -> None:
     finally:
         os.kill(pid, signal.SIGKILL)
         shutil.rmtree(log.parent, ignore_errors=True)
+
+
+@pytest.mark.timeout(10)
+def test_put_refuses_a_local_fifo_or_device(local: remotekit.Target, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(remotekit.RemotekitError, match="FIFO"):
+        local.put(tmp_path / "pipe", str(tmp_path / "dest"))
+    with pytest.raises(remotekit.RemotekitError, match="device"):
+        local.put("/dev/zero", str(tmp_path / "dest"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
