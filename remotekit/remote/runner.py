@@ -44,12 +44,47 @@ CHUNK = 1 << 20
 KEY = [""]
 
 
-class Stopped(BaseException):
-    """A signal (TERM, HUP, INT) reached the runner outside a step: unwind, clean up."""
+# What a signal must remove if it ends the runner before a step runs (a put's temp file, the
+# shipped files' dir). The handler removes them and exits at once: an exception raised from
+# a handler can land in a finalizer and be swallowed, leaving the runner blocked on stdin.
+TO_REMOVE = []
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
-    def __init__(self, signum):
-        BaseException.__init__(self, signum)
-        self.signum = signum
+
+def on_stop_signal(signum, frame):
+    for path in TO_REMOVE:
+        remove(path)
+    try:
+        os.write(2, b"remotekit: stopped by signal %d before the step ran; nothing left\n" % signum)
+    finally:
+        os._exit(128 + signum)
+
+
+def remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def created(make, path_of=lambda made: made):
+    """``make()`` (which creates a path) with the stop signals held, so that the path is in
+    TO_REMOVE before a signal can end us."""
+    held = hasattr(signal, "pthread_sigmask")
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        made = make()
+        TO_REMOVE.append(path_of(made))
+        return made
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def control(word, data=None, prefix=None):
@@ -80,12 +115,43 @@ def read_exact(n):
 
 
 def copy_stdin_to(fileobj, n):
-    while n > 0:
-        b = STDIN.read(min(n, CHUNK))
-        if not b:
-            raise EOFError("upload truncated: %d bytes missing" % n)
+    """Write the next ``n`` bytes of stdin to ``fileobj`` as they arrive.
+
+    A thread reads; this thread writes and wakes at least every 0.25 s. A signal that lands
+    just before a blocking read would otherwise never get its Python handler run (the flag
+    is only checked between bytecodes), leaving us blocked with a temp file behind."""
+    import queue
+
+    chunks = queue.Queue(4)
+
+    def reader(left):
+        try:
+            while left > 0:
+                b = STDIN.read(min(left, CHUNK))
+                if not b:
+                    break
+                left -= len(b)
+                chunks.put(b)
+        except (OSError, ValueError):
+            pass
+        finally:
+            chunks.put(None)
+
+    t = threading.Thread(target=reader, args=(n,))
+    t.daemon = True
+    t.start()
+    while True:
+        try:
+            b = chunks.get(timeout=0.25)
+        except queue.Empty:
+            continue
+        if b is None:
+            break
         fileobj.write(b)
         n -= len(b)
+    t.join()
+    if n > 0:
+        raise EOFError("upload truncated: %d bytes missing" % n)
 
 
 def descendants(root):
@@ -244,7 +310,9 @@ def do_put(h):
             pass
     import tempfile
 
-    fd, tmp = tempfile.mkstemp(prefix=".remotekit-", dir=folder)
+    fd, tmp = created(
+        lambda: tempfile.mkstemp(prefix=".remotekit-", dir=folder), lambda made: made[1]
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             copy_stdin_to(f, h["size"])
@@ -252,6 +320,7 @@ def do_put(h):
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, dest)
+        TO_REMOVE.remove(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -635,7 +704,7 @@ def main():
     outputs = Outputs()
     zygote = Zygote(outputs)  # before the header: the nonce and the key never enter it
     prctl(4, 0)  # PR_SET_DUMPABLE 0: other processes of this user cannot read our memory
-    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    for s in STOP_SIGNALS:
         signal.signal(s, on_stop_signal)
     header = json.loads(read_exact(int(STDIN.readline())).decode("utf-8"))
     KEY[0] = "remotekit-" + os.urandom(16).hex()
@@ -649,7 +718,7 @@ def main():
     keep = False
     try:
         if header.get("files"):
-            tmpdir = private_dir()
+            tmpdir = created(private_dir)
             for name, size, mode in header["files"]:
                 path = os.path.join(tmpdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -659,6 +728,7 @@ def main():
         if header.get("detach"):
             tmpdir = tmpdir or private_dir()
             keep = True
+            del TO_REMOVE[:]
             return do_detach(header, tmpdir, zygote)
         return do_exec(header, tmpdir, zygote, outputs)
     finally:
@@ -669,20 +739,11 @@ def main():
             shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def on_stop_signal(signum, frame):
-    raise Stopped(signum)
-
-
 if __name__ == "__main__":
     try:
         code = main()
     except EOFError as e:
         fail(str(e))
-    except Stopped as e:
-        fail(
-            "stopped by signal %d before the step ran; nothing was left behind" % e.signum,
-            128 + e.signum,
-        )
     except SystemExit:
         raise
     except BaseException as e:
