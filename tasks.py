@@ -169,9 +169,6 @@ def _outcome_json(o: HostOutcome, mask: Callable[[str], str], mask_output: bool)
     out["chain"] = mask(o.chain)
     if o.error is not None:
         out["error"] = {"type": type(o.error).__name__, "message": mask(str(o.error))}
-        result = getattr(o.error, "result", None)
-        if mask_output and result is not None:
-            out["error"]["result"] = mask_strings(to_jsonable(result), mask)
     else:
         value = to_jsonable(o.value)
         out["result"] = mask_strings(value, mask) if mask_output else value
@@ -224,10 +221,15 @@ MASK_OUTPUT_HELP = (
 )
 
 
-def _detached_note(t: remotekit.Target, r: remotekit.Result, console: Console) -> None:
+def _step_notes(t: remotekit.Target, r: remotekit.Result, console: Console) -> None:
+    """What the engine did beside the step: a detached process, stopped leftovers."""
     if r.detached is not None:
         d = r.detached
         console.line(t.name, "stdout", f"detached: pid {d.pid}, log {d.log}")
+    for what in r.stopped:
+        console.line(t.name, "stderr", f"stopped, left running by the step: {what}")
+    for what in r.still_running:
+        console.line(t.name, "stderr", f"could not stop, still running: {what}")
 
 
 @task(
@@ -264,7 +266,7 @@ def run(
             on_output=console.output(t.name),
             detach=detach,
         )
-        _detached_note(t, r, console)
+        _step_notes(t, r, console)
         return r
 
     _fan(
@@ -314,7 +316,7 @@ def py(
             on_output=console.output(t.name),
             detach=detach,
         )
-        _detached_note(t, r, console)
+        _step_notes(t, r, console)
         return r
 
     _fan(

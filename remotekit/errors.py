@@ -224,8 +224,20 @@ class StepTimeout(StepError):
 class StepCancelled(StepError):
     """The step was cancelled (``Target.cancel``) and its process tree stopped there."""
 
-    def __init__(self, result: Result):
-        super().__init__("cancelled; the step was stopped there", result=result)
+    def __init__(self, result: Result, *, started: bool = True, confirmed: bool = True):
+        self.started = started
+        self.confirmed = confirmed
+        if not started:
+            msg = "cancelled before it started; nothing ran there"
+        elif not confirmed:
+            msg = "cancelled; the runner there was told to stop it but did not confirm"
+        elif result.still_running:
+            msg = "cancelled; stopping it failed, still running there: " + "; ".join(
+                result.still_running
+            )
+        else:
+            msg = "cancelled; the step was stopped there"
+        super().__init__(msg, result=result)
 
 
 class StepFailed(StepError):

@@ -12,6 +12,7 @@ into the Result, which keeps at most ``capture_limit`` bytes per stream (the las
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -24,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, TypeVar, cast
 
 from remotekit import remote
 from remotekit.errors import (
@@ -194,6 +195,23 @@ class _Stream:
     @property
     def text(self) -> str:
         return "".join(self.kept)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _redacts_errors(method: _F) -> _F:
+    """A Target method whose RemotekitErrors leave with the target's secrets masked."""
+
+    @functools.wraps(method)
+    def wrapper(self: Target, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except RemotekitError as exc:
+            self._redacted(exc)
+            raise
+
+    return cast(_F, wrapper)
 
 
 def _step_name(argv: Sequence[str]) -> str:
@@ -428,6 +446,11 @@ class Target:
         src = Path(local)
         try:
             st = src.stat()
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block here, a device never end
+                raise RemotekitError(
+                    f"cannot put {src}: it is {_kind(st.st_mode)}, not a regular file",
+                    host=self.name,
+                )
             size = st.st_size
             fh = src.open("rb")
         except OSError as exc:
@@ -445,7 +468,7 @@ class Target:
         with fh:
             return self._step(
                 header,
-                _chunks(fh),
+                _chunks(fh, size),
                 display=("put", str(src), remote_path),
                 step=step or f"put {remote_path}",
                 timeout=timeout,
@@ -499,7 +522,7 @@ class Target:
                     stdout_sink=sink,
                     info=info,
                 )
-            mode = 0o666 & ~_umask() & int(info.get("mode", 0o666))
+            mode = 0o777 & ~_umask() & int(info.get("mode", 0o666))  # no setuid, sticky
             if dest.is_file():
                 mode &= stat.S_IMODE(dest.stat().st_mode)
             os.chmod(tmp, mode)
@@ -512,6 +535,7 @@ class Target:
 
     # -- the step engine ---------------------------------------------------------------------
 
+    @_redacts_errors
     def _step(
         self,
         header: dict[str, Any],
@@ -530,41 +554,6 @@ class Target:
     ) -> Result:
         """One step; every error it raises is redacted (see :meth:`redact`)."""
         self._remember_secrets(env)
-        try:
-            return self._run_step(
-                header,
-                payload,
-                display=display,
-                step=step,
-                timeout=timeout,
-                env=env,
-                cwd=cwd,
-                check=check,
-                on_output=on_output,
-                capture=capture,
-                stdout_sink=stdout_sink,
-                info=info,
-            )
-        except RemotekitError as exc:
-            self._redacted(exc)
-            raise
-
-    def _run_step(
-        self,
-        header: dict[str, Any],
-        payload: Iterable[bytes],
-        *,
-        display: tuple[str, ...],
-        step: str,
-        timeout: float | None,
-        env: Mapping[str, str] | None,
-        cwd: str | None,
-        check: bool,
-        on_output: OutputCallback | None,
-        capture: bool,
-        stdout_sink: Callable[[bytes], Any] | None,
-        info: dict[str, Any] | None,
-    ) -> Result:
         launch = self._launch(step)
         limit = self.spec.timeouts.step if timeout is None else timeout
         grace = self.spec.timeouts.kill_grace
@@ -611,7 +600,7 @@ class Target:
             )
 
         if self._cancelled.is_set():
-            raise StepCancelled(result(None))
+            raise StepCancelled(result(None), started=False)
         if self.trace is not None:
             self.trace(step, self.step_chain(display))
         try:
@@ -682,7 +671,7 @@ class Target:
                 self._active.discard(proc)
         if outcome == "cancelled":
             self._stop(proc, handle)
-            raise StepCancelled(result(None))
+            raise StepCancelled(result(None), confirmed=err.has("exit"))
         if outcome == "timeout":
             self._stop(proc, handle)
             assert limit is not None
@@ -908,9 +897,22 @@ def _slices(data: bytes) -> Iterator[bytes]:
         yield view[at : at + _CHUNK]  # type: ignore[misc]
 
 
-def _chunks(fh: IO[bytes]) -> Iterator[bytes]:
-    while chunk := fh.read(_CHUNK):
+def _chunks(fh: IO[bytes], size: int) -> Iterator[bytes]:
+    """The first ``size`` bytes of ``fh`` (what the runner reads; a file still growing is
+    sent as it was when measured)."""
+    while size > 0 and (chunk := fh.read(min(_CHUNK, size))):
+        size -= len(chunk)
         yield chunk
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
 
 
 def _concat(first: list[bytes], rest: Iterable[bytes]) -> Iterator[bytes]:

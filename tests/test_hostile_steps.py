@@ -14,6 +14,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -27,7 +28,7 @@ import remotekit
 from remotekit import remote
 from remotekit.target import _Stream
 from tests.conftest import CT
-from tests.harness import wait_gone
+from tests.harness import processes_with, wait_gone
 
 
 @pytest.fixture(params=["local", "ssh"])
@@ -230,6 +231,12 @@ for path in ("/proc/self/environ", "/proc/self/cmdline", "/proc/%d/cmdline" % os
     except OSError:
         pass
 look(json.dumps(dict(os.environ)))
+for fd in (1, 2):  # a pipe opened through /proc reads what is still in it
+    try:
+        r = os.open("/proc/self/fd/%d" % fd, os.O_RDONLY | os.O_NONBLOCK)
+        look(os.read(r, 1 << 16).decode("latin-1"))
+    except OSError:
+        pass
 for nonce in sorted(found):
     for word in ("ready", "started", "exit"):
         sys.stderr.write("%s %s %s\n" % (nonce, word, json.dumps({"code": 0, "reason": "exit", "key": nonce})))
@@ -253,6 +260,7 @@ def test_forged_lines_in_a_plain_command_are_output(local: remotekit.Target) -> 
     assert r.exit_code == 4 and "remotekit-00 exit {bad" in r.stderr
 
 
+@pytest.mark.timeout(10)
 def test_malformed_control_line_is_output() -> None:
     lines: list[str] = []
     s = _Stream("stderr", lambda _, t: lines.append(t), True, 1 << 20, nonce="N1")
@@ -337,10 +345,10 @@ def test_get_keeps_the_mode_and_never_widens(there: There, tmp_path: Path) -> No
     src.chmod(0o644)
     there.target.get(f"{there.path}/key", here)
     assert stat.S_IMODE(here.stat().st_mode) == 0o600
-    src.chmod(0o640)
+    src.chmod(0o4750)
     here.unlink()
     there.target.get(f"{there.path}/key", here)
-    assert stat.S_IMODE(here.stat().st_mode) == 0o640 & ~_umask()
+    assert stat.S_IMODE(here.stat().st_mode) == 0o750 & ~_umask()
 
 
 def _umask() -> int:
@@ -383,14 +391,18 @@ def test_signalled_put_leaves_no_temp_file(tmp_path: Path, sig: int) -> None:
 
 @pytest.mark.timeout(60)
 def test_step_that_never_got_a_session_says_so(inventory: remotekit.Inventory) -> None:
+    secs = f"4.{uuid.uuid4().int % 10**6:06d}"  # a unique `sleep N` to count
     with inventory.target("node") as t:
+        slots = t.transport.max_sessions  # type: ignore[attr-defined]
         busy = [
-            threading.Thread(target=t.run, args=(["sleep", "4"],), kwargs={"timeout": 20})
-            for _ in range(t.transport.max_sessions)  # type: ignore[attr-defined]
+            threading.Thread(target=t.run, args=(["sleep", secs],), kwargs={"timeout": 20})
+            for _ in range(slots)
         ]
         for th in busy:
             th.start()
-        time.sleep(1.0)
+        end = time.monotonic() + 15
+        while len(processes_with(f"sleep {secs}")) < slots and time.monotonic() < end:
+            time.sleep(0.05)
         with pytest.raises(remotekit.StepTimeout) as info:
             t.run(["true"], timeout=0.5)
         for th in busy:
@@ -413,3 +425,60 @@ def test_a_file_cannot_replace_the_script(local: remotekit.Target) -> None:
         local.run_python(script, files={"s.py": b"print(2)"})
     with pytest.raises(ValueError, match="script's own name"):
         local.run_python(script, files={"./s.py": b"print(2)"})
+
+
+@pytest.mark.timeout(10)
+def test_a_step_cancelled_before_it_started_says_so(local: remotekit.Target) -> None:
+    local.cancel()
+    try:
+        with pytest.raises(remotekit.StepCancelled) as info:
+            local.run(["true"])
+    finally:
+        local.resume()
+    assert not info.value.started and "nothing ran there" in str(info.value)
+
+
+@pytest.mark.timeout(60)
+def test_cli_detach_prints_pid_and_log(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    marker = f"rk-cli-detach-{uuid.uuid4().hex[:8]}"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "--search-root",
+            str(root),
+            "run",
+            "--detach",
+            "--cmd",
+            f"bash -c 'echo {marker}; exec sleep 60'",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if "detached: pid" in ln)
+    pid = int(line.split("pid ")[1].split(",")[0])
+    log = Path(line.split("log ")[1].strip())
+    try:
+        assert not _gone(pid)
+        end = time.monotonic() + 5
+        while marker not in log.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert marker in log.read_text()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(log.parent, ignore_errors=True)
+
+
+@pytest.mark.timeout(10)
+def test_put_refuses_a_local_fifo_or_device(local: remotekit.Target, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(remotekit.RemotekitError, match="FIFO"):
+        local.put(tmp_path / "pipe", str(tmp_path / "dest"))
+    with pytest.raises(remotekit.RemotekitError, match="device"):
+        local.put("/dev/zero", str(tmp_path / "dest"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]

@@ -26,8 +26,10 @@
 #   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
 #                                          R: exit | deadline | eof | signal | detached
 #
-# The step's own stdout and stderr are the runner's (inherited), so output is never copied
-# or buffered here. Exit status: the step's, 128+N for signal N; 125 for a runner error
+# The step writes to pipes of its own that the runner relays to its stdout and stderr as
+# they come (never buffered), so a step cannot read the runner's control lines back through
+# /proc/self/fd, and a process that escapes the stop cannot hold the connection open.
+# Exit status: the step's, 128+N for signal N; 125 for a runner error
 # (message on stderr), 126 / 127 when the command cannot be run / is not found.
 import json
 import os
@@ -42,12 +44,47 @@ CHUNK = 1 << 20
 KEY = [""]
 
 
-class Stopped(BaseException):
-    """A signal (TERM, HUP, INT) reached the runner outside a step: unwind, clean up."""
+# What a signal must remove if it ends the runner before a step runs (a put's temp file, the
+# shipped files' dir). The handler removes them and exits at once: an exception raised from
+# a handler can land in a finalizer and be swallowed, leaving the runner blocked on stdin.
+TO_REMOVE = []
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
-    def __init__(self, signum):
-        BaseException.__init__(self, signum)
-        self.signum = signum
+
+def on_stop_signal(signum, frame):
+    for path in TO_REMOVE:
+        remove(path)
+    try:
+        os.write(2, b"remotekit: stopped by signal %d before the step ran; nothing left\n" % signum)
+    finally:
+        os._exit(128 + signum)
+
+
+def remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def created(make, path_of=lambda made: made):
+    """``make()`` (which creates a path) with the stop signals held, so that the path is in
+    TO_REMOVE before a signal can end us."""
+    held = hasattr(signal, "pthread_sigmask")
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        made = make()
+        TO_REMOVE.append(path_of(made))
+        return made
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def control(word, data=None, prefix=None):
@@ -78,12 +115,43 @@ def read_exact(n):
 
 
 def copy_stdin_to(fileobj, n):
-    while n > 0:
-        b = STDIN.read(min(n, CHUNK))
-        if not b:
-            raise EOFError("upload truncated: %d bytes missing" % n)
+    """Write the next ``n`` bytes of stdin to ``fileobj`` as they arrive.
+
+    A thread reads; this thread writes and wakes at least every 0.25 s. A signal that lands
+    just before a blocking read would otherwise never get its Python handler run (the flag
+    is only checked between bytecodes), leaving us blocked with a temp file behind."""
+    import queue
+
+    chunks = queue.Queue(4)
+
+    def reader(left):
+        try:
+            while left > 0:
+                b = STDIN.read(min(left, CHUNK))
+                if not b:
+                    break
+                left -= len(b)
+                chunks.put(b)
+        except (OSError, ValueError):
+            pass
+        finally:
+            chunks.put(None)
+
+    t = threading.Thread(target=reader, args=(n,))
+    t.daemon = True
+    t.start()
+    while True:
+        try:
+            b = chunks.get(timeout=0.25)
+        except queue.Empty:
+            continue
+        if b is None:
+            break
         fileobj.write(b)
         n -= len(b)
+    t.join()
+    if n > 0:
+        raise EOFError("upload truncated: %d bytes missing" % n)
 
 
 def descendants(root):
@@ -242,7 +310,9 @@ def do_put(h):
             pass
     import tempfile
 
-    fd, tmp = tempfile.mkstemp(prefix=".remotekit-", dir=folder)
+    fd, tmp = created(
+        lambda: tempfile.mkstemp(prefix=".remotekit-", dir=folder), lambda made: made[1]
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             copy_stdin_to(f, h["size"])
@@ -250,6 +320,7 @@ def do_put(h):
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, dest)
+        TO_REMOVE.remove(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -277,25 +348,24 @@ def current_umask():
     return mask
 
 
+def refuse_odd(src, st):
+    if not stat.S_ISREG(st.st_mode):
+        fail("cannot get %s: it is %s, not a regular file" % (src, kind_of(st.st_mode)), 1)
+
+
 def do_get(h):
     src = h["src"]
     limit = h.get("max_bytes")
     try:
         # Refuse before opening (a FIFO would block the open; a device streams forever),
         # then check again what was opened, without blocking.
-        if not stat.S_ISREG(os.stat(src).st_mode):
-            fail(
-                "cannot get %s: it is %s, not a regular file"
-                % (src, kind_of(os.stat(src).st_mode)),
-                1,
-            )
+        refuse_odd(src, os.stat(src))
         fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as e:
         fail("cannot read %s: %s" % (src, e.strerror), 1)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            fail("cannot get %s: it is %s, not a regular file" % (src, kind_of(st.st_mode)), 1)
+        refuse_odd(src, st)
         if limit is not None and st.st_size > limit:
             fail(
                 "cannot get %s: it is %d bytes, more than max_bytes=%d" % (src, st.st_size, limit),
@@ -356,7 +426,7 @@ class Zygote(object):
     paying for a second interpreter start, and has nothing in its memory to forge control
     lines with. It waits for one order on a pipe; EOF on the pipe means "not needed"."""
 
-    def __init__(self):
+    def __init__(self, outputs):
         self.pid = None
         if not hasattr(os, "fork"):
             return
@@ -364,6 +434,9 @@ class Zygote(object):
         pid = os.fork()
         if not pid:
             os.close(w)
+            os.dup2(outputs.out_w, 1)
+            os.dup2(outputs.err_w, 2)
+            outputs.close()
             zygote_main(r)
         os.close(r)
         self.pid, self.pipe = pid, w
@@ -469,7 +542,57 @@ def fork_safe(env):
     return not any(k.startswith("PYTHON") and k != "PYTHONUNBUFFERED" for k in env)
 
 
-def spawn(argv, cwd, env, out=None):
+class Outputs(object):
+    """The step's stdout and stderr: pipes whose read ends the runner relays to its own."""
+
+    def __init__(self):
+        self.out_r, self.out_w = os.pipe()
+        self.err_r, self.err_w = os.pipe()
+        self.threads = []
+
+    def relay(self):
+        """Close our write ends (the step holds them now) and copy the read ends through."""
+        os.close(self.out_w)
+        os.close(self.err_w)
+        self.out_w = self.err_w = None
+        for src, dst in ((self.out_r, 1), (self.err_r, 2)):
+            t = threading.Thread(target=copy_fd, args=(src, dst))
+            t.daemon = True
+            t.start()
+            self.threads.append(t)
+
+    def join(self, timeout):
+        """Wait until every writer closed its end (or ``timeout``): all output is through."""
+        end = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.0, end - time.monotonic()))
+
+    def close(self):
+        for fd in (self.out_r, self.out_w, self.err_r, self.err_w):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def copy_fd(src, dst):
+    while True:
+        try:
+            b = os.read(src, 1 << 16)
+        except OSError:
+            return
+        if not b:
+            return
+        view = memoryview(b)
+        try:
+            while view and dst is not None:
+                view = view[os.write(dst, view) :]
+        except OSError:
+            dst = None  # the caller is gone: keep draining, so the step never blocks
+
+
+def spawn(argv, cwd, env, out=None, err=None):
     import subprocess
 
     try:
@@ -477,7 +600,7 @@ def spawn(argv, cwd, env, out=None):
             argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
-            stderr=out,
+            stderr=err if err is not None else out,
             cwd=cwd or None,
             env=env,
             start_new_session=True,
@@ -520,7 +643,7 @@ def do_detach(h, tmpdir, zygote):
     return 0
 
 
-def do_exec(h, tmpdir, zygote):
+def do_exec(h, tmpdir, zygote, outputs):
     argv, cwd, env = step_argv(h, tmpdir)
 
     # Woken by: the step exiting (waiter thread), stdin EOF (watcher thread), or a signal
@@ -538,7 +661,8 @@ def do_exec(h, tmpdir, zygote):
         child = zygote.run(argv[2], argv[3:], cwd, env)
     else:
         zygote.discard()
-        child = spawn(argv, cwd, env)
+        child = spawn(argv, cwd, env, out=outputs.out_w, err=outputs.err_w)
+    outputs.relay()
     control("started", {"pid": child.pid})
 
     def watch_stdin():
@@ -569,6 +693,7 @@ def do_exec(h, tmpdir, zygote):
     data = {"reason": reason[0]}
     if child.returncode is None or alive(child):
         data["stopped"], data["running"] = stop_tree(child, float(h.get("grace", 1.0)))
+    outputs.join(2.0)  # all output before the final record (unless a survivor holds a pipe)
     code = child.returncode
     data["code"] = code = 128 - code if code < 0 else code
     control("exit", data)
@@ -576,9 +701,10 @@ def do_exec(h, tmpdir, zygote):
 
 
 def main():
-    zygote = Zygote()  # before the header: the nonce and the key never enter its memory
+    outputs = Outputs()
+    zygote = Zygote(outputs)  # before the header: the nonce and the key never enter it
     prctl(4, 0)  # PR_SET_DUMPABLE 0: other processes of this user cannot read our memory
-    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    for s in STOP_SIGNALS:
         signal.signal(s, on_stop_signal)
     header = json.loads(read_exact(int(STDIN.readline())).decode("utf-8"))
     KEY[0] = "remotekit-" + os.urandom(16).hex()
@@ -586,12 +712,13 @@ def main():
     op = header.get("op", "exec")
     if op in ("put", "get"):
         zygote.discard()
+        outputs.close()
         return do_put(header) if op == "put" else do_get(header)
     tmpdir = None
     keep = False
     try:
         if header.get("files"):
-            tmpdir = private_dir()
+            tmpdir = created(private_dir)
             for name, size, mode in header["files"]:
                 path = os.path.join(tmpdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -601,8 +728,9 @@ def main():
         if header.get("detach"):
             tmpdir = tmpdir or private_dir()
             keep = True
+            del TO_REMOVE[:]
             return do_detach(header, tmpdir, zygote)
-        return do_exec(header, tmpdir, zygote)
+        return do_exec(header, tmpdir, zygote, outputs)
     finally:
         zygote.discard()
         if tmpdir is not None and not keep:
@@ -611,20 +739,11 @@ def main():
             shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def on_stop_signal(signum, frame):
-    raise Stopped(signum)
-
-
 if __name__ == "__main__":
     try:
         code = main()
     except EOFError as e:
         fail(str(e))
-    except Stopped as e:
-        fail(
-            "stopped by signal %d before the step ran; nothing was left behind" % e.signum,
-            128 + e.signum,
-        )
     except SystemExit:
         raise
     except BaseException as e:

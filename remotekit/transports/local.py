@@ -60,7 +60,9 @@ class LocalProcess:
         assert stdin is not None
         try:
             for chunk in chunks:
-                stdin.write(chunk)
+                view = memoryview(chunk)
+                while view:  # an unbuffered pipe write may be partial (a signal came)
+                    view = view[stdin.write(view) or 0 :]
         except (OSError, ValueError):
             pass  # the process is gone; its exit says why
 

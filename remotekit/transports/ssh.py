@@ -120,6 +120,10 @@ class SSHProcess:
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.events.put(("lost", f"{type(exc).__name__}: {exc}"))
         finally:
+            # Close before freeing the slot: sshd handles our CLOSE before the next OPEN on
+            # this connection, so a new step never finds all MaxSessions still taken.
+            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                chan.close()
             self._release()
 
     def close_stdin(self) -> None:
