@@ -214,6 +214,22 @@ def _redacts_errors(method: _F) -> _F:
     return cast(_F, wrapper)
 
 
+#: The longest per-call timeout (as for ``timeouts.step`` in hosts.yaml): every wait takes it as is.
+MAX_TIMEOUT_S = 30 * 86400.0
+
+
+def _checked_timeout(timeout: float, host: str, step: str) -> float:
+    """A per-call timeout, refused before anything runs unless finite, > 0 and bounded."""
+    ok = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    if not ok or not 0 < timeout <= MAX_TIMEOUT_S:  # NaN fails both comparisons
+        raise RemotekitError(
+            f"timeout must be seconds > 0 and <= {MAX_TIMEOUT_S:.0f}, got {timeout!r}",
+            host=host,
+            step=step,
+        )
+    return float(timeout)
+
+
 def _step_name(argv: Sequence[str]) -> str:
     return "run " + os.path.basename(argv[0]) if argv else "run"
 
@@ -555,7 +571,11 @@ class Target:
         """One step; every error it raises is redacted (see :meth:`redact`)."""
         self._remember_secrets(env)
         launch = self._launch(step)
-        limit = self.spec.timeouts.step if timeout is None else timeout
+        limit = (
+            self.spec.timeouts.step
+            if timeout is None
+            else _checked_timeout(timeout, self.name, step)
+        )
         grace = self.spec.timeouts.kill_grace
         nonce = "remotekit-" + secrets.token_hex(8)
         header = {

@@ -482,3 +482,15 @@ def test_put_refuses_a_local_fifo_or_device(local: remotekit.Target, tmp_path: P
     with pytest.raises(remotekit.RemotekitError, match="device"):
         local.put("/dev/zero", str(tmp_path / "dest"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 1e308, 0, -1, True])
+def test_a_per_call_timeout_out_of_range_is_refused_before_anything_runs(
+    local: remotekit.Target, tmp_path: Path, bad: float
+) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(remotekit.RemotekitError, match="timeout must be seconds > 0") as info:
+        local.run(["touch", str(marker)], timeout=bad)
+    assert info.value.host == "local" and info.value.step == "run touch"
+    assert not marker.exists()
