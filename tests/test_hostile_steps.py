@@ -464,7 +464,8 @@ def test_cli_detach_prints_pid_and_log(tmp_path: Path) -> None:
     pid = int(line.split("pid ")[1].split(",")[0])
     log = Path(line.split("log ")[1].strip())
     try:
-        assert not _gone(pid)
+        with remotekit.local_target() as here:
+            assert not _gone(here, pid)
         end = time.monotonic() + 5
         while marker not in log.read_text() and time.monotonic() < end:
             time.sleep(0.05)
