@@ -294,8 +294,8 @@ def test_timeout_leaves_no_process_inside(target: remotekit.Target) -> None:
                 seen.update(_inside_pids(m))
 
     with pytest.raises(remotekit.StepTimeout) as info:
-        target.run(["sh", "-c", f'echo "pid $$"; exec sleep {m}'], timeout=2, on_output=on_output)
-    assert info.value.host == target.name and info.value.timeout_s == 2
+        target.run(["sh", "-c", f'echo "pid $$"; exec sleep {m}'], timeout=1.5, on_output=on_output)
+    assert info.value.host == target.name and info.value.timeout_s == 1.5
     # the sleep was seen from here, under the pid it has inside its container ...
     assert said and said[0] in seen.values(), (said, seen)
     # ... and neither it nor any process with that inside pid is left
