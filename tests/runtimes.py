@@ -142,6 +142,8 @@ class LxcContainer:
         for old in _run(["lxc-ls", "-1"]).stdout.split():
             if _stale(old, "rk-lxc"):  # left by a test session that was killed
                 _run(["lxc-destroy", "-n", old, "-f"])
+                for ws in Path(tempfile.gettempdir()).glob(f"{old}-ws-*"):
+                    shutil.rmtree(ws, ignore_errors=True)
         _check(["lxc-create", "-n", self.name, "-t", "busybox"])
         self.workspace = Path(tempfile.mkdtemp(prefix=f"{self.name}-ws-"))
         self.config.write_text(self._config(self.config.read_text()))
