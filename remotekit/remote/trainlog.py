@@ -282,8 +282,10 @@ def resolve_columns(keys, wanted, step_key=None):
     if step_key is None or step_key not in keys:
         step_key, exact = _find_key(keys, STEP_KEYS, ("step", "global_step"))
         if step_key is None:
-            guesses.append("no step key found (looked for %s): row numbers are used as steps"
-                           % ", ".join(STEP_KEYS[:6]))
+            guesses.append(
+                "no step key found (looked for %s): row numbers are used as steps"
+                % ", ".join(STEP_KEYS[:6])
+            )
         elif not exact:
             guesses.append("step key %r chosen by its name's last part" % step_key)
     metrics = []
@@ -1079,9 +1081,7 @@ def _numeric_keys(rows):
         for k, v in d.items():
             if k in out or isinstance(v, bool):
                 continue
-            if isinstance(v, (int, float)) or (
-                isinstance(v, str) and _to_float(v) is not MISSING
-            ):
+            if isinstance(v, (int, float)) or (isinstance(v, str) and _to_float(v) is not MISSING):
                 out.add(k)
     return out
 
@@ -2206,7 +2206,10 @@ LOG_NAMES = (
     # (pattern on the path below the run dir, what it is), in order of preference
     (r"(?:^|/)trainer_log\.jsonl$", "LLaMA-Factory trainer_log.jsonl"),
     (r"^trainer_state\.json$", "HF trainer_state.json"),
-    (r"(?:^|/)checkpoint-(\d+)/trainer_state\.json$", "HF trainer_state.json of the last checkpoint"),
+    (
+        r"(?:^|/)checkpoint-(\d+)/trainer_state\.json$",
+        "HF trainer_state.json of the last checkpoint",
+    ),
     (r"(?:^|/)metrics\.csv$", "Lightning metrics.csv"),
     (r"(?:^|/)run-[^/]*\.wandb$", "W&B run file"),
     (r"(?:^|/)events\.out\.tfevents\.[^/]*$", "TensorBoard event file"),
@@ -2214,9 +2217,7 @@ LOG_NAMES = (
     (r"(?:\.log|\.out|\.txt)$", "text log"),
     (r"\.csv$", "CSV"),
 )
-CKPT_NAME_RE = re.compile(
-    r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(?:\.\w+)*$", re.I
-)
+CKPT_NAME_RE = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(?:\.\w+)*$", re.I)
 
 
 def find_log(run_dir, max_entries=20000):
@@ -2421,9 +2422,7 @@ def analyse(args, wanted):
     ing, fmt, nlines, extra = read_log(path, args.format, wanted)
     warnings.extend(getattr(ing, "guesses", []))
     if getattr(ing, "long", 0):
-        warnings.append(
-            "%d lines longer than %d bytes skipped (not read)" % (ing.long, MAX_LINE)
-        )
+        warnings.append("%d lines longer than %d bytes skipped (not read)" % (ing.long, MAX_LINE))
     for name in getattr(ing, "missing", []):
         warnings.append("metric %r not found in the log" % name)
     n = ing.rows()
