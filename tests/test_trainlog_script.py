@@ -279,7 +279,9 @@ def test_resume_is_an_event(tmp_path: Path) -> None:
     res = [e for e in r.all("event") if e["kind"] == "resume"]
     assert len(res) == 1 and res[0]["step"] == 380
     assert "from 449 to 380" in res[0]["detail"]
-    assert r.one("source")["rows"] == 600 + 70
+    # the resumed run replaces the earlier rows at steps 380..449: one row per step, not mixed
+    assert r.one("source")["rows"] == 600
+    assert any("goes back 1 time" in w["message"] for w in r.all("warning"))
 
 
 def test_nan_loss_is_a_finding_but_missing_keys_are_not(tmp_path: Path) -> None:
@@ -405,8 +407,8 @@ def test_decimated_series_keeps_every_spike(logs: dict[str, Path]) -> None:
     [
         (None, "cannot read"),
         ("", "empty"),
-        ('{"step": 1, "foo": 2}\n{"step": 2, "foo": 3}\n', "no metric found"),
-        ('{"log_history": 3', "no metric found"),
+        ('{"step": 1, "foo": 2}\n{"step": 2, "foo": 3}\n', "no loss series found"),
+        ('{"log_history": 3', "no loss series found"),
     ],
 )
 def test_could_not_run(tmp_path: Path, content: str | None, message: str) -> None:

@@ -59,7 +59,7 @@ import sys
 from array import array
 from collections import Counter
 from itertools import chain, compress, islice, repeat
-from operator import gt, itemgetter, le, mul, ne, sub
+from operator import ge, gt, itemgetter, le, mul, ne, sub
 
 EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
 
@@ -96,11 +96,16 @@ ROLES = {
         "loss",
         "train/loss",
         "train_loss",
+        "train_loss_step",
+        "train/loss_step",
+        "loss_step",
+        "trl",
         "training_loss",
         "loss/train",
         "lm_loss",
         "train/lm_loss",
         "lm loss",
+        "train_loss_epoch",
     ),
     "acc": (
         "acc",
@@ -109,10 +114,22 @@ ROLES = {
         "train/accuracy",
         "train_acc",
         "train_accuracy",
+        "train_acc_step",
         "acc/train",
         "accuracy/train",
     ),
-    "lr": ("lr", "learning_rate", "train/lr", "train/learning_rate", "learning-rate", "lr-0"),
+    "lr": (
+        "lr",
+        "learning_rate",
+        "train/lr",
+        "train/learning_rate",
+        "learning-rate",
+        "learning rate",
+        "lr-0",
+        "lr-adamw",
+        "lr-adam",
+        "lr-sgd",
+    ),
     "grad_norm": (
         "grad_norm",
         "train/grad_norm",
@@ -121,6 +138,8 @@ ROLES = {
         "grad norm",
         "total_grad_norm",
         "optim/total_grad_norm",
+        "norm",
+        "gnorm",
     ),
 }
 ROLE_NAMES = {
@@ -137,6 +156,9 @@ STEP_KEYS = (
     "trainer/global_step",
     "train/global_step",
     "train/step",
+    "current_steps",
+    "current_step",
+    "num_updates",
     "iteration",
     "iter",
     "_step",
@@ -234,55 +256,78 @@ def _to_float(v):
 
 
 def _find_key(keys, aliases, bases=None):
-    """The first of ``aliases`` among ``keys`` (case-insensitive), else a key whose last
-    ``/`` part is one of ``bases`` and that is not an eval/val/test key."""
+    """``(key, exact)``: the first of ``aliases`` among ``keys`` (case-insensitive), else a
+    key whose last ``/`` part is one of ``bases`` and that is not an eval/val/test key (a
+    guess: ``exact`` is False)."""
     low = {}
     for k in keys:
         low.setdefault(k.lower(), k)
     for a in aliases:
         if a in low:
-            return low[a]
+            return low[a], True
     if bases:
         for lk, k in low.items():
             if lk.startswith(NOT_TRAIN):
                 continue
             if lk.rsplit("/", 1)[-1] in bases:
-                return k
-    return None
+                return k, False
+    return None, False
 
 
-def resolve_columns(keys, wanted):
+def resolve_columns(keys, wanted, step_key=None):
     """Map labels to row keys: ``(step_key, [(label, key)], [(meta, key)], bucket_key,
-    missing_labels)``."""
+    missing_labels, guesses)``; ``guesses`` says in words which choice was not certain."""
     keys = list(keys)
-    step_key = _find_key(keys, STEP_KEYS, ("step", "global_step"))
+    guesses = []
+    if step_key is None or step_key not in keys:
+        step_key, exact = _find_key(keys, STEP_KEYS, ("step", "global_step"))
+        if step_key is None:
+            guesses.append(
+                "no step key found (looked for %s): row numbers are used as steps"
+                % ", ".join(STEP_KEYS[:6])
+            )
+        elif not exact:
+            guesses.append("step key %r chosen by its name's last part" % step_key)
     metrics = []
     missing = []
     names = wanted or ["loss", "acc", "lr", "grad_norm"]
     for name in names:
         role = ROLE_NAMES.get(name.lower())
         if role is not None:
-            key = _find_key(keys, (name.lower(),) + ROLES[role], ROLES[role])
+            key, exact = _find_key(keys, (name.lower(),) + ROLES[role], ROLES[role])
             label = role
         else:
-            key = _find_key(keys, (name.lower(),), (name.lower(),))
+            key, exact = _find_key(keys, (name.lower(),), (name.lower(),))
             label = name
         if key is None or key == step_key or any(k == key for _, k in metrics):
             if wanted:
                 missing.append(name)
             continue
+        if not exact:
+            guesses.append("%s: column %r chosen by its name's last part" % (label, key))
+        elif key.lower().endswith("_epoch"):
+            guesses.append("%s: only the per-epoch column %r was found" % (label, key))
         metrics.append((label, key))
     used = {step_key} | {k for _, k in metrics}
     meta = []
     for name, aliases in META.items():
-        key = _find_key(keys, aliases)
+        key, _ = _find_key(keys, aliases)
         if key is not None and key not in used:
             meta.append((name, key))
             used.add(key)
-    bucket_key = _find_key(keys, BUCKET_KEYS, ("bucket",))
+    bucket_key, _ = _find_key(keys, BUCKET_KEYS, ("bucket",))
     if bucket_key in used:
         bucket_key = None
-    return step_key, metrics, meta, bucket_key, missing
+    return step_key, metrics, meta, bucket_key, missing, guesses
+
+
+class NoLoss(Exception):
+    """No loss series in the log (and none named): the numeric columns there are."""
+
+    def __init__(self, numeric, found):
+        Exception.__init__(self, "no loss series found")
+        self.numeric = numeric
+        self.found = found
 
 
 class Ingest:
@@ -441,25 +486,242 @@ def _maybe_event(ing, line):
     return False
 
 
+MAX_LINE = 1 << 20  # bytes: a longer line is skipped and counted, never held whole
+BLOCK = 1 << 22  # bytes read at a time
+SNIFF_BYTES = 1 << 24  # the sniff looks at most this far for its first lines
+SNIFF_LINES = 200
+MAX_DOC = 1 << 28  # a whole-document JSON (trainer_state.json) larger than this is refused
+
+
+class Lines:
+    """The lines of a binary file, a block at a time, each at most ``MAX_LINE`` bytes:
+    longer ones (a 2 GiB line without a newline) are skipped while reading and counted in
+    ``long``, so memory stays at one block whatever the file holds. NUL bytes are dropped."""
+
+    def __init__(self, f, limit=None):
+        self.f = f
+        self.limit = limit
+        self.long = 0
+        self.nbytes = 0
+
+    def __iter__(self):
+        carry = b""
+        dropping = False
+        read = self.f.read
+        while self.limit is None or self.nbytes < self.limit:
+            chunk = read(BLOCK)
+            if not chunk:
+                break
+            self.nbytes += len(chunk)
+            if dropping:
+                i = chunk.find(b"\n")
+                if i < 0:
+                    continue
+                chunk = chunk[i + 1 :]
+                dropping = False
+            buf = carry + chunk if carry else chunk
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                carry = buf
+            else:
+                carry = buf[cut + 1 :]
+                lines = self._split(buf[: cut + 1])
+                if lines:
+                    yield lines
+            if len(carry) > MAX_LINE:
+                self.long += 1
+                carry = b""
+                dropping = True
+        if carry and not dropping and (self.limit is None or self.nbytes < self.limit):
+            lines = self._split(carry + b"\n")
+            if lines:
+                yield lines
+
+    def _split(self, data):
+        if b"\0" in data:
+            data = data.replace(b"\0", b"")
+        lines = data.decode("utf-8", "replace").split("\n")
+        lines.pop()
+        if len(data) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+            keep = [ln for ln in lines if len(ln) <= MAX_LINE]
+            self.long += len(lines) - len(keep)
+            lines = keep
+        return lines
+
+
+def _head(blocks, n):
+    """The first ``n`` lines of ``blocks``, and an iterator over the blocks left."""
+    head = []
+    it = iter(blocks)
+    for block in it:
+        if len(head) + len(block) >= n:
+            k = n - len(head)
+            head.extend(block[:k])
+            return head, chain([block[k:]], it)
+        head.extend(block)
+    return head, iter(())
+
+
+# --------------------------------------------------------------------------------------------
+# line formats of the trainers that print text: a line is data only if it matches its
+# format's data pattern, and an event only if it matches an event pattern of that format.
+
+_F = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))"
+_PIPE_PAIR_RE = re.compile(r"([A-Za-z][\w ./\-]*?)\s*:\s*" + _F + r"\s*(?=\||$)", re.I)
+_KV_RE = re.compile(r"([A-Za-z_][\w/.\-]*)=" + _F)
+
+
+def _groups(rx):
+    def parse(line):
+        m = rx.search(line)
+        if m is None:
+            return None
+        return {k: v for k, v in m.groupdict().items() if v is not None}
+
+    return parse
+
+
+def _megatron(line):
+    # megatron/training/training.py training_log(): ' iteration  N/  M | consumed samples: ...
+    # | learning rate: 1.5E-04 | global batch size: 512 | lm loss: 7.1E+00 | loss scale: 1.0 |
+    # grad norm: 1.23 | number of skipped iterations: 0 | number of nan iterations: 0 |'
+    m = _MEGATRON_RE.search(line)
+    if m is None:
+        return None
+    d = dict(_PIPE_PAIR_RE.findall(line[m.end() :]))
+    d["iteration"] = m.group(1)
+    return d
+
+
+_MEGATRON_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
+
+
+def _fairseq(line):
+    # fairseq/logging/progress_bar.py: JsonProgressBar prints '... | train_inner | {"epoch": 1,
+    # "update": 0.1, "loss": "9.9", ..., "num_updates": "100", "lr": "5e-05", "gnorm": "1.2"}';
+    # SimpleProgressBar prints 'epoch 001:    100 / 1102 loss=9.9, ..., num_updates=100, ...'
+    i = line.find("| train_inner | {")
+    if i >= 0:
+        try:
+            d = json.loads(line[i + 16 :])
+        except ValueError:
+            return None
+        return d if isinstance(d, dict) and "num_updates" in d else None
+    if _FAIRSEQ_SIMPLE_RE.search(line):
+        d = dict(_KV_RE.findall(line))
+        return d if "num_updates" in d else None
+    return None
+
+
+_FAIRSEQ_SIMPLE_RE = re.compile(r"\bepoch \d+:\s+\d+ / \d+ ")
+
+
+# (name, parse(line) -> dict or None, step key, [(event kind, pattern with a step group)],
+#  where the format comes from)
+LINE_FORMATS = (
+    (
+        # karpathy/nanoGPT train.py: print(f"iter {iter_num}: loss {lossf:.4f}, time
+        # {dt*1000:.2f}ms, mfu {running_mfu*100:.2f}%"); "saving checkpoint to {out_dir}"
+        # after "step {iter_num}: train loss ..., val loss ..."
+        "nanogpt",
+        _groups(re.compile(r"^iter (?P<iter>\d+): loss (?P<loss>" + _F[1:-1] + r"), time ")),
+        "iter",
+        (("checkpoint", re.compile(r"^saving checkpoint to ")),),
+    ),
+    (
+        # karpathy/llm.c llmc/logger.h: "s:%d trl:%.4f lr:%.6f norm:%.4f" and "s:%d tel:%.4f"
+        "llm.c",
+        _groups(
+            re.compile(
+                r"^s:(?P<s>\d+) trl:(?P<trl>" + _F[1:-1] + r")"
+                r"(?: lr:(?P<lr>" + _F[1:-1] + r"))?(?: norm:(?P<norm>" + _F[1:-1] + r"))?"
+            )
+        ),
+        "s",
+        (),
+    ),
+    (
+        # karpathy/llm.c train_gpt2.cu: "step %4d/%d | train loss %7.6f | norm %6.4f | lr %.2e |
+        # %.2f ms | ..." (train_gpt2.c: "step %d: train loss %f (took %f ms)")
+        "llm.c-stdout",
+        _groups(
+            re.compile(
+                r"^step\s+(?P<step>\d+)(?:/\d+)?\s*[|:]\s*(?:train )?loss (?P<loss>"
+                + _F[1:-1]
+                + r")(?:.*?\bnorm (?P<norm>"
+                + _F[1:-1]
+                + r"))?(?:.*?\blr (?P<lr>"
+                + _F[1:-1]
+                + r"))?"
+            )
+        ),
+        "step",
+        (("checkpoint", re.compile(r"^[Ww]riting (?:model|state) .*?(?:step|_)(\d+)")),),
+    ),
+    (
+        "megatron",
+        _megatron,
+        "iteration",
+        (
+            ("checkpoint", re.compile(r"saving checkpoint at iteration\s+(\d+)")),
+            ("resume", re.compile(r"successfully loaded checkpoint from .*? at iteration\s+(\d+)")),
+        ),
+    ),
+    (
+        "fairseq",
+        _fairseq,
+        "num_updates",
+        (
+            ("checkpoint", re.compile(r"\bsaved checkpoint .*?\(epoch \d+ @ (\d+) updates")),
+            ("resume", re.compile(r"\bloaded checkpoint .*?\(epoch \d+ @ (\d+) updates")),
+        ),
+    ),
+)
+
+
 def sniff(path):
-    """``jsonl``, ``json`` (a whole document: trainer_state.json), ``csv`` or ``text``."""
+    """``(format, line format or None)``: ``jsonl``, ``json`` (a whole document:
+    trainer_state.json), ``csv``, ``tfevents``, ``wandb`` or ``text``; for text, the trainer
+    whose line format most lines match. Looks at the first lines only, each bounded."""
     with open(path, "rb") as f:
-        head = f.read(65536)
-    text = head.decode("utf-8", "replace").lstrip("\ufeff")
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        magic = f.read(16)
+        f.seek(0)
+        if magic[:3] == b":W&" or magic[:4] == b"W&B\x00":
+            return "wandb", None
+        if _looks_tfrecord(magic):
+            return "tfevents", None
+        src = Lines(f, SNIFF_BYTES)
+        lines = []
+        for block in src:
+            lines.extend(ln.strip() for ln in block if ln.strip())
+            if len(lines) >= SNIFF_LINES:
+                break
     if not lines:
+        if src.long:
+            raise LogError(
+                "no line shorter than %d bytes in the first %d MiB (%d over-long lines skipped)"
+                % (MAX_LINE, SNIFF_BYTES >> 20, src.long)
+            )
         raise LogError("the log is empty")
+    lines = [ln.lstrip("\ufeff") for ln in lines[:SNIFF_LINES]]
     first = lines[0]
     if first.startswith("{"):
         try:
             obj = json.loads(first)
         except ValueError:
-            return "json"
+            return "json", None
         if isinstance(obj, dict) and "log_history" not in obj:
-            return "jsonl"
-        return "json"
+            return "jsonl", None
+        return "json", None
     if first.startswith("["):
-        return "json"
+        return "json", None
+    best, hits = None, 0
+    for lf in LINE_FORMATS:
+        k = sum(1 for ln in lines if lf[1](ln) is not None)
+        if k > hits:
+            best, hits = lf, k
+    if best is not None:
+        return "text", best
     for delim in (",", "\t"):
         cells = [c.strip().strip('"') for c in first.split(delim)]
         if (
@@ -468,8 +730,278 @@ def sniff(path):
             and all(re.match(r"^[A-Za-z_][\w./\- ]*$", c) for c in cells if c)
             and (len(lines) < 2 or len(lines[1].split(delim)) == len(first.split(delim)))
         ):
-            return "csv"
-    return "text"
+            return "csv", None
+    return "text", None
+
+
+def _looks_tfrecord(head):
+    """A TFRecord starts with a little-endian uint64 length and a masked CRC of it."""
+    if len(head) < 12:
+        return False
+    return _masked_crc(head[:8]) == struct.unpack("<I", head[8:12])[0]
+
+
+# --------------------------------------------------------------------------------------------
+# binary logs: TensorBoard event files and W&B run files, read with the standard library
+
+
+def _crc32c_table():
+    poly = 0x82F63B78
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def _masked_crc(data):
+    """TFRecord's masked CRC-32C (tensorflow/core/lib/hash/crc32c.h Mask)."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    c ^= 0xFFFFFFFF
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(buf, i):
+    b = buf[i]
+    if b < 0x80:
+        return b, i + 1
+    shift, out = 0, 0
+    while True:
+        b = buf[i]
+        i += 1
+        out |= (b & 0x7F) << shift
+        if b < 0x80:
+            return out, i
+        shift += 7
+
+
+def _fields(buf):
+    """``(field number, wire type, value)`` of one protobuf message: varints as ints,
+    fixed64/fixed32 as raw 8/4 bytes, length-delimited as a memoryview slice."""
+    i, n = 0, len(buf)
+    while i < n:
+        key, i = _varint(buf, i)
+        wt = key & 7
+        if wt == 0:
+            v, i = _varint(buf, i)
+        elif wt == 2:
+            ln, i = _varint(buf, i)
+            v = buf[i : i + ln]
+            i += ln
+        elif wt == 1:
+            v = buf[i : i + 8]
+            i += 8
+        elif wt == 5:
+            v = buf[i : i + 4]
+            i += 4
+        else:
+            raise ValueError("protobuf wire type %d" % wt)
+        if i > n:
+            raise ValueError("truncated protobuf field")
+        yield key >> 3, wt, v
+
+
+_F32 = struct.Struct("<f").unpack
+_F64 = struct.Struct("<d").unpack
+
+
+def _tensor_scalar(buf):
+    """The value of a scalar TensorProto (tensorflow/core/framework/tensor.proto: dtype 1,
+    tensor_content 4, float_val 5, double_val 6, int_val 7, int64_val 10)."""
+    dtype = 0
+    for f, wt, v in _fields(buf):
+        if f == 1:
+            dtype = v
+        elif f == 4 and len(v) in (4, 8) and dtype in (1, 2):
+            return (_F32 if len(v) == 4 else _F64)(bytes(v))[0]
+        elif f == 5:
+            return _F32(bytes(v[:4]))[0]
+        elif f == 6:
+            return _F64(bytes(v[:8]))[0]
+        elif f in (7, 10) and wt == 0:
+            return float(v)
+    return None
+
+
+def _event_scalars(buf, row):
+    """One Event (tensorflow/core/util/event.proto: wall_time 1, step 2, summary 5) into
+    ``row``; Summary.Value: tag 1, simple_value 2, tensor 8. Returns the step or None."""
+    step = None
+    for f, _, v in _fields(buf):
+        if f == 2:
+            step = v
+        elif f == 5:
+            for sf, _, sv in _fields(v):
+                if sf != 1:
+                    continue
+                tag, val = None, None
+                for vf, _, vv in _fields(sv):
+                    if vf == 1:
+                        tag = bytes(vv).decode("utf-8", "replace")
+                    elif vf == 2:
+                        val = _F32(bytes(vv))[0]
+                    elif vf == 8:
+                        val = _tensor_scalar(vv)
+                if tag is not None and val is not None:
+                    row[tag] = val
+    return step
+
+
+def _tfrecords(f):
+    """Payloads of a TFRecord file: uint64 length, uint32 masked CRC of it, data, CRC."""
+    read = f.read
+    unpack = struct.Struct("<Q").unpack
+    while True:
+        head = read(12)
+        if len(head) < 12:
+            return
+        (n,) = unpack(head[:8])
+        if n > MAX_LINE * 64:
+            raise LogError("a TFRecord of %d bytes at offset %d: not an event file" % (n, f.tell()))
+        data = read(n + 4)
+        if len(data) < n + 4:
+            return  # the writer was still writing: the last record is partial
+        yield memoryview(data)[:n]
+
+
+def _rows_into(rows_iter, wanted, step_key):
+    """An Ingest from an iterator of row dicts (first rows choose the columns)."""
+    head = list(islice(rows_iter, HEAD_ROWS))
+    keys = Counter()
+    for d in head:
+        keys.update(d.keys())
+    ing = _ingest_for(keys, wanted, head, step_key)
+    n = 0
+    for d in chain(head, rows_iter):
+        ing.add(d)
+        n += 1
+        if not n % 65536:
+            ing.flush()
+    ing.flush()
+    return ing, n
+
+
+def _tf_rows(path, counts):
+    with open(path, "rb") as f:
+        row, step = {}, None
+        for data in _tfrecords(f):
+            counts[0] += 1
+            cur = {}
+            s = _event_scalars(data, cur)
+            if not cur:
+                continue
+            if s != step and row:
+                yield row
+                row = {}
+            step = s
+            row.update(cur)
+            row["step"] = float(s or 0)
+        if row:
+            yield row
+
+
+def read_tfevents(path, wanted):
+    """Scalars of a TensorBoard event file, one row per step."""
+    counts = [0]
+    ing, _ = _rows_into(_tf_rows(path, counts), wanted, "step")
+    return ing, "tensorboard", counts[0]
+
+
+# wandb/sdk/internal/datastore.py: a 7-byte file header ":W&B", magic 0xBEE1, version 0;
+# then LevelDB-log framing: 32 KiB blocks, each record chunk a 7-byte header (crc32, length,
+# type: 1 full, 2 first, 3 middle, 4 last); a block tail under 7 bytes is zero padding.
+_WB_BLOCK = 32768
+
+
+def _wandb_records(f):
+    data = f.read(7)
+    if data[:4] != b":W&B":
+        raise LogError("not a W&B run file (no :W&B header)")
+    off = 7
+    parts = []
+    hdr = struct.Struct("<IHB").unpack
+    buf = b""
+    pos = 0
+    while True:
+        if len(buf) - pos < _WB_BLOCK + 7:
+            buf = buf[pos:] + f.read(BLOCK)
+            pos = 0
+        left = _WB_BLOCK - off % _WB_BLOCK
+        if left < 7:
+            pos += left
+            off += left
+            continue
+        if len(buf) - pos < 7:
+            return
+        _, ln, typ = hdr(buf[pos : pos + 7])
+        if typ == 0 and ln == 0:
+            pos += left
+            off += left
+            continue
+        chunk = buf[pos + 7 : pos + 7 + ln]
+        if len(chunk) < ln:
+            return
+        pos += 7 + ln
+        off += 7 + ln
+        if typ == 1:
+            yield chunk
+        elif typ == 2:
+            parts = [chunk]
+        elif typ == 3:
+            parts.append(chunk)
+        elif typ == 4:
+            parts.append(chunk)
+            yield b"".join(parts)
+            parts = []
+
+
+def _wandb_rows(path, counts):
+    """History rows of a ``.wandb`` file (wandb_internal.proto: Record.history 2;
+    HistoryRecord item 1, step 2 {num 1}; HistoryItem key 1, nested_key 2, value_json 16)."""
+    loads = json.loads
+    with open(path, "rb") as f:
+        for rec in _wandb_records(f):
+            counts[0] += 1
+            for fnum, _, v in _fields(rec):
+                if fnum != 2 or not isinstance(v, (bytes, memoryview)):
+                    continue
+                row = {}
+                for hf, _, hv in _fields(v):
+                    if hf == 1:
+                        key, val = None, None
+                        for itf, _, iv in _fields(hv):
+                            if itf == 1 or (itf == 2 and key is None):
+                                key = bytes(iv).decode("utf-8", "replace")
+                            elif itf == 2:
+                                key += "/" + bytes(iv).decode("utf-8", "replace")
+                            elif itf == 16:
+                                val = bytes(iv)
+                        if key is None or val is None:
+                            continue
+                        try:
+                            row[key] = loads(val)
+                        except ValueError:
+                            continue
+                    elif hf == 2:
+                        for sf, _, sv in _fields(hv):
+                            if sf == 1:
+                                row.setdefault("_step", sv)
+                if row:
+                    yield row
+
+
+def read_wandb(path, wanted):
+    """History of a W&B run file (``run-*.wandb``), without wandb installed."""
+    counts = [0]
+    ing, _ = _rows_into(_wandb_rows(path, counts), wanted, "_step")
+    return ing, "wandb", counts[0]
 
 
 def _text_row(line):
@@ -481,17 +1013,27 @@ def _text_row(line):
 
 
 HEAD_ROWS = 5000  # rows read before the columns are chosen
-CHUNK = 1 << 22  # bytes of lines parsed between two moves of rows into the columns
 
 
 def read_log(path, fmt, wanted):
     """Stream the log once; return ``(Ingest, format, lines, extra)``."""
     auto = fmt == "auto"
+    lf = None
     if auto:
-        fmt = sniff(path)
+        fmt, lf = sniff(path)
     extra = {}
+    if fmt == "tfevents":
+        return read_tfevents(path, wanted) + (extra,)
+    if fmt == "wandb":
+        return read_wandb(path, wanted) + (extra,)
     doc = None
     if fmt == "json":
+        size = os.path.getsize(path)
+        if size > MAX_DOC:
+            raise LogError(
+                "a %d MiB JSON document; over %d MiB is not read whole (is it JSON lines?)"
+                % (size >> 20, MAX_DOC >> 20)
+            )
         with open(path, encoding="utf-8", errors="replace") as f:
             try:
                 doc = json.load(f)
@@ -511,42 +1053,64 @@ def read_log(path, fmt, wanted):
         else:
             raise LogError("a JSON document without log_history (not a trainer_state.json)")
         rows = [r for r in rows if isinstance(r, dict)]
-        ing = _ingest_for(Counter(chain.from_iterable(r.keys() for r in rows[:HEAD_ROWS])), wanted)
+        head = rows[:HEAD_ROWS]
+        ing = _ingest_for(Counter(chain.from_iterable(r.keys() for r in head)), wanted, head)
         for r in rows:
             ing.add(r)
         return ing, fmt, len(rows), extra
-    f = open(path, encoding="utf-8", errors="replace", newline="")
-    try:
+    with open(path, "rb") as f:
+        src = Lines(f)
         if fmt == "csv":
-            return _read_csv(f, wanted) + (extra,)
-        if fmt == "jsonl":
-            return _read_jsonl(f, wanted) + (extra,)
-        return _read_text(f, wanted) + (extra,)
-    finally:
-        f.close()
+            out = _read_csv(src, wanted)
+        elif fmt == "jsonl":
+            out = _read_jsonl(src, wanted)
+        elif lf is not None:
+            out = _read_formatted(src, lf, wanted)
+        else:
+            out = _read_text(src, wanted)
+    out[0].long = src.long
+    return out + (extra,)
 
 
-def _ingest_for(keys, wanted):
-    """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys)."""
-    step_key, metrics, meta, bucket_key, missing = resolve_columns(keys, wanted)
+def _numeric_keys(rows):
+    """Keys with a number for a value in any of these rows (dicts)."""
+    out = set()
+    for d in rows:
+        if not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            if k in out or isinstance(v, bool):
+                continue
+            if isinstance(v, (int, float)) or (isinstance(v, str) and _to_float(v) is not MISSING):
+                out.add(k)
+    return out
+
+
+def _ingest_for(keys, wanted, head=(), step_key=None):
+    """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys).
+
+    Without a loss series (and no metric named), the log cannot answer the question: the
+    error lists the numeric columns there are, for ``--metrics`` to name one."""
+    cols = resolve_columns(keys, wanted, step_key)
+    step_key, metrics, meta, bucket_key, missing, guesses = cols
+    if not wanted and not any(label == "loss" for label, _ in metrics):
+        numeric = sorted(_numeric_keys(head) - {step_key}) if head else sorted(keys)
+        raise NoLoss(numeric, [k for _, k in metrics])
     if not metrics:
-        seen = sorted(keys)
-        raise LogError(
-            "no metric found (wanted %s); keys seen: %s; name one with --metrics"
-            % (", ".join(wanted or ["loss", "acc", "lr", "grad_norm"]), ", ".join(seen[:30]))
-        )
+        raise NoLoss(sorted(_numeric_keys(head) - {step_key}) if head else sorted(keys), [])
     ing = Ingest(step_key, metrics, meta, bucket_key)
     ing.missing = missing
+    ing.guesses = guesses
     return ing
 
 
-def _read_jsonl(f, wanted):
+def _read_jsonl(src, wanted):
     loads = json.loads
-    head = []
-    texts = []
     nlines = 0
-    for line in f:
-        nlines += 1
+    lines, blocks = _head(src, HEAD_ROWS)
+    head = []
+    nlines = len(lines)
+    for line in lines:
         if line[:1] == "{":
             try:
                 d = loads(line)
@@ -556,14 +1120,11 @@ def _read_jsonl(f, wanted):
             head.append(d)
         elif line.strip():
             head.append(line)
-            texts.append(line)
-        if len(head) >= HEAD_ROWS:
-            break
     keys = Counter()
     for d in head:
         if isinstance(d, dict):
             keys.update(d.keys())
-    ing = _ingest_for(keys, wanted)
+    ing = _ingest_for(keys, wanted, head)
     for d in head:
         if d is None:
             ing.bad += 1
@@ -580,10 +1141,7 @@ def _read_jsonl(f, wanted):
     app = codes.append
     cmap = ing.cmap
     slow = ing.slow
-    while True:
-        block = f.readlines(CHUNK)
-        if not block:
-            break
+    for block in blocks:
         nlines += len(block)
         for line in block:
             if line[:1] != "{":
@@ -614,55 +1172,101 @@ def _read_jsonl(f, wanted):
     return ing, "jsonl", nlines
 
 
-def _read_csv(f, wanted):
-    first = f.readline()
+def _read_csv(src, wanted):
+    blocks = iter(src)
+    first = None
+    pending = []
+    for block in blocks:
+        for i, ln in enumerate(block):
+            if ln.strip():
+                first = ln.lstrip("\ufeff")
+                pending = block[i + 1 :]
+                break
+        if first is not None:
+            break
+    if first is None:
+        raise LogError("the log is empty")
     delim = "\t" if first.count("\t") > first.count(",") else ","
-    header = next(csv.reader([first], delimiter=delim))
-    header = [h.strip() for h in header]
-    ing = _ingest_for(Counter(header), wanted)
+    header = [h.strip() for h in next(csv.reader([first], delimiter=delim))]
+    head_rows = [dict(zip(header, r)) for r in csv.reader(pending[:HEAD_ROWS], delimiter=delim)]
+    ing = _ingest_for(Counter(header), wanted, head_rows)
     pos = {h: i for i, h in enumerate(header)}
     idx = [pos[k] for k in ing.keys]
     getter = itemgetter(*idx) if len(idx) > 1 else (lambda r, i=idx[0]: (r[i],))
     bidx = pos[ing.bucket_key] if ing.bucket_key is not None else None
     ext = ing.flat.extend
     nlines = 1
-    for row in csv.reader(f, delimiter=delim):
-        nlines += 1
-        if not row:
-            continue
-        if not nlines % 65536:
-            ing.flush()
-        try:
-            ext(map(float, getter(row)))
-        except (ValueError, IndexError, TypeError):
-            ing.fix_partial()
-            if len(row) == 1 and _maybe_event(ing, row[0]):
+    for block in chain([pending], blocks):
+        nlines += len(block)
+        for row in csv.reader(block, delimiter=delim):
+            if not row:
                 continue
-            ing.slow(dict(zip(header, row)))
-            continue
-        if bidx is not None:
-            ing.codes.append(ing.code(row[bidx] if bidx < len(row) else None))
+            try:
+                ext(map(float, getter(row)))
+            except (ValueError, IndexError, TypeError):
+                ing.fix_partial()
+                if len(row) == 1 and _maybe_event(ing, row[0]):
+                    continue
+                ing.slow(dict(zip(header, row)))
+                continue
+            if bidx is not None:
+                ing.codes.append(ing.code(row[bidx] if bidx < len(row) else None))
+        ing.flush()
     return ing, "csv", nlines
 
 
-def _read_text(f, wanted):
-    head = []
+def _read_formatted(src, lf, wanted):
+    """A trainer's text log: only lines matching its data pattern are rows; events only from
+    its event lines; everything else (source code, config dumps, tracebacks) is skipped."""
+    name, parse, step_key, event_res = lf
+    lines, blocks = _head(src, HEAD_ROWS)
+    parsed = [parse(ln) for ln in lines]
+    head = [d for d in parsed if d]
+    keys = Counter()
+    for d in head:
+        keys.update(d.keys())
+    ing = _ingest_for(keys, wanted, head, step_key)
+    ext = ing.flat.extend
+    getter = ing.getter
     nlines = 0
-    for line in f:
-        nlines += 1
-        head.append(line)
-        if len(head) >= HEAD_ROWS:
-            break
+    for block in chain([lines], blocks):
+        nlines += len(block)
+        for line in block:
+            d = parse(line)
+            if d is None:
+                for kind, rx in event_res:
+                    m = rx.search(line)
+                    if m:
+                        step = float(m.group(1)) if m.groups() else ing.last_step()
+                        ing.events.append((kind, step, "log", mask(line.strip())[:160]))
+                        break
+                else:
+                    if line.strip():
+                        ing.skipped += 1
+                continue
+            try:
+                ext(map(float, getter(d)))
+            except (KeyError, ValueError, TypeError):
+                ing.fix_partial()
+                ing.slow(d)
+        ing.flush()
+    return ing, name, nlines
+
+
+def _read_text(src, wanted):
+    lines, blocks = _head(src, HEAD_ROWS)
+    nlines = 0
     keys = Counter()
     plain = Counter()
     parsed = []
-    for line in head:
+    for line in lines:
         d = _text_row(line)
         parsed.append(d)
         keys.update(d.keys())
         plain.update(dict(FAST_PAIR_RE.findall(line)).keys())
-    ing = _ingest_for(keys, wanted)
-    for line, d in zip(head, parsed):
+    ing = _ingest_for(keys, wanted, parsed)
+    nlines += len(lines)
+    for line, d in zip(lines, parsed):
         _text_line(ing, line, d)
     # The fast path: one regex per line, then the same itemgetter + array.extend as JSON.
     # "Step 12 | loss 0.7" has words, not pairs: then the word regex runs too.
@@ -672,10 +1276,7 @@ def _read_text(f, wanted):
     getter = ing.getter
     bkey = ing.bucket_key
     app = ing.codes.append
-    while True:
-        block = f.readlines(CHUNK)
-        if not block:
-            break
+    for block in blocks:
         nlines += len(block)
         for line in block:
             low = line.lower()
@@ -1601,6 +2202,165 @@ def _csv_steps(text):
     return out
 
 
+LOG_NAMES = (
+    # (pattern on the path below the run dir, what it is), in order of preference
+    (r"(?:^|/)trainer_log\.jsonl$", "LLaMA-Factory trainer_log.jsonl"),
+    (r"^trainer_state\.json$", "HF trainer_state.json"),
+    (
+        r"(?:^|/)checkpoint-(\d+)/trainer_state\.json$",
+        "HF trainer_state.json of the last checkpoint",
+    ),
+    (r"(?:^|/)metrics\.csv$", "Lightning metrics.csv"),
+    (r"(?:^|/)run-[^/]*\.wandb$", "W&B run file"),
+    (r"(?:^|/)events\.out\.tfevents\.[^/]*$", "TensorBoard event file"),
+    (r"\.jsonl$", "JSON lines"),
+    (r"(?:\.log|\.out|\.txt)$", "text log"),
+    (r"\.csv$", "CSV"),
+)
+CKPT_NAME_RE = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(?:\.\w+)*$", re.I)
+
+
+def find_log(run_dir, max_entries=20000):
+    """``(file, why)``: the training log of a run directory, by the preference of
+    ``LOG_NAMES`` (the newest file of the best kind; for checkpoints, the highest step)."""
+    found = []
+    seen = 0
+    base = len(run_dir.rstrip("/")) + 1
+    for root, dirs, files in os.walk(run_dir):
+        depth = root[base:].count("/") + (1 if len(root) >= base else 0)
+        if depth >= 4:
+            dirs[:] = []
+        dirs.sort()
+        for name in files:
+            seen += 1
+            if seen > max_entries:
+                break
+            full = os.path.join(root, name)
+            rel = full[base:]
+            for rank, (pat, what) in enumerate(LOG_NAMES):
+                m = re.search(pat, rel)
+                if m:
+                    key = float(m.group(1)) if m.groups() else _mtime(full)
+                    found.append((rank, -key, rel, full, what))
+                    break
+    if not found:
+        raise LogError(
+            "a directory with no training log found in it (looked for %s)"
+            % "trainer_state.json, trainer_log.jsonl, metrics.csv, wandb/run-*/*.wandb, "
+            "events.out.tfevents.*, *.jsonl, *.log, *.txt, *.csv"
+        )
+    found.sort()
+    rank, _, rel, full, what = found[0]
+    others = len(found) - 1
+    return full, "%s (%s)%s" % (rel, what, "; %d other candidates" % others if others else "")
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def ckpt_dir_of(run_dir):
+    """The run directory itself, or its ``checkpoints``/``ckpt`` child, if it holds
+    checkpoint entries (checkpoint-2000, step_2000, global_step2000, iter_2000.pt)."""
+    for d in (run_dir, os.path.join(run_dir, "checkpoints"), os.path.join(run_dir, "ckpt")):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        if any(CKPT_NAME_RE.match(n) for n in names):
+            return d
+    return None
+
+
+def reconcile_steps(ing, steps, cols, warnings):
+    """One row per step, in order. Rows at the same step (sparse loggers: one metric per
+    row) are merged; a step counter that goes back (a resumed run appended to the same log)
+    is a resume: the later run's rows replace the earlier rows at those steps, never mixed.
+    Returns ``(steps, cols, n)``; resumes become events."""
+    n = len(steps)
+    if n < 2 or not any(map(ge, steps, islice(steps, 1, None))):
+        return steps, cols, n
+    names = list(cols)
+    arrs = [cols[k] for k in names]
+    keep = bytearray(b"\x01") * n
+    twice = 0
+    for i in range(n - 1):
+        if steps[i] != steps[i + 1]:
+            continue
+        both = False
+        for c in arrs:
+            a, b = c[i], c[i + 1]
+            if _is_missing(b):
+                c[i + 1] = a
+            elif not _is_missing(a):
+                both = True
+        twice += both
+        keep[i] = 0
+    low = math.inf
+    dropped = 0
+    for i in range(n - 1, -1, -1):
+        if not keep[i]:
+            continue
+        if steps[i] >= low:
+            keep[i] = 0
+            dropped += 1
+        else:
+            low = steps[i]
+    backs = [i for i in range(1, n) if steps[i] < steps[i - 1]]
+    for i in backs[:MAX_EVENTS]:
+        j = i - 1
+        ing.events.append(
+            (
+                "resume",
+                steps[i],
+                "steps",
+                "step counter went back from %s to %s at row %d (a resumed run appended to "
+                "the same log)" % (_fmt(steps[j]), _fmt(steps[i]), i + 1),
+            )
+        )
+    if backs:
+        warnings.append(
+            "the step counter goes back %d time(s) (a resumed run appended to the same log): "
+            "the later rows are used, %d earlier rows at the same steps are set aside"
+            % (len(backs), dropped)
+        )
+    if twice:
+        warnings.append("%d steps were logged twice: the later value is used" % twice)
+    if len(ing.codes) == n:
+        ing.codes = array("i", compress(ing.codes, keep))
+    steps = array("d", compress(steps, keep))
+    cols = {k: array("d", compress(c, keep)) for k, c in zip(names, arrs)}
+    return steps, cols, len(steps)
+
+
+COUNTER_META = ("tokens",)  # meta columns that some trainers log as running totals
+
+
+def per_batch(ing, steps, cols, warnings):
+    """A running total (TRL's num_tokens: 61440, 122880, ...) is not a batch size: use its
+    differences per step instead, and say so."""
+    for name in COUNTER_META:
+        col = cols.get(name)
+        if col is None or len(col) < 3:
+            continue
+        fin = [v for v in col if v == v]
+        if len(fin) < 3 or not all(map(le, fin, islice(fin, 1, None))) or fin[-1] < 2 * fin[0]:
+            continue
+        out = array("d", [math.nan])
+        for i in range(1, len(col)):
+            ds = steps[i] - steps[i - 1]
+            out.append((col[i] - col[i - 1]) / ds if ds > 0 else math.nan)
+        cols[name] = out
+        key = dict(ing.meta).get(name)
+        warnings.append(
+            "%r is a running total (it never decreases): per-batch %s are taken from its "
+            "differences per step, not its values" % (key, name)
+        )
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="trainlog.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("path")
@@ -1622,6 +2382,22 @@ def main(argv=None):
     wanted = [m.strip() for m in args.metrics.split(",") if m.strip()] or None
     try:
         return analyse(args, wanted)
+    except NoLoss as exc:
+        what = (
+            "found only %s, no loss series" % ", ".join(exc.found)
+            if exc.found
+            else "no loss series found"
+        )
+        emit(
+            "error",
+            message="%s: %s; numeric columns: %s; name the one to analyse with --metric NAME"
+            % (args.path, what, ", ".join(exc.numeric[:30]) or "none"),
+            kind="no-loss",
+            numeric=exc.numeric[:30],
+            flag="--metric",
+        )
+        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
+        return EXIT_FAILED
     except LogError as exc:
         emit("error", message="%s: %s" % (args.path, exc))
         emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
@@ -1634,10 +2410,19 @@ def main(argv=None):
 
 def analyse(args, wanted):
     preset = dict(PRESETS[args.preset])
-    if os.path.isdir(args.path):
-        raise LogError("is a directory; name the log file (e.g. trainer_state.json)")
-    ing, fmt, nlines, extra = read_log(args.path, args.format, wanted)
     warnings = []
+    path, chosen = args.path, None
+    if os.path.isdir(path):
+        run_dir = path
+        path, chosen = find_log(run_dir)
+        if args.ckpt_dir is None and not args.ckpt_steps:
+            ck = ckpt_dir_of(run_dir)
+            if ck is not None:
+                args.ckpt_dir = ck
+    ing, fmt, nlines, extra = read_log(path, args.format, wanted)
+    warnings.extend(getattr(ing, "guesses", []))
+    if getattr(ing, "long", 0):
+        warnings.append("%d lines longer than %d bytes skipped (not read)" % (ing.long, MAX_LINE))
     for name in getattr(ing, "missing", []):
         warnings.append("metric %r not found in the log" % name)
     n = ing.rows()
@@ -1651,10 +2436,12 @@ def analyse(args, wanted):
     for j, (name, _) in enumerate(ing.meta):
         cols[name] = ing.cols[ing.m1 + j]
     ing.cols = []
+    steps, cols, n = reconcile_steps(ing, steps, cols, warnings)
     for name in [m for m, _ in ing.meta]:
         col = cols[name]
         if not math.isfinite(sum(col)):
             cols[name] = array("d", (math.nan if _is_missing(v) else v for v in col))
+    per_batch(ing, steps, cols, warnings)
     strides = sorted(map(sub, islice(steps, 1, min(n, 2001)), steps[: min(n, 2001) - 1]))
     stride = _quantile([s for s in strides if s > 0], 0.5) if any(s > 0 for s in strides) else 1.0
     tol = args.tolerance if args.tolerance is not None else max(5.0, 2 * stride)
@@ -1664,7 +2451,8 @@ def analyse(args, wanted):
     preset["window"] = min(preset["window"], max(50, n // 4))
     emit(
         "source",
-        path=os.path.abspath(args.path),
+        path=os.path.abspath(path),
+        chosen_from=chosen,
         format=fmt,
         lines=nlines,
         rows=n,
