@@ -123,14 +123,6 @@ class HostSpec:
         user = self.ssh.user if self.ssh else None
         return ((Sudo(user=user),) if self.sudo else ()) + ((self.hop,) if self.hop else ())
 
-    def redact(self, text: str) -> str:
-        """``text`` with the values of secret env variables replaced by ``***``."""
-        for name in self.secret_env:
-            value = self.env.get(name)
-            if value:
-                text = text.replace(value, "***")
-        return text
-
 
 LOCAL = HostSpec(name="local")
 
