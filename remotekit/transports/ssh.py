@@ -191,9 +191,14 @@ class SSHTransport:
         return conn
 
     def connect(self) -> None:
+        self._connected()
+
+    def _connected(self) -> Connection:
+        """The held connection, opened if need be; steps keep this reference, not ``_conn``,
+        which another thread may drop when its channel fails."""
         with self._lock:
             if self._conn is not None and self._conn.is_connected:
-                return
+                return self._conn
             gateway = self._connection(self.spec.jump, None) if self.spec.jump else None
             conn = self._connection(self.spec, gateway)
             try:
@@ -206,6 +211,7 @@ class SSHTransport:
                 # Small writes (a step's payload, EOF) must not wait on Nagle + delayed ACK.
                 transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._conn = conn
+            return conn
 
     def _translate(self, exc: BaseException) -> BaseException:
         spec, host = self.spec, self.host
@@ -279,20 +285,21 @@ class SSHTransport:
     def start(
         self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
     ) -> SSHProcess:
-        self.connect()
-        assert self._conn is not None
+        conn = self._connected()
         command = join(argv)  # the one quoting point
         if not self._sessions.acquire(timeout=wait):
             raise TimeoutError(f"all {self.max_sessions} sessions busy")
         try:
-            transport = self._conn.client.get_transport()
+            transport = conn.client.get_transport()
             if transport is None or not transport.is_active():
                 raise EOFError("connection is closed")
             chan = transport.open_session(timeout=self.connect_timeout)
             chan.exec_command(command)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self._sessions.release()
-            self._conn = None
+            with self._lock:
+                if self._conn is conn:  # the next step opens a new one
+                    self._conn = None
             raise ConnectionLost(
                 f"{self.spec.display}: could not open a channel: {exc}", host=self.host
             ) from exc
