@@ -56,6 +56,8 @@ class SSHServer:
     port: int = 0
     user: str = field(default_factory=getpass.getuser)
     proc: subprocess.Popen[bytes] | None = None
+    #: More sshd_config lines (e.g. ``MaxSessions 2``).
+    extra_config: str = ""
 
     @property
     def client_key(self) -> Path:
@@ -103,7 +105,7 @@ class SSHServer:
                 f"SetEnv {setenv}\n"
                 "LogLevel ERROR\n"
                 "MaxStartups 64:30:128\n"
-                "Subsystem sftp internal-sftp\n"
+                "Subsystem sftp internal-sftp\n" + self.extra_config
             )
             self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {self.host_pub}\n")
             self.proc = subprocess.Popen(

@@ -209,6 +209,32 @@ def test_sixteen_concurrent_steps_on_one_target(ct: remotekit.Target, node: Fake
     assert not list(node.ct_tmp(CT).glob("remotekit-*")), "temp dirs left behind"
 
 
+@pytest.mark.timeout(120)
+def test_a_server_session_limit_means_wait_not_lost(tmp_path: Path, sshd: SSHServer) -> None:
+    """sshd refuses a session over its MaxSessions (and holds a finished one's slot until its
+    process is reaped): the connection is fine, so steps wait for a slot, none is "lost"."""
+    tight = SSHServer(tmp_path / "sshd", extra_config="MaxSessions 2\n").start()
+    try:
+        inv = write_inventory(tmp_path / "hosts.yaml", {"node": tight.host_yaml()})
+        failures: list[BaseException] = []
+        with inv.target("node") as t:
+
+            def one() -> None:
+                try:
+                    t.run(["sleep", "0.5"], timeout=60)
+                except BaseException as exc:
+                    failures.append(exc)
+
+            threads = [threading.Thread(target=one) for _ in range(6)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(90)
+        assert not failures, failures
+    finally:
+        tight.stop()
+
+
 def test_one_connection_is_reused(inventory: remotekit.Inventory) -> None:
     with inventory.target("ct") as t:
         t.run(["true"])

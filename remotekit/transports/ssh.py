@@ -293,7 +293,7 @@ class SSHTransport:
             transport = conn.client.get_transport()
             if transport is None or not transport.is_active():
                 raise EOFError("connection is closed")
-            chan = transport.open_session(timeout=self.connect_timeout)
+            chan = self._open_session(transport)
             chan.exec_command(command)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self._sessions.release()
@@ -304,3 +304,20 @@ class SSHTransport:
                 f"{self.spec.display}: could not open a channel: {exc}", host=self.host
             ) from exc
         return SSHProcess(chan, stdin, self._sessions.release)
+
+    def _open_session(self, transport: paramiko.Transport) -> paramiko.Channel:
+        """A session channel. sshd frees a finished session's slot only once that session's
+        process is reaped, a moment after we closed it, so while the connection is up a refused
+        open means "busy" and is tried again (for up to ``connect_timeout``), not "lost"."""
+        end = time.monotonic() + self.connect_timeout
+        pause = 0.02
+        while True:
+            try:
+                return transport.open_session(timeout=self.connect_timeout)
+            # paramiko keeps one saved failure per connection: under concurrent opens a refusal
+            # may surface as ChannelException or as a bare "Unable to open channel." SSHException.
+            except paramiko.SSHException:
+                if not transport.is_active() or time.monotonic() + pause > end:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
