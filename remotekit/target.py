@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Callable, TypeVar, cast
 
-from remotekit import remote
+from remotekit import remote, shell
 from remotekit.errors import (
     ConnectionLost,
     InterpreterNotFound,
@@ -39,7 +39,7 @@ from remotekit.errors import (
 from remotekit.inventory import LOCAL, HostSpec
 from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result, Script
-from remotekit.transports.base import ExecutableMissing, Process, Transport
+from remotekit.transports.base import ExecutableMissing, Process, TerminalTransport, Transport
 from remotekit.transports.local import LocalTransport
 
 __all__ = [
@@ -802,6 +802,86 @@ class Target:
             f"Python >= 3.6 there:\n{quoted}",
             **where,
         )
+
+    # -- shell -------------------------------------------------------------------------------
+
+    @_redacts_errors
+    def shell(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: int = 0,
+        stdout: int = 1,
+        start_timeout: float = 60.0,
+    ) -> int:
+        """Run ``argv`` (default: the login shell there) on a terminal inside the target, attached
+        to ours (file descriptors ``stdin``/``stdout``), and return its exit status.
+
+        The chain is the target's, each hop in its interactive form (a pty end to end), with
+        the venv active, the target's env and ``env``, in ``cwd`` or the workdir (else the
+        home directory). See :mod:`remotekit.shell`. ``start_timeout`` bounds the wait for
+        the program there to start; a hop that cannot be entered raises its own error.
+        """
+        if isinstance(argv, str):
+            raise TypeError("argv must be a list of strings, e.g. ['python'], not one string")
+        step = "shell"
+        self._remember_secrets(env)
+        launch = shell.interactive(self.spec.hops, self._launch(step))
+        transport = self.transport
+        if not isinstance(transport, TerminalTransport):
+            raise RemotekitError(
+                f"{transport.label} cannot open a terminal", host=self.name, step=step
+            )
+        if self.trace is not None:
+            self.trace(step, " -> ".join((transport.label, *launch.hops)))
+        columns, rows = shell.window_size(stdout, stdin)
+        term_name = os.environ.get("TERM") or "xterm-256color"
+        try:
+            term = transport.open_terminal(launch.argv, term=term_name, columns=columns, rows=rows)
+        except ExecutableMissing as exc:
+            raise self._missing(exc.path, step) from None
+        except TimeoutError:
+            raise RemotekitError(
+                f"no free SSH session for the shell ({transport.label})", host=self.name, step=step
+            ) from None
+        except RemotekitError as exc:
+            exc.step = exc.step or step
+            raise
+        try:
+            blobs = shell.request(launch, argv, env, cwd)
+            started, early = shell.handshake(term, blobs, start_timeout)
+            if not started:
+                raise self._shell_not_started(term, early, argv, start_timeout)
+            if early:
+                os.write(stdout, early)
+            shell.attach(term, stdin, stdout)
+            code = term.wait(5.0)
+        finally:
+            term.close()
+        if code is None:
+            raise ConnectionLost(
+                "the connection dropped while the shell ran (no exit status came back)",
+                host=self.name,
+                step=step,
+            )
+        return code
+
+    def _shell_not_started(
+        self, term: Any, output: bytes, argv: Sequence[str] | None, timeout: float
+    ) -> RemotekitError:
+        code = term.wait(1.0)
+        if code is None and term.poll() is None:
+            return RemotekitError(
+                f"the shell did not start within {timeout:g} s via {self.chain}",
+                host=self.name,
+                step="shell",
+            )
+        text = output.decode("utf-8", "replace").replace("\r\n", "\n")
+        display = tuple(argv or ("<login shell>",))
+        res = Result(self.name, "shell", display, code, text, "", 0.0, chain=self.chain)
+        return self._not_started(code, res, "shell")
 
     # -- ping --------------------------------------------------------------------------------
 

@@ -202,6 +202,15 @@ class Hop(ABC):
     def apply(self, launch: Launch) -> Launch:
         """The launch entered through this hop (pure: an argv in, an argv out)."""
 
+    def interactive(self, launch: Launch) -> Launch:
+        """The launch entered for a person at a terminal (``remotekit shell``): a pty inside.
+
+        The default is :meth:`apply`, for a tool that gives the command a terminal by itself
+        when its own stdin is one (lxc-attach, pct exec, sudo); a tool that must be asked
+        (``exec -t``, ``srun --pty``) overrides this.
+        """
+        return self.apply(launch)
+
     def wrap(self, launch: Launch, argv: Iterable[str]) -> Launch:
         """``launch`` entered through this hop by ``argv`` (the hop's words before the inner)."""
         return replace(launch, argv=(*argv, *launch.argv), hops=(self.label, *launch.hops))

@@ -92,9 +92,15 @@ class Kubectl(Hop):
         return (self.bin, *(("--context", self.context) if self.context else ()))
 
     def apply(self, launch: Launch) -> Launch:
+        return self._exec(launch, "-i")
+
+    def interactive(self, launch: Launch) -> Launch:
+        return self._exec(launch, "-it")  # -t: a pty in the container, resized with ours
+
+    def _exec(self, launch: Launch, flags: str) -> Launch:
         ctr = ("-c", self.container) if self.container else ()
         return self.wrap(
-            launch, (*self._kubectl(), "exec", "-i", "-n", self.namespace, self.pod, *ctr, "--")
+            launch, (*self._kubectl(), "exec", flags, "-n", self.namespace, self.pod, *ctr, "--")
         )
 
     def probe(self) -> tuple[str, ...]:

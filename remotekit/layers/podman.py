@@ -54,6 +54,10 @@ class Podman(Hop):
     def apply(self, launch: Launch) -> Launch:
         return self.wrap(launch, (self.engine, "exec", "-i", self.container))
 
+    def interactive(self, launch: Launch) -> Launch:
+        # -t: a pty inside (the engine proxies window size changes to it)
+        return self.wrap(launch, (self.engine, "exec", "-it", self.container))
+
     def probe(self) -> tuple[str, ...]:
         fmt = "{{.State.Status}}"
         return (self.engine, "container", "inspect", "--format", fmt, self.container)

@@ -83,8 +83,15 @@ class Slurm(Hop):
         return f"srun {job}" + (f" -w {self.node}" if self.node else "")
 
     def apply(self, launch: Launch) -> Launch:
+        return self._srun(launch)
+
+    def interactive(self, launch: Launch) -> Launch:
+        # --pty: task 0 gets a pty, and srun passes our window size changes on to it
+        return self._srun(launch, "--pty")
+
+    def _srun(self, launch: Launch, *flags: str) -> Launch:
         node = ("-w", self.node) if self.node else ()
-        srun = (self.bin, f"--jobid={self.job or self.job_name}", "--overlap", *node)
+        srun = (self.bin, f"--jobid={self.job or self.job_name}", "--overlap", *flags, *node)
         inner = launch
         if inner.argv and not inner.argv[0].startswith("/"):
             inner = replace(inner, argv=(ENV, *inner.argv))

@@ -23,9 +23,16 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterable, Sequence
-from typing import Protocol, Union
+from typing import Protocol, Union, runtime_checkable
 
-__all__ = ["Event", "ExecutableMissing", "Process", "Transport"]
+__all__ = [
+    "Event",
+    "ExecutableMissing",
+    "Process",
+    "Terminal",
+    "TerminalTransport",
+    "Transport",
+]
 
 Event = tuple[str, Union[bytes, int, str, None]]
 
@@ -59,3 +66,37 @@ class Transport(Protocol):
     def connect(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class Terminal(Protocol):
+    """A program started on a terminal (``open_terminal``): one byte stream each way.
+
+    ``fileno`` is readable when ``read`` has output (or the end: ``b""``); ``poll`` is the
+    exit status once the program ended (``None`` before, or when unknown, e.g. the connection
+    dropped); ``close`` lets go (and stops the program if it still runs).
+    """
+
+    def fileno(self) -> int: ...
+
+    def read(self) -> bytes: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def resize(self, columns: int, rows: int) -> None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float) -> int | None:
+        """The exit status, waiting up to ``timeout`` s for it (after ``read`` gave ``b""``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class TerminalTransport(Protocol):
+    """A transport that can start a program on a terminal (a pty there)."""
+
+    def open_terminal(
+        self, argv: Sequence[str], *, term: str, columns: int, rows: int
+    ) -> Terminal: ...

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import queue
 import signal
+import struct
 import subprocess
+import termios
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -13,7 +17,7 @@ from typing import IO
 
 from remotekit.transports.base import Event, ExecutableMissing
 
-__all__ = ["LocalProcess", "LocalTransport"]
+__all__ = ["LocalProcess", "LocalTerminal", "LocalTransport"]
 
 _CHUNK = 1 << 16
 #: How long to wait for output pipes after the process exited (a background child may hold them).
@@ -106,8 +110,80 @@ class LocalTransport:
     ) -> LocalProcess:
         return LocalProcess(argv, stdin)
 
+    def open_terminal(
+        self, argv: Sequence[str], *, term: str, columns: int, rows: int
+    ) -> LocalTerminal:
+        return LocalTerminal(argv, term, columns, rows)
+
     def connect(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+
+class LocalTerminal:
+    """``argv`` on a new pty here, as the leader of its own session (the pty its terminal)."""
+
+    def __init__(self, argv: Sequence[str], term: str, columns: int, rows: int):
+        self._master, slave = os.openpty()
+        _set_size(slave, columns, rows)
+        try:
+            self._proc = subprocess.Popen(
+                list(argv),
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env={**os.environ, "TERM": term},
+                start_new_session=True,
+                preexec_fn=_controlling_terminal,
+            )
+        except OSError as exc:
+            os.close(self._master)
+            raise ExecutableMissing(argv[0]) from exc
+        finally:
+            os.close(slave)  # ours: the master reads EOF (EIO) once the program's are closed
+
+    def fileno(self) -> int:
+        return self._master
+
+    def read(self) -> bytes:
+        try:
+            return os.read(self._master, _CHUNK)
+        except OSError:  # EIO: no process holds the pty any more
+            return b""
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._master, view) :]
+
+    def resize(self, columns: int, rows: int) -> None:
+        _set_size(self._master, columns, rows)  # the kernel signals SIGWINCH to the program
+
+    def poll(self) -> int | None:
+        return _status(self._proc.poll())
+
+    def wait(self, timeout: float) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout)
+        return self.poll()
+
+    def close(self) -> None:
+        if self._proc.poll() is None:  # HUP, as when a terminal window closes
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGHUP)
+        with contextlib.suppress(OSError):
+            os.close(self._master)
+
+
+def _controlling_terminal() -> None:
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # in the child, after setsid: stdin is its terminal
+
+
+def _set_size(fd: int, columns: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+
+def _status(code: int | None) -> int | None:
+    return None if code is None else 128 - code if code < 0 else code

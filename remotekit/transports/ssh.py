@@ -38,7 +38,7 @@ from remotekit.transports.known_hosts import (
 if TYPE_CHECKING:
     from remotekit.inventory import SSHSpec
 
-__all__ = ["SSHProcess", "SSHTransport"]
+__all__ = ["SSHProcess", "SSHTerminal", "SSHTransport"]
 
 _CHUNK = 1 << 16
 _DRAIN_S = 0.5
@@ -285,6 +285,19 @@ class SSHTransport:
     def start(
         self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
     ) -> SSHProcess:
+        return SSHProcess(self._exec(argv, wait), stdin, self._sessions.release)
+
+    def open_terminal(
+        self, argv: Sequence[str], *, term: str, columns: int, rows: int
+    ) -> SSHTerminal:
+        """``argv`` on a pty there (sshd's), ``columns`` x ``rows``; output and errors merged."""
+        chan = self._exec(argv, self.connect_timeout, pty=(term, columns, rows))
+        return SSHTerminal(chan, self._sessions.release, self.host)
+
+    def _exec(
+        self, argv: Sequence[str], wait: float | None, pty: tuple[str, int, int] | None = None
+    ) -> paramiko.Channel:
+        """A session channel (a slot taken: the caller releases it) running ``argv``."""
         conn = self._connected()
         command = join(argv)  # the one quoting point
         if not self._sessions.acquire(timeout=wait):
@@ -294,6 +307,8 @@ class SSHTransport:
             if transport is None or not transport.is_active():
                 raise EOFError("connection is closed")
             chan = self._open_session(transport)
+            if pty is not None:
+                chan.get_pty(term=pty[0], width=pty[1], height=pty[2])
             chan.exec_command(command)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self._sessions.release()
@@ -303,7 +318,7 @@ class SSHTransport:
             raise ConnectionLost(
                 f"{self.spec.display}: could not open a channel: {exc}", host=self.host
             ) from exc
-        return SSHProcess(chan, stdin, self._sessions.release)
+        return chan
 
     def _open_session(self, transport: paramiko.Transport) -> paramiko.Channel:
         """A session channel. sshd frees a finished session's slot only once that session's
@@ -321,3 +336,49 @@ class SSHTransport:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
+
+
+class SSHTerminal:
+    """One exec channel with a pty (:meth:`SSHTransport.open_terminal`)."""
+
+    def __init__(self, chan: paramiko.Channel, release: Callable[[], None], host: str):
+        self._chan = chan
+        self._release = release
+        self._host = host
+        self._released = False
+
+    def fileno(self) -> int:
+        return self._chan.fileno()
+
+    def read(self) -> bytes:
+        try:
+            return self._chan.recv(_CHUNK)
+        except (OSError, EOFError, paramiko.SSHException):
+            return b""  # the connection is gone: poll() says there is no exit status
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._chan.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise ConnectionLost(f"the SSH connection dropped: {exc}", host=self._host) from exc
+
+    def resize(self, columns: int, rows: int) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._chan.resize_pty(width=columns, height=rows)
+
+    def poll(self) -> int | None:
+        if not self._chan.exit_status_ready():
+            return None
+        code = self._chan.exit_status
+        return code if code >= 0 else None  # -1: closed without an exit status
+
+    def wait(self, timeout: float) -> int | None:
+        self._chan.status_event.wait(timeout)
+        return self.poll()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._chan.close()
+        if not self._released:
+            self._released = True
+            self._release()

@@ -1,0 +1,223 @@
+"""An interactive program inside a target, with a terminal end to end (``Target.shell``).
+
+The chain is the target's own, each hop in its interactive form (:meth:`Hop.interactive`)::
+
+    ssh (a pty, our window size) -> [sudo] -> [pct exec | lxc-attach | podman exec -it |
+    srun --pty | kubectl exec -it] -> python -c SHELL_LOADER
+
+Only a constant crosses the shells. :data:`SHELL_LOADER` turns off echo on its terminal and
+says :data:`READY`; only then do we send, as ``<length>:<base64>`` blobs, the second stage
+(``remote/shell.py``) and the request (argv, env, PATH additions, workdir). Sent earlier, the
+terminal would echo them back, and the env would show on a command line. The second stage
+restores the terminal and execs the program, whose exit status comes back as ours.
+
+While attached, our terminal is in raw mode (so Ctrl-C is a byte for the program there, not
+a signal for us) and is always restored; a window size change (SIGWINCH) is passed on.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import select
+import signal
+import termios
+import threading
+import time
+import tty
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from types import FrameType
+from typing import Any
+
+from remotekit import remote
+from remotekit.layers import Hop, Launch
+from remotekit.transports.base import Terminal
+
+__all__ = ["READY", "SHELL_LOADER", "attach", "interactive", "request"]
+
+#: What the loader says once its terminal no longer echoes (stdout; \r\n after it on a pty).
+READY = b"REMOTEKIT-SHELL-READY"
+
+#: The only code that crosses a shell: echo off, READY, then run the second stage it is sent.
+SHELL_LOADER = (
+    """\
+import os,base64,termios as T
+saved=None
+if os.isatty(0):
+ saved=T.tcgetattr(0);r=T.tcgetattr(0);r[0]&=~(T.ICRNL|T.INLCR|T.IGNCR|T.IXON|T.ISTRIP)
+ r[3]&=~(T.ECHO|T.ICANON|T.ISIG|T.IEXTEN);r[6][T.VMIN]=1;r[6][T.VTIME]=0
+ T.tcsetattr(0,T.TCSAFLUSH,r)
+def blob():
+ n=b''
+ while n[-1:]!=b':':
+  c=os.read(0,1)
+  if not c:raise SystemExit(1)
+  n+=c
+ n=int(n[:-1]);b=b''
+ while len(b)<n:
+  c=os.read(0,n-len(b))
+  if not c:raise SystemExit(1)
+  b+=c
+ return base64.b64decode(b)
+os.write(1,b'"""
+    + READY.decode()
+    + """\\n')
+exec(blob())"""
+)
+
+_CHUNK = 1 << 16
+#: How long output may still come after the program exited (a pty drains in milliseconds).
+_DRAIN_S = 0.3
+
+
+def interactive(hops: Sequence[Hop], launch: Launch) -> Launch:
+    """``launch`` (the target's) with the shell loader inside each hop's interactive form."""
+    python = launch.interpreter or "python3"
+    inner = replace(launch, argv=(python, "-c", SHELL_LOADER), hops=(python,))
+    for hop in reversed(hops):
+        inner = hop.interactive(inner)
+    return inner
+
+
+def _blob(data: bytes) -> bytes:
+    encoded = base64.b64encode(data)
+    return b"%d:%s" % (len(encoded), encoded)
+
+
+def request(
+    launch: Launch,
+    argv: Sequence[str] | None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> bytes:
+    """What the loader reads after READY: the second stage, then the request (two blobs)."""
+    term = os.environ.get("TERM") or "xterm-256color"
+    body = {
+        "argv": list(argv) if argv else None,
+        "env": {"TERM": term, **launch.env, **(env or {})},
+        "path_prepend": list(launch.path_prepend),
+        "cwd": cwd or launch.cwd,
+    }
+    return _blob(remote.source("shell.py")) + _blob(json.dumps(body).encode())
+
+
+def window_size(*fds: int) -> tuple[int, int]:
+    """(columns, rows) of the first of ``fds`` that is a terminal; 80x24 when none is."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            size = os.get_terminal_size(fd)
+            if size.columns and size.lines:
+                return size.columns, size.lines
+    return 80, 24
+
+
+def handshake(term: Terminal, blobs: bytes, timeout: float) -> tuple[bool, bytes]:
+    """Wait for READY, then send ``blobs``: (True, output before READY), or (False, all the
+    output) when the program there ended, or ``timeout`` passed, without saying READY."""
+    seen = b""
+    end = time.monotonic() + timeout
+    while (left := end - time.monotonic()) > 0:
+        ready, _, _ = select.select([term], [], [], min(left, 0.2))
+        if not ready:
+            if term.poll() is not None:
+                break
+            continue
+        data = term.read()
+        if not data:
+            break
+        seen += data
+        at = seen.find(READY)
+        if at >= 0:
+            term.write(blobs)
+            return True, seen[:at]
+    return False, seen
+
+
+class _Winch:
+    """SIGWINCH -> a byte on a pipe that the attach loop selects on (main thread only)."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.w, False)
+        self.old: Any = None
+        self.on = threading.current_thread() is threading.main_thread()
+        if self.on:
+            self.old = signal.signal(signal.SIGWINCH, self._signal)
+
+    def _signal(self, signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.w, b"w")
+
+    def drain(self) -> None:
+        with contextlib.suppress(OSError):
+            os.read(self.r, 512)
+
+    def close(self) -> None:
+        if self.on:
+            signal.signal(signal.SIGWINCH, self.old)
+        os.close(self.r)
+        os.close(self.w)
+
+
+def attach(term: Terminal, stdin_fd: int, stdout_fd: int) -> None:
+    """Relay bytes between our terminal and ``term`` until the program there ends.
+
+    ``stdin_fd`` is put in raw mode (when it is a terminal) and restored on the way out,
+    whatever happens; its window size follows to ``term``.
+    """
+    saved = termios.tcgetattr(stdin_fd) if os.isatty(stdin_fd) else None
+    winch = _Winch()
+    try:
+        if saved is not None:
+            tty.setraw(stdin_fd, termios.TCSANOW)
+        size = window_size(stdout_fd, stdin_fd)
+        term.resize(*size)  # it may have changed since the terminal was opened
+        _relay(term, stdin_fd, stdout_fd, winch, size)
+    finally:
+        winch.close()
+        if saved is not None:
+            termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
+
+
+def _relay(
+    term: Terminal, stdin_fd: int, stdout_fd: int, winch: _Winch, size: tuple[int, int]
+) -> None:
+    inputs: list[Any] = [term, stdin_fd, winch.r]
+    ended: float | None = None  # when the program there exited
+    while True:
+        readable, _, _ = select.select(inputs, [], [], 0.1)
+        if term in readable:
+            data = term.read()
+            if not data:
+                return
+            _write_all(stdout_fd, data)
+        elif ended is None:
+            if term.poll() is not None:
+                ended = time.monotonic()
+        elif time.monotonic() - ended > _DRAIN_S:
+            return  # something there still holds the terminal open: the program is done
+        if stdin_fd in readable:
+            data = os.read(stdin_fd, _CHUNK)
+            if data:
+                term.write(data)
+            else:  # our input ended (not a terminal): EOF for a cooked terminal there
+                inputs.remove(stdin_fd)
+                term.write(b"\x04")
+        if winch.r in readable:
+            winch.drain()
+            now = window_size(stdout_fd, stdin_fd)
+            if now != size:
+                size = now
+                term.resize(*size)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [])

@@ -1,0 +1,239 @@
+"""`Target.shell` / `invoke shell`: a person at a real terminal, through every hop.
+
+Each test starts a process on a real pty (as a terminal window would) that calls
+``Target.shell()``; the test types into the pty and reads the screen: a command's output, the
+env/workdir/venv, ``stty size`` after a resize, Ctrl-C to a ``sleep`` (the shell survives),
+and ``exit N`` (N comes back). Hops: local, the real sshd, ssh -> pct (fake) -> real LXC, and
+lxc-attach, podman exec -it, srun --pty, kubectl exec -it (fake) on the node. The pure argv
+of each hop's interactive form is checked exactly.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remotekit
+from remotekit.layers import Docker, Kubectl, Launch, Lxc, Pct, Podman, Slurm, Sudo
+from remotekit.shell import READY, SHELL_LOADER, interactive
+from tests.conftest import write_inventory
+from tests.harness import SSHServer, processes_with, wait_gone
+from tests.test_runtimes import _hosts
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = sys.prefix
+
+# -- the pure argv of each hop's interactive form ----------------------------------------------
+
+INNER = Launch(argv=("/v/bin/python", "-c", "L"))
+
+
+@pytest.mark.parametrize(
+    ("hop", "argv"),
+    [
+        (Pct(200), ["pct", "exec", "200", "--"]),
+        (Lxc("ct1"), ["lxc-attach", "-n", "ct1", "--clear-env", "--"]),
+        (Podman("p1"), ["podman", "exec", "-it", "p1"]),
+        (Docker("d1"), ["docker", "exec", "-it", "d1"]),
+        (
+            Slurm(job=42, node="n7"),
+            ["srun", "--jobid=42", "--overlap", "--pty", "-w", "n7", "--export=NONE", "--"],
+        ),
+        (
+            Kubectl("web", "main", "ml", "kind"),
+            ["kubectl", "--context", "kind", "exec", "-it", "-n", "ml", "web", "-c", "main", "--"],
+        ),
+        (Sudo(), ["sudo", "-n", "--"]),
+    ],
+)
+def test_interactive_argv(hop: Any, argv: list[str]) -> None:
+    out = hop.interactive(INNER)
+    assert list(out.argv) == [*argv, "/v/bin/python", "-c", "L"]
+    assert out.hops == (hop.label,)  # the chain reads the same as for steps
+    assert hop.apply(INNER).argv != out.argv or isinstance(hop, (Pct, Lxc, Sudo))
+
+
+def test_interactive_launch_runs_the_shell_loader_inside_every_hop() -> None:
+    launch = Launch(argv=("x",), env={"K": "v"}, interpreter="python3", cwd="/w")
+    out = interactive((Sudo(), Slurm(job=7)), launch)
+    assert out.argv[:4] == ("sudo", "-n", "--", "srun")
+    # a bare interpreter under srun --export=NONE goes through /usr/bin/env, as for steps
+    assert out.argv[-4:] == ("/usr/bin/env", "python3", "-c", SHELL_LOADER)
+    assert out.env == {"K": "v"} and out.cwd == "/w"  # sent on the terminal, not in argv
+    assert "v" not in out.argv and READY.decode() in SHELL_LOADER
+
+
+# -- a terminal window ---------------------------------------------------------------------------
+
+DRIVER = """\
+import sys, remotekit
+inv = remotekit.load_inventory(sys.argv[1])
+argv = sys.argv[3:] or None
+with inv.target(sys.argv[2]) as t:
+    code = t.shell(argv, env={"RK_CALL": "from the call"})
+print("RK-EXIT %d" % code)
+"""
+
+
+class Window:
+    """A process on a real pty (it is the session leader: the pty is its terminal)."""
+
+    def __init__(self, argv: list[str], columns: int = 80, rows: int = 24):
+        self.fd, slave = os.openpty()
+        self.resize(columns, rows, fd=slave)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"}
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        )
+        os.close(slave)
+        self.screen = b""
+
+    def resize(self, columns: int, rows: int, fd: int | None = None) -> None:
+        size = struct.pack("HHHH", rows, columns, 0, 0)
+        fcntl.ioctl(self.fd if fd is None else fd, termios.TIOCSWINSZ, size)
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def expect(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        """Read until ``pattern`` (a regex) shows on the screen after what was matched before."""
+        end = time.monotonic() + timeout
+        while True:
+            text = self.screen.decode(errors="replace")
+            m = re.search(pattern, text)
+            if m:
+                self.screen = self.screen[len(text[: m.end()].encode(errors="replace")) :]
+                return m
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{pattern!r} not on the screen after {timeout} s:\n{text}")
+            if select.select([self.fd], [], [], min(left, 0.2))[0]:
+                try:
+                    data = os.read(self.fd, 65536)
+                except OSError:
+                    data = b""
+                if not data and self.proc.poll() is not None:
+                    raise AssertionError(f"{pattern!r} not on the screen; exited:\n{text}")
+                self.screen += data
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        os.close(self.fd)
+
+
+@pytest.fixture
+def window() -> Iterator[Any]:
+    opened: list[Window] = []
+
+    def open_(inv: remotekit.Inventory, host: str, *argv: str) -> Window:
+        assert inv.path is not None
+        w = Window([sys.executable, "-c", DRIVER, inv.path, host, *argv])
+        opened.append(w)
+        return w
+
+    yield open_
+    for w in opened:
+        w.close()
+
+
+# -- the whole session, on every hop ----------------------------------------------------------
+
+#: the output of ``stty size``
+SIZE_IS = r"(?<![\d])({})\r*\n"
+TARGETS = ("local", "ssh", "pct", "lxc", "podman", "slurm", "kubectl")
+
+
+@pytest.fixture(scope="module")
+def shells(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``shells(kind)``: (inventory, host) for a shell there; runtimes started on first use."""
+    made: dict[str, remotekit.Inventory] = {}
+    workdir = tmp_path_factory.mktemp("work")
+
+    def get(kind: str) -> tuple[remotekit.Inventory, str]:
+        if kind not in made:
+            common = {"venv": VENV, "env": {"RK_HOST": "from hosts.yaml"}}
+            if kind == "local":
+                host: dict[str, Any] = {**common, "workdir": str(workdir)}
+            elif kind == "ssh":
+                sshd: SSHServer = request.getfixturevalue("sshd")
+                host = sshd.host_yaml(**common, workdir=str(workdir))
+            else:
+                hop, _, _ = _hosts(kind, request.getfixturevalue)
+                host = {**hop, **common, "workdir": "/tmp"}
+                if kind == "pct":  # the node is reached through the real sshd
+                    host = {**request.getfixturevalue("sshd").host_yaml(), **host}
+            path = tmp_path_factory.mktemp(f"shell-{kind}") / "hosts.yaml"
+            made[kind] = write_inventory(path, {kind: host})
+        return made[kind], kind
+
+    return get
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_a_session(kind: str, shells: Any, window: Any) -> None:
+    inv, host = shells(kind)
+    spec = inv.spec(host)
+    w = window(inv, host, "sh")
+    mark = uuid.uuid4().hex[:8]
+    w.type(f"echo {mark}-$((6*7))\r")
+    w.expect(f"{mark}-42")
+    # env from hosts.yaml and from the call, the workdir, the venv first on PATH
+    w.type('echo "[$RK_HOST|$RK_CALL|$(pwd)|$VIRTUAL_ENV|$(command -v python)]"\r')
+    m = w.expect(r"\[(from hosts\.yaml)\|(from the call)\|([^|]*)\|([^|]*)\|([^\]]*)\]")
+    assert m.group(3) == spec.workdir
+    assert m.group(4) == VENV
+    assert m.group(5) == f"{VENV}/bin/python"
+    # the terminal there has our size, and follows it
+    # (a prompt may come after the echo of what we typed: match the output only)
+    w.type("stty size\r")
+    w.expect(SIZE_IS.format("24 80"))
+    w.resize(132, 43)
+    for _ in range(50):  # the size travels hop by hop, asynchronously
+        w.type("stty size\r")
+        m = w.expect(SIZE_IS.format(r"\d+ \d+"))
+        if m.group(1) == "43 132":
+            break
+        time.sleep(0.1)
+    assert m.group(1) == "43 132"
+    # Ctrl-C stops the program there, not the shell, and not us
+    sleeper = str(70000 + int(mark[:4], 16))
+    w.type(f"sleep {sleeper}\r")
+    _wait_running(sleeper)
+    w.type("\x03")
+    assert wait_gone(f"sleep {sleeper}", 10) == []
+    w.type(f"echo alive-{mark}\r")
+    w.expect(f"alive-{mark}")
+    # the exit status comes back, and nothing is left running
+    w.type("exit 7\r")
+    w.expect(r"RK-EXIT 7")
+    assert w.proc.wait(10) == 0
+    # every process of the chain (ssh session, hop tools) carried the loader in its argv
+    assert wait_gone(READY.decode(), 10) == []
+
+
+def _wait_running(marker: str) -> None:
+    end = time.monotonic() + 10
+    while not processes_with(marker):
+        assert time.monotonic() < end, f"{marker} never started"
+        time.sleep(0.05)
