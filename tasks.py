@@ -926,3 +926,36 @@ def bench(c, quick=False):
         worst = max(worst, c.run(shlex.join([sys.executable, *argv]), warn=True).exited)
     if worst:
         raise Exit(code=worst)
+
+
+# --- shell ---
+
+
+def _after_dashes() -> list[str]:
+    """The words after ``--`` on our command line, exactly as given (invoke keeps only a
+    space-joined string of them, which loses quoting)."""
+    return sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
+
+
+@task(
+    help={
+        "host": "the target: one name from hosts.yaml (default: local)",
+        "cmd": "run this instead of the login shell, split like a shell would here "
+        "(or give the program and its arguments after --)",
+        "inventory": SELECT_HELP["inventory"],
+    }
+)
+def shell(c, host="", cmd="", inventory=""):
+    """A shell (or `-- PROGRAM ARGS...`) inside the target on a terminal, venv active, in its
+    workdir. Exits with the program's status (2 when the target cannot be entered)."""
+    argv = shlex.split(cmd) if cmd else _after_dashes()
+    targets = _select(host, "", False, inventory)
+    if len(targets) != 1:
+        raise Exit("remotekit: shell takes one --host", code=2)
+    try:
+        with targets[0] as t:
+            code = t.shell(argv or None)
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    if code:
+        raise Exit(code=code)

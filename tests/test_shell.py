@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import fcntl
 import os
+import pwd
 import re
 import select
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ import pytest
 import remotekit
 from remotekit.layers import Docker, Kubectl, Launch, Lxc, Pct, Podman, Slurm, Sudo
 from remotekit.shell import READY, SHELL_LOADER, interactive
-from tests.conftest import write_inventory
+from tests.conftest import STOPPED, write_inventory
 from tests.harness import SSHServer, processes_with, wait_gone
 from tests.test_runtimes import _hosts
 
@@ -78,13 +81,16 @@ def test_interactive_launch_runs_the_shell_loader_inside_every_hop() -> None:
 
 # -- a terminal window ---------------------------------------------------------------------------
 
+#: A value that must reach the program there without showing on any command line.
+CALL_VALUE = "from the call"
 DRIVER = """\
-import sys, remotekit
+import os, sys, termios, remotekit
 inv = remotekit.load_inventory(sys.argv[1])
 argv = sys.argv[3:] or None
 with inv.target(sys.argv[2]) as t:
-    code = t.shell(argv, env={"RK_CALL": "from the call"})
-print("RK-EXIT %d" % code)
+    code = t.shell(argv, env={"RK_CALL": os.environ["RK_CALL_VALUE"]})
+lflag = termios.tcgetattr(0)[3]
+print("RK-EXIT %d, echo %s" % (code, bool(lflag & termios.ECHO and lflag & termios.ICANON)))
 """
 
 
@@ -94,7 +100,7 @@ class Window:
     def __init__(self, argv: list[str], columns: int = 80, rows: int = 24):
         self.fd, slave = os.openpty()
         self.resize(columns, rows, fd=slave)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "RK_CALL_VALUE": CALL_VALUE}
         self.proc = subprocess.Popen(
             argv,
             stdin=slave,
@@ -204,6 +210,7 @@ def test_a_session(kind: str, shells: Any, window: Any) -> None:
     assert m.group(3) == spec.workdir
     assert m.group(4) == VENV
     assert m.group(5) == f"{VENV}/bin/python"
+    assert processes_with(CALL_VALUE) == []  # it travelled on the terminal, never in an argv
     # the terminal there has our size, and follows it
     # (a prompt may come after the echo of what we typed: match the output only)
     w.type("stty size\r")
@@ -226,7 +233,7 @@ def test_a_session(kind: str, shells: Any, window: Any) -> None:
     w.expect(f"alive-{mark}")
     # the exit status comes back, and nothing is left running
     w.type("exit 7\r")
-    w.expect(r"RK-EXIT 7")
+    w.expect(r"RK-EXIT 7, echo True")  # and our terminal is back as it was
     assert w.proc.wait(10) == 0
     # every process of the chain (ssh session, hop tools) carried the loader in its argv
     assert wait_gone(READY.decode(), 10) == []
@@ -237,3 +244,69 @@ def _wait_running(marker: str) -> None:
     while not processes_with(marker):
         assert time.monotonic() < end, f"{marker} never started"
         time.sleep(0.05)
+
+
+# -- the login shell, the command line, failures ------------------------------------------------
+
+
+def test_the_default_is_the_login_shell_with_the_venv_after_its_rc(
+    tmp_path: Path, window: Any
+) -> None:
+    """bash reads ~/.bashrc, which may put pyenv shims first: the venv comes first again."""
+    if os.path.basename(pwd.getpwuid(os.getuid()).pw_shell) != "bash":
+        pytest.skip("this account's login shell is not bash")
+    (tmp_path / ".bashrc").write_text('PATH="/rk-shims:$PATH"; echo "rc ran"\n')
+    inv = write_inventory(
+        tmp_path / "hosts.yaml",
+        {"here": {"venv": VENV, "env": {"HOME": str(tmp_path)}}},
+    )
+    w = window(inv, "here")
+    w.expect("rc ran")
+    w.type('echo "[$SHELL|$(pwd)|$(command -v python)|${PATH%%:*}]"\r')
+    m = w.expect(r"\[([^|$]*)\|([^|$]*)\|([^|$]*)\|([^\]$]*)\]")  # not the echo
+    assert os.path.basename(m.group(1)) == "bash"
+    assert m.group(2) == str(tmp_path)  # no workdir: home
+    assert m.group(3) == f"{VENV}/bin/python"
+    assert m.group(4) == f"{VENV}/bin"
+    w.type("exit\r")
+    w.expect("RK-EXIT 0")
+
+
+def test_invoke_shell_runs_the_program_after_dashes(shells: Any) -> None:
+    inv, host = shells("pct")
+    code = "import os, sys; print('at', os.getcwd(), sys.prefix); sys.exit(5)"
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "shell"]
+    w = Window([*argv, "--host", host, "--inventory", inv.path, "--", "python", "-c", code])
+    try:
+        w.expect(f"at /tmp {VENV}")
+        assert w.proc.wait(20) == 5
+    finally:
+        w.close()
+
+
+def _shell(t: remotekit.Target, argv: list[str] | None, **kw: Any) -> tuple[int, str]:
+    """``t.shell`` in this process, with no terminal here (stdin /dev/null)."""
+    with tempfile.TemporaryFile() as out:
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        try:
+            code = t.shell(argv, stdin=stdin, stdout=out.fileno(), **kw)
+        finally:
+            os.close(stdin)
+        out.seek(0)
+        return code, out.read().decode(errors="replace")
+
+
+def test_no_terminal_here_still_works_and_failures_say_why(shells: Any, node: Any) -> None:
+    inv, host = shells("pct")
+    with inv.target(host) as t:
+        code, text = _shell(t, ["sh", "-c", "echo $((2+3)); exit 3"])
+        assert (code, text.replace("\r", "")) == (3, "5\n")  # a terminal's \r\n (\r\r\n)
+        code, text = _shell(t, ["no-such-program-rk"])
+        assert code == 127 and "command not found: no-such-program-rk" in text
+        code, text = _shell(t, ["true"], cwd="/no/such/dir")
+        assert code == 1 and "cannot change to working directory /no/such/dir" in text
+        with pytest.raises(TypeError):
+            t.shell("ls")  # type: ignore[arg-type]
+    stopped = remotekit.Target(replace(inv.spec(host), hop=Pct(STOPPED, str(node.pct))))
+    with stopped, pytest.raises(remotekit.ContainerNotRunning, match=f"'{STOPPED}' not running"):
+        _shell(stopped, None)
