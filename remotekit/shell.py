@@ -69,6 +69,8 @@ exec(blob())"""
 )
 
 _CHUNK = 1 << 16
+#: Output kept from before READY (shown, or quoted in the error when READY never comes).
+_KEEP = 1 << 16
 #: How long output may still come after the program exited (a pty drains in milliseconds).
 _DRAIN_S = 0.3
 
@@ -128,7 +130,7 @@ def handshake(term: Terminal, blobs: bytes, timeout: float) -> tuple[bool, bytes
         data = term.read()
         if not data:
             break
-        seen += data
+        seen = (seen + data)[-_KEEP:]  # a login script's noise before READY: the tail only
         at = seen.find(READY)
         if at >= 0:
             term.write(blobs)

@@ -39,7 +39,13 @@ from remotekit.errors import (
 from remotekit.inventory import LOCAL, HostSpec
 from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result, Script
-from remotekit.transports.base import ExecutableMissing, Process, TerminalTransport, Transport
+from remotekit.transports.base import (
+    ExecutableMissing,
+    Process,
+    Terminal,
+    TerminalTransport,
+    Transport,
+)
 from remotekit.transports.local import LocalTransport
 
 __all__ = [
@@ -869,7 +875,7 @@ class Target:
         return code
 
     def _shell_not_started(
-        self, term: Any, output: bytes, argv: Sequence[str] | None, timeout: float
+        self, term: Terminal, output: bytes, argv: Sequence[str] | None, timeout: float
     ) -> RemotekitError:
         code = term.wait(1.0)
         if code is None and term.poll() is None:

@@ -6,7 +6,7 @@ hosts.yaml key that declares a container hop to its class. The order is fixed:
 ``ssh -> [sudo] -> [container hop] -> [interpreter]``, at most one container hop per target.
 
 Adding a hop: write ``remotekit/layers/<name>.py`` with a :class:`Hop` subclass (keys, argv,
-probe, failure texts), add it to :data:`HOPS`, test it in tests/test_layers.py, add README rows.
+its interactive argv when the tool must be asked for a pty, probe, failure texts), add it to :data:`HOPS`, test it in tests/test_layers.py, add README rows.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ hosts.yaml: ``kubectl: {pod: P, container: C, namespace: NS, context: CTX, bin: 
 
 A command that fails inside returns its code with ``command terminated with exit code N``
 (126: cannot be invoked, 127: not found).
+Interactive (``remotekit shell``): ``exec -it``; kubectl only allocates the TTY when its own
+stdin is one (else it warns ``Unable to use a TTY - input is not a terminal ...``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ payload. lxc-attach has no cwd option (the runner sets cwd). Its words (lxc 5)::
 
 ``Failed to get init pid`` (exit 1) means stopped OR missing; ``lxc-info -n NAME -s`` (beside
 lxc-attach) tells which: ``State: STOPPED`` vs ``NAME doesn't exist``.
+
+Interactive (``remotekit shell``): the same argv; lxc-attach allocates a pty inside when its
+stdin is a terminal and passes window size changes on to it.
 """
 
 from __future__ import annotations

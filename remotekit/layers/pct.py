@@ -8,6 +8,9 @@ pct's own words (pve-container src/PVE/CLI/pct.pm, PVE/LXC/Config.pm), exit 255 
     Configuration file 'nodes/pve/lxc/999.conf' does not exist
     container '201' not running!
     missing command
+
+Interactive (``remotekit shell``): the same argv. pct exec execs lxc-attach, which gives the
+command a pty of its own when its stdin is a terminal (``pct enter`` only gives a login shell).
 """
 
 from __future__ import annotations

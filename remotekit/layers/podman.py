@@ -10,6 +10,8 @@ docker's CLI and exit codes match podman's, so one module serves both. Their wor
                                                                            (podman, exit 255)
     Error response from daemon: container NAME is not running              (docker)
     126 the command cannot be invoked; 127 the command was not found inside
+
+Interactive (``remotekit shell``): ``exec -it``, a pty inside that follows our window size.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ searches the system's default path. srun's words (slurm 22.05)::
     srun: error: Unable to confirm allocation for job 4242: Job/step already completing or completed
     srun: error: Slurm job 4242 has expired                              (finished)
     slurmstepd: error: execve(): python9: No such file or directory     (exit 2, the errno; 13)
+
+Interactive (``remotekit shell``): ``--pty`` (task 0 on a pty; srun passes window size changes).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 hosts.yaml: ``sudo: true``. ``-n`` makes sudo fail at once rather than wait for a password
 prompt that nobody can answer; its words then are ``sudo: a password is required``.
+Interactive (``remotekit shell``): the same argv; the terminal passes through sudo.
 """
 
 from __future__ import annotations
