@@ -167,7 +167,21 @@ def window() -> Iterator[Any]:
 
 #: the output of ``stty size``
 SIZE_IS = r"(?<![\d])({})\r*\n"
-TARGETS = ("local", "ssh", "pct", "lxc", "podman", "slurm", "kubectl")
+#: local, the node through sshd, and every hop on the node: locally and through sshd (-ssh)
+TARGETS = (
+    "local",
+    "ssh",
+    "pct",
+    "sudo-pct",
+    "lxc",
+    "lxc-ssh",
+    "podman",
+    "podman-ssh",
+    "slurm",
+    "slurm-ssh",
+    "kubectl",
+    "kubectl-ssh",
+)
 
 
 @pytest.fixture(scope="module")
@@ -176,19 +190,23 @@ def shells(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     made: dict[str, remotekit.Inventory] = {}
     workdir = tmp_path_factory.mktemp("work")
 
+    def sshd() -> dict[str, Any]:
+        server: SSHServer = request.getfixturevalue("sshd")
+        return server.host_yaml()
+
     def get(kind: str) -> tuple[remotekit.Inventory, str]:
         if kind not in made:
-            common = {"venv": VENV, "env": {"RK_HOST": "from hosts.yaml"}}
-            if kind == "local":
-                host: dict[str, Any] = {**common, "workdir": str(workdir)}
-            elif kind == "ssh":
-                sshd: SSHServer = request.getfixturevalue("sshd")
-                host = sshd.host_yaml(**common, workdir=str(workdir))
+            host: dict[str, Any] = {"venv": VENV, "env": {"RK_HOST": "from hosts.yaml"}}
+            runtime = kind.removeprefix("sudo-").removesuffix("-ssh")
+            if runtime in ("local", "ssh"):
+                host["workdir"] = str(workdir)
             else:
-                hop, _, _ = _hosts(kind, request.getfixturevalue)
-                host = {**hop, **common, "workdir": "/tmp"}
-                if kind == "pct":  # the node is reached through the real sshd
-                    host = {**request.getfixturevalue("sshd").host_yaml(), **host}
+                hop, _, _ = _hosts(runtime, request.getfixturevalue)
+                host.update(hop, workdir="/tmp")
+            if kind in ("ssh", "pct") or kind.startswith("sudo-") or kind.endswith("-ssh"):
+                host.update(sshd())  # pct: the node is reached through the real sshd
+            if kind.startswith("sudo-"):
+                host["sudo"] = True
             path = tmp_path_factory.mktemp(f"shell-{kind}") / "hosts.yaml"
             made[kind] = write_inventory(path, {kind: host})
         return made[kind], kind
@@ -310,3 +328,11 @@ def test_no_terminal_here_still_works_and_failures_say_why(shells: Any, node: An
     stopped = remotekit.Target(replace(inv.spec(host), hop=Pct(STOPPED, str(node.pct))))
     with stopped, pytest.raises(remotekit.ContainerNotRunning, match=f"'{STOPPED}' not running"):
         _shell(stopped, None)
+
+
+def test_a_program_killed_there_by_a_signal(shells: Any, window: Any) -> None:
+    """A local pty reports 128+N; sshd sends exit-signal, which is 255 as in OpenSSH's ssh."""
+    for kind, code in (("local", 137), ("ssh", 255)):
+        inv, host = shells(kind)
+        w = window(inv, host, "sh", "-c", "echo up; kill -9 $$")
+        w.expect(f"RK-EXIT {code}, echo True")

@@ -367,10 +367,15 @@ class SSHTerminal:
             self._chan.resize_pty(width=columns, height=rows)
 
     def poll(self) -> int | None:
-        if not self._chan.exit_status_ready():
+        chan = self._chan
+        if not chan.exit_status_ready():
             return None
-        code = self._chan.exit_status
-        return code if code >= 0 else None  # -1: closed without an exit status
+        if chan.exit_status >= 0:
+            return chan.exit_status
+        # Closed without an exit status. On a live connection that is sshd's "exit-signal"
+        # (the program was killed by a signal), which paramiko drops: 255, as OpenSSH's ssh.
+        transport = chan.get_transport()
+        return 255 if transport is not None and transport.is_active() else None
 
     def wait(self, timeout: float) -> int | None:
         self._chan.status_event.wait(timeout)
