@@ -36,7 +36,15 @@ from remotekit import remote
 from remotekit.layers import Hop, Launch
 from remotekit.transports.base import Terminal
 
-__all__ = ["READY", "SHELL_LOADER", "attach", "interactive", "request"]
+__all__ = [
+    "READY",
+    "SHELL_LOADER",
+    "NotStarted",
+    "attach",
+    "interactive",
+    "request",
+    "session",
+]
 
 #: What the loader says once its terminal no longer echoes (stdout; \r\n after it on a pty).
 READY = b"REMOTEKIT-SHELL-READY"
@@ -136,6 +144,34 @@ def handshake(term: Terminal, blobs: bytes, timeout: float) -> tuple[bool, bytes
             term.write(blobs)
             return True, seen[:at]
     return False, seen
+
+
+class NotStarted(Exception):
+    """The program there never said READY (a hop could not be entered, no interpreter...)."""
+
+    def __init__(self, output: bytes, code: int | None):
+        super().__init__("the shell did not start")
+        self.output = output  #: what came instead of READY (the hops' words)
+        self.code = code  #: its exit status; None while it still runs (a start timeout)
+
+
+def session(
+    term: Terminal, blobs: bytes, stdin_fd: int, stdout_fd: int, start_timeout: float
+) -> int | None:
+    """The whole session on ``term``: handshake, then :func:`attach` until the program there
+    ends; its exit status (None: unknown, the connection dropped). ``term`` is closed after.
+
+    Raises :class:`NotStarted` when READY does not come within ``start_timeout`` s.
+    """
+    try:
+        started, early = handshake(term, blobs, start_timeout)
+        if not started:
+            raise NotStarted(early, term.wait(1.0))
+        _write_all(stdout_fd, early)
+        attach(term, stdin_fd, stdout_fd)
+        return term.wait(5.0)
+    finally:
+        term.close()
 
 
 class _Winch:

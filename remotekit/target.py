@@ -39,13 +39,8 @@ from remotekit.errors import (
 from remotekit.inventory import LOCAL, HostSpec
 from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result, Script
-from remotekit.transports.base import (
-    ExecutableMissing,
-    Process,
-    Terminal,
-    TerminalTransport,
-    Transport,
-)
+from remotekit.shell import NotStarted
+from remotekit.transports.base import ExecutableMissing, Process, TerminalTransport, Transport
 from remotekit.transports.local import LocalTransport
 
 __all__ = [
@@ -855,17 +850,11 @@ class Target:
         except RemotekitError as exc:
             exc.step = exc.step or step
             raise
+        blobs = shell.request(launch, argv, env, cwd)
         try:
-            blobs = shell.request(launch, argv, env, cwd)
-            started, early = shell.handshake(term, blobs, start_timeout)
-            if not started:
-                raise self._shell_not_started(term, early, argv, start_timeout)
-            if early:
-                os.write(stdout, early)
-            shell.attach(term, stdin, stdout)
-            code = term.wait(5.0)
-        finally:
-            term.close()
+            code = shell.session(term, blobs, stdin, stdout, start_timeout)
+        except NotStarted as exc:
+            raise self._shell_not_started(exc, argv, start_timeout) from None
         if code is None:
             raise ConnectionLost(
                 "the connection dropped while the shell ran (no exit status came back)",
@@ -875,19 +864,18 @@ class Target:
         return code
 
     def _shell_not_started(
-        self, term: Terminal, output: bytes, argv: Sequence[str] | None, timeout: float
+        self, exc: NotStarted, argv: Sequence[str] | None, timeout: float
     ) -> RemotekitError:
-        code = term.wait(1.0)
-        if code is None and term.poll() is None:
+        if exc.code is None:
             return RemotekitError(
                 f"the shell did not start within {timeout:g} s via {self.chain}",
                 host=self.name,
                 step="shell",
             )
-        text = output.decode("utf-8", "replace").replace("\r\n", "\n")
+        text = exc.output.decode("utf-8", "replace").replace("\r\n", "\n")
         display = tuple(argv or ("<login shell>",))
-        res = Result(self.name, "shell", display, code, text, "", 0.0, chain=self.chain)
-        return self._not_started(code, res, "shell")
+        res = Result(self.name, "shell", display, exc.code, text, "", 0.0, chain=self.chain)
+        return self._not_started(exc.code, res, "shell")
 
     # -- ping --------------------------------------------------------------------------------
 
