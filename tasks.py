@@ -957,5 +957,7 @@ def shell(c, host="", cmd="", inventory=""):
             code = t.shell(argv or None)
     except remotekit.RemotekitError as exc:
         raise Exit(f"remotekit: {exc}", code=2) from None
+    except KeyboardInterrupt:  # Ctrl-C before the program there started (then it is theirs)
+        raise Exit("remotekit: interrupted", code=130) from None
     if code:
         raise Exit(code=code)
