@@ -46,7 +46,8 @@ __all__ = [
     "session",
 ]
 
-#: What the loader says once its terminal no longer echoes (stdout; \r\n after it on a pty).
+#: What the loader says on stdout once its terminal no longer echoes (no newline: nothing
+#: of it reaches the screen).
 READY = b"REMOTEKIT-SHELL-READY"
 
 #: The only code that crosses a shell: echo off, READY, then run the second stage it is sent.
@@ -72,7 +73,7 @@ def blob():
  return base64.b64decode(b)
 os.write(1,b'"""
     + READY.decode()
-    + """\\n')
+    + """')
 exec(blob())"""
 )
 
@@ -142,7 +143,7 @@ def handshake(term: Terminal, blobs: bytes, timeout: float) -> tuple[bool, bytes
         at = seen.find(READY)
         if at >= 0:
             term.write(blobs)
-            return True, seen[:at]
+            return True, seen[:at] + seen[at + len(READY) :]
     return False, seen
 
 
