@@ -337,3 +337,18 @@ def test_a_program_killed_there_by_a_signal(shells: Any, window: Any) -> None:
         inv, host = shells(kind)
         w = window(inv, host, "sh", "-c", "echo up; kill -9 $$")
         w.expect(f"RK-EXIT {code}, echo True")
+
+
+def test_no_interpreter_there_and_a_start_that_hangs(shells: Any, tmp_path: Path) -> None:
+    inv, host = shells("pct")
+    novenv = remotekit.Target(replace(inv.spec(host), venv="/opt/no-such-venv"))
+    with novenv, pytest.raises(remotekit.InterpreterNotFound, match="/opt/no-such-venv"):
+        _shell(novenv, None)
+    hang = tmp_path / "python-that-hangs"
+    mark = f"sleep {40000 + os.getpid() % 10000}"
+    hang.write_text(f"#!/bin/sh\n{mark}\n")
+    hang.chmod(0o755)
+    hangs = remotekit.local_target(python=str(hang))
+    with hangs, pytest.raises(remotekit.RemotekitError, match="did not start within 1 s"):
+        _shell(hangs, None, start_timeout=1)
+    assert wait_gone(mark, 10) == []  # giving up stops what was started
