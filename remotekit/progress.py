@@ -15,6 +15,8 @@ never in quiet (``--json``) mode. Nothing here prints anywhere else.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -75,6 +77,16 @@ class Meter:
         return max(0, total - done) / rate
 
 
+def _fit(line: str) -> str:
+    """``line`` cut to the width of a terminal stderr: a wrapped line cannot be redrawn in
+    place (the carriage return goes back to the start of its last row only)."""
+    try:
+        cols = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return line
+    return line[: cols - 1] if cols > 1 else line
+
+
 class Progress:
     """An ``on_progress(done, total)`` callback that shows bytes, rate and ETA on one line.
 
@@ -130,8 +142,8 @@ class Progress:
             ):
                 return
             self._last_draw = now
-            line = self.line()
-        self._draw(line)
+            # Drawn under the lock, so that a slower thread never draws an older state last.
+            self._draw(_fit(self.line()))
 
     def line(self) -> str:
         """``label  1.2 GiB/4.0 GiB  30%  110.0 MiB/s  ETA 0:26`` (several parts: summed,

@@ -15,6 +15,7 @@ normally, and the fleet stops any step still running there (see :mod:`remotekit.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -68,6 +69,7 @@ class Screen:
         if header is not None:
             lines = [header, "", *lines]
         if self.live:
+            lines = self._fit(lines)
             first = CLEAR_SCREEN if self.frames == 0 else ""
             text = first + HOME + "".join(line + CLEAR_LINE + "\n" for line in lines)
             self.out.write(text + CLEAR_BELOW)
@@ -76,6 +78,22 @@ class Screen:
             self.out.write(gap + "\n".join(lines) + "\n")
         self.out.flush()
         self.frames += 1
+
+    def _fit(self, lines: list[str]) -> list[str]:
+        """``lines`` cut to the terminal: a line that wraps or a frame taller than the window
+        would scroll, and the next redraw from the top would leave the old frame behind."""
+        try:
+            cols, rows = os.get_terminal_size(self.out.fileno())
+        except (AttributeError, ValueError, OSError):
+            return lines
+        if cols <= 0 or rows <= 0:  # a terminal that does not know its size
+            return lines
+        lines = [line[: max(1, cols - 1)] for line in lines]
+        if len(lines) >= rows > 1:
+            cut = len(lines) - (rows - 2)
+            more = f"... {cut} more lines (a larger window shows them)"
+            lines = [*lines[: rows - 2], more[: max(1, cols - 1)]]
+        return lines
 
 
 def watch(

@@ -8,12 +8,15 @@ the transfers go through the local target and the real sshd fixture. Counts, not
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 import uuid
 from pathlib import Path
@@ -22,7 +25,7 @@ import pytest
 
 import remotekit
 from remotekit.progress import Meter, Progress, format_eta
-from remotekit.watch import CLEAR_SCREEN, HOME, Screen, parse_interval, watch
+from remotekit.watch import CLEAR_LINE, CLEAR_SCREEN, HOME, Screen, parse_interval, watch
 from tests.conftest import write_inventory
 from tests.test_system_api import make_bin_dir, make_notorch, smi_env
 
@@ -37,8 +40,16 @@ class Tty:
     """`invoke ARGS` with stdout and stderr on a new pty (or stderr alone: ``stdout=PIPE``),
     in its own session and process group; what it writes to the pty is read into ``seen``."""
 
-    def __init__(self, args: list[str], cwd: Path, *, pipe_stdout: bool = False) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        cwd: Path,
+        *,
+        pipe_stdout: bool = False,
+        size: tuple[int, int] = (60, 200),
+    ) -> None:
         self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))  # rows, cols
         self.proc = subprocess.Popen(
             [*INVOKE, *args],
             cwd=cwd,
@@ -148,6 +159,23 @@ def test_watch_redraws_in_place_on_a_tty_with_every_host_in_each_frame(hosts: Pa
     assert out.count("== a ==") == out.count("== b ==") == 3
     assert "gpu on b" in out and "throttl" in out.lower()
     assert rc == 1  # --count: the last refresh's verdict (b is throttled)
+
+
+def test_watch_fits_the_frame_to_a_small_window(hosts: Path) -> None:
+    args = ["gpu", "--watch", "0.1", "--count", "2", "--host", "a,b", "--inventory", str(hosts)]
+    tty = Tty(args, hosts.parent, size=(12, 40))
+    try:
+        tty.finish()
+    finally:
+        tty.kill()
+    out = tty.seen.decode(errors="replace")
+    frames = out.split(HOME)[1:]
+    assert len(frames) == 2
+    for frame in frames:
+        lines = frame.replace("\r", "").replace(CLEAR_LINE, "").split("\n")
+        assert len(lines) - 1 <= 11, lines  # never a newline on the last row: nothing scrolls
+        assert max(len(line) for line in lines) <= 39, lines
+        assert "more lines (a larger" in frame
 
 
 @pytest.mark.parametrize("task", ["gpu", "procs", "disk"])
