@@ -416,11 +416,14 @@ def gpu(
 ):
     """GPU health: nvidia-smi (temperature, ECC, throttling, stale memory) and torch's view."""
     system = _system()
-    sel = Sel(host, group, all, parallel, json, verbose, inventory)
-    fn = lambda t, console: system.gpu_status(t, timeout=timeout or None, temp_threshold=temp)  # noqa: E731
-    if watch is not None:
-        return _watch(sel, fn, system.render_gpu, "gpu", watch, count)
-    _fan(sel, fn, render=system.render_gpu, title="gpu")
+    _watch_or_fan(
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: system.gpu_status(t, timeout=timeout or None, temp_threshold=temp),
+        render=system.render_gpu,
+        title="gpu",
+        watch=watch,
+        count=count,
+    )
 
 
 @task(help=_help(timeout=TIMEOUT_HELP))
@@ -472,16 +475,16 @@ def disk(
 ):
     """Disk: free space and inodes for workdir and checkpoints, largest files, will a save fit."""
     system = _system()
-    sel = Sel(host, group, all, parallel, json, verbose, inventory)
-
-    def fn(t: remotekit.Target, console: Console) -> Any:
-        return system.disk_usage(
+    _watch_or_fan(
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: system.disk_usage(
             t, list(path) or None, timeout=timeout or None, min_free_pct=min_free
-        )
-
-    if watch is not None:
-        return _watch(sel, fn, system.render_disk, "disk", watch, count)
-    _fan(sel, fn, render=system.render_disk, title="disk")
+        ),
+        render=system.render_disk,
+        title="disk",
+        watch=watch,
+        count=count,
+    )
 
 
 @task(
@@ -506,11 +509,14 @@ def procs(
 ):
     """Processes: Python and GPU processes with age and RSS (stale trainers holding a GPU)."""
     system = _system()
-    sel = Sel(host, group, all, parallel, json, verbose, inventory)
-    fn = lambda t, console: system.processes(t, timeout=timeout or None, all_processes=every)  # noqa: E731
-    if watch is not None:
-        return _watch(sel, fn, system.render_procs, "procs", watch, count)
-    _fan(sel, fn, render=system.render_procs, title="procs")
+    _watch_or_fan(
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        lambda t, console: system.processes(t, timeout=timeout or None, all_processes=every),
+        render=system.render_procs,
+        title="procs",
+        watch=watch,
+        count=count,
+    )
 
 
 @task(
@@ -962,23 +968,29 @@ def bench(c, quick=False):
 # --- watch and progress ---------------------------------------------------------------------
 
 
-def _watch(
+def _watch_or_fan(
     sel: Sel,
     fn: Callable[[remotekit.Target, Console], Any],
+    *,
     render: Callable[[Any], str],
     title: str,
-    every: Any,
+    watch: Any,
     count: int,
 ) -> None:
-    """``--watch``: ``fn`` on every selected host, again and again, one frame a refresh.
+    """A diagnostic once (:func:`_fan`), or with ``--watch [N]`` again and again: ``fn`` on
+    every selected host, one frame a refresh.
 
-    Ends with exit 0 on Ctrl-C (every step still running there is stopped); after
+    A watch ends with exit 0 on Ctrl-C (every step still running there is stopped); after
     ``--count`` refreshes, with the last refresh's worst exit code.
     """
+    if watch is None:
+        if count:
+            raise Exit("remotekit: --count goes with --watch", code=2)
+        return _fan(sel, fn, render=render, title=title)
     from remotekit import watch as watching
 
     try:
-        interval = watching.parse_interval(every)
+        interval = watching.parse_interval(watch)
     except ValueError as exc:
         raise Exit(f"remotekit: {exc}", code=2) from None
     if count < 0:

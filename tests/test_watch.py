@@ -208,6 +208,8 @@ def test_watch_refuses_a_bad_interval(hosts: Path) -> None:
     r = pipe(["procs", "--watch", "soon", "--inventory", str(hosts), "--host", "a"], hosts.parent)
     assert r.returncode == 2
     assert "--watch takes seconds between refreshes, not 'soon'" in r.stderr
+    r = pipe(["disk", "--count", "3", "--inventory", str(hosts), "--host", "a"], hosts.parent)
+    assert r.returncode == 2 and "--count goes with --watch" in r.stderr
 
 
 def test_ctrl_c_ends_a_watch_with_exit_0_and_leaves_nothing_running(hosts: Path) -> None:
