@@ -27,6 +27,7 @@ import remotekit
 from remotekit.progress import Meter, Progress, format_eta
 from remotekit.watch import CLEAR_LINE, CLEAR_SCREEN, HOME, Screen, parse_interval, watch
 from tests.conftest import write_inventory
+from tests.harness import SSHServer
 from tests.test_system_api import make_bin_dir, make_notorch, smi_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,6 +238,39 @@ def test_ctrl_c_ends_a_watch_with_exit_0_and_leaves_nothing_running(hosts: Path)
     assert marked(mark_of(hosts)) == []
 
 
+def test_ctrl_c_over_ssh_stops_the_step_there(sshd: SSHServer, tmp_path: Path) -> None:
+    """The step there is not in our process group: only the fleet's stop reaches it."""
+    slow = tmp_path / "slowbin"
+    slow.mkdir()
+    started = tmp_path / "started"
+    (slow / "nvidia-smi").write_text(f'#!/bin/sh\ntouch "{started}"\nexec sleep 300\n')
+    (slow / "nvidia-smi").chmod(0o755)
+    mark = f"watch-{uuid.uuid4().hex}"
+    notorch = make_notorch(tmp_path)
+    far = sshd.host_yaml(
+        python=notorch.spec.python,
+        env={"PATH": f"{slow}:/usr/bin:/bin", "WATCH_TEST_MARK": mark},
+    )
+    inv = tmp_path / "hosts.yaml"
+    write_inventory(inv, {"far": far})
+    tty = Tty(["procs", "--watch", "0.1", "--host", "far", "--inventory", str(inv)], tmp_path)
+    try:
+        end = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < end:
+            tty.read_until(lambda _: False, timeout=0.1)
+        assert started.exists(), tty.seen.decode(errors="replace")[-2000:]
+        assert marked(mark)
+        os.killpg(tty.proc.pid, signal.SIGINT)
+        rc = tty.finish()
+    finally:
+        tty.kill()
+    assert rc == 0, tty.seen.decode(errors="replace")[-2000:]
+    end = time.monotonic() + 10
+    while marked(mark) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert marked(mark) == []
+
+
 def test_ctrl_c_between_refreshes_ends_with_exit_0(hosts: Path) -> None:
     tty = Tty(["procs", "--watch", "30", "--host", "a", "--inventory", str(hosts)], hosts.parent)
     try:
@@ -330,15 +364,14 @@ def test_put_and_get_report_progress_locally(tmp_path: Path) -> None:
     assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
 
 
-def test_put_and_get_report_progress_over_ssh(
-    inventory: remotekit.Inventory, tmp_path: Path
-) -> None:
+def test_put_and_get_report_progress_over_ssh(sshd: SSHServer, tmp_path: Path) -> None:
     src = tmp_path / "src.bin"
     src.write_bytes(os.urandom(2 << 20))
     size = src.stat().st_size
     dest = f"/tmp/remotekit-watch-{uuid.uuid4().hex}.bin"
     try:
-        with inventory.target("node") as t:
+        inv = write_inventory(tmp_path / "hosts.yaml", {"node": sshd.host_yaml()})
+        with inv.target("node") as t:
             calls, cb = _callbacks()
             t.put(src, dest, on_progress=cb)  # type: ignore[arg-type]
             _assert_progress(calls, size)
