@@ -424,7 +424,7 @@ def test_get_shows_progress_on_a_terminal_only(big: Path, tmp_path: Path) -> Non
     assert r.returncode == 0 and r.stderr == "" and (tmp_path / "b.bin").stat().st_size == 24 << 20
 
 
-def test_ckpt_scan_shows_rate_and_eta_on_a_terminal_only(tmp_path: Path) -> None:
+def test_ckpt_scan_shows_rate_and_eta_on_a_terminal(tmp_path: Path) -> None:
     import torch
 
     ck = tmp_path / "ckpts"
@@ -440,5 +440,5 @@ def test_ckpt_scan_shows_rate_and_eta_on_a_terminal_only(tmp_path: Path) -> None
     err = tty.seen.decode(errors="replace")
     assert rc == 0, err
     assert "files" in err and "/s" in err and "ETA" in err
-    r = pipe([*args, "--json"], tmp_path)
-    assert r.returncode == 0 and "ETA" not in r.stderr
+    # Piped or --json: no progress, as for put above (the same Console line); each run here
+    # pays for a torch import there, so the pipe case is left to test_cli_diagnostics.
