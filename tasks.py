@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +31,11 @@ SELECT_HELP = {
     "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, ~/.config/remotekit/hosts.yaml)",
 }
 TIMEOUT_HELP = "seconds before the step is stopped there (default: the host's timeouts.step)"
+WATCH_HELP = {
+    "watch": "refresh every N seconds (default 2) until Ctrl-C: in place on a terminal, "
+    "appended when piped (one JSON line a refresh with --json)",
+    "count": "with --watch: stop after this many refreshes (default: until Ctrl-C)",
+}
 
 
 def _help(**extra: str) -> dict[str, str]:
@@ -345,9 +351,12 @@ def put(
 ):
     """Copy a local file to targets (atomic: written beside, then renamed)."""
     _required(src=src, dest=dest)
+    shown = _shared_progress(f"put {Path(src).name}")
     _fan(
         Sel(host, group, all, parallel, json, verbose, inventory),
-        lambda t, console: t.put(src, dest, timeout=timeout or None),
+        lambda t, console: t.put(
+            src, dest, timeout=timeout or None, on_progress=shown(console).part(t.name)
+        ),
     )
 
 
@@ -364,11 +373,14 @@ def get(c, src="", dest="", host="local", inventory="", timeout=0.0):
     """Copy a file from one target to here."""
     _required(src=src, dest=dest)
     [t] = _select(host, "", False, inventory)
+    console = Console([t.name])
     with t:
         try:
-            t.get(src, dest, timeout=timeout or None)
+            t.get(src, dest, timeout=timeout or None, on_progress=_progress(console, f"get {src}"))
         except remotekit.RemotekitError as exc:
             raise Exit(f"remotekit: {exc}", code=2) from None
+        finally:
+            console.done()
 
 
 # -- run health: env, gpu, disk, procs, diagnose ---------------------------------------------
@@ -381,7 +393,12 @@ def _system():
 
 
 @task(
-    help=_help(timeout=TIMEOUT_HELP, temp="warn at or above this GPU temperature, C (default 85)")
+    optional=["watch"],
+    help=_help(
+        timeout=TIMEOUT_HELP,
+        temp="warn at or above this GPU temperature, C (default 85)",
+        **WATCH_HELP,
+    ),
 )
 def gpu(
     c,
@@ -394,14 +411,18 @@ def gpu(
     inventory="",
     timeout=0.0,
     temp=85.0,
+    watch=None,
+    count=0,
 ):
     """GPU health: nvidia-smi (temperature, ECC, throttling, stale memory) and torch's view."""
     system = _system()
-    _fan(
+    _watch_or_fan(
         Sel(host, group, all, parallel, json, verbose, inventory),
         lambda t, console: system.gpu_status(t, timeout=timeout or None, temp_threshold=temp),
         render=system.render_gpu,
         title="gpu",
+        watch=watch,
+        count=count,
     )
 
 
@@ -429,10 +450,12 @@ def env(
 
 @task(
     iterable=["path"],
+    optional=["watch"],
     help=_help(
         timeout=TIMEOUT_HELP,
         path="a path to check (repeatable; default: workdir and checkpoints)",
         min_free="warn below this %% free (default 10)",
+        **WATCH_HELP,
     ),
 )
 def disk(
@@ -447,20 +470,29 @@ def disk(
     timeout=0.0,
     path=None,
     min_free=10.0,
+    watch=None,
+    count=0,
 ):
     """Disk: free space and inodes for workdir and checkpoints, largest files, will a save fit."""
     system = _system()
-    _fan(
+    _watch_or_fan(
         Sel(host, group, all, parallel, json, verbose, inventory),
         lambda t, console: system.disk_usage(
             t, list(path) or None, timeout=timeout or None, min_free_pct=min_free
         ),
         render=system.render_disk,
         title="disk",
+        watch=watch,
+        count=count,
     )
 
 
-@task(help=_help(timeout=TIMEOUT_HELP, every="all processes, not only Python and GPU ones"))
+@task(
+    optional=["watch"],
+    help=_help(
+        timeout=TIMEOUT_HELP, every="all processes, not only Python and GPU ones", **WATCH_HELP
+    ),
+)
 def procs(
     c,
     host="",
@@ -472,14 +504,18 @@ def procs(
     inventory="",
     timeout=0.0,
     every=False,
+    watch=None,
+    count=0,
 ):
     """Processes: Python and GPU processes with age and RSS (stale trainers holding a GPU)."""
     system = _system()
-    _fan(
+    _watch_or_fan(
         Sel(host, group, all, parallel, json, verbose, inventory),
         lambda t, console: system.processes(t, timeout=timeout or None, all_processes=every),
         render=system.render_procs,
         title="procs",
+        watch=watch,
+        count=count,
     )
 
 
@@ -693,7 +729,8 @@ def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
 
 
 def _scan_progress(console: Console, host: str) -> Callable[[Any], None]:
-    return lambda p: console.progress(f"{host}: " + _ckpt().progress_line(p))
+    show = _progress(console, f"{host}:")
+    return lambda p: show.update("", p.bytes_done, p.bytes_total, _ckpt().progress_line(p))
 
 
 def _warn(console: Console, host: str) -> Callable[[str], None]:
@@ -961,3 +998,87 @@ def shell(c, host="", cmd="", inventory=""):
         raise Exit("remotekit: interrupted", code=130) from None
     if code:
         raise Exit(code=code)
+
+
+# --- watch and progress ---------------------------------------------------------------------
+
+
+def _watch_or_fan(
+    sel: Sel,
+    fn: Callable[[remotekit.Target, Console], Any],
+    *,
+    render: Callable[[Any], str],
+    title: str,
+    watch: Any,
+    count: int,
+) -> None:
+    """A diagnostic once (:func:`_fan`), or with ``--watch [N]`` again and again: ``fn`` on
+    every selected host, one frame a refresh.
+
+    A watch ends with exit 0 on Ctrl-C (every step still running there is stopped); after
+    ``--count`` refreshes, with the last refresh's worst exit code.
+    """
+    if watch is None:
+        if count:
+            raise Exit("remotekit: --count goes with --watch", code=2)
+        return _fan(sel, fn, render=render, title=title)
+    from remotekit import watch as watching
+
+    try:
+        interval = watching.parse_interval(watch)
+    except ValueError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    if count < 0:
+        raise Exit("remotekit: --count takes a number of refreshes >= 1", code=2)
+    targets = _select(sel.host, sel.group, sel.all, sel.inventory)
+    quiet = Console(quiet=True)
+
+    def mask(text: str) -> str:
+        for t in targets:
+            text = t.redact(text)
+        return text
+
+    with fleet(targets, parallel=sel.parallel or None) as f:
+        frame = watching.fleet_frame(f, lambda t: fn(t, quiet), render, mask=mask)
+        show: Callable[[], str] = frame
+        if sel.json:
+
+            def show() -> str:
+                frame()
+                hosts = [_outcome_json(o, mask, sel.mask_output) for o in frame.last]
+                return to_json({"exit_code": frame.exit_code, "hosts": hosts})
+
+        screen = watching.Screen(live=False) if sel.json else watching.Screen()
+        shown = watching.watch(
+            show,
+            interval=interval,
+            count=count or None,
+            title=f"remotekit {title}",
+            screen=screen,
+            header=not sel.json,
+        )
+    if count and shown >= count and frame.exit_code:
+        raise Exit(code=frame.exit_code)
+
+
+def _progress(console: Console, label: str) -> Any:
+    """A transfer's bytes, rate and ETA on ``console``'s progress line (a terminal only,
+    never with --json): an ``on_progress(done, total)`` callback."""
+    from remotekit.progress import Progress
+
+    return Progress(label, draw=console.progress)
+
+
+def _shared_progress(label: str) -> Callable[[Console], Any]:
+    """One progress line for a task's hosts together (their bytes summed); made on first use,
+    from whichever host's thread comes first, with ``_fan``'s console."""
+    lock = threading.Lock()
+    made: list[Any] = []
+
+    def get(console: Console) -> Any:
+        with lock:
+            if not made:
+                made.append(_progress(console, label))
+            return made[0]
+
+    return get

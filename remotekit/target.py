@@ -54,6 +54,8 @@ __all__ = [
 
 #: ``on_output(stream, line)``: stream is ``"stdout"`` or ``"stderr"``, line has no newline.
 OutputCallback = Callable[[str, str], None]
+#: ``on_progress(done, total)`` of a transfer: bytes done so far (never decreasing) of ``total``.
+ProgressCallback = Callable[[int, int], None]
 
 #: Bytes of each stream a Result keeps (the last ones); more is counted in ``*_dropped``.
 DEFAULT_CAPTURE_LIMIT = 16 << 20
@@ -454,11 +456,13 @@ class Target:
         mode: int | None = None,
         timeout: float | None = None,
         step: str | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> Result:
         """Copy a local file there (atomically: a temp file beside it, then rename).
 
         The file there gets the local file's mode (under the umask there), never wider than
-        the mode of a file it replaces; ``mode=`` sets it exactly instead.
+        the mode of a file it replaces; ``mode=`` sets it exactly instead. ``on_progress(done,
+        total)`` is called as bytes leave (``done`` never decreases; ``total`` is the size).
         """
         src = Path(local)
         try:
@@ -485,7 +489,7 @@ class Target:
         with fh:
             return self._step(
                 header,
-                _chunks(fh, size),
+                _chunks(fh, size, on_progress),
                 display=("put", str(src), remote_path),
                 step=step or f"put {remote_path}",
                 timeout=timeout,
@@ -500,12 +504,14 @@ class Target:
         timeout: float | None = None,
         step: str | None = None,
         max_bytes: int = DEFAULT_GET_MAX_BYTES,
+        on_progress: ProgressCallback | None = None,
     ) -> Result:
         """Copy a regular file from there to ``local`` (a temp file, renamed when complete).
 
         FIFOs, devices, directories and sockets are refused, as is a file larger than
         ``max_bytes``. The local file gets the remote file's mode under our umask, never
-        wider than the mode of a local file it replaces.
+        wider than the mode of a local file it replaces. ``on_progress(done, total)`` is
+        called as bytes arrive, once the size there is known, and when the copy is complete.
         """
         dest = Path(local)
         if dest.is_dir():
@@ -526,6 +532,8 @@ class Target:
                     step=name,
                 )
             fh.write(data)
+            if on_progress is not None and "size" in info:
+                on_progress(got[0], int(info["size"]))
 
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -539,6 +547,8 @@ class Target:
                     stdout_sink=sink,
                     info=info,
                 )
+            if on_progress is not None:
+                on_progress(got[0], int(info.get("size", got[0])))
             mode = 0o777 & ~_umask() & int(info.get("mode", 0o666))  # no setuid, sticky
             if dest.is_file():
                 mode &= stat.S_IMODE(dest.stat().st_mode)
@@ -650,6 +660,8 @@ class Target:
                 if stdout_sink is None:
                     out.feed(data)
                 elif sink_on[0]:
+                    if info is not None and not info:  # the size, for on_progress
+                        info.update(err.control("file") or {})
                     stdout_sink(data)
                 else:
                     out.buf += data
@@ -991,12 +1003,19 @@ def _slices(data: bytes) -> Iterator[bytes]:
         yield view[at : at + _CHUNK]  # type: ignore[misc]
 
 
-def _chunks(fh: IO[bytes], size: int) -> Iterator[bytes]:
+def _chunks(
+    fh: IO[bytes], size: int, on_progress: ProgressCallback | None = None
+) -> Iterator[bytes]:
     """The first ``size`` bytes of ``fh`` (what the runner reads; a file still growing is
-    sent as it was when measured)."""
-    while size > 0 and (chunk := fh.read(min(_CHUNK, size))):
-        size -= len(chunk)
+    sent as it was when measured), each counted to ``on_progress`` once handed on."""
+    total, left = size, size
+    if on_progress is not None:
+        on_progress(0, total)
+    while left > 0 and (chunk := fh.read(min(_CHUNK, left))):
+        left -= len(chunk)
         yield chunk
+        if on_progress is not None:
+            on_progress(total - left, total)
 
 
 def _kind(mode: int) -> str:
