@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Callable, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, Callable, TypeVar, cast
 
 from remotekit import remote
 from remotekit.errors import (
@@ -41,6 +41,9 @@ from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result, Script
 from remotekit.transports.base import ExecutableMissing, Process, Transport
 from remotekit.transports.local import LocalTransport
+
+if TYPE_CHECKING:
+    from remotekit.forward import Forward
 
 __all__ = [
     "DEFAULT_CAPTURE_LIMIT",
@@ -444,6 +447,21 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
+
+    def forward(
+        self, port: int, local_port: int = 0, bind: str = "127.0.0.1", *, check: bool = True
+    ) -> Forward:
+        """Reach ``127.0.0.1:port`` in the target's own network namespace from here.
+
+        Listens on ``bind:local_port`` here (0: a free port; see ``.local_port``, ``.url``);
+        each connection is relayed over its own channel through every layer of the target
+        (see :mod:`remotekit.forward`). With ``check``, a port nothing listens on there raises
+        :class:`~remotekit.errors.ForwardError` now. Close it (or leave the ``with``) to end
+        every connection; nothing stays running there.
+        """
+        from remotekit.forward import Forward
+
+        return Forward(self, port, local_port=local_port, bind=bind).start(check=check)
 
     def put(
         self,
