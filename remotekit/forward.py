@@ -181,7 +181,7 @@ class Forward:
 
     Each accepted connection runs in its own thread, over its own exec channel. A connection
     the far side refuses is closed here and reported to ``on_error`` (default: logged, once per
-    distinct message); the reports stay in :attr:`errors`.
+    distinct message); the last 100 stay in :attr:`errors`.
     """
 
     def __init__(
@@ -206,9 +206,9 @@ class Forward:
         self.port = port
         self.bind = bind
         self.remote_host = remote_host
-        self.on_error = on_error or self._log
+        self.on_error = on_error or _log
         self.errors: list[RemotekitError] = []
-        self._logged: set[str] = set()
+        self._said: set[str] = set()
         self._lock = threading.Lock()
         self._procs: set[Process] = set()
         self._clients: set[socket.socket] = set()
@@ -323,18 +323,20 @@ class Forward:
                 self._threads.discard(threading.current_thread())
 
     def _report(self, error: RemotekitError) -> None:
+        """Keep ``error``; pass it to ``on_error`` the first time its message is seen (a port
+        that refuses every connection is said once, not once per browser request)."""
+        text = str(error)
         with self._lock:
             self.errors.append(error)
             del self.errors[:-100]
+            if text in self._said:
+                return
+            self._said.add(text)
         self.on_error(error)
 
-    def _log(self, error: RemotekitError) -> None:
-        text = str(error)
-        with self._lock:
-            if text in self._logged:
-                return
-            self._logged.add(text)
-        log.error("%s", text)
+
+def _log(error: RemotekitError) -> None:
+    log.error("%s", error)
 
 
 def _shut(sock: socket.socket) -> None:

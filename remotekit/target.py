@@ -449,7 +449,13 @@ class Target:
         )
 
     def forward(
-        self, port: int, local_port: int = 0, bind: str = "127.0.0.1", *, check: bool = True
+        self,
+        port: int,
+        local_port: int = 0,
+        bind: str = "127.0.0.1",
+        *,
+        check: bool = True,
+        on_error: Callable[[RemotekitError], None] | None = None,
     ) -> Forward:
         """Reach ``127.0.0.1:port`` in the target's own network namespace from here.
 
@@ -457,11 +463,13 @@ class Target:
         each connection is relayed over its own channel through every layer of the target
         (see :mod:`remotekit.forward`). With ``check``, a port nothing listens on there raises
         :class:`~remotekit.errors.ForwardError` now. Close it (or leave the ``with``) to end
-        every connection; nothing stays running there.
+        every connection; nothing stays running there. ``on_error`` hears each distinct failure
+        of a later connection once (default: logged on ``remotekit.forward``).
         """
         from remotekit.forward import Forward
 
-        return Forward(self, port, local_port=local_port, bind=bind).start(check=check)
+        fwd = Forward(self, port, local_port=local_port, bind=bind, on_error=on_error)
+        return fwd.start(check=check)
 
     def put(
         self,

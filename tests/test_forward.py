@@ -7,13 +7,18 @@ Also the local target, and the errors: nothing listening there, a stopped contai
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import http.client
+import http.server
 import logging
 import os
 import random
+import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -297,12 +302,11 @@ def test_stopped_container_names_the_hop(inventory: remotekit.Inventory) -> None
         t.forward(6006)
 
 
-def test_local_target(local: remotekit.Target) -> None:
-    """Without SSH or hops: the relay runs here, in this namespace."""
-    import http.server
-    import threading
+@contextlib.contextmanager
+def _http_server() -> Iterator[int]:
+    """An HTTP server here that answers each GET with its path; yields its port."""
 
-    class Hello(http.server.BaseHTTPRequestHandler):
+    class Echo(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = self.path.encode()
             self.send_response(200)
@@ -313,16 +317,21 @@ def test_local_target(local: remotekit.Target) -> None:
         def log_message(self, *args: object) -> None:
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        with local.forward(srv.server_address[1]) as fwd:
-            with ThreadPoolExecutor(10) as pool:
-                got = list(pool.map(lambda n: _get(fwd.local_port, f"/{n}"), range(10)))
-            assert got == [(200, f"/{n}".encode()) for n in range(10)]
+        yield int(srv.server_address[1])
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_local_target(local: remotekit.Target) -> None:
+    """Without SSH or hops: the relay runs here, in this namespace."""
+    with _http_server() as port, local.forward(port) as fwd:
+        with ThreadPoolExecutor(10) as pool:
+            got = list(pool.map(lambda n: _get(fwd.local_port, f"/{n}"), range(10)))
+        assert got == [(200, f"/{n}".encode()) for n in range(10)]
     with pytest.raises(remotekit.ForwardError, match="host 'local'"):
         local.forward(free_port())
 
@@ -340,3 +349,32 @@ def test_relay_runs_on_python38_syntax() -> None:
     # the local side reads the relay's failure by these: they must be the relay's own
     assert f'PREFIX = "{forward.RELAY_PREFIX}"' in src
     assert f"EXIT_CONNECT = {forward.RELAY_EXIT_CONNECT}" in src
+
+
+def test_invoke_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """`invoke forward --port P:L` as a user runs it: the URL first, then serves until SIGINT."""
+    root = Path(__file__).resolve().parents[1]
+    with _http_server() as port:
+        local_port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "invoke", "--search-root", str(root), "forward", "--port",
+             f"{port}:{local_port}"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()
+            assert first.startswith(f"http://127.0.0.1:{local_port}/ -> 127.0.0.1:{port} on local")
+            assert _get(local_port, "/x") == (200, b"/x")
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=20)
+            assert proc.returncode == 0, err
+            assert "forward stopped" in err
+        finally:
+            proc.kill()
+            proc.wait()
+    r = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(root), "forward", "--port", "6006:x"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2 and "PORT or PORT:LOCAL, got '6006:x'" in r.stderr
