@@ -8,7 +8,8 @@ starts the relay (``remote/relay.py``) as a step through every hop of the target
     client -> 127.0.0.1:LOCAL (here) -> SSH exec channel -> pct exec 200 -> python relay
                                                              -> 127.0.0.1:PORT (its netns)
 
-The relay is shipped by the constant loader (:data:`remotekit.layers.LOADER`) on stdin,
+The relay is shipped by the constant loader (:data:`remotekit.layers.LOADER`, marked as
+:data:`RELAY_LOADER` so that ``ps`` there tells a relay from a step) on stdin,
 followed by one JSON line (where to connect, a nonce); it answers the nonce on stdout once
 connected, and from then on stdin/stdout are the raw stream. EOF either way closes both ends
 (a half-closed connection is closed, as with ``kubectl port-forward``), so when a client goes,
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit import remote
 from remotekit.errors import ForwardError, RemotekitError
+from remotekit.layers import LOADER
 from remotekit.result import Result
 from remotekit.transports.base import ExecutableMissing, Process
 
@@ -39,6 +41,8 @@ __all__ = ["Forward"]
 
 log = logging.getLogger(__name__)
 
+#: The loader, marked: a relay shows as one in ``ps`` there (the code is :data:`LOADER`'s).
+RELAY_LOADER = LOADER + "  # remotekit-relay"
 #: What the relay's exit status and its stderr line mean (they mirror remote/relay.py).
 RELAY_PREFIX = "remotekit-relay:"
 RELAY_EXIT_CONNECT = 3
@@ -80,9 +84,9 @@ class _Link:
         fwd = self.fwd
         request = json.dumps({"host": fwd.remote_host, "port": fwd.port, "nonce": self.nonce})
         try:
-            launch = fwd.target._launch(_STEP)
+            argv = [RELAY_LOADER if a == LOADER else a for a in fwd.target._launch(_STEP).argv]
             self.proc = fwd.target.transport.start(
-                launch.argv, self._stdin(request.encode() + b"\n"), wait=SLOT_WAIT_S
+                argv, self._stdin(request.encode() + b"\n"), wait=SLOT_WAIT_S
             )
         except ExecutableMissing as exc:
             return fwd.target._missing(exc.path, _STEP)

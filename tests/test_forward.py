@@ -29,7 +29,6 @@ import pytest
 
 import remotekit
 from remotekit import forward, remote
-from remotekit.layers import LOADER
 from tests import runtimes
 from tests.harness import free_port, venv_prefix
 
@@ -114,7 +113,7 @@ class Served:
             time.sleep(0.05)
 
     def relays(self) -> list[int]:
-        """Loader processes (relay or runner) in the container's network namespace."""
+        """Relay processes in the container's network namespace."""
         pids = []
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -124,7 +123,7 @@ class Served:
                 ns = os.readlink(f"/proc/{name}/ns/net")
             except OSError:
                 continue
-            if LOADER.encode() in cmd and ns == self.netns:
+            if forward.RELAY_LOADER.encode() in cmd and ns == self.netns:
                 pids.append(int(name))
         return pids
 
