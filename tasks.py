@@ -919,6 +919,7 @@ def bench(c, quick=False):
         ["bench/bench_transfer.py", *(["--sizes", "20,80", "--runs", "1"] if quick else [])],
         ["bench/bench_trainlog.py"],
         ["bench/bench_ckpt.py", *(["--size-gb", "0.5"] if quick else [])],
+        ["bench/bench_forward.py", *(["--mb", "50", "--runs", "3"] if quick else [])],
     ]
     worst = 0
     for argv in runs:

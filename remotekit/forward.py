@@ -91,12 +91,9 @@ class _Link:
         except ExecutableMissing as exc:
             return fwd.target._missing(exc.path, _STEP)
         except TimeoutError:
-            return ForwardError(
+            return fwd.error(
                 f"no free SSH session within {SLOT_WAIT_S:g} s for a connection to port "
-                f"{fwd.port} (sshd's MaxSessions): close other connections",
-                host=fwd.target.name,
-                step=_STEP,
-                port=fwd.port,
+                f"{fwd.port} (sshd's MaxSessions): close other connections"
             )
         except RemotekitError as exc:
             return exc
@@ -147,20 +144,12 @@ class _Link:
         if code == RELAY_EXIT_CONNECT and RELAY_PREFIX in text:
             why = text.split(RELAY_PREFIX, 1)[1].strip().splitlines()[0]
             why = why.rsplit(": ", 1)[-1]
-            return ForwardError(
+            return fwd.error(
                 f"nothing accepts connections on {where} there ({why}), via {fwd.target.chain}: "
-                f"is the server running in that namespace, on that port?",
-                host=fwd.target.name,
-                step=_STEP,
-                port=fwd.port,
+                f"is the server running in that namespace, on that port?"
             )
         if kind == "lost":
-            return ForwardError(
-                f"the relay to {where} was cut: {data}",
-                host=fwd.target.name,
-                step=_STEP,
-                port=fwd.port,
-            )
+            return fwd.error(f"the relay to {where} was cut: {data}")
         res = Result(
             host=fwd.target.name,
             step=_STEP,
@@ -221,6 +210,10 @@ class Forward:
         self._listener: socket.socket | None = None
         self.local_port = local_port
 
+    def error(self, message: str) -> ForwardError:
+        """A :class:`ForwardError` about this forward (its host, step and port)."""
+        return ForwardError(message, host=self.target.name, step=_STEP, port=self.port)
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, check: bool = True) -> Forward:
@@ -231,11 +224,8 @@ class Forward:
         try:
             sock = socket.create_server((self.bind, self.local_port), backlog=128)
         except OSError as exc:
-            raise ForwardError(
-                f"cannot listen on {self.bind}:{self.local_port} here: {exc.strerror or exc}",
-                host=self.target.name,
-                step=_STEP,
-                port=self.port,
+            raise self.error(
+                f"cannot listen on {self.bind}:{self.local_port} here: {exc.strerror or exc}"
             ) from exc
         self._listener = sock
         self.local_port = int(sock.getsockname()[1])

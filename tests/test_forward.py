@@ -377,3 +377,22 @@ def test_invoke_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> No
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2 and "PORT or PORT:LOCAL, got '6006:x'" in r.stderr
+
+
+def test_a_busy_local_port_is_named(local: remotekit.Target) -> None:
+    with _http_server() as port:
+        busy = socket.create_server(("127.0.0.1", 0))
+        try:
+            taken = busy.getsockname()[1]
+            with pytest.raises(remotekit.ForwardError, match=f"cannot listen on 127.0.0.1:{taken}"):
+                local.forward(port, taken)
+        finally:
+            busy.close()
+
+
+def test_ssh_negotiates_aes_gcm(ct: remotekit.Target) -> None:
+    """What the forward's throughput rests on (bench/bench_forward.py): paramiko's AES-CTR +
+    HMAC carries about half of what AES-GCM does."""
+    ct.connect()
+    transport = ct.transport._connected().client.get_transport()  # type: ignore[attr-defined]
+    assert transport.remote_cipher == transport.local_cipher == "aes128-gcm@openssh.com"
