@@ -396,3 +396,11 @@ def test_ssh_negotiates_aes_gcm(ct: remotekit.Target) -> None:
     ct.connect()
     transport = ct.transport._connected().client.get_transport()  # type: ignore[attr-defined]
     assert transport.remote_cipher == transport.local_cipher == "aes128-gcm@openssh.com"
+
+
+def test_through_sudo_too(inventory: remotekit.Inventory, served: Served) -> None:
+    """ssh -> sudo -> pct exec 200 -> python: the relay is started like any step."""
+    with inventory.target("sudo") as t, t.forward(served.port) as fwd:
+        assert "sudo" in t.chain
+        assert _get(fwd.local_port, "/hello/sudo") == (200, b"hello sudo")
+    assert _wait_no_relays(served) == []
