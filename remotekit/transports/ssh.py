@@ -24,7 +24,7 @@ from fabric import Config, Connection
 
 from remotekit.errors import AuthError, ConnectError, ConnectionLost, HostKeyError
 from remotekit.quoting import join, quote
-from remotekit.transports.base import Event
+from remotekit.transports.base import Event, wait_for_room
 from remotekit.transports.known_hosts import (
     AcceptNewPolicy,
     KnownHostsUnusable,
@@ -87,6 +87,7 @@ class SSHProcess:
         quiet_since: float | None = None  # the step exited and no output came since then
         try:
             while True:
+                wait_for_room(self.events, lambda: chan.closed)
                 if chan.recv_ready():
                     self.events.put(("stdout", chan.recv(_CHUNK)))
                     quiet_since = None
