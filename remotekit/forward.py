@@ -82,7 +82,8 @@ class _Link:
     def run(self) -> RemotekitError | None:
         """Relay until either end closes; the error when the relay could not connect."""
         fwd = self.fwd
-        request = json.dumps({"host": fwd.remote_host, "port": fwd.port, "nonce": self.nonce})
+        hosts = [fwd.remote_host, *(["::1"] if fwd.remote_host == "127.0.0.1" else [])]
+        request = json.dumps({"hosts": hosts, "port": fwd.port, "nonce": self.nonce})
         try:
             argv = [RELAY_LOADER if a == LOADER else a for a in fwd.target._launch(_STEP).argv]
             self.proc = fwd.target.transport.start(
@@ -121,6 +122,7 @@ class _Link:
                     head += data
                     at = head.find(marker)
                     if at < 0:
+                        del head[: -(1 << 16)]  # a login shell's chatter: keep the end
                         continue
                     data = bytes(head[at + len(marker) :])
                     self.connected = True

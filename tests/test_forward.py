@@ -411,3 +411,21 @@ def test_through_sudo_too(inventory: remotekit.Inventory, served: Served) -> Non
         assert "sudo" in t.chain
         assert _get(fwd.local_port, "/hello/sudo") == (200, b"hello sudo")
     assert _wait_no_relays(served) == []
+
+
+def test_a_server_on_ipv6_loopback_only_is_found(local: remotekit.Target) -> None:
+    """A server bound to "localhost" may listen on ::1 alone: the relay tries it after 127.0.0.1."""
+    try:
+        server = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    with server:
+        port = server.getsockname()[1]
+        with local.forward(port, check=False) as fwd:
+            client = socket.create_connection(("127.0.0.1", fwd.local_port), timeout=10)
+            conn, _ = server.accept()
+            with client, conn:
+                client.sendall(b"ping")
+                assert conn.recv(4) == b"ping"
+                conn.sendall(b"pong")
+                assert client.recv(4) == b"pong"

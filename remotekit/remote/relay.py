@@ -8,11 +8,13 @@
 # (one exec channel per forwarded connection, as `kubectl port-forward` does over its API).
 # Standard library only; Python >= 3.8. Protocol (stdin, after the relay itself):
 #
-#   {"host": "127.0.0.1", "port": 6006, "nonce": N}\n   where to connect (JSON, one line)
+#   {"hosts": ["127.0.0.1", "::1"], "port": 6006, "nonce": N}\n   (JSON, one line)
 #
-# then, on stdout, the line "<N>\n" once connected (what a login shell printed before it is
-# not the stream: the caller drops it). Only after that line does the caller send the stream, so nothing of it sits in the loader's stdin buffer: from then on
-# stdin and stdout are the raw byte stream, copied to and from the socket as it comes.
+# It connects to the first of "hosts" that accepts (a server bound to "localhost" may listen on
+# ::1 only), then writes the line "<N>\n" on stdout (what a login shell printed before it is
+# not the stream: the caller drops it). Only after that line does the caller send the stream,
+# so nothing of it sits in the loader's stdin buffer: from then on stdin and stdout are the raw
+# byte stream, copied to and from the socket as it comes.
 # EOF on stdin (the caller closed the connection or the channel) or on the socket closes both,
 # and the relay exits: nothing is left running there.
 # Exit status: 0 the stream ended; 3 the connection was refused / failed (one line on stderr,
@@ -68,17 +70,27 @@ def downstream(sock):
         pass
 
 
+def connect(hosts, port):
+    """(socket, None) for the first host that accepts, else (None, the first host's error)."""
+    first = None
+    for host in hosts:
+        try:
+            return socket.create_connection((host, port), timeout=10), None
+        except OSError as exc:
+            first = first or exc.strerror or str(exc)
+    return None, first
+
+
 def main():
     try:
         request = json.loads(sys.stdin.buffer.readline().decode())
-        host, port = str(request["host"]), int(request["port"])
+        hosts, port = [str(h) for h in request["hosts"]], int(request["port"])
         ready = (str(request["nonce"]) + "\n").encode()
     except (ValueError, KeyError, TypeError) as exc:
         fail(EXIT_USAGE, "bad request line: %s" % exc)
-    try:
-        sock = socket.create_connection((host, port), timeout=10)
-    except OSError as exc:
-        fail(EXIT_CONNECT, "cannot connect to %s:%d: %s" % (host, port, exc.strerror or exc))
+    sock, first = connect(hosts, port)
+    if sock is None:
+        fail(EXIT_CONNECT, "cannot connect to %s:%d: %s" % (hosts[0], port, first))
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
