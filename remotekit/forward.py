@@ -143,9 +143,13 @@ class _Link:
         fwd = self.fwd
         text = self.err.decode(errors="replace")
         where = f"{fwd.remote_host}:{fwd.port}"
-        if code == RELAY_EXIT_CONNECT and RELAY_PREFIX in text:
-            why = text.split(RELAY_PREFIX, 1)[1].strip().splitlines()[0]
-            why = why.rsplit(": ", 1)[-1]
+        said = (
+            text.split(RELAY_PREFIX, 1)[1].strip().splitlines()[0] if RELAY_PREFIX in text else ""
+        )
+        if said and code != RELAY_EXIT_CONNECT:
+            return fwd.error(f"the relay to {where} failed there (exit {code}): {said}")
+        if said:
+            why = said.rsplit(": ", 1)[-1]
             return fwd.error(
                 f"nothing accepts connections on {where} there ({why}), via {fwd.target.chain}: "
                 f"is the server running in that namespace, on that port?"
