@@ -31,7 +31,7 @@ import remotekit
 from remotekit import forward, remote
 from remotekit.transports.base import BACKLOG
 from tests import runtimes
-from tests.harness import free_port, venv_prefix
+from tests.harness import free_port, processes_with, venv_prefix, wait_gone
 
 pytestmark = pytest.mark.sshd
 
@@ -372,10 +372,18 @@ def test_invoke_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> No
             first = proc.stdout.readline()
             assert first.startswith(f"http://127.0.0.1:{local_port}/ -> 127.0.0.1:{port} on local")
             assert _get(local_port, "/x") == (200, b"/x")
+            held = socket.create_connection(("127.0.0.1", local_port), timeout=20)
+            end = time.monotonic() + 10
+            while not processes_with("# remotekit-relay"):  # its relay is up
+                assert time.monotonic() < end, "no relay for the held connection"
+                time.sleep(0.05)
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=20)
             assert proc.returncode == 0, err
             assert "forward stopped" in err
+            with held:
+                assert held.recv(1) == b""  # Ctrl-C closed the open connection ...
+            assert wait_gone("# remotekit-relay") == []  # ... and its relay
         finally:
             proc.kill()
             proc.wait()
