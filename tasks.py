@@ -956,6 +956,7 @@ def bench(c, quick=False):
         ["bench/bench_transfer.py", *(["--sizes", "20,80", "--runs", "1"] if quick else [])],
         ["bench/bench_trainlog.py"],
         ["bench/bench_ckpt.py", *(["--size-gb", "0.5"] if quick else [])],
+        ["bench/bench_forward.py", *(["--mb", "50", "--runs", "3"] if quick else [])],
     ]
     worst = 0
     for argv in runs:
@@ -1082,3 +1083,47 @@ def _shared_progress(label: str) -> Callable[[Console], Any]:
             return made[0]
 
     return get
+
+
+# --- forward ---
+
+
+def _ports(spec: str) -> tuple[int, int]:
+    """``PORT`` or ``PORT:LOCAL`` (no LOCAL: a free port here)."""
+    there, _, here = spec.partition(":")
+    try:
+        return int(there), int(here or 0)
+    except ValueError:
+        raise Exit(f"remotekit: --port wants PORT or PORT:LOCAL, got {spec!r}", code=2) from None
+
+
+@task(
+    help={
+        "host": "one target",
+        "port": "PORT there (e.g. 6006), or PORT:LOCAL to choose the port here",
+        "bind": "address to listen on here (default 127.0.0.1: only this machine)",
+        "check": "connect once first, so a port nothing listens on fails now (--no-check: later)",
+        "inventory": SELECT_HELP["inventory"],
+    }
+)
+def forward(c, host="local", port="", bind="127.0.0.1", check=True, inventory=""):
+    """Reach a port inside the target (TensorBoard, Jupyter) at a local URL, until Ctrl-C."""
+    _required(port=port)
+    there, here = _ports(port)
+    [t] = _select(host, "", False, inventory)
+
+    def said(exc: remotekit.RemotekitError) -> None:
+        print(f"remotekit: {exc}", file=sys.stderr, flush=True)
+
+    with t:
+        try:
+            fwd = t.forward(there, here, bind, check=check, on_error=said)
+        except remotekit.RemotekitError as exc:
+            raise Exit(f"remotekit: {exc}", code=2) from None
+        with fwd:
+            print(f"{fwd.url} -> 127.0.0.1:{there} on {t.name} ({t.chain}); Ctrl-C to stop")
+            sys.stdout.flush()
+            try:
+                fwd.wait()
+            except KeyboardInterrupt:
+                print("remotekit: forward stopped", file=sys.stderr)

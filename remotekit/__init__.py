@@ -17,6 +17,7 @@ from remotekit.errors import (
     ContainerError,
     ContainerNotFound,
     ContainerNotRunning,
+    ForwardError,
     HostKeyError,
     InterpreterNotFound,
     InventoryError,
@@ -28,6 +29,7 @@ from remotekit.errors import (
     UnknownHost,
 )
 from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome, fleet
+from remotekit.forward import Forward
 from remotekit.inventory import HostSpec, Inventory, load_inventory, parse_inventory
 from remotekit.result import Detached, Result, Script
 from remotekit.target import Check, PingReport, Target, local_target
@@ -45,6 +47,8 @@ __all__ = [
     "Detached",
     "Fleet",
     "FleetInterrupted",
+    "Forward",
+    "ForwardError",
     "HostKeyError",
     "HostOutcome",
     "HostSpec",

@@ -13,6 +13,7 @@
     │   └── ContainerNotRunning     it exists but is stopped / pending / finished
     ├── InterpreterNotFound         the venv / python of the target does not exist there
     ├── ConnectionLost              the transport died while a step ran
+    ├── ForwardError                a forwarded port: nothing listens there, or no relay
     └── StepError                   a step ran and went wrong; carries its Result
         ├── StepTimeout             the step passed its timeout; it was stopped there
         ├── StepCancelled           Target.cancel() (e.g. Ctrl-C on a fleet) stopped it there
@@ -36,6 +37,7 @@ __all__ = [
     "ContainerError",
     "ContainerNotFound",
     "ContainerNotRunning",
+    "ForwardError",
     "HostKeyError",
     "InterpreterNotFound",
     "InventoryError",
@@ -149,6 +151,21 @@ class InterpreterNotFound(RemotekitError):
         self, message: str, *, path: str, host: str | None = None, step: str | None = None
     ):
         self.path = path
+        super().__init__(message, host=host, step=step)
+
+
+class ForwardError(RemotekitError):
+    """A forwarded port could not be reached there (``port``: the port there)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        port: int | None = None,
+        host: str | None = None,
+        step: str | None = None,
+    ):
+        self.port = port
         super().__init__(message, host=host, step=step)
 
 

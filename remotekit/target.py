@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Callable, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, Callable, TypeVar, cast
 
 from remotekit import remote, shell
 from remotekit.errors import (
@@ -42,6 +42,9 @@ from remotekit.result import Detached, Result, Script
 from remotekit.shell import NotStarted
 from remotekit.transports.base import ExecutableMissing, Process, TerminalTransport, Transport
 from remotekit.transports.local import LocalTransport
+
+if TYPE_CHECKING:
+    from remotekit.forward import Forward
 
 __all__ = [
     "DEFAULT_CAPTURE_LIMIT",
@@ -447,6 +450,29 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
+
+    def forward(
+        self,
+        port: int,
+        local_port: int = 0,
+        bind: str = "127.0.0.1",
+        *,
+        check: bool = True,
+        on_error: Callable[[RemotekitError], None] | None = None,
+    ) -> Forward:
+        """Reach ``127.0.0.1:port`` in the target's own network namespace from here.
+
+        Listens on ``bind:local_port`` here (0: a free port; see ``.local_port``, ``.url``);
+        each connection is relayed over its own channel through every layer of the target
+        (see :mod:`remotekit.forward`). With ``check``, a port nothing listens on there raises
+        :class:`~remotekit.errors.ForwardError` now. Close it (or leave the ``with``) to end
+        every connection; nothing stays running there. ``on_error`` hears each distinct failure
+        of a later connection once (default: logged on ``remotekit.forward``).
+        """
+        from remotekit.forward import Forward
+
+        fwd = Forward(self, port, local_port=local_port, bind=bind, on_error=on_error)
+        return fwd.start(check=check)
 
     def put(
         self,

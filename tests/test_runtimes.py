@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -454,3 +455,55 @@ def test_ping_names_the_broken_hop(runtime: World) -> None:
         assert report.checks[0].ok  # ssh itself is fine ...
         assert bad.ident in failed.layer or bad.ident in failed.detail, (bad.host, failed)
         assert report.exit_code == 2
+
+
+# -- forward: a port in the target's own network namespace ---------------------------------------
+
+ECHO_SERVER = """\
+import os, socket, sys, threading
+server = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+def echo(conn):
+    with conn:
+        while data := conn.recv(65536):
+            if data == b"QUIT":
+                os._exit(0)
+            conn.sendall(data)
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=echo, args=(conn,), daemon=True).start()
+"""
+
+
+def _echoes(port: int, n: int) -> bool:
+    msg = f"{n} äö {{x}} $HOME\n".encode() * 4000
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+        c.sendall(msg)
+        got = b""
+        while len(got) < len(msg) and (data := c.recv(1 << 16)):
+            got += data
+    return got == msg
+
+
+def test_forward_reaches_a_port_in_the_targets_namespace(target: remotekit.Target) -> None:
+    """The relay runs through every hop, so 127.0.0.1 there is the container's / job's own."""
+    target.run(["ip", "link", "set", "lo", "up"], check=False)  # busybox's init leaves lo down
+    port = 20000 + uuid.uuid4().int % 20000
+    # the server is a step of its own (a detached process would not outlive a Slurm step)
+    server = remotekit.Script(ECHO_SERVER, name="echo_server.py")
+    with ThreadPoolExecutor(7) as pool:
+        ran = pool.submit(target.run_python, server, args=[str(port)], timeout=60, check=False)
+        end = time.monotonic() + 15
+        while True:
+            try:
+                fwd = target.forward(port)
+                break
+            except remotekit.ForwardError:
+                if time.monotonic() > end or ran.done():
+                    raise
+                time.sleep(0.1)
+        with fwd:
+            assert all(pool.map(lambda n: _echoes(fwd.local_port, n), range(6)))
+            with socket.create_connection(("127.0.0.1", fwd.local_port)) as c:
+                c.sendall(b"QUIT")
+            assert ran.result().exit_code == 0
+        assert wait_gone("# remotekit-relay", timeout=10) == []  # every relay exited there

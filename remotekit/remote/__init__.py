@@ -3,7 +3,8 @@
 Everything in this folder except this ``__init__`` is a standalone program: it imports only
 the standard library and torch, runs on Python >= 3.8, and talks to the local side through
 JSON lines on stdout (one object per line, each with a ``"type"`` key). The local halves in
-:mod:`remotekit.diagnostics` parse those records. Never import these files from local code;
+:mod:`remotekit.diagnostics` parse those records. ``relay.py`` (:mod:`remotekit.forward`) is the
+exception: after one line each way, its stdin and stdout are a raw byte stream. Never import these files from local code;
 load them as bytes with :func:`script`.
 """
 

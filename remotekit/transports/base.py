@@ -22,19 +22,33 @@ gives up on the process locally (closes the channel, kills the local process).
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Iterable, Sequence
-from typing import Protocol, Union, runtime_checkable
+from typing import Callable, Protocol, Union, runtime_checkable
 
 __all__ = [
+    "BACKLOG",
     "Event",
     "ExecutableMissing",
     "Process",
     "Terminal",
     "TerminalTransport",
     "Transport",
+    "wait_for_room",
 ]
 
 Event = tuple[str, Union[bytes, int, str, None]]
+
+#: Output events a process may have queued before its transport stops reading more: a consumer
+#: that falls behind (a forwarded client that reads slowly) slows the sender down through the
+#: pipe or the SSH window, instead of the queue growing without bound.
+BACKLOG = 64
+
+
+def wait_for_room(events: queue.Queue[Event], gone: Callable[[], bool]) -> None:
+    """Wait while ``events`` holds :data:`BACKLOG` events, unless ``gone()`` (nobody reads)."""
+    while events.qsize() >= BACKLOG and not gone():
+        time.sleep(0.002)
 
 
 class ExecutableMissing(Exception):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import IO
 
-from remotekit.transports.base import Event, ExecutableMissing
+from remotekit.transports.base import Event, ExecutableMissing, wait_for_room
 
 __all__ = ["LocalProcess", "LocalTerminal", "LocalTransport"]
 
@@ -28,6 +28,7 @@ class LocalProcess:
     def __init__(self, argv: Sequence[str], stdin: Iterable[bytes]):
         self.events: queue.Queue[Event] = queue.Queue()
         self._last_output = time.monotonic()
+        self._gone = False  # terminated, or exited: stop holding output back for a reader
         try:
             self._proc = subprocess.Popen(
                 list(argv),
@@ -55,6 +56,7 @@ class LocalProcess:
         try:
             while data := os.read(fd, _CHUNK):
                 self.events.put((name, data))
+                wait_for_room(self.events, lambda: self._gone)
                 self._last_output = time.monotonic()
         except OSError:
             pass
@@ -72,6 +74,7 @@ class LocalProcess:
 
     def _wait(self) -> None:
         code = self._proc.wait()
+        self._gone = True
         # Read until both pipes close, or until they stay quiet for _DRAIN_S (a leftover
         # child of the step may hold them open).
         self._last_output = time.monotonic()
@@ -90,6 +93,7 @@ class LocalProcess:
             pass
 
     def terminate(self) -> None:
+        self._gone = True
         # TERM first: the runner's handler stops the step's tree before it exits.
         if self._proc.poll() is None:
             self._proc.send_signal(signal.SIGTERM)

@@ -24,7 +24,7 @@ from fabric import Config, Connection
 
 from remotekit.errors import AuthError, ConnectError, ConnectionLost, HostKeyError
 from remotekit.quoting import join, quote
-from remotekit.transports.base import Event
+from remotekit.transports.base import Event, wait_for_room
 from remotekit.transports.known_hosts import (
     AcceptNewPolicy,
     KnownHostsUnusable,
@@ -43,6 +43,18 @@ __all__ = ["SSHProcess", "SSHTerminal", "SSHTransport"]
 _CHUNK = 1 << 16
 _DRAIN_S = 0.5
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's transport, preferring AES-GCM: an AEAD cipher does in one pass what AES-CTR
+    plus HMAC-SHA2 (paramiko's first choice) do in two. Measured here (bench_forward.py), it
+    about doubles what one channel carries (~230 -> ~470 MB/s); OpenSSH prefers it too."""
+
+    _preferred_ciphers = (
+        "aes128-gcm@openssh.com",
+        "aes256-gcm@openssh.com",
+        *(c for c in paramiko.Transport._preferred_ciphers if "-gcm@" not in c),
+    )
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -75,6 +87,7 @@ class SSHProcess:
         quiet_since: float | None = None  # the step exited and no output came since then
         try:
             while True:
+                wait_for_room(self.events, lambda: chan.closed)
                 if chan.recv_ready():
                     self.events.put(("stdout", chan.recv(_CHUNK)))
                     quiet_since = None
@@ -160,6 +173,7 @@ class SSHTransport:
             "banner_timeout": self.connect_timeout,
             "auth_timeout": self.connect_timeout,
             "channel_timeout": self.connect_timeout,
+            "transport_factory": _Transport,
         }
         if spec.identity:
             kwargs["key_filename"] = [os.path.expanduser(spec.identity)]
