@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Callable, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, Callable, TypeVar, cast
 
 from remotekit import remote
 from remotekit.errors import (
@@ -41,6 +41,9 @@ from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result, Script
 from remotekit.transports.base import ExecutableMissing, Process, Transport
 from remotekit.transports.local import LocalTransport
+
+if TYPE_CHECKING:
+    from remotekit.sync import SyncResult
 
 __all__ = [
     "DEFAULT_CAPTURE_LIMIT",
@@ -548,6 +551,35 @@ class Target:
         finally:
             if not ok:
                 tmp.unlink(missing_ok=True)
+
+    def sync(
+        self,
+        src: str | os.PathLike[str],
+        dest: str,
+        *,
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        on_progress: Callable[[int, int], None] | None = None,
+        timeout: float | None = None,
+    ) -> SyncResult:
+        """Make ``dest`` there hold the contents of the local directory ``src``: only changed
+        files travel (size + mtime, then content hash), in a few steps; see :mod:`remotekit.sync`.
+
+        ``on_progress(bytes_done, bytes_total)`` is called as file bodies are sent.
+        """
+        from remotekit.sync import sync
+
+        return sync(
+            self,
+            src,
+            dest,
+            delete=delete,
+            exclude=exclude,
+            dry_run=dry_run,
+            on_progress=on_progress,
+            timeout=timeout,
+        )
 
     # -- the step engine ---------------------------------------------------------------------
 
