@@ -38,6 +38,9 @@ import stat
 import sys
 
 CHUNK = 1 << 20
+#: Files staged, fsynced (in parallel) and renamed as one group during apply.
+GROUP = 256
+FSYNC_THREADS = 16
 #: Temp files of a sync in progress start with this; listings skip them.
 TEMP_PREFIX = ".remotekit-sync-"
 #: Permission bits a synced file or directory may get (never setuid, setgid or sticky).
@@ -293,33 +296,76 @@ def temp_name(folder, name):
     return os.path.join(folder, TEMP_PREFIX + os.urandom(6).hex() + "-" + name[:100])
 
 
-def install_file(body, path, mode, mtime_ns):
-    """Put ``body`` (a file in the shipped dir) at ``path`` atomically, with mode and mtime."""
+def stage_file(body, path, mode, mtime_ns):
+    """A temp file beside ``path`` holding ``body`` (a file in the shipped dir), with its
+    mode and mtime set, not yet synced to disk; its name is returned."""
     folder, name = os.path.split(path)
     tmp = temp_name(folder, name)
     try:
         if os.stat(body).st_dev == os.stat(folder).st_dev:
             os.rename(body, tmp)  # same filesystem: no copy
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
         else:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as out, open(body, "rb") as src:
                 shutil.copyfileobj(src, out, CHUNK)
-                out.flush()
-                os.fsync(out.fileno())
         os.chmod(tmp, mode & MODE_BITS)
         os.utime(tmp, ns=(mtime_ns, mtime_ns))
-        os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        discard(tmp)
         raise
+    return tmp
+
+
+def discard(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def install_files(items, errors):
+    """Install ``(rel, body, path, mode, mtime_ns)`` items atomically, a group at a time:
+    stage each as a temp file beside its path, fsync the group's temp files in parallel (one
+    fsync per file costs a journal commit each; parallel ones share commits), then rename
+    each over its path. A stop signal or an error leaves no temp file behind."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(FSYNC_THREADS) as pool:
+        for at in range(0, len(items), GROUP):
+            staged = []
+            try:
+                for rel, body, path, mode, mtime_ns in items[at : at + GROUP]:
+                    try:
+                        staged.append((rel, stage_file(body, path, mode, mtime_ns), path))
+                    except OSError as e:
+                        errors.append(error(rel, e.strerror or str(e)))
+                synced = list(pool.map(lambda s: try_os(fsync_path, s[1]), staged))
+                while staged:
+                    rel, tmp, path = staged.pop()
+                    failed = synced.pop() or try_os(os.replace, tmp, path)
+                    if failed:
+                        discard(tmp)
+                        errors.append(error(rel, failed))
+            finally:
+                for _, tmp, _ in staged:
+                    discard(tmp)
+
+
+def try_os(fn, *args):
+    """None if ``fn(*args)`` worked, else the OSError's text."""
+    try:
+        fn(*args)
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
 
 
 def install_link(path, target):
@@ -358,10 +404,15 @@ def do_apply(root, here):
             except OSError as e:
                 errors.append(error(rel, e.strerror or str(e)))
 
+    bodies = []
+
     def body(path, n, mode, mtime_ns):
         if ok[n : n + 1] != b"1":
             raise OSError("changed while it was read here; not sent (sync again)")
-        install_file(os.path.join(here, "d", str(n)), path, mode, mtime_ns)
+        bodies.append((rel_of(path), os.path.join(here, "d", str(n)), path, mode, mtime_ns))
+
+    def rel_of(path):
+        return os.path.relpath(path, root).replace(os.sep, "/")
 
     def meta(path, mode, mtime_ns):
         if not stat.S_ISREG(os.lstat(path).st_mode):
@@ -373,6 +424,7 @@ def do_apply(root, here):
     each("remove", remove)
     each("mkdir", lambda path, mode: os.mkdir(path, 0o700))
     each("files", body)
+    install_files(bodies, errors)
     each("links", install_link)
     each("meta", meta)
     each("dirmodes", lambda path, mode: os.chmod(path, mode & MODE_BITS))
