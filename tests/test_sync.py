@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,6 +232,45 @@ def test_an_interrupted_sync_leaves_no_partial_file(where: Where, tmp_path: Path
     assert where.snapshot() == before  # the old file whole, no temp file beside it
     where.sync(src)
     assert where.snapshot() == expected(src)
+
+
+def test_a_stop_signal_mid_file_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
+    """The script there, stopped while it copies a body into DEST (the body is a FIFO that
+    stalls after 1000 bytes), removes its temp file; the file keeps its old content."""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "f").write_text("old")
+    shipped = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    try:
+        (shipped / "d").mkdir()
+        os.mkfifo(shipped / "d" / "0")
+        (shipped / "ok").write_bytes(b"1")
+        (shipped / "plan.json").write_text(json.dumps({"files": [["f", 0, 0o644, 0]]}))
+        if os.stat(shipped).st_dev == os.stat(dest).st_dev:
+            pytest.skip("needs a body on another filesystem than DEST (a copy, not a rename)")
+        writer = os.open(shipped / "d" / "0", os.O_RDWR)
+        os.write(writer, b"n" * 1000)
+        script = Path(wire.__file__)
+        env = {**os.environ, "REMOTEKIT_DIR": str(shipped)}
+        proc = subprocess.Popen([sys.executable, str(script), "apply", str(dest)], env=env)
+        try:
+            wait_until(lambda: any(p.name.startswith(wire.TEMP_PREFIX) for p in dest.iterdir()))
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        finally:
+            proc.kill()
+            os.close(writer)
+        assert [p.name for p in dest.iterdir()] == ["f"]
+        assert (dest / "f").read_text() == "old"
+    finally:
+        shutil.rmtree(shipped)
+
+
+def wait_until(ready: Callable[[], bool], timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
 
 
 def test_ten_thousand_files_second_run_sends_nothing(where: Where, tmp_path: Path) -> None:
