@@ -201,9 +201,7 @@ def remote_tree(
             f"{dest} exists there and is not a directory", host=target.name, step=step
         )
     tree = {
-        r["p"]: Entry(r["k"], r["s"], r["m"], r["x"], r.get("t", ""))
-        for r in records
-        if r.get("type") == "entry"
+        row[0]: Entry(*row[1:]) for r in records if r.get("type") == "entries" for row in r["e"]
     }
     return bool(root.get("exists")), tree
 

@@ -109,7 +109,10 @@ def _where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
         yield w
     finally:
         t.resume()
-        t.run(["rm", "-rf", w.dest], check=False)
+        if request.param == "ct":  # its /workspace is a folder here: faster than rm through pct
+            shutil.rmtree(request.getfixturevalue("lxc_ct").workspace / name, ignore_errors=True)
+        else:
+            t.run(["rm", "-rf", w.dest], check=False)
 
 
 def make_tree(root: Path) -> Path:
@@ -273,6 +276,7 @@ def wait_until(ready: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.parametrize("where", ["ct"], indirect=True)  # the local rows add nothing here
 def test_ten_thousand_files_second_run_sends_nothing(where: Where, tmp_path: Path) -> None:
     src = tmp_path / "src"
     for d in range(100):

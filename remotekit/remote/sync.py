@@ -13,8 +13,8 @@ once and mean the same on both sides::
 Every stdout line is one JSON object with a ``"type"``:
 
     {"type": "root", "exists": bool, "dir": bool}                 list: first
-    {"type": "entry", "p": rel, "k": "f"|"d"|"l"|"o", "s": size, "m": mtime_ns, "x": mode,
-     "t": link target (links only)}                               list: one per path
+    {"type": "entries", "e": [[rel, kind, size, mtime_ns, mode(, link target)], ...]}
+                                  list: kind "f" file, "d" dir, "l" symlink, "o" other
     {"type": "hash", "p": rel, "h": sha256 hex | null}            hash: one per path
     {"type": "error", "p": rel, "message": ...}                   a path that could not be done
     {"type": "done", "command": ..., "errors": n}                 last; exit 1 if errors
@@ -41,6 +41,8 @@ CHUNK = 1 << 20
 #: Files staged, fsynced (in parallel) and renamed as one group during apply.
 GROUP = 256
 FSYNC_THREADS = 16
+#: A listing line holds entries up to about this many bytes (the caller splits lines at 1 MiB).
+LINE_BYTES = 256 << 10
 #: Temp files of a sync in progress start with this; listings skip them.
 TEMP_PREFIX = ".remotekit-sync-"
 #: Permission bits a synced file or directory may get (never setuid, setgid or sticky).
@@ -198,12 +200,31 @@ def kind(mode):
 
 
 def entry(rel, path, st):
+    """``[rel, kind, size, mtime_ns, mode]`` (and the target, for a symlink)."""
     k = kind(st.st_mode)
-    rec = {"type": "entry", "p": rel, "k": k, "s": st.st_size, "m": st.st_mtime_ns}
-    rec["x"] = stat.S_IMODE(st.st_mode)
+    row = [rel, k, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode)]
     if k == "l":
-        rec["t"] = os.readlink(path)
-    return rec
+        row.append(os.readlink(path))
+    return row
+
+
+class Batched(object):
+    """Entries emitted as ``{"type": "entries", "e": [row, ...]}`` lines of at most about
+    :data:`LINE_BYTES` (one line per entry costs the caller a callback and a parse each)."""
+
+    def __init__(self):
+        self.rows, self.size = [], 0
+
+    def add(self, row):
+        self.rows.append(row)
+        self.size += len(row[0]) + (len(row[5]) if len(row) > 5 else 0) + 48
+        if self.size >= LINE_BYTES:
+            self.flush()
+
+    def flush(self):
+        if self.rows:
+            emit({"type": "entries", "e": self.rows})
+        self.rows, self.size = [], 0
 
 
 def walk(root, excludes, on_entry, on_error):
@@ -249,12 +270,14 @@ def do_list(root, here):
         return errors
     emit({"type": "root", "exists": True, "dir": stat.S_ISDIR(st.st_mode)})
     if stat.S_ISDIR(st.st_mode):
+        out = Batched()
         walk(
             root,
             excludes,
-            lambda rel, path, s: emit(entry(rel, path, s)),
+            lambda rel, path, s: out.add(entry(rel, path, s)),
             lambda rel, msg: errors.append(error(rel, msg)),
         )
+        out.flush()
     return errors
 
 
