@@ -50,6 +50,8 @@ BATCH_BYTES = 256 << 20
 #: Files per apply step (bounds the step's header).
 BATCH_FILES = 20_000
 _CHUNK = 1 << 20
+#: Bodies smaller than this travel concatenated in one shipped file per apply step.
+PACK_BELOW = 1 << 20
 SCRIPT = "sync.py"
 
 
@@ -390,9 +392,21 @@ def _apply(
     script = remote.source(SCRIPT)
     for i, batch in enumerate(batches):
         first, last = i == 0, i == len(batches) - 1
-        doc: dict[str, Any] = {
-            "files": [[rel, n, here[rel].mode, here[rel].mtime_ns] for n, rel in enumerate(batch)]
-        }
+        # Small bodies travel concatenated in one shipped "pack" (one file for the runner to
+        # write, not thousands); large ones each as their own shipped file (renamed into
+        # place there when on the same filesystem).
+        small = [rel for rel in batch if here[rel].size < PACK_BELOW]
+        large = [rel for rel in batch if here[rel].size >= PACK_BELOW]
+        order = small + large
+        files: list[list[Any]] = []
+        offset = 0
+        for n, rel in enumerate(order):
+            e = here[rel]
+            files.append(
+                [rel, n, e.mode, e.mtime_ns] + ([offset, e.size] if n < len(small) else [])
+            )
+            offset += e.size if n < len(small) else 0
+        doc: dict[str, Any] = {"files": files}
         if first:
             doc["remove"] = plan.remove
             doc["mkdir"] = [[rel, here[rel].mode] for rel in plan.mkdir]
@@ -401,23 +415,26 @@ def _apply(
         if last:
             doc["dirmodes"] = [[rel, here[rel].mode] for rel in plan.dirmodes]
         plan_bytes = json.dumps(doc).encode()
-        ok = bytearray(b"0" * len(batch))
+        ok = bytearray(b"0" * len(order))
         manifest = [[SCRIPT, len(script), 0o600], ["plan.json", len(plan_bytes), 0o600]]
-        manifest += [[f"d/{n}", here[rel].size, 0o600] for n, rel in enumerate(batch)]
-        manifest.append(["ok", len(batch), 0o600])
+        manifest.append(["pack", offset, 0o600])
+        manifest += [
+            [f"d/{n}", here[rel].size, 0o600] for n, rel in enumerate(order) if n >= len(small)
+        ]
+        manifest.append(["ok", len(order), 0o600])
 
         def payload(
-            batch: list[str] = batch, ok: bytearray = ok, p: bytes = plan_bytes
+            order: list[str] = order, ok: bytearray = ok, p: bytes = plan_bytes
         ) -> Iterator[bytes]:
             yield script
             yield p
-            for n, rel in enumerate(batch):
+            for n, rel in enumerate(order):
                 yield from _body(src / rel, here[rel], ok, n, progress)
             yield bytes(ok)  # read only now: the flags of every body above are final
 
         records = _stream_step(target, dest, manifest, payload(), timeout)
         errors += [f"{r['p']}: {r['message']}" for r in records if r.get("type") == "error"]
-        changed += [rel for n, rel in enumerate(batch) if ok[n] != ord("1")]
+        changed += [rel for n, rel in enumerate(order) if ok[n] != ord("1")]
     return errors, changed
 
 

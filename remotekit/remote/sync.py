@@ -6,9 +6,10 @@ once and mean the same on both sides::
 
     python sync.py list  DEST     excludes in $REMOTEKIT_DIR/excludes.json (list of patterns)
     python sync.py hash  DEST     relative paths in $REMOTEKIT_DIR/paths.json
-    python sync.py apply DEST     the plan in $REMOTEKIT_DIR/plan.json, file bodies in
-                                  $REMOTEKIT_DIR/d/<n>, one byte per body in $REMOTEKIT_DIR/ok
-                                  ("1": the body was read whole; "0": it changed while read)
+    python sync.py apply DEST     the plan in $REMOTEKIT_DIR/plan.json; small file bodies one
+                                  after the other in $REMOTEKIT_DIR/pack (plan: offset, size),
+                                  large ones each in $REMOTEKIT_DIR/d/<n>; one byte per body in
+                                  $REMOTEKIT_DIR/ok ("1": read whole; "0": changed while read)
 
 Every stdout line is one JSON object with a ``"type"``:
 
@@ -320,12 +321,17 @@ def temp_name(folder, name):
 
 
 def stage_file(body, path, mode, mtime_ns):
-    """A temp file beside ``path`` holding ``body`` (a file in the shipped dir), with its
-    mode and mtime set, not yet synced to disk; its name is returned."""
+    """A temp file beside ``path`` holding ``body`` (a file in the shipped dir, or a
+    ``(pack fd, offset, size)`` slice of the pack), with its mode and mtime set, not yet
+    synced to disk; its name is returned."""
     folder, name = os.path.split(path)
     tmp = temp_name(folder, name)
     try:
-        if os.stat(body).st_dev == os.stat(folder).st_dev:
+        if isinstance(body, tuple):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                copy_slice(*body, out=out)
+        elif os.stat(body).st_dev == os.stat(folder).st_dev:
             os.rename(body, tmp)  # same filesystem: no copy
         else:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -337,6 +343,16 @@ def stage_file(body, path, mode, mtime_ns):
         discard(tmp)
         raise
     return tmp
+
+
+def copy_slice(fd, offset, size, out):
+    while size > 0:
+        block = os.pread(fd, min(CHUNK, size), offset)
+        if not block:
+            raise OSError("the pack is shorter than its plan")
+        out.write(block)
+        offset += len(block)
+        size -= len(block)
 
 
 def discard(path):
@@ -428,11 +444,14 @@ def do_apply(root, here):
                 errors.append(error(rel, e.strerror or str(e)))
 
     bodies = []
+    packed = os.path.join(here, "pack")
+    pack = os.open(packed, os.O_RDONLY) if os.path.exists(packed) else -1
 
-    def body(path, n, mode, mtime_ns):
+    def body(path, n, mode, mtime_ns, offset=None, size=0):
         if ok[n : n + 1] != b"1":
             raise OSError("changed while it was read here; not sent (sync again)")
-        bodies.append((rel_of(path), os.path.join(here, "d", str(n)), path, mode, mtime_ns))
+        src = os.path.join(here, "d", str(n)) if offset is None else (pack, offset, size)
+        bodies.append((rel_of(path), src, path, mode, mtime_ns))
 
     def rel_of(path):
         return os.path.relpath(path, root).replace(os.sep, "/")
@@ -447,7 +466,11 @@ def do_apply(root, here):
     each("remove", remove)
     each("mkdir", lambda path, mode: os.mkdir(path, 0o700))
     each("files", body)
-    install_files(bodies, errors)
+    try:
+        install_files(bodies, errors)
+    finally:
+        if pack >= 0:
+            os.close(pack)
     each("links", install_link)
     each("meta", meta)
     each("dirmodes", lambda path, mode: os.chmod(path, mode & MODE_BITS))
