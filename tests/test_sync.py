@@ -462,3 +462,20 @@ def test_invoke_sync_prints_a_summary_and_json(tmp_path: Path) -> None:
     result = doc["hosts"][0]["result"]
     assert result["deleted"] == ["run.sh"] and result["sent"] == ["blob.bin"]
     assert result["unchanged"] == 7
+
+
+def test_the_script_runs_on_python_3_8(tmp_path: Path) -> None:
+    from tests.test_interpreters import PYTHONS
+
+    old = sorted(v for v in PYTHONS if (3, 8) <= v < (3, 9))
+    if not old:
+        pytest.skip("no Python 3.8 on this machine")
+    src = make_tree(tmp_path / "src")
+    with remotekit.local_target(python=PYTHONS[old[0]]) as t:
+        where = Where(t, str(tmp_path / "dest"))
+        where.sync(src)
+        (src / "run.sh").touch()
+        (src / "empty.txt").unlink()
+        r = where.sync(src, delete=True)
+        assert r.deleted == ("empty.txt",) and r.touched == ("run.sh",) and r.steps == 3
+        assert where.snapshot() == expected(src)
