@@ -217,6 +217,19 @@ def test_deletions_only_when_asked_and_never_excluded(where: Where, tmp_path: Pa
     assert snap == expected(src)
 
 
+def test_names_that_are_not_utf8_or_hold_newlines_round_trip(where: Where, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    odd = [b"bad\xff byte", b"new\nline", b"-dash", b"tab\there", "ümlaut 日本".encode()]
+    for name in odd:
+        with open(os.path.join(os.fsencode(src), name), "wb") as f:
+            f.write(name)
+    first = where.sync(src)
+    assert sorted(first.sent) == sorted(os.fsdecode(n) for n in odd)
+    assert where.snapshot() == local_snapshot(src)
+    assert where.sync(src).unchanged == len(odd)
+
+
 def test_an_interrupted_sync_leaves_no_partial_file(where: Where, tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
