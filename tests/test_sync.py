@@ -236,10 +236,10 @@ def test_an_interrupted_sync_leaves_no_partial_file(where: Where, tmp_path: Path
     (src / "big.bin").write_bytes(b"old" * 1000)
     where.sync(src)
     before = where.snapshot()
-    (src / "big.bin").write_bytes(os.urandom(48 << 20))
+    (src / "big.bin").write_bytes(os.urandom(24 << 20))
 
     def cancel_midway(done: int, total: int) -> None:
-        if done >= 8 << 20 and done < total:
+        if done >= 4 << 20 and done < total:
             threading.Thread(target=where.target.cancel).start()
 
     with pytest.raises(remotekit.StepCancelled):
