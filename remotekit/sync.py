@@ -376,6 +376,36 @@ def _batches(send: list[str], here: dict[str, Entry]) -> list[list[str]]:
     return batches
 
 
+def _batch_plan(
+    batch: list[str], plan: Plan, here: dict[str, Entry], first: bool, last: bool
+) -> tuple[list[str], dict[str, Any], int]:
+    """(bodies in the order they travel, the step's plan.json, the pack's size).
+
+    Small bodies travel concatenated in one shipped "pack" (one file for the runner to write,
+    not thousands); large ones each as their own shipped file (renamed into place there when
+    on the same filesystem). The first step also removes, makes dirs, links and sets
+    metadata; the last sets directory modes (a read-only dir closes after its children).
+    """
+    order = [r for r in batch if here[r].size < PACK_BELOW]
+    packed = len(order)
+    order += [r for r in batch if here[r].size >= PACK_BELOW]
+    files: list[list[Any]] = []
+    offset = 0
+    for n, rel in enumerate(order):
+        e = here[rel]
+        files.append([rel, n, e.mode, e.mtime_ns] + ([offset, e.size] if n < packed else []))
+        offset += e.size if n < packed else 0
+    doc: dict[str, Any] = {"files": files}
+    if first:
+        doc["remove"] = plan.remove
+        doc["mkdir"] = [[rel, here[rel].mode] for rel in plan.mkdir]
+        doc["links"] = [[rel, here[rel].link] for rel in plan.links]
+        doc["meta"] = [[rel, here[rel].mode, here[rel].mtime_ns] for rel in plan.meta]
+    if last:
+        doc["dirmodes"] = [[rel, here[rel].mode] for rel in plan.dirmodes]
+    return order, doc, offset
+
+
 def _apply(
     target: Target,
     src: Path,
@@ -391,36 +421,12 @@ def _apply(
     batches = _batches(plan.send, here)
     script = remote.source(SCRIPT)
     for i, batch in enumerate(batches):
-        first, last = i == 0, i == len(batches) - 1
-        # Small bodies travel concatenated in one shipped "pack" (one file for the runner to
-        # write, not thousands); large ones each as their own shipped file (renamed into
-        # place there when on the same filesystem).
-        small = [rel for rel in batch if here[rel].size < PACK_BELOW]
-        large = [rel for rel in batch if here[rel].size >= PACK_BELOW]
-        order = small + large
-        files: list[list[Any]] = []
-        offset = 0
-        for n, rel in enumerate(order):
-            e = here[rel]
-            files.append(
-                [rel, n, e.mode, e.mtime_ns] + ([offset, e.size] if n < len(small) else [])
-            )
-            offset += e.size if n < len(small) else 0
-        doc: dict[str, Any] = {"files": files}
-        if first:
-            doc["remove"] = plan.remove
-            doc["mkdir"] = [[rel, here[rel].mode] for rel in plan.mkdir]
-            doc["links"] = [[rel, here[rel].link] for rel in plan.links]
-            doc["meta"] = [[rel, here[rel].mode, here[rel].mtime_ns] for rel in plan.meta]
-        if last:
-            doc["dirmodes"] = [[rel, here[rel].mode] for rel in plan.dirmodes]
+        order, doc, pack_size = _batch_plan(batch, plan, here, i == 0, i == len(batches) - 1)
         plan_bytes = json.dumps(doc).encode()
         ok = bytearray(b"0" * len(order))
         manifest = [[SCRIPT, len(script), 0o600], ["plan.json", len(plan_bytes), 0o600]]
-        manifest.append(["pack", offset, 0o600])
-        manifest += [
-            [f"d/{n}", here[rel].size, 0o600] for n, rel in enumerate(order) if n >= len(small)
-        ]
+        manifest.append(["pack", pack_size, 0o600])
+        manifest += [[f"d/{f[1]}", here[f[0]].size, 0o600] for f in doc["files"] if len(f) == 4]
         manifest.append(["ok", len(order), 0o600])
 
         def payload(

@@ -323,36 +323,51 @@ def temp_name(folder, name):
 def stage_file(body, path, mode, mtime_ns):
     """A temp file beside ``path`` holding ``body`` (a file in the shipped dir, or a
     ``(pack fd, offset, size)`` slice of the pack), with its mode and mtime set, not yet
-    synced to disk; its name is returned."""
+    synced to disk: ``(its name, an open fd on it)``. Mode and mtime are set through the fd
+    (path lookups are what a container's filesystem makes slow)."""
     folder, name = os.path.split(path)
     tmp = temp_name(folder, name)
+    fd = -1
     try:
-        if isinstance(body, tuple):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                copy_slice(*body, out=out)
-        elif os.stat(body).st_dev == os.stat(folder).st_dev:
+        if not isinstance(body, tuple) and os.stat(body).st_dev == os.stat(folder).st_dev:
             os.rename(body, tmp)  # same filesystem: no copy
+            fd = os.open(tmp, os.O_RDONLY)
         else:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as out, open(body, "rb") as src:
-                shutil.copyfileobj(src, out, CHUNK)
-        os.chmod(tmp, mode & MODE_BITS)
-        os.utime(tmp, ns=(mtime_ns, mtime_ns))
+            if isinstance(body, tuple):
+                copy_slice(*body, out=fd)
+            else:
+                src = os.open(body, os.O_RDONLY)
+                try:
+                    for block in iter(lambda: os.read(src, CHUNK), b""):
+                        write_all(fd, block)
+                finally:
+                    os.close(src)
+        os.chmod(fd, mode & MODE_BITS)
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
     except BaseException:
+        if fd >= 0:
+            os.close(fd)
         discard(tmp)
         raise
-    return tmp
+    return tmp, fd
 
 
 def copy_slice(fd, offset, size, out):
+    """Write ``size`` bytes of ``fd`` from ``offset`` to the fd ``out``."""
     while size > 0:
         block = os.pread(fd, min(CHUNK, size), offset)
         if not block:
-            raise OSError("the pack is shorter than its plan")
-        out.write(block)
+            raise OSError("the shipped body is shorter than its plan")
+        write_all(out, block)
         offset += len(block)
         size -= len(block)
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def discard(path):
@@ -360,14 +375,6 @@ def discard(path):
         os.unlink(path)
     except OSError:
         pass
-
-
-def fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def install_files(items, errors):
@@ -383,18 +390,20 @@ def install_files(items, errors):
             try:
                 for rel, body, path, mode, mtime_ns in items[at : at + GROUP]:
                     try:
-                        staged.append((rel, stage_file(body, path, mode, mtime_ns), path))
+                        staged.append((rel, path) + stage_file(body, path, mode, mtime_ns))
                     except OSError as e:
                         errors.append(error(rel, e.strerror or str(e)))
-                synced = list(pool.map(lambda s: try_os(fsync_path, s[1]), staged))
+                synced = list(pool.map(lambda s: try_os(os.fsync, s[3]), staged))
                 while staged:
-                    rel, tmp, path = staged.pop()
+                    rel, path, tmp, fd = staged.pop()
+                    os.close(fd)
                     failed = synced.pop() or try_os(os.replace, tmp, path)
                     if failed:
                         discard(tmp)
                         errors.append(error(rel, failed))
             finally:
-                for _, tmp, _ in staged:
+                for _, _, tmp, fd in staged:
+                    os.close(fd)
                     discard(tmp)
 
 
