@@ -3,8 +3,9 @@
 Everything in this folder except this ``__init__`` is a standalone program: it imports only
 the standard library and torch, runs on Python >= 3.8, and talks to the local side through
 JSON lines on stdout (one object per line, each with a ``"type"`` key). The local halves in
-:mod:`remotekit.diagnostics` parse those records. Never import these files from local code;
-load them as bytes with :func:`script`.
+:mod:`remotekit.diagnostics` parse those records. Load them as bytes with :func:`script`; the
+one file also imported here is ``sync.py`` (stdlib only), so that its exclude rules and path
+checks mean the same on both sides.
 """
 
 from __future__ import annotations
