@@ -1127,3 +1127,68 @@ def forward(c, host="local", port="", bind="127.0.0.1", check=True, inventory=""
                 fwd.wait()
             except KeyboardInterrupt:
                 print("remotekit: forward stopped", file=sys.stderr)
+
+
+# --- sync ---
+
+
+@task(
+    positional=["src", "dest"],
+    iterable=["exclude"],
+    help=_help(
+        src="the local directory whose contents are pushed",
+        dest="the directory there (created if missing)",
+        delete="also remove what is there but not here (never excluded paths)",
+        exclude="a .gitignore-style pattern to leave out (repeatable)",
+        exclude_from="a file of such patterns, e.g. .gitignore (not read unless named)",
+        dry_run="list what would change; change nothing",
+        timeout=TIMEOUT_HELP,
+    ),
+)
+def sync(
+    c,
+    src,
+    dest,
+    host="",
+    group="",
+    all=False,
+    parallel=0,
+    json=False,
+    verbose=False,
+    inventory="",
+    delete=False,
+    exclude=None,
+    exclude_from="",
+    dry_run=False,
+    timeout=0.0,
+):
+    """Push a local directory into targets: only changed files travel (size+mtime, then hash)."""
+    from remotekit.sync import SyncResult, read_patterns
+
+    patterns = list(exclude or ())
+    if exclude_from:
+        try:
+            patterns = read_patterns(exclude_from) + patterns
+        except OSError as exc:
+            raise Exit(f"remotekit: cannot read {exclude_from}: {exc.strerror}", code=2) from None
+
+    def one(t: remotekit.Target, console: Console) -> SyncResult:
+        r = t.sync(
+            src, dest, delete=delete, exclude=patterns, dry_run=dry_run, timeout=timeout or None
+        )
+        if verbose or dry_run:
+            verb = "would send" if dry_run else "sent"
+            for rel in r.sent:
+                console.line(t.name, "stdout", f"{verb} {rel}")
+            for rel in r.deleted:
+                console.line(t.name, "stdout", f"{'would delete' if dry_run else 'deleted'} {rel}")
+        for what in r.skipped:
+            console.line(t.name, "stderr", f"skipped {what}")
+        return r
+
+    _fan(
+        Sel(host, group, all, parallel, json, verbose, inventory),
+        one,
+        render=lambda r: r.summary(),
+        title="sync",
+    )

@@ -45,6 +45,7 @@ from remotekit.transports.local import LocalTransport
 
 if TYPE_CHECKING:
     from remotekit.forward import Forward
+    from remotekit.sync import SyncResult
 
 __all__ = [
     "DEFAULT_CAPTURE_LIMIT",
@@ -585,6 +586,35 @@ class Target:
         finally:
             if not ok:
                 tmp.unlink(missing_ok=True)
+
+    def sync(
+        self,
+        src: str | os.PathLike[str],
+        dest: str,
+        *,
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        on_progress: Callable[[int, int], None] | None = None,
+        timeout: float | None = None,
+    ) -> SyncResult:
+        """Make ``dest`` there hold the contents of the local directory ``src``: only changed
+        files travel (size + mtime, then content hash), in a few steps; see :mod:`remotekit.sync`.
+
+        ``on_progress(bytes_done, bytes_total)`` is called as file bodies are sent.
+        """
+        from remotekit.sync import sync
+
+        return sync(
+            self,
+            src,
+            dest,
+            delete=delete,
+            exclude=exclude,
+            dry_run=dry_run,
+            on_progress=on_progress,
+            timeout=timeout,
+        )
 
     # -- the step engine ---------------------------------------------------------------------
 

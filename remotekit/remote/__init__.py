@@ -3,9 +3,10 @@
 Everything in this folder except this ``__init__`` is a standalone program: it imports only
 the standard library and torch, runs on Python >= 3.8, and talks to the local side through
 JSON lines on stdout (one object per line, each with a ``"type"`` key). The local halves in
-:mod:`remotekit.diagnostics` parse those records. ``relay.py`` (:mod:`remotekit.forward`) is the
-exception: after one line each way, its stdin and stdout are a raw byte stream. Never import these files from local code;
-load them as bytes with :func:`script`.
+:mod:`remotekit.diagnostics` parse those records. Load them as bytes with :func:`script`.
+Two exceptions: ``relay.py`` (:mod:`remotekit.forward`): after one line each way, its stdin
+and stdout are a raw byte stream; and ``sync.py`` (stdlib only) is also imported here, so that
+its exclude rules and path checks mean the same on both sides.
 """
 
 from __future__ import annotations

@@ -1,0 +1,507 @@
+"""The far half of ``remotekit sync``: list a destination tree, hash files, apply a plan.
+
+Runs *there* (standard library only, Python >= 3.8); the local half (``remotekit/sync.py``)
+also imports this file as a module, so the exclude rules and the path checks are written
+once and mean the same on both sides::
+
+    python sync.py list  DEST     excludes in $REMOTEKIT_DIR/excludes.json (list of patterns)
+    python sync.py hash  DEST     relative paths in $REMOTEKIT_DIR/paths.json
+    python sync.py apply DEST     the plan in $REMOTEKIT_DIR/plan.json; small file bodies one
+                                  after the other in $REMOTEKIT_DIR/pack (plan: offset, size),
+                                  large ones each in $REMOTEKIT_DIR/d/<n>; one byte per body in
+                                  $REMOTEKIT_DIR/ok ("1": read whole; "0": changed while read)
+
+Every stdout line is one JSON object with a ``"type"``:
+
+    {"type": "root", "exists": bool, "dir": bool}                 list: first
+    {"type": "entries", "e": [[rel, kind, size, mtime_ns, mode(, link target)], ...]}
+                                  list: kind "f" file, "d" dir, "l" symlink, "o" other
+    {"type": "hash", "p": rel, "h": sha256 hex | null}            hash: one per path
+    {"type": "error", "p": rel, "message": ...}                   a path that could not be done
+    {"type": "done", "command": ..., "errors": n}                 last; exit 1 if errors
+
+Path safety: every relative path is checked before use (no absolute names, no ``..``, no empty
+or ``.`` parts, no NUL) and every directory on the way from DEST to it must be a real
+directory, never a symlink, so nothing is written or removed outside DEST. Files are written
+atomically: a temp file in the same directory, fsync, chmod, utime, rename; a stop signal
+removes the temp file, so an interrupted sync leaves no partial file under its real name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import sys
+
+CHUNK = 1 << 20
+#: Files staged, fsynced (in parallel) and renamed as one group during apply.
+GROUP = 256
+FSYNC_THREADS = 16
+#: A listing line holds entries up to about this many bytes (the caller splits lines at 1 MiB).
+LINE_BYTES = 256 << 10
+#: Temp files of a sync in progress start with this; listings skip them.
+TEMP_PREFIX = ".remotekit-sync-"
+#: Permission bits a synced file or directory may get (never setuid, setgid or sticky).
+MODE_BITS = 0o777
+
+
+# -- exclude rules (a .gitignore subset) ---------------------------------------------------------
+
+
+class Excludes(object):
+    """``.gitignore``-style rules: globs (``*``, ``?``, ``[...]``, ``**``), ``dir/`` (matches
+    directories only), ``!pattern`` (re-includes), ``/x`` or any pattern with a slash inside
+    (anchored at the tree's root; otherwise it matches a name at any depth), ``#`` comments.
+    The last matching rule wins; an excluded directory is not entered, so nothing below it
+    can be re-included (as in git)."""
+
+    def __init__(self, patterns=()):
+        self.rules = []
+        for raw in patterns:
+            rule = _rule(raw)
+            if rule is not None:
+                self.rules.append(rule)
+
+    def __bool__(self):
+        return bool(self.rules)
+
+    def excluded(self, rel, is_dir):
+        verdict = False
+        name = rel.rsplit("/", 1)[-1]
+        for regex, negate, dir_only, anchored in self.rules:
+            if dir_only and not is_dir:
+                continue
+            if regex.match(rel if anchored else name):
+                verdict = not negate
+        return verdict
+
+
+def _rule(raw):
+    line = raw.rstrip("\n")
+    if not line.strip() or line.startswith("#"):
+        return None
+    if not line.endswith("\\ "):
+        line = line.rstrip(" ")
+    negate = line.startswith("!")
+    if negate:
+        line = line[1:]
+    elif line.startswith("\\!") or line.startswith("\\#"):
+        line = line[1:]
+    dir_only = line.endswith("/")
+    line = line.rstrip("/")
+    anchored = "/" in line
+    line = line.lstrip("/")
+    if not line:
+        return None
+    return re.compile(_glob_regex(line) + r"\Z", re.S), negate, dir_only, anchored
+
+
+def _glob_regex(pattern):
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**", i) and (i == 0 or pattern[i - 1] == "/"):
+            if i + 2 == n:
+                out.append(".*")
+                i += 2
+                continue
+            if pattern[i + 2] == "/":
+                out.append("(?:.*/)?")
+                i += 3
+                continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i]))
+        elif c == "[":
+            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^", "]") else i + 1)
+            if end < 0:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : end]
+                if body[:1] in ("!", "^"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+# -- path safety ---------------------------------------------------------------------------------
+
+
+class Unsafe(ValueError):
+    """A relative path that would leave the destination (or reach it through a symlink)."""
+
+
+def check_rel(rel):
+    """``rel`` if it is a safe relative path (``a/b``), else raise :class:`Unsafe`."""
+    if not isinstance(rel, str) or not rel:
+        raise Unsafe("empty path")
+    if "\0" in rel:
+        raise Unsafe("NUL in path %r" % rel)
+    if rel.startswith("/"):
+        raise Unsafe("absolute path %r" % rel)
+    for part in rel.split("/"):
+        if part in ("", ".", ".."):
+            raise Unsafe("path %r has an empty, '.' or '..' part" % rel)
+    return rel
+
+
+def inside(root, rel):
+    """The absolute path of ``rel`` under ``root``, after checking that every directory on
+    the way is a real directory (not a symlink that could lead out of ``root``)."""
+    check_rel(rel)
+    parts = rel.split("/")
+    here = root
+    for part in parts[:-1]:
+        here = os.path.join(here, part)
+        st = os.lstat(here)
+        if stat.S_ISLNK(st.st_mode):
+            raise Unsafe("%s is a symlink; refusing to go through it" % here)
+        if not stat.S_ISDIR(st.st_mode):
+            raise Unsafe("%s is not a directory" % here)
+    return os.path.join(root, *parts)
+
+
+# -- records -------------------------------------------------------------------------------------
+
+
+def emit(record):
+    sys.stdout.write(json.dumps(record) + "\n")
+
+
+class Interrupted(BaseException):
+    """A stop signal (the caller was cancelled, timed out or went away)."""
+
+
+def on_signal(signum, frame):
+    raise Interrupted(signum)
+
+
+# -- list ----------------------------------------------------------------------------------------
+
+
+def kind(mode):
+    if stat.S_ISREG(mode):
+        return "f"
+    if stat.S_ISDIR(mode):
+        return "d"
+    return "l" if stat.S_ISLNK(mode) else "o"
+
+
+def entry(rel, path, st):
+    """``[rel, kind, size, mtime_ns, mode]`` (and the target, for a symlink)."""
+    k = kind(st.st_mode)
+    row = [rel, k, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode)]
+    if k == "l":
+        row.append(os.readlink(path))
+    return row
+
+
+class Batched(object):
+    """Entries emitted as ``{"type": "entries", "e": [row, ...]}`` lines of at most about
+    :data:`LINE_BYTES` (one line per entry costs the caller a callback and a parse each)."""
+
+    def __init__(self):
+        self.rows, self.size = [], 0
+
+    def add(self, row):
+        self.rows.append(row)
+        self.size += len(row[0]) + (len(row[5]) if len(row) > 5 else 0) + 48
+        if self.size >= LINE_BYTES:
+            self.flush()
+
+    def flush(self):
+        if self.rows:
+            emit({"type": "entries", "e": self.rows})
+        self.rows, self.size = [], 0
+
+
+def walk(root, excludes, on_entry, on_error):
+    """Call ``on_entry(rel, path, lstat)`` for everything below ``root`` that is not excluded,
+    parents before children, never following a symlink; sync temp files are skipped."""
+    todo = [""]
+    while todo:
+        prefix = todo.pop()
+        top = os.path.join(root, prefix) if prefix else root
+        try:
+            with os.scandir(top) as it:
+                items = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            on_error(prefix or ".", e.strerror or str(e))
+            continue
+        subdirs = []
+        for item in items:
+            if item.name.startswith(TEMP_PREFIX):
+                continue
+            rel = prefix + "/" + item.name if prefix else item.name
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError as e:
+                on_error(rel, e.strerror or str(e))
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if excludes and excludes.excluded(rel, is_dir):
+                continue
+            on_entry(rel, item.path, st)
+            if is_dir:
+                subdirs.append(rel)
+        todo.extend(reversed(subdirs))
+
+
+def do_list(root, here):
+    with open(os.path.join(here, "excludes.json")) as f:
+        excludes = Excludes(json.load(f))
+    errors = []
+    try:
+        st = os.stat(root)
+    except OSError:
+        emit({"type": "root", "exists": False, "dir": False})
+        return errors
+    emit({"type": "root", "exists": True, "dir": stat.S_ISDIR(st.st_mode)})
+    if stat.S_ISDIR(st.st_mode):
+        out = Batched()
+        walk(
+            root,
+            excludes,
+            lambda rel, path, s: out.add(entry(rel, path, s)),
+            lambda rel, msg: errors.append(error(rel, msg)),
+        )
+        out.flush()
+    return errors
+
+
+# -- hash ----------------------------------------------------------------------------------------
+
+
+def file_hash(path):
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError("not a regular file")
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def do_hash(root, here):
+    with open(os.path.join(here, "paths.json")) as f:
+        paths = json.load(f)
+    errors = []
+    for rel in paths:
+        try:
+            digest = file_hash(inside(root, rel))
+        except (OSError, Unsafe):
+            digest = None  # gone or odd: the caller sends it
+        emit({"type": "hash", "p": rel, "h": digest})
+    return errors
+
+
+# -- apply ---------------------------------------------------------------------------------------
+
+
+def error(rel, message):
+    return {"type": "error", "p": rel, "message": message}
+
+
+def temp_name(folder, name):
+    return os.path.join(folder, TEMP_PREFIX + os.urandom(6).hex() + "-" + name[:100])
+
+
+def stage_file(body, path, mode, mtime_ns):
+    """A temp file beside ``path`` holding ``body`` (a file in the shipped dir, or a
+    ``(pack fd, offset, size)`` slice of the pack), with its mode and mtime set, not yet
+    synced to disk: ``(its name, an open fd on it)``. Mode and mtime are set through the fd
+    (path lookups are what a container's filesystem makes slow)."""
+    folder, name = os.path.split(path)
+    tmp = temp_name(folder, name)
+    fd = -1
+    try:
+        if not isinstance(body, tuple) and os.stat(body).st_dev == os.stat(folder).st_dev:
+            os.rename(body, tmp)  # same filesystem: no copy
+            fd = os.open(tmp, os.O_RDONLY)
+        else:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            if isinstance(body, tuple):
+                copy_slice(*body, out=fd)
+            else:
+                src = os.open(body, os.O_RDONLY)
+                try:
+                    for block in iter(lambda: os.read(src, CHUNK), b""):
+                        write_all(fd, block)
+                finally:
+                    os.close(src)
+        os.chmod(fd, mode & MODE_BITS)
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        discard(tmp)
+        raise
+    return tmp, fd
+
+
+def copy_slice(fd, offset, size, out):
+    """Write ``size`` bytes of ``fd`` from ``offset`` to the fd ``out``."""
+    while size > 0:
+        block = os.pread(fd, min(CHUNK, size), offset)
+        if not block:
+            raise OSError("the shipped body is shorter than its plan")
+        write_all(out, block)
+        offset += len(block)
+        size -= len(block)
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def discard(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def install_files(items, errors):
+    """Install ``(rel, body, path, mode, mtime_ns)`` items atomically, a group at a time:
+    stage each as a temp file beside its path, fsync the group's temp files in parallel (one
+    fsync per file costs a journal commit each; parallel ones share commits), then rename
+    each over its path. A stop signal or an error leaves no temp file behind."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(FSYNC_THREADS) as pool:
+        for at in range(0, len(items), GROUP):
+            staged = []
+            try:
+                for rel, body, path, mode, mtime_ns in items[at : at + GROUP]:
+                    try:
+                        staged.append((rel, path) + stage_file(body, path, mode, mtime_ns))
+                    except OSError as e:
+                        errors.append(error(rel, e.strerror or str(e)))
+                synced = list(pool.map(lambda s: try_os(os.fsync, s[3]), staged))
+                while staged:
+                    rel, path, tmp, fd = staged.pop()
+                    os.close(fd)
+                    failed = synced.pop() or try_os(os.replace, tmp, path)
+                    if failed:
+                        discard(tmp)
+                        errors.append(error(rel, failed))
+            finally:
+                for _, _, tmp, fd in staged:
+                    os.close(fd)
+                    discard(tmp)
+
+
+def try_os(fn, *args):
+    """None if ``fn(*args)`` worked, else the OSError's text."""
+    try:
+        fn(*args)
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def install_link(path, target):
+    folder, name = os.path.split(path)
+    tmp = temp_name(folder, name)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def remove(path):
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)  # never follows symlinks inside
+    else:
+        os.unlink(path)
+
+
+def do_apply(root, here):
+    with open(os.path.join(here, "plan.json")) as f:
+        plan = json.load(f)
+    with open(os.path.join(here, "ok"), "rb") as f:
+        ok = f.read()
+    errors = []
+
+    def each(key, fn):
+        for item in plan.get(key, ()):
+            rel = item[0] if isinstance(item, list) else item
+            try:
+                fn(inside(root, rel), *(item[1:] if isinstance(item, list) else ()))
+            except Unsafe as e:
+                errors.append(error(rel, "refused: %s" % e))
+            except OSError as e:
+                errors.append(error(rel, e.strerror or str(e)))
+
+    bodies = []
+    packed = os.path.join(here, "pack")
+    pack = os.open(packed, os.O_RDONLY) if os.path.exists(packed) else -1
+
+    def body(path, n, mode, mtime_ns, offset=None, size=0):
+        if ok[n : n + 1] != b"1":
+            raise OSError("changed while it was read here; not sent (sync again)")
+        src = os.path.join(here, "d", str(n)) if offset is None else (pack, offset, size)
+        bodies.append((rel_of(path), src, path, mode, mtime_ns))
+
+    def rel_of(path):
+        return os.path.relpath(path, root).replace(os.sep, "/")
+
+    def meta(path, mode, mtime_ns):
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise OSError("no longer a regular file")
+        os.chmod(path, mode & MODE_BITS)
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+    os.makedirs(root, exist_ok=True)
+    each("remove", remove)
+    each("mkdir", lambda path, mode: os.mkdir(path, 0o700))
+    each("files", body)
+    try:
+        install_files(bodies, errors)
+    finally:
+        if pack >= 0:
+            os.close(pack)
+    each("links", install_link)
+    each("meta", meta)
+    each("dirmodes", lambda path, mode: os.chmod(path, mode & MODE_BITS))
+    return errors
+
+
+def main(argv):
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(s, on_signal)
+    command, dest = argv[0], argv[1]
+    root = os.path.abspath(os.path.expanduser(dest))
+    here = os.environ.get("REMOTEKIT_DIR") or os.path.dirname(os.path.abspath(__file__))
+    errors = {"list": do_list, "hash": do_hash, "apply": do_apply}[command](root, here)
+    for e in errors:
+        emit(e)
+    emit({"type": "done", "command": command, "errors": len(errors)})
+    sys.stdout.flush()
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except Interrupted as stop:
+        sys.exit(128 + stop.args[0])

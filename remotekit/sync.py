@@ -1,0 +1,570 @@
+"""Push a local directory into a target: only what changed travels, in a few steps.
+
+``sync(target, "src", "/workspace/code")`` makes DEST hold what SRC holds (the *contents* of
+SRC, as ``rsync -a SRC/ DEST`` does), through every layer of the target:
+
+1. **list** (one step): the shipped ``remote/sync.py`` lists DEST (path, kind, size, mtime_ns,
+   mode, link target), skipping excluded paths. DEST is created later if it is missing.
+2. **hash** (one step, only when needed): files whose size matches but mtime does not are
+   hashed (SHA-256) on both sides; equal content only gets its mtime and mode set.
+3. **apply** (one step per batch of at most :data:`BATCH_BYTES` of bodies): the changed files
+   stream as the runner's shipped files (read here in 1 MiB chunks, written through there,
+   so memory stays bounded for any file size); the script there installs each one atomically
+   (temp file in the same directory, fsync, chmod, utime, rename), creates directories and
+   symlinks, removes what ``delete=True`` asks for, and sets modes.
+
+Rules: regular files, directories and symlinks are synced (symlinks as links, never
+followed, on either side); other kinds (FIFOs, sockets, devices) are skipped and named in
+:attr:`SyncResult.skipped`. Modes are the source's permission bits (``0o777``; setuid, setgid
+and sticky are never set), directory mtimes are not kept. Without ``delete=True`` nothing is
+removed there, and a path that is a directory there but a file or link here is refused. Excludes
+are ``.gitignore``-style patterns (see :class:`remotekit.remote.sync.Excludes`), applied to
+both trees; excluded paths there are never deleted. No ``.gitignore`` is read implicitly:
+pass its lines (``read_patterns(".gitignore")``) or ``--exclude-from .gitignore`` to use one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remotekit import remote
+from remotekit.errors import RemotekitError
+from remotekit.remote import sync as wire
+
+if TYPE_CHECKING:
+    from remotekit.target import Target
+
+__all__ = ["BATCH_BYTES", "ProgressCallback", "SyncResult", "read_patterns", "sync"]
+
+#: ``on_progress(bytes_done, bytes_total)`` of the file bodies being sent.
+ProgressCallback = Callable[[int, int], None]
+#: File bodies per apply step; a larger single file travels alone in its own step.
+BATCH_BYTES = 256 << 20
+#: Files per apply step (bounds the step's header).
+BATCH_FILES = 20_000
+_CHUNK = 1 << 20
+#: Bodies smaller than this travel concatenated in one shipped file per apply step.
+PACK_BELOW = 1 << 20
+SCRIPT = "sync.py"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One path of a tree: kind ``f`` file, ``d`` directory, ``l`` symlink, ``o`` other."""
+
+    kind: str
+    size: int = 0
+    mtime_ns: int = 0
+    mode: int = 0
+    link: str = ""
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What a sync did (or, with ``dry_run``, would do); paths are relative to DEST."""
+
+    host: str
+    src: str
+    dest: str
+    sent: tuple[str, ...]
+    deleted: tuple[str, ...]
+    unchanged: int
+    bytes_sent: int
+    #: Files whose content was equal (hash) or whose mode differed: only mtime/mode set.
+    touched: tuple[str, ...] = ()
+    links: tuple[str, ...] = ()
+    dirs_created: tuple[str, ...] = ()
+    #: Local paths not synced: not a file/dir/link, unreadable, or changed while read.
+    skipped: tuple[str, ...] = ()
+    hashed: int = 0
+    steps: int = 0
+    dry_run: bool = False
+    duration_s: float = 0.0
+    errors: tuple[str, ...] = field(default=())
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return self.skipped
+
+    @property
+    def exit_code(self) -> int:
+        """0 synced; 1 some local paths were skipped (see :attr:`skipped`)."""
+        return 1 if self.skipped else 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.sent or self.deleted or self.touched or self.links or self.dirs_created)
+
+    def summary(self) -> str:
+        verb = "would send" if self.dry_run else "sent"
+        parts = [
+            f"{verb} {len(self.sent)} file(s) ({_size(self.bytes_sent)})",
+            f"{len(self.deleted)} deleted",
+            f"{self.unchanged} unchanged",
+        ]
+        if self.touched:
+            parts.append(f"{len(self.touched)} metadata-only")
+        if self.links:
+            parts.append(f"{len(self.links)} link(s)")
+        if self.dirs_created:
+            parts.append(f"{len(self.dirs_created)} dir(s) created")
+        if self.skipped:
+            parts.append(f"{len(self.skipped)} skipped")
+        return f"{', '.join(parts)} in {self.steps} step(s), {self.duration_s:.2f} s"
+
+
+def read_patterns(path: str | os.PathLike[str]) -> list[str]:
+    """The lines of an exclude file (e.g. a ``.gitignore``), for ``exclude=``."""
+    return Path(path).read_text(encoding="utf-8").splitlines()
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+# -- the two trees -------------------------------------------------------------------------------
+
+
+def local_tree(src: Path, excludes: wire.Excludes, skipped: list[str]) -> dict[str, Entry]:
+    """Everything below ``src`` that is not excluded (symlinks not followed)."""
+    tree: dict[str, Entry] = {}
+
+    def on_entry(rel: str, path: str, st: os.stat_result) -> None:
+        k = wire.kind(st.st_mode)
+        if k == "o":
+            skipped.append(f"{rel}: not a regular file, directory or symlink")
+            return
+        link = os.readlink(path) if k == "l" else ""
+        tree[rel] = Entry(k, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), link)
+
+    wire.walk(str(src), excludes, on_entry, lambda rel, msg: skipped.append(f"{rel}: {msg}"))
+    return tree
+
+
+def _records(
+    target: Target,
+    command: str,
+    dest: str,
+    files: dict[str, bytes],
+    step: str,
+    timeout: float | None,
+) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    stray: list[str] = []
+
+    def sink(stream: str, line: str) -> None:
+        if stream == "stdout" and line.startswith("{"):
+            records.append(json.loads(line))
+        elif stream == "stderr":
+            stray.append(line)
+
+    result = target.run_python(
+        remote.script(SCRIPT),
+        [command, dest],
+        files=files,
+        step=step,
+        timeout=timeout,
+        check=False,
+        on_output=sink,
+        capture=False,
+    )
+    if not records or records[-1].get("type") != "done":
+        tail = "\n".join("  " + s for s in stray[-10:]) or "  (no output)"
+        raise RemotekitError(
+            f"sync {command} of {dest} did not finish (exit {result.exit_code}):\n{tail}",
+            host=target.name,
+            step=step,
+        )
+    return records
+
+
+def remote_tree(
+    target: Target, dest: str, patterns: Sequence[str], timeout: float | None
+) -> tuple[bool, dict[str, Entry]]:
+    """(whether DEST exists, its tree); raises if DEST is there but not a directory."""
+    step = f"sync list {dest}"
+    records = _records(
+        target, "list", dest, {"excludes.json": json.dumps(list(patterns)).encode()}, step, timeout
+    )
+    root = records[0]
+    if root.get("exists") and not root.get("dir"):
+        raise RemotekitError(
+            f"{dest} exists there and is not a directory", host=target.name, step=step
+        )
+    tree = {
+        row[0]: Entry(*row[1:]) for r in records if r.get("type") == "entries" for row in r["e"]
+    }
+    return bool(root.get("exists")), tree
+
+
+def remote_hashes(
+    target: Target, dest: str, paths: list[str], timeout: float | None
+) -> dict[str, str | None]:
+    records = _records(
+        target,
+        "hash",
+        dest,
+        {"paths.json": json.dumps(paths).encode()},
+        f"sync hash {dest}",
+        timeout,
+    )
+    return {r["p"]: r["h"] for r in records if r.get("type") == "hash"}
+
+
+def file_hash(path: Path) -> str | None:
+    try:
+        return wire.file_hash(str(path))
+    except OSError:
+        return None
+
+
+# -- the diff ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What to do there, in the order the script does it."""
+
+    remove: list[str] = field(default_factory=list)
+    mkdir: list[str] = field(default_factory=list)
+    send: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    meta: list[str] = field(default_factory=list)
+    dirmodes: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    maybe: list[str] = field(default_factory=list)  # size equal, mtime not: hash decides
+    unchanged: int = 0
+
+
+def diff(
+    here: dict[str, Entry], there: dict[str, Entry], delete: bool, dest: str, host: str
+) -> Plan:
+    """The plan that makes ``there`` hold ``here`` (``maybe`` still to be hashed)."""
+    plan = Plan()
+    conflicts: list[str] = []
+    for rel in sorted(here):
+        e, r = here[rel], there.get(rel)
+        if r is not None and r.kind == "d" and e.kind != "d":
+            if not delete:
+                conflicts.append(rel)
+                continue
+            plan.remove.append(rel)
+            r = None
+        if e.kind == "d":
+            if r is None or r.kind != "d":
+                if r is not None:
+                    plan.remove.append(rel)
+                plan.mkdir.append(rel)
+                plan.dirmodes.append(rel)
+            elif r.mode != e.mode:
+                plan.dirmodes.append(rel)
+        elif e.kind == "l":
+            if r is not None and r.kind == "l" and r.link == e.link:
+                plan.unchanged += 1
+            else:
+                plan.links.append(rel)
+        elif r is None or r.kind != "f" or r.size != e.size:
+            plan.send.append(rel)
+        elif r.mtime_ns != e.mtime_ns:
+            plan.maybe.append(rel)
+        else:
+            plan.unchanged += 1
+            if r.mode != e.mode & wire.MODE_BITS:
+                plan.meta.append(rel)
+    if conflicts:
+        shown = ", ".join(conflicts[:5]) + (
+            f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""
+        )
+        raise RemotekitError(
+            f"sync to {dest}: {shown} is a directory there but not here; pass delete=True "
+            f"(--delete) to replace it",
+            host=host,
+            step=f"sync {dest}",
+        )
+    if delete:
+        gone = sorted(rel for rel in there if rel not in here)
+        removed = set(plan.remove)
+        for rel in gone:  # the topmost of each removed subtree is enough
+            if not any(up in removed for up in _ancestors(rel)):
+                plan.remove.append(rel)
+                removed.add(rel)
+        plan.deleted = gone
+    plan.dirmodes.reverse()  # deepest first: a read-only dir is closed after its children
+    return plan
+
+
+def _ancestors(rel: str) -> Iterator[str]:
+    while "/" in rel:
+        rel = rel.rpartition("/")[0]
+        yield rel
+
+
+def _decide_hashed(
+    plan: Plan, src: Path, theirs: dict[str, str | None], here: dict[str, Entry]
+) -> None:
+    for rel in plan.maybe:
+        h = theirs.get(rel)
+        if h is not None and h == file_hash(src / rel):
+            plan.meta.append(rel)
+            plan.unchanged += 1
+        else:
+            plan.send.append(rel)
+
+
+# -- apply ---------------------------------------------------------------------------------------
+
+
+class _Progress:
+    def __init__(self, total: int, callback: ProgressCallback | None):
+        self.total = total
+        self.done = 0
+        self.callback = callback
+
+    def add(self, n: int) -> None:
+        self.done += n
+        if self.callback is not None:
+            self.callback(self.done, self.total)
+
+
+def _body(path: Path, e: Entry, ok: bytearray, n: int, progress: _Progress) -> Iterator[bytes]:
+    """Exactly ``e.size`` bytes of ``path``; zero padding and ``ok[n] = '0'`` if it changed."""
+    left = e.size
+    try:
+        fd = os.open(
+            path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        )
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        with os.fdopen(fd, "rb") as fh:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                while left > 0 and (chunk := fh.read(min(_CHUNK, left))):
+                    left -= len(chunk)
+                    progress.add(len(chunk))
+                    yield chunk
+            st = os.fstat(fd)
+            if left == 0 and st.st_size == e.size and st.st_mtime_ns == e.mtime_ns:
+                ok[n] = ord("1")
+    while left > 0:
+        pad = min(_CHUNK, left)
+        left -= pad
+        progress.add(pad)
+        yield bytes(pad)
+
+
+def _batches(send: list[str], here: dict[str, Entry]) -> list[list[str]]:
+    batches: list[list[str]] = [[]]
+    size = 0
+    for rel in send:
+        n = here[rel].size
+        if batches[-1] and (size + n > BATCH_BYTES or len(batches[-1]) >= BATCH_FILES):
+            batches.append([])
+            size = 0
+        batches[-1].append(rel)
+        size += n
+    return batches
+
+
+def _batch_plan(
+    batch: list[str], plan: Plan, here: dict[str, Entry], first: bool, last: bool
+) -> tuple[list[str], dict[str, Any], int]:
+    """(bodies in the order they travel, the step's plan.json, the pack's size).
+
+    Small bodies travel concatenated in one shipped "pack" (one file for the runner to write,
+    not thousands); large ones each as their own shipped file (renamed into place there when
+    on the same filesystem). The first step also removes, makes dirs, links and sets
+    metadata; the last sets directory modes (a read-only dir closes after its children).
+    """
+    order = [r for r in batch if here[r].size < PACK_BELOW]
+    packed = len(order)
+    order += [r for r in batch if here[r].size >= PACK_BELOW]
+    files: list[list[Any]] = []
+    offset = 0
+    for n, rel in enumerate(order):
+        e = here[rel]
+        files.append([rel, n, e.mode, e.mtime_ns] + ([offset, e.size] if n < packed else []))
+        offset += e.size if n < packed else 0
+    doc: dict[str, Any] = {"files": files}
+    if first:
+        doc["remove"] = plan.remove
+        doc["mkdir"] = [[rel, here[rel].mode] for rel in plan.mkdir]
+        doc["links"] = [[rel, here[rel].link] for rel in plan.links]
+        doc["meta"] = [[rel, here[rel].mode, here[rel].mtime_ns] for rel in plan.meta]
+    if last:
+        doc["dirmodes"] = [[rel, here[rel].mode] for rel in plan.dirmodes]
+    return order, doc, offset
+
+
+def _apply(
+    target: Target,
+    src: Path,
+    dest: str,
+    plan: Plan,
+    here: dict[str, Entry],
+    progress: _Progress,
+    timeout: float | None,
+) -> tuple[list[str], list[str]]:
+    """Run the apply steps; return (errors there, paths not sent because they changed here)."""
+    errors: list[str] = []
+    changed: list[str] = []
+    batches = _batches(plan.send, here)
+    script = remote.source(SCRIPT)
+    for i, batch in enumerate(batches):
+        order, doc, pack_size = _batch_plan(batch, plan, here, i == 0, i == len(batches) - 1)
+        plan_bytes = json.dumps(doc).encode()
+        ok = bytearray(b"0" * len(order))
+        manifest = [[SCRIPT, len(script), 0o600], ["plan.json", len(plan_bytes), 0o600]]
+        manifest.append(["pack", pack_size, 0o600])
+        manifest += [[f"d/{f[1]}", here[f[0]].size, 0o600] for f in doc["files"] if len(f) == 4]
+        manifest.append(["ok", len(order), 0o600])
+
+        def payload(
+            order: list[str] = order, ok: bytearray = ok, p: bytes = plan_bytes
+        ) -> Iterator[bytes]:
+            yield script
+            yield p
+            for n, rel in enumerate(order):
+                yield from _body(src / rel, here[rel], ok, n, progress)
+            yield bytes(ok)  # read only now: the flags of every body above are final
+
+        records = _stream_step(target, dest, manifest, payload(), timeout)
+        errors += [f"{r['p']}: {r['message']}" for r in records if r.get("type") == "error"]
+        changed += [rel for n, rel in enumerate(order) if ok[n] != ord("1")]
+    return errors, changed
+
+
+def _stream_step(
+    target: Target,
+    dest: str,
+    manifest: list[list[Any]],
+    payload: Iterable[bytes],
+    timeout: float | None,
+) -> list[dict[str, Any]]:
+    """One apply step: the script and its files streamed as the runner's shipped files."""
+    records: list[dict[str, Any]] = []
+    step = f"sync apply {dest}"
+
+    def sink(stream: str, line: str) -> None:
+        if stream == "stdout" and line.startswith("{"):
+            records.append(json.loads(line))
+
+    header = {
+        "op": "exec",
+        "argv": ["apply", dest],
+        "script": SCRIPT,
+        "files": manifest,
+        "detach": False,
+    }
+    result = target._step(
+        header,
+        payload,
+        display=(target.launch.interpreter or "python", "-u", f"<shipped {SCRIPT}>", "apply", dest),
+        step=step,
+        timeout=timeout,
+        check=False,
+        on_output=sink,
+    )
+    if not records or records[-1].get("type") != "done":
+        tail = (result.stderr or result.stdout).strip().splitlines()[-10:]
+        raise RemotekitError(
+            f"sync apply to {dest} did not finish (exit {result.exit_code}):\n"
+            + ("\n".join("  " + s for s in tail) or "  (no output)"),
+            host=target.name,
+            step=step,
+        )
+    return records
+
+
+# -- the whole sync ------------------------------------------------------------------------------
+
+
+def sync(
+    target: Target,
+    src: str | os.PathLike[str],
+    dest: str,
+    *,
+    delete: bool = False,
+    exclude: Iterable[str] = (),
+    dry_run: bool = False,
+    on_progress: ProgressCallback | None = None,
+    timeout: float | None = None,
+) -> SyncResult:
+    """Make ``dest`` there hold the contents of the local directory ``src`` (see the module doc).
+
+    Raises :class:`RemotekitError` when ``src`` is not a directory, when ``dest`` there is
+    not a directory, on a directory-vs-file conflict without ``delete``, and when some
+    paths could not be written there (the message names each; the others were synced).
+    """
+    started = time.monotonic()
+    root = Path(src)
+    if not root.is_dir():
+        raise RemotekitError(f"sync: {src} is not a local directory", host=target.name)
+    if not isinstance(dest, str) or not dest:
+        raise RemotekitError("sync: dest must be a non-empty path there", host=target.name)
+    patterns = list(exclude)
+    excludes = wire.Excludes(patterns)
+    skipped: list[str] = []
+    here = local_tree(root, excludes, skipped)
+    exists, there = remote_tree(target, dest, patterns, timeout)
+    steps = 1
+    plan = diff(here, there, delete, dest, target.name)
+    if plan.maybe:
+        theirs = remote_hashes(target, dest, plan.maybe, timeout)
+        steps += 1
+        _decide_hashed(plan, root, theirs, here)
+    total = sum(here[rel].size for rel in plan.send)
+    progress = _Progress(total, on_progress)
+    errors: list[str] = []
+    changed: list[str] = []
+    work = (
+        not exists
+        or plan.remove
+        or plan.mkdir
+        or plan.send
+        or plan.links
+        or plan.meta
+        or plan.dirmodes
+    )
+    if work and not dry_run:
+        errors, changed = _apply(target, root, dest, plan, here, progress, timeout)
+        steps += len(_batches(plan.send, here))
+    not_sent = set(changed)
+    sent = tuple(rel for rel in plan.send if rel not in not_sent)
+    result = SyncResult(
+        host=target.name,
+        src=str(root),
+        dest=dest,
+        sent=sent,
+        deleted=tuple(plan.deleted),
+        unchanged=plan.unchanged,
+        bytes_sent=sum(here[rel].size for rel in sent),
+        touched=tuple(plan.meta),
+        links=tuple(plan.links),
+        dirs_created=tuple(plan.mkdir),
+        skipped=tuple(skipped) + tuple(f"{rel}: changed while it was read" for rel in changed),
+        hashed=len(plan.maybe),
+        steps=steps,
+        dry_run=dry_run,
+        duration_s=time.monotonic() - started,
+        errors=tuple(errors),
+    )
+    if errors:
+        shown = "\n".join("  " + e for e in errors[:20])
+        more = f"\n  (+{len(errors) - 20} more)" if len(errors) > 20 else ""
+        raise RemotekitError(
+            f"sync to {dest}: {len(errors)} path(s) could not be written there:\n{shown}{more}",
+            host=target.name,
+            step=f"sync apply {dest}",
+        )
+    return result

@@ -1,0 +1,494 @@
+"""`Target.sync` / `invoke sync`: a local tree pushed into a target through its layers.
+
+The same guarantees are checked on this machine (``local``), through the real sshd into a real
+LXC container via the pct stand-in (``ct``), and into a real podman container (``pod``, the
+round trip only). The tree there is read back by an independent snapshot script, not by the
+code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remotekit
+from remotekit.remote import sync as wire
+from remotekit.result import Script
+from remotekit.sync import SyncResult
+from tests.conftest import write_inventory
+from tests.test_cli import invoke
+
+SNAPSHOT = """\
+import hashlib, json, os, stat, sys
+root = sys.argv[1]
+out = {}
+for d, dirs, files in os.walk(root):
+    for n in dirs + files:
+        p = os.path.join(d, n)
+        st = os.lstat(p)
+        rel = os.path.relpath(p, root)
+        if stat.S_ISLNK(st.st_mode):
+            out[rel] = ["l", os.readlink(p)]
+        elif stat.S_ISDIR(st.st_mode):
+            out[rel] = ["d", stat.S_IMODE(st.st_mode)]
+        else:
+            with open(p, "rb") as f:
+                out[rel] = ["f", stat.S_IMODE(st.st_mode), hashlib.sha256(f.read()).hexdigest()]
+print(json.dumps(out, sort_keys=True))
+"""
+
+
+@dataclass
+class Where:
+    """A target and a fresh destination directory path there."""
+
+    target: remotekit.Target
+    dest: str
+
+    def snapshot(self, path: str | None = None) -> dict[str, list[Any]]:
+        r = self.target.run_python(Script(SNAPSHOT, name="snapshot.py"), [path or self.dest])
+        return dict(json.loads(r.stdout))
+
+    def sync(self, src: Path, **kw: Any) -> SyncResult:
+        return self.target.sync(src, self.dest, **kw)
+
+
+def local_snapshot(root: Path) -> dict[str, list[Any]]:
+    out = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT, str(root)], capture_output=True, text=True, check=True
+    )
+    return dict(json.loads(out.stdout))
+
+
+@pytest.fixture(scope="module")
+def pod_target(
+    podman_ctr: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[remotekit.Target]:
+    engine = subprocess.run(["which", "podman"], capture_output=True, text=True).stdout.strip()
+    inv = write_inventory(
+        tmp_path_factory.mktemp("inv") / "hosts.yaml",
+        {"pod": {"podman": podman_ctr.running, "engine": engine or "podman", "venv": sys.prefix}},
+    )
+    with inv.target("pod") as t:
+        yield t
+
+
+@pytest.fixture(params=["local", "ct"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
+    yield from _where(request, tmp_path)
+
+
+@pytest.fixture(params=["local", "ct", "pod"])
+def where3(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
+    yield from _where(request, tmp_path)
+
+
+def _where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
+    name = f"sync-{uuid.uuid4().hex[:10]}"
+    if request.param == "local":
+        with remotekit.local_target() as t:
+            yield Where(t, str(tmp_path / "there" / name))
+        return
+    t = request.getfixturevalue("ct" if request.param == "ct" else "pod_target")
+    w = Where(t, f"/workspace/{name}")
+    try:
+        yield w
+    finally:
+        t.resume()
+        if request.param == "ct":  # its /workspace is a folder here: faster than rm through pct
+            shutil.rmtree(request.getfixturevalue("lxc_ct").workspace / name, ignore_errors=True)
+        else:
+            t.run(["rm", "-rf", w.dest], check=False)
+
+
+def make_tree(root: Path) -> Path:
+    (root / "pkg" / "sub dir").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / "pkg" / "__init__.py").write_text("x = 1\n")
+    (root / "pkg" / "sub dir" / "naïve café ü.txt").write_text("unicode and spaces\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "secret.key").write_text("k")
+    (root / "secret.key").chmod(0o600)
+    (root / "suid").write_text("s")
+    (root / "suid").chmod(0o4755)
+    (root / "empty.txt").write_bytes(b"")
+    (root / "blob.bin").write_bytes(os.urandom(3 << 20))
+    (root / "pkg" / "link").symlink_to("../run.sh")
+    (root / "abs-link").symlink_to("/etc/hostname")
+    (root / "pkg").chmod(0o750)
+    return root
+
+
+def expected(src: Path) -> dict[str, list[Any]]:
+    snap = local_snapshot(src)
+    for v in snap.values():
+        if v[0] in ("f", "d"):
+            v[1] &= 0o777  # setuid, setgid, sticky are never set there
+    return snap
+
+
+# -- behaviour on every target -------------------------------------------------------------------
+
+
+def test_first_sync_copies_the_tree_and_a_second_sends_nothing(
+    where3: Where, tmp_path: Path
+) -> None:
+    src = make_tree(tmp_path / "src")
+    seen: list[tuple[int, int]] = []
+    first = where3.sync(src, on_progress=lambda done, total: seen.append((done, total)))
+    assert where3.snapshot() == expected(src)
+    assert len(first.sent) == 7 and first.bytes_sent == sum(
+        (src / p).stat().st_size for p in first.sent
+    )
+    assert set(first.links) == {"pkg/link", "abs-link"}
+    assert seen and seen[-1] == (first.bytes_sent, first.bytes_sent)
+    assert first.steps == 2  # list, apply
+
+    second = where3.sync(src)
+    assert (second.sent, second.links, second.touched, second.deleted) == ((), (), (), ())
+    assert second.unchanged == 9 and second.bytes_sent == 0
+    assert second.steps == 1  # list only
+    assert not second.changed
+
+
+def test_only_changed_files_travel(where: Where, tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src")
+    where.sync(src)
+    (src / "pkg" / "__init__.py").write_text("x = 22\n")  # other size
+    body = (src / "run.sh").read_bytes()
+    (src / "run.sh").write_bytes(body)  # same bytes, new mtime: the hash says equal
+    os.utime(src / "run.sh", ns=(1, 1_000_000_000))
+    (src / "secret.key").chmod(0o640)  # mode only
+    r = where.sync(src)
+    assert r.sent == ("pkg/__init__.py",)
+    assert set(r.touched) == {"run.sh", "secret.key"}
+    assert r.hashed == 1 and r.steps == 3  # list, hash, apply
+    assert where.snapshot() == expected(src)
+    again = where.sync(src)
+    assert (again.sent, again.touched, again.hashed) == ((), (), 0)
+
+
+def test_deletions_only_when_asked_and_never_excluded(where: Where, tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src")
+    (src / "keep.log").write_text("excluded")
+    where.sync(src)
+    (src / "blob.bin").unlink()
+    (src / "pkg" / "link").unlink()
+    (src / "pkg").chmod(0o755)
+    for p in (src / "pkg").rglob("*"):
+        if p.is_file():
+            p.unlink()
+    for d in sorted((src / "pkg").rglob("*"), reverse=True):
+        d.rmdir()
+    (src / "pkg").rmdir()
+    (src / "keep.log").unlink()
+
+    kept = where.sync(src, exclude=["*.log"])
+    assert kept.deleted == ()
+    assert {"blob.bin", "pkg", "keep.log"} <= set(where.snapshot())
+
+    gone = where.sync(src, delete=True, exclude=["*.log"])
+    assert set(gone.deleted) == {
+        "blob.bin",
+        "pkg",
+        "pkg/__init__.py",
+        "pkg/link",
+        "pkg/sub dir",
+        "pkg/sub dir/naïve café ü.txt",
+    }
+    snap = where.snapshot()
+    assert "keep.log" in snap  # excluded there too: never deleted
+    del snap["keep.log"]
+    assert snap == expected(src)
+
+
+def test_names_that_are_not_utf8_or_hold_newlines_round_trip(where: Where, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    odd = [b"bad\xff byte", b"new\nline", b"-dash", b"tab\there", "ümlaut 日本".encode()]
+    for name in odd:
+        with open(os.path.join(os.fsencode(src), name), "wb") as f:
+            f.write(name)
+    first = where.sync(src)
+    assert sorted(first.sent) == sorted(os.fsdecode(n) for n in odd)
+    assert where.snapshot() == local_snapshot(src)
+    assert where.sync(src).unchanged == len(odd)
+
+
+def test_an_interrupted_sync_leaves_no_partial_file(where: Where, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big.bin").write_bytes(b"old" * 1000)
+    where.sync(src)
+    before = where.snapshot()
+    (src / "big.bin").write_bytes(os.urandom(24 << 20))
+
+    def cancel_midway(done: int, total: int) -> None:
+        if done >= 4 << 20 and done < total:
+            threading.Thread(target=where.target.cancel).start()
+
+    with pytest.raises(remotekit.StepCancelled):
+        where.sync(src, on_progress=cancel_midway)
+    where.target.resume()
+    assert where.snapshot() == before  # the old file whole, no temp file beside it
+    where.sync(src)
+    assert where.snapshot() == expected(src)
+
+
+def test_a_stop_signal_mid_file_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
+    """The script there, stopped while it copies a body into DEST (the body is a FIFO that
+    stalls after 1000 bytes), removes its temp file; the file keeps its old content."""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "f").write_text("old")
+    shipped = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    try:
+        (shipped / "d").mkdir()
+        os.mkfifo(shipped / "d" / "0")
+        (shipped / "ok").write_bytes(b"1")
+        (shipped / "plan.json").write_text(json.dumps({"files": [["f", 0, 0o644, 0]]}))
+        if os.stat(shipped).st_dev == os.stat(dest).st_dev:
+            pytest.skip("needs a body on another filesystem than DEST (a copy, not a rename)")
+        writer = os.open(shipped / "d" / "0", os.O_RDWR)
+        os.write(writer, b"n" * 1000)
+        script = Path(wire.__file__)
+        env = {**os.environ, "REMOTEKIT_DIR": str(shipped)}
+        proc = subprocess.Popen([sys.executable, str(script), "apply", str(dest)], env=env)
+        try:
+            wait_until(lambda: any(p.name.startswith(wire.TEMP_PREFIX) for p in dest.iterdir()))
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        finally:
+            proc.kill()
+            os.close(writer)
+        assert [p.name for p in dest.iterdir()] == ["f"]
+        assert (dest / "f").read_text() == "old"
+    finally:
+        shutil.rmtree(shipped)
+
+
+def wait_until(ready: Callable[[], bool], timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("where", ["ct"], indirect=True)  # the local rows add nothing here
+def test_ten_thousand_files_second_run_sends_nothing(where: Where, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for d in range(100):
+        (src / f"d{d:03}").mkdir(parents=True)
+        for f in range(100):
+            (src / f"d{d:03}" / f"f{f:03}.py").write_text(f"# {d} {f}\n")
+    first = where.sync(src)
+    assert len(first.sent) == 10_000 and len(first.dirs_created) == 100
+    second = where.sync(src)
+    assert second.sent == () and second.unchanged == 10_000 and second.steps == 1
+    (src / "d042" / "f042.py").write_text("changed\n")
+    third = where.sync(src)
+    assert third.sent == ("d042/f042.py",) and third.unchanged == 9_999
+
+
+# -- rules, checked here ---------------------------------------------------------------------------
+
+
+def test_excludes_follow_gitignore_rules(local: remotekit.Target, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for rel in (
+        "a.pyc",
+        "keep.pyc",
+        "top.log",
+        "sub/top.log",
+        "build/x.o",
+        "sub/build/y.o",
+        "sub/build.txt",
+        "docs/x/notes.md",
+        "docs/readme.md",  # docs/**/*.md: "**/" also matches no folder, as in git
+        ".git/HEAD",
+        "src/mod.py",
+    ):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(rel)
+    patterns = ["# a comment", "", "*.pyc", "!keep.pyc", "/top.log", "build/", "docs/**/*.md"]
+    patterns += [".git/"]
+    r = local.sync(src, str(tmp_path / "dst"), exclude=patterns)
+    assert sorted(r.sent) == [
+        "keep.pyc",
+        "src/mod.py",
+        "sub/build.txt",
+        "sub/top.log",  # /top.log is anchored at the root
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "is_dir", "hit"),
+    [
+        ("*.py", "a/b/c.py", False, True),
+        ("/a", "a", True, True),
+        ("/a", "b/a", True, False),
+        ("a/b", "a/b", False, True),
+        ("a/b", "x/a/b", False, False),
+        ("tmp/", "x/tmp", False, False),
+        ("tmp/", "x/tmp", True, True),
+        ("**/cache", "deep/er/cache", True, True),
+        ("**/cache", "cache", True, True),
+        ("logs/**", "logs/a/b", False, True),
+        ("a/**/z", "a/z", False, True),
+        ("a/**/z", "a/b/c/z", False, True),
+        ("f?le[0-9].txt", "file7.txt", False, True),
+        ("f[!i]le", "file", False, False),
+        (r"\#hash", "#hash", False, True),
+        ("name\\ ", "name ", False, True),
+    ],
+)
+def test_exclude_pattern(pattern: str, path: str, is_dir: bool, hit: bool) -> None:
+    assert wire.Excludes([pattern]).excluded(path, is_dir) is hit
+
+
+def test_negation_last_rule_wins() -> None:
+    ex = wire.Excludes(["*.txt", "!keep.txt", "keep.txt"])
+    assert ex.excluded("keep.txt", False)
+    assert not wire.Excludes(["*.txt", "!keep.txt"]).excluded("a/keep.txt", False)
+
+
+@pytest.mark.parametrize(
+    "rel", ["", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", "a\0b"]
+)
+def test_unsafe_relative_paths_are_refused(rel: str) -> None:
+    with pytest.raises(wire.Unsafe):
+        wire.check_rel(rel)
+
+
+def test_the_script_refuses_paths_that_leave_dest(local: remotekit.Target, tmp_path: Path) -> None:
+    """A plan naming paths outside DEST (or through a symlink there) changes nothing outside."""
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    (outside / "victim").write_text("safe")
+    (dest / "door").symlink_to(outside)
+    evil = ["../outside/victim", str(outside / "victim"), "a/../../outside/victim", "door/victim"]
+    plan = {
+        "remove": evil,
+        "links": [[p, "/etc/passwd"] for p in evil],
+        "meta": [[p, 0o777, 0] for p in evil],
+        "files": [[p, 0, 0o777, 0] for p in evil],
+    }
+    r = local.run_python(
+        wire_script(),
+        ["apply", str(dest)],
+        files={"plan.json": json.dumps(plan).encode(), "ok": b"1", "d/0": b"pwned"},
+        check=False,
+    )
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    errors = [rec for rec in records if rec["type"] == "error"]
+    assert r.exit_code == 1 and len(errors) == 4 * len(evil)
+    assert all(e["message"].startswith("refused:") for e in errors)
+    assert (outside / "victim").read_text() == "safe" and list(outside.iterdir()) == [
+        outside / "victim"
+    ]
+    assert oct((outside / "victim").stat().st_mode & 0o777) != oct(0o777)
+    assert sorted(p.name for p in dest.iterdir()) == ["door"]
+
+
+def wire_script() -> Script:
+    return remotekit.remote.script("sync.py")
+
+
+def test_a_symlink_there_is_replaced_not_followed(local: remotekit.Target, tmp_path: Path) -> None:
+    src, dest, outside = tmp_path / "src", tmp_path / "dest", tmp_path / "outside"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "f").write_text("mine")
+    outside.mkdir()
+    dest.mkdir()
+    (dest / "a").symlink_to(outside)
+    local.sync(src, str(dest))
+    assert list(outside.iterdir()) == []
+    assert (dest / "a").is_dir() and not (dest / "a").is_symlink()
+    assert (dest / "a" / "f").read_text() == "mine"
+
+
+def test_refusals_name_what_is_wrong(local: remotekit.Target, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "x").write_text("file here")
+    with pytest.raises(remotekit.RemotekitError, match="not a local directory"):
+        local.sync(tmp_path / "nope", str(tmp_path / "d"))
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(remotekit.RemotekitError, match="not a directory"):
+        local.sync(src, str(tmp_path / "afile"))
+    dest = tmp_path / "dest"
+    (dest / "x" / "inner").mkdir(parents=True)
+    with pytest.raises(remotekit.RemotekitError, match=r"x is a directory there.*--delete"):
+        local.sync(src, str(dest))
+    assert (dest / "x" / "inner").is_dir()  # nothing removed without delete
+    r = local.sync(src, str(dest), delete=True)
+    assert r.sent == ("x",) and (dest / "x").read_text() == "file here"
+
+
+def test_dry_run_changes_nothing(local: remotekit.Target, tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src")
+    r = local.sync(src, str(tmp_path / "dest"), dry_run=True)
+    assert r.dry_run and len(r.sent) == 7 and r.steps == 1
+    assert not (tmp_path / "dest").exists()
+
+
+def test_other_kinds_are_skipped_and_reported(local: remotekit.Target, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    os.mkfifo(src / "pipe")
+    (src / "ok").write_text("ok")
+    r = local.sync(src, str(tmp_path / "dest"))
+    assert r.sent == ("ok",) and r.exit_code == 1
+    assert r.skipped == ("pipe: not a regular file, directory or symlink",)
+
+
+# -- the invoke task -------------------------------------------------------------------------------
+
+
+def test_invoke_sync_prints_a_summary_and_json(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src")
+    dest = tmp_path / "dest"
+    r = invoke("sync", "--host", "local", str(src), str(dest), "--exclude", "*.bin", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("sent 6 file(s)")
+    assert not (dest / "blob.bin").exists()
+    (src / "run.sh").unlink()
+    r = invoke("sync", str(src), str(dest), "--delete", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    result = doc["hosts"][0]["result"]
+    assert result["deleted"] == ["run.sh"] and result["sent"] == ["blob.bin"]
+    assert result["unchanged"] == 7
+
+
+def test_the_script_runs_on_python_3_8(tmp_path: Path) -> None:
+    from tests.test_interpreters import PYTHONS
+
+    old = sorted(v for v in PYTHONS if (3, 8) <= v < (3, 9))
+    if not old:
+        pytest.skip("no Python 3.8 on this machine")
+    src = make_tree(tmp_path / "src")
+    with remotekit.local_target(python=PYTHONS[old[0]]) as t:
+        where = Where(t, str(tmp_path / "dest"))
+        where.sync(src)
+        (src / "run.sh").touch()
+        (src / "empty.txt").unlink()
+        r = where.sync(src, delete=True)
+        assert r.deleted == ("empty.txt",) and r.touched == ("run.sh",) and r.steps == 3
+        assert where.snapshot() == expected(src)
