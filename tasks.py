@@ -957,6 +957,10 @@ def bench(c, quick=False):
         ["bench/bench_trainlog.py"],
         ["bench/bench_ckpt.py", *(["--size-gb", "0.5"] if quick else [])],
         ["bench/bench_forward.py", *(["--mb", "50", "--runs", "3"] if quick else [])],
+        [
+            "bench/bench_sync.py",
+            *(["--files", "2000", "--big-mb", "16", "--runs", "1"] if quick else []),
+        ],
     ]
     worst = 0
     for argv in runs:
@@ -1172,9 +1176,17 @@ def sync(
         except OSError as exc:
             raise Exit(f"remotekit: cannot read {exclude_from}: {exc.strerror}", code=2) from None
 
+    progress = _shared_progress("sync")
+
     def one(t: remotekit.Target, console: Console) -> SyncResult:
         r = t.sync(
-            src, dest, delete=delete, exclude=patterns, dry_run=dry_run, timeout=timeout or None
+            src,
+            dest,
+            delete=delete,
+            exclude=patterns,
+            dry_run=dry_run,
+            timeout=timeout or None,
+            on_progress=progress(console).part(t.name),
         )
         if verbose or dry_run:
             verb = "would send" if dry_run else "sent"
