@@ -136,9 +136,11 @@ class Event:
 
 @dataclass(frozen=True)
 class Spike:
-    """One incident of one metric: onset ``step``, worst ``value`` (at ``peak_step``) against
-    ``baseline``; ``score`` is sigmas (or x running max for megatron); ``recovery_steps`` is
-    None when the metric was not back by the end. ``event`` is the nearest event (``distance``
+    """One incident of one metric: its worst ``value`` at its own ``step`` (= ``peak_step``;
+    ``onset_step`` is where it began) against ``baseline``; an incident ends when the metric
+    is back at its baseline, so a later spike is another incident. ``score`` is sigmas (or x
+    running max for megatron); ``recovery_steps`` is None when the metric was not back by the
+    end. ``event`` is the nearest event (``distance``
     = step - event step); ``bucket``/``run_position``: the batch's bucket and how many
     same-bucket steps in a row led up to it."""
 
@@ -158,6 +160,7 @@ class Spike:
     bucket: str | None
     run_position: int | None
     at_event: bool = False
+    onset_step: float | None = None
 
 
 @dataclass(frozen=True)
@@ -202,16 +205,24 @@ class Distribution:
     modes: tuple[Mode, ...]
     bimodality: float | None
     trend_slope: float
+    #: ``{"distinct": N, "quantum": q}`` when the logged values are too coarse (rounded) to
+    #: have a shape; the shape is then "quantised" and no composition finding comes from it.
+    quantised: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
 class Periodicity:
-    """The strongest autocorrelation peak of the loss at a lag >= 2."""
+    """The strongest autocorrelation peak of the loss at a lag >= 2. ``lag`` and ``max_lag``
+    are in steps (``lag_rows`` log rows of ``stride`` steps each); a ``quantised`` loss is
+    never called periodic."""
 
-    lag: int | None
+    lag: float | None
     acf: float | None
-    max_lag: int
+    max_lag: float
     periodic: bool
+    lag_rows: int | None = None
+    stride: float = 1.0
+    quantised: bool = False
 
 
 @dataclass(frozen=True)
@@ -243,6 +254,9 @@ class Composition:
     modes_match: bool
     finding: bool
     verdict: str
+    #: How the batch key was derived from a running total (TRL's ``num_tokens``: per-step
+    #: differences, never the totals themselves), else None.
+    derived: str | None = None
 
 
 @dataclass(frozen=True)
@@ -744,13 +758,18 @@ def render_report(rep: TrainLogReport) -> str:
         )
     per = rep.periodicity
     if per is not None:
+        rows = f", {per.lag_rows} log rows" if per.stride != 1 and per.lag_rows else ""
         if per.periodic:
             lines.append(
-                f"Periodicity: repeats every {per.lag} steps (autocorrelation {_n(per.acf, 2)})"
+                f"Periodicity: repeats every {_n(per.lag)} steps{rows} "
+                f"(autocorrelation {_n(per.acf, 2)})"
             )
+        elif per.quantised:
+            lines.append("Periodicity: not judged (the loss is too coarsely rounded)")
         elif per.lag is not None:
             lines.append(
-                f"Periodicity: none (strongest autocorrelation {_n(per.acf, 2)} at lag {per.lag})"
+                f"Periodicity: none (strongest autocorrelation {_n(per.acf, 2)} at lag "
+                f"{_n(per.lag)} steps{rows})"
             )
     c = rep.composition
     if c is not None:
@@ -761,6 +780,8 @@ def render_report(rep: TrainLogReport) -> str:
                 f"variance; longest same-{c.key} run {c.max_run} (random order: ~"
                 f"{_n(c.random_max_run, 2)}, interleaved: {c.interleaved_max_run})",
             ]
+            if c.derived:
+                lines.append(f"  ({c.derived})")
             lines.append(
                 table(
                     [c.key, "batches", "share", "loss median", "longest run"],

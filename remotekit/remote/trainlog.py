@@ -25,16 +25,19 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 ``metric``       label, key, direction ("up", "down", "none"), n, flagged, spike_share,
                  nonfinite, median
 ``event``        kind (checkpoint, resume, epoch, warmup, lr-jump, pause), step, source, detail
-``spike``        metric, kind (spike, cliff, nonfinite), step, peak_step, value, baseline,
+``spike``        metric, kind (spike, cliff, nonfinite), step (the peak's), onset_step,
+                 peak_step, value (the peak's), baseline,
                  scale, score, recovery_steps (None: not back by the end), flagged,
                  event, event_step, distance, bucket, run_position
 ``correlation``  kind, events, spikes, at_events, coverage, expected, p_value, beyond_chance
 ``distribution`` metric, scale, first_step, last_step, n, shape, modes [{center, weight, lo,
-                 hi, bucket, purity}], bimodality, trend_slope
-``periodicity``  lag, acf, max_lag, periodic
+                 hi, bucket, purity}], bimodality, trend_slope, quantised ({distinct,
+                 quantum} when the values are too coarse to have a shape, else None)
+``periodicity``  lag and max_lag (in steps), lag_rows, stride, acf, periodic, quantised
 ``composition``  key, buckets [{bucket, batches, share, loss_median, max_run}], explained,
                  max_run, max_run_bucket, random_max_run, interleaved_max_run, homogeneous,
-                 long_runs, modes_match, finding, verdict
+                 long_runs, modes_match, finding, verdict, derived (how the batch key was
+                 derived from a running total, e.g. TRL's num_tokens, else None)
 ``histogram``    metric, scale, key, edges, counts {bucket: [...]}, modes, first_step,
                  last_step
 ``series``       metric, steps, values (min/max per bin; every spike kept)
@@ -1404,14 +1407,20 @@ def _sketch(sorted_vals):
     return [sorted_vals[(i * (m - 1)) // (SKETCH - 1)] for i in range(SKETCH)]
 
 
-def _recovery(vals, j, thr, up, cap):
-    """First index after ``j`` where 3 values in a row are back within ``thr``."""
+def _recovery(vals, j, thr, up, cap, onset):
+    """First index after ``j`` where the metric is back at its baseline: 3 values in a row
+    within ``thr``, or fewer when the next one beyond ``onset`` starts a new incident (a
+    return to baseline ends an incident: a blip and a later spike are two)."""
     n = len(vals)
     end = min(n, j + 1 + cap)
     t = j + 1
     while t < end:
         w = vals[t : t + 3]
-        if (max(w) <= thr) if up else (min(w) >= thr):
+        for a, v in enumerate(w):
+            if (v > onset) if up else (v < onset):
+                w = w[:a]
+                break
+        if w and ((max(w) <= thr) if up else (min(w) >= thr)):
             return t
         t += 1
     return None
@@ -1467,7 +1476,7 @@ def detect(label, vals, rows, steps, direction, preset):
                         incidents[-1]["flagged"] += 1
                         continue
                     back = med + RECOVER_SIGMA * sig if up else med - RECOVER_SIGMA * sig
-                    end = _recovery(vals, j, back, up, cap)
+                    end = _recovery(vals, j, back, up, cap, thr)
                     stop = end if end is not None else min(n, j + 1 + cap)
                     spans.append((j, stop))
                     part = vals[j:stop]
@@ -1486,10 +1495,13 @@ def detect(label, vals, rows, steps, direction, preset):
                         {
                             "metric": label,
                             "kind": "spike" if up else "cliff",
-                            "row": row,
+                            "row": prow,
                             "idx": j,
+                            "peak_idx": pj,
                             "end_idx": stop,
-                            "step": steps[row],
+                            # the peak's own step and value; the onset is kept beside it
+                            "step": steps[prow],
+                            "onset_step": steps[row],
                             "peak_step": steps[prow],
                             "value": peak,
                             "baseline": med,
@@ -1857,8 +1869,11 @@ def autocorr(r, max_lag):
     return [sum(map(mul, z[:-lag], z[lag:])) / var for lag in range(1, max_lag + 1)]
 
 
-def periodicity(r):
-    """The strongest autocorrelation bump at a lag >= 2 (a period), if any."""
+def periodicity(r, stride=1.0, quantised=None):
+    """The strongest autocorrelation bump at a lag >= 2 (a period), if any; its multiples
+    give way to it (a period of 4 also peaks at 8). Lags are counted in log rows and
+    reported in steps (``stride`` steps a row). A ``quantised`` loss (few distinct values)
+    is never called periodic: its staircase repeats by itself."""
     r = r[-4096:]
     n = len(r)
     max_lag = min(512, n // 3)
@@ -1867,19 +1882,50 @@ def periodicity(r):
     acf = autocorr(r, max_lag)
     if not acf:
         return None
-    best = None
+    peaks = []
     for i in range(1, len(acf) - 1):
-        lag = i + 1
         if acf[i] >= acf[i - 1] and acf[i] >= acf[i + 1]:
-            dip = min(acf[:i])
-            bump = acf[i] - dip
-            if best is None or acf[i] > best[1]:
-                best = (lag, acf[i], bump)
-    if best is None:
-        return {"lag": None, "acf": None, "max_lag": max_lag, "periodic": False}
-    lag, a, bump = best
-    periodic = a >= max(0.3, 4.0 / math.sqrt(n)) and bump >= 0.2
-    return {"lag": lag, "acf": a, "max_lag": max_lag, "periodic": periodic}
+            peaks.append((i + 1, acf[i], acf[i] - min(acf[:i])))
+    out = {
+        "lag": None,
+        "lag_rows": None,
+        "acf": None,
+        "max_lag": max_lag * stride,
+        "stride": stride,
+        "periodic": False,
+        "quantised": bool(quantised),
+    }
+    if not peaks:
+        return out
+    top = max(p[1] for p in peaks)
+    lag, a, bump = next(p for p in peaks if p[1] >= 0.9 * top)
+    periodic = a >= max(0.3, 4.0 / math.sqrt(n)) and bump >= 0.2 and not quantised
+    out.update(lag=lag * stride, lag_rows=lag, acf=a, periodic=periodic)
+    return out
+
+
+def quantisation(v, r, logscale):
+    """``{"distinct", "quantum"}`` when the values are too coarse to have a shape: a dozen
+    distinct values or fewer, or a rounding step (HF logs 4 decimals) that is not small
+    against their spread (the residuals ``r``, in the values' units); else None."""
+    distinct = sorted(set(v))
+    d = len(distinct)
+    gaps = [b - a for a, b in zip(distinct, distinct[1:]) if b > a]
+    q = min(gaps) if gaps else 0.0
+    if d > 12:
+        rs = sorted(r)
+        spread = (_quantile(rs, 0.75) - _quantile(rs, 0.25)) / 1.349
+        if logscale:
+            spread *= _quantile(sorted(v), 0.5)
+        if not (q > 0 and spread < 3 * q):
+            return None
+    return {"distinct": d, "quantum": q}
+
+
+def _row_stride(steps_of_rows):
+    """The usual number of steps between consecutive log rows (1 when unknown)."""
+    diffs = sorted(b - a for a, b in zip(steps_of_rows, steps_of_rows[1:]) if b > a)
+    return _quantile(diffs, 0.5) if diffs else 1.0
 
 
 def bucket_column(ing, cols, n):
@@ -1911,8 +1957,9 @@ def bucket_column(ing, cols, n):
     return None, None, None
 
 
-def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
-    """Shape of ``label`` over a stable window, and how it follows the batch's bucket."""
+def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=None):
+    """Shape of ``label`` over a stable window, and how it follows the batch's bucket.
+    ``derived``: ``{column: words}`` for batch columns taken from a running total."""
     n = len(vals)
     out = {}
     if n < 40:
@@ -1952,8 +1999,12 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
     bc = bimodality_coefficient(r)
     nm = len(modes)
     shape = {1: "unimodal", 2: "bimodal", 3: "trimodal"}.get(nm, "multimodal")
+    quant = quantisation(v, r, logscale)
+    if quant is not None:
+        shape = "quantised"
     first_row = rows[keep[0]] if rows is not None else keep[0]
     last_row = rows[keep[-1]] if rows is not None else keep[-1]
+    stride = _row_stride([steps[rows[i] if rows is not None else i] for i in keep])
     dist = {
         "metric": label,
         "scale": "log" if logscale else "linear",
@@ -1964,12 +2015,24 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
         "bimodality": bc,
         "trend_slope": b,
         "modes": [],
+        "quantised": quant,
     }
-    per = periodicity(r)
+    per = periodicity(r, stride, quant)
     out["periodicity"] = per
     repeats = None  # the words for a periodic loss
     if per and per["periodic"]:
-        repeats = "it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"])
+        repeats = "it repeats every %s steps (autocorrelation %.2f)" % (
+            _fmt(per["lag"]),
+            per["acf"],
+        )
+        if stride != 1:
+            repeats = repeats[:-1] + ", every %d log rows)" % per["lag_rows"]
+    coarse = None  # the words for a quantised loss
+    if quant is not None:
+        coarse = (
+            "%s takes only %d distinct values in steps of %s (rounded when logged): too coarse "
+            "to judge its shape or periodicity" % (label, quant["distinct"], _fmt(quant["quantum"]))
+        )
     # buckets
     key, codes, names = bucket_column(ing, cols, nrows)
     rc = None
@@ -2033,10 +2096,13 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
     if key is None:
         # two signs, since a flat-topped sample can show a spurious bump
         multimodal = (
-            nm >= 2 and sum(1 for m in modes if m["weight"] >= 0.1) >= 2 and (bc or 0) > 5 / 9
+            nm >= 2
+            and sum(1 for m in modes if m["weight"] >= 0.1) >= 2
+            and (bc or 0) > 5 / 9
+            and quant is None
         )
-        words = ["%s is %s" % (label, shape)]
-        if nm >= 2:
+        words = [coarse or "%s is %s" % (label, shape)]
+        if nm >= 2 and quant is None:
             words.append(
                 "modes %s"
                 % ", ".join(
@@ -2054,6 +2120,7 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
             )
         out["composition"] = {
             "key": None,
+            "derived": None,
             "buckets": [],
             "explained": None,
             "max_run": None,
@@ -2123,12 +2190,16 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
         "max_run_bucket": names[max_run_c] if max_run_c >= 0 else "-",
         "random_max_run": random_run,
         "interleaved_max_run": inter_run,
+        "derived": (derived or {}).get(key),
     }
     out["codes"] = (codes, names)
     kname = key.rsplit("/", 1)[-1]  # train/bucket reads as bucket
     bname = "%s %s" % (kname, top["bucket"])
     rname = "%s %s" % (kname, stats["max_run_bucket"])
-    words = ["%s is %s" % (label, shape)]
+    words = [coarse or "%s is %s" % (label, shape)]
+    match = match and quant is None  # the modes of a rounded loss are its rounding steps
+    if stats["derived"]:
+        words.append("batches by %s" % stats["derived"])
     if len(real) < 2:
         words.append(
             "%s is %s in %.0f%% of batches (padded or mixed batches)"
@@ -2155,7 +2226,8 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
             % (label, kname, 100 * explained)
         )
     words.append("%s is %.0f%% of batches" % (bname, 100 * top["share"]))
-    words.append("up to %d consecutive same-%s steps (%s)" % (max_run, kname, rname))
+    unit = "steps" if stride == 1 else "log rows"
+    words.append("up to %d consecutive same-%s %s (%s)" % (max_run, kname, unit, rname))
     if homogeneous and long_runs:
         tail = "batches look homogeneous, interleave buckets"
     elif homogeneous:
@@ -2339,15 +2411,28 @@ def reconcile_steps(ing, steps, cols, warnings):
 COUNTER_META = ("tokens",)  # meta columns that some trainers log as running totals
 
 
+def is_running_total(col):
+    """A column that counts what was seen so far (tokens, samples, flos): it never goes
+    down and grows at (almost) every row, also when a resumed run starts it high. A
+    per-batch size in a length-sorted order never goes down either, but repeats its
+    values (batches of one bucket), so it grows at few rows."""
+    fin = [v for v in col if v == v]
+    if len(fin) < 3 or not all(map(le, fin, islice(fin, 1, None))):
+        return False
+    grows = sum(map(gt, islice(fin, 1, None), fin))
+    return grows >= 0.9 * (len(fin) - 1) and fin[-1] > fin[0]
+
+
 def per_batch(ing, steps, cols, warnings):
     """A running total (TRL's num_tokens: 61440, 122880, ...) is not a batch size: use its
-    differences per step instead, and say so."""
+    differences per step instead, and say so. Returns ``{name: words}`` for each column
+    so derived (the composition record carries the words)."""
+    derived = {}
     for name in COUNTER_META:
         col = cols.get(name)
         if col is None or len(col) < 3:
             continue
-        fin = [v for v in col if v == v]
-        if len(fin) < 3 or not all(map(le, fin, islice(fin, 1, None))) or fin[-1] < 2 * fin[0]:
+        if not is_running_total(col):
             continue
         out = array("d", [math.nan])
         for i in range(1, len(col)):
@@ -2359,6 +2444,11 @@ def per_batch(ing, steps, cols, warnings):
             "%r is a running total (it never decreases): per-batch %s are taken from its "
             "differences per step, not its values" % (key, name)
         )
+        derived[name] = "%s per step, from the differences of the running total %r" % (
+            name,
+            key,
+        )
+    return derived
 
 
 def parse_args(argv):
@@ -2441,7 +2531,7 @@ def analyse(args, wanted):
         col = cols[name]
         if not math.isfinite(sum(col)):
             cols[name] = array("d", (math.nan if _is_missing(v) else v for v in col))
-    per_batch(ing, steps, cols, warnings)
+    derived = per_batch(ing, steps, cols, warnings)
     strides = sorted(map(sub, islice(steps, 1, min(n, 2001)), steps[: min(n, 2001) - 1]))
     stride = _quantile([s for s in strides if s > 0], 0.5) if any(s > 0 for s in strides) else 1.0
     tol = args.tolerance if args.tolerance is not None else max(5.0, 2 * stride)
@@ -2512,6 +2602,7 @@ def analyse(args, wanted):
                     "idx": None,
                     "end_idx": None,
                     "step": steps[nf["first"]],
+                    "onset_step": steps[nf["first"]],
                     "peak_step": steps[nf["first"]],
                     "value": nf["value"],
                     "baseline": None,
@@ -2549,7 +2640,7 @@ def analyse(args, wanted):
     comp = {}
     if main_label is not None:
         vals, rows = compact[main_label]
-        comp = composition(main_label, vals, rows, steps, incidents, ing, cols, n)
+        comp = composition(main_label, vals, rows, steps, incidents, ing, cols, n, derived)
     codes, names = comp.get("codes", (None, None))
     if codes is None:
         key, codes, names = bucket_column(ing, cols, n)
@@ -2581,7 +2672,7 @@ def analyse(args, wanted):
             % (len(incidents), MAX_SPIKES)
         )
     for inc in send:
-        rec = dict((k, v) for k, v in inc.items() if k not in ("row", "idx", "end_idx"))
+        rec = dict((k, v) for k, v in inc.items() if k not in ("row", "idx", "peak_idx", "end_idx"))
         emit("spike", **rec)
     lo_s, hi_s = min(steps), max(steps)
     for c in correlate(incidents, events, tol, lo_s, hi_s):
@@ -2597,10 +2688,9 @@ def analyse(args, wanted):
     if args.points > 0:
         for label, _ in ing.metrics:
             vals, rows = compact[label]
-            keep = [i["idx"] for i in incidents if i["metric"] == label and i["idx"] is not None]
-            keep += [
-                i["idx"] + 1 for i in incidents if i["metric"] == label and i["idx"] is not None
-            ]
+            mine = [i for i in incidents if i["metric"] == label and i["idx"] is not None]
+            keep = [i["idx"] for i in mine] + [i["peak_idx"] for i in mine]
+            keep += [i["peak_idx"] + 1 for i in mine]
             idx = decimate(vals, args.points, keep)
             emit(
                 "series",

@@ -1,0 +1,222 @@
+"""Answers of remote/trainlog.py that must hold on real logs, not only on our own.
+
+Each test is a failure class seen on public training logs (issue 9), in the shape those
+logs have: HF Trainer / TRL ``log_history`` rows logged every 10 or 25 steps with the loss
+rounded to 4 decimals, TRL's running ``num_tokens``, checkpoint directories as HF Trainer,
+DeepSpeed, Megatron and nanoGPT-style loops name them. The logs are written here, row by
+row, since what is under test is the reading of their shape; the script runs as the
+container runs it (a subprocess, JSON lines out).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remotekit.diagnostics.trainlog as tl
+from tests import trainlog_factory as factory
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
+
+
+def run(path: Path, *args: Any) -> tuple[int, list[dict[str, Any]]]:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(path), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records and records[-1]["type"] == "summary", proc.stdout + proc.stderr
+    assert records[-1]["exit"] == proc.returncode
+    return proc.returncode, records
+
+
+def of(records: list[dict[str, Any]], rtype: str) -> list[dict[str, Any]]:
+    return [r for r in records if r["type"] == rtype]
+
+
+def one(records: list[dict[str, Any]], rtype: str) -> dict[str, Any]:
+    found = of(records, rtype)
+    assert len(found) == 1, (rtype, found)
+    return found[0]
+
+
+def write_rows(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def hf_rows(
+    n: int,
+    *,
+    stride: int = 10,
+    seed: int = 0,
+    loss: Any = None,
+    extra: Any = None,
+) -> list[dict[str, Any]]:
+    """``log_history`` rows as HF Trainer writes them (``logging_steps=stride``): loss and
+    grad_norm rounded to 4 decimals, a linear-decay learning rate, a fractional epoch."""
+    rng = random.Random(seed)
+    rows = []
+    for k in range(1, n + 1):
+        step = k * stride
+        value = loss(step, rng) if loss else 2.0 + rng.gauss(0, 0.02)
+        row = {
+            "epoch": round(k / n * 3, 4),
+            "grad_norm": round(0.8 + rng.gauss(0, 0.05), 4),
+            "learning_rate": 2e-5 * (1 - k / (n + 1)),
+            "loss": round(value, 4),
+            "step": step,
+        }
+        if extra:
+            row.update(extra(k, step, rng))
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# spikes: the peak's own step and value; a return to baseline ends an incident
+
+
+def test_a_blip_at_a_save_and_a_large_spike_three_rows_later_are_two_incidents(
+    tmp_path: Path,
+) -> None:
+    bumps = {2000: 2.2, 2030: 6.0}  # loss back at ~2.0 at 2010 and 2020
+
+    def loss(step: int, rng: random.Random) -> float:
+        return bumps.get(step, 2.0 + rng.gauss(0, 0.02))
+
+    log = write_rows(tmp_path / "trainer_log.jsonl", hf_rows(300, loss=loss))
+    code, recs = run(log, "--ckpt-steps", "1000,2000,3000")
+    assert code == 1
+    tol = one(recs, "source")["tolerance"]
+    spikes = {s["step"]: s for s in of(recs, "spike") if s["metric"] == "loss"}
+    assert set(spikes) == {2000, 2030}
+    big, blip = spikes[2030], spikes[2000]
+    assert (big["value"], big["onset_step"], big["peak_step"]) == (6.0, 2030, 2030)
+    assert blip["value"] == 2.2 and blip["recovery_steps"] == 10
+    # the large spike is nowhere near a save; the blip is at one
+    assert abs(big["distance"]) > tol and blip["distance"] == 0
+    corr = next(c for c in of(recs, "correlation") if c["kind"] == "checkpoint")
+    assert (corr["at_events"], corr["spikes"]) == (1, 2)
+    text = tl.render_report(tl.build_report("local", str(log), recs))
+    assert "2 incident(s)" in text and "1 at no event: step 2030" in text
+
+
+def test_one_incident_rising_over_rows_is_reported_at_its_peak(tmp_path: Path) -> None:
+    climb = {1500: 3.0, 1510: 4.5, 1520: 7.0, 1530: 3.5}  # no return to baseline between
+
+    def loss(step: int, rng: random.Random) -> float:
+        return climb.get(step, 2.0 + rng.gauss(0, 0.02))
+
+    log = write_rows(tmp_path / "log.jsonl", hf_rows(300, loss=loss))
+    _, recs = run(log)
+    spikes = [s for s in of(recs, "spike") if s["metric"] == "loss"]
+    assert len(spikes) == 1
+    s = spikes[0]
+    assert (s["step"], s["value"], s["onset_step"]) == (1520, 7.0, 1500)
+    assert s["flagged"] == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# running totals are never batch sizes
+
+
+def _trl_extra(start: float) -> Any:
+    """TRL's ``num_tokens``: tokens seen so far (a running total), batches of ~6144 tokens."""
+    seen = [start]
+
+    def extra(k: int, step: int, rng: random.Random) -> dict[str, Any]:
+        seen[0] += 10 * rng.choice((6144, 6144, 6100, 6200, 5890))
+        return {"num_tokens": float(seen[0]), "mean_token_accuracy": 0.61 + rng.gauss(0, 0.01)}
+
+    return extra
+
+
+@pytest.mark.parametrize("start", [0.0, 1.2e9], ids=["fresh", "resumed-high"])
+def test_a_running_token_count_gives_per_step_batches_and_says_so(
+    tmp_path: Path, start: float
+) -> None:
+    log = write_rows(tmp_path / "trl.jsonl", hf_rows(400, extra=_trl_extra(start)))
+    _, recs = run(log)
+    comp = one(recs, "composition")
+    assert comp["key"] == "tokens"
+    assert comp["derived"] and "running total 'num_tokens'" in comp["derived"]
+    sizes = [float(b["bucket"]) for b in comp["buckets"] if b["bucket"] != "-"]
+    assert sizes and max(sizes) <= 6200  # per step, never the totals (61440, 122880, ...)
+    assert "differences of the running total 'num_tokens'" in comp["verdict"]
+    assert any("running total" in w["message"] for w in of(recs, "warning"))
+    text = tl.render_report(tl.build_report("local", str(log), recs))
+    assert "tokens per step, from the differences of the running total 'num_tokens'" in text
+
+
+def test_a_length_sorted_batch_size_is_not_a_running_total(tmp_path: Path) -> None:
+    """Per-batch tokens in a length-sorted order never go down either, but repeat."""
+
+    def extra(k: int, step: int, rng: random.Random) -> dict[str, Any]:
+        return {"num_tokens": float(1024 * (1 + (k - 1) * 4 // 400))}
+
+    log = write_rows(tmp_path / "sorted.jsonl", hf_rows(400, extra=extra))
+    _, recs = run(log)
+    comp = one(recs, "composition")
+    assert comp["key"] == "tokens" and comp["derived"] is None
+    assert {b["bucket"] for b in comp["buckets"]} == {"1024", "2048", "3072", "4096"}
+
+
+# ---------------------------------------------------------------------------------------------
+# rounding and stride
+
+
+def test_a_loss_rounded_to_few_values_has_no_shape_or_period_finding(tmp_path: Path) -> None:
+    """Late in training HF's 4-decimal loss flips between two values: not a bimodal loss."""
+
+    def loss(step: int, rng: random.Random) -> float:
+        return 0.01005 + rng.gauss(0, 0.00002)
+
+    log = write_rows(tmp_path / "state.jsonl", hf_rows(800, stride=25, loss=loss))
+    code, recs = run(log)
+    assert code == 0, one(recs, "composition")["verdict"]
+    dist, per, comp = one(recs, "distribution"), one(recs, "periodicity"), one(recs, "composition")
+    assert dist["shape"] == "quantised" and dist["quantised"]["distinct"] <= 3
+    assert math.isclose(dist["quantised"]["quantum"], 1e-4, rel_tol=1e-6)
+    assert per["quantised"] and not per["periodic"]
+    assert not comp["finding"] and "distinct values" in comp["verdict"]
+    assert "batch-composition" not in one(recs, "summary")["findings"]
+    text = tl.render_report(tl.build_report("local", str(log), recs))
+    assert "too coarse" in text and "exit 0 (OK)" in text
+
+
+def test_a_period_is_told_in_steps_not_log_rows(tmp_path: Path) -> None:
+    """Every 25 steps a row; the loss repeats every 4 rows: that is every 100 steps."""
+
+    def loss(step: int, rng: random.Random) -> float:
+        return 1.2 + 0.05 * math.sin(2 * math.pi * step / 100) + rng.gauss(0, 0.01)
+
+    log = write_rows(tmp_path / "state.jsonl", hf_rows(800, stride=25, loss=loss))
+    code, recs = run(log)
+    per = one(recs, "periodicity")
+    assert per["periodic"] and (per["lag"], per["lag_rows"], per["stride"]) == (100, 4, 25)
+    assert code == 1
+    assert "repeats every 100 steps" in one(recs, "composition")["verdict"]
+    text = tl.render_report(tl.build_report("local", str(log), recs))
+    assert "Periodicity: repeats every 100 steps, 4 log rows" in text
+
+
+def test_rounding_does_not_hide_real_bucket_modes(tmp_path: Path) -> None:
+    """The story's trimodal loss, logged with 4 decimals as HF does: still the verdict."""
+    rows = [{**r, "loss": round(r["loss"], 4)} for r in factory.cached("homogeneous", 600)]
+    code, recs = run(factory.write_jsonl(rows, tmp_path / "homo.jsonl"))
+    dist, comp = one(recs, "distribution"), one(recs, "composition")
+    assert dist["quantised"] is None and dist["shape"] != "quantised"
+    assert comp["finding"] and comp["modes_match"] and code == 1
