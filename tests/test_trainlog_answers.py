@@ -21,8 +21,13 @@ from typing import Any
 
 import pytest
 
+import remotekit
 import remotekit.diagnostics.trainlog as tl
+from remotekit.diagnostics import diagnose as dg
 from tests import trainlog_factory as factory
+from tests.conftest import write_inventory
+from tests.test_cli import invoke
+from tests.test_system_api import make_bin_dir, smi_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
@@ -220,3 +225,128 @@ def test_rounding_does_not_hide_real_bucket_modes(tmp_path: Path) -> None:
     dist, comp = one(recs, "distribution"), one(recs, "composition")
     assert dist["quantised"] is None and dist["shape"] != "quantised"
     assert comp["finding"] and comp["modes_match"] and code == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# saves from the checkpoints themselves
+
+SPIKES = (200, 330, 400)  # spikes planted by the factory: 200 and 400 at saves, 330 at none
+SAVES = (200, 400, 500)
+
+
+def _torch_file(path: Path, step: int, *, key: str) -> None:
+    """A real torch checkpoint whose name says nothing: model, an Adam state (per-parameter
+    ``step`` counts as tensors), the step under ``key``, a 0-d ``best_val_loss``."""
+    import torch
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), key: step}
+    torch.save({**state, "best_val_loss": torch.tensor(1.25)}, path)
+
+
+def _layout(root: Path, kind: str) -> Path:
+    """Saves at :data:`SAVES` as each trainer lays them out; the directory to name."""
+    root.mkdir(parents=True)
+    for s in SAVES:
+        if kind == "hf":  # HF Trainer: checkpoint-N/ with trainer_state.json
+            (root / f"checkpoint-{s}").mkdir()
+            (root / f"checkpoint-{s}" / "trainer_state.json").write_text(
+                json.dumps({"global_step": s})
+            )
+        elif kind == "deepspeed":  # global_stepN/mp_rank_00_model_states.pt, `latest`
+            (root / f"global_step{s}").mkdir()
+            (root / f"global_step{s}" / "mp_rank_00_model_states.pt").write_bytes(b"")
+            (root / "latest").write_text(f"global_step{s}")
+        elif kind == "megatron":  # iter_000000N/, latest_checkpointed_iteration.txt
+            (root / f"iter_{s:07d}").mkdir()
+            (root / "latest_checkpointed_iteration.txt").write_text(str(s))
+        elif kind == "lightning":  # ModelCheckpoint's default file name
+            _torch_file(root / f"epoch=0-step={s}.ckpt", s, key="global_step")
+        elif kind == "llmc":  # llm.c: model_%08d.bin and state_%08d_%05d.bin
+            (root / f"model_{s:08d}.bin").write_bytes(b"\0" * 16)
+            (root / f"state_{s:08d}_00000.bin").write_bytes(b"\0" * 16)
+        elif kind == "own-keys":  # names without steps: the files' own iter_num
+            _torch_file(root / f"snapshot-{'abc'[SAVES.index(s)]}.pt", s, key="iter_num")
+    if kind == "run-dir":  # a run directory: checkpoints/ beside the logs
+        _layout(root / "checkpoints", "hf")
+        (root / "trainer_log.jsonl").write_text("")
+    return root
+
+
+@pytest.mark.parametrize(
+    "kind", ["hf", "deepspeed", "megatron", "lightning", "llmc", "own-keys", "run-dir"]
+)
+def test_are_the_spikes_at_saves_needs_no_step_list(tmp_path: Path, kind: str) -> None:
+    pytest.importorskip("torch")
+    rows = factory.cached("homogeneous", 600, SPIKES)
+    log = factory.write_jsonl(rows, tmp_path / "plain.jsonl")  # no save lines in the log
+    ckpts = _layout(tmp_path / "out", kind)
+    _, recs = run(log, "--checkpoints", ckpts)
+    saves = {e["step"]: e for e in of(recs, "event") if e["kind"] == "checkpoint"}
+    assert set(saves) == set(SAVES), saves
+    assert all(e["source"] == "ckpt-dir" for e in saves.values())
+    corr = next(c for c in of(recs, "correlation") if c["kind"] == "checkpoint")
+    assert (corr["at_events"], corr["spikes"], corr["events"]) == (2, 3, 3)
+    assert corr["beyond_chance"] and corr["p_value"] < 0.05
+    if kind == "own-keys":
+        assert "iter_num of" in saves[400]["detail"]
+
+
+def test_a_nanogpt_ckpt_pt_gives_its_iter_num_and_never_unpickles(tmp_path: Path) -> None:
+    """nanoGPT overwrites one ckpt.pt: its iter_num is the last save. The file's pickle
+    would run code if loaded: reading the step must not load it."""
+    pytest.importorskip("torch")
+    import torch
+
+    out = tmp_path / "out"
+    out.mkdir()
+    _torch_file(out / "ckpt.pt", 400, key="iter_num")
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (Path.touch, (marker,))
+
+    torch.save({"iter_num": 200, "payload": Evil()}, out / "other.pt")
+    rows = factory.cached("homogeneous", 600, SPIKES)
+    _, recs = run(factory.write_jsonl(rows, tmp_path / "log.jsonl"), "--checkpoints", out)
+    saves = {e["step"]: e["detail"] for e in of(recs, "event") if e["kind"] == "checkpoint"}
+    assert saves == {200: f"iter_num of {out / 'other.pt'}", 400: f"iter_num of {out / 'ckpt.pt'}"}
+    assert not marker.exists()
+
+
+def test_train_log_takes_the_hosts_checkpoints(tmp_path: Path) -> None:
+    """hosts.yaml `checkpoints:` is where train-log looks for saves when none are named."""
+    rows = factory.cached("homogeneous", 600, SPIKES)
+    log = factory.write_jsonl(rows, tmp_path / "plain.jsonl")
+    ckpts = _layout(tmp_path / "ckpts", "hf")
+    hosts = tmp_path / "hosts.yaml"
+    write_inventory(hosts, {"local": {"python": sys.executable, "checkpoints": str(ckpts)}})
+    r = invoke("train-log", "--inventory", str(hosts), "--path", str(log), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "checkpoint 200 (+0)" in r.stdout and "2 of 3" in r.stdout
+    assert "more than chance" in r.stdout
+
+
+def test_diagnose_run_reads_the_saves_off_checkpoints_the_scan_cannot_read(
+    tmp_path: Path,
+) -> None:
+    """DeepSpeed directories whose shards are not there yet (copied without them): the scan
+    reads no step, the names still say where the saves were."""
+    pytest.importorskip("torch")
+    run_dir = tmp_path / "run"
+    _layout(run_dir / "checkpoints", "deepspeed")
+    rows = factory.cached("homogeneous", 600, SPIKES)
+    factory.write_jsonl(rows, run_dir / "train_log.jsonl")
+    env = smi_env(make_bin_dir(tmp_path / "bin"), "healthy")
+    with remotekit.local_target() as t:
+        report = dg.diagnose(t, run=str(run_dir), env=env)
+    log = report.section("train-log")
+    assert log is not None and log.report is not None
+    saves = sorted(e.step for e in log.report.events if e.kind == "checkpoint")
+    assert saves == list(SAVES)
+    said = "\n".join(report.verdict)
+    assert "spikes at saves: 2 of 3 incidents" in said and "more than chance" in said

@@ -7,7 +7,7 @@ The log is streamed once into compact ``array`` columns; only findings travel ba
 Usage::
 
     trainlog.py PATH [--metrics loss,acc] [--preset olmo2|olmo-core|megatron]
-                [--ckpt-steps 2000,4001] [--ckpt-dir DIR] [--steps-per-epoch 1931]
+                [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
 
 Inputs (auto-detected): JSON lines (W&B history with ``_step``, or any ``step`` key), CSV
@@ -56,9 +56,11 @@ import csv
 import json
 import math
 import os
+import pickletools
 import re
 import struct
 import sys
+import zipfile
 from array import array
 from collections import Counter
 from itertools import chain, compress, islice, repeat
@@ -1528,17 +1530,109 @@ def detect(label, vals, rows, steps, direction, preset):
 # events
 
 
-def dir_steps(path):
-    """Step numbers of a checkpoint directory's entries: checkpoint-2000, step_2000.pt,
-    global_step2000, ckpt_2000, or a bare number (002000, 2000.pt)."""
-    out = []
-    for name in os.listdir(path):
+CKPT_STEP_KEYS = ("iter_num", "global_step", "iteration", "num_updates", "step")
+MAX_CKPT_ENTRIES = 5000  # entries of a checkpoint directory looked at
+MAX_PICKLE = 1 << 25  # a torch file's data.pkl larger than this is not searched for a step
+LLMC_CKPT_RE = re.compile(r"(?:model|state)_0*(\d+)(?:_\d+)?\.bin$")  # llm.c: model_00002000.bin
+
+
+def checkpoint_saves(path):
+    """``[(step, detail)]``: the saves a checkpoint directory holds, by its entries' names
+    (checkpoint-2000, step_2000.pt, global_step2000, iter_0002000, epoch=3-step=2000.ckpt,
+    a bare 002000) and, for entries whose name has no step, by the files' own step keys
+    where that is cheap: ``trainer_state.json`` (HF), ``latest`` (DeepSpeed),
+    ``latest_checkpointed_iteration.txt`` (Megatron), the top-level ``iter_num`` /
+    ``global_step`` / ``step`` of a torch zip file (nanoGPT's ckpt.pt; read from its pickle's
+    opcodes, nothing is unpickled) and a safetensors header's metadata. A run directory
+    whose checkpoints sit in ``checkpoints/`` or ``ckpt/`` is looked into."""
+    path = ckpt_dir_of(path) or path
+    found = {}
+    for name in sorted(os.listdir(path))[:MAX_CKPT_ENTRIES]:
         m = DIR_STEP_RE.search(name)
         if m:
-            out.append(float(m.group(1)))
-        elif re.fullmatch(r"\d+(?:\.\w+)*", name):
-            out.append(float(name.split(".")[0]))
-    return sorted(set(out))
+            found.setdefault(float(m.group(1)), "%s in %s" % (name, path))
+        elif re.fullmatch(r"\d+(?:\.\w+)*", name) or LLMC_CKPT_RE.match(name):
+            m = LLMC_CKPT_RE.match(name)
+            step = float(m.group(1)) if m else float(name.split(".")[0])
+            found.setdefault(step, "%s in %s" % (name, path))
+        else:
+            step, key = _own_step(os.path.join(path, name))
+            if step is not None:
+                found.setdefault(step, "%s of %s" % (key, os.path.join(path, name)))
+    return sorted(found.items())
+
+
+def _own_step(full):
+    """``(step, key)`` read cheaply from a checkpoint entry itself, else ``(None, None)``."""
+    name = os.path.basename(full)
+    try:
+        if os.path.isdir(full):
+            full = os.path.join(full, "trainer_state.json")
+            if not os.path.isfile(full) or os.path.getsize(full) > MAX_DOC:
+                return None, None
+            with open(full, "rb") as f:
+                doc = json.loads(f.read().decode("utf-8", "replace"))
+            step = doc.get("global_step") if isinstance(doc, dict) else None
+            return _step_or_none(step), "global_step"
+        if name in ("latest", "latest_checkpointed_iteration.txt"):
+            with open(full, "rb") as f:
+                text = f.read(256).decode("utf-8", "replace")
+            m = re.search(r"(\d+)\s*$", text.strip())
+            return (float(m.group(1)), name) if m else (None, None)
+        if name.endswith(".safetensors"):
+            return _safetensors_step(full)
+        if zipfile.is_zipfile(full):
+            return _torch_zip_step(full)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+        pass
+    return None, None
+
+
+def _step_or_none(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def _safetensors_step(full):
+    with open(full, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        if size > MAX_PICKLE:
+            return None, None
+        meta = json.loads(f.read(size).decode("utf-8", "replace")).get("__metadata__") or {}
+    for key in CKPT_STEP_KEYS:
+        step = _step_or_none(meta.get(key))
+        if step is not None:
+            return step, key
+    return None, None
+
+
+def _torch_zip_step(full):
+    """The step key of a torch zip file's top-level dict, from its pickle's opcodes: a key
+    string followed at once by an int. The largest ``step`` is taken (optimizer states
+    hold per-parameter step counts that never exceed the global one)."""
+    with zipfile.ZipFile(full) as z:
+        info = next((i for i in z.infolist() if i.filename.endswith("data.pkl")), None)
+        if info is None or info.file_size > MAX_PICKLE:
+            return None, None
+        pkl = z.read(info)
+    seen = {}
+    key = None
+    for op, arg, _ in pickletools.genops(pkl):
+        if op.name in ("BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"):
+            continue  # the memo between a key and its value
+        if key is not None and op.name in ("BININT", "BININT1", "BININT2", "LONG1", "INT"):
+            if isinstance(arg, int) and arg >= 0:
+                seen[key] = max(seen.get(key, arg), arg) if key == "step" else seen.get(key, arg)
+        key = arg if "UNICODE" in op.name and arg in CKPT_STEP_KEYS else None
+    for k in CKPT_STEP_KEYS:
+        if k in seen:
+            return float(seen[k]), k
+    return None, None
 
 
 def find_events(ing, steps, cols, args, extra, warnings):
@@ -1564,10 +1658,13 @@ def find_events(ing, steps, cols, args, extra, warnings):
             events.append(("checkpoint", float(s), "ckpt-steps", "given with --ckpt-steps"))
     if args.ckpt_dir:
         try:
-            for s in dir_steps(args.ckpt_dir):
-                events.append(("checkpoint", s, "ckpt-dir", "entry in %s" % args.ckpt_dir))
+            for s, detail in checkpoint_saves(args.ckpt_dir):
+                events.append(("checkpoint", s, "ckpt-dir", detail))
         except OSError as exc:
-            warnings.append("cannot list --ckpt-dir %s: %s" % (args.ckpt_dir, exc.strerror or exc))
+            warnings.append(
+                "cannot list the checkpoint directory %s (--checkpoints/--ckpt-dir): %s"
+                % (args.ckpt_dir, exc.strerror or exc)
+            )
     if extra.get("save_steps") and n:
         every = float(extra["save_steps"])
         if every > 0:
@@ -2457,7 +2554,13 @@ def parse_args(argv):
     ap.add_argument("--metrics", default="", help="comma-separated metric names")
     ap.add_argument("--preset", default="olmo2", choices=sorted(PRESETS))
     ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
-    ap.add_argument("--ckpt-dir", default=None)
+    ap.add_argument(
+        "--checkpoints",
+        "--ckpt-dir",
+        dest="ckpt_dir",
+        default=None,
+        help="the run's checkpoint directory: its saves are checkpoint events",
+    )
     ap.add_argument("--steps-per-epoch", type=float, default=None)
     ap.add_argument(
         "--tolerance", type=float, default=None, help="steps; default max(5, 2 strides)"
