@@ -331,14 +331,15 @@ def test_train_log_takes_the_hosts_checkpoints(tmp_path: Path) -> None:
     assert "more than chance" in r.stdout
 
 
+@pytest.mark.parametrize("kind", ["llmc", "megatron"])
 def test_diagnose_run_reads_the_saves_off_checkpoints_the_scan_cannot_read(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
-    """DeepSpeed directories whose shards are not there yet (copied without them): the scan
-    reads no step, the names still say where the saves were."""
+    """llm.c's raw model_%08d.bin files, Megatron's iter_N directories without their shards:
+    the scan reads no step from them, their names still say where the saves were."""
     pytest.importorskip("torch")
     run_dir = tmp_path / "run"
-    _layout(run_dir / "checkpoints", "deepspeed")
+    _layout(run_dir / "checkpoints", kind)
     rows = factory.cached("homogeneous", 600, SPIKES)
     factory.write_jsonl(rows, run_dir / "train_log.jsonl")
     env = smi_env(make_bin_dir(tmp_path / "bin"), "healthy")

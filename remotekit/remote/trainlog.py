@@ -1544,8 +1544,17 @@ def checkpoint_saves(path):
     ``latest_checkpointed_iteration.txt`` (Megatron), the top-level ``iter_num`` /
     ``global_step`` / ``step`` of a torch zip file (nanoGPT's ckpt.pt; read from its pickle's
     opcodes, nothing is unpickled) and a safetensors header's metadata. A run directory
-    whose checkpoints sit in ``checkpoints/`` or ``ckpt/`` is looked into."""
-    path = ckpt_dir_of(path) or path
+    whose checkpoints sit in ``checkpoints/``, ``ckpt/`` or ``ckpts/`` is looked into."""
+    found = _saves_in(path)
+    for child in ("checkpoints", "ckpt", "ckpts"):
+        if found:
+            break
+        if os.path.isdir(os.path.join(path, child)):
+            found = _saves_in(os.path.join(path, child))
+    return found
+
+
+def _saves_in(path):
     found = {}
     for name in sorted(os.listdir(path))[:MAX_CKPT_ENTRIES]:
         m = DIR_STEP_RE.search(name)
