@@ -60,6 +60,7 @@ import pickletools
 import re
 import struct
 import sys
+import traceback
 import zipfile
 from array import array
 from collections import Counter
@@ -609,7 +610,7 @@ def _fairseq(line):
     if i >= 0:
         try:
             d = json.loads(line[i + 16 :])
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting too deep
             return None
         return d if isinstance(d, dict) and "num_updates" in d else None
     if _FAIRSEQ_SIMPLE_RE.search(line):
@@ -713,7 +714,7 @@ def sniff(path):
     if first.startswith("{"):
         try:
             obj = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting too deep
             return "json", None
         if isinstance(obj, dict) and "log_history" not in obj:
             return "jsonl", None
@@ -1119,7 +1120,7 @@ def _read_jsonl(src, wanted):
         if line[:1] == "{":
             try:
                 d = loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # nesting too deep
                 head.append(None)
                 continue
             head.append(d)
@@ -1155,7 +1156,7 @@ def _read_jsonl(src, wanted):
                 continue
             try:
                 d = loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # nesting too deep
                 ing.bad += 1
                 continue
             try:
@@ -2457,10 +2458,14 @@ def reconcile_steps(ing, steps, cols, warnings):
     """One row per step, in order. Rows at the same step (sparse loggers: one metric per
     row) are merged; a step counter that goes back (a resumed run appended to the same log)
     is a resume: the later run's rows replace the earlier rows at those steps, never mixed.
-    Returns ``(steps, cols, n)``; resumes become events."""
+    Returns ``(steps, cols, n)``; resumes become events. Lines of several writers
+    interleaved (ranks sharing one log) are no resumes: see :func:`merge_interleaved`."""
     n = len(steps)
     if n < 2 or not any(map(ge, steps, islice(steps, 1, None))):
         return steps, cols, n
+    merged = merge_interleaved(ing, steps, cols, warnings)
+    if merged is not None:
+        return merged
     names = list(cols)
     arrs = [cols[k] for k in names]
     keep = bytearray(b"\x01") * n
@@ -2512,6 +2517,119 @@ def reconcile_steps(ing, steps, cols, warnings):
     steps = array("d", compress(steps, keep))
     cols = {k: array("d", compress(c, keep)) for k, c in zip(names, arrs)}
     return steps, cols, len(steps)
+
+
+def merge_interleaved(ing, steps, cols, warnings):
+    """``(steps, cols, n)`` when the log holds several writers' lines interleaved (every
+    rank printing its own loss, a step's lines out of order by a step or two), else None.
+
+    Such a log goes back a little, often: many times, by a few strides at most; a resumed
+    run goes back rarely, to a checkpoint. Its rows are put in step order and each step's
+    values averaged over its lines (as an all-reduced loss would be); a NaN on any line
+    stays a NaN."""
+    n = len(steps)
+    backs = [steps[i - 1] - steps[i] for i in range(1, n) if steps[i] < steps[i - 1]]
+    fwd = sorted(d for d in map(sub, islice(steps, 1, None), steps) if d > 0)
+    if not fwd:
+        return None
+    stride = _quantile(fwd, 0.5)
+    # the same metric again at the same step, on most rows: every rank printing in turn
+    # (a sparse logger's rows at one step carry different metrics, and are merged instead)
+    again = 0
+    first = cols[next(iter(cols))] if cols else ()
+    for i in range(n - 1):
+        if steps[i] == steps[i + 1] and not (_is_missing(first[i]) or _is_missing(first[i + 1])):
+            again += 1
+    shuffled = len(backs) >= max(3, n // 100) and _quantile(sorted(backs), 0.5) <= 4 * stride
+    if not shuffled and again < max(3, n // 4):
+        return None
+    order = sorted(range(n), key=steps.__getitem__)
+    names = list(cols)
+    out_steps = array("d")
+    out = {k: array("d") for k in names}
+    codes = ing.codes if len(ing.codes) == n else None
+    out_codes = array("i")
+    most = 1
+    a = 0
+    while a < n:
+        z = a + 1
+        while z < n and steps[order[z]] == steps[order[a]]:
+            z += 1
+        group = order[a:z]
+        most = max(most, z - a)
+        out_steps.append(steps[group[0]])
+        for k in names:
+            vals = [cols[k][i] for i in group if not _is_missing(cols[k][i])]
+            out[k].append(sum(vals) / len(vals) if vals else MISSING)
+        if codes is not None:
+            out_codes.append(codes[group[0]])
+        a = z
+    if codes is not None:
+        ing.codes = out_codes
+    warnings.append(
+        "lines of several writers are interleaved (up to %d lines a step; the step counter "
+        "went back %d times%s): taken as ranks sharing one log, not as resumes; each step's "
+        "values are the mean of its lines (log from rank 0 only to see one rank's own)"
+        % (most, len(backs), ", by %s steps at most" % _fmt(max(backs)) if backs else "")
+    )
+    return out_steps, out, len(out_steps)
+
+
+def _glitches(steps, ok):
+    """Rows (of the indices ``ok``) whose step is a glitch, not a resume: up to 3 rows far
+    behind (> 4 strides) after which the log goes on from where it was (a mis-parsed step
+    between 100 and 101), or one row far ahead of two neighbours in line. A resume goes on
+    from where it went back to. Many such rows are interleaved writers instead (see
+    :func:`merge_interleaved`)."""
+    fwd = sorted(steps[b] - steps[a] for a, b in zip(ok, ok[1:]) if steps[b] > steps[a])
+    if not fwd:
+        return []
+    far = 4 * _quantile(fwd, 0.5)
+    odd = []
+    for j in range(1, len(ok) - 1):
+        prev, cur = steps[ok[j - 1]], steps[ok[j]]
+        if odd and odd[-1] >= ok[j]:
+            continue  # inside a run already set aside
+        if cur < prev - far:
+            run = [ok[j]]
+            for k in range(j + 1, min(len(ok), j + 4)):
+                if steps[ok[k]] >= prev:
+                    odd.extend(run)
+                    break
+                run.append(ok[k])
+        elif prev <= steps[ok[j + 1]] < cur - far:
+            odd.append(ok[j])
+    return odd
+
+
+def drop_bad_steps(ing, steps, cols, warnings):
+    """Rows whose step is not a step (negative, non-finite, beyond 2**53: a corrupt or
+    mis-parsed line) are set aside, with a warning, before they bend the step axis (one
+    step of 1e30 would make every spike "at" an event by chance alone)."""
+    n = len(steps)
+    keep = bytearray(0 <= s <= 2.0**53 for s in steps)
+    bad = n - sum(keep)
+    if bad:
+        first = next(i for i in range(n) if not keep[i])
+        warnings.append(
+            "%d rows with an impossible step (negative, non-finite or beyond 2**53; the "
+            "first: %s at row %d) set aside" % (bad, _fmt(steps[first]), first + 1)
+        )
+    odd = _glitches(steps, [i for i in range(n) if keep[i]])
+    if odd and len(odd) <= max(3, n // 200):
+        for i in odd:
+            keep[i] = 0
+        warnings.append(
+            "%d rows whose step is out of line with the rows around it set aside (the first: "
+            "step %s at row %d)" % (len(odd), _fmt(steps[odd[0]]), odd[0] + 1)
+        )
+    elif not bad:
+        return steps, cols
+    if len(ing.codes) == n:
+        ing.codes = array("i", compress(ing.codes, keep))
+    return array("d", compress(steps, keep)), {
+        k: array("d", compress(c, keep)) for k, c in cols.items()
+    }
 
 
 COUNTER_META = ("tokens",)  # meta columns that some trainers log as running totals
@@ -2608,6 +2726,17 @@ def main(argv=None):
         emit("error", message="cannot read %s: %s" % (args.path, exc.strerror or exc))
         emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
         return EXIT_FAILED
+    except Exception as exc:  # a log that breaks the script still gets an answer, not a traceback
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        emit(
+            "error",
+            message="%s: the analysis failed (%s: %s, at trainlog.py:%d in %s); this is a bug "
+            "in trainlog.py: please report it with the log's first lines"
+            % (args.path, type(exc).__name__, str(exc)[:200], where.lineno, where.name),
+            kind="internal",
+        )
+        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
+        return EXIT_FAILED
 
 
 def analyse(args, wanted):
@@ -2638,6 +2767,9 @@ def analyse(args, wanted):
     for j, (name, _) in enumerate(ing.meta):
         cols[name] = ing.cols[ing.m1 + j]
     ing.cols = []
+    steps, cols = drop_bad_steps(ing, steps, cols, warnings)
+    if not len(steps):
+        raise LogError("no row with a usable step (%s)" % "; ".join(warnings[-1:]))
     steps, cols, n = reconcile_steps(ing, steps, cols, warnings)
     for name in [m for m, _ in ing.meta]:
         col = cols[name]
