@@ -121,7 +121,7 @@ def test_binary_garbage_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "model.log"  # the wrong file, named like a log
     path.write_bytes(random.Random(0).randbytes(1 << 20))
     r = run(path)
-    assert r.code == 2
+    assert r.code == 2 and "not a text log" in r.one("error")["message"]
 
 
 def test_a_sparse_gigabyte_is_read_in_bounded_memory(tmp_path: Path) -> None:

@@ -2703,6 +2703,16 @@ def main(argv=None):
     try:
         return analyse(args, wanted)
     except NoLoss as exc:
+        binary = _binary_share(args.path)
+        if binary > 0.1:
+            emit(
+                "error",
+                message="%s: not a text log: %.0f%% of its first bytes are binary (a checkpoint, "
+                "an archive, the wrong file?); no loss series read" % (args.path, 100 * binary),
+                kind="not-text",
+            )
+            emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
+            return EXIT_FAILED
         what = (
             "found only %s, no loss series" % ", ".join(exc.found)
             if exc.found
@@ -2737,6 +2747,21 @@ def main(argv=None):
         )
         emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
         return EXIT_FAILED
+
+
+def _binary_share(path, size=1 << 16):
+    """Share of the first ``size`` bytes of ``path`` that no text log has: control bytes
+    other than tab/newline/CR, and bytes that are not UTF-8 (0 for a directory)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(size)
+    except OSError:
+        return 0.0
+    if not head:
+        return 0.0
+    text = head.decode("utf-8", "replace")
+    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r"))
+    return bad / len(text)
 
 
 def analyse(args, wanted):
