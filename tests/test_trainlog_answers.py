@@ -200,6 +200,7 @@ def test_a_loss_rounded_to_few_values_has_no_shape_or_period_finding(tmp_path: P
     assert "batch-composition" not in one(recs, "summary")["findings"]
     text = tl.render_report(tl.build_report("local", str(log), recs))
     assert "too coarse" in text and "exit 0 (OK)" in text
+    assert "only 2 distinct values in steps of 0.0001" in text and "bimodality" not in text
 
 
 def test_a_period_is_told_in_steps_not_log_rows(tmp_path: Path) -> None:

@@ -735,7 +735,14 @@ def render_report(rep: TrainLogReport) -> str:
             )
         )
     d = rep.distribution
-    if d is not None:
+    if d is not None and d.quantised:
+        lines += [
+            "",
+            f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)}:"
+            f" only {_n(d.quantised.get('distinct'))} distinct values in steps of "
+            f"{_n(d.quantised.get('quantum'))} (rounded when logged): no shape to judge",
+        ]
+    elif d is not None:
         lines += [
             "",
             f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)} "
