@@ -119,6 +119,21 @@ def test_a_blip_at_a_save_and_a_large_spike_three_rows_later_are_two_incidents(
     assert "2 incident(s)" in text and "1 at no event: step 2030" in text
 
 
+def test_close_incidents_are_told_by_the_larger_ones_step(tmp_path: Path) -> None:
+    """Logged every step: the blip and the spike 3 steps later are within one tolerance;
+    the diagnosis names the larger one's step, not the blip's."""
+    bumps = {300: 2.2, 303: 6.0}
+
+    def loss(step: int, rng: random.Random) -> float:
+        return bumps.get(step, 2.0 + rng.gauss(0, 0.02))
+
+    log = write_rows(tmp_path / "log.jsonl", hf_rows(600, stride=1, loss=loss))
+    _, recs = run(log)
+    assert {s["step"] for s in of(recs, "spike") if s["metric"] == "loss"} == {300, 303}
+    report = tl.build_report("local", str(log), recs)
+    assert any("at no event: step 303" in line for line in report.diagnosis), report.diagnosis
+
+
 def test_one_incident_rising_over_rows_is_reported_at_its_peak(tmp_path: Path) -> None:
     climb = {1500: 3.0, 1510: 4.5, 1520: 7.0, 1530: 3.5}  # no return to baseline between
 

@@ -594,9 +594,9 @@ def diagnose(rep: TrainLogReport) -> list[str]:
                 )
         loose = [g for g in groups if not any(s.at_event for s in g)]
         if loose:
+            worst = [max(g, key=lambda s: s.score or 0.0) for g in loose[:5]]  # the peak's step
             where = ", ".join(
-                f"step {_n(g[0].step)}" + (f" (bucket {g[0].bucket})" if g[0].bucket else "")
-                for g in loose[:5]
+                f"step {_n(w.step)}" + (f" (bucket {w.bucket})" if w.bucket else "") for w in worst
             )
             more = f" and {len(loose) - 5} more" if len(loose) > 5 else ""
             out.append(
