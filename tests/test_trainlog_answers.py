@@ -286,9 +286,10 @@ def _layout(root: Path, kind: str) -> Path:
             (root / f"state_{s:08d}_00000.bin").write_bytes(b"\0" * 16)
         elif kind == "own-keys":  # names without steps: the files' own iter_num
             _torch_file(root / f"snapshot-{'abc'[SAVES.index(s)]}.pt", s, key="iter_num")
-    if kind == "run-dir":  # a run directory: checkpoints/ beside the logs
+    if kind == "run-dir":  # a run directory: checkpoints/ beside the logs and samples
         _layout(root / "checkpoints", "hf")
         (root / "trainer_log.jsonl").write_text("")
+        (root / "samples_step1000.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     return root
 
 

@@ -1545,19 +1545,39 @@ def checkpoint_saves(path):
     ``latest_checkpointed_iteration.txt`` (Megatron), the top-level ``iter_num`` /
     ``global_step`` / ``step`` of a torch zip file (nanoGPT's ckpt.pt; read from its pickle's
     opcodes, nothing is unpickled) and a safetensors header's metadata. A run directory
-    whose checkpoints sit in ``checkpoints/``, ``ckpt/`` or ``ckpts/`` is looked into."""
-    found = _saves_in(path)
+    whose checkpoints sit in ``checkpoints/``, ``ckpt/`` or ``ckpts/`` is looked into too.
+    Only directories and files a checkpoint can be count (``samples_step1000.png`` is none)."""
+    found = dict(_saves_in(path))
     for child in ("checkpoints", "ckpt", "ckpts"):
-        if found:
-            break
         if os.path.isdir(os.path.join(path, child)):
-            found = _saves_in(os.path.join(path, child))
-    return found
+            for step, detail in _saves_in(os.path.join(path, child)):
+                found.setdefault(step, detail)
+    return sorted(found.items())
+
+
+CKPT_EXTS = (
+    ".pt",
+    ".pth",
+    ".bin",
+    ".ckpt",
+    ".safetensors",
+    ".tar",
+    ".pkl",
+    ".distcp",
+    ".index",
+    ".npz",
+    ".msgpack",
+    ".h5",
+)
 
 
 def _saves_in(path):
     found = {}
     for name in sorted(os.listdir(path))[:MAX_CKPT_ENTRIES]:
+        full = os.path.join(path, name)
+        if "." in name.lstrip(".") and not name.endswith(CKPT_EXTS) and not os.path.isdir(full):
+            if name not in ("latest", "latest_checkpointed_iteration.txt"):
+                continue
         m = DIR_STEP_RE.search(name)
         if m:
             found.setdefault(float(m.group(1)), "%s in %s" % (name, path))
