@@ -489,7 +489,8 @@ def analyze_train_log(
     ``metrics`` names the columns to check (default: loss, acc, lr, grad_norm, found under
     their usual names, e.g. ``train/loss``); ``preset`` picks the spike rule (see
     :data:`PRESETS`); checkpoint saves come from the log's own lines plus ``ckpt_steps``
-    and the entries of ``ckpt_dir`` (there); ``steps_per_epoch`` marks epoch starts (else an
+    and the checkpoints in ``ckpt_dir`` there (their names, else their own step keys; a run
+    directory's ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
     ``epoch`` field does); ``tolerance`` is how many steps from an event still count as
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
