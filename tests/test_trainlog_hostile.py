@@ -280,3 +280,21 @@ def test_json_nested_past_the_parsers_depth(tmp_path: Path) -> None:
     deep = '{"a":' * 50000 + "1" + "}" * 50000
     r = run(write(tmp_path / "log.jsonl", [*good[:100], deep, *good[100:]]))
     assert r.code == 0 and r.one("source")["rows"] == 300 and r.one("source")["bad_lines"] == 1
+
+
+@pytest.mark.parametrize("with_epoch", [True, False], ids=["epoch-field", "no-epoch-field"])
+def test_a_per_epoch_step_counter_is_not_a_resume(tmp_path: Path, with_epoch: bool) -> None:
+    """A loop that logs its step within the epoch (0..495 every 5 steps, three times):
+    before, each restart was a 'resume' and two epochs' rows were set aside."""
+    rng = random.Random(6)
+    lines = []
+    for ep in range(3):
+        for s in range(0, 500, 5):
+            row = {"step": s, "loss": round(2 - 0.3 * ep + rng.gauss(0, 0.03), 4)}
+            lines.append(json.dumps({"epoch": ep, **row} if with_epoch else row))
+    r = run(write(tmp_path / "log.jsonl", lines))
+    src = r.one("source")
+    assert (src["rows"], src["first_step"], src["last_step"]) == (300, 0, 1495)
+    assert not any(e["kind"] == "resume" for e in r.of("event"))
+    assert sorted(e["step"] for e in r.of("event") if e["kind"] == "epoch") == [500, 1000]
+    assert r.warned("per-epoch count")

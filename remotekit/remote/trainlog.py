@@ -65,7 +65,7 @@ import zipfile
 from array import array
 from collections import Counter
 from itertools import chain, compress, islice, repeat
-from operator import ge, gt, itemgetter, le, mul, ne, sub
+from operator import ge, gt, itemgetter, le, lt, mul, ne, sub
 
 EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
 
@@ -2483,6 +2483,9 @@ def reconcile_steps(ing, steps, cols, warnings):
     n = len(steps)
     if n < 2 or not any(map(ge, steps, islice(steps, 1, None))):
         return steps, cols, n
+    steps = per_epoch_steps(ing, steps, cols, warnings)
+    if all(map(lt, steps, islice(steps, 1, None))):
+        return steps, cols, n
     merged = merge_interleaved(ing, steps, cols, warnings)
     if merged is not None:
         return merged
@@ -2537,6 +2540,46 @@ def reconcile_steps(ing, steps, cols, warnings):
     steps = array("d", compress(steps, keep))
     cols = {k: array("d", compress(c, keep)) for k, c in zip(names, arrs)}
     return steps, cols, len(steps)
+
+
+def per_epoch_steps(ing, steps, cols, warnings):
+    """``steps`` made continuous when the counter is a per-epoch one (0..499, 0..499, ...),
+    else ``steps`` as they are. Such a counter restarts at its first value, again and again
+    after the same span (or at each new value of an ``epoch`` field): no resume, and no
+    earlier epoch's rows to set aside. Each restart becomes an epoch event."""
+    n = len(steps)
+    fwd = sorted(d for d in map(sub, islice(steps, 1, None), steps) if d > 0)
+    if not fwd:
+        return steps
+    stride = _quantile(fwd, 0.5)
+    backs = [i for i in range(1, n) if steps[i] < steps[i - 1]]
+    resets = [i for i in backs if steps[i] <= steps[0] + stride]
+    if not resets or len(resets) != len(backs):
+        return steps
+    bounds = [0, *resets, n]
+    spans = [steps[b - 1] - steps[a] for a, b in zip(bounds, bounds[1:])]
+    full = spans[:-1]  # the last epoch may be cut short
+    same = max(full) - min(full) <= 0.1 * max(full) and spans[-1] <= 1.1 * max(full)
+    ep = cols.get("epoch")
+    by_field = ep is not None and all(
+        not _is_missing(ep[i]) and not _is_missing(ep[i - 1]) and ep[i] > ep[i - 1] for i in resets
+    )
+    if not (by_field or (same and len(resets) >= 2)):
+        return steps
+    period = max(full) + stride
+    out = array("d", steps)
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        for i in range(a, b):
+            out[i] = steps[i] + k * period
+        if k:
+            ing.events.append(
+                ("epoch", out[a], "steps", "the step counter restarted at %s" % _fmt(steps[a]))
+            )
+    warnings.append(
+        "the step counter restarts at %s %d times (a per-epoch count, %s steps an epoch): "
+        "made continuous, not taken as resumes" % (_fmt(steps[0]), len(resets), _fmt(period))
+    )
+    return out
 
 
 def merge_interleaved(ing, steps, cols, warnings):
