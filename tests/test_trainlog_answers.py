@@ -335,6 +335,26 @@ def test_a_nanogpt_ckpt_pt_gives_its_iter_num_and_never_unpickles(tmp_path: Path
     assert not marker.exists()
 
 
+def test_safetensors_metadata_and_lightning_keys_give_the_steps(tmp_path: Path) -> None:
+    """Names without steps: a safetensors header's ``__metadata__`` step, a Lightning-style
+    file's top-level ``global_step``."""
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.torch")
+    out = tmp_path / "weights"
+    out.mkdir()
+    for name, step in (("first", 200), ("second", 400)):
+        st.save_file({"w": torch.zeros(2, 2)}, out / f"{name}.safetensors", {"step": str(step)})
+    _torch_file(out / "last.ckpt", 500, key="global_step")
+    rows = factory.cached("homogeneous", 600, SPIKES)
+    _, recs = run(factory.write_jsonl(rows, tmp_path / "log.jsonl"), "--checkpoints", out)
+    saves = {e["step"]: e["detail"] for e in of(recs, "event") if e["kind"] == "checkpoint"}
+    assert saves == {
+        200: f"step of {out / 'first.safetensors'}",
+        400: f"step of {out / 'second.safetensors'}",
+        500: f"global_step of {out / 'last.ckpt'}",
+    }
+
+
 def test_train_log_takes_the_hosts_checkpoints(tmp_path: Path) -> None:
     """hosts.yaml `checkpoints:` is where train-log looks for saves when none are named."""
     rows = factory.cached("homogeneous", 600, SPIKES)
