@@ -618,8 +618,9 @@ def _draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, host
         path="the training log there (JSON lines, CSV, trainer_state.json or key=value text)",
         preset="spike rule: olmo2 (1000 steps, 7 sigma), olmo-core (128, 6), megatron (10x running max)",
         metric="a metric to analyse besides loss/acc/lr/grad_norm (repeatable)",
-        ckpt_steps="checkpoint steps, comma-separated (else found in the log or --ckpt-dir)",
-        ckpt_dir="a checkpoint directory there whose names carry steps",
+        ckpt_steps="checkpoint steps, comma-separated (else found in the log or --checkpoints)",
+        ckpt_dir="the older name of --checkpoints",
+        checkpoints="the run's checkpoint directory there: its saves are checkpoint events (default: the host's `checkpoints:`)",
         steps_per_epoch="steps per epoch, for epoch boundaries",
         plot="draw loss/accuracy with spikes and events into this PNG (needs remotekit[plot])",
         timeout=TIMEOUT_HELP,
@@ -642,6 +643,7 @@ def train_log(
     steps_per_epoch=0.0,
     plot="",
     timeout=0.0,
+    checkpoints="",
 ):
     """What happened to this run: spikes, cliffs, events, and batch composition."""
     _required(path=path)
@@ -654,7 +656,7 @@ def train_log(
             metrics=list(metric or ()) or None,
             preset=preset,
             ckpt_steps=ckpt_steps or None,
-            ckpt_dir=ckpt_dir or None,
+            ckpt_dir=_host_checkpoints(t, checkpoints or ckpt_dir),
             steps_per_epoch=steps_per_epoch or None,
             points=2000 if plot else 0,
             timeout=timeout or None,
@@ -719,10 +721,17 @@ def _load_options(allow_global: Any, unsafe_pickle: bool, timeout: float) -> dic
     }
 
 
-def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
-    """``--path``, else the host's ``checkpoints:``."""
+def _host_checkpoints(t: remotekit.Target, path: str) -> str | None:
+    """``path``, else the host's ``checkpoints:``, else None."""
     if path or t.spec.checkpoints:
         return path or str(t.spec.checkpoints)
+    return None
+
+
+def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
+    """``--path``, else the host's ``checkpoints:``."""
+    if (where := _host_checkpoints(t, path)) is not None:
+        return where
     raise remotekit.RemotekitError(
         "no --path given and no `checkpoints:` for this host in hosts.yaml", host=t.name, step=step
     )

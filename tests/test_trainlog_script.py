@@ -49,8 +49,9 @@ class Run:
         return found[0]
 
     def spikes(self, metric: str = "loss", kind: str | None = None) -> dict[int, dict[str, Any]]:
+        """By onset step (where a spike was planted; ``step`` is the peak's own)."""
         return {
-            int(s["step"]): s
+            int(s["onset_step"]): s
             for s in self.all("spike")
             if s["metric"] == metric and (kind is None or s["kind"] == kind)
         }

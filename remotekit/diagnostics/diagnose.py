@@ -168,8 +168,11 @@ def _train_log(
             step="train-log",
         )
     steps = _save_steps(scan)
+    # the script also reads the saves off the run's checkpoints itself (names such as
+    # checkpoint-2000 / global_step2000 / iter_0002000, and the files' own step keys): a
+    # scan that failed, or found checkpoints whose step it could not read, still gives them
     report = trainlog.analyze_train_log(
-        target, log, ckpt_steps=steps or None, points=points, timeout=timeout
+        target, log, ckpt_steps=steps or None, ckpt_dir=run, points=points, timeout=timeout
     )
     return report, log
 

@@ -136,9 +136,11 @@ class Event:
 
 @dataclass(frozen=True)
 class Spike:
-    """One incident of one metric: onset ``step``, worst ``value`` (at ``peak_step``) against
-    ``baseline``; ``score`` is sigmas (or x running max for megatron); ``recovery_steps`` is
-    None when the metric was not back by the end. ``event`` is the nearest event (``distance``
+    """One incident of one metric: its worst ``value`` at its own ``step`` (= ``peak_step``;
+    ``onset_step`` is where it began) against ``baseline``; an incident ends when the metric
+    is back at its baseline, so a later spike is another incident. ``score`` is sigmas (or x
+    running max for megatron); ``recovery_steps`` is None when the metric was not back by the
+    end. ``event`` is the nearest event (``distance``
     = step - event step); ``bucket``/``run_position``: the batch's bucket and how many
     same-bucket steps in a row led up to it."""
 
@@ -158,6 +160,7 @@ class Spike:
     bucket: str | None
     run_position: int | None
     at_event: bool = False
+    onset_step: float | None = None
 
 
 @dataclass(frozen=True)
@@ -202,16 +205,24 @@ class Distribution:
     modes: tuple[Mode, ...]
     bimodality: float | None
     trend_slope: float
+    #: ``{"distinct": N, "quantum": q}`` when the logged values are too coarse (rounded) to
+    #: have a shape; the shape is then "quantised" and no composition finding comes from it.
+    quantised: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
 class Periodicity:
-    """The strongest autocorrelation peak of the loss at a lag >= 2."""
+    """The strongest autocorrelation peak of the loss at a lag >= 2. ``lag`` and ``max_lag``
+    are in steps (``lag_rows`` log rows of ``stride`` steps each); a ``quantised`` loss is
+    never called periodic."""
 
-    lag: int | None
+    lag: float | None
     acf: float | None
-    max_lag: int
+    max_lag: float
     periodic: bool
+    lag_rows: int | None = None
+    stride: float = 1.0
+    quantised: bool = False
 
 
 @dataclass(frozen=True)
@@ -243,6 +254,9 @@ class Composition:
     modes_match: bool
     finding: bool
     verdict: str
+    #: How the batch key was derived from a running total (TRL's ``num_tokens``: per-step
+    #: differences, never the totals themselves), else None.
+    derived: str | None = None
 
 
 @dataclass(frozen=True)
@@ -475,7 +489,8 @@ def analyze_train_log(
     ``metrics`` names the columns to check (default: loss, acc, lr, grad_norm, found under
     their usual names, e.g. ``train/loss``); ``preset`` picks the spike rule (see
     :data:`PRESETS`); checkpoint saves come from the log's own lines plus ``ckpt_steps``
-    and the entries of ``ckpt_dir`` (there); ``steps_per_epoch`` marks epoch starts (else an
+    and the checkpoints in ``ckpt_dir`` there (their names, else their own step keys; a run
+    directory's ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
     ``epoch`` field does); ``tolerance`` is how many steps from an event still count as
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
@@ -580,9 +595,9 @@ def diagnose(rep: TrainLogReport) -> list[str]:
                 )
         loose = [g for g in groups if not any(s.at_event for s in g)]
         if loose:
+            worst = [max(g, key=lambda s: s.score or 0.0) for g in loose[:5]]  # the peak's step
             where = ", ".join(
-                f"step {_n(g[0].step)}" + (f" (bucket {g[0].bucket})" if g[0].bucket else "")
-                for g in loose[:5]
+                f"step {_n(w.step)}" + (f" (bucket {w.bucket})" if w.bucket else "") for w in worst
             )
             more = f" and {len(loose) - 5} more" if len(loose) > 5 else ""
             out.append(
@@ -721,7 +736,14 @@ def render_report(rep: TrainLogReport) -> str:
             )
         )
     d = rep.distribution
-    if d is not None:
+    if d is not None and d.quantised:
+        lines += [
+            "",
+            f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)}:"
+            f" only {_n(d.quantised.get('distinct'))} distinct values in steps of "
+            f"{_n(d.quantised.get('quantum'))} (rounded when logged): no shape to judge",
+        ]
+    elif d is not None:
         lines += [
             "",
             f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)} "
@@ -744,13 +766,18 @@ def render_report(rep: TrainLogReport) -> str:
         )
     per = rep.periodicity
     if per is not None:
+        rows = f", {per.lag_rows} log rows" if per.stride != 1 and per.lag_rows else ""
         if per.periodic:
             lines.append(
-                f"Periodicity: repeats every {per.lag} steps (autocorrelation {_n(per.acf, 2)})"
+                f"Periodicity: repeats every {_n(per.lag)} steps{rows} "
+                f"(autocorrelation {_n(per.acf, 2)})"
             )
+        elif per.quantised:
+            lines.append("Periodicity: not judged (the loss is too coarsely rounded)")
         elif per.lag is not None:
             lines.append(
-                f"Periodicity: none (strongest autocorrelation {_n(per.acf, 2)} at lag {per.lag})"
+                f"Periodicity: none (strongest autocorrelation {_n(per.acf, 2)} at lag "
+                f"{_n(per.lag)} steps{rows})"
             )
     c = rep.composition
     if c is not None:
@@ -761,6 +788,8 @@ def render_report(rep: TrainLogReport) -> str:
                 f"variance; longest same-{c.key} run {c.max_run} (random order: ~"
                 f"{_n(c.random_max_run, 2)}, interleaved: {c.interleaved_max_run})",
             ]
+            if c.derived:
+                lines.append(f"  ({c.derived})")
             lines.append(
                 table(
                     [c.key, "batches", "share", "loss median", "longest run"],

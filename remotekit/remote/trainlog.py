@@ -7,7 +7,7 @@ The log is streamed once into compact ``array`` columns; only findings travel ba
 Usage::
 
     trainlog.py PATH [--metrics loss,acc] [--preset olmo2|olmo-core|megatron]
-                [--ckpt-steps 2000,4001] [--ckpt-dir DIR] [--steps-per-epoch 1931]
+                [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
 
 Inputs (auto-detected): JSON lines (W&B history with ``_step``, or any ``step`` key), CSV
@@ -25,16 +25,19 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 ``metric``       label, key, direction ("up", "down", "none"), n, flagged, spike_share,
                  nonfinite, median
 ``event``        kind (checkpoint, resume, epoch, warmup, lr-jump, pause), step, source, detail
-``spike``        metric, kind (spike, cliff, nonfinite), step, peak_step, value, baseline,
+``spike``        metric, kind (spike, cliff, nonfinite), step (the peak's), onset_step,
+                 peak_step, value (the peak's), baseline,
                  scale, score, recovery_steps (None: not back by the end), flagged,
                  event, event_step, distance, bucket, run_position
 ``correlation``  kind, events, spikes, at_events, coverage, expected, p_value, beyond_chance
 ``distribution`` metric, scale, first_step, last_step, n, shape, modes [{center, weight, lo,
-                 hi, bucket, purity}], bimodality, trend_slope
-``periodicity``  lag, acf, max_lag, periodic
+                 hi, bucket, purity}], bimodality, trend_slope, quantised ({distinct,
+                 quantum} when the values are too coarse to have a shape, else None)
+``periodicity``  lag and max_lag (in steps), lag_rows, stride, acf, periodic, quantised
 ``composition``  key, buckets [{bucket, batches, share, loss_median, max_run}], explained,
                  max_run, max_run_bucket, random_max_run, interleaved_max_run, homogeneous,
-                 long_runs, modes_match, finding, verdict
+                 long_runs, modes_match, finding, verdict, derived (how the batch key was
+                 derived from a running total, e.g. TRL's num_tokens, else None)
 ``histogram``    metric, scale, key, edges, counts {bucket: [...]}, modes, first_step,
                  last_step
 ``series``       metric, steps, values (min/max per bin; every spike kept)
@@ -53,13 +56,16 @@ import csv
 import json
 import math
 import os
+import pickletools
 import re
 import struct
 import sys
+import traceback
+import zipfile
 from array import array
 from collections import Counter
 from itertools import chain, compress, islice, repeat
-from operator import ge, gt, itemgetter, le, mul, ne, sub
+from operator import ge, gt, itemgetter, le, lt, mul, ne, sub
 
 EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
 
@@ -604,7 +610,7 @@ def _fairseq(line):
     if i >= 0:
         try:
             d = json.loads(line[i + 16 :])
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting too deep
             return None
         return d if isinstance(d, dict) and "num_updates" in d else None
     if _FAIRSEQ_SIMPLE_RE.search(line):
@@ -708,7 +714,7 @@ def sniff(path):
     if first.startswith("{"):
         try:
             obj = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting too deep
             return "json", None
         if isinstance(obj, dict) and "log_history" not in obj:
             return "jsonl", None
@@ -1114,7 +1120,7 @@ def _read_jsonl(src, wanted):
         if line[:1] == "{":
             try:
                 d = loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # nesting too deep
                 head.append(None)
                 continue
             head.append(d)
@@ -1150,7 +1156,7 @@ def _read_jsonl(src, wanted):
                 continue
             try:
                 d = loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # nesting too deep
                 ing.bad += 1
                 continue
             try:
@@ -1404,14 +1410,20 @@ def _sketch(sorted_vals):
     return [sorted_vals[(i * (m - 1)) // (SKETCH - 1)] for i in range(SKETCH)]
 
 
-def _recovery(vals, j, thr, up, cap):
-    """First index after ``j`` where 3 values in a row are back within ``thr``."""
+def _recovery(vals, j, thr, up, cap, onset):
+    """First index after ``j`` where the metric is back at its baseline: 3 values in a row
+    within ``thr``, or fewer when the next one beyond ``onset`` starts a new incident (a
+    return to baseline ends an incident: a blip and a later spike are two)."""
     n = len(vals)
     end = min(n, j + 1 + cap)
     t = j + 1
     while t < end:
         w = vals[t : t + 3]
-        if (max(w) <= thr) if up else (min(w) >= thr):
+        for a, v in enumerate(w):
+            if (v > onset) if up else (v < onset):
+                w = w[:a]
+                break
+        if w and ((max(w) <= thr) if up else (min(w) >= thr)):
             return t
         t += 1
     return None
@@ -1467,7 +1479,7 @@ def detect(label, vals, rows, steps, direction, preset):
                         incidents[-1]["flagged"] += 1
                         continue
                     back = med + RECOVER_SIGMA * sig if up else med - RECOVER_SIGMA * sig
-                    end = _recovery(vals, j, back, up, cap)
+                    end = _recovery(vals, j, back, up, cap, thr)
                     stop = end if end is not None else min(n, j + 1 + cap)
                     spans.append((j, stop))
                     part = vals[j:stop]
@@ -1486,10 +1498,13 @@ def detect(label, vals, rows, steps, direction, preset):
                         {
                             "metric": label,
                             "kind": "spike" if up else "cliff",
-                            "row": row,
+                            "row": prow,
                             "idx": j,
+                            "peak_idx": pj,
                             "end_idx": stop,
-                            "step": steps[row],
+                            # the peak's own step and value; the onset is kept beside it
+                            "step": steps[prow],
+                            "onset_step": steps[row],
                             "peak_step": steps[prow],
                             "value": peak,
                             "baseline": med,
@@ -1516,17 +1531,138 @@ def detect(label, vals, rows, steps, direction, preset):
 # events
 
 
-def dir_steps(path):
-    """Step numbers of a checkpoint directory's entries: checkpoint-2000, step_2000.pt,
-    global_step2000, ckpt_2000, or a bare number (002000, 2000.pt)."""
-    out = []
-    for name in os.listdir(path):
+CKPT_STEP_KEYS = ("iter_num", "global_step", "iteration", "num_updates", "step")
+MAX_CKPT_ENTRIES = 5000  # entries of a checkpoint directory looked at
+MAX_PICKLE = 1 << 25  # a torch file's data.pkl larger than this is not searched for a step
+LLMC_CKPT_RE = re.compile(r"(?:model|state)_0*(\d+)(?:_\d+)?\.bin$")  # llm.c: model_00002000.bin
+
+
+def checkpoint_saves(path):
+    """``[(step, detail)]``: the saves a checkpoint directory holds, by its entries' names
+    (checkpoint-2000, step_2000.pt, global_step2000, iter_0002000, epoch=3-step=2000.ckpt,
+    a bare 002000) and, for entries whose name has no step, by the files' own step keys
+    where that is cheap: ``trainer_state.json`` (HF), ``latest`` (DeepSpeed),
+    ``latest_checkpointed_iteration.txt`` (Megatron), the top-level ``iter_num`` /
+    ``global_step`` / ``step`` of a torch zip file (nanoGPT's ckpt.pt; read from its pickle's
+    opcodes, nothing is unpickled) and a safetensors header's metadata. A run directory
+    whose checkpoints sit in ``checkpoints/``, ``ckpt/`` or ``ckpts/`` is looked into too.
+    Only directories and files a checkpoint can be count (``samples_step1000.png`` is none)."""
+    found = dict(_saves_in(path))
+    for child in ("checkpoints", "ckpt", "ckpts"):
+        if os.path.isdir(os.path.join(path, child)):
+            for step, detail in _saves_in(os.path.join(path, child)):
+                found.setdefault(step, detail)
+    return sorted(found.items())
+
+
+CKPT_EXTS = (
+    ".pt",
+    ".pth",
+    ".bin",
+    ".ckpt",
+    ".safetensors",
+    ".tar",
+    ".pkl",
+    ".distcp",
+    ".index",
+    ".npz",
+    ".msgpack",
+    ".h5",
+)
+
+
+def _saves_in(path):
+    found = {}
+    for name in sorted(os.listdir(path))[:MAX_CKPT_ENTRIES]:
+        full = os.path.join(path, name)
+        if "." in name.lstrip(".") and not name.endswith(CKPT_EXTS) and not os.path.isdir(full):
+            if name not in ("latest", "latest_checkpointed_iteration.txt"):
+                continue
         m = DIR_STEP_RE.search(name)
         if m:
-            out.append(float(m.group(1)))
-        elif re.fullmatch(r"\d+(?:\.\w+)*", name):
-            out.append(float(name.split(".")[0]))
-    return sorted(set(out))
+            found.setdefault(float(m.group(1)), "%s in %s" % (name, path))
+        elif re.fullmatch(r"\d+(?:\.\w+)*", name) or LLMC_CKPT_RE.match(name):
+            m = LLMC_CKPT_RE.match(name)
+            step = float(m.group(1)) if m else float(name.split(".")[0])
+            found.setdefault(step, "%s in %s" % (name, path))
+        else:
+            step, key = _own_step(os.path.join(path, name))
+            if step is not None:
+                found.setdefault(step, "%s of %s" % (key, os.path.join(path, name)))
+    return sorted(found.items())
+
+
+def _own_step(full):
+    """``(step, key)`` read cheaply from a checkpoint entry itself, else ``(None, None)``."""
+    name = os.path.basename(full)
+    try:
+        if os.path.isdir(full):
+            full = os.path.join(full, "trainer_state.json")
+            if not os.path.isfile(full) or os.path.getsize(full) > MAX_DOC:
+                return None, None
+            with open(full, "rb") as f:
+                doc = json.loads(f.read().decode("utf-8", "replace"))
+            step = doc.get("global_step") if isinstance(doc, dict) else None
+            return _step_or_none(step), "global_step"
+        if name in ("latest", "latest_checkpointed_iteration.txt"):
+            with open(full, "rb") as f:
+                text = f.read(256).decode("utf-8", "replace")
+            m = re.search(r"(\d+)\s*$", text.strip())
+            return (float(m.group(1)), name) if m else (None, None)
+        if name.endswith(".safetensors"):
+            return _safetensors_step(full)
+        if zipfile.is_zipfile(full):
+            return _torch_zip_step(full)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+        pass
+    return None, None
+
+
+def _step_or_none(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def _safetensors_step(full):
+    with open(full, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        if size > MAX_PICKLE:
+            return None, None
+        meta = json.loads(f.read(size).decode("utf-8", "replace")).get("__metadata__") or {}
+    for key in CKPT_STEP_KEYS:
+        step = _step_or_none(meta.get(key))
+        if step is not None:
+            return step, key
+    return None, None
+
+
+def _torch_zip_step(full):
+    """The step key of a torch zip file's top-level dict, from its pickle's opcodes: a key
+    string followed at once by an int. The largest ``step`` is taken (optimizer states
+    hold per-parameter step counts that never exceed the global one)."""
+    with zipfile.ZipFile(full) as z:
+        info = next((i for i in z.infolist() if i.filename.endswith("data.pkl")), None)
+        if info is None or info.file_size > MAX_PICKLE:
+            return None, None
+        pkl = z.read(info)
+    seen = {}
+    key = None
+    for op, arg, _ in pickletools.genops(pkl):
+        if op.name in ("BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"):
+            continue  # the memo between a key and its value
+        if key is not None and op.name in ("BININT", "BININT1", "BININT2", "LONG1", "INT"):
+            if isinstance(arg, int) and arg >= 0:
+                seen[key] = max(seen.get(key, arg), arg) if key == "step" else seen.get(key, arg)
+        key = arg if "UNICODE" in op.name and arg in CKPT_STEP_KEYS else None
+    for k in CKPT_STEP_KEYS:
+        if k in seen:
+            return float(seen[k]), k
+    return None, None
 
 
 def find_events(ing, steps, cols, args, extra, warnings):
@@ -1552,10 +1688,13 @@ def find_events(ing, steps, cols, args, extra, warnings):
             events.append(("checkpoint", float(s), "ckpt-steps", "given with --ckpt-steps"))
     if args.ckpt_dir:
         try:
-            for s in dir_steps(args.ckpt_dir):
-                events.append(("checkpoint", s, "ckpt-dir", "entry in %s" % args.ckpt_dir))
+            for s, detail in checkpoint_saves(args.ckpt_dir):
+                events.append(("checkpoint", s, "ckpt-dir", detail))
         except OSError as exc:
-            warnings.append("cannot list --ckpt-dir %s: %s" % (args.ckpt_dir, exc.strerror or exc))
+            warnings.append(
+                "cannot list the checkpoint directory %s (--checkpoints/--ckpt-dir): %s"
+                % (args.ckpt_dir, exc.strerror or exc)
+            )
     if extra.get("save_steps") and n:
         every = float(extra["save_steps"])
         if every > 0:
@@ -1857,8 +1996,11 @@ def autocorr(r, max_lag):
     return [sum(map(mul, z[:-lag], z[lag:])) / var for lag in range(1, max_lag + 1)]
 
 
-def periodicity(r):
-    """The strongest autocorrelation bump at a lag >= 2 (a period), if any."""
+def periodicity(r, stride=1.0, quantised=None):
+    """The strongest autocorrelation bump at a lag >= 2 (a period), if any; its multiples
+    give way to it (a period of 4 also peaks at 8). Lags are counted in log rows and
+    reported in steps (``stride`` steps a row). A ``quantised`` loss (few distinct values)
+    is never called periodic: its staircase repeats by itself."""
     r = r[-4096:]
     n = len(r)
     max_lag = min(512, n // 3)
@@ -1867,19 +2009,50 @@ def periodicity(r):
     acf = autocorr(r, max_lag)
     if not acf:
         return None
-    best = None
+    peaks = []
     for i in range(1, len(acf) - 1):
-        lag = i + 1
         if acf[i] >= acf[i - 1] and acf[i] >= acf[i + 1]:
-            dip = min(acf[:i])
-            bump = acf[i] - dip
-            if best is None or acf[i] > best[1]:
-                best = (lag, acf[i], bump)
-    if best is None:
-        return {"lag": None, "acf": None, "max_lag": max_lag, "periodic": False}
-    lag, a, bump = best
-    periodic = a >= max(0.3, 4.0 / math.sqrt(n)) and bump >= 0.2
-    return {"lag": lag, "acf": a, "max_lag": max_lag, "periodic": periodic}
+            peaks.append((i + 1, acf[i], acf[i] - min(acf[:i])))
+    out = {
+        "lag": None,
+        "lag_rows": None,
+        "acf": None,
+        "max_lag": max_lag * stride,
+        "stride": stride,
+        "periodic": False,
+        "quantised": bool(quantised),
+    }
+    if not peaks:
+        return out
+    top = max(p[1] for p in peaks)
+    lag, a, bump = next(p for p in peaks if p[1] >= 0.9 * top)
+    periodic = a >= max(0.3, 4.0 / math.sqrt(n)) and bump >= 0.2 and not quantised
+    out.update(lag=lag * stride, lag_rows=lag, acf=a, periodic=periodic)
+    return out
+
+
+def quantisation(v, r, logscale):
+    """``{"distinct", "quantum"}`` when the values are too coarse to have a shape: a dozen
+    distinct values or fewer, or a rounding step (HF logs 4 decimals) that is not small
+    against their spread (the residuals ``r``, in the values' units); else None."""
+    distinct = sorted(set(v))
+    d = len(distinct)
+    gaps = [b - a for a, b in zip(distinct, distinct[1:]) if b > a]
+    q = min(gaps) if gaps else 0.0
+    if d > 12:
+        rs = sorted(r)
+        spread = (_quantile(rs, 0.75) - _quantile(rs, 0.25)) / 1.349
+        if logscale:
+            spread *= _quantile(sorted(v), 0.5)
+        if not (q > 0 and spread < 3 * q):
+            return None
+    return {"distinct": d, "quantum": q}
+
+
+def _row_stride(steps_of_rows):
+    """The usual number of steps between consecutive log rows (1 when unknown)."""
+    diffs = sorted(b - a for a, b in zip(steps_of_rows, steps_of_rows[1:]) if b > a)
+    return _quantile(diffs, 0.5) if diffs else 1.0
 
 
 def bucket_column(ing, cols, n):
@@ -1911,8 +2084,9 @@ def bucket_column(ing, cols, n):
     return None, None, None
 
 
-def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
-    """Shape of ``label`` over a stable window, and how it follows the batch's bucket."""
+def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=None):
+    """Shape of ``label`` over a stable window, and how it follows the batch's bucket.
+    ``derived``: ``{column: words}`` for batch columns taken from a running total."""
     n = len(vals)
     out = {}
     if n < 40:
@@ -1952,8 +2126,12 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
     bc = bimodality_coefficient(r)
     nm = len(modes)
     shape = {1: "unimodal", 2: "bimodal", 3: "trimodal"}.get(nm, "multimodal")
+    quant = quantisation(v, r, logscale)
+    if quant is not None:
+        shape = "quantised"
     first_row = rows[keep[0]] if rows is not None else keep[0]
     last_row = rows[keep[-1]] if rows is not None else keep[-1]
+    stride = _row_stride([steps[rows[i] if rows is not None else i] for i in keep])
     dist = {
         "metric": label,
         "scale": "log" if logscale else "linear",
@@ -1964,12 +2142,24 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
         "bimodality": bc,
         "trend_slope": b,
         "modes": [],
+        "quantised": quant,
     }
-    per = periodicity(r)
+    per = periodicity(r, stride, quant)
     out["periodicity"] = per
     repeats = None  # the words for a periodic loss
     if per and per["periodic"]:
-        repeats = "it repeats every %d steps (autocorrelation %.2f)" % (per["lag"], per["acf"])
+        repeats = "it repeats every %s steps (autocorrelation %.2f)" % (
+            _fmt(per["lag"]),
+            per["acf"],
+        )
+        if stride != 1:
+            repeats = repeats[:-1] + ", every %d log rows)" % per["lag_rows"]
+    coarse = None  # the words for a quantised loss
+    if quant is not None:
+        coarse = (
+            "%s takes only %d distinct values in steps of %s (rounded when logged): too coarse "
+            "to judge its shape or periodicity" % (label, quant["distinct"], _fmt(quant["quantum"]))
+        )
     # buckets
     key, codes, names = bucket_column(ing, cols, nrows)
     rc = None
@@ -2033,10 +2223,13 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
     if key is None:
         # two signs, since a flat-topped sample can show a spurious bump
         multimodal = (
-            nm >= 2 and sum(1 for m in modes if m["weight"] >= 0.1) >= 2 and (bc or 0) > 5 / 9
+            nm >= 2
+            and sum(1 for m in modes if m["weight"] >= 0.1) >= 2
+            and (bc or 0) > 5 / 9
+            and quant is None
         )
-        words = ["%s is %s" % (label, shape)]
-        if nm >= 2:
+        words = [coarse or "%s is %s" % (label, shape)]
+        if nm >= 2 and quant is None:
             words.append(
                 "modes %s"
                 % ", ".join(
@@ -2054,6 +2247,7 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
             )
         out["composition"] = {
             "key": None,
+            "derived": None,
             "buckets": [],
             "explained": None,
             "max_run": None,
@@ -2123,12 +2317,16 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
         "max_run_bucket": names[max_run_c] if max_run_c >= 0 else "-",
         "random_max_run": random_run,
         "interleaved_max_run": inter_run,
+        "derived": (derived or {}).get(key),
     }
     out["codes"] = (codes, names)
     kname = key.rsplit("/", 1)[-1]  # train/bucket reads as bucket
     bname = "%s %s" % (kname, top["bucket"])
     rname = "%s %s" % (kname, stats["max_run_bucket"])
-    words = ["%s is %s" % (label, shape)]
+    words = [coarse or "%s is %s" % (label, shape)]
+    match = match and quant is None  # the modes of a rounded loss are its rounding steps
+    if stats["derived"]:
+        words.append("batches by %s" % stats["derived"])
     if len(real) < 2:
         words.append(
             "%s is %s in %.0f%% of batches (padded or mixed batches)"
@@ -2155,7 +2353,8 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows):
             % (label, kname, 100 * explained)
         )
     words.append("%s is %.0f%% of batches" % (bname, 100 * top["share"]))
-    words.append("up to %d consecutive same-%s steps (%s)" % (max_run, kname, rname))
+    unit = "steps" if stride == 1 else "log rows"
+    words.append("up to %d consecutive same-%s %s (%s)" % (max_run, kname, unit, rname))
     if homogeneous and long_runs:
         tail = "batches look homogeneous, interleave buckets"
     elif homogeneous:
@@ -2279,10 +2478,17 @@ def reconcile_steps(ing, steps, cols, warnings):
     """One row per step, in order. Rows at the same step (sparse loggers: one metric per
     row) are merged; a step counter that goes back (a resumed run appended to the same log)
     is a resume: the later run's rows replace the earlier rows at those steps, never mixed.
-    Returns ``(steps, cols, n)``; resumes become events."""
+    Returns ``(steps, cols, n)``; resumes become events. Lines of several writers
+    interleaved (ranks sharing one log) are no resumes: see :func:`merge_interleaved`."""
     n = len(steps)
     if n < 2 or not any(map(ge, steps, islice(steps, 1, None))):
         return steps, cols, n
+    steps = per_epoch_steps(ing, steps, cols, warnings)
+    if all(map(lt, steps, islice(steps, 1, None))):
+        return steps, cols, n
+    merged = merge_interleaved(ing, steps, cols, warnings)
+    if merged is not None:
+        return merged
     names = list(cols)
     arrs = [cols[k] for k in names]
     keep = bytearray(b"\x01") * n
@@ -2336,18 +2542,184 @@ def reconcile_steps(ing, steps, cols, warnings):
     return steps, cols, len(steps)
 
 
+def per_epoch_steps(ing, steps, cols, warnings):
+    """``steps`` made continuous when the counter is a per-epoch one (0..499, 0..499, ...),
+    else ``steps`` as they are. Such a counter restarts at its first value, again and again
+    after the same span (or at each new value of an ``epoch`` field): no resume, and no
+    earlier epoch's rows to set aside. Each restart becomes an epoch event."""
+    n = len(steps)
+    fwd = sorted(d for d in map(sub, islice(steps, 1, None), steps) if d > 0)
+    if not fwd:
+        return steps
+    stride = _quantile(fwd, 0.5)
+    backs = [i for i in range(1, n) if steps[i] < steps[i - 1]]
+    resets = [i for i in backs if steps[i] <= steps[0] + stride]
+    if not resets or len(resets) != len(backs):
+        return steps
+    bounds = [0, *resets, n]
+    spans = [steps[b - 1] - steps[a] for a, b in zip(bounds, bounds[1:])]
+    full = spans[:-1]  # the last epoch may be cut short
+    same = max(full) - min(full) <= 0.1 * max(full) and spans[-1] <= 1.1 * max(full)
+    ep = cols.get("epoch")
+    by_field = ep is not None and all(
+        not _is_missing(ep[i]) and not _is_missing(ep[i - 1]) and ep[i] > ep[i - 1] for i in resets
+    )
+    if not (by_field or (same and len(resets) >= 2)):
+        return steps
+    period = max(full) + stride
+    out = array("d", steps)
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        for i in range(a, b):
+            out[i] = steps[i] + k * period
+        if k:
+            ing.events.append(
+                ("epoch", out[a], "steps", "the step counter restarted at %s" % _fmt(steps[a]))
+            )
+    warnings.append(
+        "the step counter restarts at %s %d times (a per-epoch count, %s steps an epoch): "
+        "made continuous, not taken as resumes" % (_fmt(steps[0]), len(resets), _fmt(period))
+    )
+    return out
+
+
+def merge_interleaved(ing, steps, cols, warnings):
+    """``(steps, cols, n)`` when the log holds several writers' lines interleaved (every
+    rank printing its own loss, a step's lines out of order by a step or two), else None.
+
+    Such a log goes back a little, often: many times, by a few strides at most; a resumed
+    run goes back rarely, to a checkpoint. Its rows are put in step order and each step's
+    values averaged over its lines (as an all-reduced loss would be); a NaN on any line
+    stays a NaN."""
+    n = len(steps)
+    backs = [steps[i - 1] - steps[i] for i in range(1, n) if steps[i] < steps[i - 1]]
+    fwd = sorted(d for d in map(sub, islice(steps, 1, None), steps) if d > 0)
+    if not fwd:
+        return None
+    stride = _quantile(fwd, 0.5)
+    # the same metric again at the same step, on most rows: every rank printing in turn
+    # (a sparse logger's rows at one step carry different metrics, and are merged instead)
+    again = 0
+    first = cols[next(iter(cols))] if cols else ()
+    for i in range(n - 1):
+        if steps[i] == steps[i + 1] and not (_is_missing(first[i]) or _is_missing(first[i + 1])):
+            again += 1
+    shuffled = len(backs) >= max(3, n // 100) and _quantile(sorted(backs), 0.5) <= 4 * stride
+    if not shuffled and again < max(3, n // 4):
+        return None
+    order = sorted(range(n), key=steps.__getitem__)
+    names = list(cols)
+    out_steps = array("d")
+    out = {k: array("d") for k in names}
+    codes = ing.codes if len(ing.codes) == n else None
+    out_codes = array("i")
+    most = 1
+    a = 0
+    while a < n:
+        z = a + 1
+        while z < n and steps[order[z]] == steps[order[a]]:
+            z += 1
+        group = order[a:z]
+        most = max(most, z - a)
+        out_steps.append(steps[group[0]])
+        for k in names:
+            vals = [cols[k][i] for i in group if not _is_missing(cols[k][i])]
+            out[k].append(sum(vals) / len(vals) if vals else MISSING)
+        if codes is not None:
+            out_codes.append(codes[group[0]])
+        a = z
+    if codes is not None:
+        ing.codes = out_codes
+    warnings.append(
+        "lines of several writers are interleaved (up to %d lines a step; the step counter "
+        "went back %d times%s): taken as ranks sharing one log, not as resumes; each step's "
+        "values are the mean of its lines (log from rank 0 only to see one rank's own)"
+        % (most, len(backs), ", by %s steps at most" % _fmt(max(backs)) if backs else "")
+    )
+    return out_steps, out, len(out_steps)
+
+
+def _glitches(steps, ok):
+    """Rows (of the indices ``ok``) whose step is a glitch, not a resume: up to 3 rows far
+    behind (> 4 strides) after which the log goes on from where it was (a mis-parsed step
+    between 100 and 101), or one row far ahead of two neighbours in line. A resume goes on
+    from where it went back to. Many such rows are interleaved writers instead (see
+    :func:`merge_interleaved`)."""
+    fwd = sorted(steps[b] - steps[a] for a, b in zip(ok, ok[1:]) if steps[b] > steps[a])
+    if not fwd:
+        return []
+    far = 4 * _quantile(fwd, 0.5)
+    odd = []
+    for j in range(1, len(ok) - 1):
+        prev, cur = steps[ok[j - 1]], steps[ok[j]]
+        if odd and odd[-1] >= ok[j]:
+            continue  # inside a run already set aside
+        if cur < prev - far:
+            run = [ok[j]]
+            for k in range(j + 1, min(len(ok), j + 4)):
+                if steps[ok[k]] >= prev:
+                    odd.extend(run)
+                    break
+                run.append(ok[k])
+        elif prev <= steps[ok[j + 1]] < cur - far:
+            odd.append(ok[j])
+    return odd
+
+
+def drop_bad_steps(ing, steps, cols, warnings):
+    """Rows whose step is not a step (negative, non-finite, beyond 2**53: a corrupt or
+    mis-parsed line) are set aside, with a warning, before they bend the step axis (one
+    step of 1e30 would make every spike "at" an event by chance alone)."""
+    n = len(steps)
+    keep = bytearray(0 <= s <= 2.0**53 for s in steps)
+    bad = n - sum(keep)
+    if bad:
+        first = next(i for i in range(n) if not keep[i])
+        warnings.append(
+            "%d rows with an impossible step (negative, non-finite or beyond 2**53; the "
+            "first: %s at row %d) set aside" % (bad, _fmt(steps[first]), first + 1)
+        )
+    odd = _glitches(steps, [i for i in range(n) if keep[i]])
+    if odd and len(odd) <= max(3, n // 200):
+        for i in odd:
+            keep[i] = 0
+        warnings.append(
+            "%d rows whose step is out of line with the rows around it set aside (the first: "
+            "step %s at row %d)" % (len(odd), _fmt(steps[odd[0]]), odd[0] + 1)
+        )
+    elif not bad:
+        return steps, cols
+    if len(ing.codes) == n:
+        ing.codes = array("i", compress(ing.codes, keep))
+    return array("d", compress(steps, keep)), {
+        k: array("d", compress(c, keep)) for k, c in cols.items()
+    }
+
+
 COUNTER_META = ("tokens",)  # meta columns that some trainers log as running totals
+
+
+def is_running_total(col):
+    """A column that counts what was seen so far (tokens, samples, flos): it never goes
+    down and grows at (almost) every row, also when a resumed run starts it high. A
+    per-batch size in a length-sorted order never goes down either, but repeats its
+    values (batches of one bucket), so it grows at few rows."""
+    fin = [v for v in col if v == v]
+    if len(fin) < 3 or not all(map(le, fin, islice(fin, 1, None))):
+        return False
+    grows = sum(map(gt, islice(fin, 1, None), fin))
+    return grows >= 0.9 * (len(fin) - 1) and fin[-1] > fin[0]
 
 
 def per_batch(ing, steps, cols, warnings):
     """A running total (TRL's num_tokens: 61440, 122880, ...) is not a batch size: use its
-    differences per step instead, and say so."""
+    differences per step instead, and say so. Returns ``{name: words}`` for each column
+    so derived (the composition record carries the words)."""
+    derived = {}
     for name in COUNTER_META:
         col = cols.get(name)
         if col is None or len(col) < 3:
             continue
-        fin = [v for v in col if v == v]
-        if len(fin) < 3 or not all(map(le, fin, islice(fin, 1, None))) or fin[-1] < 2 * fin[0]:
+        if not is_running_total(col):
             continue
         out = array("d", [math.nan])
         for i in range(1, len(col)):
@@ -2359,6 +2731,11 @@ def per_batch(ing, steps, cols, warnings):
             "%r is a running total (it never decreases): per-batch %s are taken from its "
             "differences per step, not its values" % (key, name)
         )
+        derived[name] = "%s per step, from the differences of the running total %r" % (
+            name,
+            key,
+        )
+    return derived
 
 
 def parse_args(argv):
@@ -2367,7 +2744,13 @@ def parse_args(argv):
     ap.add_argument("--metrics", default="", help="comma-separated metric names")
     ap.add_argument("--preset", default="olmo2", choices=sorted(PRESETS))
     ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
-    ap.add_argument("--ckpt-dir", default=None)
+    ap.add_argument(
+        "--checkpoints",
+        "--ckpt-dir",
+        dest="ckpt_dir",
+        default=None,
+        help="the run's checkpoint directory: its saves are checkpoint events",
+    )
     ap.add_argument("--steps-per-epoch", type=float, default=None)
     ap.add_argument(
         "--tolerance", type=float, default=None, help="steps; default max(5, 2 strides)"
@@ -2383,6 +2766,16 @@ def main(argv=None):
     try:
         return analyse(args, wanted)
     except NoLoss as exc:
+        binary = _binary_share(args.path)
+        if binary > 0.1:
+            emit(
+                "error",
+                message="%s: not a text log: %.0f%% of its first bytes are binary (a checkpoint, "
+                "an archive, the wrong file?); no loss series read" % (args.path, 100 * binary),
+                kind="not-text",
+            )
+            emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
+            return EXIT_FAILED
         what = (
             "found only %s, no loss series" % ", ".join(exc.found)
             if exc.found
@@ -2406,6 +2799,32 @@ def main(argv=None):
         emit("error", message="cannot read %s: %s" % (args.path, exc.strerror or exc))
         emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
         return EXIT_FAILED
+    except Exception as exc:  # a log that breaks the script still gets an answer, not a traceback
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        emit(
+            "error",
+            message="%s: the analysis failed (%s: %s, at trainlog.py:%d in %s); this is a bug "
+            "in trainlog.py: please report it with the log's first lines"
+            % (args.path, type(exc).__name__, str(exc)[:200], where.lineno, where.name),
+            kind="internal",
+        )
+        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
+        return EXIT_FAILED
+
+
+def _binary_share(path, size=1 << 16):
+    """Share of the first ``size`` bytes of ``path`` that no text log has: control bytes
+    other than tab/newline/CR, and bytes that are not UTF-8 (0 for a directory)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(size)
+    except OSError:
+        return 0.0
+    if not head:
+        return 0.0
+    text = head.decode("utf-8", "replace")
+    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r"))
+    return bad / len(text)
 
 
 def analyse(args, wanted):
@@ -2436,12 +2855,15 @@ def analyse(args, wanted):
     for j, (name, _) in enumerate(ing.meta):
         cols[name] = ing.cols[ing.m1 + j]
     ing.cols = []
+    steps, cols = drop_bad_steps(ing, steps, cols, warnings)
+    if not len(steps):
+        raise LogError("no row with a usable step (%s)" % "; ".join(warnings[-1:]))
     steps, cols, n = reconcile_steps(ing, steps, cols, warnings)
     for name in [m for m, _ in ing.meta]:
         col = cols[name]
         if not math.isfinite(sum(col)):
             cols[name] = array("d", (math.nan if _is_missing(v) else v for v in col))
-    per_batch(ing, steps, cols, warnings)
+    derived = per_batch(ing, steps, cols, warnings)
     strides = sorted(map(sub, islice(steps, 1, min(n, 2001)), steps[: min(n, 2001) - 1]))
     stride = _quantile([s for s in strides if s > 0], 0.5) if any(s > 0 for s in strides) else 1.0
     tol = args.tolerance if args.tolerance is not None else max(5.0, 2 * stride)
@@ -2512,6 +2934,7 @@ def analyse(args, wanted):
                     "idx": None,
                     "end_idx": None,
                     "step": steps[nf["first"]],
+                    "onset_step": steps[nf["first"]],
                     "peak_step": steps[nf["first"]],
                     "value": nf["value"],
                     "baseline": None,
@@ -2549,7 +2972,7 @@ def analyse(args, wanted):
     comp = {}
     if main_label is not None:
         vals, rows = compact[main_label]
-        comp = composition(main_label, vals, rows, steps, incidents, ing, cols, n)
+        comp = composition(main_label, vals, rows, steps, incidents, ing, cols, n, derived)
     codes, names = comp.get("codes", (None, None))
     if codes is None:
         key, codes, names = bucket_column(ing, cols, n)
@@ -2581,7 +3004,7 @@ def analyse(args, wanted):
             % (len(incidents), MAX_SPIKES)
         )
     for inc in send:
-        rec = dict((k, v) for k, v in inc.items() if k not in ("row", "idx", "end_idx"))
+        rec = dict((k, v) for k, v in inc.items() if k not in ("row", "idx", "peak_idx", "end_idx"))
         emit("spike", **rec)
     lo_s, hi_s = min(steps), max(steps)
     for c in correlate(incidents, events, tol, lo_s, hi_s):
@@ -2597,10 +3020,9 @@ def analyse(args, wanted):
     if args.points > 0:
         for label, _ in ing.metrics:
             vals, rows = compact[label]
-            keep = [i["idx"] for i in incidents if i["metric"] == label and i["idx"] is not None]
-            keep += [
-                i["idx"] + 1 for i in incidents if i["metric"] == label and i["idx"] is not None
-            ]
+            mine = [i for i in incidents if i["metric"] == label and i["idx"] is not None]
+            keep = [i["idx"] for i in mine] + [i["peak_idx"] for i in mine]
+            keep += [i["peak_idx"] + 1 for i in mine]
             idx = decimate(vals, args.points, keep)
             emit(
                 "series",
