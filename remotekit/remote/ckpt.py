@@ -100,6 +100,19 @@ import time
 import warnings
 import zipfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
+from protocol import (  # the record protocol, shared with the local side
+    EXIT_FAILED,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    emit,
+    emit_line,
+    fail,
+    flush,
+    is_secret_name,
+    mask,
+)
+
 torch = None  # type: ignore  # imported by _import_torch(): discovery needs no torch
 
 CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
@@ -159,37 +172,9 @@ ST_DTYPES = {
     "U8": "uint8",
     "BOOL": "bool",
 }
-EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
 PROGRESS_EVERY_S = 0.5
 
 # ------------------------------------------------------------------------------------ output
-
-_OUT_LOCK = threading.Lock()
-
-
-def _jsonable(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if v != v else ("inf" if v > 0 else "-inf")
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    return v
-
-
-def emit(rec):
-    """Write one record as a JSON line and flush (thread-safe)."""
-    line = json.dumps(_jsonable(rec), separators=(",", ":"), allow_nan=False, default=str)
-    emit_line(line)
-
-
-def emit_line(line):
-    with _OUT_LOCK:
-        try:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-        except BrokenPipeError:  # the reader went away: nobody to tell
-            os._exit(EXIT_FAILED)
 
 
 class Fatal(Exception):
@@ -525,20 +510,6 @@ def _walk(obj, src, release):
     rec(obj, "", WEIGHTS, None, 0)
 
 
-# Top-level strings travel back with inspect: hide what looks like a credential in them.
-_SECRET_KEY_RE = re.compile(r"(?i)pass(word|wd)?|secret|token|api[-_]?key|credential|auth")
-_SECRET_ASSIGN_RE = re.compile(
-    r"(?i)([\w.-]*(?:pass(?:word|wd)?|secret|token|api[-_]?key|credential|auth|signature)"
-    r"[\w.-]*\s*[=:]\s*)[^\s&,;]+"
-)
-_URL_QUERY_RE = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s?#]+)\?[^\s]+", re.I)
-
-
-def mask(text):
-    """``text`` with URL query strings and ``token=...``-style values replaced by ``***``."""
-    return _SECRET_ASSIGN_RE.sub(r"\1***", _URL_QUERY_RE.sub(r"\1?***", text))
-
-
 def _first_key(d, keys):
     """(value, key) of the first of ``keys`` in dict ``d`` holding a number, else (None, None)."""
     for k in keys:
@@ -593,7 +564,7 @@ def _fill_meta(src, obj):
             elif isinstance(v, (bool, int, float)) or v is None:
                 scalars[str(k)] = v
             elif isinstance(v, str):
-                v = "***" if _SECRET_KEY_RE.search(str(k)) else mask(v)
+                v = "***" if is_secret_name(k) else mask(v)  # strings travel back with inspect
                 scalars[str(k)] = v if len(v) <= 200 else v[:197] + "..."
             if len(scalars) >= 30:
                 break
@@ -2412,8 +2383,7 @@ def cmd_worker(opts):
         t.join()
     # Every record is written and flushed: skip interpreter teardown, which with torch
     # loaded and large files mapped takes up to a second for nothing.
-    with _OUT_LOCK:
-        sys.stdout.flush()
+    flush()
     os._exit(EXIT_OK)
 
 
@@ -3114,9 +3084,7 @@ def main(argv=None):
     try:
         return COMMANDS[opts.command](opts)
     except Fatal as e:
-        emit({"type": "error", "message": str(e)})
-        emit({"type": "done", "command": opts.command, "exit_code": EXIT_FAILED})
-        return EXIT_FAILED
+        return fail(opts.command, str(e))
 
 
 if __name__ == "__main__":

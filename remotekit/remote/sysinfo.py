@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import csv
 import heapq
-import json
 import os
 import platform
 import re
@@ -45,6 +44,9 @@ import stat
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
+from protocol import Out, mask_argv  # the record protocol, shared with the local side
 
 GPU_QUERY = [
     "index",
@@ -94,44 +96,10 @@ TORCH_CVES = [
 CKPT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".distcp", ".pkl")
 CKPT_FILE_RE = re.compile(r"^(pytorch_model.*|.*optim.*|.*model_states.*)\.bin$")
 CKPT_DIR_RE = re.compile(r"^(checkpoint|ckpt|step|global_step|iter|epoch)[-_]?\d+$", re.I)
-SECRET_RE = re.compile(r"(pass(word|wd)?|secret|token|api[-_]?key|credential|auth)", re.I)
 WHITESPACE_RE = re.compile(r"\s+")
 PYTHON_RE = re.compile(r"^(python|pypy)[\d.]*(-dbg)?$")
 
 MIB = 1024 * 1024
-
-
-class Out(object):
-    """Writes records to stdout (one line each, flushed) and keeps the exit code."""
-
-    def __init__(self, command):
-        self.command = command
-        self.warnings = 0
-        self.errors = 0
-
-    def emit(self, type_, **fields):
-        rec = {"type": type_}
-        rec.update(fields)
-        sys.stdout.write(json.dumps(rec, default=str, allow_nan=False) + "\n")
-        sys.stdout.flush()
-
-    def warning(self, code, message, **fields):
-        self.warnings += 1
-        self.emit("warning", code=code, message=message, **fields)
-
-    def error(self, code, message, **fields):
-        self.errors += 1
-        self.emit("error", code=code, message=message, **fields)
-
-    def note(self, code, message, **fields):
-        self.emit("note", code=code, message=message, **fields)
-
-    def done(self):
-        code = 2 if self.errors else 1 if self.warnings else 0
-        self.emit(
-            "done", command=self.command, exit_code=code, warnings=self.warnings, errors=self.errors
-        )
-        return code
 
 
 # --------------------------------------------------------------------------- nvidia-smi
@@ -878,23 +846,6 @@ def cmd_disk(args, out):
 # --------------------------------------------------------------------------- procs
 
 
-def redact(argv):
-    """argv with the values of secret-looking options / assignments replaced by ``***``."""
-    out, hide_next = [], False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        key, eq, _ = arg.partition("=")
-        if eq and SECRET_RE.search(key):
-            out.append(key + "=***")
-        else:
-            out.append(arg)
-            hide_next = arg.startswith("-") and not eq and bool(SECRET_RE.search(arg))
-    return out
-
-
 def proc_info(pid, clk_tck, uptime):
     """A dict for /proc/<pid>, or None when it is gone (or unreadable)."""
     base = "/proc/%d" % pid
@@ -932,7 +883,9 @@ def proc_info(pid, clk_tck, uptime):
         "uid": uid,
         "state": rest[0],
         "comm": comm,
-        "cmdline": WHITESPACE_RE.sub(" ", " ".join(redact(argv)))[:1000] if argv else "[%s]" % comm,
+        "cmdline": WHITESPACE_RE.sub(" ", " ".join(mask_argv(argv)))[:1000]
+        if argv
+        else "[%s]" % comm,
         "age_s": round(uptime - int(rest[19]) / float(clk_tck), 1),
         "rss_mib": rss,
         "python": bool(PYTHON_RE.match(exe0) or PYTHON_RE.match(comm)),
