@@ -190,38 +190,7 @@ def cmd_inspect(opts):
             notes=src.notes,
             optimizers=_optimizer_info(src),
         )
-        names_by_key = {}
-        for e in src.entries:
-            if e.key is not None:
-                names_by_key.setdefault(e.key, []).append(e.name)
-        totals = {}
-        dtypes = {}
-        for e in src.entries:
-            dt = str(e.dtype).replace("torch.", "")
-            shared = (
-                [n for n in names_by_key.get(e.key, ()) if n != e.name] if e.key is not None else []
-            )
-            emit(
-                {
-                    "type": "tensor",
-                    "name": e.name,
-                    "section": e.section,
-                    "slot": e.slot if e.section == OPTIMIZER else None,
-                    "dtype": dt,
-                    "shape": list(e.shape),
-                    "numel": e.numel,
-                    "bytes": e.nbytes,
-                    "shared_with": shared,
-                }
-            )
-            t = totals.setdefault(e.section, {"tensors": 0, "numel": 0, "bytes": 0})
-            t["tensors"] += 1
-            if not shared or names_by_key[e.key][0] == e.name:
-                t["numel"] += e.numel
-                t["bytes"] += e.nbytes
-                dtypes[dt] = dtypes.get(dt, 0) + e.numel
-        rec["totals"] = totals
-        rec["dtypes"] = dtypes
+        rec["totals"], rec["dtypes"] = _emit_tensors(src)
         if src.problems:
             rec["error"] = "; ".join(src.problems[:5])
         rec["needs_globals"] = sorted(set(src.needs_globals))
@@ -243,6 +212,42 @@ def cmd_inspect(opts):
         }
     )
     return code
+
+
+def _emit_tensors(src):
+    """One "tensor" record per entry; returns (totals per section, numel per dtype), values in
+    shared storage counted once."""
+    names_by_key = {}
+    for e in src.entries:
+        if e.key is not None:
+            names_by_key.setdefault(e.key, []).append(e.name)
+    totals = {}
+    dtypes = {}
+    for e in src.entries:
+        dt = str(e.dtype).replace("torch.", "")
+        shared = (
+            [n for n in names_by_key.get(e.key, ()) if n != e.name] if e.key is not None else []
+        )
+        emit(
+            {
+                "type": "tensor",
+                "name": e.name,
+                "section": e.section,
+                "slot": e.slot if e.section == OPTIMIZER else None,
+                "dtype": dt,
+                "shape": list(e.shape),
+                "numel": e.numel,
+                "bytes": e.nbytes,
+                "shared_with": shared,
+            }
+        )
+        t = totals.setdefault(e.section, {"tensors": 0, "numel": 0, "bytes": 0})
+        t["tensors"] += 1
+        if not shared or names_by_key[e.key][0] == e.name:
+            t["numel"] += e.numel
+            t["bytes"] += e.nbytes
+            dtypes[dt] = dtypes.get(dt, 0) + e.numel
+    return totals, dtypes
 
 
 _WRAPPERS = re.compile(r"(^|\.)(module|_orig_mod)\.")
@@ -350,91 +355,21 @@ def cmd_diff(opts):
 
 
 def _diff(a, b, rec, opts):
-    ma = dict((e.name, e) for e in a.entries)
-    mb = dict((e.name, e) for e in b.entries)
     notes = []
-    if set(ma) != set(mb):
-        sa = dict((_strip_wrappers(n), e) for n, e in ma.items())
-        sb = dict((_strip_wrappers(n), e) for n, e in mb.items())
-        if len(set(sa) & set(sb)) > len(set(ma) & set(mb)):
-            ma, mb = sa, sb
-            notes.append(
-                "names matched after removing 'module.' / '_orig_mod.' (DDP, torch.compile)"
-            )
+    ma, mb = _match_names(a, b, notes)
     only_a = [n for n in ma if n not in mb]
     only_b = [n for n in mb if n not in ma]
-    changes, diffs, flags = [], [], []
-    seen_keys = set()
-    tot = {WEIGHTS: [0.0, 0.0], OPTIMIZER: [0.0, 0.0]}
-    identical = 0
+    cmp = _Comparison()
     for name, ea in ma.items():
         eb = mb.get(name)
-        if eb is None:
-            continue
-        if ea.shape != eb.shape or ea.dtype != eb.dtype:
-            changes.append(
-                {
-                    "name": name,
-                    "shape_a": list(ea.shape),
-                    "shape_b": list(eb.shape),
-                    "dtype_a": str(ea.dtype).replace("torch.", ""),
-                    "dtype_b": str(eb.dtype).replace("torch.", ""),
-                }
-            )
-        if ea.shape != eb.shape or ea._chunks is None or eb._chunks is None:
-            continue
-        key = (ea.key, eb.key)
-        if ea.key is not None and eb.key is not None and key in seen_keys:
-            continue  # tied weights: compared once
-        seen_keys.add(key)
-        try:
-            d = _diff_entry(ea, eb, opts.chunk_elems)
-        except (RuntimeError, NotImplementedError, TypeError) as e:
-            notes.append("%s: not compared (%s)" % (name, _short(e)))
-            continue
-        sec = ea.section
-        tot[sec][0] += d.pop("ss_a")
-        tot[sec][1] += d.pop("ss_d")
-        d.update(
-            name=name,
-            section=sec,
-            slot=ea.slot if sec == OPTIMIZER else None,
-            numel=ea.numel,
-            dtype=str(ea.dtype).replace("torch.", ""),
-        )
-        if d["max_abs_diff"] == 0 and not d["nonfinite_a"] and not d["nonfinite_b"]:
-            identical += 1
-        diffs.append(d)
-        second_moment = sec == OPTIMIZER and ea.slot in NONNEG_SLOTS
-        if d["new_nonfinite"] and not second_moment:
-            flags.append(
-                {"name": name, "section": sec, "kind": "new_nonfinite", "count": d["new_nonfinite"]}
-            )
-        if second_moment:
-            if d["nonfinite_b"]:
-                flags.append(
-                    {
-                        "name": name,
-                        "section": sec,
-                        "kind": "nonfinite_exp_avg_sq",
-                        "count": d["nonfinite_b"],
-                    }
-                )
-            if d["negative_b"]:
-                flags.append(
-                    {
-                        "name": name,
-                        "section": sec,
-                        "kind": "negative_exp_avg_sq",
-                        "count": d["negative_b"],
-                    }
-                )
+        if eb is not None:
+            cmp.add(name, ea, eb, opts.chunk_elems, notes)
 
     def rank(section):
         # Step counters change by design: they would crowd out the tensors worth a look.
         pool = [
             d
-            for d in diffs
+            for d in cmp.diffs
             if d["section"] == section and not (d["slot"] == "step" and d["numel"] == 1)
         ]
         return sorted(pool, key=lambda d: -d["rel_change"])[: opts.top]
@@ -454,20 +389,20 @@ def _diff(a, b, rec, opts):
         lr_b=_lr_list(b),
         tensors_a=len(ma),
         tensors_b=len(mb),
-        compared=len(diffs),
-        identical=identical,
+        compared=len(cmp.diffs),
+        identical=cmp.identical,
         only_a=only_a[:50],
         only_b=only_b[:50],
         only_a_total=len(only_a),
         only_b_total=len(only_b),
-        changes=changes[:50],
-        changes_total=len(changes),
+        changes=cmp.changes[:50],
+        changes_total=len(cmp.changes),
         top_weights=rank(WEIGHTS),
         top_optimizer=rank(OPTIMIZER),
-        flags=flags[:50],
-        flags_total=len(flags),
+        flags=cmp.flags[:50],
+        flags_total=len(cmp.flags),
         rel_change={
-            s: (math.sqrt(v[1]) / math.sqrt(v[0]) if v[0] > 0 else None) for s, v in tot.items()
+            s: (math.sqrt(v[1]) / math.sqrt(v[0]) if v[0] > 0 else None) for s, v in cmp.tot.items()
         },
         notes=notes + a.notes + b.notes,
     )
@@ -475,7 +410,84 @@ def _diff(a, b, rec, opts):
     if problems:
         rec["error"] = "; ".join(problems[:5])
         return EXIT_FAILED
-    return EXIT_FINDINGS if flags else EXIT_OK
+    return EXIT_FINDINGS if cmp.flags else EXIT_OK
+
+
+def _match_names(a, b, notes):
+    """Tensor name -> entry for A and B; without DDP / torch.compile wrapper prefixes when
+    that matches more names (a note says so)."""
+    ma = dict((e.name, e) for e in a.entries)
+    mb = dict((e.name, e) for e in b.entries)
+    if set(ma) != set(mb):
+        sa = dict((_strip_wrappers(n), e) for n, e in ma.items())
+        sb = dict((_strip_wrappers(n), e) for n, e in mb.items())
+        if len(set(sa) & set(sb)) > len(set(ma) & set(mb)):
+            ma, mb = sa, sb
+            notes.append(
+                "names matched after removing 'module.' / '_orig_mod.' (DDP, torch.compile)"
+            )
+    return ma, mb
+
+
+class _Comparison(object):
+    """What comparing tensor pairs found: shape/dtype ``changes``, per-tensor ``diffs``,
+    ``flags`` (findings), squared norms per section (``tot``: [||A||^2, ||B-A||^2])."""
+
+    def __init__(self):
+        self.changes, self.diffs, self.flags = [], [], []
+        self.seen_keys = set()
+        self.tot = {WEIGHTS: [0.0, 0.0], OPTIMIZER: [0.0, 0.0]}
+        self.identical = 0
+
+    def add(self, name, ea, eb, chunk, notes):
+        if ea.shape != eb.shape or ea.dtype != eb.dtype:
+            self.changes.append(
+                {
+                    "name": name,
+                    "shape_a": list(ea.shape),
+                    "shape_b": list(eb.shape),
+                    "dtype_a": str(ea.dtype).replace("torch.", ""),
+                    "dtype_b": str(eb.dtype).replace("torch.", ""),
+                }
+            )
+        if ea.shape != eb.shape or ea._chunks is None or eb._chunks is None:
+            return
+        key = (ea.key, eb.key)
+        if ea.key is not None and eb.key is not None and key in self.seen_keys:
+            return  # tied weights: compared once
+        self.seen_keys.add(key)
+        try:
+            d = _diff_entry(ea, eb, chunk)
+        except (RuntimeError, NotImplementedError, TypeError) as e:
+            notes.append("%s: not compared (%s)" % (name, _short(e)))
+            return
+        sec = ea.section
+        self.tot[sec][0] += d.pop("ss_a")
+        self.tot[sec][1] += d.pop("ss_d")
+        d.update(
+            name=name,
+            section=sec,
+            slot=ea.slot if sec == OPTIMIZER else None,
+            numel=ea.numel,
+            dtype=str(ea.dtype).replace("torch.", ""),
+        )
+        if d["max_abs_diff"] == 0 and not d["nonfinite_a"] and not d["nonfinite_b"]:
+            self.identical += 1
+        self.diffs.append(d)
+        self.flags += _flags(name, sec, sec == OPTIMIZER and ea.slot in NONNEG_SLOTS, d)
+
+
+def _flags(name, section, second_moment, d):
+    """The findings of one compared tensor: values that became non-finite, and a second
+    moment (exp_avg_sq-like) slot holding non-finite or negative values."""
+    counts = []
+    if d["new_nonfinite"] and not second_moment:
+        counts.append(("new_nonfinite", d["new_nonfinite"]))
+    if second_moment and d["nonfinite_b"]:
+        counts.append(("nonfinite_exp_avg_sq", d["nonfinite_b"]))
+    if second_moment and d["negative_b"]:
+        counts.append(("negative_exp_avg_sq", d["negative_b"]))
+    return [{"name": name, "section": section, "kind": k, "count": n} for k, n in counts]
 
 
 _NUM = re.compile(r"(\d+)")
@@ -492,108 +504,18 @@ def cmd_bisect(opts):
         raise Fatal(
             "%s is not a directory (bisect orders the checkpoints found under one)" % opts.path
         )
-    items, skipped = discover(opts.path)
-    emit(
-        {
-            "type": "plan",
-            "files": len(items),
-            "bytes": sum(int(i.get("bytes", 0)) for i in items),
-            "jobs": opts.jobs,
-            "skipped": skipped,
-        }
-    )
-    unreadable = []
-    for it in items:
-        if it["kind"] in ("unsupported", "error"):
-            rec = scan_item(it, opts)
-            emit(rec)
-            unreadable.append(it["path"])
-    work = [it for it in items if it["kind"] not in ("unsupported", "error")]
+    work, unreadable = _bisect_plan(opts)
     pool = make_pool(opts.jobs if opts.linear else 1, opts) if work else None
     try:
-        metas = {}
-        if pool is not None:
-            for m in pool.run([dict(it, op="meta") for it in work]):
-                metas[m["path"]] = m
-        cands = []
-        for it in work:
-            m = metas.get(it["path"], {})
-            if m.get("error"):
-                unreadable.append(it["path"])
-                emit(dict(scan_item(dict(it, kind="error", reason=m["error"]), opts)))
-                continue
-            cands.append((it, m.get("global_step")))
-        rel = lambda p: os.path.relpath(p, opts.path)  # noqa: E731
-        if cands and all(s is not None for _, s in cands):
-            order = "global_step"
-            cands.sort(key=lambda c: (c[1], _natural(rel(c[0]["path"]))))
-        else:
-            order = "name"
-            cands.sort(key=lambda c: _natural(rel(c[0]["path"])))
-        emit(
-            {
-                "type": "order",
-                "order": order,
-                "checkpoints": [{"path": it["path"], "global_step": s} for it, s in cands],
-            }
-        )
-        results = {}
-
-        def scan(idx_items):
-            todo = [dict(it, op="scan") for it, _ in idx_items if it["path"] not in results]
-            for r in pool.run(todo) if todo else []:
-                results[r["path"]] = r
-
-        later_clean, bad = [], []
+        order, cands = _bisect_order(pool, work, opts, unreadable)
+        search = _Bisection(pool, cands)
         if opts.linear:
-            scan(cands)
-            seq = [c for c in cands if results[c[0]["path"]]["status"] in ("clean", "bad")]
-            unreadable += [c[0]["path"] for c in cands if c not in seq]
-            first = next(
-                (i for i, c in enumerate(seq) if results[c[0]["path"]]["status"] == "bad"), None
-            )
-            bad = [c[0]["path"] for c in seq if results[c[0]["path"]]["status"] == "bad"]
-            if first is not None:
-                later_clean = [
-                    c[0]["path"]
-                    for c in seq[first + 1 :]
-                    if results[c[0]["path"]]["status"] == "clean"
-                ]
-            lo = first - 1 if first is not None else len(seq) - 1
-            hi = first if first is not None else len(seq)
+            search.linear()
         else:
-            seq = list(cands)
-            lo, hi = -1, len(seq)
-            while hi - lo > 1:  # invariant: seq[lo] clean (or -1), seq[hi] bad (or len)
-                mid = (lo + hi) // 2
-                scan([seq[mid]])
-                st = results[seq[mid][0]["path"]]["status"]
-                if st == "clean":
-                    lo = mid
-                elif st == "bad":
-                    hi = mid
-                else:
-                    unreadable.append(seq[mid][0]["path"])
-                    del seq[mid]
-                    hi -= 1
-            bad = [p for p, r in results.items() if r["status"] == "bad"]
-
-        def brief(i, with_tensor):
-            if i < 0 or i >= len(seq):
-                return None
-            it, step = seq[i]
-            r = results[it["path"]]
-            out = {"path": it["path"], "global_step": step, "epoch": r.get("epoch")}
-            if with_tensor:
-                out["tensor"] = (r.get("bad_tensors") or [None])[0]
-                for k in NONFINITE_KEYS + ("negative_exp_avg_sq",):
-                    out[k] = r.get(k)
-            return out
-
-        first_bad = brief(hi, True)
-        code = EXIT_FINDINGS if first_bad else EXIT_OK
-        if unreadable:
-            code = EXIT_FAILED
+            search.binary()
+        unreadable += search.unreadable
+        first_bad = search.brief(search.hi, True)
+        code = EXIT_FAILED if unreadable else EXIT_FINDINGS if first_bad else EXIT_OK
         emit(
             {
                 "type": "bisect",
@@ -601,12 +523,12 @@ def cmd_bisect(opts):
                 "order": order,
                 "mode": "linear" if opts.linear else "binary",
                 "checkpoints": len(cands),
-                "scanned": len(results),
-                "last_clean": brief(lo, False),
+                "scanned": len(search.results),
+                "last_clean": search.brief(search.lo, False),
                 "first_bad": first_bad,
                 "unreadable": unreadable,
-                "bad": bad,
-                "later_clean": later_clean,
+                "bad": search.bad,
+                "later_clean": search.later_clean,
                 "assumption": None
                 if opts.linear
                 else "binary search: assumes that once a checkpoint is bad, every later one is "
@@ -625,3 +547,118 @@ def cmd_bisect(opts):
         }
     )
     return code
+
+
+def _bisect_plan(opts):
+    """Discover the checkpoints under the directory: the readable-looking items, and the
+    paths of those already known unreadable (their records are written here)."""
+    items, skipped = discover(opts.path)
+    emit(
+        {
+            "type": "plan",
+            "files": len(items),
+            "bytes": sum(int(i.get("bytes", 0)) for i in items),
+            "jobs": opts.jobs,
+            "skipped": skipped,
+        }
+    )
+    unreadable = []
+    for it in items:
+        if it["kind"] in ("unsupported", "error"):
+            emit(scan_item(it, opts))
+            unreadable.append(it["path"])
+    return [it for it in items if it["kind"] not in ("unsupported", "error")], unreadable
+
+
+def _bisect_order(pool, work, opts, unreadable):
+    """Read each checkpoint's step (no values) and order them: by global step when every one
+    has one, else by name (naturally sorted). Returns (order, [(item, step)])."""
+    metas = {}
+    if pool is not None:
+        for m in pool.run([dict(it, op="meta") for it in work]):
+            metas[m["path"]] = m
+    cands = []
+    for it in work:
+        m = metas.get(it["path"], {})
+        if m.get("error"):
+            unreadable.append(it["path"])
+            emit(dict(scan_item(dict(it, kind="error", reason=m["error"]), opts)))
+            continue
+        cands.append((it, m.get("global_step")))
+    rel = lambda p: os.path.relpath(p, opts.path)  # noqa: E731
+    if cands and all(s is not None for _, s in cands):
+        order = "global_step"
+        cands.sort(key=lambda c: (c[1], _natural(rel(c[0]["path"]))))
+    else:
+        order = "name"
+        cands.sort(key=lambda c: _natural(rel(c[0]["path"])))
+    emit(
+        {
+            "type": "order",
+            "order": order,
+            "checkpoints": [{"path": it["path"], "global_step": s} for it, s in cands],
+        }
+    )
+    return order, cands
+
+
+class _Bisection(object):
+    """The search over ordered (item, step) candidates: ``seq[lo]`` is the last clean one
+    (-1: none), ``seq[hi]`` the first bad one (``len(seq)``: none)."""
+
+    def __init__(self, pool, cands):
+        self.pool = pool
+        self.cands = cands
+        self.seq = list(cands)
+        self.results = {}  # path -> checkpoint record
+        self.unreadable, self.bad, self.later_clean = [], [], []
+        self.lo, self.hi = -1, len(cands)
+
+    def scan(self, idx_items):
+        todo = [dict(it, op="scan") for it, _ in idx_items if it["path"] not in self.results]
+        for r in self.pool.run(todo) if todo else []:
+            self.results[r["path"]] = r
+
+    def status(self, cand):
+        return self.results[cand[0]["path"]]["status"]
+
+    def linear(self):
+        """Check every candidate; clean ones after the first bad are ``later_clean``."""
+        self.scan(self.cands)
+        seq = self.seq = [c for c in self.cands if self.status(c) in ("clean", "bad")]
+        self.unreadable += [c[0]["path"] for c in self.cands if c not in seq]
+        first = next((i for i, c in enumerate(seq) if self.status(c) == "bad"), None)
+        self.bad = [c[0]["path"] for c in seq if self.status(c) == "bad"]
+        if first is not None:
+            self.later_clean = [c[0]["path"] for c in seq[first + 1 :] if self.status(c) == "clean"]
+        self.lo = first - 1 if first is not None else len(seq) - 1
+        self.hi = first if first is not None else len(seq)
+
+    def binary(self):
+        """About log2(n) scans; an unreadable candidate leaves the sequence."""
+        seq = self.seq
+        while self.hi - self.lo > 1:  # invariant: seq[lo] clean (or -1), seq[hi] bad (or len)
+            mid = (self.lo + self.hi) // 2
+            self.scan([seq[mid]])
+            st = self.status(seq[mid])
+            if st == "clean":
+                self.lo = mid
+            elif st == "bad":
+                self.hi = mid
+            else:
+                self.unreadable.append(seq[mid][0]["path"])
+                del seq[mid]
+                self.hi -= 1
+        self.bad = [p for p, r in self.results.items() if r["status"] == "bad"]
+
+    def brief(self, i, with_tensor):
+        if i < 0 or i >= len(self.seq):
+            return None
+        it, step = self.seq[i]
+        r = self.results[it["path"]]
+        out = {"path": it["path"], "global_step": step, "epoch": r.get("epoch")}
+        if with_tensor:
+            out["tensor"] = (r.get("bad_tensors") or [None])[0]
+            for k in NONFINITE_KEYS + ("negative_exp_avg_sq",):
+                out[k] = r.get(k)
+        return out
