@@ -19,13 +19,13 @@ import dataclasses
 import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from remotekit import remote
 from remotekit.errors import DiagnosticError
 from remotekit.remote.protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, FINAL, number, parse
-from remotekit.result import Result
+from remotekit.result import Result, Script
 
 if TYPE_CHECKING:
     from remotekit.target import OutputCallback, Target
@@ -86,9 +86,21 @@ class OutputTail:
         return "\n".join("  " + line for line in self.lines)
 
 
+def _shipped(script: str | Script) -> Script:
+    """``remote/<script>`` with the modules it imports, or a given Script with the protocol
+    module beside it (a diagnostic of your own can ``from protocol import Out``)."""
+    if isinstance(script, Script):
+        return replace(script, files={"protocol.py": remote.source("protocol.py"), **script.files})
+    return remote.script(script)
+
+
+def _name(script: str | Script) -> str:
+    return script.name if isinstance(script, Script) else script
+
+
 def run_records(
     target: Target,
-    script_name: str,
+    script_name: str | Script,
     args: Sequence[str] = (),
     *,
     step: str | None = None,
@@ -97,7 +109,8 @@ def run_records(
     on_output: OutputCallback | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tuple[list[Record], Result]:
-    """Run ``remote/<script_name>`` on ``target``; return its records and the step's Result.
+    """Run ``remote/<script_name>`` (or a :class:`~remotekit.Script`) on ``target``; return
+    its records and the step's Result.
 
     Never raises for a non-zero exit of the script (the records say what went wrong); it does
     raise the engine's errors (timeout, connection, container, interpreter). ``env`` is
@@ -116,9 +129,9 @@ def run_records(
             on_output(stream, line)
 
     result = target.run_python(
-        remote.script(script_name),
+        _shipped(script_name),
         args=list(args),
-        step=step or script_name.removesuffix(".py"),
+        step=step or _name(script_name).removesuffix(".py"),
         timeout=timeout,
         env=env,
         check=False,
@@ -156,7 +169,7 @@ class Run:
 
 def run_diagnostic(
     target: Target,
-    script_name: str,
+    script_name: str | Script,
     args: Sequence[str] = (),
     *,
     step: str | None = None,
@@ -191,7 +204,7 @@ def run_diagnostic(
             raise error("; ".join(fatal), result=result)
     final = next((r for r in reversed(records) if r.get("type") == FINAL), None)
     if final is None:
-        command = f"{script_name} {args[0]}" if args else script_name
+        command = f"{_name(script_name)} {args[0]}" if args else _name(script_name)
         msg = f"{command} stopped before its final record (exit {result.exit_code})"
         if tail.lines:
             msg += "; last output:\n" + tail.indented()
@@ -208,8 +221,8 @@ def worst_exit(codes: Sequence[int]) -> int:
 
 def from_record(cls: type[_T], rec: Mapping[str, Any] | None, **given: Any) -> _T:
     """The frozen dataclass ``cls`` from a record: each field from ``given``, else from the
-    record converted by the field's declared type, else its default (None when it has none:
-    a record of a script that failed early lacks fields).
+    record converted by the field's declared type, else its default (when it has none: ``()``
+    for a tuple, else None; a record of a script that failed early lacks fields).
 
     Conversions: ``int`` from any number; ``float`` / ``float | None`` / ``int | float | None``
     with ``"nan"``/``"inf"``/``"-inf"`` decoded; ``tuple[str, ...]``; a dataclass, or a tuple
@@ -227,8 +240,8 @@ def from_record(cls: type[_T], rec: Mapping[str, Any] | None, **given: Any) -> _
             kw[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
             kw[f.name] = f.default_factory()
-        else:
-            kw[f.name] = None
+        else:  # a record of a script that failed early lacks fields
+            kw[f.name] = () if str(f.type).startswith("tuple[") else None
     return cls(**kw)
 
 

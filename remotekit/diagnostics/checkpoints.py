@@ -1048,6 +1048,7 @@ def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
 
 def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = None) -> str:
     """The scan table (counts are NaN/+Inf/-Inf), then findings, errors and a summary line."""
+    # Long on purpose: one block per part of the printout, in the order it is printed.
     shown = _display_paths([r.path for r in reports])
     rows = [
         [
@@ -1183,6 +1184,7 @@ def _pct(x: float | None) -> str | None:
 
 def render_diff(report: DiffReport) -> str:
     """Steps and lr, key differences, top tensors by relative change, and the flags."""
+    # Long on purpose: one block per part of the printout, in the order it is printed.
     lines = [
         f"A: {report.a} (step {report.step_a}, epoch {report.epoch_a})",
         f"B: {report.b} (step {report.step_b}, epoch {report.epoch_b})",

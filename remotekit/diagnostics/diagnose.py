@@ -96,6 +96,20 @@ class DiagnoseReport:
     def section(self, name: str) -> Section | None:
         return next((s for s in self.sections if s.name == name), None)
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.summary
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """One line per failed section (a :class:`~remotekit.diagnostics.base.Report`)."""
+        return tuple(f"[{s.name}] {s.error}" for s in self.sections if s.status == "failed")
+
+    def render(self) -> str:
+        """Every section, then the run's verdict (with ``run``)."""
+        parts = [render_section(s) for s in self.sections]
+        return "\n\n".join(parts + ([render_verdict(self)] if self.run else []))
+
 
 def _from_report(name: str, report: Report, started: float) -> Section:
     """A Section from a :class:`Report` (a finding or error may be an object with a
@@ -208,6 +222,7 @@ def diagnose(
     ``on_section`` is called with each section as it completes, skipped ones included. Never
     raises for a failing section; it records it and goes on.
     """
+    # Long for its docstring; the body is the section table, then one loop over it.
     unknown = set(timeouts or {}) - set(RUN_SECTIONS)
     if unknown:
         raise ValueError(f"unknown section(s) in timeouts: {', '.join(sorted(unknown))}")

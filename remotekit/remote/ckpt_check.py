@@ -231,6 +231,8 @@ def _empty_record(path, fmt=None, nbytes=0):
 
 def scan_source(src, rec, opts):
     """Check every tensor of an opened source and fill the counts of ``rec``."""
+    # Long on purpose: one pass groups tied tensors, checks each stored tensor once and sums
+    # per section; the three steps share the group table and read best together.
     groups = []  # [entry, [names], stats] per distinct stored tensor, in checkpoint order
     keys = set()
     todo = 0

@@ -32,7 +32,7 @@ from ckpt_discover import MAX_LOGS, discover
 from ckpt_formats import _allow_globals, _import_global
 from ckpt_layouts import open_source
 from ckpt_workers import make_pool
-from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit
+from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
 uses_torch(globals())
@@ -93,19 +93,7 @@ def cmd_scan(opts):
     for r in recs:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     code = max([exit_code_of(r) for r in recs] or [EXIT_OK])
-    emit(
-        dict(
-            {
-                "type": "done",
-                "command": "scan",
-                "exit_code": code,
-                "files": len(recs),
-                "seconds": round(time.time() - t0, 3),
-            },
-            **counts,
-        )
-    )
-    return code
+    return finish("scan", code, files=len(recs), seconds=round(time.time() - t0, 3), **counts)
 
 
 def _optimizer_info(src):
@@ -203,15 +191,7 @@ def cmd_inspect(opts):
     rec["ok"] = rec["error"] is None
     emit(rec)
     code = EXIT_OK if rec["ok"] else EXIT_FAILED
-    emit(
-        {
-            "type": "done",
-            "command": "inspect",
-            "exit_code": code,
-            "seconds": round(time.time() - t0, 3),
-        }
-    )
-    return code
+    return finish("inspect", code, seconds=round(time.time() - t0, 3))
 
 
 def _emit_tensors(src):
@@ -343,15 +323,7 @@ def cmd_diff(opts):
             s.close()
     rec["ok"] = rec["error"] is None
     emit(rec)
-    emit(
-        {
-            "type": "done",
-            "command": "diff",
-            "exit_code": code,
-            "seconds": round(time.time() - t0, 3),
-        }
-    )
-    return code
+    return finish("diff", code, seconds=round(time.time() - t0, 3))
 
 
 def _diff(a, b, rec, opts):
@@ -538,15 +510,7 @@ def cmd_bisect(opts):
     finally:
         if pool is not None:
             pool.close()
-    emit(
-        {
-            "type": "done",
-            "command": "bisect",
-            "exit_code": code,
-            "seconds": round(time.time() - t0, 3),
-        }
-    )
-    return code
+    return finish("bisect", code, seconds=round(time.time() - t0, 3))
 
 
 def _bisect_plan(opts):

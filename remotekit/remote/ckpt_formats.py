@@ -168,6 +168,7 @@ def top_scalars(obj):
 
 
 def _walk(obj, src, release):
+    # Long on purpose: the nested ``rec`` closure is the walk; it shares seen/meta_keys/src.
     """Collect every tensor in a loaded object as an Entry, with its section and slot.
 
     Top-level scalars (:func:`top_scalars`) are left out: they are metadata."""
@@ -346,36 +347,7 @@ def _open_torch(path, size, is_zip, opts):
 def _open_torch_unchecked(path, size, is_zip, opts):
     src = Source(path, "torch" if is_zip else "torch-legacy", size)
     if is_zip:
-        try:
-            with zipfile.ZipFile(path) as zf:
-                infos = zf.infolist()
-                names = [i.filename for i in infos]
-        except (zipfile.BadZipFile, OSError, ValueError) as e:
-            raise LoadError(
-                "truncated or damaged zip archive: %s; the file is %d bytes: the save was "
-                "interrupted or the copy is incomplete"
-                % (
-                    "its central directory (at the end) is missing"
-                    if "not a zip file" in str(e)
-                    else _short(e),
-                    size,
-                )
-            ) from e
-        if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-            raise LoadError("a zip archive, but not a torch.save checkpoint (no data.pkl inside)")
-        packed = [i for i in infos if i.compress_type != zipfile.ZIP_STORED]
-        if packed:
-            raise LoadError(
-                "zip entry %s is compressed (method %d%s); torch.save stores every entry "
-                "uncompressed, so this archive was repacked (e.g. by `zip`) and its tensor data "
-                "cannot be read in place; re-save it with torch.save, or unpack and re-zip it "
-                "with `zip -0`"
-                % (
-                    packed[0].filename,
-                    packed[0].compress_type,
-                    ", %d entries in all" % len(packed) if len(packed) > 1 else "",
-                )
-            )
+        _check_torch_zip(path, size)
     else:
         src.notes.append("legacy (non-zip) torch.save format: loaded into memory, not mmap")
     if opts.unsafe_pickle:
@@ -413,6 +385,40 @@ def _open_torch_unchecked(path, size, is_zip, opts):
     except Exception as e:  # torch raises RuntimeError/EOFError/KeyError... for damage
         raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
     return _adopt_loaded(path, src, obj, is_zip)
+
+
+def _check_torch_zip(path, size):
+    """LoadError unless ``path`` is an intact, uncompressed torch.save zip archive."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            names = [i.filename for i in infos]
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise LoadError(
+            "truncated or damaged zip archive: %s; the file is %d bytes: the save was "
+            "interrupted or the copy is incomplete"
+            % (
+                "its central directory (at the end) is missing"
+                if "not a zip file" in str(e)
+                else _short(e),
+                size,
+            )
+        ) from e
+    if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        raise LoadError("a zip archive, but not a torch.save checkpoint (no data.pkl inside)")
+    packed = [i for i in infos if i.compress_type != zipfile.ZIP_STORED]
+    if packed:
+        raise LoadError(
+            "zip entry %s is compressed (method %d%s); torch.save stores every entry "
+            "uncompressed, so this archive was repacked (e.g. by `zip`) and its tensor data "
+            "cannot be read in place; re-save it with torch.save, or unpack and re-zip it "
+            "with `zip -0`"
+            % (
+                packed[0].filename,
+                packed[0].compress_type,
+                ", %d entries in all" % len(packed) if len(packed) > 1 else "",
+            )
+        )
 
 
 def _adopt_loaded(path, src, obj, is_zip):
@@ -546,18 +552,11 @@ def _st_check_layout(src, items):
 
 
 def _open_safetensors(path, size, header_only=False):
+    # Long on purpose: one pass over the validated header, each entry either an Entry or a
+    # problem; the checks read in the order the format defines them.
     src = Source(path, "safetensors", size)
     header, data_start = _read_safetensors_header(path, size)
-    meta = header.pop("__metadata__", None)
-    if isinstance(meta, dict):
-        src.meta["metadata"] = meta
-        for k in STEP_KEYS:
-            if k in meta:
-                try:
-                    src.meta["global_step"] = int(meta[k])
-                    break
-                except (TypeError, ValueError):
-                    pass
+    _st_metadata(src, header.pop("__metadata__", None))
     mm = None
     if not header_only and size > data_start:
         f = open(path, "rb")
@@ -630,6 +629,20 @@ def _open_safetensors(path, size, header_only=False):
     if not items:
         src.problems.append("the safetensors header lists no tensors")
     return src
+
+
+def _st_metadata(src, meta):
+    """The header's ``__metadata__`` (strings only, by the format): kept, and a step key read."""
+    if not isinstance(meta, dict):
+        return
+    src.meta["metadata"] = meta
+    for k in STEP_KEYS:
+        if k in meta:
+            try:
+                src.meta["global_step"] = int(meta[k])
+                break
+            except (TypeError, ValueError):
+                pass
 
 
 def _sniff(path):

@@ -144,17 +144,21 @@ class Out(object):
         self.finished = True
         fields.setdefault("warnings", self.warnings)
         fields.setdefault("errors", self.errors)
-        self.emit(FINAL, command=self.command, exit_code=exit_code, **fields)
-        return exit_code
+        return finish(self.command, exit_code, **fields)
+
+
+def finish(command, exit_code, **fields):
+    """Write the one final record of ``command`` and return ``exit_code``."""
+    rec = {"type": FINAL, "command": command, "exit_code": exit_code}
+    rec.update(fields)
+    emit(rec)
+    return exit_code
 
 
 def fail(command, message, **fields):
     """A command that cannot run at all: one ``error`` record, then ``done`` with exit 2."""
     emit({"type": "error", "message": message})
-    rec = {"type": FINAL, "command": command, "exit_code": EXIT_FAILED}
-    rec.update(fields)
-    emit(rec)
-    return EXIT_FAILED
+    return finish(command, EXIT_FAILED, **fields)
 
 
 # ------------------------------------------------------------------------------- secrets

@@ -648,6 +648,8 @@ class Walk(object):
         self.checkpoints = []  # (size, path, kind)
 
     def walk(self, root, dev):
+        # Long on purpose: the inner loop runs once per entry (up to --max-entries), so its
+        # bookkeeping stays inline instead of costing a call per file.
         stats = {
             "root": root,
             "files": 0,
@@ -762,85 +764,93 @@ def cmd_disk(args, out):
     mounts = read_mounts()
     deadline = time.monotonic() + args.max_seconds
     walker = Walk(args.top, args.max_entries, deadline)
-    fs = {}  # st_dev -> {"rec": first fs record, "paths": [...], "ckpt": (size, path, kind)}
+    fs = {}  # st_dev -> {"rec": first fs record, "paths": [...], "ckpts": [(size, path, kind)]}
     walked = []
     for raw in args.paths:
-        path = os.path.abspath(os.path.expanduser(raw))
-        rec, dev = statvfs_record(path, mounts)
-        rec["path"] = raw
-        out.emit("fs", **rec)
-        if dev is None:
-            out.error("statvfs_failed", "%s: %s" % (raw, rec.get("error")))
-            continue
-        entry = fs.setdefault(dev, {"rec": rec, "paths": [], "ckpts": []})
-        entry["paths"].append(raw)
-        if not rec["exists"]:
-            out.warning(
-                "missing_path",
-                "%s does not exist (checked %s, its nearest existing "
-                "parent)" % (raw, rec["checked"]),
-                path=raw,
-            )
-            continue
-        if not os.path.isdir(path):
-            continue
-        real = os.path.realpath(path)
-        inside = [w for w in walked if real == w or real.startswith(w.rstrip("/") + "/")]
-        if inside:
-            out.emit("walk", root=raw, inside=inside[0])
-            continue
-        walked.append(real)
-        before = len(walker.checkpoints)
-        stats = walker.walk(real, dev)
-        stats["root"] = raw
-        out.emit("walk", inside=None, **stats)
-        if stats["truncated"]:
-            out.note(
-                "walk_truncated",
-                "%s: walk stopped at %s after %d entries; sizes are a lower "
-                "bound" % (raw, stats["truncated"], walker.entries),
-            )
-        entry["ckpts"].extend(walker.checkpoints[before:])
+        disk_path(out, raw, mounts, walker, fs, walked)
     for size, path, mtime, ckpt in sorted(walker.heap, reverse=True):
         out.emit("file", path=path, size_bytes=size, mtime=mtime, checkpoint=ckpt)
     for entry in fs.values():
-        rec, paths = entry["rec"], " ".join(entry["paths"])
-        where = "%s (%s)" % (rec["mount"], paths)
-        if rec["free_pct"] is not None and rec["free_pct"] < args.min_free_pct:
-            out.warning(
-                "low_space",
-                "%s: %s free of %s (%.1f%% < %g%%)"
-                % (
-                    where,
-                    gib(rec["free_bytes"]),
-                    gib(rec["total_bytes"]),
-                    rec["free_pct"],
-                    args.min_free_pct,
-                ),
-                mount=rec["mount"],
-            )
-        ipct = rec["inodes_free_pct"]
-        if ipct is not None and ipct < args.min_free_pct:
-            out.warning(
-                "low_inodes",
-                "%s: %d of %d inodes free (%.1f%% < %g%%)"
-                % (where, rec["inodes_free"], rec["inodes_total"], ipct, args.min_free_pct),
-                mount=rec["mount"],
-            )
-        if entry["ckpts"]:
-            size, path, kind = max(entry["ckpts"])
-            out.emit("checkpoint", path=path, size_bytes=size, kind=kind, mount=rec["mount"])
-            if size > rec["free_bytes"]:
-                out.warning(
-                    "checkpoint_wont_fit",
-                    "%s: the largest checkpoint %s is %s but only %s is free: the next "
-                    "save of that size will not fit"
-                    % (where, path, gib(size), gib(rec["free_bytes"])),
-                    mount=rec["mount"],
-                    path=path,
-                    size_bytes=size,
-                )
+        warn_filesystem(out, entry, args.min_free_pct)
     return out.done()
+
+
+def disk_path(out, raw, mounts, walker, fs, walked):
+    """The "fs" record of one path and, unless a walked path holds it, its "walk"."""
+    path = os.path.abspath(os.path.expanduser(raw))
+    rec, dev = statvfs_record(path, mounts)
+    rec["path"] = raw
+    out.emit("fs", **rec)
+    if dev is None:
+        out.error("statvfs_failed", "%s: %s" % (raw, rec.get("error")))
+        return
+    entry = fs.setdefault(dev, {"rec": rec, "paths": [], "ckpts": []})
+    entry["paths"].append(raw)
+    if not rec["exists"]:
+        out.warning(
+            "missing_path",
+            "%s does not exist (checked %s, its nearest existing parent)" % (raw, rec["checked"]),
+            path=raw,
+        )
+        return
+    if not os.path.isdir(path):
+        return
+    real = os.path.realpath(path)
+    inside = [w for w in walked if real == w or real.startswith(w.rstrip("/") + "/")]
+    if inside:
+        out.emit("walk", root=raw, inside=inside[0])
+        return
+    walked.append(real)
+    before = len(walker.checkpoints)
+    stats = walker.walk(real, dev)
+    stats["root"] = raw
+    out.emit("walk", inside=None, **stats)
+    if stats["truncated"]:
+        out.note(
+            "walk_truncated",
+            "%s: walk stopped at %s after %d entries; sizes are a lower "
+            "bound" % (raw, stats["truncated"], walker.entries),
+        )
+    entry["ckpts"].extend(walker.checkpoints[before:])
+
+
+def warn_filesystem(out, entry, min_free_pct):
+    """Low space, low inodes, and a largest checkpoint that would not fit again."""
+    rec, paths = entry["rec"], " ".join(entry["paths"])
+    where = "%s (%s)" % (rec["mount"], paths)
+    if rec["free_pct"] is not None and rec["free_pct"] < min_free_pct:
+        out.warning(
+            "low_space",
+            "%s: %s free of %s (%.1f%% < %g%%)"
+            % (
+                where,
+                gib(rec["free_bytes"]),
+                gib(rec["total_bytes"]),
+                rec["free_pct"],
+                min_free_pct,
+            ),
+            mount=rec["mount"],
+        )
+    ipct = rec["inodes_free_pct"]
+    if ipct is not None and ipct < min_free_pct:
+        out.warning(
+            "low_inodes",
+            "%s: %d of %d inodes free (%.1f%% < %g%%)"
+            % (where, rec["inodes_free"], rec["inodes_total"], ipct, min_free_pct),
+            mount=rec["mount"],
+        )
+    if entry["ckpts"]:
+        size, path, kind = max(entry["ckpts"])
+        out.emit("checkpoint", path=path, size_bytes=size, kind=kind, mount=rec["mount"])
+        if size > rec["free_bytes"]:
+            out.warning(
+                "checkpoint_wont_fit",
+                "%s: the largest checkpoint %s is %s but only %s is free: the next "
+                "save of that size will not fit" % (where, path, gib(size), gib(rec["free_bytes"])),
+                mount=rec["mount"],
+                path=path,
+                size_bytes=size,
+            )
 
 
 # --------------------------------------------------------------------------- procs
@@ -913,24 +923,43 @@ def cmd_procs(args, out):
     except (OSError, ValueError, IndexError) as exc:
         out.error("no_proc", "cannot read /proc: %s" % exc)
         return out.done()
-    clk_tck = os.sysconf("SC_CLK_TCK")
-    apps = []
-    smi = find_smi(args.nvidia_smi)
-    if smi is None:
-        out.note("no_nvidia_smi", "nvidia-smi is not on PATH: GPU memory per process unknown")
-    else:
-        try:
-            gpus = query_gpus(out, smi, args.smi_timeout)[0]
-            uuid_index = {g["uuid"]: g["index"] for g in gpus}
-        except SmiError as exc:
-            out.note(exc.code, "GPU memory per process unknown: %s" % exc.message)
-        else:
-            apps = query_apps(out, smi, args.smi_timeout, uuid_index)
+    apps = gpu_apps(out, args)
     held = {}
     for app in apps:
         held.setdefault(app["pid"], []).append(app)
-    mine = ancestry()
     procs = {}
+    for pid, info in proc_infos(pids, uptime, held):
+        if args.all or info["python"] or info["gpu_fds"] or held.get(pid):
+            procs[pid] = info
+            out.emit("proc", **info)
+    for app in apps:
+        out.emit("gpu_process", **app)
+    warn_invisible(out, apps)
+    warn_stopped_holders(out, procs)
+    warn_shared_gpus(out, apps)
+    return out.done()
+
+
+def gpu_apps(out, args):
+    """The compute apps nvidia-smi lists ([] without it: a note says so)."""
+    smi = find_smi(args.nvidia_smi)
+    if smi is None:
+        out.note("no_nvidia_smi", "nvidia-smi is not on PATH: GPU memory per process unknown")
+        return []
+    try:
+        gpus = query_gpus(out, smi, args.smi_timeout)[0]
+        uuid_index = {g["uuid"]: g["index"] for g in gpus}
+    except SmiError as exc:
+        out.note(exc.code, "GPU memory per process unknown: %s" % exc.message)
+        return []
+    return query_apps(out, smi, args.smi_timeout, uuid_index)
+
+
+def proc_infos(pids, uptime, held):
+    """(pid, info) of each readable process but this script and its ancestors, with the GPU
+    memory it holds (``held``: pid -> compute apps)."""
+    clk_tck = os.sysconf("SC_CLK_TCK")
+    mine = ancestry()
     for pid in pids:
         if pid in mine:
             continue
@@ -945,12 +974,10 @@ def cmd_procs(args, out):
         info["gpu_memory_mib"] = (
             sum(a["used_memory_mib"] or 0 for a in holding) if holding else None
         )
-        if args.all or info["python"] or info["gpu_fds"] or holding:
-            procs[pid] = info
-            out.emit("proc", **info)
-    for app in apps:
-        out.emit("gpu_process", **app)
-    warn_invisible(out, apps)
+        yield pid, info
+
+
+def warn_stopped_holders(out, procs):
     for pid, info in sorted(procs.items()):
         if info["gpu_memory_mib"] and info["state"] in ("T", "t", "Z"):
             what = "stopped" if info["state"] in ("T", "t") else "a zombie"
@@ -967,6 +994,9 @@ def cmd_procs(args, out):
                 ),
                 pid=pid,
             )
+
+
+def warn_shared_gpus(out, apps):
     per_gpu = {}
     for app in apps:
         per_gpu.setdefault(app["gpu_index"], {})[app["pid"]] = app
@@ -983,7 +1013,6 @@ def cmd_procs(args, out):
                 gpu=index,
                 pids=sorted(holders),
             )
-    return out.done()
 
 
 # --------------------------------------------------------------------------- main
