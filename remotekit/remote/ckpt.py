@@ -74,6 +74,14 @@ Processes: scan and bisect discover files here (no torch) and check them in one 
 process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one file each at a
 time. A file that crashes the worker costs only itself: the files the worker had open are
 checked again alone in a fresh one. inspect and diff run in this process.
+
+Modules, shipped beside this file (``remotekit.remote.script`` follows the imports), each
+importing only those above it: ``protocol`` (the record format, shared with the local side),
+``ckpt_base`` (constants, errors, torch on demand, page release), ``ckpt_formats`` (one file:
+torch, safetensors, HF index, LFS; the loading policy), ``ckpt_dcp``, ``ckpt_discover`` (no
+torch), ``ckpt_layouts`` (directories that are one checkpoint; ``open_source``),
+``ckpt_check`` (values; ``scan_item``), ``ckpt_workers``, ``ckpt_commands``. This file holds
+the format description, the argument parser and ``main``.
 """
 
 from __future__ import annotations
