@@ -1,7 +1,8 @@
 """Checkpoint diagnostics: finding checkpoints (and training logs) under a path or glob, no torch.
 
 Part of ``ckpt.py``. Every real directory is entered once (symlink loops end); a directory
-that is one checkpoint is one item; log files met on the way are listed for ``diagnose``.
+that is one checkpoint (:func:`classify_dir`, by file names only: HF Trainer, DeepSpeed, DCP)
+is one item; log files met on the way are listed for ``diagnose``.
 """
 
 from __future__ import annotations
