@@ -17,7 +17,9 @@
     └── StepError                   a step ran and went wrong; carries its Result
         ├── StepTimeout             the step passed its timeout; it was stopped there
         ├── StepCancelled           Target.cancel() (e.g. Ctrl-C on a fleet) stopped it there
-        └── StepFailed              the step exited non-zero (with check=True)
+        ├── StepFailed              the step exited non-zero (with check=True)
+        └── DiagnosticError         a diagnostic script there could not run, or stopped
+                                    before its final record (diagnostics.base)
 
 Third-party exceptions (paramiko, socket, subprocess) are translated at the transport
 boundary with ``raise ... from exc``; nothing else in the package sees them.
@@ -37,6 +39,7 @@ __all__ = [
     "ContainerError",
     "ContainerNotFound",
     "ContainerNotRunning",
+    "DiagnosticError",
     "ForwardError",
     "HostKeyError",
     "InterpreterNotFound",
@@ -266,3 +269,9 @@ class StepFailed(StepError):
         if tail:
             msg += f"; last output:\n{tail}"
         super().__init__(msg, result=result)
+
+
+class DiagnosticError(StepError):
+    """A diagnostic script there could not run at all (a fatal ``error`` record: no torch, a
+    path that does not exist) or stopped before its final ``done`` record (crashed, killed);
+    the message says which, with the last lines it wrote. ``result`` is the step's Result."""

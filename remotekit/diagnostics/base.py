@@ -1,29 +1,74 @@
-"""The one way a diagnostic's local half runs its remote half.
+"""The one way a diagnostic's local half runs its remote half and reads what it said.
 
-A remote script (``remotekit/remote/<name>``) prints one JSON object per stdout line, each
-with a ``"type"`` key. :func:`run_records` ships it with ``run_python``, turns those lines
-into dicts as they arrive (``on_record`` sees each one live), and passes any other line on
-to ``on_output``. Exit codes of every diagnostic: 0 OK, 1 findings, 2 could not run.
+A remote script (``remotekit/remote/<name>``) speaks the record protocol of
+:mod:`remotekit.remote.protocol` (imported here too: the format is written once): one JSON
+object per stdout line, ``warning`` / ``error`` / ``note`` records, and ONE final ``done``
+record with the exit code. :func:`run_diagnostic` ships the script (with the sibling modules it
+imports), hands each record to ``on_record`` as it arrives, and returns a :class:`Run`; a
+script that stopped before its final record is a :class:`~remotekit.DiagnosticError` naming
+host and step, with the last lines it wrote. :func:`from_record` turns a record into a frozen
+dataclass by the dataclass's field types, and every report satisfies :class:`Report`, which is
+all that renderers, ``diagnose``, ``--json`` and fleet summaries rely on.
+
+Exit codes of every diagnostic: 0 OK, 1 findings, 2 could not run.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from remotekit import remote
-from remotekit.result import Result
+from remotekit.errors import DiagnosticError
+from remotekit.remote.protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, FINAL, number, parse
+from remotekit.result import Result, Script
 
 if TYPE_CHECKING:
     from remotekit.target import OutputCallback, Target
 
-__all__ = ["EXIT_FAILED", "EXIT_FINDINGS", "EXIT_OK", "OutputTail", "run_records", "worst_exit"]
-
-EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_FINDINGS",
+    "EXIT_OK",
+    "OutputTail",
+    "Report",
+    "Run",
+    "from_record",
+    "run_diagnostic",
+    "run_records",
+    "worst_exit",
+]
 
 Record = dict[str, Any]
+_T = TypeVar("_T")
+
+
+@runtime_checkable
+class Report(Protocol):
+    """What every diagnostic report offers, whatever else it holds.
+
+    ``exit_code``: 0 OK, 1 findings, 2 could not (fully) run. ``findings``: one line per
+    problem found; ``notes``: context that is not a problem; ``errors``: what could not be
+    checked. ``render()``: the report for people (tables, lines).
+    """
+
+    @property
+    def exit_code(self) -> int: ...
+
+    @property
+    def findings(self) -> tuple[str, ...]: ...
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+    @property
+    def errors(self) -> tuple[str, ...]: ...
+
+    def render(self) -> str: ...
 
 
 class OutputTail:
@@ -41,9 +86,21 @@ class OutputTail:
         return "\n".join("  " + line for line in self.lines)
 
 
+def _shipped(script: str | Script) -> Script:
+    """``remote/<script>`` with the modules it imports, or a given Script with the protocol
+    module beside it (a diagnostic of your own can ``from protocol import Out``)."""
+    if isinstance(script, Script):
+        return replace(script, files={"protocol.py": remote.source("protocol.py"), **script.files})
+    return remote.script(script)
+
+
+def _name(script: str | Script) -> str:
+    return script.name if isinstance(script, Script) else script
+
+
 def run_records(
     target: Target,
-    script_name: str,
+    script_name: str | Script,
     args: Sequence[str] = (),
     *,
     step: str | None = None,
@@ -52,32 +109,29 @@ def run_records(
     on_output: OutputCallback | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tuple[list[Record], Result]:
-    """Run ``remote/<script_name>`` on ``target``; return its records and the step's Result.
+    """Run ``remote/<script_name>`` (or a :class:`~remotekit.Script`) on ``target``; return
+    its records and the step's Result.
 
     Never raises for a non-zero exit of the script (the records say what went wrong); it does
     raise the engine's errors (timeout, connection, container, interpreter). ``env`` is
-    passed to ``run_python`` (variables set for the script there).
+    passed to ``run_python`` (variables set for the script there). The lower layer of
+    :func:`run_diagnostic`, which also checks the final record.
     """
     records: list[Record] = []
 
     def sink(stream: str, line: str) -> None:
-        if stream == "stdout" and line.startswith("{"):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                rec = None
-            if isinstance(rec, dict) and "type" in rec:
-                records.append(rec)
-                if on_record is not None:
-                    on_record(rec)
-                return
-        if on_output is not None:
+        rec = parse(line) if stream == "stdout" else None
+        if rec is not None:
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+        elif on_output is not None:
             on_output(stream, line)
 
     result = target.run_python(
-        remote.script(script_name),
+        _shipped(script_name),
         args=list(args),
-        step=step or script_name.removesuffix(".py"),
+        step=step or _name(script_name).removesuffix(".py"),
         timeout=timeout,
         env=env,
         check=False,
@@ -87,5 +141,134 @@ def run_records(
     return records, result
 
 
+@dataclass(frozen=True)
+class Run:
+    """One finished run of a diagnostic script: its records in order, its final ``done``
+    record, the step's Result, and the messages of its warning / note / error records."""
+
+    records: tuple[Record, ...]
+    final: Record
+    result: Result
+
+    @property
+    def exit_code(self) -> int:
+        code = self.final.get("exit_code")
+        return code if code in (EXIT_OK, EXIT_FINDINGS, EXIT_FAILED) else EXIT_FAILED
+
+    def of(self, type_: str) -> list[Record]:
+        """The records of one type, in order."""
+        return [r for r in self.records if r.get("type") == type_]
+
+    def first(self, type_: str) -> Record | None:
+        return next((r for r in self.records if r.get("type") == type_), None)
+
+    def messages(self, type_: str) -> tuple[str, ...]:
+        """The ``message`` of each record of ``type_`` (``"warning"``, ``"note"``, ``"error"``)."""
+        return tuple(str(r.get("message")) for r in self.of(type_))
+
+
+def run_diagnostic(
+    target: Target,
+    script_name: str | Script,
+    args: Sequence[str] = (),
+    *,
+    step: str | None = None,
+    timeout: float | None = None,
+    on_record: Callable[[Record], None] | None = None,
+    env: Mapping[str, str] | None = None,
+    fatal_errors: bool = False,
+    error: type[DiagnosticError] = DiagnosticError,
+) -> Run:
+    """Run ``remote/<script_name> <args>`` on ``target``; each record goes to ``on_record`` as
+    it arrives; the :class:`Run` comes back once the script ended.
+
+    Raises ``error`` (a :class:`~remotekit.DiagnosticError`) when the script stopped before
+    its final record, naming host, step, exit status and its last output lines; with
+    ``fatal_errors``, also when it wrote an ``error`` record (a script whose errors mean "could
+    not run at all"). Engine errors (timeout, connection, interpreter) pass through.
+    """
+    tail = OutputTail()
+    records, result = run_records(
+        target,
+        script_name,
+        args,
+        step=step,
+        timeout=timeout,
+        on_record=on_record,
+        on_output=tail,
+        env=env,
+    )
+    if fatal_errors:
+        fatal = [str(r.get("message")) for r in records if r.get("type") == "error"]
+        if fatal:
+            raise error("; ".join(fatal), result=result)
+    final = next((r for r in reversed(records) if r.get("type") == FINAL), None)
+    if final is None:
+        command = f"{_name(script_name)} {args[0]}" if args else _name(script_name)
+        msg = f"{command} stopped before its final record (exit {result.exit_code})"
+        if tail.lines:
+            msg += "; last output:\n" + tail.indented()
+        raise error(msg, result=result)
+    return Run(tuple(records), final, result)
+
+
 def worst_exit(codes: Sequence[int]) -> int:
     return max(codes, default=EXIT_OK)
+
+
+# --------------------------------------------------------------------------- records -> values
+
+
+def from_record(cls: type[_T], rec: Mapping[str, Any] | None, **given: Any) -> _T:
+    """The frozen dataclass ``cls`` from a record: each field from ``given``, else from the
+    record converted by the field's declared type, else its default (when it has none: ``()``
+    for a tuple, else None; a record of a script that failed early lacks fields).
+
+    Conversions: ``int`` from any number; ``float`` / ``float | None`` / ``int | float | None``
+    with ``"nan"``/``"inf"``/``"-inf"`` decoded; ``tuple[str, ...]``; a dataclass, or a tuple
+    of them, from nested records; a ``Mapping`` as a dict; lists as tuples otherwise.
+    """
+    rec = rec or {}
+    module = vars(sys.modules[cls.__module__])
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in given:
+            kw[f.name] = given[f.name]
+        elif rec.get(f.name) is not None:
+            kw[f.name] = _convert(str(f.type), rec[f.name], module)
+        elif f.default is not dataclasses.MISSING:
+            kw[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            kw[f.name] = f.default_factory()
+        else:  # a record of a script that failed early lacks fields
+            kw[f.name] = () if str(f.type).startswith("tuple[") else None
+    return cls(**kw)
+
+
+def _convert(kind: str, value: Any, module: Mapping[str, Any]) -> Any:
+    """``value`` (not None) as the annotation ``kind`` (a string) says; see from_record."""
+    if kind == "int":
+        n = number(value)
+        return int(n) if n is not None and n == n and abs(n) != float("inf") else 0
+    if kind in ("float", "float | None"):
+        n = number(value)
+        return None if n is None else float(n)
+    if kind == "int | float | None":
+        return number(value)
+    if kind == "tuple[str, ...]":
+        return tuple(str(x) for x in value)
+    if kind.startswith("Mapping["):
+        return dict(value)
+    inner = kind[len("tuple[") : -len(", ...]")] if kind.startswith("tuple[") else ""
+    nested = module.get(inner or kind.removesuffix(" | None"))
+    if dataclasses.is_dataclass(nested) and isinstance(nested, type):
+        if inner:
+            return tuple(from_record(nested, v) for v in value)
+        return from_record(nested, value) if isinstance(value, Mapping) else None
+    return _freeze(value)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value

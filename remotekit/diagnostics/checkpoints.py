@@ -44,14 +44,14 @@ from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
     EXIT_OK,
-    OutputTail,
     Record,
-    run_records,
+    Run,
+    from_record,
+    run_diagnostic,
     worst_exit,
 )
-from remotekit.errors import StepError
+from remotekit.errors import DiagnosticError
 from remotekit.render import human_bytes, table
-from remotekit.result import Result
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -104,7 +104,7 @@ ProgressCallback = Callable[["ScanProgress"], None]
 WarningCallback = Callable[[str], None]
 
 
-class CheckpointError(StepError):
+class CheckpointError(DiagnosticError):
     """The checkpoint script could not run at all; the message says why and what to do.
 
     Raised for a fatal ``error`` record (no torch there, a path that does not exist, an
@@ -216,36 +216,20 @@ class CheckpointReport:
     def exit_code(self) -> int:
         return {"clean": EXIT_OK, "bad": EXIT_FINDINGS}.get(self.status, EXIT_FAILED)
 
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return (f"{self.path}: {_counts_line(self)}",) if self.status == "bad" else ()
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return (f"{self.path}: {self.error}",) if self.exit_code == EXIT_FAILED else ()
+
+    def render(self) -> str:
+        return render_scan([self])
+
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> CheckpointReport:
-        return cls(
-            path=str(rec.get("path")),
-            status=str(rec.get("status") or "error"),
-            error=rec.get("error"),
-            format=rec.get("format"),
-            global_step=_num(rec.get("global_step")),
-            step_key=rec.get("step_key"),
-            epoch=_num(rec.get("epoch")),
-            scalars=dict(rec.get("scalars") or {}),
-            params=_int(rec.get("params")),
-            tensors=_int(rec.get("tensors")),
-            skipped_tensors=_int(rec.get("skipped_tensors")),
-            bytes=_int(rec.get("bytes")),
-            nan_weights=_int(rec.get("nan_weights")),
-            posinf_weights=_int(rec.get("posinf_weights")),
-            neginf_weights=_int(rec.get("neginf_weights")),
-            nan_optimizer=_int(rec.get("nan_optimizer")),
-            posinf_optimizer=_int(rec.get("posinf_optimizer")),
-            neginf_optimizer=_int(rec.get("neginf_optimizer")),
-            negative_exp_avg_sq=_int(rec.get("negative_exp_avg_sq")),
-            max_abs_weights=_float(rec.get("max_abs_weights")),
-            max_abs_optimizer=_float(rec.get("max_abs_optimizer")),
-            bad_tensors=tuple(_bad_tensor(b) for b in rec.get("bad_tensors") or ()),
-            bad_tensors_total=_int(rec.get("bad_tensors_total")),
-            needs_globals=tuple(str(g) for g in rec.get("needs_globals") or ()),
-            notes=tuple(str(n) for n in rec.get("notes") or ()),
-            seconds=float(rec.get("seconds") or 0.0),
-        )
+        return from_record(cls, rec, status=str(rec.get("status") or "error"))
 
 
 @dataclass(frozen=True)
@@ -312,6 +296,9 @@ class CheckpointScan(list[CheckpointReport]):
     @property
     def notes(self) -> tuple[str, ...]:
         return self.warnings
+
+    def render(self) -> str:
+        return render_scan(self, plan=self.plan)
 
     def __json__(self) -> dict[str, Any]:
         """As JSON: the verdict with the reports, not only the list."""
@@ -384,6 +371,17 @@ class InspectReport:
     @property
     def exit_code(self) -> int:
         return EXIT_OK if self.ok else EXIT_FAILED
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return (f"{self.path}: {self.error}",) if self.exit_code == EXIT_FAILED else ()
+
+    def render(self) -> str:
+        return render_inspect(self)
 
 
 @dataclass(frozen=True)
@@ -469,6 +467,20 @@ class DiffReport:
             return EXIT_FAILED
         return EXIT_FINDINGS if self.flags_total else EXIT_OK
 
+    @property
+    def findings(self) -> tuple[str, ...]:
+        """One line per flag (values that became non-finite, bad second moments)."""
+        lines = tuple(f"{f.name} ({f.section}): {f.kind} x{f.count}" for f in self.flags)
+        hidden = self.flags_total - len(self.flags)
+        return lines + ((f"... and {hidden} more flags",) if hidden > 0 else ())
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return (str(self.error),) if self.error else ()
+
+    def render(self) -> str:
+        return render_diff(self)
+
 
 @dataclass(frozen=True)
 class BisectPoint:
@@ -509,6 +521,24 @@ class BisectReport:
             codes.append(EXIT_FAILED)
         return worst_exit(codes)
 
+    @property
+    def findings(self) -> tuple[str, ...]:
+        if self.first_bad is None:
+            return ()
+        step = self.first_bad.global_step
+        return (f"first bad checkpoint: {self.first_bad.path} (step {step})",)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return (self.assumption,) if self.assumption else ()
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return tuple(f"{p}: unreadable" for p in self.unreadable)
+
+    def render(self) -> str:
+        return render_bisect(self)
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -543,6 +573,17 @@ class DemoReport:
     @property
     def findings(self) -> tuple[str, ...]:
         return self.mismatches
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return ()
+
+    def render(self) -> str:
+        return render_demo(self)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -580,36 +621,16 @@ def _strs(v: Any) -> tuple[str, ...]:
 
 def _bad_tensor(b: Mapping[str, Any]) -> BadTensor:
     first = b.get("first_index")
-    return BadTensor(
-        name=str(b.get("name")),
-        section=str(b.get("section")),
-        slot=b.get("slot"),
-        dtype=str(b.get("dtype")),
-        numel=_int(b.get("numel")),
-        nan=_int(b.get("nan")),
-        posinf=_int(b.get("posinf")),
-        neginf=_int(b.get("neginf")),
-        negative=_int(b.get("negative")),
-        first_index=int(first) if isinstance(first, int) else None,
-        shared_with=_strs(b.get("shared_with")),
-    )
+    return from_record(BadTensor, b, first_index=first if isinstance(first, int) else None)
 
 
 def _tensor_diff(d: Mapping[str, Any]) -> TensorDiff:
     rel = _float(d.get("rel_change"))
-    return TensorDiff(
-        name=str(d.get("name")),
-        section=str(d.get("section")),
-        slot=d.get("slot"),
-        dtype=str(d.get("dtype")),
-        numel=_int(d.get("numel")),
+    return from_record(
+        TensorDiff,
+        d,
         rel_change=math.nan if rel is None else rel,
         max_abs_diff=_float(d.get("max_abs_diff")) or 0.0,
-        cosine=_float(d.get("cosine")),
-        nonfinite_a=_int(d.get("nonfinite_a")),
-        nonfinite_b=_int(d.get("nonfinite_b")),
-        new_nonfinite=_int(d.get("new_nonfinite")),
-        negative_b=_int(d.get("negative_b")),
     )
 
 
@@ -660,21 +681,18 @@ def _run(
     step: str,
     timeout: float | None,
     on_record: Callable[[Record], None] | None = None,
-) -> tuple[list[Record], Result]:
+) -> Run:
     """Run a checkpoint script; CheckpointError on a fatal record or a missing ``done``."""
-    tail = OutputTail()
-    records, result = run_records(
-        target, script, args, step=step, timeout=timeout, on_record=on_record, on_output=tail
+    return run_diagnostic(
+        target,
+        script,
+        args,
+        step=step,
+        timeout=timeout,
+        on_record=on_record,
+        fatal_errors=True,
+        error=CheckpointError,
     )
-    fatal = [str(r.get("message")) for r in records if r.get("type") == "error"]
-    if fatal:
-        raise CheckpointError("; ".join(fatal), result=result)
-    if not any(r.get("type") == "done" for r in records):
-        msg = f"{script} {args[0] if args else ''} stopped before it finished (exit {result.exit_code})"
-        if tail.lines:
-            msg += "; last output:\n" + tail.indented()
-        raise CheckpointError(msg, result=result)
-    return records, result
 
 
 class _Tracker:
@@ -800,37 +818,21 @@ def inspect_checkpoint(
     ``ok`` False and ``error``; CheckpointError / engine errors as in :func:`scan_checkpoints`.
     """
     args = ["inspect", path, *_safety_args(allow_globals, unsafe_pickle)]
-    records, _ = _run(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
-    tensors = tuple(
-        TensorInfo(
-            name=str(r.get("name")),
-            section=str(r.get("section")),
-            slot=r.get("slot"),
-            dtype=str(r.get("dtype")),
-            shape=tuple(_int(s) for s in r.get("shape") or ()),
-            numel=_int(r.get("numel")),
-            bytes=_int(r.get("bytes")),
-            shared_with=_strs(r.get("shared_with")),
-        )
-        for r in records
-        if r.get("type") == "tensor"
-    )
-    rec = next((r for r in records if r.get("type") == "inspect"), {})
-    return InspectReport(
+    run = _run(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
+    rec = run.first("inspect") or {}
+    return from_record(
+        InspectReport,
+        rec,
         path=str(rec.get("path", path)),
         ok=bool(rec.get("ok")),
         error=rec.get("error") if rec else "the script gave no inspect record",
-        format=rec.get("format"),
         bytes=_int(rec.get("bytes")),
-        global_step=_num(rec.get("global_step")),
-        epoch=_num(rec.get("epoch")),
-        tensors=tensors,
+        tensors=tuple(from_record(TensorInfo, r) for r in run.of("tensor")),
         top_keys=_strs(rec.get("top_keys")),
         scalars=dict(rec.get("scalars") or {}),
         optimizers=tuple(_optimizer(o) for o in rec.get("optimizers") or ()),
         totals={str(k): dict(v) for k, v in (rec.get("totals") or {}).items()},
         dtypes={str(k): _int(v) for k, v in (rec.get("dtypes") or {}).items()},
-        metadata=rec.get("metadata"),
         needs_globals=_strs(rec.get("needs_globals")),
         notes=_strs(rec.get("notes")),
     )
@@ -854,8 +856,7 @@ def diff_checkpoints(
     values that became non-finite, and negative or non-finite exp_avg_sq (exit code 1).
     """
     args = ["diff", a, b, "--top", str(max(1, top)), *_safety_args(allow_globals, unsafe_pickle)]
-    records, _ = _run(target, SCRIPT, args, step="ckpt-diff", timeout=timeout)
-    rec = next((r for r in records if r.get("type") == "diff"), None)
+    rec = _run(target, SCRIPT, args, step="ckpt-diff", timeout=timeout).first("diff")
     if rec is None:
         return DiffReport(a=a, b=b, ok=False, error="the script gave no diff record")
     rel = rec.get("rel_change") or {}
@@ -863,52 +864,20 @@ def diff_checkpoints(
     def lrs(v: Any) -> tuple[tuple[float | None, ...], ...]:
         return tuple(tuple(_float(x) for x in group) for group in v or ())
 
-    return DiffReport(
+    return from_record(
+        DiffReport,
+        rec,
         a=a,
         b=b,
         ok=bool(rec.get("ok")),
-        error=rec.get("error"),
-        format_a=rec.get("format_a"),
-        format_b=rec.get("format_b"),
-        step_a=_num(rec.get("step_a")),
-        step_b=_num(rec.get("step_b")),
-        step_delta=_num(rec.get("step_delta")),
-        epoch_a=_num(rec.get("epoch_a")),
-        epoch_b=_num(rec.get("epoch_b")),
         lr_a=lrs(rec.get("lr_a")),
         lr_b=lrs(rec.get("lr_b")),
-        tensors_a=_int(rec.get("tensors_a")),
-        tensors_b=_int(rec.get("tensors_b")),
-        compared=_int(rec.get("compared")),
-        identical=_int(rec.get("identical")),
-        only_a=_strs(rec.get("only_a")),
-        only_b=_strs(rec.get("only_b")),
-        only_a_total=_int(rec.get("only_a_total")),
-        only_b_total=_int(rec.get("only_b_total")),
-        changes=tuple(
-            TensorChange(
-                name=str(c.get("name")),
-                shape_a=tuple(_int(s) for s in c.get("shape_a") or ()),
-                shape_b=tuple(_int(s) for s in c.get("shape_b") or ()),
-                dtype_a=str(c.get("dtype_a")),
-                dtype_b=str(c.get("dtype_b")),
-            )
-            for c in rec.get("changes") or ()
-        ),
-        changes_total=_int(rec.get("changes_total")),
+        changes=tuple(from_record(TensorChange, c) for c in rec.get("changes") or ()),
         top_weights=tuple(_tensor_diff(d) for d in rec.get("top_weights") or ()),
         top_optimizer=tuple(_tensor_diff(d) for d in rec.get("top_optimizer") or ()),
-        flags=tuple(
-            DiffFlag(
-                str(f.get("name")), str(f.get("section")), str(f.get("kind")), _int(f.get("count"))
-            )
-            for f in rec.get("flags") or ()
-        ),
-        flags_total=_int(rec.get("flags_total")),
+        flags=tuple(from_record(DiffFlag, f) for f in rec.get("flags") or ()),
         rel_change_weights=_float(rel.get("weights")),
         rel_change_optimizer=_float(rel.get("optimizer")),
-        needs_globals=_strs(rec.get("needs_globals")),
-        notes=_strs(rec.get("notes")),
     )
 
 
@@ -947,13 +916,11 @@ def bisect_checkpoints(
                 on_report(report)
         tracker.record(rec)
 
-    records, result = _run(
-        target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=on_record
-    )
-    rec = next((r for r in records if r.get("type") == "bisect"), None)
+    run = _run(target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=on_record)
+    rec = run.first("bisect")
     if rec is None:
-        raise CheckpointError("ckpt.py bisect gave no bisect record", result=result)
-    order = next((r for r in records if r.get("type") == "order"), {})
+        raise CheckpointError("ckpt.py bisect gave no bisect record", result=run.result)
+    order = run.first("order") or {}
     first_bad = rec.get("first_bad") or None
     return BisectReport(
         directory=directory,
@@ -980,18 +947,14 @@ def make_samples(
 ) -> list[Sample]:
     """Write the demo's sample checkpoints into ``directory`` there (``remote/ckpt_samples.py``):
     clean, NaN in weights, +Inf in Adam state, truncated, needs an unsafe global."""
-    records, _ = _run(
+    run = _run(
         target,
         SAMPLES_SCRIPT,
         [directory, "--steps", str(steps)],
         step="ckpt-samples",
         timeout=timeout,
     )
-    return [
-        Sample(str(r.get("name")), str(r.get("path")), str(r.get("expect")), str(r.get("detail")))
-        for r in records
-        if r.get("type") == "sample"
-    ]
+    return [from_record(Sample, r) for r in run.of("sample")]
 
 
 def run_demo(
@@ -1085,6 +1048,7 @@ def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
 
 def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = None) -> str:
     """The scan table (counts are NaN/+Inf/-Inf), then findings, errors and a summary line."""
+    # Long on purpose: one block per part of the printout, in the order it is printed.
     shown = _display_paths([r.path for r in reports])
     rows = [
         [
@@ -1220,6 +1184,7 @@ def _pct(x: float | None) -> str | None:
 
 def render_diff(report: DiffReport) -> str:
     """Steps and lr, key differences, top tensors by relative change, and the flags."""
+    # Long on purpose: one block per part of the printout, in the order it is printed.
     lines = [
         f"A: {report.a} (step {report.step_a}, epoch {report.epoch_a})",
         f"B: {report.b} (step {report.step_b}, epoch {report.epoch_b})",

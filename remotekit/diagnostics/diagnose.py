@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.diagnostics import system
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, worst_exit
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, Report, worst_exit
 from remotekit.errors import RemotekitError
 
 if TYPE_CHECKING:
@@ -96,16 +96,30 @@ class DiagnoseReport:
     def section(self, name: str) -> Section | None:
         return next((s for s in self.sections if s.name == name), None)
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.summary
 
-def _from_report(name: str, report: Any, started: float) -> Section:
-    """A Section from a report with ``exit_code`` / ``findings`` / ``errors`` (duck-typed:
-    the checkpoint scan's report comes from another module)."""
-    raw_code = getattr(report, "exit_code", EXIT_OK)
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """One line per failed section (a :class:`~remotekit.diagnostics.base.Report`)."""
+        return tuple(f"[{s.name}] {s.error}" for s in self.sections if s.status == "failed")
+
+    def render(self) -> str:
+        """Every section, then the run's verdict (with ``run``)."""
+        parts = [render_section(s) for s in self.sections]
+        return "\n\n".join(parts + ([render_verdict(self)] if self.run else []))
+
+
+def _from_report(name: str, report: Report, started: float) -> Section:
+    """A Section from a :class:`Report` (a finding or error may be an object with a
+    ``message``: the train-log report's are)."""
+    raw_code = report.exit_code
     code = raw_code if raw_code in _STATUS else EXIT_FAILED
-    findings = tuple(str(getattr(f, "message", f)) for f in getattr(report, "findings", ()) or ())
+    findings = tuple(str(getattr(f, "message", f)) for f in report.findings or ())
     error = None
     if code == EXIT_FAILED:
-        errors = [str(getattr(e, "message", e)) for e in getattr(report, "errors", ()) or ()]
+        errors = [str(getattr(e, "message", e)) for e in report.errors or ()]
         error = "; ".join(errors) or f"the section's report has exit code {raw_code!r}"
     return Section(name, _STATUS[code], code, findings, error, time.monotonic() - started, report)
 
@@ -211,6 +225,7 @@ def diagnose(
     ``on_section`` is called with each section as it completes, skipped ones included. Never
     raises for a failing section; it records it and goes on.
     """
+    # Long for its docstring; the body is the section table, then one loop over it.
     unknown = set(timeouts or {}) - set(RUN_SECTIONS)
     if unknown:
         raise ValueError(f"unknown section(s) in timeouts: {', '.join(sorted(unknown))}")
@@ -385,28 +400,14 @@ def _summary_line(s: Section) -> str:
     return line
 
 
-def _render_scan(scan: Any) -> str:
-    # Imported here, as in _scan_checkpoints: a scan report only exists once that module is.
-    from remotekit.diagnostics.checkpoints import render_scan
-
-    return render_scan(scan, plan=scan.plan)
-
-
-#: A section's renderer by its report's type name: the checkpoint scan's type lives in a
-#: module this one does not import up front (see _scan_checkpoints).
-_RENDERERS: dict[str, Callable[[Any], str]] = {
-    "EnvReport": system.render_env,
-    "GpuReport": system.render_gpu,
-    "DiskReport": system.render_disk,
-    "CheckpointScan": _render_scan,
-    "TrainLogReport": lambda rep: _render_log(rep),
-}
-
-
 def _render_log(rep: Any) -> str:
     from remotekit.diagnostics.trainlog import render_report
 
     return render_report(rep)
+
+
+#: Sections whose report does not render itself yet (see :class:`Report`); by section name.
+_RENDER_BY_SECTION: dict[str, Callable[[Any], str]] = {"train-log": _render_log}
 
 
 def render_section(section: Section) -> str:
@@ -415,10 +416,12 @@ def render_section(section: Section) -> str:
     if section.status != "skipped":
         head += f" ({section.duration_s:.1f} s)"
     lines = [head]
-    render = _RENDERERS.get(type(section.report).__name__)
-    if render is not None:
-        lines.append(render(section.report))
-    else:  # failed before a report, skipped, or a report type we do not know
+    report = section.report
+    if isinstance(report, Report):
+        lines.append(report.render())
+    elif report is not None and section.name in _RENDER_BY_SECTION:
+        lines.append(_RENDER_BY_SECTION[section.name](report))
+    else:  # failed before a report, or skipped
         if section.error:
             lines.append(("" if section.status == "skipped" else "error: ") + section.error)
         lines += [f"warning: {f}" for f in section.findings]

@@ -20,16 +20,17 @@ container, interpreter).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
-    EXIT_OK,
-    OutputTail,
     Record,
-    run_records,
+    Report,
+    Run,
+    from_record,
+    run_diagnostic,
 )
 from remotekit.render import human_bytes, table
 
@@ -70,22 +71,13 @@ SMI_TIMEOUT_S = 20.0
 WALK_SECONDS = 60.0
 
 RecordCallback = Callable[[Record], None]
-_T = TypeVar("_T")
 
 
-class _Report(Protocol):
-    """What every report here has (read-only, as the frozen dataclasses give it)."""
+class _Hosted(Report, Protocol):
+    """A report of this module: a :class:`~remotekit.diagnostics.base.Report` of one host."""
 
     @property
     def host(self) -> str: ...
-    @property
-    def findings(self) -> tuple[str, ...]: ...
-    @property
-    def notes(self) -> tuple[str, ...]: ...
-    @property
-    def errors(self) -> tuple[str, ...]: ...
-    @property
-    def exit_code(self) -> int: ...
 
 
 # --------------------------------------------------------------------------- values
@@ -164,6 +156,9 @@ class GpuReport:
     errors: tuple[str, ...]
     exit_code: int
 
+    def render(self) -> str:
+        return render_gpu(self)
+
 
 @dataclass(frozen=True)
 class ContainerInfo:
@@ -197,6 +192,9 @@ class EnvReport:
     notes: tuple[str, ...]
     errors: tuple[str, ...]
     exit_code: int
+
+    def render(self) -> str:
+        return render_env(self)
 
 
 @dataclass(frozen=True)
@@ -265,6 +263,9 @@ class DiskReport:
     errors: tuple[str, ...]
     exit_code: int
 
+    def render(self) -> str:
+        return render_disk(self)
+
 
 @dataclass(frozen=True)
 class ProcInfo:
@@ -298,24 +299,11 @@ class ProcReport:
     errors: tuple[str, ...]
     exit_code: int
 
+    def render(self) -> str:
+        return render_procs(self)
+
 
 # --------------------------------------------------------------------------- running
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    records: list[Record]
-    findings: tuple[str, ...]
-    notes: tuple[str, ...]
-    errors: tuple[str, ...]
-    exit_code: int
-
-    def of(self, type_: str) -> list[Record]:
-        return [r for r in self.records if r.get("type") == type_]
-
-    def first(self, type_: str) -> Record | None:
-        found = self.of(type_)
-        return found[0] if found else None
 
 
 def _run(
@@ -326,60 +314,19 @@ def _run(
     timeout: float | None,
     env: Mapping[str, str] | None,
     on_record: RecordCallback | None,
-) -> _Outcome:
-    """Run ``sysinfo.py <args>``; sort its records; exit code from findings and errors.
-
-    A script that ends without its ``done`` record (crash, killed) is an error carrying the
-    last lines of its stderr.
-    """
-    tail = OutputTail()
-    records, result = run_records(
-        target,
-        SCRIPT,
-        args,
-        step=step,
-        timeout=timeout,
-        on_record=on_record,
-        on_output=tail,
-        env=env,
+) -> Run:
+    """Run ``sysinfo.py <args>``; a script that stopped before its final record raises
+    :class:`~remotekit.DiagnosticError` with the last lines it wrote."""
+    return run_diagnostic(
+        target, SCRIPT, args, step=step, timeout=timeout, env=env, on_record=on_record
     )
-    findings = tuple(str(r.get("message")) for r in records if r["type"] == "warning")
-    notes = tuple(str(r.get("message")) for r in records if r["type"] == "note")
-    errors = [str(r.get("message")) for r in records if r["type"] == "error"]
-    if not any(r["type"] == "done" for r in records):
-        msg = f"{SCRIPT} {args[0]} ended without a result (exit {result.exit_code})"
-        if tail.lines:
-            msg += "; last output:\n" + tail.indented()
-        errors.append(msg)
-    code = EXIT_FAILED if errors else EXIT_FINDINGS if findings else EXIT_OK
-    return _Outcome(records, findings, notes, tuple(errors), code)
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
-def _make(cls: type[_T], rec: Mapping[str, Any] | None, **given: Any) -> _T:
-    """``cls`` from a record: each field from ``given``, else the record (lists as tuples)."""
-    rec = rec or {}
-    kw: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in given:
-            kw[f.name] = given[f.name]
-        elif f.name in rec:
-            kw[f.name] = _freeze(rec[f.name])
-        elif f.default is MISSING and f.default_factory is MISSING:
-            kw[f.name] = None  # a required field the record lacks (the script failed early)
-    return cls(**kw)
 
 
 def _torch(rec: Record | None) -> TorchInfo | None:
     if rec is None:
         return None
-    devices = tuple(_make(TorchDevice, d) for d in rec.get("devices") or [])
-    return _make(TorchInfo, rec, devices=devices)
+    devices = tuple(from_record(TorchDevice, d) for d in rec.get("devices") or [])
+    return from_record(TorchInfo, rec, devices=devices)
 
 
 def _smi_timeout(timeout: float | None) -> float:
@@ -387,11 +334,11 @@ def _smi_timeout(timeout: float | None) -> float:
     return SMI_TIMEOUT_S if timeout is None else max(1.0, min(SMI_TIMEOUT_S, timeout / 4))
 
 
-def _common(o: _Outcome) -> dict[str, Any]:
+def _common(o: Run) -> dict[str, Any]:
     return {
-        "findings": o.findings,
-        "notes": o.notes,
-        "errors": o.errors,
+        "findings": o.messages("warning"),
+        "notes": o.messages("note"),
+        "errors": o.messages("error"),
         "exit_code": o.exit_code,
     }
 
@@ -432,8 +379,8 @@ def gpu_status(
         host=target.name,
         nvidia_smi=smi.get("path"),
         throttle_field=smi.get("throttle_field"),
-        gpus=tuple(_make(Gpu, r) for r in o.of("gpu")),
-        processes=tuple(_make(GpuProcess, r) for r in o.of("gpu_process")),
+        gpus=tuple(from_record(Gpu, r) for r in o.of("gpu")),
+        processes=tuple(from_record(GpuProcess, r) for r in o.of("gpu_process")),
         torch=_torch(o.first("torch")),
         **_common(o),
     )
@@ -455,8 +402,8 @@ def environment(
     rec = o.first("env")
     container = None
     if rec and rec.get("container"):
-        container = _make(ContainerInfo, rec["container"])
-    return _make(
+        container = from_record(ContainerInfo, rec["container"])
+    return from_record(
         EnvReport,
         rec,
         host=target.name,
@@ -506,10 +453,10 @@ def disk_usage(
     o = _run(target, args, step="disk", timeout=timeout, env=env, on_record=on_record)
     return DiskReport(
         host=target.name,
-        filesystems=tuple(_make(Filesystem, r) for r in o.of("fs")),
-        walks=tuple(_make(WalkStats, r) for r in o.of("walk")),
-        largest_files=tuple(_make(FileEntry, r) for r in o.of("file")),
-        checkpoints=tuple(_make(CheckpointSize, r) for r in o.of("checkpoint")),
+        filesystems=tuple(from_record(Filesystem, r) for r in o.of("fs")),
+        walks=tuple(from_record(WalkStats, r) for r in o.of("walk")),
+        largest_files=tuple(from_record(FileEntry, r) for r in o.of("file")),
+        checkpoints=tuple(from_record(CheckpointSize, r) for r in o.of("checkpoint")),
         **_common(o),
     )
 
@@ -534,8 +481,8 @@ def processes(
     o = _run(target, args, step="procs", timeout=timeout, env=env, on_record=on_record)
     return ProcReport(
         host=target.name,
-        processes=tuple(_make(ProcInfo, r) for r in o.of("proc")),
-        gpu_processes=tuple(_make(GpuProcess, r) for r in o.of("gpu_process")),
+        processes=tuple(from_record(ProcInfo, r) for r in o.of("proc")),
+        gpu_processes=tuple(from_record(GpuProcess, r) for r in o.of("gpu_process")),
         **_common(o),
     )
 
@@ -563,7 +510,7 @@ def _duration(seconds: float | None) -> str | None:
     return f"{s}s"
 
 
-def _footer(name: str, report: _Report) -> list[str]:
+def _footer(name: str, report: _Hosted) -> list[str]:
     lines = [f"error: {e}" for e in report.errors]
     lines += [f"warning: {f}" for f in report.findings]
     lines += [f"note: {n}" for n in report.notes]

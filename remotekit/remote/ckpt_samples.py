@@ -24,15 +24,12 @@ On failure: ``error {message}`` then ``done`` with exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import warnings
 
-
-def emit(rec):
-    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
+from protocol import emit, fail, finish  # the record protocol, shared with the local side
 
 
 def train(torch, steps, seed=0):
@@ -59,6 +56,7 @@ def train(torch, steps, seed=0):
 
 def make(directory, steps):
     """Write the samples one by one; yields (name, path, expect, detail, planted) for each."""
+    # Long on purpose: one short paragraph per sample, in the order the demo lists them.
     warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
     import torch
 
@@ -145,23 +143,10 @@ def main(argv=None):
                 }
             )
     except ImportError as e:
-        emit({"type": "error", "message": "cannot import torch with %s: %s" % (sys.executable, e)})
-        emit({"type": "done", "command": "samples", "exit_code": 2})
-        return 2
+        return fail("samples", "cannot import torch with %s: %s" % (sys.executable, e))
     except OSError as e:
-        emit({"type": "error", "message": "cannot write samples in %s: %s" % (opts.directory, e)})
-        emit({"type": "done", "command": "samples", "exit_code": 2})
-        return 2
-    emit(
-        {
-            "type": "done",
-            "command": "samples",
-            "directory": opts.directory,
-            "samples": made,
-            "exit_code": 0,
-        }
-    )
-    return 0
+        return fail("samples", "cannot write samples in %s: %s" % (opts.directory, e))
+    return finish("samples", 0, directory=opts.directory, samples=made)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import csv
 import heapq
-import json
 import os
 import platform
 import re
@@ -45,6 +44,9 @@ import stat
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
+from protocol import Out, mask_argv  # the record protocol, shared with the local side
 
 GPU_QUERY = [
     "index",
@@ -94,44 +96,10 @@ TORCH_CVES = [
 CKPT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".distcp", ".pkl")
 CKPT_FILE_RE = re.compile(r"^(pytorch_model.*|.*optim.*|.*model_states.*)\.bin$")
 CKPT_DIR_RE = re.compile(r"^(checkpoint|ckpt|step|global_step|iter|epoch)[-_]?\d+$", re.I)
-SECRET_RE = re.compile(r"(pass(word|wd)?|secret|token|api[-_]?key|credential|auth)", re.I)
 WHITESPACE_RE = re.compile(r"\s+")
 PYTHON_RE = re.compile(r"^(python|pypy)[\d.]*(-dbg)?$")
 
 MIB = 1024 * 1024
-
-
-class Out(object):
-    """Writes records to stdout (one line each, flushed) and keeps the exit code."""
-
-    def __init__(self, command):
-        self.command = command
-        self.warnings = 0
-        self.errors = 0
-
-    def emit(self, type_, **fields):
-        rec = {"type": type_}
-        rec.update(fields)
-        sys.stdout.write(json.dumps(rec, default=str, allow_nan=False) + "\n")
-        sys.stdout.flush()
-
-    def warning(self, code, message, **fields):
-        self.warnings += 1
-        self.emit("warning", code=code, message=message, **fields)
-
-    def error(self, code, message, **fields):
-        self.errors += 1
-        self.emit("error", code=code, message=message, **fields)
-
-    def note(self, code, message, **fields):
-        self.emit("note", code=code, message=message, **fields)
-
-    def done(self):
-        code = 2 if self.errors else 1 if self.warnings else 0
-        self.emit(
-            "done", command=self.command, exit_code=code, warnings=self.warnings, errors=self.errors
-        )
-        return code
 
 
 # --------------------------------------------------------------------------- nvidia-smi
@@ -680,6 +648,8 @@ class Walk(object):
         self.checkpoints = []  # (size, path, kind)
 
     def walk(self, root, dev):
+        # Long on purpose: the inner loop runs once per entry (up to --max-entries), so its
+        # bookkeeping stays inline instead of costing a call per file.
         stats = {
             "root": root,
             "files": 0,
@@ -794,105 +764,96 @@ def cmd_disk(args, out):
     mounts = read_mounts()
     deadline = time.monotonic() + args.max_seconds
     walker = Walk(args.top, args.max_entries, deadline)
-    fs = {}  # st_dev -> {"rec": first fs record, "paths": [...], "ckpt": (size, path, kind)}
+    fs = {}  # st_dev -> {"rec": first fs record, "paths": [...], "ckpts": [(size, path, kind)]}
     walked = []
     for raw in args.paths:
-        path = os.path.abspath(os.path.expanduser(raw))
-        rec, dev = statvfs_record(path, mounts)
-        rec["path"] = raw
-        out.emit("fs", **rec)
-        if dev is None:
-            out.error("statvfs_failed", "%s: %s" % (raw, rec.get("error")))
-            continue
-        entry = fs.setdefault(dev, {"rec": rec, "paths": [], "ckpts": []})
-        entry["paths"].append(raw)
-        if not rec["exists"]:
-            out.warning(
-                "missing_path",
-                "%s does not exist (checked %s, its nearest existing "
-                "parent)" % (raw, rec["checked"]),
-                path=raw,
-            )
-            continue
-        if not os.path.isdir(path):
-            continue
-        real = os.path.realpath(path)
-        inside = [w for w in walked if real == w or real.startswith(w.rstrip("/") + "/")]
-        if inside:
-            out.emit("walk", root=raw, inside=inside[0])
-            continue
-        walked.append(real)
-        before = len(walker.checkpoints)
-        stats = walker.walk(real, dev)
-        stats["root"] = raw
-        out.emit("walk", inside=None, **stats)
-        if stats["truncated"]:
-            out.note(
-                "walk_truncated",
-                "%s: walk stopped at %s after %d entries; sizes are a lower "
-                "bound" % (raw, stats["truncated"], walker.entries),
-            )
-        entry["ckpts"].extend(walker.checkpoints[before:])
+        disk_path(out, raw, mounts, walker, fs, walked)
     for size, path, mtime, ckpt in sorted(walker.heap, reverse=True):
         out.emit("file", path=path, size_bytes=size, mtime=mtime, checkpoint=ckpt)
     for entry in fs.values():
-        rec, paths = entry["rec"], " ".join(entry["paths"])
-        where = "%s (%s)" % (rec["mount"], paths)
-        if rec["free_pct"] is not None and rec["free_pct"] < args.min_free_pct:
-            out.warning(
-                "low_space",
-                "%s: %s free of %s (%.1f%% < %g%%)"
-                % (
-                    where,
-                    gib(rec["free_bytes"]),
-                    gib(rec["total_bytes"]),
-                    rec["free_pct"],
-                    args.min_free_pct,
-                ),
-                mount=rec["mount"],
-            )
-        ipct = rec["inodes_free_pct"]
-        if ipct is not None and ipct < args.min_free_pct:
-            out.warning(
-                "low_inodes",
-                "%s: %d of %d inodes free (%.1f%% < %g%%)"
-                % (where, rec["inodes_free"], rec["inodes_total"], ipct, args.min_free_pct),
-                mount=rec["mount"],
-            )
-        if entry["ckpts"]:
-            size, path, kind = max(entry["ckpts"])
-            out.emit("checkpoint", path=path, size_bytes=size, kind=kind, mount=rec["mount"])
-            if size > rec["free_bytes"]:
-                out.warning(
-                    "checkpoint_wont_fit",
-                    "%s: the largest checkpoint %s is %s but only %s is free: the next "
-                    "save of that size will not fit"
-                    % (where, path, gib(size), gib(rec["free_bytes"])),
-                    mount=rec["mount"],
-                    path=path,
-                    size_bytes=size,
-                )
+        warn_filesystem(out, entry, args.min_free_pct)
     return out.done()
 
 
+def disk_path(out, raw, mounts, walker, fs, walked):
+    """The "fs" record of one path and, unless a walked path holds it, its "walk"."""
+    path = os.path.abspath(os.path.expanduser(raw))
+    rec, dev = statvfs_record(path, mounts)
+    rec["path"] = raw
+    out.emit("fs", **rec)
+    if dev is None:
+        out.error("statvfs_failed", "%s: %s" % (raw, rec.get("error")))
+        return
+    entry = fs.setdefault(dev, {"rec": rec, "paths": [], "ckpts": []})
+    entry["paths"].append(raw)
+    if not rec["exists"]:
+        out.warning(
+            "missing_path",
+            "%s does not exist (checked %s, its nearest existing parent)" % (raw, rec["checked"]),
+            path=raw,
+        )
+        return
+    if not os.path.isdir(path):
+        return
+    real = os.path.realpath(path)
+    inside = [w for w in walked if real == w or real.startswith(w.rstrip("/") + "/")]
+    if inside:
+        out.emit("walk", root=raw, inside=inside[0])
+        return
+    walked.append(real)
+    before = len(walker.checkpoints)
+    stats = walker.walk(real, dev)
+    stats["root"] = raw
+    out.emit("walk", inside=None, **stats)
+    if stats["truncated"]:
+        out.note(
+            "walk_truncated",
+            "%s: walk stopped at %s after %d entries; sizes are a lower "
+            "bound" % (raw, stats["truncated"], walker.entries),
+        )
+    entry["ckpts"].extend(walker.checkpoints[before:])
+
+
+def warn_filesystem(out, entry, min_free_pct):
+    """Low space, low inodes, and a largest checkpoint that would not fit again."""
+    rec, paths = entry["rec"], " ".join(entry["paths"])
+    where = "%s (%s)" % (rec["mount"], paths)
+    if rec["free_pct"] is not None and rec["free_pct"] < min_free_pct:
+        out.warning(
+            "low_space",
+            "%s: %s free of %s (%.1f%% < %g%%)"
+            % (
+                where,
+                gib(rec["free_bytes"]),
+                gib(rec["total_bytes"]),
+                rec["free_pct"],
+                min_free_pct,
+            ),
+            mount=rec["mount"],
+        )
+    ipct = rec["inodes_free_pct"]
+    if ipct is not None and ipct < min_free_pct:
+        out.warning(
+            "low_inodes",
+            "%s: %d of %d inodes free (%.1f%% < %g%%)"
+            % (where, rec["inodes_free"], rec["inodes_total"], ipct, min_free_pct),
+            mount=rec["mount"],
+        )
+    if entry["ckpts"]:
+        size, path, kind = max(entry["ckpts"])
+        out.emit("checkpoint", path=path, size_bytes=size, kind=kind, mount=rec["mount"])
+        if size > rec["free_bytes"]:
+            out.warning(
+                "checkpoint_wont_fit",
+                "%s: the largest checkpoint %s is %s but only %s is free: the next "
+                "save of that size will not fit" % (where, path, gib(size), gib(rec["free_bytes"])),
+                mount=rec["mount"],
+                path=path,
+                size_bytes=size,
+            )
+
+
 # --------------------------------------------------------------------------- procs
-
-
-def redact(argv):
-    """argv with the values of secret-looking options / assignments replaced by ``***``."""
-    out, hide_next = [], False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        key, eq, _ = arg.partition("=")
-        if eq and SECRET_RE.search(key):
-            out.append(key + "=***")
-        else:
-            out.append(arg)
-            hide_next = arg.startswith("-") and not eq and bool(SECRET_RE.search(arg))
-    return out
 
 
 def proc_info(pid, clk_tck, uptime):
@@ -932,7 +893,9 @@ def proc_info(pid, clk_tck, uptime):
         "uid": uid,
         "state": rest[0],
         "comm": comm,
-        "cmdline": WHITESPACE_RE.sub(" ", " ".join(redact(argv)))[:1000] if argv else "[%s]" % comm,
+        "cmdline": WHITESPACE_RE.sub(" ", " ".join(mask_argv(argv)))[:1000]
+        if argv
+        else "[%s]" % comm,
         "age_s": round(uptime - int(rest[19]) / float(clk_tck), 1),
         "rss_mib": rss,
         "python": bool(PYTHON_RE.match(exe0) or PYTHON_RE.match(comm)),
@@ -960,24 +923,43 @@ def cmd_procs(args, out):
     except (OSError, ValueError, IndexError) as exc:
         out.error("no_proc", "cannot read /proc: %s" % exc)
         return out.done()
-    clk_tck = os.sysconf("SC_CLK_TCK")
-    apps = []
-    smi = find_smi(args.nvidia_smi)
-    if smi is None:
-        out.note("no_nvidia_smi", "nvidia-smi is not on PATH: GPU memory per process unknown")
-    else:
-        try:
-            gpus = query_gpus(out, smi, args.smi_timeout)[0]
-            uuid_index = {g["uuid"]: g["index"] for g in gpus}
-        except SmiError as exc:
-            out.note(exc.code, "GPU memory per process unknown: %s" % exc.message)
-        else:
-            apps = query_apps(out, smi, args.smi_timeout, uuid_index)
+    apps = gpu_apps(out, args)
     held = {}
     for app in apps:
         held.setdefault(app["pid"], []).append(app)
-    mine = ancestry()
     procs = {}
+    for pid, info in proc_infos(pids, uptime, held):
+        if args.all or info["python"] or info["gpu_fds"] or held.get(pid):
+            procs[pid] = info
+            out.emit("proc", **info)
+    for app in apps:
+        out.emit("gpu_process", **app)
+    warn_invisible(out, apps)
+    warn_stopped_holders(out, procs)
+    warn_shared_gpus(out, apps)
+    return out.done()
+
+
+def gpu_apps(out, args):
+    """The compute apps nvidia-smi lists ([] without it: a note says so)."""
+    smi = find_smi(args.nvidia_smi)
+    if smi is None:
+        out.note("no_nvidia_smi", "nvidia-smi is not on PATH: GPU memory per process unknown")
+        return []
+    try:
+        gpus = query_gpus(out, smi, args.smi_timeout)[0]
+        uuid_index = {g["uuid"]: g["index"] for g in gpus}
+    except SmiError as exc:
+        out.note(exc.code, "GPU memory per process unknown: %s" % exc.message)
+        return []
+    return query_apps(out, smi, args.smi_timeout, uuid_index)
+
+
+def proc_infos(pids, uptime, held):
+    """(pid, info) of each readable process but this script and its ancestors, with the GPU
+    memory it holds (``held``: pid -> compute apps)."""
+    clk_tck = os.sysconf("SC_CLK_TCK")
+    mine = ancestry()
     for pid in pids:
         if pid in mine:
             continue
@@ -992,12 +974,10 @@ def cmd_procs(args, out):
         info["gpu_memory_mib"] = (
             sum(a["used_memory_mib"] or 0 for a in holding) if holding else None
         )
-        if args.all or info["python"] or info["gpu_fds"] or holding:
-            procs[pid] = info
-            out.emit("proc", **info)
-    for app in apps:
-        out.emit("gpu_process", **app)
-    warn_invisible(out, apps)
+        yield pid, info
+
+
+def warn_stopped_holders(out, procs):
     for pid, info in sorted(procs.items()):
         if info["gpu_memory_mib"] and info["state"] in ("T", "t", "Z"):
             what = "stopped" if info["state"] in ("T", "t") else "a zombie"
@@ -1014,6 +994,9 @@ def cmd_procs(args, out):
                 ),
                 pid=pid,
             )
+
+
+def warn_shared_gpus(out, apps):
     per_gpu = {}
     for app in apps:
         per_gpu.setdefault(app["gpu_index"], {})[app["pid"]] = app
@@ -1030,7 +1013,6 @@ def cmd_procs(args, out):
                 gpu=index,
                 pids=sorted(holders),
             )
-    return out.done()
 
 
 # --------------------------------------------------------------------------- main

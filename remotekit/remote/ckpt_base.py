@@ -1,0 +1,236 @@
+"""Checkpoint diagnostics, shared ground: constants, the errors, torch on demand, page release.
+
+Part of ``ckpt.py`` (shipped beside it, imported by its sibling modules; see ckpt.py's
+docstring for the commands and records). torch is imported only when a command needs it
+(discovery needs none): every module that uses torch registers with :func:`uses_torch` and
+gets the module once :func:`_import_torch` ran.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import re
+import sys
+import warnings
+
+torch = None  # set by _import_torch(): discovery needs no torch
+_TORCH_USERS = []  # the globals of every module that refers to torch
+
+
+def uses_torch(namespace):
+    """Give the module whose ``globals()`` is ``namespace`` a ``torch`` global: None until
+    :func:`_import_torch` ran, torch after (so that discovery runs without torch)."""
+    namespace["torch"] = torch
+    _TORCH_USERS.append(namespace)
+
+
+CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+INDEX_SUFFIX = ".index.json"
+# Files an HF Trainer writes beside the weights that are not model/optimizer state.
+AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
+OPTIM_KEY = re.compile(r"optim", re.IGNORECASE)
+# Step keys, most specific first: Lightning/HF/Accelerate, torchtitan, nanoGPT, Megatron,
+# fairseq, DeepSpeed's model states; "epoch" only when nothing finer is there.
+STEP_KEYS = (
+    "global_step",
+    "step",
+    "iter_num",
+    "iteration",
+    "num_updates",
+    "global_steps",
+    "train_step",
+    "iter",
+    "steps",
+)
+EPOCH_KEYS = ("epoch", "epochs")
+# Containers one level down that trainers keep their counters in (torchtitan, fairseq, ...).
+STATE_CONTAINERS = ("train_state", "trainer_state", "extra_state", "state", "progress", "meta")
+# A step in a checkpoint's own name or its directory's: checkpoint-2000, step_2000,
+# global_step2000, iter_2000, Lightning's epoch=3-step=1000.ckpt, torchtitan's step-1000.
+NAME_STEP = re.compile(
+    r"(?:^|[^a-z])(?:global_step|checkpoint|step|iter|iteration|ckpt)[-_=]?(\d+)(?=$|[^\d])", re.I
+)
+LFS_POINTER = b"version https://git-lfs"
+# Optimizer slots that can never be negative (second moments and accumulators).
+NONNEG_SLOTS = frozenset(
+    ["exp_avg_sq", "max_exp_avg_sq", "square_avg", "exp_avg_sq_row", "exp_avg_sq_col", "sum"]
+)
+WEIGHTS, OPTIMIZER = "weights", "optimizer"
+SECTIONS = (WEIGHTS, OPTIMIZER)
+# The per-section counts of a "checkpoint" record: nan_weights, posinf_weights, ...
+NONFINITE_KEYS = tuple("%s_%s" % (w, s) for s in SECTIONS for w in ("nan", "posinf", "neginf"))
+DEFAULT_CHUNK = 1 << 22  # elements per checked chunk: 16 MiB of float32
+SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
+ST_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
+    "C64": "complex64",
+    "C128": "complex128",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U64": "uint64",
+    "U32": "uint32",
+    "U16": "uint16",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+PROGRESS_EVERY_S = 0.5
+
+# ------------------------------------------------------------------------------------ output
+
+
+class Fatal(Exception):
+    """The command cannot go on at all (bad arguments, no torch): one "error" record, exit 2."""
+
+
+class LoadError(Exception):
+    """A checkpoint could not be read; ``reason`` says why and what to do."""
+
+    def __init__(self, reason, needs_globals=(), fmt=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.needs_globals = list(needs_globals)
+        self.fmt = fmt
+
+
+class Unscannable(Exception):
+    """This torch cannot check values of this dtype on CPU."""
+
+
+def _short(exc, limit=300):
+    """One readable line out of an exception (torch's messages are long and colored)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    m = re.search(r"WeightsUnpickler error:\s*(.+)", text, re.S)
+    if m:
+        text = m.group(1)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def _euid():
+    return os.geteuid() if hasattr(os, "geteuid") else -1
+
+
+# ------------------------------------------------------------------------------------ torch
+
+
+def _import_torch():
+    global torch
+    if torch is not None:
+        return torch
+    warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
+    # safetensors data is mapped read-only on purpose: nothing here writes to it
+    warnings.filterwarnings("ignore", message=".*given buffer is not writable.*")
+    warnings.filterwarnings("ignore", message=".*TypedStorage is deprecated.*")
+    try:
+        import torch as _torch
+    except Exception as e:  # ImportError, or a broken install raising anything
+        raise Fatal(
+            "cannot import torch with %s: %s; install torch >= 2.1 in the environment "
+            "that runs this script" % (sys.executable, _short(e))
+        ) from e
+    version = tuple(int(x) for x in re.findall(r"\d+", _torch.__version__)[:2])
+    if version < (2, 1):
+        raise Fatal(
+            "torch %s is too old: checkpoint diagnostics need torch >= 2.1 (mmap loading)"
+            % _torch.__version__
+        )
+    torch = _torch
+    for namespace in _TORCH_USERS:
+        namespace["torch"] = _torch
+    return torch
+
+
+def _is_scalar_dtype(dtype):
+    return not dtype.is_complex and "float8" not in str(dtype)  # .item() gives a number
+
+
+def _is_checkable(dtype):
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def _as_number(v):
+    """An int/float out of a step-like value (python number or 1-element tensor), else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v) if v.is_integer() else v
+    if torch is not None and isinstance(v, torch.Tensor) and v.numel() == 1:
+        x = v.item()
+        if isinstance(x, float) and x.is_integer():
+            return int(x)
+        return x if isinstance(x, (int, float)) else None
+    return None
+
+
+# ------------------------------------------------------------------------ memory release
+
+
+RELEASE_MIN = 64 << 20  # files smaller than this keep their checked pages (the OS drops them)
+
+
+class _Releaser:
+    """Hands checked pages of a torch mmap back to the kernel (Linux; a no-op elsewhere).
+
+    Only ranges that /proc/self/maps shows as mapped from ``path`` are released, so heap
+    memory (a legacy, non-mmap load) is never touched. The mapping is private and never
+    written, so released pages simply read back from the file if they are touched again.
+    """
+
+    MADV_DONTNEED = 4
+
+    def __init__(self, path):
+        self.ranges = []
+        self.madvise = None
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            real = os.path.realpath(path)
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    parts = line.rstrip("\n").split(None, 5)
+                    if len(parts) == 6 and parts[5] == real:
+                        lo, hi = parts[0].split("-")
+                        self.ranges.append((int(lo, 16), int(hi, 16)))
+            if self.ranges:
+                libc = ctypes.CDLL(None, use_errno=True)
+                fn = libc.madvise
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                fn.restype = ctypes.c_int
+                self.madvise = fn
+                self.page = mmap.PAGESIZE
+        except (OSError, AttributeError, ValueError):
+            self.madvise = None
+
+    def __call__(self, addr, nbytes):
+        if self.madvise is None or nbytes <= 0:
+            return
+        start = addr - addr % self.page
+        end = addr + nbytes
+        for lo, hi in self.ranges:
+            if lo <= start and end <= hi:
+                self.madvise(start, end - start, self.MADV_DONTNEED)
+                return
+
+
+def _advise_dontneed(mm, offset, length):
+    """Release pages of a Python mmap (safetensors) after they were checked."""
+    if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = offset - offset % mmap.PAGESIZE
+    try:
+        mm.madvise(mmap.MADV_DONTNEED, start, offset + length - start)
+    except (OSError, ValueError):
+        pass

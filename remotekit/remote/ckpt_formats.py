@@ -1,0 +1,837 @@
+"""Checkpoint diagnostics: reading one checkpoint file, as tensors in chunks.
+
+Part of ``ckpt.py``. A :class:`Source` is a checkpoint opened for checking: its entries
+(:class:`Entry`, one per tensor, read chunk by chunk) and its metadata (step, epoch, top-level
+scalars). Readers: torch.save zip files (memory-mapped) and legacy pickles, safetensors (parsed
+and validated here), Hugging Face ``*.index.json`` shard indexes, Git LFS pointers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import mmap
+import os
+import pickle
+import re
+import struct
+import zipfile
+
+from ckpt_base import (
+    EPOCH_KEYS,
+    INDEX_SUFFIX,
+    LFS_POINTER,
+    OPTIM_KEY,
+    OPTIMIZER,
+    RELEASE_MIN,
+    SAFETENSORS_MAX_HEADER,
+    ST_DTYPES,
+    STATE_CONTAINERS,
+    STEP_KEYS,
+    WEIGHTS,
+    Fatal,
+    LoadError,
+    _advise_dontneed,
+    _as_number,
+    _euid,
+    _is_scalar_dtype,
+    _Releaser,
+    _short,
+    uses_torch,
+)
+from protocol import is_secret_name, mask
+
+torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
+uses_torch(globals())
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class Entry(object):
+    """One named tensor of a checkpoint; ``chunks(n)`` yields (flat offset, 1-D tensor)."""
+
+    __slots__ = ("_chunks", "dtype", "key", "name", "nbytes", "numel", "section", "shape", "slot")
+
+    def __init__(self, name, section, slot, dtype, shape, numel, nbytes, key, chunks):
+        self.name = name
+        self.section = section
+        self.slot = slot
+        self.dtype = dtype
+        self.shape = shape
+        self.numel = numel
+        self.nbytes = nbytes
+        self.key = key
+        self._chunks = chunks
+
+    def chunks(self, n):
+        return self._chunks(n)
+
+
+class Source(object):
+    """An opened checkpoint: its entries (no tensor data read yet) and what it says about itself.
+
+    ``problems`` are partial failures (a truncated tail, a missing shard): the entries that
+    could be read are still there, and the checkpoint's verdict becomes "error".
+    """
+
+    def __init__(self, path, fmt, nbytes):
+        self.path = path
+        self.format = fmt
+        self.bytes = nbytes
+        self.entries = []
+        self.meta = {
+            "global_step": None,
+            "step_key": None,
+            "epoch": None,
+            "top_keys": [],
+            "scalars": {},
+        }
+        self.optimizers = []
+        self.notes = []
+        self.problems = []
+        self.needs_globals = []
+        self._close = []
+        self.obj = None
+
+    def close(self):
+        self.entries = []
+        self.obj = None
+        for fn in reversed(self._close):
+            try:
+                fn()
+            except (BufferError, OSError, ValueError):
+                pass  # a chunk tensor still refers to it: the mapping goes with the garbage
+        self._close = []
+
+
+def _section_for_name(name):
+    return OPTIMIZER if any(OPTIM_KEY.search(p) for p in name.split(".")) else WEIGHTS
+
+
+def _join(prefix, key):
+    return key if not prefix else prefix + "." + key
+
+
+def _chunk_len(shape, n):
+    """Elements per chunk: about ``n``, in whole rows, so equal shapes chunk alike (diff)."""
+    if len(shape) <= 1:
+        return n
+    row = 1
+    for s in shape[1:]:
+        row *= s
+    return max(1, n // row) * row if row else n
+
+
+def _tensor_chunks(t, n, release):
+    numel = t.numel()
+    if numel == 0:
+        return
+    if t.dim() == 0:
+        yield 0, t.reshape(1)
+        return
+    step = _chunk_len(t.shape, n)
+    if t.is_contiguous():
+        flat = t.view(-1)
+        for i in range(0, numel, step):
+            c = flat[i : i + step]
+            yield i, c
+            if release is not None:
+                release(c.data_ptr(), c.numel() * c.element_size())
+        return
+    # Non-contiguous (a saved view): copy bounded row blocks, never the whole tensor.
+    row = numel // t.shape[0]
+    per = step // row
+    for i in range(0, t.shape[0], per):
+        yield i * row, t[i : i + per].reshape(-1)
+
+
+# Names that mark a top-level scalar of a flat state dict as metadata rather than a weight.
+META_NAME = re.compile(
+    r"(?i)step|epoch|iter|loss|best|^lr$|val_|_val|acc|score|tokens|samples|seed"
+)
+
+
+def top_scalars(obj):
+    """The top-level entries of a loaded checkpoint that are metadata, not weights: 0-d tensors
+    (nanoGPT's ``best_val_loss``, torchtitan's ``step``) beside nested state, or whose name says
+    so in a flat state dict. {key: tensor}."""
+    if not isinstance(obj, dict):
+        return {}
+    nested = any(isinstance(v, (dict, list, tuple)) for v in obj.values())
+    return {
+        str(k): v
+        for k, v in obj.items()
+        if isinstance(v, torch.Tensor) and v.dim() == 0 and (nested or META_NAME.search(str(k)))
+    }
+
+
+def _walk(obj, src, release):
+    # Long on purpose: the nested ``rec`` closure is the walk; it shares seen/meta_keys/src.
+    """Collect every tensor in a loaded object as an Entry, with its section and slot.
+
+    Top-level scalars (:func:`top_scalars`) are left out: they are metadata."""
+    seen = set()
+    meta_keys = set(top_scalars(obj))
+    nn = getattr(torch, "nn", None)
+    optim = getattr(torch, "optim", None)
+
+    def rec(o, path, section, slot, depth):
+        if isinstance(o, torch.Tensor):
+            numel = o.numel()
+            key = None
+            if numel and o.device.type == "cpu":
+                key = (o.data_ptr(), tuple(o.shape), tuple(o.stride()), str(o.dtype))
+            data = o.detach()  # saved parameters may require grad: nothing here needs it
+            src.entries.append(
+                Entry(
+                    path or "<tensor>",
+                    section,
+                    slot,
+                    o.dtype,
+                    tuple(o.shape),
+                    numel,
+                    numel * o.element_size(),
+                    key,
+                    lambda n, t=data: _tensor_chunks(t, n, release),
+                )
+            )
+            return
+        if depth > 64 or id(o) in seen:
+            return
+        if nn is not None and isinstance(o, nn.Module):  # only with --unsafe-pickle
+            seen.add(id(o))
+            rec(o.state_dict(keep_vars=True), path, section, slot, depth + 1)
+            return
+        if optim is not None and isinstance(o, optim.Optimizer):
+            seen.add(id(o))
+            rec(o.state_dict(), path, OPTIMIZER, slot, depth + 1)
+            return
+        if isinstance(o, dict):
+            seen.add(id(o))
+            is_opt = "state" in o and "param_groups" in o
+            if is_opt:
+                src.optimizers.append((path, o))
+            for k, v in o.items():
+                ks = str(k)
+                if depth == 0 and ks in meta_keys:
+                    continue
+                sec = (
+                    OPTIMIZER
+                    if (section == OPTIMIZER or is_opt or OPTIM_KEY.search(ks))
+                    else section
+                )
+                rec(v, _join(path, ks), sec, ks, depth + 1)
+        elif isinstance(o, (list, tuple)):
+            seen.add(id(o))
+            for i, v in enumerate(o):
+                rec(v, _join(path, str(i)), section, slot, depth + 1)
+        elif hasattr(o, "__dict__") and not isinstance(o, type) and not callable(o):
+            seen.add(id(o))  # an allow-listed or unpickled object (e.g. argparse.Namespace)
+            rec(vars(o), path, section, slot, depth + 1)
+
+    rec(obj, "", WEIGHTS, None, 0)
+
+
+def _first_key(d, keys):
+    """(value, key) of the first of ``keys`` in dict ``d`` holding a number, else (None, None)."""
+    for k in keys:
+        if k in d and _as_number(d[k]) is not None:
+            return _as_number(d[k]), k
+    return None, None
+
+
+def find_step(obj):
+    """(step, key path, epoch) of a loaded checkpoint: the most specific step key at the top,
+    else one level down in a trainer's state container (or fairseq's last optimizer_history
+    entry); the epoch alike."""
+    if not isinstance(obj, dict):
+        return None, None, None
+    places = [("", obj)]
+    for c in STATE_CONTAINERS:
+        if isinstance(obj.get(c), dict):
+            places.append((c + ".", obj[c]))
+    hist = obj.get("optimizer_history")
+    if isinstance(hist, list) and hist and isinstance(hist[-1], dict):
+        places.append(("optimizer_history[-1].", hist[-1]))
+    step = key = epoch = None
+    for prefix, d in places:
+        v, k = _first_key(d, STEP_KEYS)
+        if v is not None and key is None:
+            step, key = v, prefix + k
+        e, _ = _first_key(d, EPOCH_KEYS)
+        if e is not None and epoch is None:
+            epoch = e
+    return step, key, epoch
+
+
+def _fill_meta(src, obj):
+    if isinstance(obj, dict):
+        keys = [str(k) for k in obj]
+        src.meta["top_keys"] = keys[:50]
+        step, key, epoch = find_step(obj)
+        if step is not None:
+            src.meta["global_step"], src.meta["step_key"] = step, key
+        src.meta["epoch"] = epoch
+        scalars = {}
+        meta = top_scalars(obj)
+        if meta:
+            src.notes.append(
+                "top-level scalar%s %s: metadata, not weights"
+                % ("s" if len(meta) > 1 else "", ", ".join(sorted(meta)[:8]))
+            )
+        for k, v in obj.items():
+            if str(k) in meta:
+                x = meta[str(k)].item() if _is_scalar_dtype(meta[str(k)].dtype) else None
+                scalars[str(k)] = x
+            elif isinstance(v, (bool, int, float)) or v is None:
+                scalars[str(k)] = v
+            elif isinstance(v, str):
+                v = "***" if is_secret_name(k) else mask(v)  # strings travel back with inspect
+                scalars[str(k)] = v if len(v) <= 200 else v[:197] + "..."
+            if len(scalars) >= 30:
+                break
+        src.meta["scalars"] = scalars
+        if not src.entries:
+            raise LoadError(
+                "holds no tensors (top-level keys: %s); expected a state dict or a dict with "
+                "model_state_dict / optimizer_state_dict" % (", ".join(keys[:12]) or "none")
+            )
+    elif not src.entries:
+        raise LoadError(
+            "holds a %s with no tensors; expected a state dict or a dict with "
+            "model_state_dict / optimizer_state_dict" % type(obj).__name__
+        )
+
+
+def _sidecar_step(src, p=None):
+    """HF Trainer writes trainer_state.json beside the weights: use its step and epoch."""
+    if src.meta["global_step"] is not None:
+        return
+    p = p or os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
+    try:
+        with open(p) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return
+    if isinstance(state, dict):
+        if _as_number(state.get("global_step")) is not None:
+            src.meta["global_step"] = _as_number(state.get("global_step"))
+            src.meta["step_key"] = "trainer_state.json:global_step"
+        if src.meta["epoch"] is None and _as_number(state.get("epoch")) is not None:
+            src.meta["epoch"] = _as_number(state.get("epoch"))
+
+
+def _unsafe_globals(path, is_zip, exc):
+    names = []
+    gu = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if is_zip and gu is not None:
+        try:
+            names = list(gu(path))
+        except Exception:  # the listing is a courtesy: fall back to the message
+            names = []
+    if not names:
+        names = re.findall(r"GLOBAL ([\w.]+) was not an allowed global", str(exc))
+    return names
+
+
+def _open_torch(path, size, is_zip, opts):
+    try:
+        return _open_torch_unchecked(path, size, is_zip, opts)
+    except LoadError as e:
+        e.fmt = e.fmt or ("torch" if is_zip else "torch-legacy")
+        raise
+
+
+def _open_torch_unchecked(path, size, is_zip, opts):
+    src = Source(path, "torch" if is_zip else "torch-legacy", size)
+    if is_zip:
+        _check_torch_zip(path, size)
+    else:
+        src.notes.append("legacy (non-zip) torch.save format: loaded into memory, not mmap")
+    if opts.unsafe_pickle:
+        src.notes.append("loaded with --unsafe-pickle (weights_only=False)")
+    try:
+        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=not opts.unsafe_pickle)
+    except pickle.UnpicklingError as e:
+        needs = [] if opts.unsafe_pickle else _unsafe_globals(path, is_zip, e)
+        if needs and _inert_globals(needs):
+            src.notes.append(
+                "DeepSpeed objects read as inert placeholders (deepspeed is not imported): %s"
+                % ", ".join(n.rsplit(".", 1)[-1] for n in needs)
+            )
+            return _load_again(path, src, is_zip)
+        if needs:
+            raise LoadError(
+                "weights-only load refused %s: %s. If you trust this file, allow %s with %s "
+                "(imports the module only), or load it as plain pickle with --unsafe-pickle "
+                "(runs any code the file holds)"
+                % (
+                    "a global" if len(needs) == 1 else "%d globals" % len(needs),
+                    ", ".join(needs),
+                    "it" if len(needs) == 1 else "them",
+                    " ".join("--allow-global " + n for n in needs),
+                ),
+                needs_globals=needs,
+            ) from e
+        raise LoadError(
+            "the pickle inside is damaged or not a torch checkpoint (%s)" % _short(e)
+        ) from e
+    except MemoryError:
+        raise LoadError(
+            "out of memory while loading (legacy files cannot be memory-mapped)"
+        ) from None
+    except Exception as e:  # torch raises RuntimeError/EOFError/KeyError... for damage
+        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+    return _adopt_loaded(path, src, obj, is_zip)
+
+
+def _check_torch_zip(path, size):
+    """LoadError unless ``path`` is an intact, uncompressed torch.save zip archive."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            names = [i.filename for i in infos]
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise LoadError(
+            "truncated or damaged zip archive: %s; the file is %d bytes: the save was "
+            "interrupted or the copy is incomplete"
+            % (
+                "its central directory (at the end) is missing"
+                if "not a zip file" in str(e)
+                else _short(e),
+                size,
+            )
+        ) from e
+    if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        raise LoadError("a zip archive, but not a torch.save checkpoint (no data.pkl inside)")
+    packed = [i for i in infos if i.compress_type != zipfile.ZIP_STORED]
+    if packed:
+        raise LoadError(
+            "zip entry %s is compressed (method %d%s); torch.save stores every entry "
+            "uncompressed, so this archive was repacked (e.g. by `zip`) and its tensor data "
+            "cannot be read in place; re-save it with torch.save, or unpack and re-zip it "
+            "with `zip -0`"
+            % (
+                packed[0].filename,
+                packed[0].compress_type,
+                ", %d entries in all" % len(packed) if len(packed) > 1 else "",
+            )
+        )
+
+
+def _adopt_loaded(path, src, obj, is_zip):
+    src.obj = obj
+    # Releasing pages pays off for large files only; finding the mapping reads /proc/self/maps
+    # (~0.6 ms with torch loaded), which would dominate a scan of many small files.
+    release = _Releaser(path) if is_zip and src.bytes >= RELEASE_MIN else None
+    _walk(obj, src, release)
+    _fill_meta(src, obj)
+    return src
+
+
+def _load_again(path, src, is_zip):
+    try:
+        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=True)
+    except Exception as e:
+        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+    return _adopt_loaded(path, src, obj, is_zip)
+
+
+class _Inert(object):
+    """Stands in for an object of a training library (DeepSpeed's LossScaler, ZeroStageEnum,
+    fragment_address) in its checkpoints: it keeps what was pickled and runs nothing."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+
+    def __setstate__(self, state):
+        self.state = state
+
+
+INERT_PREFIXES = ("deepspeed.",)
+_INERT = {}
+
+
+def _inert_globals(names):
+    """Allow-list inert stand-ins for ``names`` when all belong to a known training library
+    whose checkpoint layout is read here (DeepSpeed); False when some do not, or when this
+    torch (< 2.5) cannot map a name to a stand-in."""
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is None or not all(n.startswith(INERT_PREFIXES) for n in names):
+        return False
+    new = [n for n in names if n not in _INERT]
+    for n in new:
+        _INERT[n] = type(n.rsplit(".", 1)[-1], (_Inert,), {})
+    try:
+        add([(_INERT[n], n) for n in new])
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def _st_dtype(code):
+    name = ST_DTYPES.get(code)
+    return getattr(torch, name, None) if name else None
+
+
+def _st_chunks(mm, start, dtype, itemsize, numel, shape, n):
+    n = _chunk_len(shape, n)
+    for i in range(0, numel, n):
+        cnt = min(n, numel - i)
+        off = start + i * itemsize
+        t = torch.frombuffer(mm, dtype=torch.uint8, count=cnt * itemsize, offset=off)
+        if dtype != torch.uint8:
+            t = t.view(dtype)
+        yield i, t
+        del t
+        _advise_dontneed(mm, off, cnt * itemsize)
+
+
+def _read_safetensors_header(path, size):
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise LoadError("truncated: %d bytes, shorter than a safetensors header" % size)
+        (n,) = struct.unpack("<Q", head)
+        if n > SAFETENSORS_MAX_HEADER:
+            raise LoadError("not a safetensors file: header length %d is implausible" % n)
+        if 8 + n > size:
+            raise LoadError(
+                "truncated: the safetensors header needs %d bytes but the file has %d"
+                % (8 + n, size)
+            )
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise LoadError("damaged safetensors header (not JSON: %s)" % _short(e)) from e
+    if not isinstance(header, dict):
+        raise LoadError("damaged safetensors header (not a JSON object)")
+    return header, 8 + n
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _st_invalid(info):
+    """Why a safetensors header entry is no valid tensor description (None if it is)."""
+    if not isinstance(info, dict) or "data_offsets" not in info:
+        return "not a tensor description"
+    offs, shape = info.get("data_offsets"), info.get("shape", [])
+    if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+        return "data_offsets %r are not two integers" % (offs,)
+    if offs[0] < 0 or offs[1] < offs[0]:
+        return "data_offsets %r are negative or end before they begin" % (offs,)
+    if not (isinstance(shape, list) and all(_is_int(d) for d in shape)):
+        return "shape %r is not a list of integers" % (shape,)
+    if any(d < 0 for d in shape):
+        return "shape %r has a negative dimension" % (shape,)
+    return None
+
+
+def _st_check_layout(src, items):
+    """Tensors must tile the data region: no two share bytes, no hole between them."""
+    prev_end, prev = 0, None
+    for begin, end, name, _ in items:
+        if begin < prev_end:
+            src.problems.append(
+                "%s [%d, %d) overlaps %s (ends at %d): the header is damaged"
+                % (name, begin, end, prev, prev_end)
+            )
+            return
+        if begin > prev_end:
+            src.problems.append(
+                "%d bytes before %s are not part of any tensor (a hole at %d): the header is "
+                "damaged" % (begin - prev_end, name, prev_end)
+            )
+            return
+        prev_end, prev = end, name
+
+
+def _open_safetensors(path, size, header_only=False):
+    # Long on purpose: one pass over the validated header, each entry either an Entry or a
+    # problem; the checks read in the order the format defines them.
+    src = Source(path, "safetensors", size)
+    header, data_start = _read_safetensors_header(path, size)
+    _st_metadata(src, header.pop("__metadata__", None))
+    mm = None
+    if not header_only and size > data_start:
+        f = open(path, "rb")
+        try:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        finally:
+            f.close()
+        src._close.append(mm.close)
+    items = []
+    for name, info in header.items():
+        why = _st_invalid(info)
+        if why:
+            src.problems.append("header entry %r: %s" % (name, why))
+            continue
+        items.append((info["data_offsets"][0], info["data_offsets"][1], name, info))
+    items.sort(key=lambda x: (x[0], x[1]))
+    _st_check_layout(src, items)
+    missing = []
+    need = data_start
+    itemsizes = {}
+    for begin, end, name, info in items:
+        dtype = _st_dtype(info.get("dtype"))
+        shape = tuple(info.get("shape", ()))
+        need = max(need, data_start + end)
+        if dtype is None:
+            src.notes.append(
+                "%s: dtype %s unknown to this torch: not checked" % (name, info.get("dtype"))
+            )
+            continue
+        numel = 1
+        for s in shape:
+            numel *= s
+        if dtype not in itemsizes:
+            itemsizes[dtype] = torch.empty((), dtype=dtype).element_size()
+        itemsize = itemsizes[dtype]
+        if end - begin != numel * itemsize:
+            src.problems.append(
+                "%s: header gives %d bytes, but %s %s needs %d"
+                % (name, end - begin, info.get("dtype"), list(shape), numel * itemsize)
+            )
+            continue
+        if data_start + end > size:
+            missing.append(name)
+            continue
+        chunks = None
+        if mm is not None:
+
+            def chunks(n, s=data_start + begin, d=dtype, i=itemsize, c=numel, sh=shape):
+                return _st_chunks(mm, s, d, i, c, sh, n)
+
+        src.entries.append(
+            Entry(
+                name,
+                _section_for_name(name),
+                name.rsplit(".", 1)[-1],
+                dtype,
+                shape,
+                numel,
+                numel * itemsize,
+                None,
+                chunks,
+            )
+        )
+    if missing:
+        src.problems.append(
+            "truncated: %d of %d tensors lie past the end of the file (it has %d bytes, the "
+            "header needs %d); first missing: %s"
+            % (len(missing), len(items), size, need, missing[0])
+        )
+    if not items:
+        src.problems.append("the safetensors header lists no tensors")
+    return src
+
+
+def _st_metadata(src, meta):
+    """The header's ``__metadata__`` (strings only, by the format): kept, and a step key read."""
+    if not isinstance(meta, dict):
+        return
+    src.meta["metadata"] = meta
+    for k in STEP_KEYS:
+        if k in meta:
+            try:
+                src.meta["global_step"] = int(meta[k])
+                break
+            except (TypeError, ValueError):
+                pass
+
+
+def _sniff(path):
+    """(size, first 16 bytes); LoadError for what cannot be opened."""
+    if os.path.isdir(path):
+        raise LoadError("is a directory, not a checkpoint file")
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except PermissionError:
+        raise LoadError(
+            "permission denied: uid %d cannot read it; fix the file's permissions or scan "
+            "as its owner" % _euid()
+        ) from None
+    except FileNotFoundError:
+        raise LoadError("no such file (removed while scanning, or a dangling symlink)") from None
+    except OSError as e:
+        raise LoadError("cannot read: %s" % (e.strerror or e)) from e
+    return size, head
+
+
+def _looks_like_safetensors(head, size):
+    if len(head) < 9:
+        return False
+    (n,) = struct.unpack("<Q", head[:8])
+    return head[8:9] == b"{" and 0 < n <= SAFETENSORS_MAX_HEADER
+
+
+def _lfs_pointer(path, size):
+    """LoadError for a Git LFS pointer file (a clone without ``git lfs pull``)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1024).decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    if not text.startswith(LFS_POINTER.decode()):
+        return LoadError("not a checkpoint: a %d-byte text file" % size, fmt="text")
+    m = re.search(r"^size (\d+)", text, re.M)
+    real = " (the real file has %s bytes)" % m.group(1) if m else ""
+    return LoadError(
+        "a Git LFS pointer file (%d bytes), not the checkpoint%s: the repository was cloned "
+        "without its LFS content; run `git lfs pull` in the repository (or `git lfs pull "
+        "--include=%s`)" % (size, real, os.path.basename(path)),
+        fmt="git-lfs-pointer",
+    )
+
+
+def _open_file(path, opts, header_only=False, sidecar=True):
+    size, head = _sniff(path)
+    if size == 0:
+        raise LoadError(
+            "empty file (0 bytes): the save was interrupted before any data was written"
+        )
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        src = _open_torch(path, size, True, opts)
+    elif _looks_like_safetensors(head, size):  # before pickle: a header length may start 0x80
+        try:
+            src = _open_safetensors(path, size, header_only=header_only)
+        except LoadError as e:
+            e.fmt = "safetensors"
+            raise
+    elif head.startswith(b"\x80"):
+        src = _open_torch(path, size, False, opts)
+    elif head.startswith(LFS_POINTER[:14]) and size < 1024:
+        raise _lfs_pointer(path, size)
+    else:
+        raise LoadError(
+            "not a checkpoint: neither a torch.save zip, a legacy torch pickle nor safetensors "
+            "(%d bytes, starting %r)" % (size, head[:8])
+        )
+    if sidecar:
+        _sidecar_step(src)
+    return src
+
+
+def _open_index(path, opts, header_only=False):
+    try:
+        with open(path) as f:
+            index = json.load(f)
+    except PermissionError:
+        raise LoadError("permission denied: uid %d cannot read the index" % _euid()) from None
+    except (OSError, ValueError) as e:
+        raise LoadError("cannot read the shard index: %s" % _short(e)) from e
+    wmap = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wmap, dict):
+        raise LoadError('not a Hugging Face shard index: no "weight_map" object')
+    base = os.path.dirname(path)
+    shards = sorted(set(str(v) for v in wmap.values()))
+    src = Source(path, "hf-sharded", 0)
+    src.notes.append("%d shards" % len(shards))
+    for shard in shards:
+        p = os.path.join(base, shard)
+        expected = [k for k, v in wmap.items() if v == shard]
+        if not os.path.exists(p):
+            src.problems.append("shard %s is missing (%d tensors)" % (shard, len(expected)))
+            continue
+        try:
+            part = _open_file(p, opts, header_only=header_only)
+        except LoadError as e:
+            src.problems.append("shard %s: %s" % (shard, e.reason))
+            src.needs_globals.extend(e.needs_globals)
+            continue
+        names = set(e.name for e in part.entries)
+        absent = [k for k in expected if k not in names]
+        if absent and not part.problems:
+            src.problems.append(
+                "shard %s lacks %d tensors the index puts there (first: %s)"
+                % (shard, len(absent), absent[0])
+            )
+        _adopt(src, part, "shard " + shard)
+    _sidecar_step(src)
+    if isinstance(index.get("metadata"), dict):
+        src.meta["metadata"] = index["metadata"]
+    return src
+
+
+def _adopt(src, part, label, prefix="", section=None):
+    """Make ``part`` (an opened file) a part of the composite checkpoint ``src``."""
+    src.bytes += part.bytes
+    src._close.append(part.close)
+    src.problems.extend("%s: %s" % (label, p) for p in part.problems)
+    src.needs_globals.extend(part.needs_globals)
+    src.notes.extend("%s: %s" % (label, n) for n in part.notes)
+    for e in part.entries:
+        e.name = prefix + e.name
+        if section is not None:
+            e.section = section
+        src.entries.append(e)
+    src.optimizers.extend((prefix + p, o) for p, o in part.optimizers)
+    for k in ("global_step", "step_key", "epoch"):
+        if src.meta[k] is None:
+            src.meta[k] = part.meta[k]
+    for k, v in part.meta["scalars"].items():
+        if len(src.meta["scalars"]) < 30:
+            src.meta["scalars"].setdefault(prefix + k, v)
+
+
+def _open_part(src, path, label, opts, header_only, prefix="", section=None):
+    """Open one file of a checkpoint directory into ``src``; a failure is a problem of src."""
+    if not os.path.exists(path):
+        src.problems.append("%s is missing" % label)
+        return
+    try:
+        part = _open_index(path, opts, header_only) if path.endswith(INDEX_SUFFIX) else None
+        part = part or _open_file(path, opts, header_only=header_only, sidecar=False)
+    except LoadError as e:
+        src.problems.append("%s: %s" % (label, e.reason))
+        src.needs_globals.extend(e.needs_globals)
+        return
+    _adopt(src, part, label, prefix, section)
+
+
+def _import_global(name):
+    parts = name.split(".")
+    err = None
+    for i in range(len(parts) - 1, 0, -1):
+        modname = ".".join(parts[:i])
+        try:
+            obj = importlib.import_module(modname)
+        except ImportError as e:
+            err = e
+            continue
+        except Exception as e:
+            raise Fatal(
+                "--allow-global %s: importing %s failed: %s" % (name, modname, _short(e))
+            ) from e
+        try:
+            for a in parts[i:]:
+                obj = getattr(obj, a)
+        except AttributeError:
+            raise Fatal(
+                "--allow-global %s: module %s has no %s" % (name, modname, ".".join(parts[i:]))
+            ) from None
+        return obj
+    raise Fatal(
+        "--allow-global %s: cannot import it%s; give the full dotted name, e.g. argparse.Namespace"
+        % (name, " (%s)" % _short(err) if err else "")
+    )
+
+
+def _allow_globals(names):
+    if not names:
+        return
+    objs = [_import_global(n) for n in names]
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is None:
+        raise Fatal(
+            "--allow-global needs torch >= 2.4 (this is %s); use --unsafe-pickle if you trust "
+            "the files" % torch.__version__
+        )
+    add(objs)
