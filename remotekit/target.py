@@ -36,11 +36,11 @@ from remotekit.errors import (
     StepFailed,
     StepTimeout,
 )
-from remotekit.inventory import LOCAL, HostSpec
 from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result, Script
+from remotekit.spec import LOCAL, HostSpec
+from remotekit.transports import for_spec
 from remotekit.transports.base import ExecutableMissing, Process, Transport
-from remotekit.transports.local import LocalTransport
 
 __all__ = [
     "DEFAULT_CAPTURE_LIMIT",
@@ -251,16 +251,7 @@ class Target:
     ):
         self.spec = spec
         self.name = spec.name
-        if transport is None:
-            if spec.ssh is not None:
-                from remotekit.transports.ssh import SSHTransport
-
-                transport = SSHTransport(
-                    spec.ssh, host=spec.name, connect_timeout=spec.timeouts.connect
-                )
-            else:
-                transport = LocalTransport()
-        self.transport = transport
+        self.transport = transport if transport is not None else for_spec(spec)
         self.capture_limit = capture_limit
         #: Called with (step, step_chain) as each step starts (``--verbose`` prints it).
         self.trace: Callable[[str, str], None] | None = None
