@@ -111,6 +111,23 @@ def test_no_import_cycle_in_remotekit() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
 
+ENGINE = [
+    m
+    for m in MODULES
+    if m != "remotekit"
+    and not m.startswith(("remotekit.diagnostics", "remotekit.remote"))
+    and m != "remotekit.render"
+]
+
+
+@pytest.mark.parametrize("name", ENGINE)
+def test_the_engine_imports_no_diagnostics(name: str) -> None:
+    """The diagnostics and the renderer sit on top of the engine, never under it (the
+    package's ``__init__`` names them lazily, for users)."""
+    above = {m for m in imported_modules(name, MODULES[name]) if m not in ENGINE}
+    assert above <= {"remotekit.remote"}, f"{name} imports {sorted(above)}"
+
+
 def loaded_after(code: str) -> list[str]:
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run(
