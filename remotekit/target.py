@@ -63,10 +63,10 @@ DEFAULT_CAPTURE_LIMIT = 16 << 20
 DEFAULT_GET_MAX_BYTES = 1 << 40
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
-def _redacts_errors(method: _F) -> _F:
+def _redacts_errors(method: _Method) -> _Method:
     """A Target method whose RemotekitErrors leave with the target's secrets masked."""
 
     @functools.wraps(method)
@@ -77,7 +77,7 @@ def _redacts_errors(method: _F) -> _F:
             self._redacted(exc)
             raise
 
-    return cast(_F, wrapper)
+    return cast(_Method, wrapper)
 
 
 def _step_name(argv: Sequence[str]) -> str:

@@ -128,6 +128,23 @@ def test_the_engine_imports_no_diagnostics(name: str) -> None:
     assert above <= {"remotekit.remote"}, f"{name} imports {sorted(above)}"
 
 
+#: "Functions read top to bottom in one screen" (STYLE.md): a longer one wants named phases.
+MAX_FUNCTION_LINES = 60
+
+
+@pytest.mark.parametrize("name", ENGINE)
+def test_engine_functions_fit_on_a_screen(name: str) -> None:
+    tree = ast.parse(MODULES[name].read_text())
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert long == [], f"{name}: over {MAX_FUNCTION_LINES} lines: {long}"
+
+
 def loaded_after(code: str) -> list[str]:
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run(
