@@ -39,6 +39,8 @@ from remotekit.step import (
     OutputStream,
     StepRun,
     file_chunks,
+    missing,
+    not_started,
     open_hops,
     slices,
 )
@@ -432,6 +434,14 @@ class Target:
         if not self._opened:
             open_hops(self, step)
         return self.launch
+
+    def _missing(self, path: str, step: str) -> RemotekitError:
+        """The error for an executable not found there (see :func:`remotekit.step.missing`)."""
+        return missing(self, path, step)
+
+    def _not_started(self, code: int | None, res: Result, step: str) -> RemotekitError:
+        """Why the runner never said ready (see :func:`remotekit.step.not_started`)."""
+        return not_started(self, code, res, step)
 
     @contextlib.contextmanager
     def _tracked(self, proc: Process) -> Iterator[Process]:
