@@ -34,6 +34,9 @@ from remotekit.layers import Launch, compose
 from remotekit.ping import Check, PingReport, ping
 from remotekit.result import Result, Script
 from remotekit.spec import LOCAL, HostSpec
+from remotekit.step import MAX_LINE as MAX_LINE  # these limits were defined here before step.py
+from remotekit.step import MAX_TIMEOUT_S as MAX_TIMEOUT_S
+from remotekit.step import REMOTE_BACKSTOP_S as REMOTE_BACKSTOP_S
 from remotekit.step import (
     OutputCallback,
     OutputStream,
