@@ -1,4 +1,7 @@
-"""remotekit: run code and diagnostics on containerized GPU hosts.
+"""remotekit: run code and diagnostics on containerized GPU hosts. The public API.
+
+``import remotekit`` loads the engine (inventory, targets, transports, layers, fleet);
+the diagnostics load on first use (``remotekit.diagnose``, ``remotekit.diagnostics``).
 
 import remotekit
 inv = remotekit.load_inventory("hosts.yaml")
@@ -9,7 +12,9 @@ with inv.target("kpro6") as t:                   # ssh -> pct exec 200 -> /root/
 
 from __future__ import annotations
 
-from remotekit.diagnostics.diagnose import diagnose
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from remotekit.errors import (
     AuthError,
     ConnectError,
@@ -33,6 +38,9 @@ from remotekit.forward import Forward
 from remotekit.inventory import HostSpec, Inventory, load_inventory, parse_inventory
 from remotekit.result import Detached, Result, Script
 from remotekit.target import Check, PingReport, Target, local_target
+
+if TYPE_CHECKING:
+    from remotekit.diagnostics.diagnose import diagnose
 
 __version__ = "0.1.0"
 
@@ -71,3 +79,21 @@ __all__ = [
     "local_target",
     "parse_inventory",
 ]
+
+
+#: Imported on first use, so ``import remotekit`` loads the engine only (no diagnostics,
+#: no renderer, no torch, no paramiko).
+_LAZY_MODULES = frozenset({"diagnostics", "render"})
+
+
+def __getattr__(name: str) -> Any:
+    if name == "diagnose":
+        from remotekit.diagnostics.diagnose import diagnose
+
+        return diagnose
+    if name == "diagnostics":
+        # As before it was lazy: ``remotekit.diagnostics.system`` works without its own import.
+        importlib.import_module("remotekit.diagnostics.diagnose")
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"remotekit.{name}")
+    raise AttributeError(f"module 'remotekit' has no attribute {name!r}")

@@ -21,8 +21,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from remotekit.inventory import HostSpec
 from remotekit.result import Result
+from remotekit.spec import HostSpec
 from remotekit.target import Target
 
 __all__ = ["DEFAULT_PARALLEL", "Fleet", "FleetInterrupted", "HostOutcome", "fleet"]
@@ -102,62 +102,16 @@ class Fleet:
         ``on_done`` is called in the calling thread as each host finishes. A RemotekitError
         (or any other exception) from ``fn`` becomes that host's ``error``.
         """
-        outcomes: dict[int, HostOutcome] = {}
         for t in self.targets:
             t.resume()  # a target cancelled by an earlier interrupted map runs again
-
-        def one(t: Target) -> HostOutcome:
-            t0 = time.monotonic()
-            try:
-                value = fn(t)
-            except Exception as exc:  # a host's failure is data, not our failure
-                return HostOutcome(
-                    t.name, error=exc, duration_s=time.monotonic() - t0, chain=t.chain
-                )
-            return HostOutcome(t.name, value=value, duration_s=time.monotonic() - t0, chain=t.chain)
-
         pool = ThreadPoolExecutor(
             max_workers=min(self.parallel, max(1, len(self.targets))),
             thread_name_prefix="remotekit-fleet",
         )
-        futures: dict[Future[HostOutcome], int] = {
-            pool.submit(one, t): i for i, t in enumerate(self.targets)
-        }
-        pending = set(futures)
-
-        def collect(done: Iterable[Future[HostOutcome]]) -> None:
-            for fut in sorted(done, key=futures.__getitem__):
-                if fut.cancelled():
-                    continue  # queued when the fleet was stopped: it never started
-                outcomes[futures[fut]] = fut.result()
-                if on_done is not None:
-                    on_done(outcomes[futures[fut]])
-
-        def stop() -> None:
-            # Queued hosts never start (their ``fn`` would still connect, probe ...); every
-            # running step is stopped there, and each running ``fn`` ends with its error.
-            for fut in futures:
-                fut.cancel()  # a no-op for the running and the finished ones
-            for t in self.targets:
-                t.cancel()
-
         try:
-            while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                collect(done)
-        except KeyboardInterrupt:
-            stop()
-            # Not ``pending``: the interrupt may have come between ``wait`` and ``collect``.
-            rest = [f for f, i in futures.items() if i not in outcomes]
-            wait(rest)
-            collect(rest)
-            raise FleetInterrupted([outcomes[i] for i in sorted(outcomes)]) from None
-        except BaseException:
-            stop()  # our own failure (e.g. in ``on_done``): leave nothing running there
-            raise
+            return _MapRun(self.targets, fn, pool, on_done).wait()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-        return [outcomes[i] for i in range(len(self.targets))]
 
     def run(self, argv: Sequence[str], **kwargs: Any) -> list[HostOutcome]:
         """:meth:`Target.run` on every host."""
@@ -173,3 +127,69 @@ class Fleet:
 def fleet(targets: Iterable[Target | HostSpec], parallel: int | None = None) -> Fleet:
     """A :class:`Fleet` of ``targets`` (Targets, or HostSpecs from ``Inventory.select``)."""
     return Fleet([t if isinstance(t, Target) else Target(t) for t in targets], parallel)
+
+
+def _outcome_of(fn: Callable[[Target], Any], target: Target) -> HostOutcome:
+    """``fn(target)`` as a HostOutcome: a host's failure is data, not the fleet's failure."""
+    t0 = time.monotonic()
+    try:
+        value = fn(target)
+    except Exception as exc:
+        return HostOutcome(
+            target.name, error=exc, duration_s=time.monotonic() - t0, chain=target.chain
+        )
+    return HostOutcome(
+        target.name, value=value, duration_s=time.monotonic() - t0, chain=target.chain
+    )
+
+
+class _MapRun:
+    """One :meth:`Fleet.map`: every target submitted to ``pool``, outcomes in target order."""
+
+    def __init__(
+        self,
+        targets: list[Target],
+        fn: Callable[[Target], Any],
+        pool: ThreadPoolExecutor,
+        on_done: Callable[[HostOutcome], None] | None,
+    ):
+        self.targets = targets
+        self.on_done = on_done
+        self.outcomes: dict[int, HostOutcome] = {}
+        self.futures: dict[Future[HostOutcome], int] = {
+            pool.submit(_outcome_of, fn, t): i for i, t in enumerate(targets)
+        }
+
+    def wait(self) -> list[HostOutcome]:
+        pending = set(self.futures)
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                self.collect(done)
+        except KeyboardInterrupt:
+            self.stop()
+            # Not ``pending``: the interrupt may have come between ``wait`` and ``collect``.
+            rest = [f for f, i in self.futures.items() if i not in self.outcomes]
+            wait(rest)
+            self.collect(rest)
+            raise FleetInterrupted([self.outcomes[i] for i in sorted(self.outcomes)]) from None
+        except BaseException:
+            self.stop()  # our own failure (e.g. in ``on_done``): leave nothing running there
+            raise
+        return [self.outcomes[i] for i in range(len(self.targets))]
+
+    def collect(self, done: Iterable[Future[HostOutcome]]) -> None:
+        for fut in sorted(done, key=self.futures.__getitem__):
+            if fut.cancelled():
+                continue  # queued when the fleet was stopped: it never started
+            self.outcomes[self.futures[fut]] = fut.result()
+            if self.on_done is not None:
+                self.on_done(self.outcomes[self.futures[fut]])
+
+    def stop(self) -> None:
+        # Queued hosts never start (their ``fn`` would still connect, probe ...); every
+        # running step is stopped there, and each running ``fn`` ends with its error.
+        for fut in self.futures:
+            fut.cancel()  # a no-op for the running and the finished ones
+        for t in self.targets:
+            t.cancel()

@@ -1,4 +1,4 @@
-"""hosts.yaml -> typed host specs. Every error names the file, the line and the key.
+"""hosts.yaml -> typed host specs (:mod:`remotekit.spec`). Every error names the file, line and key.
 
 Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge key by key)::
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,7 +38,9 @@ from typing import Any, Callable, NoReturn
 import yaml
 
 from remotekit.errors import InventoryError, UnknownHost
-from remotekit.layers import HOPS, Env, Fields, Hop, Interpreter, Layer, Sudo, Venv, Workdir
+from remotekit.layers import HOPS, Fields, Hop, Sudo
+from remotekit.spec import HOST_KEY_POLICIES, LOCAL, HostSpec, SSHSpec, Timeouts
+from remotekit.target import Target
 
 __all__ = [
     "HostSpec",
@@ -50,81 +51,6 @@ __all__ = [
     "load_inventory",
     "parse_inventory",
 ]
-
-HOST_KEY_POLICIES = ("strict", "accept-new")
-
-
-@dataclass(frozen=True)
-class SSHSpec:
-    host: str
-    user: str | None = None
-    port: int | None = None
-    identity: str | None = None
-    known_hosts: str | None = None
-    host_key: str = "strict"
-    jump: SSHSpec | None = None
-
-    @property
-    def display(self) -> str:
-        user = f"{self.user}@" if self.user else ""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        port = f":{self.port}" if self.port else ""
-        return f"{user}{host}{port}"
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    connect: float = 10.0
-    step: float | None = 600.0
-    kill_grace: float = 1.0
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """One target as declared. ``layers`` turns it into the launch transforms, innermost first."""
-
-    name: str
-    ssh: SSHSpec | None = None
-    sudo: bool = False
-    hop: Hop | None = None
-    venv: str | None = None
-    python: str | None = None
-    workdir: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    secret_env: frozenset[str] = frozenset()
-    checkpoints: str | None = None
-    timeouts: Timeouts = Timeouts()
-    source: str = "<embedded>"
-
-    @property
-    def interpreter(self) -> str:
-        """The Python that runs steps there. A plain ``local`` target uses our own."""
-        if self.venv:
-            return self.venv.rstrip("/") + "/bin/python"
-        if self.python:
-            return self.python
-        if self.ssh is None and self.hop is None:
-            return sys.executable
-        return "python3"
-
-    def layers(self) -> tuple[Layer, ...]:
-        inner: Layer = Venv(self.venv) if self.venv else Interpreter(self.interpreter)
-        out: list[Layer] = [inner]
-        if self.env:
-            out.append(Env(dict(self.env)))
-        if self.workdir:
-            out.append(Workdir(self.workdir))
-        out.extend(reversed(self.hops))
-        return tuple(out)
-
-    @property
-    def hops(self) -> tuple[Hop, ...]:
-        """The hops after the transport, outermost first: ``[sudo] [container hop]``."""
-        user = self.ssh.user if self.ssh else None
-        return ((Sudo(user=user),) if self.sudo else ()) + ((self.hop,) if self.hop else ())
-
-
-LOCAL = HostSpec(name="local")
 
 
 # -- YAML with line numbers ------------------------------------------------------------------
@@ -580,10 +506,8 @@ class Inventory:
         except KeyError:
             raise UnknownHost(name, list(self.hosts), path=self.path) from None
 
-    def target(self, name: str) -> Any:
+    def target(self, name: str) -> Target:
         """An open-on-demand :class:`~remotekit.target.Target`; use it as a context manager."""
-        from remotekit.target import Target
-
         return Target(self.spec(name))
 
     def select(

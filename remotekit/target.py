@@ -1,51 +1,63 @@
 """A Target is a transport plus an ordered stack of layers; every action on it is a step.
 
+This module is the public facade: :class:`Target` (``run``, ``run_python``, ``put``, ``get``,
+``ping``, ``cancel``) and :func:`local_target`. The step engine is :mod:`remotekit.step`, the
+layer checks :mod:`remotekit.ping`, the host spec :mod:`remotekit.spec`, the transport
+:func:`remotekit.transports.for_spec`.
+
 Each step ships the runner (``remote/runner.py``) and its payload over stdin, through
-``[ssh ->] [sudo ->] [container hop ->] python -c LOADER``, in one round trip. The target knows
-no hop's tool: each hop (``remotekit.layers``) says its argv, its probe and its failures. The runner spawns
-the command in its own process group there, with the step's env and cwd, and stops the whole
-tree when the deadline passes or when its stdin closes (timeout, Ctrl-C, lost connection).
+``[ssh ->] [sudo ->] [container hop ->] python -c LOADER``, in one round trip. The target
+knows no hop's tool: each hop (``remotekit.layers``) says its argv, its probe and its
+failures. The runner spawns the command in its own process group there, with the step's env
+and cwd, and stops the whole tree when the deadline passes or when its stdin closes (timeout,
+Ctrl-C, lost connection).
 
 Output is split into lines as it arrives; each line goes to ``on_output(stream, line)`` and
-into the Result, which keeps at most ``capture_limit`` bytes per stream (the last ones).
-"""
+into the Result, which keeps at most ``capture_limit`` bytes per stream (the last ones)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import json
 import os
-import queue
 import secrets
 import shlex
 import stat
 import threading
-import time
-from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
 
-from remotekit import remote, shell
-from remotekit.errors import (
-    ConnectionLost,
-    InterpreterNotFound,
-    RemotekitError,
-    StepCancelled,
-    StepFailed,
-    StepTimeout,
-)
-from remotekit.inventory import LOCAL, HostSpec
+from remotekit import shell
+from remotekit.errors import ConnectionLost, RemotekitError
 from remotekit.layers import Launch, compose
-from remotekit.result import Detached, Result, Script
+from remotekit.ping import Check, PingReport, ping
+from remotekit.result import Result, Script
 from remotekit.shell import NotStarted
+from remotekit.spec import LOCAL, HostSpec
+from remotekit.step import MAX_LINE as MAX_LINE  # these limits were defined here before step.py
+from remotekit.step import MAX_TIMEOUT_S as MAX_TIMEOUT_S
+from remotekit.step import REMOTE_BACKSTOP_S as REMOTE_BACKSTOP_S
+from remotekit.step import (
+    OutputCallback,
+    OutputStream,
+    StepRun,
+    file_chunks,
+    missing,
+    not_started,
+    open_hops,
+    slices,
+)
+from remotekit.transports import for_spec
 from remotekit.transports.base import ExecutableMissing, Process, TerminalTransport, Transport
-from remotekit.transports.local import LocalTransport
 
 if TYPE_CHECKING:
     from remotekit.forward import Forward
     from remotekit.sync import SyncResult
+
+#: ``on_progress(done, total)`` of a transfer: bytes done so far (never decreasing) of ``total``.
+ProgressCallback = Callable[[int, int], None]
 
 __all__ = [
     "DEFAULT_CAPTURE_LIMIT",
@@ -56,158 +68,19 @@ __all__ = [
     "local_target",
 ]
 
-#: ``on_output(stream, line)``: stream is ``"stdout"`` or ``"stderr"``, line has no newline.
-OutputCallback = Callable[[str, str], None]
-#: ``on_progress(done, total)`` of a transfer: bytes done so far (never decreasing) of ``total``.
-ProgressCallback = Callable[[int, int], None]
+#: The line splitter's name before it moved to :mod:`remotekit.step` (tests import it here).
+_Stream = OutputStream
 
 #: Bytes of each stream a Result keeps (the last ones); more is counted in ``*_dropped``.
 DEFAULT_CAPTURE_LIMIT = 16 << 20
-#: A line longer than this is passed on in pieces, so one endless line cannot exhaust memory.
-MAX_LINE = 1 << 20
 #: ``get`` refuses files larger than this unless given ``max_bytes``.
 DEFAULT_GET_MAX_BYTES = 1 << 40
-#: Extra seconds the runner waits past the step's timeout before it stops the step itself.
-REMOTE_BACKSTOP_S = 5.0
-_CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class Check:
-    """One layer's answer in :meth:`Target.ping`."""
-
-    layer: str
-    ok: bool
-    detail: str
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
-@dataclass(frozen=True)
-class PingReport:
-    """Layer checks in order; the first failed one says which layer is broken."""
-
-    host: str
-    checks: tuple[Check, ...]
-
-    @property
-    def failed(self) -> Check | None:
-        return next((c for c in self.checks if not c.ok), None)
-
-    @property
-    def findings(self) -> tuple[str, ...]:
-        return tuple(f"{c.layer}: {c.detail}" for c in self.checks if not c.ok)
-
-    @property
-    def exit_code(self) -> int:
-        """0 all layers up; 1 only torch is missing; 2 a layer failed."""
-        bad = self.failed
-        if bad is None:
-            return 0
-        return 1 if bad.layer == "torch" else 2
-
-
-class _Stream:
-    """Splits one output stream into lines: to the callback, into a bounded capture."""
-
-    def __init__(
-        self,
-        name: str,
-        on_output: OutputCallback | None,
-        capture: bool,
-        limit: int,
-        nonce: str | None = None,
-    ):
-        self.name = name
-        self.on_output = on_output
-        self.capture = capture
-        self.limit = limit
-        self.nonce = nonce
-        self.buf = bytearray()
-        self.kept: deque[str] = deque()
-        self.kept_bytes = 0
-        self.dropped = 0
-        self.controls: list[tuple[str, Any]] = []
-        self.lines_seen = 0
-
-    def feed(self, data: bytes) -> None:
-        self.buf += data
-        while True:
-            nl = self.buf.find(b"\n")
-            if nl < 0:
-                if len(self.buf) >= MAX_LINE:
-                    chunk = bytes(self.buf[:MAX_LINE])
-                    del self.buf[:MAX_LINE]
-                    self._line(chunk, newline=False)
-                    continue
-                return
-            chunk = bytes(self.buf[:nl])
-            del self.buf[: nl + 1]
-            self._line(chunk)
-
-    def flush(self) -> None:
-        if self.buf:
-            chunk = bytes(self.buf)
-            self.buf.clear()
-            self._line(chunk, newline=False)
-
-    def _line(self, raw: bytes, newline: bool = True) -> None:
-        text = raw.decode("utf-8", "replace")
-        record = self._control(text)
-        if record is not None:
-            before, word, data = record
-            self.controls.append((word, data))
-            if not before:
-                return
-            text, newline = before, False
-        self.lines_seen += 1
-        if self.on_output is not None:
-            self.on_output(self.name, text)
-        if self.capture:
-            piece = text + ("\n" if newline else "")
-            self.kept.append(piece)
-            self.kept_bytes += len(piece)
-            while self.kept_bytes > self.limit and len(self.kept) > 1:
-                old = self.kept.popleft()
-                self.kept_bytes -= len(old)
-                self.dropped += len(old)
-
-    def _control(self, text: str) -> tuple[str, str, Any] | None:
-        """``(output before it, word, data)`` for a runner's control line, else None.
-
-        The first control line (``ready``) carries our nonce and the runner's key; every
-        later one must carry that key, which no step can know. Anything else that looks like
-        one (a forged or malformed line) is ordinary output.
-        """
-        if self.nonce is None or self.nonce not in text:
-            return None
-        before, _, rest = text.partition(self.nonce)
-        word, _, raw = rest.strip().partition(" ")
-        try:
-            data = json.loads(raw) if raw else None
-        except ValueError:
-            return None
-        if not self.controls:
-            if word != "ready" or not isinstance(data, dict) or not data.get("key"):
-                return None
-            self.nonce = str(data["key"])
-        elif word == "ready" or (word == "exit" and self.has("exit")):
-            return None  # one ready, one final record: a second is not the runner's
-        return before, word, data
-
-    def control(self, word: str) -> Any:
-        return next((d for w, d in self.controls if w == word), None)
-
-    def has(self, word: str) -> bool:
-        return any(w == word for w, _ in self.controls)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.kept)
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _redacts_errors(method: _F) -> _F:
+def _redacts_errors(method: _Method) -> _Method:
     """A Target method whose RemotekitErrors leave with the target's secrets masked."""
 
     @functools.wraps(method)
@@ -218,23 +91,7 @@ def _redacts_errors(method: _F) -> _F:
             self._redacted(exc)
             raise
 
-    return cast(_F, wrapper)
-
-
-#: The longest per-call timeout (as for ``timeouts.step`` in hosts.yaml): every wait takes it as is.
-MAX_TIMEOUT_S = 30 * 86400.0
-
-
-def _checked_timeout(timeout: float, host: str, step: str) -> float:
-    """A per-call timeout, refused before anything runs unless finite, > 0 and bounded."""
-    ok = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
-    if not ok or not 0 < timeout <= MAX_TIMEOUT_S:  # NaN fails both comparisons
-        raise RemotekitError(
-            f"timeout must be seconds > 0 and <= {MAX_TIMEOUT_S:.0f}, got {timeout!r}",
-            host=host,
-            step=step,
-        )
-    return float(timeout)
+    return cast(_Method, wrapper)
 
 
 def _step_name(argv: Sequence[str]) -> str:
@@ -258,16 +115,7 @@ class Target:
     ):
         self.spec = spec
         self.name = spec.name
-        if transport is None:
-            if spec.ssh is not None:
-                from remotekit.transports.ssh import SSHTransport
-
-                transport = SSHTransport(
-                    spec.ssh, host=spec.name, connect_timeout=spec.timeouts.connect
-                )
-            else:
-                transport = LocalTransport()
-        self.transport = transport
+        self.transport = transport if transport is not None else for_spec(spec)
         self.capture_limit = capture_limit
         #: Called with (step, step_chain) as each step starts (``--verbose`` prints it).
         self.trace: Callable[[str, str], None] | None = None
@@ -441,7 +289,7 @@ class Target:
         )
         return self._step(
             header,
-            (piece for data in all_files.values() for piece in _slices(data)),
+            (piece for data in all_files.values() for piece in slices(data)),
             display=display,
             step=step or script.name,
             timeout=timeout,
@@ -516,7 +364,7 @@ class Target:
         with fh:
             return self._step(
                 header,
-                _chunks(fh, size, on_progress),
+                file_chunks(fh, size, on_progress),
                 display=("put", str(src), remote_path),
                 step=step or f"put {remote_path}",
                 timeout=timeout,
@@ -635,242 +483,50 @@ class Target:
         stdout_sink: Callable[[bytes], Any] | None = None,
         info: dict[str, Any] | None = None,
     ) -> Result:
-        """One step; every error it raises is redacted (see :meth:`redact`)."""
-        self._remember_secrets(env)
-        launch = self._launch(step)
-        limit = (
-            self.spec.timeouts.step
-            if timeout is None
-            else _checked_timeout(timeout, self.name, step)
-        )
-        grace = self.spec.timeouts.kill_grace
-        nonce = "remotekit-" + secrets.token_hex(8)
-        header = {
-            **header,
-            "nonce": nonce,
-            "env": {**launch.env, **(env or {})},
-            "path_prepend": list(launch.path_prepend),
-            "cwd": cwd or launch.cwd,
-            "timeout": None if limit is None else limit + grace + REMOTE_BACKSTOP_S,
-            "grace": grace,
-        }
-        runner = remote.source("runner.py")
-        head = json.dumps(header).encode()
-        stdin = _concat(
-            [f"{len(runner)}\n".encode(), runner, f"{len(head)}\n".encode(), head], payload
-        )
-
-        out = _Stream("stdout", on_output, capture and stdout_sink is None, self.capture_limit)
-        err = _Stream("stderr", on_output, capture, self.capture_limit, nonce=nonce)
-        started = time.monotonic()
-        deadline = None if limit is None else started + limit
-
-        def result(code: int | None) -> Result:
-            out.flush()
-            err.flush()
-            trailer = err.control("exit") or {}
-            detached = trailer.get("detached")
-            return Result(
-                host=self.name,
-                step=step,
-                argv=display,
-                exit_code=code,
-                stdout=out.text,
-                stderr=err.text,
-                duration_s=time.monotonic() - started,
-                stdout_dropped=out.dropped,
-                stderr_dropped=err.dropped,
-                chain=self.chain,
-                stopped=tuple(map(str, trailer.get("stopped") or ())),
-                still_running=tuple(map(str, trailer.get("running") or ())),
-                detached=None if not isinstance(detached, dict) else Detached(**detached),
-            )
-
-        if self._cancelled.is_set():
-            raise StepCancelled(result(None), started=False)
-        if self.trace is not None:
-            self.trace(step, self.step_chain(display))
-        try:
-            proc = self.transport.start(launch.argv, stdin, wait=limit)
-        except ExecutableMissing as exc:
-            raise self._missing(exc.path, step) from None
-        except TimeoutError:
-            assert limit is not None
-            raise StepTimeout(result(None), limit, started=False) from None
-        except RemotekitError as exc:
-            exc.step = exc.step or step
-            raise
-
-        # ``get`` streams file bytes on stdout after a line holding the nonce; whatever a
-        # login shell printed before it is output, not data.
-        sink_on = [False]
-        marker = nonce.encode() + b"\n"
-
-        with self._lock:
-            self._active.add(proc)
-            if self._cancelled.is_set():
-                proc.events.put(("cancel", None))
-
-        def handle(kind: str, data: Any) -> None:
-            if kind == "stdout":
-                if stdout_sink is None:
-                    out.feed(data)
-                elif sink_on[0]:
-                    if info is not None and not info:  # the size, for on_progress
-                        info.update(err.control("file") or {})
-                    stdout_sink(data)
-                else:
-                    out.buf += data
-                    at = out.buf.find(marker)
-                    if at >= 0:
-                        rest = bytes(out.buf[at + len(marker) :])
-                        del out.buf[at:]
-                        sink_on[0] = True
-                        if rest:
-                            stdout_sink(rest)
-            elif kind == "stderr":
-                err.feed(data)
-
-        outcome: str = "running"
-        code: int | None = None
-        try:
-            while outcome == "running":
-                wait = None if deadline is None else deadline - time.monotonic()
-                if wait is not None and wait <= 0:
-                    outcome = "timeout"
-                    break
-                try:
-                    kind, data = proc.events.get(timeout=wait)
-                except queue.Empty:
-                    continue
-                if kind == "exit":
-                    outcome, code = "exit", data if isinstance(data, int) else None
-                elif kind == "cancel":
-                    outcome = "cancelled"
-                elif kind == "lost":
-                    outcome = "lost"
-                    lost_reason = str(data)
-                else:
-                    handle(kind, data)
-        except BaseException:
-            self._stop(proc, handle)
-            raise
-        finally:
-            with self._lock:
-                self._active.discard(proc)
-        if outcome == "cancelled":
-            self._stop(proc, handle)
-            raise StepCancelled(result(None), confirmed=err.has("exit"))
-        if outcome == "timeout":
-            self._stop(proc, handle)
-            assert limit is not None
-            raise StepTimeout(result(None), limit, confirmed=err.has("exit"))
-        if outcome == "lost":
-            proc.terminate()
-            res = result(None)
-            raise ConnectionLost(
-                f"connection lost while the step ran ({lost_reason}); the runner there "
-                f"stops the step when it sees its stdin close",
-                result=res,
-                host=self.name,
-                step=step,
-            )
-        if not err.has("ready"):
-            raise self._not_started(code, result(code), step)
-        trailer = err.control("exit")
-        if isinstance(trailer, dict) and isinstance(trailer.get("code"), int):
-            code = trailer["code"]
-        if info is not None:
-            info.update(err.control("file") or {})
-        res = result(code)
-        if check and code != 0:
-            raise StepFailed(res)
-        return res
-
-    def _stop(self, proc: Process, handle: Callable[[str, Any], None]) -> None:
-        """Stop a step there: EOF makes the runner stop its tree; wait for that, then close."""
-        proc.close_stdin()
-        end = time.monotonic() + self.spec.timeouts.kill_grace + 2.0
-        try:
-            while (left := end - time.monotonic()) > 0:
-                try:
-                    kind, data = proc.events.get(timeout=left)
-                except queue.Empty:
-                    break
-                if kind in ("exit", "lost"):
-                    break
-                handle(kind, data)
-        finally:
-            proc.terminate()
+        """One step (:class:`remotekit.step.StepRun`); every error it raises is redacted
+        (see :meth:`redact`)."""
+        return StepRun(
+            self,
+            header,
+            payload,
+            display=display,
+            step=step,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            check=check,
+            on_output=on_output,
+            capture=capture,
+            stdout_sink=stdout_sink,
+            info=info,
+        ).run()
 
     def _launch(self, step: str) -> Launch:
         """The launch, once every hop knows where it goes (looked up on the first step)."""
         if not self._opened:
-            self._open_hops(step)
+            open_hops(self, step)
         return self.launch
 
-    def _open_hops(self, step: str) -> None:
-        """Look up what a hop needs before the first step (a Slurm job by name -> its id)."""
-        with self._open_lock:
-            if self._opened:
-                return
-            hops = list(self.spec.hops)
-            for i, hop in enumerate(hops):
-                lookup = hop.lookup()
-                if lookup is not None:
-                    code, text = self._probe(self._inside(i, lookup))
-                    try:
-                        hops[i] = hop.resolved(code, text, self.name)
-                    except RemotekitError as exc:
-                        exc.step = step
-                        raise
-            if self.spec.hop is not None:
-                self.spec = replace(self.spec, hop=hops[-1])
-                self.launch = compose(self.spec.layers())
-            self._opened = True
-
-    def _inside(self, n: int, argv: Sequence[str]) -> list[str]:
-        """``argv`` run inside the first ``n`` hops (e.g. a probe under sudo)."""
-        return list(compose(reversed(self.spec.hops[:n]), Launch(argv=tuple(argv))).argv)
-
     def _missing(self, path: str, step: str) -> RemotekitError:
-        if path == self.launch.interpreter:
-            return InterpreterNotFound(
-                f"interpreter {path} not found ({self.chain})", path=path, host=self.name, step=step
-            )
-        for hop in self.spec.hops:
-            if path == hop.executable:
-                return hop.missing(self.name, step)
-        return RemotekitError(f"{path!r} not found ({self.chain})", host=self.name, step=step)
+        """The error for an executable not found there (see :func:`remotekit.step.missing`)."""
+        return missing(self, path, step)
 
     def _not_started(self, code: int | None, res: Result, step: str) -> RemotekitError:
-        """The runner never said ready: ask each hop, outermost first, if the words are its."""
-        text = (res.stderr + res.stdout).strip()
-        low = text.lower()
-        quoted = "\n".join("  " + line for line in text.splitlines()[-10:]) or "  (no output)"
-        where = dict(host=self.name, step=step)
-        hops = self.spec.hops
-        for i, hop in enumerate(hops):
-            error = hop.explain(code, text, self.name, step)
-            if error is not None and hop.confirm:
-                status = self._probe(self._inside(i, hop.probe()))
-                error = hop.explain(code, text, self.name, step, status=status)
-            if error is not None:
-                return error
-        interp = self.launch.interpreter or "python"
-        exec_failed = any(h.exec_failed(code, text) for h in hops)
-        if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
-            return InterpreterNotFound(
-                f"interpreter {interp} not found there (exit {code}); check `venv:`/`python:` "
-                f"in hosts.yaml ({self.spec.source}):\n{quoted}",
-                path=interp,
-                **where,
-            )
-        return RemotekitError(
-            f"the remotekit runner did not start via {self.chain} (exit {code}); needs "
-            f"Python >= 3.6 there:\n{quoted}",
-            **where,
-        )
+        """Why the runner never said ready (see :func:`remotekit.step.not_started`)."""
+        return not_started(self, code, res, step)
+
+    @contextlib.contextmanager
+    def _tracked(self, proc: Process) -> Iterator[Process]:
+        """``proc`` stopped by :meth:`cancel` while the block runs (at once if cancelled)."""
+        with self._lock:
+            self._active.add(proc)
+            if self._cancelled.is_set():
+                proc.events.put(("cancel", None))
+        try:
+            yield proc
+        finally:
+            with self._lock:
+                self._active.discard(proc)
 
     # -- shell -------------------------------------------------------------------------------
 
@@ -950,128 +606,9 @@ class Target:
     def ping(self, on_check: Callable[[Check], None] | None = None) -> PingReport:
         """Check each layer in turn (connection, sudo, container, interpreter, torch).
 
-        Stops at the first layer that fails; that check says why.
+        Stops at the first layer that fails; that check says why (see :mod:`remotekit.ping`).
         """
-        checks: list[Check] = []
-        try:
-            self._ping(checks, on_check)
-        finally:
-            report = PingReport(self.name, tuple(checks))
-        return report
-
-    def _ping(self, checks: list[Check], on_check: Callable[[Check], None] | None) -> None:
-        def add(layer: str, ok: bool, detail: str) -> bool:
-            c = Check(layer, ok, detail)
-            checks.append(c)
-            if on_check is not None:
-                on_check(c)
-            return ok
-
-        try:
-            self.connect()
-        except RemotekitError as exc:
-            add(self.transport.label, False, exc.message)
-            return
-        add(self.transport.label, True, "connected" if self.spec.ssh else "this machine")
-        hops = self.spec.hops
-        if not self._opened:
-            try:
-                self._open_hops("ping")
-            except RemotekitError as exc:
-                add(hops[-1].label, False, exc.message)
-                return
-            hops = self.spec.hops
-        for i, hop in enumerate(hops):
-            code, text = self._probe(self._inside(i, hop.probe()))
-            if not add(hop.label, *hop.verdict(code, text)):
-                return
-        probe = Script(_PING_PY, name="remotekit_ping.py")
-        try:
-            res = self.run_python(probe, step="ping", timeout=max(30.0, self.spec.timeouts.connect))
-        except StepCancelled:
-            raise
-        except RemotekitError as exc:
-            add(self.launch.interpreter or "python", False, exc.message)
-            return
-        info = json.loads(res.stdout.strip().splitlines()[-1])
-        # sys.executable is empty when the interpreter was found without PATH (slurm)
-        add(
-            info["executable"] or self.launch.interpreter or "python",
-            True,
-            f"Python {info['python']}",
-        )
-        torch = info.get("torch")
-        add("torch", torch is not None, torch or "not importable: " + info.get("torch_error", ""))
-        return
-
-    def _probe(self, argv: list[str], timeout: float = 15.0) -> tuple[int | None, str]:
-        """Run a bare command on the node (no runner: for checks before the runner can run)."""
-        started = time.monotonic()
-        cancelled = StepCancelled(
-            Result(self.name, "ping", tuple(argv), None, "", "", 0.0, chain=self.chain)
-        )
-        if self._cancelled.is_set():
-            raise cancelled
-        try:
-            proc = self.transport.start(argv, [])
-        except ExecutableMissing as exc:
-            return 127, f"{exc.path}: not found"
-        with self._lock:
-            self._active.add(proc)
-        proc.close_stdin()
-        chunks: list[bytes] = []
-        try:
-            while (left := started + timeout - time.monotonic()) > 0:
-                try:
-                    kind, data = proc.events.get(timeout=left)
-                except queue.Empty:
-                    break
-                if kind == "cancel":
-                    raise cancelled
-                if isinstance(data, bytes):
-                    chunks.append(data)
-                else:
-                    code = data if kind == "exit" and isinstance(data, int) else None
-                    return code, b"".join(chunks).decode(errors="replace").strip()
-            return None, f"no answer within {timeout:g} s"
-        finally:
-            with self._lock:
-                self._active.discard(proc)
-            proc.terminate()
-
-
-_PING_PY = b"""\
-import json, platform, sys
-info = {"python": platform.python_version(), "executable": sys.executable}
-try:
-    import torch
-    info["torch"] = torch.__version__ + (" (CUDA %s)" % torch.version.cuda if torch.version.cuda else " (CPU)")
-except Exception as e:
-    info["torch_error"] = "%s: %s" % (type(e).__name__, e)
-print(json.dumps(info))
-"""
-
-
-def _slices(data: bytes) -> Iterator[bytes]:
-    """``data`` in bounded pieces (views, no copies): a transport never gets one huge write."""
-    view = memoryview(data)
-    for at in range(0, len(view), _CHUNK):
-        yield view[at : at + _CHUNK]  # type: ignore[misc]
-
-
-def _chunks(
-    fh: IO[bytes], size: int, on_progress: ProgressCallback | None = None
-) -> Iterator[bytes]:
-    """The first ``size`` bytes of ``fh`` (what the runner reads; a file still growing is
-    sent as it was when measured), each counted to ``on_progress`` once handed on."""
-    total, left = size, size
-    if on_progress is not None:
-        on_progress(0, total)
-    while left > 0 and (chunk := fh.read(min(_CHUNK, left))):
-        left -= len(chunk)
-        yield chunk
-        if on_progress is not None:
-            on_progress(total - left, total)
+        return ping(self, on_check)
 
 
 def _kind(mode: int) -> str:
@@ -1082,11 +619,6 @@ def _kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-
-
-def _concat(first: list[bytes], rest: Iterable[bytes]) -> Iterator[bytes]:
-    yield b"".join(first)
-    yield from rest
 
 
 def _umask() -> int:

@@ -36,7 +36,7 @@ from remotekit.transports.known_hosts import (
 )
 
 if TYPE_CHECKING:
-    from remotekit.inventory import SSHSpec
+    from remotekit.spec import SSHSpec
 
 __all__ = ["SSHProcess", "SSHTerminal", "SSHTransport"]
 

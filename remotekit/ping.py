@@ -1,0 +1,132 @@
+"""Ping: check a target's layers in order (connection, sudo, container hop, interpreter,
+torch) and stop at the first that fails; that check says which layer is broken and why.
+
+:meth:`remotekit.target.Target.ping` is the public way in; :func:`ping` does the work.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from remotekit.errors import RemotekitError, StepCancelled
+from remotekit.result import Script
+from remotekit.step import inside, open_hops, probe
+
+if TYPE_CHECKING:
+    from remotekit.target import Target
+
+__all__ = ["Check", "PingReport", "ping"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One layer's answer in :meth:`Target.ping`."""
+
+    layer: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class PingReport:
+    """Layer checks in order; the first failed one says which layer is broken."""
+
+    host: str
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> Check | None:
+        return next((c for c in self.checks if not c.ok), None)
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return tuple(f"{c.layer}: {c.detail}" for c in self.checks if not c.ok)
+
+    @property
+    def exit_code(self) -> int:
+        """0 all layers up; 1 only torch is missing; 2 a layer failed."""
+        bad = self.failed
+        if bad is None:
+            return 0
+        return 1 if bad.layer == "torch" else 2
+
+
+def ping(target: Target, on_check: Callable[[Check], None] | None = None) -> PingReport:
+    """Check each layer of ``target`` in turn; stops at the first layer that fails.
+
+    ``on_check`` sees each check as it is made. A cancel (:class:`StepCancelled`) is raised;
+    every other failure is a failed check in the report.
+    """
+    checks: list[Check] = []
+
+    def add(layer: str, ok: bool, detail: str) -> bool:
+        check = Check(layer, ok, detail)
+        checks.append(check)
+        if on_check is not None:
+            on_check(check)
+        return ok
+
+    try:
+        if _transport(target, add) and _hops(target, add):
+            _interpreter(target, add)
+    finally:
+        report = PingReport(target.name, tuple(checks))
+    return report
+
+
+_Add = Callable[[str, bool, str], bool]
+
+
+def _transport(target: Target, add: _Add) -> bool:
+    try:
+        target.connect()
+    except RemotekitError as exc:
+        return add(target.transport.label, False, exc.message)
+    return add(target.transport.label, True, "connected" if target.spec.ssh else "this machine")
+
+
+def _hops(target: Target, add: _Add) -> bool:
+    if not target._opened:
+        try:
+            open_hops(target, "ping")
+        except RemotekitError as exc:
+            return add(target.spec.hops[-1].label, False, exc.message)
+    for i, hop in enumerate(target.spec.hops):
+        code, text = probe(target, inside(target, i, hop.probe()))
+        if not add(hop.label, *hop.verdict(code, text)):
+            return False
+    return True
+
+
+def _interpreter(target: Target, add: _Add) -> bool:
+    interpreter = target.launch.interpreter or "python"
+    script = Script(_PING_PY, name="remotekit_ping.py")
+    try:
+        res = target.run_python(
+            script, step="ping", timeout=max(30.0, target.spec.timeouts.connect)
+        )
+    except StepCancelled:
+        raise
+    except RemotekitError as exc:
+        return add(interpreter, False, exc.message)
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    # sys.executable is empty when the interpreter was found without PATH (slurm)
+    add(info["executable"] or interpreter, True, f"Python {info['python']}")
+    torch = info.get("torch")
+    return add(
+        "torch", torch is not None, torch or "not importable: " + info.get("torch_error", "")
+    )
+
+
+_PING_PY = b"""\
+import json, platform, sys
+info = {"python": platform.python_version(), "executable": sys.executable}
+try:
+    import torch
+    info["torch"] = torch.__version__ + (" (CUDA %s)" % torch.version.cuda if torch.version.cuda else " (CPU)")
+except Exception as e:
+    info["torch_error"] = "%s: %s" % (type(e).__name__, e)
+print(json.dumps(info))
+"""

@@ -1,0 +1,91 @@
+"""Host specs: what one target is, as declared (SSH address, hops, interpreter, env, timeouts).
+
+Plain frozen dataclasses with no I/O. :mod:`remotekit.inventory` reads hosts.yaml into them;
+:mod:`remotekit.transports` and :mod:`remotekit.target` take them as they are. Nothing here
+imports either, so the import graph runs one way: inventory -> target -> transports -> spec.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from remotekit.layers import Env, Hop, Interpreter, Layer, Sudo, Venv, Workdir
+
+__all__ = ["HOST_KEY_POLICIES", "LOCAL", "HostSpec", "SSHSpec", "Timeouts"]
+
+HOST_KEY_POLICIES = ("strict", "accept-new")
+
+
+@dataclass(frozen=True)
+class SSHSpec:
+    host: str
+    user: str | None = None
+    port: int | None = None
+    identity: str | None = None
+    known_hosts: str | None = None
+    host_key: str = "strict"
+    jump: SSHSpec | None = None
+
+    @property
+    def display(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{host}{port}"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float = 10.0
+    step: float | None = 600.0
+    kill_grace: float = 1.0
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One target as declared. ``layers`` turns it into the launch transforms, innermost first."""
+
+    name: str
+    ssh: SSHSpec | None = None
+    sudo: bool = False
+    hop: Hop | None = None
+    venv: str | None = None
+    python: str | None = None
+    workdir: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: frozenset[str] = frozenset()
+    checkpoints: str | None = None
+    timeouts: Timeouts = Timeouts()
+    source: str = "<embedded>"
+
+    @property
+    def interpreter(self) -> str:
+        """The Python that runs steps there. A plain ``local`` target uses our own."""
+        if self.venv:
+            return self.venv.rstrip("/") + "/bin/python"
+        if self.python:
+            return self.python
+        if self.ssh is None and self.hop is None:
+            return sys.executable
+        return "python3"
+
+    def layers(self) -> tuple[Layer, ...]:
+        inner: Layer = Venv(self.venv) if self.venv else Interpreter(self.interpreter)
+        out: list[Layer] = [inner]
+        if self.env:
+            out.append(Env(dict(self.env)))
+        if self.workdir:
+            out.append(Workdir(self.workdir))
+        out.extend(reversed(self.hops))
+        return tuple(out)
+
+    @property
+    def hops(self) -> tuple[Hop, ...]:
+        """The hops after the transport, outermost first: ``[sudo] [container hop]``."""
+        user = self.ssh.user if self.ssh else None
+        return ((Sudo(user=user),) if self.sudo else ()) + ((self.hop,) if self.hop else ())
+
+
+LOCAL = HostSpec(name="local")

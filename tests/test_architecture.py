@@ -1,0 +1,215 @@
+"""The import graph draws the architecture: no cycle in remotekit/, and ``import remotekit``
+loads the engine only (diagnostics, renderer, torch and paramiko load when first used)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "remotekit"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_in(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports a module runs: at its top, and the deferred ones in function bodies.
+
+    A deferred import that closes a cycle is still a cycle in the drawing (``inventory ->
+    target -> inventory`` was one, hidden in a method). Imports under ``if TYPE_CHECKING:``
+    never run (the engine's helpers name the Target they serve that way) and are left out.
+    """
+    found: list[ast.Import | ast.ImportFrom] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo += node.orelse
+        else:
+            todo += ast.iter_child_nodes(node)
+    return found
+
+
+def imported_modules(name: str, path: Path) -> set[str]:
+    """The remotekit modules ``name`` imports.
+
+    ``from remotekit import remote`` names the submodule ``remotekit.remote``; a name that is
+    not a submodule names the package itself. Parent packages are not edges: every module
+    would then "import" ``remotekit/__init__``.
+    """
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in imports_in(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+            continue
+        base = node.module or ""
+        if node.level:  # relative: from . import x / from .a import b
+            anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join(anchor + ([base] if base else []))
+        for alias in node.names:
+            sub = f"{base}.{alias.name}"
+            out.add(sub if sub in MODULES else base)
+    return {m for m in out if m in MODULES and m != name}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as ``[a, b, ..., a]``, or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_graph_sees_the_real_edges() -> None:
+    """A check of the reader itself: edges it must see, so an empty graph cannot pass."""
+    graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
+    assert "remotekit.spec" in graph["remotekit.inventory"]
+    assert "remotekit.remote" in graph["remotekit.step"]  # from remotekit import remote
+    assert "remotekit.target" not in graph["remotekit.step"]  # under TYPE_CHECKING
+    assert "remotekit.transports.ssh" in graph["remotekit.transports"]  # deferred
+
+
+def test_no_import_cycle_in_remotekit() -> None:
+    graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+def loaded_after(code: str) -> list[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return list(json.loads(out.stdout))
+
+
+@functools.cache
+def engine() -> frozenset[str]:
+    """The engine: the modules ``import remotekit`` loads, and every module they import,
+    deferred imports included (the ssh transport, a helper module a Target method uses).
+    The package's own ``__init__`` is not followed: its lazy names are for users."""
+    todo = [m for m in loaded_after("import remotekit") if m in MODULES and m != "remotekit"]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += imported_modules(name, MODULES[name]) - {"remotekit"}
+    return frozenset(seen)
+
+
+def test_the_engine_never_reaches_the_diagnostics_or_the_renderer() -> None:
+    """Diagnostics and rendering sit on top of the engine, never under it."""
+    assert {"remotekit.target", "remotekit.transports.ssh"} <= engine()
+    above = [
+        f"{name} imports {dep}"
+        for name in sorted(engine())
+        for dep in sorted(imported_modules(name, MODULES[name]))
+        if dep.startswith("remotekit.diagnostics") or dep == "remotekit.render"
+    ]
+    assert above == []
+
+
+#: "Functions read top to bottom in one screen" (STYLE.md): a longer one wants named phases,
+#: or a reason in a ``# long: ...`` comment on the line above its ``def`` (or decorator).
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(path: Path) -> list[str]:
+    text = path.read_text()
+    lines = text.splitlines()
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        length = (node.end_lineno or node.lineno) - node.lineno + 1
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        reason = first >= 2 and lines[first - 2].strip().startswith("# long:")
+        if length > MAX_FUNCTION_LINES and not reason:
+            out.append(f"{node.name} ({length} lines, line {node.lineno})")
+    return out
+
+
+def test_long_functions_are_found(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "m.py").write_text(f"def f():\n{body}\n# long: a table\ndef g():\n{body}")
+    assert long_functions(tmp_path / "m.py") == [f"f ({MAX_FUNCTION_LINES + 1} lines, line 1)"]
+
+
+def test_engine_functions_fit_on_a_screen() -> None:
+    shipped = "remotekit.remote."  # the shipped scripts have their own rules (Python 3.8)
+    modules = sorted(m for m in engine() if not m.startswith(shipped))
+    assert [f"{m}: {f}" for m in modules for f in long_functions(MODULES[m])] == []
+
+
+def test_import_remotekit_loads_the_engine_only() -> None:
+    loaded = loaded_after("import remotekit")
+    assert "remotekit.target" in loaded  # the probe sees what it should
+    heavy = [
+        m
+        for m in loaded
+        if m.startswith(("remotekit.diagnostics", "remotekit.render"))
+        or m.split(".")[0] in ("torch", "numpy", "paramiko", "fabric", "invoke")
+    ]
+    assert heavy == []
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["remotekit.diagnose", "remotekit.diagnostics.system.gpu_status", "remotekit.render.table"],
+)
+def test_the_lazy_names_still_resolve(expr: str) -> None:
+    loaded = loaded_after(f"import remotekit\nassert callable({expr})")
+    assert "remotekit.diagnostics.diagnose" in loaded or expr.startswith("remotekit.render")
+
+
+def test_public_names_are_importable_where_users_import_them() -> None:
+    import remotekit
+    from remotekit import inventory, spec, target
+
+    for name in remotekit.__all__:
+        assert getattr(remotekit, name) is not None, name
+    assert inventory.HostSpec is spec.HostSpec and inventory.SSHSpec is spec.SSHSpec
+    assert target.Check is remotekit.Check and target.PingReport is remotekit.PingReport
