@@ -507,15 +507,10 @@ def sync(
     paths could not be written there (the message names each; the others were synced).
     """
     started = time.monotonic()
-    root = Path(src)
-    if not root.is_dir():
-        raise RemotekitError(f"sync: {src} is not a local directory", host=target.name)
-    if not isinstance(dest, str) or not dest:
-        raise RemotekitError("sync: dest must be a non-empty path there", host=target.name)
+    root = _checked(target, src, dest)
     patterns = list(exclude)
-    excludes = wire.Excludes(patterns)
     skipped: list[str] = []
-    here = local_tree(root, excludes, skipped)
+    here = local_tree(root, wire.Excludes(patterns), skipped)
     exists, there = remote_tree(target, dest, patterns, timeout)
     steps = 1
     plan = diff(here, there, delete, dest, target.name)
@@ -523,20 +518,11 @@ def sync(
         theirs = remote_hashes(target, dest, plan.maybe, timeout)
         steps += 1
         _decide_hashed(plan, root, theirs, here)
-    total = sum(here[rel].size for rel in plan.send)
-    progress = _Progress(total, on_progress)
+    progress = _Progress(sum(here[rel].size for rel in plan.send), on_progress)
     errors: list[str] = []
     changed: list[str] = []
-    work = (
-        not exists
-        or plan.remove
-        or plan.mkdir
-        or plan.send
-        or plan.links
-        or plan.meta
-        or plan.dirmodes
-    )
-    if work and not dry_run:
+    work = (plan.remove, plan.mkdir, plan.send, plan.links, plan.meta, plan.dirmodes)
+    if (not exists or any(work)) and not dry_run:
         errors, changed = _apply(target, root, dest, plan, here, progress, timeout)
         steps += len(_batches(plan.send, here))
     not_sent = set(changed)
@@ -560,11 +546,25 @@ def sync(
         errors=tuple(errors),
     )
     if errors:
-        shown = "\n".join("  " + e for e in errors[:20])
-        more = f"\n  (+{len(errors) - 20} more)" if len(errors) > 20 else ""
-        raise RemotekitError(
-            f"sync to {dest}: {len(errors)} path(s) could not be written there:\n{shown}{more}",
-            host=target.name,
-            step=f"sync apply {dest}",
-        )
+        _unwritten(target, dest, errors)
     return result
+
+
+def _checked(target: Target, src: str | os.PathLike[str], dest: str) -> Path:
+    """``src`` as a Path, once it is known to be a local directory and ``dest`` a path."""
+    root = Path(src)
+    if not root.is_dir():
+        raise RemotekitError(f"sync: {src} is not a local directory", host=target.name)
+    if not isinstance(dest, str) or not dest:
+        raise RemotekitError("sync: dest must be a non-empty path there", host=target.name)
+    return root
+
+
+def _unwritten(target: Target, dest: str, errors: list[str]) -> None:
+    shown = "\n".join("  " + e for e in errors[:20])
+    more = f"\n  (+{len(errors) - 20} more)" if len(errors) > 20 else ""
+    raise RemotekitError(
+        f"sync to {dest}: {len(errors)} path(s) could not be written there:\n{shown}{more}",
+        host=target.name,
+        step=f"sync apply {dest}",
+    )

@@ -424,11 +424,7 @@ class Target:
                 )
             if on_progress is not None:
                 on_progress(got[0], int(info.get("size", got[0])))
-            mode = 0o777 & ~_umask() & int(info.get("mode", 0o666))  # no setuid, sticky
-            if dest.is_file():
-                mode &= stat.S_IMODE(dest.stat().st_mode)
-            os.chmod(tmp, mode)
-            os.replace(tmp, dest)
+            _land(tmp, dest, int(info.get("mode", 0o666)))
             ok = True
             return result
         finally:
@@ -619,6 +615,16 @@ def _kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def _land(tmp: Path, dest: Path, mode_there: int) -> None:
+    """Rename a fetched temp file over ``dest``, with the mode there under our umask, never
+    wider than the mode of a file it replaces (no setuid, setgid or sticky)."""
+    mode = 0o777 & ~_umask() & mode_there
+    if dest.is_file():
+        mode &= stat.S_IMODE(dest.stat().st_mode)
+    os.chmod(tmp, mode)
+    os.replace(tmp, dest)
 
 
 def _umask() -> int:
