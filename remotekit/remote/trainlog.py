@@ -172,6 +172,13 @@ META = {
 BUCKET_KEYS = ("bucket", "length_bucket", "bucket_id", "batch/bucket", "train/bucket")
 NOT_TRAIN = ("eval", "val", "test")
 
+# Numbers: "nan", "inf", "-inf", "Infinity", "NaN" (any case, quoted or not) and numbers that
+# overflow a double ("1e999") are read as the non-finite values they are; a finite value beyond
+# float32's range (|v| > FMAX, e.g. 1e308: no fp32/bf16 training computes it) is an overflow
+# marker too. Both are reported as "nonfinite" incidents with the value as logged, and left
+# out of every baseline, median and distribution, so one of them cannot poison the statistics.
+FMAX = 3.4028234663852886e38
+
 # A NaN with a payload marks "key missing in this row"; a logged NaN is a plain NaN.
 MISSING = struct.unpack("<d", struct.pack("<Q", 0x7FF80000DEADBEEF))[0]
 _MISSING_BYTES = struct.pack("<d", MISSING)
@@ -711,6 +718,8 @@ def sniff(path):
         except ValueError:
             return "json", None
         if isinstance(obj, dict) and "log_history" not in obj:
+            if "_wandb" in obj and len(lines) == 1:
+                return "json", None  # wandb-summary.json: one document, one line
             return "jsonl", None
         return "json", None
     if first.startswith("["):
@@ -814,20 +823,41 @@ _F64 = struct.Struct("<d").unpack
 
 def _tensor_scalar(buf):
     """The value of a scalar TensorProto (tensorflow/core/framework/tensor.proto: dtype 1,
-    tensor_content 4, float_val 5, double_val 6, int_val 7, int64_val 10)."""
+    tensor_shape 2 {dim 2}, tensor_content 4, half_val 13, float_val 5, double_val 6,
+    int_val 7, int64_val 10); None for anything that is not one number (a histogram, an
+    image, a string): those are not scalar series."""
     dtype = 0
+    val = None
     for f, wt, v in _fields(buf):
         if f == 1:
             dtype = v
-        elif f == 4 and len(v) in (4, 8) and dtype in (1, 2):
-            return (_F32 if len(v) == 4 else _F64)(bytes(v))[0]
-        elif f == 5:
-            return _F32(bytes(v[:4]))[0]
-        elif f == 6:
-            return _F64(bytes(v[:8]))[0]
-        elif f in (7, 10) and wt == 0:
-            return float(v)
-    return None
+        elif f == 2:
+            if any(sf == 2 for sf, _, _ in _fields(v)):
+                dims = 1
+                for sf, _, dv in _fields(v):
+                    if sf == 2:
+                        for df, _, size in _fields(dv):
+                            if df == 1:
+                                dims *= size
+                if dims != 1:
+                    return None
+        elif f == 4 and dtype in (1, 2):
+            if len(v) != (4 if dtype == 1 else 8):
+                return None
+            val = (_F32 if dtype == 1 else _F64)(bytes(v))[0]
+        elif f == 5 and val is None:
+            val = _F32(bytes(v[:4]))[0]
+        elif f == 6 and val is None:
+            val = _F64(bytes(v[:8]))[0]
+        elif f in (7, 10) and val is None:
+            if wt == 0:
+                val = float(v if v < 1 << 63 else v - (1 << 64))
+            elif wt == 2 and len(v):
+                n, _ = _varint(v, 0)
+                val = float(n if n < 1 << 63 else n - (1 << 64))
+        elif f == 8:
+            return None  # string_val: text, not a number
+    return val
 
 
 def _event_scalars(buf, row):
@@ -980,7 +1010,7 @@ def _wandb_rows(path, counts):
                             if itf == 1 or (itf == 2 and key is None):
                                 key = bytes(iv).decode("utf-8", "replace")
                             elif itf == 2:
-                                key += "/" + bytes(iv).decode("utf-8", "replace")
+                                key += "." + bytes(iv).decode("utf-8", "replace")
                             elif itf == 16:
                                 val = bytes(iv)
                         if key is None or val is None:
@@ -1000,7 +1030,9 @@ def _wandb_rows(path, counts):
 def read_wandb(path, wanted):
     """History of a W&B run file (``run-*.wandb``), without wandb installed."""
     counts = [0]
-    ing, _ = _rows_into(_wandb_rows(path, counts), wanted, "_step")
+    # a trainer's own step (HF: train/global_step, Lightning: trainer/global_step) over W&B's
+    # row counter _step, which counts log calls, not optimizer steps
+    ing, _ = _rows_into(_wandb_rows(path, counts), wanted, None)
     return ing, "wandb", counts[0]
 
 
@@ -1050,6 +1082,11 @@ def read_log(path, fmt, wanted):
                     extra[k] = doc[k]
         elif isinstance(doc, list):
             rows = doc
+        elif isinstance(doc, dict) and ("_step" in doc or "_wandb" in doc):
+            # wandb-summary.json: the last value of each key, one row (no history)
+            rows = [doc]
+            fmt = "wandb-summary"
+            extra["summary_only"] = True
         else:
             raise LogError("a JSON document without log_history (not a trainer_state.json)")
         rows = [r for r in rows if isinstance(r, dict)]
@@ -1070,6 +1107,21 @@ def read_log(path, fmt, wanted):
             out = _read_text(src, wanted)
     out[0].long = src.long
     return out + (extra,)
+
+
+def dialect_of(fmt, ing):
+    """Whose log a generic format is, from the columns it has (None: any trainer's)."""
+    keys = {k for k in ing.all_keys} if getattr(ing, "all_keys", None) else set(ing.keys)
+    if fmt == "csv" and "step" in keys and any(k.endswith(("_step", "_epoch")) for k in keys):
+        return "Lightning CSVLogger metrics.csv"
+    if fmt == "jsonl":
+        if "current_steps" in keys:
+            return "LLaMA-Factory / TRL trainer_log.jsonl"
+        if "_step" in keys or "_runtime" in keys:
+            return "W&B history"
+    if fmt == "trainer_state":
+        return "HF Trainer trainer_state.json log_history"
+    return None
 
 
 def _numeric_keys(rows):
@@ -1101,6 +1153,7 @@ def _ingest_for(keys, wanted, head=(), step_key=None):
     ing = Ingest(step_key, metrics, meta, bucket_key)
     ing.missing = missing
     ing.guesses = guesses
+    ing.all_keys = list(keys)
     return ing
 
 
@@ -2365,6 +2418,12 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(prog="trainlog.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("path")
     ap.add_argument("--metrics", default="", help="comma-separated metric names")
+    ap.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        help="a metric name (repeatable; adds to --metrics)",
+    )
     ap.add_argument("--preset", default="olmo2", choices=sorted(PRESETS))
     ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
     ap.add_argument("--ckpt-dir", default=None)
@@ -2379,7 +2438,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    wanted = [m.strip() for m in args.metrics.split(",") if m.strip()] or None
+    names = args.metrics.split(",") + list(args.metric)
+    wanted = [m.strip() for m in names if m.strip()] or None
     try:
         return analyse(args, wanted)
     except NoLoss as exc:
@@ -2420,6 +2480,16 @@ def analyse(args, wanted):
             if ck is not None:
                 args.ckpt_dir = ck
     ing, fmt, nlines, extra = read_log(path, args.format, wanted)
+    if extra.pop("summary_only", False):
+        warnings.append(
+            "a W&B summary holds only the last value of each key, not the history: read the "
+            "run's .wandb file (wandb/run-*/run-*.wandb) for spikes"
+        )
+    if fmt == "text":
+        warnings.append(
+            "no known trainer line format (nanoGPT, llm.c, Megatron, fairseq): every line's "
+            "key=value / key: value pairs were read as data"
+        )
     warnings.extend(getattr(ing, "guesses", []))
     if getattr(ing, "long", 0):
         warnings.append("%d lines longer than %d bytes skipped (not read)" % (ing.long, MAX_LINE))
@@ -2454,6 +2524,7 @@ def analyse(args, wanted):
         path=os.path.abspath(path),
         chosen_from=chosen,
         format=fmt,
+        dialect=dialect_of(fmt, ing),
         lines=nlines,
         rows=n,
         skipped=ing.skipped,
@@ -2487,9 +2558,13 @@ def analyse(args, wanted):
         total = sum(col)
         rows = None
         nonfinite = []
-        if not math.isfinite(total):
-            rows = [i for i, v in enumerate(col) if v - v == 0]
-            bad = [i for i, v in enumerate(col) if v - v != 0 and not _is_missing(v)]
+        if (
+            not math.isfinite(total)
+            or max(col, default=0.0) > FMAX
+            or min(col, default=0.0) < -FMAX
+        ):
+            rows = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
+            bad = [i for i, v in enumerate(col) if not -FMAX <= v <= FMAX and not _is_missing(v)]
             vals = array("d", (col[i] for i in rows))
             if len(rows) == n:
                 rows = None
