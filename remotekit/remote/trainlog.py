@@ -633,7 +633,11 @@ LINE_FORMATS = (
         "nanogpt",
         _groups(re.compile(r"^iter (?P<iter>\d+): loss (?P<loss>" + _F[1:-1] + r"), time ")),
         "iter",
-        (("checkpoint", re.compile(r"^saving checkpoint to ")),),
+        (
+            # the eval line before a save names its step (kind None: the step of what follows)
+            (None, re.compile(r"^step (\d+): train loss ")),
+            ("checkpoint", re.compile(r"^saving checkpoint to ")),
+        ),
     ),
     (
         # karpathy/llm.c llmc/logger.h: "s:%d trl:%.4f lr:%.6f norm:%.4f" and "s:%d tel:%.4f"
@@ -712,6 +716,8 @@ def sniff(path):
         raise LogError("the log is empty")
     lines = [ln.lstrip("\ufeff") for ln in lines[:SNIFF_LINES]]
     first = lines[0]
+    if not first.startswith(("{", "[")) and _mostly_json_objects(lines):
+        return "jsonl", None  # a banner or a stray print before the JSON lines
     if first.startswith("{"):
         try:
             obj = json.loads(first)
@@ -741,6 +747,18 @@ def sniff(path):
         ):
             return "csv", None
     return "text", None
+
+
+def _mostly_json_objects(lines):
+    """Most of these lines are JSON objects (``{...}`` that parse)."""
+    objs = 0
+    for ln in lines:
+        if ln[:1] == "{" and ln[-1:] == "}":
+            try:
+                objs += isinstance(json.loads(ln), dict)
+            except ValueError:
+                pass
+    return objs * 2 > len(lines)
 
 
 def _looks_tfrecord(head):
@@ -1282,6 +1300,7 @@ def _read_formatted(src, lf, wanted):
     ext = ing.flat.extend
     getter = ing.getter
     nlines = 0
+    at = None  # a step named by a line without data (nanoGPT's eval line), for what follows
     for block in chain([lines], blocks):
         nlines += len(block)
         for line in block:
@@ -1290,13 +1309,19 @@ def _read_formatted(src, lf, wanted):
                 for kind, rx in event_res:
                     m = rx.search(line)
                     if m:
-                        step = float(m.group(1)) if m.groups() else ing.last_step()
+                        step = float(m.group(1)) if m.groups() else at
+                        if kind is None:
+                            at = step
+                            break
+                        if step is None:
+                            step = ing.last_step()
                         ing.events.append((kind, step, "log", mask(line.strip())[:160]))
                         break
                 else:
                     if line.strip():
                         ing.skipped += 1
                 continue
+            at = None
             try:
                 ext(map(float, getter(d)))
             except (KeyError, ValueError, TypeError):
