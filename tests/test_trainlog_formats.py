@@ -81,14 +81,14 @@ def _tb_torch(d: Path, new_style: bool) -> None:
         w.add_scalar("train/grad_norm", gn, step, new_style=new_style)
         if i % 100 == 0:  # not scalars: must not become series
             w.add_histogram("weights", torch.tensor([0.1, 0.2, 0.3 + i]), step)
-            w.add_text("note", "saving checkpoint at step %d" % step, step)
+            w.add_text("note", f"saving checkpoint at step {step}", step)
     w.close()
 
 
 def _tb_writer(d: Path) -> None:
     tb_summary = pytest.importorskip("tensorboard.summary")
     w = tb_summary.Writer(str(d))  # float32 tensors, plugin "scalars"
-    for i, loss, lr, gn in curve():
+    for i, loss, lr, _ in curve():
         w.add_scalar("loss", loss, step=i * 10)
         w.add_scalar("lr", lr, step=i * 10)
     w.close()
@@ -352,7 +352,7 @@ def test_llamafactory_trainer_log_current_steps(tmp_path: Path) -> None:
                     "epoch": i / 100,
                     "percentage": i / N * 100,
                     "num_tokens": (i + 1) * 61440,
-                    "elapsed_time": "0:00:%02d" % (i % 60),
+                    "elapsed_time": f"0:00:{i % 60:02d}",
                     "remaining_time": "0:10:00",
                 }
             )

@@ -585,6 +585,7 @@ def _groups(rx):
             return None
         return {k: v for k, v in m.groupdict().items() if v is not None}
 
+    parse.rx = rx
     return parse
 
 
@@ -708,6 +709,8 @@ def sniff(path):
             if len(lines) >= SNIFF_LINES:
                 break
     if not lines:
+        if src.long and magic.lstrip()[:1] in (b"{", b"["):
+            return "json", None  # one compact JSON document (trainer_state.json on one line)
         if src.long:
             raise LogError(
                 "no line shorter than %d bytes in the first %d MiB (%d over-long lines skipped)"
@@ -1014,35 +1017,76 @@ def _wandb_rows(path, counts):
     """History rows of a ``.wandb`` file (wandb_internal.proto: Record.history 2;
     HistoryRecord item 1, step 2 {num 1}; HistoryItem key 1, nested_key 2, value_json 16)."""
     loads = json.loads
+    names = {}  # key bytes -> str, decoded once
     with open(path, "rb") as f:
         for rec in _wandb_records(f):
             counts[0] += 1
-            for fnum, _, v in _fields(rec):
-                if fnum != 2 or not isinstance(v, (bytes, memoryview)):
-                    continue
-                row = {}
-                for hf, _, hv in _fields(v):
-                    if hf == 1:
-                        key, val = None, None
-                        for itf, _, iv in _fields(hv):
-                            if itf == 1 or (itf == 2 and key is None):
-                                key = bytes(iv).decode("utf-8", "replace")
-                            elif itf == 2:
-                                key += "." + bytes(iv).decode("utf-8", "replace")
-                            elif itf == 16:
-                                val = bytes(iv)
-                        if key is None or val is None:
-                            continue
-                        try:
-                            row[key] = loads(val)
-                        except ValueError:
-                            continue
-                    elif hf == 2:
-                        for sf, _, sv in _fields(hv):
-                            if sf == 1:
-                                row.setdefault("_step", sv)
-                if row:
-                    yield row
+            rec = bytes(rec)
+            i, n = 0, len(rec)
+            while i < n:
+                key, i = _varint(rec, i)
+                wt = key & 7
+                if wt == 2:
+                    ln, i = _varint(rec, i)
+                    if key == 0x12:  # field 2, history
+                        row = _wandb_history(rec, i, i + ln, loads, names)
+                        if row:
+                            yield row
+                    i += ln
+                elif wt == 0:
+                    _, i = _varint(rec, i)
+                elif wt == 1:
+                    i += 8
+                elif wt == 5:
+                    i += 4
+                else:
+                    break  # not a record this reader knows: skipped whole
+
+
+def _wandb_history(buf, i, end, loads, names):
+    """One HistoryRecord ``buf[i:end]`` as a row dict (values decoded from their JSON)."""
+    row = {}
+    step = None
+    while i < end:
+        key, i = _varint(buf, i)
+        if key & 7 != 2:
+            if key & 7 == 0:
+                _, i = _varint(buf, i)
+                continue
+            return row  # fixed-width fields are not in a HistoryRecord: stop here
+        ln, i = _varint(buf, i)
+        stop = i + ln
+        if key == 0x0A:  # item
+            name, val = None, None
+            while i < stop:
+                k, i = _varint(buf, i)
+                if k & 7 != 2:
+                    if k & 7 == 0:
+                        _, i = _varint(buf, i)
+                        continue
+                    break
+                ln, i = _varint(buf, i)
+                if k == 0x82:  # field 16, value_json
+                    val = buf[i : i + ln]
+                elif k == 0x0A or k == 0x12:  # key, nested_key
+                    raw = buf[i : i + ln]
+                    part = names.get(raw)
+                    if part is None:
+                        part = names[raw] = raw.decode("utf-8", "replace")
+                    name = part if name is None or k == 0x0A else name + "." + part
+                i += ln
+            if name is not None and val is not None:
+                try:
+                    row[name] = loads(val)
+                except ValueError:
+                    pass
+        elif key == 0x12:  # step {num 1}
+            if i < stop and buf[i] == 0x08:
+                step, _ = _varint(buf, i + 1)
+        i = stop
+    if row and step is not None:
+        row.setdefault("_step", step)
+    return row
 
 
 def read_wandb(path, wanted):
@@ -1266,22 +1310,43 @@ def _read_csv(src, wanted):
     getter = itemgetter(*idx) if len(idx) > 1 else (lambda r, i=idx[0]: (r[i],))
     bidx = pos[ing.bucket_key] if ing.bucket_key is not None else None
     ext = ing.flat.extend
+    m0, m1 = ing.m0, ing.m1
+    nm = m1 - m0
+    codes = ing.codes
+
+    def code_of(row):
+        return ing.code(row[bidx] if bidx < len(row) else None)
+
+    # Sparse rows (Lightning: one metric per row, the other cells empty) convert cell by
+    # cell; a file whose first rows are sparse skips the all-cells-at-once attempt.
+    sparse = any(not r.get(k) for r in head_rows[:200] for k in ing.keys)
     nlines = 1
     for block in chain([pending], blocks):
         nlines += len(block)
         for row in csv.reader(block, delimiter=delim):
             if not row:
                 continue
+            if not sparse:
+                try:
+                    ext(map(float, getter(row)))
+                except (ValueError, IndexError, TypeError):
+                    ing.fix_partial()
+                else:
+                    if bidx is not None:
+                        codes.append(code_of(row))
+                    continue
             try:
-                ext(map(float, getter(row)))
+                vals = [float(c) if c else MISSING for c in getter(row)]
             except (ValueError, IndexError, TypeError):
-                ing.fix_partial()
+                vals = None
+            if vals is None or (m0 and vals[0] is MISSING) or vals[m0:m1].count(MISSING) == nm:
                 if len(row) == 1 and _maybe_event(ing, row[0]):
                     continue
                 ing.slow(dict(zip(header, row)))
                 continue
+            ext(vals)
             if bidx is not None:
-                ing.codes.append(ing.code(row[bidx] if bidx < len(row) else None))
+                codes.append(code_of(row))
         ing.flush()
     return ing, "csv", nlines
 
@@ -1300,28 +1365,49 @@ def _read_formatted(src, lf, wanted):
     ext = ing.flat.extend
     getter = ing.getter
     nlines = 0
-    at = None  # a step named by a line without data (nanoGPT's eval line), for what follows
+    at = [None]  # a step named by a line without data (nanoGPT's eval line), for what follows
+
+    def other(line):
+        for kind, rx in event_res:
+            m = rx.search(line)
+            if m:
+                step = float(m.group(1)) if m.groups() else at[0]
+                if kind is None:
+                    at[0] = step
+                    return
+                if step is None:
+                    step = ing.last_step()
+                ing.events.append((kind, step, "log", mask(line.strip())[:160]))
+                return
+        if line.strip():
+            ing.skipped += 1
+
+    # One regex whose named groups are the columns: its groups go straight into the array.
+    rx = getattr(parse, "rx", None)
+    direct = rx is not None and all(k in rx.groupindex for k in ing.keys)
+    search = rx.search if direct else None
+    keys = tuple(ing.keys)
+    one = len(keys) == 1
     for block in chain([lines], blocks):
         nlines += len(block)
         for line in block:
+            if direct:
+                m = search(line)
+                if m is None:
+                    other(line)
+                    continue
+                at[0] = None
+                try:
+                    ext(map(float, (m.group(keys[0]),) if one else m.group(*keys)))
+                except (ValueError, TypeError):
+                    ing.fix_partial()
+                    ing.slow({k: v for k, v in m.groupdict().items() if v is not None})
+                continue
             d = parse(line)
             if d is None:
-                for kind, rx in event_res:
-                    m = rx.search(line)
-                    if m:
-                        step = float(m.group(1)) if m.groups() else at
-                        if kind is None:
-                            at = step
-                            break
-                        if step is None:
-                            step = ing.last_step()
-                        ing.events.append((kind, step, "log", mask(line.strip())[:160]))
-                        break
-                else:
-                    if line.strip():
-                        ing.skipped += 1
+                other(line)
                 continue
-            at = None
+            at[0] = None
             try:
                 ext(map(float, getter(d)))
             except (KeyError, ValueError, TypeError):
