@@ -922,13 +922,16 @@ def _tfrecords(f):
         yield memoryview(data)[:n]
 
 
-def _rows_into(rows_iter, wanted, step_key):
-    """An Ingest from an iterator of row dicts (first rows choose the columns)."""
+def _rows_into(rows_iter, wanted, step_key, need=None):
+    """An Ingest from an iterator of row dicts (first rows choose the columns; ``need``, a
+    one-item list, then tells the iterator which keys are kept)."""
     head = list(islice(rows_iter, HEAD_ROWS))
     keys = Counter()
     for d in head:
         keys.update(d.keys())
     ing = _ingest_for(keys, wanted, head, step_key)
+    if need is not None:
+        need[0] = set(ing.keys) | ({ing.bucket_key} if ing.bucket_key else set())
     n = 0
     for d in chain(head, rows_iter):
         ing.add(d)
@@ -1013,15 +1016,40 @@ def _wandb_records(f):
             parts = []
 
 
-def _wandb_rows(path, counts):
-    """History rows of a ``.wandb`` file (wandb_internal.proto: Record.history 2;
-    HistoryRecord item 1, step 2 {num 1}; HistoryItem key 1, nested_key 2, value_json 16)."""
+def _pb_varint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _wandb_rows(path, counts, need=None):
+    """History rows of a ``.wandb`` file (wandb_internal.proto: Record num 1, history 2;
+    HistoryRecord item 1, step 2 {num 1}; HistoryItem key 1, nested_key 2, value_json 16;
+    wandb-core writes every key as nested_key parts).
+
+    ``need``: a one-item list that the caller fills with the keys it keeps once the columns
+    are chosen; from then on each record is searched for just those items (``bytes.find``)
+    instead of walking every field, and a record whose items do not look as expected is
+    walked in full."""
     loads = json.loads
     names = {}  # key bytes -> str, decoded once
+    pats = None
     with open(path, "rb") as f:
         for rec in _wandb_records(f):
             counts[0] += 1
             rec = bytes(rec)
+            if pats is None and need is not None and need[0] is not None:
+                pats = [
+                    (k, b"\x12" + tail, b"\x0a" + tail)
+                    for k in need[0]
+                    if "." not in k
+                    for tail in [
+                        _pb_varint(len(k.encode("utf-8"))) + k.encode("utf-8") + b"\x82\x01"
+                    ]
+                ]
             i, n = 0, len(rec)
             while i < n:
                 key, i = _varint(rec, i)
@@ -1029,7 +1057,11 @@ def _wandb_rows(path, counts):
                 if wt == 2:
                     ln, i = _varint(rec, i)
                     if key == 0x12:  # field 2, history
-                        row = _wandb_history(rec, i, i + ln, loads, names)
+                        row = None
+                        if pats:
+                            row = _wandb_find(rec, i, i + ln, pats, loads)
+                        if row is None:
+                            row = _wandb_history(rec, i, i + ln, loads, names)
                         if row:
                             yield row
                     i += ln
@@ -1041,6 +1073,28 @@ def _wandb_rows(path, counts):
                     i += 4
                 else:
                     break  # not a record this reader knows: skipped whole
+
+
+def _wandb_find(rec, start, end, pats, loads):
+    """The items named in ``pats`` of one HistoryRecord, found by their encoded key; None
+    when an item's header is not the one-byte-length form expected (then walk in full)."""
+    row = {}
+    find = rec.find
+    for name, pat, alt in pats:
+        j = find(pat, start, end)
+        if j < 0:
+            j = find(alt, start, end)  # the older writers' key field
+            if j < 0:
+                continue
+        k = j + len(pat)
+        vlen, v = _varint(rec, k)
+        if j - start < 2 or rec[j - 2] != 0x0A or rec[j - 1] != v + vlen - j:
+            return None
+        try:
+            row[name] = loads(rec[v : v + vlen])
+        except ValueError:
+            pass
+    return row
 
 
 def _wandb_history(buf, i, end, loads, names):
@@ -1094,7 +1148,8 @@ def read_wandb(path, wanted):
     counts = [0]
     # a trainer's own step (HF: train/global_step, Lightning: trainer/global_step) over W&B's
     # row counter _step, which counts log calls, not optimizer steps
-    ing, _ = _rows_into(_wandb_rows(path, counts), wanted, None)
+    need = [None]
+    ing, _ = _rows_into(_wandb_rows(path, counts, need), wanted, None, need)
     return ing, "wandb", counts[0]
 
 
