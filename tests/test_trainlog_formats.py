@@ -28,6 +28,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from invoke import Collection
 from invoke.exceptions import ParseError
@@ -98,12 +99,19 @@ def _tb_event_file_writer(d: Path) -> None:
     pytest.importorskip("tensorboard")
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    from tensorboard.util import tensor_util
 
     w = EventFileWriter(str(d))
-    for i, loss, lr, _ in curve():
+    for i, loss, lr, gn in curve():
         values = [
             summary_pb2.Summary.Value(tag="loss", simple_value=loss),
             summary_pb2.Summary.Value(tag="learning_rate", simple_value=lr),
+            # a float tensor that is not a scalar (shape [3]): never a series, though its
+            # tag is a metric name
+            summary_pb2.Summary.Value(
+                tag="grad_norm",
+                tensor=tensor_util.make_tensor_proto(np.array([gn, gn, gn], dtype=np.float32)),
+            ),
         ]
         w.add_event(
             event_pb2.Event(
@@ -166,8 +174,6 @@ def test_tensorboard_matches_the_official_reader(tmp_path: Path) -> None:
     rows = list(mod._tf_rows(str(event_file), [0]))
     ea = EventAccumulator(str(event_file), size_guidance={"tensors": 0, "scalars": 0})
     ea.Reload()
-    import numpy as np
-
     official = {(e.step, float(np.asarray(tensor_value(e)))) for e in ea.Tensors("train/loss")}
     ours = {(int(r["step"]), r["train/loss"]) for r in rows}
     assert ours == official and len(ours) == N
@@ -250,6 +256,12 @@ def test_wandb_offline_run_read_without_wandb(tmp_path: Path, style: str) -> Non
     rows = list(_module()._wandb_rows(str(wb_file), [0]))
     assert [row["train/loss"] for row in rows] == [loss for _, loss, _, _ in curve()]
     assert [row["_step"] for row in rows] == list(range(N))
+    # past the first rows the reader looks up only the kept items: the same values
+    for keep in ({"train/loss", "_step", "train/global_step"}, {"train/loss", "_step"}):
+        fast = list(_module()._wandb_rows(str(wb_file), [0], [keep]))
+        assert [{k: r[k] for k in keep if k in r} for r in fast] == [
+            {k: r[k] for k in keep if k in r} for r in rows
+        ]
 
 
 def test_wandb_summary_alone_is_read_and_says_it_has_no_history(tmp_path: Path) -> None:

@@ -1042,14 +1042,18 @@ def _wandb_rows(path, counts, need=None):
             counts[0] += 1
             rec = bytes(rec)
             if pats is None and need is not None and need[0] is not None:
-                pats = [
-                    (k, b"\x12" + tail, b"\x0a" + tail)
-                    for k in need[0]
-                    if "." not in k
-                    for tail in [
-                        _pb_varint(len(k.encode("utf-8"))) + k.encode("utf-8") + b"\x82\x01"
+                # a nested key ("a.b": parts ["a", "b"]) is not one encoded key: walk in full
+                pats = (
+                    []
+                    if any("." in k for k in need[0])
+                    else [
+                        (k, b"\x12" + tail, b"\x0a" + tail)
+                        for k in need[0]
+                        for tail in [
+                            _pb_varint(len(k.encode("utf-8"))) + k.encode("utf-8") + b"\x82\x01"
+                        ]
                     ]
-                ]
+                )
             i, n = 0, len(rec)
             while i < n:
                 key, i = _varint(rec, i)
