@@ -664,3 +664,19 @@ def test_no_loss_exit_2_hints_are_real_command_lines(
     # the parser is strict: the old hint's flag does not exist (so this test can fail)
     with pytest.raises(ParseError):
         parse_task_line(rep.hints[0].replace("--metric", "--metrics"))
+
+
+def test_no_loss_hints_printed_by_the_task_run_as_printed(tmp_path: Path) -> None:
+    from tests.test_cli import invoke
+
+    p = tmp_path / "log.jsonl"
+    p.write_text(
+        "".join(json.dumps({"iter": i, "objective": loss}) + "\n" for i, loss, _, _ in curve())
+    )
+    r = invoke("train-log", "--path", str(p), cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    hints = [ln.split("try: ", 1)[1] for ln in r.stdout.splitlines() if "try: " in ln]
+    assert hints == [f"invoke train-log --host local --path {p} --metric objective"]
+    again = invoke(*shlex.split(hints[0])[1:], cwd=tmp_path)
+    assert again.returncode in (0, 1), again.stdout + again.stderr
+    assert "columns: objective <- 'objective'" in again.stdout
