@@ -680,3 +680,37 @@ def test_no_loss_hints_printed_by_the_task_run_as_printed(tmp_path: Path) -> Non
     again = invoke(*shlex.split(hints[0])[1:], cwd=tmp_path)
     assert again.returncode in (0, 1), again.stdout + again.stderr
     assert "columns: objective <- 'objective'" in again.stdout
+
+
+@pytest.mark.parametrize("odd", ["none", "text-cell", "empty-step", "short-row", "nan-cell"])
+def test_csv_column_path_reads_what_the_jsonl_twin_reads(tmp_path: Path, odd: str) -> None:
+    """CSV blocks are converted a column at a time; odd rows send a block row by row. Either
+    way the answer is the one the same rows give as JSON lines."""
+    rows: list[dict[str, Any]] = []
+    for i, loss, _, _ in curve():
+        rows.append({"step": i, "train_loss_step": round(loss, 5)})
+        if i % 100 == 99:
+            rows.append({"step": i, "epoch": i // 100, "train_loss_epoch": 1.5})
+    if odd == "text-cell":
+        rows[10]["train_loss_step"] = "oops"
+    elif odd == "empty-step":
+        del rows[20]["step"]
+    elif odd == "short-row":
+        rows[30] = {"step": 30}
+    elif odd == "nan-cell":
+        rows[40]["train_loss_step"] = "nan"
+    header = ["epoch", "step", "train_loss_epoch", "train_loss_step"]
+    csv_lines = [",".join(header)]
+    for r in rows:
+        cells = [str(r.get(h, "")) for h in header]
+        csv_lines.append(
+            ",".join(cells[:2]) if odd == "short-row" and r == {"step": 30} else ",".join(cells)
+        )
+    (tmp_path / "m.csv").write_text("\n".join(csv_lines) + "\n")
+    jrows = [{k: (float(v) if v == "nan" else v) for k, v in r.items()} for r in rows]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in jrows))
+    a, b = run(tmp_path / "m.csv"), run(tmp_path / "m.jsonl")
+    keys = ("rows", "first_step", "last_step", "step_key", "columns", "skipped")
+    assert {k: a.one("source")[k] for k in keys} == {k: b.one("source")[k] for k in keys}
+    assert a.all("metric") == b.all("metric")
+    assert spike_steps(a) == spike_steps(b) == [SPIKE_ROW]

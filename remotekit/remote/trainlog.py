@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import gc
 import json
 import math
 import os
@@ -705,7 +706,12 @@ def sniff(path):
         src = Lines(f, SNIFF_BYTES)
         lines = []
         for block in src:
-            lines.extend(ln.strip() for ln in block if ln.strip())
+            for ln in block:
+                ln = ln.strip()
+                if ln:
+                    lines.append(ln)
+                    if len(lines) >= SNIFF_LINES:
+                        break
             if len(lines) >= SNIFF_LINES:
                 break
     if not lines:
@@ -1380,11 +1386,21 @@ def _read_csv(src, wanted):
     # cell; a file whose first rows are sparse skips the all-cells-at-once attempt.
     sparse = any(not r.get(k) for r in head_rows[:200] for k in ing.keys)
     nlines = 1
+    width = len(header)
     for block in chain([pending], blocks):
         nlines += len(block)
-        for row in csv.reader(block, delimiter=delim):
-            if not row:
+        # a block's rows are held at once: without the cyclic GC scanning them (they hold
+        # only strings), which otherwise costs more than the parse
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            rows = list(filter(None, csv.reader(block, delimiter=delim)))
+            if bidx is None and _csv_columns(ing, rows, idx, width, header):
                 continue
+        finally:
+            if gc_was:
+                gc.enable()
+        for row in rows:
             if not sparse:
                 try:
                     ext(map(float, getter(row)))
@@ -1408,6 +1424,46 @@ def _read_csv(src, wanted):
                 codes.append(code_of(row))
         ing.flush()
     return ing, "csv", nlines
+
+
+def _csv_columns(ing, rows, idx, width, header):
+    """A block of CSV rows of one width converted a column at a time (``array(map(float))``
+    per column; empty cells are missing). False, with nothing done, when a row needs the
+    row-by-row path: a step cell empty, a text cell in a kept column, rows of other widths."""
+    if not rows or len(set(map(len, rows))) != 1 or len(rows[0]) != width:
+        return False
+    cols = {i: list(map(itemgetter(i), rows)) for i in set(idx)}
+    out = []
+    for i in idx:
+        c = cols[i]
+        try:
+            out.append(array("d", map(float, c)))
+        except ValueError:
+            try:
+                out.append(array("d", [float(x) if x else MISSING for x in c]))
+            except ValueError:
+                return False
+    m0, m1 = ing.m0, ing.m1
+    if m0 and "" in cols[idx[0]]:
+        return False  # an empty step: the row-by-row path numbers it
+    empty = None
+    for i in idx[m0:m1]:
+        c = cols[i]
+        if "" not in c:
+            empty = None
+            break
+        e = {k for k, x in enumerate(c) if not x}
+        empty = e if empty is None else empty & e
+    ing.flush()
+    if empty:
+        # rows without any kept metric (Lightning's epoch rows): counted, as row by row
+        for k in sorted(empty):
+            ing.slow(dict(zip(header, rows[k])))
+        keep = [k not in empty for k in range(len(rows))]
+        out = [array("d", compress(a, keep)) for a in out]
+    for col, a in zip(ing.cols, out):
+        col.extend(a)
+    return True
 
 
 def _read_formatted(src, lf, wanted):
