@@ -6,20 +6,26 @@ The log is streamed once into compact ``array`` columns; only findings travel ba
 
 Usage::
 
-    trainlog.py PATH [--metrics loss,acc] [--preset olmo2|olmo-core|megatron]
+    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron]
                 [--ckpt-steps 2000,4001] [--ckpt-dir DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
 
-Inputs (auto-detected): JSON lines (W&B history with ``_step``, or any ``step`` key), CSV
-with a header, HF ``trainer_state.json`` (``log_history``), plain text with ``key=value``
-or ``key: value`` pairs. Lines that announce checkpoint saves or resumes become events.
+Inputs (auto-detected by content): JSON lines (W&B history with ``_step``, LLaMA-Factory /
+TRL ``trainer_log.jsonl`` with ``current_steps``, or any ``step`` key), CSV with a header
+(Lightning ``metrics.csv``, sparse rows), HF ``trainer_state.json`` (``log_history``), W&B
+run files (``run-*.wandb``) and ``wandb-summary.json``, TensorBoard event files
+(``simple_value`` and scalar tensors), the text of nanoGPT, llm.c, Megatron-LM and fairseq
+(only lines in their format are data), else plain text with ``key=value`` or ``key: value``
+pairs. PATH may be a run directory: the log in it is picked (``chosen_from`` says which and
+why). Lines that announce checkpoint saves or resumes become events.
 
 Records, one JSON object per stdout line, each with a ``"type"``; non-finite numbers are
 sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 
-``source``       path, format, lines, rows, skipped, bad_lines, step_key, columns {label:
+``source``       path, chosen_from, format, dialect (whose log: Lightning, LLaMA-Factory,
+                 HF, W&B), lines, rows, skipped, bad_lines, step_key, columns {label:
                  key}, metrics, first_step, last_step, stride, tolerance (steps that still
-                 count as "at" an event)
+                 count as "at" an event); guesses and fallbacks come as ``warning``s
 ``preset``       name, window (used), preset_window, sigma, ratio, cliff_sigma, cliff_drop,
                  rule
 ``metric``       label, key, direction ("up", "down", "none"), n, flagged, spike_share,
