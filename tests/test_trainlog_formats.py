@@ -714,3 +714,37 @@ def test_csv_column_path_reads_what_the_jsonl_twin_reads(tmp_path: Path, odd: st
     assert {k: a.one("source")[k] for k in keys} == {k: b.one("source")[k] for k in keys}
     assert a.all("metric") == b.all("metric")
     assert spike_steps(a) == spike_steps(b) == [SPIKE_ROW]
+
+
+def test_damaged_binary_logs_are_read_up_to_the_damage_and_say_so(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    d = tmp_path / "tb"
+    _tb_event_file_writer(d)
+    (event_file,) = d.glob("events.out.tfevents.*")
+    data = bytearray(event_file.read_bytes())
+    # the records: [len 8][crc 4][data len][crc 4]; find the 101st and 201st
+    offs, i = [], 0
+    while i < len(data):
+        offs.append(i)
+        i += 16 + int.from_bytes(data[i : i + 8], "little")
+    body = offs[101] + 12
+    data[body : body + 6] = b"\xff" * 6  # an Event that is not one: skipped
+    data[offs[201]] ^= 0x55  # a length that fails its CRC: the end of what can be read
+    event_file.write_bytes(bytes(data))
+    r = run(event_file)
+    assert r.code in (0, 1)
+    w = warnings_of(r)
+    assert "1 corrupt record(s) in the event file skipped" in w
+    assert f"the event file is corrupt at byte {offs[201]}: nothing after it was read" in w
+    assert r.one("source")["rows"] == 199 and r.one("source")["bad_lines"] == 1
+
+    (tmp_path / "w").mkdir()
+    run_dir = _wandb_run(tmp_path / "w", "hf", curve())
+    (wb_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    raw = bytearray(wb_file.read_bytes())
+    rnd = random.Random(3)
+    for _ in range(40):
+        raw[rnd.randrange(64, len(raw))] = rnd.randrange(256)
+    wb_file.write_bytes(bytes(raw))
+    r = run(wb_file)
+    assert r.code in (0, 1, 2) and not r.stderr

@@ -917,15 +917,22 @@ def _event_scalars(buf, row):
     return step
 
 
-def _tfrecords(f):
-    """Payloads of a TFRecord file: uint64 length, uint32 masked CRC of it, data, CRC."""
+def _tfrecords(f, counts=None):
+    """Payloads of a TFRecord file: uint64 length, uint32 masked CRC of it, data, CRC. A
+    length whose CRC does not match ends the reading (the records after it cannot be
+    found): ``counts[2]`` is then its offset."""
     read = f.read
-    unpack = struct.Struct("<Q").unpack
+    unpack = struct.Struct("<QI").unpack
     while True:
         head = read(12)
         if len(head) < 12:
             return
-        (n,) = unpack(head[:8])
+        n, crc = unpack(head)
+        if _masked_crc(head[:8]) != crc:
+            if counts is None:
+                raise LogError("a corrupt TFRecord length at offset %d" % (f.tell() - 12))
+            counts[2] = f.tell() - 12
+            return
         if n > MAX_LINE * 64:
             raise LogError("a TFRecord of %d bytes at offset %d: not an event file" % (n, f.tell()))
         data = read(n + 4)
@@ -957,10 +964,14 @@ def _rows_into(rows_iter, wanted, step_key, need=None):
 def _tf_rows(path, counts):
     with open(path, "rb") as f:
         row, step = {}, None
-        for data in _tfrecords(f):
+        for data in _tfrecords(f, counts):
             counts[0] += 1
             cur = {}
-            s = _event_scalars(data, cur)
+            try:
+                s = _event_scalars(data, cur)
+            except (ValueError, IndexError, struct.error):
+                counts[1] += 1  # a record that is not a well-formed Event: skipped
+                continue
             if not cur:
                 continue
             if s != step and row:
@@ -975,9 +986,21 @@ def _tf_rows(path, counts):
 
 def read_tfevents(path, wanted):
     """Scalars of a TensorBoard event file, one row per step."""
-    counts = [0]
+    counts = [0, 0, None]
     ing, _ = _rows_into(_tf_rows(path, counts), wanted, "step")
+    _damage(ing, counts, "event file")
     return ing, "tensorboard", counts[0]
+
+
+def _damage(ing, counts, what):
+    """Corrupt records of a binary log: counted as bad lines and said in a warning."""
+    ing.bad += counts[1]
+    if counts[1]:
+        ing.guesses.append("%d corrupt record(s) in the %s skipped" % (counts[1], what))
+    if counts[2] is not None:
+        ing.guesses.append(
+            "the %s is corrupt at byte %d: nothing after it was read" % (what, counts[2])
+        )
 
 
 # wandb/sdk/internal/datastore.py: a 7-byte file header ":W&B", magic 0xBEE1, version 0;
@@ -1066,29 +1089,41 @@ def _wandb_rows(path, counts, need=None):
                         ]
                     ]
                 )
-            i, n = 0, len(rec)
-            while i < n:
-                key, i = _varint(rec, i)
-                wt = key & 7
-                if wt == 2:
-                    ln, i = _varint(rec, i)
-                    if key == 0x12:  # field 2, history
-                        row = None
-                        if pats:
-                            row = _wandb_find(rec, i, i + ln, pats, loads)
-                        if row is None:
-                            row = _wandb_history(rec, i, i + ln, loads, names)
-                        if row:
-                            yield row
-                    i += ln
-                elif wt == 0:
-                    _, i = _varint(rec, i)
-                elif wt == 1:
-                    i += 8
-                elif wt == 5:
-                    i += 4
-                else:
-                    break  # not a record this reader knows: skipped whole
+            try:
+                row = _wandb_record(rec, pats, loads, names)
+            except (ValueError, IndexError):
+                counts[1] += 1  # not a well-formed Record: skipped
+                continue
+            if row:
+                yield row
+
+
+def _wandb_record(rec, pats, loads, names):
+    """The history row of one Record, or None."""
+    row = None
+    i, n = 0, len(rec)
+    while i < n:
+        key, i = _varint(rec, i)
+        wt = key & 7
+        if wt == 2:
+            ln, i = _varint(rec, i)
+            if i + ln > n:
+                raise ValueError("truncated field")
+            if key == 0x12:  # field 2, history
+                if pats:
+                    row = _wandb_find(rec, i, i + ln, pats, loads)
+                if row is None:
+                    row = _wandb_history(rec, i, i + ln, loads, names)
+            i += ln
+        elif wt == 0:
+            _, i = _varint(rec, i)
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        else:
+            raise ValueError("protobuf wire type %d" % wt)
+    return row
 
 
 def _wandb_find(rec, start, end, pats, loads):
@@ -1161,11 +1196,12 @@ def _wandb_history(buf, i, end, loads, names):
 
 def read_wandb(path, wanted):
     """History of a W&B run file (``run-*.wandb``), without wandb installed."""
-    counts = [0]
+    counts = [0, 0, None]
     # a trainer's own step (HF: train/global_step, Lightning: trainer/global_step) over W&B's
     # row counter _step, which counts log calls, not optimizer steps
     need = [None]
     ing, _ = _rows_into(_wandb_rows(path, counts, need), wanted, None, need)
+    _damage(ing, counts, "W&B run file")
     return ing, "wandb", counts[0]
 
 
