@@ -615,7 +615,7 @@ def _draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, host
 @task(
     iterable=["metric"],
     help=_help(
-        path="the training log there (JSON lines, CSV, trainer_state.json or key=value text)",
+        path="the training log there, or its run directory (JSON lines, CSV, trainer_state.json, W&B .wandb, TensorBoard events, nanoGPT/llm.c/Megatron/fairseq or key=value text)",
         preset="spike rule: olmo2 (1000 steps, 7 sigma), olmo-core (128, 6), megatron (10x running max)",
         metric="a metric to analyse besides loss/acc/lr/grad_norm (repeatable)",
         ckpt_steps="checkpoint steps, comma-separated (else found in the log or --checkpoints)",

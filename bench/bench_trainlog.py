@@ -11,23 +11,47 @@ bucket, seq_len, tokens): homogeneous length buckets (52% bucket 5), a slowly fa
 and a 13x spike every 100,000 steps. Best of ``--repeat`` runs each, alternating.
 Target: train-log time <= 3x the baseline's.
 
-Run: .venv/bin/python bench/bench_trainlog.py [--steps 1000000] [--repeat 3]
-     (writes bench/results/trainlog.json)
+Then each reader alone (in this process, the script loaded as a module: ``read_log``) on a
+``--steps`` file of its format vs the bare parse of that format, in the same run:
+
+  jsonl, trainer_state.json   json.loads per line / json.load of the document
+  csv (Lightning metrics.csv) csv.reader over the file
+  nanogpt, llm.c, megatron,   the format's own compiled data regex, .search per line
+  fairseq, key=value text     (key=value: FAST_PAIR_RE.findall per line)
+  tensorboard                 tensorboard's EventAccumulator (scalars + tensors kept whole)
+  wandb                       wandb's protobuf Record.ParseFromString per record over the
+                              LevelDB-log framing, json.loads per history value (wandb 0.31
+                              has no Python reader: its Go wandb-core reads these files)
+
+Target: reader <= 3x the bare parse; TensorBoard and W&B faster than the official reader.
+The TensorBoard file is written by tensorboard's own EventFileWriter (simple_value loss,
+float tensor lr, as tensorboard.summary writes); the W&B file with wandb's protobuf classes
+and the LevelDB-log framing of wandb's datastore (1M wandb.log calls take ~17 min here:
+~1,000 rows/s measured; tests/test_trainlog_formats.py uses wandb.log itself).
+
+Run: .venv/bin/python bench/bench_trainlog.py [--steps 1000000] [--repeat 3] [--quick]
+     (--quick: 100,000 steps, one repeat; writes bench/results/trainlog.json)
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import importlib.util
 import json
 import math
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
@@ -78,13 +102,319 @@ def write_log(path: Path, steps: int, seed: int = 0) -> None:
             )
 
 
+# ---------------------------------------------------------------------------------------------
+# each reader vs the bare parse of its format (in this process)
+
+
+def _script_module() -> Any:
+    spec = importlib.util.spec_from_file_location("trainlog_bench", SCRIPT)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _losses(steps: int, seed: int = 1) -> list[float]:
+    rng = random.Random(seed)
+    return [2.0 + 3.0 / (1 + s / 1000) + rng.gauss(0, 0.02) for s in range(steps)]
+
+
+def _write_lines(path: Path, lines: Any) -> None:
+    with open(path, "w") as f:
+        f.writelines(lines)
+
+
+def make_jsonl(path: Path, steps: int) -> None:
+    _write_lines(
+        path,
+        (
+            f'{{"current_steps": {s}, "loss": {v:.5f}, "lr": 0.0003, "epoch": {s / 1e5:.5f}}}\n'
+            for s, v in enumerate(_losses(steps))
+        ),
+    )
+
+
+def make_csv(path: Path, steps: int) -> None:
+    # Lightning CSVLogger: the union of keys as header, empty cells where a row lacks one
+    lines = ["epoch,step,train_loss_epoch,train_loss_step,val_loss\n"]
+    lines += (f",{s},,{v:.5f},\n" for s, v in enumerate(_losses(steps)))
+    _write_lines(path, lines)
+
+
+def make_trainer_state(path: Path, steps: int) -> None:
+    hist = [
+        {"epoch": s / 1e5, "grad_norm": 0.5, "learning_rate": 3e-4, "loss": round(v, 4), "step": s}
+        for s, v in enumerate(_losses(steps))
+    ]
+    path.write_text(json.dumps({"global_step": steps, "log_history": hist}))
+
+
+TEXT_LINES = {
+    "nanogpt": "iter {s}: loss {v:.4f}, time 12.34ms, mfu 41.20%\n",
+    "llm.c": "s:{s} trl:{v:.4f} lr:0.000300 norm:0.5123\n",
+    "megatron": (
+        " iteration {s:8d}/ 1000000 | consumed samples: {s:12d} | elapsed time per iteration "
+        "(ms): 812.3 | learning rate: 3.000000E-04 | global batch size:   512 | lm loss: "
+        "{v:.6E} | loss scale: 1.0 | grad norm: 0.512 | number of skipped iterations:   0 | "
+        "number of nan iterations:   0 |\n"
+    ),
+    "fairseq": (
+        '2024-05-01 10:00:00 | INFO | train_inner | {{"epoch": 1, "update": 0.1, "loss": '
+        '"{v:.3f}", "ppl": "9.1", "wps": "1234", "num_updates": "{s}", "lr": "0.0003", '
+        '"gnorm": "0.512"}}\n'
+    ),
+    "text": "step={s} loss={v:.5f} lr=0.0003 grad_norm=0.512\n",
+}
+
+
+def make_text(fmt: str) -> Any:
+    def make(path: Path, steps: int) -> None:
+        tmpl = TEXT_LINES[fmt]
+        _write_lines(path, (tmpl.format(s=s, v=v) for s, v in enumerate(_losses(steps))))
+
+    return make
+
+
+def make_tfevents(path: Path, steps: int) -> Path:
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    from tensorboard.util import tensor_util
+
+    w = EventFileWriter(str(path))
+    lr = tensor_util.make_tensor_proto(np.float32(3e-4))  # tf2 style: a float tensor scalar
+    meta = summary_pb2.SummaryMetadata()
+    meta.plugin_data.plugin_name = "scalars"
+    for s, v in enumerate(_losses(steps)):
+        vals = [
+            summary_pb2.Summary.Value(tag="train/loss", simple_value=v),
+            summary_pb2.Summary.Value(tag="train/lr", tensor=lr, metadata=meta),
+        ]
+        w.add_event(
+            event_pb2.Event(step=s, wall_time=1.7e9 + s, summary=summary_pb2.Summary(value=vals))
+        )
+    w.close()
+    (f,) = path.glob("events.out.tfevents.*")
+    return f
+
+
+def _leveldb_frame(records: Any) -> bytes:
+    """wandb datastore framing: ':W&B' + magic 0xBEE1 + version 0, then 32 KiB blocks of
+    chunks with a 7-byte header (crc32, uint16 length, type 1 full/2 first/3 middle/4 last)."""
+    out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
+    for data in records:
+        first = True
+        while True:
+            left = 32768 - len(out) % 32768
+            if left < 7:
+                out += b"\0" * left
+                continue
+            n = min(len(data), left - 7)
+            chunk, data = data[:n], data[n:]
+            typ = (1 if not data else 2) if first else (4 if not data else 3)
+            out += struct.pack("<IHB", zlib.crc32(bytes([typ]) + chunk), n, typ) + chunk
+            first = False
+            if not data:
+                break
+    return bytes(out)
+
+
+def make_wandb(path: Path, steps: int) -> None:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    def recs() -> Any:
+        for s, v in enumerate(_losses(steps)):
+            r = pb.Record()
+            h = r.history
+            for k, val in (
+                ("train/loss", v),
+                ("train/lr", 3e-4),
+                ("train/global_step", s),
+                ("_step", s),
+                ("_runtime", s * 0.1),
+                ("_timestamp", 1.7e9 + s),
+            ):
+                item = h.item.add()
+                item.nested_key.append(k)  # as wandb-core writes every key
+                item.value_json = json.dumps(val)
+            h.step.num = s
+            yield r.SerializeToString()
+
+    with open(path, "wb") as f:
+        f.write(_leveldb_frame(recs()))
+
+
+def bare_wandb(path: Path) -> int:
+    """wandb's protobuf classes over the framing: the parse wandb itself does."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    off, n, parts = 7, 0, []
+    rec = pb.Record()
+    loads = json.loads
+    while off + 7 <= len(data):
+        left = 32768 - off % 32768
+        if left < 7:
+            off += left
+            continue
+        _, ln, typ = struct.unpack_from("<IHB", data, off)
+        if typ == 0:
+            off += left
+            continue
+        parts.append(data[off + 7 : off + 7 + ln])
+        off += 7 + ln
+        if typ in (1, 4):
+            rec.ParseFromString(b"".join(parts))
+            parts = []
+            for item in rec.history.item:
+                _ = item.key or ".".join(item.nested_key)
+                loads(item.value_json)
+            n += 1
+    return n
+
+
+def bare_tensorboard(path: Path) -> int:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(path), size_guidance={"scalars": 0, "tensors": 0})
+    ea.Reload()
+    return len(ea.Scalars("train/loss")) + len(ea.Tensors("train/lr"))
+
+
+def bare_jsonl(path: Path) -> int:
+    loads = json.loads
+    n = 0
+    with open(path, "rb") as f:
+        for line in f:
+            loads(line)
+            n += 1
+    return n
+
+
+def bare_csv(path: Path) -> int:
+    with open(path, newline="") as f:
+        return sum(1 for _ in csv.reader(f))
+
+
+def bare_json(path: Path) -> int:
+    with open(path) as f:
+        return len(json.load(f)["log_history"])
+
+
+def bare_regex(rx: Any) -> Any:
+    def bare(path: Path) -> int:
+        n = 0
+        search = rx.search
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                n += search(line) is not None
+        return n
+
+    return bare
+
+
+def bare_findall(rx: Any) -> Any:
+    def bare(path: Path) -> int:
+        findall = rx.findall
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return sum(1 for line in f if findall(line))
+
+    return bare
+
+
+def _line_regex(tl: Any, name: str) -> Any:
+    """The compiled data regex of a text format (the first one its parser runs)."""
+    formats = {lf[0]: lf for lf in tl.LINE_FORMATS}
+    if name == "megatron":
+        return tl._PIPE_PAIR_RE
+    return formats[name][1].rx
+
+
+def bare_fairseq(path: Path) -> int:
+    """fairseq's train_inner lines are JSON after a prefix: the bare parse is json.loads."""
+    loads = json.loads
+    n = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            loads(line[line.index("{") :])
+            n += 1
+    return n
+
+
+def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, Any]:
+    tl = _script_module()
+    cases: list[tuple[str, Any, Any, str, str]] = [
+        ("jsonl", make_jsonl, bare_jsonl, "json.loads per line", "jsonl"),
+        ("csv", make_csv, bare_csv, "csv.reader", "csv"),
+        ("trainer_state", make_trainer_state, bare_json, "json.load", "json"),
+    ]
+    for name in ("nanogpt", "llm.c", "megatron"):
+        cases.append(
+            (name, make_text(name), bare_regex(_line_regex(tl, name)), "a regex per line", "log")
+        )
+    cases.append(("fairseq", make_text("fairseq"), bare_fairseq, "json.loads per line", "log"))
+    cases.append(
+        ("text", make_text("text"), bare_findall(tl.FAST_PAIR_RE), "a regex per line", "log")
+    )
+    cases.append(("tensorboard", make_tfevents, bare_tensorboard, "EventAccumulator", "tb"))
+    cases.append(("wandb", make_wandb, bare_wandb, "wandb protobuf Record", "wandb"))
+    wanted = {x for x in only.split(",") if x}
+    out: dict[str, Any] = {}
+    print(f"\nreaders on {steps:,}-step files: best of {repeat}, CPU s of this process")
+    print(f"{'reader':14} {'MiB':>6} {'reader s':>9} {'bare s':>8} {'ratio':>6}  baseline")
+    for name, make, bare, what, ext in cases:
+        if wanted and name not in wanted:
+            continue
+        path = work / f"{name}.{ext}"
+        if name == "tensorboard":
+            path.mkdir()
+            path = make_tfevents(path, steps)
+        else:
+            make(path, steps)
+        mine, base = [], []
+        rows = 0
+        for _ in range(repeat):
+            t0 = time.process_time()
+            ing = tl.read_log(str(path), "auto", None)[0]
+            ing.flush()
+            mine.append(time.process_time() - t0)
+            rows = ing.rows()
+            t0 = time.process_time()
+            bare(path)
+            base.append(time.process_time() - t0)
+        ratio = min(mine) / min(base)
+        official = name in ("tensorboard", "wandb")
+        target = 1.0 if official else TARGET_RATIO
+        ok = ratio <= target and rows == steps
+        size = path.stat().st_size / 2**20
+        print(
+            f"{name:14} {size:6.0f} {min(mine):9.2f} {min(base):8.2f} {ratio:5.2f}x  {what}"
+            f"  (target {'< 1' if official else '<= 3'}x; rows {rows:,}){'' if ok else '  FAIL'}"
+        )
+        out[name] = {
+            "mib": size,
+            "reader_s": mine,
+            "bare_s": base,
+            "baseline": what,
+            "ratio": ratio,
+            "target": target,
+            "rows": rows,
+            "pass": ok,
+        }
+        path.unlink()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="100,000 steps, one repeat")
+    ap.add_argument("--only", default="", help="comma-separated reader names (default: all)")
     args = ap.parse_args()
+    if args.quick:
+        args.steps, args.repeat = min(args.steps, 100_000), 1
     work = Path(tempfile.mkdtemp(prefix="rk-bench-trainlog-"))
     try:
         log = work / "history.jsonl"
@@ -131,7 +461,7 @@ def main() -> int:
             f"found: {len(spikes)} of {expected} planted loss spikes, composition finding "
             f"{comp['finding']}  ({'correct' if correct else 'WRONG'})"
         )
-        print("PASS" if ok else "FAIL")
+        print("analysis:", "PASS" if ok else "FAIL")
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(
             json.dumps(
@@ -153,6 +483,13 @@ def main() -> int:
             )
             + "\n"
         )
+        readers = bench_readers(work, args.steps, args.repeat, args.only)
+        ok = ok and all(r["pass"] for r in readers.values())
+        doc = json.loads(RESULTS.read_text())
+        doc["readers"] = readers
+        doc["pass"] = ok
+        RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+        print("PASS" if ok else "FAIL")
         print(f"wrote {RESULTS.relative_to(ROOT)}")
         return 0 if ok else 1
     finally:

@@ -40,6 +40,7 @@ from remotekit.diagnostics.base import (
     Record,
     run_records,
 )
+from remotekit.quoting import join
 from remotekit.render import table
 
 if TYPE_CHECKING:
@@ -93,6 +94,18 @@ class LogSource:
     last_step: float
     stride: float
     tolerance: float
+    chosen_from: str | None = None  # the file picked when ``--path`` was a run directory, and why
+    dialect: str | None = None  # whose log this is (Lightning CSVLogger, LLaMA-Factory, ...)
+
+    def describe(self) -> list[str]:
+        """What was read, in words: the format, the step key, each metric's column."""
+        fmt = self.format + (f" ({self.dialect})" if self.dialect else "")
+        step = f"step key {self.step_key!r}" if self.step_key else "no step key (row numbers)"
+        cols = ", ".join(f"{label} <- {key!r}" for label, key in self.columns.items())
+        out = [f"format {fmt}, {step}; columns: {cols or 'none'}"]
+        if self.chosen_from:
+            out.append(f"log chosen in the run directory: {self.chosen_from}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -301,6 +314,8 @@ class TrainLogReport:
     series: tuple[Series, ...] = ()
     warnings: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+    hints: tuple[str, ...] = ()  # command lines to run next (e.g. naming a metric column)
+    numeric_columns: tuple[str, ...] = ()  # when no loss was found: the columns there are
     findings: tuple[str, ...] = ()
     diagnosis: tuple[str, ...] = ()
     exit_code: int = EXIT_OK
@@ -399,6 +414,11 @@ def build_report(
             warnings.append(str(rec.get("message", "")))
         elif t == "error":
             errors.append(str(rec.get("message", "")))
+            if rec.get("kind") == "no-loss":
+                numeric = tuple(str(k) for k in rec.get("numeric", ()))
+                rep = replace(
+                    rep, numeric_columns=numeric, hints=no_loss_hints(host, path, numeric)
+                )
         elif t == "summary":
             summary = rec
     tol = rep.source.tolerance if rep.source else 0.0
@@ -426,6 +446,16 @@ def build_report(
         exit_code=code,
     )
     return replace(rep, diagnosis=tuple(diagnose(rep)))
+
+
+HINT_COLUMNS = 5  # command lines suggested when no loss series was found
+
+
+def no_loss_hints(host: str, path: str, numeric: Sequence[str]) -> tuple[str, ...]:
+    """``invoke train-log`` command lines that name one of the numeric columns found with
+    ``--metric`` (the task's flag; tests run each through the task parser)."""
+    base = ["invoke", "train-log"] + (["--host", host] if host else []) + ["--path", path]
+    return tuple(join([*base, "--metric", col]) for col in list(numeric)[:HINT_COLUMNS])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,8 +663,11 @@ def render_report(rep: TrainLogReport) -> str:
     lines: list[str] = [f"train-log  {rep.host}:{rep.path}"]
     for msg in rep.errors:
         lines.append(f"  error: {msg}")
+    for hint in rep.hints:
+        lines.append(f"  try: {hint}")
     src = rep.source
     if src is not None:
+        lines += [f"  {d}" for d in src.describe()]
         meta = [k for k in ("bucket", "seq_len", "tokens") if k in src.columns]
         lines.append(
             f"  {src.format}, {src.rows} rows (steps {_n(src.first_step)}..{_n(src.last_step)}),"

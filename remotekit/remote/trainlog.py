@@ -6,20 +6,26 @@ The log is streamed once into compact ``array`` columns; only findings travel ba
 
 Usage::
 
-    trainlog.py PATH [--metrics loss,acc] [--preset olmo2|olmo-core|megatron]
+    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron]
                 [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
 
-Inputs (auto-detected): JSON lines (W&B history with ``_step``, or any ``step`` key), CSV
-with a header, HF ``trainer_state.json`` (``log_history``), plain text with ``key=value``
-or ``key: value`` pairs. Lines that announce checkpoint saves or resumes become events.
+Inputs (auto-detected by content): JSON lines (W&B history with ``_step``, LLaMA-Factory /
+TRL ``trainer_log.jsonl`` with ``current_steps``, or any ``step`` key), CSV with a header
+(Lightning ``metrics.csv``, sparse rows), HF ``trainer_state.json`` (``log_history``), W&B
+run files (``run-*.wandb``) and ``wandb-summary.json``, TensorBoard event files
+(``simple_value`` and scalar tensors), the text of nanoGPT, llm.c, Megatron-LM and fairseq
+(only lines in their format are data), else plain text with ``key=value`` or ``key: value``
+pairs. PATH may be a run directory: the log in it is picked (``chosen_from`` says which and
+why). Lines that announce checkpoint saves or resumes become events.
 
 Records, one JSON object per stdout line, each with a ``"type"``; non-finite numbers are
 sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 
-``source``       path, format, lines, rows, skipped, bad_lines, step_key, columns {label:
+``source``       path, chosen_from, format, dialect (whose log: Lightning, LLaMA-Factory,
+                 HF, W&B), lines, rows, skipped, bad_lines, step_key, columns {label:
                  key}, metrics, first_step, last_step, stride, tolerance (steps that still
-                 count as "at" an event)
+                 count as "at" an event); guesses and fallbacks come as ``warning``s
 ``preset``       name, window (used), preset_window, sigma, ratio, cliff_sigma, cliff_drop,
                  rule
 ``metric``       label, key, direction ("up", "down", "none"), n, flagged, spike_share,
@@ -53,6 +59,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import gc
 import json
 import math
 import os
@@ -177,6 +184,13 @@ META = {
 }
 BUCKET_KEYS = ("bucket", "length_bucket", "bucket_id", "batch/bucket", "train/bucket")
 NOT_TRAIN = ("eval", "val", "test")
+
+# Numbers: "nan", "inf", "-inf", "Infinity", "NaN" (any case, quoted or not) and numbers that
+# overflow a double ("1e999") are read as the non-finite values they are; a finite value beyond
+# float32's range (|v| > FMAX, e.g. 1e308: no fp32/bf16 training computes it) is an overflow
+# marker too. Both are reported as "nonfinite" incidents with the value as logged, and left
+# out of every baseline, median and distribution, so one of them cannot poison the statistics.
+FMAX = 3.4028234663852886e38
 
 # A NaN with a payload marks "key missing in this row"; a logged NaN is a plain NaN.
 MISSING = struct.unpack("<d", struct.pack("<Q", 0x7FF80000DEADBEEF))[0]
@@ -584,6 +598,7 @@ def _groups(rx):
             return None
         return {k: v for k, v in m.groupdict().items() if v is not None}
 
+    parse.rx = rx
     return parse
 
 
@@ -632,7 +647,11 @@ LINE_FORMATS = (
         "nanogpt",
         _groups(re.compile(r"^iter (?P<iter>\d+): loss (?P<loss>" + _F[1:-1] + r"), time ")),
         "iter",
-        (("checkpoint", re.compile(r"^saving checkpoint to ")),),
+        (
+            # the eval line before a save names its step (kind None: the step of what follows)
+            (None, re.compile(r"^step (\d+): train loss ")),
+            ("checkpoint", re.compile(r"^saving checkpoint to ")),
+        ),
     ),
     (
         # karpathy/llm.c llmc/logger.h: "s:%d trl:%.4f lr:%.6f norm:%.4f" and "s:%d tel:%.4f"
@@ -699,10 +718,17 @@ def sniff(path):
         src = Lines(f, SNIFF_BYTES)
         lines = []
         for block in src:
-            lines.extend(ln.strip() for ln in block if ln.strip())
+            for ln in block:
+                ln = ln.strip()
+                if ln:
+                    lines.append(ln)
+                    if len(lines) >= SNIFF_LINES:
+                        break
             if len(lines) >= SNIFF_LINES:
                 break
     if not lines:
+        if src.long and magic.lstrip()[:1] in (b"{", b"["):
+            return "json", None  # one compact JSON document (trainer_state.json on one line)
         if src.long:
             raise LogError(
                 "no line shorter than %d bytes in the first %d MiB (%d over-long lines skipped)"
@@ -711,12 +737,16 @@ def sniff(path):
         raise LogError("the log is empty")
     lines = [ln.lstrip("\ufeff") for ln in lines[:SNIFF_LINES]]
     first = lines[0]
+    if not first.startswith(("{", "[")) and _mostly_json_objects(lines):
+        return "jsonl", None  # a banner or a stray print before the JSON lines
     if first.startswith("{"):
         try:
             obj = json.loads(first)
         except (ValueError, RecursionError):  # nesting too deep
             return "json", None
         if isinstance(obj, dict) and "log_history" not in obj:
+            if "_wandb" in obj and len(lines) == 1:
+                return "json", None  # wandb-summary.json: one document, one line
             return "jsonl", None
         return "json", None
     if first.startswith("["):
@@ -738,6 +768,18 @@ def sniff(path):
         ):
             return "csv", None
     return "text", None
+
+
+def _mostly_json_objects(lines):
+    """Most of these lines are JSON objects (``{...}`` that parse)."""
+    objs = 0
+    for ln in lines:
+        if ln[:1] == "{" and ln[-1:] == "}":
+            try:
+                objs += isinstance(json.loads(ln), dict)
+            except ValueError:
+                pass
+    return objs * 2 > len(lines)
 
 
 def _looks_tfrecord(head):
@@ -820,20 +862,41 @@ _F64 = struct.Struct("<d").unpack
 
 def _tensor_scalar(buf):
     """The value of a scalar TensorProto (tensorflow/core/framework/tensor.proto: dtype 1,
-    tensor_content 4, float_val 5, double_val 6, int_val 7, int64_val 10)."""
+    tensor_shape 2 {dim 2}, tensor_content 4, half_val 13, float_val 5, double_val 6,
+    int_val 7, int64_val 10); None for anything that is not one number (a histogram, an
+    image, a string): those are not scalar series."""
     dtype = 0
+    val = None
     for f, wt, v in _fields(buf):
         if f == 1:
             dtype = v
-        elif f == 4 and len(v) in (4, 8) and dtype in (1, 2):
-            return (_F32 if len(v) == 4 else _F64)(bytes(v))[0]
-        elif f == 5:
-            return _F32(bytes(v[:4]))[0]
-        elif f == 6:
-            return _F64(bytes(v[:8]))[0]
-        elif f in (7, 10) and wt == 0:
-            return float(v)
-    return None
+        elif f == 2:
+            if any(sf == 2 for sf, _, _ in _fields(v)):
+                dims = 1
+                for sf, _, dv in _fields(v):
+                    if sf == 2:
+                        for df, _, size in _fields(dv):
+                            if df == 1:
+                                dims *= size
+                if dims != 1:
+                    return None
+        elif f == 4 and dtype in (1, 2):
+            if len(v) != (4 if dtype == 1 else 8):
+                return None
+            val = (_F32 if dtype == 1 else _F64)(bytes(v))[0]
+        elif f == 5 and val is None:
+            val = _F32(bytes(v[:4]))[0]
+        elif f == 6 and val is None:
+            val = _F64(bytes(v[:8]))[0]
+        elif f in (7, 10) and val is None:
+            if wt == 0:
+                val = float(v if v < 1 << 63 else v - (1 << 64))
+            elif wt == 2 and len(v):
+                n, _ = _varint(v, 0)
+                val = float(n if n < 1 << 63 else n - (1 << 64))
+        elif f == 8:
+            return None  # string_val: text, not a number
+    return val
 
 
 def _event_scalars(buf, row):
@@ -860,15 +923,22 @@ def _event_scalars(buf, row):
     return step
 
 
-def _tfrecords(f):
-    """Payloads of a TFRecord file: uint64 length, uint32 masked CRC of it, data, CRC."""
+def _tfrecords(f, counts=None):
+    """Payloads of a TFRecord file: uint64 length, uint32 masked CRC of it, data, CRC. A
+    length whose CRC does not match ends the reading (the records after it cannot be
+    found): ``counts[2]`` is then its offset."""
     read = f.read
-    unpack = struct.Struct("<Q").unpack
+    unpack = struct.Struct("<QI").unpack
     while True:
         head = read(12)
         if len(head) < 12:
             return
-        (n,) = unpack(head[:8])
+        n, crc = unpack(head)
+        if _masked_crc(head[:8]) != crc:
+            if counts is None:
+                raise LogError("a corrupt TFRecord length at offset %d" % (f.tell() - 12))
+            counts[2] = f.tell() - 12
+            return
         if n > MAX_LINE * 64:
             raise LogError("a TFRecord of %d bytes at offset %d: not an event file" % (n, f.tell()))
         data = read(n + 4)
@@ -877,13 +947,16 @@ def _tfrecords(f):
         yield memoryview(data)[:n]
 
 
-def _rows_into(rows_iter, wanted, step_key):
-    """An Ingest from an iterator of row dicts (first rows choose the columns)."""
+def _rows_into(rows_iter, wanted, step_key, need=None):
+    """An Ingest from an iterator of row dicts (first rows choose the columns; ``need``, a
+    one-item list, then tells the iterator which keys are kept)."""
     head = list(islice(rows_iter, HEAD_ROWS))
     keys = Counter()
     for d in head:
         keys.update(d.keys())
     ing = _ingest_for(keys, wanted, head, step_key)
+    if need is not None:
+        need[0] = set(ing.keys) | ({ing.bucket_key} if ing.bucket_key else set())
     n = 0
     for d in chain(head, rows_iter):
         ing.add(d)
@@ -897,10 +970,14 @@ def _rows_into(rows_iter, wanted, step_key):
 def _tf_rows(path, counts):
     with open(path, "rb") as f:
         row, step = {}, None
-        for data in _tfrecords(f):
+        for data in _tfrecords(f, counts):
             counts[0] += 1
             cur = {}
-            s = _event_scalars(data, cur)
+            try:
+                s = _event_scalars(data, cur)
+            except (ValueError, IndexError, struct.error):
+                counts[1] += 1  # a record that is not a well-formed Event: skipped
+                continue
             if not cur:
                 continue
             if s != step and row:
@@ -915,9 +992,21 @@ def _tf_rows(path, counts):
 
 def read_tfevents(path, wanted):
     """Scalars of a TensorBoard event file, one row per step."""
-    counts = [0]
+    counts = [0, 0, None]
     ing, _ = _rows_into(_tf_rows(path, counts), wanted, "step")
+    _damage(ing, counts, "event file")
     return ing, "tensorboard", counts[0]
+
+
+def _damage(ing, counts, what):
+    """Corrupt records of a binary log: counted as bad lines and said in a warning."""
+    ing.bad += counts[1]
+    if counts[1]:
+        ing.guesses.append("%d corrupt record(s) in the %s skipped" % (counts[1], what))
+    if counts[2] is not None:
+        ing.guesses.append(
+            "the %s is corrupt at byte %d: nothing after it was read" % (what, counts[2])
+        )
 
 
 # wandb/sdk/internal/datastore.py: a 7-byte file header ":W&B", magic 0xBEE1, version 0;
@@ -968,45 +1057,157 @@ def _wandb_records(f):
             parts = []
 
 
-def _wandb_rows(path, counts):
-    """History rows of a ``.wandb`` file (wandb_internal.proto: Record.history 2;
-    HistoryRecord item 1, step 2 {num 1}; HistoryItem key 1, nested_key 2, value_json 16)."""
+def _pb_varint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _wandb_rows(path, counts, need=None):
+    """History rows of a ``.wandb`` file (wandb_internal.proto: Record num 1, history 2;
+    HistoryRecord item 1, step 2 {num 1}; HistoryItem key 1, nested_key 2, value_json 16;
+    wandb-core writes every key as nested_key parts).
+
+    ``need``: a one-item list that the caller fills with the keys it keeps once the columns
+    are chosen; from then on each record is searched for just those items (``bytes.find``)
+    instead of walking every field, and a record whose items do not look as expected is
+    walked in full."""
     loads = json.loads
+    names = {}  # key bytes -> str, decoded once
+    pats = None
     with open(path, "rb") as f:
         for rec in _wandb_records(f):
             counts[0] += 1
-            for fnum, _, v in _fields(rec):
-                if fnum != 2 or not isinstance(v, (bytes, memoryview)):
-                    continue
-                row = {}
-                for hf, _, hv in _fields(v):
-                    if hf == 1:
-                        key, val = None, None
-                        for itf, _, iv in _fields(hv):
-                            if itf == 1 or (itf == 2 and key is None):
-                                key = bytes(iv).decode("utf-8", "replace")
-                            elif itf == 2:
-                                key += "/" + bytes(iv).decode("utf-8", "replace")
-                            elif itf == 16:
-                                val = bytes(iv)
-                        if key is None or val is None:
-                            continue
-                        try:
-                            row[key] = loads(val)
-                        except ValueError:
-                            continue
-                    elif hf == 2:
-                        for sf, _, sv in _fields(hv):
-                            if sf == 1:
-                                row.setdefault("_step", sv)
-                if row:
-                    yield row
+            rec = bytes(rec)
+            if pats is None and need is not None and need[0] is not None:
+                # a nested key ("a.b": parts ["a", "b"]) is not one encoded key: walk in full
+                pats = (
+                    []
+                    if any("." in k for k in need[0])
+                    else [
+                        (k, b"\x12" + tail, b"\x0a" + tail)
+                        for k in need[0]
+                        for tail in [
+                            _pb_varint(len(k.encode("utf-8"))) + k.encode("utf-8") + b"\x82\x01"
+                        ]
+                    ]
+                )
+            try:
+                row = _wandb_record(rec, pats, loads, names)
+            except (ValueError, IndexError):
+                counts[1] += 1  # not a well-formed Record: skipped
+                continue
+            if row:
+                yield row
+
+
+def _wandb_record(rec, pats, loads, names):
+    """The history row of one Record, or None."""
+    row = None
+    i, n = 0, len(rec)
+    while i < n:
+        key, i = _varint(rec, i)
+        wt = key & 7
+        if wt == 2:
+            ln, i = _varint(rec, i)
+            if i + ln > n:
+                raise ValueError("truncated field")
+            if key == 0x12:  # field 2, history
+                if pats:
+                    row = _wandb_find(rec, i, i + ln, pats, loads)
+                if row is None:
+                    row = _wandb_history(rec, i, i + ln, loads, names)
+            i += ln
+        elif wt == 0:
+            _, i = _varint(rec, i)
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        else:
+            raise ValueError("protobuf wire type %d" % wt)
+    return row
+
+
+def _wandb_find(rec, start, end, pats, loads):
+    """The items named in ``pats`` of one HistoryRecord, found by their encoded key; None
+    when an item's header is not the one-byte-length form expected (then walk in full)."""
+    row = {}
+    find = rec.find
+    for name, pat, alt in pats:
+        j = find(pat, start, end)
+        if j < 0:
+            j = find(alt, start, end)  # the older writers' key field
+            if j < 0:
+                continue
+        k = j + len(pat)
+        vlen, v = _varint(rec, k)
+        if j - start < 2 or rec[j - 2] != 0x0A or rec[j - 1] != v + vlen - j:
+            return None
+        try:
+            row[name] = loads(rec[v : v + vlen])
+        except ValueError:
+            pass
+    return row
+
+
+def _wandb_history(buf, i, end, loads, names):
+    """One HistoryRecord ``buf[i:end]`` as a row dict (values decoded from their JSON)."""
+    row = {}
+    step = None
+    while i < end:
+        key, i = _varint(buf, i)
+        if key & 7 != 2:
+            if key & 7 == 0:
+                _, i = _varint(buf, i)
+                continue
+            return row  # fixed-width fields are not in a HistoryRecord: stop here
+        ln, i = _varint(buf, i)
+        stop = i + ln
+        if key == 0x0A:  # item
+            name, val = None, None
+            while i < stop:
+                k, i = _varint(buf, i)
+                if k & 7 != 2:
+                    if k & 7 == 0:
+                        _, i = _varint(buf, i)
+                        continue
+                    break
+                ln, i = _varint(buf, i)
+                if k == 0x82:  # field 16, value_json
+                    val = buf[i : i + ln]
+                elif k == 0x0A or k == 0x12:  # key, nested_key
+                    raw = buf[i : i + ln]
+                    part = names.get(raw)
+                    if part is None:
+                        part = names[raw] = raw.decode("utf-8", "replace")
+                    name = part if name is None or k == 0x0A else name + "." + part
+                i += ln
+            if name is not None and val is not None:
+                try:
+                    row[name] = loads(val)
+                except ValueError:
+                    pass
+        elif key == 0x12:  # step {num 1}
+            if i < stop and buf[i] == 0x08:
+                step, _ = _varint(buf, i + 1)
+        i = stop
+    if row and step is not None:
+        row.setdefault("_step", step)
+    return row
 
 
 def read_wandb(path, wanted):
     """History of a W&B run file (``run-*.wandb``), without wandb installed."""
-    counts = [0]
-    ing, _ = _rows_into(_wandb_rows(path, counts), wanted, "_step")
+    counts = [0, 0, None]
+    # a trainer's own step (HF: train/global_step, Lightning: trainer/global_step) over W&B's
+    # row counter _step, which counts log calls, not optimizer steps
+    need = [None]
+    ing, _ = _rows_into(_wandb_rows(path, counts, need), wanted, None, need)
+    _damage(ing, counts, "W&B run file")
     return ing, "wandb", counts[0]
 
 
@@ -1056,6 +1257,11 @@ def read_log(path, fmt, wanted):
                     extra[k] = doc[k]
         elif isinstance(doc, list):
             rows = doc
+        elif isinstance(doc, dict) and ("_step" in doc or "_wandb" in doc):
+            # wandb-summary.json: the last value of each key, one row (no history)
+            rows = [doc]
+            fmt = "wandb-summary"
+            extra["summary_only"] = True
         else:
             raise LogError("a JSON document without log_history (not a trainer_state.json)")
         rows = [r for r in rows if isinstance(r, dict)]
@@ -1076,6 +1282,21 @@ def read_log(path, fmt, wanted):
             out = _read_text(src, wanted)
     out[0].long = src.long
     return out + (extra,)
+
+
+def dialect_of(fmt, ing):
+    """Whose log a generic format is, from the columns it has (None: any trainer's)."""
+    keys = {k for k in ing.all_keys} if getattr(ing, "all_keys", None) else set(ing.keys)
+    if fmt == "csv" and "step" in keys and any(k.endswith(("_step", "_epoch")) for k in keys):
+        return "Lightning CSVLogger metrics.csv"
+    if fmt == "jsonl":
+        if "current_steps" in keys:
+            return "LLaMA-Factory / TRL trainer_log.jsonl"
+        if "_step" in keys or "_runtime" in keys:
+            return "W&B history"
+    if fmt == "trainer_state":
+        return "HF Trainer trainer_state.json log_history"
+    return None
 
 
 def _numeric_keys(rows):
@@ -1107,6 +1328,7 @@ def _ingest_for(keys, wanted, head=(), step_key=None):
     ing = Ingest(step_key, metrics, meta, bucket_key)
     ing.missing = missing
     ing.guesses = guesses
+    ing.all_keys = list(keys)
     return ing
 
 
@@ -1201,24 +1423,95 @@ def _read_csv(src, wanted):
     getter = itemgetter(*idx) if len(idx) > 1 else (lambda r, i=idx[0]: (r[i],))
     bidx = pos[ing.bucket_key] if ing.bucket_key is not None else None
     ext = ing.flat.extend
+    m0, m1 = ing.m0, ing.m1
+    nm = m1 - m0
+    codes = ing.codes
+
+    def code_of(row):
+        return ing.code(row[bidx] if bidx < len(row) else None)
+
+    # Sparse rows (Lightning: one metric per row, the other cells empty) convert cell by
+    # cell; a file whose first rows are sparse skips the all-cells-at-once attempt.
+    sparse = any(not r.get(k) for r in head_rows[:200] for k in ing.keys)
     nlines = 1
+    width = len(header)
     for block in chain([pending], blocks):
         nlines += len(block)
-        for row in csv.reader(block, delimiter=delim):
-            if not row:
+        # a block's rows are held at once: without the cyclic GC scanning them (they hold
+        # only strings), which otherwise costs more than the parse
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            rows = list(filter(None, csv.reader(block, delimiter=delim)))
+            if bidx is None and _csv_columns(ing, rows, idx, width, header):
                 continue
+        finally:
+            if gc_was:
+                gc.enable()
+        for row in rows:
+            if not sparse:
+                try:
+                    ext(map(float, getter(row)))
+                except (ValueError, IndexError, TypeError):
+                    ing.fix_partial()
+                else:
+                    if bidx is not None:
+                        codes.append(code_of(row))
+                    continue
             try:
-                ext(map(float, getter(row)))
+                vals = [float(c) if c else MISSING for c in getter(row)]
             except (ValueError, IndexError, TypeError):
-                ing.fix_partial()
+                vals = None
+            if vals is None or (m0 and vals[0] is MISSING) or vals[m0:m1].count(MISSING) == nm:
                 if len(row) == 1 and _maybe_event(ing, row[0]):
                     continue
                 ing.slow(dict(zip(header, row)))
                 continue
+            ext(vals)
             if bidx is not None:
-                ing.codes.append(ing.code(row[bidx] if bidx < len(row) else None))
+                codes.append(code_of(row))
         ing.flush()
     return ing, "csv", nlines
+
+
+def _csv_columns(ing, rows, idx, width, header):
+    """A block of CSV rows of one width converted a column at a time (``array(map(float))``
+    per column; empty cells are missing). False, with nothing done, when a row needs the
+    row-by-row path: a step cell empty, a text cell in a kept column, rows of other widths."""
+    if not rows or len(set(map(len, rows))) != 1 or len(rows[0]) != width:
+        return False
+    cols = {i: list(map(itemgetter(i), rows)) for i in set(idx)}
+    out = []
+    for i in idx:
+        c = cols[i]
+        try:
+            out.append(array("d", map(float, c)))
+        except ValueError:
+            try:
+                out.append(array("d", [float(x) if x else MISSING for x in c]))
+            except ValueError:
+                return False
+    m0, m1 = ing.m0, ing.m1
+    if m0 and "" in cols[idx[0]]:
+        return False  # an empty step: the row-by-row path numbers it
+    empty = None
+    for i in idx[m0:m1]:
+        c = cols[i]
+        if "" not in c:
+            empty = None
+            break
+        e = {k for k, x in enumerate(c) if not x}
+        empty = e if empty is None else empty & e
+    ing.flush()
+    if empty:
+        # rows without any kept metric (Lightning's epoch rows): counted, as row by row
+        for k in sorted(empty):
+            ing.slow(dict(zip(header, rows[k])))
+        keep = [k not in empty for k in range(len(rows))]
+        out = [array("d", compress(a, keep)) for a in out]
+    for col, a in zip(ing.cols, out):
+        col.extend(a)
+    return True
 
 
 def _read_formatted(src, lf, wanted):
@@ -1235,21 +1528,49 @@ def _read_formatted(src, lf, wanted):
     ext = ing.flat.extend
     getter = ing.getter
     nlines = 0
+    at = [None]  # a step named by a line without data (nanoGPT's eval line), for what follows
+
+    def other(line):
+        for kind, rx in event_res:
+            m = rx.search(line)
+            if m:
+                step = float(m.group(1)) if m.groups() else at[0]
+                if kind is None:
+                    at[0] = step
+                    return
+                if step is None:
+                    step = ing.last_step()
+                ing.events.append((kind, step, "log", mask(line.strip())[:160]))
+                return
+        if line.strip():
+            ing.skipped += 1
+
+    # One regex whose named groups are the columns: its groups go straight into the array.
+    rx = getattr(parse, "rx", None)
+    direct = rx is not None and all(k in rx.groupindex for k in ing.keys)
+    search = rx.search if direct else None
+    keys = tuple(ing.keys)
+    one = len(keys) == 1
     for block in chain([lines], blocks):
         nlines += len(block)
         for line in block:
+            if direct:
+                m = search(line)
+                if m is None:
+                    other(line)
+                    continue
+                at[0] = None
+                try:
+                    ext(map(float, (m.group(keys[0]),) if one else m.group(*keys)))
+                except (ValueError, TypeError):
+                    ing.fix_partial()
+                    ing.slow({k: v for k, v in m.groupdict().items() if v is not None})
+                continue
             d = parse(line)
             if d is None:
-                for kind, rx in event_res:
-                    m = rx.search(line)
-                    if m:
-                        step = float(m.group(1)) if m.groups() else ing.last_step()
-                        ing.events.append((kind, step, "log", mask(line.strip())[:160]))
-                        break
-                else:
-                    if line.strip():
-                        ing.skipped += 1
+                other(line)
                 continue
+            at[0] = None
             try:
                 ext(map(float, getter(d)))
             except (KeyError, ValueError, TypeError):
@@ -2742,6 +3063,12 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(prog="trainlog.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("path")
     ap.add_argument("--metrics", default="", help="comma-separated metric names")
+    ap.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        help="a metric name (repeatable; adds to --metrics)",
+    )
     ap.add_argument("--preset", default="olmo2", choices=sorted(PRESETS))
     ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
     ap.add_argument(
@@ -2762,7 +3089,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    wanted = [m.strip() for m in args.metrics.split(",") if m.strip()] or None
+    names = args.metrics.split(",") + list(args.metric)
+    wanted = [m.strip() for m in names if m.strip()] or None
     try:
         return analyse(args, wanted)
     except NoLoss as exc:
@@ -2839,6 +3167,16 @@ def analyse(args, wanted):
             if ck is not None:
                 args.ckpt_dir = ck
     ing, fmt, nlines, extra = read_log(path, args.format, wanted)
+    if extra.pop("summary_only", False):
+        warnings.append(
+            "a W&B summary holds only the last value of each key, not the history: read the "
+            "run's .wandb file (wandb/run-*/run-*.wandb) for spikes"
+        )
+    if fmt == "text":
+        warnings.append(
+            "no known trainer line format (nanoGPT, llm.c, Megatron, fairseq): every line's "
+            "key=value / key: value pairs were read as data"
+        )
     warnings.extend(getattr(ing, "guesses", []))
     if getattr(ing, "long", 0):
         warnings.append("%d lines longer than %d bytes skipped (not read)" % (ing.long, MAX_LINE))
@@ -2876,6 +3214,7 @@ def analyse(args, wanted):
         path=os.path.abspath(path),
         chosen_from=chosen,
         format=fmt,
+        dialect=dialect_of(fmt, ing),
         lines=nlines,
         rows=n,
         skipped=ing.skipped,
@@ -2909,9 +3248,13 @@ def analyse(args, wanted):
         total = sum(col)
         rows = None
         nonfinite = []
-        if not math.isfinite(total):
-            rows = [i for i, v in enumerate(col) if v - v == 0]
-            bad = [i for i, v in enumerate(col) if v - v != 0 and not _is_missing(v)]
+        if (
+            not math.isfinite(total)
+            or max(col, default=0.0) > FMAX
+            or min(col, default=0.0) < -FMAX
+        ):
+            rows = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
+            bad = [i for i, v in enumerate(col) if not -FMAX <= v <= FMAX and not _is_missing(v)]
             vals = array("d", (col[i] for i in rows))
             if len(rows) == n:
                 rows = None
