@@ -657,10 +657,15 @@ def _run(
 
 
 class _Tracker:
-    """Turns plan / progress / checkpoint records into :class:`ScanProgress` callbacks."""
+    """Turns plan / progress / checkpoint records into :class:`ScanProgress` callbacks, and
+    collects the checkpoint reports in ``reports`` (each also to ``on_report`` at once)."""
 
-    def __init__(self, on_progress: ProgressCallback | None) -> None:
+    def __init__(
+        self, on_progress: ProgressCallback | None, on_report: ReportCallback | None
+    ) -> None:
         self.on_progress = on_progress
+        self.on_report = on_report
+        self.reports: list[CheckpointReport] = []
         self.files_total = self.bytes_total = 0
         self.files_done = self.bytes_done = 0
         self.partial: dict[str, int] = {}
@@ -675,6 +680,10 @@ class _Tracker:
             current = str(rec.get("path"))
             self.partial[current] = _int(rec.get("done"))
         elif kind == "checkpoint":
+            report = CheckpointReport.from_record(rec)
+            self.reports.append(report)
+            if self.on_report is not None:
+                self.on_report(report)
             self.partial.pop(str(rec.get("path")), None)
             self.files_done += 1
             self.bytes_done += _int(rec.get("bytes"))
@@ -725,8 +734,7 @@ def scan_checkpoints(
     errors (timeout, connection, container, interpreter).
     """
     args = ["scan", path, "--jobs", str(max(1, jobs)), *_safety_args(allow_globals, unsafe_pickle)]
-    tracker = _Tracker(on_progress)
-    reports: list[CheckpointReport] = []
+    tracker = _Tracker(on_progress, on_report)
     notes: list[str] = []
     plan: list[ScanPlan] = []
 
@@ -734,18 +742,13 @@ def scan_checkpoints(
         kind = rec.get("type")
         if kind == "plan":
             plan.append(from_record(ScanPlan, rec))
-        elif kind == "checkpoint":
-            report = CheckpointReport.from_record(rec)
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
         elif kind == "warning":
             notes.append(str(rec.get("message")))
             _warn(on_warning, str(rec.get("message")))
         tracker.record(rec)
 
     _run(target, SCRIPT, args, step="ckpt-scan", timeout=timeout, on_record=on_record)
-    return CheckpointScan(reports, plan=plan[0] if plan else None, warnings=notes)
+    return CheckpointScan(tracker.reports, plan=plan[0] if plan else None, warnings=notes)
 
 
 def scan_exit_code(reports: Sequence[CheckpointReport]) -> int:
@@ -854,18 +857,8 @@ def bisect_checkpoints(
     if linear:
         args.append("--linear")
     args += _safety_args(allow_globals, unsafe_pickle)
-    tracker = _Tracker(on_progress)
-    reports: list[CheckpointReport] = []
-
-    def on_record(rec: Record) -> None:
-        if rec.get("type") == "checkpoint":
-            report = CheckpointReport.from_record(rec)
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
-        tracker.record(rec)
-
-    run = _run(target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=on_record)
+    tracker = _Tracker(on_progress, on_report)
+    run = _run(target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=tracker.record)
     rec = run.first("bisect")
     if rec is None:
         raise CheckpointError("ckpt.py bisect gave no bisect record", result=run.result)
@@ -881,7 +874,7 @@ def bisect_checkpoints(
         if first_bad and first_bad.get("tensor")
         else None,
         ordered=tuple(p for p in (_point(c) for c in order.get("checkpoints") or ()) if p),
-        reports=tuple(reports),
+        reports=tuple(tracker.reports),
     )
 
 
@@ -993,8 +986,13 @@ def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
 
 def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = None) -> str:
     """The scan table (counts are NaN/+Inf/-Inf), then findings, errors and a summary line."""
-    # Long on purpose: one block per part of the printout, in the order it is printed.
     shown = _display_paths([r.path for r in reports])
+    lines = [_scan_table(reports, shown), *_scan_details(reports, shown)]
+    lines += ["", _scan_summary(reports, plan)]
+    return "\n".join(lines)
+
+
+def _scan_table(reports: Sequence[CheckpointReport], shown: Mapping[str, str]) -> str:
     rows = [
         [
             shown[r.path],
@@ -1026,7 +1024,12 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
         "MAX|OPT|",
         "SECONDS",
     ]
-    lines = [table(headers, rows)]
+    return table(headers, rows)
+
+
+def _scan_details(reports: Sequence[CheckpointReport], shown: Mapping[str, str]) -> list[str]:
+    """The bad values, where each step came from, and the checkpoints that could not be read."""
+    lines: list[str] = []
     bad = [r for r in reports if r.status == "bad"]
     if bad:
         lines.append("")
@@ -1050,6 +1053,10 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
         lines.append("Could not check:")
         for r in failed:
             lines.append(f"  {shown[r.path]}: {r.error}")
+    return lines
+
+
+def _scan_summary(reports: Sequence[CheckpointReport], plan: ScanPlan | None) -> str:
     counts = {
         s: sum(1 for r in reports if r.status == s)
         for s in ("clean", "bad", "error", "unsupported")
@@ -1062,9 +1069,7 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
         summary += f", {counts['unsupported']} not supported"
     if plan is not None and plan.skipped:
         summary += f"; skipped {len(plan.skipped)} trainer side file(s)"
-    summary += f" (exit {scan_exit_code(reports)})"
-    lines += ["", summary]
-    return "\n".join(lines)
+    return summary + f" (exit {scan_exit_code(reports)})"
 
 
 def render_inspect(report: InspectReport) -> str:
@@ -1134,7 +1139,6 @@ def _pct(x: float | None) -> str | None:
 
 def render_diff(report: DiffReport) -> str:
     """Steps and lr, key differences, top tensors by relative change, and the flags."""
-    # Long on purpose: one block per part of the printout, in the order it is printed.
     lines = [
         f"A: {report.a} (step {report.step_a}, epoch {report.epoch_a})",
         f"B: {report.b} (step {report.step_b}, epoch {report.epoch_b})",
@@ -1143,6 +1147,20 @@ def render_diff(report: DiffReport) -> str:
         lines.append(f"error: {report.error}")
         if not report.compared:
             return "\n".join(lines)
+    lines += _diff_summary(report) + _diff_tables(report)
+    lines += [f"note: {n}" for n in report.notes]
+    verdict = {
+        EXIT_OK: "no new non-finite values",
+        EXIT_FINDINGS: f"{report.flags_total} finding(s)",
+        EXIT_FAILED: "could not compare",
+    }[report.exit_code]
+    lines += ["", f"diff: {verdict} (exit {report.exit_code})"]
+    return "\n".join(lines)
+
+
+def _diff_summary(report: DiffReport) -> list[str]:
+    """Step delta, lr per group, what was compared, relative change, names only on one side."""
+    lines = []
     if report.step_delta is not None:
         lines.append(f"step delta: {report.step_delta:+}")
     for i, (la, lb) in enumerate(zip(report.lr_a, report.lr_b)):
@@ -1159,6 +1177,12 @@ def render_diff(report: DiffReport) -> str:
     for title, names in (("only in A", report.only_a), ("only in B", report.only_b)):
         if names:
             lines.append(f"{title}: " + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
+    return lines
+
+
+def _diff_tables(report: DiffReport) -> list[str]:
+    """Shape/dtype changes, the top tensors by relative change per section, the flags."""
+    lines: list[str] = []
     if report.changes:
         rows: list[list[Any]] = [
             [
@@ -1204,14 +1228,7 @@ def render_diff(report: DiffReport) -> str:
                 [[f.name, f.section, f.kind, f.count] for f in report.flags],
             )
         )
-    lines += [f"note: {n}" for n in report.notes]
-    verdict = {
-        EXIT_OK: "no new non-finite values",
-        EXIT_FINDINGS: f"{report.flags_total} finding(s)",
-        EXIT_FAILED: "could not compare",
-    }[report.exit_code]
-    lines += ["", f"diff: {verdict} (exit {report.exit_code})"]
-    return "\n".join(lines)
+    return lines
 
 
 def render_bisect(report: BisectReport) -> str:
