@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, NoReturn, Protocol
 
-from remotekit.errors import ContainerError, RemotekitError
+from remotekit.errors import ContainerError, RemotekitError, quote_tool
 
 __all__ = [
     "LOADER",
@@ -327,8 +327,7 @@ class Hop(ABC):
 
     def quote(self, text: str) -> str:
         """The tool's own words, indented, for a message (the last 10 lines)."""
-        lines = text.strip().splitlines()[-10:]
-        return "\n".join("  " + line for line in lines) or "  (no output)"
+        return quote_tool(text)
 
     # -- resolution when the target opens ------------------------------------------------
 
