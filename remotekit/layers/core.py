@@ -202,8 +202,8 @@ class Hop(ABC):
 
     Subclasses are frozen dataclasses and set ``key`` (the hosts.yaml key that declares the hop),
     ``options`` (other host-level keys it owns, e.g. ``pct:``), ``kind`` (what it enters, for
-    messages: "container", "job", "pod"), and implement :meth:`read`, :meth:`apply`,
-    :attr:`label`, :attr:`executable`, :attr:`name` and :meth:`probe`. What the tool says is
+    messages: "container", "job", "pod"), ``exe_key`` (the field holding its executable), and
+    implement :meth:`read`, :meth:`apply`, :attr:`label`, :attr:`name` and :meth:`probe`. What the tool says is
     data, not code: :attr:`up` (the probe's answer when the hop is up), :attr:`says` (how a
     message quotes the tool) and :attr:`failures` (its words that mean "this hop is broken").
     """
@@ -211,7 +211,8 @@ class Hop(ABC):
     key: ClassVar[str]
     options: ClassVar[tuple[str, ...]] = ()
     kind: ClassVar[str] = "container"
-    #: Where the executable is set in hosts.yaml, for "not found" hints.
+    #: The field (and hosts.yaml key) that holds the hop's executable: :attr:`executable`,
+    #: and the "not found" hint.
     exe_key: ClassVar[str] = "bin"
 
     @classmethod
@@ -220,9 +221,9 @@ class Hop(ABC):
         """The hop as declared (``fields`` holds the host's keys); raise via ``fields.fail``."""
 
     @property
-    @abstractmethod
     def executable(self) -> str:
-        """The first word of the argv this hop adds (its tool)."""
+        """The first word of the argv this hop adds (its tool): the field :attr:`exe_key`."""
+        return str(getattr(self, self.exe_key))
 
     @property
     @abstractmethod

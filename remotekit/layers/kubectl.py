@@ -90,10 +90,6 @@ class Kubectl(Hop):
         )
 
     @property
-    def executable(self) -> str:
-        return self.bin
-
-    @property
     def name(self) -> str:
         return self.pod
 

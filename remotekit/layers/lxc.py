@@ -86,10 +86,6 @@ class Lxc(Hop):
         return cls(name, sub.text("bin") or "lxc-attach", tuple(keep or ()))
 
     @property
-    def executable(self) -> str:
-        return self.bin
-
-    @property
     def name(self) -> str:
         return self.container
 

@@ -55,10 +55,6 @@ class Pct(Hop):
         return cls(int(vmid), fields.text("pct") or "pct")
 
     @property
-    def executable(self) -> str:
-        return self.pct
-
-    @property
     def name(self) -> str:
         return str(self.vmid)
 

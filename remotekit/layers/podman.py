@@ -55,10 +55,6 @@ class Podman(Hop):
         return cls(name, fields.text("engine") or cls.key)
 
     @property
-    def executable(self) -> str:
-        return self.engine
-
-    @property
     def name(self) -> str:
         return self.container
 

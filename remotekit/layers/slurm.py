@@ -84,10 +84,6 @@ class Slurm(Hop):
         return cls(int(job) if job is not None else None, name, node, sub.text("bin") or "srun")
 
     @property
-    def executable(self) -> str:
-        return self.bin
-
-    @property
     def name(self) -> str:
         return str(self.job) if self.job is not None else str(self.job_name)
 

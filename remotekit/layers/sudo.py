@@ -26,6 +26,7 @@ class Sudo(Hop):
 
     key: ClassVar[str] = "sudo"
     kind: ClassVar[str] = "sudo"
+    exe_key: ClassVar[str] = "sudo"
     says: ClassVar[str] = "{words}"
     failures: ClassVar[tuple[Failure, ...]] = (
         Failure(
@@ -40,10 +41,6 @@ class Sudo(Hop):
     def read(cls, fields: Fields) -> Sudo | None:
         on = fields.get("sudo", lambda v: isinstance(v, bool), "true or false")
         return cls() if on else None
-
-    @property
-    def executable(self) -> str:
-        return self.sudo
 
     @property
     def name(self) -> str:
