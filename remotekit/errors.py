@@ -27,6 +27,7 @@ boundary with ``raise ... from exc``; nothing else in the package sees them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -185,6 +186,12 @@ class ConnectionLost(RemotekitError):
     ):
         self.result = result
         super().__init__(message, host=host, step=step)
+
+
+def quote_tool(words: str | Sequence[str], n: int = 10) -> str:
+    """What a tool said, for a message: its last ``n`` lines, indented (``(no output)``)."""
+    lines = words.strip().splitlines() if isinstance(words, str) else list(words)
+    return "\n".join("  " + line for line in lines[-n:]) or "  (no output)"
 
 
 def _tail(text: str, n: int = _TAIL_LINES) -> str:

@@ -84,7 +84,7 @@ def _transport(target: Target, add: _Add) -> bool:
         target.connect()
     except RemotekitError as exc:
         return add(target.transport.label, False, exc.message)
-    return add(target.transport.label, True, "connected" if target.spec.ssh else "this machine")
+    return add(target.transport.label, True, target.transport.reached)
 
 
 def _hops(target: Target, add: _Add) -> bool:

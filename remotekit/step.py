@@ -32,6 +32,7 @@ from remotekit.errors import (
     StepCancelled,
     StepFailed,
     StepTimeout,
+    quote_tool,
 )
 from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result
@@ -445,7 +446,7 @@ def not_started(target: Target, code: int | None, res: Result, step: str) -> Rem
     """The runner never said ready: ask each hop, outermost first, if the words are its."""
     text = (res.stderr + res.stdout).strip()
     low = text.lower()
-    quoted = "\n".join("  " + line for line in text.splitlines()[-10:]) or "  (no output)"
+    quoted = quote_tool(text)
     where = dict(host=target.name, step=step)
     hops = target.spec.hops
     for i, hop in enumerate(hops):

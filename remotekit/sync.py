@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remotekit import remote
-from remotekit.errors import RemotekitError
+from remotekit.errors import RemotekitError, quote_tool
 from remotekit.remote import sync as wire
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ def _records(
         capture=False,
     )
     if not records or records[-1].get("type") != "done":
-        tail = "\n".join("  " + s for s in stray[-10:]) or "  (no output)"
+        tail = quote_tool(stray)
         raise RemotekitError(
             f"sync {command} of {dest} did not finish (exit {result.exit_code}):\n{tail}",
             host=target.name,
@@ -476,10 +476,9 @@ def _stream_step(
         on_output=sink,
     )
     if not records or records[-1].get("type") != "done":
-        tail = (result.stderr or result.stdout).strip().splitlines()[-10:]
         raise RemotekitError(
             f"sync apply to {dest} did not finish (exit {result.exit_code}):\n"
-            + ("\n".join("  " + s for s in tail) or "  (no output)"),
+            + quote_tool(result.stderr or result.stdout),
             host=target.name,
             step=step,
         )

@@ -51,6 +51,7 @@ from remotekit.diagnostics.base import (
     worst_exit,
 )
 from remotekit.errors import DiagnosticError
+from remotekit.remote.protocol import number
 from remotekit.render import human_bytes, table
 
 if TYPE_CHECKING:
@@ -590,33 +591,14 @@ class DemoReport:
 
 
 def _int(v: Any) -> int:
+    """A count from a record (0 when it is missing or not a number)."""
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
 
 def _float(v: Any) -> float | None:
     """A float from a record; the script writes non-finite floats as "nan", "inf", "-inf"."""
-    if v is None or isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return None
-    return None
-
-
-def _num(v: Any) -> int | float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return v
-    return _float(v)
-
-
-def _strs(v: Any) -> tuple[str, ...]:
-    return tuple(str(x) for x in v or ())
+    n = number(v)
+    return None if n is None else float(n)
 
 
 def _bad_tensor(b: Mapping[str, Any]) -> BadTensor:
@@ -634,29 +616,8 @@ def _tensor_diff(d: Mapping[str, Any]) -> TensorDiff:
     )
 
 
-def _optimizer(o: Mapping[str, Any]) -> OptimizerInfo:
-    groups = tuple(
-        ParamGroup(
-            index=_int(g.get("index")),
-            lr=_float(g.get("lr")),
-            params=_int(g.get("params")),
-            hyper=dict(g.get("hyper") or {}),
-        )
-        for g in o.get("groups") or ()
-    )
-    return OptimizerInfo(
-        path=str(o.get("path") or ""),
-        groups=groups,
-        state_params=_int(o.get("state_params")),
-        slots={str(k): _int(v) for k, v in (o.get("slots") or {}).items()},
-        step=_num(o.get("step")),
-    )
-
-
-def _point(p: Mapping[str, Any] | None) -> BisectPoint | None:
-    if not p:
-        return None
-    return BisectPoint(str(p.get("path")), _num(p.get("global_step")), _num(p.get("epoch")))
+def _point(rec: Mapping[str, Any] | None) -> BisectPoint | None:
+    return from_record(BisectPoint, rec, path=str(rec.get("path"))) if rec else None
 
 
 # --------------------------------------------------------------------------- running
@@ -696,10 +657,15 @@ def _run(
 
 
 class _Tracker:
-    """Turns plan / progress / checkpoint records into :class:`ScanProgress` callbacks."""
+    """Turns plan / progress / checkpoint records into :class:`ScanProgress` callbacks, and
+    collects the checkpoint reports in ``reports`` (each also to ``on_report`` at once)."""
 
-    def __init__(self, on_progress: ProgressCallback | None) -> None:
+    def __init__(
+        self, on_progress: ProgressCallback | None, on_report: ReportCallback | None
+    ) -> None:
         self.on_progress = on_progress
+        self.on_report = on_report
+        self.reports: list[CheckpointReport] = []
         self.files_total = self.bytes_total = 0
         self.files_done = self.bytes_done = 0
         self.partial: dict[str, int] = {}
@@ -714,6 +680,10 @@ class _Tracker:
             current = str(rec.get("path"))
             self.partial[current] = _int(rec.get("done"))
         elif kind == "checkpoint":
+            report = CheckpointReport.from_record(rec)
+            self.reports.append(report)
+            if self.on_report is not None:
+                self.on_report(report)
             self.partial.pop(str(rec.get("path")), None)
             self.files_done += 1
             self.bytes_done += _int(rec.get("bytes"))
@@ -764,39 +734,21 @@ def scan_checkpoints(
     errors (timeout, connection, container, interpreter).
     """
     args = ["scan", path, "--jobs", str(max(1, jobs)), *_safety_args(allow_globals, unsafe_pickle)]
-    tracker = _Tracker(on_progress)
-    reports: list[CheckpointReport] = []
+    tracker = _Tracker(on_progress, on_report)
     notes: list[str] = []
     plan: list[ScanPlan] = []
 
     def on_record(rec: Record) -> None:
         kind = rec.get("type")
         if kind == "plan":
-            plan.append(
-                ScanPlan(
-                    _int(rec.get("files")),
-                    _int(rec.get("bytes")),
-                    _int(rec.get("jobs")),
-                    _strs(rec.get("skipped")),
-                    tuple(
-                        LogFile(str(g.get("path")), _int(g.get("bytes")), _int(g.get("mtime")))
-                        for g in rec.get("logs") or ()
-                        if isinstance(g, Mapping)
-                    ),
-                )
-            )
-        elif kind == "checkpoint":
-            report = CheckpointReport.from_record(rec)
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
+            plan.append(from_record(ScanPlan, rec))
         elif kind == "warning":
             notes.append(str(rec.get("message")))
             _warn(on_warning, str(rec.get("message")))
         tracker.record(rec)
 
     _run(target, SCRIPT, args, step="ckpt-scan", timeout=timeout, on_record=on_record)
-    return CheckpointScan(reports, plan=plan[0] if plan else None, warnings=notes)
+    return CheckpointScan(tracker.reports, plan=plan[0] if plan else None, warnings=notes)
 
 
 def scan_exit_code(reports: Sequence[CheckpointReport]) -> int:
@@ -828,13 +780,13 @@ def inspect_checkpoint(
         error=rec.get("error") if rec else "the script gave no inspect record",
         bytes=_int(rec.get("bytes")),
         tensors=tuple(from_record(TensorInfo, r) for r in run.of("tensor")),
-        top_keys=_strs(rec.get("top_keys")),
         scalars=dict(rec.get("scalars") or {}),
-        optimizers=tuple(_optimizer(o) for o in rec.get("optimizers") or ()),
+        optimizers=tuple(
+            from_record(OptimizerInfo, o, path=str(o.get("path") or ""))
+            for o in rec.get("optimizers") or ()
+        ),
         totals={str(k): dict(v) for k, v in (rec.get("totals") or {}).items()},
         dtypes={str(k): _int(v) for k, v in (rec.get("dtypes") or {}).items()},
-        needs_globals=_strs(rec.get("needs_globals")),
-        notes=_strs(rec.get("notes")),
     )
 
 
@@ -905,40 +857,24 @@ def bisect_checkpoints(
     if linear:
         args.append("--linear")
     args += _safety_args(allow_globals, unsafe_pickle)
-    tracker = _Tracker(on_progress)
-    reports: list[CheckpointReport] = []
-
-    def on_record(rec: Record) -> None:
-        if rec.get("type") == "checkpoint":
-            report = CheckpointReport.from_record(rec)
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
-        tracker.record(rec)
-
-    run = _run(target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=on_record)
+    tracker = _Tracker(on_progress, on_report)
+    run = _run(target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=tracker.record)
     rec = run.first("bisect")
     if rec is None:
         raise CheckpointError("ckpt.py bisect gave no bisect record", result=run.result)
     order = run.first("order") or {}
     first_bad = rec.get("first_bad") or None
-    return BisectReport(
+    return from_record(
+        BisectReport,
+        rec,
         directory=directory,
-        order=str(rec.get("order")),
-        mode=str(rec.get("mode")),
-        checkpoints=_int(rec.get("checkpoints")),
-        scanned=_int(rec.get("scanned")),
         last_clean=_point(rec.get("last_clean")),
         first_bad=_point(first_bad),
         first_bad_tensor=_bad_tensor(first_bad["tensor"])
         if first_bad and first_bad.get("tensor")
         else None,
-        unreadable=_strs(rec.get("unreadable")),
-        bad=_strs(rec.get("bad")),
-        later_clean=_strs(rec.get("later_clean")),
-        assumption=rec.get("assumption"),
         ordered=tuple(p for p in (_point(c) for c in order.get("checkpoints") or ()) if p),
-        reports=tuple(reports),
+        reports=tuple(tracker.reports),
     )
 
 
@@ -984,14 +920,16 @@ def run_demo(
 # --------------------------------------------------------------------------- rendering
 
 
-def _count(n: int) -> str:
+def _short_count(n: int) -> str:
+    """A count in 3 or 4 characters: ``7``, ``1.2k``, ``3.4M``, ``1.0B``."""
     for unit, scale in (("B", 10**9), ("M", 10**6), ("k", 10**3)):
         if n >= scale:
             return f"{n / scale:.1f}{unit}"
     return str(n)
 
 
-def _g(x: float | None) -> str | None:
+def _short_float(x: float | None) -> str | None:
+    """A float in 3 significant digits for a table (``nan``, ``inf`` as such; None stays)."""
     if x is None:
         return None
     if math.isnan(x):
@@ -1001,7 +939,7 @@ def _g(x: float | None) -> str | None:
     return f"{x:.3g}"
 
 
-def _triple(r: CheckpointReport, section: str) -> str | None:
+def _nonfinite_counts(r: CheckpointReport, section: str) -> str | None:
     """ "NaN/+Inf/-Inf" of a section; None ("-") for a checkpoint that was not read at all."""
     counts = [getattr(r, f"{kind}_{section}") for kind in ("nan", "posinf", "neginf")]
     if r.status not in ("clean", "bad") and not any(counts) and not r.params:
@@ -1036,7 +974,7 @@ def _display_paths(paths: Sequence[str]) -> dict[str, str]:
 def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
     """ "step from iter_num; best_val_loss=2.875, ..." (numbers only; '' when nothing)."""
     nums = [
-        f"{k}={_g(float(v)) if isinstance(v, float) else v}"
+        f"{k}={_short_float(float(v)) if isinstance(v, float) else v}"
         for k, v in r.scalars.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     ]
@@ -1048,8 +986,13 @@ def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
 
 def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = None) -> str:
     """The scan table (counts are NaN/+Inf/-Inf), then findings, errors and a summary line."""
-    # Long on purpose: one block per part of the printout, in the order it is printed.
     shown = _display_paths([r.path for r in reports])
+    lines = [_scan_table(reports, shown), *_scan_details(reports, shown)]
+    lines += ["", _scan_summary(reports, plan)]
+    return "\n".join(lines)
+
+
+def _scan_table(reports: Sequence[CheckpointReport], shown: Mapping[str, str]) -> str:
     rows = [
         [
             shown[r.path],
@@ -1057,12 +1000,12 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
             r.format,
             r.global_step,
             r.epoch,
-            _count(r.params) if r.status in ("clean", "bad") else None,
+            _short_count(r.params) if r.status in ("clean", "bad") else None,
             human_bytes(r.bytes),
-            _triple(r, "weights"),
-            _triple(r, "optimizer"),
-            _g(r.max_abs_weights),
-            _g(r.max_abs_optimizer),
+            _nonfinite_counts(r, "weights"),
+            _nonfinite_counts(r, "optimizer"),
+            _short_float(r.max_abs_weights),
+            _short_float(r.max_abs_optimizer),
             f"{r.seconds:.1f}",
         ]
         for r in reports
@@ -1081,7 +1024,12 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
         "MAX|OPT|",
         "SECONDS",
     ]
-    lines = [table(headers, rows)]
+    return table(headers, rows)
+
+
+def _scan_details(reports: Sequence[CheckpointReport], shown: Mapping[str, str]) -> list[str]:
+    """The bad values, where each step came from, and the checkpoints that could not be read."""
+    lines: list[str] = []
     bad = [r for r in reports if r.status == "bad"]
     if bad:
         lines.append("")
@@ -1105,6 +1053,10 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
         lines.append("Could not check:")
         for r in failed:
             lines.append(f"  {shown[r.path]}: {r.error}")
+    return lines
+
+
+def _scan_summary(reports: Sequence[CheckpointReport], plan: ScanPlan | None) -> str:
     counts = {
         s: sum(1 for r in reports if r.status == s)
         for s in ("clean", "bad", "error", "unsupported")
@@ -1117,9 +1069,7 @@ def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = 
         summary += f", {counts['unsupported']} not supported"
     if plan is not None and plan.skipped:
         summary += f"; skipped {len(plan.skipped)} trainer side file(s)"
-    summary += f" (exit {scan_exit_code(reports)})"
-    lines += ["", summary]
-    return "\n".join(lines)
+    return summary + f" (exit {scan_exit_code(reports)})"
 
 
 def render_inspect(report: InspectReport) -> str:
@@ -1141,7 +1091,10 @@ def render_inspect(report: InspectReport) -> str:
             f"step {o.step if o.step is not None else '?'}"
         )
         keys = sorted({k for g in o.groups for k in g.hyper})
-        rows = [[g.index, _g(g.lr), g.params, *[g.hyper.get(k) for k in keys]] for g in o.groups]
+        rows = [
+            [g.index, _short_float(g.lr), g.params, *[g.hyper.get(k) for k in keys]]
+            for g in o.groups
+        ]
         lines.append(_indent(table(["GROUP", "LR", "PARAMS", *[k.upper() for k in keys]], rows)))
     if report.tensors:
         rows = [
@@ -1162,10 +1115,12 @@ def render_inspect(report: InspectReport) -> str:
         )
     for sec, t in report.totals.items():
         lines.append(
-            f"{sec}: {t.get('tensors', 0)} tensors, {_count(t.get('numel', 0))} values, {human_bytes(t.get('bytes', 0))}"
+            f"{sec}: {t.get('tensors', 0)} tensors, {_short_count(t.get('numel', 0))} values, {human_bytes(t.get('bytes', 0))}"
         )
     if report.dtypes:
-        lines.append("dtypes: " + ", ".join(f"{k} {_count(v)}" for k, v in report.dtypes.items()))
+        lines.append(
+            "dtypes: " + ", ".join(f"{k} {_short_count(v)}" for k, v in report.dtypes.items())
+        )
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
 
@@ -1178,13 +1133,12 @@ def _pct(x: float | None) -> str | None:
     if x is None:
         return None
     if math.isinf(x) or math.isnan(x):
-        return _g(x)
+        return _short_float(x)
     return f"{100 * x:.3g}%"
 
 
 def render_diff(report: DiffReport) -> str:
     """Steps and lr, key differences, top tensors by relative change, and the flags."""
-    # Long on purpose: one block per part of the printout, in the order it is printed.
     lines = [
         f"A: {report.a} (step {report.step_a}, epoch {report.epoch_a})",
         f"B: {report.b} (step {report.step_b}, epoch {report.epoch_b})",
@@ -1193,6 +1147,20 @@ def render_diff(report: DiffReport) -> str:
         lines.append(f"error: {report.error}")
         if not report.compared:
             return "\n".join(lines)
+    lines += _diff_summary(report) + _diff_tables(report)
+    lines += [f"note: {n}" for n in report.notes]
+    verdict = {
+        EXIT_OK: "no new non-finite values",
+        EXIT_FINDINGS: f"{report.flags_total} finding(s)",
+        EXIT_FAILED: "could not compare",
+    }[report.exit_code]
+    lines += ["", f"diff: {verdict} (exit {report.exit_code})"]
+    return "\n".join(lines)
+
+
+def _diff_summary(report: DiffReport) -> list[str]:
+    """Step delta, lr per group, what was compared, relative change, names only on one side."""
+    lines = []
     if report.step_delta is not None:
         lines.append(f"step delta: {report.step_delta:+}")
     for i, (la, lb) in enumerate(zip(report.lr_a, report.lr_b)):
@@ -1209,6 +1177,12 @@ def render_diff(report: DiffReport) -> str:
     for title, names in (("only in A", report.only_a), ("only in B", report.only_b)):
         if names:
             lines.append(f"{title}: " + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
+    return lines
+
+
+def _diff_tables(report: DiffReport) -> list[str]:
+    """Shape/dtype changes, the top tensors by relative change per section, the flags."""
+    lines: list[str] = []
     if report.changes:
         rows: list[list[Any]] = [
             [
@@ -1231,8 +1205,8 @@ def render_diff(report: DiffReport) -> str:
             [
                 d.name,
                 _pct(d.rel_change),
-                _g(d.max_abs_diff),
-                _g(d.cosine),
+                _short_float(d.max_abs_diff),
+                _short_float(d.cosine),
                 d.dtype,
                 d.numel,
                 d.new_nonfinite or None,
@@ -1254,14 +1228,7 @@ def render_diff(report: DiffReport) -> str:
                 [[f.name, f.section, f.kind, f.count] for f in report.flags],
             )
         )
-    lines += [f"note: {n}" for n in report.notes]
-    verdict = {
-        EXIT_OK: "no new non-finite values",
-        EXIT_FINDINGS: f"{report.flags_total} finding(s)",
-        EXIT_FAILED: "could not compare",
-    }[report.exit_code]
-    lines += ["", f"diff: {verdict} (exit {report.exit_code})"]
-    return "\n".join(lines)
+    return lines
 
 
 def render_bisect(report: BisectReport) -> str:

@@ -201,6 +201,7 @@ def _save_steps(scan: Any) -> list[int]:
     return sorted(steps)
 
 
+# long: for its docstring; the body is the section table, then one loop over it.
 def diagnose(
     target: Target,
     *,
@@ -225,7 +226,6 @@ def diagnose(
     ``on_section`` is called with each section as it completes, skipped ones included. Never
     raises for a failing section; it records it and goes on.
     """
-    # Long for its docstring; the body is the section table, then one loop over it.
     unknown = set(timeouts or {}) - set(RUN_SECTIONS)
     if unknown:
         raise ValueError(f"unknown section(s) in timeouts: {', '.join(sorted(unknown))}")

@@ -334,12 +334,13 @@ def _smi_timeout(timeout: float | None) -> float:
     return SMI_TIMEOUT_S if timeout is None else max(1.0, min(SMI_TIMEOUT_S, timeout / 4))
 
 
-def _common(o: Run) -> dict[str, Any]:
+def _report_fields(run: Run) -> dict[str, Any]:
+    """The fields every report of this module takes from its run's messages and exit code."""
     return {
-        "findings": o.messages("warning"),
-        "notes": o.messages("note"),
-        "errors": o.messages("error"),
-        "exit_code": o.exit_code,
+        "findings": run.messages("warning"),
+        "notes": run.messages("note"),
+        "errors": run.messages("error"),
+        "exit_code": run.exit_code,
     }
 
 
@@ -360,7 +361,7 @@ def gpu_status(
     reasons that cost speed (power cap, HW slowdown, thermal, power brake), GPU memory held
     by pids not visible there, GPUs torch cannot use. No nvidia-smi / no driver: exit 2.
     """
-    o = _run(
+    run = _run(
         target,
         [
             "gpu",
@@ -374,15 +375,15 @@ def gpu_status(
         env=env,
         on_record=on_record,
     )
-    smi = o.first("smi") or {}
+    smi = run.first("smi") or {}
     return GpuReport(
         host=target.name,
         nvidia_smi=smi.get("path"),
         throttle_field=smi.get("throttle_field"),
-        gpus=tuple(from_record(Gpu, r) for r in o.of("gpu")),
-        processes=tuple(from_record(GpuProcess, r) for r in o.of("gpu_process")),
-        torch=_torch(o.first("torch")),
-        **_common(o),
+        gpus=tuple(from_record(Gpu, r) for r in run.of("gpu")),
+        processes=tuple(from_record(GpuProcess, r) for r in run.of("gpu_process")),
+        torch=_torch(run.first("torch")),
+        **_report_fields(run),
     )
 
 
@@ -398,8 +399,8 @@ def environment(
     Warnings: a torch version with a known checkpoint-loading CVE (CVE-2025-32434 below 2.6,
     CVE-2026-24747 below 2.10). A missing torch is a note, not a finding.
     """
-    o = _run(target, ["env"], step="env", timeout=timeout, env=env, on_record=on_record)
-    rec = o.first("env")
+    run = _run(target, ["env"], step="env", timeout=timeout, env=env, on_record=on_record)
+    rec = run.first("env")
     container = None
     if rec and rec.get("container"):
         container = from_record(ContainerInfo, rec["container"])
@@ -408,8 +409,8 @@ def environment(
         rec,
         host=target.name,
         container=container,
-        torch=_torch(o.first("torch")),
-        **_common(o),
+        torch=_torch(run.first("torch")),
+        **_report_fields(run),
     )
 
 
@@ -450,14 +451,14 @@ def disk_usage(
         "--",
         *paths,
     ]
-    o = _run(target, args, step="disk", timeout=timeout, env=env, on_record=on_record)
+    run = _run(target, args, step="disk", timeout=timeout, env=env, on_record=on_record)
     return DiskReport(
         host=target.name,
-        filesystems=tuple(from_record(Filesystem, r) for r in o.of("fs")),
-        walks=tuple(from_record(WalkStats, r) for r in o.of("walk")),
-        largest_files=tuple(from_record(FileEntry, r) for r in o.of("file")),
-        checkpoints=tuple(from_record(CheckpointSize, r) for r in o.of("checkpoint")),
-        **_common(o),
+        filesystems=tuple(from_record(Filesystem, r) for r in run.of("fs")),
+        walks=tuple(from_record(WalkStats, r) for r in run.of("walk")),
+        largest_files=tuple(from_record(FileEntry, r) for r in run.of("file")),
+        checkpoints=tuple(from_record(CheckpointSize, r) for r in run.of("checkpoint")),
+        **_report_fields(run),
     )
 
 
@@ -478,23 +479,25 @@ def processes(
     args = ["procs", "--smi-timeout", f"{_smi_timeout(timeout):g}"]
     if all_processes:
         args.append("--all")
-    o = _run(target, args, step="procs", timeout=timeout, env=env, on_record=on_record)
+    run = _run(target, args, step="procs", timeout=timeout, env=env, on_record=on_record)
     return ProcReport(
         host=target.name,
-        processes=tuple(from_record(ProcInfo, r) for r in o.of("proc")),
-        gpu_processes=tuple(from_record(GpuProcess, r) for r in o.of("gpu_process")),
-        **_common(o),
+        processes=tuple(from_record(ProcInfo, r) for r in run.of("proc")),
+        gpu_processes=tuple(from_record(GpuProcess, r) for r in run.of("gpu_process")),
+        **_report_fields(run),
     )
 
 
 # --------------------------------------------------------------------------- rendering
 
 
-def _pair(a: Any, b: Any, fmt: str = "{}") -> str:
-    def one(x: Any) -> str:
+def _slash_pair(a: Any, b: Any, fmt: str = "{}") -> str:
+    """``a/b`` for a table cell (used/total, draw/limit), ``?`` for a value not known."""
+
+    def shown(x: Any) -> str:
         return "?" if x is None else fmt.format(x)
 
-    return f"{one(a)}/{one(b)}"
+    return f"{shown(a)}/{shown(b)}"
 
 
 def _duration(seconds: float | None) -> str | None:
@@ -524,20 +527,20 @@ def _footer(name: str, report: _Hosted) -> list[str]:
     return lines
 
 
-def _torch_line(t: TorchInfo | None) -> str | None:
-    if t is None:
+def _torch_line(torch: TorchInfo | None) -> str | None:
+    if torch is None:
         return None
-    if not t.importable:
-        return f"torch: not importable ({t.error})"
-    build = f"CUDA {t.cuda}" if t.cuda else "CPU-only build"
-    line = f"torch {t.version} ({build})"
-    if t.cuda_available:
-        names = ", ".join(sorted({d.name for d in t.devices}))
-        line += f": {t.device_count} CUDA device(s) ({names})"
+    if not torch.importable:
+        return f"torch: not importable ({torch.error})"
+    build = f"CUDA {torch.cuda}" if torch.cuda else "CPU-only build"
+    line = f"torch {torch.version} ({build})"
+    if torch.cuda_available:
+        names = ", ".join(sorted({d.name for d in torch.devices}))
+        line += f": {torch.device_count} CUDA device(s) ({names})"
     else:
         line += ": CUDA not available"
-    if t.error:
-        line += f"; {t.error}"
+    if torch.error:
+        line += f"; {torch.error}"
     return line
 
 
@@ -554,12 +557,12 @@ def render_gpu(report: GpuReport) -> str:
                     g.name,
                     g.pstate,
                     None if g.utilization_pct is None else f"{g.utilization_pct}%",
-                    _pair(g.memory_used_mib, g.memory_total_mib),
+                    _slash_pair(g.memory_used_mib, g.memory_total_mib),
                     None if g.temperature_c is None else f"{g.temperature_c}C",
-                    _pair(g.power_draw_w, g.power_limit_w, "{:.0f}"),
+                    _slash_pair(g.power_draw_w, g.power_limit_w, "{:.0f}"),
                     g.clocks_sm_mhz,
                     throttle,
-                    _pair(g.ecc_uncorrected_volatile, g.ecc_uncorrected_aggregate),
+                    _slash_pair(g.ecc_uncorrected_volatile, g.ecc_uncorrected_aggregate),
                 ]
             )
         headers = ["GPU", "NAME", "PSTATE", "UTIL", "MEM MiB", "TEMP", "POWER W", "SM MHz"]

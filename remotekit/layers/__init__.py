@@ -5,8 +5,10 @@ Each *hop* (a way in: sudo, or one container hop) is one module; :data:`HOPS` ma
 hosts.yaml key that declares a container hop to its class. The order is fixed:
 ``ssh -> [sudo] -> [container hop] -> [interpreter]``, at most one container hop per target.
 
-Adding a hop: write ``remotekit/layers/<name>.py`` with a :class:`Hop` subclass (keys, argv,
-its interactive argv when the tool must be asked for a pty, probe, failure texts), add it to :data:`HOPS`, test it in tests/test_layers.py, add README rows.
+Adding a hop: write ``remotekit/layers/<name>.py`` with a :class:`Hop` subclass (its keys,
+argv, interactive argv when the tool must be asked for a pty, and probe as code; its tool's
+words as data: ``up``, ``says``, ``failures``), add it to :data:`HOPS`, test it in
+tests/test_layers.py, add README rows ("Adding a layer").
 """
 
 from __future__ import annotations

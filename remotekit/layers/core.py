@@ -29,11 +29,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, NoReturn, Protocol
 
-from remotekit.errors import ContainerError, RemotekitError
+from remotekit.errors import ContainerError, RemotekitError, quote_tool
 
 __all__ = [
     "LOADER",
     "Env",
+    "Failure",
     "Fields",
     "Hop",
     "Interpreter",
@@ -153,9 +154,47 @@ def is_text(v: Any) -> bool:
     return isinstance(v, str) and v != ""
 
 
+def is_whole(v: Any, low: int, high: int | None = None) -> bool:
+    """An integer ``low..high`` (``high`` None: no bound), or a string of its ASCII digits."""
+    if isinstance(v, str) and re.fullmatch(r"[0-9]+", v, flags=re.ASCII):
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool):
+        return False
+    return low <= v and (high is None or v <= high)
+
+
 def is_container_name(v: Any) -> bool:
     """A name a container tool takes as one argument: no '/', whitespace, control chars, '-'."""
     return is_text(v) and not re.search(r"[\s/\x00-\x1f\x7f]", v) and not v.startswith("-")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One row of a hop's failure table: when the tool says ``pattern``, raise ``error``.
+
+    ``pattern`` is a regex searched in the tool's words (case-insensitive, ``^`` at each line).
+    ``message`` is a :meth:`str.format` template over ``hop`` (the hop), ``code`` (the exit
+    code), ``said`` (the tool quoted, :attr:`Hop.says`) and ``status`` (the probe's answer on
+    one line). ``code`` limits the row to one exit code; ``status`` (a regex) to a probe answer
+    that matches it, for a hop whose words need the probe to tell cases apart (:attr:`Hop.confirm`).
+    """
+
+    pattern: str
+    error: type[RemotekitError]
+    message: str = "{said}"
+    code: int | None = None
+    status: str | None = None
+
+    def matches(self, code: int | None, text: str, status: tuple[int | None, str] | None) -> bool:
+        if self.code is not None and code != self.code:
+            return False
+        if self.status is not None and (status is None or not _said(self.status, status[1])):
+            return False
+        return _said(self.pattern, text)
+
+
+def _said(pattern: str, text: str) -> bool:
+    return re.search(pattern, text, flags=re.IGNORECASE | re.MULTILINE) is not None
 
 
 class Hop(ABC):
@@ -163,14 +202,17 @@ class Hop(ABC):
 
     Subclasses are frozen dataclasses and set ``key`` (the hosts.yaml key that declares the hop),
     ``options`` (other host-level keys it owns, e.g. ``pct:``), ``kind`` (what it enters, for
-    messages: "container", "job", "pod"), and implement :meth:`read`, :meth:`apply`,
-    :attr:`label`, :attr:`executable`, :attr:`name`, :meth:`probe` and :meth:`explain`.
+    messages: "container", "job", "pod"), ``exe_key`` (the field holding its executable), and
+    implement :meth:`read`, :meth:`apply`, :attr:`label`, :attr:`name` and :meth:`probe`. What the tool says is
+    data, not code: :attr:`up` (the probe's answer when the hop is up), :attr:`says` (how a
+    message quotes the tool) and :attr:`failures` (its words that mean "this hop is broken").
     """
 
     key: ClassVar[str]
     options: ClassVar[tuple[str, ...]] = ()
     kind: ClassVar[str] = "container"
-    #: Where the executable is set in hosts.yaml, for "not found" hints.
+    #: The field (and hosts.yaml key) that holds the hop's executable: :attr:`executable`,
+    #: and the "not found" hint.
     exe_key: ClassVar[str] = "bin"
 
     @classmethod
@@ -179,9 +221,9 @@ class Hop(ABC):
         """The hop as declared (``fields`` holds the host's keys); raise via ``fields.fail``."""
 
     @property
-    @abstractmethod
     def executable(self) -> str:
-        """The first word of the argv this hop adds (its tool)."""
+        """The first word of the argv this hop adds (its tool): the field :attr:`exe_key`."""
+        return str(getattr(self, self.exe_key))
 
     @property
     @abstractmethod
@@ -221,12 +263,20 @@ class Hop(ABC):
     def probe(self) -> tuple[str, ...]:
         """The argv, run on the node (inside the outer hops), that says if the hop is up."""
 
-    @abstractmethod
+    #: What the probe prints, whitespace collapsed, when the hop is up (``status: running``).
+    up: ClassVar[str] = ""
+
     def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
-        """Read the probe's answer: (up, what to show)."""
+        """Read the probe's answer: (up, what to show). Up: exit 0 and the words :attr:`up`."""
+        shown = " ".join(text.split())
+        return code == 0 and shown == self.up, shown or f"exit {code}"
 
     # -- failures --------------------------------------------------------------------------
 
+    #: The tool's words that mean "this hop is broken", first match wins (see :class:`Failure`).
+    failures: ClassVar[tuple[Failure, ...]] = ()
+    #: How a message quotes the tool: a template with ``{hop}``, ``{code}`` and ``{words}``.
+    says: ClassVar[str] = "{hop.executable} says:\n{words}"
     #: True when :meth:`explain` may need the probe's answer (``status``) to tell cases apart.
     confirm: ClassVar[bool] = False
 
@@ -242,7 +292,17 @@ class Hop(ABC):
 
         None when the words are not this hop's (the next hop, or the interpreter, is asked).
         ``status`` is the probe's (exit code, output) when the target ran it (``confirm``).
+        The first row of :attr:`failures` that matches names the error; then a shell's
+        "command not found" for the hop's own tool (:meth:`missing`).
         """
+        for row in self.failures:
+            if row.matches(code, text, status):
+                said = self.says.format(hop=self, code=code, words=self.quote(text))
+                state = " ".join(status[1].split()) if status else ""
+                message = row.message.format(hop=self, code=code, said=said, status=state)
+                if issubclass(row.error, ContainerError):
+                    return row.error(message, host=host, step=step, container=self.name)
+                return row.error(message, host=host, step=step)
         if self.tool_missing(code, text):
             return self.missing(host, step)
         return None
@@ -268,8 +328,7 @@ class Hop(ABC):
 
     def quote(self, text: str) -> str:
         """The tool's own words, indented, for a message (the last 10 lines)."""
-        lines = text.strip().splitlines()[-10:]
-        return "\n".join("  " + line for line in lines) or "  (no output)"
+        return quote_tool(text)
 
     # -- resolution when the target opens ------------------------------------------------
 

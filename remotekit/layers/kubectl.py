@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
+from remotekit.layers.core import Failure, Fields, Hop, Launch
 
 __all__ = ["Kubectl"]
 
@@ -53,6 +53,23 @@ class Kubectl(Hop):
 
     key: ClassVar[str] = "kubectl"
     kind: ClassVar[str] = "pod"
+    up: ClassVar[str] = "Running"
+    says: ClassVar[str] = "kubectl says:\n{words}"
+    failures: ClassVar[tuple[Failure, ...]] = (
+        Failure(r"\(notfound\)|is not valid for pod", ContainerNotFound, "no {hop.what}; {said}"),
+        Failure(
+            "container not found|cannot exec into a container in a completed pod"
+            "|does not have a host assigned",
+            ContainerNotRunning,
+            "{hop.what} is not running; {said}",
+        ),
+        Failure(
+            "^(error: |error from server)",
+            ContainerError,
+            "kubectl cannot enter {hop.what}; {said}",
+            code=1,
+        ),
+    )
 
     @classmethod
     def read(cls, fields: Fields) -> Kubectl:
@@ -71,10 +88,6 @@ class Kubectl(Hop):
             ),
             sub.text("bin") or "kubectl",
         )
-
-    @property
-    def executable(self) -> str:
-        return self.bin
 
     @property
     def name(self) -> str:
@@ -116,33 +129,6 @@ class Kubectl(Hop):
             "-o",
             "jsonpath={.status.phase}",
         )
-
-    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
-        phase = text.strip()
-        return code == 0 and phase == "Running", phase or f"exit {code}"
-
-    def explain(
-        self,
-        code: int | None,
-        text: str,
-        host: str,
-        step: str,
-        status: tuple[int | None, str] | None = None,
-    ) -> RemotekitError | None:
-        low = text.lower()
-        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
-        said = f"kubectl says:\n{self.quote(text)}"
-        if "(notfound)" in low or "is not valid for pod" in low:
-            return ContainerNotFound(f"no {self.what}; {said}", **where)
-        if (
-            "container not found" in low
-            or "cannot exec into a container in a completed pod" in low
-            or "does not have a host assigned" in low
-        ):
-            return ContainerNotRunning(f"{self.what} is not running; {said}", **where)
-        if code == 1 and re.search(r"^(error: |error from server)", low, flags=re.M):
-            return ContainerError(f"kubectl cannot enter {self.what}; {said}", **where)
-        return super().explain(code, text, host, step)
 
     def exec_failed(self, code: int | None, text: str) -> bool:
         return code in (126, 127) and "command terminated with exit code" in text

@@ -19,14 +19,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch, is_container_name, tool_beside
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
+from remotekit.layers.core import Failure, Fields, Hop, Launch, is_container_name, tool_beside
 
 __all__ = ["Lxc"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NO_INIT_PID = "failed to get init pid"
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,31 @@ class Lxc(Hop):
     keep_env: tuple[str, ...] = ()
 
     key: ClassVar[str] = "lxc"
+    up: ClassVar[str] = "State: RUNNING"
+    says: ClassVar[str] = "lxc-attach says:\n{words}"
+    #: "Failed to get init pid" cannot tell stopped from missing: the target asks the probe,
+    #: and the rows that need its answer (``status=``) come first.
+    confirm: ClassVar[bool] = True
+    failures: ClassVar[tuple[Failure, ...]] = (
+        Failure(
+            _NO_INIT_PID,
+            ContainerNotFound,
+            "LXC container {hop.name!r} does not exist (lxc-info: {status}); {said}",
+            status="doesn't exist|does not exist",
+        ),
+        Failure(
+            _NO_INIT_PID,
+            ContainerNotRunning,
+            "LXC container {hop.name!r} is not running ({status}); {said}",
+            status=r"^State:(?!\s*RUNNING)",
+        ),
+        Failure(
+            _NO_INIT_PID,
+            ContainerError,
+            "LXC container {hop.name!r} cannot be entered (stopped or missing: "
+            "`lxc-info -n {hop.name}` says which); {said}",
+        ),
+    )
 
     @classmethod
     def read(cls, fields: Fields) -> Lxc:
@@ -60,10 +86,6 @@ class Lxc(Hop):
         return cls(name, sub.text("bin") or "lxc-attach", tuple(keep or ()))
 
     @property
-    def executable(self) -> str:
-        return self.bin
-
-    @property
     def name(self) -> str:
         return self.container
 
@@ -77,41 +99,3 @@ class Lxc(Hop):
 
     def probe(self) -> tuple[str, ...]:
         return (tool_beside(self.bin, "lxc-info"), "-n", self.container, "-s")
-
-    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
-        return code == 0 and "RUNNING" in text, " ".join(text.split()) or f"exit {code}"
-
-    #: "Failed to get init pid" cannot tell stopped from missing: the target asks the probe.
-    confirm: ClassVar[bool] = True
-
-    def explain(
-        self,
-        code: int | None,
-        text: str,
-        host: str,
-        step: str,
-        status: tuple[int | None, str] | None = None,
-    ) -> RemotekitError | None:
-        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
-        if "failed to get init pid" not in text.lower():
-            return super().explain(code, text, host, step)
-        said = f"lxc-attach says:\n{self.quote(text)}"
-        if status is not None:
-            scode, stext = status
-            if "doesn't exist" in stext or "does not exist" in stext:
-                return ContainerNotFound(
-                    f"LXC container {self.name!r} does not exist (lxc-info: "
-                    f"{stext.strip()}); {said}",
-                    **where,
-                )
-            if scode == 0 and "RUNNING" not in stext:
-                return ContainerNotRunning(
-                    f"LXC container {self.name!r} is not running ({' '.join(stext.split())}); "
-                    f"{said}",
-                    **where,
-                )
-        return ContainerError(
-            f"LXC container {self.name!r} cannot be entered (stopped or missing: "
-            f"`lxc-info -n {self.name}` says which); {said}",
-            **where,
-        )

@@ -15,23 +15,16 @@ command a pty of its own when its stdin is a terminal (``pct enter`` only gives 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
+from remotekit.layers.core import Failure, Fields, Hop, Launch, is_whole
 
 __all__ = ["Pct"]
 
 #: Proxmox's CT id range (pve-common's pve-vmid format).
 VMID_MIN, VMID_MAX = 100, 999_999_999
-
-
-def _is_vmid(v: Any) -> bool:
-    if isinstance(v, str) and re.fullmatch(r"[0-9]+", v, flags=re.ASCII):
-        v = int(v)
-    return isinstance(v, int) and not isinstance(v, bool) and VMID_MIN <= v <= VMID_MAX
 
 
 @dataclass(frozen=True)
@@ -44,19 +37,22 @@ class Pct(Hop):
     key: ClassVar[str] = "container"
     options: ClassVar[tuple[str, ...]] = ("pct",)
     exe_key: ClassVar[str] = "pct"
+    up: ClassVar[str] = "status: running"
+    says: ClassVar[str] = "container {hop.vmid} cannot be entered; pct says:\n{words}"
+    failures: ClassVar[tuple[Failure, ...]] = (
+        Failure("not running", ContainerNotRunning),
+        Failure("does not exist|no such container", ContainerNotFound),
+        Failure("missing command", ContainerError),
+    )
 
     @classmethod
     def read(cls, fields: Fields) -> Pct:
         vmid = fields.get(
             "container",
-            _is_vmid,
+            lambda v: is_whole(v, VMID_MIN, VMID_MAX),
             f"a Proxmox CT id (an integer {VMID_MIN}..{VMID_MAX} in ASCII digits, e.g. 200)",
         )
         return cls(int(vmid), fields.text("pct") or "pct")
-
-    @property
-    def executable(self) -> str:
-        return self.pct
 
     @property
     def name(self) -> str:
@@ -71,29 +67,6 @@ class Pct(Hop):
 
     def probe(self) -> tuple[str, ...]:
         return (self.pct, "status", str(self.vmid))
-
-    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
-        running = code == 0 and "running" in text and "stopped" not in text
-        return running, text or f"exit {code}"
-
-    def explain(
-        self,
-        code: int | None,
-        text: str,
-        host: str,
-        step: str,
-        status: tuple[int | None, str] | None = None,
-    ) -> RemotekitError | None:
-        low = text.lower()
-        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
-        said = f"container {self.vmid} cannot be entered; pct says:\n{self.quote(text)}"
-        if "not running" in low:
-            return ContainerNotRunning(said, **where)
-        if "does not exist" in low or "no such container" in low:
-            return ContainerNotFound(said, **where)
-        if "missing command" in low:
-            return ContainerError(said, **where)
-        return super().explain(code, text, host, step)
 
     def missing(self, host: str, step: str) -> ContainerError:
         return ContainerError(

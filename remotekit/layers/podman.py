@@ -17,10 +17,10 @@ Interactive (``remotekit shell``): ``exec -it``, a pty inside that follows our w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch, is_container_name
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
+from remotekit.layers.core import Failure, Fields, Hop, Launch, is_container_name
 
 __all__ = ["Docker", "Podman"]
 
@@ -35,15 +35,24 @@ class Podman(Hop):
     key: ClassVar[str] = "podman"
     options: ClassVar[tuple[str, ...]] = ("engine",)
     exe_key: ClassVar[str] = "engine"
+    up: ClassVar[str] = "running"
+    says: ClassVar[str] = "{hop.key} says (exit {code}):\n{words}"
+    failures: ClassVar[tuple[Failure, ...]] = (
+        Failure(
+            "no such container", ContainerNotFound, "no {hop.key} container {hop.name!r}; {said}"
+        ),
+        Failure(
+            "state improper|is not running|is paused",
+            ContainerNotRunning,
+            "{hop.key} container {hop.name!r} is not running; {said}",
+        ),
+        Failure(r"\Aerror", ContainerError, "{hop.key} exec failed; {said}", code=125),
+    )
 
     @classmethod
     def read(cls, fields: Fields) -> Podman:
         name = fields.get(cls.key, is_container_name, "a container name or id (no '/' or spaces)")
         return cls(name, fields.text("engine") or cls.key)
-
-    @property
-    def executable(self) -> str:
-        return self.engine
 
     @property
     def name(self) -> str:
@@ -63,31 +72,6 @@ class Podman(Hop):
     def probe(self) -> tuple[str, ...]:
         fmt = "{{.State.Status}}"
         return (self.engine, "container", "inspect", "--format", fmt, self.container)
-
-    def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
-        state = text.strip()
-        return code == 0 and state == "running", state or f"exit {code}"
-
-    def explain(
-        self,
-        code: int | None,
-        text: str,
-        host: str,
-        step: str,
-        status: tuple[int | None, str] | None = None,
-    ) -> RemotekitError | None:
-        low = text.lower()
-        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
-        said = f"{self.key} says (exit {code}):\n{self.quote(text)}"
-        if "no such container" in low:
-            return ContainerNotFound(f"no {self.key} container {self.name!r}; {said}", **where)
-        if "state improper" in low or "is not running" in low or "is paused" in low:
-            return ContainerNotRunning(
-                f"{self.key} container {self.name!r} is not running; {said}", **where
-            )
-        if code == 125 and low.startswith("error"):
-            return ContainerError(f"{self.key} exec failed; {said}", **where)
-        return super().explain(code, text, host, step)
 
 
 @dataclass(frozen=True)

@@ -23,23 +23,25 @@ Interactive (``remotekit shell``): ``--pty`` (task 0 on a pty; srun passes windo
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch, is_container_name, is_text, tool_beside
+from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
+from remotekit.layers.core import (
+    Failure,
+    Fields,
+    Hop,
+    Launch,
+    is_container_name,
+    is_text,
+    is_whole,
+    tool_beside,
+)
 
 __all__ = ["Slurm"]
 
 #: Where a bare interpreter is found when the task has no PATH (``--export=NONE``).
 ENV = "/usr/bin/env"
-
-
-def _is_job_id(v: Any) -> bool:
-    if isinstance(v, str) and re.fullmatch(r"[0-9]+", v, flags=re.ASCII):
-        v = int(v)
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 @dataclass(frozen=True)
@@ -53,21 +55,33 @@ class Slurm(Hop):
 
     key: ClassVar[str] = "slurm"
     kind: ClassVar[str] = "job"
+    up: ClassVar[str] = "RUNNING"
+    says: ClassVar[str] = "srun says:\n{words}"
+    failures: ClassVar[tuple[Failure, ...]] = (
+        Failure("invalid job id", ContainerNotFound, "there is no {hop.what}; {said}"),
+        Failure("pending execution", ContainerNotRunning, "{hop.what} is still pending; {said}"),
+        Failure(
+            "completing or completed|has expired",
+            ContainerNotRunning,
+            "{hop.what} has finished; {said}",
+        ),
+        Failure(
+            "unable to confirm allocation|unable to create step",
+            ContainerError,
+            "srun cannot run in {hop.what}; {said}",
+        ),
+    )
 
     @classmethod
     def read(cls, fields: Fields) -> Slurm:
         fields.get("slurm", lambda v: isinstance(v, dict), "a mapping {job: ID | name: NAME}")
         sub = fields.mapping("slurm", ("job", "name", "node", "bin"))
-        job = sub.get("job", _is_job_id, "a Slurm job id (a positive integer)")
+        job = sub.get("job", lambda v: is_whole(v, 1), "a Slurm job id (a positive integer)")
         name = sub.get("name", lambda v: is_text(v) and "\n" not in v, "a job name")
         if (job is None) == (name is None):
             sub.fail("job" if job is not None else "name", "give exactly one of `job:` or `name:`")
         node = sub.get("node", is_container_name, "a node name")
         return cls(int(job) if job is not None else None, name, node, sub.text("bin") or "srun")
-
-    @property
-    def executable(self) -> str:
-        return self.bin
 
     @property
     def name(self) -> str:
@@ -138,32 +152,10 @@ class Slurm(Hop):
         return (squeue, "--noheader", f"--jobs={self.name}", "--format=%T")
 
     def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
-        state = text.strip()
-        ok = code == 0 and state == "RUNNING"
-        if code == 0 and not state:
-            state = f"{self.what} is not in squeue (finished long ago?)"
-        return ok, state or f"exit {code}"
-
-    def explain(
-        self,
-        code: int | None,
-        text: str,
-        host: str,
-        step: str,
-        status: tuple[int | None, str] | None = None,
-    ) -> RemotekitError | None:
-        low = text.lower()
-        where: dict[str, Any] = dict(host=host, step=step, container=self.name)
-        said = f"srun says:\n{self.quote(text)}"
-        if "invalid job id" in low:
-            return ContainerNotFound(f"there is no {self.what}; {said}", **where)
-        if "pending execution" in low:
-            return ContainerNotRunning(f"{self.what} is still pending; {said}", **where)
-        if "completing or completed" in low or "has expired" in low:
-            return ContainerNotRunning(f"{self.what} has finished; {said}", **where)
-        if "unable to confirm allocation" in low or "unable to create step" in low:
-            return ContainerError(f"srun cannot run in {self.what}; {said}", **where)
-        return super().explain(code, text, host, step)
+        up, shown = super().verdict(code, text)
+        if code == 0 and not text.strip():
+            shown = f"{self.what} is not in squeue (finished long ago?)"
+        return up, shown
 
     def exec_failed(self, code: int | None, text: str) -> bool:
         # slurmstepd returns the errno of execve (2 ENOENT, 13 EACCES), not 127/126.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from remotekit.errors import AuthError, RemotekitError
-from remotekit.layers.core import Fields, Hop, Launch
+from remotekit.layers.core import Failure, Fields, Hop, Launch
 
 __all__ = ["Sudo"]
 
@@ -26,15 +26,21 @@ class Sudo(Hop):
 
     key: ClassVar[str] = "sudo"
     kind: ClassVar[str] = "sudo"
+    exe_key: ClassVar[str] = "sudo"
+    says: ClassVar[str] = "{words}"
+    failures: ClassVar[tuple[Failure, ...]] = (
+        Failure(
+            r"(?s)\A(?=.*sudo)(?=.*(password|terminal))",
+            AuthError,
+            "sudo wants a password; remotekit needs passwordless sudo (NOPASSWD) for "
+            "{hop.asker}:\n{said}",
+        ),
+    )
 
     @classmethod
     def read(cls, fields: Fields) -> Sudo | None:
         on = fields.get("sudo", lambda v: isinstance(v, bool), "true or false")
         return cls() if on else None
-
-    @property
-    def executable(self) -> str:
-        return self.sudo
 
     @property
     def name(self) -> str:
@@ -44,6 +50,11 @@ class Sudo(Hop):
     def label(self) -> str:
         return "sudo"
 
+    @property
+    def asker(self) -> str:
+        """Who needs passwordless sudo, for the message."""
+        return self.user or "this user"
+
     def apply(self, launch: Launch) -> Launch:
         return self.wrap(launch, (self.sudo, "-n", "--"))
 
@@ -52,24 +63,6 @@ class Sudo(Hop):
 
     def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
         return code == 0, "passwordless sudo works" if code == 0 else text or f"exit {code}"
-
-    def explain(
-        self,
-        code: int | None,
-        text: str,
-        host: str,
-        step: str,
-        status: tuple[int | None, str] | None = None,
-    ) -> RemotekitError | None:
-        low = text.lower()
-        if "sudo" in low and ("password" in low or "terminal" in low):
-            return AuthError(
-                f"sudo wants a password; remotekit needs passwordless sudo (NOPASSWD) for "
-                f"{self.user or 'this user'}:\n{self.quote(text)}",
-                host=host,
-                step=step,
-            )
-        return super().explain(code, text, host, step)
 
     def missing(self, host: str, step: str) -> RemotekitError:
         return RemotekitError(

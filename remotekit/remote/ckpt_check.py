@@ -229,10 +229,10 @@ def _empty_record(path, fmt=None, nbytes=0):
     return rec
 
 
+# One pass groups tied tensors, checks each stored tensor once and sums per section.
+# long: the three steps share the group table and read best together.
 def scan_source(src, rec, opts):
     """Check every tensor of an opened source and fill the counts of ``rec``."""
-    # Long on purpose: one pass groups tied tensors, checks each stored tensor once and sums
-    # per section; the three steps share the group table and read best together.
     groups = []  # [entry, [names], stats] per distinct stored tensor, in checkpoint order
     keys = set()
     todo = 0

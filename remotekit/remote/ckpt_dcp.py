@@ -213,9 +213,8 @@ def _dcp_locate(f, start, length):
     return start + info.header_offset + 30 + n + e + ref["offset"] * itemsize, st["dtype"], size
 
 
+# long: .metadata checks, then each storage file in turn; a split passes the same five locals.
 def _open_dcp(path, opts, header_only):
-    # Long on purpose: .metadata checks, then each storage file in turn; splitting would pass
-    # the same five locals around.
     """A torch.distributed.checkpoint directory, read shard by shard without a process group:
     .metadata lists every tensor chunk and where it lies (file, offset, length); each chunk is
     a torch.save'd tensor whose bytes are memory-mapped and checked in place."""

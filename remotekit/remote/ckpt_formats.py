@@ -167,8 +167,8 @@ def top_scalars(obj):
     }
 
 
+# long: the nested ``rec`` closure is the walk; it shares seen/meta_keys/src.
 def _walk(obj, src, release):
-    # Long on purpose: the nested ``rec`` closure is the walk; it shares seen/meta_keys/src.
     """Collect every tensor in a loaded object as an Entry, with its section and slot.
 
     Top-level scalars (:func:`top_scalars`) are left out: they are metadata."""
@@ -552,75 +552,22 @@ def _st_check_layout(src, items):
 
 
 def _open_safetensors(path, size, header_only=False):
-    # Long on purpose: one pass over the validated header, each entry either an Entry or a
-    # problem; the checks read in the order the format defines them.
+    """A safetensors file as a :class:`Source`: one pass over the validated header, each entry
+    either an Entry or a problem; the checks read in the order the format defines them."""
     src = Source(path, "safetensors", size)
     header, data_start = _read_safetensors_header(path, size)
     _st_metadata(src, header.pop("__metadata__", None))
-    mm = None
-    if not header_only and size > data_start:
-        f = open(path, "rb")
-        try:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        finally:
-            f.close()
-        src._close.append(mm.close)
-    items = []
-    for name, info in header.items():
-        why = _st_invalid(info)
-        if why:
-            src.problems.append("header entry %r: %s" % (name, why))
-            continue
-        items.append((info["data_offsets"][0], info["data_offsets"][1], name, info))
-    items.sort(key=lambda x: (x[0], x[1]))
+    mm = None if header_only else _st_map(src, path, size, data_start)
+    items = _st_items(src, header)
     _st_check_layout(src, items)
-    missing = []
-    need = data_start
     itemsizes = {}
-    for begin, end, name, info in items:
-        dtype = _st_dtype(info.get("dtype"))
-        shape = tuple(info.get("shape", ()))
-        need = max(need, data_start + end)
-        if dtype is None:
-            src.notes.append(
-                "%s: dtype %s unknown to this torch: not checked" % (name, info.get("dtype"))
-            )
-            continue
-        numel = 1
-        for s in shape:
-            numel *= s
-        if dtype not in itemsizes:
-            itemsizes[dtype] = torch.empty((), dtype=dtype).element_size()
-        itemsize = itemsizes[dtype]
-        if end - begin != numel * itemsize:
-            src.problems.append(
-                "%s: header gives %d bytes, but %s %s needs %d"
-                % (name, end - begin, info.get("dtype"), list(shape), numel * itemsize)
-            )
-            continue
-        if data_start + end > size:
-            missing.append(name)
-            continue
-        chunks = None
-        if mm is not None:
-
-            def chunks(n, s=data_start + begin, d=dtype, i=itemsize, c=numel, sh=shape):
-                return _st_chunks(mm, s, d, i, c, sh, n)
-
-        src.entries.append(
-            Entry(
-                name,
-                _section_for_name(name),
-                name.rsplit(".", 1)[-1],
-                dtype,
-                shape,
-                numel,
-                numel * itemsize,
-                None,
-                chunks,
-            )
-        )
+    missing = [
+        item[2]
+        for item in items
+        if _st_entry(src, mm, data_start, item, itemsizes) == "past the end"
+    ]
     if missing:
+        need = max(data_start + end for _, end, _, _ in items)
         src.problems.append(
             "truncated: %d of %d tensors lie past the end of the file (it has %d bytes, the "
             "header needs %d); first missing: %s"
@@ -629,6 +576,79 @@ def _open_safetensors(path, size, header_only=False):
     if not items:
         src.problems.append("the safetensors header lists no tensors")
     return src
+
+
+def _st_map(src, path, size, data_start):
+    """The file memory-mapped (closed with ``src``), or None when it holds no tensor data."""
+    if size <= data_start:
+        return None
+    f = open(path, "rb")
+    try:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    finally:
+        f.close()
+    src._close.append(mm.close)
+    return mm
+
+
+def _st_items(src, header):
+    """The header's valid entries as (begin, end, name, info) by offset; the others: problems."""
+    items = []
+    for name, info in header.items():
+        why = _st_invalid(info)
+        if why:
+            src.problems.append("header entry %r: %s" % (name, why))
+            continue
+        items.append((info["data_offsets"][0], info["data_offsets"][1], name, info))
+    items.sort(key=lambda x: (x[0], x[1]))
+    return items
+
+
+def _st_entry(src, mm, data_start, item, itemsizes):
+    """One header entry into ``src.entries`` (or a note / problem); "past the end" when its
+    bytes lie beyond the end of the file (the caller sums those up in one problem)."""
+    begin, end, name, info = item
+    dtype = _st_dtype(info.get("dtype"))
+    shape = tuple(info.get("shape", ()))
+    if dtype is None:
+        src.notes.append(
+            "%s: dtype %s unknown to this torch: not checked" % (name, info.get("dtype"))
+        )
+        return None
+    numel = 1
+    for s in shape:
+        numel *= s
+    if dtype not in itemsizes:
+        itemsizes[dtype] = torch.empty((), dtype=dtype).element_size()
+    itemsize = itemsizes[dtype]
+    if end - begin != numel * itemsize:
+        src.problems.append(
+            "%s: header gives %d bytes, but %s %s needs %d"
+            % (name, end - begin, info.get("dtype"), list(shape), numel * itemsize)
+        )
+        return None
+    if data_start + end > src.bytes:
+        return "past the end"
+    chunks = None
+    if mm is not None:
+
+        def chunks(n, s=data_start + begin, d=dtype, i=itemsize, c=numel, sh=shape):
+            return _st_chunks(mm, s, d, i, c, sh, n)
+
+    src.entries.append(
+        Entry(
+            name,
+            _section_for_name(name),
+            name.rsplit(".", 1)[-1],
+            dtype,
+            shape,
+            numel,
+            numel * itemsize,
+            None,
+            chunks,
+        )
+    )
+    return None
 
 
 def _st_metadata(src, meta):

@@ -54,9 +54,9 @@ def train(torch, steps, seed=0):
     }
 
 
+# long: one short paragraph per sample, in the order the demo lists them.
 def make(directory, steps):
     """Write the samples one by one; yields (name, path, expect, detail, planted) for each."""
-    # Long on purpose: one short paragraph per sample, in the order the demo lists them.
     warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
     import torch
 

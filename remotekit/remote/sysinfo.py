@@ -648,8 +648,7 @@ class Walk(object):
         self.checkpoints = []  # (size, path, kind)
 
     def walk(self, root, dev):
-        # Long on purpose: the inner loop runs once per entry (up to --max-entries), so its
-        # bookkeeping stays inline instead of costing a call per file.
+        """Walk ``root`` on device ``dev`` (depth first, within the entry and time budgets)."""
         stats = {
             "root": root,
             "files": 0,
@@ -670,57 +669,65 @@ class Walk(object):
             if named_root is None and CKPT_DIR_RE.match(os.path.basename(path)):
                 named_root = path
                 named[path] = [0, 0]
-            direct, direct_ckpt, marked = 0, 0, False
-            try:
-                it = os.scandir(path)
-            except OSError:
-                stats["errors"] += 1
-                continue
-            with it:
-                for entry in it:
-                    if self.entries >= self.max_entries:
-                        stats["truncated"] = "max_entries"
-                        break
-                    self.entries += 1
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        stats["errors"] += 1
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        if st.st_dev != dev:
-                            stats["other_filesystems"] += 1
-                        else:
-                            stack.append((entry.path, named_root))
-                        continue
-                    if not stat.S_ISREG(st.st_mode):
-                        continue
-                    size = st.st_size
-                    stats["files"] += 1
-                    stats["bytes"] += size
-                    ckpt = is_checkpoint_file(entry.name, os.path.dirname(entry.path))
-                    if entry.name == ".metadata" or entry.name.endswith(".index.json"):
-                        marked = True
-                    direct += size
-                    direct_ckpt += ckpt
-                    if named_root is not None:
-                        named[named_root][0] += size
-                        named[named_root][1] += ckpt
-                    elif ckpt:
-                        self.checkpoints.append((size, entry.path, "file"))
-                    item = (size, entry.path, int(st.st_mtime), ckpt)
-                    if len(self.heap) < self.top:
-                        heapq.heappush(self.heap, item)
-                    elif self.heap and size > self.heap[0][0]:
-                        heapq.heapreplace(self.heap, item)
-            if named_root is None and marked and direct_ckpt:
-                # a DCP / sharded dir: replace its single files by the directory as one checkpoint
-                self.checkpoints = [c for c in self.checkpoints if os.path.dirname(c[1]) != path]
-                self.checkpoints.append((direct, path, "dir"))
+            self._directory(path, named_root, named, stats, stack, dev)
         for path, (size, count) in named.items():
             if count:
                 self.checkpoints.append((size, path, "dir"))
         return stats
+
+    def _directory(self, path, named_root, named, stats, stack, dev):
+        """One directory's entries: subdirectories onto ``stack``, files into the counts.
+
+        The loop runs once per entry (up to --max-entries), so its bookkeeping stays inline
+        instead of costing a call per file.
+        """
+        direct, direct_ckpt, marked = 0, 0, False
+        try:
+            it = os.scandir(path)
+        except OSError:
+            stats["errors"] += 1
+            return
+        with it:
+            for entry in it:
+                if self.entries >= self.max_entries:
+                    stats["truncated"] = "max_entries"
+                    break
+                self.entries += 1
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    stats["errors"] += 1
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    if st.st_dev != dev:
+                        stats["other_filesystems"] += 1
+                    else:
+                        stack.append((entry.path, named_root))
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                size = st.st_size
+                stats["files"] += 1
+                stats["bytes"] += size
+                ckpt = is_checkpoint_file(entry.name, os.path.dirname(entry.path))
+                if entry.name == ".metadata" or entry.name.endswith(".index.json"):
+                    marked = True
+                direct += size
+                direct_ckpt += ckpt
+                if named_root is not None:
+                    named[named_root][0] += size
+                    named[named_root][1] += ckpt
+                elif ckpt:
+                    self.checkpoints.append((size, entry.path, "file"))
+                item = (size, entry.path, int(st.st_mtime), ckpt)
+                if len(self.heap) < self.top:
+                    heapq.heappush(self.heap, item)
+                elif self.heap and size > self.heap[0][0]:
+                    heapq.heapreplace(self.heap, item)
+        if named_root is None and marked and direct_ckpt:
+            # a DCP / sharded dir: replace its single files by the directory as one checkpoint
+            self.checkpoints = [c for c in self.checkpoints if os.path.dirname(c[1]) != path]
+            self.checkpoints.append((direct, path, "dir"))
 
 
 def statvfs_record(path, mounts):

@@ -70,6 +70,8 @@ class Process(Protocol):
 class Transport(Protocol):
     #: How this hop reads in a layer chain: ``local`` or ``ssh root@kpro6:22``.
     label: str
+    #: What ping says once it is up: ``connected`` (SSH) or ``this machine`` (local).
+    reached: str
 
     def start(
         self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None

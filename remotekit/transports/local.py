@@ -108,6 +108,7 @@ class LocalTransport:
     """Runs argvs on this machine. Nothing to connect; ``close`` is a no-op."""
 
     label = "local"
+    reached = "this machine"
 
     def start(
         self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None

@@ -155,6 +155,7 @@ class SSHTransport:
     """
 
     max_sessions = 8
+    reached = "connected"
 
     def __init__(self, spec: SSHSpec, *, host: str, connect_timeout: float):
         self.spec = spec
