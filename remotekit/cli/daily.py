@@ -11,7 +11,7 @@ from invoke import Context, Exit, task
 import remotekit
 from remotekit.cli.output import fan_out, shared_progress_line
 from remotekit.cli.selection import (
-    DEFAULT_SELECTION,
+    OPTIONS_HERE,
     SELECT_HELP,
     TIMEOUT_HELP,
     Selection,
@@ -116,7 +116,7 @@ def sync(
     c: Context,
     src: str,
     dest: str,
-    sel: Selection = DEFAULT_SELECTION,
+    sel: Selection = OPTIONS_HERE,
     delete: bool = False,
     exclude: Any = None,
     exclude_from: str = "",

@@ -8,6 +8,7 @@ runs, so ``--list`` and ``--help`` stay quick and need no torch).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -17,8 +18,9 @@ from invoke import Context, Exit
 import remotekit
 from remotekit.cli.output import fan_out, progress_line, warner
 from remotekit.cli.selection import (
-    DEFAULT_SELECTION,
+    OPTIONS_HERE,
     TIMEOUT_HELP,
+    OptionGroup,
     Selection,
     fleet_task,
     required,
@@ -26,25 +28,40 @@ from remotekit.cli.selection import (
 from remotekit.fleet import HostOutcome
 from remotekit.render import Console
 
-SAFETY_HELP = {
-    "allow_global": "a global a checkpoint may use under weights_only (module.Name; repeatable)",
-    "unsafe_pickle": "load with weights_only=False: RUNS ARBITRARY CODE from the file; only for files you trust",
-}
+
+@dataclass(frozen=True)
+class Loading:
+    """How the checkpoint tasks load files there: weights_only unless --unsafe-pickle."""
+
+    allow_global: Any = None
+    unsafe_pickle: bool = False
+    timeout: float = 0.0
+
+    def kwargs(self) -> dict[str, Any]:
+        """As the checkpoint functions take them."""
+        return {
+            "allow_globals": list(self.allow_global or ()),
+            "unsafe_pickle": self.unsafe_pickle,
+            "timeout": self.timeout or None,
+        }
+
+
+LOADING = OptionGroup(
+    "load",
+    Loading,
+    {
+        "allow_global": "a global a checkpoint may use under weights_only (module.Name; repeatable)",
+        "unsafe_pickle": "load with weights_only=False: RUNS ARBITRARY CODE from the file; only for files you trust",
+        "timeout": TIMEOUT_HELP,
+    },
+    {"iterable": ("allow_global",)},
+)
 
 
 def _checkpoints() -> ModuleType:
     from remotekit.diagnostics import checkpoints
 
     return checkpoints
-
-
-def _load_options(allow_global: Any, unsafe_pickle: bool, timeout: float) -> dict[str, Any]:
-    """How the checkpoint tasks load files there: weights_only unless --unsafe-pickle."""
-    return {
-        "allow_globals": list(allow_global or ()),
-        "unsafe_pickle": unsafe_pickle,
-        "timeout": timeout or None,
-    }
 
 
 def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
@@ -139,7 +156,7 @@ def diagnose(c: Context, sel: Selection, path: str = "", run: str = "", plot: st
 def train_log(
     c: Context,
     path: str = "",
-    sel: Selection = DEFAULT_SELECTION,
+    sel: Selection = OPTIONS_HERE,
     preset: str = "olmo2",
     metric: Any = None,
     ckpt_steps: str = "",
@@ -177,22 +194,18 @@ def train_log(
 
 
 @fleet_task(
-    iterable=["allow_global"],
+    LOADING,
     help={
         "path": "a checkpoint file, a directory (searched recursively) or a glob (default: the host's `checkpoints:`)",
         "jobs": "files scanned in parallel there",
-        "timeout": TIMEOUT_HELP,
-        **SAFETY_HELP,
     },
 )
 def ckpt_scan(
     c: Context,
     path: str = "",
-    sel: Selection = DEFAULT_SELECTION,
+    sel: Selection = OPTIONS_HERE,
     jobs: int = 1,
-    allow_global: Any = None,
-    unsafe_pickle: bool = False,
-    timeout: float = 0.0,
+    load: Loading = OPTIONS_HERE,
 ) -> None:
     """Are my checkpoints corrupt? NaN/Inf in weights and optimizer state (exit 1 if so)."""
     ck = _checkpoints()
@@ -202,7 +215,7 @@ def ckpt_scan(
             t,
             _checkpoints_path(t, path, "ckpt-scan"),
             jobs=jobs,
-            **_load_options(allow_global, unsafe_pickle, timeout),
+            **load.kwargs(),
             on_progress=scan_progress(console, t.name),
             on_warning=warner(console, t.name),
         )
@@ -211,84 +224,70 @@ def ckpt_scan(
 
 
 @fleet_task(
-    iterable=["allow_global"],
+    LOADING,
     help={
         "path": "a checkpoint file, an HF *.index.json, or a checkpoint directory (HF checkpoint-N/, DeepSpeed global_stepN/, DCP)",
-        "timeout": TIMEOUT_HELP,
-        **SAFETY_HELP,
     },
 )
 def ckpt_inspect(
     c: Context,
     path: str = "",
-    sel: Selection = DEFAULT_SELECTION,
-    allow_global: Any = None,
-    unsafe_pickle: bool = False,
-    timeout: float = 0.0,
+    sel: Selection = OPTIONS_HERE,
+    load: Loading = OPTIONS_HERE,
 ) -> None:
     """Keys, dtypes, shapes, step/epoch and lr per param group, without reading tensor data."""
     required(path=path)
     ck = _checkpoints()
-    options = _load_options(allow_global, unsafe_pickle, timeout)
     fan_out(
         sel,
-        lambda t, console: ck.inspect_checkpoint(t, path, **options),
+        lambda t, console: ck.inspect_checkpoint(t, path, **load.kwargs()),
         render=ck.render_inspect,
         title="ckpt-inspect",
     )
 
 
 @fleet_task(
-    iterable=["allow_global"],
+    LOADING,
     help={
         "a": "the earlier checkpoint (a file or a checkpoint directory)",
         "b": "the later checkpoint (a file or a checkpoint directory)",
         "top": "tensors listed by relative change",
-        "timeout": TIMEOUT_HELP,
-        **SAFETY_HELP,
     },
 )
 def ckpt_diff(
     c: Context,
     a: str = "",
     b: str = "",
-    sel: Selection = DEFAULT_SELECTION,
+    sel: Selection = OPTIONS_HERE,
     top: int = 10,
-    allow_global: Any = None,
-    unsafe_pickle: bool = False,
-    timeout: float = 0.0,
+    load: Loading = OPTIONS_HERE,
 ) -> None:
     """What changed between two checkpoints: the 'bad jump' finder."""
     required(a=a, b=b)
     ck = _checkpoints()
-    options = _load_options(allow_global, unsafe_pickle, timeout)
     fan_out(
         sel,
-        lambda t, console: ck.diff_checkpoints(t, a, b, top=top, **options),
+        lambda t, console: ck.diff_checkpoints(t, a, b, top=top, **load.kwargs()),
         render=ck.render_diff,
         title="ckpt-diff",
     )
 
 
 @fleet_task(
-    iterable=["allow_global"],
+    LOADING,
     help={
         "path": "a directory of checkpoints (default: the host's `checkpoints:`)",
         "linear": "check every checkpoint instead of a binary search",
         "jobs": "files scanned in parallel there",
-        "timeout": TIMEOUT_HELP,
-        **SAFETY_HELP,
     },
 )
 def ckpt_bisect(
     c: Context,
     path: str = "",
-    sel: Selection = DEFAULT_SELECTION,
+    sel: Selection = OPTIONS_HERE,
     linear: bool = False,
     jobs: int = 1,
-    allow_global: Any = None,
-    unsafe_pickle: bool = False,
-    timeout: float = 0.0,
+    load: Loading = OPTIONS_HERE,
 ) -> None:
     """The last clean and the first bad checkpoint, ordered by global_step."""
     ck = _checkpoints()
@@ -299,7 +298,7 @@ def ckpt_bisect(
             _checkpoints_path(t, path, "ckpt-bisect"),
             linear=linear,
             jobs=jobs,
-            **_load_options(allow_global, unsafe_pickle, timeout),
+            **load.kwargs(),
             on_progress=scan_progress(console, t.name),
         )
 

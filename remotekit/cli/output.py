@@ -10,23 +10,38 @@ from __future__ import annotations
 
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from invoke import Exit
 
 import remotekit
-from remotekit.cli.selection import Selection
+from remotekit.cli.selection import OptionGroup, Selection
 from remotekit.fleet import FleetInterrupted, HostOutcome, fleet
 from remotekit.render import Console, mask_strings, table, to_json, to_jsonable
 
 #: ``fn(target, console)``: what a task does on one host.
 OnHost = Callable[[remotekit.Target, Console], Any]
 
-WATCH_HELP = {
-    "watch": "refresh every N seconds (default 2) until Ctrl-C: in place on a terminal, "
-    "appended when piped (one JSON line a refresh with --json)",
-    "count": "with --watch: stop after this many refreshes (default: until Ctrl-C)",
-}
+
+@dataclass(frozen=True)
+class Watching:
+    """``--watch [N]`` and ``--count K``: a diagnostic refreshed (``watch`` None: run once)."""
+
+    watch: Any = None
+    count: int = 0
+
+
+WATCHING = OptionGroup(
+    "watching",
+    Watching,
+    {
+        "watch": "refresh every N seconds (default 2) until Ctrl-C: in place on a terminal, "
+        "appended when piped (one JSON line a refresh with --json)",
+        "count": "with --watch: stop after this many refreshes (default: until Ctrl-C)",
+    },
+    {"optional": ("watch",)},
+)
 
 
 def redactor(targets: list[remotekit.Target]) -> Callable[[str], str]:
@@ -166,8 +181,7 @@ def watch_or_fan_out(
     *,
     render: Callable[[Any], str],
     title: str,
-    watch: Any,
-    count: int,
+    watching: Watching,
 ) -> None:
     """A diagnostic once (:func:`fan_out`), or with ``--watch [N]`` again and again: ``fn`` on
     every selected host, one frame a refresh.
@@ -175,14 +189,16 @@ def watch_or_fan_out(
     A watch ends with exit 0 on Ctrl-C (every step still running there is stopped); after
     ``--count`` refreshes, with the last refresh's worst exit code.
     """
+    watch, count = watching.watch, watching.count
     if watch is None:
         if count:
             raise Exit("remotekit: --count goes with --watch", code=2)
         return fan_out(sel, fn, render=render, title=title)
-    from remotekit import watch as watching
+    from remotekit.watch import Screen, fleet_frame, parse_interval
+    from remotekit.watch import watch as refresh_until
 
     try:
-        interval = watching.parse_interval(watch)
+        interval = parse_interval(watch)
     except ValueError as exc:
         raise Exit(f"remotekit: {exc}", code=2) from None
     if count < 0:
@@ -191,7 +207,7 @@ def watch_or_fan_out(
     quiet = Console(quiet=True)
     mask = redactor(targets)
     with fleet(targets, parallel=sel.parallel or None) as f:
-        frame = watching.fleet_frame(f, lambda t: fn(t, quiet), render, mask=mask)
+        frame = fleet_frame(f, lambda t: fn(t, quiet), render, mask=mask)
         show: Callable[[], str] = frame
         if sel.json:
 
@@ -200,12 +216,12 @@ def watch_or_fan_out(
                 hosts = [outcome_json(o, mask, False) for o in frame.last]
                 return to_json({"exit_code": frame.exit_code, "hosts": hosts})
 
-        shown = watching.watch(
+        shown = refresh_until(
             show,
             interval=interval,
             count=count or None,
             title=f"remotekit {title}",
-            screen=watching.Screen(live=False) if sel.json else watching.Screen(),
+            screen=Screen(live=False) if sel.json else Screen(),
             header=not sel.json,
         )
     if count and shown >= count and frame.exit_code:

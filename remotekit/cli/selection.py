@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from invoke import Exit, task
@@ -47,11 +48,6 @@ class Selection:
         return select_targets(self.host, self.group, self.all, self.inventory)
 
 
-#: The default selection (``local``): for a task whose own options come before the selection
-#: (``def py(c, script="", args="", sel: Selection = DEFAULT_SELECTION, ...)``).
-DEFAULT_SELECTION = Selection()
-
-
 def select_targets(host: str, group: str, all: bool, inventory: str) -> list[remotekit.Target]:
     """Targets by name, group or all (none of them: ``local``), from ``inventory``."""
     try:
@@ -81,36 +77,71 @@ def required(**values: Any) -> None:
             raise Exit(f"remotekit: --{name.replace('_', '-')} is required", code=2)
 
 
-_SELECTION_PARAMETERS = [
-    inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default)
-    for f in fields(Selection)
-]
+@dataclass(frozen=True)
+class OptionGroup:
+    """Options that several tasks take, declared once.
 
-
-def fleet_task(**options: Any) -> Callable[[Callable[..., Any]], Any]:
-    """``@task`` for a task that works on a selection of targets.
-
-    The task declares ``sel: Selection`` where the selection options belong in its signature
-    (its place decides invoke's short flags); invoke sees ``--host``, ``--group``, ... there
-    instead, with their help, and the task gets them as one :class:`Selection`. ``options``
-    are ``@task``'s (``help`` for the task's own options, ``iterable``, ``optional``, ...).
+    ``options`` is a dataclass whose fields are the options (in order, with their defaults);
+    a task that has the parameter ``param`` sees the options there in the signature invoke
+    reads (their place decides invoke's short flags), and gets one ``options`` instance.
     """
+
+    param: str
+    options: type
+    help: Mapping[str, str]
+    #: ``@task`` lists the group adds to (``{"optional": ["watch"]}``).
+    task_lists: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def parameters(self) -> list[inspect.Parameter]:
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return [inspect.Parameter(f.name, kind, default=f.default) for f in fields(self.options)]
+
+    def take(self, values: dict[str, Any]) -> Any:
+        """The group's instance, made from (and removing) its options in ``values``."""
+        return self.options(**{f.name: values.pop(f.name) for f in fields(self.options)})
+
+
+SELECTION = OptionGroup("sel", Selection, SELECT_HELP)
+
+#: The default a group's parameter takes in a task's own signature when Python wants one there
+#: (``def py(c, script="", args="", sel: Selection = OPTIONS_HERE, ...)``). Never used: the
+#: group's options stand there instead, and the task always gets the group's instance.
+OPTIONS_HERE: Any = None
+
+
+def fleet_task(*groups: OptionGroup, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``@task`` for a task that works on a selection of targets, and takes ``groups``.
+
+    The task declares ``sel: Selection`` where the selection options belong in its signature;
+    invoke sees ``--host``, ``--group``, ... there instead, with their help, and the task gets
+    them as one :class:`Selection`; the same for each further group. ``options`` are
+    ``@task``'s (``help`` for the task's own options, ``iterable``, ``optional``, ...).
+    """
+    groups = (SELECTION, *groups)
 
     def wrap(body: Callable[..., Any]) -> Any:
         sig = inspect.signature(body)
         params = list(sig.parameters.values())
-        at = [p.name for p in params].index("sel")
-        outer = sig.replace(parameters=[*params[:at], *_SELECTION_PARAMETERS, *params[at + 1 :]])
+        for group in groups:
+            at = [p.name for p in params].index(group.param)
+            params[at : at + 1] = group.parameters()
+        outer = sig.replace(parameters=params)
 
         @functools.wraps(body)
         def run_task(*args: Any, **kwargs: Any) -> Any:
             given = outer.bind(*args, **kwargs)
             given.apply_defaults()
             values = dict(given.arguments)
-            sel = Selection(**{p.name: values.pop(p.name) for p in _SELECTION_PARAMETERS})
-            return body(**values, sel=sel)
+            made = {group.param: group.take(values) for group in groups}
+            return body(**values, **made)
 
         run_task.__signature__ = outer  # type: ignore[attr-defined]
-        return task(run_task, **{**options, "help": {**SELECT_HELP, **options.get("help", {})}})
+        merged = dict(options)
+        merged["help"] = {k: v for g in groups for k, v in g.help.items()}
+        merged["help"].update(options.get("help", {}))
+        for g in groups:
+            for key, names in g.task_lists.items():
+                merged[key] = [*merged.get(key, ()), *names]
+        return task(run_task, **merged)
 
     return wrap

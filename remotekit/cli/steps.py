@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from invoke import Context, Exit, task
 
@@ -16,9 +17,10 @@ from remotekit.cli.output import (
     step_notes,
 )
 from remotekit.cli.selection import (
-    DEFAULT_SELECTION,
+    OPTIONS_HERE,
     SELECT_HELP,
     TIMEOUT_HELP,
+    OptionGroup,
     Selection,
     fleet_task,
     one_target,
@@ -66,54 +68,57 @@ def ping(c: Context, sel: Selection) -> None:
     fan_out(sel, check_hops)
 
 
-STEP_HELP = {"timeout": TIMEOUT_HELP, "detach": DETACH_HELP, "mask_output": MASK_OUTPUT_HELP}
+@dataclass(frozen=True)
+class StepOptions:
+    """How ``run`` and ``py`` run their step."""
+
+    timeout: float = 0.0
+    detach: bool = False
+    mask_output: bool = False
 
 
-@fleet_task(
-    help={"cmd": "the command, split like a shell would here (no shell runs there)", **STEP_HELP}
+STEP = OptionGroup(
+    "step",
+    StepOptions,
+    {"timeout": TIMEOUT_HELP, "detach": DETACH_HELP, "mask_output": MASK_OUTPUT_HELP},
 )
-def run(
-    c: Context,
-    sel: Selection,
-    cmd: str = "",
-    timeout: float = 0.0,
-    detach: bool = False,
-    mask_output: bool = False,
-) -> None:
-    """Run a command on targets, output streamed live with host prefixes."""
-    required(cmd=cmd)
-    argv = shlex.split(cmd)
 
-    def run_command(t: remotekit.Target, console: Console) -> remotekit.Result:
-        r = t.run(
-            argv,
-            timeout=timeout or None,
-            check=False,
-            on_output=console.output(t.name),
-            detach=detach,
-        )
+
+def _run_live(sel: Selection, step: StepOptions, start: Callable[..., remotekit.Result]) -> None:
+    """``start(target, **how)`` on every selected host, its output live with host prefixes,
+    then what the engine did beside it (a detached process, stopped leftovers)."""
+
+    def on_host(t: remotekit.Target, console: Console) -> remotekit.Result:
+        how = {"timeout": step.timeout or None, "detach": step.detach}
+        r = start(t, check=False, on_output=console.output(t.name), **how)
         step_notes(t, r, console)
         return r
 
-    fan_out(sel, run_command, mask_output=mask_output)
+    fan_out(sel, on_host, mask_output=step.mask_output)
+
+
+@fleet_task(STEP, help={"cmd": "the command, split like a shell would here (no shell runs there)"})
+def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
+    """Run a command on targets, output streamed live with host prefixes."""
+    required(cmd=cmd)
+    argv = shlex.split(cmd)
+    _run_live(sel, step, lambda t, **how: t.run(argv, **how))
 
 
 # ``script`` and ``args`` come before the selection: their place gives them -s and -a.
 @fleet_task(
+    STEP,
     help={
         "script": "a local Python file to ship and run there",
         "args": "its arguments, split like a shell would",
-        **STEP_HELP,
-    }
+    },
 )
 def py(
     c: Context,
     script: str = "",
     args: str = "",
-    sel: Selection = DEFAULT_SELECTION,
-    timeout: float = 0.0,
-    detach: bool = False,
-    mask_output: bool = False,
+    sel: Selection = OPTIONS_HERE,
+    step: StepOptions = OPTIONS_HERE,
 ) -> None:
     """Ship a Python file to targets and run it there with the target's interpreter."""
     required(script=script)
@@ -122,20 +127,7 @@ def py(
     except OSError as exc:
         raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
     argv = shlex.split(args)
-
-    def run_script(t: remotekit.Target, console: Console) -> remotekit.Result:
-        r = t.run_python(
-            shipped,
-            args=argv,
-            timeout=timeout or None,
-            check=False,
-            on_output=console.output(t.name),
-            detach=detach,
-        )
-        step_notes(t, r, console)
-        return r
-
-    fan_out(sel, run_script, mask_output=mask_output)
+    _run_live(sel, step, lambda t, **how: t.run_python(shipped, args=argv, **how))
 
 
 @fleet_task(
@@ -149,7 +141,7 @@ def put(
     c: Context,
     src: str = "",
     dest: str = "",
-    sel: Selection = DEFAULT_SELECTION,
+    sel: Selection = OPTIONS_HERE,
     timeout: float = 0.0,
 ) -> None:
     """Copy a local file to targets (atomic: written beside, then renamed)."""

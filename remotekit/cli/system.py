@@ -11,8 +11,8 @@ from typing import Any
 
 from invoke import Context
 
-from remotekit.cli.output import WATCH_HELP, fan_out, watch_or_fan_out
-from remotekit.cli.selection import TIMEOUT_HELP, Selection, fleet_task
+from remotekit.cli.output import WATCHING, Watching, fan_out, watch_or_fan_out
+from remotekit.cli.selection import OPTIONS_HERE, TIMEOUT_HELP, Selection, fleet_task
 
 
 def _system() -> ModuleType:
@@ -22,11 +22,10 @@ def _system() -> ModuleType:
 
 
 @fleet_task(
-    optional=["watch"],
+    WATCHING,
     help={
         "timeout": TIMEOUT_HELP,
         "temp": "warn at or above this GPU temperature, C (default 85)",
-        **WATCH_HELP,
     },
 )
 def gpu(
@@ -34,8 +33,7 @@ def gpu(
     sel: Selection,
     timeout: float = 0.0,
     temp: float = 85.0,
-    watch: Any = None,
-    count: int = 0,
+    watching: Watching = OPTIONS_HERE,
 ) -> None:
     """GPU health: nvidia-smi (temperature, ECC, throttling, stale memory) and torch's view."""
     system = _system()
@@ -44,8 +42,7 @@ def gpu(
         lambda t, console: system.gpu_status(t, timeout=timeout or None, temp_threshold=temp),
         render=system.render_gpu,
         title="gpu",
-        watch=watch,
-        count=count,
+        watching=watching,
     )
 
 
@@ -62,13 +59,12 @@ def env(c: Context, sel: Selection, timeout: float = 0.0) -> None:
 
 
 @fleet_task(
+    WATCHING,
     iterable=["path"],
-    optional=["watch"],
     help={
         "timeout": TIMEOUT_HELP,
         "path": "a path to check (repeatable; default: workdir and checkpoints)",
         "min_free": "warn below this %% free (default 10)",
-        **WATCH_HELP,
     },
 )
 def disk(
@@ -77,8 +73,7 @@ def disk(
     timeout: float = 0.0,
     path: Any = None,
     min_free: float = 10.0,
-    watch: Any = None,
-    count: int = 0,
+    watching: Watching = OPTIONS_HERE,
 ) -> None:
     """Disk: free space and inodes for workdir and checkpoints, largest files, will a save fit."""
     system = _system()
@@ -89,17 +84,15 @@ def disk(
         ),
         render=system.render_disk,
         title="disk",
-        watch=watch,
-        count=count,
+        watching=watching,
     )
 
 
 @fleet_task(
-    optional=["watch"],
+    WATCHING,
     help={
         "timeout": TIMEOUT_HELP,
         "every": "all processes, not only Python and GPU ones",
-        **WATCH_HELP,
     },
 )
 def procs(
@@ -107,8 +100,7 @@ def procs(
     sel: Selection,
     timeout: float = 0.0,
     every: bool = False,
-    watch: Any = None,
-    count: int = 0,
+    watching: Watching = OPTIONS_HERE,
 ) -> None:
     """Processes: Python and GPU processes with age and RSS (stale trainers holding a GPU)."""
     system = _system()
@@ -117,6 +109,5 @@ def procs(
         lambda t, console: system.processes(t, timeout=timeout or None, all_processes=every),
         render=system.render_procs,
         title="procs",
-        watch=watch,
-        count=count,
+        watching=watching,
     )
