@@ -4,7 +4,9 @@ Every fleet task takes ``--host a,b`` / ``--group g`` / ``--all`` (default: ``lo
 ``--parallel N``, ``--json``, ``--verbose`` and ``--inventory FILE``. A task says so by one
 parameter, ``sel: Selection``; :func:`fleet_task` puts the seven options in its place in the
 signature invoke reads (``__signature__``), adds their help, and hands the task one
-:class:`Selection`.
+:class:`Selection`. Other options that several tasks share (a step's ``--timeout/--detach/
+--mask-output``, the checkpoint loading options, ``--watch/--count``) are an
+:class:`OptionGroup` the same way.
 """
 
 from __future__ import annotations
@@ -62,11 +64,11 @@ def select_targets(host: str, group: str, all: bool, inventory: str) -> list[rem
     return [remotekit.Target(s) for s in specs]
 
 
-def one_target(host: str, inventory: str, task: str) -> remotekit.Target:
+def one_target(host: str, inventory: str, task_name: str) -> remotekit.Target:
     """The one target a single-host task (``get``, ``shell``, ``forward``) works on."""
     targets = select_targets(host, "", False, inventory)
     if len(targets) != 1:
-        raise Exit(f"remotekit: {task} takes one --host", code=2)
+        raise Exit(f"remotekit: {task_name} takes one --host", code=2)
     return targets[0]
 
 
@@ -123,7 +125,10 @@ def fleet_task(*groups: OptionGroup, **options: Any) -> Callable[[Callable[..., 
         sig = inspect.signature(body)
         params = list(sig.parameters.values())
         for group in groups:
-            at = [p.name for p in params].index(group.param)
+            declared = [p.name for p in params]
+            if group.param not in declared:
+                raise TypeError(f"task {body.__name__} has no parameter {group.param!r}")
+            at = declared.index(group.param)
             params[at : at + 1] = group.parameters()
         outer = sig.replace(parameters=params)
 
