@@ -38,6 +38,7 @@ __all__ = [
     "Report",
     "Run",
     "from_record",
+    "host_checkpoints",
     "run_diagnostic",
     "run_records",
     "worst_exit",
@@ -210,6 +211,12 @@ def run_diagnostic(
             msg += "; last output:\n" + tail.indented()
         raise error(msg, result=result)
     return Run(tuple(records), final, result)
+
+
+def host_checkpoints(target: Target, path: str | None) -> str | None:
+    """Where a checkpoint diagnostic looks: ``path``, else the host's ``checkpoints:``, else
+    None (the one place that default is decided)."""
+    return path or target.spec.checkpoints or None
 
 
 def worst_exit(codes: Sequence[int]) -> int:

@@ -33,7 +33,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.diagnostics import system
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, Report, worst_exit
+from remotekit.diagnostics.base import (
+    EXIT_FAILED,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Report,
+    host_checkpoints,
+    worst_exit,
+)
 from remotekit.errors import RemotekitError
 
 if TYPE_CHECKING:
@@ -230,7 +237,7 @@ def diagnose(
     if unknown:
         raise ValueError(f"unknown section(s) in timeouts: {', '.join(sorted(unknown))}")
     limits = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
-    ckpt = path or run or target.spec.checkpoints
+    ckpt = host_checkpoints(target, path or run)
     disk_paths = [target.spec.workdir or "~", *([ckpt] if ckpt else [])]
 
     runs: dict[str, Callable[[], Any]] = {
@@ -386,6 +393,25 @@ def render_verdict(report: DiagnoseReport) -> str:
     if not report.run:
         return ""
     return "\n".join([f"== run {report.run}", *report.verdict])
+
+
+def render_summary(report: DiagnoseReport) -> str:
+    """The sections as one table (name, status, time, findings, detail), then the verdict."""
+    from remotekit.render import table
+
+    rows = [
+        (
+            s.name,
+            s.status,
+            "-" if s.status == "skipped" else f"{s.duration_s:.1f}s",
+            len(s.findings),
+            (s.error or "").split("\n")[0],
+        )
+        for s in report.sections
+    ]
+    text = table(["section", "status", "time", "findings", "detail"], rows)
+    verdict = render_verdict(report)
+    return f"{text}\n\n{verdict}" if verdict else text
 
 
 def _summary_line(s: Section) -> str:

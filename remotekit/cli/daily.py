@@ -1,0 +1,162 @@
+"""Daily work on one target or a few: ``shell``, ``forward``, ``sync``."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Any
+
+from invoke import Context, Exit, task
+
+import remotekit
+from remotekit.cli.output import fan_out, shared_progress_line
+from remotekit.cli.selection import (
+    OPTIONS_HERE,
+    SELECT_HELP,
+    TIMEOUT_HELP,
+    Selection,
+    fleet_task,
+    one_target,
+    required,
+)
+from remotekit.render import Console
+
+
+def _after_dashes() -> list[str]:
+    """The words after ``--`` on our command line, exactly as given (invoke keeps only a
+    space-joined string of them, which loses quoting)."""
+    return sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
+
+
+@task(
+    help={
+        "host": "the target: one name from hosts.yaml (default: local)",
+        "cmd": "run this instead of the login shell, split like a shell would here "
+        "(or give the program and its arguments after --)",
+        "inventory": SELECT_HELP["inventory"],
+    }
+)
+def shell(c: Context, host: str = "", cmd: str = "", inventory: str = "") -> None:
+    """A shell (or `-- PROGRAM ARGS...`) inside the target on a terminal, venv active, in its
+    workdir. Exits with the program's status (2 when the target cannot be entered)."""
+    argv = shlex.split(cmd) if cmd else _after_dashes()
+    try:
+        with one_target(host, inventory, "shell") as t:
+            code = t.shell(argv or None)
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    except KeyboardInterrupt:  # Ctrl-C before the program there started (then it is theirs)
+        raise Exit("remotekit: interrupted", code=130) from None
+    if code:
+        raise Exit(code=code)
+
+
+def _ports(spec: str) -> tuple[int, int]:
+    """``PORT`` or ``PORT:LOCAL`` (no LOCAL: a free port here)."""
+    there, _, here = spec.partition(":")
+    try:
+        return int(there), int(here or 0)
+    except ValueError:
+        raise Exit(f"remotekit: --port wants PORT or PORT:LOCAL, got {spec!r}", code=2) from None
+
+
+@task(
+    help={
+        "host": "one target",
+        "port": "PORT there (e.g. 6006), or PORT:LOCAL to choose the port here",
+        "bind": "address to listen on here (default 127.0.0.1: only this machine)",
+        "check": "connect once first, so a port nothing listens on fails now (--no-check: later)",
+        "inventory": SELECT_HELP["inventory"],
+    }
+)
+def forward(
+    c: Context,
+    host: str = "local",
+    port: str = "",
+    bind: str = "127.0.0.1",
+    check: bool = True,
+    inventory: str = "",
+) -> None:
+    """Reach a port inside the target (TensorBoard, Jupyter) at a local URL, until Ctrl-C."""
+    required(port=port)
+    there, here = _ports(port)
+    t = one_target(host, inventory, "forward")
+
+    def said(exc: remotekit.RemotekitError) -> None:
+        print(f"remotekit: {exc}", file=sys.stderr, flush=True)
+
+    with t:
+        try:
+            fwd = t.forward(there, here, bind, check=check, on_error=said)
+        except remotekit.RemotekitError as exc:
+            raise Exit(f"remotekit: {exc}", code=2) from None
+        with fwd:
+            print(f"{fwd.url} -> 127.0.0.1:{there} on {t.name} ({t.chain}); Ctrl-C to stop")
+            sys.stdout.flush()
+            try:
+                fwd.wait()
+            except KeyboardInterrupt:
+                print("remotekit: forward stopped", file=sys.stderr)
+
+
+@fleet_task(
+    positional=["src", "dest"],
+    iterable=["exclude"],
+    help={
+        "src": "the local directory whose contents are pushed",
+        "dest": "the directory there (created if missing)",
+        "delete": "also remove what is there but not here (never excluded paths)",
+        "exclude": "a .gitignore-style pattern to leave out (repeatable)",
+        "exclude_from": "a file of such patterns, e.g. .gitignore (not read unless named)",
+        "dry_run": "list what would change; change nothing",
+        "timeout": TIMEOUT_HELP,
+    },
+)
+def sync(
+    c: Context,
+    src: str,
+    dest: str,
+    sel: Selection = OPTIONS_HERE,
+    delete: bool = False,
+    exclude: Any = None,
+    exclude_from: str = "",
+    dry_run: bool = False,
+    timeout: float = 0.0,
+) -> None:
+    """Push a local directory into targets: only changed files travel (size+mtime, then hash)."""
+    from remotekit.sync import SyncResult, read_patterns
+
+    patterns = list(exclude or ())
+    if exclude_from:
+        try:
+            patterns = read_patterns(exclude_from) + patterns
+        except OSError as exc:
+            raise Exit(f"remotekit: cannot read {exclude_from}: {exc.strerror}", code=2) from None
+    progress = shared_progress_line("sync")
+
+    def push(t: remotekit.Target, console: Console) -> SyncResult:
+        r = t.sync(
+            src,
+            dest,
+            delete=delete,
+            exclude=patterns,
+            dry_run=dry_run,
+            timeout=timeout or None,
+            on_progress=progress(console).part(t.name),
+        )
+        _show_changes(t.name, r, console, listed=sel.verbose or dry_run, dry_run=dry_run)
+        return r
+
+    fan_out(sel, push, render=lambda r: r.summary(), title="sync")
+
+
+def _show_changes(host: str, r: Any, console: Console, *, listed: bool, dry_run: bool) -> None:
+    """Each file sent and deleted (``listed``: --verbose or --dry-run); what was skipped."""
+    if listed:
+        verb = "would send" if dry_run else "sent"
+        for rel in r.sent:
+            console.line(host, "stdout", f"{verb} {rel}")
+        for rel in r.deleted:
+            console.line(host, "stdout", f"{'would delete' if dry_run else 'deleted'} {rel}")
+    for what in r.skipped:
+        console.line(host, "stderr", f"skipped {what}")

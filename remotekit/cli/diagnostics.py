@@ -1,0 +1,320 @@
+"""The diagnostics' tasks: ``diagnose``, ``train-log``, ``ckpt-scan``, ``ckpt-inspect``,
+``ckpt-diff``, ``ckpt-bisect``, ``demo``.
+
+Each is a few lines over its module in :mod:`remotekit.diagnostics` (imported when the task
+runs, so ``--list`` and ``--help`` stay quick and need no torch).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from invoke import Context, Exit
+
+import remotekit
+from remotekit.cli.output import fan_out, progress_line, warner
+from remotekit.cli.selection import (
+    OPTIONS_HERE,
+    TIMEOUT_HELP,
+    OptionGroup,
+    Selection,
+    fleet_task,
+    required,
+)
+from remotekit.fleet import HostOutcome
+from remotekit.render import Console
+
+
+@dataclass(frozen=True)
+class Loading:
+    """How the checkpoint tasks load files there: weights_only unless --unsafe-pickle."""
+
+    allow_global: Any = None
+    unsafe_pickle: bool = False
+    timeout: float = 0.0
+
+    def kwargs(self) -> dict[str, Any]:
+        """As the checkpoint functions take them."""
+        return {
+            "allow_globals": list(self.allow_global or ()),
+            "unsafe_pickle": self.unsafe_pickle,
+            "timeout": self.timeout or None,
+        }
+
+
+LOADING = OptionGroup(
+    "load",
+    Loading,
+    {
+        "allow_global": "a global a checkpoint may use under weights_only (module.Name; repeatable)",
+        "unsafe_pickle": "load with weights_only=False: RUNS ARBITRARY CODE from the file; only for files you trust",
+        "timeout": TIMEOUT_HELP,
+    },
+    {"iterable": ("allow_global",)},
+)
+
+
+def _checkpoints() -> ModuleType:
+    from remotekit.diagnostics import checkpoints
+
+    return checkpoints
+
+
+def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
+    """``--path``, else the host's ``checkpoints:``; neither is an error naming the host."""
+    from remotekit.diagnostics.base import host_checkpoints
+
+    if (where := host_checkpoints(t, path)) is not None:
+        return where
+    raise remotekit.RemotekitError(
+        "no --path given and no `checkpoints:` for this host in hosts.yaml", host=t.name, step=step
+    )
+
+
+def scan_progress(console: Console, host: str) -> Callable[[Any], None]:
+    """A checkpoint scan's progress (files, bytes) on ``console``'s progress line."""
+    show = progress_line(console, f"{host}:")
+    return lambda p: show.update("", p.bytes_done, p.bytes_total, _checkpoints().progress_line(p))
+
+
+def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts: int) -> int:
+    """Draw each host's train-log report into ``plot`` (``plot-HOST.png`` each when ``hosts``
+    is more than one); the exit code: 2 if one could not be drawn."""
+    from remotekit.diagnostics import trainlog
+
+    worst = 0
+    for host, rep in reports:
+        dest = plot if hosts == 1 else str(Path(plot).with_stem(f"{Path(plot).stem}-{host}"))
+        try:
+            trainlog.plot_report(rep, dest)
+        except ImportError:
+            print(
+                "remotekit: --plot needs matplotlib: pip install 'remotekit[plot]'", file=sys.stderr
+            )
+            return 2
+        except (OSError, ValueError) as exc:
+            print(f"remotekit: could not draw {dest}: {exc}", file=sys.stderr)
+            worst = 2
+            continue
+        console.say(f"plot: {dest}", stream="stderr")
+    return worst
+
+
+@fleet_task(
+    help={
+        "path": "checkpoints to scan (default: --run, else the host's `checkpoints:`)",
+        "run": "a training run's directory there: its checkpoints, its log, and one verdict",
+        "plot": "with --run: draw the log with spikes and saves into this PNG (needs remotekit[plot])",
+    }
+)
+def diagnose(c: Context, sel: Selection, path: str = "", run: str = "", plot: str = "") -> None:
+    """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary.
+    With --run DIR: also the run's log, spikes at the saves found, batches, and a verdict."""
+    from remotekit.diagnostics.diagnose import diagnose as run_diagnose
+    from remotekit.diagnostics.diagnose import render_section, render_summary
+
+    if plot and not run:
+        raise Exit("remotekit: --plot needs --run (it draws the run's log)", code=2)
+
+    def diagnose_host(t: remotekit.Target, console: Console) -> Any:
+        def show(section: Any) -> None:
+            console.say(f"[{t.name}] {render_section(section)}\n\n")
+
+        return run_diagnose(
+            t, path=path or None, run=run or None, on_section=show, points=2000 if plot else 0
+        )
+
+    def draw(outcomes: list[HostOutcome], console: Console) -> int:
+        logs = []
+        for o in outcomes:
+            section = o.value.section("train-log") if o.error is None else None
+            if section is not None and section.report is not None:
+                logs.append((o.host, section.report))
+        return draw_logs(plot, logs, console, len(outcomes)) if plot else 0
+
+    fan_out(sel, diagnose_host, render=render_summary, title="diagnose", after=draw)
+
+
+@fleet_task(
+    iterable=["metric"],
+    help={
+        "path": "the training log there, or its run directory (JSON lines, CSV, trainer_state.json, W&B .wandb, TensorBoard events, nanoGPT/llm.c/Megatron/fairseq or key=value text)",
+        "preset": "spike rule: olmo2 (1000 steps, 7 sigma), olmo-core (128, 6), megatron (10x running max)",
+        "metric": "a metric to analyse besides loss/acc/lr/grad_norm (repeatable)",
+        "ckpt_steps": "checkpoint steps, comma-separated (else found in the log or --checkpoints)",
+        "ckpt_dir": "the older name of --checkpoints",
+        "checkpoints": "the run's checkpoint directory there: its saves are checkpoint events (default: the host's `checkpoints:`)",
+        "steps_per_epoch": "steps per epoch, for epoch boundaries",
+        "plot": "draw loss/accuracy with spikes and events into this PNG (needs remotekit[plot])",
+        "timeout": TIMEOUT_HELP,
+    },
+)
+def train_log(
+    c: Context,
+    path: str = "",
+    sel: Selection = OPTIONS_HERE,
+    preset: str = "olmo2",
+    metric: Any = None,
+    ckpt_steps: str = "",
+    ckpt_dir: str = "",
+    steps_per_epoch: float = 0.0,
+    plot: str = "",
+    timeout: float = 0.0,
+    checkpoints: str = "",
+) -> None:
+    """What happened to this run: spikes, cliffs, events, and batch composition."""
+    required(path=path)
+    from remotekit.diagnostics import trainlog
+    from remotekit.diagnostics.base import host_checkpoints
+
+    def analyze(t: remotekit.Target, console: Console) -> Any:
+        return trainlog.analyze_train_log(
+            t,
+            path,
+            metrics=list(metric or ()) or None,
+            preset=preset,
+            ckpt_steps=ckpt_steps or None,
+            ckpt_dir=host_checkpoints(t, checkpoints or ckpt_dir),
+            steps_per_epoch=steps_per_epoch or None,
+            points=2000 if plot else 0,
+            timeout=timeout or None,
+        )
+
+    def draw(outcomes: list[HostOutcome], console: Console) -> int:
+        if not plot:
+            return 0
+        drawable = [(o.host, o.value) for o in outcomes if o.exit_code != 2]
+        return draw_logs(plot, drawable, console, len(outcomes))
+
+    fan_out(sel, analyze, render=trainlog.render_report, title="train-log", after=draw)
+
+
+@fleet_task(
+    LOADING,
+    help={
+        "path": "a checkpoint file, a directory (searched recursively) or a glob (default: the host's `checkpoints:`)",
+        "jobs": "files scanned in parallel there",
+    },
+)
+def ckpt_scan(
+    c: Context,
+    path: str = "",
+    sel: Selection = OPTIONS_HERE,
+    jobs: int = 1,
+    load: Loading = OPTIONS_HERE,
+) -> None:
+    """Are my checkpoints corrupt? NaN/Inf in weights and optimizer state (exit 1 if so)."""
+    ck = _checkpoints()
+
+    def scan(t: remotekit.Target, console: Console) -> Any:
+        return ck.scan_checkpoints(
+            t,
+            _checkpoints_path(t, path, "ckpt-scan"),
+            jobs=jobs,
+            **load.kwargs(),
+            on_progress=scan_progress(console, t.name),
+            on_warning=warner(console, t.name),
+        )
+
+    fan_out(sel, scan, render=lambda r: ck.render_scan(r, plan=r.plan), title="ckpt-scan")
+
+
+@fleet_task(
+    LOADING,
+    help={
+        "path": "a checkpoint file, an HF *.index.json, or a checkpoint directory (HF checkpoint-N/, DeepSpeed global_stepN/, DCP)",
+    },
+)
+def ckpt_inspect(
+    c: Context,
+    path: str = "",
+    sel: Selection = OPTIONS_HERE,
+    load: Loading = OPTIONS_HERE,
+) -> None:
+    """Keys, dtypes, shapes, step/epoch and lr per param group, without reading tensor data."""
+    required(path=path)
+    ck = _checkpoints()
+    fan_out(
+        sel,
+        lambda t, console: ck.inspect_checkpoint(t, path, **load.kwargs()),
+        render=ck.render_inspect,
+        title="ckpt-inspect",
+    )
+
+
+@fleet_task(
+    LOADING,
+    help={
+        "a": "the earlier checkpoint (a file or a checkpoint directory)",
+        "b": "the later checkpoint (a file or a checkpoint directory)",
+        "top": "tensors listed by relative change",
+    },
+)
+def ckpt_diff(
+    c: Context,
+    a: str = "",
+    b: str = "",
+    sel: Selection = OPTIONS_HERE,
+    top: int = 10,
+    load: Loading = OPTIONS_HERE,
+) -> None:
+    """What changed between two checkpoints: the 'bad jump' finder."""
+    required(a=a, b=b)
+    ck = _checkpoints()
+    fan_out(
+        sel,
+        lambda t, console: ck.diff_checkpoints(t, a, b, top=top, **load.kwargs()),
+        render=ck.render_diff,
+        title="ckpt-diff",
+    )
+
+
+@fleet_task(
+    LOADING,
+    help={
+        "path": "a directory of checkpoints (default: the host's `checkpoints:`)",
+        "linear": "check every checkpoint instead of a binary search",
+        "jobs": "files scanned in parallel there",
+    },
+)
+def ckpt_bisect(
+    c: Context,
+    path: str = "",
+    sel: Selection = OPTIONS_HERE,
+    linear: bool = False,
+    jobs: int = 1,
+    load: Loading = OPTIONS_HERE,
+) -> None:
+    """The last clean and the first bad checkpoint, ordered by global_step."""
+    ck = _checkpoints()
+
+    def bisect(t: remotekit.Target, console: Console) -> Any:
+        return ck.bisect_checkpoints(
+            t,
+            _checkpoints_path(t, path, "ckpt-bisect"),
+            linear=linear,
+            jobs=jobs,
+            **load.kwargs(),
+            on_progress=scan_progress(console, t.name),
+        )
+
+    fan_out(sel, bisect, render=ck.render_bisect, title="ckpt-bisect")
+
+
+@fleet_task(
+    help={"dir": "where to make the samples there (default: a new temp dir, removed afterwards)"}
+)
+def demo(c: Context, sel: Selection, dir: str = "") -> None:
+    """The main job in a minute, no server needed: make sample checkpoints and scan them."""
+    from remotekit.diagnostics.demo import demo as run_demo
+
+    fan_out(
+        sel,
+        lambda t, console: run_demo(t, dir or None, on_progress=scan_progress(console, t.name)),
+        render=_checkpoints().render_demo,
+        title="demo",
+    )

@@ -1,0 +1,152 @@
+"""Which targets a task works on: the selection options, declared once.
+
+Every fleet task takes ``--host a,b`` / ``--group g`` / ``--all`` (default: ``local``),
+``--parallel N``, ``--json``, ``--verbose`` and ``--inventory FILE``. A task says so by one
+parameter, ``sel: Selection``; :func:`fleet_task` puts the seven options in its place in the
+signature invoke reads (``__signature__``), adds their help, and hands the task one
+:class:`Selection`. Other options that several tasks share (a step's ``--timeout/--detach/
+--mask-output``, the checkpoint loading options, ``--watch/--count``) are an
+:class:`OptionGroup` the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+from invoke import Exit, task
+
+import remotekit
+
+SELECT_HELP = {
+    "host": "target name(s) from hosts.yaml, comma-separated (default: local)",
+    "group": "a group from hosts.yaml",
+    "all": "every target in hosts.yaml",
+    "parallel": "hosts worked on at once (default 64)",
+    "json": "machine-readable output only (JSON on stdout)",
+    "verbose": "show each host's layer chain, and each step's full chain as it starts",
+    "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, ~/.config/remotekit/hosts.yaml)",
+}
+TIMEOUT_HELP = "seconds before the step is stopped there (default: the host's timeouts.step)"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The target selection and output options every fleet task takes (defaults: ``local``)."""
+
+    host: str = ""
+    group: str = ""
+    all: bool = False
+    parallel: int = 0
+    json: bool = False
+    verbose: bool = False
+    inventory: str = ""
+
+    def targets(self) -> list[remotekit.Target]:
+        """The selected targets; a bad inventory or an empty selection ends the task (exit 2)."""
+        return select_targets(self.host, self.group, self.all, self.inventory)
+
+
+def select_targets(host: str, group: str, all: bool, inventory: str) -> list[remotekit.Target]:
+    """Targets by name, group or all (none of them: ``local``), from ``inventory``."""
+    try:
+        inv = remotekit.load_inventory(inventory or None)
+        specs = inv.select(
+            hosts=host or ("local" if not group and not all else None), group=group or None, all=all
+        )
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    if not specs:
+        raise Exit("remotekit: no targets selected", code=2)
+    return [remotekit.Target(s) for s in specs]
+
+
+def one_target(host: str, inventory: str, task_name: str) -> remotekit.Target:
+    """The one target a single-host task (``get``, ``shell``, ``forward``) works on."""
+    targets = select_targets(host, "", False, inventory)
+    if len(targets) != 1:
+        raise Exit(f"remotekit: {task_name} takes one --host", code=2)
+    return targets[0]
+
+
+def required(**values: Any) -> None:
+    """Options a task cannot do without (options, not positionals: so --help stays help)."""
+    for name, value in values.items():
+        if not value:
+            raise Exit(f"remotekit: --{name.replace('_', '-')} is required", code=2)
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """Options that several tasks take, declared once.
+
+    ``options`` is a dataclass whose fields are the options (in order, with their defaults);
+    a task that has the parameter ``param`` sees the options there in the signature invoke
+    reads (their place decides invoke's short flags), and gets one ``options`` instance.
+    """
+
+    param: str
+    options: type
+    help: Mapping[str, str]
+    #: ``@task`` lists the group adds to (``{"optional": ["watch"]}``).
+    task_lists: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def parameters(self) -> list[inspect.Parameter]:
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return [inspect.Parameter(f.name, kind, default=f.default) for f in fields(self.options)]
+
+    def take(self, values: dict[str, Any]) -> Any:
+        """The group's instance, made from (and removing) its options in ``values``."""
+        return self.options(**{f.name: values.pop(f.name) for f in fields(self.options)})
+
+
+SELECTION = OptionGroup("sel", Selection, SELECT_HELP)
+
+#: The default a group's parameter takes in a task's own signature when Python wants one there
+#: (``def py(c, script="", args="", sel: Selection = OPTIONS_HERE, ...)``). Never used: the
+#: group's options stand there instead, and the task always gets the group's instance.
+OPTIONS_HERE: Any = None
+
+
+def fleet_task(*groups: OptionGroup, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``@task`` for a task that works on a selection of targets, and takes ``groups``.
+
+    The task declares ``sel: Selection`` where the selection options belong in its signature;
+    invoke sees ``--host``, ``--group``, ... there instead, with their help, and the task gets
+    them as one :class:`Selection`; the same for each further group. ``options`` are
+    ``@task``'s (``help`` for the task's own options, ``iterable``, ``optional``, ...).
+    """
+    groups = (SELECTION, *groups)
+
+    def wrap(body: Callable[..., Any]) -> Any:
+        sig = inspect.signature(body)
+        params = list(sig.parameters.values())
+        for group in groups:
+            declared = [p.name for p in params]
+            if group.param not in declared:
+                raise TypeError(f"task {body.__name__} has no parameter {group.param!r}")
+            at = declared.index(group.param)
+            params[at : at + 1] = group.parameters()
+        outer = sig.replace(parameters=params)
+
+        @functools.wraps(body)
+        def run_task(*args: Any, **kwargs: Any) -> Any:
+            given = outer.bind(*args, **kwargs)
+            given.apply_defaults()
+            values = dict(given.arguments)
+            made = {group.param: group.take(values) for group in groups}
+            return body(**values, **made)
+
+        run_task.__signature__ = outer  # type: ignore[attr-defined]
+        merged = dict(options)
+        merged["help"] = {k: v for g in groups for k, v in g.help.items()}
+        merged["help"].update(options.get("help", {}))
+        for g in groups:
+            for key, names in g.task_lists.items():
+                merged[key] = [*merged.get(key, ()), *names]
+        return task(run_task, **merged)
+
+    return wrap

@@ -1,0 +1,186 @@
+"""The engine's tasks: ``hosts``, ``ping``, and steps (``run``, ``py``, ``put``, ``get``)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from invoke import Context, Exit, task
+
+import remotekit
+from remotekit.cli.output import (
+    fan_out,
+    progress_line,
+    shared_progress_line,
+    step_notes,
+)
+from remotekit.cli.selection import (
+    OPTIONS_HERE,
+    SELECT_HELP,
+    TIMEOUT_HELP,
+    OptionGroup,
+    Selection,
+    fleet_task,
+    one_target,
+    required,
+)
+from remotekit.render import Console, table, to_json
+
+DETACH_HELP = (
+    "start it there in its own session, output to a log file; print its pid and log, return"
+)
+MASK_OUTPUT_HELP = (
+    "mask secret_env values in the steps' own output too (live lines and --json results); "
+    "our own messages, errors and tables are always masked"
+)
+
+
+@task(help={"inventory": SELECT_HELP["inventory"], "json": SELECT_HELP["json"]})
+def hosts(c: Context, inventory: str = "", json: bool = False) -> None:
+    """List the targets in hosts.yaml with their layer chains and groups."""
+    try:
+        inv = remotekit.load_inventory(inventory or None)
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    groups = {h: [g for g, m in inv.groups.items() if h in m] for h in inv.hosts}
+    rows = [(s.name, remotekit.Target(s).chain, ",".join(groups[s.name]), s.source) for s in inv]
+    if json:
+        print(
+            to_json([dict(zip(["host", "chain", "groups", "source"], r)) for r in rows], indent=2)
+        )
+    else:
+        print(f"inventory: {inv.path or '(embedded default)'}")
+        print(table(["host", "chain", "groups", "declared at"], rows))
+
+
+@fleet_task()
+def ping(c: Context, sel: Selection) -> None:
+    """Check each hop in turn with its own probe: SSH, sudo, container/job/pod, Python, torch."""
+
+    def check_hops(t: remotekit.Target, console: Console) -> remotekit.PingReport:
+        def show(ch: remotekit.Check) -> None:
+            console.line(t.name, "stdout", f"{'ok  ' if ch.ok else 'FAIL'} {ch.layer}: {ch.detail}")
+
+        return t.ping(on_check=show)
+
+    fan_out(sel, check_hops)
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How ``run`` and ``py`` run their step."""
+
+    timeout: float = 0.0
+    detach: bool = False
+    mask_output: bool = False
+
+
+STEP = OptionGroup(
+    "step",
+    StepOptions,
+    {"timeout": TIMEOUT_HELP, "detach": DETACH_HELP, "mask_output": MASK_OUTPUT_HELP},
+)
+
+
+def _run_live(sel: Selection, step: StepOptions, start: Callable[..., remotekit.Result]) -> None:
+    """``start(target, **how)`` on every selected host, its output live with host prefixes,
+    then what the engine did beside it (a detached process, stopped leftovers)."""
+
+    def on_host(t: remotekit.Target, console: Console) -> remotekit.Result:
+        how = {"timeout": step.timeout or None, "detach": step.detach}
+        r = start(t, check=False, on_output=console.output(t.name), **how)
+        step_notes(t, r, console)
+        return r
+
+    fan_out(sel, on_host, mask_output=step.mask_output)
+
+
+@fleet_task(STEP, help={"cmd": "the command, split like a shell would here (no shell runs there)"})
+def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
+    """Run a command on targets, output streamed live with host prefixes."""
+    required(cmd=cmd)
+    argv = shlex.split(cmd)
+    _run_live(sel, step, lambda t, **how: t.run(argv, **how))
+
+
+# ``script`` and ``args`` come before the selection: their place gives them -s and -a.
+@fleet_task(
+    STEP,
+    help={
+        "script": "a local Python file to ship and run there",
+        "args": "its arguments, split like a shell would",
+    },
+)
+def py(
+    c: Context,
+    script: str = "",
+    args: str = "",
+    sel: Selection = OPTIONS_HERE,
+    step: StepOptions = OPTIONS_HERE,
+) -> None:
+    """Ship a Python file to targets and run it there with the target's interpreter."""
+    required(script=script)
+    try:
+        shipped = remotekit.Script.from_path(script)
+    except OSError as exc:
+        raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
+    argv = shlex.split(args)
+    _run_live(sel, step, lambda t, **how: t.run_python(shipped, args=argv, **how))
+
+
+@fleet_task(
+    help={
+        "src": "local file",
+        "dest": "path there (a directory keeps the name)",
+        "timeout": TIMEOUT_HELP,
+    }
+)
+def put(
+    c: Context,
+    src: str = "",
+    dest: str = "",
+    sel: Selection = OPTIONS_HERE,
+    timeout: float = 0.0,
+) -> None:
+    """Copy a local file to targets (atomic: written beside, then renamed)."""
+    required(src=src, dest=dest)
+    shown = shared_progress_line(f"put {Path(src).name}")
+
+    def put_file(t: remotekit.Target, console: Console) -> Any:
+        return t.put(src, dest, timeout=timeout or None, on_progress=shown(console).part(t.name))
+
+    fan_out(sel, put_file)
+
+
+@task(
+    help={
+        "src": "path there",
+        "dest": "local path",
+        "host": "one target",
+        "inventory": SELECT_HELP["inventory"],
+        "timeout": TIMEOUT_HELP,
+    }
+)
+def get(
+    c: Context,
+    src: str = "",
+    dest: str = "",
+    host: str = "local",
+    inventory: str = "",
+    timeout: float = 0.0,
+) -> None:
+    """Copy a file from one target to here."""
+    required(src=src, dest=dest)
+    t = one_target(host, inventory, "get")
+    console = Console([t.name])
+    with t:
+        try:
+            t.get(
+                src, dest, timeout=timeout or None, on_progress=progress_line(console, f"get {src}")
+            )
+        except remotekit.RemotekitError as exc:
+            raise Exit(f"remotekit: {exc}", code=2) from None
+        finally:
+            console.done()

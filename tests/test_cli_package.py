@@ -1,0 +1,111 @@
+"""The task collection as a package: `python -m remotekit` from anywhere, the collection
+mounted in a user's own tasks.py, and the selection options declared once (fleet_task)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from invoke import Collection, Context
+
+import remotekit.tasks
+from remotekit.cli import selection
+from remotekit.cli.selection import OPTIONS_HERE, Selection, fleet_task
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(cwd)}
+    env.pop("REMOTEKIT_HOSTS", None)
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_python_m_remotekit_works_from_any_directory(tmp_path: Path) -> None:
+    r = run([sys.executable, "-m", "remotekit", "--list"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "  ckpt-scan " in r.stdout and "  hosts " in r.stdout
+    assert "bench" not in r.stdout  # the repository's dev task is not the package's
+    r = run([sys.executable, "-m", "remotekit", "hosts"], tmp_path)
+    assert r.returncode == 0 and "(embedded default)" in r.stdout
+    r = run([sys.executable, "-m", "remotekit", "run", "--cmd", "echo hi there"], tmp_path)
+    assert r.returncode == 0 and "hi there" in r.stdout
+    r = run([sys.executable, "-m", "remotekit", "run"], tmp_path)
+    assert r.returncode == 2 and "--cmd is required" in r.stderr
+    r = run([sys.executable, "-m", "remotekit", "--print-completion-script", "zsh"], tmp_path)
+    assert r.returncode == 0 and "_complete_remotekit + -f remotekit" in r.stdout
+    # what the completion script asks: the candidates for "remotekit ckpt-scan --"
+    r = run([sys.executable, "-m", "remotekit", "--complete", "--", "remotekit", "ckpt-"], tmp_path)
+    assert {"ckpt-scan", "ckpt-diff", "ckpt-bisect"} <= set(r.stdout.split())
+    r = run(
+        [sys.executable, "-m", "remotekit", "--complete", "--", "remotekit", "ping", "--"], tmp_path
+    )
+    assert {"--host", "--group", "--all", "--inventory"} <= set(r.stdout.split())
+
+
+def test_the_repository_tasks_are_the_package_tasks_plus_bench() -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        import tasks
+    finally:
+        sys.path.remove(str(ROOT))
+    repo = set(Collection.from_module(tasks).task_names)
+    assert repo == set(remotekit.tasks.ns.task_names) | {"bench"}
+
+
+def test_a_users_tasks_py_mounts_the_collection(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text(
+        textwrap.dedent(
+            """
+            from invoke import Collection, task
+            import remotekit.tasks
+
+            @task
+            def train(c):
+                print("training")
+
+            ns = Collection(train)
+            ns.add_collection(remotekit.tasks.ns, "rk")
+            """
+        )
+    )
+    invoke = [sys.executable, "-m", "invoke", "--search-root", str(tmp_path)]
+    r = run([*invoke, "--list"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "  train" in r.stdout and "  rk.ping " in r.stdout and "  rk.ckpt-scan " in r.stdout
+    r = run([*invoke, "rk.hosts"], tmp_path)
+    assert r.returncode == 0 and "local" in r.stdout, r.stderr
+    r = run([*invoke, "rk.run", "--cmd", "echo mounted", "--host", "local"], tmp_path)
+    assert r.returncode == 0 and "mounted" in r.stdout, r.stderr
+    r = run([*invoke, "train"], tmp_path)
+    assert r.returncode == 0 and "training" in r.stdout
+
+
+def test_fleet_task_puts_the_selection_where_sel_stands() -> None:
+    seen: list[tuple[str, Selection, int]] = []
+
+    @fleet_task(help={"path": "a path", "jobs": "how many"})
+    def probe(c: Context, path: str = "", sel: Selection = OPTIONS_HERE, jobs: int = 1) -> None:
+        """A probe."""
+        seen.append((path, sel, jobs))
+
+    names = list(inspect.signature(probe.body).parameters)
+    assert names == ["c", "path", *selection.SELECT_HELP, "jobs"]
+    assert set(probe.help) == {"path", "jobs", *selection.SELECT_HELP}
+    probe(Context(), path="p", host="a,b", parallel=3, jobs=2)
+    assert seen == [("p", Selection(host="a,b", parallel=3), 2)]
+    probe(Context())
+    assert seen[-1] == ("", Selection(), 1)
+
+
+def test_every_fleet_task_takes_the_same_selection_options() -> None:
+    fleet = [t for t in remotekit.tasks.TASKS if "parallel" in inspect.signature(t.body).parameters]
+    assert len(fleet) >= 15
+    for t in fleet:
+        params = inspect.signature(t.body).parameters
+        assert all(name in params for name in selection.SELECT_HELP), t.name
+        assert all(t.help[name] == text for name, text in selection.SELECT_HELP.items())

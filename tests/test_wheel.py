@@ -1,0 +1,166 @@
+"""`pip install remotekit` as a user gets it: the wheel, in a fresh venv without torch.
+
+The wheel is built from a copy of the tree (so no build/ lands in the repository), installed
+with pip into a new venv whose only other packages are remotekit's dependencies and theirs,
+taken from the venv running the tests (offline: pip sees them already installed through a
+``.pth`` file, so it resolves the wheel's Requires-Dist without an index; one missing from the
+wheel's metadata fails the install). torch is not among them, so ``remotekit ping`` on
+``local`` (this venv's Python) must say torch is missing and exit 1.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def dependency_closure(*requirements: str) -> set[str]:
+    """The installed distributions ``requirements`` need, themselves included (the
+    requirements that apply here: markers evaluated, no extras)."""
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        name = req.name.lower().replace("_", "-")
+        if name in seen or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        todo += [Requirement(r) for r in metadata.requires(name) or ()]
+    return seen
+
+
+def link_distributions(names: set[str], into: Path) -> None:
+    """Symlink each distribution's top-level files and its metadata directory into ``into``."""
+    into.mkdir()
+    for name in names:
+        dist = metadata.distribution(name)
+        top = {Path(str(f)).parts[0] for f in dist.files or () if ".." not in Path(str(f)).parts}
+        for entry in top:
+            source = Path(str(dist.locate_file(entry)))
+            if source.exists() and not (into / entry).exists():
+                (into / entry).symlink_to(source)
+
+
+def metadata_requires(wheel: Path) -> list[str]:
+    """The wheel's own Requires-Dist (its extras left out by their markers)."""
+    with zipfile.ZipFile(wheel) as z:
+        [name] = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        text = z.read(name).decode()
+    return [
+        line.split(":", 1)[1].strip()
+        for line in text.splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(
+        ROOT / "remotekit", src / "remotekit", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    out = tmp_path_factory.mktemp("dist")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    built = subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), "."],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    [whl] = out.glob("remotekit-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (no pip, no torch) with the wheel installed: its bin/ directory."""
+    root = tmp_path_factory.mktemp("venv")
+    venv.create(root / "env", with_pip=False)
+    python = root / "env" / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    deps = dependency_closure(*metadata_requires(wheel))
+    assert {"fabric", "invoke", "pyyaml"} <= deps and "torch" not in deps
+    link_distributions(deps, root / "deps")
+    (Path(purelib) / "remotekit-test-deps.pth").write_text(f"{root / 'deps'}\n")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", str(python)]
+    done = subprocess.run(
+        [*pip, "install", "--no-index", str(wheel)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root / "env" / "bin"
+
+
+def remotekit(
+    bin: Path, *args: str, cwd: Path, module: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """The installed command, run from a directory with no tasks.py and no hosts.yaml, with a
+    clean environment (no PYTHONPATH: the repository's copy must not be the one imported)."""
+    env = {"PATH": f"{bin}:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8"}
+    argv = [str(bin / "python"), "-m", "remotekit"] if module else [str(bin / "remotekit")]
+    return subprocess.run(
+        [*argv, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_wheel_ships_every_remote_script(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {f"remotekit/remote/{p.name}" for p in (ROOT / "remotekit" / "remote").glob("*.py")}
+    assert "remotekit/remote/runner.py" in shipped
+    assert sorted(shipped - names) == []
+    assert "remotekit/cli/main.py" in names and "remotekit/tasks.py" in names
+
+
+def test_the_installed_command_lists_its_tasks_anywhere(
+    installed: Path, wheel: Path, tmp_path: Path
+) -> None:
+    for module in (False, True):
+        r = remotekit(installed, "--list", cwd=tmp_path, module=module)
+        assert r.returncode == 0, r.stderr
+        for name in ("hosts", "ping", "run", "ckpt-scan", "train-log", "sync", "demo"):
+            assert f"  {name} " in r.stdout
+        assert "bench" not in r.stdout  # a dev task of the repository, not of the package
+    r = remotekit(installed, "--help", "ping", cwd=tmp_path)
+    assert r.returncode == 0 and "--host" in r.stdout and "--inventory" in r.stdout
+    r = remotekit(installed, "--version", cwd=tmp_path)
+    version = wheel.name.split("-")[1]  # the package's version, as pyproject.toml gives it
+    assert r.returncode == 0 and r.stdout.split() == ["remotekit", version]
+    r = remotekit(installed, "--print-completion-script", "bash", cwd=tmp_path)
+    assert r.returncode == 0 and "complete -F" in r.stdout and "remotekit" in r.stdout
+
+
+def test_the_installed_command_runs_the_engine_without_torch(
+    installed: Path, tmp_path: Path
+) -> None:
+    r = remotekit(installed, "hosts", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "(embedded default)" in r.stdout and "local" in r.stdout
+    no_torch = subprocess.run(
+        [str(installed / "python"), "-c", "import torch"], capture_output=True
+    )
+    assert no_torch.returncode != 0  # the venv really is without torch
+    r = remotekit(installed, "ping", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    assert re.search(r"FAIL torch: not importable: .*No module named 'torch'", r.stdout), r.stdout
+    assert str(installed / "python") in r.stdout  # local is the venv's own Python
