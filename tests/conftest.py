@@ -9,6 +9,7 @@ error: CI must run them.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,12 @@ import yaml
 import remotekit
 from tests import runtimes
 from tests.harness import FakeNode, SSHServer, find_sshd, venv_prefix
+
+# Ctrl-C as a terminal delivers it: a shell that starts a job in the background without job
+# control (`.ci/run &`, `bash -c '...' &`) leaves SIGINT *ignored*, and that is inherited, so
+# the `invoke` processes these tests start and then SIGINT (forward, watch) would never see it.
+# A Python handler here is reset to the default in every child at exec.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 CT, STOPPED = 200, 201
