@@ -29,18 +29,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
     EXIT_OK,
-    OutputTail,
     Record,
-    run_records,
+    from_record,
+    run_diagnostic,
 )
 from remotekit.quoting import join
+from remotekit.remote.protocol import FINAL, number
 from remotekit.render import table
 
 if TYPE_CHECKING:
@@ -69,8 +70,6 @@ __all__ = [
 
 PRESETS = ("olmo2", "olmo-core", "megatron")
 SCRIPT = "trainlog.py"
-
-T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,6 +324,16 @@ class TrainLogReport:
     def ok(self) -> bool:
         return self.exit_code == EXIT_OK
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The script's warnings: caveats of the reading (a column chosen by its name's last
+        part, skipped lines, a summary without history), context that never changes the
+        exit code; the problems found are ``findings``."""
+        return self.warnings
+
+    def render(self) -> str:
+        return render_report(self)
+
     def series_for(self, metric: str) -> Series | None:
         return next((s for s in self.series if s.metric == metric), None)
 
@@ -333,119 +342,94 @@ class TrainLogReport:
 # records -> dataclasses
 
 
-def _f(v: Any) -> Any:
-    """Numbers as the script sends them: non-finite floats arrive as strings."""
-    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
-        return float(v)
-    return v
+def _floats(vals: Sequence[Any]) -> tuple[float, ...]:
+    """Numbers of a record as floats (non-finite ones arrive as strings)."""
+    return tuple(float(n) if (n := number(v)) is not None else math.nan for v in vals)
 
 
-def _make(cls: type[T], rec: Record, **over: Any) -> T:
-    """``cls`` from a record: known fields only (a newer script may send more)."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    kw = {k: _f(v) for k, v in rec.items() if k in names}
-    kw.update(over)
-    return cls(**kw)
+def _histogram(rec: Record) -> Histogram:
+    counts = {str(k): tuple(int(c) for c in v) for k, v in (rec.get("counts") or {}).items()}
+    edges, modes = _floats(rec.get("edges") or ()), _floats(rec.get("modes") or ())
+    return from_record(Histogram, rec, edges=edges, counts=counts, modes=modes)
 
 
-def _tuple_floats(vals: Sequence[Any]) -> tuple[float, ...]:
-    return tuple(float(_f(v)) for v in vals)
+def _series(rec: Record) -> Series:
+    steps, values = _floats(rec.get("steps") or ()), _floats(rec.get("values") or ())
+    return from_record(Series, rec, steps=steps, values=values)
+
+
+#: record type -> (report field, converter); a tuple field collects every record of its type
+_ONE_EACH: dict[str, tuple[str, Callable[[Record], Any]]] = {
+    "source": ("source", lambda r: from_record(LogSource, r)),
+    "preset": ("preset", lambda r: from_record(Preset, r)),
+    "distribution": ("distribution", lambda r: from_record(Distribution, r)),
+    "periodicity": ("periodicity", lambda r: from_record(Periodicity, r)),
+    "composition": ("composition", lambda r: from_record(Composition, r)),
+    "histogram": ("histogram", _histogram),
+}
+_MANY: dict[str, tuple[str, Callable[[Record], Any]]] = {
+    "metric": ("metrics", lambda r: from_record(MetricStats, r)),
+    "event": ("events", lambda r: from_record(Event, r)),
+    "spike": ("spikes", lambda r: from_record(Spike, r)),
+    "correlation": ("correlations", lambda r: from_record(Correlation, r)),
+    "series": ("series", _series),
+    "warning": ("warnings", lambda r: str(r.get("message", ""))),
+    "error": ("errors", lambda r: str(r.get("message", ""))),
+}
 
 
 def build_report(
     host: str, path: str, records: Sequence[Record], *, duration_s: float = 0.0
 ) -> TrainLogReport:
-    """A :class:`TrainLogReport` from the script's records (exit 2 if they say it failed)."""
-    rep = TrainLogReport(host=host, path=path, duration_s=duration_s)
-    metrics: list[MetricStats] = []
-    spikes: list[Spike] = []
-    events: list[Event] = []
-    corr: list[Correlation] = []
-    series: list[Series] = []
-    warnings: list[str] = []
-    errors: list[str] = []
-    summary: Record | None = None
+    """A :class:`TrainLogReport` from the script's records: the exit code is the final
+    record's (exit 2, and an error saying so, when the records end before it)."""
+    values: dict[str, Any] = {}
+    many: dict[str, list[Any]] = {name: [] for name, _ in _MANY.values()}
+    summary: Record = {}
+    final: Record | None = None
     for rec in records:
-        t = rec.get("type")
-        if t == "source":
-            rep = replace(
-                rep,
-                source=_make(LogSource, rec, metrics=tuple(rec.get("metrics", ()))),
-            )
-        elif t == "preset":
-            rep = replace(rep, preset=_make(Preset, rec))
-        elif t == "metric":
-            metrics.append(_make(MetricStats, rec))
-        elif t == "event":
-            events.append(_make(Event, rec))
-        elif t == "spike":
-            spikes.append(_make(Spike, rec))
-        elif t == "correlation":
-            corr.append(_make(Correlation, rec))
-        elif t == "distribution":
-            modes = tuple(_make(Mode, m) for m in rec.get("modes", ()))
-            rep = replace(rep, distribution=_make(Distribution, rec, modes=modes))
-        elif t == "periodicity":
-            rep = replace(rep, periodicity=_make(Periodicity, rec))
-        elif t == "composition":
-            buckets = tuple(_make(BucketStat, b) for b in rec.get("buckets", ()))
-            rep = replace(rep, composition=_make(Composition, rec, buckets=buckets))
-        elif t == "histogram":
-            counts = {str(k): tuple(int(c) for c in v) for k, v in rec["counts"].items()}
-            rep = replace(
-                rep,
-                histogram=_make(
-                    Histogram,
-                    rec,
-                    edges=_tuple_floats(rec["edges"]),
-                    counts=counts,
-                    modes=_tuple_floats(rec.get("modes", ())),
-                ),
-            )
-        elif t == "series":
-            series.append(
-                Series(
-                    metric=rec["metric"],
-                    steps=_tuple_floats(rec["steps"]),
-                    values=_tuple_floats(rec["values"]),
-                )
-            )
-        elif t == "warning":
-            warnings.append(str(rec.get("message", "")))
-        elif t == "error":
-            errors.append(str(rec.get("message", "")))
-            if rec.get("kind") == "no-loss":
-                numeric = tuple(str(k) for k in rec.get("numeric", ()))
-                rep = replace(
-                    rep, numeric_columns=numeric, hints=no_loss_hints(host, path, numeric)
-                )
+        t = str(rec.get("type"))
+        if t in _ONE_EACH:
+            name, make = _ONE_EACH[t]
+            values[name] = make(rec)
+        elif t in _MANY:
+            name, make = _MANY[t]
+            many[name].append(make(rec))
         elif t == "summary":
             summary = rec
-    tol = rep.source.tolerance if rep.source else 0.0
-    spikes = [
-        replace(s, at_event=s.distance is not None and abs(s.distance) <= tol) for s in spikes
+        elif t == FINAL:
+            final = rec
+        if t == "error" and rec.get("kind") == "no-loss":
+            numeric = tuple(str(k) for k in rec.get("numeric", ()))
+            values.update(numeric_columns=numeric, hints=no_loss_hints(host, path, numeric))
+    if final is None:
+        many["errors"].append("the analysis stopped before its final record")
+    code = _exit_code(final, many["errors"])
+    source = values.get("source")
+    tol = source.tolerance if source is not None else 0.0
+    many["spikes"] = [
+        replace(s, at_event=s.distance is not None and abs(s.distance) <= tol)
+        for s in many["spikes"]
     ]
-    findings: tuple[str, ...] = tuple(summary.get("findings", ())) if summary else ()
-    if errors:
-        code = EXIT_FAILED
-    elif summary is None:
-        code = EXIT_FAILED
-        errors.append("the analysis stopped before its summary (see the output above)")
-    else:
-        code = int(summary.get("exit", EXIT_FINDINGS if findings else EXIT_OK))
-    rep = replace(
-        rep,
-        metrics=tuple(metrics),
-        spikes=tuple(spikes),
-        events=tuple(events),
-        correlations=tuple(corr),
-        series=tuple(series),
-        warnings=tuple(warnings),
-        errors=tuple(errors),
-        findings=findings,
+    tuples: dict[str, Any] = {name: tuple(items) for name, items in many.items()}
+    rep = TrainLogReport(
+        host=host,
+        path=path,
+        duration_s=duration_s,
+        findings=tuple(str(f) for f in summary.get("findings", ())),
         exit_code=code,
+        **values,
+        **tuples,
     )
-    return replace(rep, diagnosis=tuple(diagnose(rep)))
+    return replace(rep, diagnosis=tuple(diagnosis(rep)))
+
+
+def _exit_code(final: Record | None, errors: Sequence[str]) -> int:
+    """The final record's exit code; 2 without one, or when the script wrote errors."""
+    code = final.get("exit_code") if final is not None else EXIT_FAILED
+    if errors or code not in (EXIT_OK, EXIT_FINDINGS, EXIT_FAILED):
+        return EXIT_FAILED
+    return int(code)
 
 
 HINT_COLUMNS = 5  # command lines suggested when no loss series was found
@@ -525,8 +509,10 @@ def analyze_train_log(
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
 
-    A log that cannot be analysed gives a report with ``errors`` and exit code 2; the
-    engine's own errors (connection, timeout, container, interpreter) are raised.
+    A log that cannot be analysed gives a report with ``errors`` and exit code 2; a script
+    that stopped before its final record (killed, crashed) raises
+    :class:`~remotekit.DiagnosticError` naming host and step, and the engine's own errors
+    (connection, timeout, container, interpreter) are raised too.
     """
     args = script_args(
         path,
@@ -538,19 +524,11 @@ def analyze_train_log(
         tolerance=tolerance,
         points=points,
     )
-    tail = OutputTail(10)
-    records, result = run_records(
-        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record, on_output=tail
+    run = run_diagnostic(
+        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record
     )
-    report = build_report(
-        result.host or target.name, str(path), records, duration_s=result.duration_s
-    )
-    if report.exit_code == EXIT_FAILED and not any(r.get("type") == "error" for r in records):
-        msg = f"trainlog.py exited with {result.exit_code}"
-        if tail.lines:
-            msg += ":\n" + tail.indented()
-        report = replace(report, errors=(*report.errors, msg))
-    return report
+    host = run.result.host or target.name
+    return build_report(host, str(path), run.records, duration_s=run.result.duration_s)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -606,7 +584,7 @@ def _onsets(spikes: Sequence[Spike], tol: float) -> list[list[Spike]]:
     return groups
 
 
-def diagnose(rep: TrainLogReport) -> list[str]:
+def diagnosis(rep: TrainLogReport) -> list[str]:
     """A few sentences that lead from the findings to a cause."""
     if rep.errors:
         return []
@@ -970,3 +948,8 @@ def plot_report(rep: TrainLogReport, path: str) -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+#: Deprecated name of :func:`diagnosis` (it read as :func:`remotekit.diagnose`, which runs
+#: every diagnostic of a run).
+diagnose = diagnosis

@@ -74,7 +74,10 @@ from collections import Counter
 from itertools import chain, compress, islice, repeat
 from operator import ge, gt, itemgetter, le, lt, mul, ne, sub
 
-EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
+from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish, mask  # the record protocol
+
+COMMAND = "train-log"  # the command named in the final record
 
 PRESETS = {
     "olmo2": {
@@ -226,12 +229,10 @@ class LogError(Exception):
 
 
 def _num(v):
-    """A JSON-safe number: non-finite floats as strings, integral floats as ints."""
-    if isinstance(v, float):
-        if v != v:
-            return "nan"
-        if v in (math.inf, -math.inf):
-            return "inf" if v > 0 else "-inf"
+    """A finite float rounded to 6 significant digits, a whole one as an int: records stay
+    small (a series of 2000 points); non-finite floats pass as they are (the protocol
+    encodes them as "nan", "inf", "-inf")."""
+    if isinstance(v, float) and math.isfinite(v):
         if v.is_integer() and abs(v) < 2**53:
             return int(v)
         return float("%.6g" % v)
@@ -246,12 +247,23 @@ def _clean(obj):
     return _num(obj)
 
 
-def emit(rtype, **fields):
-    fields = _clean(fields)
+def send(rtype, **fields):
+    """Write one record of ``rtype`` (numbers rounded by ``_num``) with the protocol."""
     rec = {"type": rtype}
-    rec.update(fields)
-    sys.stdout.write(json.dumps(rec, allow_nan=False) + "\n")
-    sys.stdout.flush()  # each record is seen as it is made, even when stdout is a pipe
+    rec.update(_clean(fields))
+    emit(rec)
+
+
+def end(code, rows=0, spikes=0, events=None, findings=()):
+    """The ``summary`` record (what was found, in counts), then the one final record."""
+    send("summary", rows=rows, spikes=spikes, events=events or {}, findings=list(findings))
+    return finish(COMMAND, code)
+
+
+def failed(message, **fields):
+    """The log could not be analysed: one ``error`` record, then the end with exit 2."""
+    send("error", message=message, **fields)
+    return end(EXIT_FAILED)
 
 
 # --------------------------------------------------------------------------------------------
@@ -484,19 +496,6 @@ class Ingest:
             step = self.last_step()
         self.events.append((kind, step, "log", mask(line.strip())[:160]))
         return True
-
-
-# A log line travels back as an event's detail: hide what looks like a credential in it.
-_SECRET_ASSIGN_RE = re.compile(
-    r"(?i)([\w.-]*(?:pass(?:word|wd)?|secret|token|api[-_]?key|credential|auth|signature)"
-    r"[\w.-]*\s*[=:]\s*)[^\s&,;]+"
-)
-_URL_QUERY_RE = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s?#]+)\?[^\s]+", re.I)
-
-
-def mask(text):
-    """``text`` with URL query strings and ``token=...``-style values replaced by ``***``."""
-    return _SECRET_ASSIGN_RE.sub(r"\1***", _URL_QUERY_RE.sub(r"\1?***", text))
 
 
 def _maybe_event(ing, line):
@@ -3092,52 +3091,51 @@ def main(argv=None):
     names = args.metrics.split(",") + list(args.metric)
     wanted = [m.strip() for m in names if m.strip()] or None
     try:
-        return analyse(args, wanted)
+        return analyze_log(args, wanted)
     except NoLoss as exc:
-        binary = _binary_share(args.path)
-        if binary > 0.1:
-            emit(
-                "error",
-                message="%s: not a text log: %.0f%% of its first bytes are binary (a checkpoint, "
-                "an archive, the wrong file?); no loss series read" % (args.path, 100 * binary),
-                kind="not-text",
-            )
-            emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
-            return EXIT_FAILED
-        what = (
-            "found only %s, no loss series" % ", ".join(exc.found)
-            if exc.found
-            else "no loss series found"
-        )
-        emit(
-            "error",
-            message="%s: %s; numeric columns: %s; name the one to analyse with --metric NAME"
-            % (args.path, what, ", ".join(exc.numeric[:30]) or "none"),
-            kind="no-loss",
-            numeric=exc.numeric[:30],
-            flag="--metric",
-        )
-        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
-        return EXIT_FAILED
+        return _no_loss(args.path, exc)
     except LogError as exc:
-        emit("error", message="%s: %s" % (args.path, exc))
-        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
-        return EXIT_FAILED
+        return failed("%s: %s" % (args.path, exc))
     except OSError as exc:
-        emit("error", message="cannot read %s: %s" % (args.path, exc.strerror or exc))
-        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
-        return EXIT_FAILED
+        return failed("cannot read %s: %s" % (args.path, exc.strerror or exc))
     except Exception as exc:  # a log that breaks the script still gets an answer, not a traceback
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        emit(
-            "error",
-            message="%s: the analysis failed (%s: %s, at trainlog.py:%d in %s); this is a bug "
-            "in trainlog.py: please report it with the log's first lines"
-            % (args.path, type(exc).__name__, str(exc)[:200], where.lineno, where.name),
+        return failed(
+            "%s: the analysis failed (%s: %s, at %s:%d in %s); this is a bug in trainlog.py: "
+            "please report it with the log's first lines"
+            % (
+                args.path,
+                type(exc).__name__,
+                str(exc)[:200],
+                os.path.basename(where.filename),
+                where.lineno,
+                where.name,
+            ),
             kind="internal",
         )
-        emit("summary", rows=0, spikes=0, findings=[], exit=EXIT_FAILED)
-        return EXIT_FAILED
+
+
+def _no_loss(path, exc):
+    """No loss series: a binary file is named as such, else the numeric columns there are."""
+    binary = _binary_share(path)
+    if binary > 0.1:
+        return failed(
+            "%s: not a text log: %.0f%% of its first bytes are binary (a checkpoint, "
+            "an archive, the wrong file?); no loss series read" % (path, 100 * binary),
+            kind="not-text",
+        )
+    what = (
+        "found only %s, no loss series" % ", ".join(exc.found)
+        if exc.found
+        else "no loss series found"
+    )
+    return failed(
+        "%s: %s; numeric columns: %s; name the one to analyse with --metric NAME"
+        % (path, what, ", ".join(exc.numeric[:30]) or "none"),
+        kind="no-loss",
+        numeric=exc.numeric[:30],
+        flag="--metric",
+    )
 
 
 def _binary_share(path, size=1 << 16):
@@ -3155,7 +3153,7 @@ def _binary_share(path, size=1 << 16):
     return bad / len(text)
 
 
-def analyse(args, wanted):
+def analyze_log(args, wanted):
     preset = dict(PRESETS[args.preset])
     warnings = []
     path, chosen = args.path, None
@@ -3209,7 +3207,7 @@ def analyse(args, wanted):
     # phase: use a quarter of the log (at least 50 rows) as the window instead.
     # (the preset record then says window < preset_window)
     preset["window"] = min(preset["window"], max(50, n // 4))
-    emit(
+    send(
         "source",
         path=os.path.abspath(path),
         chosen_from=chosen,
@@ -3229,7 +3227,7 @@ def analyse(args, wanted):
         stride=stride,
         tolerance=tol,
     )
-    emit(
+    send(
         "preset",
         name=args.preset,
         window=preset["window"],
@@ -3288,7 +3286,7 @@ def analyse(args, wanted):
                 }
             )
         incidents.extend(found)
-        emit(
+        send(
             "metric",
             label=label,
             key=key,
@@ -3307,7 +3305,7 @@ def analyse(args, wanted):
     for e in events:
         sent[e[0]] += 1
         if sent[e[0]] <= MAX_EVENTS:
-            emit("event", kind=e[0], step=e[1], source=e[2], detail=e[3])
+            send("event", kind=e[0], step=e[1], source=e[2], detail=e[3])
     # batch composition on the loss (or the first upward metric)
     main_label = next((lab for lab, _ in ing.metrics if lab == "loss"), None)
     if main_label is None:
@@ -3336,30 +3334,30 @@ def analyse(args, wanted):
                 pos += 1
             inc["bucket"] = names[c] if c >= 0 else None
             inc["run_position"] = pos
-    send = incidents
-    if len(send) > MAX_SPIKES:
-        send = sorted(send, key=lambda i: -(i["score"] if i["score"] is not None else math.inf))[
-            :MAX_SPIKES
-        ]
-        send.sort(key=lambda i: (i["step"], i["metric"]))
+    listed = incidents
+    if len(listed) > MAX_SPIKES:
+        listed = sorted(
+            listed, key=lambda i: -(i["score"] if i["score"] is not None else math.inf)
+        )[:MAX_SPIKES]
+        listed.sort(key=lambda i: (i["step"], i["metric"]))
         warnings.append(
             "%d spikes found; the %d with the highest score are listed"
             % (len(incidents), MAX_SPIKES)
         )
-    for inc in send:
+    for inc in listed:
         rec = dict((k, v) for k, v in inc.items() if k not in ("row", "idx", "peak_idx", "end_idx"))
-        emit("spike", **rec)
+        send("spike", **rec)
     lo_s, hi_s = min(steps), max(steps)
     for c in correlate(incidents, events, tol, lo_s, hi_s):
-        emit("correlation", **c)
+        send("correlation", **c)
     if "distribution" in comp:
-        emit("distribution", **comp["distribution"])
+        send("distribution", **comp["distribution"])
     if comp.get("periodicity"):
-        emit("periodicity", **comp["periodicity"])
+        send("periodicity", **comp["periodicity"])
     if "composition" in comp:
-        emit("composition", **comp["composition"])
+        send("composition", **comp["composition"])
     if "histogram" in comp:
-        emit("histogram", **comp["histogram"])
+        send("histogram", **comp["histogram"])
     if args.points > 0:
         for label, _ in ing.metrics:
             vals, rows = compact[label]
@@ -3367,14 +3365,14 @@ def analyse(args, wanted):
             keep = [i["idx"] for i in mine] + [i["peak_idx"] for i in mine]
             keep += [i["peak_idx"] + 1 for i in mine]
             idx = decimate(vals, args.points, keep)
-            emit(
+            send(
                 "series",
                 metric=label,
                 steps=[steps[rows[i] if rows is not None else i] for i in idx],
                 values=[vals[i] for i in idx],
             )
     for w in warnings:
-        emit("warning", message=w)
+        send("warning", message=w)
     findings = []
     if any(i["kind"] == "spike" for i in incidents):
         findings.append("spikes")
@@ -3385,15 +3383,7 @@ def analyse(args, wanted):
     if comp.get("composition", {}).get("finding"):
         findings.append("batch-composition")
     code = EXIT_FINDINGS if findings else EXIT_OK
-    emit(
-        "summary",
-        rows=n,
-        spikes=len(incidents),
-        events=dict(counts),
-        findings=findings,
-        exit=code,
-    )
-    return code
+    return end(code, rows=n, spikes=len(incidents), events=dict(counts), findings=findings)
 
 
 if __name__ == "__main__":
