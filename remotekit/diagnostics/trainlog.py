@@ -637,8 +637,17 @@ def diagnosis(rep: TrainLogReport) -> list[str]:
 
 
 def render_report(rep: TrainLogReport) -> str:
-    """The report as text for people."""
+    """The report as text for people: what was read, then one part per kind of finding."""
+    parts = (_head, _metrics, _spikes, _events, _correlations, _distribution, _periodicity)
     lines: list[str] = [f"train-log  {rep.host}:{rep.path}"]
+    for part in (*parts, _composition, _ending):
+        lines += part(rep)
+    return "\n".join(lines)
+
+
+def _head(rep: TrainLogReport) -> list[str]:
+    """Errors, hints, what was read, the preset and the reading's warnings."""
+    lines: list[str] = []
     for msg in rep.errors:
         lines.append(f"  error: {msg}")
     for hint in rep.hints:
@@ -662,7 +671,12 @@ def render_report(rep: TrainLogReport) -> str:
         lines.append(f"  preset {p.name}: {p.rule}{short}")
     for w in rep.warnings:
         lines.append(f"  warning: {w}")
-    tol = src.tolerance if src else 0.0
+    return lines
+
+
+def _metrics(rep: TrainLogReport) -> list[str]:
+    """The table of metrics checked."""
+    lines: list[str] = []
     if rep.metrics:
         lines += ["", "Metrics"]
         lines.append(
@@ -683,6 +697,13 @@ def render_report(rep: TrainLogReport) -> str:
                 ],
             )
         )
+    return lines
+
+
+def _spikes(rep: TrainLogReport) -> list[str]:
+    """The table of spikes and cliffs."""
+    lines: list[str] = []
+    tol = rep.source.tolerance if rep.source else 0.0
     if rep.spikes:
         lines += ["", f"Spikes and cliffs ({len(rep.spikes)})"]
         lines.append(
@@ -720,6 +741,12 @@ def render_report(rep: TrainLogReport) -> str:
                 ],
             )
         )
+    return lines
+
+
+def _events(rep: TrainLogReport) -> list[str]:
+    """The events by kind, and the notable ones."""
+    lines: list[str] = []
     if rep.events:
         counts: dict[tuple[str, str], int] = {}
         for e in rep.events:
@@ -728,6 +755,13 @@ def render_report(rep: TrainLogReport) -> str:
         notable = [e for e in rep.events if e.kind in ("resume", "warmup", "lr-jump", "pause")]
         for e in notable[:10]:
             lines.append(f"  step {_n(e.step)}: {e.kind}: {e.detail}")
+    return lines
+
+
+def _correlations(rep: TrainLogReport) -> list[str]:
+    """Whether spikes sit at events more often than chance."""
+    lines: list[str] = []
+    tol = rep.source.tolerance if rep.source else 0.0
     if rep.correlations and any(c.spikes for c in rep.correlations):
         lines += ["", f"Spikes at events (onsets within ±{_n(tol)} steps)"]
         lines.append(
@@ -746,6 +780,12 @@ def render_report(rep: TrainLogReport) -> str:
                 ],
             )
         )
+    return lines
+
+
+def _distribution(rep: TrainLogReport) -> list[str]:
+    """The loss's shape over the stable window, with its modes."""
+    lines: list[str] = []
     d = rep.distribution
     if d is not None and d.quantised:
         lines += [
@@ -775,6 +815,12 @@ def render_report(rep: TrainLogReport) -> str:
                 ],
             )
         )
+    return lines
+
+
+def _periodicity(rep: TrainLogReport) -> list[str]:
+    """The periodicity line."""
+    lines: list[str] = []
     per = rep.periodicity
     if per is not None:
         rows = f", {per.lag_rows} log rows" if per.stride != 1 and per.lag_rows else ""
@@ -790,6 +836,12 @@ def render_report(rep: TrainLogReport) -> str:
                 f"Periodicity: none (strongest autocorrelation {_n(per.acf, 2)} at lag "
                 f"{_n(per.lag)} steps{rows})"
             )
+    return lines
+
+
+def _composition(rep: TrainLogReport) -> list[str]:
+    """The batch composition table and its verdict."""
+    lines: list[str] = []
     c = rep.composition
     if c is not None:
         if c.key is not None:
@@ -811,6 +863,12 @@ def render_report(rep: TrainLogReport) -> str:
                 )
             )
         lines.append(f"Verdict: {c.verdict}")
+    return lines
+
+
+def _ending(rep: TrainLogReport) -> list[str]:
+    """The diagnosis and the exit line."""
+    lines: list[str] = []
     if rep.diagnosis:
         lines += ["", "Diagnosis"]
         lines += [f"  - {s}" for s in rep.diagnosis]
@@ -819,7 +877,7 @@ def render_report(rep: TrainLogReport) -> str:
         f": {', '.join(rep.findings)}" if rep.findings and rep.exit_code == EXIT_FINDINGS else ""
     )
     lines += ["", f"exit {rep.exit_code} ({word.get(rep.exit_code, '?')}{extra})"]
-    return "\n".join(lines)
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -856,98 +914,117 @@ def plot_report(rep: TrainLogReport, path: str) -> str:
     ax_list = [a[0] for a in axes]
     tol = rep.source.tolerance if rep.source else 0.0
     for ax, metric in zip(ax_list, panels):
-        s = rep.series_for(metric)
-        assert s is not None
-        ax.plot(s.steps, s.values, lw=0.6, color="tab:blue", label=metric)
-        if metric == "loss" and s.values and min(s.values) > 0:
-            ax.set_yscale("log")
-        seen: set[str] = set()
-        for e in rep.events:
-            color, style = _EVENT_STYLE.get(e.kind, ("k", ":"))
-            if e.kind == "epoch" and len(rep.events) > 200:
-                continue
-            ax.axvline(
-                e.step,
-                color=color,
-                ls=style,
-                lw=0.9,
-                alpha=0.8,
-                label=e.kind if e.kind not in seen else None,
-            )
-            seen.add(e.kind)
-        mine = [sp for sp in rep.spikes if sp.metric == metric and math.isfinite(sp.value)]
-        for kind, marker, color in (("spike", "^", "red"), ("cliff", "v", "red")):
-            pts = [sp for sp in mine if sp.kind == kind]
-            if not pts:
-                continue
-            ax.scatter(
-                [p.peak_step for p in pts],
-                [p.value for p in pts],
-                marker=marker,
-                s=40,
-                color=color,
-                zorder=5,
-                label=f"{kind} ({len(pts)})",
-            )
-            crowded = len(pts) > 6
-            for p in pts[:40]:
-                at = ("at " + p.event) if p.at_event and p.event else "no event"
-                ax.annotate(
-                    f"{_n(p.step)}: {at}",
-                    (p.peak_step, p.value),
-                    textcoords="offset points",
-                    xytext=(2, -4 if kind == "cliff" and crowded else 4),
-                    fontsize=6 if crowded else 7,
-                    rotation=90 if crowded else 0,
-                    va="top" if kind == "cliff" and crowded else "bottom",
-                    color="darkred",
-                )
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.25)
-        ax.legend(loc="best", fontsize=7, ncol=3)
+        _plot_metric(ax, rep, metric)
     ax_list[len(panels) - 1].set_xlabel("step")
     title = f"{rep.host}:{rep.path}"
     if rep.preset is not None:
         title += f"  (preset {rep.preset.name}, ±{_n(tol)} steps counts as at an event)"
     ax_list[0].set_title(title, fontsize=9)
     if hist is not None:
-        ax = ax_list[-1]
-        edges = list(hist.edges)
-        widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
-        bottom = [0.0] * len(widths)
-        cmap = plt.get_cmap("tab10")
-        for i, (name, counts) in enumerate(hist.counts.items()):
-            label = f"{hist.key} {name}" if hist.key else name
-            ax.bar(
-                edges[:-1],
-                counts,
-                width=widths,
-                bottom=bottom,
-                align="edge",
-                color=cmap(i % 10),
-                alpha=0.85,
-                label=label,
-            )
-            bottom = [b + c for b, c in zip(bottom, counts)]
-        for m in hist.modes:
-            ax.axvline(m, color="k", ls="--", lw=0.8)
-        if hist.scale == "log":
-            ax.set_xscale("log")
-        shape = rep.distribution.shape if rep.distribution else ""
-        ax.set_title(
-            f"{hist.metric} over steps {_n(hist.first_step)}..{_n(hist.last_step)} "
-            f"(trend removed): {shape}" + (f", coloured by {hist.key}" if hist.key else ""),
-            fontsize=9,
-        )
-        ax.set_xlabel(hist.metric)
-        ax.set_ylabel("steps")
-        ax.legend(fontsize=7)
+        _plot_histogram(ax_list[-1], rep, hist, plt)
         if rep.composition is not None:
             fig.text(0.01, 0.005, rep.composition.verdict, fontsize=7, wrap=True)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _plot_metric(ax: Any, rep: TrainLogReport, metric: str) -> None:
+    """One panel: the decimated series, the events as vertical lines, the spikes marked."""
+    s = rep.series_for(metric)
+    assert s is not None
+    ax.plot(s.steps, s.values, lw=0.6, color="tab:blue", label=metric)
+    if metric == "loss" and s.values and min(s.values) > 0:
+        ax.set_yscale("log")
+    _plot_events(ax, rep.events)
+    _plot_spikes(ax, rep, metric)
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.25)
+    ax.legend(loc="best", fontsize=7, ncol=3)
+
+
+def _plot_events(ax: Any, events: Sequence[Event]) -> None:
+    """Each event as a vertical line styled by kind (epoch starts left out when crowded)."""
+    seen: set[str] = set()
+    for e in events:
+        color, style = _EVENT_STYLE.get(e.kind, ("k", ":"))
+        if e.kind == "epoch" and len(events) > 200:
+            continue
+        ax.axvline(
+            e.step,
+            color=color,
+            ls=style,
+            lw=0.9,
+            alpha=0.8,
+            label=e.kind if e.kind not in seen else None,
+        )
+        seen.add(e.kind)
+
+
+def _plot_spikes(ax: Any, rep: TrainLogReport, metric: str) -> None:
+    """Spikes and cliffs of ``metric`` at their peaks, each with its event (or none)."""
+    mine = [sp for sp in rep.spikes if sp.metric == metric and math.isfinite(sp.value)]
+    for kind, marker, color in (("spike", "^", "red"), ("cliff", "v", "red")):
+        pts = [sp for sp in mine if sp.kind == kind]
+        if not pts:
+            continue
+        ax.scatter(
+            [p.peak_step for p in pts],
+            [p.value for p in pts],
+            marker=marker,
+            s=40,
+            color=color,
+            zorder=5,
+            label=f"{kind} ({len(pts)})",
+        )
+        crowded = len(pts) > 6
+        for p in pts[:40]:
+            at = ("at " + p.event) if p.at_event and p.event else "no event"
+            ax.annotate(
+                f"{_n(p.step)}: {at}",
+                (p.peak_step, p.value),
+                textcoords="offset points",
+                xytext=(2, -4 if kind == "cliff" and crowded else 4),
+                fontsize=6 if crowded else 7,
+                rotation=90 if crowded else 0,
+                va="top" if kind == "cliff" and crowded else "bottom",
+                color="darkred",
+            )
+
+
+def _plot_histogram(ax: Any, rep: TrainLogReport, hist: Histogram, plt: Any) -> None:
+    """The loss histogram (trend removed), stacked by bucket, with the modes marked."""
+    edges = list(hist.edges)
+    widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
+    bottom = [0.0] * len(widths)
+    cmap = plt.get_cmap("tab10")
+    for i, (name, counts) in enumerate(hist.counts.items()):
+        label = f"{hist.key} {name}" if hist.key else name
+        ax.bar(
+            edges[:-1],
+            counts,
+            width=widths,
+            bottom=bottom,
+            align="edge",
+            color=cmap(i % 10),
+            alpha=0.85,
+            label=label,
+        )
+        bottom = [b + c for b, c in zip(bottom, counts)]
+    for m in hist.modes:
+        ax.axvline(m, color="k", ls="--", lw=0.8)
+    if hist.scale == "log":
+        ax.set_xscale("log")
+    shape = rep.distribution.shape if rep.distribution else ""
+    ax.set_title(
+        f"{hist.metric} over steps {_n(hist.first_step)}..{_n(hist.last_step)} "
+        f"(trend removed): {shape}" + (f", coloured by {hist.key}" if hist.key else ""),
+        fontsize=9,
+    )
+    ax.set_xlabel(hist.metric)
+    ax.set_ylabel("steps")
+    ax.legend(fontsize=7)
 
 
 #: Deprecated name of :func:`diagnosis` (it read as :func:`remotekit.diagnose`, which runs

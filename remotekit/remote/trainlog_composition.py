@@ -226,13 +226,61 @@ def bucket_column(ing, cols, n):
 
 def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=None):
     """Shape of ``label`` over a stable window, and how it follows the batch's bucket.
-    ``derived``: ``{column: words}`` for batch columns taken from a running total."""
-    n = len(vals)
-    out = {}
-    if n < 40:
+    ``derived``: ``{column: words}`` for batch columns taken from a running total.
+    Returns ``{"distribution", "periodicity", "histogram", "composition", "codes"}`` (the
+    ones it could make; nothing for a log too short to have a stable window)."""
+    keep = _stable_window(label, len(vals), incidents)
+    if keep is None:
+        return {}
+    v = [vals[i] for i in keep]
+    r, logscale, slope, unscale = _detrend(v, keep)
+    modes, _, _ = kde_modes(r)
+    bc = bimodality_coefficient(r)
+    quant = quantisation(v, r, logscale)
+    shape = "quantised" if quant is not None else _SHAPES.get(len(modes), "multimodal")
+    at = (lambda i: rows[i]) if rows is not None else (lambda i: i)
+    stride = _row_stride([steps[at(i)] for i in keep])
+    key, codes, names = bucket_column(ing, cols, nrows)
+    rc = [codes[at(i)] for i in keep] if key is not None else None
+    dist = {
+        "metric": label,
+        "scale": "log" if logscale else "linear",
+        "first_step": steps[at(keep[0])],
+        "last_step": steps[at(keep[-1])],
+        "n": len(r),
+        "shape": shape,
+        "bimodality": bc,
+        "trend_slope": slope,
+        "modes": _modes(modes, r, rc, names, unscale),
+        "quantised": quant,
+    }
+    per = periodicity(r, stride, quant)
+    out = {"periodicity": per, "distribution": dist}
+    hist = _histogram(r, rc, names, unscale, dist, key)
+    if hist is not None:
+        out["histogram"] = hist
+    words = [_coarse_words(label, quant) or "%s is %s" % (label, shape)]
+    repeats = _repeat_words(per, stride)
+    if key is None:
+        out["composition"] = _without_batches(label, modes, bc, quant, dist, words, repeats)
         return out
-    lo = n // 2
-    lo = max(lo, n - STABLE_MAX)
+    out["codes"] = (codes, names)
+    out["composition"] = _by_bucket(
+        label, key, codes, names, v, r, rc, dist, words, repeats, stride, derived
+    )
+    return out
+
+
+_SHAPES = {1: "unimodal", 2: "bimodal", 3: "trimodal"}
+
+
+def _stable_window(label, n, incidents):
+    """The rows of the stable window: the log's second half (at most ``STABLE_MAX`` of the
+    latest values) without ``label``'s incidents and the 3 rows after each; None when
+    too few are left to have a shape."""
+    if n < 40:
+        return None
+    lo = max(n // 2, n - STABLE_MAX)
     excl = sorted(
         (i["idx"], i["end_idx"] + 3)
         for i in incidents
@@ -246,12 +294,15 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=N
         if e < len(excl) and excl[e][0] <= i < excl[e][1]:
             continue
         keep.append(i)
-    if len(keep) < 30:
-        return out
-    v = [vals[i] for i in keep]
+    return keep if len(keep) >= 30 else None
+
+
+def _detrend(v, keep):
+    """``(residuals, logscale, slope, unscale)``: ``v`` (in logs when all positive) less a
+    least-squares trend on log(row), so a still-falling loss does not smear the modes;
+    ``unscale`` turns a residual back into a value at the window's end."""
     logscale = min(v) > 0
     y = [math.log(x) for x in v] if logscale else list(v)
-    # trend: least squares on log(row), so a still-falling loss does not smear the modes
     x = [math.log(i + 1) for i in keep]
     mx, my = sum(x) / len(x), sum(y) / len(y)
     sxx = sum((a - mx) ** 2 for a in x)
@@ -262,52 +313,13 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=N
     def unscale(t):
         return math.exp(t + level) if logscale else t + level
 
-    modes, _, _ = kde_modes(r)
-    bc = bimodality_coefficient(r)
-    nm = len(modes)
-    shape = {1: "unimodal", 2: "bimodal", 3: "trimodal"}.get(nm, "multimodal")
-    quant = quantisation(v, r, logscale)
-    if quant is not None:
-        shape = "quantised"
-    first_row = rows[keep[0]] if rows is not None else keep[0]
-    last_row = rows[keep[-1]] if rows is not None else keep[-1]
-    stride = _row_stride([steps[rows[i] if rows is not None else i] for i in keep])
-    dist = {
-        "metric": label,
-        "scale": "log" if logscale else "linear",
-        "first_step": steps[first_row],
-        "last_step": steps[last_row],
-        "n": len(r),
-        "shape": shape,
-        "bimodality": bc,
-        "trend_slope": b,
-        "modes": [],
-        "quantised": quant,
-    }
-    per = periodicity(r, stride, quant)
-    out["periodicity"] = per
-    repeats = None  # the words for a periodic loss
-    if per and per["periodic"]:
-        repeats = "it repeats every %s steps (autocorrelation %.2f)" % (
-            _fmt(per["lag"]),
-            per["acf"],
-        )
-        if stride != 1:
-            repeats = repeats[:-1] + ", every %d log rows)" % per["lag_rows"]
-    coarse = None  # the words for a quantised loss
-    if quant is not None:
-        coarse = (
-            "%s takes only %d distinct values in steps of %s (rounded when logged): too coarse "
-            "to judge its shape or periodicity" % (label, quant["distinct"], _fmt(quant["quantum"]))
-        )
-    # buckets
-    key, codes, names = bucket_column(ing, cols, nrows)
-    rc = None
-    if key is not None:
-        rc = [codes[rows[i] if rows is not None else i] for i in keep]
-    bounds = [m["hi"] for m in modes[:-1]]
-    for m in modes:
-        md = {
+    return r, logscale, b, unscale
+
+
+def _modes(modes, r, rc, names, unscale):
+    """The KDE modes in the metric's units, each with the bucket that dominates it."""
+    out = [
+        {
             "center": unscale(m["center"]),
             "weight": m["weight"],
             "lo": unscale(m["lo"]),
@@ -315,95 +327,124 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=N
             "bucket": None,
             "purity": None,
         }
-        dist["modes"].append(md)
-    if rc is not None:
-        per_mode = [Counter() for _ in modes]
-        for t, c in zip(r, rc):
-            per_mode[min(len(modes) - 1, bisect.bisect_left(bounds, t))][c] += 1
-        for md, cnt in zip(dist["modes"], per_mode):
-            if cnt:
-                c, k = cnt.most_common(1)[0]
-                md["bucket"] = names[c] if c >= 0 else "-"
-                md["purity"] = k / sum(cnt.values())
-    out["distribution"] = dist
-    # histogram on the original scale (trend removed), by bucket where known
+        for m in modes
+    ]
+    if rc is None:
+        return out
+    bounds = [m["hi"] for m in modes[:-1]]
+    per_mode = [Counter() for _ in modes]
+    for t, c in zip(r, rc):
+        per_mode[min(len(modes) - 1, bisect.bisect_left(bounds, t))][c] += 1
+    for md, cnt in zip(out, per_mode):
+        if cnt:
+            c, k = cnt.most_common(1)[0]
+            md["bucket"] = names[c] if c >= 0 else "-"
+            md["purity"] = k / sum(cnt.values())
+    return out
+
+
+def _histogram(r, rc, names, unscale, dist, key):
+    """Counts of the residuals per bin on the original scale, by bucket where known (the
+    8 commonest, the rest as "other"); None when the values have no spread."""
     hb = 40 if len(r) >= 400 else 20
     rs = sorted(r)
     h_lo, h_hi = _quantile(rs, 0.002), _quantile(rs, 0.998)
-    if h_hi > h_lo:
-        w = (h_hi - h_lo) / hb
-        edges = [unscale(h_lo + i * w) for i in range(hb + 1)]
-        counts = {}
-        top = None
-        if rc is not None:
-            topc = [c for c, _ in Counter(rc).most_common(8)]
-            top = set(topc)
-        for i, t in enumerate(r):
-            j = int((t - h_lo) / w)
-            if j == hb:
-                j -= 1
-            if not 0 <= j < hb:
-                continue
-            if rc is None:
-                name = "all"
-            else:
-                c = rc[i]
-                name = (names[c] if c >= 0 else "-") if c in top else "other"
-            counts.setdefault(name, [0] * hb)[j] += 1
-        out["histogram"] = {
-            "metric": label,
-            "scale": dist["scale"],
-            "key": key,
-            "edges": edges,
-            "counts": counts,
-            "modes": [m["center"] for m in dist["modes"]],
-            "first_step": dist["first_step"],
-            "last_step": dist["last_step"],
-        }
-    if key is None:
-        # two signs, since a flat-topped sample can show a spurious bump
-        multimodal = (
-            nm >= 2
-            and sum(1 for m in modes if m["weight"] >= 0.1) >= 2
-            and (bc or 0) > 5 / 9
-            and quant is None
+    if not h_hi > h_lo:
+        return None
+    w = (h_hi - h_lo) / hb
+    counts = {}
+    top = set(c for c, _ in Counter(rc).most_common(8)) if rc is not None else None
+    for i, t in enumerate(r):
+        j = int((t - h_lo) / w)
+        if j == hb:
+            j -= 1
+        if not 0 <= j < hb:
+            continue
+        if rc is None:
+            name = "all"
+        else:
+            c = rc[i]
+            name = (names[c] if c >= 0 else "-") if c in top else "other"
+        counts.setdefault(name, [0] * hb)[j] += 1
+    return {
+        "metric": dist["metric"],
+        "scale": dist["scale"],
+        "key": key,
+        "edges": [unscale(h_lo + i * w) for i in range(hb + 1)],
+        "counts": counts,
+        "modes": [m["center"] for m in dist["modes"]],
+        "first_step": dist["first_step"],
+        "last_step": dist["last_step"],
+    }
+
+
+def _repeat_words(per, stride):
+    """The words for a periodic loss, else None."""
+    if not (per and per["periodic"]):
+        return None
+    words = "it repeats every %s steps (autocorrelation %.2f)" % (_fmt(per["lag"]), per["acf"])
+    if stride != 1:
+        words = words[:-1] + ", every %d log rows)" % per["lag_rows"]
+    return words
+
+
+def _coarse_words(label, quant):
+    """The words for a quantised (rounded) loss, else None."""
+    if quant is None:
+        return None
+    return (
+        "%s takes only %d distinct values in steps of %s (rounded when logged): too coarse "
+        "to judge its shape or periodicity" % (label, quant["distinct"], _fmt(quant["quantum"]))
+    )
+
+
+_NO_BATCH_STATS = {
+    "key": None,
+    "derived": None,
+    "buckets": [],
+    "explained": None,
+    "max_run": None,
+    "max_run_bucket": None,
+    "random_max_run": None,
+    "interleaved_max_run": None,
+    "homogeneous": None,
+    "long_runs": None,
+    "modes_match": False,
+}
+
+
+def _without_batches(label, modes, bc, quant, dist, words, repeats):
+    """The composition record of a log without a per-step batch key: a finding when the
+    loss is multimodal by two signs (a flat-topped sample can show a spurious bump) or
+    periodic."""
+    nm = len(modes)
+    multimodal = (
+        nm >= 2
+        and sum(1 for m in modes if m["weight"] >= 0.1) >= 2
+        and (bc or 0) > 5 / 9
+        and quant is None
+    )
+    if nm >= 2 and quant is None:
+        words.append(
+            "modes %s"
+            % ", ".join(
+                "%s (%d%%)" % (_fmt(m["center"]), round(100 * m["weight"])) for m in dist["modes"]
+            )
         )
-        words = [coarse or "%s is %s" % (label, shape)]
-        if nm >= 2 and quant is None:
-            words.append(
-                "modes %s"
-                % ", ".join(
-                    "%s (%d%%)" % (_fmt(m["center"]), round(100 * m["weight"]))
-                    for m in dist["modes"]
-                )
-            )
-        finding = multimodal or repeats is not None
-        if repeats:
-            words.append(repeats)
-        if finding:
-            words.append(
-                "batches may be homogeneous (e.g. length-bucketed): log each step's bucket or "
-                "seq_len to confirm, and interleave buckets"
-            )
-        out["composition"] = {
-            "key": None,
-            "derived": None,
-            "buckets": [],
-            "explained": None,
-            "max_run": None,
-            "max_run_bucket": None,
-            "random_max_run": None,
-            "interleaved_max_run": None,
-            "homogeneous": None,
-            "long_runs": None,
-            "modes_match": False,
-            "finding": finding,
-            "verdict": "; ".join(words) + ("" if finding else ": no sign of homogeneous batches"),
-        }
-        return out
-    # per bucket: share of all batches, loss in the window, longest run of consecutive steps
-    allc = Counter(codes)
-    total = sum(allc.values())
+    finding = multimodal or repeats is not None
+    if repeats:
+        words.append(repeats)
+    if finding:
+        words.append(
+            "batches may be homogeneous (e.g. length-bucketed): log each step's bucket or "
+            "seq_len to confirm, and interleave buckets"
+        )
+    verdict = "; ".join(words) + ("" if finding else ": no sign of homogeneous batches")
+    return dict(_NO_BATCH_STATS, finding=finding, verdict=verdict)
+
+
+def _longest_runs(codes):
+    """``{code: longest run of consecutive rows with it}``."""
     runs = {}
     nc = len(codes)
     starts = array("l", [0])
@@ -413,58 +454,57 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=N
         c = codes[a]
         if z - a > runs.get(c, 0):
             runs[c] = z - a
-    by = {}
-    for val, c in zip(v, rc):
+    return runs
+
+
+def _bucket_stats(key, codes, names, v, r, rc, derived):
+    """Per bucket: its share of all batches, the loss median in the window and its longest
+    run; the share of the residual variance the bucket explains; the longest run against
+    what a random and an interleaved order would give."""
+    allc = Counter(codes)
+    total = sum(allc.values())
+    runs = _longest_runs(codes)
+    by, byr = {}, {}
+    for val, t, c in zip(v, r, rc):
         by.setdefault(c, []).append(val)
-    byr = {}
-    for t, c in zip(r, rc):
         byr.setdefault(c, []).append(t)
     mr = sum(r) / len(r)
     ss_tot = sum((t - mr) ** 2 for t in r)
     ss_b = sum(len(g) * (sum(g) / len(g) - mr) ** 2 for g in byr.values())
-    explained = ss_b / ss_tot if ss_tot > 0 else 0.0
-    buckets = []
-    for c, cnt in allc.most_common():
-        buckets.append(
-            {
-                "bucket": names[c] if c >= 0 else "-",
-                "batches": cnt,
-                "share": cnt / total,
-                "loss_median": _median(by[c]) if c in by else None,
-                "max_run": runs.get(c, 0),
-            }
-        )
-    real = [bk for bk in buckets if bk["share"] >= 0.02]
-    top = buckets[0]
+    buckets = [
+        {
+            "bucket": names[c] if c >= 0 else "-",
+            "batches": cnt,
+            "share": cnt / total,
+            "loss_median": _median(by[c]) if c in by else None,
+            "max_run": runs.get(c, 0),
+        }
+        for c, cnt in allc.most_common()
+    ]
     max_run_c = max(runs, key=lambda c: runs[c])
-    max_run = runs[max_run_c]
-    p = top["share"]
-    random_run = math.log(max(2.0, total * (1 - p))) / math.log(1 / p) if 0 < p < 1 else total
-    inter_run = max(1, math.ceil(p / (1 - p))) if p < 1 else total
-    homogeneous = len(real) >= 2 and explained >= 0.3
-    long_runs = max_run >= max(4, 2 * inter_run + 1)
-    mode_buckets = [m["bucket"] for m in dist["modes"] if m["weight"] >= 0.05]
-    match = (
-        len(mode_buckets) >= 2
-        and len(set(mode_buckets)) == len(mode_buckets)
-        and all((m["purity"] or 0) >= 0.6 for m in dist["modes"] if m["weight"] >= 0.05)
-    )
-    stats = {
+    p = buckets[0]["share"]
+    return {
         "key": key,
-        "buckets": buckets[:32],
-        "explained": explained,
-        "max_run": max_run,
+        "buckets": buckets,
+        "explained": ss_b / ss_tot if ss_tot > 0 else 0.0,
+        "max_run": runs[max_run_c],
         "max_run_bucket": names[max_run_c] if max_run_c >= 0 else "-",
-        "random_max_run": random_run,
-        "interleaved_max_run": inter_run,
+        "random_max_run": (
+            math.log(max(2.0, total * (1 - p))) / math.log(1 / p) if 0 < p < 1 else total
+        ),
+        "interleaved_max_run": max(1, math.ceil(p / (1 - p))) if p < 1 else total,
         "derived": (derived or {}).get(key),
     }
-    out["codes"] = (codes, names)
+
+
+def _by_bucket(label, key, codes, names, v, r, rc, dist, words, repeats, stride, derived):
+    """The composition record of a log with a per-step batch key, and its verdict."""
+    stats = _bucket_stats(key, codes, names, v, r, rc, derived)
+    buckets, explained, max_run = stats["buckets"], stats["explained"], stats["max_run"]
+    stats["buckets"] = buckets[:32]
+    real = [bk for bk in buckets if bk["share"] >= 0.02]
+    top = buckets[0]
     kname = key.rsplit("/", 1)[-1]  # train/bucket reads as bucket
-    bname = "%s %s" % (kname, top["bucket"])
-    rname = "%s %s" % (kname, stats["max_run_bucket"])
-    words = [coarse or "%s is %s" % (label, shape)]
-    match = match and quant is None  # the modes of a rounded loss are its rounding steps
     if stats["derived"]:
         words.append("batches by %s" % stats["derived"])
     if len(real) < 2:
@@ -474,15 +514,18 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=N
         )
         if repeats:
             words.append(repeats)
-        out["composition"] = dict(
+        verdict = "; ".join(words) + ": no sign of homogeneous batches"
+        return dict(
             stats,
             homogeneous=False,
             long_runs=False,
             modes_match=False,
             finding=False,
-            verdict="; ".join(words) + ": no sign of homogeneous batches",
+            verdict=verdict,
         )
-        return out
+    homogeneous = explained >= 0.3
+    long_runs = max_run >= max(4, 2 * stats["interleaved_max_run"] + 1)
+    match = _modes_match(dist)
     if match:
         words.append(
             "modes match %s" % ("token buckets" if kname == "tokens" else "length buckets")
@@ -492,30 +535,49 @@ def composition(label, vals, rows, steps, incidents, ing, cols, nrows, derived=N
             "%s depends on the batch's %s (%.0f%% of its variance)"
             % (label, kname, 100 * explained)
         )
-    words.append("%s is %.0f%% of batches" % (bname, 100 * top["share"]))
+    words.append("%s %s is %.0f%% of batches" % (kname, top["bucket"], 100 * top["share"]))
     unit = "steps" if stride == 1 else "log rows"
-    words.append("up to %d consecutive same-%s %s (%s)" % (max_run, kname, unit, rname))
-    if homogeneous and long_runs:
-        tail = "batches look homogeneous, interleave buckets"
-    elif homogeneous:
-        tail = (
-            "batches are homogeneous per bucket but already interleaved; the %s loss is expected"
-            % shape
-        )
-    else:
-        tail = "batches mix buckets (the bucket explains %.0f%% of the %s variance)" % (
-            100 * explained,
-            label,
-        )
+    words.append(
+        "up to %d consecutive same-%s %s (%s %s)"
+        % (max_run, kname, unit, kname, stats["max_run_bucket"])
+    )
     if repeats:
         words.append(repeats)
-    out["composition"] = dict(
+    return dict(
         stats,
         homogeneous=homogeneous,
         long_runs=long_runs,
         modes_match=match,
         # a periodic loss from an interleaved order is expected; it matters with long runs
         finding=bool(homogeneous and long_runs),
-        verdict="; ".join(words) + ": " + tail,
+        verdict="; ".join(words)
+        + ": "
+        + _bucket_tail(homogeneous, long_runs, explained, label, dist),
     )
-    return out
+
+
+def _modes_match(dist):
+    """Each mode (of >= 5% weight, two or more) is mostly (>= 60%) its own bucket; never for
+    a quantised loss, whose modes are its rounding steps."""
+    big = [m for m in dist["modes"] if m["weight"] >= 0.05]
+    buckets = [m["bucket"] for m in big]
+    return (
+        dist["quantised"] is None
+        and len(buckets) >= 2
+        and len(set(buckets)) == len(buckets)
+        and all((m["purity"] or 0) >= 0.6 for m in big)
+    )
+
+
+def _bucket_tail(homogeneous, long_runs, explained, label, dist):
+    if homogeneous and long_runs:
+        return "batches look homogeneous, interleave buckets"
+    if homogeneous:
+        return (
+            "batches are homogeneous per bucket but already interleaved; the %s loss is expected"
+            % dist["shape"]
+        )
+    return "batches mix buckets (the bucket explains %.0f%% of the %s variance)" % (
+        100 * explained,
+        label,
+    )

@@ -160,10 +160,30 @@ def _torch_zip_step(full):
 
 
 def find_events(ing, steps, cols, args, extra, warnings):
-    """Every event as ``(kind, step, source, detail)``, sorted by step."""
+    """Every event as ``(kind, step, source, detail)``, sorted by step, one per (kind, step)."""
     events = list(ing.events)
     n = len(steps)
-    # resumes: the step counter goes back (or repeats)
+    events += _resumes(steps, n)
+    events += _saves(args, extra, steps, n, warnings)
+    if n:
+        events += _epochs(args, cols, steps, n)
+    events += _lr_events(cols, steps)
+    events += _pauses(cols, steps, n)
+    events.sort(key=lambda e: (e[1], e[0]))
+    # one event per (kind, step): several lines often announce the same save
+    out = []
+    seen = set()
+    for e in events:
+        if (e[0], e[1]) in seen:
+            continue
+        seen.add((e[0], e[1]))
+        out.append(e)
+    return out
+
+
+def _resumes(steps, n):
+    """Resumes: the step counter goes back (or repeats)."""
+    events = []
     if n > 1:
         back = list(compress(range(1, n), map(le, islice(steps, 1, None), steps)))
         for i in back[:MAX_EVENTS]:
@@ -177,6 +197,13 @@ def find_events(ing, steps, cols, args, extra, warnings):
                     "step counter %s from %s to %s" % (word, _fmt(prev), _fmt(s)),
                 )
             )
+    return events
+
+
+def _saves(args, extra, steps, n, warnings):
+    """Checkpoint saves given (``--ckpt-steps``), found in ``--checkpoints``, or from HF
+    ``save_steps``."""
+    events = []
     if args.ckpt_steps:
         for s in args.ckpt_steps:
             events.append(("checkpoint", float(s), "ckpt-steps", "given with --ckpt-steps"))
@@ -198,34 +225,43 @@ def find_events(ing, steps, cols, args, extra, warnings):
                     ("checkpoint", k * every, "trainer_state", "save_steps %s" % _fmt(every))
                 )
                 k += 1
-    # epochs
-    if n:
-        lo, hi = min(steps), max(steps)
-        if args.steps_per_epoch:
-            spe = float(args.steps_per_epoch)
-            k = 1
-            while k * spe <= hi and k <= MAX_EVENTS:
-                s = float(round(k * spe))
-                if s >= lo:
-                    events.append(
-                        (
-                            "epoch",
-                            s,
-                            "steps-per-epoch",
-                            "epoch %d starts (%s steps each)" % (k, _fmt(spe)),
-                        )
+    return events
+
+
+def _epochs(args, cols, steps, n):
+    """Epoch starts: every ``--steps-per-epoch`` steps, else where the ``epoch`` field grows."""
+    events = []
+    lo, hi = min(steps), max(steps)
+    if args.steps_per_epoch:
+        spe = float(args.steps_per_epoch)
+        k = 1
+        while k * spe <= hi and k <= MAX_EVENTS:
+            s = float(round(k * spe))
+            if s >= lo:
+                events.append(
+                    (
+                        "epoch",
+                        s,
+                        "steps-per-epoch",
+                        "epoch %d starts (%s steps each)" % (k, _fmt(spe)),
                     )
-                k += 1
-        elif "epoch" in cols:
-            ep = cols["epoch"]
-            if math.isfinite(sum(ep)):
-                fl = list(map(math.floor, ep))
-            else:
-                fl = [math.floor(e) if e - e == 0 else -1 for e in ep]
-            starts = list(compress(range(1, n), map(lambda a, b: a > b >= 0, fl[1:], fl)))
-            for i in starts[:MAX_EVENTS]:
-                events.append(("epoch", steps[i], "epoch field", "epoch %d starts" % fl[i]))
-    # learning rate: already at its peak at step 0 (no warmup); later jumps back up
+                )
+            k += 1
+    elif "epoch" in cols:
+        ep = cols["epoch"]
+        if math.isfinite(sum(ep)):
+            fl = list(map(math.floor, ep))
+        else:
+            fl = [math.floor(e) if e - e == 0 else -1 for e in ep]
+        starts = list(compress(range(1, n), map(lambda a, b: a > b >= 0, fl[1:], fl)))
+        for i in starts[:MAX_EVENTS]:
+            events.append(("epoch", steps[i], "epoch field", "epoch %d starts" % fl[i]))
+    return events
+
+
+def _lr_events(cols, steps):
+    """The lr already at its peak at step 0 (no warmup); later jumps back up."""
+    events = []
     lr = cols.get("lr")
     if lr is not None and len(lr):
         if math.isfinite(sum(lr)):
@@ -265,7 +301,12 @@ def find_events(ing, steps, cols, args, extra, warnings):
                 shown += 1
                 if shown >= MAX_EVENTS:
                     break
-    # pauses: wall-clock gaps far beyond the usual step time
+    return events
+
+
+def _pauses(cols, steps, n):
+    """Pauses: wall-clock gaps far beyond the usual step time."""
+    events = []
     t = cols.get("time")
     if t is not None and n > 10:
         dts = array("d", map(sub, islice(t, 1, None), t))
@@ -283,16 +324,7 @@ def find_events(ing, steps, cols, args, extra, warnings):
                         "%.0f s without a log line (usual %.3g s)" % (dts[i - 1], typ),
                     )
                 )
-    events.sort(key=lambda e: (e[1], e[0]))
-    # one event per (kind, step): several lines often announce the same save
-    out = []
-    seen = set()
-    for e in events:
-        if (e[0], e[1]) in seen:
-            continue
-        seen.add((e[0], e[1]))
-        out.append(e)
-    return out
+    return events
 
 
 KIND_ORDER = {"checkpoint": 0, "resume": 1, "warmup": 2, "lr-jump": 3, "pause": 4, "epoch": 5}
