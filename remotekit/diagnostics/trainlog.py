@@ -535,7 +535,7 @@ def analyze_train_log(
 # words
 
 
-def _n(v: float | None, digits: int = 4) -> str:
+def _number(v: float | None, digits: int = 4) -> str:
     if v is None:
         return "-"
     if isinstance(v, float) and not math.isfinite(v):
@@ -549,7 +549,7 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 
 
-def _p(v: float) -> str:
+def _p_value(v: float) -> str:
     return f"{v:.2g}"
 
 
@@ -566,11 +566,13 @@ _KIND_WORDS = {
 def _event_phrase(s: Spike, tol: float) -> str:
     if s.event is None or s.event_step is None or s.distance is None:
         return "no event in the log"
-    where = f"{s.event} {_n(s.event_step)}"
+    where = f"{s.event} {_number(s.event_step)}"
     if abs(s.distance) <= tol:
-        return f"{where} ({'+' if s.distance >= 0 else ''}{_n(s.distance)})"
+        return f"{where} ({'+' if s.distance >= 0 else ''}{_number(s.distance)})"
     side = "after" if s.distance > 0 else "before"
-    return f"none within ±{_n(tol)} (nearest: {where}, {_n(abs(s.distance))} steps {side})"
+    return (
+        f"none within ±{_number(tol)} (nearest: {where}, {_number(abs(s.distance))} steps {side})"
+    )
 
 
 def _onsets(spikes: Sequence[Spike], tol: float) -> list[list[Spike]]:
@@ -598,14 +600,15 @@ def diagnosis(rep: TrainLogReport) -> list[str]:
             if c.beyond_chance:
                 out.append(
                     f"{c.at_events} of {c.spikes} sit at {_KIND_WORDS.get(c.kind, c.kind)} "
-                    f"(±{_n(tol)} steps), more than chance ({_n(c.expected, 2)} expected, "
-                    f"p={_p(c.p_value)})."
+                    f"(±{_number(tol)} steps), more than chance ({_number(c.expected, 2)} expected, "
+                    f"p={_p_value(c.p_value)})."
                 )
         loose = [g for g in groups if not any(s.at_event for s in g)]
         if loose:
             worst = [max(g, key=lambda s: s.score or 0.0) for g in loose[:5]]  # the peak's step
             where = ", ".join(
-                f"step {_n(w.step)}" + (f" (bucket {w.bucket})" if w.bucket else "") for w in worst
+                f"step {_number(w.step)}" + (f" (bucket {w.bucket})" if w.bucket else "")
+                for w in worst
             )
             more = f" and {len(loose) - 5} more" if len(loose) > 5 else ""
             out.append(
@@ -616,7 +619,7 @@ def diagnosis(rep: TrainLogReport) -> list[str]:
     if nonfinite:
         out.append(
             f"non-finite {', '.join(sorted({s.metric for s in nonfinite}))} from step "
-            f"{_n(nonfinite[0].step)} ({sum(s.flagged for s in nonfinite)} value(s))."
+            f"{_number(nonfinite[0].step)} ({sum(s.flagged for s in nonfinite)} value(s))."
         )
     comp = rep.composition
     if comp is not None and comp.finding:
@@ -657,7 +660,7 @@ def _head(rep: TrainLogReport) -> list[str]:
         lines += [f"  {d}" for d in src.describe()]
         meta = [k for k in ("bucket", "seq_len", "tokens") if k in src.columns]
         lines.append(
-            f"  {src.format}, {src.rows} rows (steps {_n(src.first_step)}..{_n(src.last_step)}),"
+            f"  {src.format}, {src.rows} rows (steps {_number(src.first_step)}..{_number(src.last_step)}),"
             f" metrics {', '.join(src.metrics)}"
             + (f"; batch fields: {', '.join(meta)}" if meta else "; no batch fields")
         )
@@ -691,7 +694,7 @@ def _metrics(rep: TrainLogReport) -> list[str]:
                         m.flagged,
                         f"{m.spike_share:.2%}" if m.direction != "none" else "-",
                         m.nonfinite,
-                        _n(m.median),
+                        _number(m.median),
                     )
                     for m in rep.metrics
                 ],
@@ -721,16 +724,16 @@ def _spikes(rep: TrainLogReport) -> list[str]:
                 ],
                 [
                     (
-                        _n(s.step),
+                        _number(s.step),
                         s.metric,
                         s.kind,
-                        _n(s.value),
-                        _n(s.baseline),
-                        _n(s.score, 3),
+                        _number(s.value),
+                        _number(s.baseline),
+                        _number(s.score, 3),
                         "-"
                         if s.kind == "nonfinite"
                         else (
-                            f"{_n(s.recovery_steps)} steps"
+                            f"{_number(s.recovery_steps)} steps"
                             if s.recovery_steps is not None
                             else "not back"
                         ),
@@ -754,7 +757,7 @@ def _events(rep: TrainLogReport) -> list[str]:
         lines += ["", "Events: " + ", ".join(f"{n} {k} ({s})" for (k, s), n in counts.items())]
         notable = [e for e in rep.events if e.kind in ("resume", "warmup", "lr-jump", "pause")]
         for e in notable[:10]:
-            lines.append(f"  step {_n(e.step)}: {e.kind}: {e.detail}")
+            lines.append(f"  step {_number(e.step)}: {e.kind}: {e.detail}")
     return lines
 
 
@@ -763,7 +766,7 @@ def _correlations(rep: TrainLogReport) -> list[str]:
     lines: list[str] = []
     tol = rep.source.tolerance if rep.source else 0.0
     if rep.correlations and any(c.spikes for c in rep.correlations):
-        lines += ["", f"Spikes at events (onsets within ±{_n(tol)} steps)"]
+        lines += ["", f"Spikes at events (onsets within ±{_number(tol)} steps)"]
         lines.append(
             table(
                 ["events", "count", "spikes at them", "by chance", "p", "verdict"],
@@ -772,8 +775,8 @@ def _correlations(rep: TrainLogReport) -> list[str]:
                         c.kind,
                         c.events,
                         f"{c.at_events} of {c.spikes}",
-                        _n(c.expected, 2),
-                        _p(c.p_value),
+                        _number(c.expected, 2),
+                        _p_value(c.p_value),
                         "more than chance" if c.beyond_chance else "-",
                     )
                     for c in rep.correlations
@@ -790,25 +793,25 @@ def _distribution(rep: TrainLogReport) -> list[str]:
     if d is not None and d.quantised:
         lines += [
             "",
-            f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)}:"
-            f" only {_n(d.quantised.get('distinct'))} distinct values in steps of "
-            f"{_n(d.quantised.get('quantum'))} (rounded when logged): no shape to judge",
+            f"{d.metric.capitalize()} distribution, steps {_number(d.first_step)}..{_number(d.last_step)}:"
+            f" only {_number(d.quantised.get('distinct'))} distinct values in steps of "
+            f"{_number(d.quantised.get('quantum'))} (rounded when logged): no shape to judge",
         ]
     elif d is not None:
         lines += [
             "",
-            f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)} "
+            f"{d.metric.capitalize()} distribution, steps {_number(d.first_step)}..{_number(d.last_step)} "
             f"({d.n} values, trend removed, {d.scale} scale): {d.shape}, bimodality "
-            f"coefficient {_n(d.bimodality, 2)} (> 0.56 hints at several modes)",
+            f"coefficient {_number(d.bimodality, 2)} (> 0.56 hints at several modes)",
         ]
         lines.append(
             table(
                 ["mode", "weight", "range", "bucket (purity)"],
                 [
                     (
-                        _n(m.center),
+                        _number(m.center),
                         _pct(m.weight),
-                        f"{_n(m.lo)}..{_n(m.hi)}",
+                        f"{_number(m.lo)}..{_number(m.hi)}",
                         f"{m.bucket} ({_pct(m.purity)})" if m.bucket is not None else "-",
                     )
                     for m in d.modes
@@ -826,15 +829,15 @@ def _periodicity(rep: TrainLogReport) -> list[str]:
         rows = f", {per.lag_rows} log rows" if per.stride != 1 and per.lag_rows else ""
         if per.periodic:
             lines.append(
-                f"Periodicity: repeats every {_n(per.lag)} steps{rows} "
-                f"(autocorrelation {_n(per.acf, 2)})"
+                f"Periodicity: repeats every {_number(per.lag)} steps{rows} "
+                f"(autocorrelation {_number(per.acf, 2)})"
             )
         elif per.quantised:
             lines.append("Periodicity: not judged (the loss is too coarsely rounded)")
         elif per.lag is not None:
             lines.append(
-                f"Periodicity: none (strongest autocorrelation {_n(per.acf, 2)} at lag "
-                f"{_n(per.lag)} steps{rows})"
+                f"Periodicity: none (strongest autocorrelation {_number(per.acf, 2)} at lag "
+                f"{_number(per.lag)} steps{rows})"
             )
     return lines
 
@@ -849,7 +852,7 @@ def _composition(rep: TrainLogReport) -> list[str]:
                 "",
                 f"Batch composition by {c.key}: it explains {_pct(c.explained)} of the loss "
                 f"variance; longest same-{c.key} run {c.max_run} (random order: ~"
-                f"{_n(c.random_max_run, 2)}, interleaved: {c.interleaved_max_run})",
+                f"{_number(c.random_max_run, 2)}, interleaved: {c.interleaved_max_run})",
             ]
             if c.derived:
                 lines.append(f"  ({c.derived})")
@@ -857,7 +860,7 @@ def _composition(rep: TrainLogReport) -> list[str]:
                 table(
                     [c.key, "batches", "share", "loss median", "longest run"],
                     [
-                        (b.bucket, b.batches, _pct(b.share), _n(b.loss_median), b.max_run)
+                        (b.bucket, b.batches, _pct(b.share), _number(b.loss_median), b.max_run)
                         for b in c.buckets
                     ],
                 )
@@ -918,7 +921,7 @@ def plot_report(rep: TrainLogReport, path: str) -> str:
     ax_list[len(panels) - 1].set_xlabel("step")
     title = f"{rep.host}:{rep.path}"
     if rep.preset is not None:
-        title += f"  (preset {rep.preset.name}, ±{_n(tol)} steps counts as at an event)"
+        title += f"  (preset {rep.preset.name}, ±{_number(tol)} steps counts as at an event)"
     ax_list[0].set_title(title, fontsize=9)
     if hist is not None:
         _plot_histogram(ax_list[-1], rep, hist, plt)
@@ -982,7 +985,7 @@ def _plot_spikes(ax: Any, rep: TrainLogReport, metric: str) -> None:
         for p in pts[:40]:
             at = ("at " + p.event) if p.at_event and p.event else "no event"
             ax.annotate(
-                f"{_n(p.step)}: {at}",
+                f"{_number(p.step)}: {at}",
                 (p.peak_step, p.value),
                 textcoords="offset points",
                 xytext=(2, -4 if kind == "cliff" and crowded else 4),
@@ -1018,15 +1021,10 @@ def _plot_histogram(ax: Any, rep: TrainLogReport, hist: Histogram, plt: Any) -> 
         ax.set_xscale("log")
     shape = rep.distribution.shape if rep.distribution else ""
     ax.set_title(
-        f"{hist.metric} over steps {_n(hist.first_step)}..{_n(hist.last_step)} "
+        f"{hist.metric} over steps {_number(hist.first_step)}..{_number(hist.last_step)} "
         f"(trend removed): {shape}" + (f", coloured by {hist.key}" if hist.key else ""),
         fontsize=9,
     )
     ax.set_xlabel(hist.metric)
     ax.set_ylabel("steps")
     ax.legend(fontsize=7)
-
-
-#: Deprecated name of :func:`diagnosis` (it read as :func:`remotekit.diagnose`, which runs
-#: every diagnostic of a run).
-diagnose = diagnosis

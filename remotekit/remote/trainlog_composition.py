@@ -26,49 +26,10 @@ def kde_modes(r, nbins=200):
     lo, hi = _quantile(s, 0.005), _quantile(s, 0.995)
     if not hi > lo:
         return [{"center": s[n // 2], "weight": 1.0, "lo": s[0], "hi": s[-1]}], [], []
-    mean = sum(s) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in s) / max(1, n - 1))
-    iqr = (_quantile(s, 0.75) - _quantile(s, 0.25)) / 1.349
-    spread = min(sd, iqr) if iqr > 0 else sd
-    h = 0.9 * spread * n ** (-0.2)
     width = (hi - lo) / nbins
-    h = max(h, width)
-    counts = [0] * nbins
-    for x in s:
-        i = int((x - lo) / width)
-        if 0 <= i < nbins:
-            counts[i] += 1
-    hb = h / width
-    half = int(4 * hb) + 1
-    kern = [math.exp(-0.5 * (d / hb) ** 2) for d in range(-half, half + 1)]
-    dens = [0.0] * nbins
-    for i, c in enumerate(counts):
-        if not c:
-            continue
-        for d, w in enumerate(kern):
-            j = i + d - half
-            if 0 <= j < nbins:
-                dens[j] += c * w
+    dens = _density(s, lo, width, nbins)
     grid = [lo + (i + 0.5) * width for i in range(nbins)]
-    peaks = [
-        i
-        for i in range(nbins)
-        if dens[i] > 0
-        and (i == 0 or dens[i] > dens[i - 1])
-        and (i == nbins - 1 or dens[i] >= dens[i + 1])
-    ]
-    top = max(dens)
-    changed = True
-    while changed and len(peaks) > 1:
-        changed = False
-        for a in range(len(peaks) - 1):
-            p, q = peaks[a], peaks[a + 1]
-            valley = min(dens[p : q + 1])
-            low_peak = min(dens[p], dens[q])
-            if valley > 0.85 * low_peak or low_peak - valley < 0.03 * top:
-                peaks.pop(a + 1 if dens[p] >= dens[q] else a)
-                changed = True
-                break
+    peaks = _peaks(dens)
     # regions between valleys
     bounds = [lo - 1e300]
     for a in range(len(peaks) - 1):
@@ -95,6 +56,60 @@ def kde_modes(r, nbins=200):
     if big and len(big) < len(modes):
         return kde_modes_fold(modes, big), grid, dens
     return modes, grid, dens
+
+
+def _density(s, lo, width, nbins):
+    """The Gaussian-smoothed histogram of the sorted sample ``s`` (bins of ``width`` from
+    ``lo``), the bandwidth by Silverman's rule, at least one bin."""
+    n = len(s)
+    mean = sum(s) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in s) / max(1, n - 1))
+    iqr = (_quantile(s, 0.75) - _quantile(s, 0.25)) / 1.349
+    spread = min(sd, iqr) if iqr > 0 else sd
+    h = max(0.9 * spread * n ** (-0.2), width)
+    counts = [0] * nbins
+    for x in s:
+        i = int((x - lo) / width)
+        if 0 <= i < nbins:
+            counts[i] += 1
+    hb = h / width
+    half = int(4 * hb) + 1
+    kern = [math.exp(-0.5 * (d / hb) ** 2) for d in range(-half, half + 1)]
+    dens = [0.0] * nbins
+    for i, c in enumerate(counts):
+        if not c:
+            continue
+        for d, w in enumerate(kern):
+            j = i + d - half
+            if 0 <= j < nbins:
+                dens[j] += c * w
+    return dens
+
+
+def _peaks(dens):
+    """The local maxima of ``dens``, neighbours merged (the lower one goes) until each
+    stands out: its valley to the next is below 85% of the lower peak and >= 3% of the top."""
+    nbins = len(dens)
+    peaks = [
+        i
+        for i in range(nbins)
+        if dens[i] > 0
+        and (i == 0 or dens[i] > dens[i - 1])
+        and (i == nbins - 1 or dens[i] >= dens[i + 1])
+    ]
+    top = max(dens)
+    changed = True
+    while changed and len(peaks) > 1:
+        changed = False
+        for a in range(len(peaks) - 1):
+            p, q = peaks[a], peaks[a + 1]
+            valley = min(dens[p : q + 1])
+            low_peak = min(dens[p], dens[q])
+            if valley > 0.85 * low_peak or low_peak - valley < 0.03 * top:
+                peaks.pop(a + 1 if dens[p] >= dens[q] else a)
+                changed = True
+                break
+    return peaks
 
 
 def kde_modes_fold(modes, big):

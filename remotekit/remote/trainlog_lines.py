@@ -134,6 +134,7 @@ LINE_FORMATS = (
 )
 
 
+# long: one decision list (magic bytes, JSON, CSV, trainer formats, text), read in its order
 def sniff(path):
     """``(format, line format or None)``: ``jsonl``, ``json`` (a whole document:
     trainer_state.json), ``csv``, ``tfevents``, ``wandb`` or ``text``; for text, the trainer

@@ -107,22 +107,26 @@ def dialect_of(fmt, ing):
     return None
 
 
-def _read_jsonl(src, wanted):
-    loads = json.loads
-    nlines = 0
-    lines, blocks = _head(src, HEAD_ROWS)
+def _jsonl_head(lines):
+    """The first lines parsed: a dict per JSON object, None per line that is not valid
+    JSON, the text of other non-empty lines (an event, or skipped)."""
     head = []
-    nlines = len(lines)
     for line in lines:
         if line[:1] == "{":
             try:
-                d = loads(line)
+                head.append(json.loads(line))
             except (ValueError, RecursionError):  # nesting too deep
                 head.append(None)
-                continue
-            head.append(d)
         elif line.strip():
             head.append(line)
+    return head
+
+
+def _read_jsonl(src, wanted):
+    loads = json.loads
+    lines, blocks = _head(src, HEAD_ROWS)
+    head = _jsonl_head(lines)
+    nlines = len(lines)
     keys = Counter()
     for d in head:
         if isinstance(d, dict):
@@ -175,6 +179,8 @@ def _read_jsonl(src, wanted):
     return ing, "jsonl", nlines
 
 
+# The hot loop binds its names locally: a call per row would cost more than the parse.
+# long: one pass over the blocks; the column-at-a-time path is already its own function
 def _read_csv(src, wanted):
     blocks = iter(src)
     first = None
@@ -289,6 +295,7 @@ def _csv_columns(ing, rows, idx, width, header):
     return True
 
 
+# long: the per-line loop of every trainer format, names bound locally (a call costs > a regex)
 def _read_formatted(src, lf, wanted):
     """A trainer's text log: only lines matching its data pattern are rows; events only from
     its event lines; everything else (source code, config dumps, tracebacks) is skipped."""

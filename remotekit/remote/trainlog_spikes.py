@@ -113,46 +113,54 @@ def detect(label, vals, rows, steps, direction, preset):
                     end = _recovery(vals, j, back, up, cap, thr)
                     stop = end if end is not None else min(n, j + 1 + cap)
                     spans.append((j, stop))
-                    part = vals[j:stop]
-                    peak = max(part) if up else min(part)
-                    pj = j + part.index(peak)
-                    if ratio:
-                        score = peak / wmax
-                    else:
-                        score = (peak - med) / sig if up else (med - peak) / sig
-                    row = rows[j] if rows is not None else j
-                    prow = rows[pj] if rows is not None else pj
-                    recovery = None
-                    if end is not None:
-                        recovery = steps[rows[end] if rows is not None else end] - steps[row]
-                    incidents.append(
-                        {
-                            "metric": label,
-                            "kind": "spike" if up else "cliff",
-                            "row": prow,
-                            "idx": j,
-                            "peak_idx": pj,
-                            "end_idx": stop,
-                            # the peak's own step and value; the onset is kept beside it
-                            "step": steps[prow],
-                            "onset_step": steps[row],
-                            "peak_step": steps[prow],
-                            "value": peak,
-                            "baseline": med,
-                            "scale": wmax if ratio else sig,
-                            "score": score,
-                            "recovery_steps": recovery,
-                            "flagged": 1,
-                        }
-                    )
-        # this block's sketch, without the values of any incident
-        hi = lo + len(seg)
-        inside = [sp for sp in spans[-8:] if sp[0] < hi and sp[1] > lo]
-        if inside:
-            clean = sorted(
-                v for i, v in enumerate(seg, lo) if not any(a <= i < z for a, z in inside)
-            )
-        else:
-            clean = sorted(seg)
+                    base = (med, wmax if ratio else sig, wmax if ratio else None)
+                    incidents.append(_incident(label, vals, rows, steps, j, end, stop, up, base))
+        clean = _clean_block(seg, lo, spans)
         sketches.append((_sketch(clean), len(clean)))
     return incidents, flagged
+
+
+def _incident(label, vals, rows, steps, j, end, stop, up, base):
+    """The incident that begins at value ``j`` and lasts until ``stop`` (``end``: where the
+    metric was back, None if never). ``base``: ``(median, scale, running max or None)``;
+    the score is sigmas from the median, or x the running max (megatron's ratio rule)."""
+    med, scale, wmax = base
+    part = vals[j:stop]
+    peak = max(part) if up else min(part)
+    pj = j + part.index(peak)
+    if wmax is not None:
+        score = peak / wmax
+    else:
+        score = (peak - med) / scale if up else (med - peak) / scale
+    row = rows[j] if rows is not None else j
+    prow = rows[pj] if rows is not None else pj
+    recovery = None
+    if end is not None:
+        recovery = steps[rows[end] if rows is not None else end] - steps[row]
+    return {
+        "metric": label,
+        "kind": "spike" if up else "cliff",
+        "row": prow,
+        "idx": j,
+        "peak_idx": pj,
+        "end_idx": stop,
+        # the peak's own step and value; the onset is kept beside it
+        "step": steps[prow],
+        "onset_step": steps[row],
+        "peak_step": steps[prow],
+        "value": peak,
+        "baseline": med,
+        "scale": scale,
+        "score": score,
+        "recovery_steps": recovery,
+        "flagged": 1,
+    }
+
+
+def _clean_block(seg, lo, spans):
+    """The block's values (it starts at value ``lo``) without those of any incident, sorted."""
+    hi = lo + len(seg)
+    inside = [sp for sp in spans[-8:] if sp[0] < hi and sp[1] > lo]
+    if not inside:
+        return sorted(seg)
+    return sorted(v for i, v in enumerate(seg, lo) if not any(a <= i < z for a, z in inside))

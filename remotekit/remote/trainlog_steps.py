@@ -30,20 +30,7 @@ def reconcile_steps(ing, steps, cols, warnings):
         return merged
     names = list(cols)
     arrs = [cols[k] for k in names]
-    keep = bytearray(b"\x01") * n
-    twice = 0
-    for i in range(n - 1):
-        if steps[i] != steps[i + 1]:
-            continue
-        both = False
-        for c in arrs:
-            a, b = c[i], c[i + 1]
-            if _is_missing(b):
-                c[i + 1] = a
-            elif not _is_missing(a):
-                both = True
-        twice += both
-        keep[i] = 0
+    keep, twice = _merge_same_steps(steps, arrs)
     low = math.inf
     dropped = 0
     for i in range(n - 1, -1, -1):
@@ -79,6 +66,27 @@ def reconcile_steps(ing, steps, cols, warnings):
     steps = array("d", compress(steps, keep))
     cols = {k: array("d", compress(c, keep)) for k, c in zip(names, arrs)}
     return steps, cols, len(steps)
+
+
+def _merge_same_steps(steps, arrs):
+    """Rows at the same step as the next row merged into it (its missing values filled
+    from this one) and marked as not kept: ``(keep, steps logged twice)``."""
+    n = len(steps)
+    keep = bytearray(b"\x01") * n
+    twice = 0
+    for i in range(n - 1):
+        if steps[i] != steps[i + 1]:
+            continue
+        both = False
+        for c in arrs:
+            a, b = c[i], c[i + 1]
+            if _is_missing(b):
+                c[i + 1] = a
+            elif not _is_missing(a):
+                both = True
+        twice += both
+        keep[i] = 0
+    return keep, twice
 
 
 def per_epoch_steps(ing, steps, cols, warnings):
