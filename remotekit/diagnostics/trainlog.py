@@ -358,7 +358,8 @@ def _series(rec: Record) -> Series:
     return from_record(Series, rec, steps=steps, values=values)
 
 
-#: record type -> (report field, converter); a tuple field collects every record of its type
+#: record type -> (report field, converter): one record per report (_ONE_EACH), or every
+#: record of the type collected into a tuple field (_MANY)
 _ONE_EACH: dict[str, tuple[str, Callable[[Record], Any]]] = {
     "source": ("source", lambda r: from_record(LogSource, r)),
     "preset": ("preset", lambda r: from_record(Preset, r)),
