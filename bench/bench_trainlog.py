@@ -435,7 +435,8 @@ def main() -> int:
                 runs[name].append(measure(argv[name], out[name]))
         # the analysis must have found what the log holds, or its speed means nothing
         records = [json.loads(line) for line in out["train-log"].read_text().splitlines()]
-        summary = records[-1]
+        summary = next(r for r in records if r["type"] == "summary")
+        assert records[-1]["type"] == "done" and records[-1]["exit_code"] == 1, records[-1]
         spikes = [r for r in records if r["type"] == "spike" and r["metric"] == "loss"]
         comp = next(r for r in records if r["type"] == "composition")
         expected = len(range(50_000, args.steps, 100_000))

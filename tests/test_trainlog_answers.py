@@ -42,8 +42,8 @@ def run(path: Path, *args: Any) -> tuple[int, list[dict[str, Any]]]:
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert records and records[-1]["type"] == "summary", proc.stdout + proc.stderr
-    assert records[-1]["exit"] == proc.returncode
+    assert records and records[-1]["type"] == "done", proc.stdout + proc.stderr
+    assert records[-1]["exit_code"] == proc.returncode
     return proc.returncode, records
 
 

@@ -97,7 +97,7 @@ def test_clean_log_is_ok(target: remotekit.Target, logs: dict[str, Path]) -> Non
 def test_records_arrive_live(target: remotekit.Target, logs: dict[str, Path]) -> None:
     seen: list[str] = []
     tl.analyze_train_log(target, str(logs["mixed"]), on_record=lambda r: seen.append(r["type"]))
-    assert seen[0] == "source" and seen[-1] == "summary"
+    assert seen[0] == "source" and seen[-1] == "done"
 
 
 def test_missing_log_is_exit_2_not_an_exception(target: remotekit.Target, tmp_path: Path) -> None:
@@ -166,9 +166,10 @@ def test_render_handles_a_failed_report() -> None:
 def test_build_report_from_records_ignores_unknown_fields() -> None:
     recs: list[dict[str, Any]] = [
         {"type": "event", "kind": "resume", "step": 5, "source": "steps", "detail": "d", "new": 1},
-        {"type": "summary", "rows": 10, "spikes": 0, "findings": [], "exit": 0},
+        {"type": "summary", "rows": 10, "spikes": 0, "findings": []},
+        {"type": "done", "command": "train-log", "exit_code": 0},
     ]
     rep = tl.build_report("h", "/x", recs)
     assert rep.events == (tl.Event("resume", 5, "steps", "d"),) and rep.exit_code == 0
     truncated = tl.build_report("h", "/x", recs[:1])
-    assert truncated.exit_code == 2 and "before its summary" in truncated.errors[0]
+    assert truncated.exit_code == 2 and "before its final record" in truncated.errors[0]

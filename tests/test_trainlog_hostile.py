@@ -46,8 +46,8 @@ class Result:
         self.stderr = proc.stderr
         self.records = [json.loads(line) for line in proc.stdout.splitlines()]
         assert self.records, proc.stderr
-        summary = self.records[-1]
-        assert summary["type"] == "summary" and summary["exit"] == self.code
+        final = self.records[-1]
+        assert final["type"] == "done" and final["exit_code"] == self.code
         if self.code == 0:  # never "OK" without a loss series read
             src = self.one("source")
             assert src["rows"] > 0 and "loss" in src["metrics"]

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remotekit import remote
 from tests import trainlog_factory as factory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,8 +67,8 @@ def run(path: Path | str, *args: Any) -> Run:
     )
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert all("type" in r for r in records)
-    assert records and records[-1]["type"] == "summary"
-    assert records[-1]["exit"] == proc.returncode
+    assert records and records[-1]["type"] == "done"
+    assert records[-1]["exit_code"] == proc.returncode
     return Run(proc.returncode, records, proc.stderr)
 
 
@@ -96,14 +97,19 @@ def homo_run(logs: dict[str, Path]) -> Run:
 
 
 def test_script_is_stdlib_only_python38() -> None:
-    tree = ast.parse(SCRIPT.read_text(), feature_version=(3, 8))
+    # the script and every sibling module shipped with it (remotekit.remote.script)
+    shipped = [SCRIPT] + [SCRIPT.parent / f for f in remote.companions(SCRIPT.name)]
+    siblings = {p.stem for p in shipped}
     mods = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            mods |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            mods.add(node.module.split(".")[0])
-    assert mods <= set(sys.stdlib_module_names), mods - set(sys.stdlib_module_names)
+    for path in shipped:
+        tree = ast.parse(path.read_text(), feature_version=(3, 8))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                mods.add(node.module.split(".")[0])
+    allowed = set(sys.stdlib_module_names) | siblings
+    assert mods <= allowed, mods - allowed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,7 +425,7 @@ def test_could_not_run(tmp_path: Path, content: str | None, message: str) -> Non
     r = run(path)
     assert r.code == 2
     assert message in r.one("error")["message"]
-    assert r.one("summary")["exit"] == 2
+    assert r.one("done")["exit_code"] == 2
 
 
 def test_forced_json_that_is_not(tmp_path: Path) -> None:

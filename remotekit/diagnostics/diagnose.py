@@ -426,16 +426,6 @@ def _summary_line(s: Section) -> str:
     return line
 
 
-def _render_log(rep: Any) -> str:
-    from remotekit.diagnostics.trainlog import render_report
-
-    return render_report(rep)
-
-
-#: Sections whose report does not render itself yet (see :class:`Report`); by section name.
-_RENDER_BY_SECTION: dict[str, Callable[[Any], str]] = {"train-log": _render_log}
-
-
 def render_section(section: Section) -> str:
     """A section for people: a header line, then its report's table (or its error)."""
     head = f"== {section.name}: {section.status}"
@@ -445,8 +435,6 @@ def render_section(section: Section) -> str:
     report = section.report
     if isinstance(report, Report):
         lines.append(report.render())
-    elif report is not None and section.name in _RENDER_BY_SECTION:
-        lines.append(_RENDER_BY_SECTION[section.name](report))
     else:  # failed before a report, or skipped
         if section.error:
             lines.append(("" if section.status == "skipped" else "error: ") + section.error)

@@ -29,18 +29,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
     EXIT_OK,
-    OutputTail,
     Record,
-    run_records,
+    from_record,
+    run_diagnostic,
 )
 from remotekit.quoting import join
+from remotekit.remote.protocol import FINAL, number
 from remotekit.render import table
 
 if TYPE_CHECKING:
@@ -69,8 +70,6 @@ __all__ = [
 
 PRESETS = ("olmo2", "olmo-core", "megatron")
 SCRIPT = "trainlog.py"
-
-T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,6 +324,16 @@ class TrainLogReport:
     def ok(self) -> bool:
         return self.exit_code == EXIT_OK
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The script's warnings: caveats of the reading (a column chosen by its name's last
+        part, skipped lines, a summary without history), context that never changes the
+        exit code; the problems found are ``findings``."""
+        return self.warnings
+
+    def render(self) -> str:
+        return render_report(self)
+
     def series_for(self, metric: str) -> Series | None:
         return next((s for s in self.series if s.metric == metric), None)
 
@@ -333,119 +342,95 @@ class TrainLogReport:
 # records -> dataclasses
 
 
-def _f(v: Any) -> Any:
-    """Numbers as the script sends them: non-finite floats arrive as strings."""
-    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
-        return float(v)
-    return v
+def _floats(vals: Sequence[Any]) -> tuple[float, ...]:
+    """Numbers of a record as floats (non-finite ones arrive as strings)."""
+    return tuple(float(n) if (n := number(v)) is not None else math.nan for v in vals)
 
 
-def _make(cls: type[T], rec: Record, **over: Any) -> T:
-    """``cls`` from a record: known fields only (a newer script may send more)."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    kw = {k: _f(v) for k, v in rec.items() if k in names}
-    kw.update(over)
-    return cls(**kw)
+def _histogram(rec: Record) -> Histogram:
+    counts = {str(k): tuple(int(c) for c in v) for k, v in (rec.get("counts") or {}).items()}
+    edges, modes = _floats(rec.get("edges") or ()), _floats(rec.get("modes") or ())
+    return from_record(Histogram, rec, edges=edges, counts=counts, modes=modes)
 
 
-def _tuple_floats(vals: Sequence[Any]) -> tuple[float, ...]:
-    return tuple(float(_f(v)) for v in vals)
+def _series(rec: Record) -> Series:
+    steps, values = _floats(rec.get("steps") or ()), _floats(rec.get("values") or ())
+    return from_record(Series, rec, steps=steps, values=values)
+
+
+#: record type -> (report field, converter): one record per report (_ONE_EACH), or every
+#: record of the type collected into a tuple field (_MANY)
+_ONE_EACH: dict[str, tuple[str, Callable[[Record], Any]]] = {
+    "source": ("source", lambda r: from_record(LogSource, r)),
+    "preset": ("preset", lambda r: from_record(Preset, r)),
+    "distribution": ("distribution", lambda r: from_record(Distribution, r)),
+    "periodicity": ("periodicity", lambda r: from_record(Periodicity, r)),
+    "composition": ("composition", lambda r: from_record(Composition, r)),
+    "histogram": ("histogram", _histogram),
+}
+_MANY: dict[str, tuple[str, Callable[[Record], Any]]] = {
+    "metric": ("metrics", lambda r: from_record(MetricStats, r)),
+    "event": ("events", lambda r: from_record(Event, r)),
+    "spike": ("spikes", lambda r: from_record(Spike, r)),
+    "correlation": ("correlations", lambda r: from_record(Correlation, r)),
+    "series": ("series", _series),
+    "warning": ("warnings", lambda r: str(r.get("message", ""))),
+    "error": ("errors", lambda r: str(r.get("message", ""))),
+}
 
 
 def build_report(
     host: str, path: str, records: Sequence[Record], *, duration_s: float = 0.0
 ) -> TrainLogReport:
-    """A :class:`TrainLogReport` from the script's records (exit 2 if they say it failed)."""
-    rep = TrainLogReport(host=host, path=path, duration_s=duration_s)
-    metrics: list[MetricStats] = []
-    spikes: list[Spike] = []
-    events: list[Event] = []
-    corr: list[Correlation] = []
-    series: list[Series] = []
-    warnings: list[str] = []
-    errors: list[str] = []
-    summary: Record | None = None
+    """A :class:`TrainLogReport` from the script's records: the exit code is the final
+    record's (exit 2, and an error saying so, when the records end before it)."""
+    values: dict[str, Any] = {}
+    many: dict[str, list[Any]] = {name: [] for name, _ in _MANY.values()}
+    summary: Record = {}
+    final: Record | None = None
     for rec in records:
-        t = rec.get("type")
-        if t == "source":
-            rep = replace(
-                rep,
-                source=_make(LogSource, rec, metrics=tuple(rec.get("metrics", ()))),
-            )
-        elif t == "preset":
-            rep = replace(rep, preset=_make(Preset, rec))
-        elif t == "metric":
-            metrics.append(_make(MetricStats, rec))
-        elif t == "event":
-            events.append(_make(Event, rec))
-        elif t == "spike":
-            spikes.append(_make(Spike, rec))
-        elif t == "correlation":
-            corr.append(_make(Correlation, rec))
-        elif t == "distribution":
-            modes = tuple(_make(Mode, m) for m in rec.get("modes", ()))
-            rep = replace(rep, distribution=_make(Distribution, rec, modes=modes))
-        elif t == "periodicity":
-            rep = replace(rep, periodicity=_make(Periodicity, rec))
-        elif t == "composition":
-            buckets = tuple(_make(BucketStat, b) for b in rec.get("buckets", ()))
-            rep = replace(rep, composition=_make(Composition, rec, buckets=buckets))
-        elif t == "histogram":
-            counts = {str(k): tuple(int(c) for c in v) for k, v in rec["counts"].items()}
-            rep = replace(
-                rep,
-                histogram=_make(
-                    Histogram,
-                    rec,
-                    edges=_tuple_floats(rec["edges"]),
-                    counts=counts,
-                    modes=_tuple_floats(rec.get("modes", ())),
-                ),
-            )
-        elif t == "series":
-            series.append(
-                Series(
-                    metric=rec["metric"],
-                    steps=_tuple_floats(rec["steps"]),
-                    values=_tuple_floats(rec["values"]),
-                )
-            )
-        elif t == "warning":
-            warnings.append(str(rec.get("message", "")))
-        elif t == "error":
-            errors.append(str(rec.get("message", "")))
-            if rec.get("kind") == "no-loss":
-                numeric = tuple(str(k) for k in rec.get("numeric", ()))
-                rep = replace(
-                    rep, numeric_columns=numeric, hints=no_loss_hints(host, path, numeric)
-                )
+        t = str(rec.get("type"))
+        if t in _ONE_EACH:
+            name, make = _ONE_EACH[t]
+            values[name] = make(rec)
+        elif t in _MANY:
+            name, make = _MANY[t]
+            many[name].append(make(rec))
         elif t == "summary":
             summary = rec
-    tol = rep.source.tolerance if rep.source else 0.0
-    spikes = [
-        replace(s, at_event=s.distance is not None and abs(s.distance) <= tol) for s in spikes
+        elif t == FINAL:
+            final = rec
+        if t == "error" and rec.get("kind") == "no-loss":
+            numeric = tuple(str(k) for k in rec.get("numeric", ()))
+            values.update(numeric_columns=numeric, hints=no_loss_hints(host, path, numeric))
+    if final is None:
+        many["errors"].append("the analysis stopped before its final record")
+    code = _exit_code(final, many["errors"])
+    source = values.get("source")
+    tol = source.tolerance if source is not None else 0.0
+    many["spikes"] = [
+        replace(s, at_event=s.distance is not None and abs(s.distance) <= tol)
+        for s in many["spikes"]
     ]
-    findings: tuple[str, ...] = tuple(summary.get("findings", ())) if summary else ()
-    if errors:
-        code = EXIT_FAILED
-    elif summary is None:
-        code = EXIT_FAILED
-        errors.append("the analysis stopped before its summary (see the output above)")
-    else:
-        code = int(summary.get("exit", EXIT_FINDINGS if findings else EXIT_OK))
-    rep = replace(
-        rep,
-        metrics=tuple(metrics),
-        spikes=tuple(spikes),
-        events=tuple(events),
-        correlations=tuple(corr),
-        series=tuple(series),
-        warnings=tuple(warnings),
-        errors=tuple(errors),
-        findings=findings,
+    tuples: dict[str, Any] = {name: tuple(items) for name, items in many.items()}
+    rep = TrainLogReport(
+        host=host,
+        path=path,
+        duration_s=duration_s,
+        findings=tuple(str(f) for f in summary.get("findings", ())),
         exit_code=code,
+        **values,
+        **tuples,
     )
-    return replace(rep, diagnosis=tuple(diagnose(rep)))
+    return replace(rep, diagnosis=tuple(diagnosis(rep)))
+
+
+def _exit_code(final: Record | None, errors: Sequence[str]) -> int:
+    """The final record's exit code; 2 without one, or when the script wrote errors."""
+    code = final.get("exit_code") if final is not None else EXIT_FAILED
+    if errors or code not in (EXIT_OK, EXIT_FINDINGS, EXIT_FAILED):
+        return EXIT_FAILED
+    return int(code)
 
 
 HINT_COLUMNS = 5  # command lines suggested when no loss series was found
@@ -525,8 +510,10 @@ def analyze_train_log(
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
 
-    A log that cannot be analysed gives a report with ``errors`` and exit code 2; the
-    engine's own errors (connection, timeout, container, interpreter) are raised.
+    A log that cannot be analysed gives a report with ``errors`` and exit code 2; a script
+    that stopped before its final record (killed, crashed) raises
+    :class:`~remotekit.DiagnosticError` naming host and step, and the engine's own errors
+    (connection, timeout, container, interpreter) are raised too.
     """
     args = script_args(
         path,
@@ -538,26 +525,18 @@ def analyze_train_log(
         tolerance=tolerance,
         points=points,
     )
-    tail = OutputTail(10)
-    records, result = run_records(
-        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record, on_output=tail
+    run = run_diagnostic(
+        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record
     )
-    report = build_report(
-        result.host or target.name, str(path), records, duration_s=result.duration_s
-    )
-    if report.exit_code == EXIT_FAILED and not any(r.get("type") == "error" for r in records):
-        msg = f"trainlog.py exited with {result.exit_code}"
-        if tail.lines:
-            msg += ":\n" + tail.indented()
-        report = replace(report, errors=(*report.errors, msg))
-    return report
+    host = run.result.host or target.name
+    return build_report(host, str(path), run.records, duration_s=run.result.duration_s)
 
 
 # ---------------------------------------------------------------------------------------------
 # words
 
 
-def _n(v: float | None, digits: int = 4) -> str:
+def _number(v: float | None, digits: int = 4) -> str:
     if v is None:
         return "-"
     if isinstance(v, float) and not math.isfinite(v):
@@ -571,7 +550,7 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 
 
-def _p(v: float) -> str:
+def _p_value(v: float) -> str:
     return f"{v:.2g}"
 
 
@@ -588,11 +567,13 @@ _KIND_WORDS = {
 def _event_phrase(s: Spike, tol: float) -> str:
     if s.event is None or s.event_step is None or s.distance is None:
         return "no event in the log"
-    where = f"{s.event} {_n(s.event_step)}"
+    where = f"{s.event} {_number(s.event_step)}"
     if abs(s.distance) <= tol:
-        return f"{where} ({'+' if s.distance >= 0 else ''}{_n(s.distance)})"
+        return f"{where} ({'+' if s.distance >= 0 else ''}{_number(s.distance)})"
     side = "after" if s.distance > 0 else "before"
-    return f"none within ±{_n(tol)} (nearest: {where}, {_n(abs(s.distance))} steps {side})"
+    return (
+        f"none within ±{_number(tol)} (nearest: {where}, {_number(abs(s.distance))} steps {side})"
+    )
 
 
 def _onsets(spikes: Sequence[Spike], tol: float) -> list[list[Spike]]:
@@ -606,7 +587,7 @@ def _onsets(spikes: Sequence[Spike], tol: float) -> list[list[Spike]]:
     return groups
 
 
-def diagnose(rep: TrainLogReport) -> list[str]:
+def diagnosis(rep: TrainLogReport) -> list[str]:
     """A few sentences that lead from the findings to a cause."""
     if rep.errors:
         return []
@@ -620,14 +601,15 @@ def diagnose(rep: TrainLogReport) -> list[str]:
             if c.beyond_chance:
                 out.append(
                     f"{c.at_events} of {c.spikes} sit at {_KIND_WORDS.get(c.kind, c.kind)} "
-                    f"(±{_n(tol)} steps), more than chance ({_n(c.expected, 2)} expected, "
-                    f"p={_p(c.p_value)})."
+                    f"(±{_number(tol)} steps), more than chance ({_number(c.expected, 2)} expected, "
+                    f"p={_p_value(c.p_value)})."
                 )
         loose = [g for g in groups if not any(s.at_event for s in g)]
         if loose:
             worst = [max(g, key=lambda s: s.score or 0.0) for g in loose[:5]]  # the peak's step
             where = ", ".join(
-                f"step {_n(w.step)}" + (f" (bucket {w.bucket})" if w.bucket else "") for w in worst
+                f"step {_number(w.step)}" + (f" (bucket {w.bucket})" if w.bucket else "")
+                for w in worst
             )
             more = f" and {len(loose) - 5} more" if len(loose) > 5 else ""
             out.append(
@@ -638,7 +620,7 @@ def diagnose(rep: TrainLogReport) -> list[str]:
     if nonfinite:
         out.append(
             f"non-finite {', '.join(sorted({s.metric for s in nonfinite}))} from step "
-            f"{_n(nonfinite[0].step)} ({sum(s.flagged for s in nonfinite)} value(s))."
+            f"{_number(nonfinite[0].step)} ({sum(s.flagged for s in nonfinite)} value(s))."
         )
     comp = rep.composition
     if comp is not None and comp.finding:
@@ -659,8 +641,17 @@ def diagnose(rep: TrainLogReport) -> list[str]:
 
 
 def render_report(rep: TrainLogReport) -> str:
-    """The report as text for people."""
+    """The report as text for people: what was read, then one part per kind of finding."""
+    parts = (_head, _metrics, _spikes, _events, _correlations, _distribution, _periodicity)
     lines: list[str] = [f"train-log  {rep.host}:{rep.path}"]
+    for part in (*parts, _composition, _ending):
+        lines += part(rep)
+    return "\n".join(lines)
+
+
+def _head(rep: TrainLogReport) -> list[str]:
+    """Errors, hints, what was read, the preset and the reading's warnings."""
+    lines: list[str] = []
     for msg in rep.errors:
         lines.append(f"  error: {msg}")
     for hint in rep.hints:
@@ -670,7 +661,7 @@ def render_report(rep: TrainLogReport) -> str:
         lines += [f"  {d}" for d in src.describe()]
         meta = [k for k in ("bucket", "seq_len", "tokens") if k in src.columns]
         lines.append(
-            f"  {src.format}, {src.rows} rows (steps {_n(src.first_step)}..{_n(src.last_step)}),"
+            f"  {src.format}, {src.rows} rows (steps {_number(src.first_step)}..{_number(src.last_step)}),"
             f" metrics {', '.join(src.metrics)}"
             + (f"; batch fields: {', '.join(meta)}" if meta else "; no batch fields")
         )
@@ -684,7 +675,12 @@ def render_report(rep: TrainLogReport) -> str:
         lines.append(f"  preset {p.name}: {p.rule}{short}")
     for w in rep.warnings:
         lines.append(f"  warning: {w}")
-    tol = src.tolerance if src else 0.0
+    return lines
+
+
+def _metrics(rep: TrainLogReport) -> list[str]:
+    """The table of metrics checked."""
+    lines: list[str] = []
     if rep.metrics:
         lines += ["", "Metrics"]
         lines.append(
@@ -699,12 +695,19 @@ def render_report(rep: TrainLogReport) -> str:
                         m.flagged,
                         f"{m.spike_share:.2%}" if m.direction != "none" else "-",
                         m.nonfinite,
-                        _n(m.median),
+                        _number(m.median),
                     )
                     for m in rep.metrics
                 ],
             )
         )
+    return lines
+
+
+def _spikes(rep: TrainLogReport) -> list[str]:
+    """The table of spikes and cliffs."""
+    lines: list[str] = []
+    tol = rep.source.tolerance if rep.source else 0.0
     if rep.spikes:
         lines += ["", f"Spikes and cliffs ({len(rep.spikes)})"]
         lines.append(
@@ -722,16 +725,16 @@ def render_report(rep: TrainLogReport) -> str:
                 ],
                 [
                     (
-                        _n(s.step),
+                        _number(s.step),
                         s.metric,
                         s.kind,
-                        _n(s.value),
-                        _n(s.baseline),
-                        _n(s.score, 3),
+                        _number(s.value),
+                        _number(s.baseline),
+                        _number(s.score, 3),
                         "-"
                         if s.kind == "nonfinite"
                         else (
-                            f"{_n(s.recovery_steps)} steps"
+                            f"{_number(s.recovery_steps)} steps"
                             if s.recovery_steps is not None
                             else "not back"
                         ),
@@ -742,6 +745,12 @@ def render_report(rep: TrainLogReport) -> str:
                 ],
             )
         )
+    return lines
+
+
+def _events(rep: TrainLogReport) -> list[str]:
+    """The events by kind, and the notable ones."""
+    lines: list[str] = []
     if rep.events:
         counts: dict[tuple[str, str], int] = {}
         for e in rep.events:
@@ -749,9 +758,16 @@ def render_report(rep: TrainLogReport) -> str:
         lines += ["", "Events: " + ", ".join(f"{n} {k} ({s})" for (k, s), n in counts.items())]
         notable = [e for e in rep.events if e.kind in ("resume", "warmup", "lr-jump", "pause")]
         for e in notable[:10]:
-            lines.append(f"  step {_n(e.step)}: {e.kind}: {e.detail}")
+            lines.append(f"  step {_number(e.step)}: {e.kind}: {e.detail}")
+    return lines
+
+
+def _correlations(rep: TrainLogReport) -> list[str]:
+    """Whether spikes sit at events more often than chance."""
+    lines: list[str] = []
+    tol = rep.source.tolerance if rep.source else 0.0
     if rep.correlations and any(c.spikes for c in rep.correlations):
-        lines += ["", f"Spikes at events (onsets within ±{_n(tol)} steps)"]
+        lines += ["", f"Spikes at events (onsets within ±{_number(tol)} steps)"]
         lines.append(
             table(
                 ["events", "count", "spikes at them", "by chance", "p", "verdict"],
@@ -760,58 +776,76 @@ def render_report(rep: TrainLogReport) -> str:
                         c.kind,
                         c.events,
                         f"{c.at_events} of {c.spikes}",
-                        _n(c.expected, 2),
-                        _p(c.p_value),
+                        _number(c.expected, 2),
+                        _p_value(c.p_value),
                         "more than chance" if c.beyond_chance else "-",
                     )
                     for c in rep.correlations
                 ],
             )
         )
+    return lines
+
+
+def _distribution(rep: TrainLogReport) -> list[str]:
+    """The loss's shape over the stable window, with its modes."""
+    lines: list[str] = []
     d = rep.distribution
     if d is not None and d.quantised:
         lines += [
             "",
-            f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)}:"
-            f" only {_n(d.quantised.get('distinct'))} distinct values in steps of "
-            f"{_n(d.quantised.get('quantum'))} (rounded when logged): no shape to judge",
+            f"{d.metric.capitalize()} distribution, steps {_number(d.first_step)}..{_number(d.last_step)}:"
+            f" only {_number(d.quantised.get('distinct'))} distinct values in steps of "
+            f"{_number(d.quantised.get('quantum'))} (rounded when logged): no shape to judge",
         ]
     elif d is not None:
         lines += [
             "",
-            f"{d.metric.capitalize()} distribution, steps {_n(d.first_step)}..{_n(d.last_step)} "
+            f"{d.metric.capitalize()} distribution, steps {_number(d.first_step)}..{_number(d.last_step)} "
             f"({d.n} values, trend removed, {d.scale} scale): {d.shape}, bimodality "
-            f"coefficient {_n(d.bimodality, 2)} (> 0.56 hints at several modes)",
+            f"coefficient {_number(d.bimodality, 2)} (> 0.56 hints at several modes)",
         ]
         lines.append(
             table(
                 ["mode", "weight", "range", "bucket (purity)"],
                 [
                     (
-                        _n(m.center),
+                        _number(m.center),
                         _pct(m.weight),
-                        f"{_n(m.lo)}..{_n(m.hi)}",
+                        f"{_number(m.lo)}..{_number(m.hi)}",
                         f"{m.bucket} ({_pct(m.purity)})" if m.bucket is not None else "-",
                     )
                     for m in d.modes
                 ],
             )
         )
+    return lines
+
+
+def _periodicity(rep: TrainLogReport) -> list[str]:
+    """The periodicity line."""
+    lines: list[str] = []
     per = rep.periodicity
     if per is not None:
         rows = f", {per.lag_rows} log rows" if per.stride != 1 and per.lag_rows else ""
         if per.periodic:
             lines.append(
-                f"Periodicity: repeats every {_n(per.lag)} steps{rows} "
-                f"(autocorrelation {_n(per.acf, 2)})"
+                f"Periodicity: repeats every {_number(per.lag)} steps{rows} "
+                f"(autocorrelation {_number(per.acf, 2)})"
             )
         elif per.quantised:
             lines.append("Periodicity: not judged (the loss is too coarsely rounded)")
         elif per.lag is not None:
             lines.append(
-                f"Periodicity: none (strongest autocorrelation {_n(per.acf, 2)} at lag "
-                f"{_n(per.lag)} steps{rows})"
+                f"Periodicity: none (strongest autocorrelation {_number(per.acf, 2)} at lag "
+                f"{_number(per.lag)} steps{rows})"
             )
+    return lines
+
+
+def _composition(rep: TrainLogReport) -> list[str]:
+    """The batch composition table and its verdict."""
+    lines: list[str] = []
     c = rep.composition
     if c is not None:
         if c.key is not None:
@@ -819,7 +853,7 @@ def render_report(rep: TrainLogReport) -> str:
                 "",
                 f"Batch composition by {c.key}: it explains {_pct(c.explained)} of the loss "
                 f"variance; longest same-{c.key} run {c.max_run} (random order: ~"
-                f"{_n(c.random_max_run, 2)}, interleaved: {c.interleaved_max_run})",
+                f"{_number(c.random_max_run, 2)}, interleaved: {c.interleaved_max_run})",
             ]
             if c.derived:
                 lines.append(f"  ({c.derived})")
@@ -827,12 +861,18 @@ def render_report(rep: TrainLogReport) -> str:
                 table(
                     [c.key, "batches", "share", "loss median", "longest run"],
                     [
-                        (b.bucket, b.batches, _pct(b.share), _n(b.loss_median), b.max_run)
+                        (b.bucket, b.batches, _pct(b.share), _number(b.loss_median), b.max_run)
                         for b in c.buckets
                     ],
                 )
             )
         lines.append(f"Verdict: {c.verdict}")
+    return lines
+
+
+def _ending(rep: TrainLogReport) -> list[str]:
+    """The diagnosis and the exit line."""
+    lines: list[str] = []
     if rep.diagnosis:
         lines += ["", "Diagnosis"]
         lines += [f"  - {s}" for s in rep.diagnosis]
@@ -841,7 +881,7 @@ def render_report(rep: TrainLogReport) -> str:
         f": {', '.join(rep.findings)}" if rep.findings and rep.exit_code == EXIT_FINDINGS else ""
     )
     lines += ["", f"exit {rep.exit_code} ({word.get(rep.exit_code, '?')}{extra})"]
-    return "\n".join(lines)
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -878,95 +918,114 @@ def plot_report(rep: TrainLogReport, path: str) -> str:
     ax_list = [a[0] for a in axes]
     tol = rep.source.tolerance if rep.source else 0.0
     for ax, metric in zip(ax_list, panels):
-        s = rep.series_for(metric)
-        assert s is not None
-        ax.plot(s.steps, s.values, lw=0.6, color="tab:blue", label=metric)
-        if metric == "loss" and s.values and min(s.values) > 0:
-            ax.set_yscale("log")
-        seen: set[str] = set()
-        for e in rep.events:
-            color, style = _EVENT_STYLE.get(e.kind, ("k", ":"))
-            if e.kind == "epoch" and len(rep.events) > 200:
-                continue
-            ax.axvline(
-                e.step,
-                color=color,
-                ls=style,
-                lw=0.9,
-                alpha=0.8,
-                label=e.kind if e.kind not in seen else None,
-            )
-            seen.add(e.kind)
-        mine = [sp for sp in rep.spikes if sp.metric == metric and math.isfinite(sp.value)]
-        for kind, marker, color in (("spike", "^", "red"), ("cliff", "v", "red")):
-            pts = [sp for sp in mine if sp.kind == kind]
-            if not pts:
-                continue
-            ax.scatter(
-                [p.peak_step for p in pts],
-                [p.value for p in pts],
-                marker=marker,
-                s=40,
-                color=color,
-                zorder=5,
-                label=f"{kind} ({len(pts)})",
-            )
-            crowded = len(pts) > 6
-            for p in pts[:40]:
-                at = ("at " + p.event) if p.at_event and p.event else "no event"
-                ax.annotate(
-                    f"{_n(p.step)}: {at}",
-                    (p.peak_step, p.value),
-                    textcoords="offset points",
-                    xytext=(2, -4 if kind == "cliff" and crowded else 4),
-                    fontsize=6 if crowded else 7,
-                    rotation=90 if crowded else 0,
-                    va="top" if kind == "cliff" and crowded else "bottom",
-                    color="darkred",
-                )
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.25)
-        ax.legend(loc="best", fontsize=7, ncol=3)
+        _plot_metric(ax, rep, metric)
     ax_list[len(panels) - 1].set_xlabel("step")
     title = f"{rep.host}:{rep.path}"
     if rep.preset is not None:
-        title += f"  (preset {rep.preset.name}, ±{_n(tol)} steps counts as at an event)"
+        title += f"  (preset {rep.preset.name}, ±{_number(tol)} steps counts as at an event)"
     ax_list[0].set_title(title, fontsize=9)
     if hist is not None:
-        ax = ax_list[-1]
-        edges = list(hist.edges)
-        widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
-        bottom = [0.0] * len(widths)
-        cmap = plt.get_cmap("tab10")
-        for i, (name, counts) in enumerate(hist.counts.items()):
-            label = f"{hist.key} {name}" if hist.key else name
-            ax.bar(
-                edges[:-1],
-                counts,
-                width=widths,
-                bottom=bottom,
-                align="edge",
-                color=cmap(i % 10),
-                alpha=0.85,
-                label=label,
-            )
-            bottom = [b + c for b, c in zip(bottom, counts)]
-        for m in hist.modes:
-            ax.axvline(m, color="k", ls="--", lw=0.8)
-        if hist.scale == "log":
-            ax.set_xscale("log")
-        shape = rep.distribution.shape if rep.distribution else ""
-        ax.set_title(
-            f"{hist.metric} over steps {_n(hist.first_step)}..{_n(hist.last_step)} "
-            f"(trend removed): {shape}" + (f", coloured by {hist.key}" if hist.key else ""),
-            fontsize=9,
-        )
-        ax.set_xlabel(hist.metric)
-        ax.set_ylabel("steps")
-        ax.legend(fontsize=7)
+        _plot_histogram(ax_list[-1], rep, hist, plt)
         if rep.composition is not None:
             fig.text(0.01, 0.005, rep.composition.verdict, fontsize=7, wrap=True)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _plot_metric(ax: Any, rep: TrainLogReport, metric: str) -> None:
+    """One panel: the decimated series, the events as vertical lines, the spikes marked."""
+    s = rep.series_for(metric)
+    assert s is not None
+    ax.plot(s.steps, s.values, lw=0.6, color="tab:blue", label=metric)
+    if metric == "loss" and s.values and min(s.values) > 0:
+        ax.set_yscale("log")
+    _plot_events(ax, rep.events)
+    _plot_spikes(ax, rep, metric)
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.25)
+    ax.legend(loc="best", fontsize=7, ncol=3)
+
+
+def _plot_events(ax: Any, events: Sequence[Event]) -> None:
+    """Each event as a vertical line styled by kind (epoch starts left out when crowded)."""
+    seen: set[str] = set()
+    for e in events:
+        color, style = _EVENT_STYLE.get(e.kind, ("k", ":"))
+        if e.kind == "epoch" and len(events) > 200:
+            continue
+        ax.axvline(
+            e.step,
+            color=color,
+            ls=style,
+            lw=0.9,
+            alpha=0.8,
+            label=e.kind if e.kind not in seen else None,
+        )
+        seen.add(e.kind)
+
+
+def _plot_spikes(ax: Any, rep: TrainLogReport, metric: str) -> None:
+    """Spikes and cliffs of ``metric`` at their peaks, each with its event (or none)."""
+    mine = [sp for sp in rep.spikes if sp.metric == metric and math.isfinite(sp.value)]
+    for kind, marker, color in (("spike", "^", "red"), ("cliff", "v", "red")):
+        pts = [sp for sp in mine if sp.kind == kind]
+        if not pts:
+            continue
+        ax.scatter(
+            [p.peak_step for p in pts],
+            [p.value for p in pts],
+            marker=marker,
+            s=40,
+            color=color,
+            zorder=5,
+            label=f"{kind} ({len(pts)})",
+        )
+        crowded = len(pts) > 6
+        for p in pts[:40]:
+            at = ("at " + p.event) if p.at_event and p.event else "no event"
+            ax.annotate(
+                f"{_number(p.step)}: {at}",
+                (p.peak_step, p.value),
+                textcoords="offset points",
+                xytext=(2, -4 if kind == "cliff" and crowded else 4),
+                fontsize=6 if crowded else 7,
+                rotation=90 if crowded else 0,
+                va="top" if kind == "cliff" and crowded else "bottom",
+                color="darkred",
+            )
+
+
+def _plot_histogram(ax: Any, rep: TrainLogReport, hist: Histogram, plt: Any) -> None:
+    """The loss histogram (trend removed), stacked by bucket, with the modes marked."""
+    edges = list(hist.edges)
+    widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
+    bottom = [0.0] * len(widths)
+    cmap = plt.get_cmap("tab10")
+    for i, (name, counts) in enumerate(hist.counts.items()):
+        label = f"{hist.key} {name}" if hist.key else name
+        ax.bar(
+            edges[:-1],
+            counts,
+            width=widths,
+            bottom=bottom,
+            align="edge",
+            color=cmap(i % 10),
+            alpha=0.85,
+            label=label,
+        )
+        bottom = [b + c for b, c in zip(bottom, counts)]
+    for m in hist.modes:
+        ax.axvline(m, color="k", ls="--", lw=0.8)
+    if hist.scale == "log":
+        ax.set_xscale("log")
+    shape = rep.distribution.shape if rep.distribution else ""
+    ax.set_title(
+        f"{hist.metric} over steps {_number(hist.first_step)}..{_number(hist.last_step)} "
+        f"(trend removed): {shape}" + (f", coloured by {hist.key}" if hist.key else ""),
+        fontsize=9,
+    )
+    ax.set_xlabel(hist.metric)
+    ax.set_ylabel("steps")
+    ax.legend(fontsize=7)

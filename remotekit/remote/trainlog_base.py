@@ -1,0 +1,294 @@
+"""The shared part of ``trainlog.py`` (shipped beside it, imported by its sibling modules):
+the presets and column names, the number marks (missing, beyond float32), its errors, the
+records it writes (through :mod:`protocol`) and the small statistics every stage uses.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+
+from protocol import EXIT_FAILED, emit, finish
+
+COMMAND = "train-log"  # the command named in the final record
+
+PRESETS = {
+    "olmo2": {
+        "window": 1000,
+        "sigma": 7.0,
+        "ratio": None,
+        "rule": "OLMo 2: value >= 7 sigma from the rolling baseline of the last 1000 values",
+    },
+    "olmo-core": {
+        "window": 128,
+        "sigma": 6.0,
+        "ratio": None,
+        "rule": "OLMo-core: |x - baseline| / sigma > 6 over the last 128 values",
+    },
+    "megatron": {
+        "window": 1000,
+        "sigma": None,
+        "ratio": 10.0,
+        "rule": "Megatron --check-for-spiky-loss: value > 10x the running max of recent values",
+    },
+}
+CLIFF_SIGMA = 4.0  # a cliff is >= 4 sigma below the baseline ...
+CLIFF_DROP = 0.5  # ... and at most half of it
+RECOVER_SIGMA = 3.0  # back to baseline: 3 values in a row within 3 sigma of it
+SKETCH = 33  # values kept per block for the rolling quantiles
+MAX_SPIKES = 500  # spike records sent (the highest scores); all are counted
+MAX_EVENTS = 2000  # event records sent per kind
+STABLE_MAX = 50000  # values of the stable window (the log's second half, the latest ones)
+
+ROLES = {
+    "loss": (
+        "loss",
+        "train/loss",
+        "train_loss",
+        "train_loss_step",
+        "train/loss_step",
+        "loss_step",
+        "trl",
+        "training_loss",
+        "loss/train",
+        "lm_loss",
+        "train/lm_loss",
+        "lm loss",
+        "train_loss_epoch",
+    ),
+    "acc": (
+        "acc",
+        "accuracy",
+        "train/acc",
+        "train/accuracy",
+        "train_acc",
+        "train_accuracy",
+        "train_acc_step",
+        "acc/train",
+        "accuracy/train",
+    ),
+    "lr": (
+        "lr",
+        "learning_rate",
+        "train/lr",
+        "train/learning_rate",
+        "learning-rate",
+        "learning rate",
+        "lr-0",
+        "lr-adamw",
+        "lr-adam",
+        "lr-sgd",
+    ),
+    "grad_norm": (
+        "grad_norm",
+        "train/grad_norm",
+        "gradient_norm",
+        "grad-norm",
+        "grad norm",
+        "total_grad_norm",
+        "optim/total_grad_norm",
+        "norm",
+        "gnorm",
+    ),
+}
+ROLE_NAMES = {
+    "loss": "loss",
+    "acc": "acc",
+    "accuracy": "acc",
+    "lr": "lr",
+    "learning_rate": "lr",
+    "grad_norm": "grad_norm",
+}
+STEP_KEYS = (
+    "step",
+    "global_step",
+    "trainer/global_step",
+    "train/global_step",
+    "train/step",
+    "current_steps",
+    "current_step",
+    "num_updates",
+    "iteration",
+    "iter",
+    "_step",
+)
+META = {
+    "epoch": ("epoch", "train/epoch", "trainer/epoch"),
+    "seq_len": ("seq_len", "seqlen", "seq_length", "max_len", "batch/seq_len", "train/seq_len"),
+    "tokens": ("tokens", "num_tokens", "ntokens", "batch_tokens", "train/tokens"),
+    "time": ("_timestamp", "timestamp", "time", "wall_time", "_runtime"),
+}
+BUCKET_KEYS = ("bucket", "length_bucket", "bucket_id", "batch/bucket", "train/bucket")
+NOT_TRAIN = ("eval", "val", "test")
+
+# Numbers: "nan", "inf", "-inf", "Infinity", "NaN" (any case, quoted or not) and numbers that
+# overflow a double ("1e999") are read as the non-finite values they are; a finite value beyond
+# float32's range (|v| > FMAX, e.g. 1e308: no fp32/bf16 training computes it) is an overflow
+# marker too. Both are reported as "nonfinite" incidents with the value as logged, and left
+# out of every baseline, median and distribution, so one of them cannot poison the statistics.
+FMAX = 3.4028234663852886e38
+
+# A NaN with a payload marks "key missing in this row"; a logged NaN is a plain NaN.
+MISSING = struct.unpack("<d", struct.pack("<Q", 0x7FF80000DEADBEEF))[0]
+_MISSING_BYTES = struct.pack("<d", MISSING)
+
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
+PAIR_RE = re.compile(r"""['"]?([A-Za-z_][\w./\-]*)['"]?\s*[=:]\s*['"]?(""" + _NUM + ")", re.I)
+# the fast path's looser pairs: any value token; float() decides (else the line goes slow)
+FAST_PAIR_RE = re.compile(r"""([A-Za-z_][\w./\-]*)['"]?\s*[=:]\s*['"]?([^\s,|;'"{}()\[\]]+)""")
+WORD_RE = re.compile(
+    r"\b(step|iter|iteration|epoch|loss|acc|accuracy|lr|grad_norm)\s+(" + _NUM + ")", re.I
+)
+CKPT_RE = re.compile(
+    r"\bsav(?:e|ed|ing)\b.{0,40}?(?:checkpoint|ckpt|state)|(?:checkpoint|ckpt)\b.{0,20}?\b(?:saved|written)",
+    re.I,
+)
+RESUME_RE = re.compile(
+    r"\bresum(?:e|ed|ing)\b|\brestor(?:e|ed|ing)\b.{0,30}?(?:checkpoint|ckpt|state)|\bload(?:ed|ing)?\b.{0,20}?(?:checkpoint|ckpt)",
+    re.I,
+)
+EVENT_STEP_RE = re.compile(
+    r"(?:global[_ ]?step|\bstep|\biter(?:ation)?|checkpoint|ckpt)[\s_\-=:#]*(\d+)", re.I
+)
+DIR_STEP_RE = re.compile(r"(?:step|iter|checkpoint|ckpt)[\s_\-=]*(\d+)", re.I)
+
+
+class LogError(Exception):
+    """The log cannot be analysed; the message says why and what to do."""
+
+
+# --------------------------------------------------------------------------------------------
+# output
+
+
+def _num(v):
+    """A finite float rounded to 6 significant digits, a whole one as an int: records stay
+    small (a series of 2000 points); non-finite floats pass as they are (the protocol
+    encodes them as "nan", "inf", "-inf")."""
+    if isinstance(v, float) and math.isfinite(v):
+        if v.is_integer() and abs(v) < 2**53:
+            return int(v)
+        return float("%.6g" % v)
+    return v
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return _num(obj)
+
+
+def send(rtype, **fields):
+    """Write one record of ``rtype`` (numbers rounded by ``_num``) with the protocol."""
+    rec = {"type": rtype}
+    rec.update(_clean(fields))
+    emit(rec)
+
+
+def conclude(code, rows=0, spikes=0, events=None, findings=()):
+    """The ``summary`` record (what was found, in counts), then the one final record."""
+    send("summary", rows=rows, spikes=spikes, events=events or {}, findings=list(findings))
+    return finish(COMMAND, code)
+
+
+def failed(message, **fields):
+    """The log could not be analysed: one ``error`` record, then the end with exit 2."""
+    send("error", message=message, **fields)
+    return conclude(EXIT_FAILED)
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+
+def _is_missing(x):
+    return x != x and struct.pack("<d", x) == _MISSING_BYTES
+
+
+def _to_float(v):
+    if v is None:
+        return MISSING
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip().strip("'\""))
+        except ValueError:
+            return MISSING
+    return MISSING
+
+
+# --------------------------------------------------------------------------------------------
+# arithmetic helpers (no numpy there)
+
+
+def _quantile(sorted_vals, q):
+    n = len(sorted_vals)
+    if n == 0:
+        return math.nan
+    pos = q * (n - 1)
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _median(vals):
+    return _quantile(sorted(vals), 0.5)
+
+
+def _robust_sigma(s):
+    """A sigma from a sorted sample: IQR / 1.349, falling back to wider quantiles."""
+    sig = (_quantile(s, 0.75) - _quantile(s, 0.25)) / 1.349
+    if sig <= 0:
+        sig = (_quantile(s, 0.9) - _quantile(s, 0.1)) / 2.563
+    if sig <= 0:
+        sig = (s[-1] - s[0]) / 6.0
+    if sig <= 0:
+        sig = max(abs(_quantile(s, 0.5)) * 1e-3, 1e-12)
+    return sig
+
+
+def binom_sf(k, n, p):
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if p <= 0:
+        return 0.0
+    if p >= 1:
+        return 1.0
+    total = 0.0
+    for i in range(k, n + 1):
+        total += math.comb(n, i) * p**i * (1 - p) ** (n - i)
+    return min(1.0, total)
+
+
+def decimate(vals, points, keep=()):
+    """Indices that keep each bin's min and max (about ``points`` of them) plus ``keep``."""
+    n = len(vals)
+    if points <= 0:
+        return []
+    if n <= points:
+        return list(range(n))
+    bins = max(1, points // 2)
+    size = -(-n // bins)
+    out = set(i for i in keep if 0 <= i < n)
+    for lo in range(0, n, size):
+        seg = vals[lo : lo + size]
+        out.add(lo + seg.index(max(seg)))
+        out.add(lo + seg.index(min(seg)))
+    out.add(0)
+    out.add(n - 1)
+    return sorted(out)
+
+
+def _fmt(v):
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    if isinstance(v, float):
+        return "%.4g" % v
+    return str(v)

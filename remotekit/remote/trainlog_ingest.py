@@ -1,0 +1,355 @@
+"""Rows into columns for ``trainlog.py``: which key is the step and which the metrics
+(:func:`resolve_columns`), the compact ``array`` columns they go into (:class:`Ingest`), and
+the lines of a file read a block at a time (:class:`Lines`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import chain
+from operator import itemgetter
+
+from protocol import mask
+from trainlog_base import (
+    BUCKET_KEYS,
+    CKPT_RE,
+    EVENT_STEP_RE,
+    META,
+    MISSING,
+    NOT_TRAIN,
+    RESUME_RE,
+    ROLE_NAMES,
+    ROLES,
+    STEP_KEYS,
+    _to_float,
+)
+
+
+def _find_key(keys, aliases, bases=None):
+    """``(key, exact)``: the first of ``aliases`` among ``keys`` (case-insensitive), else a
+    key whose last ``/`` part is one of ``bases`` and that is not an eval/val/test key (a
+    guess: ``exact`` is False)."""
+    low = {}
+    for k in keys:
+        low.setdefault(k.lower(), k)
+    for a in aliases:
+        if a in low:
+            return low[a], True
+    if bases:
+        for lk, k in low.items():
+            if lk.startswith(NOT_TRAIN):
+                continue
+            if lk.rsplit("/", 1)[-1] in bases:
+                return k, False
+    return None, False
+
+
+def resolve_columns(keys, wanted, step_key=None):
+    """Map labels to row keys: ``(step_key, [(label, key)], [(meta, key)], bucket_key,
+    missing_labels, guesses)``; ``guesses`` says in words which choice was not certain."""
+    keys = list(keys)
+    guesses = []
+    if step_key is None or step_key not in keys:
+        step_key, exact = _find_key(keys, STEP_KEYS, ("step", "global_step"))
+        if step_key is None:
+            guesses.append(
+                "no step key found (looked for %s): row numbers are used as steps"
+                % ", ".join(STEP_KEYS[:6])
+            )
+        elif not exact:
+            guesses.append("step key %r chosen by its name's last part" % step_key)
+    metrics = []
+    missing = []
+    names = wanted or ["loss", "acc", "lr", "grad_norm"]
+    for name in names:
+        role = ROLE_NAMES.get(name.lower())
+        if role is not None:
+            key, exact = _find_key(keys, (name.lower(),) + ROLES[role], ROLES[role])
+            label = role
+        else:
+            key, exact = _find_key(keys, (name.lower(),), (name.lower(),))
+            label = name
+        if key is None or key == step_key or any(k == key for _, k in metrics):
+            if wanted:
+                missing.append(name)
+            continue
+        if not exact:
+            guesses.append("%s: column %r chosen by its name's last part" % (label, key))
+        elif key.lower().endswith("_epoch"):
+            guesses.append("%s: only the per-epoch column %r was found" % (label, key))
+        metrics.append((label, key))
+    used = {step_key} | {k for _, k in metrics}
+    meta = []
+    for name, aliases in META.items():
+        key, _ = _find_key(keys, aliases)
+        if key is not None and key not in used:
+            meta.append((name, key))
+            used.add(key)
+    bucket_key, _ = _find_key(keys, BUCKET_KEYS, ("bucket",))
+    if bucket_key in used:
+        bucket_key = None
+    return step_key, metrics, meta, bucket_key, missing, guesses
+
+
+class NoLoss(Exception):
+    """No loss series in the log (and none named): the numeric columns there are."""
+
+    def __init__(self, numeric, found):
+        Exception.__init__(self, "no loss series found")
+        self.numeric = numeric
+        self.found = found
+
+
+class Ingest:
+    """Rows into one flat row-major ``array('d')`` (step, metrics..., meta...) plus bucket
+    codes; the hot path is ``flat.extend(itemgetter(*keys)(row))``."""
+
+    def __init__(self, step_key, metrics, meta, bucket_key):
+        self.step_key = step_key
+        self.metrics = metrics
+        self.meta = meta
+        self.bucket_key = bucket_key
+        self.keys = ([step_key] if step_key else []) + [k for _, k in metrics]
+        self.keys += [k for _, k in meta]
+        self.K = len(self.keys)
+        self.m0 = 1 if step_key else 0
+        self.m1 = self.m0 + len(metrics)
+        if self.K == 1:
+            key = self.keys[0]
+            self.getter = lambda d: (d[key],)
+        else:
+            self.getter = itemgetter(*self.keys)
+        self.flat = array("d")  # rows not yet moved into the columns
+        self.cols = [array("d") for _ in self.keys]
+        self.codes = array("i")
+        self.cmap = {}
+        self.bnames = []
+        self.skipped = 0
+        self.bad = 0
+        self.events = []
+
+    def rows(self):
+        return len(self.cols[0]) + len(self.flat) // self.K
+
+    def last_step(self):
+        n = self.rows()
+        if n == 0:
+            return 0.0
+        if not self.step_key:
+            return float(n - 1)
+        if self.flat:
+            return self.flat[(len(self.flat) // self.K - 1) * self.K]
+        return self.cols[0][-1]
+
+    def flush(self):
+        """Move the buffered rows into the columns (keeps the peak memory near one copy)."""
+        K = self.K
+        self.fix_partial()
+        for j, col in enumerate(self.cols):
+            col.extend(self.flat[j::K])
+        del self.flat[:]
+
+    def code(self, v):
+        if v is None:
+            v = "-"
+        elif isinstance(v, float) and v.is_integer():
+            v = int(v)
+        try:
+            return self.cmap[v]
+        except (KeyError, TypeError):
+            pass
+        name = str(v)
+        for known, c in self.cmap.items():
+            if str(known) == name:
+                return c
+        c = len(self.bnames)
+        self.bnames.append(name)
+        try:
+            self.cmap[v] = c
+        except TypeError:
+            self.cmap[name] = c
+        return c
+
+    def fix_partial(self):
+        """``array.extend`` may have appended part of a row before failing: drop it."""
+        n = len(self.flat)
+        cut = (n // self.K) * self.K
+        if cut != n:
+            del self.flat[cut:]
+
+    def slow(self, d, quiet=False):
+        """A row the fast path refused: missing keys, strings, or not a row at all."""
+        if not isinstance(d, dict):
+            self.skipped += 1
+            return
+        vals = [_to_float(d.get(k)) for k in self.keys]
+        if all(vals[i] is MISSING for i in range(self.m0, self.m1)):
+            if not (self.dict_event(d) or quiet):
+                self.skipped += 1
+            return
+        if self.step_key and vals[0] is MISSING:
+            vals[0] = self.last_step() + 1
+        self.flat.extend(vals)
+        if self.bucket_key is not None:
+            self.codes.append(self.code(d.get(self.bucket_key)))
+
+    def add(self, d):
+        """One parsed row (a dict)."""
+        try:
+            self.flat.extend(self.getter(d))
+        except KeyError:
+            self.slow(d)
+            return
+        except TypeError:
+            self.fix_partial()
+            self.slow(d)
+            return
+        if self.bucket_key is not None:
+            bv = d.get(self.bucket_key)
+            try:
+                self.codes.append(self.cmap[bv])
+            except (KeyError, TypeError):
+                self.codes.append(self.code(bv))
+
+    def dict_event(self, d):
+        for v in d.values():
+            if isinstance(v, str) and ("heckpoint" in v or "ckpt" in v or "esum" in v):
+                step = _to_float(d.get(self.step_key)) if self.step_key else MISSING
+                return self.text_event(v, None if step is MISSING else step)
+        return False
+
+    def text_event(self, line, step=None):
+        """A line that is not a metrics row: a checkpoint save or a resume, if it says so."""
+        kind = None
+        if RESUME_RE.search(line):
+            kind = "resume"
+        elif CKPT_RE.search(line):
+            kind = "checkpoint"
+        if kind is None:
+            return False
+        m = EVENT_STEP_RE.search(line)
+        if m:
+            step = float(m.group(1))
+        elif step is None:
+            step = self.last_step()
+        self.events.append((kind, step, "log", mask(line.strip())[:160]))
+        return True
+
+
+def _maybe_event(ing, line):
+    low = line.lower()
+    if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+        return ing.text_event(line)
+    return False
+
+
+MAX_LINE = 1 << 20  # bytes: a longer line is skipped and counted, never held whole
+BLOCK = 1 << 22  # bytes read at a time
+SNIFF_BYTES = 1 << 24  # the sniff looks at most this far for its first lines
+SNIFF_LINES = 200
+MAX_DOC = 1 << 28  # a whole-document JSON (trainer_state.json) larger than this is refused
+
+
+class Lines:
+    """The lines of a binary file, a block at a time, each at most ``MAX_LINE`` bytes:
+    longer ones (a 2 GiB line without a newline) are skipped while reading and counted in
+    ``long``, so memory stays at one block whatever the file holds. NUL bytes are dropped."""
+
+    def __init__(self, f, limit=None):
+        self.f = f
+        self.limit = limit
+        self.long = 0
+        self.nbytes = 0
+
+    def __iter__(self):
+        carry = b""
+        dropping = False
+        read = self.f.read
+        while self.limit is None or self.nbytes < self.limit:
+            chunk = read(BLOCK)
+            if not chunk:
+                break
+            self.nbytes += len(chunk)
+            if dropping:
+                i = chunk.find(b"\n")
+                if i < 0:
+                    continue
+                chunk = chunk[i + 1 :]
+                dropping = False
+            buf = carry + chunk if carry else chunk
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                carry = buf
+            else:
+                carry = buf[cut + 1 :]
+                lines = self._split(buf[: cut + 1])
+                if lines:
+                    yield lines
+            if len(carry) > MAX_LINE:
+                self.long += 1
+                carry = b""
+                dropping = True
+        if carry and not dropping and (self.limit is None or self.nbytes < self.limit):
+            lines = self._split(carry + b"\n")
+            if lines:
+                yield lines
+
+    def _split(self, data):
+        if b"\0" in data:
+            data = data.replace(b"\0", b"")
+        lines = data.decode("utf-8", "replace").split("\n")
+        lines.pop()
+        if len(data) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+            keep = [ln for ln in lines if len(ln) <= MAX_LINE]
+            self.long += len(lines) - len(keep)
+            lines = keep
+        return lines
+
+
+def _head(blocks, n):
+    """The first ``n`` lines of ``blocks``, and an iterator over the blocks left."""
+    head = []
+    it = iter(blocks)
+    for block in it:
+        if len(head) + len(block) >= n:
+            k = n - len(head)
+            head.extend(block[:k])
+            return head, chain([block[k:]], it)
+        head.extend(block)
+    return head, iter(())
+
+
+HEAD_ROWS = 5000  # rows read before the columns are chosen
+
+
+def _numeric_keys(rows):
+    """Keys with a number for a value in any of these rows (dicts)."""
+    out = set()
+    for d in rows:
+        if not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            if k in out or isinstance(v, bool):
+                continue
+            if isinstance(v, (int, float)) or (isinstance(v, str) and _to_float(v) is not MISSING):
+                out.add(k)
+    return out
+
+
+def _ingest_for(keys, wanted, head=(), step_key=None):
+    """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys).
+
+    Without a loss series (and no metric named), the log cannot answer the question: the
+    error lists the numeric columns there are, for ``--metrics`` to name one."""
+    cols = resolve_columns(keys, wanted, step_key)
+    step_key, metrics, meta, bucket_key, missing, guesses = cols
+    if not wanted and not any(label == "loss" for label, _ in metrics):
+        numeric = sorted(_numeric_keys(head) - {step_key}) if head else sorted(keys)
+        raise NoLoss(numeric, [k for _, k in metrics])
+    if not metrics:
+        raise NoLoss(sorted(_numeric_keys(head) - {step_key}) if head else sorted(keys), [])
+    ing = Ingest(step_key, metrics, meta, bucket_key)
+    ing.missing = missing
+    ing.guesses = guesses
+    ing.all_keys = list(keys)
+    return ing

@@ -1,0 +1,491 @@
+"""Which log ``trainlog.py`` reads and how: the log of a run directory (:func:`find_log`),
+its checkpoint directory, and :func:`read_log`, which streams JSON lines, CSV, JSON
+documents, trainer lines or plain text into an :class:`~trainlog_ingest.Ingest`.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import json
+import os
+import re
+from array import array
+from collections import Counter
+from itertools import chain, compress
+from operator import itemgetter
+
+from protocol import mask
+from trainlog_base import FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
+from trainlog_binary import read_tfevents, read_wandb
+from trainlog_ingest import HEAD_ROWS, MAX_DOC, Lines, _head, _ingest_for, _maybe_event
+from trainlog_lines import sniff
+
+
+def _text_row(line):
+    d = dict(PAIR_RE.findall(line))
+    if not d or not any(k.lower() in ("step", "iter", "iteration") for k in d):
+        for k, v in WORD_RE.findall(line):
+            d.setdefault(k.lower(), v)
+    return d
+
+
+def read_log(path, fmt, wanted):
+    """Stream the log once; return ``(Ingest, format, lines, extra)``."""
+    auto = fmt == "auto"
+    lf = None
+    if auto:
+        fmt, lf = sniff(path)
+    extra = {}
+    if fmt == "tfevents":
+        return read_tfevents(path, wanted) + (extra,)
+    if fmt == "wandb":
+        return read_wandb(path, wanted) + (extra,)
+    doc = None
+    if fmt == "json":
+        size = os.path.getsize(path)
+        if size > MAX_DOC:
+            raise LogError(
+                "a %d MiB JSON document; over %d MiB is not read whole (is it JSON lines?)"
+                % (size >> 20, MAX_DOC >> 20)
+            )
+        with open(path, encoding="utf-8", errors="replace") as f:
+            try:
+                doc = json.load(f)
+            except ValueError as exc:
+                if not auto:
+                    raise LogError("not valid JSON (%s)" % exc) from None
+                fmt = "text"  # e.g. HF's stdout: {'loss': 0.7, 'learning_rate': 2e-05}
+    if fmt == "json":
+        if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
+            rows = doc["log_history"]
+            fmt = "trainer_state"
+            for k in ("save_steps", "max_steps", "num_train_epochs", "global_step"):
+                if isinstance(doc.get(k), (int, float)):
+                    extra[k] = doc[k]
+        elif isinstance(doc, list):
+            rows = doc
+        elif isinstance(doc, dict) and ("_step" in doc or "_wandb" in doc):
+            # wandb-summary.json: the last value of each key, one row (no history)
+            rows = [doc]
+            fmt = "wandb-summary"
+            extra["summary_only"] = True
+        else:
+            raise LogError("a JSON document without log_history (not a trainer_state.json)")
+        rows = [r for r in rows if isinstance(r, dict)]
+        head = rows[:HEAD_ROWS]
+        ing = _ingest_for(Counter(chain.from_iterable(r.keys() for r in head)), wanted, head)
+        for r in rows:
+            ing.add(r)
+        return ing, fmt, len(rows), extra
+    with open(path, "rb") as f:
+        src = Lines(f)
+        if fmt == "csv":
+            out = _read_csv(src, wanted)
+        elif fmt == "jsonl":
+            out = _read_jsonl(src, wanted)
+        elif lf is not None:
+            out = _read_formatted(src, lf, wanted)
+        else:
+            out = _read_text(src, wanted)
+    out[0].long = src.long
+    return out + (extra,)
+
+
+def dialect_of(fmt, ing):
+    """Whose log a generic format is, from the columns it has (None: any trainer's)."""
+    keys = {k for k in ing.all_keys} if getattr(ing, "all_keys", None) else set(ing.keys)
+    if fmt == "csv" and "step" in keys and any(k.endswith(("_step", "_epoch")) for k in keys):
+        return "Lightning CSVLogger metrics.csv"
+    if fmt == "jsonl":
+        if "current_steps" in keys:
+            return "LLaMA-Factory / TRL trainer_log.jsonl"
+        if "_step" in keys or "_runtime" in keys:
+            return "W&B history"
+    if fmt == "trainer_state":
+        return "HF Trainer trainer_state.json log_history"
+    return None
+
+
+def _jsonl_head(lines):
+    """The first lines parsed: a dict per JSON object, None per line that is not valid
+    JSON, the text of other non-empty lines (an event, or skipped)."""
+    head = []
+    for line in lines:
+        if line[:1] == "{":
+            try:
+                head.append(json.loads(line))
+            except (ValueError, RecursionError):  # nesting too deep
+                head.append(None)
+        elif line.strip():
+            head.append(line)
+    return head
+
+
+def _read_jsonl(src, wanted):
+    loads = json.loads
+    lines, blocks = _head(src, HEAD_ROWS)
+    head = _jsonl_head(lines)
+    nlines = len(lines)
+    keys = Counter()
+    for d in head:
+        if isinstance(d, dict):
+            keys.update(d.keys())
+    ing = _ingest_for(keys, wanted, head)
+    for d in head:
+        if d is None:
+            ing.bad += 1
+        elif isinstance(d, str):
+            if not _maybe_event(ing, d):
+                ing.skipped += 1
+        else:
+            ing.add(d)
+    # The hot loop: one json.loads and one array.extend per line.
+    ext = ing.flat.extend
+    getter = ing.getter
+    bkey = ing.bucket_key
+    codes = ing.codes
+    app = codes.append
+    cmap = ing.cmap
+    slow = ing.slow
+    for block in blocks:
+        nlines += len(block)
+        for line in block:
+            if line[:1] != "{":
+                if line.strip() and not _maybe_event(ing, line):
+                    ing.skipped += 1
+                continue
+            try:
+                d = loads(line)
+            except (ValueError, RecursionError):  # nesting too deep
+                ing.bad += 1
+                continue
+            try:
+                ext(getter(d))
+            except KeyError:
+                slow(d)
+                continue
+            except TypeError:
+                ing.fix_partial()
+                slow(d)
+                continue
+            if bkey is not None:
+                bv = d.get(bkey)
+                try:
+                    app(cmap[bv])
+                except (KeyError, TypeError):
+                    app(ing.code(bv))
+        ing.flush()
+    return ing, "jsonl", nlines
+
+
+# The hot loop binds its names locally: a call per row would cost more than the parse.
+# long: one pass over the blocks; the column-at-a-time path is already its own function
+def _read_csv(src, wanted):
+    blocks = iter(src)
+    first = None
+    pending = []
+    for block in blocks:
+        for i, ln in enumerate(block):
+            if ln.strip():
+                first = ln.lstrip("\ufeff")
+                pending = block[i + 1 :]
+                break
+        if first is not None:
+            break
+    if first is None:
+        raise LogError("the log is empty")
+    delim = "\t" if first.count("\t") > first.count(",") else ","
+    header = [h.strip() for h in next(csv.reader([first], delimiter=delim))]
+    head_rows = [dict(zip(header, r)) for r in csv.reader(pending[:HEAD_ROWS], delimiter=delim)]
+    ing = _ingest_for(Counter(header), wanted, head_rows)
+    pos = {h: i for i, h in enumerate(header)}
+    idx = [pos[k] for k in ing.keys]
+    getter = itemgetter(*idx) if len(idx) > 1 else (lambda r, i=idx[0]: (r[i],))
+    bidx = pos[ing.bucket_key] if ing.bucket_key is not None else None
+    ext = ing.flat.extend
+    m0, m1 = ing.m0, ing.m1
+    nm = m1 - m0
+    codes = ing.codes
+
+    def code_of(row):
+        return ing.code(row[bidx] if bidx < len(row) else None)
+
+    # Sparse rows (Lightning: one metric per row, the other cells empty) convert cell by
+    # cell; a file whose first rows are sparse skips the all-cells-at-once attempt.
+    sparse = any(not r.get(k) for r in head_rows[:200] for k in ing.keys)
+    nlines = 1
+    width = len(header)
+    for block in chain([pending], blocks):
+        nlines += len(block)
+        # a block's rows are held at once: without the cyclic GC scanning them (they hold
+        # only strings), which otherwise costs more than the parse
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            rows = list(filter(None, csv.reader(block, delimiter=delim)))
+            if bidx is None and _csv_columns(ing, rows, idx, width, header):
+                continue
+        finally:
+            if gc_was:
+                gc.enable()
+        for row in rows:
+            if not sparse:
+                try:
+                    ext(map(float, getter(row)))
+                except (ValueError, IndexError, TypeError):
+                    ing.fix_partial()
+                else:
+                    if bidx is not None:
+                        codes.append(code_of(row))
+                    continue
+            try:
+                vals = [float(c) if c else MISSING for c in getter(row)]
+            except (ValueError, IndexError, TypeError):
+                vals = None
+            if vals is None or (m0 and vals[0] is MISSING) or vals[m0:m1].count(MISSING) == nm:
+                if len(row) == 1 and _maybe_event(ing, row[0]):
+                    continue
+                ing.slow(dict(zip(header, row)))
+                continue
+            ext(vals)
+            if bidx is not None:
+                codes.append(code_of(row))
+        ing.flush()
+    return ing, "csv", nlines
+
+
+def _csv_columns(ing, rows, idx, width, header):
+    """A block of CSV rows of one width converted a column at a time (``array(map(float))``
+    per column; empty cells are missing). False, with nothing done, when a row needs the
+    row-by-row path: a step cell empty, a text cell in a kept column, rows of other widths."""
+    if not rows or len(set(map(len, rows))) != 1 or len(rows[0]) != width:
+        return False
+    cols = {i: list(map(itemgetter(i), rows)) for i in set(idx)}
+    out = []
+    for i in idx:
+        c = cols[i]
+        try:
+            out.append(array("d", map(float, c)))
+        except ValueError:
+            try:
+                out.append(array("d", [float(x) if x else MISSING for x in c]))
+            except ValueError:
+                return False
+    m0, m1 = ing.m0, ing.m1
+    if m0 and "" in cols[idx[0]]:
+        return False  # an empty step: the row-by-row path numbers it
+    empty = None
+    for i in idx[m0:m1]:
+        c = cols[i]
+        if "" not in c:
+            empty = None
+            break
+        e = {k for k, x in enumerate(c) if not x}
+        empty = e if empty is None else empty & e
+    ing.flush()
+    if empty:
+        # rows without any kept metric (Lightning's epoch rows): counted, as row by row
+        for k in sorted(empty):
+            ing.slow(dict(zip(header, rows[k])))
+        keep = [k not in empty for k in range(len(rows))]
+        out = [array("d", compress(a, keep)) for a in out]
+    for col, a in zip(ing.cols, out):
+        col.extend(a)
+    return True
+
+
+# long: the per-line loop of every trainer format, names bound locally (a call costs > a regex)
+def _read_formatted(src, lf, wanted):
+    """A trainer's text log: only lines matching its data pattern are rows; events only from
+    its event lines; everything else (source code, config dumps, tracebacks) is skipped."""
+    name, parse, step_key, event_res = lf
+    lines, blocks = _head(src, HEAD_ROWS)
+    parsed = [parse(ln) for ln in lines]
+    head = [d for d in parsed if d]
+    keys = Counter()
+    for d in head:
+        keys.update(d.keys())
+    ing = _ingest_for(keys, wanted, head, step_key)
+    ext = ing.flat.extend
+    getter = ing.getter
+    nlines = 0
+    at = [None]  # a step named by a line without data (nanoGPT's eval line), for what follows
+
+    def other(line):
+        for kind, rx in event_res:
+            m = rx.search(line)
+            if m:
+                step = float(m.group(1)) if m.groups() else at[0]
+                if kind is None:
+                    at[0] = step
+                    return
+                if step is None:
+                    step = ing.last_step()
+                ing.events.append((kind, step, "log", mask(line.strip())[:160]))
+                return
+        if line.strip():
+            ing.skipped += 1
+
+    # One regex whose named groups are the columns: its groups go straight into the array.
+    rx = getattr(parse, "rx", None)
+    direct = rx is not None and all(k in rx.groupindex for k in ing.keys)
+    search = rx.search if direct else None
+    keys = tuple(ing.keys)
+    one = len(keys) == 1
+    for block in chain([lines], blocks):
+        nlines += len(block)
+        for line in block:
+            if direct:
+                m = search(line)
+                if m is None:
+                    other(line)
+                    continue
+                at[0] = None
+                try:
+                    ext(map(float, (m.group(keys[0]),) if one else m.group(*keys)))
+                except (ValueError, TypeError):
+                    ing.fix_partial()
+                    ing.slow({k: v for k, v in m.groupdict().items() if v is not None})
+                continue
+            d = parse(line)
+            if d is None:
+                other(line)
+                continue
+            at[0] = None
+            try:
+                ext(map(float, getter(d)))
+            except (KeyError, ValueError, TypeError):
+                ing.fix_partial()
+                ing.slow(d)
+        ing.flush()
+    return ing, name, nlines
+
+
+def _read_text(src, wanted):
+    lines, blocks = _head(src, HEAD_ROWS)
+    nlines = 0
+    keys = Counter()
+    plain = Counter()
+    parsed = []
+    for line in lines:
+        d = _text_row(line)
+        parsed.append(d)
+        keys.update(d.keys())
+        plain.update(dict(FAST_PAIR_RE.findall(line)).keys())
+    ing = _ingest_for(keys, wanted, parsed)
+    nlines += len(lines)
+    for line, d in zip(lines, parsed):
+        _text_line(ing, line, d)
+    # The fast path: one regex per line, then the same itemgetter + array.extend as JSON.
+    # "Step 12 | loss 0.7" has words, not pairs: then the word regex runs too.
+    pairs = FAST_PAIR_RE.findall
+    words = WORD_RE.findall if not all(k in plain for k in ing.keys) else None
+    ext = ing.flat.extend
+    getter = ing.getter
+    bkey = ing.bucket_key
+    app = ing.codes.append
+    for block in blocks:
+        nlines += len(block)
+        for line in block:
+            low = line.lower()
+            if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+                _text_line(ing, line, None)
+                continue
+            d = dict(pairs(line))
+            if words is not None:
+                for k, v in words(line):
+                    d.setdefault(k.lower(), v)
+            try:
+                ext(map(float, getter(d)))
+            except (KeyError, ValueError, TypeError):
+                ing.fix_partial()
+                _text_line(ing, line, None)
+                continue
+            if bkey is not None:
+                app(ing.code(d.get(bkey)))
+        ing.flush()
+    return ing, "text", nlines
+
+
+def _text_line(ing, line, d):
+    event = _maybe_event(ing, line)
+    if d is None:
+        d = _text_row(line)
+    if d:
+        ing.slow(d, quiet=event)
+    elif line.strip() and not event:
+        ing.skipped += 1
+
+
+LOG_NAMES = (
+    # (pattern on the path below the run dir, what it is), in order of preference
+    (r"(?:^|/)trainer_log\.jsonl$", "LLaMA-Factory trainer_log.jsonl"),
+    (r"^trainer_state\.json$", "HF trainer_state.json"),
+    (
+        r"(?:^|/)checkpoint-(\d+)/trainer_state\.json$",
+        "HF trainer_state.json of the last checkpoint",
+    ),
+    (r"(?:^|/)metrics\.csv$", "Lightning metrics.csv"),
+    (r"(?:^|/)run-[^/]*\.wandb$", "W&B run file"),
+    (r"(?:^|/)events\.out\.tfevents\.[^/]*$", "TensorBoard event file"),
+    (r"\.jsonl$", "JSON lines"),
+    (r"(?:\.log|\.out|\.txt)$", "text log"),
+    (r"\.csv$", "CSV"),
+)
+CKPT_NAME_RE = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(?:\.\w+)*$", re.I)
+
+
+def find_log(run_dir, max_entries=20000):
+    """``(file, why)``: the training log of a run directory, by the preference of
+    ``LOG_NAMES`` (the newest file of the best kind; for checkpoints, the highest step)."""
+    found = []
+    seen = 0
+    base = len(run_dir.rstrip("/")) + 1
+    for root, dirs, files in os.walk(run_dir):
+        depth = root[base:].count("/") + (1 if len(root) >= base else 0)
+        if depth >= 4:
+            dirs[:] = []
+        dirs.sort()
+        for name in files:
+            seen += 1
+            if seen > max_entries:
+                break
+            full = os.path.join(root, name)
+            rel = full[base:]
+            for rank, (pat, what) in enumerate(LOG_NAMES):
+                m = re.search(pat, rel)
+                if m:
+                    key = float(m.group(1)) if m.groups() else _mtime(full)
+                    found.append((rank, -key, rel, full, what))
+                    break
+    if not found:
+        raise LogError(
+            "a directory with no training log found in it (looked for %s)"
+            % "trainer_state.json, trainer_log.jsonl, metrics.csv, wandb/run-*/*.wandb, "
+            "events.out.tfevents.*, *.jsonl, *.log, *.txt, *.csv"
+        )
+    found.sort()
+    rank, _, rel, full, what = found[0]
+    others = len(found) - 1
+    return full, "%s (%s)%s" % (rel, what, "; %d other candidates" % others if others else "")
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def ckpt_dir_of(run_dir):
+    """The run directory itself, or its ``checkpoints``/``ckpt`` child, if it holds
+    checkpoint entries (checkpoint-2000, step_2000, global_step2000, iter_2000.pt)."""
+    for d in (run_dir, os.path.join(run_dir, "checkpoints"), os.path.join(run_dir, "ckpt")):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        if any(CKPT_NAME_RE.match(n) for n in names):
+            return d
+    return None

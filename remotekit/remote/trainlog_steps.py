@@ -1,0 +1,285 @@
+"""Step repair for ``trainlog.py``: rows merged per step, resumed runs and per-epoch
+counters made one continuous series, glitched steps dropped, and running totals (TRL's
+``num_tokens``) turned into per-batch values.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from itertools import compress, islice
+from operator import ge, gt, le, lt, sub
+
+from trainlog_base import MAX_EVENTS, MISSING, _fmt, _is_missing, _quantile
+
+
+def reconcile_steps(ing, steps, cols, warnings):
+    """One row per step, in order. Rows at the same step (sparse loggers: one metric per
+    row) are merged; a step counter that goes back (a resumed run appended to the same log)
+    is a resume: the later run's rows replace the earlier rows at those steps, never mixed.
+    Returns ``(steps, cols, n)``; resumes become events. Lines of several writers
+    interleaved (ranks sharing one log) are no resumes: see :func:`merge_interleaved`."""
+    n = len(steps)
+    if n < 2 or not any(map(ge, steps, islice(steps, 1, None))):
+        return steps, cols, n
+    steps = per_epoch_steps(ing, steps, cols, warnings)
+    if all(map(lt, steps, islice(steps, 1, None))):
+        return steps, cols, n
+    merged = merge_interleaved(ing, steps, cols, warnings)
+    if merged is not None:
+        return merged
+    names = list(cols)
+    arrs = [cols[k] for k in names]
+    keep, twice = _merge_same_steps(steps, arrs)
+    low = math.inf
+    dropped = 0
+    for i in range(n - 1, -1, -1):
+        if not keep[i]:
+            continue
+        if steps[i] >= low:
+            keep[i] = 0
+            dropped += 1
+        else:
+            low = steps[i]
+    backs = [i for i in range(1, n) if steps[i] < steps[i - 1]]
+    for i in backs[:MAX_EVENTS]:
+        j = i - 1
+        ing.events.append(
+            (
+                "resume",
+                steps[i],
+                "steps",
+                "step counter went back from %s to %s at row %d (a resumed run appended to "
+                "the same log)" % (_fmt(steps[j]), _fmt(steps[i]), i + 1),
+            )
+        )
+    if backs:
+        warnings.append(
+            "the step counter goes back %d time(s) (a resumed run appended to the same log): "
+            "the later rows are used, %d earlier rows at the same steps are set aside"
+            % (len(backs), dropped)
+        )
+    if twice:
+        warnings.append("%d steps were logged twice: the later value is used" % twice)
+    if len(ing.codes) == n:
+        ing.codes = array("i", compress(ing.codes, keep))
+    steps = array("d", compress(steps, keep))
+    cols = {k: array("d", compress(c, keep)) for k, c in zip(names, arrs)}
+    return steps, cols, len(steps)
+
+
+def _merge_same_steps(steps, arrs):
+    """Rows at the same step as the next row merged into it (its missing values filled
+    from this one) and marked as not kept: ``(keep, steps logged twice)``."""
+    n = len(steps)
+    keep = bytearray(b"\x01") * n
+    twice = 0
+    for i in range(n - 1):
+        if steps[i] != steps[i + 1]:
+            continue
+        both = False
+        for c in arrs:
+            a, b = c[i], c[i + 1]
+            if _is_missing(b):
+                c[i + 1] = a
+            elif not _is_missing(a):
+                both = True
+        twice += both
+        keep[i] = 0
+    return keep, twice
+
+
+def per_epoch_steps(ing, steps, cols, warnings):
+    """``steps`` made continuous when the counter is a per-epoch one (0..499, 0..499, ...),
+    else ``steps`` as they are. Such a counter restarts at its first value, again and again
+    after the same span (or at each new value of an ``epoch`` field): no resume, and no
+    earlier epoch's rows to set aside. Each restart becomes an epoch event."""
+    n = len(steps)
+    fwd = sorted(d for d in map(sub, islice(steps, 1, None), steps) if d > 0)
+    if not fwd:
+        return steps
+    stride = _quantile(fwd, 0.5)
+    backs = [i for i in range(1, n) if steps[i] < steps[i - 1]]
+    resets = [i for i in backs if steps[i] <= steps[0] + stride]
+    if not resets or len(resets) != len(backs):
+        return steps
+    bounds = [0, *resets, n]
+    spans = [steps[b - 1] - steps[a] for a, b in zip(bounds, bounds[1:])]
+    full = spans[:-1]  # the last epoch may be cut short
+    same = max(full) - min(full) <= 0.1 * max(full) and spans[-1] <= 1.1 * max(full)
+    ep = cols.get("epoch")
+    by_field = ep is not None and all(
+        not _is_missing(ep[i]) and not _is_missing(ep[i - 1]) and ep[i] > ep[i - 1] for i in resets
+    )
+    if not (by_field or (same and len(resets) >= 2)):
+        return steps
+    period = max(full) + stride
+    out = array("d", steps)
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        for i in range(a, b):
+            out[i] = steps[i] + k * period
+        if k:
+            ing.events.append(
+                ("epoch", out[a], "steps", "the step counter restarted at %s" % _fmt(steps[a]))
+            )
+    warnings.append(
+        "the step counter restarts at %s %d times (a per-epoch count, %s steps an epoch): "
+        "made continuous, not taken as resumes" % (_fmt(steps[0]), len(resets), _fmt(period))
+    )
+    return out
+
+
+def merge_interleaved(ing, steps, cols, warnings):
+    """``(steps, cols, n)`` when the log holds several writers' lines interleaved (every
+    rank printing its own loss, a step's lines out of order by a step or two), else None.
+
+    Such a log goes back a little, often: many times, by a few strides at most; a resumed
+    run goes back rarely, to a checkpoint. Its rows are put in step order and each step's
+    values averaged over its lines (as an all-reduced loss would be); a NaN on any line
+    stays a NaN."""
+    n = len(steps)
+    backs = [steps[i - 1] - steps[i] for i in range(1, n) if steps[i] < steps[i - 1]]
+    fwd = sorted(d for d in map(sub, islice(steps, 1, None), steps) if d > 0)
+    if not fwd:
+        return None
+    stride = _quantile(fwd, 0.5)
+    # the same metric again at the same step, on most rows: every rank printing in turn
+    # (a sparse logger's rows at one step carry different metrics, and are merged instead)
+    again = 0
+    first = cols[next(iter(cols))] if cols else ()
+    for i in range(n - 1):
+        if steps[i] == steps[i + 1] and not (_is_missing(first[i]) or _is_missing(first[i + 1])):
+            again += 1
+    shuffled = len(backs) >= max(3, n // 100) and _quantile(sorted(backs), 0.5) <= 4 * stride
+    if not shuffled and again < max(3, n // 4):
+        return None
+    order = sorted(range(n), key=steps.__getitem__)
+    names = list(cols)
+    out_steps = array("d")
+    out = {k: array("d") for k in names}
+    codes = ing.codes if len(ing.codes) == n else None
+    out_codes = array("i")
+    most = 1
+    a = 0
+    while a < n:
+        z = a + 1
+        while z < n and steps[order[z]] == steps[order[a]]:
+            z += 1
+        group = order[a:z]
+        most = max(most, z - a)
+        out_steps.append(steps[group[0]])
+        for k in names:
+            vals = [cols[k][i] for i in group if not _is_missing(cols[k][i])]
+            out[k].append(sum(vals) / len(vals) if vals else MISSING)
+        if codes is not None:
+            out_codes.append(codes[group[0]])
+        a = z
+    if codes is not None:
+        ing.codes = out_codes
+    warnings.append(
+        "lines of several writers are interleaved (up to %d lines a step; the step counter "
+        "went back %d times%s): taken as ranks sharing one log, not as resumes; each step's "
+        "values are the mean of its lines (log from rank 0 only to see one rank's own)"
+        % (most, len(backs), ", by %s steps at most" % _fmt(max(backs)) if backs else "")
+    )
+    return out_steps, out, len(out_steps)
+
+
+def _glitches(steps, ok):
+    """Rows (of the indices ``ok``) whose step is a glitch, not a resume: up to 3 rows far
+    behind (> 4 strides) after which the log goes on from where it was (a mis-parsed step
+    between 100 and 101), or one row far ahead of two neighbours in line. A resume goes on
+    from where it went back to. Many such rows are interleaved writers instead (see
+    :func:`merge_interleaved`)."""
+    fwd = sorted(steps[b] - steps[a] for a, b in zip(ok, ok[1:]) if steps[b] > steps[a])
+    if not fwd:
+        return []
+    far = 4 * _quantile(fwd, 0.5)
+    odd = []
+    for j in range(1, len(ok) - 1):
+        prev, cur = steps[ok[j - 1]], steps[ok[j]]
+        if odd and odd[-1] >= ok[j]:
+            continue  # inside a run already set aside
+        if cur < prev - far:
+            run = [ok[j]]
+            for k in range(j + 1, min(len(ok), j + 4)):
+                if steps[ok[k]] >= prev:
+                    odd.extend(run)
+                    break
+                run.append(ok[k])
+        elif prev <= steps[ok[j + 1]] < cur - far:
+            odd.append(ok[j])
+    return odd
+
+
+def drop_bad_steps(ing, steps, cols, warnings):
+    """Rows whose step is not a step (negative, non-finite, beyond 2**53: a corrupt or
+    mis-parsed line) are set aside, with a warning, before they bend the step axis (one
+    step of 1e30 would make every spike "at" an event by chance alone)."""
+    n = len(steps)
+    keep = bytearray(0 <= s <= 2.0**53 for s in steps)
+    bad = n - sum(keep)
+    if bad:
+        first = next(i for i in range(n) if not keep[i])
+        warnings.append(
+            "%d rows with an impossible step (negative, non-finite or beyond 2**53; the "
+            "first: %s at row %d) set aside" % (bad, _fmt(steps[first]), first + 1)
+        )
+    odd = _glitches(steps, [i for i in range(n) if keep[i]])
+    if odd and len(odd) <= max(3, n // 200):
+        for i in odd:
+            keep[i] = 0
+        warnings.append(
+            "%d rows whose step is out of line with the rows around it set aside (the first: "
+            "step %s at row %d)" % (len(odd), _fmt(steps[odd[0]]), odd[0] + 1)
+        )
+    elif not bad:
+        return steps, cols
+    if len(ing.codes) == n:
+        ing.codes = array("i", compress(ing.codes, keep))
+    return array("d", compress(steps, keep)), {
+        k: array("d", compress(c, keep)) for k, c in cols.items()
+    }
+
+
+COUNTER_META = ("tokens",)  # meta columns that some trainers log as running totals
+
+
+def is_running_total(col):
+    """A column that counts what was seen so far (tokens, samples, flos): it never goes
+    down and grows at (almost) every row, also when a resumed run starts it high. A
+    per-batch size in a length-sorted order never goes down either, but repeats its
+    values (batches of one bucket), so it grows at few rows."""
+    fin = [v for v in col if v == v]
+    if len(fin) < 3 or not all(map(le, fin, islice(fin, 1, None))):
+        return False
+    grows = sum(map(gt, islice(fin, 1, None), fin))
+    return grows >= 0.9 * (len(fin) - 1) and fin[-1] > fin[0]
+
+
+def per_batch(ing, steps, cols, warnings):
+    """A running total (TRL's num_tokens: 61440, 122880, ...) is not a batch size: use its
+    differences per step instead, and say so. Returns ``{name: words}`` for each column
+    so derived (the composition record carries the words)."""
+    derived = {}
+    for name in COUNTER_META:
+        col = cols.get(name)
+        if col is None or len(col) < 3:
+            continue
+        if not is_running_total(col):
+            continue
+        out = array("d", [math.nan])
+        for i in range(1, len(col)):
+            ds = steps[i] - steps[i - 1]
+            out.append((col[i] - col[i - 1]) / ds if ds > 0 else math.nan)
+        cols[name] = out
+        key = dict(ing.meta).get(name)
+        warnings.append(
+            "%r is a running total (it never decreases): per-batch %s are taken from its "
+            "differences per step, not its values" % (key, name)
+        )
+        derived[name] = "%s per step, from the differences of the running total %r" % (
+            name,
+            key,
+        )
+    return derived
