@@ -81,6 +81,9 @@ class SyncResult:
     touched: tuple[str, ...] = ()
     links: tuple[str, ...] = ()
     dirs_created: tuple[str, ...] = ()
+    #: Directories ``delete=True`` would remove that still hold entries not listed there
+    #: (excluded, or new since the listing): left in place with those, not in :attr:`deleted`.
+    kept: tuple[str, ...] = ()
     #: Local paths not synced: not a file/dir/link, unreadable, or changed while read.
     skipped: tuple[str, ...] = ()
     hashed: int = 0
@@ -113,6 +116,8 @@ class SyncResult:
             parts.append(f"{len(self.touched)} metadata-only")
         if self.links:
             parts.append(f"{len(self.links)} link(s)")
+        if self.kept:
+            parts.append(f"{len(self.kept)} dir(s) kept (hold excluded entries)")
         if self.dirs_created:
             parts.append(f"{len(self.dirs_created)} dir(s) created")
         if self.skipped:
@@ -253,13 +258,14 @@ def diff(
     """The plan that makes ``there`` hold ``here`` (``maybe`` still to be hashed)."""
     plan = Plan()
     conflicts: list[str] = []
+    replaced: list[str] = []  # of another kind there: removed (delete=True) before the new one
     for rel in sorted(here):
         e, r = here[rel], there.get(rel)
         if r is not None and r.kind == "d" and e.kind != "d":
             if not delete:
                 conflicts.append(rel)
                 continue
-            plan.remove.append(rel)
+            replaced.append(rel)
             r = None
         if e.kind == "d":
             if r is None or r.kind != "d":
@@ -293,21 +299,12 @@ def diff(
             step=f"sync {dest}",
         )
     if delete:
-        gone = sorted(rel for rel in there if rel not in here)
-        removed = set(plan.remove)
-        for rel in gone:  # the topmost of each removed subtree is enough
-            if not any(up in removed for up in _ancestors(rel)):
-                plan.remove.append(rel)
-                removed.add(rel)
-        plan.deleted = gone
+        plan.deleted = sorted(replaced + [rel for rel in there if rel not in here])
+        # every path by name, deepest first: a directory goes only once empty (rmdir there),
+        # so what the listing did not show (excluded or new entries) is never removed
+        plan.remove = sorted(plan.deleted, reverse=True)
     plan.dirmodes.reverse()  # deepest first: a read-only dir is closed after its children
     return plan
-
-
-def _ancestors(rel: str) -> Iterator[str]:
-    while "/" in rel:
-        rel = rel.rpartition("/")[0]
-        yield rel
 
 
 def _decide_hashed(
@@ -414,10 +411,12 @@ def _apply(
     here: dict[str, Entry],
     progress: _Progress,
     timeout: float | None,
-) -> tuple[list[str], list[str]]:
-    """Run the apply steps; return (errors there, paths not sent because they changed here)."""
+) -> tuple[list[str], list[str], list[str]]:
+    """Run the apply steps; return (errors there, paths not sent because they changed here,
+    directories not removed because they still hold other entries)."""
     errors: list[str] = []
     changed: list[str] = []
+    kept: list[str] = []
     batches = _batches(plan.send, here)
     script = remote.source(SCRIPT)
     for i, batch in enumerate(batches):
@@ -441,7 +440,8 @@ def _apply(
         records = _stream_step(target, dest, manifest, payload(), timeout)
         errors += [f"{r['p']}: {r['message']}" for r in records if r.get("type") == "error"]
         changed += [rel for n, rel in enumerate(order) if ok[n] != ord("1")]
-    return errors, changed
+        kept += [r["p"] for r in records if r.get("type") == "kept"]
+    return errors, changed, kept
 
 
 def _stream_step(
@@ -520,23 +520,25 @@ def sync(
     progress = _Progress(sum(here[rel].size for rel in plan.send), on_progress)
     errors: list[str] = []
     changed: list[str] = []
+    kept: list[str] = []
     work = (plan.remove, plan.mkdir, plan.send, plan.links, plan.meta, plan.dirmodes)
     if (not exists or any(work)) and not dry_run:
-        errors, changed = _apply(target, root, dest, plan, here, progress, timeout)
+        errors, changed, kept = _apply(target, root, dest, plan, here, progress, timeout)
         steps += len(_batches(plan.send, here))
-    not_sent = set(changed)
+    not_sent, kept_set = set(changed), set(kept)
     sent = tuple(rel for rel in plan.send if rel not in not_sent)
     result = SyncResult(
         host=target.name,
         src=str(root),
         dest=dest,
         sent=sent,
-        deleted=tuple(plan.deleted),
+        deleted=tuple(rel for rel in plan.deleted if rel not in kept_set),
         unchanged=plan.unchanged,
         bytes_sent=sum(here[rel].size for rel in sent),
         touched=tuple(plan.meta),
         links=tuple(plan.links),
         dirs_created=tuple(plan.mkdir),
+        kept=tuple(sorted(kept)),
         skipped=tuple(skipped) + tuple(f"{rel}: changed while it was read" for rel in changed),
         hashed=len(plan.maybe),
         steps=steps,

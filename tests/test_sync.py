@@ -492,3 +492,36 @@ def test_the_script_runs_on_python_3_8(tmp_path: Path) -> None:
         r = where.sync(src, delete=True)
         assert r.deleted == ("empty.txt",) and r.touched == ("run.sh",) and r.steps == 3
         assert where.snapshot() == expected(src)
+
+
+# -- deletions never take excluded or unknown entries, nothing removed without delete --------------
+
+
+def test_delete_keeps_a_directory_that_still_holds_excluded_files(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    (src / "code.py").write_text("x")
+    (dest / "runs" / "deep").mkdir(parents=True)
+    (dest / "runs" / "model.ckpt").write_text("weeks of training")
+    (dest / "runs" / "log.txt").write_text("log")
+    (dest / "runs" / "deep" / "old.txt").write_text("old")
+    (dest / "gone" / "empty").mkdir(parents=True)
+    r = local.sync(src, str(dest), exclude=["*.ckpt"], delete=True)
+    assert (dest / "runs" / "model.ckpt").read_text() == "weeks of training"
+    assert sorted(r.deleted) == [
+        "gone",
+        "gone/empty",
+        "runs/deep",
+        "runs/deep/old.txt",
+        "runs/log.txt",
+    ]
+    assert r.kept == ("runs",)
+    assert sorted(p.name for p in dest.iterdir()) == ["code.py", "runs"]
+    assert [p.name for p in (dest / "runs").iterdir()] == ["model.ckpt"]
+
+    (src / "runs").write_text("a file here where a directory holds excluded files there")
+    with pytest.raises(remotekit.RemotekitError, match="runs"):
+        local.sync(src, str(dest), exclude=["*.ckpt"], delete=True)
+    assert (dest / "runs" / "model.ckpt").read_text() == "weeks of training"

@@ -17,6 +17,7 @@ Every stdout line is one JSON object with a ``"type"``:
     {"type": "entries", "e": [[rel, kind, size, mtime_ns, mode(, link target)], ...]}
                                   list: kind "f" file, "d" dir, "l" symlink, "o" other
     {"type": "hash", "p": rel, "h": sha256 hex | null}            hash: one per path
+    {"type": "kept", "p": rel}    apply: a directory to remove that holds unlisted entries
     {"type": "error", "p": rel, "message": ...}                   a path that could not be done
     {"type": "done", "command": ..., "errors": n}                 last; exit 1 if errors
 
@@ -29,11 +30,11 @@ removes the temp file, so an interrupted sync leaves no partial file under its r
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import sys
@@ -428,11 +429,19 @@ def install_link(path, target):
 
 
 def remove(path):
-    st = os.lstat(path)
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)  # never follows symlinks inside
-    else:
+    """Remove one path, never a tree: a directory only once empty (its listed children were
+    removed before it, deepest first); True if it was a directory that still holds entries
+    the plan did not name (excluded, or new since the listing), which are kept with it."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
         os.unlink(path)
+        return False
+    try:
+        os.rmdir(path)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        return True
+    return False
 
 
 def do_apply(root, here):
@@ -472,7 +481,12 @@ def do_apply(root, here):
         os.utime(path, ns=(mtime_ns, mtime_ns))
 
     os.makedirs(root, exist_ok=True)
-    each("remove", remove)
+
+    def remove_one(path):
+        if remove(path):
+            emit({"type": "kept", "p": rel_of(path)})
+
+    each("remove", remove_one)
     each("mkdir", lambda path, mode: os.mkdir(path, 0o700))
     each("files", body)
     try:
