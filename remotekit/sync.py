@@ -17,8 +17,8 @@ Rules: regular files, directories and symlinks are synced (symlinks as links, ne
 followed, on either side); other kinds (FIFOs, sockets, devices) are skipped and named in
 :attr:`SyncResult.skipped`. Modes are the source's permission bits (``0o777``; setuid, setgid
 and sticky are never set), directory mtimes are not kept. Without ``delete=True`` nothing is
-removed there, and a path that is a directory there but a file or link here is refused. Excludes
-are ``.gitignore``-style patterns (see :class:`remotekit.remote.sync.Excludes`), applied to
+removed there, and a path that is a directory on one side but not on the other is refused.
+Excludes are ``.gitignore``-style patterns (see :class:`remotekit.remote.sync.Excludes`), applied to
 both trees; excluded paths there are never deleted. No ``.gitignore`` is read implicitly:
 pass its lines (``read_patterns(".gitignore")``) or ``--exclude-from .gitignore`` to use one.
 """
@@ -261,16 +261,15 @@ def diff(
     replaced: list[str] = []  # of another kind there: removed (delete=True) before the new one
     for rel in sorted(here):
         e, r = here[rel], there.get(rel)
-        if r is not None and r.kind == "d" and e.kind != "d":
-            if not delete:
-                conflicts.append(rel)
+        if r is not None and (r.kind == "d") != (e.kind == "d"):
+            if not delete:  # either way round, replacing it removes something there
+                side = ("there", "here") if r.kind == "d" else ("here", "there")
+                conflicts.append(f"{rel} is a directory {side[0]} but not {side[1]}")
                 continue
             replaced.append(rel)
             r = None
         if e.kind == "d":
-            if r is None or r.kind != "d":
-                if r is not None:
-                    plan.remove.append(rel)
+            if r is None:
                 plan.mkdir.append(rel)
                 plan.dirmodes.append(rel)
             elif r.mode != e.mode:
@@ -289,15 +288,7 @@ def diff(
             if r.mode != e.mode & wire.MODE_BITS:
                 plan.meta.append(rel)
     if conflicts:
-        shown = ", ".join(conflicts[:5]) + (
-            f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""
-        )
-        raise RemotekitError(
-            f"sync to {dest}: {shown} is a directory there but not here; pass delete=True "
-            f"(--delete) to replace it",
-            host=host,
-            step=f"sync {dest}",
-        )
+        _refuse(conflicts, dest, host)
     if delete:
         plan.deleted = sorted(replaced + [rel for rel in there if rel not in here])
         # every path by name, deepest first: a directory goes only once empty (rmdir there),
@@ -305,6 +296,17 @@ def diff(
         plan.remove = sorted(plan.deleted, reverse=True)
     plan.dirmodes.reverse()  # deepest first: a read-only dir is closed after its children
     return plan
+
+
+def _refuse(conflicts: list[str], dest: str, host: str) -> None:
+    shown = "; ".join(conflicts[:5]) + (
+        f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""
+    )
+    raise RemotekitError(
+        f"sync to {dest}: {shown}; pass delete=True (--delete) to replace it",
+        host=host,
+        step=f"sync {dest}",
+    )
 
 
 def _decide_hashed(

@@ -417,7 +417,10 @@ def test_a_symlink_there_is_replaced_not_followed(local: remotekit.Target, tmp_p
     outside.mkdir()
     dest.mkdir()
     (dest / "a").symlink_to(outside)
-    local.sync(src, str(dest))
+    with pytest.raises(remotekit.RemotekitError, match="a is a directory here"):
+        local.sync(src, str(dest))  # nothing is removed without delete, not even a link
+    assert (dest / "a").is_symlink() and list(outside.iterdir()) == []
+    assert local.sync(src, str(dest), delete=True).deleted == ("a",)
     assert list(outside.iterdir()) == []
     assert (dest / "a").is_dir() and not (dest / "a").is_symlink()
     assert (dest / "a" / "f").read_text() == "mine"
@@ -525,3 +528,21 @@ def test_delete_keeps_a_directory_that_still_holds_excluded_files(
     with pytest.raises(remotekit.RemotekitError, match="runs"):
         local.sync(src, str(dest), exclude=["*.ckpt"], delete=True)
     assert (dest / "runs" / "model.ckpt").read_text() == "weeks of training"
+
+
+def test_a_directory_here_does_not_remove_a_file_there_without_delete(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "a").write_text("a")
+    (src / "lnk").mkdir()
+    dest.mkdir()
+    (dest / "data").write_text("precious")
+    (dest / "lnk").symlink_to("data")
+    with pytest.raises(remotekit.RemotekitError, match=r"data is a directory here.*--delete"):
+        local.sync(src, str(dest))
+    assert (dest / "data").read_text() == "precious" and (dest / "lnk").is_symlink()
+    r = local.sync(src, str(dest), delete=True)
+    assert set(r.deleted) == {"data", "lnk"}
+    assert (dest / "data" / "a").read_text() == "a" and (dest / "lnk").is_dir()
