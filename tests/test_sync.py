@@ -546,3 +546,39 @@ def test_a_directory_here_does_not_remove_a_file_there_without_delete(
     r = local.sync(src, str(dest), delete=True)
     assert set(r.deleted) == {"data", "lnk"}
     assert (dest / "data" / "a").read_text() == "a" and (dest / "lnk").is_dir()
+
+
+# -- metadata is set through a descriptor, never through a symlink -------------------------------
+
+
+def test_modes_are_never_set_through_a_symlink_planted_after_the_listing(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    (dest / "sub").mkdir(parents=True)
+    (dest / "f").write_text("f")
+    outside.mkdir(mode=0o755)
+    (outside / "file").write_text("x")
+    (outside / "file").chmod(0o644)
+    # the plan was made from a listing that saw a directory and a file; then they are swapped
+    plan = {"files": [], "meta": [["f", 0o777, 0]], "dirmodes": [["sub", 0o777]]}
+    (dest / "sub").rmdir()
+    (dest / "sub").symlink_to(outside)
+    (dest / "f").unlink()
+    (dest / "f").symlink_to(outside / "file")
+    r = local.run_python(
+        wire_script(),
+        ["apply", str(dest)],
+        files={"plan.json": json.dumps(plan).encode(), "ok": b""},
+        check=False,
+    )
+    errors = {
+        rec["p"]: rec["message"]
+        for rec in map(json.loads, r.stdout.splitlines())
+        if rec["type"] == "error"
+    }
+    assert r.exit_code == 1 and set(errors) == {"f", "sub"}
+    assert all("symlink" in m for m in errors.values()), errors
+    assert oct(outside.stat().st_mode & 0o777) == oct(0o755)
+    assert oct((outside / "file").stat().st_mode & 0o777) == oct(0o644)
+    assert (outside / "file").stat().st_mtime_ns != 0

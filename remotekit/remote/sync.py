@@ -444,6 +444,29 @@ def remove(path):
     return False
 
 
+def set_meta(path, mode, mtime_ns=None):
+    """Set a file's mode and mtime (``mtime_ns``) or a directory's mode (no ``mtime_ns``)
+    through a descriptor opened without following a symlink: a path swapped for a symlink
+    since the listing (say ``sub -> /etc``) is an error naming it, never followed."""
+    is_dir = mtime_ns is None
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | (getattr(os, "O_DIRECTORY", 0) if is_dir else 0))
+    except OSError:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise OSError("is a symlink there now; not followed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) != is_dir or not (is_dir or stat.S_ISREG(st.st_mode)):
+            raise OSError("no longer a %s" % ("directory" if is_dir else "regular file"))
+        os.chmod(fd, mode & MODE_BITS)
+        if not is_dir:
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
+    finally:
+        os.close(fd)
+
+
 def do_apply(root, here):
     with open(os.path.join(here, "plan.json")) as f:
         plan = json.load(f)
@@ -474,12 +497,6 @@ def do_apply(root, here):
     def rel_of(path):
         return os.path.relpath(path, root).replace(os.sep, "/")
 
-    def meta(path, mode, mtime_ns):
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            raise OSError("no longer a regular file")
-        os.chmod(path, mode & MODE_BITS)
-        os.utime(path, ns=(mtime_ns, mtime_ns))
-
     os.makedirs(root, exist_ok=True)
 
     def remove_one(path):
@@ -495,8 +512,8 @@ def do_apply(root, here):
         if pack >= 0:
             os.close(pack)
     each("links", install_link)
-    each("meta", meta)
-    each("dirmodes", lambda path, mode: os.chmod(path, mode & MODE_BITS))
+    each("meta", set_meta)
+    each("dirmodes", set_meta)
     return errors
 
 
