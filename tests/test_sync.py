@@ -582,3 +582,17 @@ def test_modes_are_never_set_through_a_symlink_planted_after_the_listing(
     assert oct(outside.stat().st_mode & 0o777) == oct(0o755)
     assert oct((outside / "file").stat().st_mode & 0o777) == oct(0o644)
     assert (outside / "file").stat().st_mtime_ns != 0
+
+
+# -- names and modes at the limits ---------------------------------------------------------------
+
+
+def test_a_255_byte_multibyte_name_syncs(local: remotekit.Target, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    name = "日" * 85  # 255 bytes in UTF-8: the longest name a Linux filesystem takes
+    (src / name).write_text("long")
+    (src / ("é" + name[:84])).symlink_to(name)
+    r = local.sync(src, str(tmp_path / "dest"))
+    assert r.sent == (name,) and len(r.links) == 1
+    assert (tmp_path / "dest" / name).read_text() == "long"

@@ -318,7 +318,10 @@ def error(rel, message):
 
 
 def temp_name(folder, name):
-    return os.path.join(folder, TEMP_PREFIX + os.urandom(6).hex() + "-" + name[:100])
+    """A temp name beside ``name`` keeping at most its first 100 *bytes* (a legal 255-byte
+    name cut at 100 characters may not fit), whole UTF-8 characters only."""
+    part = os.fsencode(name)[:100].decode("utf-8", "ignore")
+    return os.path.join(folder, TEMP_PREFIX + os.urandom(6).hex() + "-" + part)
 
 
 def stage_file(body, path, mode, mtime_ns):
