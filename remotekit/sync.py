@@ -272,7 +272,7 @@ def diff(
             if r is None:
                 plan.mkdir.append(rel)
                 plan.dirmodes.append(rel)
-            elif r.mode != e.mode:
+            elif r.mode != e.mode & wire.MODE_BITS:  # setgid, sticky are never set there
                 plan.dirmodes.append(rel)
         elif e.kind == "l":
             if r is not None and r.kind == "l" and r.link == e.link:

@@ -596,3 +596,16 @@ def test_a_255_byte_multibyte_name_syncs(local: remotekit.Target, tmp_path: Path
     r = local.sync(src, str(tmp_path / "dest"))
     assert r.sent == (name,) and len(r.links) == 1
     assert (tmp_path / "dest" / name).read_text() == "long"
+
+
+def test_a_setgid_or_sticky_directory_here_is_in_sync_after_one_run(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    src = tmp_path / "src"
+    (src / "shared").mkdir(parents=True)
+    (src / "shared").chmod(0o2775)
+    (src / "tmp").mkdir()
+    (src / "tmp").chmod(0o1777)
+    local.sync(src, str(tmp_path / "dest"))
+    again = local.sync(src, str(tmp_path / "dest"))
+    assert again.steps == 1 and not again.changed
