@@ -248,6 +248,7 @@ class Plan:
     meta: list[str] = field(default_factory=list)
     dirmodes: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # to delete, but still holding other entries
     maybe: list[str] = field(default_factory=list)  # size equal, mtime not: hash decides
     unchanged: int = 0
 
@@ -413,12 +414,13 @@ def _apply(
     here: dict[str, Entry],
     progress: _Progress,
     timeout: float | None,
-) -> tuple[list[str], list[str], list[str]]:
-    """Run the apply steps; return (errors there, paths not sent because they changed here,
-    directories not removed because they still hold other entries)."""
+) -> tuple[list[str], list[str]]:
+    """Run the apply steps; return (errors there, paths not sent because they changed here).
+
+    Directories not removed because they still hold other entries move from ``plan.deleted``
+    to ``plan.kept``."""
     errors: list[str] = []
     changed: list[str] = []
-    kept: list[str] = []
     batches = _batches(plan.send, here)
     script = remote.source(SCRIPT)
     for i, batch in enumerate(batches):
@@ -442,8 +444,10 @@ def _apply(
         records = _stream_step(target, dest, manifest, payload(), timeout)
         errors += [f"{r['p']}: {r['message']}" for r in records if r.get("type") == "error"]
         changed += [rel for n, rel in enumerate(order) if ok[n] != ord("1")]
-        kept += [r["p"] for r in records if r.get("type") == "kept"]
-    return errors, changed, kept
+        plan.kept += sorted(r["p"] for r in records if r.get("type") == "kept")
+    kept = set(plan.kept)
+    plan.deleted = [rel for rel in plan.deleted if rel not in kept]
+    return errors, changed
 
 
 def _stream_step(
@@ -522,25 +526,24 @@ def sync(
     progress = _Progress(sum(here[rel].size for rel in plan.send), on_progress)
     errors: list[str] = []
     changed: list[str] = []
-    kept: list[str] = []
     work = (plan.remove, plan.mkdir, plan.send, plan.links, plan.meta, plan.dirmodes)
     if (not exists or any(work)) and not dry_run:
-        errors, changed, kept = _apply(target, root, dest, plan, here, progress, timeout)
+        errors, changed = _apply(target, root, dest, plan, here, progress, timeout)
         steps += len(_batches(plan.send, here))
-    not_sent, kept_set = set(changed), set(kept)
+    not_sent = set(changed)
     sent = tuple(rel for rel in plan.send if rel not in not_sent)
     result = SyncResult(
         host=target.name,
         src=str(root),
         dest=dest,
         sent=sent,
-        deleted=tuple(rel for rel in plan.deleted if rel not in kept_set),
+        deleted=tuple(plan.deleted),
         unchanged=plan.unchanged,
         bytes_sent=sum(here[rel].size for rel in sent),
         touched=tuple(plan.meta),
         links=tuple(plan.links),
         dirs_created=tuple(plan.mkdir),
-        kept=tuple(sorted(kept)),
+        kept=tuple(plan.kept),
         skipped=tuple(skipped) + tuple(f"{rel}: changed while it was read" for rel in changed),
         hashed=len(plan.maybe),
         steps=steps,
