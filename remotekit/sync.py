@@ -117,7 +117,7 @@ class SyncResult:
         if self.links:
             parts.append(f"{len(self.links)} link(s)")
         if self.kept:
-            parts.append(f"{len(self.kept)} dir(s) kept (hold excluded entries)")
+            parts.append(f"{len(self.kept)} dir(s) kept (still hold unlisted entries)")
         if self.dirs_created:
             parts.append(f"{len(self.dirs_created)} dir(s) created")
         if self.skipped:
