@@ -575,6 +575,9 @@ class Target:
             code = shell.session(term, blobs, stdin, stdout, start_timeout)
         except NotStarted as exc:
             raise self._shell_not_started(exc, argv, start_timeout) from None
+        except RemotekitError as exc:  # e.g. ConnectionLost from a write to the terminal
+            exc.step = exc.step or step
+            raise
         if code is None:
             raise ConnectionLost(
                 "the connection dropped while the shell ran (no exit status came back)",
