@@ -568,7 +568,7 @@ class Target:
                 f"no free SSH session for the shell ({transport.label})", host=self.name, step=step
             ) from None
         except RemotekitError as exc:
-            exc.step = exc.step or step
+            exc.host, exc.step = exc.host or self.name, exc.step or step
             raise
         blobs = shell.request(launch, argv, env, cwd)
         try:

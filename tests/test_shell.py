@@ -375,3 +375,18 @@ def test_a_terminating_signal_here_restores_the_terminal(
         assert lflag & termios.ECHO and lflag & termios.ICANON
     finally:
         os.close(fd)
+
+
+def test_a_local_program_that_cannot_run_is_not_called_missing(tmp_path: Path) -> None:
+    """Only a missing file is "not found": one without the x bit says it cannot run."""
+    blocked = tmp_path / "python-not-executable"
+    blocked.write_text("#!/bin/sh\nexit 0\n")
+    blocked.chmod(0o644)
+    with (
+        remotekit.local_target(python=str(blocked)) as t,
+        pytest.raises(remotekit.RemotekitError) as info,
+    ):
+        _shell(t, None)
+    assert not isinstance(info.value, remotekit.InterpreterNotFound)
+    assert "cannot run" in str(info.value) and str(blocked) in str(info.value)
+    assert info.value.step == "shell" and info.value.host == t.name
