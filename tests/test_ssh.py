@@ -602,3 +602,22 @@ def test_a_server_that_refuses_a_terminal_says_so_and_keeps_the_connection(
             assert t.run(["echo", "still"]).stdout.strip() == "still"
     finally:
         strict.stop()
+
+
+@pytest.mark.timeout(120)
+def test_ping_a_server_that_opens_no_session_is_a_failed_hop_check(
+    tmp_path: Path, sshd: SSHServer
+) -> None:
+    """``MaxSessions 0``: the connection is up but no channel opens. The hop's probe cannot
+    run: that is the hop's failed check in the report, not an exception out of ping."""
+    closed = SSHServer(tmp_path / "sshd", extra_config="MaxSessions 0\n").start()
+    try:
+        host = closed.host_yaml(container=CT, pct="/bin/false", timeouts={"connect": 1})
+        inv = write_inventory(tmp_path / "hosts.yaml", {"node": host})
+        with inv.target("node") as t:
+            report = t.ping()
+        assert [c.ok for c in report.checks] == [True, False]
+        assert report.checks[1].layer == f"pct exec {CT}"
+        assert "channel" in report.checks[1].detail and report.exit_code == 2
+    finally:
+        closed.stop()
