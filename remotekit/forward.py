@@ -97,12 +97,20 @@ class _Link:
                 f"{fwd.port} (sshd's MaxSessions): close other connections"
             )
         except RemotekitError as exc:
+            exc.step = exc.step or _STEP
             return exc
         finally:
             if self.proc is None:
                 self.ready.set()
         with fwd._lock:
-            fwd._procs.add(self.proc)
+            # close() ran while this connection waited for an SSH slot: it never saw this relay
+            closed = fwd._closed.is_set()
+            if not closed:
+                fwd._procs.add(self.proc)
+        if closed:
+            self.ready.set()
+            self.proc.terminate()
+            return None
         try:
             return self._pump(self.proc)
         finally:
@@ -228,7 +236,8 @@ class Forward:
         if check:
             self.check()
         try:
-            sock = socket.create_server((self.bind, self.local_port), backlog=128)
+            family = socket.AF_INET6 if ":" in self.bind else socket.AF_INET
+            sock = socket.create_server((self.bind, self.local_port), family=family, backlog=128)
         except OSError as exc:
             raise self.error(
                 f"cannot listen on {self.bind}:{self.local_port} here: {exc.strerror or exc}"
@@ -315,7 +324,7 @@ class Forward:
             if error is not None and not self._closed.is_set():
                 self._report(self.target._redacted(error))
         except Exception as exc:  # a thread must not die silently: say what broke
-            self._report(ForwardError(f"forwarding failed: {exc!r}", host=self.target.name))
+            self._report(self.error(f"forwarding failed: {exc!r}"))
         finally:
             _shut(client)
             with self._lock:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.errors import RemotekitError, StepCancelled
 from remotekit.result import Script
@@ -94,7 +94,12 @@ def _hops(target: Target, add: _Add) -> bool:
         except RemotekitError as exc:
             return add(target.spec.hops[-1].label, False, exc.message)
     for i, hop in enumerate(target.spec.hops):
-        code, text = probe(target, inside(target, i, hop.probe()))
+        try:
+            code, text = probe(target, inside(target, i, hop.probe()))
+        except StepCancelled:
+            raise
+        except RemotekitError as exc:  # e.g. ConnectionLost: the connection went during the check
+            return add(hop.label, False, exc.message)
         if not add(hop.label, *hop.verdict(code, text)):
             return False
     return True
@@ -111,13 +116,25 @@ def _interpreter(target: Target, add: _Add) -> bool:
         raise
     except RemotekitError as exc:
         return add(interpreter, False, exc.message)
-    info = json.loads(res.stdout.strip().splitlines()[-1])
+    lines = res.stdout.strip().splitlines()
+    info = _json_object(lines[-1]) if lines else None
+    if info is None:  # a wrapper or a login banner there spoke after (or instead of) the script
+        got = f"its last line is {lines[-1][:200]!r}" if lines else "no output"
+        return add(interpreter, False, f"the ping script's answer is not JSON: {got}")
     # sys.executable is empty when the interpreter was found without PATH (slurm)
-    add(info["executable"] or interpreter, True, f"Python {info['python']}")
+    add(info.get("executable") or interpreter, True, f"Python {info['python']}")
     torch = info.get("torch")
     return add(
         "torch", torch is not None, torch or "not importable: " + info.get("torch_error", "")
     )
+
+
+def _json_object(line: str) -> dict[str, Any] | None:
+    try:
+        info = json.loads(line)
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) and "python" in info else None
 
 
 _PING_PY = b"""\

@@ -27,7 +27,7 @@ import termios
 import threading
 import time
 import tty
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import FrameType
 from typing import Any
@@ -201,6 +201,26 @@ class _Winch:
         os.close(self.w)
 
 
+@contextlib.contextmanager
+def _exit_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed window, ``kill``) raise SystemExit while attached, so the
+    ``finally`` that restores our terminal runs (Python's default ends at once: left raw, no
+    echo). Main thread only (signal handlers can be set nowhere else); the old ones come back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    old = {sig: signal.signal(sig, _exit) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def attach(term: Terminal, stdin_fd: int, stdout_fd: int) -> None:
     """Relay bytes between our terminal and ``term`` until the program there ends.
 
@@ -210,15 +230,17 @@ def attach(term: Terminal, stdin_fd: int, stdout_fd: int) -> None:
     saved = termios.tcgetattr(stdin_fd) if os.isatty(stdin_fd) else None
     winch = _Winch()
     try:
-        if saved is not None:
-            tty.setraw(stdin_fd, termios.TCSANOW)
-        size = window_size(stdout_fd, stdin_fd)
-        term.resize(*size)  # it may have changed since the terminal was opened
-        _relay(term, stdin_fd, stdout_fd, winch, size)
+        with _exit_on_signals():
+            if saved is not None:
+                tty.setraw(stdin_fd, termios.TCSANOW)
+            size = window_size(stdout_fd, stdin_fd)
+            term.resize(*size)  # it may have changed since the terminal was opened
+            _relay(term, stdin_fd, stdout_fd, winch, size)
     finally:
         winch.close()
         if saved is not None:
-            termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
+            with contextlib.suppress(termios.error):  # hung up (the window closed): none left
+                termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
 
 
 def _relay(

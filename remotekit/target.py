@@ -568,13 +568,16 @@ class Target:
                 f"no free SSH session for the shell ({transport.label})", host=self.name, step=step
             ) from None
         except RemotekitError as exc:
-            exc.step = exc.step or step
+            exc.host, exc.step = exc.host or self.name, exc.step or step
             raise
         blobs = shell.request(launch, argv, env, cwd)
         try:
             code = shell.session(term, blobs, stdin, stdout, start_timeout)
         except NotStarted as exc:
             raise self._shell_not_started(exc, argv, start_timeout) from None
+        except RemotekitError as exc:  # e.g. ConnectionLost from a write to the terminal
+            exc.step = exc.step or step
+            raise
         if code is None:
             raise ConnectionLost(
                 "the connection dropped while the shell ran (no exit status came back)",

@@ -16,6 +16,7 @@ normally, and the fleet stops any step still running there (see :mod:`remotekit.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -40,6 +41,9 @@ __all__ = [
 DEFAULT_INTERVAL = 2.0
 
 HOME, CLEAR_LINE, CLEAR_BELOW, CLEAR_SCREEN = "\x1b[H", "\x1b[K", "\x1b[J", "\x1b[2J"
+#: C0 and C1 control characters but tab (newlines split the frame into lines first): a host's
+#: escape sequences (a title, a clear, a cursor move) must not act on our terminal.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
 def parse_interval(value: Any) -> float:
@@ -69,7 +73,7 @@ class Screen:
         if header is not None:
             lines = [header, "", *lines]
         if self.live:
-            lines = self._fit(lines)
+            lines = self._fit([_CONTROL.sub("", line) for line in lines])
             first = CLEAR_SCREEN if self.frames == 0 else ""
             text = first + HOME + "".join(line + CLEAR_LINE + "\n" for line in lines)
             self.out.write(text + CLEAR_BELOW)

@@ -151,3 +151,17 @@ def test_ping_and_run_name_the_broken_hop(tmp_path: Path) -> None:
     assert "chain: local -> podman exec web -> /v/bin/python" in r.stderr
     assert "ContainerNotRunning" in r.stdout + r.stderr
     assert "container state improper" in r.stdout + r.stderr
+
+
+def test_an_unbalanced_quote_names_the_option(tmp_path: Path) -> None:
+    script = tmp_path / "check.py"
+    script.write_text("print('ran')\n")
+    for args, option in (
+        (("run", "--cmd", "echo 'hi"), "--cmd"),
+        (("py", "--script", str(script), "--args", 'a "b'), "--args"),
+        (("shell", "--cmd", "echo 'hi"), "--cmd"),
+    ):
+        r = invoke(*args, cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert "Traceback" not in r.stderr
+        assert option in r.stderr and "quotation" in r.stderr, r.stderr

@@ -31,6 +31,7 @@ import remotekit
 from remotekit import forward, remote
 from remotekit.transports.base import BACKLOG
 from tests import runtimes
+from tests.conftest import write_inventory
 from tests.harness import free_port, processes_with, venv_prefix, wait_gone
 
 pytestmark = pytest.mark.sshd
@@ -437,3 +438,31 @@ def test_a_server_on_ipv6_loopback_only_is_found(local: remotekit.Target) -> Non
                 assert conn.recv(4) == b"ping"
                 conn.sendall(b"pong")
                 assert client.recv(4) == b"pong"
+
+
+def test_binding_ipv6_loopback_here(local: remotekit.Target) -> None:
+    """``bind="::1"`` listens on IPv6 (``url`` brackets it)."""
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    with _http_server() as port, local.forward(port, bind="::1") as fwd:
+        assert fwd.url == f"http://[::1]:{fwd.local_port}/"
+        conn = http.client.HTTPConnection("::1", fwd.local_port, timeout=30)
+        try:
+            conn.request("GET", "/six")
+            reply = conn.getresponse()
+            assert (reply.status, reply.read()) == (200, b"/six")
+        finally:
+            conn.close()
+
+
+def test_an_unreachable_host_names_the_forward_step(tmp_path: Path) -> None:
+    port = free_port()
+    inv = write_inventory(
+        tmp_path / "hosts.yaml",
+        {"down": {"ssh": f"root@127.0.0.1:{port}", "timeouts": {"connect": 3}}},
+    )
+    with inv.target("down") as t, pytest.raises(remotekit.ConnectError) as info:
+        t.forward(6006)
+    assert info.value.host == "down" and info.value.step == "forward"

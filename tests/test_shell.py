@@ -15,6 +15,7 @@ import os
 import pwd
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -101,6 +102,7 @@ class Window:
     def __init__(self, argv: list[str], columns: int = 100, rows: int = 30):
         self.fd, slave = os.openpty()
         self.resize(columns, rows, fd=slave)
+        self.slave_name = os.ttyname(slave)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "RK_CALL_VALUE": CALL_VALUE}
         self.proc = subprocess.Popen(
             argv,
@@ -352,3 +354,39 @@ def test_no_interpreter_there_and_a_start_that_hangs(shells: Any, tmp_path: Path
     with hangs, pytest.raises(remotekit.RemotekitError, match="did not start within 1 s"):
         _shell(hangs, None, start_timeout=1)
     assert wait_gone(mark, 10) == []  # giving up stops what was started
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminating_signal_here_restores_the_terminal(
+    signum: int, shells: Any, window: Any
+) -> None:
+    """Killed politely (a closed window, kill), the terminal is left cooked, with echo."""
+    inv, host = shells("local")
+    w = window(inv, host, "sh")
+    mark = uuid.uuid4().hex[:8]
+    w.type(f"echo {mark}-$((6*7))\r")
+    w.expect(f"{mark}-42")  # attached: our terminal is raw now
+    fd = os.open(w.slave_name, os.O_RDWR | os.O_NOCTTY)
+    try:
+        assert not termios.tcgetattr(fd)[3] & termios.ECHO
+        w.proc.send_signal(signum)
+        w.proc.wait(20)
+        lflag = termios.tcgetattr(fd)[3]
+        assert lflag & termios.ECHO and lflag & termios.ICANON
+    finally:
+        os.close(fd)
+
+
+def test_a_local_program_that_cannot_run_is_not_called_missing(tmp_path: Path) -> None:
+    """Only a missing file is "not found": one without the x bit says it cannot run."""
+    blocked = tmp_path / "python-not-executable"
+    blocked.write_text("#!/bin/sh\nexit 0\n")
+    blocked.chmod(0o644)
+    with (
+        remotekit.local_target(python=str(blocked)) as t,
+        pytest.raises(remotekit.RemotekitError) as info,
+    ):
+        _shell(t, None)
+    assert not isinstance(info.value, remotekit.InterpreterNotFound)
+    assert "cannot run" in str(info.value) and str(blocked) in str(info.value)
+    assert info.value.step == "shell" and info.value.host == t.name

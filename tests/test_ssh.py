@@ -578,3 +578,46 @@ def test_unknown_key_hint_names_the_real_address_behind_an_alias(
     with inv.target("k") as t, pytest.raises(remotekit.HostKeyError) as info:
         t.run(["true"])
     assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> ~/.ssh/known_hosts" in str(info.value)
+
+
+@pytest.mark.timeout(120)
+def test_a_server_that_refuses_a_terminal_says_so_and_keeps_the_connection(
+    tmp_path: Path, sshd: SSHServer
+) -> None:
+    """``PermitTTY no`` (or ``no-pty``) refuses the pty, not the connection: the error says so,
+    and the same connection (and its session slot) serves the next step."""
+    strict = SSHServer(tmp_path / "sshd", extra_config="PermitTTY no\n").start()
+    try:
+        inv = write_inventory(tmp_path / "hosts.yaml", {"node": strict.host_yaml()})
+        with inv.target("node") as t:
+            t.run(["true"])
+            conn = t.transport._conn  # type: ignore[attr-defined]
+            for _ in range(3):  # each try gives its session slot back
+                with pytest.raises(remotekit.RemotekitError) as info:
+                    t.transport.open_terminal(["true"], term="xterm", columns=80, rows=24)  # type: ignore[attr-defined]
+                assert not isinstance(info.value, remotekit.ConnectionLost)
+                assert "refused a terminal" in str(info.value)
+                assert info.value.step == "shell" and info.value.host == "node"
+            assert t.transport._conn is conn and conn.is_connected  # type: ignore[attr-defined]
+            assert t.run(["echo", "still"]).stdout.strip() == "still"
+    finally:
+        strict.stop()
+
+
+@pytest.mark.timeout(120)
+def test_ping_a_server_that_opens_no_session_is_a_failed_hop_check(
+    tmp_path: Path, sshd: SSHServer
+) -> None:
+    """``MaxSessions 0``: the connection is up but no channel opens. The hop's probe cannot
+    run: that is the hop's failed check in the report, not an exception out of ping."""
+    closed = SSHServer(tmp_path / "sshd", extra_config="MaxSessions 0\n").start()
+    try:
+        host = closed.host_yaml(container=CT, pct="/bin/false", timeouts={"connect": 1})
+        inv = write_inventory(tmp_path / "hosts.yaml", {"node": host})
+        with inv.target("node") as t:
+            report = t.ping()
+        assert [c.ok for c in report.checks] == [True, False]
+        assert report.checks[1].layer == f"pct exec {CT}"
+        assert "channel" in report.checks[1].detail and report.exit_code == 2
+    finally:
+        closed.stop()

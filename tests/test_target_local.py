@@ -260,3 +260,22 @@ def test_a_job_by_name_that_is_pending_names_the_job(slurm_bin: Path) -> None:
     assert (info.value.host, info.value.step, info.value.container) == ("job", "look", "queued")
     assert "no RUNNING job named 'queued'; squeue shows: 4243 PENDING" in str(info.value)
     assert not (slurm_bin / "srun.args").exists()
+
+
+@pytest.mark.parametrize(
+    ("tail", "said"),
+    [
+        ("; code=$?; echo 'Welcome to node7'; exit $code", "Welcome to node7"),
+        (" | grep -v '\"python\": '", "no output"),
+    ],
+)
+def test_ping_an_interpreter_that_answers_no_json(tmp_path: Path, tail: str, said: str) -> None:
+    """A wrapper there that adds a line after the script's (or eats its answer): a failed
+    interpreter check that shows what came back, not a crash."""
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\n"{sys.executable}" "$@"{tail}\n')
+    python.chmod(0o755)
+    with remotekit.local_target(python=str(python)) as t:
+        report = t.ping()
+    assert report.failed is not None and report.failed.layer == str(python)
+    assert said in report.failed.detail and report.exit_code == 2

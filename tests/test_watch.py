@@ -9,6 +9,7 @@ the transfers go through the local target and the real sshd fixture. Counts, not
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import select
@@ -25,7 +26,15 @@ import pytest
 
 import remotekit
 from remotekit.progress import Meter, Progress, format_eta
-from remotekit.watch import CLEAR_LINE, CLEAR_SCREEN, HOME, Screen, parse_interval, watch
+from remotekit.watch import (
+    CLEAR_BELOW,
+    CLEAR_LINE,
+    CLEAR_SCREEN,
+    HOME,
+    Screen,
+    parse_interval,
+    watch,
+)
 from tests.conftest import write_inventory
 from tests.harness import SSHServer
 from tests.test_system_api import make_bin_dir, make_notorch, smi_env
@@ -442,3 +451,18 @@ def test_ckpt_scan_shows_rate_and_eta_on_a_terminal(tmp_path: Path) -> None:
     assert "files" in err and "/s" in err and "ETA" in err
     # Piped or --json: no progress, as for put above (the same Console line); each run here
     # pays for a torch import there, so the pipe case is left to test_cli_diagnostics.
+
+
+def test_live_frames_strip_control_characters_from_host_output() -> None:
+    """A host's output may carry escape sequences (a title, a clear screen, a C1 CSI): drawn
+    live they would act on our terminal. Only the screen's own cursor codes get through."""
+    out = io.StringIO()
+    body = "a\x1b]0;pwned\x07b\tc\x1b[2J\rd\x9b31me\x7f\x00f\nok\n"
+    Screen(out, live=True).show("head", body)  # type: ignore[arg-type]
+    text = out.getvalue()
+    for code in (CLEAR_SCREEN, HOME, CLEAR_LINE, CLEAR_BELOW):
+        text = text.replace(code, "")
+    assert text == "head\n\na]0;pwnedb\tc[2Jd31mef\nok\n"
+    plain = io.StringIO()
+    Screen(plain, live=False).show(None, "raw\x1b[31m\n")  # type: ignore[arg-type]
+    assert plain.getvalue() == "raw\x1b[31m\n"  # a pipe or a file gets the bytes as they came

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from typing import Any
 
@@ -18,6 +17,7 @@ from remotekit.cli.selection import (
     fleet_task,
     one_target,
     required,
+    split_option,
 )
 from remotekit.render import Console
 
@@ -39,7 +39,7 @@ def _after_dashes() -> list[str]:
 def shell(c: Context, host: str = "", cmd: str = "", inventory: str = "") -> None:
     """A shell (or `-- PROGRAM ARGS...`) inside the target on a terminal, venv active, in its
     workdir. Exits with the program's status (2 when the target cannot be entered)."""
-    argv = shlex.split(cmd) if cmd else _after_dashes()
+    argv = split_option("cmd", cmd) if cmd else _after_dashes()
     try:
         with one_target(host, inventory, "shell") as t:
             code = t.shell(argv or None)

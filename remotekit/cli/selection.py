@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
@@ -77,6 +78,14 @@ def required(**values: Any) -> None:
     for name, value in values.items():
         if not value:
             raise Exit(f"remotekit: --{name.replace('_', '-')} is required", code=2)
+
+
+def split_option(name: str, value: str) -> list[str]:
+    """``value`` split like a shell would here; bad quoting is a usage error naming --name."""
+    try:
+        return shlex.split(value)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise Exit(f"remotekit: --{name}: {exc} in {value!r}", code=2) from None
 
 
 @dataclass(frozen=True)

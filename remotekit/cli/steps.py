@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +24,7 @@ from remotekit.cli.selection import (
     fleet_task,
     one_target,
     required,
+    split_option,
 )
 from remotekit.render import Console, table, to_json
 
@@ -101,7 +101,7 @@ def _run_live(sel: Selection, step: StepOptions, start: Callable[..., remotekit.
 def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
     """Run a command on targets, output streamed live with host prefixes."""
     required(cmd=cmd)
-    argv = shlex.split(cmd)
+    argv = split_option("cmd", cmd)
     _run_live(sel, step, lambda t, **how: t.run(argv, **how))
 
 
@@ -126,7 +126,7 @@ def py(
         shipped = remotekit.Script.from_path(script)
     except OSError as exc:
         raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
-    argv = shlex.split(args)
+    argv = split_option("args", args)
     _run_live(sel, step, lambda t, **how: t.run_python(shipped, args=argv, **how))
 
 

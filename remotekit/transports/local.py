@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import IO
 
+from remotekit.errors import RemotekitError
 from remotekit.transports.base import Event, ExecutableMissing, wait_for_room
 
 __all__ = ["LocalProcess", "LocalTerminal", "LocalTransport"]
@@ -132,8 +133,8 @@ class LocalTerminal:
 
     def __init__(self, argv: Sequence[str], term: str, columns: int, rows: int):
         self._master, slave = os.openpty()
-        _set_size(slave, columns, rows)
         try:
+            _set_size(slave, columns, rows)
             self._proc = subprocess.Popen(
                 list(argv),
                 stdin=slave,
@@ -143,9 +144,13 @@ class LocalTerminal:
                 start_new_session=True,
                 preexec_fn=_controlling_terminal,
             )
-        except OSError as exc:
+        except BaseException as exc:
             os.close(self._master)
-            raise ExecutableMissing(argv[0]) from exc
+            if isinstance(exc, FileNotFoundError):
+                raise ExecutableMissing(argv[0]) from exc
+            if isinstance(exc, OSError):  # no x bit, not an executable format: not "not found"
+                raise RemotekitError(f"cannot run {argv[0]} here: {exc.strerror or exc}") from exc
+            raise
         finally:
             os.close(slave)  # ours: the master reads EOF (EIO) once the program's are closed
 

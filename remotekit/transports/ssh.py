@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING
 import paramiko
 from fabric import Config, Connection
 
-from remotekit.errors import AuthError, ConnectError, ConnectionLost, HostKeyError
+from remotekit.errors import (
+    AuthError,
+    ConnectError,
+    ConnectionLost,
+    HostKeyError,
+    RemotekitError,
+)
 from remotekit.quoting import join, quote
 from remotekit.transports.base import Event, wait_for_room
 from remotekit.transports.known_hosts import (
@@ -55,6 +61,14 @@ class _Transport(paramiko.Transport):
         "aes256-gcm@openssh.com",
         *(c for c in paramiko.Transport._preferred_ciphers if "-gcm@" not in c),
     )
+
+
+def _shut(conn: Connection) -> None:
+    """Close ``conn`` and the jump host connection under it."""
+    gateway = conn.gateway
+    conn.close()
+    if isinstance(gateway, Connection):
+        gateway.close()
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -214,6 +228,9 @@ class SSHTransport:
         with self._lock:
             if self._conn is not None and self._conn.is_connected:
                 return self._conn
+            if self._conn is not None:  # it went down: close it (its thread), not just forget it
+                _shut(self._conn)
+                self._conn = None
             gateway = self._connection(self.spec.jump, None) if self.spec.jump else None
             conn = self._connection(self.spec, gateway)
             try:
@@ -289,10 +306,7 @@ class SSHTransport:
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
-                gateway = self._conn.gateway
-                self._conn.close()
-                if isinstance(gateway, Connection):
-                    gateway.close()
+                _shut(self._conn)
                 self._conn = None
 
     # -- steps ------------------------------------------------------------------------------
@@ -323,17 +337,43 @@ class SSHTransport:
                 raise EOFError("connection is closed")
             chan = self._open_session(transport)
             if pty is not None:
-                chan.get_pty(term=pty[0], width=pty[1], height=pty[2])
+                self._get_pty(chan, transport, pty)
             chan.exec_command(command)
+        except RemotekitError:
+            self._sessions.release()
+            raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self._sessions.release()
-            with self._lock:
-                if self._conn is conn:  # the next step opens a new one
-                    self._conn = None
+            self._drop(conn)
             raise ConnectionLost(
                 f"{self.spec.display}: could not open a channel: {exc}", host=self.host
             ) from exc
         return chan
+
+    def _get_pty(
+        self, chan: paramiko.Channel, transport: paramiko.Transport, pty: tuple[str, int, int]
+    ) -> None:
+        """A pty on ``chan``. A server may refuse one (``PermitTTY no``, ``no-pty`` in
+        authorized_keys) on a connection that is fine: that is said, and the connection kept."""
+        try:
+            chan.get_pty(term=pty[0], width=pty[1], height=pty[2])
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if not transport.is_active():
+                raise
+            chan.close()
+            raise RemotekitError(
+                f"{self.spec.display}: the SSH server refused a terminal (PermitTTY / no-pty)",
+                host=self.host,
+                step="shell",
+            ) from exc
+
+    def _drop(self, conn: Connection) -> None:
+        """Close ``conn`` (it failed) if it is still the held one; the next step opens anew."""
+        with self._lock:
+            if self._conn is not conn:
+                return
+            self._conn = None
+        _shut(conn)
 
     def _open_session(self, transport: paramiko.Transport) -> paramiko.Channel:
         """A session channel. sshd frees a finished session's slot only once that session's
