@@ -716,6 +716,51 @@ def test_csv_column_path_reads_what_the_jsonl_twin_reads(tmp_path: Path, odd: st
     assert spike_steps(a) == spike_steps(b) == [SPIKE_ROW]
 
 
+@pytest.mark.parametrize(
+    "odd", ["none", "quoted-comma", "quoted-newline", "wide-then-short", "crlf"]
+)
+def test_csv_split_path_reads_what_csv_reader_reads(tmp_path: Path, odd: str) -> None:
+    """A CSV block without quotes, each line of the header's width, is split as text; any
+    other block goes through ``csv.reader``. The same rows with every data cell quoted (so every
+    block goes through ``csv.reader``) give the same answer. Over 4 MiB: two blocks, the odd
+    row in the second, so a split block and a ``csv.reader`` block meet in one file."""
+    header = "epoch,step,train_loss_epoch,train_loss_step,val_loss"
+    rows = []
+    for s in range(260_000):
+        rows.append(["", str(s), "", "%.5f" % (2.0 + math.sin(s / 500) + (s == 200_000)), ""])
+        if s % 1000 == 999:  # Lightning's epoch and validation rows: no train_loss_step
+            rows.append([str(s // 1000), str(s), "1.5", "", ""])
+            rows.append([str(s // 1000), str(s), "", "", "1.6"])
+    at = 255_000
+    eol = "\r\n" if odd == "crlf" else "\n"
+
+    def write(path: Path, quote_all: bool) -> None:
+        lines = []
+        for k, r in enumerate(rows):
+            cells = [f'"{c}"' for c in r] if quote_all else list(r)
+            if k == at and odd == "quoted-comma":
+                cells[3] = '"2,5"'  # text in a kept column: the row is counted as skipped
+            elif k in (at, at + 1) and odd == "quoted-newline":
+                # one quoted train_loss_epoch cell over two lines, each of the header's width
+                cells = ["", r[1], '"a' if k == at else 'b"', r[3], ""]
+            elif k == at and odd == "wide-then-short":
+                cells.append("7")  # a cell too many, then a cell too few: the cells add up
+            elif k == at + 1 and odd == "wide-then-short":
+                cells = cells[1:]  # its step under epoch: csv.reader's row has no step
+            lines.append(",".join(cells))
+        path.write_text(header + eol + eol.join(lines) + eol, newline="")
+
+    write(tmp_path / "split.csv", False)
+    write(tmp_path / "quoted.csv", True)
+    assert (tmp_path / "split.csv").stat().st_size > 4 << 20
+    a, b = run(tmp_path / "split.csv"), run(tmp_path / "quoted.csv")
+    keys = ("rows", "first_step", "last_step", "step_key", "columns", "skipped")
+    assert {k: a.one("source")[k] for k in keys} == {k: b.one("source")[k] for k in keys}
+    assert a.one("source")["rows"] == 260_000 - (odd not in ("none", "crlf"))
+    assert a.all("metric") == b.all("metric")
+    assert a.all("spike") == b.all("spike")
+
+
 def test_damaged_binary_logs_are_read_up_to_the_damage_and_say_so(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     d = tmp_path / "tb"

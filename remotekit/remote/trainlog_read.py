@@ -12,7 +12,7 @@ import os
 import re
 from array import array
 from collections import Counter
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 from operator import itemgetter
 
 from protocol import mask
@@ -223,8 +223,18 @@ def _read_csv(src, wanted):
         gc_was = gc.isenabled()
         gc.disable()
         try:
+            if bidx is None:
+                flat = _csv_split(block, delim, width)
+                if flat is not None and _csv_columns(ing, _Cells(flat, width), idx, header):
+                    continue
             rows = list(filter(None, csv.reader(block, delimiter=delim)))
-            if bidx is None and _csv_columns(ing, rows, idx, width, header):
+            if (
+                bidx is None
+                and rows
+                and len(set(map(len, rows))) == 1
+                and len(rows[0]) == width
+                and _csv_columns(ing, rows, idx, header)
+            ):
                 continue
         finally:
             if gc_was:
@@ -255,40 +265,76 @@ def _read_csv(src, wanted):
     return ing, "csv", nlines
 
 
-def _csv_columns(ing, rows, idx, width, header):
-    """A block of CSV rows of one width converted a column at a time (``array(map(float))``
-    per column; empty cells are missing). False, with nothing done, when a row needs the
-    row-by-row path: a step cell empty, a text cell in a kept column, rows of other widths."""
-    if not rows or len(set(map(len, rows))) != 1 or len(rows[0]) != width:
-        return False
-    cols = {i: list(map(itemgetter(i), rows)) for i in set(idx)}
+def _csv_split(block, delim, width):
+    """A block's cells in one flat list, ``width`` per row, by splitting its text once;
+    None when ``csv.reader`` could read it otherwise: a quote, a carriage return, a blank
+    line or a line of another width (those blocks take the ``csv.reader`` path)."""
+    text = delim.join(block)
+    if '"' in text or "\r" in text or set(map(str.count, block, repeat(delim))) != {width - 1}:
+        return None
+    if width == 1 and "" in block:
+        return None  # a blank line is no row
+    return text.split(delim)
+
+
+class _Cells:
+    """The rows of a flat cell list, as ``_csv_columns`` reads them: ``len``, a column, a row."""
+
+    def __init__(self, flat, width):
+        self.flat, self.width = flat, width
+
+    def __len__(self):
+        return len(self.flat) // self.width
+
+    def column(self, i):
+        return self.flat[i :: self.width]
+
+    def __getitem__(self, k):
+        w = self.width
+        return self.flat[k * w : k * w + w]
+
+
+def _csv_columns(ing, rows, idx, header):
+    """A block of CSV rows of the header's width converted a column at a time
+    (``array(map(float))`` per column; empty cells are missing). False, with nothing done,
+    when a row needs the row-by-row path: a step cell empty or a text cell in a kept column.
+    ``rows``: a list of rows, or :class:`_Cells`."""
+    n = len(rows)
+    if isinstance(rows, _Cells):
+        cols = {i: rows.column(i) for i in set(idx)}
+    else:
+        cols = {i: list(map(itemgetter(i), rows)) for i in set(idx)}
+    m0, m1 = ing.m0, ing.m1
+    if m0 and "" in cols[idx[0]]:
+        return False  # an empty step: the row-by-row path numbers it
     out = []
     for i in idx:
         c = cols[i]
         try:
             out.append(array("d", map(float, c)))
         except ValueError:
+            blank = c.count("")
+            if blank == n:
+                out.append(array("d", [MISSING]) * n)
+                continue
             try:
                 out.append(array("d", [float(x) if x else MISSING for x in c]))
             except ValueError:
                 return False
-    m0, m1 = ing.m0, ing.m1
-    if m0 and "" in cols[idx[0]]:
-        return False  # an empty step: the row-by-row path numbers it
+    # rows without any kept metric (Lightning's epoch rows): counted, as row by row
+    metric = [cols[i] for i in idx[m0:m1]]
     empty = None
-    for i in idx[m0:m1]:
-        c = cols[i]
-        if "" not in c:
-            empty = None
-            break
-        e = {k for k, x in enumerate(c) if not x}
-        empty = e if empty is None else empty & e
+    if metric and all("" in c for c in metric):
+        for c in sorted(metric, key=lambda c: c.count("")):  # the fewest blanks first
+            e = {k for k, x in enumerate(c) if not x}
+            empty = e if empty is None else empty & e
+            if not empty:
+                break
     ing.flush()
     if empty:
-        # rows without any kept metric (Lightning's epoch rows): counted, as row by row
         for k in sorted(empty):
             ing.slow(dict(zip(header, rows[k])))
-        keep = [k not in empty for k in range(len(rows))]
+        keep = [k not in empty for k in range(n)]
         out = [array("d", compress(a, keep)) for a in out]
     for col, a in zip(ing.cols, out):
         col.extend(a)
