@@ -299,11 +299,24 @@ class Lines:
             data = data.replace(b"\0", b"")
         lines = data.decode("utf-8", "replace").split("\n")
         lines.pop()
-        if len(data) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+        if _has_long_line(data) and max(map(len, lines)) > MAX_LINE:
             keep = [ln for ln in lines if len(ln) <= MAX_LINE]
             self.long += len(lines) - len(keep)
             lines = keep
         return lines
+
+
+def _has_long_line(data):
+    """Whether ``data`` (bytes ending in a newline) may hold a line of over ``MAX_LINE``
+    characters: one ``rfind`` per ``MAX_LINE`` bytes rather than a ``len`` per line. Bytes
+    are never fewer than the characters they decode to, so False is certain."""
+    p, n = 0, len(data)
+    while n - p > MAX_LINE:
+        j = data.rfind(b"\n", p, p + MAX_LINE + 1)
+        if j < 0:
+            return True
+        p = j + 1
+    return False
 
 
 def _head(blocks, n):
