@@ -300,6 +300,7 @@ class Target:
             capture=capture,
         )
 
+    @_redacts_errors
     def forward(
         self,
         port: int,
@@ -431,6 +432,7 @@ class Target:
             if not ok:
                 tmp.unlink(missing_ok=True)
 
+    @_redacts_errors
     def sync(
         self,
         src: str | os.PathLike[str],
