@@ -1,15 +1,90 @@
 """The installed ``remotekit`` command (and ``python -m remotekit``): invoke's ``Program``
 over the package's task collection, so it works from any directory, with ``--list``,
-``--help TASK``, ``--version`` and ``--print-completion-script bash|zsh|fish``."""
+``--help TASK``, ``--version`` and ``--print-completion-script bash|zsh|fish``.
+
+What it shows is what it does: the core options are only those that mean something for
+remotekit (invoke's ``--dry``, ``--command-timeout``, ``--pty``, ``--warn-only``, ... change
+invoke's own ``c.run``, which no task calls, so they are not offered). A usage error exits 2
+with a "did you mean" for task and option names; a pipe closed early ends quietly.
+"""
 
 from __future__ import annotations
 
-from invoke import Program
+import difflib
+import os
+import re
+import sys
+from typing import Any
+
+from invoke import Argument, Exit, ParseError, Program
 
 from remotekit import __version__
 from remotekit.cli import ns
 
-program = Program(
+#: invoke's core options that remotekit offers (its ``core_args`` names).
+CORE_OPTIONS = ("complete", "help", "list", "list-format", "print-completion-script", "version")
+#: Options invoke's ``Program`` itself reads but remotekit does not offer: their defaults.
+UNOFFERED_DEFAULTS: dict[str, Any] = {
+    "command-timeout": None,
+    "config": None,
+    "debug": False,
+    "dry": False,
+    "echo": False,
+    "hide": None,
+    "list-depth": 0,
+    "prompt-for-sudo-password": False,
+    "pty": False,
+    "warn-only": False,
+    "write-pyc": False,
+}
+UNKNOWN = re.compile(r"No idea what '(.*)' is!")
+
+
+class RemotekitProgram(Program):
+    """invoke's ``Program`` with remotekit's options only and usage errors that exit 2."""
+
+    def core_args(self) -> list[Argument]:
+        return [a for a in super().core_args() if a.name in CORE_OPTIONS]
+
+    def parse_core_args(self) -> None:
+        self._usage(super().parse_core_args)
+        for name, default in UNOFFERED_DEFAULTS.items():
+            self.core[0].args[name] = Argument(name=name, default=default)
+
+    def parse_tasks(self) -> None:
+        self._usage(super().parse_tasks)
+
+    def parse_cleanup(self) -> None:
+        self._usage(super().parse_cleanup)
+
+    def _usage(self, parse: Any) -> None:
+        """``parse()``; its parse error (or a flag value of the wrong kind) ends with exit 2."""
+        try:
+            parse()
+        except ParseError as exc:
+            raise Exit(f"remotekit: {exc}{self._did_you_mean(exc)}", code=2) from None
+        except ValueError as exc:  # int("x") for an INT flag
+            raise Exit(f"remotekit: {exc}", code=2) from None
+
+    def _did_you_mean(self, exc: ParseError) -> str:
+        """ " (did you mean ...?)" for an unknown task or option name, else ""."""
+        found = UNKNOWN.search(str(exc))
+        if found is None:
+            return ""
+        word = found.group(1)
+        if word.startswith("-"):
+            names = list(self.initial_context.flags)
+            if exc.context is not None:
+                names += list(exc.context.flags) + list(exc.context.inverse_flags)
+        else:
+            collection = getattr(self, "collection", None) or self.namespace
+            tasks = collection.task_names if collection is not None else {}
+            names = [*tasks, *(alias for aliases in tasks.values() for alias in aliases)]
+        close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
+        return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+program = RemotekitProgram(
     namespace=ns,
     name="remotekit",
     binary="remotekit",
@@ -20,4 +95,12 @@ program = Program(
 
 def main() -> None:
     """Entry point of the ``remotekit`` console script."""
-    program.run()
+    try:
+        program.run()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``remotekit --list | head``): the steps were stopped as the
+        # error passed through them; say nothing more, and keep the interpreter's own
+        # flush at exit from failing on the closed pipe too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a command a pipe closed

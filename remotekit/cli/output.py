@@ -76,6 +76,8 @@ def fan_out(
     if sel.verbose:
         _trace_chains(targets, console)
     outcomes, interrupted = _run_on_fleet(sel, targets, fn, console, render, title)
+    if any(isinstance(o.error, BrokenPipeError) for o in outcomes):
+        raise BrokenPipeError  # stdout's reader went away: the steps are stopped; say no more
     code = 130 if interrupted else max((o.exit_code for o in outcomes), default=0)
     missing = [t.name for t in targets if t.name not in {o.host for o in outcomes}]
     if sel.json:
@@ -124,7 +126,7 @@ def _run_on_fleet(
             console.say(
                 f"== {o.host}{' ' + title if title else ''} ==\n{section}" if total > 1 else section
             )
-        elif o.error is not None:
+        elif o.error is not None and not isinstance(o.error, BrokenPipeError):
             console.line(o.host, "stderr", f"error: {o.error}")
         console.progress(f"[{done[0]}/{total} hosts done, {failed[0]} failed]")
 
