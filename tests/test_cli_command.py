@@ -106,3 +106,26 @@ def test_run_into_a_closed_pipe_stops_the_step_quietly(tmp_path: Path) -> None:
             return
         time.sleep(0.05)
     pytest.fail(f"the step (pid {pid}) still runs after its output pipe closed")
+
+
+def test_run_takes_the_command_after_dashes_untouched(tmp_path: Path) -> None:
+    r = remotekit(
+        "run", "--host", "local", "--", "sh", "-c", 'echo "[$0] [$1]"', "a b", "-L", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["local | [a b] [-L]"]
+    r = remotekit("run", "--cmd", "echo 'x  y'", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["local | x  y"]
+    r = remotekit("run", "--cmd", "true", "--", "true", cwd=tmp_path)
+    assert r.returncode == 2 and "not both" in r.stderr
+
+
+def test_py_takes_the_script_and_its_args_as_typed(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    r = remotekit("py", "--host", "local", "train.py", "--", "--lr", "3e-4", "a b", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["local | ['--lr', '3e-4', 'a b']"]
+    r = remotekit("py", "--script", "train.py", "--args", "--lr '1 2'", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["local | ['--lr', '1 2']"]
+    r = remotekit("py", cwd=tmp_path)
+    assert r.returncode == 2 and "script" in r.stderr

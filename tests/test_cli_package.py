@@ -35,7 +35,7 @@ def test_python_m_remotekit_works_from_any_directory(tmp_path: Path) -> None:
     r = run([sys.executable, "-m", "remotekit", "run", "--cmd", "echo hi there"], tmp_path)
     assert r.returncode == 0 and "hi there" in r.stdout
     r = run([sys.executable, "-m", "remotekit", "run"], tmp_path)
-    assert r.returncode == 2 and "--cmd is required" in r.stderr
+    assert r.returncode == 2 and "give the command after -- (or --cmd)" in r.stderr
     r = run([sys.executable, "-m", "remotekit", "--print-completion-script", "zsh"], tmp_path)
     assert r.returncode == 0 and "_complete_remotekit + -f remotekit" in r.stdout
     # what the completion script asks: the candidates for "remotekit ckpt-scan --"

@@ -14,18 +14,12 @@ from remotekit.cli.selection import (
     SELECT_HELP,
     TIMEOUT_HELP,
     Selection,
+    command_words,
     fleet_task,
     one_target,
     required,
-    split_option,
 )
 from remotekit.render import Console
-
-
-def _after_dashes() -> list[str]:
-    """The words after ``--`` on our command line, exactly as given (invoke keeps only a
-    space-joined string of them, which loses quoting)."""
-    return sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
 
 
 @task(
@@ -39,7 +33,7 @@ def _after_dashes() -> list[str]:
 def shell(c: Context, host: str = "", cmd: str = "", inventory: str = "") -> None:
     """A shell (or `-- PROGRAM ARGS...`) inside the target on a terminal, venv active, in its
     workdir. Exits with the program's status (2 when the target cannot be entered)."""
-    argv = split_option("cmd", cmd) if cmd else _after_dashes()
+    argv = command_words("cmd", cmd)
     try:
         with one_target(host, inventory, "shell") as t:
             code = t.shell(argv or None)

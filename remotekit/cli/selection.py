@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
@@ -86,6 +87,21 @@ def split_option(name: str, value: str) -> list[str]:
         return shlex.split(value)
     except ValueError as exc:  # "No closing quotation", "No escaped character"
         raise Exit(f"remotekit: --{name}: {exc} in {value!r}", code=2) from None
+
+
+def after_dashes() -> list[str]:
+    """The words after ``--`` on our command line, exactly as given (invoke keeps only a
+    space-joined string of them, which loses quoting)."""
+    return sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
+
+
+def command_words(name: str, value: str) -> list[str]:
+    """A command (or a script's arguments) as typed: the words after ``--``, untouched, or
+    ``--name``'s value split like a shell would; both at once is a usage error."""
+    words = after_dashes()
+    if value and words:
+        raise Exit(f"remotekit: give --{name} or the words after --, not both", code=2)
+    return words or split_option(name, value)
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from remotekit.cli.selection import (
     TIMEOUT_HELP,
     OptionGroup,
     Selection,
+    command_words,
     fleet_task,
     one_target,
     required,
-    split_option,
 )
 from remotekit.render import Console, table, to_json
 
@@ -97,36 +97,45 @@ def _run_live(sel: Selection, step: StepOptions, start: Callable[..., remotekit.
     fan_out(sel, on_host, mask_output=step.mask_output)
 
 
-@fleet_task(STEP, help={"cmd": "the command, split like a shell would here (no shell runs there)"})
-def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
-    """Run a command on targets, output streamed live with host prefixes."""
-    required(cmd=cmd)
-    argv = split_option("cmd", cmd)
-    _run_live(sel, step, lambda t, **how: t.run(argv, **how))
-
-
-# ``script`` and ``args`` come before the selection: their place gives them -s and -a.
 @fleet_task(
     STEP,
     help={
-        "script": "a local Python file to ship and run there",
-        "args": "its arguments, split like a shell would",
+        "cmd": "the command, split like a shell would here (no shell runs there); "
+        "or give its words after --: remotekit run --host H -- nvidia-smi -L"
+    },
+)
+def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
+    """Run a command on targets (`-- PROGRAM ARGS...` or --cmd), output streamed live with host
+    prefixes."""
+    argv = command_words("cmd", cmd)
+    if not argv:
+        raise Exit("remotekit: give the command after -- (or --cmd)", code=2)
+    _run_live(sel, step, lambda t, **how: t.run(argv, **how))
+
+
+@fleet_task(
+    STEP,
+    positional=["script"],
+    help={
+        "script": "a local Python file to ship and run there (also the first word: py train.py)",
+        "args": "its arguments, split like a shell would; or give them after --: "
+        "remotekit py train.py -- --lr 3e-4",
     },
 )
 def py(
     c: Context,
-    script: str = "",
+    script: str,
     args: str = "",
     sel: Selection = OPTIONS_HERE,
     step: StepOptions = OPTIONS_HERE,
 ) -> None:
-    """Ship a Python file to targets and run it there with the target's interpreter."""
-    required(script=script)
+    """Ship a Python file to targets and run it there with the target's interpreter
+    (`py SCRIPT -- ARGS...`)."""
     try:
         shipped = remotekit.Script.from_path(script)
     except OSError as exc:
         raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
-    argv = split_option("args", args)
+    argv = command_words("args", args)
     _run_live(sel, step, lambda t, **how: t.run_python(shipped, args=argv, **how))
 
 
