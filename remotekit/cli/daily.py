@@ -23,12 +23,13 @@ from remotekit.render import Console
 
 
 @task(
+    auto_shortflags=False,
     help={
         "host": "the target: one name from hosts.yaml (default: local)",
         "cmd": "run this instead of the login shell, split like a shell would here "
         "(or give the program and its arguments after --)",
         "inventory": SELECT_HELP["inventory"],
-    }
+    },
 )
 def shell(c: Context, host: str = "", cmd: str = "", inventory: str = "") -> None:
     """A shell (or `-- PROGRAM ARGS...`) inside the target on a terminal, venv active, in its
@@ -55,13 +56,14 @@ def _ports(spec: str) -> tuple[int, int]:
 
 
 @task(
+    auto_shortflags=False,
     help={
         "host": "one target",
         "port": "PORT there (e.g. 6006), or PORT:LOCAL to choose the port here",
         "bind": "address to listen on here (default 127.0.0.1: only this machine)",
         "check": "connect once first, so a port nothing listens on fails now (--no-check: later)",
         "inventory": SELECT_HELP["inventory"],
-    }
+    },
 )
 def forward(
     c: Context,

@@ -110,7 +110,7 @@ class OptionGroup:
 
     ``options`` is a dataclass whose fields are the options (in order, with their defaults);
     a task that has the parameter ``param`` sees the options there in the signature invoke
-    reads (their place decides invoke's short flags), and gets one ``options`` instance.
+    reads, and gets one ``options`` instance.
     """
 
     param: str
@@ -143,6 +143,8 @@ def fleet_task(*groups: OptionGroup, **options: Any) -> Callable[[Callable[..., 
     invoke sees ``--host``, ``--group``, ... there instead, with their help, and the task gets
     them as one :class:`Selection`; the same for each further group. ``options`` are
     ``@task``'s (``help`` for the task's own options, ``iterable``, ``optional``, ...).
+    No automatic short flags: invoke's gave ``-l`` three meanings across tasks (``--linear``,
+    ``--all``, ``--allow-global``); a one-letter option (``-a``) is its own short flag.
     """
     groups = (SELECTION, *groups)
 
@@ -166,7 +168,7 @@ def fleet_task(*groups: OptionGroup, **options: Any) -> Callable[[Callable[..., 
             return body(**values, **made)
 
         run_task.__signature__ = outer  # type: ignore[attr-defined]
-        merged = dict(options)
+        merged = {"auto_shortflags": False, **options}
         merged["help"] = {k: v for g in groups for k, v in g.help.items()}
         merged["help"].update(options.get("help", {}))
         for g in groups:

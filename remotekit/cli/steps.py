@@ -37,7 +37,9 @@ MASK_OUTPUT_HELP = (
 )
 
 
-@task(help={"inventory": SELECT_HELP["inventory"], "json": SELECT_HELP["json"]})
+@task(
+    auto_shortflags=False, help={"inventory": SELECT_HELP["inventory"], "json": SELECT_HELP["json"]}
+)
 def hosts(c: Context, inventory: str = "", json: bool = False) -> None:
     """List the targets in hosts.yaml with their layer chains and groups."""
     try:
@@ -164,13 +166,14 @@ def put(
 
 
 @task(
+    auto_shortflags=False,
     help={
         "src": "path there",
         "dest": "local path",
         "host": "one target",
         "inventory": SELECT_HELP["inventory"],
         "timeout": TIMEOUT_HELP,
-    }
+    },
 )
 def get(
     c: Context,
