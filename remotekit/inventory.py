@@ -24,6 +24,8 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
         checkpoints: /workspace/checkpoints
     groups:
       gpu: [kpro6]
+    default: gpu                        # what a task runs on without --host/--group/--all
+                                        # (a host or a group; without it: local)
 """
 
 from __future__ import annotations
@@ -461,7 +463,7 @@ HOST_KEYS = frozenset(
         *_HOP_OPTIONS,
     ]
 )
-TOP_KEYS = frozenset({"defaults", "hosts", "groups"})
+TOP_KEYS = frozenset({"default", "defaults", "hosts", "groups"})
 SSH_ONLY_KEYS = frozenset({"user", "port", "identity", "known_hosts", "host_key", "jump"})
 
 
@@ -499,6 +501,8 @@ class Inventory:
     hosts: Mapping[str, HostSpec]
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     path: str | None = None
+    #: hosts.yaml's ``default:``, a host or group name; None: ``local``.
+    default: str | None = None
 
     def spec(self, name: str) -> HostSpec:
         try:
@@ -529,6 +533,14 @@ class Inventory:
         order = {n: i for i, n in enumerate(self.hosts)}
         unique = sorted(set(names), key=lambda n: order.get(n, len(order)))
         return [self.spec(n) for n in unique]
+
+    def select_default(self) -> list[HostSpec]:
+        """What a task runs on when given no selection: ``default:`` (a host, else a group),
+        else ``local``."""
+        name = self.default or "local"
+        if name in self.hosts:
+            return [self.spec(name)]
+        return self.select(group=name)
 
     def __iter__(self) -> Iterator[HostSpec]:
         return iter(self.hosts.values())
@@ -587,7 +599,11 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
                     f"unknown host {m!r}; known hosts: {', '.join(hosts)}",
                 )
         groups[g] = tuple(members)
-    return Inventory(hosts=hosts, groups=groups, path=path)
+    default = data.get("default")
+    if default is not None and (not isinstance(default, str) or default not in {*hosts, *groups}):
+        known = ", ".join([*hosts, *(f"{g} (group)" for g in groups)])
+        doc.fail(("default",), f"expected a host or group name; known: {known}")
+    return Inventory(hosts=hosts, groups=groups, path=path, default=default)
 
 
 def _check_keys(doc: _Doc, key: tuple[str, ...], raw: Mapping[str, Any]) -> None:

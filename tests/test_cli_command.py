@@ -222,3 +222,30 @@ def test_every_command_in_readme_parses_with_the_real_parser() -> None:
             bucket.append(f"{command!r}: {exc}")
     assert not wrong, "README commands that do not parse:\n" + "\n".join(wrong)
     assert len(pending) == len(README_FIX_PENDING), f"fixed in README, drop here: {pending}"
+
+
+def test_hosts_yaml_default_is_the_target_without_a_selection(tmp_path: Path) -> None:
+    hosts = "hosts:\n  box: {env: {WHERE: box}}\n  cage: {env: {WHERE: cage}}\n"
+    hosts += "groups:\n  both: [box, cage]\n"
+    where = ["run", "--", "sh", "-c", "echo $WHERE"]
+    (tmp_path / "hosts.yaml").write_text(hosts + "default: cage\n")
+    r = remotekit(*where, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["cage | cage"], r.stderr
+    assert r.stderr == ""
+    (tmp_path / "hosts.yaml").write_text(hosts + "default: both\n")
+    r = remotekit(*where, cwd=tmp_path)
+    assert r.returncode == 0 and {"box  | box", "cage | cage"} <= set(r.stdout.splitlines())
+    r = remotekit("run", "--host", "box", *where[1:], cwd=tmp_path)
+    assert r.stdout.splitlines() == ["box | box"]
+
+
+def test_the_implicit_local_says_so_once_when_hosts_yaml_has_others(tmp_path: Path) -> None:
+    r = remotekit("run", "--", "echo", "hi", cwd=tmp_path)  # no hosts.yaml: local, silently
+    assert r.returncode == 0 and r.stderr == ""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {}\n")
+    r = remotekit("run", "--", "echo", "hi", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["local | hi"]
+    [note] = r.stderr.splitlines()
+    assert "running on local" in note and "box" in note and "default: NAME" in note
+    r = remotekit("run", "--host", "local", "--", "echo", "hi", cwd=tmp_path)
+    assert r.stderr == ""

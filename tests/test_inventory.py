@@ -284,3 +284,15 @@ def test_the_readme_examples_of_each_hop_load(tmp_path: Path) -> None:
     assert kinds == {Pct, Lxc, Podman, Docker, Slurm, Kubectl}
     job = remotekit.Target(inv.spec("job"))
     assert job.chain == "ssh gpu@login1 -> srun --jobid 4242 -w node07 -> /scratch/venv/bin/python"
+
+
+def test_default_names_a_host_or_a_group(tmp_path: Path) -> None:
+    hosts = "hosts:\n  a: {ssh: a}\n  b: {ssh: b}\ngroups:\n  gpu: [a, b]\n"
+    assert [s.name for s in load(tmp_path, hosts).select_default()] == ["local"]
+    assert [s.name for s in load(tmp_path, hosts + "default: b\n").select_default()] == ["b"]
+    inv = load(tmp_path, hosts + "default: gpu\n")
+    assert inv.default == "gpu" and [s.name for s in inv.select_default()] == ["a", "b"]
+    e = bad(tmp_path, hosts + "default: gpus\n")
+    assert e.line == 6 and e.key == "default" and "known: local, a, b, gpu (group)" in str(e)
+    e = bad(tmp_path, hosts + "default: [a]\n")
+    assert e.key == "default"

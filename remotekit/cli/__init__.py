@@ -1,8 +1,9 @@
 """remotekit's laptop face: the task collection behind ``remotekit TASK`` and ``invoke TASK``.
 
 Every fleet task takes a selection of targets (``--host a,b``, ``--group g``, ``--all``;
-default: ``local``), runs them in parallel (``--parallel N``), prints each host's output
-prefixed with its name, ends with a summary table, and exits with the worst host's code:
+default: hosts.yaml's ``default:``, else ``local``), runs them in parallel (``--parallel N``),
+prints each host's output prefixed with its name, ends with a summary table when several hosts
+ran, and exits with the worst host's code:
 0 all OK, 1 findings, 2 some host failed. ``--json`` prints machine-readable output only.
 
 Modules by theme: :mod:`~remotekit.cli.selection` (the selection options, declared once),

@@ -25,7 +25,7 @@ from remotekit.render import Console
 @task(
     auto_shortflags=False,
     help={
-        "host": "the target: one name from hosts.yaml (default: local)",
+        "host": "the target: one name from hosts.yaml (default: its `default:`, else local)",
         "cmd": "run this instead of the login shell, split like a shell would here "
         "(or give the program and its arguments after --)",
         "inventory": SELECT_HELP["inventory"],
@@ -58,7 +58,7 @@ def _ports(spec: str) -> tuple[int, int]:
 @task(
     auto_shortflags=False,
     help={
-        "host": "one target",
+        "host": "one target (default: hosts.yaml's `default:`, else local)",
         "port": "PORT there (e.g. 6006), or PORT:LOCAL to choose the port here",
         "bind": "address to listen on here (default 127.0.0.1: only this machine)",
         "check": "connect once first, so a port nothing listens on fails now (--no-check: later)",
@@ -67,7 +67,7 @@ def _ports(spec: str) -> tuple[int, int]:
 )
 def forward(
     c: Context,
-    host: str = "local",
+    host: str = "",
     port: str = "",
     bind: str = "127.0.0.1",
     check: bool = True,

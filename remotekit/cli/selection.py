@@ -1,7 +1,8 @@
 """Which targets a task works on: the selection options, declared once.
 
-Every fleet task takes ``--host a,b`` / ``--group g`` / ``--all`` (default: ``local``),
-``--parallel N``, ``--json``, ``--verbose`` and ``--inventory FILE``. A task says so by one
+Every fleet task takes ``--host a,b`` / ``--group g`` / ``--all`` (default: hosts.yaml's
+``default:``, else ``local``), ``--parallel N``, ``--json``, ``--verbose`` and
+``--inventory FILE``. A task says so by one
 parameter, ``sel: Selection``; :func:`fleet_task` puts the seven options in its place in the
 signature invoke reads (``__signature__``), adds their help, and hands the task one
 :class:`Selection`. Other options that several tasks share (a step's ``--timeout/--detach/
@@ -24,7 +25,8 @@ from invoke import Exit, task
 import remotekit
 
 SELECT_HELP = {
-    "host": "target name(s) from hosts.yaml, comma-separated (default: local)",
+    "host": "target name(s) from hosts.yaml, comma-separated (default: hosts.yaml's "
+    "`default:`, else local)",
     "group": "a group from hosts.yaml",
     "all": "every target in hosts.yaml",
     "parallel": "hosts worked on at once (default 64)",
@@ -53,16 +55,27 @@ class Selection:
 
 
 def select_targets(host: str, group: str, all: bool, inventory: str) -> list[remotekit.Target]:
-    """Targets by name, group or all (none of them: ``local``), from ``inventory``."""
+    """Targets by name, group or all; none of them: hosts.yaml's ``default:``, else ``local``
+    (said once on stderr when hosts.yaml declares other hosts), from ``inventory``."""
     try:
         inv = remotekit.load_inventory(inventory or None)
-        specs = inv.select(
-            hosts=host or ("local" if not group and not all else None), group=group or None, all=all
-        )
+        if host or group or all:
+            specs = inv.select(hosts=host or None, group=group or None, all=all)
+        else:
+            specs = inv.select_default()
     except remotekit.RemotekitError as exc:
         raise Exit(f"remotekit: {exc}", code=2) from None
     if not specs:
         raise Exit("remotekit: no targets selected", code=2)
+    others = [h for h in inv.hosts if h != "local"]
+    if not (host or group or all or inv.default) and others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        print(
+            f"remotekit: no --host given: running on local, this machine ({inv.path} also "
+            f"declares {shown}; --host NAME, or `default: NAME` in it, picks another)",
+            file=sys.stderr,
+            flush=True,
+        )
     return [remotekit.Target(s) for s in specs]
 
 

@@ -54,6 +54,9 @@ def hosts(c: Context, inventory: str = "", json: bool = False) -> None:
         )
     else:
         print(f"inventory: {inv.path or '(embedded default)'}")
+        print(
+            f"default: {inv.default or 'local'} (what a task runs on without --host/--group/--all)"
+        )
         print(table(["host", "chain", "groups", "declared at"], rows))
 
 
@@ -170,7 +173,7 @@ def put(
     help={
         "src": "path there",
         "dest": "local path",
-        "host": "one target",
+        "host": "one target (default: hosts.yaml's `default:`, else local)",
         "inventory": SELECT_HELP["inventory"],
         "timeout": TIMEOUT_HELP,
     },
@@ -179,7 +182,7 @@ def get(
     c: Context,
     src: str = "",
     dest: str = "",
-    host: str = "local",
+    host: str = "",
     inventory: str = "",
     timeout: float = 0.0,
 ) -> None:
