@@ -249,3 +249,26 @@ def test_the_implicit_local_says_so_once_when_hosts_yaml_has_others(tmp_path: Pa
     assert "running on local" in note and "box" in note and "default: NAME" in note
     r = remotekit("run", "--host", "local", "--", "echo", "hi", cwd=tmp_path)
     assert r.stderr == ""
+
+
+def test_one_host_has_no_table_and_says_the_reason_once_in_full(tmp_path: Path) -> None:
+    slow = ["run", "--timeout", "1", "--", "sh", "-c", "echo one; echo two; sleep 30"]
+    r = remotekit(*slow, cwd=tmp_path)
+    assert r.returncode == 2
+    assert "finding" not in r.stdout and "status" not in r.stdout
+    said = r.stdout + r.stderr
+    assert said.count("timed out after 1 s") == 1
+    assert "local |   one\nlocal |   two" in r.stderr  # the reason's last output, whole
+
+
+def test_many_hosts_table_carries_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  a: {}\n  b: {}\n")
+    slow = ["run", "--host", "a,b", "--timeout", "1", "--", "sh", "-c", "echo one; sleep 30"]
+    r = remotekit(*slow, cwd=tmp_path)
+    assert r.returncode == 2
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("a  ", "b  "))]
+    assert len(rows) == 2
+    for row in rows:
+        assert row.endswith(
+            "timed out after 1 s and was stopped (process tree terminated); last output: one"
+        )

@@ -494,7 +494,9 @@ def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 def test_run_json_is_machine_readable(fleet_hosts: FleetHosts) -> None:
     m = marker()
-    p = invoke("run", "--cmd", shlex.join(say(m)), "--all", "--json", "-i", str(fleet_hosts.path))
+    p = invoke(
+        "run", "--cmd", shlex.join(say(m)), "--all", "--json", "--inventory", str(fleet_hosts.path)
+    )
     data = json.loads(p.stdout)  # stdout is the JSON and nothing else
     assert p.returncode == 2, p.stderr
     assert data["exit_code"] == 2
@@ -521,7 +523,7 @@ def test_run_json_is_machine_readable(fleet_hosts: FleetHosts) -> None:
 
 
 def test_ping_json_by_group_and_by_host(fleet_hosts: FleetHosts) -> None:
-    p = invoke("ping", "--group", "gpu", "--json", "-i", str(fleet_hosts.path))
+    p = invoke("ping", "--group", "gpu", "--json", "--inventory", str(fleet_hosts.path))
     assert p.returncode == 2, p.stderr
     data = json.loads(p.stdout)
     got = [(h["host"], h["status"], h["exit_code"]) for h in data["hosts"]]
@@ -538,7 +540,7 @@ def test_ping_json_by_group_and_by_host(fleet_hosts: FleetHosts) -> None:
     torch = by["plain"]["result"]["checks"][-1]
     assert torch["layer"] == "torch" and torch["ok"] is False
 
-    p = invoke("ping", "--host", "plain,local", "--json", "-i", str(fleet_hosts.path))
+    p = invoke("ping", "--host", "plain,local", "--json", "--inventory", str(fleet_hosts.path))
     assert p.returncode == 1, p.stderr  # findings only: the worst is 1
     data = json.loads(p.stdout)
     assert data["exit_code"] == 1
@@ -551,7 +553,13 @@ def test_ping_json_by_group_and_by_host(fleet_hosts: FleetHosts) -> None:
 def test_run_piped_is_plain_with_a_summary_and_verbose_chains(fleet_hosts: FleetHosts) -> None:
     m = marker()
     p = invoke(
-        "run", "--cmd", shlex.join(say(m)), "--all", "--verbose", "-i", str(fleet_hosts.path)
+        "run",
+        "--cmd",
+        shlex.join(say(m)),
+        "--all",
+        "--verbose",
+        "--inventory",
+        str(fleet_hosts.path),
     )
     assert p.returncode == 2, p.stderr
     assert ANSI not in p.stdout + p.stderr
@@ -574,9 +582,10 @@ def test_run_piped_is_plain_with_a_summary_and_verbose_chains(fleet_hosts: Fleet
     status = {r.split()[0]: r.split()[1] for r in rows}
     assert status == {h: "ok" if h in fleet_hosts.ok else "failed" for h in fleet_hosts.names}
     finding = {r.split()[0]: r for r in rows}
-    assert re.search(r"\d+\.\ds\s+ConnectError: .*refused", finding["down"])
-    assert "ContainerNotRunning: container 310 cannot be entered" in finding["stopped"]
-    assert f"StepTimeout: timed out after {HANG_S:g} s" in finding["hang"]
+    # the reason itself, as the error says it (no exception class names)
+    assert re.search(r"\d+\.\ds\s+root@.*: connection refused", finding["down"])
+    assert re.search(r"\d+\.\ds\s+container 310 cannot be entered", finding["stopped"])
+    assert re.search(rf"\d+\.\ds\s+timed out after {HANG_S:g} s", finding["hang"])
     assert wait_gone(m) == []
 
 
@@ -619,7 +628,15 @@ def _on_terminal(args: Sequence[str], timeout: float = 60) -> tuple[int, str]:
 
 def test_run_on_a_terminal_has_colour_and_progress(fleet_hosts: FleetHosts) -> None:
     code, shown = _on_terminal(
-        ["run", "--cmd", "echo hi", "--host", "zulu,down,alpha", "-i", str(fleet_hosts.path)]
+        [
+            "run",
+            "--cmd",
+            "echo hi",
+            "--host",
+            "zulu,down,alpha",
+            "--inventory",
+            str(fleet_hosts.path),
+        ]
     )
     assert code == 2, shown
     assert re.search(r"\x1b\[\d+mzulu\s*\x1b\[0m \| hi", shown), shown

@@ -1,8 +1,8 @@
 """How every fleet task runs and reports: one function on each selected host, in parallel.
 
 :func:`fan_out` prints each host's lines prefixed with its name, a section per host when a
-task renders one, a summary table when several hosts ran (or one failed), and exits with the
-worst host's code: 0 all OK, 1 findings, 2 some host failed, 130 interrupted. ``--json``
+task renders one, a summary table when several hosts ran (one host: its result, and a failure's
+reason once, in full), and exits with the worst host's code: 0 all OK, 1 findings, 2 some host failed, 130 interrupted. ``--json``
 prints one JSON document instead. :func:`watch_or_fan_out` is the same with ``--watch``.
 """
 
@@ -85,7 +85,9 @@ def fan_out(
         doc["hosts"] = [outcome_json(o, mask, mask_output) for o in outcomes]
         doc["hosts"] += [{"host": h, "status": "not run", "exit_code": None} for h in missing]
         print(to_json(doc, indent=2))
-    elif len(targets) > 1 or interrupted or any(o.exit_code == 2 for o in outcomes):
+    elif len(targets) == 1 and not interrupted:
+        _say_failed_step(outcomes, console)
+    else:
         rows = [(o.host, o.status, f"{o.duration_s:.1f}s", host_finding(o)) for o in outcomes]
         rows += [(h, "not run", "-", "interrupted") for h in missing]
         console.say("\n" + table(["host", "status", "time", "finding"], rows))
@@ -140,11 +142,33 @@ def _run_on_fleet(
     return outcomes, interrupted
 
 
+def _say_failed_step(outcomes: list[HostOutcome], console: Console) -> None:
+    """One host, no table: a step that exited non-zero says so (its output is above; an
+    error was already said in full as the host finished)."""
+    for o in outcomes:
+        if isinstance(o.value, remotekit.Result) and not o.value.ok:
+            console.line(o.host, "stderr", f"failed: exit {o.value.exit_code}")
+
+
+def reason_line(error: BaseException) -> str:
+    """An error's reason on one line: its message's first line, and for a message that ends
+    with the step's last output, that output's last line (the traceback's verdict)."""
+    text = str(getattr(error, "message", None) or error)
+    head, has_tail, tail = text.partition("; last output:\n")
+    first = head.splitlines()[0] if head else ""
+    last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+    reason = f"{first}; last output: {last}" if has_tail and last else first
+    return (
+        reason
+        if isinstance(error, remotekit.RemotekitError)
+        else f"{type(error).__name__}: {reason}"
+    )
+
+
 def host_finding(o: HostOutcome) -> str:
-    """A host's row in the summary table: its error, or what its result found first."""
+    """A host's row in the summary table: its error's reason, or what its result found first."""
     if o.error is not None:
-        text = str(getattr(o.error, "message", None) or o.error)
-        return f"{type(o.error).__name__}: {text.splitlines()[0] if text else ''}"
+        return reason_line(o.error)
     value = o.value
     if isinstance(value, remotekit.Result):
         if value.detached is not None:
