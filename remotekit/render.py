@@ -163,6 +163,11 @@ class Console:
             dest.flush()
             self._draw()
 
+    @property
+    def live(self) -> bool:
+        """A person watches: stderr is a terminal and this is not ``--json``."""
+        return self._live
+
     def progress(self, text: str) -> None:
         """Replace the progress line (terminal only)."""
         if not self._live:

@@ -330,11 +330,15 @@ class Target:
         remote_path: str,
         *,
         mode: int | None = None,
+        parents: bool = False,
         timeout: float | None = None,
         step: str | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> Result:
         """Copy a local file there (atomically: a temp file beside it, then rename).
+
+        ``parents`` creates the missing directories there first (``mkdir -p``): the one that
+        holds ``remote_path``, or ``remote_path`` itself when it ends with ``/``.
 
         The file there gets the local file's mode (under the umask there), never wider than
         the mode of a file it replaces; ``mode=`` sets it exactly instead. ``on_progress(done,
@@ -361,6 +365,7 @@ class Target:
             "size": size,
             "mode": stat.S_IMODE(st.st_mode) if mode is None else mode,
             "explicit_mode": mode is not None,
+            "parents": parents,
         }
         with fh:
             return self._step(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pty
 import re
 import shlex
 import subprocess
@@ -272,3 +273,41 @@ def test_many_hosts_table_carries_the_reason(tmp_path: Path) -> None:
         assert row.endswith(
             "timed out after 1 s and was stopped (process tree terminated); last output: one"
         )
+
+
+def on_terminal(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """``remotekit ARGS`` with stderr on a pseudo-terminal: (exit code, stdout, what the
+    terminal showed)."""
+    master, slave = pty.openpty()
+    argv = [sys.executable, "-m", "remotekit", *args]
+    p = subprocess.Popen(argv, cwd=cwd, env=env_for(cwd), stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the command has closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    out, _ = p.communicate(timeout=60)
+    return p.returncode, out.decode(), shown.decode(errors="replace")
+
+
+def test_put_and_get_say_what_they_did_on_a_terminal(tmp_path: Path) -> None:
+    (tmp_path / "blob").write_bytes(b"x" * 3000)
+    code, _, shown = on_terminal("put", "--src", "blob", "--dest", "there/deep/", cwd=tmp_path)
+    assert code == 2 and "put --parents creates it" in shown
+    code, _, shown = on_terminal(
+        "put", "--src", "blob", "--dest", "there/deep/", "--parents", cwd=tmp_path
+    )
+    assert code == 0 and (tmp_path / "there" / "deep" / "blob").read_bytes() == b"x" * 3000
+    assert re.search(r"put blob -> there/deep/: 2\.9 KiB in \d+\.\d s", shown), shown
+    code, _, shown = on_terminal("get", "--src", "there/deep/blob", "--dest", "back", cwd=tmp_path)
+    assert code == 0 and (tmp_path / "back").read_bytes() == b"x" * 3000
+    assert re.search(r"get there/deep/blob -> back: 2\.9 KiB in \d+\.\d s", shown), shown
+    r = remotekit("put", "--src", "blob", "--dest", "a/b", "--parents", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "a" / "b").is_file()
+    assert r.stdout == r.stderr == ""  # piped: quiet, as before

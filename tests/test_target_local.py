@@ -174,6 +174,18 @@ def test_very_long_lines_are_cut_into_pieces(local: remotekit.Target) -> None:
     assert sum(pieces) == 3_000_000 and max(pieces) <= 1 << 20
 
 
+def test_put_parents_creates_the_missing_directories(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    src = tmp_path / "a.bin"
+    src.write_bytes(b"abc")
+    with pytest.raises(remotekit.StepError, match="does not exist"):
+        local.put(src, str(tmp_path / "x" / "y" / "a.bin"))
+    local.put(src, str(tmp_path / "x" / "y" / "a.bin"), parents=True)
+    local.put(src, f"{tmp_path}/p/q/", parents=True)  # a trailing / names the directory
+    assert (tmp_path / "x" / "y" / "a.bin").read_bytes() == (tmp_path / "p/q/a.bin").read_bytes()
+
+
 def test_put_and_get(local: remotekit.Target, tmp_path: Path) -> None:
     src = tmp_path / "a.bin"
     src.write_bytes(os.urandom(100_000))

@@ -8,7 +8,7 @@
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
 #          "files": [[name, size, mode], ...], "timeout", "grace", "detach",
-#          put: "dest", "name", "size", "mode", "keep_mode";  get: "src", "max_bytes"}
+#          put: "dest", "name", "size", "mode", "keep_mode", "parents";  get: "src", "max_bytes"}
 #
 # After the payload, stdin stays open: EOF on it means the caller is gone (timeout, Ctrl-C,
 # lost connection) and the step's whole process tree is stopped: TERM, then KILL after
@@ -291,11 +291,21 @@ def kind_of(mode):
 
 def do_put(h):
     dest = h["dest"]
+    if h.get("parents"):  # create the missing directories first (mkdir -p)
+        wanted = dest if dest.endswith("/") else os.path.dirname(os.path.abspath(dest))
+        try:
+            os.makedirs(wanted, exist_ok=True)
+        except OSError as exc:
+            fail("cannot create %s: %s" % (wanted, exc.strerror), 1)
     if os.path.isdir(dest):
         dest = os.path.join(dest, h["name"])
     folder = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(folder):
-        fail("cannot write %s: directory %s does not exist" % (dest, folder), 1)
+        fail(
+            "cannot write %s: directory %s does not exist (put --parents creates it)"
+            % (dest, folder),
+            1,
+        )
     mode = h.get("mode")
     if mode is None:
         mode = 0o666
