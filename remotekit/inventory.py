@@ -22,6 +22,7 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
         env: {HF_HOME: /workspace/hf}
         secret_env: [HF_TOKEN]          # names whose values are never printed
         checkpoints: /workspace/checkpoints
+        gpus: 8                         # (or gpu: true) no GPU found is then an error, not a note
     groups:
       gpu: [kpro6]
     default: gpu                        # what a task runs on without --host/--group/--all
@@ -380,9 +381,16 @@ class _HostReader:
             env={k: _env_text(v) for k, v in (env or {}).items()},
             secret_env=frozenset(secret or ()),
             checkpoints=self.text("checkpoints"),
+            has_gpu=self.has_gpu(),
             timeouts=self.timeouts(),
             source=f"{self.doc.path}:{self.doc.line(self.key)}",
         )
+
+    def has_gpu(self) -> bool:
+        """``gpus: N`` (N > 0) or ``gpu: true``."""
+        gpus = self.get("gpus", lambda v: _is_number(v) and v >= 0 and v == int(v), "a count >= 0")
+        gpu = self.get("gpu", lambda v: isinstance(v, bool), "true or false")
+        return bool(gpus) or bool(gpu)
 
     def timeouts(self) -> Timeouts:
         raw = self.get("timeouts", lambda v: isinstance(v, dict), "a mapping") or {}
@@ -458,6 +466,8 @@ HOST_KEYS = frozenset(
         "env",
         "secret_env",
         "checkpoints",
+        "gpu",
+        "gpus",
         "timeouts",
         *HOPS,
         *_HOP_OPTIONS,

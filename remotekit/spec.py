@@ -57,6 +57,9 @@ class HostSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     secret_env: frozenset[str] = frozenset()
     checkpoints: str | None = None
+    #: hosts.yaml says it has GPUs (``gpus: N`` > 0 or ``gpu: true``): no GPU found there is
+    #: then an error; otherwise "no GPU here" is a note.
+    has_gpu: bool = False
     timeouts: Timeouts = Timeouts()
     source: str = "<embedded>"
 

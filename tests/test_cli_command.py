@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -311,3 +312,20 @@ def test_put_and_get_say_what_they_did_on_a_terminal(tmp_path: Path) -> None:
     r = remotekit("put", "--src", "blob", "--dest", "a/b", "--parents", cwd=tmp_path)
     assert r.returncode == 0 and (tmp_path / "a" / "b").is_file()
     assert r.stdout == r.stderr == ""  # piped: quiet, as before
+
+
+def test_gpu_on_a_host_without_a_gpu_is_a_note_unless_hosts_yaml_says_it_has_gpus(
+    tmp_path: Path,
+) -> None:
+    assert shutil.which("nvidia-smi") is None, "this test wants a machine without nvidia-smi"
+    r = remotekit("gpu", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "note: no GPU here" in r.stdout and "error" not in r.stdout + r.stderr
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {gpu: true}\n")
+    r = remotekit("gpu", cwd=tmp_path)
+    assert r.returncode == 2 and "nvidia-smi is not on PATH" in r.stdout + r.stderr
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {gpus: 8}\n")
+    assert remotekit("gpu", cwd=tmp_path).returncode == 2
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {gpus: lots}\n")
+    r = remotekit("gpu", cwd=tmp_path)
+    assert r.returncode == 2 and "hosts.yaml:2" in r.stderr and "gpus" in r.stderr

@@ -275,8 +275,13 @@ def test_gpu_no_driver_is_a_record_not_a_crash(smi_bin: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-def test_gpu_without_nvidia_smi_on_path(tmp_path: Path) -> None:
+def test_gpu_without_nvidia_smi_is_a_note_unless_gpus_are_expected(tmp_path: Path) -> None:
     r = run("gpu", path=make_bin(tmp_path / "bin", smi=False))
+    assert r.code == 0 and r.of("error") == []
+    assert "no_gpu" in r.codes("note")
+    (note,) = [n for n in r.of("note") if n["code"] == "no_gpu"]
+    assert note["message"].startswith("no GPU here")
+    r = run("gpu", "--gpu-expected", path=make_bin(tmp_path / "bin", smi=False))
     assert r.code == 2
     (err,) = r.of("error")
     assert err["code"] == "no_nvidia_smi"

@@ -118,6 +118,9 @@ def test_gpu_status_findings_and_exit_codes(notorch: remotekit.Target, bin_dir: 
 
 def test_gpu_status_without_nvidia_smi(notorch: remotekit.Target, tmp_path: Path) -> None:
     report = system.gpu_status(notorch, env={"PATH": str(tmp_path)})
+    assert report.exit_code == 0 and report.errors == ()  # a CPU host: a note, not a failure
+    assert any(n.startswith("no GPU here") for n in report.notes)
+    report = system.gpu_status(notorch, env={"PATH": str(tmp_path)}, gpu_expected=True)
     assert report.exit_code == 2
     assert report.errors == (
         f"nvidia-smi is not on PATH ({tmp_path}): no NVIDIA driver utilities here",

@@ -354,13 +354,17 @@ def gpu_status(
     temp_threshold: float = DEFAULT_TEMP_THRESHOLD,
     env: Mapping[str, str] | None = None,
     on_record: RecordCallback | None = None,
+    gpu_expected: bool | None = None,
 ) -> GpuReport:
     """nvidia-smi's and torch's view of the GPUs there, with warnings.
 
     Warnings: temperature >= ``temp_threshold`` C, uncorrected ECC errors, active throttle
     reasons that cost speed (power cap, HW slowdown, thermal, power brake), GPU memory held
-    by pids not visible there, GPUs torch cannot use. No nvidia-smi / no driver: exit 2.
+    by pids not visible there, GPUs torch cannot use. No driver: exit 2. No nvidia-smi: a
+    note "no GPU here" (exit 0), unless ``gpu_expected`` (default: hosts.yaml's ``gpus: N``
+    / ``gpu: true`` for the host), then exit 2.
     """
+    expected = target.spec.has_gpu if gpu_expected is None else gpu_expected
     run = _run(
         target,
         [
@@ -369,6 +373,7 @@ def gpu_status(
             f"{temp_threshold:g}",
             "--smi-timeout",
             f"{_smi_timeout(timeout):g}",
+            *(["--gpu-expected"] if expected else []),
         ],
         step="gpu",
         timeout=timeout,

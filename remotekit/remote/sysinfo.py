@@ -407,11 +407,14 @@ def cmd_gpu(args, out):
     smi = find_smi(args.nvidia_smi)
     gpus = []
     if smi is None:
-        out.error(
-            "no_nvidia_smi",
-            "nvidia-smi is not on PATH (%s): no NVIDIA driver "
-            "utilities here" % os.environ.get("PATH", ""),
-        )
+        where = os.environ.get("PATH", "")
+        if args.gpu_expected:
+            out.error(
+                "no_nvidia_smi",
+                "nvidia-smi is not on PATH (%s): no NVIDIA driver utilities here" % where,
+            )
+        else:  # a CPU host (a laptop, a login node) is not a broken one
+            out.note("no_gpu", "no GPU here (nvidia-smi is not on PATH: %s)" % where)
     else:
         try:
             gpus, field = query_gpus(out, smi, args.smi_timeout)
@@ -1031,6 +1034,9 @@ def parser():
     sub.required = True
     g = sub.add_parser("gpu", help="nvidia-smi and torch view of the GPUs")
     g.add_argument("--temp-threshold", type=float, default=85.0, help="warn at or above (C)")
+    g.add_argument(
+        "--gpu-expected", action="store_true", help="no nvidia-smi is an error, not a note"
+    )
     sub.add_parser("env", help="python, torch, CUDA, host and container facts")
     d = sub.add_parser("disk", help="free space, inodes, largest files and checkpoints")
     d.add_argument("paths", nargs="+")
