@@ -329,3 +329,34 @@ def test_gpu_on_a_host_without_a_gpu_is_a_note_unless_hosts_yaml_says_it_has_gpu
     (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {gpus: lots}\n")
     r = remotekit("gpu", cwd=tmp_path)
     assert r.returncode == 2 and "hosts.yaml:2" in r.stderr and "gpus" in r.stderr
+
+
+def test_completion_offers_host_and_group_names(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  box: {}\n  cage: {}\ngroups:\n  both: [box, cage]\n"
+    )
+    r = remotekit("--complete", "--", "remotekit", "ping", "--host", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.split() == ["local", "box", "cage"]
+    r = remotekit("--complete", "--", "remotekit", "gpu", "--group", "b", cwd=tmp_path)
+    assert r.stdout.split() == ["both"]
+    r = remotekit("--complete", "--", "remotekit", "ping", "--ho", cwd=tmp_path)
+    assert "--host" in r.stdout.split()  # flags still complete as before
+
+
+def test_bash_completes_a_host_name_through_the_printed_script(tmp_path: Path) -> None:
+    bash = shutil.which("bash")
+    if bash is None:
+        assert os.environ.get("CI") != "true", "bash is needed under CI"
+        pytest.skip("no bash here")
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\n")
+    script = (
+        "source <(remotekit --print-completion-script bash)\n"
+        "COMP_WORDS=(remotekit ping --host kp); _complete_remotekit remotekit kp\n"
+        'echo "${COMPREPLY[@]}"\n'
+    )
+    env = {**env_for(tmp_path), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    r = subprocess.run(
+        [bash, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["kpro6", "kpro7"]

@@ -5,7 +5,8 @@ over the package's task collection, so it works from any directory, with ``--lis
 What it shows is what it does: the core options are only those that mean something for
 remotekit (invoke's ``--dry``, ``--command-timeout``, ``--pty``, ``--warn-only``, ... change
 invoke's own ``c.run``, which no task calls, so they are not offered). A usage error exits 2
-with a "did you mean" for task and option names; a pipe closed early ends quietly.
+with a "did you mean" for task and option names; a pipe closed early ends quietly; shell
+completion completes host and group names after ``--host`` / ``--group``.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 import sys
 from typing import Any
 
 from invoke import Argument, Exit, ParseError, Program
 
+import remotekit
 from remotekit import __version__
 from remotekit.cli import ns
 
@@ -55,6 +58,11 @@ class RemotekitProgram(Program):
         self._usage(super().parse_tasks)
 
     def parse_cleanup(self) -> None:
+        if self.args.complete.value:
+            names = target_names(self.core.remainder)
+            if names is not None:  # after --host / --group: the names hosts.yaml declares
+                print("\n".join(names))
+                raise Exit
         self._usage(super().parse_cleanup)
 
     def _usage(self, parse: Any) -> None:
@@ -82,6 +90,26 @@ class RemotekitProgram(Program):
             names = [*tasks, *(alias for aliases in tasks.values() for alias in aliases)]
         close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
         return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def target_names(invocation: str) -> list[str] | None:
+    """Completion candidates when ``invocation`` (the words typed so far) ends with
+    ``--host`` or ``--group`` and maybe a partial name: the inventory's host or group names
+    (``--inventory FILE`` if typed, else the usual search); None: not a name's place."""
+    try:
+        words = shlex.split(invocation)
+    except ValueError:
+        return None
+    if words and not words[-1].startswith("-"):
+        words = words[:-1]  # a partial name: the shell keeps the candidates that match it
+    if not words or words[-1] not in ("--host", "--group"):
+        return None
+    at = words.index("--inventory") + 1 if "--inventory" in words[:-1] else 0
+    try:
+        inv = remotekit.load_inventory(words[at] if at else None)
+    except remotekit.RemotekitError:
+        return []
+    return list(inv.hosts) if words[-1] == "--host" else list(inv.groups)
 
 
 program = RemotekitProgram(
