@@ -124,9 +124,14 @@ def _interpreter(target: Target, add: _Add) -> bool:
     # sys.executable is empty when the interpreter was found without PATH (slurm)
     add(info.get("executable") or interpreter, True, f"Python {info['python']}")
     torch = info.get("torch")
-    return add(
-        "torch", torch is not None, torch or "not importable: " + info.get("torch_error", "")
-    )
+    return add("torch", torch is not None, torch or TORCH_MISSING % info.get("torch_error", ""))
+
+
+#: A missing torch is a warning, not a broken hop: only the checkpoint diagnostics need it.
+TORCH_MISSING = (
+    "not importable: %s; torch is needed only for the checkpoint diagnostics (ckpt-*, "
+    "diagnose, demo): run, py, put, get, shell and sync work without it"
+)
 
 
 def _json_object(line: str) -> dict[str, Any] | None:

@@ -162,5 +162,6 @@ def test_the_installed_command_runs_the_engine_without_torch(
     r = remotekit(installed, "ping", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
-    assert re.search(r"FAIL torch: not importable: .*No module named 'torch'", r.stdout), r.stdout
+    assert re.search(r"warn torch: not importable: .*No module named 'torch'", r.stdout), r.stdout
+    assert "needed only for the checkpoint diagnostics" in r.stdout and "FAIL" not in r.stdout
     assert str(installed / "python") in r.stdout  # local is the venv's own Python

@@ -67,7 +67,9 @@ def ping(c: Context, sel: Selection) -> None:
 
     def check_hops(t: remotekit.Target, console: Console) -> remotekit.PingReport:
         def show(ch: remotekit.Check) -> None:
-            console.line(t.name, "stdout", f"{'ok  ' if ch.ok else 'FAIL'} {ch.layer}: {ch.detail}")
+            # a missing torch stops nothing but the checkpoint diagnostics: a warning
+            mark = "ok  " if ch.ok else "warn" if ch.layer == "torch" else "FAIL"
+            console.line(t.name, "stdout", f"{mark} {ch.layer}: {ch.detail}")
 
         return t.ping(on_check=show)
 
