@@ -195,6 +195,11 @@ class Target:
         hops = [self.transport.label, *self.launch.hops[:-1], shlex.join(argv)]
         return " -> ".join(hops)
 
+    def python_display(self, script_name: str, args: Sequence[Any] = ()) -> tuple[str, ...]:
+        """The command a shipped script's step shows (``python -u <shipped check.py> ...``)."""
+        interpreter = self.launch.interpreter or "python"
+        return (interpreter, "-u", f"<shipped {script_name}>", *map(str, args))
+
     def __repr__(self) -> str:
         return f"<Target {self.name}: {self.chain}>"
 
@@ -281,12 +286,7 @@ class Target:
             "files": manifest,
             "detach": detach,
         }
-        display = (
-            self.launch.interpreter or "python",
-            "-u",
-            f"<shipped {script.name}>",
-            *map(str, args),
-        )
+        display = self.python_display(script.name, args)
         return self._step(
             header,
             (piece for data in all_files.values() for piece in slices(data)),

@@ -360,3 +360,26 @@ def test_bash_completes_a_host_name_through_the_printed_script(tmp_path: Path) -
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["kpro6", "kpro7"]
+
+
+def test_dry_run_prints_the_chain_and_runs_nothing(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  far: {ssh: nobody@127.0.0.1:1, container: 200, venv: /v}\n"
+    )
+    mark = tmp_path / "ran"
+    r = remotekit("run", "--host", "far,local", "--dry-run", "--", "touch", str(mark), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"local: local -> touch {mark}",
+        f"far: ssh nobody@127.0.0.1:1 -> pct exec 200 -> touch {mark}",
+    ]
+    assert not mark.exists()  # and the unreachable host was never connected to
+    (tmp_path / "train.py").write_text(f"open({str(mark)!r}, 'w')\n")
+    r = remotekit(
+        "py", "--host", "far", "train.py", "--dry-run", "--", "--lr", "3e-4", cwd=tmp_path
+    )
+    assert r.stdout.splitlines() == [
+        "far: ssh nobody@127.0.0.1:1 -> pct exec 200 -> /v/bin/python -u '<shipped train.py>' "
+        "--lr 3e-4"
+    ]
+    assert not mark.exists()

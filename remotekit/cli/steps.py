@@ -83,18 +83,35 @@ class StepOptions:
     timeout: float = 0.0
     detach: bool = False
     mask_output: bool = False
+    dry_run: bool = False
 
 
 STEP = OptionGroup(
     "step",
     StepOptions,
-    {"timeout": TIMEOUT_HELP, "detach": DETACH_HELP, "mask_output": MASK_OUTPUT_HELP},
+    {
+        "timeout": TIMEOUT_HELP,
+        "detach": DETACH_HELP,
+        "mask_output": MASK_OUTPUT_HELP,
+        "dry_run": "print each host's layer chain ending in the command that would run there; "
+        "run nothing, connect nowhere",
+    },
 )
 
 
-def _run_live(sel: Selection, step: StepOptions, start: Callable[..., remotekit.Result]) -> None:
+def _run_live(
+    sel: Selection,
+    step: StepOptions,
+    start: Callable[..., remotekit.Result],
+    shown: Callable[[remotekit.Target], tuple[str, ...]],
+) -> None:
     """``start(target, **how)`` on every selected host, its output live with host prefixes,
-    then what the engine did beside it (a detached process, stopped leftovers)."""
+    then what the engine did beside it (a detached process, stopped leftovers); with
+    --dry-run, each host's chain ending in ``shown(target)`` instead."""
+    if step.dry_run:
+        for t in sel.targets():
+            print(f"{t.name}: {t.redact(t.step_chain(shown(t)))}")
+        return
 
     def on_host(t: remotekit.Target, console: Console) -> remotekit.Result:
         how = {"timeout": step.timeout or None, "detach": step.detach}
@@ -118,7 +135,7 @@ def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_H
     argv = command_words("cmd", cmd)
     if not argv:
         raise Exit("remotekit: give the command after -- (or --cmd)", code=2)
-    _run_live(sel, step, lambda t, **how: t.run(argv, **how))
+    _run_live(sel, step, lambda t, **how: t.run(argv, **how), lambda t: tuple(argv))
 
 
 @fleet_task(
@@ -144,7 +161,12 @@ def py(
     except OSError as exc:
         raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
     argv = command_words("args", args)
-    _run_live(sel, step, lambda t, **how: t.run_python(shipped, args=argv, **how))
+    _run_live(
+        sel,
+        step,
+        lambda t, **how: t.run_python(shipped, args=argv, **how),
+        lambda t: t.python_display(shipped.name, argv),
+    )
 
 
 @fleet_task(
