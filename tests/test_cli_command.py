@@ -83,10 +83,15 @@ def test_a_usage_error_exits_2_with_a_hint(tmp_path: Path, args: list[str], hint
     assert hint in r.stderr and "Traceback" not in r.stderr
 
 
-def test_list_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("buffered", [True, False])
+def test_list_into_a_closed_pipe_ends_quietly(tmp_path: Path, buffered: bool) -> None:
+    env = env_for(tmp_path)
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
     argv = [sys.executable, "-m", "remotekit", "--list"]
     p = subprocess.Popen(
-        argv, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     assert p.stdout is not None and p.stderr is not None
     p.stdout.close()  # the reader is gone before the first line

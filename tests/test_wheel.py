@@ -165,3 +165,30 @@ def test_the_installed_command_runs_the_engine_without_torch(
     assert re.search(r"warn torch: not importable: .*No module named 'torch'", r.stdout), r.stdout
     assert "needed only for the checkpoint diagnostics" in r.stdout and "FAIL" not in r.stdout
     assert str(installed / "python") in r.stdout  # local is the venv's own Python
+
+
+def test_the_installed_command_is_what_it_shows(installed: Path, tmp_path: Path) -> None:
+    """The command line as typed, on the wheel's own command: remotekit's options only,
+    usage errors exit 2 with a hint, commands after --, completion of host names, and a pipe
+    closed early ends quietly."""
+    r = remotekit(installed, "--help", cwd=tmp_path)
+    core = r.stdout.split("Subcommands:")[0]
+    assert r.returncode == 0 and "--list" in core and "--dry" not in core and "--pty" not in core
+    r = remotekit(installed, "ckpt-scna", cwd=tmp_path)
+    assert r.returncode == 2 and "did you mean ckpt-scan" in r.stderr
+    r = remotekit(installed, "run", "--", "sh", "-c", 'echo "[$1]"', "-", "a b", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["local | [a b]"], r.stderr
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n")
+    r = remotekit(installed, "--complete", "--", "remotekit", "ping", "--host", "kp", cwd=tmp_path)
+    assert r.stdout.split() == ["local", "kpro6"]
+    env = {"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    p = subprocess.Popen(
+        [str(installed / "remotekit"), "--list"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # `remotekit --list | head -0`
+    assert p.stderr.read() == b"" and p.wait(timeout=60) == 141

@@ -124,8 +124,10 @@ program = RemotekitProgram(
 def main() -> None:
     """Entry point of the ``remotekit`` console script."""
     try:
-        program.run()
-        sys.stdout.flush()
+        try:
+            program.run()
+        finally:  # also when run() ends with SystemExit: --list's output may still be buffered
+            sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (``remotekit --list | head``): the steps were stopped as the
         # error passed through them; say nothing more, and keep the interpreter's own
