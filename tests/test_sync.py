@@ -8,6 +8,7 @@ code under test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -609,3 +610,68 @@ def test_a_setgid_or_sticky_directory_here_is_in_sync_after_one_run(
     local.sync(src, str(tmp_path / "dest"))
     again = local.sync(src, str(tmp_path / "dest"))
     assert again.steps == 1 and not again.changed
+
+
+# -- no path lands outside DEST, even while a process there swaps its directories ---------------
+
+
+def test_nothing_lands_outside_dest_while_its_directories_are_swapped_for_symlinks(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """A process there swaps DEST's directories for symlinks to a victim directory as fast as
+    it can while syncs write, create, remove and set modes below them: every name is resolved
+    from DEST at the moment of use, so the victim never gets a file, a temp file, a directory
+    or a mode change, and nothing in it is removed."""
+    src, dest, victim = tmp_path / "src", tmp_path / "dest", tmp_path / "victim"
+    victim.mkdir()
+    victim.chmod(0o755)
+    (victim / "precious").write_text("keep")
+    (victim / "precious").chmod(0o644)
+    swapped = ["a", "a/b"]
+    (src / "a" / "b").mkdir(parents=True)
+
+    def fill(round_: int) -> None:
+        for d in swapped:
+            for old in (src / d).glob("r*"):
+                old.unlink() if old.is_file() else shutil.rmtree(old)
+            (src / d / f"r{round_}").mkdir()
+            for i in range(60):
+                (src / d / f"r{round_}-{i}").write_text(f"{round_} {i}\n")
+                (src / d / f"r{round_}" / f"{i}").write_text(f"{round_} {i}\n")
+            (src / d / f"r{round_}").chmod(0o777)
+
+    fill(0)
+    local.sync(src, str(dest))
+    stop = threading.Event()
+
+    def swapper() -> None:
+        while not stop.is_set():
+            for d in swapped:
+                real, side = dest / d, dest / (d + ".real")
+                try:
+                    os.rename(real, side)
+                    os.symlink(victim, real)
+                    time.sleep(0.0005)  # the symlink stays longer than the real directory
+                    os.unlink(real)
+                    os.rename(side, real)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        for round_ in range(1, 40):
+            if time.monotonic() > deadline:
+                break
+            fill(round_)
+            # refused or lost names are expected while the directories move
+            with contextlib.suppress(remotekit.RemotekitError):
+                local.sync(src, str(dest), delete=True)
+            assert sorted(p.name for p in victim.iterdir()) == ["precious"], round_
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert (victim / "precious").read_text() == "keep"
+    assert oct(victim.stat().st_mode & 0o777) == oct(0o755)
+    assert oct((victim / "precious").stat().st_mode & 0o777) == oct(0o644)
