@@ -28,6 +28,7 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -390,7 +391,8 @@ class _HostReader:
             if k not in Timeouts.__dataclass_fields__:
                 self.doc.fail(
                     (*self.where("timeouts"), k),
-                    f"unknown timeout; known: {', '.join(Timeouts.__dataclass_fields__)}",
+                    f"unknown timeout{_did_you_mean(k, Timeouts.__dataclass_fields__)}; "
+                    f"known: {', '.join(Timeouts.__dataclass_fields__)}",
                 )
             # Finite and bounded: every wait (select, queue, thread join) takes it as is.
             top = _TIMEOUT_MAX_S[k]
@@ -414,7 +416,10 @@ class _Nested:
         self.doc, self.raw, self.key = doc, raw, key
         for k in raw:
             if k not in known:
-                self.fail(k, f"unknown key; known keys: {', '.join(sorted(known))}")
+                self.fail(
+                    k,
+                    f"unknown key{_did_you_mean(k, known)}; known keys: {', '.join(sorted(known))}",
+                )
 
     def has(self, k: str) -> bool:
         return self.raw.get(k) is not None
@@ -593,9 +598,17 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
 def _check_keys(doc: _Doc, key: tuple[str, ...], raw: Mapping[str, Any]) -> None:
     for k in raw:
         if k not in HOST_KEYS:
-            close = [h for h in sorted(HOST_KEYS) if h[:3] == k[:3]]
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = _did_you_mean(k, HOST_KEYS)
             doc.fail((*key, k), f"unknown key{hint}; known keys: {', '.join(sorted(HOST_KEYS))}")
+
+
+def _did_you_mean(key: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a mistyped ``key``, or ""."""
+    names = sorted(known)
+    text = str(key)
+    close = difflib.get_close_matches(text, names, n=1, cutoff=0.6)
+    close = close or [n for n in names if n[:3] == text[:3]]
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_name(doc: _Doc, key: tuple[str, ...], what: str) -> None:

@@ -372,7 +372,7 @@ class StepRun:
             self.info.update(self.err.control("file") or {})
         res = self.result(code)
         if self.check and code != 0:
-            raise StepFailed(res)
+            raise StepFailed(res, command=self.header.get("op") == "exec")
         return res
 
     def result(self, code: int | None) -> Result:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from remotekit import remote
 from remotekit.errors import RemotekitError, quote_tool
 from remotekit.remote import sync as wire
+from remotekit.result import Shown
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -66,8 +67,8 @@ class Entry:
     link: str = ""
 
 
-@dataclass(frozen=True)
-class SyncResult:
+@dataclass(frozen=True, repr=False)
+class SyncResult(Shown):
     """What a sync did (or, with ``dry_run``, would do); paths are relative to DEST."""
 
     host: str
@@ -111,6 +112,14 @@ class SyncResult:
     @property
     def changed(self) -> bool:
         return bool(self.sent or self.deleted or self.touched or self.links or self.dirs_created)
+
+    def render(self) -> str:
+        """The summary, then each path skipped or unlisted (as ``remotekit sync`` prints)."""
+        lines = [self.summary(), *(f"skipped {s}" for s in self.skipped)]
+        lines += [f"unlisted there {u}" for u in self.unlisted]
+        if self.delete_refused:
+            lines.append(f"nothing deleted: {self.delete_refused}")
+        return "\n".join(lines)
 
     def summary(self) -> str:
         verb = "would send" if self.dry_run else "sent"
