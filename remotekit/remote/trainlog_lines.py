@@ -194,7 +194,8 @@ def sniff(path):
         if (
             len(cells) >= 2
             and "=" not in first
-            and all(re.match(r"^[A-Za-z_][\w./\- ]*$", c) for c in cells if c)
+            # names as trainers write them: train/box_loss, metrics/mAP50-95(B), lr-AdamW@0
+            and all(re.match(r"^[A-Za-z_][\w./\-()\[\]@:%+ ]*$", c) for c in cells if c)
             and (len(lines) < 2 or len(lines[1].split(delim)) == len(first.split(delim)))
         ):
             return "csv", None
