@@ -69,7 +69,7 @@ __all__ = [
     "render_report",
 ]
 
-PRESETS = ("olmo2", "olmo-core", "megatron")
+PRESETS = ("olmo2", "olmo-core", "megatron", "trend")
 SCRIPT = "trainlog.py"
 
 

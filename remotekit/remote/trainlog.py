@@ -6,7 +6,7 @@ The log is streamed once into compact ``array`` columns; only findings travel ba
 
 Usage::
 
-    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron]
+    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron|trend]
                 [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
 
