@@ -240,3 +240,35 @@ def test_a_bad_merged_value_is_reported_where_it_is_written(tmp_path: Path) -> N
 
 def test_merging_a_scalar_is_refused(tmp_path: Path) -> None:
     bad(tmp_path, "hosts:\n  b:\n    <<: 3\n", 3, "hosts.b.<<", "`<<` merges a mapping")
+
+
+# -- secrets in messages --------------------------------------------------------------------
+
+SECRET = "hf_SeCrEt0123456789"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [f"[{SECRET}]", f"{{a: {SECRET}}}", f"[[{SECRET}, 42]]"],
+)
+def test_a_malformed_secret_env_value_is_never_quoted(tmp_path: Path, value: str) -> None:
+    text = f"hosts:\n  h:\n    secret_env: [HF_TOKEN]\n    env:\n      HF_TOKEN: {value}\n"
+    msg = bad(tmp_path, text, 5, "hosts.h.env.HF_TOKEN", "expected a string, number or boolean")
+    assert SECRET not in msg, msg
+
+
+def test_a_secret_is_masked_in_every_error_of_its_host(tmp_path: Path) -> None:
+    # The secret in defaults, the mistake elsewhere quoting the same text.
+    text = (
+        "defaults:\n  secret_env: [HF_TOKEN]\n  env: {HF_TOKEN: " + SECRET + "}\n"
+        "hosts:\n  h:\n    venv: [" + SECRET + "]\n"
+    )
+    msg = bad(tmp_path, text, 6, "hosts.h.venv", "expected a non-empty string")
+    assert SECRET not in msg and "***" in msg, msg
+
+
+def test_a_malformed_plain_env_value_is_quoted(tmp_path: Path) -> None:
+    msg = bad(
+        tmp_path, "hosts:\n  h:\n    env: {A: [1, 2]}\n", 3, "hosts.h.env.A", "got list [1, 2]"
+    )
+    assert "[1, 2]" in msg
