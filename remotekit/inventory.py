@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -645,9 +647,44 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
     if p is None:
         return Inventory(hosts={"local": LOCAL})
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            _check_writers(str(p), os.fstat(f.fileno()))
+            text = f.read().decode("utf-8")
     except FileNotFoundError:
         raise InventoryError("file not found", path=str(p)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"cannot read: {exc}", path=str(p)) from exc
     return parse_inventory(text, str(p))
+
+
+def _check_writers(path: str, st: os.stat_result) -> None:
+    """Refuse a hosts.yaml that others may write: it decides what runs, and where.
+
+    OpenSSH's rule for ``~/.ssh/config``: no write bit for others, nor for the group, except
+    (as Debian's OpenSSH allows) a user-private group whose only member is the file's owner,
+    which is what ``umask 002`` gives on such systems. Read bits are fine: the file names
+    hosts, and a secret written in it is the owner's choice. By mode bits, so root too.
+    """
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o002 and not (mode & 0o020 and not _private_group(st)):
+        return
+    who = "everyone" if mode & 0o002 else "its group"
+    raise InventoryError(
+        f"mode {mode:04o} lets {who} write it, and it decides what runs on your hosts; "
+        f"remotekit refuses it, as ssh refuses such a ~/.ssh/config. Fix it with\n"
+        f"  chmod go-w {shlex.quote(path)}",
+        path=path,
+    )
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the file's group is its owner's own: their primary group, with no one else."""
+    try:
+        import grp
+        import pwd
+
+        owner = pwd.getpwuid(st.st_uid)
+        group = grp.getgrgid(st.st_gid)
+    except (ImportError, KeyError):
+        return False
+    return owner.pw_gid == st.st_gid and set(group.gr_mem) <= {owner.pw_name}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -433,6 +434,24 @@ def test_wrong_key_is_an_auth_error(sshd: SSHServer, tmp_path: Path) -> None:
     with inv.target("h") as t, pytest.raises(remotekit.AuthError) as info:
         t.run(["true"])
     assert str(key) in str(info.value) and info.value.host == "h"
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o602, 0o644, 0o660])
+def test_a_key_others_can_read_or_write_is_refused_like_openssh(
+    sshd: SSHServer, tmp_path: Path, mode: int
+) -> None:
+    key = tmp_path / "id key"  # a space: the chmod hint must quote it
+    shutil.copy(sshd.client_key, key)
+    key.chmod(mode)
+    inv = write_inventory(tmp_path / "hosts.yaml", {"h": sshd.host_yaml(identity=str(key))})
+    with inv.target("h") as t, pytest.raises(remotekit.AuthError) as info:
+        t.run(["true"])
+    msg = str(info.value)
+    assert "UNPROTECTED PRIVATE KEY FILE" in msg and f"{mode:04o}" in msg, msg
+    assert f"chmod 600 '{key}'" in msg and info.value.host == "h", msg
+    key.chmod(0o600)  # as the message says: then it is used
+    with inv.target("h") as t:
+        assert t.run(["echo", "ok"]).stdout == "ok\n"
 
 
 def test_refused_port_is_a_connect_error(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import os
 import queue
 import select
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -201,6 +202,9 @@ class SSHTransport:
             connect_timeout=max(1, round(self.connect_timeout)),
             connect_kwargs=kwargs,
         )
+        # Fabric has added the IdentityFile entries of ~/.ssh/config by now: check them all.
+        for key_file in conn.connect_kwargs.get("key_filename") or ():
+            self._check_key_file(os.path.expanduser(key_file))
         known = os.path.expanduser(spec.known_hosts or _DEFAULT_KNOWN_HOSTS)
         try:
             known_hosts = read_known_hosts(known)
@@ -218,6 +222,21 @@ class SSHTransport:
             self._hop_ports.setdefault(hop.host, hop.port)
             hop = hop.gateway
         return conn
+
+    def _check_key_file(self, path: str) -> None:
+        """Refuse a private key that others can read or write, as OpenSSH does ("UNPROTECTED
+        PRIVATE KEY FILE"): by its mode bits, which hold for root too (access() would not)."""
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return  # a missing key is paramiko's to report, with the others it tries
+        if mode & 0o077:
+            raise AuthError(
+                f"{self.spec.display}: UNPROTECTED PRIVATE KEY FILE {path}: mode "
+                f"{stat.S_IMODE(mode):04o} lets others read or write it; ssh refuses such a key "
+                f"and so does remotekit. Make it yours alone with\n  chmod 600 {quote(path)}",
+                host=self.host,
+            )
 
     def connect(self) -> None:
         self._connected()
