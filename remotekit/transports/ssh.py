@@ -10,6 +10,7 @@ key is always refused. Every paramiko and socket error is translated here, at th
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import select
@@ -47,6 +48,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SSHProcess", "SSHTerminal", "SSHTransport"]
 
+# paramiko logs what it then raises ("Exception (client): Error reading SSH protocol banner",
+# "Socket exception: Bad file descriptor") and adds no handler of its own, so with logging
+# unconfigured Python's last-resort handler prints those records on stderr next to our error.
+# A NullHandler on its logger is the library convention: nothing reaches a terminal unless the
+# application configured logging, and then its handlers still get paramiko's records (the
+# logger still propagates; its level is left alone), which is what such a user asked for.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 _CHUNK = 1 << 16
 _DRAIN_S = 0.5
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -70,6 +79,23 @@ def _shut(conn: Connection) -> None:
     conn.close()
     if isinstance(gateway, Connection):
         gateway.close()
+
+
+def _bannerless(conn: Connection) -> str | None:
+    """``host:port`` of the first hop of ``conn`` (gateway first) whose TCP connection is up
+    but whose server never sent its SSH banner, if any."""
+    hops: list[Connection] = []
+    hop: object = conn
+    while isinstance(hop, Connection):
+        hops.insert(0, hop)
+        hop = hop.gateway
+    for h in hops:
+        transport = h.client.get_transport()
+        if transport is None:
+            continue
+        if not transport.remote_version:
+            return f"{h.host}:{h.port}"
+    return None
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -255,7 +281,15 @@ class SSHTransport:
             try:
                 conn.open()
             except BaseException as exc:
+                mute = _bannerless(conn)  # asked before close() drops the transports
                 conn.close()
+                if mute is not None and isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
+                    raise ConnectError(
+                        f"{self.spec.display}: no SSH banner from {mute} within "
+                        f"{self.connect_timeout:g} s (timeouts.connect): something accepts TCP "
+                        "there but does not speak SSH, or is stuck",
+                        host=self.host,
+                    ) from None
                 raise self._translate(exc) from exc
             transport = conn.client.get_transport()
             if transport is not None and isinstance(transport.sock, socket.socket):
