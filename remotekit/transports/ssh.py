@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import queue
-import select
 import socket
 import stat
 import threading
@@ -102,6 +101,25 @@ def _fingerprint(key: paramiko.PKey) -> str:
     return key.fingerprint  # "SHA256:..." as OpenSSH prints it
 
 
+def _wake_on_output(chan: paramiko.Channel) -> threading.Event:
+    """An event that paramiko sets when output (or the end) comes on ``chan``.
+
+    This is what waits on a channel, instead of ``select`` on ``chan.fileno()``: that creates
+    paramiko's pipe, which our thread closes (``chan.close()``) while paramiko's transport
+    thread still writes to it as data arrives, and reads from it (``recv``) in the pump. A
+    descriptor closed by one thread and then used by another by number is another socket's
+    once reused (the next forward's listener, the SSH connection itself); paramiko's thread
+    got EBADF ('Socket exception: Bad file descriptor'), and the transport died under every
+    channel. An event has no descriptor: ``set`` after close is harmless. paramiko's buffers
+    set it on data and on close, and clear it when read empty; the pump checks both streams
+    before each wait, so one event serves both.
+    """
+    wake = threading.Event()
+    chan.in_buffer.set_event(wake)
+    chan.in_stderr_buffer.set_event(wake)
+    return wake
+
+
 class SSHProcess:
     """One exec channel. A pump thread turns channel activity into events."""
 
@@ -109,6 +127,7 @@ class SSHProcess:
         self.events: queue.Queue[Event] = queue.Queue()
         self._chan = chan
         self._release = release
+        self._wake = _wake_on_output(chan)
         threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -143,7 +162,7 @@ class SSHProcess:
                         now = time.monotonic()
                         quiet_since = quiet_since or now
                         if now - quiet_since < _DRAIN_S:
-                            select.select([chan], [], [], 0.05)
+                            self._wake.wait(0.05)
                             continue
                     # Output is done: the exit status follows at once, or the connection died.
                     chan.status_event.wait(_DRAIN_S)
@@ -166,7 +185,7 @@ class SSHProcess:
                         )
                     return
                 else:
-                    select.select([chan], [], [], 0.2)
+                    self._wake.wait(0.2)
                     transport = chan.get_transport()
                     if transport is None or not transport.is_active():
                         self.events.put(("lost", "the SSH connection dropped"))
@@ -185,7 +204,8 @@ class SSHProcess:
             self._chan.shutdown_write()
 
     def terminate(self) -> None:
-        self._chan.close()
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._chan.close()  # a dead connection has closed it already; the pump says why
 
 
 class SSHTransport:
