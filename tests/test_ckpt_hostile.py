@@ -202,3 +202,44 @@ def test_dcp_metadata_with_negative_offsets_is_an_error(tmp_path: Path) -> None:
     (d / ".metadata").write_bytes(pickle.dumps(md))
     rec = run("scan", str(d)).by_path[str(d)]
     assert rec["status"] == "error" and "the metadata is damaged" in rec["error"]
+
+
+# ------------------------------------------------------------------ what is not a regular file
+
+
+def scan_quick(*args: str) -> Run:
+    """A scan that must end at once: a reader blocked on a FIFO fails the test in 20 s."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "scan", *args], capture_output=True, text=True, timeout=20
+    )
+    return Run(proc)
+
+
+@pytest.mark.timeout(45)
+def test_a_fifo_named_like_a_checkpoint_is_refused_not_waited_on(tmp_path: Path) -> None:
+    torch.save(cf.checkpoint_dict(), tmp_path / "good.pt")
+    os.mkfifo(tmp_path / "a.pt")
+    r = scan_quick(str(tmp_path))
+    rec = r.by_path[str(tmp_path / "a.pt")]
+    assert rec["status"] == "error" and "FIFO" in rec["error"], rec
+    assert r.by_path[str(tmp_path / "good.pt")]["status"] == "clean"
+
+
+@pytest.mark.timeout(45)
+def test_a_deepspeed_latest_that_is_a_fifo_is_not_waited_on(tmp_path: Path) -> None:
+    step = cf.copy_deepspeed("zero1", tmp_path / "ds")
+    (step.parent / "latest").unlink()
+    os.mkfifo(step.parent / "latest")
+    r = scan_quick(str(step.parent))
+    assert r.records[-1]["type"] == "done", r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_dcp_storage_file_that_is_a_fifo_is_an_error_naming_it(tmp_path: Path) -> None:
+    d = tmp_path / "step-3"
+    cf.save_dcp(d, 3)
+    [storage] = [p for p in d.iterdir() if p.name.endswith(".distcp")][:1]
+    storage.unlink()
+    os.mkfifo(storage)
+    rec = scan_quick(str(d)).by_path[str(d)]
+    assert rec["status"] == "error" and storage.name in rec["error"] and "FIFO" in rec["error"]

@@ -298,3 +298,29 @@ def test_a_per_epoch_step_counter_is_not_a_resume(tmp_path: Path, with_epoch: bo
     assert not any(e["kind"] == "resume" for e in r.of("event"))
     assert sorted(e["step"] for e in r.of("event") if e["kind"] == "epoch") == [500, 1000]
     assert r.warned("per-epoch count")
+
+
+def run_quick(path: Path) -> Result:
+    """A run that must end at once: a reader blocked on a FIFO fails the test in 20 s."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=20
+    )
+    return Result(proc)
+
+
+@pytest.mark.timeout(45)
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "log.jsonl")
+    r = run_quick(tmp_path / "log.jsonl")
+    assert r.code == 2 and "FIFO" in r.one("error")["message"]
+
+
+@pytest.mark.timeout(45)
+def test_a_run_directory_whose_trainer_state_is_a_fifo(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "trainer_state.json")
+    r = run_quick(tmp_path)
+    assert r.code == 2 and "trainer_state.json" in r.one("error")["message"]

@@ -12,6 +12,7 @@ import os
 import re
 
 from ckpt_base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, _euid
+from infile import open_regular
 from protocol import emit
 
 # ----------------------------------------------------------------------------- discovery
@@ -29,7 +30,7 @@ def _index_item(path):
     base = os.path.dirname(path)
     files = []
     try:
-        with open(path) as f:
+        with open_regular(path, "r") as f:
             wmap = json.load(f).get("weight_map") or {}
         files = sorted(set(os.path.join(base, str(v)) for v in wmap.values()))
     except (OSError, ValueError, AttributeError):
@@ -347,7 +348,7 @@ def _hf_weights(names):
 def _ds_latest(parent):
     """The tag in DeepSpeed's ``latest`` file in ``parent`` (None if there is none)."""
     try:
-        with open(os.path.join(parent, "latest")) as f:
+        with open_regular(os.path.join(parent, "latest"), "r") as f:
             return f.read(256).strip() or None
     except (OSError, UnicodeDecodeError):
         return None

@@ -40,6 +40,7 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
+from infile import open_regular
 from protocol import is_secret_name, mask
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
@@ -311,7 +312,7 @@ def _sidecar_step(src, p=None):
         return
     p = p or os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
     try:
-        with open(p) as f:
+        with open_regular(p, "r") as f:
             state = json.load(f)
     except (OSError, ValueError):
         return
@@ -490,7 +491,7 @@ def _st_chunks(mm, start, dtype, itemsize, numel, shape, n):
 
 
 def _read_safetensors_header(path, size):
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         head = f.read(8)
         if len(head) < 8:
             raise LoadError("truncated: %d bytes, shorter than a safetensors header" % size)
@@ -582,7 +583,7 @@ def _st_map(src, path, size, data_start):
     """The file memory-mapped (closed with ``src``), or None when it holds no tensor data."""
     if size <= data_start:
         return None
-    f = open(path, "rb")
+    f = open_regular(path)
     try:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     finally:
@@ -671,7 +672,7 @@ def _sniff(path):
         raise LoadError("is a directory, not a checkpoint file")
     try:
         size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(16)
     except PermissionError:
         raise LoadError(
@@ -695,7 +696,7 @@ def _looks_like_safetensors(head, size):
 def _lfs_pointer(path, size):
     """LoadError for a Git LFS pointer file (a clone without ``git lfs pull``)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             text = f.read(1024).decode("utf-8", "replace")
     except OSError:
         text = ""
@@ -741,7 +742,7 @@ def _open_file(path, opts, header_only=False, sidecar=True):
 
 def _open_index(path, opts, header_only=False):
     try:
-        with open(path) as f:
+        with open_regular(path, "r") as f:
             index = json.load(f)
     except PermissionError:
         raise LoadError("permission denied: uid %d cannot read the index" % _euid()) from None

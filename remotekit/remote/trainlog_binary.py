@@ -10,6 +10,7 @@ import struct
 from collections import Counter
 from itertools import chain, islice
 
+from infile import open_regular
 from trainlog_base import LogError
 from trainlog_ingest import BLOCK, HEAD_ROWS, MAX_LINE, _ingest_for
 
@@ -192,7 +193,7 @@ def _rows_into(rows_iter, wanted, step_key, need=None):
 
 
 def _tf_rows(path, counts):
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         row, step = {}, None
         for data in _tfrecords(f, counts):
             counts[0] += 1
@@ -302,7 +303,7 @@ def _wandb_rows(path, counts, need=None):
     loads = json.loads
     names = {}  # key bytes -> str, decoded once
     pats = None
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for rec in _wandb_records(f):
             counts[0] += 1
             rec = bytes(rec)
