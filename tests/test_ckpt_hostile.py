@@ -243,3 +243,48 @@ def test_a_dcp_storage_file_that_is_a_fifo_is_an_error_naming_it(tmp_path: Path)
     os.mkfifo(storage)
     rec = scan_quick(str(d)).by_path[str(d)]
     assert rec["status"] == "error" and storage.name in rec["error"] and "FIFO" in rec["error"]
+
+
+# ------------------------------------------------------------------ names inside a checkpoint
+
+
+def _nan_shard(path: Path) -> Path:
+    cf.save_safetensors({"w": torch.full((4,), float("nan"))}, path)
+    return path
+
+
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_an_index_naming_a_shard_outside_its_directory_is_an_error(
+    tmp_path: Path, where: str
+) -> None:
+    import json
+
+    outside = _nan_shard(tmp_path / "outside.safetensors")
+    d = tmp_path / "model"
+    d.mkdir()
+    cf.save_safetensors({"v": torch.ones(4)}, d / "model-00001.safetensors")
+    name = "../outside.safetensors" if where == "relative" else str(outside)
+    index = d / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"v": "model-00001.safetensors", "w": name}}))
+    rec = scan_quick(str(index)).by_path[str(index)]
+    assert rec["status"] == "error" and name in rec["error"] and str(index) in rec["error"], rec
+    assert not rec.get("nan_weights")
+
+
+def test_dcp_metadata_naming_a_storage_file_outside_is_an_error(tmp_path: Path) -> None:
+    import pickle
+    import shutil
+
+    d = tmp_path / "step-3"
+    cf.save_dcp(d, 3)
+    md = pickle.loads((d / ".metadata").read_bytes())  # our own fixture: trusted here
+    first = next(iter(md.storage_data.values())).relative_path
+    shutil.copy(d / first, tmp_path / "outside.distcp")
+    for info in md.storage_data.values():
+        if info.relative_path == first:
+            info.relative_path = "../outside.distcp"
+    (d / first).unlink()
+    (d / ".metadata").write_bytes(pickle.dumps(md))
+    rec = scan_quick(str(d)).by_path[str(d)]
+    assert rec["status"] == "error" and "../outside.distcp" in rec["error"], rec
+    assert ".metadata" in rec["error"]

@@ -34,7 +34,7 @@ from ckpt_formats import (
     _st_chunks,
     _tensor_chunks,
 )
-from infile import open_regular
+from infile import EscapingName, inside, open_regular
 
 # ----------------------------------------------------------- torch.distributed.checkpoint
 
@@ -235,6 +235,11 @@ def _open_dcp(path, opts, header_only):
         ValueError,
     ) as e:
         raise LoadError("cannot read the DCP .metadata: %s" % _short(e), fmt="dcp") from e
+    try:
+        for info in storage.values():
+            inside(path, info.relative_path, os.path.join(path, ".metadata"))
+    except EscapingName as e:
+        raise LoadError(str(e), fmt="dcp") from None
     files, sizes, chunks_of = {}, {}, {}
     for fqn, m in sdm.items():
         for c in getattr(m, "chunks", None) or ():

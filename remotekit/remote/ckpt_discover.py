@@ -12,7 +12,7 @@ import os
 import re
 
 from ckpt_base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, _euid
-from infile import open_regular
+from infile import inside, open_regular
 from protocol import emit
 
 # ----------------------------------------------------------------------------- discovery
@@ -32,8 +32,8 @@ def _index_item(path):
     try:
         with open_regular(path, "r") as f:
             wmap = json.load(f).get("weight_map") or {}
-        files = sorted(set(os.path.join(base, str(v)) for v in wmap.values()))
-    except (OSError, ValueError, AttributeError):
+        files = sorted(set(inside(base, v, path) for v in wmap.values()))
+    except (OSError, ValueError, AttributeError):  # EscapingName too: opening says which
         pass
     size = 0
     for p in files:

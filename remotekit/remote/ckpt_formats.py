@@ -40,7 +40,7 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from infile import open_regular
+from infile import EscapingName, inside, open_regular
 from protocol import is_secret_name, mask
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
@@ -753,10 +753,14 @@ def _open_index(path, opts, header_only=False):
         raise LoadError('not a Hugging Face shard index: no "weight_map" object')
     base = os.path.dirname(path)
     shards = sorted(set(str(v) for v in wmap.values()))
+    try:
+        where = {shard: inside(base, shard, path) for shard in shards}
+    except EscapingName as e:
+        raise LoadError(str(e), fmt="hf-sharded") from None
     src = Source(path, "hf-sharded", 0)
     src.notes.append("%d shards" % len(shards))
     for shard in shards:
-        p = os.path.join(base, shard)
+        p = where[shard]
         expected = [k for k, v in wmap.items() if v == shard]
         if not os.path.exists(p):
             src.problems.append("shard %s is missing (%d tensors)" % (shard, len(expected)))
