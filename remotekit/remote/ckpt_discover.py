@@ -7,12 +7,11 @@ is one item; log files met on the way are listed for ``diagnose``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 from ckpt_base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, _euid
-from infile import inside, open_regular
+from infile import inside, load_json, open_regular
 from protocol import emit
 
 # ----------------------------------------------------------------------------- discovery
@@ -31,7 +30,7 @@ def _index_item(path):
     files = []
     try:
         with open_regular(path, "r") as f:
-            wmap = json.load(f).get("weight_map") or {}
+            wmap = load_json(f, path).get("weight_map") or {}
         files = sorted(set(inside(base, v, path) for v in wmap.values()))
     except (OSError, ValueError, AttributeError):  # EscapingName too: opening says which
         pass

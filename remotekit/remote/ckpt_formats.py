@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import mmap
 import os
 import pickle
@@ -40,7 +39,7 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from infile import EscapingName, inside, open_regular
+from infile import EscapingName, inside, load_json, open_regular
 from protocol import is_secret_name, mask
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
@@ -313,7 +312,7 @@ def _sidecar_step(src, p=None):
     p = p or os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
     try:
         with open_regular(p, "r") as f:
-            state = json.load(f)
+            state = load_json(f, p)
     except (OSError, ValueError):
         return
     if isinstance(state, dict):
@@ -505,7 +504,7 @@ def _read_safetensors_header(path, size):
             )
         raw = f.read(n)
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = load_json(raw.decode("utf-8"), "the safetensors header")
     except (UnicodeDecodeError, ValueError) as e:
         raise LoadError("damaged safetensors header (not JSON: %s)" % _short(e)) from e
     if not isinstance(header, dict):
@@ -743,7 +742,7 @@ def _open_file(path, opts, header_only=False, sidecar=True):
 def _open_index(path, opts, header_only=False):
     try:
         with open_regular(path, "r") as f:
-            index = json.load(f)
+            index = load_json(f, path)
     except PermissionError:
         raise LoadError("permission denied: uid %d cannot read the index" % _euid()) from None
     except (OSError, ValueError) as e:

@@ -16,8 +16,10 @@ in the checkpoint's directory, or raises naming the name and the file that gave 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
+import sys
 
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 _FLAGS |= getattr(os, "O_CLOEXEC", 0)
@@ -25,6 +27,10 @@ _FLAGS |= getattr(os, "O_CLOEXEC", 0)
 
 class NotRegularFile(OSError):
     """A path that is a FIFO, a device, a socket: not read."""
+
+
+class TooDeep(ValueError):
+    """A JSON document nested deeper than the parser can follow."""
 
 
 class EscapingName(ValueError):
@@ -93,3 +99,15 @@ def inside(directory, name, named_by):
             "%s names %r, which is not inside %s: not followed" % (named_by, text, directory)
         )
     return os.path.join(directory, text)
+
+
+def load_json(src, what):
+    """The JSON document in ``src`` (an open file, or text or bytes already read). ValueError
+    when it is not JSON; TooDeep (a ValueError too) naming ``what`` when it nests deeper than
+    the parser can follow (the interpreter's recursion limit), instead of RecursionError."""
+    try:
+        return json.loads(src.read() if hasattr(src, "read") else src)
+    except RecursionError:
+        raise TooDeep(
+            "%s is nested deeper than %d levels: not read" % (what, sys.getrecursionlimit())
+        ) from None

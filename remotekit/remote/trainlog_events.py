@@ -7,7 +7,6 @@ than chance.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import os
 import pickletools
@@ -18,7 +17,7 @@ from array import array
 from itertools import compress, islice, repeat
 from operator import gt, le, mul, sub
 
-from infile import open_regular
+from infile import load_json, open_regular
 from trainlog_base import DIR_STEP_RE, MAX_EVENTS, _fmt, _quantile, binom_sf
 from trainlog_ingest import MAX_DOC
 
@@ -96,7 +95,7 @@ def _own_step(full):
             if not os.path.isfile(full) or os.path.getsize(full) > MAX_DOC:
                 return None, None
             with open_regular(full) as f:
-                doc = json.loads(f.read().decode("utf-8", "replace"))
+                doc = load_json(f.read().decode("utf-8", "replace"), full)
             step = doc.get("global_step") if isinstance(doc, dict) else None
             return _step_or_none(step), "global_step"
         if name in ("latest", "latest_checkpointed_iteration.txt"):
@@ -129,7 +128,8 @@ def _safetensors_step(full):
         size = struct.unpack("<Q", f.read(8))[0]
         if size > MAX_PICKLE:
             return None, None
-        meta = json.loads(f.read(size).decode("utf-8", "replace")).get("__metadata__") or {}
+        head = f.read(size).decode("utf-8", "replace")
+        meta = load_json(head, "the safetensors header of " + full).get("__metadata__") or {}
     for key in CKPT_STEP_KEYS:
         step = _step_or_none(meta.get(key))
         if step is not None:

@@ -15,7 +15,7 @@ from collections import Counter
 from itertools import chain, compress, repeat
 from operator import itemgetter
 
-from infile import open_regular
+from infile import TooDeep, load_json, open_regular
 from protocol import mask
 from trainlog_base import FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
 from trainlog_binary import read_tfevents, read_wandb
@@ -52,7 +52,9 @@ def read_log(path, fmt, wanted):
             )
         with open_regular(path, "r", encoding="utf-8", errors="replace") as f:
             try:
-                doc = json.load(f)
+                doc = load_json(f, "the JSON document")
+            except TooDeep as exc:
+                raise LogError(str(exc)) from None
             except ValueError as exc:
                 if not auto:
                     raise LogError("not valid JSON (%s)" % exc) from None
