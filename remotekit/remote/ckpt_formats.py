@@ -39,7 +39,7 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from infile import EscapingName, inside, load_json, open_regular
+from infile import EscapingName, fd_path, inside, load_json, open_regular
 from protocol import is_secret_name, mask
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
@@ -353,7 +353,13 @@ def _open_torch_unchecked(path, size, is_zip, opts):
     if opts.unsafe_pickle:
         src.notes.append("loaded with --unsafe-pickle (weights_only=False)")
     try:
-        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=not opts.unsafe_pickle)
+        with open_regular(path) as held:  # what was checked is what torch opens
+            obj = torch.load(
+                fd_path(held, path),
+                map_location="cpu",
+                mmap=is_zip,
+                weights_only=not opts.unsafe_pickle,
+            )
     except pickle.UnpicklingError as e:
         needs = [] if opts.unsafe_pickle else _unsafe_globals(path, is_zip, e)
         if needs and _inert_globals(needs):
@@ -390,7 +396,7 @@ def _open_torch_unchecked(path, size, is_zip, opts):
 def _check_torch_zip(path, size):
     """LoadError unless ``path`` is an intact, uncompressed torch.save zip archive."""
     try:
-        with zipfile.ZipFile(path) as zf:
+        with open_regular(path) as f, zipfile.ZipFile(f) as zf:
             infos = zf.infolist()
             names = [i.filename for i in infos]
     except (zipfile.BadZipFile, OSError, ValueError) as e:
@@ -433,7 +439,10 @@ def _adopt_loaded(path, src, obj, is_zip):
 
 def _load_again(path, src, is_zip):
     try:
-        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=True)
+        with open_regular(path) as held:
+            obj = torch.load(
+                fd_path(held, path), map_location="cpu", mmap=is_zip, weights_only=True
+            )
     except Exception as e:
         raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
     return _adopt_loaded(path, src, obj, is_zip)
