@@ -37,6 +37,7 @@ from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome, fleet
 from remotekit.forward import Forward
 from remotekit.inventory import HostSpec, Inventory, load_inventory, parse_inventory
 from remotekit.result import Detached, Result, Script
+from remotekit.step import echo
 from remotekit.target import Check, PingReport, Target, local_target
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ __all__ = [
     "Target",
     "UnknownHost",
     "diagnose",
+    "echo",
     "fleet",
     "load_inventory",
     "local_target",

@@ -270,12 +270,19 @@ class StepCancelled(StepError):
 class StepFailed(StepError):
     """The step exited non-zero and ``check`` was true."""
 
-    def __init__(self, result: Result):
+    def __init__(self, result: Result, *, command: bool = True):
+        super().__init__(exit_message(result, command=command), result=result)
+
+
+def exit_message(result: Result, *, command: bool = True) -> str:
+    """How a step that exited non-zero reads: a command's exit code (``command``), or for
+    remotekit's own operations (``get``, ``put``) that it failed, then the last output."""
+    if command:
         msg = f"command {result.display_argv} exited with {result.exit_code}"
-        tail = _tail(result.stderr) or _tail(result.stdout)
-        if tail:
-            msg += f"; last output:\n{tail}"
-        super().__init__(msg, result=result)
+    else:
+        msg = f"{result.display_argv} failed (exit {result.exit_code})"
+    tail = _tail(result.stderr) or _tail(result.stdout)
+    return msg + (f"; last output:\n{tail}" if tail else "")
 
 
 class DiagnosticError(StepError):

@@ -21,7 +21,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from remotekit.result import Result
+from remotekit.errors import exit_message
+from remotekit.result import Result, Shown
 from remotekit.spec import HostSpec
 from remotekit.target import Target
 
@@ -31,8 +32,8 @@ __all__ = ["DEFAULT_PARALLEL", "Fleet", "FleetInterrupted", "HostOutcome", "flee
 DEFAULT_PARALLEL = 64
 
 
-@dataclass(frozen=True)
-class HostOutcome:
+@dataclass(frozen=True, repr=False)
+class HostOutcome(Shown):
     """What one host of a fleet produced: ``value`` (a Result or a report) or ``error``."""
 
     host: str
@@ -58,6 +59,29 @@ class HostOutcome:
     @property
     def status(self) -> str:
         return {0: "ok", 1: "findings"}.get(self.exit_code, "failed")
+
+    @property
+    def reason(self) -> str:
+        """Why this host is not OK, in one place whichever layer said it: the error (the
+        transport, a hop, the step), a failed Result's exit and last output, or a report's
+        errors and findings. ``""`` when OK."""
+        if self.error is not None:
+            return str(self.error)
+        value = self.value
+        if isinstance(value, Result):
+            return "" if value.ok else exit_message(value)
+        if not self.exit_code:
+            return ""
+        said = (*(getattr(value, "errors", None) or ()), *(getattr(value, "findings", None) or ()))
+        return "; ".join(str(s) for s in said) or f"exit {self.exit_code}"
+
+    def render(self) -> str:
+        """``host: status``, then the reason (not OK) or what the value renders."""
+        head = f"{self.host}: {self.status}"
+        if self.error is not None or (isinstance(self.value, Result) and not self.value.ok):
+            return f"{head}: {self.reason}"
+        body = self.value.render() if callable(getattr(self.value, "render", None)) else ""
+        return f"{head}\n{body}" if body else head
 
 
 class FleetInterrupted(KeyboardInterrupt):

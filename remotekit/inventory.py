@@ -31,8 +31,11 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import shlex
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,7 +46,7 @@ import yaml
 from remotekit.errors import InventoryError, UnknownHost
 from remotekit.layers import HOPS, Fields, Hop, Sudo
 from remotekit.spec import HOST_KEY_POLICIES, LOCAL, HostSpec, SSHSpec, Timeouts
-from remotekit.target import Target
+from remotekit.target import Target, mask
 
 __all__ = [
     "HostSpec",
@@ -273,6 +276,12 @@ class _HostReader:
 
     def __init__(self, doc: _Doc, name: str, raw: Mapping[str, Any], key: tuple[str, ...]):
         self.doc, self.name, self.raw, self.key = doc, name, raw, key
+        # What this host's messages must not quote: the values of its ``secret_env`` names,
+        # read before either key is checked (a malformed value is still masked).
+        names = raw.get("secret_env")
+        env = raw.get("env")
+        names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+        self.secrets = [env.get(n) for n in names] if isinstance(env, dict) else []
 
     def where(self, k: str) -> tuple[str, ...]:
         # A value inherited from ``defaults`` is reported where it was written.
@@ -284,7 +293,7 @@ class _HostReader:
             return None
         value = self.raw[k]
         if not check(value):
-            self.doc.fail(self.where(k), f"expected {what}, got {value!r}")
+            self.fail(k, f"expected {what}, got {value!r}")
         return value
 
     def text(self, k: str) -> str | None:
@@ -296,8 +305,11 @@ class _HostReader:
         return self.raw.get(k) is not None
 
     def fail(self, k: str, message: str) -> NoReturn:
-        self.doc.fail(self.where(k), message)
-        raise AssertionError("unreachable")
+        self.fail_at(self.where(k), message)
+
+    def fail_at(self, key: tuple[str, ...], message: str) -> NoReturn:
+        """Every error of this host leaves here, its secret values masked."""
+        self.doc.fail(key, mask(message, self.secrets))
 
     def mapping(self, k: str, known: Iterable[str]) -> Fields:
         value = self.raw.get(k)
@@ -327,11 +339,11 @@ class _HostReader:
     def ssh(self, value: str, k: str) -> SSHSpec:
         m = _SSH_RE.match(value)
         if not m:
-            self.doc.fail(self.where(k), f"expected [user@]host[:port], got {value!r}")
+            self.fail_at(self.where(k), f"expected [user@]host[:port], got {value!r}")
         assert m is not None
         port = int(m["port"]) if m["port"] else self.get("port", _is_port, "a port 1-65535")
         if port is not None and not _is_port(port):
-            self.doc.fail(self.where(k), f"port must be 1-65535, got {port}")
+            self.fail_at(self.where(k), f"port must be 1-65535, got {port}")
         return SSHSpec(
             host=m["v6"] or m["host"],
             user=m["user"] or self.text("user"),
@@ -344,7 +356,7 @@ class _HostReader:
     def host_key(self) -> str:
         policy = self.text("host_key") or "strict"
         if policy not in HOST_KEY_POLICIES:
-            self.doc.fail(
+            self.fail_at(
                 self.where("host_key"),
                 f"expected one of {', '.join(HOST_KEY_POLICIES)}, got {policy!r}",
             )
@@ -357,19 +369,16 @@ class _HostReader:
         jump = self.text("jump")
         if jump:
             if ssh is None:
-                self.doc.fail(self.where("jump"), "a jump host needs `ssh:` on the same host")
+                self.fail_at(self.where("jump"), "a jump host needs `ssh:` on the same host")
             assert ssh is not None
             j = self.ssh(jump, "jump")
             ssh = replace(ssh, jump=j)
-        env = self.get("env", _is_str_map, "a mapping of NAME: value")
-        for var in env or {}:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
-                self.doc.fail((*self.where("env"), var), "not a valid environment variable name")
         secret = self.get(
             "secret_env",
             lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
             "a list of env variable names",
         )
+        env = self.env()
         return HostSpec(
             name=self.name,
             ssh=ssh,
@@ -392,22 +401,39 @@ class _HostReader:
         gpu = self.get("gpu", lambda v: isinstance(v, bool), "true or false")
         return bool(gpus) or bool(gpu)
 
+    def env(self) -> dict[str, Any]:
+        """``env:`` checked variable by variable; a message never quotes a secret's value."""
+        raw = self.raw.get("env")
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.fail("env", f"expected a mapping of NAME: value, got {type(raw).__name__}")
+        for var, value in raw.items():
+            where = (*self.where("env"), str(var))
+            if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+                self.fail_at(where, "not a valid environment variable name")
+            if not isinstance(value, (str, int, float, bool)):
+                got = f"{type(value).__name__} {value!r}"
+                self.fail_at(where, f"expected a string, number or boolean, got {got}")
+        return raw
+
     def timeouts(self) -> Timeouts:
         raw = self.get("timeouts", lambda v: isinstance(v, dict), "a mapping") or {}
         base = Timeouts()
         values: dict[str, Any] = {}
         for k, v in raw.items():
             if k not in Timeouts.__dataclass_fields__:
-                self.doc.fail(
+                self.fail_at(
                     (*self.where("timeouts"), k),
-                    f"unknown timeout; known: {', '.join(Timeouts.__dataclass_fields__)}",
+                    f"unknown timeout{_did_you_mean(k, Timeouts.__dataclass_fields__)}; "
+                    f"known: {', '.join(Timeouts.__dataclass_fields__)}",
                 )
             # Finite and bounded: every wait (select, queue, thread join) takes it as is.
             top = _TIMEOUT_MAX_S[k]
             ok = (v is None and k == "step") or (_is_number(v) and 0 < v <= top)
             if not ok:
                 none = " (or null for no limit)" if k == "step" else ""
-                self.doc.fail(
+                self.fail_at(
                     (*self.where("timeouts"), k),
                     f"expected seconds > 0 and <= {top:.0f}{none}, got {v!r}",
                 )
@@ -424,7 +450,10 @@ class _Nested:
         self.doc, self.raw, self.key = doc, raw, key
         for k in raw:
             if k not in known:
-                self.fail(k, f"unknown key; known keys: {', '.join(sorted(known))}")
+                self.fail(
+                    k,
+                    f"unknown key{_did_you_mean(k, known)}; known keys: {', '.join(sorted(known))}",
+                )
 
     def has(self, k: str) -> bool:
         return self.raw.get(k) is not None
@@ -489,10 +518,6 @@ def _is_number(v: Any) -> bool:
 
 def _is_port(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536
-
-
-def _is_str_map(v: Any) -> bool:
-    return isinstance(v, dict) and all(isinstance(x, (str, int, float, bool)) for x in v.values())
 
 
 def _env_text(v: Any) -> str:
@@ -619,9 +644,17 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
 def _check_keys(doc: _Doc, key: tuple[str, ...], raw: Mapping[str, Any]) -> None:
     for k in raw:
         if k not in HOST_KEYS:
-            close = [h for h in sorted(HOST_KEYS) if h[:3] == k[:3]]
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = _did_you_mean(k, HOST_KEYS)
             doc.fail((*key, k), f"unknown key{hint}; known keys: {', '.join(sorted(HOST_KEYS))}")
+
+
+def _did_you_mean(key: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a mistyped ``key``, or ""."""
+    names = sorted(known)
+    text = str(key)
+    close = difflib.get_close_matches(text, names, n=1, cutoff=0.6)
+    close = close or [n for n in names if n[:3] == text[:3]]
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_name(doc: _Doc, key: tuple[str, ...], what: str) -> None:
@@ -653,9 +686,44 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
     if p is None:
         return Inventory(hosts={"local": LOCAL})
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            _check_writers(str(p), os.fstat(f.fileno()))
+            text = f.read().decode("utf-8")
     except FileNotFoundError:
         raise InventoryError("file not found", path=str(p)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"cannot read: {exc}", path=str(p)) from exc
     return parse_inventory(text, str(p))
+
+
+def _check_writers(path: str, st: os.stat_result) -> None:
+    """Refuse a hosts.yaml that others may write: it decides what runs, and where.
+
+    OpenSSH's rule for ``~/.ssh/config``: no write bit for others, nor for the group, except
+    (as Debian's OpenSSH allows) a user-private group whose only member is the file's owner,
+    which is what ``umask 002`` gives on such systems. Read bits are fine: the file names
+    hosts, and a secret written in it is the owner's choice. By mode bits, so root too.
+    """
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o002 and not (mode & 0o020 and not _private_group(st)):
+        return
+    who = "everyone" if mode & 0o002 else "its group"
+    raise InventoryError(
+        f"mode {mode:04o} lets {who} write it, and it decides what runs on your hosts; "
+        f"remotekit refuses it, as ssh refuses such a ~/.ssh/config. Fix it with\n"
+        f"  chmod go-w {shlex.quote(path)}",
+        path=path,
+    )
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the file's group is its owner's own: their primary group, with no one else."""
+    try:
+        import grp
+        import pwd
+
+        owner = pwd.getpwuid(st.st_uid)
+        group = grp.getgrgid(st.st_gid)
+    except (ImportError, KeyError):
+        return False
+    return owner.pw_gid == st.st_gid and set(group.gr_mem) <= {owner.pw_name}

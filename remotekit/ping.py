@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.errors import RemotekitError, StepCancelled
-from remotekit.result import Script
+from remotekit.result import Script, Shown
 from remotekit.step import inside, open_hops, probe
 
 if TYPE_CHECKING:
@@ -28,9 +28,15 @@ class Check:
     ok: bool
     detail: str
 
+    def render(self) -> str:
+        """``ok  LAYER: DETAIL``, ``FAIL ...``, or ``warn torch: ...`` (a missing torch stops
+        nothing but the checkpoint diagnostics)."""
+        mark = "ok  " if self.ok else "warn" if self.layer == "torch" else "FAIL"
+        return f"{mark} {self.layer}: {self.detail}"
 
-@dataclass(frozen=True)
-class PingReport:
+
+@dataclass(frozen=True, repr=False)
+class PingReport(Shown):
     """Layer checks in order; the first failed one says which layer is broken."""
 
     host: str
@@ -51,6 +57,10 @@ class PingReport:
         if bad is None:
             return 0
         return 1 if bad.layer == "torch" else 2
+
+    def render(self) -> str:
+        """One line a layer, as ``remotekit ping`` prints them."""
+        return "\n".join(c.render() for c in self.checks)
 
 
 def ping(target: Target, on_check: Callable[[Check], None] | None = None) -> PingReport:
@@ -83,8 +93,16 @@ def _transport(target: Target, add: _Add) -> bool:
     try:
         target.connect()
     except RemotekitError as exc:
-        return add(target.transport.label, False, exc.message)
+        return add(target.transport.label, False, _unprefixed(target.transport.label, exc.message))
     return add(target.transport.label, True, target.transport.reached)
+
+
+def _unprefixed(label: str, message: str) -> str:
+    """``message`` without the address it starts with when ``label`` (``ssh user@host:port``)
+    already names it: the check reads ``ssh root@h:22: connection refused``, not the address
+    twice."""
+    who = label.split(" ", 1)[-1] + ": "
+    return message[len(who) :] if message.startswith(who) else message
 
 
 def _hops(target: Target, add: _Add) -> bool:

@@ -1,14 +1,56 @@
-"""Values a step returns: :class:`Result`, and :class:`Script`, the file a step ships."""
+"""Values a step returns: :class:`Result`, :class:`Script` (the file a step ships), and
+:class:`Shown`, how results and reports print themselves."""
 
 from __future__ import annotations
 
+import html
 import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Detached", "Result", "Script"]
+__all__ = ["Detached", "Result", "Script", "Shown"]
+
+
+class Shown:
+    """A result or report that explains itself wherever it is shown.
+
+    ``str()`` is :meth:`render`, what the CLI prints for it (one renderer for both faces);
+    ``repr()`` is one line (host, exit code, how many findings and errors), not a dump of
+    every field; in Jupyter it displays as HTML: its findings and errors first, then the
+    rendered text. A dataclass using it is declared with ``repr=False`` so this repr stands.
+    """
+
+    def render(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __repr__(self) -> str:
+        parts = [type(self).__name__]
+        host = getattr(self, "host", None)
+        if host:
+            parts.append(f"host={host!r}")
+        code = getattr(self, "exit_code", None)
+        if code is not None:
+            parts.append(f"exit_code={code}")
+        for name in ("findings", "errors"):
+            items = getattr(self, name, None)
+            if items:
+                parts.append(f"{len(items)} {name}")
+        return f"<{' '.join(parts)}>"
+
+    def _repr_html_(self) -> str:
+        items = [
+            f'<li class="{name}"><b>{label}</b> {html.escape(str(line))}</li>'
+            for name, label in (("errors", "error:"), ("findings", "finding:"))
+            for line in (getattr(self, name, None) or ())
+        ]
+        head = f"<ul>{''.join(items)}</ul>" if items else ""
+        text = html.escape(self.render())
+        return f'<div class="remotekit">{head}<pre>{text}</pre></div>'
 
 
 @dataclass(frozen=True)
@@ -24,8 +66,8 @@ class Detached:
     dir: str
 
 
-@dataclass(frozen=True)
-class Result:
+@dataclass(frozen=True, repr=False)
+class Result(Shown):
     """What a finished (or stopped) step produced.
 
     ``stdout`` / ``stderr`` hold the captured text, at most ``capture_limit`` bytes of each
@@ -60,6 +102,23 @@ class Result:
     @property
     def display_argv(self) -> str:
         return shlex.join(self.argv)
+
+    def render(self) -> str:
+        """What the step printed (stdout, then stderr), then its exit if not 0; a cut
+        capture says how much was dropped."""
+        parts = []
+        for name, text, dropped in (
+            ("stdout", self.stdout, self.stdout_dropped),
+            ("stderr", self.stderr, self.stderr_dropped),
+        ):
+            if dropped:
+                parts.append(f"[{name}: first {dropped} bytes dropped]")
+            if text:
+                parts.append(text.rstrip("\n"))
+        if not self.ok:
+            stopped = "stopped before it exited" if self.exit_code is None else ""
+            parts.append(f"[{self.step}: {stopped or f'exit {self.exit_code}'}]")
+        return "\n".join(parts)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import itertools
 import json
 import queue
 import secrets
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "OutputStream",
     "StepRun",
     "checked_timeout",
+    "echo",
     "file_chunks",
     "inside",
     "open_hops",
@@ -58,6 +60,16 @@ __all__ = [
 
 #: ``on_output(stream, line)``: stream is ``"stdout"`` or ``"stderr"``, line has no newline.
 OutputCallback = Callable[[str, str], None]
+
+
+def echo(stream: str, line: str) -> None:
+    """An ``on_output`` that prints each line as it comes to this process's stdout or
+    stderr, by the stream it came on: live output in a terminal, and in Jupyter into the
+    running cell, stdout and stderr apart (``t.run(argv, on_output=remotekit.echo)``)."""
+    out = sys.stderr if stream == "stderr" else sys.stdout
+    out.write(line + "\n")
+    out.flush()
+
 
 #: A line longer than this is passed on in pieces, so one endless line cannot exhaust memory.
 MAX_LINE = 1 << 20
@@ -372,7 +384,7 @@ class StepRun:
             self.info.update(self.err.control("file") or {})
         res = self.result(code)
         if self.check and code != 0:
-            raise StepFailed(res)
+            raise StepFailed(res, command=self.header.get("op") == "exec")
         return res
 
     def result(self, code: int | None) -> Result:

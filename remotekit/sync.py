@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from remotekit import remote
 from remotekit.errors import RemotekitError, quote_tool
 from remotekit.remote import sync as wire
+from remotekit.result import Shown
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -66,8 +67,8 @@ class Entry:
     link: str = ""
 
 
-@dataclass(frozen=True)
-class SyncResult:
+@dataclass(frozen=True, repr=False)
+class SyncResult(Shown):
     """What a sync did (or, with ``dry_run``, would do); paths are relative to DEST."""
 
     host: str
@@ -86,6 +87,12 @@ class SyncResult:
     kept: tuple[str, ...] = ()
     #: Local paths not synced: not a file/dir/link, unreadable, or changed while read.
     skipped: tuple[str, ...] = ()
+    #: Paths there that could not be listed (``rel: why``).
+    unlisted: tuple[str, ...] = ()
+    #: With ``delete=True``: why nothing was deleted. A listing with errors (of SRC or of
+    #: DEST) is a partial view, and a path missing from it may only be unreadable, so it
+    #: never drives a deletion (rsync: "IO error encountered -- skipping file deletion").
+    delete_refused: str = ""
     hashed: int = 0
     steps: int = 0
     dry_run: bool = False
@@ -94,16 +101,25 @@ class SyncResult:
 
     @property
     def findings(self) -> tuple[str, ...]:
-        return self.skipped
+        refused = (f"nothing deleted: {self.delete_refused}",) if self.delete_refused else ()
+        return self.skipped + tuple(f"unlisted there: {u}" for u in self.unlisted) + refused
 
     @property
     def exit_code(self) -> int:
-        """0 synced; 1 some local paths were skipped (see :attr:`skipped`)."""
-        return 1 if self.skipped else 0
+        """0 synced; 1 some paths were skipped or unlisted, or deletion was refused."""
+        return 1 if self.findings else 0
 
     @property
     def changed(self) -> bool:
         return bool(self.sent or self.deleted or self.touched or self.links or self.dirs_created)
+
+    def render(self) -> str:
+        """The summary, then each path skipped or unlisted (as ``remotekit sync`` prints)."""
+        lines = [self.summary(), *(f"skipped {s}" for s in self.skipped)]
+        lines += [f"unlisted there {u}" for u in self.unlisted]
+        if self.delete_refused:
+            lines.append(f"nothing deleted: {self.delete_refused}")
+        return "\n".join(lines)
 
     def summary(self) -> str:
         verb = "would send" if self.dry_run else "sent"
@@ -122,6 +138,10 @@ class SyncResult:
             parts.append(f"{len(self.dirs_created)} dir(s) created")
         if self.skipped:
             parts.append(f"{len(self.skipped)} skipped")
+        if self.unlisted:
+            parts.append(f"{len(self.unlisted)} unlisted there")
+        if self.delete_refused:
+            parts.append("deletion refused (the listing had errors)")
         return f"{', '.join(parts)} in {self.steps} step(s), {self.duration_s:.2f} s"
 
 
@@ -141,8 +161,11 @@ def _size(n: int) -> str:
 # -- the two trees -------------------------------------------------------------------------------
 
 
-def local_tree(src: Path, excludes: wire.Excludes, skipped: list[str]) -> dict[str, Entry]:
-    """Everything below ``src`` that is not excluded (symlinks not followed)."""
+def local_tree(
+    src: Path, excludes: wire.Excludes, skipped: list[str], unread: list[str]
+) -> dict[str, Entry]:
+    """Everything below ``src`` that is not excluded (symlinks not followed); paths that
+    could not be read go to ``unread`` (and ``skipped``): the tree is then partial."""
     tree: dict[str, Entry] = {}
 
     def on_entry(rel: str, path: str, st: os.stat_result) -> None:
@@ -153,7 +176,11 @@ def local_tree(src: Path, excludes: wire.Excludes, skipped: list[str]) -> dict[s
         link = os.readlink(path) if k == "l" else ""
         tree[rel] = Entry(k, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), link)
 
-    wire.walk(str(src), excludes, on_entry, lambda rel, msg: skipped.append(f"{rel}: {msg}"))
+    def on_error(rel: str, msg: str) -> None:
+        unread.append(f"{rel}: {msg}")
+        skipped.append(f"{rel}: {msg}")
+
+    wire.walk(str(src), excludes, on_entry, on_error)
     return tree
 
 
@@ -196,8 +223,9 @@ def _records(
 
 def remote_tree(
     target: Target, dest: str, patterns: Sequence[str], timeout: float | None
-) -> tuple[bool, dict[str, Entry]]:
-    """(whether DEST exists, its tree); raises if DEST is there but not a directory."""
+) -> tuple[bool, dict[str, Entry], list[str]]:
+    """(whether DEST exists, its tree, the paths that could not be listed: ``rel: why``);
+    raises if DEST is there but not a directory."""
     step = f"sync list {dest}"
     records = _records(
         target, "list", dest, {"excludes.json": json.dumps(list(patterns)).encode()}, step, timeout
@@ -210,7 +238,8 @@ def remote_tree(
     tree = {
         row[0]: Entry(*row[1:]) for r in records if r.get("type") == "entries" for row in r["e"]
     }
-    return bool(root.get("exists")), tree
+    unlisted = [f"{r['p']}: {r['message']}" for r in records if r.get("type") == "error"]
+    return bool(root.get("exists")), tree, unlisted
 
 
 def remote_hashes(
@@ -251,12 +280,21 @@ class Plan:
     kept: list[str] = field(default_factory=list)  # to delete, but still holding other entries
     maybe: list[str] = field(default_factory=list)  # size equal, mtime not: hash decides
     unchanged: int = 0
+    skipped: list[str] = field(default_factory=list)  # local paths not synced: "rel: why"
+    unlisted: list[str] = field(default_factory=list)  # paths there not listed: "rel: why"
+    delete_refused: str = ""  # why delete=True was turned off
 
 
 def diff(
-    here: dict[str, Entry], there: dict[str, Entry], delete: bool, dest: str, host: str
+    here: dict[str, Entry],
+    there: dict[str, Entry],
+    delete: bool,
+    dest: str,
+    host: str,
+    delete_refused: str = "",
 ) -> Plan:
-    """The plan that makes ``there`` hold ``here`` (``maybe`` still to be hashed)."""
+    """The plan that makes ``there`` hold ``here`` (``maybe`` still to be hashed);
+    ``delete_refused`` says why ``delete`` was asked for and turned off."""
     plan = Plan()
     conflicts: list[str] = []
     replaced: list[str] = []  # of another kind there: removed (delete=True) before the new one
@@ -289,7 +327,7 @@ def diff(
             if r.mode != e.mode & wire.MODE_BITS:
                 plan.meta.append(rel)
     if conflicts:
-        _refuse(conflicts, dest, host)
+        _refuse(conflicts, dest, host, delete_refused)
     if delete:
         plan.deleted = sorted(replaced + [rel for rel in there if rel not in here])
         # every path by name, deepest first: a directory goes only once empty (rmdir there),
@@ -299,12 +337,17 @@ def diff(
     return plan
 
 
-def _refuse(conflicts: list[str], dest: str, host: str) -> None:
+def _refuse(conflicts: list[str], dest: str, host: str, delete_refused: str = "") -> None:
     shown = "; ".join(conflicts[:5]) + (
         f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""
     )
+    hint = (
+        f"not replaced: deletion is off because {delete_refused}"
+        if delete_refused
+        else "pass delete=True (--delete) to replace it"
+    )
     raise RemotekitError(
-        f"sync to {dest}: {shown}; pass delete=True (--delete) to replace it",
+        f"sync to {dest}: {shown}; {hint}",
         host=host,
         step=f"sync {dest}",
     )
@@ -513,16 +556,7 @@ def sync(
     """
     started = time.monotonic()
     root = _checked(target, src, dest)
-    patterns = list(exclude)
-    skipped: list[str] = []
-    here = local_tree(root, wire.Excludes(patterns), skipped)
-    exists, there = remote_tree(target, dest, patterns, timeout)
-    steps = 1
-    plan = diff(here, there, delete, dest, target.name)
-    if plan.maybe:
-        theirs = remote_hashes(target, dest, plan.maybe, timeout)
-        steps += 1
-        _decide_hashed(plan, root, theirs, here)
+    plan, here, exists, steps = _plan(target, root, dest, list(exclude), delete, timeout)
     progress = _Progress(sum(here[rel].size for rel in plan.send), on_progress)
     errors: list[str] = []
     changed: list[str] = []
@@ -544,7 +578,9 @@ def sync(
         links=tuple(plan.links),
         dirs_created=tuple(plan.mkdir),
         kept=tuple(plan.kept),
-        skipped=tuple(skipped) + tuple(f"{rel}: changed while it was read" for rel in changed),
+        skipped=(*plan.skipped, *(f"{rel}: changed while it was read" for rel in changed)),
+        unlisted=tuple(plan.unlisted),
+        delete_refused=plan.delete_refused,
         hashed=len(plan.maybe),
         steps=steps,
         dry_run=dry_run,
@@ -554,6 +590,40 @@ def sync(
     if errors:
         _unwritten(target, dest, errors)
     return result
+
+
+def _plan(
+    target: Target,
+    root: Path,
+    dest: str,
+    patterns: list[str],
+    delete: bool,
+    timeout: float | None,
+) -> tuple[Plan, dict[str, Entry], bool, int]:
+    """List both trees (and hash where needed): (the plan, the local tree, whether DEST
+    exists, the steps run). A listing with errors turns ``delete`` off."""
+    skipped: list[str] = []
+    unread: list[str] = []
+    here = local_tree(root, wire.Excludes(patterns), skipped, unread)
+    exists, there, unlisted = remote_tree(target, dest, patterns, timeout)
+    refused = _partial(unread, unlisted) if delete else ""
+    plan = diff(here, there, delete and not refused, dest, target.name, refused)
+    plan.skipped, plan.unlisted, plan.delete_refused = skipped, unlisted, refused
+    if not plan.maybe:
+        return plan, here, exists, 1
+    theirs = remote_hashes(target, dest, plan.maybe, timeout)
+    _decide_hashed(plan, root, theirs, here)
+    return plan, here, exists, 2
+
+
+def _partial(unread: list[str], unlisted: list[str]) -> str:
+    """Why a listing is partial ("" if both are whole): the first error of each side."""
+    parts = [
+        f"{side} could not be read in full ({len(errs)} error(s), first: {errs[0]})"
+        for side, errs in (("SRC here", unread), ("DEST there", unlisted))
+        if errs
+    ]
+    return " and ".join(parts)
 
 
 def _checked(target: Target, src: str | os.PathLike[str], dest: str) -> Path:

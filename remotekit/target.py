@@ -132,11 +132,22 @@ class Target:
     # -- secrets -----------------------------------------------------------------------------
 
     def _remember_secrets(self, env: Mapping[str, str] | None) -> None:
-        for name in self.spec.secret_env:
-            value = (env or {}).get(name)
-            if value:
-                with self._lock:
-                    self._secrets.add(value)
+        """Check a step's (or the spec's) ``env`` and remember its secret values.
+
+        Runs before anything else a step does, so every error it raises is masked. A value
+        that is not a string is refused here, naming the variable and never the value.
+        """
+        for name, value in (env or {}).items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                what = name if isinstance(name, str) else type(name).__name__
+                raise TypeError(
+                    f"env[{what!r}] must be a string, not {type(value).__name__} "
+                    "(environment values are text: pass str(value))"
+                )
+        pieces = [p for n in self.spec.secret_env for p in _secret_texts((env or {}).get(n))]
+        if pieces:
+            with self._lock:
+                self._secrets.update(pieces)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value of this target replaced by ``***``.
@@ -647,18 +658,48 @@ def _umask() -> int:
 MIN_SECRET_LINE = 4
 
 
-def mask(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with each secret (whole, and each line of a multi-line one) as ``***``."""
+def mask(text: str, secrets: Iterable[Any]) -> str:
+    """``text`` with each secret (whole, and each line of a multi-line one) as ``***``.
+
+    A secret may be any value (a number given as ``env=``, a list written in hosts.yaml): its
+    ``str()`` and ``repr()`` are masked, and so is every string inside a list, tuple, set or
+    mapping (its values). Masking never raises: it runs on the way out of every error.
+    """
     pieces: set[str] = set()
     for value in secrets:
-        if value:
-            pieces.add(value)
-            lines = value.splitlines()
+        for piece in _secret_texts(value):
+            if not piece:
+                continue
+            pieces.add(piece)
+            lines = piece.splitlines()
             if len(lines) > 1:
                 pieces.update(ln.strip() for ln in lines if len(ln.strip()) >= MIN_SECRET_LINE)
     for piece in sorted(pieces, key=len, reverse=True):
         text = text.replace(piece, "***")
     return text
+
+
+def _secret_texts(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every text under which ``value`` can appear in a message (bounded for nested values)."""
+    if value is None or depth > 8:
+        return
+    if isinstance(value, str):
+        if value:
+            yield value
+        return
+    try:
+        yield str(value)
+        yield repr(value)
+    except Exception:  # a hostile __str__/__repr__: mask what is left
+        pass
+    if isinstance(value, Mapping):
+        items: Iterable[Any] = value.values()  # its keys are names, not secrets
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = value
+    else:
+        return
+    for item in items:
+        yield from _secret_texts(item, depth + 1)
 
 
 def local_target(**overrides: Any) -> Target:

@@ -9,6 +9,7 @@ error: CI must run them.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,17 @@ def _need_sshd() -> None:
         if CI:
             pytest.fail("CI=true but sshd is missing: .ci/run must install openssh-server")
         pytest.skip("no sshd on this machine (apt-get install openssh-server)")
+
+
+def need_program(name: str) -> str:
+    """The path of program ``name``; skip (with the reason) when it is not installed, fail
+    under CI, where .ci/run installs every program the tests use."""
+    path = shutil.which(name)
+    if path is None:
+        if CI:
+            pytest.fail(f"CI=true but {name} is missing: .ci/run must install it")
+        pytest.skip(f"{name} not installed")
+    return path
 
 
 def need(kind: str) -> None:

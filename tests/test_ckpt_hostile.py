@@ -202,3 +202,89 @@ def test_dcp_metadata_with_negative_offsets_is_an_error(tmp_path: Path) -> None:
     (d / ".metadata").write_bytes(pickle.dumps(md))
     rec = run("scan", str(d)).by_path[str(d)]
     assert rec["status"] == "error" and "the metadata is damaged" in rec["error"]
+
+
+# ------------------------------------------------------------------ what is not a regular file
+
+
+def scan_quick(*args: str) -> Run:
+    """A scan that must end at once: a reader blocked on a FIFO fails the test in 20 s."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "scan", *args], capture_output=True, text=True, timeout=20
+    )
+    return Run(proc)
+
+
+@pytest.mark.timeout(45)
+def test_a_fifo_named_like_a_checkpoint_is_refused_not_waited_on(tmp_path: Path) -> None:
+    torch.save(cf.checkpoint_dict(), tmp_path / "good.pt")
+    os.mkfifo(tmp_path / "a.pt")
+    r = scan_quick(str(tmp_path))
+    rec = r.by_path[str(tmp_path / "a.pt")]
+    assert rec["status"] == "error" and "FIFO" in rec["error"], rec
+    assert r.by_path[str(tmp_path / "good.pt")]["status"] == "clean"
+
+
+@pytest.mark.timeout(45)
+def test_a_deepspeed_latest_that_is_a_fifo_is_not_waited_on(tmp_path: Path) -> None:
+    step = cf.copy_deepspeed("zero1", tmp_path / "ds")
+    (step.parent / "latest").unlink()
+    os.mkfifo(step.parent / "latest")
+    r = scan_quick(str(step.parent))
+    assert r.records[-1]["type"] == "done", r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_dcp_storage_file_that_is_a_fifo_is_an_error_naming_it(tmp_path: Path) -> None:
+    d = tmp_path / "step-3"
+    cf.save_dcp(d, 3)
+    [storage] = [p for p in d.iterdir() if p.name.endswith(".distcp")][:1]
+    storage.unlink()
+    os.mkfifo(storage)
+    rec = scan_quick(str(d)).by_path[str(d)]
+    assert rec["status"] == "error" and storage.name in rec["error"] and "FIFO" in rec["error"]
+
+
+# ------------------------------------------------------------------ names inside a checkpoint
+
+
+def _nan_shard(path: Path) -> Path:
+    cf.save_safetensors({"w": torch.full((4,), float("nan"))}, path)
+    return path
+
+
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_an_index_naming_a_shard_outside_its_directory_is_an_error(
+    tmp_path: Path, where: str
+) -> None:
+    import json
+
+    outside = _nan_shard(tmp_path / "outside.safetensors")
+    d = tmp_path / "model"
+    d.mkdir()
+    cf.save_safetensors({"v": torch.ones(4)}, d / "model-00001.safetensors")
+    name = "../outside.safetensors" if where == "relative" else str(outside)
+    index = d / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"v": "model-00001.safetensors", "w": name}}))
+    rec = scan_quick(str(index)).by_path[str(index)]
+    assert rec["status"] == "error" and name in rec["error"] and str(index) in rec["error"], rec
+    assert not rec.get("nan_weights")
+
+
+def test_dcp_metadata_naming_a_storage_file_outside_is_an_error(tmp_path: Path) -> None:
+    import pickle
+    import shutil
+
+    d = tmp_path / "step-3"
+    cf.save_dcp(d, 3)
+    md = pickle.loads((d / ".metadata").read_bytes())  # our own fixture: trusted here
+    first = next(iter(md.storage_data.values())).relative_path
+    shutil.copy(d / first, tmp_path / "outside.distcp")
+    for info in md.storage_data.values():
+        if info.relative_path == first:
+            info.relative_path = "../outside.distcp"
+    (d / first).unlink()
+    (d / ".metadata").write_bytes(pickle.dumps(md))
+    rec = scan_quick(str(d)).by_path[str(d)]
+    assert rec["status"] == "error" and "../outside.distcp" in rec["error"], rec
+    assert ".metadata" in rec["error"]

@@ -32,7 +32,7 @@ from remotekit import forward, remote
 from remotekit.transports.base import BACKLOG
 from tests import runtimes
 from tests.conftest import write_inventory
-from tests.harness import free_port, processes_with, venv_prefix, wait_gone
+from tests.harness import SSHServer, free_port, processes_with, venv_prefix, wait_gone
 
 pytestmark = pytest.mark.sshd
 
@@ -466,3 +466,68 @@ def test_an_unreachable_host_names_the_forward_step(tmp_path: Path) -> None:
     with inv.target("down") as t, pytest.raises(remotekit.ConnectError) as info:
         t.forward(6006)
     assert info.value.host == "down" and info.value.step == "forward"
+
+
+@contextlib.contextmanager
+def _firehose() -> Iterator[int]:
+    """A TCP server here that sends bytes to each client until it goes; yields its port."""
+    srv = socket.create_server(("127.0.0.1", 0), backlog=64)
+    chunk = b"x" * (1 << 16)
+
+    def pour(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            while True:
+                conn.sendall(chunk)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                threading.Thread(target=pour, args=(srv.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield int(srv.getsockname()[1])
+    finally:
+        _shut_listener(srv)
+
+
+def _shut_listener(srv: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        srv.shutdown(socket.SHUT_RDWR)
+    srv.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_closed_forward_leaves_no_descriptor_behind_for_the_next_one(
+    sshd: SSHServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each forwarded connection that goes has its channel closed by our thread while
+    paramiko's own thread still feeds it data: the descriptor that waiting on the channel used
+    (paramiko's pipe) was closed by one and written by the other, by then perhaps another
+    socket's. The transport died ('Socket exception: Bad file descriptor') and the next
+    forward's check failed with [Errno 9] instead of naming the busy port (2 runs in 3 here
+    before the fix, within 10 rounds)."""
+    caplog.set_level(logging.DEBUG, logger="paramiko")
+    inv = write_inventory(tmp_path / "hosts.yaml", {"h": sshd.host_yaml()})
+    errors: list[remotekit.RemotekitError] = []
+    with _firehose() as port, inv.target("h") as t:
+        for _ in range(10):
+            with t.forward(port, on_error=errors.append) as fwd:
+                clients = [
+                    socket.create_connection(("127.0.0.1", fwd.local_port)) for _ in range(6)
+                ]
+                for c in clients:
+                    assert c.recv(1 << 16)
+                for c in clients:
+                    c.close()
+            busy = socket.create_server(("127.0.0.1", 0))
+            try:
+                with pytest.raises(remotekit.RemotekitError) as info:
+                    t.forward(port, busy.getsockname()[1])
+            finally:
+                busy.close()
+            bad_fd = [
+                r.getMessage() for r in caplog.records if "Bad file descriptor" in r.getMessage()
+            ]
+            assert bad_fd == [] and "Errno 9" not in str(info.value), (bad_fd, info.value)
+            assert not [e for e in errors if "Errno 9" in str(e)], errors

@@ -4,6 +4,8 @@ crashes later at run time."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -240,3 +242,102 @@ def test_a_bad_merged_value_is_reported_where_it_is_written(tmp_path: Path) -> N
 
 def test_merging_a_scalar_is_refused(tmp_path: Path) -> None:
     bad(tmp_path, "hosts:\n  b:\n    <<: 3\n", 3, "hosts.b.<<", "`<<` merges a mapping")
+
+
+# -- secrets in messages --------------------------------------------------------------------
+
+SECRET = "hf_SeCrEt0123456789"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [f"[{SECRET}]", f"{{a: {SECRET}}}", f"[[{SECRET}, 42]]"],
+)
+def test_a_malformed_secret_env_value_is_never_quoted(tmp_path: Path, value: str) -> None:
+    text = f"hosts:\n  h:\n    secret_env: [HF_TOKEN]\n    env:\n      HF_TOKEN: {value}\n"
+    msg = bad(tmp_path, text, 5, "hosts.h.env.HF_TOKEN", "expected a string, number or boolean")
+    assert SECRET not in msg, msg
+
+
+def test_a_secret_is_masked_in_every_error_of_its_host(tmp_path: Path) -> None:
+    # The secret in defaults, the mistake elsewhere quoting the same text.
+    text = (
+        "defaults:\n  secret_env: [HF_TOKEN]\n  env: {HF_TOKEN: " + SECRET + "}\n"
+        "hosts:\n  h:\n    venv: [" + SECRET + "]\n"
+    )
+    msg = bad(tmp_path, text, 6, "hosts.h.venv", "expected a non-empty string")
+    assert SECRET not in msg and "***" in msg, msg
+
+
+def test_a_malformed_plain_env_value_is_quoted(tmp_path: Path) -> None:
+    msg = bad(
+        tmp_path, "hosts:\n  h:\n    env: {A: [1, 2]}\n", 3, "hosts.h.env.A", "got list [1, 2]"
+    )
+    assert "[1, 2]" in msg
+
+
+# -- who may write hosts.yaml ---------------------------------------------------------------
+
+
+def _shared_gid() -> int:
+    """A group that is not the owner's private one (root's own group is private to root)."""
+    import grp
+
+    for name in ("users", "nogroup", "daemon", "bin"):
+        with contextlib.suppress(KeyError):
+            g = grp.getgrnam(name)
+            if g.gr_gid != os.getgid():
+                return g.gr_gid
+    pytest.skip("no group other than our own")
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646, 0o602])
+def test_a_hosts_yaml_everyone_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    p = tmp_path / "hosts.yaml"
+    p.write_text("hosts:\n  h: {}\n")
+    p.chmod(mode)
+    with pytest.raises(remotekit.InventoryError) as info:
+        remotekit.load_inventory(p)
+    msg = str(info.value)
+    assert msg.startswith(f"{p}: mode {mode:04o} lets everyone write it"), msg
+    assert f"chmod go-w {p}" in msg
+
+
+def test_a_hosts_yaml_a_shared_group_can_write_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "hosts.yaml"
+    p.write_text("hosts:\n  h: {}\n")
+    os.chown(p, -1, _shared_gid())
+    p.chmod(0o664)
+    with pytest.raises(remotekit.InventoryError, match="lets its group write it"):
+        remotekit.load_inventory(p)
+    p.chmod(0o644)  # readable by all is fine: it names hosts
+    assert "h" in remotekit.load_inventory(p).hosts
+
+
+def test_a_group_writable_hosts_yaml_of_a_private_group_loads(tmp_path: Path) -> None:
+    # What a clone under umask 002 gives where each user has their own group (as Debian's
+    # OpenSSH allows for ~/.ssh/config): the group is the owner alone.
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.getuid())
+    if set(grp.getgrgid(me.pw_gid).gr_mem) - {me.pw_name}:
+        pytest.skip("our primary group has other members")
+    p = tmp_path / "hosts.yaml"
+    p.write_text("hosts:\n  h: {}\n")
+    os.chown(p, -1, me.pw_gid)
+    p.chmod(0o664)
+    assert "h" in remotekit.load_inventory(p).hosts
+
+
+def test_the_repository_hosts_yaml_loads_from_a_fresh_clone(tmp_path: Path) -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["sh", "-c", 'umask 002 && git clone -q --no-hardlinks "$0" "$1"', root, clone],
+        check=True,
+        timeout=60,
+    )
+    assert "local" in remotekit.load_inventory(clone / "hosts.yaml").hosts

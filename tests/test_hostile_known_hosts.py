@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import remotekit
-from tests.conftest import write_inventory
+from tests.conftest import need_program, write_inventory
 from tests.harness import SSHServer
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(60)]
@@ -139,7 +139,7 @@ def test_changed_key_hint_works_pasted_into_a_shell(
     msg = refused(sshd, tmp_path, kh)
     hint = msg.rsplit("\n", 1)[-1].strip()
     assert hint.startswith(f"ssh-keygen -R '[127.0.0.1]:{sshd.port}' -f "), msg
-    subprocess.run([shell, "-c", hint], check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run([need_program(shell), "-c", hint], check=True, capture_output=True, cwd=tmp_path)
     assert stale not in kh.read_text() and "keep.example" in kh.read_text()
     assert connect(sshd, tmp_path, kh, "accept-new") == "ok\n"
 
@@ -153,7 +153,8 @@ def test_unknown_key_hint_works_pasted_into_a_shell(
     msg = refused(sshd, tmp_path, kh)
     hint = msg.split("\n")[1].strip()
     assert hint.startswith(f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> "), msg
-    subprocess.run([shell, "-c", hint], check=True, capture_output=True, cwd=tmp_path, timeout=30)
+    argv = [need_program(shell), "-c", hint]
+    subprocess.run(argv, check=True, capture_output=True, cwd=tmp_path, timeout=30)
     assert connect(sshd, tmp_path, kh) == "ok\n"
 
 

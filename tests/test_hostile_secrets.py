@@ -115,3 +115,31 @@ def test_every_line_of_a_multiline_secret_is_masked_in_errors() -> None:
         with pytest.raises(remotekit.StepTimeout) as timeout:
             t.run(["sh", "-c", 'echo "$MULTI"; sleep 30'], timeout=0.5)
         assert _leaks(str(timeout.value).splitlines()) == []
+
+
+@pytest.mark.timeout(30)
+def test_a_non_string_env_value_is_refused_and_the_target_still_works() -> None:
+    spec = remotekit.HostSpec(name="box", secret_env=frozenset({"CALL_TOKEN", "HF_TOKEN"}))
+    with remotekit.Target(spec) as t:
+        for value in (12345, ["hf_x"], 98.76, b"hf_bytes"):
+            with pytest.raises(TypeError) as info:
+                t.run(["true"], env={"CALL_TOKEN": value})  # type: ignore[dict-item]
+            assert "CALL_TOKEN" in str(info.value) and repr(value) not in str(info.value)
+        # every later error on the target is its own, masked as before
+        with pytest.raises(remotekit.StepFailed) as failed:
+            t.run(["sh", "-c", 'echo "$HF_TOKEN" >&2; exit 3'], env={"HF_TOKEN": TOKEN})
+        assert TOKEN not in str(failed.value) and "exit" in str(failed.value)
+
+
+def test_masking_accepts_any_value_and_never_fails() -> None:
+    from remotekit.target import mask
+
+    class Hostile:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+        __repr__ = __str__
+
+    text = "a 12345 b ['hf_x'] c hf_y d {'k': 'hf_z'}"
+    out = mask(text, [12345, ["hf_x"], {"k": "hf_z"}, Hostile(), None, "", b"hf_y", "hf_y"])
+    assert out == "a *** b *** c *** d ***", out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
@@ -11,7 +10,7 @@ from hypothesis import strategies as st
 
 import remotekit
 from remotekit.quoting import join, quote
-from tests.conftest import CI
+from tests.conftest import need_program
 
 SHELLS = ["sh", "bash", "dash", "zsh"]
 # Any text a POSIX argv can hold: everything but NUL (surrogates cannot be encoded).
@@ -39,13 +38,7 @@ TRICKY = [
 ]
 
 
-def shell(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if CI:
-            pytest.fail(f"CI=true but {name} is missing: .ci/run must install it")
-        pytest.skip(f"{name} not installed")
-    return path
+shell = need_program
 
 
 def roundtrip(sh: str, argv: list[str], *opts: str) -> list[str]:

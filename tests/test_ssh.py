@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -435,6 +436,24 @@ def test_wrong_key_is_an_auth_error(sshd: SSHServer, tmp_path: Path) -> None:
     assert str(key) in str(info.value) and info.value.host == "h"
 
 
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o602, 0o644, 0o660])
+def test_a_key_others_can_read_or_write_is_refused_like_openssh(
+    sshd: SSHServer, tmp_path: Path, mode: int
+) -> None:
+    key = tmp_path / "id key"  # a space: the chmod hint must quote it
+    shutil.copy(sshd.client_key, key)
+    key.chmod(mode)
+    inv = write_inventory(tmp_path / "hosts.yaml", {"h": sshd.host_yaml(identity=str(key))})
+    with inv.target("h") as t, pytest.raises(remotekit.AuthError) as info:
+        t.run(["true"])
+    msg = str(info.value)
+    assert "UNPROTECTED PRIVATE KEY FILE" in msg and f"{mode:04o}" in msg, msg
+    assert f"chmod 600 '{key}'" in msg and info.value.host == "h", msg
+    key.chmod(0o600)  # as the message says: then it is used
+    with inv.target("h") as t:
+        assert t.run(["echo", "ok"]).stdout == "ok\n"
+
+
 def test_refused_port_is_a_connect_error(tmp_path: Path) -> None:
     from tests.harness import free_port
 
@@ -621,3 +640,69 @@ def test_ping_a_server_that_opens_no_session_is_a_failed_hop_check(
         assert "channel" in report.checks[1].detail and report.exit_code == 2
     finally:
         closed.stop()
+
+
+_SILENT_SERVER = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+print(s.getsockname()[1], flush=True)
+held = []
+while True:
+    held.append(s.accept()[0])  # accepted, and never a byte written
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_host_that_sends_no_banner_is_our_error_and_nothing_of_paramiko(tmp_path: Path) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SILENT_SERVER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        box = {"ssh": f"root@127.0.0.1:{port}", "timeouts": {"connect": 2}}
+        write_inventory(tmp_path / "hosts.yaml", {"mute": box})
+        cli = [sys.executable, "-m", "remotekit", "run", "--host", "mute", "--cmd", "true"]
+        r = subprocess.run(cli, cwd=tmp_path, capture_output=True, text=True, timeout=45)
+    finally:
+        server.kill()
+        server.wait()
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert f"no SSH banner from 127.0.0.1:{port} within 2 s" in out, out
+    for noise in ("Exception (client)", "No existing session", "Traceback", "paramiko"):
+        assert noise not in out, out
+
+
+@pytest.mark.timeout(60)
+def test_paramiko_records_still_reach_an_application_that_configured_logging(
+    tmp_path: Path,
+) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SILENT_SERVER], stdout=subprocess.PIPE, text=True
+    )
+    app = (
+        "import logging, sys, time, remotekit\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "inv = remotekit.load_inventory(sys.argv[1])\n"
+        "try:\n"
+        "    inv.target('mute').run(['true'])\n"
+        "except remotekit.ConnectError as exc:\n"
+        "    print('ours:', exc)\n"
+        "time.sleep(0.5)\n"
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        box = {"ssh": f"root@127.0.0.1:{port}", "timeouts": {"connect": 1}}
+        inv = write_inventory(tmp_path / "hosts.yaml", {"mute": box})
+        r = subprocess.run(
+            [sys.executable, "-c", app, str(inv.path)], capture_output=True, text=True, timeout=45
+        )
+    finally:
+        server.kill()
+        server.wait()
+    assert "ours: " in r.stdout and "no SSH banner" in r.stdout, r.stdout + r.stderr
+    assert "paramiko.transport" in r.stderr, r.stderr  # the application's handler got them

@@ -8,6 +8,7 @@ code under test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -609,3 +610,195 @@ def test_a_setgid_or_sticky_directory_here_is_in_sync_after_one_run(
     local.sync(src, str(tmp_path / "dest"))
     again = local.sync(src, str(tmp_path / "dest"))
     assert again.steps == 1 and not again.changed
+
+
+# -- no path lands outside DEST, even while a process there swaps its directories ---------------
+
+
+def test_nothing_lands_outside_dest_while_its_directories_are_swapped_for_symlinks(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """A process there swaps DEST's directories for symlinks to a victim directory as fast as
+    it can while syncs write, create, remove and set modes below them: every name is resolved
+    from DEST at the moment of use, so the victim never gets a file, a temp file, a directory
+    or a mode change, and nothing in it is removed."""
+    src, dest, victim = tmp_path / "src", tmp_path / "dest", tmp_path / "victim"
+    victim.mkdir()
+    victim.chmod(0o755)
+    (victim / "precious").write_text("keep")
+    (victim / "precious").chmod(0o644)
+    swapped = ["a", "a/b"]
+    (src / "a" / "b").mkdir(parents=True)
+
+    def fill(round_: int) -> None:
+        for d in swapped:
+            for old in (src / d).glob("r*"):
+                old.unlink() if old.is_file() else shutil.rmtree(old)
+            (src / d / f"r{round_}").mkdir()
+            for i in range(60):
+                (src / d / f"r{round_}-{i}").write_text(f"{round_} {i}\n")
+                (src / d / f"r{round_}" / f"{i}").write_text(f"{round_} {i}\n")
+            (src / d / f"r{round_}").chmod(0o777)
+
+    fill(0)
+    local.sync(src, str(dest))
+    stop = threading.Event()
+
+    def swapper() -> None:
+        while not stop.is_set():
+            for d in swapped:
+                real, side = dest / d, dest / (d + ".real")
+                try:
+                    os.rename(real, side)
+                    os.symlink(victim, real)
+                    time.sleep(0.0005)  # the symlink stays longer than the real directory
+                    os.unlink(real)
+                    os.rename(side, real)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        for round_ in range(1, 40):
+            if time.monotonic() > deadline:
+                break
+            fill(round_)
+            # refused or lost names are expected while the directories move
+            with contextlib.suppress(remotekit.RemotekitError):
+                local.sync(src, str(dest), delete=True)
+            assert sorted(p.name for p in victim.iterdir()) == ["precious"], round_
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert (victim / "precious").read_text() == "keep"
+    assert oct(victim.stat().st_mode & 0o777) == oct(0o755)
+    assert oct((victim / "precious").stat().st_mode & 0o777) == oct(0o644)
+
+
+# -- a partial listing never drives a deletion ---------------------------------------------------
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory an unprivileged user can reach (pytest's tmp_path is root's alone)."""
+    d = Path(tempfile.mkdtemp(prefix="rk-sync-"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        for p in d.rglob("*"):
+            if p.is_dir() and not p.is_symlink():
+                p.chmod(0o755)
+        shutil.rmtree(d)
+
+
+def as_unprivileged() -> list[str]:
+    """The argv prefix that runs a command as a user that modes apply to: nothing when not
+    root; as root, a new user namespace (``unshare -U``), where files are nobody's and a
+    directory of mode 000 cannot be read."""
+    if os.geteuid() != 0:
+        return []
+    unshare = shutil.which("unshare")
+    locked = Path(tempfile.mkdtemp())
+    locked.chmod(0)
+    try:
+        probe = subprocess.run(
+            [unshare or "unshare", "-U", "ls", str(locked)], capture_output=True, text=True
+        )
+    finally:
+        locked.rmdir()
+    if probe.returncode == 0 or "Permission denied" not in probe.stderr:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but unshare -U cannot drop root here: {probe.stderr.strip()}")
+        pytest.skip(f"cannot make a directory unreadable as root here: {probe.stderr.strip()}")
+    return [str(unshare), "-U"]
+
+
+SYNC_AS_USER = """\
+import json, sys, remotekit
+with remotekit.local_target() as t:
+    r = t.sync(sys.argv[1], sys.argv[2], delete=True)
+print(json.dumps({"deleted": r.deleted, "findings": r.findings, "refused": r.delete_refused,
+                  "exit": r.exit_code}))
+"""
+
+
+def sync_as(prefix: list[str], src: Path, dest: str | Path) -> subprocess.CompletedProcess[str]:
+    """``sync --delete`` on the local target, run under ``prefix`` (see as_unprivileged)."""
+    argv = [*prefix, sys.executable, "-c", SYNC_AS_USER, str(src), str(dest)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=src.parent)
+
+
+def test_an_unreadable_local_directory_turns_deletion_off(
+    local: remotekit.Target, shared_dir: Path
+) -> None:
+    """``sync --delete`` from a SRC with a directory it cannot read deletes nothing there:
+    what is below the unreadable directory is unknown, not absent (rsync does the same)."""
+    prefix = as_unprivileged()
+    src, dest = shared_dir / "src", shared_dir / "dest"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "model.bin").write_bytes(b"weights")
+    (src / "code.py").write_text("x = 1\n")
+    for d in (src, src / "data"):
+        d.chmod(0o777)  # DEST's copies are writable by the unprivileged user, so
+    local.sync(src, str(dest))  # a wrong deletion below would succeed
+    (dest / "stale.txt").write_text("gone from SRC: deleted only by a whole listing")
+    (src / "data").chmod(0)
+    out = sync_as(prefix, src, dest)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert (dest / "data" / "model.bin").read_bytes() == b"weights"
+    assert (dest / "stale.txt").exists()
+    assert r["deleted"] == [] and r["exit"] == 1
+    assert "SRC here could not be read in full" in r["refused"]
+    assert "data: Permission denied" in r["refused"]
+    assert any(f.startswith("nothing deleted: ") for f in r["findings"])
+
+
+def test_an_unreadable_directory_there_turns_deletion_off(shared_dir: Path, tmp_path: Path) -> None:
+    """The same from the other side: the listing of DEST has an error record (a directory
+    the user there cannot read), so the sync deletes nothing and names the path."""
+    prefix = as_unprivileged()
+    wrapper = tmp_path / "python-unprivileged"
+    wrapper.write_text(f'#!/bin/sh\nexec {" ".join(prefix)} {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    inv = write_inventory(tmp_path / "hosts.yaml", {"user": {"python": str(wrapper)}})
+    src, dest = shared_dir / "src", shared_dir / "dest"
+    src.mkdir()
+    (src / "code.py").write_text("x = 1\n")
+    (dest / "locked").mkdir(parents=True)
+    (dest / "locked" / "run.log").write_text("there only")
+    (dest / "stale.txt").write_text("there only")
+    dest.chmod(0o777)
+    (dest / "locked").chmod(0)
+    with inv.target("user") as t:
+        r = t.sync(src, str(dest), delete=True)
+    (dest / "locked").chmod(0o755)
+    assert (dest / "stale.txt").exists() and (dest / "locked" / "run.log").exists()
+    assert r.deleted == () and r.sent == ("code.py",)
+    assert r.unlisted == ("locked: Permission denied",)
+    assert "DEST there could not be read in full" in r.delete_refused
+    assert r.exit_code == 1 and "deletion refused" in r.summary()
+
+
+def test_a_replacement_that_needs_deletion_is_refused_when_deletion_is_off(
+    local: remotekit.Target, shared_dir: Path
+) -> None:
+    """A directory there where SRC has a file needs a deletion: with the listing partial it
+    is refused, naming why, instead of being replaced."""
+    prefix = as_unprivileged()
+    src, dest = shared_dir / "src", shared_dir / "dest"
+    (src / "locked").mkdir(parents=True)
+    (src / "x").write_text("a file here")
+    (dest / "x" / "inner").mkdir(parents=True)
+    (dest / "x" / "inner" / "keep").write_text("there")
+    for d in (dest, dest / "x", dest / "x" / "inner"):
+        d.chmod(0o777)
+    (src / "locked").chmod(0)
+    out = sync_as(prefix, src, dest)
+    assert out.returncode != 0
+    assert "x is a directory there but not here" in out.stderr
+    assert "not replaced: deletion is off because SRC here could not be read" in out.stderr
+    assert (dest / "x" / "inner" / "keep").read_text() == "there"

@@ -631,7 +631,8 @@ def test_no_loss_exit_2_hints_are_real_command_lines(
     p = tmp_path / "odd log.jsonl"  # a space: the hint must quote it
     p.write_text(
         "".join(
-            json.dumps({"iter": i, "objective": loss, "ppl": math.exp(loss), "tag": "x"}) + "\n"
+            # no name says loss (a "ppl" column would now be chosen: perplexity is a loss)
+            json.dumps({"iter": i, "objective": loss, "score": math.exp(loss), "tag": "x"}) + "\n"
             for i, loss, _, _ in curve()
         )
     )
@@ -640,14 +641,14 @@ def test_no_loss_exit_2_hints_are_real_command_lines(
     err = r.one("error")
     assert (
         err["kind"] == "no-loss"
-        and err["numeric"] == ["objective", "ppl"]
+        and err["numeric"] == ["objective", "score"]
         and err["flag"] == "--metric"
     )
     # the script itself accepts the flag it names
     assert run(p, "--metric", "objective").code in (0, 1)
 
     rep = tl.analyze_train_log(target, str(p), timeout=60)
-    assert rep.exit_code == 2 and rep.numeric_columns == ("objective", "ppl")
+    assert rep.exit_code == 2 and rep.numeric_columns == ("objective", "score")
     assert len(rep.hints) == 2
     text = tl.render_report(rep)
     for hint in rep.hints:
@@ -655,7 +656,7 @@ def test_no_loss_exit_2_hints_are_real_command_lines(
         (ctx,) = parse_task_line(hint)
         assert ctx.name == "train-log"
         assert ctx.args["path"].value == str(p)
-        assert ctx.args["metric"].value in (["objective"], ["ppl"])
+        assert ctx.args["metric"].value in (["objective"], ["score"])
         # and the named column then analyses: exit 0/1, not 2
         again = tl.analyze_train_log(
             target, ctx.args["path"].value, metrics=ctx.args["metric"].value, timeout=60
@@ -793,3 +794,129 @@ def test_damaged_binary_logs_are_read_up_to_the_damage_and_say_so(tmp_path: Path
     wb_file.write_bytes(bytes(raw))
     r = run(wb_file)
     assert r.code in (0, 1, 2) and not r.stderr
+
+
+# -- the loss is found by what its name says, not by a list of exact names ----------------------
+
+
+@pytest.mark.parametrize(
+    ("columns", "loss", "parts"),
+    [
+        # OLMo-core's W&B/console names (olmo_core.train.callbacks: "train/CE loss" family)
+        (
+            ["step", "train/CrossEntropyLoss", "val/CrossEntropyLoss", "lr"],
+            "train/CrossEntropyLoss",
+            [],
+        ),
+        # a DDP run logging the rank-local loss beside nothing else
+        (["step", "train_loss_local", "lr"], "train_loss_local", []),
+        # ultralytics: three parts and no total: each is analysed
+        (
+            ["epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "val/box_loss"],
+            "train/box_loss",
+            ["train/cls_loss", "train/dfl_loss"],
+        ),
+        # a held-out loss only: analysed, and said to be held-out
+        (["step", "val_nll"], "val_nll", []),
+    ],
+)
+def test_the_loss_is_chosen_by_what_its_name_says(
+    tmp_path: Path, columns: list[str], loss: str, parts: list[str]
+) -> None:
+    p = tmp_path / "log.csv"
+    rows = [",".join(columns)]
+    for i in range(120):
+        vals = [str(i)] + [f"{2.5 * math.exp(-i / 40) + 0.3 + 0.01 * (i % 3):.4f}"] * (
+            len(columns) - 1
+        )
+        rows.append(",".join(vals))
+    p.write_text("\n".join(rows) + "\n")
+    r = run(p)
+    assert r.code in (0, 1), r.records
+    src = r.one("source")
+    assert src["columns"]["loss"] == loss
+    assert src["metrics"] == ["loss", *parts] + (["lr"] if "lr" in columns else [])
+    said = [w["message"] for w in r.all("warning") if w["message"].startswith("loss <- ")]
+    assert said and repr(loss) in said[0], r.all("warning")
+    if loss.startswith("val"):
+        assert "held-out" in said[0]
+
+
+def test_no_name_that_says_loss_is_still_no_loss(tmp_path: Path) -> None:
+    """``lossless`` is not a loss, and a column that no name calls a loss is never chosen."""
+    p = tmp_path / "log.csv"
+    p.write_text("step,lossless_ratio,score\n" + "".join(f"{i},{i / 10},{i}\n" for i in range(50)))
+    r = run(p)
+    assert r.code == 2 and r.one("error")["kind"] == "no-loss"
+
+
+def test_an_ultralytics_results_csv_with_padded_names_is_read(tmp_path: Path) -> None:
+    """ultralytics 8.0's BaseTrainer.save_metrics writes each cell right-aligned ('%23s'),
+    names with parentheses (metrics/mAP50-95(B)): it is CSV, not text."""
+    cols = ["epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/mAP50-95(B)"]
+    lines = [",".join(f"{c:>23}" for c in cols)]
+    for e in range(1, 61):
+        cls = 6.0 if e == 30 else 2.0 * math.exp(-e / 20) + 0.4
+        vals = [f"{e}", f"{1.5 * math.exp(-e / 30) + 0.3:.5g}", f"{cls:.5g}", "1.1", "0.3"]
+        lines.append(",".join(f"{v:>23}" for v in vals))
+    p = tmp_path / "results.csv"
+    p.write_text("\n".join(lines) + "\n")
+    r = run(p)
+    src = r.one("source")
+    assert src["format"] == "csv" and src["columns"]["loss"] == "train/box_loss"
+    assert [s["metric"] for s in r.all("spike")] == ["train/cls_loss"], r.all("spike")
+
+
+# -- the trend preset: a baseline that follows a short or falling series -------------------------
+
+
+def _jsonl(path: Path, values: list[float]) -> Path:
+    path.write_text(
+        "".join(json.dumps({"step": i, "loss": v}) + "\n" for i, v in enumerate(values))
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "spike_at"),
+    [
+        # a new user's first log: 2.8 -> 0.4, a 3.4x jump at step 400 back within 5 steps
+        (
+            "falling",
+            [
+                round(
+                    (0.4 + 2.4 * math.exp(-s / 250)) * (3.4 if 400 <= s < 404 else 1.0)
+                    + 0.03 * math.sin(s * 1.7),
+                    4,
+                )
+                for s in range(1000)
+            ],
+            400,
+        ),
+        # a grad norm of ~2 jumping to 10.5 at step 43
+        (
+            "short",
+            [2.0 + 0.2 * math.sin(i * 2.3) for i in range(43)]
+            + [10.5]
+            + [2.0 + 0.2 * math.sin(i * 2.3) for i in range(56)],
+            43,
+        ),
+        # a val_loss of 7.4 between 1.44 and 1.29 at epoch 1 of 17
+        ("first-points", [1.44, 7.4, 1.29] + [1.2 - 0.02 * i for i in range(14)], 1),
+    ],
+)
+def test_the_trend_preset_sees_what_a_plot_shows(
+    tmp_path: Path, name: str, values: list[float], spike_at: int
+) -> None:
+    p = _jsonl(tmp_path / f"{name}.jsonl", values)
+    spikes = run(p, "--preset", "trend").all("spike")
+    assert [s["step"] for s in spikes] == [spike_at], spikes
+    if name == "falling":  # the long-window default misses it: why this preset exists
+        assert run(p).all("spike") == []
+
+
+def test_the_trend_preset_takes_a_level_shift_for_no_spike(tmp_path: Path) -> None:
+    values = [1.0 + 0.01 * math.sin(i) for i in range(150)] + [
+        1.6 + 0.01 * math.sin(i) for i in range(150)
+    ]
+    assert run(_jsonl(tmp_path / "shift.jsonl", values), "--preset", "trend").all("spike") == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 import subprocess
 import sys
 import time
@@ -298,3 +299,85 @@ def test_a_per_epoch_step_counter_is_not_a_resume(tmp_path: Path, with_epoch: bo
     assert not any(e["kind"] == "resume" for e in r.of("event"))
     assert sorted(e["step"] for e in r.of("event") if e["kind"] == "epoch") == [500, 1000]
     assert r.warned("per-epoch count")
+
+
+def run_quick(path: Path) -> Result:
+    """A run that must end at once: a reader blocked on a FIFO fails the test in 20 s."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=20
+    )
+    return Result(proc)
+
+
+@pytest.mark.timeout(45)
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "log.jsonl")
+    r = run_quick(tmp_path / "log.jsonl")
+    assert r.code == 2 and "FIFO" in r.one("error")["message"]
+
+
+@pytest.mark.timeout(45)
+def test_a_run_directory_whose_trainer_state_is_a_fifo(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "trainer_state.json")
+    r = run_quick(tmp_path)
+    assert r.code == 2 and "trainer_state.json" in r.one("error")["message"]
+
+
+def _crc32c_masked(data: bytes) -> int:
+    """TFRecord's masked CRC-32C, bit by bit (the script under test uses a table)."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c ^= b
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
+    c ^= 0xFFFFFFFF
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _tfrecord(data: bytes) -> bytes:
+    n = struct.pack("<Q", len(data))
+    return n + struct.pack("<I", _crc32c_masked(n)) + data + struct.pack("<I", _crc32c_masked(data))
+
+
+def _scalar_event(step: int, loss: float) -> bytes:
+    """An Event (wall_time 1, step 2, summary 5 {value 1 {tag 1, simple_value 2}})."""
+    val = b"\x0a\x04loss\x15" + struct.pack("<f", loss)
+    summary = b"\x0a" + bytes([len(val)]) + val
+    varint = bytes([step & 0x7F | 0x80, step >> 7]) if step > 127 else bytes([step])
+    head = b"\x09" + struct.pack("<d", 1.0) + b"\x10" + varint
+    return head + b"\x2a" + bytes([len(summary)]) + summary
+
+
+def test_damaged_tensorboard_records_are_skipped_and_counted(tmp_path: Path) -> None:
+    out = bytearray(_tfrecord(b"\x09" + struct.pack("<d", 1.0) + b"\x1a\x0dbrain.Event:2"))
+    at = []
+    for s in range(300):
+        at.append(len(out))
+        out += _tfrecord(_scalar_event(s, 2.0 - s / 1000))
+    # record 100: its value became a field of the wrong type (a TypeError in the parser)
+    i = out.index(b"loss\x15", at[100]) + 4
+    out[i : i + 5] = b"\x40\x01\x40\x01\x40"
+    # record 200: its loss changed after writing; only the data CRC can tell
+    i = out.index(b"loss\x15", at[200]) + 5
+    out[i : i + 4] = struct.pack("<f", 1e30)
+    path = tmp_path / "events.out.tfevents.1"
+    path.write_bytes(bytes(out))
+    r = run_quick(path)
+    assert r.code in (0, 1)
+    assert r.one("source")["rows"] == 298 and r.one("source")["bad_lines"] == 2
+    assert r.warned("2 corrupt record(s) in the event file skipped")
+    assert "1e+30" not in json.dumps(r.records)
+
+
+@pytest.mark.parametrize("given", ["file", "run-directory"])
+def test_a_trainer_state_nested_100000_deep_is_a_clear_error(tmp_path: Path, given: str) -> None:
+    doc = '{"log_history": [{"step": 1, "loss": 1.0}], "x": ' + "[" * 100000 + "]" * 100000 + "}"
+    (tmp_path / "trainer_state.json").write_text(doc)
+    r = run_quick(tmp_path / "trainer_state.json" if given == "file" else tmp_path)
+    [err] = r.of("error")
+    assert r.code == 2 and "nested deeper than" in err["message"], err
+    assert "this is a bug" not in err["message"]

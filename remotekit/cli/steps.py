@@ -67,9 +67,7 @@ def ping(c: Context, sel: Selection) -> None:
 
     def check_hops(t: remotekit.Target, console: Console) -> remotekit.PingReport:
         def show(ch: remotekit.Check) -> None:
-            # a missing torch stops nothing but the checkpoint diagnostics: a warning
-            mark = "ok  " if ch.ok else "warn" if ch.layer == "torch" else "FAIL"
-            console.line(t.name, "stdout", f"{mark} {ch.layer}: {ch.detail}")
+            console.line(t.name, "stdout", ch.render())
 
         return t.ping(on_check=show)
 

@@ -53,6 +53,7 @@ from remotekit.diagnostics.base import (
 from remotekit.errors import DiagnosticError
 from remotekit.remote.protocol import number
 from remotekit.render import human_bytes, table
+from remotekit.result import Shown
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -156,8 +157,8 @@ class BadTensor:
         return text
 
 
-@dataclass(frozen=True)
-class CheckpointReport:
+@dataclass(frozen=True, repr=False)
+class CheckpointReport(Shown):
     """The scan of one checkpoint: a file, an HF index with its shards, or a checkpoint
     directory (HF Trainer ``checkpoint-N/``, DeepSpeed ``global_stepN/``, a DCP directory).
 
@@ -265,7 +266,7 @@ class ScanProgress:
     current: str | None = None
 
 
-class CheckpointScan(list[CheckpointReport]):
+class CheckpointScan(Shown, list[CheckpointReport]):
     """The reports of one scan, sorted by path (a plain list of :class:`CheckpointReport`),
     with the scan's verdict: ``exit_code`` (worst report), ``findings`` (one line per bad
     checkpoint), ``errors`` (one line per unreadable or unsupported one), ``plan`` and the
@@ -348,8 +349,8 @@ class OptimizerInfo:
     step: int | float | None
 
 
-@dataclass(frozen=True)
-class InspectReport:
+@dataclass(frozen=True, repr=False)
+class InspectReport(Shown):
     """Structure of one checkpoint: tensors, step/epoch, top-level scalars, optimizers."""
 
     path: str
@@ -426,8 +427,8 @@ class DiffFlag:
     count: int
 
 
-@dataclass(frozen=True)
-class DiffReport:
+@dataclass(frozen=True, repr=False)
+class DiffReport(Shown):
     """Checkpoint B compared with checkpoint A (see :func:`diff_checkpoints`)."""
 
     a: str
@@ -490,8 +491,8 @@ class BisectPoint:
     epoch: int | float | None = None
 
 
-@dataclass(frozen=True)
-class BisectReport:
+@dataclass(frozen=True, repr=False)
+class BisectReport(Shown):
     """Where a run went bad: ``last_clean`` and ``first_bad`` in ``order`` ("global_step",
     or "name" when some checkpoint has no step), with the first bad tensor and its section.
 
@@ -552,8 +553,8 @@ class Sample:
     detail: str
 
 
-@dataclass(frozen=True)
-class DemoReport:
+@dataclass(frozen=True, repr=False)
+class DemoReport(Shown):
     """What :func:`run_demo` planted in ``directory`` on ``host`` and what the scan said.
 
     ``mismatches`` has one line per sample whose scan status is not the one it should get;

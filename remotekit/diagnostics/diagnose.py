@@ -42,6 +42,7 @@ from remotekit.diagnostics.base import (
     worst_exit,
 )
 from remotekit.errors import RemotekitError
+from remotekit.result import Shown
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -87,8 +88,8 @@ class Section:
     report: Any = None
 
 
-@dataclass(frozen=True)
-class DiagnoseReport:
+@dataclass(frozen=True, repr=False)
+class DiagnoseReport(Shown):
     """All sections in run order; ``findings`` are theirs, each prefixed ``[section]``."""
 
     host: str

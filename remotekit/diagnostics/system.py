@@ -33,6 +33,7 @@ from remotekit.diagnostics.base import (
     run_diagnostic,
 )
 from remotekit.render import human_bytes, table
+from remotekit.result import Shown
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -143,8 +144,8 @@ class TorchInfo:
     error: str | None
 
 
-@dataclass(frozen=True)
-class GpuReport:
+@dataclass(frozen=True, repr=False)
+class GpuReport(Shown):
     host: str
     nvidia_smi: str | None  # the path that answered, None when it could not be used
     throttle_field: str | None  # clocks_event_reasons.active, or the pre-535 name
@@ -169,8 +170,8 @@ class ContainerInfo:
     evidence: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class EnvReport:
+@dataclass(frozen=True, repr=False)
+class EnvReport(Shown):
     """The interpreter, torch stack and host facts; fields are None if the script failed."""
 
     host: str
@@ -251,8 +252,8 @@ class CheckpointSize:
     mount: str | None
 
 
-@dataclass(frozen=True)
-class DiskReport:
+@dataclass(frozen=True, repr=False)
+class DiskReport(Shown):
     host: str
     filesystems: tuple[Filesystem, ...]
     walks: tuple[WalkStats, ...]
@@ -289,8 +290,8 @@ class ProcInfo:
     gpu_memory_mib: int | None
 
 
-@dataclass(frozen=True)
-class ProcReport:
+@dataclass(frozen=True, repr=False)
+class ProcReport(Shown):
     host: str
     processes: tuple[ProcInfo, ...]
     gpu_processes: tuple[GpuProcess, ...]

@@ -43,6 +43,7 @@ from remotekit.diagnostics.base import (
 from remotekit.quoting import join
 from remotekit.remote.protocol import FINAL, number
 from remotekit.render import table
+from remotekit.result import Shown
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -68,7 +69,7 @@ __all__ = [
     "render_report",
 ]
 
-PRESETS = ("olmo2", "olmo-core", "megatron")
+PRESETS = ("olmo2", "olmo-core", "megatron", "trend")
 SCRIPT = "trainlog.py"
 
 
@@ -294,8 +295,8 @@ class Series:
     values: tuple[float, ...]
 
 
-@dataclass(frozen=True)
-class TrainLogReport:
+@dataclass(frozen=True, repr=False)
+class TrainLogReport(Shown):
     """Everything train-log found; ``exit_code`` 0 OK, 1 findings, 2 could not run."""
 
     host: str

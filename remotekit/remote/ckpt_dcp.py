@@ -34,6 +34,7 @@ from ckpt_formats import (
     _st_chunks,
     _tensor_chunks,
 )
+from infile import EscapingName, inside, open_regular
 
 # ----------------------------------------------------------- torch.distributed.checkpoint
 
@@ -220,7 +221,7 @@ def _open_dcp(path, opts, header_only):
     a torch.save'd tensor whose bytes are memory-mapped and checked in place."""
     src = Source(path, "dcp", 0)
     try:
-        with open(os.path.join(path, ".metadata"), "rb") as f:
+        with open_regular(os.path.join(path, ".metadata")) as f:
             md = _DcpMetaUnpickler(f).load()
         sdm, storage = md.state_dict_metadata, md.storage_data
         sdm.items(), storage.items()
@@ -234,6 +235,11 @@ def _open_dcp(path, opts, header_only):
         ValueError,
     ) as e:
         raise LoadError("cannot read the DCP .metadata: %s" % _short(e), fmt="dcp") from e
+    try:
+        for info in storage.values():
+            inside(path, info.relative_path, os.path.join(path, ".metadata"))
+    except EscapingName as e:
+        raise LoadError(str(e), fmt="dcp") from None
     files, sizes, chunks_of = {}, {}, {}
     for fqn, m in sdm.items():
         for c in getattr(m, "chunks", None) or ():
@@ -281,7 +287,7 @@ def _open_dcp(path, opts, header_only):
 def _dcp_file(src, path, rel, sizes):
     p = os.path.join(path, rel)
     try:
-        f = open(p, "rb")
+        f = open_regular(p)
     except OSError as e:
         src.problems.append("%s: %s" % (rel, e.strerror or e))
         return None

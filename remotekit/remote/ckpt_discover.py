@@ -7,11 +7,11 @@ is one item; log files met on the way are listed for ``diagnose``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 from ckpt_base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, _euid
+from infile import inside, load_json, open_regular
 from protocol import emit
 
 # ----------------------------------------------------------------------------- discovery
@@ -29,10 +29,10 @@ def _index_item(path):
     base = os.path.dirname(path)
     files = []
     try:
-        with open(path) as f:
-            wmap = json.load(f).get("weight_map") or {}
-        files = sorted(set(os.path.join(base, str(v)) for v in wmap.values()))
-    except (OSError, ValueError, AttributeError):
+        with open_regular(path, "r") as f:
+            wmap = load_json(f, path).get("weight_map") or {}
+        files = sorted(set(inside(base, v, path) for v in wmap.values()))
+    except (OSError, ValueError, AttributeError):  # EscapingName too: opening says which
         pass
     size = 0
     for p in files:
@@ -347,7 +347,7 @@ def _hf_weights(names):
 def _ds_latest(parent):
     """The tag in DeepSpeed's ``latest`` file in ``parent`` (None if there is none)."""
     try:
-        with open(os.path.join(parent, "latest")) as f:
+        with open_regular(os.path.join(parent, "latest"), "r") as f:
             return f.read(256).strip() or None
     except (OSError, UnicodeDecodeError):
         return None

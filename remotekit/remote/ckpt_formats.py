@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import mmap
 import os
 import pickle
@@ -40,6 +39,7 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
+from infile import EscapingName, fd_path, inside, load_json, open_regular
 from protocol import is_secret_name, mask
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
@@ -311,8 +311,8 @@ def _sidecar_step(src, p=None):
         return
     p = p or os.path.join(os.path.dirname(os.path.abspath(src.path)), "trainer_state.json")
     try:
-        with open(p) as f:
-            state = json.load(f)
+        with open_regular(p, "r") as f:
+            state = load_json(f, p)
     except (OSError, ValueError):
         return
     if isinstance(state, dict):
@@ -353,7 +353,13 @@ def _open_torch_unchecked(path, size, is_zip, opts):
     if opts.unsafe_pickle:
         src.notes.append("loaded with --unsafe-pickle (weights_only=False)")
     try:
-        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=not opts.unsafe_pickle)
+        with open_regular(path) as held:  # what was checked is what torch opens
+            obj = torch.load(
+                fd_path(held, path),
+                map_location="cpu",
+                mmap=is_zip,
+                weights_only=not opts.unsafe_pickle,
+            )
     except pickle.UnpicklingError as e:
         needs = [] if opts.unsafe_pickle else _unsafe_globals(path, is_zip, e)
         if needs and _inert_globals(needs):
@@ -390,7 +396,7 @@ def _open_torch_unchecked(path, size, is_zip, opts):
 def _check_torch_zip(path, size):
     """LoadError unless ``path`` is an intact, uncompressed torch.save zip archive."""
     try:
-        with zipfile.ZipFile(path) as zf:
+        with open_regular(path) as f, zipfile.ZipFile(f) as zf:
             infos = zf.infolist()
             names = [i.filename for i in infos]
     except (zipfile.BadZipFile, OSError, ValueError) as e:
@@ -433,7 +439,10 @@ def _adopt_loaded(path, src, obj, is_zip):
 
 def _load_again(path, src, is_zip):
     try:
-        obj = torch.load(path, map_location="cpu", mmap=is_zip, weights_only=True)
+        with open_regular(path) as held:
+            obj = torch.load(
+                fd_path(held, path), map_location="cpu", mmap=is_zip, weights_only=True
+            )
     except Exception as e:
         raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
     return _adopt_loaded(path, src, obj, is_zip)
@@ -490,7 +499,7 @@ def _st_chunks(mm, start, dtype, itemsize, numel, shape, n):
 
 
 def _read_safetensors_header(path, size):
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         head = f.read(8)
         if len(head) < 8:
             raise LoadError("truncated: %d bytes, shorter than a safetensors header" % size)
@@ -504,7 +513,7 @@ def _read_safetensors_header(path, size):
             )
         raw = f.read(n)
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = load_json(raw.decode("utf-8"), "the safetensors header")
     except (UnicodeDecodeError, ValueError) as e:
         raise LoadError("damaged safetensors header (not JSON: %s)" % _short(e)) from e
     if not isinstance(header, dict):
@@ -582,7 +591,7 @@ def _st_map(src, path, size, data_start):
     """The file memory-mapped (closed with ``src``), or None when it holds no tensor data."""
     if size <= data_start:
         return None
-    f = open(path, "rb")
+    f = open_regular(path)
     try:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     finally:
@@ -671,7 +680,7 @@ def _sniff(path):
         raise LoadError("is a directory, not a checkpoint file")
     try:
         size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(16)
     except PermissionError:
         raise LoadError(
@@ -695,7 +704,7 @@ def _looks_like_safetensors(head, size):
 def _lfs_pointer(path, size):
     """LoadError for a Git LFS pointer file (a clone without ``git lfs pull``)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             text = f.read(1024).decode("utf-8", "replace")
     except OSError:
         text = ""
@@ -741,8 +750,8 @@ def _open_file(path, opts, header_only=False, sidecar=True):
 
 def _open_index(path, opts, header_only=False):
     try:
-        with open(path) as f:
-            index = json.load(f)
+        with open_regular(path, "r") as f:
+            index = load_json(f, path)
     except PermissionError:
         raise LoadError("permission denied: uid %d cannot read the index" % _euid()) from None
     except (OSError, ValueError) as e:
@@ -752,10 +761,14 @@ def _open_index(path, opts, header_only=False):
         raise LoadError('not a Hugging Face shard index: no "weight_map" object')
     base = os.path.dirname(path)
     shards = sorted(set(str(v) for v in wmap.values()))
+    try:
+        where = {shard: inside(base, shard, path) for shard in shards}
+    except EscapingName as e:
+        raise LoadError(str(e), fmt="hf-sharded") from None
     src = Source(path, "hf-sharded", 0)
     src.notes.append("%d shards" % len(shards))
     for shard in shards:
-        p = os.path.join(base, shard)
+        p = where[shard]
         expected = [k for k, v in wmap.items() if v == shard]
         if not os.path.exists(p):
             src.problems.append("shard %s is missing (%d tensors)" % (shard, len(expected)))

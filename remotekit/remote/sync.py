@@ -21,9 +21,11 @@ Every stdout line is one JSON object with a ``"type"``:
     {"type": "error", "p": rel, "message": ...}                   a path that could not be done
     {"type": "done", "command": ..., "errors": n}                 last; exit 1 if errors
 
-Path safety: every relative path is checked before use (no absolute names, no ``..``, no empty
-or ``.`` parts, no NUL) and every directory on the way from DEST to it must be a real
-directory, never a symlink, so nothing is written or removed outside DEST. Files are written
+Path safety: every relative path is checked (no absolute names, no ``..``, no empty or ``.``
+parts, no NUL), and every change is made at the moment of use relative to a descriptor held
+on DEST, one directory at a time with ``O_NOFOLLOW`` (:class:`Dest`): a directory on the way
+that is a symlink, even one swapped in by a process there while the sync runs, is refused and
+never followed, so nothing is written, renamed or removed outside DEST. Files are written
 atomically: a temp file in the same directory, fsync, chmod, utime, rename; a stop signal
 removes the temp file, so an interrupted sync leaves no partial file under its real name.
 """
@@ -159,20 +161,60 @@ def check_rel(rel):
     return rel
 
 
-def inside(root, rel):
-    """The absolute path of ``rel`` under ``root``, after checking that every directory on
-    the way is a real directory (not a symlink that could lead out of ``root``)."""
-    check_rel(rel)
-    parts = rel.split("/")
-    here = root
-    for part in parts[:-1]:
-        here = os.path.join(here, part)
-        st = os.lstat(here)
-        if stat.S_ISLNK(st.st_mode):
-            raise Unsafe("%s is a symlink; refusing to go through it" % here)
-        if not stat.S_ISDIR(st.st_mode):
-            raise Unsafe("%s is not a directory" % here)
-    return os.path.join(root, *parts)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+#: How a directory on the way to a path is entered: never through a symlink.
+DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW | CLOEXEC
+
+
+class Dest(object):
+    """DEST held open by a descriptor; every path below it is reached from that descriptor
+    one directory at a time (``openat`` with ``O_NOFOLLOW``) at the moment it is used, and
+    is then created, written, renamed or removed relative to its directory's descriptor.
+
+    Checking a path first and using it by name later is not enough: a process there that
+    swaps a directory of DEST for a symlink in between would get the write. Resolved this
+    way, a swapped directory is an :class:`Unsafe` error naming it, never followed."""
+
+    def __init__(self, root):
+        self.root = root
+        self.fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | CLOEXEC)
+
+    def close(self):
+        os.close(self.fd)
+
+    def parent(self, rel):
+        """``(fd, name)``: an open descriptor on the directory holding ``rel`` (the caller
+        closes it) and ``rel``'s last part."""
+        check_rel(rel)
+        parts = rel.split("/")
+        fd = os.dup(self.fd)
+        try:
+            for n, part in enumerate(parts[:-1]):
+                try:
+                    down = os.open(part, DIR_FLAGS, dir_fd=fd)
+                except OSError as e:
+                    if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    here = os.path.join(self.root, *parts[: n + 1])
+                    if stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                        raise Unsafe("%s is a symlink; refusing to go through it" % here) from None
+                    raise Unsafe("%s is not a directory" % here) from None
+                os.close(fd)
+                fd = down
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, parts[-1]
+
+    def open(self, rel, flags):
+        """A descriptor on ``rel`` itself, opened with ``flags | O_NOFOLLOW``."""
+        fd, name = self.parent(rel)
+        try:
+            return os.open(name, flags | NOFOLLOW | CLOEXEC, dir_fd=fd)
+        finally:
+            os.close(fd)
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -287,8 +329,12 @@ def do_list(root, here):
 
 
 def file_hash(path):
+    """SHA-256 of the regular file ``path`` (a symlink or a FIFO is an OSError)."""
+    return fd_hash(os.open(path, os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC))
+
+
+def fd_hash(fd):
     h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise OSError("not a regular file")
@@ -300,48 +346,54 @@ def file_hash(path):
 def do_hash(root, here):
     with open(os.path.join(here, "paths.json")) as f:
         paths = json.load(f)
-    errors = []
-    for rel in paths:
-        try:
-            digest = file_hash(inside(root, rel))
-        except (OSError, Unsafe):
-            digest = None  # gone or odd: the caller sends it
-        emit({"type": "hash", "p": rel, "h": digest})
-    return errors
+    dest = Dest(root)
+    try:
+        for rel in paths:
+            try:
+                digest = fd_hash(dest.open(rel, os.O_RDONLY | NONBLOCK))
+            except (OSError, Unsafe):
+                digest = None  # gone or odd: the caller sends it
+            emit({"type": "hash", "p": rel, "h": digest})
+    finally:
+        dest.close()
+    return []
 
 
 # -- apply ---------------------------------------------------------------------------------------
+#
+# Every change below is made relative to the descriptor of the directory that holds it, got
+# from Dest.parent at the moment of use: (dir_fd, name) pairs, never paths.
 
 
 def error(rel, message):
     return {"type": "error", "p": rel, "message": message}
 
 
-def temp_name(folder, name):
+def temp_name(name):
     """A temp name beside ``name`` keeping at most its first 100 *bytes* (a legal 255-byte
     name cut at 100 characters may not fit), whole UTF-8 characters only."""
     part = os.fsencode(name)[:100].decode("utf-8", "ignore")
-    return os.path.join(folder, TEMP_PREFIX + os.urandom(6).hex() + "-" + part)
+    return TEMP_PREFIX + os.urandom(6).hex() + "-" + part
 
 
-def stage_file(body, path, mode, mtime_ns):
-    """A temp file beside ``path`` holding ``body`` (a file in the shipped dir, or a
-    ``(pack fd, offset, size)`` slice of the pack), with its mode and mtime set, not yet
+def stage_file(body, dir_fd, name, mode, mtime_ns):
+    """A temp file beside ``name`` in ``dir_fd`` holding ``body`` (a file in the shipped dir,
+    or a ``(pack fd, offset, size)`` slice of the pack), with its mode and mtime set, not yet
     synced to disk: ``(its name, an open fd on it)``. Mode and mtime are set through the fd
     (path lookups are what a container's filesystem makes slow)."""
-    folder, name = os.path.split(path)
-    tmp = temp_name(folder, name)
+    tmp = temp_name(name)
     fd = -1
     try:
-        if not isinstance(body, tuple) and os.stat(body).st_dev == os.stat(folder).st_dev:
-            os.rename(body, tmp)  # same filesystem: no copy
-            fd = os.open(tmp, os.O_RDONLY)
+        if not isinstance(body, tuple) and os.stat(body).st_dev == os.fstat(dir_fd).st_dev:
+            os.rename(body, tmp, dst_dir_fd=dir_fd)  # same filesystem: no copy
+            fd = os.open(tmp, os.O_RDONLY | NOFOLLOW | CLOEXEC, dir_fd=dir_fd)
         else:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
+            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
             if isinstance(body, tuple):
                 copy_slice(*body, out=fd)
             else:
-                src = os.open(body, os.O_RDONLY)
+                src = os.open(body, os.O_RDONLY | CLOEXEC)
                 try:
                     for block in iter(lambda: os.read(src, CHUNK), b""):
                         write_all(fd, block)
@@ -352,7 +404,7 @@ def stage_file(body, path, mode, mtime_ns):
     except BaseException:
         if fd >= 0:
             os.close(fd)
-        discard(tmp)
+        discard(dir_fd, tmp)
         raise
     return tmp, fd
 
@@ -374,72 +426,92 @@ def write_all(fd, data):
         view = view[os.write(fd, view) :]
 
 
-def discard(path):
+def discard(dir_fd, name):
     try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=dir_fd)
     except OSError:
         pass
 
 
-def install_files(items, errors):
-    """Install ``(rel, body, path, mode, mtime_ns)`` items atomically, a group at a time:
-    stage each as a temp file beside its path, fsync the group's temp files in parallel (one
-    fsync per file costs a journal commit each; parallel ones share commits), then rename
-    each over its path. A stop signal or an error leaves no temp file behind."""
+def install_files(dest, items, errors):
+    """Install ``(rel, body, mode, mtime_ns)`` items atomically, a group at a time: stage
+    each as a temp file beside its path, fsync the group's temp files in parallel (one fsync
+    per file costs a journal commit each; parallel ones share commits), then rename each
+    over its path, all relative to the directory descriptors resolved for the group. A stop
+    signal or an error leaves no temp file behind."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(FSYNC_THREADS) as pool:
         for at in range(0, len(items), GROUP):
+            dirs = {}  # directory rel -> its fd, for this group
             staged = []
             try:
-                for rel, body, path, mode, mtime_ns in items[at : at + GROUP]:
+                for rel, body, mode, mtime_ns in items[at : at + GROUP]:
                     try:
-                        staged.append((rel, path) + stage_file(body, path, mode, mtime_ns))
+                        dir_fd, name = dir_of(dest, rel, dirs)
+                        staged.append(
+                            (rel, dir_fd, name) + stage_file(body, dir_fd, name, mode, mtime_ns)
+                        )
+                    except Unsafe as e:
+                        errors.append(error(rel, "refused: %s" % e))
                     except OSError as e:
                         errors.append(error(rel, e.strerror or str(e)))
-                synced = list(pool.map(lambda s: try_os(os.fsync, s[3]), staged))
+                synced = list(pool.map(lambda s: try_os(os.fsync, s[4]), staged))
                 while staged:
-                    rel, path, tmp, fd = staged.pop()
+                    rel, dir_fd, name, tmp, fd = staged.pop()
                     os.close(fd)
-                    failed = synced.pop() or try_os(os.replace, tmp, path)
+                    failed = synced.pop() or try_os(
+                        os.replace, tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd
+                    )
                     if failed:
-                        discard(tmp)
+                        discard(dir_fd, tmp)
                         errors.append(error(rel, failed))
             finally:
-                for _, _, tmp, fd in staged:
+                for _, dir_fd, _, tmp, fd in staged:
                     os.close(fd)
-                    discard(tmp)
+                    discard(dir_fd, tmp)
+                for fd in dirs.values():
+                    os.close(fd)
 
 
-def try_os(fn, *args):
-    """None if ``fn(*args)`` worked, else the OSError's text."""
+def dir_of(dest, rel, dirs):
+    """``(fd, name)`` of ``rel``'s directory, opened once per directory into ``dirs``."""
+    folder = rel.rpartition("/")[0]
+    if folder in dirs:
+        return dirs[folder], check_rel(rel).rpartition("/")[2]
+    fd, name = dest.parent(rel)
+    dirs[folder] = fd
+    return fd, name
+
+
+def try_os(fn, *args, **kw):
+    """None if ``fn(*args, **kw)`` worked, else the OSError's text."""
     try:
-        fn(*args)
+        fn(*args, **kw)
         return None
     except OSError as e:
         return e.strerror or str(e)
 
 
-def install_link(path, target):
-    folder, name = os.path.split(path)
-    tmp = temp_name(folder, name)
-    os.symlink(target, tmp)
+def install_link(dir_fd, name, target):
+    tmp = temp_name(name)
+    os.symlink(target, tmp, dir_fd=dir_fd)
     try:
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        os.unlink(tmp)
+        discard(dir_fd, tmp)
         raise
 
 
-def remove(path):
-    """Remove one path, never a tree: a directory only once empty (its listed children were
+def remove(dir_fd, name):
+    """Remove one name, never a tree: a directory only once empty (its listed children were
     removed before it, deepest first); True if it was a directory that still holds entries
     the plan did not name (excluded, or new since the listing), which are kept with it."""
-    if not stat.S_ISDIR(os.lstat(path).st_mode):
-        os.unlink(path)
+    if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+        os.unlink(name, dir_fd=dir_fd)
         return False
     try:
-        os.rmdir(path)
+        os.rmdir(name, dir_fd=dir_fd)
     except OSError as e:
         if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
@@ -447,16 +519,16 @@ def remove(path):
     return False
 
 
-def set_meta(path, mode, mtime_ns=None):
+def set_meta(dir_fd, name, mode, mtime_ns=None):
     """Set a file's mode and mtime (``mtime_ns``) or a directory's mode (no ``mtime_ns``)
-    through a descriptor opened without following a symlink: a path swapped for a symlink
+    through a descriptor opened without following a symlink: a name swapped for a symlink
     since the listing (say ``sub -> /etc``) is an error naming it, never followed."""
     is_dir = mtime_ns is None
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags = os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC
     try:
-        fd = os.open(path, flags | (getattr(os, "O_DIRECTORY", 0) if is_dir else 0))
+        fd = os.open(name, flags | (getattr(os, "O_DIRECTORY", 0) if is_dir else 0), dir_fd=dir_fd)
     except OSError:
-        if stat.S_ISLNK(os.lstat(path).st_mode):
+        if stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
             raise OSError("is a symlink there now; not followed") from None
         raise
     try:
@@ -475,42 +547,53 @@ def do_apply(root, here):
         plan = json.load(f)
     with open(os.path.join(here, "ok"), "rb") as f:
         ok = f.read()
+    os.makedirs(root, exist_ok=True)
+    dest = Dest(root)
+    try:
+        return apply_plan(dest, plan, ok, here)
+    finally:
+        dest.close()
+
+
+def apply_plan(dest, plan, ok, here):
     errors = []
 
     def each(key, fn):
+        """``fn(dir_fd, name, *args)`` for each item of the plan's ``key``, its directory
+        resolved from DEST just before; the paths for which ``fn`` returned true."""
+        true = []
         for item in plan.get(key, ()):
-            rel = item[0] if isinstance(item, list) else item
+            rel, args = (item[0], item[1:]) if isinstance(item, list) else (item, [])
             try:
-                fn(inside(root, rel), *(item[1:] if isinstance(item, list) else ()))
+                dir_fd, name = dest.parent(rel)
+                try:
+                    if fn(dir_fd, name, *args):
+                        true.append(rel)
+                finally:
+                    os.close(dir_fd)
             except Unsafe as e:
                 errors.append(error(rel, "refused: %s" % e))
             except OSError as e:
                 errors.append(error(rel, e.strerror or str(e)))
+        return true
 
+    for rel in each("remove", remove):  # a directory that still holds unlisted entries
+        emit({"type": "kept", "p": rel})
+    each("mkdir", lambda dir_fd, name, mode: os.mkdir(name, 0o700, dir_fd=dir_fd))
     bodies = []
-    packed = os.path.join(here, "pack")
-    pack = os.open(packed, os.O_RDONLY) if os.path.exists(packed) else -1
-
-    def body(path, n, mode, mtime_ns, offset=None, size=0):
+    for rel, n, mode, mtime_ns, *slice_ in plan.get("files", ()):
         if ok[n : n + 1] != b"1":
-            raise OSError("changed while it was read here; not sent (sync again)")
-        src = os.path.join(here, "d", str(n)) if offset is None else (pack, offset, size)
-        bodies.append((rel_of(path), src, path, mode, mtime_ns))
-
-    def rel_of(path):
-        return os.path.relpath(path, root).replace(os.sep, "/")
-
-    os.makedirs(root, exist_ok=True)
-
-    def remove_one(path):
-        if remove(path):
-            emit({"type": "kept", "p": rel_of(path)})
-
-    each("remove", remove_one)
-    each("mkdir", lambda path, mode: os.mkdir(path, 0o700))
-    each("files", body)
+            errors.append(error(rel, "changed while it was read here; not sent (sync again)"))
+        else:
+            bodies.append((rel, n, mode, mtime_ns, slice_))
+    packed = os.path.join(here, "pack")
+    pack = os.open(packed, os.O_RDONLY | CLOEXEC) if os.path.exists(packed) else -1
     try:
-        install_files(bodies, errors)
+        items = [
+            (rel, (pack, s[0], s[1]) if s else os.path.join(here, "d", str(n)), mode, mtime_ns)
+            for rel, n, mode, mtime_ns, s in bodies
+        ]
+        install_files(dest, items, errors)
     finally:
         if pack >= 0:
             os.close(pack)

@@ -6,7 +6,7 @@ The log is streamed once into compact ``array`` columns; only findings travel ba
 
 Usage::
 
-    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron]
+    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron|trend]
                 [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
 
@@ -80,6 +80,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped si
 
 # Some names below are imported only for the tests and bench/bench_trainlog.py, which load
 # this script by path and reach the readers through it (hence the noqa).
+from infile import open_regular
 from trainlog_analyze import analyze_log
 from trainlog_base import FAST_PAIR_RE, PRESETS, LogError, binom_sf, decimate, failed  # noqa: F401
 from trainlog_binary import _tf_rows, _wandb_rows  # noqa: F401
@@ -180,7 +181,7 @@ def _binary_share(path, size=1 << 16):
     """Share of the first ``size`` bytes of ``path`` that no text log has: control bytes
     other than tab/newline/CR, and bytes that are not UTF-8 (0 for a directory)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(size)
     except OSError:
         return 0.0

@@ -14,6 +14,15 @@ from protocol import EXIT_FAILED, emit, finish
 COMMAND = "train-log"  # the command named in the final record
 
 PRESETS = {
+    "trend": {
+        "window": 128,
+        "sigma": 6.0,
+        "ratio": None,
+        "trend": True,
+        "rule": "value > 6 sigma (and 10%) above a baseline that follows the trend (median of "
+        "the last 16 values; sigma from the last 128 values' step-to-step noise); "
+        "a rise that stays is a level shift, not a spike",
+    },
     "olmo2": {
         "window": 1000,
         "sigma": 7.0,

@@ -10,6 +10,7 @@ import struct
 from collections import Counter
 from itertools import chain, islice
 
+from infile import open_regular
 from trainlog_base import LogError
 from trainlog_ingest import BLOCK, HEAD_ROWS, MAX_LINE, _ingest_for
 
@@ -148,9 +149,10 @@ def _event_scalars(buf, row):
 
 
 def _tfrecords(f, counts=None):
-    """Payloads of a TFRecord file: uint64 length, uint32 masked CRC of it, data, CRC. A
-    length whose CRC does not match ends the reading (the records after it cannot be
-    found): ``counts[2]`` is then its offset."""
+    """Records of a TFRecord file (uint64 length, uint32 masked CRC of it, data, CRC of the
+    data) as ``data + CRC`` buffers: :func:`_intact` checks the data. A length whose CRC
+    does not match ends the reading (the records after it cannot be found): ``counts[2]``
+    is then its offset."""
     read = f.read
     unpack = struct.Struct("<QI").unpack
     while True:
@@ -168,7 +170,15 @@ def _tfrecords(f, counts=None):
         data = read(n + 4)
         if len(data) < n + 4:
             return  # the writer was still writing: the last record is partial
-        yield memoryview(data)[:n]
+        yield data
+
+
+def _intact(data):
+    """Whether a record from :func:`_tfrecords` has the data its CRC was made of."""
+    return _masked_crc(memoryview(data)[:-4]) == _CRC.unpack_from(data, len(data) - 4)[0]
+
+
+_CRC = struct.Struct("<I")
 
 
 def _rows_into(rows_iter, wanted, step_key, need=None):
@@ -192,17 +202,23 @@ def _rows_into(rows_iter, wanted, step_key, need=None):
 
 
 def _tf_rows(path, counts):
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         row, step = {}, None
         for data in _tfrecords(f, counts):
             counts[0] += 1
             cur = {}
             try:
-                s = _event_scalars(data, cur)
-            except (ValueError, IndexError, struct.error):
-                counts[1] += 1  # a record that is not a well-formed Event: skipped
-                continue
+                s = _event_scalars(memoryview(data)[:-4], cur)
+            except (ValueError, IndexError, TypeError, struct.error):
+                s = cur = None  # not a well-formed Event
             if not cur:
+                # Skipped either way: the CRC (pure Python, about 1 us a byte) is computed
+                # only for records whose scalars are kept, not for every image or histogram.
+                if cur is None:
+                    counts[1] += 1  # skipped
+                continue
+            if not _intact(data):
+                counts[1] += 1  # a scalar whose bytes changed after writing: skipped
                 continue
             if s != step and row:
                 yield row
@@ -302,7 +318,7 @@ def _wandb_rows(path, counts, need=None):
     loads = json.loads
     names = {}  # key bytes -> str, decoded once
     pats = None
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for rec in _wandb_records(f):
             counts[0] += 1
             rec = bytes(rec)
@@ -373,7 +389,7 @@ def _wandb_find(rec, start, end, pats, loads):
             return None
         try:
             row[name] = loads(rec[v : v + vlen])
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting too deep
             pass
     return row
 
@@ -413,7 +429,7 @@ def _wandb_history(buf, i, end, loads, names):
             if name is not None and val is not None:
                 try:
                     row[name] = loads(val)
-                except ValueError:
+                except (ValueError, RecursionError):  # nesting too deep
                     pass
         elif key == 0x12:  # step {num 1}
             if i < stop and buf[i] == 0x08:

@@ -7,7 +7,6 @@ than chance.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import os
 import pickletools
@@ -18,6 +17,7 @@ from array import array
 from itertools import compress, islice, repeat
 from operator import gt, le, mul, sub
 
+from infile import load_json, open_regular
 from trainlog_base import DIR_STEP_RE, MAX_EVENTS, _fmt, _quantile, binom_sf
 from trainlog_ingest import MAX_DOC
 
@@ -94,19 +94,20 @@ def _own_step(full):
             full = os.path.join(full, "trainer_state.json")
             if not os.path.isfile(full) or os.path.getsize(full) > MAX_DOC:
                 return None, None
-            with open(full, "rb") as f:
-                doc = json.loads(f.read().decode("utf-8", "replace"))
+            with open_regular(full) as f:
+                doc = load_json(f.read().decode("utf-8", "replace"), full)
             step = doc.get("global_step") if isinstance(doc, dict) else None
             return _step_or_none(step), "global_step"
         if name in ("latest", "latest_checkpointed_iteration.txt"):
-            with open(full, "rb") as f:
+            with open_regular(full) as f:
                 text = f.read(256).decode("utf-8", "replace")
             m = re.search(r"(\d+)\s*$", text.strip())
             return (float(m.group(1)), name) if m else (None, None)
         if name.endswith(".safetensors"):
             return _safetensors_step(full)
-        if zipfile.is_zipfile(full):
-            return _torch_zip_step(full)
+        with open_regular(full) as f:
+            if zipfile.is_zipfile(f):
+                return _torch_zip_step(f)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError):
         pass
     return None, None
@@ -123,11 +124,12 @@ def _step_or_none(v):
 
 
 def _safetensors_step(full):
-    with open(full, "rb") as f:
+    with open_regular(full) as f:
         size = struct.unpack("<Q", f.read(8))[0]
         if size > MAX_PICKLE:
             return None, None
-        meta = json.loads(f.read(size).decode("utf-8", "replace")).get("__metadata__") or {}
+        head = f.read(size).decode("utf-8", "replace")
+        meta = load_json(head, "the safetensors header of " + full).get("__metadata__") or {}
     for key in CKPT_STEP_KEYS:
         step = _step_or_none(meta.get(key))
         if step is not None:
@@ -139,7 +141,7 @@ def _torch_zip_step(full):
     """The step key of a torch zip file's top-level dict, from its pickle's opcodes: a key
     string followed at once by an int. The largest ``step`` is taken (optimizer states
     hold per-parameter step counts that never exceed the global one)."""
-    with zipfile.ZipFile(full) as z:
+    with zipfile.ZipFile(full) as z:  # a path or an open file
         info = next((i for i in z.infolist() if i.filename.endswith("data.pkl")), None)
         if info is None or info.file_size > MAX_PICKLE:
             return None, None

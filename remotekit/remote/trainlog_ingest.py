@@ -5,6 +5,7 @@ the lines of a file read a block at a time (:class:`Lines`).
 
 from __future__ import annotations
 
+import re
 from array import array
 from itertools import chain
 from operator import itemgetter
@@ -44,6 +45,64 @@ def _find_key(keys, aliases, bases=None):
     return None, False
 
 
+#: Words that make a column a loss by its name, whatever the trainer calls it.
+LOSS_WORDS = ("loss", "nll", "crossentropy", "cross_entropy", "cross-entropy", "perplexity", "ppl")
+HELD_OUT = ("val", "valid", "validation", "eval", "test", "dev")
+
+
+def _loss_score(key):
+    """How much a column's name says "the training loss", or None if it says no loss at all.
+
+    Needs no list of exact names: a loss word anywhere (``train/CrossEntropyLoss``,
+    ``train_loss_local``, ``box_loss``), train-side over held-out (val/eval/test), a loss
+    over perplexity (exp of it), per step over per epoch, a total over its parts."""
+    low = key.lower()
+    parts = [p for p in re.split(r"[/._\- ]+|(?<=[a-z])(?=loss$)", low) if p]
+    if not any(p in LOSS_WORDS or p.endswith("loss") for p in parts):
+        return None
+    score = 0
+    if any(p in HELD_OUT or p.startswith(HELD_OUT) for p in parts[:2]):
+        score -= 10
+    if any(p in ("train", "training", "trn") for p in parts):
+        score += 3
+    if "loss" in parts or low.endswith("loss"):
+        score += 2
+    if "perplexity" in low or "ppl" in parts:
+        score -= 1
+    if "epoch" in parts:
+        score -= 1
+    if "total" in parts or (parts[-1:] == ["loss"] and len(parts) <= 2):
+        score += 1
+    return score
+
+
+def _pick_loss(keys, taken):
+    """``(key, parts, why)``: the best loss-named column not in ``taken`` (None if no name
+    says loss), the others that score as well (the parts of a loss with no total, as YOLO's
+    ``box_loss``, ``cls_loss``, ``dfl_loss``: each is analysed), and the reason in words."""
+    scored = []
+    for i, k in enumerate(keys):
+        s = None if k in taken else _loss_score(k)
+        if s is not None:
+            scored.append((-s, i, k))
+    if not scored:
+        return None, [], ""
+    scored.sort()
+    best = scored[0][2]
+    parts = [k for s, _, k in scored[1:] if s == scored[0][0]]
+    others = [k for s, _, k in scored[1:] if s != scored[0][0]]
+    held_out = -scored[0][0] < -5
+    why = "loss <- %r: %s" % (
+        best,
+        "a held-out loss: no train-side loss found" if held_out else "the train-side loss by name",
+    )
+    if parts:
+        why += "; its parts %s are analysed too (no total found)" % ", ".join(map(repr, parts))
+    if others:
+        why += "; also seen: %s (--metric NAME to choose)" % ", ".join(map(repr, others[:6]))
+    return best, parts, why
+
+
 def resolve_columns(keys, wanted, step_key=None):
     """Map labels to row keys: ``(step_key, [(label, key)], [(meta, key)], bucket_key,
     missing_labels, guesses)``; ``guesses`` says in words which choice was not certain."""
@@ -69,6 +128,12 @@ def resolve_columns(keys, wanted, step_key=None):
         else:
             key, exact = _find_key(keys, (name.lower(),), (name.lower(),))
             label = name
+        if key is None and role == "loss" and not wanted:
+            key, parts, why = _pick_loss(keys, {step_key} | {k for _, k in metrics})
+            if key is not None:
+                guesses.append(why)
+                metrics += [(label, key)] + [(k, k) for k in parts]
+                continue
         if key is None or key == step_key or any(k == key for _, k in metrics):
             if wanted:
                 missing.append(name)

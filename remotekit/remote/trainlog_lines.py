@@ -8,6 +8,7 @@ import json
 import re
 import struct
 
+from infile import open_regular
 from trainlog_base import LogError
 from trainlog_binary import _masked_crc
 from trainlog_ingest import MAX_LINE, SNIFF_BYTES, SNIFF_LINES, Lines
@@ -139,7 +140,7 @@ def sniff(path):
     """``(format, line format or None)``: ``jsonl``, ``json`` (a whole document:
     trainer_state.json), ``csv``, ``tfevents``, ``wandb`` or ``text``; for text, the trainer
     whose line format most lines match. Looks at the first lines only, each bounded."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         magic = f.read(16)
         f.seek(0)
         if magic[:3] == b":W&" or magic[:4] == b"W&B\x00":
@@ -194,7 +195,8 @@ def sniff(path):
         if (
             len(cells) >= 2
             and "=" not in first
-            and all(re.match(r"^[A-Za-z_][\w./\- ]*$", c) for c in cells if c)
+            # names as trainers write them: train/box_loss, metrics/mAP50-95(B), lr-AdamW@0
+            and all(re.match(r"^[A-Za-z_][\w./\-()\[\]@:%+ ]*$", c) for c in cells if c)
             and (len(lines) < 2 or len(lines[1].split(delim)) == len(first.split(delim)))
         ):
             return "csv", None

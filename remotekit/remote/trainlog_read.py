@@ -15,6 +15,7 @@ from collections import Counter
 from itertools import chain, compress, repeat
 from operator import itemgetter
 
+from infile import TooDeep, load_json, open_regular
 from protocol import mask
 from trainlog_base import FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
 from trainlog_binary import read_tfevents, read_wandb
@@ -49,9 +50,11 @@ def read_log(path, fmt, wanted):
                 "a %d MiB JSON document; over %d MiB is not read whole (is it JSON lines?)"
                 % (size >> 20, MAX_DOC >> 20)
             )
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open_regular(path, "r", encoding="utf-8", errors="replace") as f:
             try:
-                doc = json.load(f)
+                doc = load_json(f, "the JSON document")
+            except TooDeep as exc:
+                raise LogError(str(exc)) from None
             except ValueError as exc:
                 if not auto:
                     raise LogError("not valid JSON (%s)" % exc) from None
@@ -78,7 +81,7 @@ def read_log(path, fmt, wanted):
         for r in rows:
             ing.add(r)
         return ing, fmt, len(rows), extra
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         src = Lines(f)
         if fmt == "csv":
             out = _read_csv(src, wanted)

@@ -60,6 +60,80 @@ def _recovery(vals, j, thr, up, cap, onset):
     return None
 
 
+TREND_BLOCK = 8  # values per baseline refresh: the level is the median of the last 2 blocks
+TREND_REL = 0.10  # and at least 10% above the level: noise-free (rounded) logs need a size
+SHIFT_AFTER = 24  # not back after this many values: a level shift (a schedule step), no spike
+EARLY = 5  # fewer values before it: only a doubling that comes back is a spike
+
+
+def detect_trend(label, vals, rows, steps, direction, preset):
+    """Spikes (``up``) or cliffs (``down``) against a baseline that follows the trend.
+
+    The level of each block of :data:`TREND_BLOCK` values is the median of the 16 clean
+    values before it (a falling loss or a warm-up moves it along); the scale is the robust
+    sigma of the step-to-step differences of the last ``window`` clean values, over sqrt 2
+    (noise, not trend). A value more than ``sigma`` scales and :data:`TREND_REL` of the level
+    beyond it starts an incident that lasts until the metric is back; one that does not come
+    back within :data:`SHIFT_AFTER` values is a level shift and flags nothing. From the first
+    values on: with fewer than :data:`EARLY` before it, twice the level is the rule."""
+    n = len(vals)
+    if n < 2 or direction == "none":
+        return [], 0
+    up = direction == "up"
+    sign = 1.0 if up else -1.0
+    z, window = preset["sigma"], preset["window"]
+    clean = [vals[0]]  # values outside any incident, the latest last
+    incidents, flagged = [], 0
+    scale, fresh = 0.0, 0  # the noise scale, and the clean values it has not seen yet
+    i = 1
+    while i < n:
+        level = _median(clean[-2 * TREND_BLOCK :])
+        if len(clean) >= EARLY:
+            if fresh >= window // 4 or len(clean) <= window:  # refreshed every window/4 values
+                recent = clean[-window:]
+                diffs = sorted(abs(b - a) for a, b in zip(recent, recent[1:]))
+                # the larger of the step-to-step noise and the spread of the values: a loss
+                # that moves between modes (homogeneous batches) is wide, not spiking
+                scale = max(
+                    _quantile(diffs, 0.5) * 1.4826 / math.sqrt(2), _robust_sigma(sorted(recent))
+                )
+                fresh = 0
+            scale = max(scale, abs(level) * 1e-6, 1e-12)
+            margin = max(z * scale, TREND_REL * abs(level))
+        else:
+            scale = max(abs(level), 1e-12)
+            margin = scale  # twice the level (a loss near 0 needs some size too)
+        end = min(n, i + TREND_BLOCK)
+        top = level + sign * margin
+        j = i
+        while j < end:
+            v = vals[j]
+            if (v > top) if up else (v < top):
+                back_thr = level + sign * max(margin / 2, RECOVER_SIGMA * scale)
+                back = _recovery(vals, j, back_thr, up, SHIFT_AFTER, top)
+                if back is not None:
+                    inc = _incident(
+                        label, vals, rows, steps, j, back, back, up, (level, scale, None)
+                    )
+                    inc["flagged"] = sum(1 for t in vals[j:back] if sign * (t - top) > 0)
+                    incidents.append(inc)
+                    flagged += inc["flagged"]
+                    j = back
+                    break
+                # not back: a new level (or the log ends up there), no spike
+            clean.append(v)
+            fresh += 1
+            j += 1
+        i = j
+        if len(clean) > 4 * window:
+            del clean[: len(clean) - 2 * window]
+    return incidents, flagged
+
+
+def _median(vals):
+    return _quantile(sorted(vals), 0.5)
+
+
 def detect(label, vals, rows, steps, direction, preset):
     """Spikes (``up``) or cliffs (``down``) of one metric: ``(incidents, flagged)``.
 
@@ -69,6 +143,8 @@ def detect(label, vals, rows, steps, direction, preset):
     never enter a baseline, as OLMo-core skips a spiking step. One incident per onset: the
     flagged values until the metric is back (3 values in a row within 3 sigma) belong to it.
     """
+    if preset.get("trend"):
+        return detect_trend(label, vals, rows, steps, direction, preset)
     n = len(vals)
     if n == 0 or direction == "none":
         return [], 0

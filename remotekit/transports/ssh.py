@@ -10,10 +10,11 @@ key is always refused. Every paramiko and socket error is translated here, at th
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
-import select
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +47,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SSHProcess", "SSHTerminal", "SSHTransport"]
 
+# paramiko logs what it then raises ("Exception (client): Error reading SSH protocol banner",
+# "Socket exception: Bad file descriptor") and adds no handler of its own, so with logging
+# unconfigured Python's last-resort handler prints those records on stderr next to our error.
+# A NullHandler on its logger is the library convention: nothing reaches a terminal unless the
+# application configured logging, and then its handlers still get paramiko's records (the
+# logger still propagates; its level is left alone), which is what such a user asked for.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 _CHUNK = 1 << 16
 _DRAIN_S = 0.5
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -71,8 +80,44 @@ def _shut(conn: Connection) -> None:
         gateway.close()
 
 
+def _bannerless(conn: Connection) -> str | None:
+    """``host:port`` of the first hop of ``conn`` (gateway first) whose TCP connection is up
+    but whose server never sent its SSH banner, if any."""
+    hops: list[Connection] = []
+    hop: object = conn
+    while isinstance(hop, Connection):
+        hops.insert(0, hop)
+        hop = hop.gateway
+    for h in hops:
+        transport = h.client.get_transport()
+        if transport is None:
+            continue
+        if not transport.remote_version:
+            return f"{h.host}:{h.port}"
+    return None
+
+
 def _fingerprint(key: paramiko.PKey) -> str:
     return key.fingerprint  # "SHA256:..." as OpenSSH prints it
+
+
+def _wake_on_output(chan: paramiko.Channel) -> threading.Event:
+    """An event that paramiko sets when output (or the end) comes on ``chan``.
+
+    This is what waits on a channel, instead of ``select`` on ``chan.fileno()``: that creates
+    paramiko's pipe, which our thread closes (``chan.close()``) while paramiko's transport
+    thread still writes to it as data arrives, and reads from it (``recv``) in the pump. A
+    descriptor closed by one thread and then used by another by number is another socket's
+    once reused (the next forward's listener, the SSH connection itself); paramiko's thread
+    got EBADF ('Socket exception: Bad file descriptor'), and the transport died under every
+    channel. An event has no descriptor: ``set`` after close is harmless. paramiko's buffers
+    set it on data and on close, and clear it when read empty; the pump checks both streams
+    before each wait, so one event serves both.
+    """
+    wake = threading.Event()
+    chan.in_buffer.set_event(wake)
+    chan.in_stderr_buffer.set_event(wake)
+    return wake
 
 
 class SSHProcess:
@@ -82,6 +127,7 @@ class SSHProcess:
         self.events: queue.Queue[Event] = queue.Queue()
         self._chan = chan
         self._release = release
+        self._wake = _wake_on_output(chan)
         threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -116,7 +162,7 @@ class SSHProcess:
                         now = time.monotonic()
                         quiet_since = quiet_since or now
                         if now - quiet_since < _DRAIN_S:
-                            select.select([chan], [], [], 0.05)
+                            self._wake.wait(0.05)
                             continue
                     # Output is done: the exit status follows at once, or the connection died.
                     chan.status_event.wait(_DRAIN_S)
@@ -139,7 +185,7 @@ class SSHProcess:
                         )
                     return
                 else:
-                    select.select([chan], [], [], 0.2)
+                    self._wake.wait(0.2)
                     transport = chan.get_transport()
                     if transport is None or not transport.is_active():
                         self.events.put(("lost", "the SSH connection dropped"))
@@ -158,7 +204,8 @@ class SSHProcess:
             self._chan.shutdown_write()
 
     def terminate(self) -> None:
-        self._chan.close()
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._chan.close()  # a dead connection has closed it already; the pump says why
 
 
 class SSHTransport:
@@ -201,6 +248,9 @@ class SSHTransport:
             connect_timeout=max(1, round(self.connect_timeout)),
             connect_kwargs=kwargs,
         )
+        # Fabric has added the IdentityFile entries of ~/.ssh/config by now: check them all.
+        for key_file in conn.connect_kwargs.get("key_filename") or ():
+            self._check_key_file(os.path.expanduser(key_file))
         known = os.path.expanduser(spec.known_hosts or _DEFAULT_KNOWN_HOSTS)
         try:
             known_hosts = read_known_hosts(known)
@@ -219,6 +269,21 @@ class SSHTransport:
             hop = hop.gateway
         return conn
 
+    def _check_key_file(self, path: str) -> None:
+        """Refuse a private key that others can read or write, as OpenSSH does ("UNPROTECTED
+        PRIVATE KEY FILE"): by its mode bits, which hold for root too (access() would not)."""
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return  # a missing key is paramiko's to report, with the others it tries
+        if mode & 0o077:
+            raise AuthError(
+                f"{self.spec.display}: UNPROTECTED PRIVATE KEY FILE {path}: mode "
+                f"{stat.S_IMODE(mode):04o} lets others read or write it; ssh refuses such a key "
+                f"and so does remotekit. Make it yours alone with\n  chmod 600 {quote(path)}",
+                host=self.host,
+            )
+
     def connect(self) -> None:
         self._connected()
 
@@ -236,7 +301,15 @@ class SSHTransport:
             try:
                 conn.open()
             except BaseException as exc:
+                mute = _bannerless(conn)  # asked before close() drops the transports
                 conn.close()
+                if mute is not None and isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
+                    raise ConnectError(
+                        f"{self.spec.display}: no SSH banner from {mute} within "
+                        f"{self.connect_timeout:g} s (timeouts.connect): something accepts TCP "
+                        "there but does not speak SSH, or is stuck",
+                        host=self.host,
+                    ) from None
                 raise self._translate(exc) from exc
             transport = conn.client.get_transport()
             if transport is not None and isinstance(transport.sock, socket.socket):
