@@ -71,7 +71,8 @@ def test_a_failed_outcome_says_why_whatever_layer_failed(
     inv = write_inventory(
         tmp_path / "hosts.yaml",
         {
-            "nogpu": {"env": {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}},
+            # says it has GPUs, so no nvidia-smi is a failure, not a "no GPU here" note
+            "nogpu": {"env": {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}, "gpus": 1},
             "dead": {"ssh": "root@127.0.0.1:1", "known_hosts": str(tmp_path / "kh")},
         },
     )
