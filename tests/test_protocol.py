@@ -105,7 +105,7 @@ def test_a_command_writes_one_final_record_with_its_exit_code(tmp_path: Path) ->
 def test_a_script_ships_with_every_sibling_module_it_imports() -> None:
     ckpt = remote.script("ckpt.py")
     modules = {p.name for p in REMOTE.glob("ckpt_*.py")} - {"ckpt_samples.py"}
-    assert set(ckpt.files) == modules | {"protocol.py"}
+    assert set(ckpt.files) == modules | {"protocol.py", "infile.py"}  # infile: the safe opener
     assert set(remote.script("sysinfo.py").files) == {"protocol.py"}
     assert set(remote.script("ckpt_samples.py").files) == {"protocol.py"}
     assert remote.script("runner.py").files == {}
