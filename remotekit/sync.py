@@ -100,9 +100,15 @@ class SyncResult(Shown):
     errors: tuple[str, ...] = field(default=())
 
     @property
-    def findings(self) -> tuple[str, ...]:
+    def partial(self) -> tuple[str, ...]:
+        """A line for each path there that could not be listed, and one saying why nothing
+        was deleted (empty when both listings were whole)."""
         refused = (f"nothing deleted: {self.delete_refused}",) if self.delete_refused else ()
-        return self.skipped + tuple(f"unlisted there: {u}" for u in self.unlisted) + refused
+        return (*(f"unlisted there: {u}" for u in self.unlisted), *refused)
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return self.skipped + self.partial
 
     @property
     def exit_code(self) -> int:
@@ -115,11 +121,7 @@ class SyncResult(Shown):
 
     def render(self) -> str:
         """The summary, then each path skipped or unlisted (as ``remotekit sync`` prints)."""
-        lines = [self.summary(), *(f"skipped {s}" for s in self.skipped)]
-        lines += [f"unlisted there {u}" for u in self.unlisted]
-        if self.delete_refused:
-            lines.append(f"nothing deleted: {self.delete_refused}")
-        return "\n".join(lines)
+        return "\n".join([self.summary(), *(f"skipped {s}" for s in self.skipped), *self.partial])
 
     def summary(self) -> str:
         verb = "would send" if self.dry_run else "sent"
@@ -518,7 +520,7 @@ def _stream_step(
     result = target._step(
         header,
         payload,
-        display=(target.launch.interpreter or "python", "-u", f"<shipped {SCRIPT}>", "apply", dest),
+        display=target.python_display(SCRIPT, ["apply", dest]),
         step=step,
         timeout=timeout,
         check=False,

@@ -156,7 +156,5 @@ def _show_changes(host: str, r: Any, console: Console, *, listed: bool, dry_run:
             console.line(host, "stdout", f"{'would delete' if dry_run else 'deleted'} {rel}")
     for what in r.skipped:
         console.line(host, "stderr", f"skipped {what}")
-    for what in r.unlisted:
-        console.line(host, "stderr", f"unlisted there {what}")
-    if r.delete_refused:
-        console.line(host, "stderr", f"nothing deleted: {r.delete_refused}")
+    for line in r.partial:
+        console.line(host, "stderr", line)
