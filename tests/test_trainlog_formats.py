@@ -816,6 +816,8 @@ def test_damaged_binary_logs_are_read_up_to_the_damage_and_say_so(tmp_path: Path
             "train/box_loss",
             ["train/cls_loss", "train/dfl_loss"],
         ),
+        # a loss word split by its separator
+        (["step", "train/cross_entropy", "lr"], "train/cross_entropy", []),
         # a held-out loss only: analysed, and said to be held-out
         (["step", "val_nll"], "val_nll", []),
     ],

@@ -46,7 +46,8 @@ def _find_key(keys, aliases, bases=None):
 
 
 #: Words that make a column a loss by its name, whatever the trainer calls it.
-LOSS_WORDS = ("loss", "nll", "crossentropy", "cross_entropy", "cross-entropy", "perplexity", "ppl")
+#: A word may be split by a separator (``cross_entropy``): adjacent parts are tried joined.
+LOSS_WORDS = ("loss", "nll", "crossentropy", "perplexity", "ppl")
 HELD_OUT = ("val", "valid", "validation", "eval", "test", "dev")
 
 
@@ -58,7 +59,8 @@ def _loss_score(key):
     over perplexity (exp of it), per step over per epoch, a total over its parts."""
     low = key.lower()
     parts = [p for p in re.split(r"[/._\- ]+|(?<=[a-z])(?=loss$)", low) if p]
-    if not any(p in LOSS_WORDS or p.endswith("loss") for p in parts):
+    words = parts + [a + b for a, b in zip(parts, parts[1:])]
+    if not any(w in LOSS_WORDS or w.endswith("loss") for w in words):
         return None
     score = 0
     if any(p in HELD_OUT or p.startswith(HELD_OUT) for p in parts[:2]):

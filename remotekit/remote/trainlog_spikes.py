@@ -9,7 +9,15 @@ import math
 from itertools import chain
 from operator import mul
 
-from trainlog_base import CLIFF_DROP, CLIFF_SIGMA, RECOVER_SIGMA, SKETCH, _quantile, _robust_sigma
+from trainlog_base import (
+    CLIFF_DROP,
+    CLIFF_SIGMA,
+    RECOVER_SIGMA,
+    SKETCH,
+    _median,
+    _quantile,
+    _robust_sigma,
+)
 
 # --------------------------------------------------------------------------------------------
 # spikes and cliffs
@@ -128,10 +136,6 @@ def detect_trend(label, vals, rows, steps, direction, preset):
         if len(clean) > 4 * window:
             del clean[: len(clean) - 2 * window]
     return incidents, flagged
-
-
-def _median(vals):
-    return _quantile(sorted(vals), 0.5)
 
 
 def detect(label, vals, rows, steps, direction, preset):
