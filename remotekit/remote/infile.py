@@ -38,6 +38,8 @@ class EscapingName(ValueError):
 
 
 def kind_of(mode):
+    # runner.kind_of says the same for `get`: the runner is shipped alone over stdin and
+    # cannot import this module, so the two stay in step by hand.
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO (named pipe)"),

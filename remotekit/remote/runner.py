@@ -277,6 +277,7 @@ def become_subreaper():
 
 
 def kind_of(mode):
+    # infile.kind_of (the diagnostics' opener) is its twin: this file travels alone.
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO (named pipe)"),
