@@ -97,6 +97,8 @@ ROLES = {
         "grad norm",
         "total_grad_norm",
         "optim/total_grad_norm",
+        "optim/total grad norm",  # OLMo-core's console logger
+        "total grad norm",
         "norm",
         "gnorm",
     ),

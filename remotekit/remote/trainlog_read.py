@@ -15,12 +15,16 @@ from collections import Counter
 from itertools import chain, compress, repeat
 from operator import itemgetter
 
+import trainlog_mlflow
+import trainlog_olmo
 from infile import TooDeep, load_json, open_regular
 from protocol import mask
 from trainlog_base import FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
 from trainlog_binary import read_tfevents, read_wandb
 from trainlog_ingest import HEAD_ROWS, MAX_DOC, Lines, _head, _ingest_for, _maybe_event
 from trainlog_lines import sniff
+from trainlog_rank import choose
+from trainlog_series import ingest
 
 
 def _text_row(line):
@@ -35,8 +39,12 @@ def read_log(path, fmt, wanted):
     """Stream the log once; return ``(Ingest, format, lines, extra)``."""
     auto = fmt == "auto"
     lf = None
+    if os.path.isdir(path) and trainlog_mlflow.is_run(path):
+        return ingest(trainlog_mlflow.read(path), wanted) + ({},)
     if auto:
         fmt, lf = sniff(path)
+        if fmt == "text" and trainlog_olmo.claims(path):
+            return ingest(trainlog_olmo.read(path), wanted) + ({},)
     extra = {}
     if fmt == "tfevents":
         return read_tfevents(path, wanted) + (extra,)
@@ -487,7 +495,11 @@ CKPT_NAME_RE = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(
 
 def find_log(run_dir, max_entries=20000):
     """``(file, why)``: the training log of a run directory, by the preference of
-    ``LOG_NAMES`` (the newest file of the best kind; for checkpoints, the highest step)."""
+    ``LOG_NAMES`` (the newest file of the best kind; for checkpoints, the highest step).
+    An MLflow store (or one of its experiments) gives the run :func:`choose` prefers."""
+    mlflow = _mlflow_run(run_dir)
+    if mlflow is not None:
+        return mlflow
     found = []
     seen = 0
     base = len(run_dir.rstrip("/")) + 1
@@ -518,6 +530,31 @@ def find_log(run_dir, max_entries=20000):
     rank, _, rel, full, what = found[0]
     others = len(found) - 1
     return full, "%s (%s)%s" % (rel, what, "; %d other candidates" % others if others else "")
+
+
+def _mlflow_run(path):
+    """``(run dir, why)`` of an MLflow store, experiment or run, else None."""
+    runs = trainlog_mlflow.runs_of(path)
+    if not runs:
+        return None
+    base = len(path.rstrip("/")) + 1
+    cands = [
+        (
+            "%s (MLflow run %s)" % (r[base:] or ".", m.get("run_name") or os.path.basename(r)),
+            trainlog_mlflow.lengths(r),
+            _float(m.get("start_time")),
+        )
+        for r, m in runs
+    ]
+    best, why = choose(cands)
+    return runs[best][0], "%s: %s" % (cands[best][0], why)
+
+
+def _float(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _mtime(path):

@@ -1,0 +1,285 @@
+"""train-log's small format readers (each a module that returns series and the events its
+format states): MLflow file stores and OLMo / OLMo-core console logs.
+
+The MLflow stores are written by mlflow itself (``mlflow-skinny``, its file store); the OLMo
+console logs are written to the shape OLMo's and OLMo-core's source prints, quoted beside
+the writer here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CI
+from tests.test_trainlog_script import Run, run
+
+
+def _need_mlflow() -> None:
+    if importlib.util.find_spec("mlflow") is None:
+        if CI:
+            pytest.fail("CI=true but mlflow is missing: the test extra must install mlflow-skinny")
+        pytest.skip("mlflow not installed (pip install mlflow-skinny)")
+
+
+_MLFLOW_WRITER = """
+import json, sys
+import mlflow
+spec = json.loads(sys.argv[1])
+mlflow.set_tracking_uri("file:" + spec["store"])
+mlflow.set_experiment(spec["experiment"])
+for run in spec["runs"]:
+    with mlflow.start_run(run_name=run["name"]):
+        mlflow.log_param("lr", 3e-4)
+        mlflow.set_tag("team", "x")
+        for key, points in run["metrics"].items():
+            for step, value in points:
+                mlflow.log_metric(key, value, step=step)
+"""
+
+
+def mlflow_store(root: Path, runs: list[dict[str, object]], experiment: str = "exp") -> Path:
+    """An ``mlruns/`` written by mlflow's own file store (in a child: its settings stay there)."""
+    _need_mlflow()
+    store = root / "mlruns"
+    spec = {"store": str(store), "experiment": experiment, "runs": runs}
+    env = {**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_TRACKING_URI": ""}
+    proc = subprocess.run(
+        [sys.executable, "-c", _MLFLOW_WRITER, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return store
+
+
+def falling(n: int, stride: int, spike_at: int | None = None) -> list[tuple[int, float]]:
+    """A loss falling from 2.8 towards 0.4 (a little noise), and a 3.4x jump at one step."""
+    out = []
+    for i in range(n):
+        step = i * stride
+        v = 0.4 + 2.4 * math.exp(-i / 60) + 0.01 * math.sin(i * 1.7)
+        if step == spike_at:
+            v *= 3.4
+        out.append((step, v))
+    return out
+
+
+def loss_spikes(r: Run, metric: str = "loss") -> list[float]:
+    return [s["peak_step"] for s in r.all("spike") if s["metric"] == metric and s["flagged"]]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    long_run = {
+        "name": "long",
+        "metrics": {
+            "train/loss": falling(300, 10, spike_at=1500),
+            "val_loss": [(s, v + 0.1) for s, v in falling(300, 10)[::50]],
+        },
+    }
+    short_run = {"name": "short", "metrics": {"train/loss": falling(20, 10)}}
+    return mlflow_store(tmp_path_factory.mktemp("mlflow"), [short_run, long_run])
+
+
+def _runs(store: Path) -> dict[str, Path]:
+    (exp,) = [p for p in store.iterdir() if p.name not in ("0", ".trash")]
+    out = {}
+    for r in exp.iterdir():
+        if r.is_dir():
+            out[(r / "tags" / "mlflow.runName").read_text().strip()] = r
+    return out
+
+
+@pytest.mark.parametrize("level", ["store", "experiment", "run"])
+def test_mlflow_file_store_at_every_level(store: Path, level: str) -> None:
+    runs = _runs(store)
+    path = {"store": store, "experiment": runs["long"].parent, "run": runs["long"]}[level]
+    r = run(path, "--preset", "trend")
+    assert r.code == 1, r.records
+    src = r.one("source")
+    assert src["format"] == "mlflow"
+    assert src["step_key"] == "step"
+    assert src["columns"]["loss"] == "train/loss"
+    assert src["first_step"] == 0 and src["last_step"] == 2990 and src["rows"] == 300
+    assert loss_spikes(r) == [1500]
+    assert "MLflow run long" in src["chosen_from"]
+    if level != "run":
+        assert (
+            "the longest history of a train-side loss ('train/loss': 300 values)"
+            in (src["chosen_from"])
+        )
+        assert "also there" in src["chosen_from"] and "20 values" in src["chosen_from"]
+    # params and tags are no series
+    assert "lr" not in src["columns"].values()
+
+
+def test_mlflow_run_without_a_loss_lists_its_series(tmp_path: Path) -> None:
+    s = mlflow_store(tmp_path, [{"name": "acc", "metrics": {"accuracy_top5": falling(30, 1)}}])
+    r = run(s)
+    assert r.code == 2
+    err = r.one("error")
+    assert err["kind"] == "no-loss" and "accuracy_top5" in err["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# OLMo / OLMo-core console logs
+
+
+def _olmo_float(value: float) -> str:
+    # OLMo olmo/train.py Trainer.log_metrics_to_console.format_float
+    if value < 0.0001:
+        return str(value)
+    if value > 1000:
+        return f"{int(value):,d}"
+    if value > 100:
+        return f"{value:.1f}"
+    if value > 10:
+        return f"{value:.2f}"
+    if value > 1:
+        return f"{value:.3f}"
+    return f"{value:.4f}"
+
+
+def _core_float(value: float) -> str:
+    # OLMo-core src/olmo_core/utils.py format_float (the >= 1e9 branch: B, T, P, E)
+    a = abs(value)
+    if a >= 1e9:
+        for suffix, factor in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("B", 1e9)):
+            if a >= factor:
+                s = value / factor
+                d = 1 if abs(s) > 100 else 2 if abs(s) > 10 else 3 if abs(s) > 1 else 4
+                return f"{s:,.{d}f}{suffix}"
+    if a < 0.0001:
+        return f"{value:.2E}"
+    if a >= 1000:
+        return f"{int(value):,d}"
+    return _olmo_float(value)
+
+
+def _prefix(name: str, lineno: int, level: str = "INFO") -> str:
+    # olmo/util.py setup_logging (non-interactive): asctime, hostname:local_rank, name:lineno
+    return f"2024-02-01 10:00:00.000\tjupiter-cs-aus-133:0\t{name}:{lineno}\t{level}\t"
+
+
+# What an OLMo log prints before its first step: the config and model dumps, a logger's
+# source line (olmo.checkpoint:669), a data-order save, a shell trace and Python source.
+OLMO_NOISE = [
+    _prefix("__main__", 97) + "Configuration:",
+    *"""\
+TrainConfig(run_name='olmo-small', seed=6198, epoch=None, dry_run=False,
+  model=ModelConfig(d_model=2048, n_heads=16, n_layers=16, max_sequence_length=2048),
+  save_interval=500, save_folder='/runs/olmo-small', load_path=None, max_duration='3000')
+OLMo(
+  (transformer): ModuleDict(
+    (att_proj): Linear(in_features=2048, out_features=6144, bias=False)
+  )
+)""".splitlines(),
+    _prefix("olmo.checkpoint", 669) + "Saving model and optim state...",
+    _prefix("olmo.data.iterable_dataset", 79) + "Global data order indices saved to '/runs/x'",
+    "+ export OMP_NUM_THREADS=8",
+    "+ step=0",
+    "    def save_checkpoint(self, step=0, lr=1e-3):",
+    _prefix("olmo.train", 1141) + "Pre-train system metrics",
+    "    System/Peak GPU Memory (MB)=12,345",
+]
+
+
+def olmo_log(core: bool, spike_at: int = 1500, resume_at: int | None = None) -> str:
+    lines = list(OLMO_NOISE)
+    fmt = _core_float if core else _olmo_float
+    name = "olmo_core.train.callbacks.console_logger" if core else "olmo.train"
+    loss_key = "train/CE loss" if core else "train/CrossEntropyLoss"
+    gn_key = "optim/total grad norm" if core else "optim/total_grad_norm"
+    start = resume_at or 0
+    if resume_at is not None:
+        lines.append(
+            _prefix("olmo_core.train.trainer", 902) + f"Loading checkpoint from "
+            f"'/runs/olmo-small/step{resume_at}'..."
+        )
+    for i, (step, loss) in enumerate(falling(300, 10, spike_at=spike_at)):
+        step += 10
+        if step <= start:
+            continue
+        marker = f"[step={step}/???,epoch=0,eta=1h2m]" if core else f"[step={step}/3000,epoch=0]"
+        metrics = {
+            loss_key: loss,
+            gn_key: 0.5 + 0.01 * (i % 7),
+            "throughput/total_tokens": step * 4_194_304 * (300 if core else 1),
+            "optim/learning_rate_group0": 4e-4 * min(1.0, step / 200) * 1e-1,
+        }
+        lines.append(_prefix(name, 1245) + marker)
+        lines += [f"    {k}={fmt(v)}" for k, v in metrics.items()]
+        if step % 100 == 0:
+            label = "c4_en-validation"
+            lines.append(_prefix("olmo.train", 1018) + f"Running evaluation for '{label}'...")
+            lines.append(_prefix("olmo.train", 1042) + "[eval_step=1/100]")
+            lines.append(_prefix("olmo.train", 1047) + label)
+            lines.append(f"    eval/{label}/CrossEntropyLoss={fmt(loss + 0.2)}")
+        if step % 500 == 0:
+            if core:
+                lines.append(
+                    _prefix("olmo_core.train.trainer", 1008)
+                    + f"Saving checkpoint for step {step} to '/runs/olmo-small/step{step}' "
+                    "asynchronously..."
+                )
+                lines.append(
+                    _prefix("olmo_core.train.trainer", 1031)
+                    + f"Checkpoint for step {step} saved successfully"
+                )
+            else:
+                lines.append(_prefix("olmo.train", 1271) + "Saving checkpoint...")
+                lines.append(_prefix("olmo.checkpoint", 669) + "Saving model and optim state...")
+                lines.append(
+                    _prefix("olmo.train", 1273) + f"Checkpoint saved to /runs/olmo-small/step{step}"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def events_of(r: Run, kind: str) -> list[float]:
+    return sorted(e["step"] for e in r.all("event") if e["kind"] == kind)
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["olmo", "olmo-core"])
+def test_olmo_console_log(tmp_path: Path, core: bool) -> None:
+    p = tmp_path / "train.log"
+    p.write_text(olmo_log(core))
+    r = run(p, "--preset", "trend")
+    src = r.one("source")
+    assert src["format"] == "olmo"
+    assert src["columns"]["loss"] == ("train/CE loss" if core else "train/CrossEntropyLoss")
+    assert src["columns"]["grad_norm"] == (
+        "optim/total grad norm" if core else "optim/total_grad_norm"
+    )
+    # the marker's steps, not the rows: 10, 20, ... 3000
+    assert (src["first_step"], src["last_step"], src["rows"], src["stride"]) == (10, 3000, 300, 10)
+    assert events_of(r, "checkpoint") == [500, 1000, 1500, 2000, 2500, 3000]
+    assert events_of(r, "resume") == []
+    assert loss_spikes(r) == [1510]
+
+
+def test_olmo_core_resume_at_the_step_of_its_checkpoint(tmp_path: Path) -> None:
+    p = tmp_path / "train.log"
+    p.write_text(olmo_log(True, resume_at=1000))
+    r = run(p)
+    src = r.one("source")
+    assert (src["first_step"], src["last_step"]) == (1010, 3000)
+    assert events_of(r, "resume") == [1000]
+
+
+def test_olmo_values_as_format_float_prints_them(tmp_path: Path) -> None:
+    p = tmp_path / "train.log"
+    p.write_text(olmo_log(True))
+    r = run(p, "--metric", "throughput/total_tokens", "--metric", "loss", "--points", "400")
+    (series,) = [s for s in r.all("series") if s["metric"] == "throughput/total_tokens"]
+    # 1.26B, 2.52B, ...: OLMo-core's suffixed values read as the numbers they stand for
+    assert series["values"][0] == pytest.approx(10 * 4_194_304 * 300, rel=1e-3)
