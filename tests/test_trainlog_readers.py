@@ -283,3 +283,77 @@ def test_olmo_values_as_format_float_prints_them(tmp_path: Path) -> None:
     (series,) = [s for s in r.all("series") if s["metric"] == "throughput/total_tokens"]
     # 1.26B, 2.52B, ...: OLMo-core's suffixed values read as the numbers they stand for
     assert series["values"][0] == pytest.approx(10 * 4_194_304 * 300, rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# a number is a step only where the format says so
+
+SHELL_TRACE = [
+    "+ export CUDA_VISIBLE_DEVICES=0,1",
+    "+ python train.py --resume_from_checkpoint out/checkpoint-900 --lr=3e-4 --save_steps=500",
+    "++ date +%s",
+    "+ step=0",
+]
+PY_SOURCE = [
+    "def save_checkpoint(model, step=100):",
+    "    torch.save(model.state_dict(), f'ckpt_{step}.pt')  # saving checkpoint step 100",
+    "    if args.resume: load_checkpoint(step=700)",
+    "    lr = 3e-4",
+    "lr: 0.001",
+]
+
+
+def plain_log(spike_at: int = 1500) -> str:
+    """A generic ``key=value`` log behind a shell trace and Python source, whose logger prints
+    its source line (``olmo.checkpoint:669``) and saves other things into a checkpoint folder."""
+    lines = [*SHELL_TRACE, *PY_SOURCE]
+    for step, loss in falling(300, 10, spike_at=spike_at):
+        step += 10
+        lines.append(f"2024-02-01 10:00:00 INFO train.py:88 step={step} loss={loss:.4f} lr=0.0003")
+        if step == 20:
+            lines.append(
+                "2024-02-01 10:00:00 INFO olmo.data:79 Global data order indices saved to "
+                "'/runs/x/checkpoints/train_data/global_indices.npy'"
+            )
+        if step % 1000 == 0:
+            lines.append(  # a save's own line: at the step just logged, not at 669
+                "2024-02-01 10:00:00 INFO olmo.checkpoint:669 Saving model and optim state..."
+            )
+            lines.append(
+                f"2024-02-01 10:00:00 INFO trainer.py:1273 Saving checkpoint to "
+                f"/runs/x/checkpoint-{step}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def test_events_and_series_come_only_from_log_lines_that_state_them(tmp_path: Path) -> None:
+    p = tmp_path / "train.log"
+    p.write_text(plain_log())
+    r = run(p)
+    src = r.one("source")
+    assert (src["first_step"], src["last_step"], src["rows"]) == (10, 3000, 300)
+    # not 669 (a logger's source line), not 0 (data-order indices saved), not 100 or 700 or
+    # 900 (Python source, a shell trace)
+    assert events_of(r, "checkpoint") == [1000, 2000, 3000]
+    assert events_of(r, "resume") == []
+    lr = [m for m in r.all("metric") if m["label"] == "lr"]
+    assert lr and lr[0]["n"] == 300  # no lr values from the source or the trace
+    assert events_of(r, "lr-jump") == []
+
+
+def test_a_trainer_format_is_found_behind_a_long_shell_trace(tmp_path: Path) -> None:
+    trace = [f"+ export VAR_{i}=value_{i} lr=0.{i}" for i in range(1100)]
+    body = [
+        f" [2024-05-01 10:00:00] iteration {i:8d}/  500000 | consumed samples: {i * 512:12d} |"
+        f" learning rate: 1.5E-04 | global batch size:   512 | lm loss: {v:.6E} | loss scale:"
+        " 1.0 | grad norm: 1.234 | number of skipped iterations:   0 |"
+        for i, v in falling(300, 1)
+        if i
+    ]
+    p = tmp_path / "megatron.log"
+    p.write_text("\n".join(trace + body) + "\n")
+    r = run(p)
+    src = r.one("source")
+    assert src["format"] == "megatron"
+    assert src["columns"]["loss"] == "lm loss"
+    assert (src["first_step"], src["rows"]) == (1, 299)

@@ -14,13 +14,16 @@ from protocol import mask
 from trainlog_base import (
     BUCKET_KEYS,
     CKPT_RE,
+    CODE_RE,
     EVENT_STEP_RE,
     META,
     MISSING,
     NOT_TRAIN,
+    PATH_RE,
     RESUME_RE,
     ROLE_NAMES,
     ROLES,
+    SOURCE_LINE_RE,
     STEP_KEYS,
     _to_float,
 )
@@ -286,11 +289,18 @@ class Ingest:
         return False
 
     def text_event(self, line, step=None):
-        """A line that is not a metrics row: a checkpoint save or a resume, if it says so."""
+        """A line that is not a metrics row: a checkpoint save or a resume, if it says so.
+        Its step is one the line states (``step 500``, ``checkpoint-500``), else the step
+        of the last row (the save follows it); a logger's source line (``olmo.checkpoint:
+        669``) is no step, and a path says where something was saved, not what."""
+        if CODE_RE.match(line):
+            return False
+        line = SOURCE_LINE_RE.sub(" ", line)
+        words = PATH_RE.sub(" ", line)
         kind = None
-        if RESUME_RE.search(line):
+        if RESUME_RE.search(words):
             kind = "resume"
-        elif CKPT_RE.search(line):
+        elif CKPT_RE.search(words):
             kind = "checkpoint"
         if kind is None:
             return False

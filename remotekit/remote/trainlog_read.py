@@ -19,7 +19,7 @@ import trainlog_mlflow
 import trainlog_olmo
 from infile import TooDeep, load_json, open_regular
 from protocol import mask
-from trainlog_base import FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
+from trainlog_base import CODE_RE, FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
 from trainlog_binary import read_tfevents, read_wandb
 from trainlog_ingest import HEAD_ROWS, MAX_DOC, Lines, _head, _ingest_for, _maybe_event
 from trainlog_lines import sniff
@@ -466,10 +466,14 @@ def _read_text(src, wanted):
 
 
 def _text_line(ing, line, d):
+    """A line off the fast path: an event, a row (only with the log's step key, when it has
+    one: a number is a step only where the log says so), or skipped."""
     event = _maybe_event(ing, line)
-    if d is None:
+    if CODE_RE.match(line):
+        d = None  # source code or a shell trace printed before the log: no row
+    elif d is None:
         d = _text_row(line)
-    if d:
+    if d and (not ing.step_key or ing.step_key in d):
         ing.slow(d, quiet=event)
     elif line.strip() and not event:
         ing.skipped += 1
