@@ -357,3 +357,126 @@ def test_a_trainer_format_is_found_behind_a_long_shell_trace(tmp_path: Path) -> 
     assert src["format"] == "megatron"
     assert src["columns"]["loss"] == "lm loss"
     assert (src["first_step"], src["rows"]) == (1, 299)
+
+
+# ---------------------------------------------------------------------------------------------
+# binary logs: a file that parses is never called text, whatever its series
+
+
+_WANDB_WRITER = """
+import json, sys
+import wandb
+rows = json.loads(sys.argv[2])
+run = wandb.init(dir=sys.argv[1], project="p")
+for row in rows:
+    wandb.log(row)
+run.finish()
+"""
+
+
+def wandb_run(root: Path, rows: list[dict[str, float]]) -> Path:
+    """An offline W&B run written by wandb itself; returns the run directory's parent."""
+    pytest.importorskip("wandb")
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_CONFIG_DIR": str(root / "wbconfig"),
+        "WANDB_CACHE_DIR": str(root / "wbcache"),
+        "WANDB_DATA_DIR": str(root / "wbdata"),
+    }
+    out = root / "run"
+    out.mkdir()
+    subprocess.run(
+        [sys.executable, "-c", _WANDB_WRITER, str(out), json.dumps(rows)],
+        env=env,
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    return out
+
+
+def tb_file(d: Path, scalars: dict[str, list[tuple[int, float]]]) -> Path:
+    """A TensorBoard event file from torch's SummaryWriter (new_style: tensor summaries)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(log_dir=str(d))
+    for tag, points in scalars.items():
+        for step, v in points:
+            w.add_scalar(tag, v, step, new_style=True)
+    w.close()
+    (f,) = d.glob("events.out.tfevents.*")
+    return f
+
+
+def test_tensorboard_file_without_a_loss_lists_its_series(tmp_path: Path) -> None:
+    f = tb_file(tmp_path, {"train/accuracy": falling(50, 1), "lr-Adam": falling(50, 1)})
+    r = run(f)
+    assert r.code == 2
+    err = r.one("error")
+    assert err["kind"] == "no-loss", err
+    assert "not a text log" not in err["message"]
+    assert "a TensorBoard event file that parses" in err["message"]
+    assert "train/accuracy" in err["numeric"] and "lr-Adam" in err["message"]
+
+
+def test_wandb_file_without_a_loss_lists_its_series(tmp_path: Path) -> None:
+    rows = [{"top1": 0.5 + i / 100, "throughput": 1000.0 + i} for i in range(40)]
+    (f,) = wandb_run(tmp_path, rows).glob("wandb/offline-run-*/run-*.wandb")
+    r = run(f)
+    err = r.one("error")
+    assert err["kind"] == "no-loss", err
+    assert "a W&B run file that parses" in err["message"]
+    assert "top1" in err["numeric"] and "throughput" in err["numeric"]
+
+
+def _keras_event_file(d: Path, points: list[tuple[int, float]], content: bool) -> Path:
+    """A TF2 / Keras event file (``*.v2``): each scalar a float tensor summary of the scalars
+    plugin, its value in ``tensor_content`` (TF2's C++ writer: AsProtoTensorContent) or in
+    ``float_val``, after a ``keras`` string tensor (the model config), as the Keras
+    TensorBoard callback writes them; written with tensorboard's own EventFileWriter."""
+    import struct
+    import time
+
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    plugin = summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    w = EventFileWriter(str(d), filename_suffix=".v2")
+    config = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[b'{"class_name": 1}'])
+    w.add_event(
+        event_pb2.Event(
+            wall_time=time.time(),
+            summary=summary_pb2.Summary(
+                value=[summary_pb2.Summary.Value(tag="keras", tensor=config)]
+            ),
+        )
+    )
+    for step, v in points:
+        t = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT)
+        if content:
+            t.tensor_content = struct.pack("<f", v)
+        else:
+            t.float_val.append(v)
+        value = summary_pb2.Summary.Value(
+            tag="epoch_loss", tensor=t, metadata=summary_pb2.SummaryMetadata(plugin_data=plugin)
+        )
+        w.add_event(
+            event_pb2.Event(
+                wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])
+            )
+        )
+    w.close()
+    (f,) = d.glob("events.out.tfevents.*.v2")
+    return f
+
+
+@pytest.mark.parametrize("content", [True, False], ids=["tensor_content", "float_val"])
+def test_keras_tf2_event_files_are_read(tmp_path: Path, content: bool) -> None:
+    pts = [(s, v) for s, v in falling(40, 1, spike_at=25)]
+    f = _keras_event_file(tmp_path, pts, content)
+    r = run(f, "--preset", "trend")
+    src = r.one("source")
+    assert src["format"] == "tensorboard" and src["columns"]["loss"] == "epoch_loss"
+    assert src["rows"] == 40 and loss_spikes(r) == [25]

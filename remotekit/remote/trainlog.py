@@ -156,7 +156,7 @@ def main(argv=None):
 
 def _no_loss(path, exc):
     """No loss series: a binary file is named as such, else the numeric columns there are."""
-    binary = _binary_share(path)
+    binary = 0.0 if exc.what else _binary_share(path)
     if binary > 0.1:
         return failed(
             "%s: not a text log: %.0f%% of its first bytes are binary (a checkpoint, "
@@ -168,6 +168,8 @@ def _no_loss(path, exc):
         if exc.found
         else "no loss series found"
     )
+    if exc.what:
+        what = "a %s that parses; %s" % (exc.what, what)
     return failed(
         "%s: %s; numeric columns: %s; name the one to analyse with --metric NAME"
         % (path, what, ", ".join(exc.numeric[:30]) or "none"),

@@ -168,6 +168,7 @@ class NoLoss(Exception):
         Exception.__init__(self, "no loss series found")
         self.numeric = numeric
         self.found = found
+        self.what = None  # the binary format that parsed (a TensorBoard or W&B file), if one
 
 
 class Ingest:

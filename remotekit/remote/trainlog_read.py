@@ -21,7 +21,15 @@ from infile import TooDeep, load_json, open_regular
 from protocol import mask
 from trainlog_base import CODE_RE, FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
 from trainlog_binary import read_tfevents, read_wandb
-from trainlog_ingest import HEAD_ROWS, MAX_DOC, Lines, _head, _ingest_for, _maybe_event
+from trainlog_ingest import (
+    HEAD_ROWS,
+    MAX_DOC,
+    Lines,
+    NoLoss,
+    _head,
+    _ingest_for,
+    _maybe_event,
+)
 from trainlog_lines import sniff
 from trainlog_rank import choose
 from trainlog_series import ingest
@@ -46,10 +54,13 @@ def read_log(path, fmt, wanted):
         if fmt == "text" and trainlog_olmo.claims(path):
             return ingest(trainlog_olmo.read(path), wanted) + ({},)
     extra = {}
-    if fmt == "tfevents":
-        return read_tfevents(path, wanted) + (extra,)
-    if fmt == "wandb":
-        return read_wandb(path, wanted) + (extra,)
+    if fmt in BINARY:
+        what, reader = BINARY[fmt]
+        try:
+            return reader(path, wanted) + (extra,)
+        except NoLoss as exc:
+            exc.what = what  # it parsed: its own series are listed, it is no text log
+            raise
     doc = None
     if fmt == "json":
         size = os.path.getsize(path)
@@ -101,6 +112,12 @@ def read_log(path, fmt, wanted):
             out = _read_text(src, wanted)
     out[0].long = src.long
     return out + (extra,)
+
+
+BINARY = {
+    "tfevents": ("TensorBoard event file", read_tfevents),
+    "wandb": ("W&B run file", read_wandb),
+}
 
 
 def dialect_of(fmt, ing):
