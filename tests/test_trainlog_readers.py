@@ -8,6 +8,7 @@ the writer here.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import math
@@ -480,3 +481,114 @@ def test_keras_tf2_event_files_are_read(tmp_path: Path, content: bool) -> None:
     src = r.one("source")
     assert src["format"] == "tensorboard" and src["columns"]["loss"] == "epoch_loss"
     assert src["rows"] == 40 and loss_spikes(r) == [25]
+
+
+# ---------------------------------------------------------------------------------------------
+# the file of a run directory: one rule, said in the output
+
+
+_LIGHTNING_RUN = """
+import sys, warnings
+import torch
+import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger
+warnings.filterwarnings("ignore")
+torch.manual_seed(0)
+X = torch.randn(64, 4)
+Y = X.sum(1, keepdim=True)
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=4)
+
+class M(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+    def _loss(self, b):
+        return torch.nn.functional.mse_loss(self.net(b[0]), b[1])
+    def training_step(self, b, i):
+        loss = self._loss(b)
+        self.log("train_loss", loss, on_step=True, on_epoch=True)
+        return loss
+    def validation_step(self, b, i):
+        self.log("val_loss", self._loss(b))
+    def test_step(self, b, i):
+        self.log("test_loss", self._loss(b))
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+m = M()
+for stage in ("fit", "validate", "test"):
+    logger = TensorBoardLogger(sys.argv[1], name="lightning_logs", version=0)
+    t = L.Trainer(max_epochs=3, logger=logger, log_every_n_steps=1, enable_progress_bar=False,
+                  enable_checkpointing=False, enable_model_summary=False, accelerator="cpu")
+    getattr(t, stage)(m, data, data) if stage == "fit" else getattr(t, stage)(m, data)
+"""
+
+
+@pytest.fixture(scope="module")
+def lightning_version(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real Lightning ``version_0/``: fit, validate and test, one event file each."""
+    pytest.importorskip("lightning")
+    root = tmp_path_factory.mktemp("lightning")
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIGHTNING_RUN, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = root / "lightning_logs" / "version_0"
+    assert len(list(v.glob("events.out.tfevents.*"))) == 3
+    return v
+
+
+def _fit_file(version: Path) -> str:
+    """The event file with the training steps (by content: the one with train_loss_step)."""
+    import tests.test_trainlog_script as ts
+
+    assert ts.TL is not None  # loading the script puts its sibling modules on sys.path
+    binary = importlib.import_module("trainlog_binary")
+    for f in sorted(version.glob("events.out.tfevents.*")):
+        if "train_loss_step" in binary.tf_lengths(str(f)):
+            return f.name
+    raise AssertionError("no fit event file")
+
+
+def test_lightning_version_dir_reads_the_fit_file_and_says_why(lightning_version: Path) -> None:
+    r = run(lightning_version)
+    src = r.one("source")
+    fit = _fit_file(lightning_version)
+    assert src["path"].endswith(fit), src
+    assert src["columns"]["loss"] == "train_loss_step" and src["rows"] == 48
+    why = src["chosen_from"]
+    assert why.startswith(fit + " (TensorBoard event file): the longest history of a train-side")
+    assert "also there:" in why and "held-out only: 'val_loss'" in why
+    assert "held-out only: 'test_loss'" in why
+
+
+def test_diagnose_run_reads_the_file_train_log_reads(
+    lightning_version: Path, tmp_path: Path
+) -> None:
+    import remotekit
+    from remotekit.diagnostics import diagnose as dg
+    from tests.test_system_api import make_bin_dir, smi_env
+
+    with remotekit.local_target() as t:
+        rep = dg.diagnose(
+            t, run=str(lightning_version), env=smi_env(make_bin_dir(tmp_path), "healthy")
+        )
+    log = rep.section("train-log")
+    assert log is not None and log.report is not None and log.report.source is not None
+    assert log.report.source.path == run(lightning_version).one("source")["path"]
+    assert any(
+        line.startswith(f"log: {log.report.source.path} (tensorboard") for line in rep.verdict
+    )
+
+
+def test_keras_train_folder_over_validation(tmp_path: Path) -> None:
+    train = _keras_event_file(tmp_path / "logs" / "train", falling(20, 1), True)
+    val = _keras_event_file(tmp_path / "logs" / "validation", falling(20, 1), True)
+    os.utime(train, (1, 1))  # the validation file is the newer one
+    r = run(tmp_path / "logs")
+    src = r.one("source")
+    assert src["path"] == str(train)
+    assert "validation/" + val.name + " (a held-out folder" in src["chosen_from"]

@@ -230,6 +230,15 @@ def _tf_rows(path, counts):
             yield row
 
 
+def tf_lengths(path):
+    """``{tag: steps with a value}`` of an event file (for choosing among a run's files)."""
+    counts = [0, 0, None]
+    out = Counter()
+    for row in _tf_rows(path, counts):
+        out.update(k for k in row if k != "step")
+    return dict(out)
+
+
 def read_tfevents(path, wanted):
     """Scalars of a TensorBoard event file, one row per step."""
     counts = [0, 0, None]

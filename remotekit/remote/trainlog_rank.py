@@ -6,8 +6,10 @@ the event files of a Lightning ``version_0/``), and the one ``diagnose --run`` f
 
 from __future__ import annotations
 
+import re
+
 from trainlog_base import ROLES
-from trainlog_ingest import _loss_score
+from trainlog_ingest import HELD_OUT, _loss_score
 
 HELD_OUT_SCORE = -5  # a loss name scoring below this is a held-out (val/test) loss
 
@@ -25,12 +27,20 @@ def train_loss(lengths):
     return best
 
 
+def _held_out_path(label):
+    """A candidate whose folder says it is held out (Keras: ``logs/validation/``)."""
+    parts = re.split(r"[/._\- ]+", label.lower())[:-1]
+    return any(p in HELD_OUT for p in parts)
+
+
 def _held_out(lengths):
     return [k for k in lengths if (_loss_score(k) or 0) < HELD_OUT_SCORE]
 
 
 def _describe(label, lengths):
     key, n = train_loss(lengths)
+    if key is not None and _held_out_path(label):
+        return "%s (a held-out folder: %r, %d values)" % (label, key, n)
     if key is not None:
         return "%s (%r: %d values)" % (label, key, n)
     held = _held_out(lengths)
@@ -46,7 +56,7 @@ def choose(cands):
 
     def key(i):
         name, n = train_loss(cands[i][1])
-        return (name is not None, n, cands[i][2])
+        return (not _held_out_path(cands[i][0]), name is not None, n, cands[i][2])
 
     best = max(range(len(cands)), key=key)
     name, n = train_loss(cands[best][1])

@@ -20,7 +20,7 @@ import trainlog_olmo
 from infile import TooDeep, load_json, open_regular
 from protocol import mask
 from trainlog_base import CODE_RE, FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
-from trainlog_binary import read_tfevents, read_wandb
+from trainlog_binary import read_tfevents, read_wandb, tf_lengths
 from trainlog_ingest import (
     HEAD_ROWS,
     MAX_DOC,
@@ -500,6 +500,8 @@ LOG_NAMES = (
     # (pattern on the path below the run dir, what it is), in order of preference
     (r"(?:^|/)trainer_log\.jsonl$", "LLaMA-Factory trainer_log.jsonl"),
     (r"^trainer_state\.json$", "HF trainer_state.json"),
+    # a run's own JSON lines at its top level over a checkpoint's copy of the history
+    (r"^[^/]*\.jsonl$", "JSON lines"),
     (
         r"(?:^|/)checkpoint-(\d+)/trainer_state\.json$",
         "HF trainer_state.json of the last checkpoint",
@@ -543,14 +545,27 @@ def find_log(run_dir, max_entries=20000):
                     break
     if not found:
         raise LogError(
-            "a directory with no training log found in it (looked for %s)"
+            "no training log under it (looked for %s)"
             % "trainer_state.json, trainer_log.jsonl, metrics.csv, wandb/run-*/*.wandb, "
             "events.out.tfevents.*, *.jsonl, *.log, *.txt, *.csv"
         )
     found.sort()
     rank, _, rel, full, what = found[0]
+    same = [f for f in found if f[0] == rank]
+    if len(same) > 1 and what == "TensorBoard event file":
+        return _event_file(same, len(found) - len(same))
     others = len(found) - 1
     return full, "%s (%s)%s" % (rel, what, "; %d other candidates" % others if others else "")
+
+
+def _event_file(files, more):
+    """``(file, why)``: of several event files (Lightning's fit, validate and test; Keras's
+    train/ and validation/), the one :func:`choose` prefers."""
+    cands = [(rel, tf_lengths(full), -key) for _, key, rel, full, _ in files]
+    best, why = choose(cands)
+    rel, full = files[best][2], files[best][3]
+    tail = "; %d other candidates of other kinds" % more if more else ""
+    return full, "%s (TensorBoard event file): %s%s" % (rel, why, tail)
 
 
 def _mlflow_run(path):
