@@ -592,3 +592,35 @@ def test_keras_train_folder_over_validation(tmp_path: Path) -> None:
     src = r.one("source")
     assert src["path"] == str(train)
     assert "validation/" + val.name + " (a held-out folder" in src["chosen_from"]
+
+
+# ---------------------------------------------------------------------------------------------
+# damage noticed
+
+
+def test_wandb_history_cut_short_of_its_summary_is_warned(tmp_path: Path) -> None:
+    rows = [{"loss": v, "lr": 1e-3} for _, v in falling(3000, 1)]
+    (f,) = wandb_run(tmp_path, rows).glob("wandb/offline-run-*/run-*.wandb")
+    # what an online run (or `wandb sync`) leaves beside it: files/wandb-summary.json, the
+    # last value of each key (wandb/sdk/internal/sender.py writes it; offline runs do not)
+    summary = {"_step": 2999, "loss": rows[-1]["loss"], "_runtime": 61.2, "_wandb": {"runtime": 61}}
+    (f.parent / "files" / "wandb-summary.json").write_text(json.dumps(summary))
+    with open(f, "r+b") as fh:
+        fh.truncate(f.stat().st_size // 3)
+    r = run(f)
+    last = r.one("source")["last_step"]
+    assert 0 < last < 2999
+    (w,) = [w for w in (x["message"] for x in r.all("warning")) if "cut short" in w]
+    assert f"says the run reached _step 2999, but the history in {f.name} stops at {last}" in w
+
+
+def test_wandb_run_dir_without_its_wandb_file_says_what_is_missing(tmp_path: Path) -> None:
+    rows = [{"loss": v} for _, v in falling(50, 1)]
+    (f,) = wandb_run(tmp_path, rows).glob("wandb/offline-run-*/run-*.wandb")
+    f.unlink()
+    (f.parent / "files" / "output.log").write_text("wandb: syncing\nEpoch 1 done\n")
+    r = run(f.parent)
+    err = r.one("error")
+    assert "numeric columns: none" not in err["message"]
+    assert "W&B run directory without its run-*.wandb file" in err["message"]
+    assert "files/output.log" in err["message"] and "logs/debug.log" in err["message"]

@@ -19,7 +19,7 @@ import trainlog_mlflow
 import trainlog_olmo
 from infile import TooDeep, load_json, open_regular
 from protocol import mask
-from trainlog_base import CODE_RE, FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
+from trainlog_base import CODE_RE, FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError, _fmt
 from trainlog_binary import read_tfevents, read_wandb, tf_lengths
 from trainlog_ingest import (
     HEAD_ROWS,
@@ -57,10 +57,13 @@ def read_log(path, fmt, wanted):
     if fmt in BINARY:
         what, reader = BINARY[fmt]
         try:
-            return reader(path, wanted) + (extra,)
+            out = reader(path, wanted)
         except NoLoss as exc:
             exc.what = what  # it parsed: its own series are listed, it is no text log
             raise
+        if fmt == "wandb":
+            _wandb_cut_short(path, out[0])
+        return out + (extra,)
     doc = None
     if fmt == "json":
         size = os.path.getsize(path)
@@ -112,6 +115,29 @@ def read_log(path, fmt, wanted):
             out = _read_text(src, wanted)
     out[0].long = src.long
     return out + (extra,)
+
+
+def _wandb_cut_short(path, ing):
+    """A warning when the run's own summary (``files/wandb-summary.json`` beside the .wandb
+    file) names a later step than the history read: the file was cut short."""
+    summary = os.path.join(os.path.dirname(path), "files", "wandb-summary.json")
+    try:
+        with open_regular(summary, "r", encoding="utf-8", errors="replace") as f:
+            doc = load_json(f, "wandb-summary.json")
+    except (OSError, ValueError, TooDeep):
+        return
+    key = ing.step_key or "_step"
+    said = doc.get(key) if isinstance(doc, dict) else None
+    if not isinstance(said, (int, float)) or isinstance(said, bool) or not ing.rows():
+        return
+    last = ing.last_step()
+    if said > last:
+        ing.guesses.append(
+            "the W&B summary says the run reached %s %s, but the history in %s stops at %s: "
+            "the file is cut short (a copy taken while the run was writing, or damaged); "
+            "only the steps read are analysed"
+            % (key, _fmt(said), os.path.basename(path), _fmt(last))
+        )
 
 
 BINARY = {
@@ -543,6 +569,7 @@ def find_log(run_dir, max_entries=20000):
                     key = float(m.group(1)) if m.groups() else _mtime(full)
                     found.append((rank, -key, rel, full, what))
                     break
+    _wandb_without_history(run_dir, found)
     if not found:
         raise LogError(
             "no training log under it (looked for %s)"
@@ -550,12 +577,42 @@ def find_log(run_dir, max_entries=20000):
             "events.out.tfevents.*, *.jsonl, *.log, *.txt, *.csv"
         )
     found.sort()
+    _wandb_without_history(run_dir, found)
     rank, _, rel, full, what = found[0]
     same = [f for f in found if f[0] == rank]
     if len(same) > 1 and what == "TensorBoard event file":
         return _event_file(same, len(found) - len(same))
     others = len(found) - 1
     return full, "%s (%s)%s" % (rel, what, "; %d other candidates" % others if others else "")
+
+
+WANDB_RUN_DIR_RE = re.compile(r"(?:^|/)(?:offline-)?run-\d{8}_\d{6}-\w+$")
+
+
+def _wandb_without_history(run_dir, found):
+    """A W&B run directory whose best log is one of its own side files (debug.log,
+    output.log) has lost its ``run-*.wandb`` file, the only history W&B keeps there: say
+    so, and what is there, rather than read a debug log as the training log."""
+    if any(f[4] == "W&B run file" for f in found):
+        return
+    top = run_dir.rstrip("/")
+    best = found[0][3] if found else None
+    for root, dirs, _files in os.walk(top):
+        if root[len(top) :].count("/") > 2:
+            dirs[:] = []
+        if not WANDB_RUN_DIR_RE.search(root):
+            continue
+        if best is not None and not best.startswith(root + "/"):
+            return
+        there = sorted(
+            os.path.relpath(os.path.join(r, n), root) for r, _, ns in os.walk(root) for n in ns
+        )
+        raise LogError(
+            "a W&B run directory without its run-*.wandb file (the run's history): %s holds "
+            "only %s; copy the run's .wandb file too, or name a log of the trainer's own"
+            % (os.path.relpath(root, top), ", ".join(there[:8]) or "nothing")
+            + (" and %d more" % (len(there) - 8) if len(there) > 8 else "")
+        )
 
 
 def _event_file(files, more):
