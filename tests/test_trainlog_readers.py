@@ -624,3 +624,27 @@ def test_wandb_run_dir_without_its_wandb_file_says_what_is_missing(tmp_path: Pat
     assert "numeric columns: none" not in err["message"]
     assert "W&B run directory without its run-*.wandb file" in err["message"]
     assert "files/output.log" in err["message"] and "logs/debug.log" in err["message"]
+
+
+def test_olmo_rich_console_log_and_metric_loss_by_its_name(tmp_path: Path) -> None:
+    # olmo/util.py RichHandler (an interactive run): time "[%Y-%m-%d %X]", the level padded to
+    # 8, "[{name}:{lineno}, rank={local_rank}]", the message; lines start with "[", as JSON does
+    lines = []
+    for step, loss in falling(40, 1, spike_at=30):
+        step += 1
+        lines.append(
+            f"[2024-04-18 14:24:11] INFO     [olmo.train:729, rank=0] [step={step}/739328]"
+        )
+        lines.append(f"    train/CrossEntropyLoss={_olmo_float(loss)}")
+        lines.append(f"    throughput/total_tokens={_olmo_float(step * 4_194_304.0)}")
+    p = tmp_path / "console.log"
+    p.write_text("\n".join(lines) + "\n")
+    r = run(p, "--metric", "loss", "--metric", "throughput/total_tokens", "--preset", "trend")
+    src = r.one("source")
+    assert src["format"] == "olmo" and (src["first_step"], src["last_step"]) == (1, 40)
+    # --metric loss finds the loss by what its name says, as the default choice does
+    assert src["columns"] == {
+        "loss": "train/CrossEntropyLoss",
+        "throughput/total_tokens": "throughput/total_tokens",
+    }
+    assert loss_spikes(r) == [31]

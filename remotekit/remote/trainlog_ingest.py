@@ -133,11 +133,12 @@ def resolve_columns(keys, wanted, step_key=None):
         else:
             key, exact = _find_key(keys, (name.lower(),), (name.lower(),))
             label = name
-        if key is None and role == "loss" and not wanted:
+        if key is None and role == "loss":
             key, parts, why = _pick_loss(keys, {step_key} | {k for _, k in metrics})
             if key is not None:
                 guesses.append(why)
-                metrics += [(label, key)] + [(k, k) for k in parts]
+                # named with --metric loss: that one series; else its parts with no total too
+                metrics += [(label, key)] + ([] if wanted else [(k, k) for k in parts])
                 continue
         if key is None or key == step_key or any(k == key for _, k in metrics):
             if wanted:

@@ -51,7 +51,8 @@ def read_log(path, fmt, wanted):
         return ingest(trainlog_mlflow.read(path), wanted) + ({},)
     if auto:
         fmt, lf = sniff(path)
-        if fmt == "text" and trainlog_olmo.claims(path):
+        # OLMo's rich console lines start with "[2024-04-18 14:24:11]": sniffed as JSON
+        if fmt in ("text", "json") and trainlog_olmo.claims(path):
             return ingest(trainlog_olmo.read(path), wanted) + ({},)
     extra = {}
     if fmt in BINARY:
