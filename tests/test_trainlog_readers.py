@@ -648,3 +648,28 @@ def test_olmo_rich_console_log_and_metric_loss_by_its_name(tmp_path: Path) -> No
         "throughput/total_tokens": "throughput/total_tokens",
     }
     assert loss_spikes(r) == [31]
+
+
+@pytest.mark.parametrize("writer", ["ultralytics", "keras"])
+def test_a_per_epoch_log_without_a_step_has_the_epoch_for_its_steps(
+    tmp_path: Path, writer: str
+) -> None:
+    """ultralytics' results.csv (engine/trainer.py save_metrics: 'epoch' then the metrics,
+    each cell '%23s') and Keras's CSVLogger ('epoch' first, then the logs' keys sorted) have
+    one row per epoch and no step column: the epoch is the step axis, not the row number,
+    and no row is an 'epoch starts' event."""
+    if writer == "ultralytics":
+        cols = ["epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "val/box_loss"]
+        lines = [",".join(f"{c:>23}" for c in cols)]
+        for e, v in falling(40, 1):
+            lines.append(",".join(f"{x:>23}" for x in (e, v, v * 1.5, 1.1, v + 0.2)))
+    else:
+        lines = ["epoch,accuracy,loss,val_accuracy,val_loss"]
+        lines += [f"{e},0.9,{v},0.8,{v + 0.2}" for e, v in falling(40, 1)]
+    p = tmp_path / ("results.csv" if writer == "ultralytics" else "training.log")
+    p.write_text("\n".join(lines) + "\n")
+    r = run(p, "--format", "csv")
+    src = r.one("source")
+    assert src["step_key"] == "epoch" and (src["first_step"], src["last_step"]) == (0, 39)
+    assert events_of(r, "epoch") == []
+    assert any("the epoch is the step axis" in w["message"] for w in r.all("warning"))

@@ -428,12 +428,35 @@ def _numeric_keys(rows):
     return out
 
 
+def _epoch_axis(cols, head):
+    """The epoch key, when a log without a step key has one row per epoch (ultralytics'
+    results.csv, Keras's CSVLogger): whole epochs, each one more than the row before."""
+    step_key, _, meta, _, _, _ = cols
+    key = dict(meta).get("epoch")
+    if step_key is not None or key is None:
+        return None
+    vals = [_to_float(d.get(key)) for d in head[:HEAD_ROWS] if isinstance(d, dict)]
+    if len(vals) < 2 or any(v is MISSING for v in vals):
+        return None
+    if all(b - a == 1 for a, b in zip(vals, vals[1:])) and vals[0].is_integer():
+        return key
+    return None
+
+
 def _ingest_for(keys, wanted, head=(), step_key=None):
     """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys).
 
     Without a loss series (and no metric named), the log cannot answer the question: the
     error lists the numeric columns there are, for ``--metrics`` to name one."""
     cols = resolve_columns(keys, wanted, step_key)
+    epoch = _epoch_axis(cols, head)
+    if epoch is not None:
+        cols = resolve_columns(keys, wanted, epoch)
+        cols[5][:] = [g for g in cols[5] if not g.startswith("no step key")]
+        cols[5].append(
+            "no step key; one row per epoch (%r counts 0, 1, 2, ...): the epoch is the step axis"
+            % epoch
+        )
     step_key, metrics, meta, bucket_key, missing, guesses = cols
     if not wanted and not any(label == "loss" for label, _ in metrics):
         numeric = sorted(_numeric_keys(head) - {step_key}) if head else sorted(keys)
