@@ -673,3 +673,31 @@ def test_a_per_epoch_log_without_a_step_has_the_epoch_for_its_steps(
     assert src["step_key"] == "epoch" and (src["first_step"], src["last_step"]) == (0, 39)
     assert events_of(r, "epoch") == []
     assert any("the epoch is the step axis" in w["message"] for w in r.all("warning"))
+
+
+# ---------------------------------------------------------------------------------------------
+# public runs from projects we did not write (tests/data/public/*/README.md: source, license)
+
+PUBLIC = Path(__file__).parent / "data" / "public"
+
+
+def test_public_wandb_run_cut_short_of_its_summary() -> None:
+    r = run(PUBLIC / "alpaca-kd-wandb" / "run-20231102_032820-iqu955sp")
+    src = r.one("source")
+    assert src["format"] == "wandb" and src["step_key"] == "train/global_step"
+    assert src["columns"]["loss"] == "train/loss"
+    assert (src["first_step"], src["last_step"], src["rows"]) == (1, 30, 30)
+    assert any(
+        "says the run reached train/global_step 1218, but the history in run-iqu955sp.wandb "
+        "stops at 30" in w["message"]
+        for w in r.all("warning")
+    )
+    assert r.all("spike") == []
+
+
+def test_public_wandb_run_of_one_step_claims_no_schedule() -> None:
+    r = run(PUBLIC / "alpaca-kd-wandb" / "run-20231104_073205-5qvjca60")
+    src = r.one("source")
+    assert src["rows"] == 1 and src["columns"]["lr"] == "train/learning_rate"
+    # one lr value is no evidence of a missing warmup
+    assert r.all("event") == [] and r.all("spike") == []
