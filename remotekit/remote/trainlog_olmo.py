@@ -76,17 +76,27 @@ def read(path):
     step = None  # the step of the block being read (None: not in a block with a step)
     block = False
     resume = None  # a resume whose checkpoint path names no step: at the next marker
+    metric, marker = METRIC_RE.match, MARKER_RE.search
+    series = out.series
     with open_regular(path) as f:
         for lines in Lines(f):
+            out.lines += len(lines)
             for line in lines:
-                out.lines += 1
                 if block:
-                    m = METRIC_RE.match(line)
+                    m = metric(line)
                     if m is not None:
-                        _value(out, step, m.group(1), m.group(2))
+                        name, text = m.groups()
+                        try:  # most values: a plain float, of a series already seen
+                            v = float(text.replace(",", "") if "," in text else text)
+                            s = series[name]
+                            s[0].append(step)  # a TypeError before any step: nothing added
+                        except (KeyError, ValueError, TypeError):
+                            _value(out, step, name, text)
+                            continue
+                        s[1].append(v)
                         continue
                     block = False
-                m = MARKER_RE.search(line)
+                m = marker(line)
                 if m is not None:
                     step = float(m.group(1))
                     block = True
@@ -111,7 +121,7 @@ def _value(out, step, name, text):
         out.skipped += 1  # a block before the first step (OLMo's pre-train system metrics)
         return
     try:
-        out.add(name.strip(), step, number(text))
+        out.add(name, step, number(text))
     except ValueError:
         out.bad += 1
 

@@ -50,8 +50,16 @@ def _rows(read):
     """Rows ``{"step": s, name: value, ...}``: the values of every series at a step in one
     row; a step a series logs again (a replay after a resume) opens a new row after the
     first pass, so the step axis goes back there as it did in the run."""
+    items = list(read.series.items())
+    if items and all(steps == items[0][1][0] for _, (steps, _) in items):
+        # one step axis for all (a console log's blocks): rows in the order logged
+        names = [name for name, _ in items]
+        return [
+            dict(zip(names, vals), step=s)
+            for s, *vals in zip(items[0][1][0], *(values for _, (_, values) in items))
+        ]
     rows = {}
-    for name, (steps, values) in read.series.items():
+    for name, (steps, values) in items:
         seen = {}
         for s, v in zip(steps, values):
             k = seen.get(s, 0)
