@@ -701,3 +701,20 @@ def test_public_wandb_run_of_one_step_claims_no_schedule() -> None:
     assert src["rows"] == 1 and src["columns"]["lr"] == "train/learning_rate"
     # one lr value is no evidence of a missing warmup
     assert r.all("event") == [] and r.all("spike") == []
+
+
+def test_mlflow_run_with_hostile_metric_files(tmp_path: Path) -> None:
+    """A FIFO among the metric files (it must not block), a line of 2 MiB without a
+    newline, a malformed line: the good metric is read, the rest skipped and said."""
+    s = mlflow_store(tmp_path, [{"name": "r", "metrics": {"train_loss": falling(30, 1)}}])
+    (run_dir,) = [p for p in _runs(s).values()]
+    os.mkfifo(run_dir / "metrics" / "stuck")
+    (run_dir / "metrics" / "long").write_bytes(b"1 " + b"9" * (2 << 20))
+    with open(run_dir / "metrics" / "train_loss", "a") as f:
+        f.write("not a metric line\n")
+    r = run(run_dir)
+    src = r.one("source")
+    assert src["format"] == "mlflow" and src["rows"] == 30 and src["bad_lines"] == 1
+    said = [w["message"] for w in r.all("warning")]
+    assert any("metric 'stuck' not read" in w for w in said)
+    assert any("metric 'long': 1 over-long lines skipped" in w for w in said)

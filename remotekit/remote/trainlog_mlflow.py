@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 
 from infile import open_regular
+from trainlog_ingest import Lines
 from trainlog_series import Read
 
 MAX_RUNS = 2000  # runs looked at in one store
+MAX_METRICS = 5000  # metric files read in one run
 
 
 def _meta(path):
@@ -71,7 +73,9 @@ def metric_files(run):
     out = {}
     for root, dirs, files in os.walk(top):
         dirs.sort()
-        for name in sorted(files):
+        if len(out) >= MAX_METRICS:
+            break
+        for name in sorted(files)[: MAX_METRICS - len(out)]:
             full = os.path.join(root, name)
             out[os.path.relpath(full, top).replace(os.sep, "/")] = full
     return out
@@ -90,13 +94,32 @@ def lengths(run):
 
 
 def read(run):
-    """The metrics of one run: a series per key, on the steps MLflow stored."""
+    """The metrics of one run: a series per key, on the steps MLflow stored. A metric file
+    that cannot be read (not a regular file, unreadable) is skipped and said."""
     out = Read("mlflow")
     for key, full in metric_files(run).items():
-        unstepped = 0
-        with open_regular(full, "r", errors="replace") as f:
-            for line in f:
-                out.lines += 1
+        try:
+            unstepped = _read_metric(out, key, full)
+        except OSError as exc:
+            out.notes.append("metric %r not read: %s" % (key, exc.strerror or exc))
+            continue
+        if unstepped:
+            out.notes.append(
+                "metric %r has no step field (an MLflow store older than 1.0): its %d values "
+                "are numbered in the order logged" % (key, unstepped)
+            )
+    return out
+
+
+def _read_metric(out, key, full):
+    """One ``metrics/<key>`` file into ``out``; returns how many lines had no step field.
+    Read a block at a time, each line bounded (trainlog_ingest.Lines)."""
+    unstepped = 0
+    with open_regular(full) as f:
+        src = Lines(f)
+        for lines in src:
+            out.lines += len(lines)
+            for line in lines:
                 parts = line.split()
                 if not parts:
                     continue
@@ -113,9 +136,6 @@ def read(run):
                     out.bad += 1
                     continue
                 out.add(key, step, value)
-        if unstepped:
-            out.notes.append(
-                "metric %r has no step field (an MLflow store older than 1.0): its %d values "
-                "are numbered in the order logged" % (key, unstepped)
-            )
-    return out
+    if src.long:
+        out.notes.append("metric %r: %d over-long lines skipped (not read)" % (key, src.long))
+    return unstepped
