@@ -12,7 +12,7 @@ import os
 import re
 from array import array
 from collections import Counter
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 from operator import itemgetter
 
 import trainlog_mlflow
@@ -605,9 +605,10 @@ def _wandb_without_history(run_dir, found):
             continue
         if best is not None and not best.startswith(root + "/"):
             return
-        there = sorted(
+        names = (
             os.path.relpath(os.path.join(r, n), root) for r, _, ns in os.walk(root) for n in ns
         )
+        there = sorted(islice(names, 1000))  # a media-heavy run folder is not listed whole
         raise LogError(
             "a W&B run directory without its run-*.wandb file (the run's history): %s holds "
             "only %s; copy the run's .wandb file too, or name a log of the trainer's own"
