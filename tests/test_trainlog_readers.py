@@ -101,10 +101,15 @@ def _runs(store: Path) -> dict[str, Path]:
     return out
 
 
-@pytest.mark.parametrize("level", ["store", "experiment", "run"])
+@pytest.mark.parametrize("level", ["project", "store", "experiment", "run"])
 def test_mlflow_file_store_at_every_level(store: Path, level: str) -> None:
     runs = _runs(store)
-    path = {"store": store, "experiment": runs["long"].parent, "run": runs["long"]}[level]
+    path = {
+        "project": store.parent,  # the folder that holds mlruns/
+        "store": store,
+        "experiment": runs["long"].parent,
+        "run": runs["long"],
+    }[level]
     r = run(path, "--preset", "trend")
     assert r.code == 1, r.records
     src = r.one("source")

@@ -630,9 +630,11 @@ def _event_file(files, more):
 def _mlflow_run(path):
     """``(run dir, why)`` of an MLflow store, experiment or run, else None."""
     runs = trainlog_mlflow.runs_of(path)
+    base = len(path.rstrip("/")) + 1
+    if not runs:  # a project folder with its mlruns/ beside the code
+        runs = trainlog_mlflow.runs_of(os.path.join(path, "mlruns"))
     if not runs:
         return None
-    base = len(path.rstrip("/")) + 1
     cands = [
         (
             "%s (MLflow run %s)" % (r[base:] or ".", m.get("run_name") or os.path.basename(r)),
