@@ -109,9 +109,11 @@ def run_records(
     on_record: Callable[[Record], None] | None = None,
     on_output: OutputCallback | None = None,
     env: Mapping[str, str] | None = None,
+    keep: bool = True,
 ) -> tuple[list[Record], Result]:
     """Run ``remote/<script_name>`` (or a :class:`~remotekit.Script`) on ``target``; return
-    its records and the step's Result.
+    its records and the step's Result (``keep=False``: no records kept, each goes to
+    ``on_record`` only: a script that writes for days, as ``train-log --follow``).
 
     Never raises for a non-zero exit of the script (the records say what went wrong); it does
     raise the engine's errors (timeout, connection, container, interpreter). ``env`` is
@@ -123,7 +125,8 @@ def run_records(
     def sink(stream: str, line: str) -> None:
         rec = parse(line) if stream == "stdout" else None
         if rec is not None:
-            records.append(rec)
+            if keep:
+                records.append(rec)
             if on_record is not None:
                 on_record(rec)
         elif on_output is not None:
