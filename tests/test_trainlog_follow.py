@@ -502,3 +502,28 @@ def test_cli_on_incident_needs_follow(tmp_path: Path) -> None:
     proc = _cli(tmp_path, "--path", "x.jsonl", "--on-incident", "true")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and b"--on-incident goes with --follow" in err
+
+
+def test_cli_on_a_terminal_shows_a_live_status_line_and_ctrl_c_exits_0(
+    tmp_path: Path, writers: Callable[..., Writer]
+) -> None:
+    from tests.test_watch import Tty
+
+    log = tmp_path / "log.jsonl"
+    w = writers(log, "--spike-at", str(SPIKE)).started()
+    hosts = tmp_path / "hosts.yaml"
+    write_inventory(hosts, {"local": {"python": sys.executable}})
+    tty = Tty(["train-log", "--inventory", str(hosts), "--path", str(log), "--follow"], tmp_path)
+    try:
+        go_once_holding(w)
+        seen = tty.read_until(lambda seen: b"step 340: loss spike" in seen)
+        seen = tty.read_until(lambda seen: seen.count(b"steps/s") >= 2)
+        os.killpg(tty.proc.pid, signal.SIGINT)
+        rc = tty.finish()
+    finally:
+        tty.kill()
+    text = tty.seen.decode(errors="replace")
+    assert rc == 0, text[-2000:]
+    assert b"\r\x1b[K" in seen and b"local | step " in seen  # the line redrawn in place
+    assert "following " in text and "format jsonl" in text and "Traceback" not in text
+    assert gone(log, w.proc.pid) == []

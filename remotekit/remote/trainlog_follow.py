@@ -49,7 +49,7 @@ from trainlog_ingest import BLOCK, MAX_LINE, NoLoss
 from trainlog_lines import sniff
 from trainlog_read import dialect_of, find_log, read_lines
 
-POLL_S = 0.2  # the file is looked at this often
+POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
 STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on
 MIN_KEEP = 2000  # rows kept as the baseline at least (and two preset windows)
 START_BYTES = 1 << 24  # of a large log, the follow starts this far before its end
