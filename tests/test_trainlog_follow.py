@@ -243,6 +243,22 @@ def test_nan_and_a_resume_are_incidents(local: remotekit.Target, tmp_path: Path)
         assert inc.event is not None and "went back" in inc.render()
 
 
+def test_a_cancel_stops_the_follower_there_and_ends_the_iteration(
+    local: remotekit.Target, tmp_path: Path, writers: Callable[..., Writer]
+) -> None:
+    log = tmp_path / "log.jsonl"
+    w = writers(log, "--spike-at", str(SPIKE)).started()
+    with follow(local, str(log), on_status=go_once_following(w)) as live:
+        assert until(live, lambda i: True).step == SPIKE
+        local.cancel()  # from any thread: here, the one that iterates
+        with pytest.raises(remotekit.StepCancelled):
+            next(live)
+        with pytest.raises(StopIteration):
+            next(live)  # over, and stays over
+    local.resume()
+    assert gone(log, w.proc.pid) == []
+
+
 def _append(log: Path, rows: list[dict[str, object]]) -> None:
     with log.open("a") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
@@ -394,7 +410,7 @@ def test_a_missing_log_is_waited_for(local: remotekit.Target, tmp_path: Path) ->
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
     path = tmp_path / "hosts.yaml"
-    write_inventory(path, {"local": {"python": sys.executable}})
+    write_inventory(path, {name: {"python": sys.executable} for name in ("local", "local2")})
     argv = [*REMOTEKIT, "train-log", "--inventory", str(path), *args]
     return subprocess.Popen(
         argv,
@@ -498,10 +514,18 @@ def test_cli_refuses_a_wandb_file_with_exit_2(tmp_path: Path) -> None:
     assert b"not followed" in err and b"TensorBoard event files" in err
 
 
-def test_cli_on_incident_needs_follow(tmp_path: Path) -> None:
-    proc = _cli(tmp_path, "--path", "x.jsonl", "--on-incident", "true")
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--on-incident", "true"], b"--on-incident goes with --follow"),
+        (["--follow", "--host", "local,local2"], b"train-log --follow takes one --host"),
+        (["--follow", "--plot", "x.png"], b"--plot draws a whole log: not with --follow"),
+    ],
+)
+def test_cli_usage_errors_exit_2(tmp_path: Path, args: list[str], words: bytes) -> None:
+    proc = _cli(tmp_path, "--path", "x.jsonl", *args)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2 and b"--on-incident goes with --follow" in err
+    assert proc.returncode == 2 and words in err, err
 
 
 def test_cli_on_a_terminal_shows_a_live_status_line_and_ctrl_c_exits_0(

@@ -657,6 +657,7 @@ class LogFollow:
         self.exit_code: int | None = None
         self._errors: list[str] = []
         self._final = False
+        self._over = False  # the follow ended: the iteration ends too, at once
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._stop = threading.Event()
         self._tail = OutputTail()
@@ -702,6 +703,8 @@ class LogFollow:
         return self
 
     def __next__(self) -> Incident:
+        if self._over:
+            raise StopIteration
         while True:
             try:
                 kind, item = self._events.get(timeout=1.0)
@@ -712,10 +715,13 @@ class LogFollow:
                 if incident is not None:
                     return incident
             elif kind == "end":
+                self._over = True
                 self._end(item)
             elif kind == "error":
+                self._over = True
                 raise item
             else:
+                self._over = True
                 raise StopIteration
 
     def _take(self, rec: Record) -> Incident | None:

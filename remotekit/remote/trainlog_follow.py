@@ -350,10 +350,14 @@ class Follower:
         self.resumes = now
 
     def _keep(self, n, window):
-        """Past twice the rows the baseline needs, drop the oldest half of the window."""
+        """Past twice the rows the baseline needs, drop the oldest half of the window; a
+        log of mostly other lines (a trainer's chatter) is cut by lines as well."""
         keep = max(MIN_KEEP, 2 * window)
+        lines = len(self.tail.items)
         if n > 2 * keep:
             self.tail.trim(1.0 - float(keep) / n)
+        elif lines > 16 * keep:
+            self.tail.trim(0.5)
 
     def _measure(self, steps, compact):
         now = time.monotonic()
