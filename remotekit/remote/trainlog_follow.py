@@ -152,7 +152,7 @@ class Follower:
         self.tail = None
         self.offset = 0
         self.fmt = self.lf = None
-        self.sure = False  # the format was sniffed from enough lines
+        self.sure = False  # the format was sniffed from enough of the file (64 KiB)
         self.marks = {}  # (metric, kind) -> the last step its sent incidents covered
         self.resumes = set()
         self.full = False  # the window once held four preset windows
@@ -205,20 +205,20 @@ class Follower:
     def _sniff(self):
         """The format, from the file's first lines (again, while they are few)."""
         if self.args.format != "auto":
-            self.fmt, self.lf, self.sure = self.args.format, None, True
-            return True
-        try:
-            self.fmt, self.lf = sniff(self.path)
-        except LogError:  # empty so far
-            self.why = "%s is empty so far" % self.path
-            return False
+            self.fmt, self.lf = self.args.format, None
+        else:
+            try:
+                self.fmt, self.lf = sniff(self.path)
+            except LogError:  # empty so far
+                self.why = "%s is empty so far" % self.path
+                return False
         if self.fmt in NOT_FOLLOWED:
             raise NotFollowed(
                 "%s: not followed (train-log --follow follows logs that grow by appending: "
                 "%s); run train-log without --follow to analyse it whole"
                 % (NOT_FOLLOWED[self.fmt], FOLLOWED)
             )
-        self.sure = self.fmt == "tfevents" or self.lines >= 200 or self.offset >= 1 << 16
+        self.sure = self.args.format != "auto" or self.fmt == "tfevents" or self.offset >= 1 << 16
         return True
 
     def _check_replaced(self):
