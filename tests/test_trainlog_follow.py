@@ -310,6 +310,29 @@ def test_a_truncated_or_replaced_log_is_read_again_from_its_start(
     assert any(words in w for w in warned), warned
 
 
+def test_a_log_replaced_by_an_empty_file_is_read_once_it_has_lines(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    _append(log, [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 400)])
+    rotated: list[int] = []
+    count = [0]
+
+    def on_status(s: tl.FollowStatus) -> None:
+        count[0] += 1
+        if s.state == "following" and not rotated:
+            log.rename(tmp_path / "log.jsonl.1")
+            log.touch()  # the logger reopened its file, nothing written yet
+            rotated.append(count[0])
+        elif rotated and count[0] == rotated[0] + 2:  # two looks at the empty file
+            rows = [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(400, 700)]
+            _append(log, [*rows, {"step": 700, "loss": 30.0}, {"step": 701, "loss": 2.0}])
+
+    with follow(local, str(log), on_status=on_status) as live:
+        assert until(live, lambda i: True).step == 700
+    assert live.warnings and "was replaced" in live.warnings[0]
+
+
 def test_a_partial_last_line_waits_for_its_newline(
     local: remotekit.Target, tmp_path: Path, writers: Callable[..., Writer]
 ) -> None:

@@ -168,6 +168,8 @@ class Follower:
         if self.f is None and not self._open():
             return
         self._check_replaced()
+        if self.f is None:  # replaced by a file still empty: opened once it has lines
+            return
         got = self._read()
         if got:
             self.lines += got
