@@ -52,7 +52,7 @@ from trainlog_read import dialect_of, find_log, read_lines
 POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
 STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on
 MIN_KEEP = 2000  # rows kept as the baseline at least (and two preset windows)
-START_BYTES = 1 << 24  # of a large log, the follow starts this far before its end
+START_BYTES = 1 << 24  # of a large log, the follow starts this far before its end (lines)
 READ_MAX = 1 << 26  # bytes read per poll at most (a status goes out between)
 HARD_MAX = 1 << 26  # bytes the window holds at most, whatever the rows
 NOLOSS_AFTER = 200  # lines without a loss column after which that is an error, not a wait
@@ -99,7 +99,11 @@ class LineTail:
 
     def trim(self, share):
         """Drop the oldest ``share`` of the window."""
-        for _ in range(int(len(self.items) * share)):
+        self.keep_last(len(self.items) - int(len(self.items) * share))
+
+    def keep_last(self, n):
+        """Keep the latest ``n`` lines (records) only."""
+        while len(self.items) > n:
             self.size -= len(self.items.popleft())
 
     def window(self):
@@ -264,6 +268,8 @@ class Follower:
     def _judge(self):
         """Read the window, detect, send what is new (nothing from the first: the backlog)."""
         first, self.started = not self.started, True
+        if first:  # a long backlog: its latest lines are baseline enough, and judged at once
+            self.tail.keep_last(8 * self._keep_rows(PRESETS[self.args.preset]["window"]))
         if not self.sure:
             self._sniff()
         try:
@@ -354,12 +360,16 @@ class Follower:
     def _keep(self, n, window):
         """Past twice the rows the baseline needs, drop the oldest half of the window; a
         log of mostly other lines (a trainer's chatter) is cut by lines as well."""
-        keep = max(MIN_KEEP, 2 * window)
+        keep = self._keep_rows(window)
         lines = len(self.tail.items)
         if n > 2 * keep:
             self.tail.trim(1.0 - float(keep) / n)
         elif lines > 16 * keep:
             self.tail.trim(0.5)
+
+    @staticmethod
+    def _keep_rows(window):
+        return max(MIN_KEEP, 2 * window)
 
     def _measure(self, steps, compact):
         now = time.monotonic()
