@@ -529,6 +529,27 @@ def test_cli_on_incident_gets_the_json_and_a_failing_hook_is_a_warning(
     assert b"warning: --on-incident " in err and b"exit 3: no notifier here" in err
 
 
+def test_the_help_names_what_the_follower_follows_and_refuses() -> None:
+    """The formats are named in two places (the follower's error there, the task's help):
+    the help says each of the follower's words."""
+    import ast
+
+    from remotekit.cli.diagnostics import train_log
+
+    source = (ROOT / "remotekit" / "remote" / "trainlog_follow.py").read_text()
+    consts = {
+        t.id: ast.literal_eval(node.value)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name) and t.id in ("FOLLOWED", "NOT_FOLLOWED")
+    }
+    helptext = " ".join(train_log.help["follow"].split())
+    assert all(part in helptext for part in consts["FOLLOWED"].split(", "))
+    assert set(consts["NOT_FOLLOWED"]) == {"wandb", "json"}
+    assert "W&B .wandb" in helptext and "trainer_state.json" in helptext
+
+
 def test_cli_refuses_a_wandb_file_with_exit_2(tmp_path: Path) -> None:
     (tmp_path / "run-x.wandb").write_bytes(b":W&B\xe1\xbe\x00" + b"\x00" * 64)
     proc = _cli(tmp_path, "--path", str(tmp_path / "run-x.wandb"), "--follow")

@@ -547,13 +547,6 @@ def analyze_train_log(
 # ---------------------------------------------------------------------------------------------
 # following a log as it grows
 
-#: What ``follow_train_log`` follows: logs that grow by appending lines or records.
-FOLLOWED = "JSON lines, CSV, text logs (key=value, nanoGPT, llm.c, Megatron, fairseq), TensorBoard event files"
-#: What it refuses (``train-log`` without ``--follow`` reads them whole).
-NOT_FOLLOWED = (
-    "W&B run files (.wandb), JSON documents (trainer_state.json, wandb-summary.json), "
-    "MLflow stores (not read by train-log)"
-)
 #: Seconds ``close()`` waits for the follower there to stop, beyond the host's kill grace:
 #: the stop lands with its next status record (one a second), then the runner stops it.
 STOP_WAIT_S = 5.0
@@ -805,8 +798,9 @@ def follow_train_log(
             for incident in live:
                 print(incident.render())
 
-    Followed: :data:`FOLLOWED`; not: :data:`NOT_FOLLOWED` (the iterator raises
-    :class:`~remotekit.DiagnosticError` saying so, as for a log that cannot be read). What
+    Followed: logs that grow by appending (JSON lines, CSV, text logs, TensorBoard event
+    files); W&B run files and JSON documents (``trainer_state.json``) are not: the iterator
+    raises :class:`~remotekit.DiagnosticError` saying so, as for a log that cannot be read. What
     the log held when the follow began is the baseline, not reported (``status.backlog``
     counts its incidents). A truncated or replaced (rotated) log is read again from its
     start, with a warning. ``on_status`` hears a :class:`FollowStatus` every second,

@@ -392,6 +392,8 @@ class Follower:
         if len(self.rates) >= 2:
             (t0, s0), (t1, s1) = self.rates[0], self.rates[-1]
             rate = (s1 - s0) / (t1 - t0) if t1 > t0 and s1 >= s0 else None
+        if now - self.last_line > RATE_S and self.step is not None:
+            rate = 0.0  # no new line for a while: the run stands (or stopped)
         fields = dict(
             state=self.state,
             step=self.step,
