@@ -412,6 +412,23 @@ def test_a_log_that_is_not_appended_is_refused_clearly(
     assert err.value.host == "local"
 
 
+def test_a_fifo_is_refused_not_waited_on(local: remotekit.Target, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "log.jsonl")  # opening it would block until a writer comes
+    with pytest.raises(DiagnosticError) as err, follow(local, str(tmp_path / "log.jsonl")) as live:
+        next(live)
+    assert "a FIFO (named pipe), not a regular file" in str(err.value)
+
+
+def test_a_run_directory_is_followed_through_its_log(
+    local: remotekit.Target, tmp_path: Path, writers: Callable[..., Writer]
+) -> None:
+    w = writers(tmp_path / "trainer_log.jsonl", "--spike-at", str(SPIKE)).started()
+    with follow(local, str(tmp_path), on_status=go_once_following(w)) as live:
+        assert until(live, lambda i: True).step == SPIKE
+        assert live.source is not None and live.source.chosen_from
+        assert live.source.chosen_from.startswith("trainer_log.jsonl (LLaMA-Factory")
+
+
 def test_a_missing_log_is_waited_for(local: remotekit.Target, tmp_path: Path) -> None:
     log = tmp_path / "later.jsonl"
     seen: list[tl.FollowStatus] = []
