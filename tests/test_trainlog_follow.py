@@ -429,6 +429,23 @@ def test_a_run_directory_is_followed_through_its_log(
         assert live.source.chosen_from.startswith("trainer_log.jsonl (LLaMA-Factory")
 
 
+def test_the_longest_timeout_a_step_takes_bounds_a_follow_too(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    from remotekit.target import MAX_TIMEOUT_S
+
+    class Enough(Exception):
+        pass
+
+    def on_status(s: tl.FollowStatus) -> None:
+        raise Enough(s.state)  # the follower runs: out of the iteration
+
+    log = tmp_path / "log.jsonl"
+    live = follow(local, str(log), timeout=MAX_TIMEOUT_S, on_status=on_status)
+    with live, pytest.raises(Enough, match="waiting"):
+        next(live)
+
+
 def test_a_missing_log_is_waited_for(local: remotekit.Target, tmp_path: Path) -> None:
     log = tmp_path / "later.jsonl"
     seen: list[tl.FollowStatus] = []

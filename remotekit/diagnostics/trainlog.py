@@ -654,7 +654,9 @@ class LogFollow:
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._stop = threading.Event()
         self._tail = OutputTail()
-        step_timeout = MAX_TIMEOUT_S if timeout is None else timeout + TIMEOUT_MARGIN_S
+        step_timeout = MAX_TIMEOUT_S
+        if timeout is not None:  # the follow ends by itself; the step a little later
+            step_timeout = min(MAX_TIMEOUT_S, timeout + TIMEOUT_MARGIN_S)
         self._thread = threading.Thread(
             target=self._run, args=(args, step_timeout), name="train-log-follow", daemon=True
         )
