@@ -197,6 +197,35 @@ def test_the_follower_over_ssh_is_gone_after_close(
     assert w.finish() == "stop"
 
 
+def test_a_lost_connection_is_followed_again_without_losing_an_incident(
+    sshd: SSHServer, tmp_path: Path, writers: Callable[..., Writer]
+) -> None:
+    """The sshd serving the follow dies after the first spike; the second is written while
+    no follower runs: the follow starts again after the last step it judged and reports the
+    second spike, the first not again."""
+    from tests.harness import ancestors
+
+    t = target_for(tmp_path, sshd.host_yaml(python=f"{venv_prefix()}/bin/python"))
+    log = tmp_path / "log.jsonl"
+    spikes = ["--spike-at", str(SPIKE), "--spike-at", str(SPIKE + 60)]
+    w = writers(log, *spikes, "--hold-at", str(SPIKE + 50)).started()
+
+    def on_warning(message: str) -> None:
+        if "connection lost" in message:
+            Path(f"{log}.hold").touch()  # the next spike is written while none follows
+
+    with t, follow(t, str(log), on_status=go_once_following(w), on_warning=on_warning) as live:
+        assert until(live, lambda i: True).step == SPIKE
+        (follower,) = holders(log, w.proc.pid)
+        session = next(pid for pid, cmd in ancestors(follower) if cmd.startswith("sshd:"))
+        os.kill(session, signal.SIGKILL)
+        assert until(live, lambda i: True).step == SPIKE + 60
+        lost = [m for m in live.warnings if "connection lost" in m]
+        assert len(lost) == 1 and "following again after step 3" in lost[0], live.warnings
+    assert gone(log, w.proc.pid) == []
+    assert w.finish() == "stop"
+
+
 # --------------------------------------------------------------------------- the API, local
 
 

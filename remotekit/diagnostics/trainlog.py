@@ -45,7 +45,14 @@ from remotekit.diagnostics.base import (
     run_diagnostic,
     run_records,
 )
-from remotekit.errors import DiagnosticError
+from remotekit.errors import (
+    AuthError,
+    ConnectError,
+    ConnectionLost,
+    DiagnosticError,
+    HostKeyError,
+    RemotekitError,
+)
 from remotekit.quoting import join
 from remotekit.remote.protocol import FINAL, number
 from remotekit.render import table
@@ -552,6 +559,9 @@ def analyze_train_log(
 STOP_WAIT_S = 5.0
 #: Seconds past the ``timeout`` the follow ends at by itself there before the step is stopped.
 TIMEOUT_MARGIN_S = 30.0
+#: Tries to follow again after a lost connection (1, 2, 4, 8, 16 s apart); a connection that
+#: delivered a status starts the count again.
+RECONNECTS = 5
 
 
 @dataclass(frozen=True)
@@ -654,20 +664,51 @@ class LogFollow:
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._stop = threading.Event()
         self._tail = OutputTail()
-        step_timeout = MAX_TIMEOUT_S
-        if timeout is not None:  # the follow ends by itself; the step a little later
-            step_timeout = min(MAX_TIMEOUT_S, timeout + TIMEOUT_MARGIN_S)
+        self._seen = False  # a status came over the current connection
+        self._after: float | None = None  # the last step a status named (-inf: none judged)
         self._thread = threading.Thread(
-            target=self._run, args=(args, step_timeout), name="train-log-follow", daemon=True
+            target=self._run, args=(args, timeout), name="train-log-follow", daemon=True
         )
         self._thread.start()
 
     # -- there (the step, in its own thread) ---------------------------------------------
 
-    def _run(self, args: list[str], timeout: float) -> None:
+    def _run(self, args: list[str], timeout: float | None) -> None:
+        """The follow there; after a lost connection, again (:data:`RECONNECTS` tries, the
+        waits doubling from 1 s) from the last step a status named, so that an incident
+        written meanwhile is reported and none twice."""
+        end = None if timeout is None else time.monotonic() + timeout
+        tries = 0
+        while True:
+            try:
+                result = self._step(args, end)
+                self._events.put(("end", result))
+                return
+            except _Stopped:
+                self._events.put(("stopped", None))
+                return
+            except (ConnectionLost, ConnectError) as exc:
+                again = not isinstance(exc, (AuthError, HostKeyError)) and tries < RECONNECTS
+                if not again:
+                    self._events.put(("error", exc))
+                    return
+                if self._stop.wait(2.0**tries):  # closed meanwhile
+                    self._events.put(("stopped", None))
+                    return
+                tries = 0 if self._seen else tries + 1
+                self._seen = False
+                self._say_again(exc, tries)
+            except BaseException as exc:  # the engine's errors, raised where the caller iterates
+                self._events.put(("error", exc))
+                return
+
+    def _step(self, args: list[str], end: float | None) -> Result:
+        """One follow there, up to ``end``; the records to the caller's queue."""
+
         def record(rec: Record) -> None:
             if self._stop.is_set():
                 raise _Stopped
+            self._judged(rec)
             self._events.put(("record", rec))
 
         def output(stream: str, line: str) -> None:
@@ -675,22 +716,40 @@ class LogFollow:
                 raise _Stopped
             self._tail(stream, line)
 
-        try:
-            _, result = run_records(
-                self.target,
-                SCRIPT,
-                args,
-                step="train-log --follow",
-                timeout=timeout,
-                on_record=record,
-                on_output=output,
-                keep=False,
-            )
-            self._events.put(("end", result))
-        except _Stopped:
-            self._events.put(("stopped", None))
-        except BaseException as exc:  # the engine's errors, raised where the caller iterates
-            self._events.put(("error", exc))
+        more = [] if self._after is None else ["--after-step", repr(float(self._after))]
+        step_timeout = MAX_TIMEOUT_S
+        if end is not None:  # the follow ends by itself; the step a little later
+            left = max(1.0, end - time.monotonic())
+            more += ["--duration", f"{left:.3f}"]
+            step_timeout = min(MAX_TIMEOUT_S, left + TIMEOUT_MARGIN_S)
+        _, result = run_records(
+            self.target,
+            SCRIPT,
+            [*args, *more],
+            step="train-log --follow",
+            timeout=step_timeout,
+            on_record=record,
+            on_output=output,
+            keep=False,
+        )
+        return result
+
+    def _judged(self, rec: Record) -> None:
+        """How far the follower there had judged, by what arrived: the step of a status,
+        the onset of an incident (its status may be lost with the connection)."""
+        t = rec.get("type")
+        if t == "status":
+            self._seen = True  # a connection that worked: the tries start again
+        step = {"status": "step", "spike": "onset_step", "event": "step"}.get(str(t))
+        at = number(rec.get(step)) if step is not None else None
+        if t == "status" or at is not None:
+            known = -math.inf if self._after is None else self._after
+            self._after = max(known, -math.inf if at is None else at)
+
+    def _say_again(self, exc: RemotekitError, tries: int) -> None:
+        where = "its start" if self._after in (None, -math.inf) else f"step {_number(self._after)}"
+        msg = f"connection lost ({exc.message}); following again after {where} (try {tries + 1})"
+        self._events.put(("record", {"type": "warning", "message": msg}))
 
     # -- here (the caller's thread) ------------------------------------------------------
 
@@ -810,14 +869,14 @@ def follow_train_log(
 
     No step timeout: it follows until :meth:`LogFollow.close` (leaving the ``with``; Ctrl-C
     in the loop, then close), which stops the follower there; ``timeout`` seconds bound the
-    whole follow (it then ends by itself, ``exit_code`` 1 if it reported incidents). The
-    engine's errors (connection lost, ...) are raised by the iteration.
+    whole follow (it then ends by itself, ``exit_code`` 1 if it reported incidents). A lost
+    connection is a warning: the follow starts again there (:data:`RECONNECTS` tries) after
+    the last step it had judged, so an incident written meanwhile is still reported, once.
+    The engine's other errors are raised by the iteration.
     """
     if "points" in options:
         raise TypeError("follow_train_log() takes no points: a followed log sends no series")
     args = [*script_args(path, **options), "--follow"]
-    if timeout is not None:
-        args += ["--duration", f"{float(timeout):g}"]
     return LogFollow(
         target, str(path), args, timeout=timeout, on_status=on_status, on_warning=on_warning
     )

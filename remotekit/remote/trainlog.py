@@ -9,7 +9,7 @@ Usage::
     trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron|trend]
                 [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
-                [--follow [--duration S]]
+                [--follow [--duration S] [--after-step STEP]]
 
 Inputs (auto-detected by content): JSON lines (W&B history with ``_step``, LLaMA-Factory /
 TRL ``trainer_log.jsonl`` with ``current_steps``, or any ``step`` key), CSV with a header
@@ -133,6 +133,13 @@ def parse_args(argv):
     )
     ap.add_argument(
         "--duration", type=float, default=0.0, help="with --follow: stop after this many seconds"
+    )
+    ap.add_argument(
+        "--after-step",
+        type=float,
+        default=None,
+        help="with --follow: of what the log holds already, report the incidents after this "
+        "step (a follow taken up again; default: none of them)",
     )
     return ap.parse_args(argv)
 

@@ -12,7 +12,8 @@ steps, detects and places events as :func:`trainlog_analyze.analyze_log` does, a
 ``event``     one per new resume (the step counter went back, or a line says so)
 ``status``    state ("waiting", "following"), step, loss, rate (steps a second), rows,
               lines, bytes, idle_s (since the last new line), incidents; ``backlog``: the
-              incidents already in the log when the follow began (not sent)
+              incidents already in the log when the follow began (not sent; with
+              ``--after-step S``, a follow taken up again, those that begin after S are)
 ``warning``   a truncated or replaced (rotated) log, a reading caveat
 ``error``     the log cannot be followed (then ``summary`` and ``done``, exit 2)
 
@@ -26,6 +27,7 @@ the step is stopped (Ctrl-C, a cancel, a lost connection: the runner stops it) o
 from __future__ import annotations
 
 import io
+import math
 import os
 import time
 from collections import deque
@@ -294,12 +296,14 @@ class Follower:
         _place(incidents, events, *_bucket_codes({}, ing, cols, n))
         if not self.source_sent:
             self._send_source(ing, fmt, steps, n)
-        self._send_incidents(incidents, compact, steps, first)
-        self._send_resumes(events, first)
+        # the first look: the backlog, up to --after-step when given (a follow taken up again)
+        quiet = None
         if first:
-            self.kinds = set()
-            self.backlog = self.sent
-            self.sent = self.resumes_sent = 0
+            quiet = math.inf if self.args.after_step is None else self.args.after_step
+        held = self._send_incidents(incidents, compact, steps, quiet)
+        held += self._send_resumes(events, quiet)
+        if first:
+            self.backlog = held
         self.state = "following"
         self.rows = n
         self._keep(n, preset["window"])
@@ -329,8 +333,10 @@ class Follower:
             send("warning", message=w)
         self.source_sent = True
 
-    def _send_incidents(self, incidents, compact, steps, first):
-        """Each incident not sent before (by the marks of its metric and kind)."""
+    def _send_incidents(self, incidents, compact, steps, quiet):
+        """Each incident not sent before (by the marks of its metric and kind), but those
+        that begin at or before step ``quiet`` (the backlog): how many those were."""
+        held = 0
         for inc in sorted(incidents, key=lambda i: i["onset_step"]):
             key = (inc["metric"], inc["kind"])
             last = _last_step(inc, compact[inc["metric"]][1], steps)
@@ -339,23 +345,32 @@ class Follower:
                 self.marks[key] = max(mark, last)
                 continue
             self.marks[key] = last
+            if quiet is not None and inc["onset_step"] <= quiet:
+                held += 1
+                continue
             self.sent += 1
-            if not first:
-                self.kinds.add(inc["kind"])
-                rec = dict((k, v) for k, v in inc.items() if k not in _INTERNAL)
-                send("spike", **rec)
+            self.kinds.add(inc["kind"])
+            rec = dict((k, v) for k, v in inc.items() if k not in _INTERNAL)
+            send("spike", **rec)
+        return held
 
-    def _send_resumes(self, events, first):
-        """Each resume in the window that the last window did not hold."""
+    def _send_resumes(self, events, quiet):
+        """Each resume in the window that the last window did not hold (but those at or
+        before step ``quiet``: how many those were)."""
         now = set((e[0], e[1]) for e in events if e[0] in INCIDENT_EVENTS)
+        held = 0
         for e in events:
-            if (e[0], e[1]) in now - self.resumes:
-                self.sent += 1
-                self.resumes_sent += 1
-                if not first:
-                    self.kinds.add(e[0])
-                    send("event", kind=e[0], step=e[1], source=e[2], detail=e[3])
+            if (e[0], e[1]) not in now - self.resumes:
+                continue
+            if quiet is not None and e[1] <= quiet:
+                held += 1
+                continue
+            self.sent += 1
+            self.resumes_sent += 1
+            self.kinds.add(e[0])
+            send("event", kind=e[0], step=e[1], source=e[2], detail=e[3])
         self.resumes = now
+        return held
 
     def _keep(self, n, window):
         """Past twice the rows the baseline needs, drop the oldest half of the window; a

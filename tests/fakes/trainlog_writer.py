@@ -2,13 +2,14 @@
 
     trainlog_writer.py LOG [--format jsonl|csv|text|tfevents] [--baseline N] [--spike-at S ...]
                        [--nan-at S ...] [--go FILE] [--stop FILE] [--every SECONDS]
-                       [--max-s SECONDS] [--split-at S]
+                       [--max-s SECONDS] [--split-at S] [--hold-at S]
 
 Writes ``--baseline`` rows at once (steps 1..N, loss about 2.0), waits for ``--go`` (when
 given) to exist, then one row every ``--every`` seconds with a spike (loss 20.5) at each
 ``--spike-at`` and a NaN at each ``--nan-at``, until ``--stop`` exists or ``--max-s`` passed.
 ``--split-at S``: the row of step S is written in two parts, the second once ``LOG.rest``
-exists (a partial last line, as a logger that flushes mid-line leaves it). At the end ``LOG.end`` says why it
+exists (a partial last line, as a logger that flushes mid-line leaves it). ``--hold-at S``:
+before the row of step S, wait for ``LOG.hold`` to exist. At the end ``LOG.end`` says why it
 stopped (``stop`` or ``max-s``) and each spike's line is timed in ``LOG.times`` (step and
 Unix time of the write, one a line): what the bench measures from.
 """
@@ -53,6 +54,8 @@ class Log:
                 self.f.write("step,loss\n")
 
     def row(self, step: int) -> None:
+        if step == self.args.hold_at:
+            wait_for(self.args.log + ".hold", self.args.max_s)
         loss = loss_at(step, self.args)
         if self.tb is not None:
             self.tb.add_scalar("loss", loss, step)
@@ -90,6 +93,7 @@ def main() -> None:
     ap.add_argument("--spike-at", type=int, action="append", default=[])
     ap.add_argument("--nan-at", type=int, action="append", default=[])
     ap.add_argument("--split-at", type=int, default=None)
+    ap.add_argument("--hold-at", type=int, default=None)
     ap.add_argument("--go", default="")
     ap.add_argument("--stop", default="")
     ap.add_argument("--every", type=float, default=0.02)
