@@ -1,8 +1,9 @@
 """``train-log --follow``: a log being written (by a real writer process, tests/fakes/
 trainlog_writer.py) followed on the local target and through the real chain (sshd, and
 sshd -> fake pct exec -> a real LXC container); incidents reported while the writer is still
-going, the follower gone after Ctrl-C or close(), truncation, rotation, a partial last line,
-CSV, text and TensorBoard logs, ``--json``, ``--on-incident``, formats that are refused.
+going, the follower gone after Ctrl-C or close(), a lost connection followed again,
+truncation, rotation, a partial last line, an endless line, CSV, text and TensorBoard logs,
+``--json``, ``--on-incident``, formats and files that are refused.
 
 Bounds, not clocks: every follow has a ``timeout`` (it then ends by itself), every wait a
 deadline; the writer waits for files the test creates when it has seen what it waits for.
@@ -257,14 +258,9 @@ def test_nan_and_a_resume_are_incidents(local: remotekit.Target, tmp_path: Path)
     log.write_text("")
     rows = [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 301)]
     nan = [{"step": 301, "loss": "nan"}, {"step": 302, "loss": 2.0}]
-    started: list[bool] = []
-
-    def on_status(s: tl.FollowStatus) -> None:
-        if not started:  # the follower runs: what comes now is new
-            started.append(True)
-            _append(log, [*rows, *nan])
-
-    with follow(local, str(log), on_status=on_status) as live:
+    with follow(
+        local, str(log), on_status=once_started(lambda: _append(log, [*rows, *nan]))
+    ) as live:
         assert until(live, lambda i: True).kind == "nonfinite"
         _append(log, [{"step": s, "loss": 2.0 + 0.01 * (s % 5)} for s in range(250, 320)])
         inc = until(live, lambda i: True)
@@ -380,6 +376,40 @@ def test_a_partial_last_line_waits_for_its_newline(
         assert (inc.step, inc.kind) == (SPIKE, "spike")
         assert inc.spike is not None and inc.spike.value == 20.5
         assert live.source is not None and live.source.format == "text"
+
+
+def test_an_endless_line_is_dropped_and_the_follow_goes_on(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """3 MiB without a newline (a binary blob, a runaway print): never held whole."""
+    log = tmp_path / "log.jsonl"
+    rows = [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 300)]
+
+    def write() -> None:
+        with log.open("a") as f:
+            for _ in range(3):
+                f.write("x" * (1 << 20))
+                f.flush()
+                time.sleep(0.1)
+            f.write("\n")
+        _append(log, [*rows, {"step": 300, "loss": 30.0}, {"step": 301, "loss": 2.0}])
+
+    log.write_text("")
+    with follow(local, str(log), on_status=once_started(write)) as live:
+        inc = until(live, lambda i: True)
+        assert (inc.step, inc.kind) == (300, "spike")
+
+
+def once_started(action: Callable[[], None]) -> Callable[[tl.FollowStatus], None]:
+    """An on_status that runs ``action`` once, at the first status (the follower runs)."""
+    done: list[bool] = []
+
+    def on_status(status: tl.FollowStatus) -> None:
+        if not done:
+            done.append(True)
+            action()
+
+    return on_status
 
 
 def _size(path: Path) -> int:
