@@ -22,6 +22,7 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
         env: {HF_HOME: /workspace/hf}
         secret_env: [HF_TOKEN]          # names whose values are never printed
         checkpoints: /workspace/checkpoints
+        runs_dir: /workspace/.runs      # run records (default ~/.local/state/remotekit/runs)
         gpus: 8                         # (or gpu: true) no GPU found is then an error, not a note
     groups:
       gpu: [kpro6]
@@ -390,6 +391,7 @@ class _HostReader:
             env={k: _env_text(v) for k, v in (env or {}).items()},
             secret_env=frozenset(secret or ()),
             checkpoints=self.text("checkpoints"),
+            runs_dir=self.text("runs_dir"),
             has_gpu=self.has_gpu(),
             timeouts=self.timeouts(),
             source=f"{self.doc.path}:{self.doc.line(self.key)}",
@@ -495,6 +497,7 @@ HOST_KEYS = frozenset(
         "env",
         "secret_env",
         "checkpoints",
+        "runs_dir",
         "gpu",
         "gpus",
         "timeouts",

@@ -57,6 +57,8 @@ class HostSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     secret_env: frozenset[str] = frozenset()
     checkpoints: str | None = None
+    #: Where runs (``detach=True``) are recorded there; None: the state dir's default.
+    runs_dir: str | None = None
     #: hosts.yaml says it has GPUs (``gpus: N`` > 0 or ``gpu: true``): no GPU found there is
     #: then an error; otherwise "no GPU here" is a note.
     has_gpu: bool = False

@@ -54,6 +54,7 @@ from remotekit.transports.base import ExecutableMissing, Process, TerminalTransp
 
 if TYPE_CHECKING:
     from remotekit.forward import Forward
+    from remotekit.runs import Run, RunInfo
     from remotekit.sync import SyncResult
 
 #: ``on_progress(done, total)`` of a transfer: bytes done so far (never decreasing) of ``total``.
@@ -238,18 +239,25 @@ class Target:
         Nothing the step starts outlives it: whatever is still running when its main process
         exits is stopped (TERM, KILL after ``kill_grace``) and named in ``Result.stopped``.
         ``detach=True`` is the way to leave something running (a training run, TensorBoard):
-        the command starts there in its own session, its output goes to a log file, and the
-        step returns at once with ``Result.detached`` (pid, log path).
+        it starts a **run** (:mod:`remotekit.runs`), recorded there, in its own session under
+        a supervisor, and the step returns once it started, with ``Result.detached`` (the
+        run's ``id``, pid, log); :meth:`run_handle` follows, waits for or stops it.
         """
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['ls', '-l'], not one string")
         argv = [str(a) for a in argv]
         if not argv:
             raise ValueError("argv is empty")
-        header = {"op": "exec", "argv": argv, "detach": detach}
+        if detach:
+            from remotekit.runs import supervised
+
+            script, args = supervised(self, argv, argv=argv)
+            header, payload = _python_step(script, args, detach=True)
+        else:
+            header, payload = {"op": "exec", "argv": argv, "detach": False}, iter(())
         return self._step(
             header,
-            [],
+            payload,
             display=tuple(argv),
             step=step or _step_name(argv),
             timeout=timeout,
@@ -282,25 +290,21 @@ class Target:
         target's (venv / python), unbuffered; ``$REMOTEKIT_DIR`` names the temp dir.
         ``files`` values must be bytes (checked before anything is sent); a file may not
         take the script's own name. ``detach=True``: as for :meth:`run` (the temp dir then
-        stays, holding the log; ``Result.detached.dir`` names it).
+        stays, holding the shipped files; ``Result.detached.dir`` names it).
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
         if files:
             script = replace(script, files={**script.files, **files})  # validates names, types
-        all_files = {script.name: script.source, **script.files}
-        manifest = [[name, len(data), 0o600] for name, data in all_files.items()]
-        header: dict[str, Any] = {
-            "op": "exec",
-            "argv": [str(a) for a in args],
-            "script": script.name,
-            "files": manifest,
-            "detach": detach,
-        }
         display = self.python_display(script.name, args)
+        if detach:
+            from remotekit.runs import supervised
+
+            script, args = supervised(self, display, argv=[str(a) for a in args], script=script)
+        header, payload = _python_step(script, args, detach=detach)
         return self._step(
             header,
-            (piece for data in all_files.values() for piece in slices(data)),
+            payload,
             display=display,
             step=step or script.name,
             timeout=timeout,
@@ -542,6 +546,21 @@ class Target:
             with self._lock:
                 self._active.discard(proc)
 
+    # -- runs --------------------------------------------------------------------------------
+
+    @_redacts_errors
+    def runs(self) -> list[RunInfo]:
+        """Every run (``detach=True``) recorded there: see :mod:`remotekit.runs`."""
+        from remotekit.runs import list_runs
+
+        return list_runs(self)
+
+    def run_handle(self, run_id: str) -> Run:
+        """The handle of run ``run_id`` (``Result.detached.id``): logs, wait, stop, rm."""
+        from remotekit.runs import Run
+
+        return Run(self, run_id)
+
     # -- shell -------------------------------------------------------------------------------
 
     @_redacts_errors
@@ -626,6 +645,24 @@ class Target:
         Stops at the first layer that fails; that check says why (see :mod:`remotekit.ping`).
         """
         return ping(self, on_check)
+
+
+def _python_step(
+    script: Script, args: Sequence[Any], *, detach: bool
+) -> tuple[dict[str, Any], Iterator[bytes]]:
+    """The runner's header and payload for a shipped script (a detached one reports what it
+    started: a run's supervisor)."""
+    all_files = {script.name: script.source, **script.files}
+    manifest = [[name, len(data), 0o600] for name, data in all_files.items()]
+    header: dict[str, Any] = {
+        "op": "exec",
+        "argv": [str(a) for a in args],
+        "script": script.name,
+        "files": manifest,
+        "detach": detach,
+        "report": detach,
+    }
+    return header, (piece for data in all_files.values() for piece in slices(data))
 
 
 def _kind(mode: int) -> str:

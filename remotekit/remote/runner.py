@@ -7,7 +7,7 @@
 #   <decimal length>\n<header: UTF-8 JSON>         then the bytes of header["files"], in order
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
-#          "files": [[name, size, mode], ...], "timeout", "grace", "detach",
+#          "files": [[name, size, mode], ...], "timeout", "grace", "detach", "report",
 #          put: "dest", "name", "size", "mode", "keep_mode", "parents";  get: "src", "max_bytes"}
 #
 # After the payload, stdin stays open: EOF on it means the caller is gone (timeout, Ctrl-C,
@@ -25,6 +25,11 @@
 #   <K> file {"mode": M, "size": N}        get: the file about to be sent on stdout
 #   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
 #                                          R: exit | deadline | eof | signal | detached
+#
+# "detach" starts the command in its own session, output to a log, and returns at once. With
+# "report" too, the command gets a pipe's write end as $REMOTEKIT_REPORT_FD and the runner waits
+# (up to "timeout") for one JSON object on it: its keys go into "detached" (a run's supervisor
+# reports its id, the run's pid and log), and {"error": E, "code": N} fails the step instead.
 #
 # The step writes to pipes of its own that the runner relays to its stdout and stderr as
 # they come (never buffered), so a step cannot read the runner's control lines back through
@@ -603,7 +608,7 @@ def copy_fd(src, dst):
             dst = None  # the caller is gone: keep draining, so the step never blocks
 
 
-def spawn(argv, cwd, env, out=None, err=None):
+def spawn(argv, cwd, env, out=None, err=None, pass_fds=()):
     import subprocess
 
     try:
@@ -615,6 +620,7 @@ def spawn(argv, cwd, env, out=None, err=None):
             cwd=cwd or None,
             env=env,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
     except FileNotFoundError:
         fail("command not found: %s" % argv[0], 127)
@@ -647,11 +653,51 @@ def do_detach(h, tmpdir, zygote):
     argv, cwd, env = step_argv(h, tmpdir)
     log = os.path.join(tmpdir, "output.log")
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-    child = spawn(argv, cwd, env, out=fd)
+    report_r = report_w = None
+    if h.get("report"):  # the command tells what it started (a run's id) on a pipe
+        report_r, report_w = os.pipe()
+        env["REMOTEKIT_REPORT_FD"] = str(report_w)
+    child = spawn(argv, cwd, env, out=fd, pass_fds=() if report_w is None else (report_w,))
     os.close(fd)
     info = {"pid": child.pid, "log": log, "dir": tmpdir}
+    if report_r is not None:
+        os.close(report_w)
+        report = read_report(report_r, h.get("timeout") or 60.0)
+        if "error" in report:
+            fail(report["error"] + tail_of(log), report.get("code", 125))
+        info.update(report)
     control("exit", {"code": 0, "reason": "detached", "detached": info})
     return 0
+
+
+def read_report(fd, timeout):
+    """The one JSON line a detached command writes on its report pipe (until EOF)."""
+    import select
+
+    data, end = b"", time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        b = os.read(fd, CHUNK) if ready else b""
+        if not b:
+            break
+        data += b
+    os.close(fd)
+    try:
+        report = json.loads(data.decode("utf-8"))
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        return {"error": "the detached command ended or hung before it reported what it started"}
+    return report
+
+
+def tail_of(log):
+    try:
+        with open(log, "rb") as f:
+            text = f.read()[-2000:].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return "; its output:\n" + text if text else ""
 
 
 def do_exec(h, tmpdir, zygote, outputs):
