@@ -466,7 +466,7 @@ def test_cli_detach_prints_pid_and_log(tmp_path: Path) -> None:
         timeout=50,
     )
     assert r.returncode == 0, r.stderr
-    line = next(ln for ln in r.stdout.splitlines() if "detached: pid" in ln)
+    line = next(ln for ln in r.stdout.splitlines() if "detached: run " in ln)
     pid = int(line.split("pid ")[1].split(",")[0])
     log = Path(line.split("log ")[1].strip())
     try:
