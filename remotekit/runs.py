@@ -100,7 +100,14 @@ def supervised(
     script: Script | None = None,
 ) -> tuple[Script, list[str]]:
     """The step that starts a run: the supervisor (with ``script`` and its files beside it,
-    for ``run_python``) and its arguments, to run with ``detach=True, report=True``."""
+    for ``run_python``) and its arguments, to run with ``detach=True, report=True``. A hop
+    through which nothing outlives its step (a Slurm job's srun) refuses, saying why."""
+    for hop in target.spec.hops:
+        if hop.no_detach:
+            step = "run " + (script.name if script is not None else (list(argv) or ["?"])[0])
+            raise RemotekitError(
+                f"cannot detach through {hop.label}: {hop.no_detach}", host=target.name, step=step
+            )
     sup = remote.script(SUPERVISOR)
     files = {f"{BESIDE}/{name}": data for name, data in sup.files.items()}
     args = ["start", new_id(), "--host", target.name, "--display", json.dumps(list(display))]

@@ -326,3 +326,17 @@ def test_a_closed_follow_stops_its_step_there(local: remotekit.Target) -> None:
     finally:
         _tidy(run)
     assert threading.active_count() < 50
+
+
+@pytest.mark.timeout(10)
+def test_a_slurm_target_refuses_to_detach_saying_why() -> None:
+    from remotekit.layers import Slurm
+
+    t = remotekit.Target(remotekit.HostSpec(name="hpc", hop=Slurm(4242, bin="/no/such/srun")))
+    with pytest.raises(remotekit.RemotekitError) as info:  # before anything runs
+        t.run(["python", "train.py"], detach=True)
+    text = str(info.value)
+    assert "host 'hpc'" in text and "would end with its srun step" in text and "sbatch" in text
+    script = remotekit.Script(b"print(1)", name="train.py")
+    with pytest.raises(remotekit.RemotekitError, match="cannot detach through srun"):
+        t.run_python(script, detach=True)

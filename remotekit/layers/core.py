@@ -214,6 +214,9 @@ class Hop(ABC):
     #: The field (and hosts.yaml key) that holds the hop's executable: :attr:`executable`,
     #: and the "not found" hint.
     exe_key: ClassVar[str] = "bin"
+    #: Why a detached run (``detach=True``) cannot outlive its step through this hop, or ""
+    #: when it can (the default: the supervisor is in its own session there).
+    no_detach: ClassVar[str] = ""
 
     @classmethod
     @abstractmethod

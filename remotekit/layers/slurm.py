@@ -57,6 +57,10 @@ class Slurm(Hop):
     kind: ClassVar[str] = "job"
     up: ClassVar[str] = "RUNNING"
     says: ClassVar[str] = "srun says:\n{words}"
+    no_detach: ClassVar[str] = (
+        "a detached run would end with its srun step (slurmstepd stops every process of a "
+        "step when the step ends); submit it as a batch job (sbatch) on the login node instead"
+    )
     failures: ClassVar[tuple[Failure, ...]] = (
         Failure("invalid job id", ContainerNotFound, "there is no {hop.what}; {said}"),
         Failure("pending execution", ContainerNotRunning, "{hop.what} is still pending; {said}"),
