@@ -19,7 +19,6 @@ there for it (Ctrl-C or a closed iterator stops that step).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import queue
@@ -312,18 +311,31 @@ class LogStream:
         if kind == "start" and isinstance(at, int):
             self.offset = at
         elif kind == "data" and isinstance(at, int):
-            data = base64.b64decode(rec.get("b64", ""))
+            data = str(rec.get("bytes", "")).encode("latin-1")  # one code point a byte
             skip = (self.offset or 0) - at  # a resumed read starts where we stopped: 0
+            if skip < 0:
+                self._gap(at)
             if len(data) > skip:
                 self._put(("data", data[max(skip, 0) :]))
                 self.offset = at + len(data)
                 self._moved = True
 
+    def _gap(self, at: int) -> None:
+        raise RemotekitError(
+            f"the log of run {self.run.id} came back with bytes {self.offset}..{at} missing "
+            "(a record was cut on the way)",
+            host=self.run.target.name,
+            step="runs logs",
+        )
+
     def _once(self) -> list[dict[str, Any]]:
         limit = MAX_TIMEOUT_S if self.follow else None
-        return _call(
-            self.run.target, "logs", self._args(), on_record=self._on_record, timeout=limit
-        )
+        args = self._args()
+        records = _call(self.run.target, "logs", args, on_record=self._on_record, timeout=limit)
+        end = records[-1].get("offset")
+        if isinstance(end, int) and end != self.offset:
+            self._gap(end)
+        return records
 
     def _progress(self) -> bool:
         moved, self._moved = self._moved, False

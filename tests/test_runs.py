@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +83,23 @@ def test_binary_output_and_no_trailing_newline_come_back_byte_exact(
         assert b"".join(run.logs(offset=700)) == blob[700:]
     finally:
         _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_megabytes_of_random_bytes_come_back_whole(local: remotekit.Target) -> None:
+    blob = os.urandom(3 << 20)  # escaped, each record of these is several times their size
+    code = "import os, sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
+    src = Path(local.spec.runs_dir or "/tmp") / f"rk-blob-{uuid.uuid4().hex[:8]}"
+    src.write_bytes(blob)
+    try:
+        run = _start(local, [sys.executable, "-c", code, str(src)])
+        try:
+            assert run.wait(timeout=30).exit_code == 0
+            assert b"".join(run.logs()) == blob
+        finally:
+            _tidy(run)
+    finally:
+        src.unlink()
 
 
 @pytest.mark.timeout(60)
