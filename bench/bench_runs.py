@@ -28,13 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import remotekit  # noqa: E402
-from bench.bench_engine import controlmaster  # noqa: E402
+from bench.bench_engine import container_chain  # noqa: E402
 from remotekit.quoting import join  # noqa: E402
-from tests.harness import FakeNode, SSHServer, venv_prefix  # noqa: E402
-from tests.runtimes import LxcContainer  # noqa: E402
 
-CLOCK = (
+CLOCK = (  # it waits first: lines written before the follow attached would count its start
     "import sys, time\n"
+    "time.sleep(2)\n"
     "for i in range(int(sys.argv[1])):\n"
     "    print(repr(time.time()), flush=True)\n"
     "    time.sleep(0.1)\n"
@@ -75,20 +74,11 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=256)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rk-bench-runs-"))
-    ct = LxcContainer()
-    node = FakeNode(work / "node", running=ct).install()
-    server = SSHServer(work / "sshd", env=node.env)
     figures: dict[str, float] = {}
     stack = ExitStack()
     try:
-        ct.start()
-        node.add(200)
-        server.start()
-        _, ssh = stack.enter_context(controlmaster(server, work / "ctl"))
-        inv_file = work / "hosts.yaml"
-        host = server.host_yaml(container=200, pct=str(node.pct), venv=venv_prefix())
-        inv_file.write_text(json.dumps({"hosts": {"ct": host}}))
-        with remotekit.load_inventory(inv_file).target("ct") as t:
+        chain = stack.enter_context(container_chain(work))
+        with chain.inventory.target("ct") as t:
             lat = latencies(t, args.lines)
             figures["follow_latency_ms_p50"] = statistics.median(lat) * 1000
             figures["follow_latency_ms_p95"] = percentile(lat, 95) * 1000
@@ -102,7 +92,7 @@ def main() -> int:
             got = sum(len(c) for c in run.logs())
             figures["logs_s"] = time.perf_counter() - t0
             assert got == args.mb << 20, got
-            cat = [*ssh, join([str(node.pct), "exec", "200", "--", "cat", run.info().log])]
+            cat = [*chain.ssh, join([chain.pct, "exec", "200", "--", "cat", run.info().log])]
             t0 = time.perf_counter()
             subprocess.run(cat, check=True, stdout=subprocess.DEVNULL)
             figures["ssh_cat_s"] = time.perf_counter() - t0
@@ -112,8 +102,6 @@ def main() -> int:
             run.rm()
     finally:
         stack.close()
-        server.stop()
-        ct.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     figures["logs_mb_per_s"] = args.mb / figures["logs_s"]
