@@ -359,3 +359,37 @@ def test_a_slurm_target_refuses_to_detach_saying_why() -> None:
     script = remotekit.Script(b"print(1)", name="train.py")
     with pytest.raises(remotekit.RemotekitError, match="cannot detach through srun"):
         t.run_python(script, detach=True)
+
+
+def _python38() -> str:
+    import glob
+    import shutil
+
+    found = [os.environ.get("REMOTEKIT_PYTHON38", ""), shutil.which("python3.8") or ""]
+    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    usable = [p for p in found if p and ".pyenv/shims" not in p and os.access(p, os.X_OK)]
+    if not usable:
+        pytest.skip("no python3.8 here (set REMOTEKIT_PYTHON38 to one)")
+    return usable[0]
+
+
+def test_the_supervisor_parses_as_python_3_8() -> None:
+    import ast
+
+    from remotekit import remote
+
+    ast.parse(remote.source("supervisor.py"), feature_version=(3, 8))
+
+
+@pytest.mark.timeout(60)
+def test_runs_work_with_python_3_8_there() -> None:
+    with remotekit.local_target(python=_python38()) as t:
+        run = _start(t, ["bash", "-c", "echo old; exit 2"])
+        try:
+            assert run.wait(timeout=30).exit_code == 2
+            assert b"".join(run.logs(follow=True)) == b"old\n"
+            sleeper = _start(t, ["sleep", "30"])
+            assert sleeper.stop(grace=1).state == "stopped"
+            _tidy(sleeper)
+        finally:
+            _tidy(run)
