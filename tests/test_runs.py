@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -393,3 +394,29 @@ def test_runs_work_with_python_3_8_there() -> None:
             _tidy(sleeper)
         finally:
             _tidy(run)
+
+
+@pytest.mark.timeout(180)
+def test_a_container_restart_marks_its_runs_lost() -> None:
+    """A container of its own (lxc-attach hop), restarted under a running run: the record
+    (in the container's state dir, not its tmpfs /tmp) stays; the run is lost, and rm works."""
+    from remotekit.layers import Lxc
+    from tests import runtimes
+    from tests.conftest import need
+    from tests.harness import venv_prefix
+
+    need("lxc")
+    box = runtimes.LxcContainer().start()
+    try:
+        t = remotekit.local_target(hop=Lxc(box.name), venv=venv_prefix(), python=None)
+        run = _start(t, ["bash", "-c", "sleep 300"])
+        assert run.state() == "running"
+        subprocess.run(["lxc-stop", "-n", box.name, "-k"], check=True, timeout=60)
+        subprocess.run(["lxc-start", "-n", box.name, "-d"], check=True, timeout=60)
+        runtimes.wait_for(f"lxc-attach {box.name}", box._answers)
+        info = run.info()
+        assert (info.state, info.exit_code) == ("lost", None)
+        run.rm()
+        assert t.runs() == []
+    finally:
+        box.stop()
