@@ -38,7 +38,7 @@ from remotekit.step import MAX_TIMEOUT_S
 if TYPE_CHECKING:
     from remotekit.target import Target
 
-__all__ = ["STATES", "LogStream", "Run", "RunInfo", "list_runs", "supervised"]
+__all__ = ["STATES", "LogStream", "Run", "RunInfo", "list_runs", "prune", "supervised"]
 
 SUPERVISOR = "supervisor.py"
 #: Where the supervisor's own files go beside a detached script's, so no name of yours clashes.
@@ -179,6 +179,14 @@ def _call(
             step=step,
         )
     return records
+
+
+def prune(target: Target, older_than_s: float = 0.0) -> list[str]:
+    """Remove the record of every run on ``target`` that ended (exited, stopped or lost) at
+    least ``older_than_s`` seconds ago; the ids removed."""
+    args = ["--finished", "--older-than", str(older_than_s)]
+    final = _call(target, "rm", args)[-1]
+    return [str(i) for i in final.get("removed") or ()]
 
 
 class Run:

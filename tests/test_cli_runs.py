@@ -55,3 +55,19 @@ def test_stop_then_rm_and_errors_exit_2(tmp_path: Path) -> None:
     gone = rk("logs", run_id, cwd=tmp_path)
     assert gone.returncode == 2 and f"no run {run_id}".encode() in gone.stderr
     assert rk("stop", "--help", cwd=tmp_path).returncode == 2  # not taken as an id there
+
+
+@pytest.mark.timeout(120)
+def test_runs_clean_removes_every_ended_run_and_keeps_running_ones(tmp_path: Path) -> None:
+    ended = started(tmp_path, "true")
+    running = started(tmp_path, "sleep", "60")
+    assert rk("logs", ended, "--follow", cwd=tmp_path).returncode == 0  # it ended
+    kept = rk("runs", "--clean", "--older-than", "1", cwd=tmp_path)  # ended just now: kept
+    assert kept.returncode == 0 and ended in kept.stdout.decode()
+    r = rk("runs", "--clean", cwd=tmp_path)
+    assert r.returncode == 0 and f"removed run {ended}".encode() in r.stderr, r.stderr
+    listed = json.loads(rk("runs", "--json", cwd=tmp_path).stdout)["hosts"][0]["result"]
+    left = [x["id"] for x in listed]
+    assert ended not in left and running in left
+    assert rk("stop", running, "--grace", "1", cwd=tmp_path).returncode == 0
+    assert rk("rm", running, cwd=tmp_path).returncode == 0

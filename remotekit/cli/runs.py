@@ -1,6 +1,6 @@
 """The tasks of runs (``run --detach`` / ``py --detach``): ``runs``, ``logs``, ``stop``, ``rm``.
 
-``runs`` lists every run on the selected targets. ``logs``, ``stop`` and ``rm`` take a run's
+``runs`` lists every run on the selected targets (``--clean``: after removing the finished). ``logs``, ``stop`` and ``rm`` take a run's
 id and find it on the selected targets (default: the default target): the one that has it.
 ``logs --follow`` streams the output as it is written, resumes after a dropped connection
 without losing or repeating a byte, and exits with the run's exit code.
@@ -20,7 +20,7 @@ from remotekit.cli.output import fan_out
 from remotekit.cli.selection import OPTIONS_HERE, Selection, fleet_task
 from remotekit.fleet import fleet
 from remotekit.render import Console, table, to_json
-from remotekit.runs import Run, RunInfo
+from remotekit.runs import Run, RunInfo, prune
 
 ID_HELP = "the run's id (what run --detach printed; see `remotekit runs`)"
 
@@ -58,12 +58,22 @@ def render_runs(runs: list[RunInfo]) -> str:
     return table(["id", "state", "exit", "started", "duration", "command", "log"], rows)
 
 
-@fleet_task()
-def runs(c: Context, sel: Selection) -> None:
+@fleet_task(
+    help={
+        "clean": "first remove every run that ended (exited, stopped, lost): the retention rule",
+        "older_than": "with --clean: only those that ended at least this many days ago",
+    }
+)
+def runs(c: Context, sel: Selection, clean: bool = False, older_than: float = 0.0) -> None:
     """List the runs (run --detach / py --detach) on targets: id, state, exit code, started,
-    duration, command, log."""
+    duration, command, log (--clean [--older-than DAYS]: remove the finished ones first)."""
+    if older_than and not clean:
+        raise Exit("remotekit: --older-than goes with --clean", code=2)
 
     def list_them(t: remotekit.Target, console: Console) -> list[RunInfo]:
+        if clean:
+            for gone in prune(t, older_than * 86400.0):
+                console.line(t.name, "stderr", f"removed run {gone}")
         return t.runs()
 
     fan_out(sel, list_them, render=render_runs, title="runs")

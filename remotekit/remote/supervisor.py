@@ -33,6 +33,7 @@ Modes (``python supervisor.py MODE ...``)::
     wait ID                              until the run ends; its ``run`` record
     stop ID [--grace S]                  stop the tree; the ``run`` record afterwards
     rm ID                                remove a finished run's record (and shipped dir)
+    rm --finished [--older-than S]       remove every run that ended at least S s ago
 
 Standard library only, Python >= 3.8; records as :mod:`protocol` writes them.
 """
@@ -417,14 +418,38 @@ def stop_lost(folder, rec, grace):
     )
 
 
-def do_rm(args, folder):
-    rec = info(folder)
-    if rec["state"] == "running":
-        return protocol.fail("rm", "run %s is still running: stop it first" % args.id)
+def do_prune(args):
+    """Remove every run that ended (exited, stopped, lost) at least ``--older-than`` s ago."""
+    top = runs_dir(args.runs_dir)
+    try:
+        names = sorted(os.listdir(top))
+    except OSError:
+        names = []
+    removed = []
+    for name in names:
+        rec = info(os.path.join(top, name))
+        if rec is None or rec["state"] == "running":
+            continue
+        ended = rec.get("ended") or rec.get("started") or 0
+        if time.time() - ended >= (args.older_than or 0):
+            remove(os.path.join(top, name), rec)
+            removed.append(name)
+    return protocol.finish("rm", 0, removed=removed)
+
+
+def remove(folder, rec):
+    """A run's record, and the folder of its shipped files (a runner's private dir)."""
     shipped = rec.get("dir")
     if shipped and os.path.basename(shipped).startswith("remotekit-") and os.path.isdir(shipped):
         shutil.rmtree(shipped, ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def do_rm(args, folder):
+    rec = info(folder)
+    if rec["state"] == "running":
+        return protocol.fail("rm", "run %s is still running: stop it first" % args.id)
+    remove(folder, rec)
     return protocol.finish("rm", 0, id=args.id)
 
 
@@ -446,6 +471,8 @@ def parse(argv):
     p.add_argument("--tail", type=int, default=None)
     p.add_argument("--follow", action="store_true")
     p.add_argument("--stream", choices=STREAMS, default="output")
+    p.add_argument("--finished", action="store_true")
+    p.add_argument("--older-than", type=float, default=0.0)
     own, rest = (
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :])
         if "--" in argv
@@ -466,6 +493,8 @@ def main(argv):
         return Supervisor(args).run()
     if args.mode == "list":
         return do_list(args)
+    if args.mode == "rm" and args.finished:
+        return do_prune(args)
     folder, code = find(args)
     if folder is None:
         return code
