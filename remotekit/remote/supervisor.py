@@ -286,21 +286,27 @@ class Supervisor(object):
 # -- the other modes ---------------------------------------------------------------------------
 
 
-def do_list(args):
+def every_run(args):
+    """(folder, record) of each run in the runs dir (only run ``args.id`` when given)."""
     top = runs_dir(args.runs_dir)
     try:
         names = sorted(os.listdir(top))
     except OSError:
         names = []
-    count = 0
     for name in names:
         if args.id and name != args.id:
             continue
         rec = info(os.path.join(top, name))
         if rec is not None:
-            protocol.emit(rec)
-            count += 1
-    return protocol.finish("list", 0, runs=count, runs_dir=top)
+            yield os.path.join(top, name), rec
+
+
+def do_list(args):
+    count = 0
+    for _, rec in every_run(args):
+        protocol.emit(rec)
+        count += 1
+    return protocol.finish("list", 0, runs=count, runs_dir=runs_dir(args.runs_dir))
 
 
 def tail_offset(path, lines):
@@ -420,20 +426,12 @@ def stop_lost(folder, rec, grace):
 
 def do_prune(args):
     """Remove every run that ended (exited, stopped, lost) at least ``--older-than`` s ago."""
-    top = runs_dir(args.runs_dir)
-    try:
-        names = sorted(os.listdir(top))
-    except OSError:
-        names = []
     removed = []
-    for name in names:
-        rec = info(os.path.join(top, name))
-        if rec is None or rec["state"] == "running":
-            continue
+    for folder, rec in every_run(args):
         ended = rec.get("ended") or rec.get("started") or 0
-        if time.time() - ended >= (args.older_than or 0):
-            remove(os.path.join(top, name), rec)
-            removed.append(name)
+        if rec["state"] != "running" and time.time() - ended >= (args.older_than or 0):
+            remove(folder, rec)
+            removed.append(rec.get("id") or os.path.basename(folder))
     return protocol.finish("rm", 0, removed=removed)
 
 
