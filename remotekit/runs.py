@@ -25,20 +25,22 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit import remote
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError
 from remotekit.remote import protocol
-from remotekit.result import Script
+from remotekit.result import Result, Script
 from remotekit.step import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
+    from remotekit.layers import Hop
     from remotekit.target import Target
 
-__all__ = ["STATES", "LogStream", "Run", "RunInfo", "list_runs", "prune", "supervised"]
+__all__ = ["STATES", "LogStream", "Run", "RunInfo", "home_of", "list_runs", "prune", "start"]
 
 SUPERVISOR = "supervisor.py"
 #: Where the supervisor's own files go beside a detached script's, so no name of yours clashes.
@@ -92,33 +94,77 @@ def new_id() -> str:
     return secrets.token_hex(4)
 
 
-def supervised(
+def start(
     target: Target,
     display: Sequence[str],
     argv: Sequence[str] = (),
     script: Script | None = None,
-) -> tuple[Script, list[str]]:
-    """The step that starts a run: the supervisor (with ``script`` and its files beside it,
-    for ``run_python``) and its arguments, to run with ``detach=True, report=True``. A hop
-    through which nothing outlives its step (a Slurm job's srun) refuses, saying why."""
-    for hop in target.spec.hops:
-        if hop.no_detach:
-            step = "run " + (script.name if script is not None else (list(argv) or ["?"])[0])
+    *,
+    step: str,
+    options: Mapping[str, Any],
+) -> Result:
+    """Start a run of ``argv`` (or of ``script`` with ``argv`` as its arguments) on ``target``:
+    what ``run(..., detach=True)`` and ``run_python(..., detach=True)`` do; ``options`` are
+    the step's (:meth:`Target.start_detached`)."""
+    home = home_of(target)
+    run_id = new_id()
+    command = list(argv)
+    args = ["start", run_id, "--host", target.name, "--display", json.dumps(list(display))]
+    args += ["--grace", str(target.spec.timeouts.kill_grace), *_runs_dir(target)]
+    batch = _batch_hop(target)
+    if batch is not None:
+        if script is not None:
             raise RemotekitError(
-                f"cannot detach through {hop.label}: {hop.no_detach}", host=target.name, step=step
+                f"a detached run through {batch.label} is a batch job, which runs a command: "
+                "put the script where the job's node can read it, and run it with run --detach",
+                host=target.name,
+                step=step,
             )
+        job = batch.batch(command, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
+        assert job is not None
+        command = list(job.submit)
+        args += [f"--log-option={job.log_option}", "--on-stop", json.dumps(list(job.cancel))]
+    sup = _with_supervisor(script)
+    if script is not None:
+        args += ["--script", script.name]
+    args += ["--", *command]
+    return home.start_detached(sup, args, display=tuple(display), step=step, **options)
+
+
+def _with_supervisor(script: Script | None) -> Script:
+    """The supervisor as the step's script; a detached script and its files beside it."""
     sup = remote.script(SUPERVISOR)
     files = {f"{BESIDE}/{name}": data for name, data in sup.files.items()}
-    args = ["start", new_id(), "--host", target.name, "--display", json.dumps(list(display))]
-    args += ["--grace", str(target.spec.timeouts.kill_grace), *_runs_dir(target)]
     if script is not None:
         theirs = {script.name: script.source, **script.files}
         clash = [n for n in theirs if n.split("/")[0] == BESIDE]
         if clash:
             raise ValueError(f"{clash[0]!r}: a detached script's files may not be under {BESIDE}/")
         files.update(theirs)
-        args += ["--script", script.name]
-    return Script(sup.source, name=f"{BESIDE}/{SUPERVISOR}", files=files), [*args, "--", *argv]
+    return Script(sup.source, name=f"{BESIDE}/{SUPERVISOR}", files=files)
+
+
+def _batch_hop(target: Target) -> Hop | None:
+    return next((h for h in target.spec.hops if h.batch((), "") is not None), None)
+
+
+#: The target a run's supervisor lives on, for a target whose hop runs detached runs as batch
+#: jobs: the same chain without that hop (the login node), opened once.
+_HOMES: weakref.WeakKeyDictionary[Target, Target] = weakref.WeakKeyDictionary()
+_HOMES_LOCK = threading.Lock()
+
+
+def home_of(target: Target) -> Target:
+    """Where ``target``'s runs are recorded and supervised: itself, or for a Slurm target the
+    login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job."""
+    hop = _batch_hop(target)
+    if hop is None:
+        return target
+    with _HOMES_LOCK:
+        if target not in _HOMES:
+            spec = replace(target.spec, hop=None)
+            _HOMES[target] = type(target)(spec)  # the Target class, without importing it
+        return _HOMES[target]
 
 
 def _runs_dir(target: Target) -> list[str]:
@@ -142,6 +188,7 @@ def _call(
 ) -> list[dict[str, Any]]:
     """The supervisor in ``mode``: its records (or each to ``on_record``); its error record
     raised as a RemotekitError; a step cut off before its final record as ConnectionLost."""
+    target = home_of(target)
     records: list[dict[str, Any]] = []
     errors: list[str] = []
     said: list[str] = []

@@ -249,15 +249,13 @@ class Target:
         if not argv:
             raise ValueError("argv is empty")
         if detach:
-            from remotekit.runs import supervised
+            from remotekit.runs import start
 
-            script, args = supervised(self, argv, argv=argv)
-            header, payload = _python_step(script, args, detach=True)
-        else:
-            header, payload = {"op": "exec", "argv": argv, "detach": False}, iter(())
+            how = dict(timeout=timeout, env=env, cwd=cwd, check=check, on_output=on_output)
+            return start(self, argv, argv=argv, step=step or _step_name(argv), options=how)
         return self._step(
-            header,
-            payload,
+            {"op": "exec", "argv": argv, "detach": False},
+            [],
             display=tuple(argv),
             step=step or _step_name(argv),
             timeout=timeout,
@@ -298,10 +296,14 @@ class Target:
             script = replace(script, files={**script.files, **files})  # validates names, types
         display = self.python_display(script.name, args)
         if detach:
-            from remotekit.runs import supervised
+            from remotekit.runs import start
 
-            script, args = supervised(self, display, argv=[str(a) for a in args], script=script)
-        header, payload = _python_step(script, args, detach=detach)
+            how = dict(timeout=timeout, env=env, cwd=cwd, check=check, on_output=on_output)
+            args = [str(a) for a in args]
+            return start(
+                self, display, argv=args, script=script, step=step or script.name, options=how
+            )
+        header, payload = _python_step(script, args, detach=False)
         return self._step(
             header,
             payload,
@@ -314,6 +316,22 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
+
+    def start_detached(
+        self,
+        script: Script,
+        args: Sequence[str],
+        *,
+        display: tuple[str, ...],
+        step: str,
+        **options: Any,
+    ) -> Result:
+        """Start ``script`` there in its own session, to outlive the step, and return once it
+        reported what it started (one JSON line on ``$REMOTEKIT_REPORT_FD``, into
+        ``Result.detached``): the primitive under ``detach=True`` (:mod:`remotekit.runs`).
+        ``options``: :meth:`run`'s ``timeout``, ``env``, ``cwd``, ``check``, ``on_output``."""
+        header, payload = _python_step(script, args, detach=True)
+        return self._step(header, payload, display=display, step=step, **options)
 
     @_redacts_errors
     def forward(

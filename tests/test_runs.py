@@ -23,6 +23,7 @@ import pytest
 import remotekit
 from remotekit.runs import Run
 from tests.harness import ancestors, processes_with, wait_gone
+from tests.runtimes import SlurmCluster
 
 
 @pytest.fixture(params=["local", "ssh"])
@@ -348,18 +349,73 @@ def test_a_closed_follow_stops_its_step_there(local: remotekit.Target) -> None:
     assert threading.active_count() < 50
 
 
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster) -> Iterator[remotekit.Target]:
+    """``local`` inside the cluster's running job (srun --jobid); runs go through sbatch."""
+    import shutil
+
+    from remotekit.layers import Slurm
+
+    job = int(slurm_cluster.running)
+    srun = shutil.which("srun") or "srun"
+    with remotekit.local_target(hop=Slurm(job, bin=srun), python=sys.executable) as t:
+        yield t
+
+
+def _job_states(name: str) -> list[str]:
+    r = subprocess.run(
+        ["squeue", "--noheader", f"--name={name}", "--format=%T"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    return r.stdout.split()
+
+
+@pytest.mark.timeout(120)
+def test_on_slurm_a_run_is_a_batch_job_that_exits_with_the_jobs_code(
+    slurm: remotekit.Target,
+) -> None:
+    mark = _marker()
+    run = _start(slurm, ["bash", "-c", f"echo {mark} in $SLURM_JOB_ID; exit 6"])
+    try:
+        done = run.wait(timeout=90)
+        assert (done.state, done.exit_code) == ("exited", 6)
+        out = b"".join(run.logs()).decode()
+        assert out.startswith(f"{mark} in ") and out.split()[-1].isdigit(), out
+        assert run.info().command == ("bash", "-c", f"echo {mark} in $SLURM_JOB_ID; exit 6")
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(120)
+def test_on_slurm_stop_cancels_the_job(slurm: remotekit.Target) -> None:
+    mark = _marker()
+    run = _start(slurm, ["bash", "-c", f"echo started; sleep 300; : {mark}"])
+    try:
+        stream = iter(run.logs(follow=True))
+        assert next(stream) == b"started\n"  # the job runs
+        assert _job_states(f"remotekit-{run.id}") == ["RUNNING"]
+        assert run.stop(grace=1).state == "stopped"
+        end = time.monotonic() + 30
+        while _job_states(f"remotekit-{run.id}") not in ([], ["COMPLETING"]):
+            assert time.monotonic() < end, _job_states(f"remotekit-{run.id}")
+            time.sleep(0.2)
+        assert wait_gone(mark, 20.0) == []
+    finally:
+        _tidy(run)
+
+
 @pytest.mark.timeout(10)
-def test_a_slurm_target_refuses_to_detach_saying_why() -> None:
+def test_on_slurm_a_detached_script_is_refused_saying_why() -> None:
     from remotekit.layers import Slurm
 
     t = remotekit.Target(remotekit.HostSpec(name="hpc", hop=Slurm(4242, bin="/no/such/srun")))
-    with pytest.raises(remotekit.RemotekitError) as info:  # before anything runs
-        t.run(["python", "train.py"], detach=True)
-    text = str(info.value)
-    assert "host 'hpc'" in text and "would end with its srun step" in text and "sbatch" in text
     script = remotekit.Script(b"print(1)", name="train.py")
-    with pytest.raises(remotekit.RemotekitError, match="cannot detach through srun"):
+    with pytest.raises(remotekit.RemotekitError) as info:  # before anything runs
         t.run_python(script, detach=True)
+    text = str(info.value)
+    assert "host 'hpc'" in text and "is a batch job" in text and "run --detach" in text
 
 
 def _python38() -> str:

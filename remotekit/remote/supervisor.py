@@ -18,13 +18,16 @@ runs``, else ``~/.local/state/remotekit/runs``: not a tmpfs, so a record survive
 
 Modes (``python supervisor.py MODE ...``)::
 
-    start ID [--runs-dir D] [--host H] [--grace S] [--script NAME] -- ARGV...
+    start ID [--runs-dir D] [--host H] [--grace S] [--script NAME]
+             [--log-option OPT] [--on-stop JSON-ARGV] -- ARGV...
         run by the runner as a detached step, so it is in its own session and no step's stop
         reaches it. It becomes a child subreaper (orphans of the run re-parent to it), starts
         the command in its own session, reports {"id", "pid", "log"} (or {"error"}) as one
         JSON line on the file descriptor $REMOTEKIT_REPORT_FD, copies the command's output
         into the logs, and records the exit. TERM/HUP/INT to it stop the run's whole tree
         (TERM, KILL after the grace); so does the end of the main process (leftovers).
+        A batch job (a Slurm hop): ARGV waits for the job (sbatch --wait), gets OPT + the
+        log's path (the job appends its output there), and --on-stop cancels the job first.
     list [ID]                            one ``run`` record per run (or run ID), then ``done``
     logs ID [--offset N | --tail N] [--follow] [--stream output|stdout|stderr]
         ``data`` records {"at": offset, "bytes": the bytes as a latin-1 string} from there; with --follow until the
@@ -195,6 +198,7 @@ class Supervisor(object):
             "supervisor": {"pid": os.getpid(), "start": start_ticks(os.getpid())},
             "pid": child.pid,
             "pid_start": start_ticks(child.pid),
+            "on_stop": self.args.on_stop,
             "dir": os.environ.get("REMOTEKIT_DIR") or None,
         }
         write_json(os.path.join(self.folder, "run.json"), record)
@@ -211,6 +215,9 @@ class Supervisor(object):
 
     def spawn(self):
         argv = self.args.argv
+        if self.args.log_option:  # a batch system: the job writes the log itself
+            log = os.path.join(self.folder, "output.log")
+            argv = [argv[0], self.args.log_option + log] + argv[1:]
         if self.args.script:
             where = os.environ.get("REMOTEKIT_DIR", "")
             argv = [sys.executable, "-u", os.path.join(where, self.args.script)] + argv
@@ -267,6 +274,8 @@ class Supervisor(object):
                 runner.reap_others(child)
         reason = "stopped" if self.stopping else "exit"
         data = {"reason": reason, "stopped": [], "running": []}
+        if self.stopping:
+            cancel(self.args.on_stop)
         if self.stopping or runner.alive(child):
             data["stopped"], data["running"] = runner.stop_tree(child, self.grace())
         child.wait()
@@ -404,9 +413,20 @@ def do_stop(args, folder):
     return protocol.finish("stop", 0)
 
 
+def cancel(argv):
+    """Run a run's own stop command (a batch job's ``scancel``), if it has one."""
+    if argv:
+        try:
+            subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            sys.stderr.write("remotekit: %s failed: %s\n" % (argv[0], e))
+
+
 def stop_lost(folder, rec, grace):
-    """A run whose supervisor is gone: its process group, if that still runs, is stopped
-    (what left the group cannot be found any more), and the run is marked stopped."""
+    """A run whose supervisor is gone: its own stop command runs, its process group, if that
+    still runs, is stopped (what left the group cannot be found any more), and the run is
+    marked stopped."""
+    cancel(rec.get("on_stop"))
     pid = rec.get("pid")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if not isinstance(pid, int) or start_ticks(pid) != rec.get("pid_start"):
@@ -469,6 +489,8 @@ def parse(argv):
     p.add_argument("--tail", type=int, default=None)
     p.add_argument("--follow", action="store_true")
     p.add_argument("--stream", choices=STREAMS, default="output")
+    p.add_argument("--log-option", default="")
+    p.add_argument("--on-stop", default="")
     p.add_argument("--finished", action="store_true")
     p.add_argument("--older-than", type=float, default=0.0)
     own, rest = (
@@ -482,6 +504,7 @@ def parse(argv):
     args = p.parse_args(own)
     args.argv = rest
     args.display = json.loads(args.display) if args.display else None
+    args.on_stop = json.loads(args.on_stop) if args.on_stop else None
     return args
 
 
