@@ -37,6 +37,7 @@ from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome, fleet
 from remotekit.forward import Forward
 from remotekit.inventory import HostSpec, Inventory, load_inventory, parse_inventory
 from remotekit.result import Detached, Result, Script
+from remotekit.runs import Run, RunInfo
 from remotekit.step import echo
 from remotekit.target import Check, PingReport, Target, local_target
 
@@ -67,6 +68,8 @@ __all__ = [
     "PingReport",
     "RemotekitError",
     "Result",
+    "Run",
+    "RunInfo",
     "Script",
     "StepCancelled",
     "StepError",

@@ -30,9 +30,9 @@ Modes (``python supervisor.py MODE ...``)::
         log's path (the job appends its output there), and --on-stop cancels the job first.
     list [ID]                            one ``run`` record per run (or run ID), then ``done``
     logs ID [--offset N | --tail N] [--follow] [--stream output|stdout|stderr]
-        ``data`` records {"at": offset, "bytes": the bytes as a latin-1 string} from there; with --follow until the
-        run ended and every byte was sent (``beat`` records while it is quiet); ``done``
-        carries the run's state and exit code and the offset reached
+        ``data`` records {"at": offset, "bytes": the bytes as a latin-1 string} from there;
+        with --follow until the run ended and every byte was sent (``beat`` records while it
+        is quiet); ``done`` carries the run's state and exit code and the offset reached
     wait ID                              until the run ends; its ``run`` record
     stop ID [--grace S]                  stop the tree; the ``run`` record afterwards
     rm ID                                remove a finished run's record (and shipped dir)
