@@ -476,3 +476,34 @@ def test_a_container_restart_marks_its_runs_lost() -> None:
         assert t.runs() == []
     finally:
         box.stop()
+
+
+FOLLOWER = """
+import resource, sys, time
+import remotekit
+with remotekit.local_target() as t:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    got = 0
+    for chunk in t.run_handle(sys.argv[1]).logs(follow=True):
+        got += len(chunk)
+        time.sleep(0.002)  # a reader slower than the log: the backlog must not pile up here
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(got, grew * 1024)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_following_a_large_log_keeps_local_memory_bounded(local: remotekit.Target) -> None:
+    mb = 256
+    code = "import sys\nb = b'x' * 1023 + b'\\n'\nfor _ in range(%d * 1024): sys.stdout.buffer.write(b)\n"
+    run = _start(local, [sys.executable, "-c", code % mb])
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", FOLLOWER, run.id], capture_output=True, text=True, timeout=170
+        )
+        assert r.returncode == 0, r.stderr
+        got, grew = map(int, r.stdout.split())
+        assert got == mb << 20, r.stdout
+        assert grew < 96 << 20, f"the follower grew by {grew >> 20} MiB for a {mb} MiB log"
+    finally:
+        _tidy(run)
