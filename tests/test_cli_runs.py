@@ -71,3 +71,32 @@ def test_runs_clean_removes_every_ended_run_and_keeps_running_ones(tmp_path: Pat
     assert ended not in left and running in left
     assert rk("stop", running, "--grace", "1", cwd=tmp_path).returncode == 0
     assert rk("rm", running, cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_logs_follow_and_leaves_nothing_reading_there(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from tests.harness import run_readers
+
+    run_id = started(tmp_path, "bash", "-c", "while :; do echo tick; sleep .1; done")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "remotekit", "logs", run_id, "--follow"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert follow.stdout is not None and follow.stdout.readline() == b"tick\n"
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(timeout=30) == 130
+        end = time.monotonic() + 10
+        while run_readers(run_id) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert run_readers(run_id) == []
+        assert b"Traceback" not in follow.stderr.read()  # type: ignore[union-attr]
+    finally:
+        follow.kill()
+        rk("stop", run_id, "--grace", "1", cwd=tmp_path)
+        rk("rm", run_id, cwd=tmp_path)

@@ -22,7 +22,7 @@ import pytest
 
 import remotekit
 from remotekit.runs import Run
-from tests.harness import ancestors, processes_with, wait_gone
+from tests.harness import ancestors, processes_with, run_readers, wait_gone
 from tests.runtimes import SlurmCluster
 
 
@@ -161,28 +161,9 @@ def test_follow_ends_with_the_run_and_gives_its_exit_code(target: remotekit.Targ
         _tidy(run)
 
 
-def _readers(run_id: str) -> list[int]:
-    """The processes that have the run's log open, its supervisor aside: its ``logs`` steps
-    (a fork of the runner: their command line is the runner's)."""
-    log = f"/{run_id}/output.log"
-    supervisor = set(processes_with(f"start {run_id}"))
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in supervisor:
-            continue
-        try:
-            fds = os.listdir(f"/proc/{name}/fd")
-            links = [os.readlink(f"/proc/{name}/fd/{fd}") for fd in fds]
-        except OSError:
-            continue
-        if any(link.endswith(log) for link in links):
-            out.append(int(name))
-    return out
-
-
 def _cut_the_connection(target: remotekit.Target, run_id: str) -> None:
     """Kill what carries the follow: the local runner, or the sshd session process."""
-    pids = _readers(run_id)
+    pids = run_readers(run_id)
     assert pids, "no logs step running"
     chain = ancestors(pids[0])
     if target.spec.ssh is None:
@@ -341,9 +322,9 @@ def test_a_closed_follow_stops_its_step_there(local: remotekit.Target) -> None:
         next(stream)
         stream.close()  # type: ignore[attr-defined]
         end = time.monotonic() + 5
-        while _readers(run.id) and time.monotonic() < end:
+        while run_readers(run.id) and time.monotonic() < end:
             time.sleep(0.05)
-        assert _readers(run.id) == []
+        assert run_readers(run.id) == []
     finally:
         _tidy(run)
     assert threading.active_count() < 50
