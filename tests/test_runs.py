@@ -488,3 +488,15 @@ def test_following_a_large_log_keeps_local_memory_bounded(local: remotekit.Targe
         assert grew < 96 << 20, f"the follower grew by {grew >> 20} MiB for a {mb} MiB log"
     finally:
         _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_a_runs_command_leaves_the_host_with_its_secrets_masked(local: remotekit.Target) -> None:
+    run = _start(local, ["env", "HF_TOKEN=hf_s3cr3t", "true", "--api-key", "k3y", "--lr", "1"])
+    try:
+        run.wait(timeout=30)
+        shown = run.info().command
+        assert "hf_s3cr3t" not in " ".join(shown) and "k3y" not in shown
+        assert shown == ("env", "HF_TOKEN=***", "true", "--api-key", "***", "--lr", "1")
+    finally:
+        _tidy(run)

@@ -3,8 +3,9 @@
 A **run** is a command started with ``detach=True`` that outlives its step and its connection.
 Each run has a record folder (0700; its files 0600)::
 
-    <runs dir>/<id>/run.json     id, host, command, cwd, started, the supervisor's pid and
-                                 start time, the command's pid, the shipped files' dir
+    <runs dir>/<id>/run.json     id, host, command (masked when it leaves the host), cwd,
+                                 started, the supervisor's pid and start time, the
+                                 command's pid, the shipped files' dir
                    output.log    stdout and stderr as they came, interleaved, byte for byte
                                  (what ``logs`` shows; offsets into it resume a follow)
                    stdout.log    stdout alone
@@ -137,6 +138,7 @@ def info(folder):
             "ended": (ended or {}).get("ended"),
             "stopped": (ended or {}).get("stopped") or [],
             "log": os.path.join(folder, "output.log"),
+            "command": protocol.mask_argv(record.get("command") or []),
         }
     )
     return out
