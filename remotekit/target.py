@@ -1,7 +1,8 @@
 """A Target is a transport plus an ordered stack of layers; every action on it is a step.
 
 This module is the public facade: :class:`Target` (``run``, ``run_python``, ``put``, ``get``,
-``ping``, ``cancel``) and :func:`local_target`. The step engine is :mod:`remotekit.step`, the
+``ping``, ``cancel``; ``runs`` and ``run_handle`` for what ``detach=True`` started, see
+:mod:`remotekit.runs`) and :func:`local_target`. The step engine is :mod:`remotekit.step`, the
 layer checks :mod:`remotekit.ping`, the host spec :mod:`remotekit.spec`, the transport
 :func:`remotekit.transports.for_spec`.
 
