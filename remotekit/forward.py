@@ -26,13 +26,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from remotekit import remote
 from remotekit.errors import ForwardError, RemotekitError
 from remotekit.layers import LOADER
 from remotekit.result import Result
-from remotekit.transports.base import ExecutableMissing, Process
+from remotekit.transports.base import ExecutableMissing, Exit, Lost, Output, Process
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -124,8 +124,9 @@ class _Link:
         marker = self.nonce.encode() + b"\n"
         head = bytearray()
         while True:
-            kind, data = proc.events.get()
-            if kind == "stdout" and isinstance(data, bytes):
+            event = proc.events.get()
+            if isinstance(event, Output) and event.stream == "stdout":
+                data = event.data
                 if not self.connected:
                     head += data
                     at = head.find(marker)
@@ -139,14 +140,15 @@ class _Link:
                     self.client.sendall(data)
                 except OSError:
                     return None  # the client went away: terminate() closes the channel
-            elif kind == "stderr" and isinstance(data, bytes):
+            elif isinstance(event, Output):
                 if len(self.err) < 1 << 16:
-                    self.err += data
-            elif kind == "exit" or kind == "lost" or kind == "cancel":
-                code = data if kind == "exit" and isinstance(data, int) else None
-                return None if self.connected else self._failed(code, kind, data, bytes(head))
+                    self.err += event.data
+            else:  # the end: Exit, Lost or Cancelled
+                code = event.code if isinstance(event, Exit) else None
+                lost = event.reason if isinstance(event, Lost) else None
+                return None if self.connected else self._failed(code, lost, bytes(head))
 
-    def _failed(self, code: int | None, kind: str, data: Any, out: bytes) -> RemotekitError:
+    def _failed(self, code: int | None, lost: str | None, out: bytes) -> RemotekitError:
         """Why the relay never connected: nothing listens there, or a hop refused."""
         fwd = self.fwd
         text = self.err.decode(errors="replace")
@@ -162,8 +164,8 @@ class _Link:
                 f"nothing accepts connections on {where} there ({why}), via {fwd.target.chain}: "
                 f"is the server running in that namespace, on that port?"
             )
-        if kind == "lost":
-            return fwd.error(f"the relay to {where} was cut: {data}")
+        if lost is not None:
+            return fwd.error(f"the relay to {where} was cut: {lost}")
         res = Result(
             host=fwd.target.name,
             step=_STEP,

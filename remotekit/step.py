@@ -37,7 +37,7 @@ from remotekit.errors import (
 )
 from remotekit.layers import Launch, compose
 from remotekit.result import Detached, Result
-from remotekit.transports.base import ExecutableMissing, Process
+from remotekit.transports.base import Cancelled, ExecutableMissing, Exit, Lost, Output, Process
 
 if TYPE_CHECKING:
     from remotekit.target import Target
@@ -302,23 +302,22 @@ class StepRun:
             if wait is not None and wait <= 0:
                 return "timeout", None
             try:
-                kind, data = proc.events.get(timeout=wait)
+                event = proc.events.get(timeout=wait)
             except queue.Empty:
                 continue
-            if kind == "exit":
-                return "exit", data if isinstance(data, int) else None
-            if kind == "cancel":
+            if isinstance(event, Exit):
+                return "exit", event.code
+            if isinstance(event, Cancelled):
                 return "cancelled", None
-            if kind == "lost":
-                self.lost_reason = str(data)
+            if isinstance(event, Lost):
+                self.lost_reason = event.reason
                 return "lost", None
-            self.handle(kind, data)
+            self.handle(event)
 
-    def handle(self, kind: str, data: Any) -> None:
-        if kind == "stderr":
+    def handle(self, event: Output) -> None:
+        data = event.data
+        if event.stream == "stderr":
             self.err.feed(data)
-        elif kind != "stdout":
-            return
         elif self.stdout_sink is None:
             self.out.feed(data)
         elif self.sink_on:
@@ -346,12 +345,13 @@ class StepRun:
         try:
             while (left := end - time.monotonic()) > 0:
                 try:
-                    kind, data = proc.events.get(timeout=left)
+                    event = proc.events.get(timeout=left)
                 except queue.Empty:
                     break
-                if kind in ("exit", "lost"):
+                if isinstance(event, (Exit, Lost)):
                     break
-                self.handle(kind, data)
+                if isinstance(event, Output):
+                    self.handle(event)
         finally:
             proc.terminate()
 
@@ -502,15 +502,15 @@ def probe(target: Target, argv: list[str], timeout: float = 15.0) -> tuple[int |
             proc.close_stdin()
             while (left := started + timeout - time.monotonic()) > 0:
                 try:
-                    kind, data = proc.events.get(timeout=left)
+                    event = proc.events.get(timeout=left)
                 except queue.Empty:
                     break
-                if kind == "cancel":
+                if isinstance(event, Cancelled):
                     raise cancelled
-                if isinstance(data, bytes):
-                    chunks.append(data)
+                if isinstance(event, Output):
+                    chunks.append(event.data)
                 else:
-                    code = data if kind == "exit" and isinstance(data, int) else None
+                    code = event.code if isinstance(event, Exit) else None
                     return code, b"".join(chunks).decode(errors="replace").strip()
             return None, f"no answer within {timeout:g} s"
     finally:

@@ -186,7 +186,7 @@ class Target:
         self._cancelled.set()
         with self._lock:
             for proc in self._active:
-                proc.events.put(("cancel", None))
+                proc.cancel()
 
     def resume(self) -> None:
         """Allow steps again after :meth:`cancel`."""
@@ -535,7 +535,7 @@ class Target:
         with self._lock:
             self._active.add(proc)
             if self._cancelled.is_set():
-                proc.events.put(("cancel", None))
+                proc.cancel()
         try:
             yield proc
         finally:

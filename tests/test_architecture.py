@@ -26,12 +26,13 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imports_in(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+def imports_in(tree: ast.Module, typing: bool = False) -> list[ast.Import | ast.ImportFrom]:
     """The imports a module runs: at its top, and the deferred ones in function bodies.
 
     A deferred import that closes a cycle is still a cycle in the drawing (``inventory ->
     target -> inventory`` was one, hidden in a method). Imports under ``if TYPE_CHECKING:``
-    never run (the engine's helpers name the Target they serve that way) and are left out.
+    never run and are left out, unless ``typing``: a module that names another only for its
+    types still depends on it (a cycle there is a circle in the design, hidden from Python).
     """
     found: list[ast.Import | ast.ImportFrom] = []
     todo: list[ast.AST] = [tree]
@@ -39,14 +40,14 @@ def imports_in(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        elif not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             todo += node.orelse
         else:
             todo += ast.iter_child_nodes(node)
     return found
 
 
-def imported_modules(name: str, path: Path) -> set[str]:
+def imported_modules(name: str, path: Path, typing: bool = False) -> set[str]:
     """The remotekit modules ``name`` imports.
 
     ``from remotekit import remote`` names the submodule ``remotekit.remote``; a name that is
@@ -55,7 +56,7 @@ def imported_modules(name: str, path: Path) -> set[str]:
     """
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in imports_in(ast.parse(path.read_text(), str(path))):
+    for node in imports_in(ast.parse(path.read_text(), str(path)), typing):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
             continue
@@ -213,3 +214,43 @@ def test_public_names_are_importable_where_users_import_them() -> None:
         assert getattr(remotekit, name) is not None, name
     assert inventory.HostSpec is spec.HostSpec and inventory.SSHSpec is spec.SSHSpec
     assert target.Check is remotekit.Check and target.PingReport is remotekit.PingReport
+
+
+# -- the step engine: one object, handed around ------------------------------------------------
+
+#: The step engine, its facade and the modules that run steps through it.
+ENGINE_ROOM = tuple(
+    m
+    for m in (
+        "remotekit.engine",
+        "remotekit.target",
+        "remotekit.step",
+        "remotekit.ping",
+        "remotekit.forward",
+        "remotekit.sync",
+        "remotekit.shell",
+        "remotekit.watch",
+        "remotekit.fleet",
+        "remotekit.transports",
+        "remotekit.transports.base",
+        "remotekit.transports.local",
+        "remotekit.transports.ssh",
+    )
+    if m in MODULES
+)
+
+
+def test_only_a_transport_puts_events_on_its_queue() -> None:
+    """A process's events are its transport's to make: a step is cancelled through the
+    process's own method, never by pushing a look-alike event into its queue."""
+    found = [
+        f"{m} line {node.lineno}"
+        for m in ENGINE_ROOM
+        if not m.startswith("remotekit.transports")
+        for node in ast.walk(ast.parse(MODULES[m].read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr in ("put", "put_nowait")
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "events"
+    ]
+    assert found == []
