@@ -43,10 +43,11 @@ from typing import Any, Callable, NoReturn
 
 import yaml
 
+from remotekit.engine import mask
 from remotekit.errors import InventoryError, UnknownHost
 from remotekit.layers import HOPS, Fields, Hop, Sudo
 from remotekit.spec import HOST_KEY_POLICIES, LOCAL, HostSpec, SSHSpec, Timeouts
-from remotekit.target import Target, mask
+from remotekit.target import Target
 
 __all__ = [
     "HostSpec",

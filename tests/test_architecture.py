@@ -102,13 +102,23 @@ def test_the_graph_sees_the_real_edges() -> None:
     """A check of the reader itself: edges it must see, so an empty graph cannot pass."""
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
     assert "remotekit.spec" in graph["remotekit.inventory"]
-    assert "remotekit.remote" in graph["remotekit.step"]  # from remotekit import remote
-    assert "remotekit.target" not in graph["remotekit.step"]  # under TYPE_CHECKING
+    assert "remotekit.remote" in graph["remotekit.engine"]  # from remotekit import remote
+    assert "remotekit.target" not in graph["remotekit.diagnostics.system"]  # TYPE_CHECKING
+    system = MODULES["remotekit.diagnostics.system"]
+    assert "remotekit.target" in imported_modules("remotekit.diagnostics.system", system, True)
     assert "remotekit.transports.ssh" in graph["remotekit.transports"]  # deferred
 
 
 def test_no_import_cycle_in_remotekit() -> None:
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+def test_no_import_cycle_even_through_type_checking_imports() -> None:
+    """The step engine's modules once formed a circle hidden under ``TYPE_CHECKING`` (each
+    helper named the Target it served, the Target imported the helpers)."""
+    graph = {name: imported_modules(name, path, typing=True) for name, path in MODULES.items()}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
@@ -238,6 +248,64 @@ ENGINE_ROOM = tuple(
     )
     if m in MODULES
 )
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def foreign_privates(path: Path) -> list[str]:
+    """Private names a module uses that are not its own: ``obj._x`` where no code of the
+    module defines ``_x`` (as ``self._x``, a ``_x`` function, class or variable), and
+    ``from remotekit.<engine module> import _x``."""
+    tree = ast.parse(path.read_text())
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id in ("self", "cls") and _private(node.attr):
+                own.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module in ENGINE_ROOM:
+            found += [
+                f"line {node.lineno}: import {a.name}" for a in node.names if _private(a.name)
+            ]
+    return found
+
+
+def test_foreign_privates_are_found(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "from remotekit.target import _Method\n"
+        "class A:\n    def __init__(self):\n        self._mine = 1\n"
+        "def f(a, target):\n    a._mine, a.__dict__\n    return target._launch('x')\n"
+    )
+    assert foreign_privates(tmp_path / "m.py") == [
+        "line 1: import _Method",
+        "line 7: target._launch",
+    ]
+
+
+def test_engine_modules_touch_no_other_objects_private_state() -> None:
+    """STYLE.md: one object never reaches into another's private state (``target._launch``
+    read from the step code): the shared machinery is one object, handed around."""
+    assert "remotekit.step" in ENGINE_ROOM
+    found = [f"{m} {hit}" for m in ENGINE_ROOM for hit in foreign_privates(MODULES[m])]
+    assert found == []
+
+
+def test_step_options_are_a_frozen_record() -> None:
+    import dataclasses
+
+    from remotekit.step import StepOptions
+
+    assert dataclasses.is_dataclass(StepOptions)
+    assert StepOptions.__dataclass_params__.frozen  # type: ignore[attr-defined]
 
 
 def test_only_a_transport_puts_events_on_its_queue() -> None:
