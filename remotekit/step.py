@@ -20,8 +20,8 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import IO, Any, Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import IO, Any, Callable, Literal
 
 from remotekit.engine import Engine
 from remotekit.errors import (
@@ -41,6 +41,7 @@ __all__ = [
     "REMOTE_BACKSTOP_S",
     "OutputCallback",
     "OutputStream",
+    "StepHeader",
     "StepOptions",
     "StepRun",
     "checked_timeout",
@@ -189,6 +190,49 @@ def checked_timeout(timeout: float, host: str, step: str) -> float:
 
 
 @dataclass(frozen=True)
+class StepHeader:
+    """The record a step's runner reads first on its stdin (after the runner itself): what
+    to do there. Its JSON is the wire format; ``remote/runner.py`` holds the same fields
+    and defaults in its ``HEADER`` table (it runs alone there and cannot import this), and
+    a test holds the two identical.
+
+    ``op`` is ``exec`` (run ``argv``; with ``script``, that shipped file with the target's
+    Python, ``argv`` its arguments; ``files`` are the ``(name, size, mode)`` of the bytes
+    that follow, written into a private temp dir; ``detach`` leaves it running), ``put``
+    (``size`` bytes follow, landing at ``dest``, or ``dest/name`` when ``dest`` is a
+    directory, with ``mode`` under the umask there unless ``explicit_mode``; ``parents``:
+    ``mkdir -p`` first) or ``get`` (stream ``src``, refusing more than ``max_bytes``). The
+    step fills in the rest for every op: its ``nonce``, the ``env``, ``path_prepend`` and
+    ``cwd`` of the launch and the step, the runner's own deadline ``timeout`` (a backstop)
+    and the ``grace`` between TERM and KILL.
+    """
+
+    op: Literal["exec", "put", "get"] = "exec"
+    argv: tuple[str, ...] = ()
+    script: str | None = None
+    files: tuple[tuple[str, int, int], ...] = ()
+    detach: bool = False
+    dest: str | None = None
+    name: str | None = None
+    size: int = 0
+    mode: int | None = None
+    explicit_mode: bool = False
+    parents: bool = False
+    src: str | None = None
+    max_bytes: int | None = None
+    nonce: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    path_prepend: tuple[str, ...] = ()
+    cwd: str | None = None
+    timeout: float | None = None
+    grace: float = 1.0
+
+    def encode(self) -> bytes:
+        """The header as the runner reads it: one JSON object."""
+        return json.dumps(asdict(self)).encode()
+
+
+@dataclass(frozen=True)
 class StepOptions:
     """How one step runs and what it shows: everything but its header and payload.
 
@@ -211,7 +255,7 @@ class StepOptions:
 
 
 def run_step(
-    engine: Engine, header: dict[str, Any], payload: Iterable[bytes], options: StepOptions
+    engine: Engine, header: StepHeader, payload: Iterable[bytes], options: StepOptions
 ) -> Result:
     """One step (:class:`StepRun`); every error it raises leaves with the target's secrets
     masked (:meth:`Engine.redacted <remotekit.engine.Engine.redacted>`)."""
@@ -225,14 +269,14 @@ def run_step(
 class StepRun:
     """One step on ``engine``: :meth:`run` goes header -> start -> pump -> (stop) -> result.
 
-    ``header`` is the runner's op (``exec``/``put``/``get`` and its fields); ``payload`` the
+    ``header`` is the runner's op and its fields (:class:`StepHeader`); ``payload`` the
     bytes that follow it on stdin; ``options`` the rest (:class:`StepOptions`).
     """
 
     def __init__(
         self,
         engine: Engine,
-        header: dict[str, Any],
+        header: StepHeader,
         payload: Iterable[bytes],
         options: StepOptions,
     ):
@@ -279,16 +323,16 @@ class StepRun:
     def wire_header(self, launch: Launch) -> bytes:
         """The header the runner reads: the step's op, with env, cwd and limits."""
         grace = self.engine.spec.timeouts.kill_grace
-        header = {
-            **self.header,
-            "nonce": self.nonce,
-            "env": {**launch.env, **(self.options.env or {})},
-            "path_prepend": list(launch.path_prepend),
-            "cwd": self.options.cwd or launch.cwd,
-            "timeout": None if self.limit is None else self.limit + grace + REMOTE_BACKSTOP_S,
-            "grace": grace,
-        }
-        return json.dumps(header).encode()
+        header = replace(
+            self.header,
+            nonce=self.nonce,
+            env={**launch.env, **(self.options.env or {})},
+            path_prepend=tuple(launch.path_prepend),
+            cwd=self.options.cwd or launch.cwd,
+            timeout=None if self.limit is None else self.limit + grace + REMOTE_BACKSTOP_S,
+            grace=grace,
+        )
+        return header.encode()
 
     # -- start -------------------------------------------------------------------------------
 
@@ -396,7 +440,7 @@ class StepRun:
             self.options.info.update(self.err.control("file") or {})
         res = self.result(code)
         if self.options.check and code != 0:
-            raise StepFailed(res, command=self.header.get("op") == "exec")
+            raise StepFailed(res, command=self.header.op == "exec")
         return res
 
     def result(self, code: int | None) -> Result:
@@ -430,20 +474,16 @@ def shipped(
     args: Sequence[Any] = (),
     files: Mapping[str, bytes] | None = None,
     detach: bool = False,
-) -> tuple[dict[str, Any], Iterator[bytes]]:
+) -> tuple[StepHeader, Iterator[bytes]]:
     """The header and payload of a step that runs ``script`` there with ``args``: the script
     and its files (and ``files``) travel as the runner's shipped files, in bounded pieces."""
     if files:
         script = replace(script, files={**script.files, **files})  # validates names, types
     all_files = {script.name: script.source, **script.files}
-    manifest = [[name, len(data), 0o600] for name, data in all_files.items()]
-    header = {
-        "op": "exec",
-        "argv": [str(a) for a in args],
-        "script": script.name,
-        "files": manifest,
-        "detach": detach,
-    }
+    manifest = tuple((name, len(data), 0o600) for name, data in all_files.items())
+    header = StepHeader(
+        argv=tuple(map(str, args)), script=script.name, files=manifest, detach=detach
+    )
     return header, (piece for data in all_files.values() for piece in slices(data))
 
 

@@ -39,7 +39,7 @@ from remotekit.engine import Engine
 from remotekit.errors import RemotekitError, quote_tool
 from remotekit.remote import sync as wire
 from remotekit.result import Shown
-from remotekit.step import StepOptions, run_step, shipped
+from remotekit.step import StepHeader, StepOptions, run_step, shipped
 
 __all__ = ["BATCH_BYTES", "ProgressCallback", "SyncResult", "read_patterns", "sync"]
 
@@ -472,10 +472,10 @@ def _apply(
         order, doc, pack_size = _batch_plan(batch, plan, here, i == 0, i == len(batches) - 1)
         plan_bytes = json.dumps(doc).encode()
         ok = bytearray(b"0" * len(order))
-        manifest = [[SCRIPT, len(script), 0o600], ["plan.json", len(plan_bytes), 0o600]]
-        manifest.append(["pack", pack_size, 0o600])
-        manifest += [[f"d/{f[1]}", here[f[0]].size, 0o600] for f in doc["files"] if len(f) == 4]
-        manifest.append(["ok", len(order), 0o600])
+        manifest = [(SCRIPT, len(script), 0o600), ("plan.json", len(plan_bytes), 0o600)]
+        manifest.append(("pack", pack_size, 0o600))
+        manifest += [(f"d/{f[1]}", here[f[0]].size, 0o600) for f in doc["files"] if len(f) == 4]
+        manifest.append(("ok", len(order), 0o600))
 
         def payload(
             order: list[str] = order, ok: bytearray = ok, p: bytes = plan_bytes
@@ -498,7 +498,7 @@ def _apply(
 def _stream_step(
     engine: Engine,
     dest: str,
-    manifest: list[list[Any]],
+    manifest: list[tuple[str, int, int]],
     payload: Iterable[bytes],
     timeout: float | None,
 ) -> list[dict[str, Any]]:
@@ -510,13 +510,7 @@ def _stream_step(
         if stream == "stdout" and line.startswith("{"):
             records.append(json.loads(line))
 
-    header = {
-        "op": "exec",
-        "argv": ["apply", dest],
-        "script": SCRIPT,
-        "files": manifest,
-        "detach": False,
-    }
+    header = StepHeader(argv=("apply", dest), script=SCRIPT, files=tuple(manifest))
     options = StepOptions(
         display=engine.python_display(SCRIPT, ["apply", dest]),
         step=step,

@@ -41,6 +41,7 @@ from remotekit.step import REMOTE_BACKSTOP_S as REMOTE_BACKSTOP_S
 from remotekit.step import (
     OutputCallback,
     OutputStream,
+    StepHeader,
     StepOptions,
     file_chunks,
     run_step,
@@ -229,7 +230,7 @@ class Target:
         argv = [str(a) for a in argv]
         if not argv:
             raise ValueError("argv is empty")
-        header = {"op": "exec", "argv": argv, "detach": detach}
+        header = StepHeader(argv=tuple(argv), detach=detach)
         options = StepOptions(
             display=tuple(argv),
             step=step or _step_name(argv),
@@ -339,15 +340,15 @@ class Target:
             raise RemotekitError(
                 f"cannot read local file {src}: {exc.strerror}", host=self.name
             ) from exc
-        header = {
-            "op": "put",
-            "dest": remote_path,
-            "name": src.name,
-            "size": size,
-            "mode": stat.S_IMODE(st.st_mode) if mode is None else mode,
-            "explicit_mode": mode is not None,
-            "parents": parents,
-        }
+        header = StepHeader(
+            op="put",
+            dest=remote_path,
+            name=src.name,
+            size=size,
+            mode=stat.S_IMODE(st.st_mode) if mode is None else mode,
+            explicit_mode=mode is not None,
+            parents=parents,
+        )
         options = StepOptions(
             display=("put", str(src), remote_path),
             step=step or f"put {remote_path}",
@@ -397,7 +398,7 @@ class Target:
 
         try:
             with os.fdopen(fd, "wb") as fh:
-                header = {"op": "get", "src": remote_path, "max_bytes": max_bytes}
+                header = StepHeader(op="get", src=remote_path, max_bytes=max_bytes)
                 options = StepOptions(
                     display=("get", remote_path, str(dest)),
                     step=name,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -322,3 +323,61 @@ def test_only_a_transport_puts_events_on_its_queue() -> None:
         and node.value.attr == "events"
     ]
     assert found == []
+
+
+# -- the step header: one record, both ends ------------------------------------------------------
+
+RUNNER = PACKAGE / "remote" / "runner.py"
+
+
+def runner_header_table() -> dict[str, object]:
+    """The runner's ``HEADER`` (field -> default), read from its source: the runner runs
+    there alone and cannot import the local definition, so it holds a copy."""
+    for node in ast.parse(RUNNER.read_text()).body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "HEADER":
+            return dict(ast.literal_eval(node.value))
+    raise AssertionError("runner.py defines no HEADER table")
+
+
+def test_the_runner_reads_the_step_header_the_step_sends() -> None:
+    """``StepHeader`` is the header's one definition; the runner's table is its copy, field
+    for field and default for default (as they travel: JSON)."""
+    import dataclasses
+
+    from remotekit.step import StepHeader
+
+    assert dataclasses.is_dataclass(StepHeader)
+    assert StepHeader.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    local = {}
+    for f in dataclasses.fields(StepHeader):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        local[f.name] = json.loads(json.dumps(default))
+    assert runner_header_table() == local
+
+
+def test_the_step_header_is_built_in_one_place_and_read_in_one_way() -> None:
+    """No local module spells the header as a dict (``{"op": ...}``), the runner reads its
+    fields through its table (never ``.get`` with a default of its own), and the runner's
+    comment names only fields there are."""
+    spelled = [
+        f"{name} line {node.lineno}"
+        for name, path in MODULES.items()
+        if not name.startswith("remotekit.remote")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Dict)
+        and any(isinstance(k, ast.Constant) and k.value == "op" for k in node.keys)
+    ]
+    assert spelled == []
+    gets = [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(RUNNER.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and ast.unparse(node.func.value) in ("h", "header")
+    ]
+    assert gets == []
+    text = RUNNER.read_text()
+    comment = text[text.index("# header:") : text.index("# After the payload")]
+    named = set(re.findall(r'"(\w+)"', comment)) - {"exec", "put", "get"}
+    assert named and named <= set(runner_header_table()), named - set(runner_header_table())
