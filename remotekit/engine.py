@@ -146,7 +146,12 @@ class Engine:
     ) -> Process:
         """Start the runner through ``launch``: on its stdin the runner, ``header`` (the step's
         JSON header) and ``body`` (the step's bytes). ``wait`` bounds the wait for a free slot
-        (TimeoutError); an executable not found there raises ExecutableMissing."""
+        (TimeoutError); an executable not found there raises ExecutableMissing.
+
+        Every step that runs the runner starts here, and only here (a probe and a forward's
+        relay are bare commands on channels of their own): a process held there that takes
+        steps as messages replaces this one method, returning a Channel per step with the
+        same events."""
         runner = remote.source("runner.py")
         first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(header)}\n".encode(), header])
         return self.transport.start(launch.argv, itertools.chain([first], body), wait=wait)
