@@ -21,6 +21,7 @@ from invoke.parser import Parser
 
 from remotekit.cli import ns as package_tasks
 from remotekit.cli.main import program
+from tests.conftest import need_program
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -346,10 +347,7 @@ def test_completion_offers_host_and_group_names(tmp_path: Path) -> None:
 
 
 def test_bash_completes_a_host_name_through_the_printed_script(tmp_path: Path) -> None:
-    bash = shutil.which("bash")
-    if bash is None:
-        assert os.environ.get("CI") != "true", "bash is needed under CI"
-        pytest.skip("no bash here")
+    bash = need_program("bash")
     (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\n")
     script = (
         "source <(remotekit --print-completion-script bash)\n"
