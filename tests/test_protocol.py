@@ -238,14 +238,14 @@ def test_every_report_satisfies_report() -> None:
 # ----------------------------------------------------------------------------- the README
 
 
-def test_readmes_adding_a_diagnostic_example_runs(local: remotekit.Target) -> None:
-    """The two code blocks of README's "Adding a diagnostic", run as written (the script is
+def test_docs_adding_a_diagnostic_example_runs(local: remotekit.Target) -> None:
+    """The two code blocks of docs/extending.md's "Adding a diagnostic", run as written (the script is
     shipped as a Script here instead of from remotekit/remote/, which the test cannot add)."""
     import re
     from dataclasses import dataclass as dataclass_
 
-    text = (REMOTE.parents[1] / "README.md").read_text()
-    section = text[text.index("### Adding a diagnostic") :]
+    text = (REMOTE.parents[1] / "docs" / "extending.md").read_text()
+    section = text[text.index("## Adding a diagnostic") :]
     there, here = (
         textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", section, re.S)[:2]
     )
@@ -261,7 +261,7 @@ def test_readmes_adding_a_diagnostic_example_runs(local: remotekit.Target) -> No
     namespace["UPTIME"] = uptime_script
     sys.modules["readme_uptime"] = type(sys)("readme_uptime")
     try:
-        exec(compile(code, "README.md", "exec"), namespace)
+        exec(compile(code, "docs/extending.md", "exec"), namespace)
         sys.modules["readme_uptime"].__dict__.update(namespace)
         report = namespace["uptime"](local)
     finally:

@@ -1,0 +1,80 @@
+"""docs/ stays true to the code: the generated tables are current (tools/gen_docs.py), and the
+hand-written hosts.yaml key table names every key the inventory accepts."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from remotekit.inventory import HOST_KEYS, TOP_KEYS
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import gen_docs  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_the_generated_tables_are_current() -> None:
+    stale = gen_docs.stale()
+    assert not stale, f"stale generated tables in {stale}: run `{gen_docs.COMMAND}`"
+
+
+def test_a_stale_table_is_found_and_regenerated(tmp_path: Path) -> None:
+    for rel in gen_docs.TABLES:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    tasks = tmp_path / "docs" / "tasks.md"
+    fresh = tasks.read_text()
+    tasks.write_text(
+        re.sub(r"\n\| `demo` \|[^\n]*", "", fresh, count=1)
+    )  # as before a task was added
+    assert gen_docs.stale(tmp_path) == ["docs/tasks.md"]
+    assert gen_docs.regenerate(tasks.read_text(), gen_docs.TABLES["docs/tasks.md"], "x") == fresh
+
+
+def test_check_names_the_command_that_regenerates(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_docs.py"), "--bogus"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "python tools/gen_docs.py [--check]" in r.stderr
+
+
+def test_the_generated_tables_list_every_task_and_hop() -> None:
+    from remotekit.layers import HOPS
+
+    tasks = gen_docs.task_table()
+    for name in gen_docs.repository_tasks().task_names:
+        assert f"| `{name}" in tasks
+    hops = gen_docs.hop_table()
+    assert all(f"| `{key}:`" in hops for key in HOPS)
+    assert "`pct exec VMID -- ARGV...`" in hops and "`srun --jobid=JOB --overlap --pty" in hops
+
+
+def test_the_hosts_yaml_key_table_names_every_key() -> None:
+    text = (ROOT / "docs" / "hosts-yaml.md").read_text()
+    table = text[text.index("| key | meaning |") :].split("\n\n", 1)[0]
+    documented = {
+        k
+        for cell in re.findall(r"^\| ([^|]*) \|", table, re.M)
+        for k in re.findall(r"`([a-z_]+)`", cell)
+    }
+    assert not HOST_KEYS - documented, f"keys missing from the table: {HOST_KEYS - documented}"
+    assert not documented - HOST_KEYS - {"key"}, f"not keys: {documented - HOST_KEYS}"
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert all(re.search(rf"^{k}:", example, re.M) for k in TOP_KEYS)
