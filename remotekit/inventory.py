@@ -541,6 +541,7 @@ class Inventory:
     default: str | None = None
 
     def spec(self, name: str) -> HostSpec:
+        """The declared host ``name``; an :class:`UnknownHost` listing the known ones if none."""
         try:
             return self.hosts[name]
         except KeyError:

@@ -12,6 +12,10 @@ from the hop classes in remotekit/layers/ (hosts.yaml key, argv, ``shell`` argv,
 the tool's words that name an error). ``--check`` writes nothing and exits 1 when a table is
 stale; tests/test_docs.py runs it. A new task, flag or hop is then a regeneration, not an edit.
 
+``--api [DIR]`` builds the API reference from the docstrings with pdoc (the dev extra) into
+DIR (default docs/api/, not committed): the public API, ``remotekit`` (its ``__all__``) and
+``remotekit.diagnostics.*``. Any warning is an error, as the test that builds it requires.
+
 It lives in tools/, not in the package: docs/ is not shipped, and the task table reads the
 repository's tasks.py.
 """
@@ -129,6 +133,25 @@ def hop_table() -> str:
     return "\n".join(rows)
 
 
+#: The modules of the public API reference (pdoc module specs: a ``!`` excludes).
+API_MODULES = ("remotekit", "remotekit.diagnostics", "!remotekit.remote")
+
+
+def build_api(out: Path) -> None:
+    """The API reference as HTML in ``out``; a warning pdoc gives (an annotation it cannot
+    resolve, a name in ``__all__`` it cannot find) raises it as an error."""
+    import warnings
+
+    import pdoc
+
+    import remotekit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        remotekit.diagnose  # noqa: B018  (lazy: into the module's namespace, where pdoc reads)
+        pdoc.pdoc(*API_MODULES, output_directory=out)
+
+
 #: docs file -> table name -> its generator
 TABLES: dict[str, dict[str, Callable[[], str]]] = {
     "docs/tasks.md": {"tasks": task_table},
@@ -165,8 +188,11 @@ def stale(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--api"] and len(argv) <= 2:
+        build_api(Path(argv[1]) if len(argv) == 2 else ROOT / "docs" / "api")
+        return 0
     if argv not in ([], ["--check"]):
-        print(f"usage: {COMMAND} [--check]", file=sys.stderr)
+        print(f"usage: {COMMAND} [--check | --api [DIR]]", file=sys.stderr)
         return 2
     if argv == ["--check"]:
         old = stale()

@@ -101,8 +101,6 @@ SHOW_BAD = 5
 #: Width of the bar in :func:`progress_line`, and the longest line it returns.
 BAR_WIDTH, PROGRESS_MAX = 24, 160
 
-ReportCallback = Callable[["CheckpointReport"], None]
-ProgressCallback = Callable[["ScanProgress"], None]
 WarningCallback = Callable[[str], None]
 
 
@@ -141,6 +139,7 @@ class BadTensor:
     shared_with: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        """One line for people: the tensor, its section, dtype and size, what is wrong."""
         parts = [
             f"{n} {label}"
             for n, label in ((self.nan, "NaN"), (self.posinf, "+Inf"), (self.neginf, "-Inf"))
@@ -234,6 +233,9 @@ class CheckpointReport(Shown):
         return from_record(cls, rec, status=str(rec.get("status") or "error"))
 
 
+ReportCallback = Callable[[CheckpointReport], None]
+
+
 @dataclass(frozen=True)
 class LogFile:
     """A file met while walking the scanned directories that may be a training log."""
@@ -264,6 +266,11 @@ class ScanProgress:
     bytes_done: int
     bytes_total: int
     current: str | None = None
+
+
+# after the class, not as a string: the alias is imported (demo.py), and a string would be
+# resolved where it is used, for typing.get_type_hints and the API reference alike
+ProgressCallback = Callable[[ScanProgress], None]
 
 
 class CheckpointScan(Shown, list[CheckpointReport]):
