@@ -170,3 +170,16 @@ def test_readme_is_a_landing_page_that_links_every_docs_page() -> None:
     assert len(text.splitlines()) < 120, "README is the five-minute page: reference goes to docs/"
     for page in sorted((ROOT / "docs").glob("*.md")):
         assert f"](docs/{page.name})" in text, f"README does not link docs/{page.name}"
+
+
+def test_readmes_first_host_loads_and_its_chain_is_the_one_docs_show(tmp_path: Path) -> None:
+    import remotekit
+
+    block = (ROOT / "README.md").read_text().split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "hosts.yaml").write_text(block)
+    inv = remotekit.load_inventory(tmp_path / "hosts.yaml")
+    assert [s.name for s in inv.select_default()] == ["kpro6"]
+    chain = remotekit.Target(inv.spec("kpro6")).chain
+    assert chain == "ssh root@kpro6.lan -> pct exec 200 -> /root/venv/bin/python"
+    api = " ".join((ROOT / "docs" / "api.md").read_text().split())
+    assert f"`t.chain` is `{chain}`" in api
