@@ -30,20 +30,6 @@ def test_ci_runs_readmes_test_command() -> None:
     assert readme_commands()[1] in ci
 
 
-def test_every_task_has_an_example_in_the_docs() -> None:
-    """The generated table lists every task (tests/test_docs.py); the hand-written examples
-    table in docs/tasks.md must not forget one either."""
-    from invoke import Collection
-
-    import tasks
-
-    names = set(Collection.from_module(tasks).task_names)
-    text = (ROOT / "docs" / "tasks.md").read_text()
-    table = text[text.index("## Examples and details") :]
-    missing = sorted(n for n in names if f"`{n}" not in table)
-    assert not missing, f"tasks missing from docs/tasks.md's examples table: {missing}"
-
-
 def setup_installs(tmp_path: Path, *args: str) -> list[str]:
     """What `.ci/setup ARGS` asks pip for, run in a copy of .ci/ whose .venv/bin/python is a
     fake that records its argv (so nothing is downloaded)."""
