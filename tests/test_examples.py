@@ -20,6 +20,7 @@ from __future__ import annotations
 import doctest
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -124,7 +125,13 @@ def test_an_example_runs_as_written_through_ssh_and_pct(
     sshd, node = request.getfixturevalue("sshd"), request.getfixturevalue("node")
     ct = sshd.host_yaml(container=CT, pct=str(node.pct), venv=venv_prefix(), workdir="/workspace")
     write_inventory(tmp_path / "hosts.yaml", {n: ct for n in NAMES}, groups={"gpu": ["kpro6"]})
-    check_output(example, run(example, tmp_path))
+    workspace = request.getfixturevalue("lxc_ct").workspace  # the container's /workspace, here
+    before = set(workspace.iterdir())
+    try:
+        check_output(example, run(example, tmp_path))
+    finally:  # the container serves the whole session: leave its /workspace as it was
+        for left in set(workspace.iterdir()) - before:
+            shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink()
 
 
 def test_an_example_tested_elsewhere_names_a_test_that_exists() -> None:
