@@ -29,14 +29,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from invoke import Collection
+from invoke.parser import Argument
+
+from remotekit.layers import Hop
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/gen_docs.py"
 
 
-def repository_tasks():  # type: ignore[no-untyped-def]
+def repository_tasks() -> Collection:
     """This repository's task collection (tasks.py: the package's tasks plus ``bench``)."""
-    from invoke import Collection
-
     sys.path.insert(0, str(ROOT))
     try:
         import tasks
@@ -55,7 +58,7 @@ def _first_paragraph(doc: str | None) -> str:
     return _cell(" ".join((doc or "").strip().split("\n\n")[0].split()))
 
 
-def _flag(arg) -> str:  # type: ignore[no-untyped-def]
+def _flag(arg: Argument) -> str:
     name = next((n for n in arg.names if len(n) > 1), arg.names[0])
     shorts = [f"-{n}" for n in arg.names if len(n) == 1 and n != name]
     dashes = "-" if len(name) == 1 else "--"
@@ -89,12 +92,12 @@ def task_table() -> str:
     return "\n".join(rows)
 
 
-def _placeholder(hop: type) -> object:
+def _placeholder(hop: type[Hop]) -> Hop:
     """The hop with each field that has no default value (or None) named by its own name:
     ``Pct(vmid="VMID")``, so its argv reads as a template."""
     values = {
         f.name: f.name.upper()
-        for f in dataclasses.fields(hop)
+        for f in dataclasses.fields(hop)  # type: ignore[arg-type]  # every hop is one
         if f.default is dataclasses.MISSING or f.default is None
     }
     return hop(**values)
@@ -114,7 +117,8 @@ def hop_table() -> str:
         "the tool's words that name an error |",
         "|---|---|---|---|---|---|",
     ]
-    for cls in (Sudo, *HOPS.values()):
+    hops: list[type[Hop]] = [Sudo, *HOPS.values()]
+    for cls in hops:
         hop = _placeholder(cls)
         keys = ", ".join(f"`{k}:`" for k in (cls.key, *cls.options))
         argv, shell = hop.apply(inner).argv, hop.interactive(inner).argv
