@@ -53,7 +53,10 @@ def test_check_names_the_command_that_regenerates(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert r.returncode == 2 and "python tools/gen_docs.py [--check | --api [DIR]]" in r.stderr
+    assert (
+        r.returncode == 2
+        and ".venv/bin/python tools/gen_docs.py [--check | --api [DIR]]" in r.stderr
+    )
 
 
 def test_the_generated_tables_list_every_task_and_hop() -> None:

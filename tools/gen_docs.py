@@ -35,7 +35,7 @@ from invoke.parser import Argument
 from remotekit.layers import Hop
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMAND = "python tools/gen_docs.py"
+COMMAND = ".venv/bin/python tools/gen_docs.py"
 
 
 def repository_tasks() -> Collection:
