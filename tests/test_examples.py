@@ -10,6 +10,9 @@ comment on the line before a block says against what:
   where sshd or LXC cannot run, a failure under CI=true);
 - ``<!-- example: tested by tests/FILE.py::TEST -->``: that test runs it (it must exist).
 
+README's one shown CLI output, ping refusing an unknown host key, is checked the same way
+against the test sshd.
+
 A ```text block after ``<!-- output -->``, right after a python block, is what that block prints
 on stdout; ``...`` in it stands for any text (as doctest's ELLIPSIS), for the parts that
 differ per run (ports, pids, times, paths).
@@ -139,3 +142,39 @@ def test_an_example_tested_elsewhere_names_a_test_that_exists() -> None:
         if e.kind.startswith("tested by "):
             file, _, name = e.kind.removeprefix("tested by ").partition("::")
             assert f"def {name}(" in (ROOT / file).read_text(), f"{e}: no {e.kind}"
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(120)
+def test_readmes_host_key_message_is_what_ping_prints(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """README's first-host section shows `ping` refusing an unknown host key. Run against the
+    test sshd (with an empty ~/.ssh/known_hosts), the message is README's with that server's
+    address in place of kpro6.lan's."""
+    sshd = request.getfixturevalue("sshd")
+    text = (ROOT / "README.md").read_text()
+    shown = text.split("$ .venv/bin/remotekit ping --host kpro6\n", 1)[1].split("```", 1)[0]
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "known_hosts").write_text("")
+    host = {k: v for k, v in sshd.host_yaml().items() if k != "known_hosts"}
+    write_inventory(tmp_path / "hosts.yaml", {"kpro6": host})
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    env.pop("REMOTEKIT_HOSTS", None)
+    r = subprocess.run(
+        [sys.executable, "-m", "remotekit", "ping", "--host", "kpro6"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    port = sshd.port
+    there = (
+        shown.replace("root@kpro6.lan:", f"root@127.0.0.1:{port}:")
+        .replace("of kpro6.lan is", f"of [127.0.0.1]:{port} is")
+        .replace("ssh-keyscan kpro6.lan", f"ssh-keyscan -p {port} 127.0.0.1")
+    )
+    example = Example("README.md: ping's host-key message", "sshd", "", there)
+    check_output(example, r.stdout)
