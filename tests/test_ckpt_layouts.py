@@ -262,7 +262,8 @@ def test_inspect_and_diff_take_checkpoint_directories(tmp_path: Path) -> None:
     b = cf.hf_trainer_dir(tmp_path, 200, nan_optimizer=1)
     ins = run("inspect", str(a)).one("inspect")
     assert (ins["format"], ins["global_step"], ins["ok"]) == ("hf-trainer", 100, True)
-    assert set(ins["totals"]) == {"weights", "optimizer"}
+    assert set(ins["totals"]) == {"weights", "optimizer", "other"}
+    assert ins["other"] == {"counter": 4}  # optimizer.pt's Adam steps: no weights
     d = run("diff", str(a), str(b)).one("diff")
     assert d["step_delta"] == 100
     assert any(f["kind"] == "nonfinite_exp_avg_sq" for f in d["flags"])
