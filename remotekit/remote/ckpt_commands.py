@@ -489,9 +489,9 @@ class _NonWeights(object):
 
     def summary(self, counters):
         """The counters' summary (``counters``) or every other kind's: {compared, changed,
-        by_name: [group]}, the changed groups first."""
+        by_name: [group]}, the changed groups first, each part by name."""
         groups = [g for (k, _), g in self.groups.items() if (k == COUNTER) == counters]
-        groups.sort(key=lambda g: (-g["changed"], g["kind"], g["name"]))
+        groups.sort(key=lambda g: (not g["changed"], g["name"], g["kind"]))
         return {
             "compared": sum(g["compared"] for g in groups),
             "changed": sum(g["changed"] for g in groups),
