@@ -8,7 +8,7 @@ Standalone: the standard library and torch >= 2.1 only, Python >= 3.8. Subcomman
     ckpt.py diff A B [--top 10] [--allow-global NAME]... [--unsafe-pickle]
     ckpt.py bisect DIR [--linear] [--jobs N] [--allow-global NAME]... [--unsafe-pickle]
 
-PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt,
+PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt, *.th,
 *.safetensors, Hugging Face ``*.index.json`` shard indexes and checkpoint directories) or a
 glob (``**`` too; each real directory is entered once, so symlink loops end). Formats:
 torch.save files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors

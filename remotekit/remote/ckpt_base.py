@@ -26,7 +26,7 @@ def uses_torch(namespace):
     _TORCH_USERS.append(namespace)
 
 
-CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".th", ".safetensors")  # .th: AllenNLP
 INDEX_SUFFIX = ".index.json"
 # Files an HF Trainer writes beside the weights that are not model/optimizer state.
 AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
