@@ -104,15 +104,17 @@ def test_a_command_writes_one_final_record_with_its_exit_code(tmp_path: Path) ->
 
 def test_a_script_ships_with_every_sibling_module_it_imports() -> None:
     ckpt = remote.script("ckpt.py")
-    modules = {p.name for p in REMOTE.glob("ckpt_*.py")} - {"ckpt_samples.py"}
-    assert set(ckpt.files) == modules | {"protocol.py", "infile.py"}  # infile: the safe opener
+    package = {p.relative_to(REMOTE).as_posix() for p in (REMOTE / "ckpt").glob("*.py")}
+    assert {"ckpt/__init__.py", "ckpt/base.py", "ckpt/dcp.py"} <= package  # dcp: relative only
+    assert set(ckpt.files) == package | {"protocol.py", "infile.py"}  # infile: the safe opener
+    assert ckpt.files["ckpt/base.py"] == (REMOTE / "ckpt" / "base.py").read_bytes()
     assert set(remote.script("sysinfo.py").files) == {"protocol.py"}
     assert set(remote.script("ckpt_samples.py").files) == {"protocol.py"}
     assert remote.script("runner.py").files == {}
 
 
 def test_every_shipped_file_says_what_it_is() -> None:
-    for path in REMOTE.glob("*.py"):
+    for path in [*REMOTE.glob("*.py"), *REMOTE.glob("*/*.py")]:
         first = path.read_text().lstrip().splitlines()
         first = first[1:] if first[0].startswith("#!") else first
         assert first[0].startswith(('"""', "# ")) and len(first[0]) > 20, path.name

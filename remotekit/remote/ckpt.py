@@ -86,13 +86,14 @@ process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one 
 time. A file that crashes the worker costs only itself: the files the worker had open are
 checked again alone in a fresh one. inspect and diff run in this process.
 
-Modules, shipped beside this file (``remotekit.remote.script`` follows the imports), each
-importing only those above it: ``protocol`` (the record format, shared with the local side),
-``ckpt_base`` (constants, errors, torch on demand, page release), ``ckpt_formats`` (one file:
-torch, safetensors, HF index, LFS; the loading policy), ``ckpt_dcp``, ``ckpt_discover`` (no
-torch), ``ckpt_layouts`` (directories that are one checkpoint; ``open_source``),
-``ckpt_check`` (values; ``scan_item``), ``ckpt_workers``, ``ckpt_commands``. This file holds
-the format description, the argument parser and ``main``.
+Modules, shipped beside this file (``remotekit.remote.script`` follows the imports): the
+siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
+safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
+``base`` (constants, errors, torch on demand, page release), ``formats`` (one file: torch,
+safetensors, HF index, LFS; what is a param; the loading policy), ``dcp``, ``discover`` (no
+torch), ``layouts`` (directories that are one checkpoint; ``open_source``), ``check``
+(values; ``scan_item``), ``workers``, ``commands``. This file holds the format description,
+the argument parser and ``main``.
 """
 
 from __future__ import annotations
@@ -103,12 +104,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
 
-from ckpt_base import DEFAULT_CHUNK, Fatal, _import_torch
-from ckpt_check import BIG_FILE, _collect_if_needed, check_entry, scan_item, step_from_name
-from ckpt_commands import cmd_bisect, cmd_diff, cmd_inspect, cmd_scan
-from ckpt_discover import _file_item, discover
-from ckpt_formats import Entry, _open_safetensors, _tensor_chunks
-from ckpt_workers import cmd_worker
+from ckpt.base import DEFAULT_CHUNK, Fatal, _import_torch
+from ckpt.check import BIG_FILE, _collect_if_needed, check_entry, scan_item, step_from_name
+from ckpt.commands import cmd_bisect, cmd_diff, cmd_inspect, cmd_scan
+from ckpt.discover import _file_item, discover
+from ckpt.formats import Entry, _open_safetensors, _tensor_chunks
+from ckpt.workers import cmd_worker
 from protocol import EXIT_FAILED, fail
 
 # The names above that main() does not use are this script's API for in-process callers

@@ -17,7 +17,10 @@ import re
 import struct
 import zipfile
 
-from ckpt_base import (
+from infile import EscapingName, fd_path, inside, load_json, open_regular
+from protocol import is_secret_name, mask
+
+from .base import (
     COUNTER,
     EPOCH_KEYS,
     INDEX_SUFFIX,
@@ -47,8 +50,6 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from infile import EscapingName, fd_path, inside, load_json, open_regular
-from protocol import is_secret_name, mask
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
 uses_torch(globals())

@@ -14,7 +14,9 @@ import re
 import sys
 import time
 
-from ckpt_base import (
+from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish
+
+from .base import (
     COUNTER,
     NONFINITE_KEYS,
     NONNEG_SLOTS,
@@ -29,12 +31,11 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from ckpt_check import exit_code_of, scan_item
-from ckpt_discover import MAX_LOGS, discover
-from ckpt_formats import _allow_globals, _import_global
-from ckpt_layouts import open_source
-from ckpt_workers import make_pool
-from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish
+from .check import exit_code_of, scan_item
+from .discover import MAX_LOGS, discover
+from .formats import _allow_globals, _import_global
+from .layouts import open_source
+from .workers import make_pool
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
 uses_torch(globals())

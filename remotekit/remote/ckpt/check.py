@@ -13,7 +13,9 @@ import mmap
 import os
 import time
 
-from ckpt_base import (
+from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit
+
+from .base import (
     NAME_STEP,
     NONFINITE_KEYS,
     NONNEG_SLOTS,
@@ -29,8 +31,7 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from ckpt_layouts import open_source
-from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit
+from .layouts import open_source
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
 uses_torch(globals())
