@@ -95,6 +95,9 @@ def __getattr__(name: str) -> Any:
     if name == "diagnose":
         from remotekit.diagnostics.diagnose import diagnose
 
+        # kept as an ordinary attribute from now on, where tools that read the module's
+        # __dict__ (pdoc, the API reference) find it like every other name in __all__
+        globals()["diagnose"] = diagnose
         return diagnose
     if name == "diagnostics":
         # As before it was lazy: ``remotekit.diagnostics.system`` works without its own import.

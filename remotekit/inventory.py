@@ -44,10 +44,11 @@ from typing import Any, Callable, NoReturn
 
 import yaml
 
+from remotekit.engine import mask
 from remotekit.errors import InventoryError, UnknownHost
 from remotekit.layers import HOPS, Fields, Hop, Sudo
 from remotekit.spec import HOST_KEY_POLICIES, LOCAL, HostSpec, SSHSpec, Timeouts
-from remotekit.target import Target, mask
+from remotekit.target import Target
 
 __all__ = [
     "HostSpec",
@@ -543,6 +544,7 @@ class Inventory:
     default: str | None = None
 
     def spec(self, name: str) -> HostSpec:
+        """The declared host ``name``; an :class:`UnknownHost` listing the known ones if none."""
         try:
             return self.hosts[name]
         except KeyError:

@@ -23,6 +23,7 @@ class Shown:
     """
 
     def render(self) -> str:
+        """The text the CLI prints for it (also its ``str()``)."""
         raise NotImplementedError
 
     def __str__(self) -> str:

@@ -28,7 +28,7 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from remotekit import remote
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError
@@ -38,9 +38,52 @@ from remotekit.step import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
     from remotekit.layers import Hop
-    from remotekit.target import Target
+    from remotekit.spec import HostSpec
 
 __all__ = ["STATES", "LogStream", "Run", "RunInfo", "home_of", "list_runs", "prune", "start"]
+
+
+class Target(Protocol):
+    """What a run needs of the target it lives on: a :class:`remotekit.Target` (named by its
+    shape, not imported: the Target imports this module for ``detach=True``)."""
+
+    name: str
+
+    def __init__(self, spec: HostSpec) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def redact(self, text: str) -> str: ...
+
+    @property
+    def spec(self) -> HostSpec: ...
+
+    def run_python(
+        self,
+        script: Script,
+        args: Sequence[str] = (),
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        on_output: Callable[[str, str], None] | None = None,
+        step: str | None = None,
+        capture: bool = True,
+    ) -> Result: ...
+
+    def start_detached(
+        self,
+        script: Script,
+        args: Sequence[str],
+        *,
+        display: tuple[str, ...],
+        step: str,
+        **options: Any,
+    ) -> Result: ...
+
+
+T = TypeVar("T", bound=Target)
 
 SUPERVISOR = "supervisor.py"
 #: Where the supervisor's own files go beside a detached script's, so no name of yours clashes.
@@ -150,11 +193,11 @@ def _batch_hop(target: Target) -> Hop | None:
 
 #: The target a run's supervisor lives on, for a target whose hop runs detached runs as batch
 #: jobs: the same chain without that hop (the login node), opened once.
-_HOMES: weakref.WeakKeyDictionary[Target, Target] = weakref.WeakKeyDictionary()
+_HOMES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _HOMES_LOCK = threading.Lock()
 
 
-def home_of(target: Target) -> Target:
+def home_of(target: T) -> T:
     """Where ``target``'s runs are recorded and supervised: itself, or for a Slurm target the
     login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job."""
     hop = _batch_hop(target)

@@ -77,6 +77,8 @@ class HostSpec:
         return "python3"
 
     def layers(self) -> tuple[Layer, ...]:
+        """The layers to compose, innermost first: interpreter (or venv), env, workdir, then
+        the hops from the innermost out."""
         inner: Layer = Venv(self.venv) if self.venv else Interpreter(self.interpreter)
         out: list[Layer] = [inner]
         if self.env:
