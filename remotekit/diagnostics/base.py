@@ -69,7 +69,9 @@ class Report(Protocol):
     @property
     def errors(self) -> tuple[str, ...]: ...
 
-    def render(self) -> str: ...
+    def render(self) -> str:
+        """The text the CLI prints for the report (also its ``str()``)."""
+        ...
 
 
 class OutputTail:
@@ -164,6 +166,7 @@ class Run:
         return [r for r in self.records if r.get("type") == type_]
 
     def first(self, type_: str) -> Record | None:
+        """The first record of ``type_``, or None when the script printed none."""
         return next((r for r in self.records if r.get("type") == type_), None)
 
     def messages(self, type_: str) -> tuple[str, ...]:
@@ -223,6 +226,7 @@ def host_checkpoints(target: Target, path: str | None) -> str | None:
 
 
 def worst_exit(codes: Sequence[int]) -> int:
+    """The exit code of several reports: the worst (highest) one; 0 for none."""
     return max(codes, default=EXIT_OK)
 
 

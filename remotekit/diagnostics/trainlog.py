@@ -354,6 +354,7 @@ class TrainLogReport(Shown):
         return render_report(self)
 
     def series_for(self, metric: str) -> Series | None:
+        """The analysed series of column ``metric``, or None when it was not analysed."""
         return next((s for s in self.series if s.metric == metric), None)
 
 
