@@ -100,3 +100,27 @@ def test_ctrl_c_ends_logs_follow_and_leaves_nothing_reading_there(tmp_path: Path
         follow.kill()
         rk("stop", run_id, "--grace", "1", cwd=tmp_path)
         rk("rm", run_id, cwd=tmp_path)
+
+
+@pytest.mark.timeout(120)
+def test_train_log_run_reads_the_runs_own_log(tmp_path: Path) -> None:
+    """`train-log --run ID` analyses the run's output log: no path typed by hand."""
+    writer = (
+        "import json\n"
+        "for s in range(1, 301):\n"
+        "    loss = 2.0 - s / 300 + (6.0 if s == 200 else 0.0)\n"
+        "    print(json.dumps({'step': s, 'loss': loss}))\n"
+    )
+    (tmp_path / "train.py").write_text(writer)
+    r = rk("py", "train.py", "--detach", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run_id = str(json.loads(r.stdout)["hosts"][0]["id"])
+    assert rk("logs", run_id, "--follow", cwd=tmp_path).returncode == 0  # it has ended
+    a = rk("train-log", "--run", run_id, "--json", cwd=tmp_path)
+    report = json.loads(a.stdout)["hosts"][0]["result"]
+    assert report["path"].endswith(f"/{run_id}/output.log"), report["path"]
+    assert 200 in [s["step"] for s in report["spikes"]], a.stdout[-2000:]
+    both = rk("train-log", "--run", run_id, "--path", "x.log", cwd=tmp_path)
+    assert both.returncode == 2 and b"--path or --run" in both.stderr
+    missing = rk("train-log", "--run", "nope1234", cwd=tmp_path)
+    assert missing.returncode == 2 and b"nope1234" in missing.stderr

@@ -11,7 +11,7 @@ import queue
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -162,6 +162,8 @@ def diagnose(c: Context, sel: Selection, path: str = "", run: str = "", plot: st
         "trainer_state.json or other JSON documents, MLflow stores",
         "on_incident": "with --follow: a command run here for each incident, the incident as "
         "JSON on its stdin (split like a shell would, run without one; a failure is a warning)",
+        "run": "instead of --path: the output log of run ID (`remotekit runs`), on the selected "
+        "host that has it",
     },
 )
 def train_log(
@@ -178,8 +180,13 @@ def train_log(
     checkpoints: str = "",
     follow: bool = False,
     on_incident: str = "",
+    run: str = "",
 ) -> None:
     """What happened to this run: spikes, cliffs, events, and batch composition."""
+    if run and path:
+        raise Exit("remotekit: --path or --run, not both", code=2)
+    if run:
+        sel, path = run_log(sel, run)
     required(path=path)
     from remotekit.diagnostics import trainlog
     from remotekit.diagnostics.base import host_checkpoints
@@ -271,6 +278,15 @@ class IncidentHook:
         """Run the incidents still queued (at most ``wait`` seconds more), then stop."""
         self._todo.put(None)
         self._thread.join(wait)
+
+
+def run_log(sel: Selection, run_id: str) -> tuple[Selection, str]:
+    """``--run ID``: the one selected host that has run ``run_id``, and the run's log there."""
+    from remotekit.cli.runs import act, find_run
+
+    handle = find_run(sel, run_id)
+    info = act(handle, handle.info)
+    return replace(sel, host=handle.target.name, group="", all=False), info.log
 
 
 def follow_log(

@@ -96,7 +96,8 @@ def find_run(sel: Selection, run_id: str) -> Run:
     return having[0].run_handle(run_id)
 
 
-def _act(run: Run, what: Any) -> Any:
+def act(run: Run, what: Any) -> Any:
+    """``what()`` with ``run``'s target open; its errors are a usage exit naming them."""
     try:
         with run.target:
             return what()
@@ -132,7 +133,7 @@ def logs(
             out.flush()
 
     try:
-        _act(run, show)
+        act(run, show)
     except KeyboardInterrupt:
         raise Exit(code=130) from None
     if follow:
@@ -148,7 +149,7 @@ def logs(
 def stop(c: Context, id: str, sel: Selection = OPTIONS_HERE, grace: float = 10.0) -> None:
     """Stop a run: TERM to its whole tree (setsid children, daemons too), KILL after --grace."""
     run = find_run(sel, id)
-    info = _act(run, lambda: run.stop(grace=grace))
+    info = act(run, lambda: run.stop(grace=grace))
     print(to_json(info, indent=2) if sel.json else render_runs([info]))
 
 
@@ -156,6 +157,6 @@ def stop(c: Context, id: str, sel: Selection = OPTIONS_HERE, grace: float = 10.0
 def rm(c: Context, id: str, sel: Selection = OPTIONS_HERE) -> None:
     """Remove a finished run's record and log (a running one is refused: stop it first)."""
     run = find_run(sel, id)
-    _act(run, run.rm)
+    act(run, run.rm)
     gone = {"id": id, "host": run.target.name, "removed": True}
     print(to_json(gone) if sel.json else f"{run.target.name}: removed run {id}")
