@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +79,38 @@ def controlmaster(server: SSHServer, ctl: Path) -> Iterator[tuple[list[str], lis
         master.wait()
 
 
+@dataclass(frozen=True)
+class Chain:
+    """local -> sshd -> pct stand-in -> a real LXC container (CT 200) -> venv Python."""
+
+    inventory: remotekit.Inventory
+    pct: str
+    plain: list[str]  # plain ssh argv to the sshd
+    ssh: list[str]  # the same through an OpenSSH ControlMaster
+
+
+@contextmanager
+def container_chain(work: Path) -> Iterator[Chain]:
+    """The chain the benchmarks measure, built in ``work`` and torn down afterwards."""
+    ct = LxcContainer()
+    node = FakeNode(work / "node", running=ct).install()
+    server = SSHServer(work / "sshd", env=node.env)
+    stack = ExitStack()
+    try:
+        ct.start()
+        node.add(200)
+        server.start()
+        plain, ssh = stack.enter_context(controlmaster(server, work / "ctl"))
+        inv_file = work / "hosts.yaml"
+        host = server.host_yaml(container=200, pct=str(node.pct), venv=venv_prefix())
+        inv_file.write_text(json.dumps({"hosts": {"ct": host}}))
+        yield Chain(remotekit.load_inventory(inv_file), str(node.pct), plain, ssh)
+    finally:
+        stack.close()
+        server.stop()
+        ct.stop()
+
+
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -89,30 +122,13 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rk-bench-"))
-    ct = LxcContainer()
-    node = FakeNode(work / "node", running=ct).install()
-    server = SSHServer(work / "sshd", env=node.env)
     py = f"{venv_prefix()}/bin/python"
     figures: dict[str, float] = {}
     stack = ExitStack()
     try:
-        ct.start()
-        node.add(200)
-        server.start()
-        plain, ssh = stack.enter_context(controlmaster(server, work / "ctl"))
-        inv_file = work / "hosts.yaml"
-        inv_file.write_text(
-            json.dumps(
-                {
-                    "hosts": {
-                        "ct": server.host_yaml(container=200, pct=str(node.pct), venv=venv_prefix())
-                    }
-                }
-            )
-        )
-        inv = remotekit.load_inventory(inv_file)
-        pct = str(node.pct)
-        with inv.target("ct") as t:
+        chain = stack.enter_context(container_chain(work))
+        plain, ssh, pct = chain.plain, chain.ssh, chain.pct
+        with chain.inventory.target("ct") as t:
             trivial = remotekit.Script("pass\n", name="trivial.py")
             t.run_python(trivial)  # warm: connection held
             figures["remotekit_run_python_s"] = median_time(
@@ -162,8 +178,6 @@ def main() -> int:
             figures["dropped_mb"] = r.stdout_dropped / 2**20
     finally:
         stack.close()
-        server.stop()
-        ct.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     ratio_cm = figures["remotekit_run_python_s"] / figures["openssh_controlmaster_s"]

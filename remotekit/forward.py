@@ -26,16 +26,14 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Callable
 
 from remotekit import remote
+from remotekit.engine import Engine
 from remotekit.errors import ForwardError, RemotekitError
 from remotekit.layers import LOADER
 from remotekit.result import Result
-from remotekit.transports.base import ExecutableMissing, Process
-
-if TYPE_CHECKING:
-    from remotekit.target import Target
+from remotekit.transports.base import ExecutableMissing, Exit, Lost, Output, Process
 
 __all__ = ["Forward"]
 
@@ -85,12 +83,12 @@ class _Link:
         hosts = [fwd.remote_host, *(["::1"] if fwd.remote_host == "127.0.0.1" else [])]
         request = json.dumps({"hosts": hosts, "port": fwd.port, "nonce": self.nonce})
         try:
-            argv = [RELAY_LOADER if a == LOADER else a for a in fwd.target._launch(_STEP).argv]
-            self.proc = fwd.target.transport.start(
+            argv = [RELAY_LOADER if a == LOADER else a for a in fwd.engine.launch_for(_STEP).argv]
+            self.proc = fwd.engine.transport.start(
                 argv, self._stdin(request.encode() + b"\n"), wait=SLOT_WAIT_S
             )
         except ExecutableMissing as exc:
-            return fwd.target._missing(exc.path, _STEP)
+            return fwd.engine.missing(exc.path, _STEP)
         except TimeoutError:
             return fwd.error(
                 f"no free SSH session within {SLOT_WAIT_S:g} s for a connection to port "
@@ -124,8 +122,9 @@ class _Link:
         marker = self.nonce.encode() + b"\n"
         head = bytearray()
         while True:
-            kind, data = proc.events.get()
-            if kind == "stdout" and isinstance(data, bytes):
+            event = proc.events.get()
+            if isinstance(event, Output) and event.stream == "stdout":
+                data = event.data
                 if not self.connected:
                     head += data
                     at = head.find(marker)
@@ -139,14 +138,15 @@ class _Link:
                     self.client.sendall(data)
                 except OSError:
                     return None  # the client went away: terminate() closes the channel
-            elif kind == "stderr" and isinstance(data, bytes):
+            elif isinstance(event, Output):
                 if len(self.err) < 1 << 16:
-                    self.err += data
-            elif kind == "exit" or kind == "lost" or kind == "cancel":
-                code = data if kind == "exit" and isinstance(data, int) else None
-                return None if self.connected else self._failed(code, kind, data, bytes(head))
+                    self.err += event.data
+            else:  # the end: Exit, Lost or Cancelled
+                code = event.code if isinstance(event, Exit) else None
+                lost = event.reason if isinstance(event, Lost) else None
+                return None if self.connected else self._failed(code, lost, bytes(head))
 
-    def _failed(self, code: int | None, kind: str, data: Any, out: bytes) -> RemotekitError:
+    def _failed(self, code: int | None, lost: str | None, out: bytes) -> RemotekitError:
         """Why the relay never connected: nothing listens there, or a hop refused."""
         fwd = self.fwd
         text = self.err.decode(errors="replace")
@@ -159,22 +159,22 @@ class _Link:
         if said:
             why = said.rsplit(": ", 1)[-1]
             return fwd.error(
-                f"nothing accepts connections on {where} there ({why}), via {fwd.target.chain}: "
+                f"nothing accepts connections on {where} there ({why}), via {fwd.engine.chain}: "
                 f"is the server running in that namespace, on that port?"
             )
-        if kind == "lost":
-            return fwd.error(f"the relay to {where} was cut: {data}")
+        if lost is not None:
+            return fwd.error(f"the relay to {where} was cut: {lost}")
         res = Result(
-            host=fwd.target.name,
+            host=fwd.engine.name,
             step=_STEP,
             argv=("relay", where),
             exit_code=code,
             stdout=out.decode(errors="replace"),
             stderr=text,
             duration_s=time.monotonic() - self.started,
-            chain=fwd.target.chain,
+            chain=fwd.engine.chain,
         )
-        return fwd.target._not_started(code, res, _STEP)
+        return fwd.engine.not_started(code, res, _STEP)
 
 
 class Forward:
@@ -193,7 +193,7 @@ class Forward:
 
     def __init__(
         self,
-        target: Target,
+        engine: Engine,
         port: int,
         *,
         local_port: int = 0,
@@ -205,11 +205,11 @@ class Forward:
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 65536:
                 raise ForwardError(
                     f"{name} must be a TCP port number ({low}-65535), got {value!r}",
-                    host=target.name,
+                    host=engine.name,
                     step=_STEP,
                     port=port if isinstance(port, int) else None,
                 )
-        self.target = target
+        self.engine = engine
         self.port = port
         self.bind = bind
         self.remote_host = remote_host
@@ -226,7 +226,7 @@ class Forward:
 
     def error(self, message: str) -> ForwardError:
         """A :class:`ForwardError` about this forward (its host, step and port)."""
-        return ForwardError(message, host=self.target.name, step=_STEP, port=self.port)
+        return ForwardError(message, host=self.engine.name, step=_STEP, port=self.port)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -257,7 +257,7 @@ class Forward:
         finally:
             here.close()
         if error is not None:
-            raise self.target._redacted(error)
+            raise self.engine.redacted(error)
 
     @property
     def url(self) -> str:
@@ -322,7 +322,7 @@ class Forward:
         try:
             error = _Link(self, client).run()
             if error is not None and not self._closed.is_set():
-                self._report(self.target._redacted(error))
+                self._report(self.engine.redacted(error))
         except Exception as exc:  # a thread must not die silently: say what broke
             self._report(self.error(f"forwarding failed: {exc!r}"))
         finally:

@@ -22,6 +22,7 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
         env: {HF_HOME: /workspace/hf}
         secret_env: [HF_TOKEN]          # names whose values are never printed
         checkpoints: /workspace/checkpoints
+        runs_dir: /workspace/.runs      # run records (default ~/.local/state/remotekit/runs)
         gpus: 8                         # (or gpu: true) no GPU found is then an error, not a note
     groups:
       gpu: [kpro6]
@@ -43,10 +44,11 @@ from typing import Any, Callable, NoReturn
 
 import yaml
 
+from remotekit.engine import mask
 from remotekit.errors import InventoryError, UnknownHost
 from remotekit.layers import HOPS, Fields, Hop, Sudo
 from remotekit.spec import HOST_KEY_POLICIES, LOCAL, HostSpec, SSHSpec, Timeouts
-from remotekit.target import Target, mask
+from remotekit.target import Target
 
 __all__ = [
     "HostSpec",
@@ -390,6 +392,7 @@ class _HostReader:
             env={k: _env_text(v) for k, v in (env or {}).items()},
             secret_env=frozenset(secret or ()),
             checkpoints=self.text("checkpoints"),
+            runs_dir=self.text("runs_dir"),
             has_gpu=self.has_gpu(),
             timeouts=self.timeouts(),
             source=f"{self.doc.path}:{self.doc.line(self.key)}",
@@ -495,6 +498,7 @@ HOST_KEYS = frozenset(
         "env",
         "secret_env",
         "checkpoints",
+        "runs_dir",
         "gpu",
         "gpus",
         "timeouts",
@@ -540,6 +544,7 @@ class Inventory:
     default: str | None = None
 
     def spec(self, name: str) -> HostSpec:
+        """The declared host ``name``; an :class:`UnknownHost` listing the known ones if none."""
         try:
             return self.hosts[name]
         except KeyError:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from remotekit.engine import Engine
 from remotekit.errors import RemotekitError, StepCancelled
 from remotekit.result import Script, Shown
-from remotekit.step import inside, open_hops, probe
-
-if TYPE_CHECKING:
-    from remotekit.target import Target
+from remotekit.step import StepOptions, run_step, shipped
 
 __all__ = ["Check", "PingReport", "ping"]
 
@@ -63,8 +61,8 @@ class PingReport(Shown):
         return "\n".join(c.render() for c in self.checks)
 
 
-def ping(target: Target, on_check: Callable[[Check], None] | None = None) -> PingReport:
-    """Check each layer of ``target`` in turn; stops at the first layer that fails.
+def ping(engine: Engine, on_check: Callable[[Check], None] | None = None) -> PingReport:
+    """Check each layer of a target (its ``engine``) in turn; stops at the first that fails.
 
     ``on_check`` sees each check as it is made. A cancel (:class:`StepCancelled`) is raised;
     every other failure is a failed check in the report.
@@ -79,22 +77,23 @@ def ping(target: Target, on_check: Callable[[Check], None] | None = None) -> Pin
         return ok
 
     try:
-        if _transport(target, add) and _hops(target, add):
-            _interpreter(target, add)
+        if _transport(engine, add) and _hops(engine, add):
+            _interpreter(engine, add)
     finally:
-        report = PingReport(target.name, tuple(checks))
+        report = PingReport(engine.name, tuple(checks))
     return report
 
 
 _Add = Callable[[str, bool, str], bool]
 
 
-def _transport(target: Target, add: _Add) -> bool:
+def _transport(engine: Engine, add: _Add) -> bool:
+    transport = engine.transport
     try:
-        target.connect()
+        transport.connect()
     except RemotekitError as exc:
-        return add(target.transport.label, False, _unprefixed(target.transport.label, exc.message))
-    return add(target.transport.label, True, target.transport.reached)
+        return add(transport.label, False, _unprefixed(transport.label, exc.message))
+    return add(transport.label, True, transport.reached)
 
 
 def _unprefixed(label: str, message: str) -> str:
@@ -105,15 +104,14 @@ def _unprefixed(label: str, message: str) -> str:
     return message[len(who) :] if message.startswith(who) else message
 
 
-def _hops(target: Target, add: _Add) -> bool:
-    if not target._opened:
+def _hops(engine: Engine, add: _Add) -> bool:
+    try:
+        engine.launch_for("ping")  # looks up a hop given by name (once)
+    except RemotekitError as exc:
+        return add(engine.spec.hops[-1].label, False, exc.message)
+    for i, hop in enumerate(engine.spec.hops):
         try:
-            open_hops(target, "ping")
-        except RemotekitError as exc:
-            return add(target.spec.hops[-1].label, False, exc.message)
-    for i, hop in enumerate(target.spec.hops):
-        try:
-            code, text = probe(target, inside(target, i, hop.probe()))
+            code, text = engine.probe(engine.inside(i, hop.probe()))
         except StepCancelled:
             raise
         except RemotekitError as exc:  # e.g. ConnectionLost: the connection went during the check
@@ -123,13 +121,14 @@ def _hops(target: Target, add: _Add) -> bool:
     return True
 
 
-def _interpreter(target: Target, add: _Add) -> bool:
-    interpreter = target.launch.interpreter or "python"
+def _interpreter(engine: Engine, add: _Add) -> bool:
+    interpreter = engine.launch.interpreter or "python"
     script = Script(_PING_PY, name="remotekit_ping.py")
+    header, payload = shipped(script)
+    timeout = max(30.0, engine.spec.timeouts.connect)
+    options = StepOptions(engine.python_display(script.name), step="ping", timeout=timeout)
     try:
-        res = target.run_python(
-            script, step="ping", timeout=max(30.0, target.spec.timeouts.connect)
-        )
+        res = run_step(engine, header, payload, options)
     except StepCancelled:
         raise
     except RemotekitError as exc:

@@ -1,20 +1,18 @@
-"""The step engine: how one step runs on a :class:`~remotekit.target.Target`.
+"""One step on a target's :class:`~remotekit.engine.Engine`, in named phases.
 
-:class:`StepRun` runs one step in named phases: **payload** (the runner and the step's header
-and bytes, as one stdin stream), **start** (the transport starts the launch argv), **pump**
-(events -> output lines until exit, timeout, cancel or a lost connection), **stop** (EOF to
-the runner, which stops the step's tree there; then close), **result** (a Result, or the error
-that says what went wrong and where). :class:`OutputStream` splits each stream into lines and
-recognises the runner's control lines. The hop helpers open hops that need a lookup (a Slurm
-job by name) and explain a runner that never started, asking each hop in turn.
-
-:mod:`remotekit.target` is the public facade; this module is its engine room and reads the
-target's state (its spec, launch, transport, lock and the set of running processes).
+:class:`StepRun` runs one step: **header** (the step's op, completed with the launch's env,
+cwd and limits; the engine ships it behind the runner, with the step's bytes, as one stdin
+stream), **start** (:meth:`Engine.start_step <remotekit.engine.Engine.start_step>`),
+**pump** (events -> output lines until exit, timeout, cancel or a lost connection), **stop**
+(EOF to the runner, which stops the step's tree there; then close), **result** (a Result, or
+the error that says what went wrong and where). :class:`StepOptions` is how the step runs and
+what it shows; :class:`OutputStream` splits each stream into lines and recognises the
+runner's control lines. :func:`run_step` is the way in: it masks the target's secrets in
+every error that leaves.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import queue
 import secrets
@@ -22,25 +20,20 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
-from typing import IO, TYPE_CHECKING, Any, Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import IO, Any, Callable, Literal
 
-from remotekit import remote
+from remotekit.engine import Engine
 from remotekit.errors import (
     ConnectionLost,
-    InterpreterNotFound,
     RemotekitError,
     StepCancelled,
     StepFailed,
     StepTimeout,
-    quote_tool,
 )
-from remotekit.layers import Launch, compose
-from remotekit.result import Detached, Result
-from remotekit.transports.base import ExecutableMissing, Process
-
-if TYPE_CHECKING:
-    from remotekit.target import Target
+from remotekit.layers import Launch
+from remotekit.result import Detached, Result, Script
+from remotekit.transports.base import Cancelled, ExecutableMissing, Exit, Lost, Output, Process
 
 __all__ = [
     "MAX_LINE",
@@ -48,13 +41,14 @@ __all__ = [
     "REMOTE_BACKSTOP_S",
     "OutputCallback",
     "OutputStream",
+    "StepHeader",
+    "StepOptions",
     "StepRun",
     "checked_timeout",
     "echo",
     "file_chunks",
-    "inside",
-    "open_hops",
-    "probe",
+    "run_step",
+    "shipped",
     "slices",
 ]
 
@@ -195,46 +189,114 @@ def checked_timeout(timeout: float, host: str, step: str) -> float:
 # -- one step, in phases ---------------------------------------------------------------------
 
 
-class StepRun:
-    """One step on ``target``: :meth:`run` goes payload -> start -> pump -> (stop) -> result.
+@dataclass(frozen=True)
+class StepHeader:
+    """The record a step's runner reads first on its stdin (after the runner itself): what
+    to do there. Its JSON is the wire format; ``remote/runner.py`` holds the same fields
+    and defaults in its ``HEADER`` table (it runs alone there and cannot import this), and
+    a test holds the two identical.
 
-    ``header`` is the runner's op (``exec``/``put``/``get`` and its fields); ``payload`` the
-    bytes that follow it on stdin. ``stdout_sink`` takes the raw stdout after the runner's
-    marker line (``get``); ``info`` receives the runner's ``file`` record (``get``).
+    ``op`` is ``exec`` (run ``argv``; with ``script``, that shipped file with the target's
+    Python, ``argv`` its arguments; ``files`` are the ``(name, size, mode)`` of the bytes
+    that follow, written into a private temp dir; ``detach`` leaves it running; with ``report``, the command gets
+    ``$REMOTEKIT_REPORT_FD`` and the runner waits for the one JSON line it writes there, such
+    as a run's id), ``put``
+    (``size`` bytes follow, landing at ``dest``, or ``dest/name`` when ``dest`` is a
+    directory, with ``mode`` under the umask there unless ``explicit_mode``; ``parents``:
+    ``mkdir -p`` first) or ``get`` (stream ``src``, refusing more than ``max_bytes``). The
+    step fills in the rest for every op: its ``nonce``, the ``env``, ``path_prepend`` and
+    ``cwd`` of the launch and the step, the runner's own deadline ``timeout`` (a backstop)
+    and the ``grace`` between TERM and KILL.
+    """
+
+    op: Literal["exec", "put", "get"] = "exec"
+    argv: tuple[str, ...] = ()
+    script: str | None = None
+    files: tuple[tuple[str, int, int], ...] = ()
+    detach: bool = False
+    report: bool = False
+    dest: str | None = None
+    name: str | None = None
+    size: int = 0
+    mode: int | None = None
+    explicit_mode: bool = False
+    parents: bool = False
+    src: str | None = None
+    max_bytes: int | None = None
+    nonce: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    path_prepend: tuple[str, ...] = ()
+    cwd: str | None = None
+    timeout: float | None = None
+    grace: float = 1.0
+
+    def encode(self) -> bytes:
+        """The header as the runner reads it: one JSON object."""
+        return json.dumps(asdict(self)).encode()
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How one step runs and what it shows: everything but its header and payload.
+
+    ``display`` is the command its Result and trace show, ``step`` its name in errors;
+    ``timeout`` None means the host's ``timeouts.step``. ``stdout_sink`` takes the raw stdout
+    after the runner's marker line (``get``); ``info`` receives the runner's ``file`` record
+    (``get``).
+    """
+
+    display: tuple[str, ...]
+    step: str
+    timeout: float | None = None
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+    check: bool = True
+    on_output: OutputCallback | None = None
+    capture: bool = True
+    stdout_sink: Callable[[bytes], Any] | None = None
+    info: dict[str, Any] | None = None
+
+
+def run_step(
+    engine: Engine, header: StepHeader, payload: Iterable[bytes], options: StepOptions
+) -> Result:
+    """One step (:class:`StepRun`); every error it raises leaves with the target's secrets
+    masked (:meth:`Engine.redacted <remotekit.engine.Engine.redacted>`)."""
+    try:
+        return StepRun(engine, header, payload, options).run()
+    except RemotekitError as exc:
+        engine.redacted(exc)
+        raise
+
+
+class StepRun:
+    """One step on ``engine``: :meth:`run` goes header -> start -> pump -> (stop) -> result.
+
+    ``header`` is the runner's op and its fields (:class:`StepHeader`); ``payload`` the
+    bytes that follow it on stdin; ``options`` the rest (:class:`StepOptions`).
     """
 
     def __init__(
         self,
-        target: Target,
-        header: dict[str, Any],
+        engine: Engine,
+        header: StepHeader,
         payload: Iterable[bytes],
-        *,
-        display: tuple[str, ...],
-        step: str,
-        timeout: float | None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        check: bool,
-        on_output: OutputCallback | None = None,
-        capture: bool = True,
-        stdout_sink: Callable[[bytes], Any] | None = None,
-        info: dict[str, Any] | None = None,
+        options: StepOptions,
     ):
-        target._remember_secrets(env)  # before anything can fail: errors are masked
-        self.target = target
-        self.header, self.body = header, payload
-        self.display, self.step, self.check = display, step, check
-        self.env, self.cwd, self.info = env, cwd, info
-        self.stdout_sink = stdout_sink
+        engine.remember_secrets(options.env)  # before anything can fail: errors are masked
+        self.engine = engine
+        self.header, self.body, self.options = header, payload, options
+        self.step = step = options.step
         self.limit = (
-            target.spec.timeouts.step
-            if timeout is None
-            else checked_timeout(timeout, target.name, step)
+            engine.spec.timeouts.step
+            if options.timeout is None
+            else checked_timeout(options.timeout, engine.name, step)
         )
         self.nonce = "remotekit-" + secrets.token_hex(8)
-        limit = target.capture_limit
-        self.out = OutputStream("stdout", on_output, capture and stdout_sink is None, limit)
-        self.err = OutputStream("stderr", on_output, capture, limit, nonce=self.nonce)
+        limit, capture = engine.capture_limit, options.capture
+        sink = options.stdout_sink
+        self.out = OutputStream("stdout", options.on_output, capture and sink is None, limit)
+        self.err = OutputStream("stderr", options.on_output, capture, limit, nonce=self.nonce)
         # ``get`` streams file bytes on stdout after a line holding the nonce; whatever a
         # login shell printed before it is output, not data.
         self.sink_on = False
@@ -242,16 +304,16 @@ class StepRun:
         self.lost_reason = ""
 
     def run(self) -> Result:
-        target = self.target
-        launch = target._launch(self.step)
-        stdin = self.payload(launch)
+        engine = self.engine
+        launch = engine.launch_for(self.step)
+        header = self.wire_header(launch)
         self.started = time.monotonic()
-        if target._cancelled.is_set():
+        if engine.cancelled:
             raise StepCancelled(self.result(None), started=False)
-        if target.trace is not None:
-            target.trace(self.step, target.step_chain(self.display))
-        proc = self.start(launch, stdin)
-        with target._tracked(proc):
+        if engine.trace is not None:
+            engine.trace(self.step, engine.step_chain(self.options.display))
+        proc = self.start(launch, header)
+        with engine.tracked(proc):
             try:
                 outcome, code = self.pump(proc)
             except BaseException:
@@ -259,32 +321,29 @@ class StepRun:
                 raise
         return self.finish(proc, outcome, code)
 
-    # -- payload -----------------------------------------------------------------------------
+    # -- header ------------------------------------------------------------------------------
 
-    def payload(self, launch: Launch) -> Iterator[bytes]:
-        """stdin: the runner, then the header (env, cwd, limits), then the step's bytes."""
-        grace = self.target.spec.timeouts.kill_grace
-        header = {
-            **self.header,
-            "nonce": self.nonce,
-            "env": {**launch.env, **(self.env or {})},
-            "path_prepend": list(launch.path_prepend),
-            "cwd": self.cwd or launch.cwd,
-            "timeout": None if self.limit is None else self.limit + grace + REMOTE_BACKSTOP_S,
-            "grace": grace,
-        }
-        runner = remote.source("runner.py")
-        head = json.dumps(header).encode()
-        first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(head)}\n".encode(), head])
-        return itertools.chain([first], self.body)
+    def wire_header(self, launch: Launch) -> bytes:
+        """The header the runner reads: the step's op, with env, cwd and limits."""
+        grace = self.engine.spec.timeouts.kill_grace
+        header = replace(
+            self.header,
+            nonce=self.nonce,
+            env={**launch.env, **(self.options.env or {})},
+            path_prepend=tuple(launch.path_prepend),
+            cwd=self.options.cwd or launch.cwd,
+            timeout=None if self.limit is None else self.limit + grace + REMOTE_BACKSTOP_S,
+            grace=grace,
+        )
+        return header.encode()
 
     # -- start -------------------------------------------------------------------------------
 
-    def start(self, launch: Launch, stdin: Iterable[bytes]) -> Process:
+    def start(self, launch: Launch, header: bytes) -> Process:
         try:
-            return self.target.transport.start(launch.argv, stdin, wait=self.limit)
+            return self.engine.start_step(launch, header, self.body, wait=self.limit)
         except ExecutableMissing as exc:
-            raise missing(self.target, exc.path, self.step) from None
+            raise self.engine.missing(exc.path, self.step) from None
         except TimeoutError:
             assert self.limit is not None
             raise StepTimeout(self.result(None), self.limit, started=False) from None
@@ -302,29 +361,28 @@ class StepRun:
             if wait is not None and wait <= 0:
                 return "timeout", None
             try:
-                kind, data = proc.events.get(timeout=wait)
+                event = proc.events.get(timeout=wait)
             except queue.Empty:
                 continue
-            if kind == "exit":
-                return "exit", data if isinstance(data, int) else None
-            if kind == "cancel":
+            if isinstance(event, Exit):
+                return "exit", event.code
+            if isinstance(event, Cancelled):
                 return "cancelled", None
-            if kind == "lost":
-                self.lost_reason = str(data)
+            if isinstance(event, Lost):
+                self.lost_reason = event.reason
                 return "lost", None
-            self.handle(kind, data)
+            self.handle(event)
 
-    def handle(self, kind: str, data: Any) -> None:
-        if kind == "stderr":
+    def handle(self, event: Output) -> None:
+        data, sink, info = event.data, self.options.stdout_sink, self.options.info
+        if event.stream == "stderr":
             self.err.feed(data)
-        elif kind != "stdout":
-            return
-        elif self.stdout_sink is None:
+        elif sink is None:
             self.out.feed(data)
         elif self.sink_on:
-            if self.info is not None and not self.info:  # the size, for get's on_progress
-                self.info.update(self.err.control("file") or {})
-            self.stdout_sink(data)
+            if info is not None and not info:  # the size, for get's on_progress
+                info.update(self.err.control("file") or {})
+            sink(data)
         else:
             self.out.buf += data
             buf = self.out.buf
@@ -335,23 +393,24 @@ class StepRun:
                 del buf[at:]
                 self.sink_on = True
                 if rest:
-                    self.stdout_sink(rest)
+                    sink(rest)
 
     # -- stop --------------------------------------------------------------------------------
 
     def stop(self, proc: Process) -> None:
         """Stop a step there: EOF makes the runner stop its tree; wait for that, then close."""
         proc.close_stdin()
-        end = time.monotonic() + self.target.spec.timeouts.kill_grace + 2.0
+        end = time.monotonic() + self.engine.spec.timeouts.kill_grace + 2.0
         try:
             while (left := end - time.monotonic()) > 0:
                 try:
-                    kind, data = proc.events.get(timeout=left)
+                    event = proc.events.get(timeout=left)
                 except queue.Empty:
                     break
-                if kind in ("exit", "lost"):
+                if isinstance(event, (Exit, Lost)):
                     break
-                self.handle(kind, data)
+                if isinstance(event, Output):
+                    self.handle(event)
         finally:
             proc.terminate()
 
@@ -372,19 +431,19 @@ class StepRun:
                 f"connection lost while the step ran ({self.lost_reason}); the runner there "
                 f"stops the step when it sees its stdin close",
                 result=self.result(None),
-                host=self.target.name,
+                host=self.engine.name,
                 step=self.step,
             )
         if not self.err.has("ready"):
-            raise not_started(self.target, code, self.result(code), self.step)
+            raise self.engine.not_started(code, self.result(code), self.step)
         trailer = self.err.control("exit")
         if isinstance(trailer, dict) and isinstance(trailer.get("code"), int):
             code = trailer["code"]
-        if self.info is not None:
-            self.info.update(self.err.control("file") or {})
+        if self.options.info is not None:
+            self.options.info.update(self.err.control("file") or {})
         res = self.result(code)
-        if self.check and code != 0:
-            raise StepFailed(res, command=self.header.get("op") == "exec")
+        if self.options.check and code != 0:
+            raise StepFailed(res, command=self.header.op == "exec")
         return res
 
     def result(self, code: int | None) -> Result:
@@ -394,130 +453,41 @@ class StepRun:
         trailer = err.control("exit") or {}
         detached = trailer.get("detached")
         return Result(
-            host=self.target.name,
+            host=self.engine.name,
             step=self.step,
-            argv=self.display,
+            argv=self.options.display,
             exit_code=code,
             stdout=out.text,
             stderr=err.text,
             duration_s=time.monotonic() - self.started,
             stdout_dropped=out.dropped,
             stderr_dropped=err.dropped,
-            chain=self.target.chain,
+            chain=self.engine.chain,
             stopped=tuple(map(str, trailer.get("stopped") or ())),
             still_running=tuple(map(str, trailer.get("running") or ())),
             detached=None if not isinstance(detached, dict) else Detached(**detached),
         )
 
 
-# -- hops: looked up before the first step, asked when the runner did not start ---------------
-
-
-def open_hops(target: Target, step: str) -> None:
-    """Look up what a hop needs before the first step (a Slurm job by name -> its id)."""
-    with target._open_lock:
-        if target._opened:
-            return
-        hops = list(target.spec.hops)
-        for i, hop in enumerate(hops):
-            lookup = hop.lookup()
-            if lookup is not None:
-                code, text = probe(target, inside(target, i, lookup))
-                try:
-                    hops[i] = hop.resolved(code, text, target.name)
-                except RemotekitError as exc:
-                    exc.step = step
-                    raise
-        if target.spec.hop is not None:
-            target.spec = replace(target.spec, hop=hops[-1])
-            target.launch = compose(target.spec.layers())
-        target._opened = True
-
-
-def inside(target: Target, n: int, argv: Sequence[str]) -> list[str]:
-    """``argv`` run inside the first ``n`` hops (e.g. a probe under sudo)."""
-    return list(compose(reversed(target.spec.hops[:n]), Launch(argv=tuple(argv))).argv)
-
-
-def missing(target: Target, path: str, step: str) -> RemotekitError:
-    """The error for an executable the transport could not find: interpreter, hop tool, other."""
-    if path == target.launch.interpreter:
-        return InterpreterNotFound(
-            f"interpreter {path} not found ({target.chain})",
-            path=path,
-            host=target.name,
-            step=step,
-        )
-    for hop in target.spec.hops:
-        if path == hop.executable:
-            return hop.missing(target.name, step)
-    return RemotekitError(f"{path!r} not found ({target.chain})", host=target.name, step=step)
-
-
-def not_started(target: Target, code: int | None, res: Result, step: str) -> RemotekitError:
-    """The runner never said ready: ask each hop, outermost first, if the words are its."""
-    text = (res.stderr + res.stdout).strip()
-    low = text.lower()
-    quoted = quote_tool(text)
-    where = dict(host=target.name, step=step)
-    hops = target.spec.hops
-    for i, hop in enumerate(hops):
-        error = hop.explain(code, text, target.name, step)
-        if error is not None and hop.confirm:
-            status = probe(target, inside(target, i, hop.probe()))
-            error = hop.explain(code, text, target.name, step, status=status)
-        if error is not None:
-            return error
-    interp = target.launch.interpreter or "python"
-    exec_failed = any(h.exec_failed(code, text) for h in hops)
-    if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
-        return InterpreterNotFound(
-            f"interpreter {interp} not found there (exit {code}); check `venv:`/`python:` "
-            f"in hosts.yaml ({target.spec.source}):\n{quoted}",
-            path=interp,
-            **where,
-        )
-    return RemotekitError(
-        f"the remotekit runner did not start via {target.chain} (exit {code}); needs "
-        f"Python >= 3.6 there:\n{quoted}",
-        **where,
-    )
-
-
-def probe(target: Target, argv: list[str], timeout: float = 15.0) -> tuple[int | None, str]:
-    """Run a bare command on the node (no runner: for checks before the runner can run)."""
-    started = time.monotonic()
-    cancelled = StepCancelled(
-        Result(target.name, "ping", tuple(argv), None, "", "", 0.0, chain=target.chain)
-    )
-    if target._cancelled.is_set():
-        raise cancelled
-    try:
-        proc = target.transport.start(argv, [])
-    except ExecutableMissing as exc:
-        return 127, f"{exc.path}: not found"
-    chunks: list[bytes] = []
-    try:
-        with target._tracked(proc):
-            proc.close_stdin()
-            while (left := started + timeout - time.monotonic()) > 0:
-                try:
-                    kind, data = proc.events.get(timeout=left)
-                except queue.Empty:
-                    break
-                if kind == "cancel":
-                    raise cancelled
-                if isinstance(data, bytes):
-                    chunks.append(data)
-                else:
-                    code = data if kind == "exit" and isinstance(data, int) else None
-                    return code, b"".join(chunks).decode(errors="replace").strip()
-            return None, f"no answer within {timeout:g} s"
-    finally:
-        proc.terminate()
-
-
 # -- payload pieces --------------------------------------------------------------------------
+
+
+def shipped(
+    script: Script,
+    args: Sequence[Any] = (),
+    files: Mapping[str, bytes] | None = None,
+    detach: bool = False,
+) -> tuple[StepHeader, Iterator[bytes]]:
+    """The header and payload of a step that runs ``script`` there with ``args``: the script
+    and its files (and ``files``) travel as the runner's shipped files, in bounded pieces."""
+    if files:
+        script = replace(script, files={**script.files, **files})  # validates names, types
+    all_files = {script.name: script.source, **script.files}
+    manifest = tuple((name, len(data), 0o600) for name, data in all_files.items())
+    header = StepHeader(
+        argv=tuple(map(str, args)), script=script.name, files=manifest, detach=detach
+    )
+    return header, (piece for data in all_files.values() for piece in slices(data))
 
 
 def slices(data: bytes) -> Iterator[bytes]:

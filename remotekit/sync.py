@@ -1,6 +1,6 @@
 """Push a local directory into a target: only what changed travels, in a few steps.
 
-``sync(target, "src", "/workspace/code")`` makes DEST hold what SRC holds (the *contents* of
+``target.sync("src", "/workspace/code")`` makes DEST hold what SRC holds (the *contents* of
 SRC, as ``rsync -a SRC/ DEST`` does), through every layer of the target:
 
 1. **list** (one step): the shipped ``remote/sync.py`` lists DEST (path, kind, size, mtime_ns,
@@ -32,15 +32,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from remotekit import remote
+from remotekit.engine import Engine
 from remotekit.errors import RemotekitError, quote_tool
 from remotekit.remote import sync as wire
 from remotekit.result import Shown
-
-if TYPE_CHECKING:
-    from remotekit.target import Target
+from remotekit.step import StepHeader, StepOptions, run_step, shipped
 
 __all__ = ["BATCH_BYTES", "ProgressCallback", "SyncResult", "read_patterns", "sync"]
 
@@ -187,7 +186,7 @@ def local_tree(
 
 
 def _records(
-    target: Target,
+    engine: Engine,
     command: str,
     dest: str,
     files: dict[str, bytes],
@@ -203,39 +202,40 @@ def _records(
         elif stream == "stderr":
             stray.append(line)
 
-    result = target.run_python(
-        remote.script(SCRIPT),
-        [command, dest],
-        files=files,
+    args = [command, dest]
+    header, payload = shipped(remote.script(SCRIPT), args, files)
+    options = StepOptions(
+        display=engine.python_display(SCRIPT, args),
         step=step,
         timeout=timeout,
         check=False,
         on_output=sink,
         capture=False,
     )
+    result = run_step(engine, header, payload, options)
     if not records or records[-1].get("type") != "done":
         tail = quote_tool(stray)
         raise RemotekitError(
             f"sync {command} of {dest} did not finish (exit {result.exit_code}):\n{tail}",
-            host=target.name,
+            host=engine.name,
             step=step,
         )
     return records
 
 
 def remote_tree(
-    target: Target, dest: str, patterns: Sequence[str], timeout: float | None
+    engine: Engine, dest: str, patterns: Sequence[str], timeout: float | None
 ) -> tuple[bool, dict[str, Entry], list[str]]:
     """(whether DEST exists, its tree, the paths that could not be listed: ``rel: why``);
     raises if DEST is there but not a directory."""
     step = f"sync list {dest}"
     records = _records(
-        target, "list", dest, {"excludes.json": json.dumps(list(patterns)).encode()}, step, timeout
+        engine, "list", dest, {"excludes.json": json.dumps(list(patterns)).encode()}, step, timeout
     )
     root = records[0]
     if root.get("exists") and not root.get("dir"):
         raise RemotekitError(
-            f"{dest} exists there and is not a directory", host=target.name, step=step
+            f"{dest} exists there and is not a directory", host=engine.name, step=step
         )
     tree = {
         row[0]: Entry(*row[1:]) for r in records if r.get("type") == "entries" for row in r["e"]
@@ -245,10 +245,10 @@ def remote_tree(
 
 
 def remote_hashes(
-    target: Target, dest: str, paths: list[str], timeout: float | None
+    engine: Engine, dest: str, paths: list[str], timeout: float | None
 ) -> dict[str, str | None]:
     records = _records(
-        target,
+        engine,
         "hash",
         dest,
         {"paths.json": json.dumps(paths).encode()},
@@ -452,7 +452,7 @@ def _batch_plan(
 
 
 def _apply(
-    target: Target,
+    engine: Engine,
     src: Path,
     dest: str,
     plan: Plan,
@@ -472,10 +472,10 @@ def _apply(
         order, doc, pack_size = _batch_plan(batch, plan, here, i == 0, i == len(batches) - 1)
         plan_bytes = json.dumps(doc).encode()
         ok = bytearray(b"0" * len(order))
-        manifest = [[SCRIPT, len(script), 0o600], ["plan.json", len(plan_bytes), 0o600]]
-        manifest.append(["pack", pack_size, 0o600])
-        manifest += [[f"d/{f[1]}", here[f[0]].size, 0o600] for f in doc["files"] if len(f) == 4]
-        manifest.append(["ok", len(order), 0o600])
+        manifest = [(SCRIPT, len(script), 0o600), ("plan.json", len(plan_bytes), 0o600)]
+        manifest.append(("pack", pack_size, 0o600))
+        manifest += [(f"d/{f[1]}", here[f[0]].size, 0o600) for f in doc["files"] if len(f) == 4]
+        manifest.append(("ok", len(order), 0o600))
 
         def payload(
             order: list[str] = order, ok: bytearray = ok, p: bytes = plan_bytes
@@ -486,7 +486,7 @@ def _apply(
                 yield from _body(src / rel, here[rel], ok, n, progress)
             yield bytes(ok)  # read only now: the flags of every body above are final
 
-        records = _stream_step(target, dest, manifest, payload(), timeout)
+        records = _stream_step(engine, dest, manifest, payload(), timeout)
         errors += [f"{r['p']}: {r['message']}" for r in records if r.get("type") == "error"]
         changed += [rel for n, rel in enumerate(order) if ok[n] != ord("1")]
         plan.kept += sorted(r["p"] for r in records if r.get("type") == "kept")
@@ -496,9 +496,9 @@ def _apply(
 
 
 def _stream_step(
-    target: Target,
+    engine: Engine,
     dest: str,
-    manifest: list[list[Any]],
+    manifest: list[tuple[str, int, int]],
     payload: Iterable[bytes],
     timeout: float | None,
 ) -> list[dict[str, Any]]:
@@ -510,27 +510,20 @@ def _stream_step(
         if stream == "stdout" and line.startswith("{"):
             records.append(json.loads(line))
 
-    header = {
-        "op": "exec",
-        "argv": ["apply", dest],
-        "script": SCRIPT,
-        "files": manifest,
-        "detach": False,
-    }
-    result = target._step(
-        header,
-        payload,
-        display=target.python_display(SCRIPT, ["apply", dest]),
+    header = StepHeader(argv=("apply", dest), script=SCRIPT, files=tuple(manifest))
+    options = StepOptions(
+        display=engine.python_display(SCRIPT, ["apply", dest]),
         step=step,
         timeout=timeout,
         check=False,
         on_output=sink,
     )
+    result = run_step(engine, header, payload, options)
     if not records or records[-1].get("type") != "done":
         raise RemotekitError(
             f"sync apply to {dest} did not finish (exit {result.exit_code}):\n"
             + quote_tool(result.stderr or result.stdout),
-            host=target.name,
+            host=engine.name,
             step=step,
         )
     return records
@@ -540,7 +533,7 @@ def _stream_step(
 
 
 def sync(
-    target: Target,
+    engine: Engine,
     src: str | os.PathLike[str],
     dest: str,
     *,
@@ -557,19 +550,19 @@ def sync(
     paths could not be written there (the message names each; the others were synced).
     """
     started = time.monotonic()
-    root = _checked(target, src, dest)
-    plan, here, exists, steps = _plan(target, root, dest, list(exclude), delete, timeout)
+    root = _checked(engine, src, dest)
+    plan, here, exists, steps = _plan(engine, root, dest, list(exclude), delete, timeout)
     progress = _Progress(sum(here[rel].size for rel in plan.send), on_progress)
     errors: list[str] = []
     changed: list[str] = []
     work = (plan.remove, plan.mkdir, plan.send, plan.links, plan.meta, plan.dirmodes)
     if (not exists or any(work)) and not dry_run:
-        errors, changed = _apply(target, root, dest, plan, here, progress, timeout)
+        errors, changed = _apply(engine, root, dest, plan, here, progress, timeout)
         steps += len(_batches(plan.send, here))
     not_sent = set(changed)
     sent = tuple(rel for rel in plan.send if rel not in not_sent)
     result = SyncResult(
-        host=target.name,
+        host=engine.name,
         src=str(root),
         dest=dest,
         sent=sent,
@@ -590,12 +583,12 @@ def sync(
         errors=tuple(errors),
     )
     if errors:
-        _unwritten(target, dest, errors)
+        _unwritten(engine, dest, errors)
     return result
 
 
 def _plan(
-    target: Target,
+    engine: Engine,
     root: Path,
     dest: str,
     patterns: list[str],
@@ -607,13 +600,13 @@ def _plan(
     skipped: list[str] = []
     unread: list[str] = []
     here = local_tree(root, wire.Excludes(patterns), skipped, unread)
-    exists, there, unlisted = remote_tree(target, dest, patterns, timeout)
+    exists, there, unlisted = remote_tree(engine, dest, patterns, timeout)
     refused = _partial(unread, unlisted) if delete else ""
-    plan = diff(here, there, delete and not refused, dest, target.name, refused)
+    plan = diff(here, there, delete and not refused, dest, engine.name, refused)
     plan.skipped, plan.unlisted, plan.delete_refused = skipped, unlisted, refused
     if not plan.maybe:
         return plan, here, exists, 1
-    theirs = remote_hashes(target, dest, plan.maybe, timeout)
+    theirs = remote_hashes(engine, dest, plan.maybe, timeout)
     _decide_hashed(plan, root, theirs, here)
     return plan, here, exists, 2
 
@@ -628,21 +621,21 @@ def _partial(unread: list[str], unlisted: list[str]) -> str:
     return " and ".join(parts)
 
 
-def _checked(target: Target, src: str | os.PathLike[str], dest: str) -> Path:
+def _checked(engine: Engine, src: str | os.PathLike[str], dest: str) -> Path:
     """``src`` as a Path, once it is known to be a local directory and ``dest`` a path."""
     root = Path(src)
     if not root.is_dir():
-        raise RemotekitError(f"sync: {src} is not a local directory", host=target.name)
+        raise RemotekitError(f"sync: {src} is not a local directory", host=engine.name)
     if not isinstance(dest, str) or not dest:
-        raise RemotekitError("sync: dest must be a non-empty path there", host=target.name)
+        raise RemotekitError("sync: dest must be a non-empty path there", host=engine.name)
     return root
 
 
-def _unwritten(target: Target, dest: str, errors: list[str]) -> None:
+def _unwritten(engine: Engine, dest: str, errors: list[str]) -> None:
     shown = "\n".join("  " + e for e in errors[:20])
     more = f"\n  (+{len(errors) - 20} more)" if len(errors) > 20 else ""
     raise RemotekitError(
         f"sync to {dest}: {len(errors)} path(s) could not be written there:\n{shown}{more}",
-        host=target.name,
+        host=engine.name,
         step=f"sync apply {dest}",
     )

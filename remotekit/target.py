@@ -1,9 +1,11 @@
 """A Target is a transport plus an ordered stack of layers; every action on it is a step.
 
 This module is the public facade: :class:`Target` (``run``, ``run_python``, ``put``, ``get``,
-``ping``, ``cancel``) and :func:`local_target`. The step engine is :mod:`remotekit.step`, the
-layer checks :mod:`remotekit.ping`, the host spec :mod:`remotekit.spec`, the transport
-:func:`remotekit.transports.for_spec`.
+``ping``, ``cancel``; ``runs`` and ``run_handle`` for what ``detach=True`` started, see
+:mod:`remotekit.runs`) and :func:`local_target`. What every step runs on (spec, transport,
+launch, cancellation, secrets) is the target's :class:`~remotekit.engine.Engine`; one step is
+:mod:`remotekit.step`, the layer checks :mod:`remotekit.ping`, the host spec
+:mod:`remotekit.spec`, the transport :func:`remotekit.transports.for_spec`.
 
 Each step ships the runner (``remote/runner.py``) and its payload over stdin, through
 ``[ssh ->] [sudo ->] [container hop ->] python -c LOADER``, in one round trip. The target
@@ -17,21 +19,19 @@ into the Result, which keeps at most ``capture_limit`` bytes per stream (the las
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import secrets
-import shlex
 import stat
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
 
 from remotekit import shell
+from remotekit.engine import Engine
 from remotekit.errors import ConnectionLost, RemotekitError
-from remotekit.layers import Launch, compose
+from remotekit.layers import Launch
 from remotekit.ping import Check, PingReport, ping
 from remotekit.result import Result, Script
 from remotekit.shell import NotStarted
@@ -42,18 +42,18 @@ from remotekit.step import REMOTE_BACKSTOP_S as REMOTE_BACKSTOP_S
 from remotekit.step import (
     OutputCallback,
     OutputStream,
-    StepRun,
+    StepHeader,
+    StepOptions,
     file_chunks,
-    missing,
-    not_started,
-    open_hops,
-    slices,
+    run_step,
+    shipped,
 )
 from remotekit.transports import for_spec
-from remotekit.transports.base import ExecutableMissing, Process, TerminalTransport, Transport
+from remotekit.transports.base import ExecutableMissing, TerminalTransport, Transport
 
 if TYPE_CHECKING:
     from remotekit.forward import Forward
+    from remotekit.runs import Run, RunInfo
     from remotekit.sync import SyncResult
 
 #: ``on_progress(done, total)`` of a transfer: bytes done so far (never decreasing) of ``total``.
@@ -88,7 +88,7 @@ def _redacts_errors(method: _Method) -> _Method:
         try:
             return method(self, *args, **kwargs)
         except RemotekitError as exc:
-            self._redacted(exc)
+            self._engine.redacted(exc)
             raise
 
     return cast(_Method, wrapper)
@@ -113,57 +113,48 @@ class Target:
         *,
         capture_limit: int = DEFAULT_CAPTURE_LIMIT,
     ):
-        self.spec = spec
         self.name = spec.name
-        self.transport = transport if transport is not None else for_spec(spec)
-        self.capture_limit = capture_limit
-        #: Called with (step, step_chain) as each step starts (``--verbose`` prints it).
-        self.trace: Callable[[str, str], None] | None = None
-        self.launch: Launch = compose(spec.layers())
-        #: Whether every hop knows where it goes (a Slurm job given by name is looked up once).
-        self._opened = not any(h.lookup() for h in spec.hops)
-        self._lock = threading.Lock()
-        self._open_lock = threading.Lock()
-        self._active: set[Process] = set()
-        self._cancelled = threading.Event()
-        self._secrets: set[str] = set()
-        self._remember_secrets(spec.env)
+        transport = transport if transport is not None else for_spec(spec)
+        self._engine = Engine(spec, transport, capture_limit=capture_limit)
 
-    # -- secrets -----------------------------------------------------------------------------
+    # -- the engine's state, as the public attributes it always was ---------------------------
 
-    def _remember_secrets(self, env: Mapping[str, str] | None) -> None:
-        """Check a step's (or the spec's) ``env`` and remember its secret values.
+    @property
+    def spec(self) -> HostSpec:
+        """The host spec (a Slurm job given by name reads as its id once looked up)."""
+        return self._engine.spec
 
-        Runs before anything else a step does, so every error it raises is masked. A value
-        that is not a string is refused here, naming the variable and never the value.
-        """
-        for name, value in (env or {}).items():
-            if not isinstance(name, str) or not isinstance(value, str):
-                what = name if isinstance(name, str) else type(name).__name__
-                raise TypeError(
-                    f"env[{what!r}] must be a string, not {type(value).__name__} "
-                    "(environment values are text: pass str(value))"
-                )
-        pieces = [p for n in self.spec.secret_env for p in _secret_texts((env or {}).get(n))]
-        if pieces:
-            with self._lock:
-                self._secrets.update(pieces)
+    @property
+    def transport(self) -> Transport:
+        return self._engine.transport
+
+    @property
+    def launch(self) -> Launch:
+        """The launch chain (argv, env, cwd) every step's runner goes through."""
+        return self._engine.launch
+
+    @property
+    def capture_limit(self) -> int:
+        return self._engine.capture_limit
+
+    @property
+    def trace(self) -> Callable[[str, str], None] | None:
+        """Called with (step, step_chain) as each step starts (``--verbose`` prints it)."""
+        return self._engine.trace
+
+    @trace.setter
+    def trace(self, value: Callable[[str, str], None] | None) -> None:
+        self._engine.trace = value
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value of this target replaced by ``***``.
 
         Secrets are the values of the ``secret_env`` names, from hosts.yaml and from any
         step's ``env=``; a multi-line value is masked whole and line by line (lines of at
-        least :data:`MIN_SECRET_LINE` characters, so a lone ``}`` is not masked everywhere).
+        least :data:`~remotekit.engine.MIN_SECRET_LINE` characters, so a lone ``}`` is not
+        masked everywhere).
         """
-        with self._lock:
-            values = list(self._secrets)
-        return mask(text, values)
-
-    def _redacted(self, exc: RemotekitError) -> RemotekitError:
-        exc.message = self.redact(exc.message)
-        exc.args = tuple(self.redact(a) if isinstance(a, str) else a for a in exc.args)
-        return exc
+        return self._engine.redact(text)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -183,14 +174,11 @@ class Target:
         Each stopped step raises :class:`StepCancelled` in its own thread, after its process
         tree there was stopped, as on a timeout. :meth:`resume` allows steps again.
         """
-        self._cancelled.set()
-        with self._lock:
-            for proc in self._active:
-                proc.events.put(("cancel", None))
+        self._engine.cancel()
 
     def resume(self) -> None:
         """Allow steps again after :meth:`cancel`."""
-        self._cancelled.clear()
+        self._engine.resume()
 
     def connect(self) -> None:
         """Open the connection now (otherwise the first step does)."""
@@ -199,17 +187,15 @@ class Target:
     @property
     def chain(self) -> str:
         """The layer chain, e.g. ``ssh root@kpro6 -> pct exec 200 -> /root/venv/bin/python``."""
-        return f"{self.transport.label} -> {self.launch.chain}"
+        return self._engine.chain
 
     def step_chain(self, argv: Sequence[str]) -> str:
         """The chain a step runs through, ending in its own command (``-u <check.py>`` ...)."""
-        hops = [self.transport.label, *self.launch.hops[:-1], shlex.join(argv)]
-        return " -> ".join(hops)
+        return self._engine.step_chain(argv)
 
     def python_display(self, script_name: str, args: Sequence[Any] = ()) -> tuple[str, ...]:
         """The command a shipped script's step shows (``python -u <shipped check.py> ...``)."""
-        interpreter = self.launch.interpreter or "python"
-        return (interpreter, "-u", f"<shipped {script_name}>", *map(str, args))
+        return self._engine.python_display(script_name, args)
 
     def __repr__(self) -> str:
         return f"<Target {self.name}: {self.chain}>"
@@ -238,18 +224,22 @@ class Target:
         Nothing the step starts outlives it: whatever is still running when its main process
         exits is stopped (TERM, KILL after ``kill_grace``) and named in ``Result.stopped``.
         ``detach=True`` is the way to leave something running (a training run, TensorBoard):
-        the command starts there in its own session, its output goes to a log file, and the
-        step returns at once with ``Result.detached`` (pid, log path).
+        it starts a **run** (:mod:`remotekit.runs`), recorded there, in its own session under
+        a supervisor, and the step returns once it started, with ``Result.detached`` (the
+        run's ``id``, pid, log); :meth:`run_handle` follows, waits for or stops it.
         """
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['ls', '-l'], not one string")
         argv = [str(a) for a in argv]
         if not argv:
             raise ValueError("argv is empty")
-        header = {"op": "exec", "argv": argv, "detach": detach}
-        return self._step(
-            header,
-            [],
+        if detach:
+            from remotekit.runs import start
+
+            how = dict(timeout=timeout, env=env, cwd=cwd, check=check, on_output=on_output)
+            return start(self, argv, argv=argv, step=step or _step_name(argv), options=how)
+        header = StepHeader(argv=tuple(argv))
+        options = StepOptions(
             display=tuple(argv),
             step=step or _step_name(argv),
             timeout=timeout,
@@ -259,6 +249,7 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
+        return run_step(self._engine, header, [], options)
 
     def run_python(
         self,
@@ -282,25 +273,23 @@ class Target:
         target's (venv / python), unbuffered; ``$REMOTEKIT_DIR`` names the temp dir.
         ``files`` values must be bytes (checked before anything is sent); a file may not
         take the script's own name. ``detach=True``: as for :meth:`run` (the temp dir then
-        stays, holding the log; ``Result.detached.dir`` names it).
+        stays, holding the shipped files; ``Result.detached.dir`` names it).
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
-        if files:
-            script = replace(script, files={**script.files, **files})  # validates names, types
-        all_files = {script.name: script.source, **script.files}
-        manifest = [[name, len(data), 0o600] for name, data in all_files.items()]
-        header: dict[str, Any] = {
-            "op": "exec",
-            "argv": [str(a) for a in args],
-            "script": script.name,
-            "files": manifest,
-            "detach": detach,
-        }
         display = self.python_display(script.name, args)
-        return self._step(
-            header,
-            (piece for data in all_files.values() for piece in slices(data)),
+        if detach:
+            from remotekit.runs import start
+
+            if files:
+                script = replace(script, files={**script.files, **files})  # validates
+            how = dict(timeout=timeout, env=env, cwd=cwd, check=check, on_output=on_output)
+            args = [str(a) for a in args]
+            return start(
+                self, display, argv=args, script=script, step=step or script.name, options=how
+            )
+        header, payload = shipped(script, args, files)
+        options = StepOptions(
             display=display,
             step=step or script.name,
             timeout=timeout,
@@ -310,6 +299,24 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
+        return run_step(self._engine, header, payload, options)
+
+    def start_detached(
+        self,
+        script: Script,
+        args: Sequence[str],
+        *,
+        display: tuple[str, ...],
+        step: str,
+        **options: Any,
+    ) -> Result:
+        """Start ``script`` there in its own session, to outlive the step, and return once it
+        reported what it started (one JSON line on ``$REMOTEKIT_REPORT_FD``, into
+        ``Result.detached``): the primitive under ``detach=True`` (:mod:`remotekit.runs`).
+        ``options``: :meth:`run`'s ``timeout``, ``env``, ``cwd``, ``check``, ``on_output``."""
+        header, payload = shipped(script, args, detach=True)
+        header = replace(header, report=True)
+        return run_step(self._engine, header, payload, StepOptions(display, step, **options))
 
     @_redacts_errors
     def forward(
@@ -332,7 +339,7 @@ class Target:
         """
         from remotekit.forward import Forward
 
-        fwd = Forward(self, port, local_port=local_port, bind=bind, on_error=on_error)
+        fwd = Forward(self._engine, port, local_port=local_port, bind=bind, on_error=on_error)
         return fwd.start(check=check)
 
     def put(
@@ -369,24 +376,22 @@ class Target:
             raise RemotekitError(
                 f"cannot read local file {src}: {exc.strerror}", host=self.name
             ) from exc
-        header = {
-            "op": "put",
-            "dest": remote_path,
-            "name": src.name,
-            "size": size,
-            "mode": stat.S_IMODE(st.st_mode) if mode is None else mode,
-            "explicit_mode": mode is not None,
-            "parents": parents,
-        }
+        header = StepHeader(
+            op="put",
+            dest=remote_path,
+            name=src.name,
+            size=size,
+            mode=stat.S_IMODE(st.st_mode) if mode is None else mode,
+            explicit_mode=mode is not None,
+            parents=parents,
+        )
+        options = StepOptions(
+            display=("put", str(src), remote_path),
+            step=step or f"put {remote_path}",
+            timeout=timeout,
+        )
         with fh:
-            return self._step(
-                header,
-                file_chunks(fh, size, on_progress),
-                display=("put", str(src), remote_path),
-                step=step or f"put {remote_path}",
-                timeout=timeout,
-                check=True,
-            )
+            return run_step(self._engine, header, file_chunks(fh, size, on_progress), options)
 
     def get(
         self,
@@ -429,16 +434,15 @@ class Target:
 
         try:
             with os.fdopen(fd, "wb") as fh:
-                result = self._step(
-                    {"op": "get", "src": remote_path, "max_bytes": max_bytes},
-                    [],
+                header = StepHeader(op="get", src=remote_path, max_bytes=max_bytes)
+                options = StepOptions(
                     display=("get", remote_path, str(dest)),
                     step=name,
                     timeout=timeout,
-                    check=True,
                     stdout_sink=sink,
                     info=info,
                 )
+                result = run_step(self._engine, header, [], options)
             if on_progress is not None:
                 on_progress(got[0], int(info.get("size", got[0])))
             _land(tmp, dest, int(info.get("mode", 0o666)))
@@ -468,7 +472,7 @@ class Target:
         from remotekit.sync import sync
 
         return sync(
-            self,
+            self._engine,
             src,
             dest,
             delete=delete,
@@ -478,69 +482,20 @@ class Target:
             timeout=timeout,
         )
 
-    # -- the step engine ---------------------------------------------------------------------
+    # -- runs --------------------------------------------------------------------------------
 
     @_redacts_errors
-    def _step(
-        self,
-        header: dict[str, Any],
-        payload: Iterable[bytes],
-        *,
-        display: tuple[str, ...],
-        step: str,
-        timeout: float | None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        check: bool,
-        on_output: OutputCallback | None = None,
-        capture: bool = True,
-        stdout_sink: Callable[[bytes], Any] | None = None,
-        info: dict[str, Any] | None = None,
-    ) -> Result:
-        """One step (:class:`remotekit.step.StepRun`); every error it raises is redacted
-        (see :meth:`redact`)."""
-        return StepRun(
-            self,
-            header,
-            payload,
-            display=display,
-            step=step,
-            timeout=timeout,
-            env=env,
-            cwd=cwd,
-            check=check,
-            on_output=on_output,
-            capture=capture,
-            stdout_sink=stdout_sink,
-            info=info,
-        ).run()
+    def runs(self) -> list[RunInfo]:
+        """Every run (``detach=True``) recorded there: see :mod:`remotekit.runs`."""
+        from remotekit.runs import list_runs
 
-    def _launch(self, step: str) -> Launch:
-        """The launch, once every hop knows where it goes (looked up on the first step)."""
-        if not self._opened:
-            open_hops(self, step)
-        return self.launch
+        return list_runs(self)
 
-    def _missing(self, path: str, step: str) -> RemotekitError:
-        """The error for an executable not found there (see :func:`remotekit.step.missing`)."""
-        return missing(self, path, step)
+    def run_handle(self, run_id: str) -> Run:
+        """The handle of run ``run_id`` (``Result.detached.id``): logs, wait, stop, rm."""
+        from remotekit.runs import Run
 
-    def _not_started(self, code: int | None, res: Result, step: str) -> RemotekitError:
-        """Why the runner never said ready (see :func:`remotekit.step.not_started`)."""
-        return not_started(self, code, res, step)
-
-    @contextlib.contextmanager
-    def _tracked(self, proc: Process) -> Iterator[Process]:
-        """``proc`` stopped by :meth:`cancel` while the block runs (at once if cancelled)."""
-        with self._lock:
-            self._active.add(proc)
-            if self._cancelled.is_set():
-                proc.events.put(("cancel", None))
-        try:
-            yield proc
-        finally:
-            with self._lock:
-                self._active.discard(proc)
+        return Run(self, run_id)
 
     # -- shell -------------------------------------------------------------------------------
 
@@ -566,8 +521,9 @@ class Target:
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['python'], not one string")
         step = "shell"
-        self._remember_secrets(env)
-        launch = shell.interactive(self.spec.hops, self._launch(step))
+        engine = self._engine
+        engine.remember_secrets(env)
+        launch = shell.interactive(self.spec.hops, engine.launch_for(step))
         transport = self.transport
         if not isinstance(transport, TerminalTransport):
             raise RemotekitError(
@@ -580,7 +536,7 @@ class Target:
         try:
             term = transport.open_terminal(launch.argv, term=term_name, columns=columns, rows=rows)
         except ExecutableMissing as exc:
-            raise self._missing(exc.path, step) from None
+            raise engine.missing(exc.path, step) from None
         except TimeoutError:
             raise RemotekitError(
                 f"no free SSH session for the shell ({transport.label})", host=self.name, step=step
@@ -616,7 +572,7 @@ class Target:
         text = exc.output.decode("utf-8", "replace").replace("\r\n", "\n")
         display = tuple(argv or ("<login shell>",))
         res = Result(self.name, "shell", display, exc.code, text, "", 0.0, chain=self.chain)
-        return self._not_started(exc.code, res, "shell")
+        return self._engine.not_started(exc.code, res, "shell")
 
     # -- ping --------------------------------------------------------------------------------
 
@@ -625,7 +581,7 @@ class Target:
 
         Stops at the first layer that fails; that check says why (see :mod:`remotekit.ping`).
         """
-        return ping(self, on_check)
+        return ping(self._engine, on_check)
 
 
 def _kind(mode: int) -> str:
@@ -652,54 +608,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-#: Lines of a multi-line secret shorter than this are not masked on their own.
-MIN_SECRET_LINE = 4
-
-
-def mask(text: str, secrets: Iterable[Any]) -> str:
-    """``text`` with each secret (whole, and each line of a multi-line one) as ``***``.
-
-    A secret may be any value (a number given as ``env=``, a list written in hosts.yaml): its
-    ``str()`` and ``repr()`` are masked, and so is every string inside a list, tuple, set or
-    mapping (its values). Masking never raises: it runs on the way out of every error.
-    """
-    pieces: set[str] = set()
-    for value in secrets:
-        for piece in _secret_texts(value):
-            if not piece:
-                continue
-            pieces.add(piece)
-            lines = piece.splitlines()
-            if len(lines) > 1:
-                pieces.update(ln.strip() for ln in lines if len(ln.strip()) >= MIN_SECRET_LINE)
-    for piece in sorted(pieces, key=len, reverse=True):
-        text = text.replace(piece, "***")
-    return text
-
-
-def _secret_texts(value: Any, depth: int = 0) -> Iterator[str]:
-    """Every text under which ``value`` can appear in a message (bounded for nested values)."""
-    if value is None or depth > 8:
-        return
-    if isinstance(value, str):
-        if value:
-            yield value
-        return
-    try:
-        yield str(value)
-        yield repr(value)
-    except Exception:  # a hostile __str__/__repr__: mask what is left
-        pass
-    if isinstance(value, Mapping):
-        items: Iterable[Any] = value.values()  # its keys are names, not secrets
-    elif isinstance(value, (list, tuple, set, frozenset)):
-        items = value
-    else:
-        return
-    for item in items:
-        yield from _secret_texts(item, depth + 1)
 
 
 def local_target(**overrides: Any) -> Target:

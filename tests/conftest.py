@@ -199,3 +199,18 @@ def ct(inventory: remotekit.Inventory) -> Iterator[remotekit.Target]:
 def local() -> Iterator[remotekit.Target]:
     with remotekit.local_target() as t:
         yield t
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Runs started on ``local`` (``detach=True``) are recorded here, not in ~/.local/state."""
+    state = tmp_path_factory.mktemp("state")
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(state)
+    try:
+        yield state / "remotekit" / "runs"
+    finally:
+        if old is None:
+            os.environ.pop("XDG_STATE_HOME", None)
+        else:
+            os.environ["XDG_STATE_HOME"] = old

@@ -243,6 +243,24 @@ def processes_with(marker: str) -> list[int]:
     return out
 
 
+def run_readers(run_id: str) -> list[int]:
+    """The processes that have run ``run_id``'s log open, its supervisor aside: its ``logs``
+    steps (a fork of the runner: their command line is the runner's, so found by the file)."""
+    log = f"/{run_id}/output.log"
+    supervisor = set(processes_with(f"start {run_id}"))
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in supervisor:
+            continue
+        try:
+            links = [os.readlink(f"/proc/{name}/fd/{fd}") for fd in os.listdir(f"/proc/{name}/fd")]
+        except OSError:
+            continue
+        if any(link.endswith(log) for link in links):
+            out.append(int(name))
+    return out
+
+
 def wait_gone(marker: str, timeout: float = 5.0) -> list[int]:
     """Poll until no process carries ``marker``; returns those still there at the end."""
     end = time.monotonic() + timeout

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +27,13 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imports_in(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+def imports_in(tree: ast.Module, typing: bool = False) -> list[ast.Import | ast.ImportFrom]:
     """The imports a module runs: at its top, and the deferred ones in function bodies.
 
     A deferred import that closes a cycle is still a cycle in the drawing (``inventory ->
     target -> inventory`` was one, hidden in a method). Imports under ``if TYPE_CHECKING:``
-    never run (the engine's helpers name the Target they serve that way) and are left out.
+    never run and are left out, unless ``typing``: a module that names another only for its
+    types still depends on it (a cycle there is a circle in the design, hidden from Python).
     """
     found: list[ast.Import | ast.ImportFrom] = []
     todo: list[ast.AST] = [tree]
@@ -39,14 +41,14 @@ def imports_in(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        elif not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             todo += node.orelse
         else:
             todo += ast.iter_child_nodes(node)
     return found
 
 
-def imported_modules(name: str, path: Path) -> set[str]:
+def imported_modules(name: str, path: Path, typing: bool = False) -> set[str]:
     """The remotekit modules ``name`` imports.
 
     ``from remotekit import remote`` names the submodule ``remotekit.remote``; a name that is
@@ -55,7 +57,7 @@ def imported_modules(name: str, path: Path) -> set[str]:
     """
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in imports_in(ast.parse(path.read_text(), str(path))):
+    for node in imports_in(ast.parse(path.read_text(), str(path)), typing):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
             continue
@@ -101,13 +103,23 @@ def test_the_graph_sees_the_real_edges() -> None:
     """A check of the reader itself: edges it must see, so an empty graph cannot pass."""
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
     assert "remotekit.spec" in graph["remotekit.inventory"]
-    assert "remotekit.remote" in graph["remotekit.step"]  # from remotekit import remote
-    assert "remotekit.target" not in graph["remotekit.step"]  # under TYPE_CHECKING
+    assert "remotekit.remote" in graph["remotekit.engine"]  # from remotekit import remote
+    assert "remotekit.target" not in graph["remotekit.diagnostics.system"]  # TYPE_CHECKING
+    system = MODULES["remotekit.diagnostics.system"]
+    assert "remotekit.target" in imported_modules("remotekit.diagnostics.system", system, True)
     assert "remotekit.transports.ssh" in graph["remotekit.transports"]  # deferred
 
 
 def test_no_import_cycle_in_remotekit() -> None:
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+def test_no_import_cycle_even_through_type_checking_imports() -> None:
+    """The step engine's modules once formed a circle hidden under ``TYPE_CHECKING`` (each
+    helper named the Target it served, the Target imported the helpers)."""
+    graph = {name: imported_modules(name, path, typing=True) for name, path in MODULES.items()}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
@@ -213,3 +225,159 @@ def test_public_names_are_importable_where_users_import_them() -> None:
         assert getattr(remotekit, name) is not None, name
     assert inventory.HostSpec is spec.HostSpec and inventory.SSHSpec is spec.SSHSpec
     assert target.Check is remotekit.Check and target.PingReport is remotekit.PingReport
+
+
+# -- the step engine: one object, handed around ------------------------------------------------
+
+#: The step engine, its facade and the modules that run steps through it.
+ENGINE_ROOM = tuple(
+    m
+    for m in (
+        "remotekit.engine",
+        "remotekit.target",
+        "remotekit.step",
+        "remotekit.ping",
+        "remotekit.forward",
+        "remotekit.sync",
+        "remotekit.shell",
+        "remotekit.watch",
+        "remotekit.fleet",
+        "remotekit.transports",
+        "remotekit.transports.base",
+        "remotekit.transports.local",
+        "remotekit.transports.ssh",
+    )
+    if m in MODULES
+)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def foreign_privates(path: Path) -> list[str]:
+    """Private names a module uses that are not its own: ``obj._x`` where no code of the
+    module defines ``_x`` (as ``self._x``, a ``_x`` function, class or variable), and
+    ``from remotekit.<engine module> import _x``."""
+    tree = ast.parse(path.read_text())
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id in ("self", "cls") and _private(node.attr):
+                own.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module in ENGINE_ROOM:
+            found += [
+                f"line {node.lineno}: import {a.name}" for a in node.names if _private(a.name)
+            ]
+    return found
+
+
+def test_foreign_privates_are_found(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "from remotekit.target import _Method\n"
+        "class A:\n    def __init__(self):\n        self._mine = 1\n"
+        "def f(a, target):\n    a._mine, a.__dict__\n    return target._launch('x')\n"
+    )
+    assert foreign_privates(tmp_path / "m.py") == [
+        "line 1: import _Method",
+        "line 7: target._launch",
+    ]
+
+
+def test_engine_modules_touch_no_other_objects_private_state() -> None:
+    """STYLE.md: one object never reaches into another's private state (``target._launch``
+    read from the step code): the shared machinery is one object, handed around."""
+    assert "remotekit.step" in ENGINE_ROOM
+    found = [f"{m} {hit}" for m in ENGINE_ROOM for hit in foreign_privates(MODULES[m])]
+    assert found == []
+
+
+def test_step_options_are_a_frozen_record() -> None:
+    import dataclasses
+
+    from remotekit.step import StepOptions
+
+    assert dataclasses.is_dataclass(StepOptions)
+    assert StepOptions.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+def test_only_a_transport_puts_events_on_its_queue() -> None:
+    """A process's events are its transport's to make: a step is cancelled through the
+    process's own method, never by pushing a look-alike event into its queue."""
+    found = [
+        f"{m} line {node.lineno}"
+        for m in ENGINE_ROOM
+        if not m.startswith("remotekit.transports")
+        for node in ast.walk(ast.parse(MODULES[m].read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr in ("put", "put_nowait")
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "events"
+    ]
+    assert found == []
+
+
+# -- the step header: one record, both ends ------------------------------------------------------
+
+RUNNER = PACKAGE / "remote" / "runner.py"
+
+
+def runner_header_table() -> dict[str, object]:
+    """The runner's ``HEADER`` (field -> default), read from its source: the runner runs
+    there alone and cannot import the local definition, so it holds a copy."""
+    for node in ast.parse(RUNNER.read_text()).body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "HEADER":
+            return dict(ast.literal_eval(node.value))
+    raise AssertionError("runner.py defines no HEADER table")
+
+
+def test_the_runner_reads_the_step_header_the_step_sends() -> None:
+    """``StepHeader`` is the header's one definition; the runner's table is its copy, field
+    for field and default for default (as they travel: JSON)."""
+    import dataclasses
+
+    from remotekit.step import StepHeader
+
+    assert dataclasses.is_dataclass(StepHeader)
+    assert StepHeader.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    local = {}
+    for f in dataclasses.fields(StepHeader):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        local[f.name] = json.loads(json.dumps(default))
+    assert runner_header_table() == local
+
+
+def test_the_step_header_is_built_in_one_place_and_read_in_one_way() -> None:
+    """No local module spells the header as a dict (``{"op": ...}``), the runner reads its
+    fields through its table (never ``.get`` with a default of its own), and the runner's
+    comment names only fields there are."""
+    spelled = [
+        f"{name} line {node.lineno}"
+        for name, path in MODULES.items()
+        if not name.startswith("remotekit.remote")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Dict)
+        and any(isinstance(k, ast.Constant) and k.value == "op" for k in node.keys)
+    ]
+    assert spelled == []
+    gets = [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(RUNNER.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and ast.unparse(node.func.value) in ("h", "header")
+    ]
+    assert gets == []
+    text = RUNNER.read_text()
+    comment = text[text.index("# header:") : text.index("# After the payload")]
+    named = set(re.findall(r'"(\w+)"', comment)) - {"exec", "put", "get"}
+    assert named and named <= set(runner_header_table()), named - set(runner_header_table())

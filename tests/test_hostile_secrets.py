@@ -132,7 +132,7 @@ def test_a_non_string_env_value_is_refused_and_the_target_still_works() -> None:
 
 
 def test_masking_accepts_any_value_and_never_fails() -> None:
-    from remotekit.target import mask
+    from remotekit.engine import mask
 
     class Hostile:
         def __str__(self) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import remotekit
-from tests.conftest import CT, write_inventory
+from tests.conftest import CT, need_program, write_inventory
 from tests.harness import FakeNode, SSHServer, ancestors, processes_with, wait_gone
 
 pytestmark = pytest.mark.sshd
@@ -414,7 +414,9 @@ def test_accept_new_records_the_key_and_then_trusts_it(sshd: SSHServer, tmp_path
 
 def test_changed_host_key_is_always_refused(sshd: SSHServer, tmp_path: Path) -> None:
     other = tmp_path / "other"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    subprocess.run(
+        [need_program("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True
+    )
     kh = tmp_path / "known_hosts"
     kh.write_text(f"[127.0.0.1]:{sshd.port} {Path(f'{other}.pub').read_text()}")
     before = kh.read_text()
@@ -429,7 +431,9 @@ def test_changed_host_key_is_always_refused(sshd: SSHServer, tmp_path: Path) -> 
 
 def test_wrong_key_is_an_auth_error(sshd: SSHServer, tmp_path: Path) -> None:
     key = tmp_path / "stranger"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    subprocess.run(
+        [need_program("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
+    )
     inv = write_inventory(tmp_path / "hosts.yaml", {"h": sshd.host_yaml(identity=str(key))})
     with inv.target("h") as t, pytest.raises(remotekit.AuthError) as info:
         t.run(["true"])

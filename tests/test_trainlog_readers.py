@@ -681,13 +681,21 @@ def test_a_per_epoch_log_without_a_step_has_the_epoch_for_its_steps(
 
 
 # ---------------------------------------------------------------------------------------------
-# public runs from projects we did not write (tests/data/public/*/README.md: source, license)
+# runs of projects we did not write. Their files are not committed (data fetched from other
+# repositories stays out of this one): tests/public_runs.md names each source, commit, path
+# and license, and REMOTEKIT_PUBLIC_RUNS=DIR (holding those copies) runs these tests on them.
 
-PUBLIC = Path(__file__).parent / "data" / "public"
+PUBLIC = Path(os.environ.get("REMOTEKIT_PUBLIC_RUNS") or "/nonexistent")
+
+
+def public(name: str) -> Path:
+    if not (PUBLIC / name).is_dir():
+        pytest.skip(f"REMOTEKIT_PUBLIC_RUNS has no {name}/ (see tests/public_runs.md)")
+    return PUBLIC / name
 
 
 def test_public_wandb_run_cut_short_of_its_summary() -> None:
-    r = run(PUBLIC / "alpaca-kd-wandb" / "run-20231102_032820-iqu955sp")
+    r = run(public("alpaca-kd-wandb") / "run-20231102_032820-iqu955sp")
     src = r.one("source")
     assert src["format"] == "wandb" and src["step_key"] == "train/global_step"
     assert src["columns"]["loss"] == "train/loss"
@@ -701,11 +709,23 @@ def test_public_wandb_run_cut_short_of_its_summary() -> None:
 
 
 def test_public_wandb_run_of_one_step_claims_no_schedule() -> None:
-    r = run(PUBLIC / "alpaca-kd-wandb" / "run-20231104_073205-5qvjca60")
+    r = run(public("alpaca-kd-wandb") / "run-20231104_073205-5qvjca60")
     src = r.one("source")
     assert src["rows"] == 1 and src["columns"]["lr"] == "train/learning_rate"
     # one lr value is no evidence of a missing warmup
     assert r.all("event") == [] and r.all("spike") == []
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_a_run_that_stopped_at_its_start_claims_no_lr_schedule(tmp_path: Path, n: int) -> None:
+    """Seen on a public one-step W&B run: 'lr at step 1 is 1.3e-06, already its peak: no
+    warmup', said from a single value. A schedule needs a few lr values to be judged."""
+    log = tmp_path / "train.jsonl"
+    rows = [{"step": s, "loss": 1.6 - 0.01 * s, "lr": 1.333e-06} for s in range(1, n + 1)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = run(log)
+    assert r.one("source")["rows"] == n
+    assert [e for e in r.all("event") if "warmup" in str(e)] == []
 
 
 def test_mlflow_run_with_hostile_metric_files(tmp_path: Path) -> None:

@@ -99,6 +99,7 @@ class DiagnoseReport(Shown):
     verdict: tuple[str, ...] = ()
 
     def section(self, name: str) -> Section | None:
+        """The section of diagnostic ``name`` (``"gpu"``, ``"ckpt-scan"``, ...), if it ran."""
         return next((s for s in self.sections if s.name == name), None)
 
     @property

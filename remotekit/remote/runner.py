@@ -7,8 +7,10 @@
 #   <decimal length>\n<header: UTF-8 JSON>         then the bytes of header["files"], in order
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
-#          "files": [[name, size, mode], ...], "timeout", "grace", "detach",
-#          put: "dest", "name", "size", "mode", "keep_mode", "parents";  get: "src", "max_bytes"}
+#          "files": [[name, size, mode], ...], "timeout", "grace", "detach", "report",
+#          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes"}
+#   Its fields and their defaults are HEADER below, a copy of remotekit.step.StepHeader (the
+#   local definition, documented there; this file travels alone): a test holds them identical.
 #
 # After the payload, stdin stays open: EOF on it means the caller is gone (timeout, Ctrl-C,
 # lost connection) and the step's whole process tree is stopped: TERM, then KILL after
@@ -26,6 +28,11 @@
 #   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
 #                                          R: exit | deadline | eof | signal | detached
 #
+# "detach" starts the command in its own session, output to a log, and returns at once. With
+# "report" too, the command gets a pipe's write end as $REMOTEKIT_REPORT_FD and the runner waits
+# (up to "timeout") for one JSON object on it: its keys go into "detached" (a run's supervisor
+# reports its id, the run's pid and log), and {"error": E, "code": N} fails the step instead.
+#
 # The step writes to pipes of its own that the runner relays to its stdout and stderr as
 # they come (never buffered), so a step cannot read the runner's control lines back through
 # /proc/self/fd, and a process that escapes the stop cannot hold the connection open.
@@ -42,6 +49,37 @@ import time
 STDIN = sys.stdin.buffer
 CHUNK = 1 << 20
 KEY = [""]
+
+# The step header's fields and defaults: remotekit.step.StepHeader's, field for field.
+HEADER = {
+    "op": "exec",
+    "argv": [],
+    "script": None,
+    "files": [],
+    "detach": False,
+    "report": False,
+    "dest": None,
+    "name": None,
+    "size": 0,
+    "mode": None,
+    "explicit_mode": False,
+    "parents": False,
+    "src": None,
+    "max_bytes": None,
+    "nonce": "",
+    "env": {},
+    "path_prepend": [],
+    "cwd": None,
+    "timeout": None,
+    "grace": 1.0,
+}
+
+
+def read_header(raw):
+    """The header sent as JSON, every field of HEADER present (its default when not sent)."""
+    h = dict(HEADER)
+    h.update(json.loads(raw.decode("utf-8")))
+    return h
 
 
 # What a signal must remove if it ends the runner before a step runs (a put's temp file, the
@@ -292,7 +330,7 @@ def kind_of(mode):
 
 def do_put(h):
     dest = h["dest"]
-    if h.get("parents"):  # create the missing directories first (mkdir -p)
+    if h["parents"]:  # create the missing directories first (mkdir -p)
         wanted = dest if dest.endswith("/") else os.path.dirname(os.path.abspath(dest))
         try:
             os.makedirs(wanted, exist_ok=True)
@@ -307,10 +345,10 @@ def do_put(h):
             % (dest, folder),
             1,
         )
-    mode = h.get("mode")
+    mode = h["mode"]
     if mode is None:
         mode = 0o666
-    if not h.get("explicit_mode"):
+    if not h["explicit_mode"]:
         # The source's mode under our umask, and never wider than the file it replaces.
         mode &= 0o777 & ~current_umask()
         try:
@@ -366,7 +404,7 @@ def refuse_odd(src, st):
 
 def do_get(h):
     src = h["src"]
-    limit = h.get("max_bytes")
+    limit = h["max_bytes"]
     try:
         # Refuse before opening (a FIFO would block the open; a device streams forever),
         # then check again what was opened, without blocking.
@@ -603,7 +641,7 @@ def copy_fd(src, dst):
             dst = None  # the caller is gone: keep draining, so the step never blocks
 
 
-def spawn(argv, cwd, env, out=None, err=None):
+def spawn(argv, cwd, env, out=None, err=None, pass_fds=()):
     import subprocess
 
     try:
@@ -615,6 +653,7 @@ def spawn(argv, cwd, env, out=None, err=None):
             cwd=cwd or None,
             env=env,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
     except FileNotFoundError:
         fail("command not found: %s" % argv[0], 127)
@@ -626,15 +665,15 @@ def spawn(argv, cwd, env, out=None, err=None):
 
 def step_argv(h, tmpdir):
     env = dict(os.environ)
-    env.update(h.get("env") or {})
-    if h.get("path_prepend"):
+    env.update(h["env"] or {})
+    if h["path_prepend"]:
         env["PATH"] = os.pathsep.join(h["path_prepend"] + [env.get("PATH", os.defpath)])
     argv = list(h["argv"])
-    if h.get("script"):
+    if h["script"]:
         env["PYTHONUNBUFFERED"] = "1"
         env["REMOTEKIT_DIR"] = tmpdir
         argv = [sys.executable, "-u", os.path.join(tmpdir, h["script"])] + argv
-    cwd = h.get("cwd")
+    cwd = h["cwd"]
     if cwd and not os.path.isdir(cwd):
         fail("cannot change to working directory %s: no such directory" % cwd)
     return argv, cwd, env
@@ -647,11 +686,51 @@ def do_detach(h, tmpdir, zygote):
     argv, cwd, env = step_argv(h, tmpdir)
     log = os.path.join(tmpdir, "output.log")
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-    child = spawn(argv, cwd, env, out=fd)
+    report_r = report_w = None
+    if h["report"]:  # the command tells what it started (a run's id) on a pipe
+        report_r, report_w = os.pipe()
+        env["REMOTEKIT_REPORT_FD"] = str(report_w)
+    child = spawn(argv, cwd, env, out=fd, pass_fds=() if report_w is None else (report_w,))
     os.close(fd)
     info = {"pid": child.pid, "log": log, "dir": tmpdir}
+    if report_r is not None:
+        os.close(report_w)
+        report = read_report(report_r, h["timeout"] or 60.0)
+        if "error" in report:
+            fail(report["error"] + tail_of(log), report.get("code", 125))
+        info.update(report)
     control("exit", {"code": 0, "reason": "detached", "detached": info})
     return 0
+
+
+def read_report(fd, timeout):
+    """The one JSON line a detached command writes on its report pipe (until EOF)."""
+    import select
+
+    data, end = b"", time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        b = os.read(fd, CHUNK) if ready else b""
+        if not b:
+            break
+        data += b
+    os.close(fd)
+    try:
+        report = json.loads(data.decode("utf-8"))
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        return {"error": "the detached command ended or hung before it reported what it started"}
+    return report
+
+
+def tail_of(log):
+    try:
+        with open(log, "rb") as f:
+            text = f.read()[-2000:].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return "; its output:\n" + text if text else ""
 
 
 def do_exec(h, tmpdir, zygote, outputs):
@@ -668,7 +747,7 @@ def do_exec(h, tmpdir, zygote, outputs):
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(s, on_signal)
     become_subreaper()
-    if h.get("script") and zygote.pid is not None and fork_safe(h.get("env") or {}):
+    if h["script"] and zygote.pid is not None and fork_safe(h["env"] or {}):
         child = zygote.run(argv[2], argv[3:], cwd, env)
     else:
         zygote.discard()
@@ -691,7 +770,7 @@ def do_exec(h, tmpdir, zygote, outputs):
 
     threading.Thread(target=watch_stdin, daemon=True).start()
     threading.Thread(target=wait_child, daemon=True).start()
-    deadline = None if h.get("timeout") is None else time.monotonic() + h["timeout"]
+    deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
     while child.returncode is None and reason[0] is None:
         left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
         if left <= 0:
@@ -703,7 +782,7 @@ def do_exec(h, tmpdir, zygote, outputs):
     reap_others(child)
     data = {"reason": reason[0]}
     if child.returncode is None or alive(child):
-        data["stopped"], data["running"] = stop_tree(child, float(h.get("grace", 1.0)))
+        data["stopped"], data["running"] = stop_tree(child, float(h["grace"]))
     outputs.join(2.0)  # all output before the final record (unless a survivor holds a pipe)
     code = child.returncode
     data["code"] = code = 128 - code if code < 0 else code
@@ -717,10 +796,10 @@ def main():
     prctl(4, 0)  # PR_SET_DUMPABLE 0: other processes of this user cannot read our memory
     for s in STOP_SIGNALS:
         signal.signal(s, on_stop_signal)
-    header = json.loads(read_exact(int(STDIN.readline())).decode("utf-8"))
+    header = read_header(read_exact(int(STDIN.readline())))
     KEY[0] = "remotekit-" + os.urandom(16).hex()
     control("ready", {"key": KEY[0]}, prefix=header["nonce"])
-    op = header.get("op", "exec")
+    op = header["op"]
     if op in ("put", "get"):
         zygote.discard()
         outputs.close()
@@ -728,7 +807,7 @@ def main():
     tmpdir = None
     keep = False
     try:
-        if header.get("files"):
+        if header["files"]:
             tmpdir = created(private_dir)
             for name, size, mode in header["files"]:
                 path = os.path.join(tmpdir, name)
@@ -736,7 +815,7 @@ def main():
                 with open(path, "wb") as f:
                     copy_stdin_to(f, size)  # written through as it arrives
                 os.chmod(path, mode)
-        if header.get("detach"):
+        if header["detach"]:
             tmpdir = tmpdir or private_dir()
             keep = True
             del TO_REMOVE[:]

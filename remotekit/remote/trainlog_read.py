@@ -105,17 +105,24 @@ def read_log(path, fmt, wanted):
             ing.add(r)
         return ing, fmt, len(rows), extra
     with open_regular(path) as f:
-        src = Lines(f)
-        if fmt == "csv":
-            out = _read_csv(src, wanted)
-        elif fmt == "jsonl":
-            out = _read_jsonl(src, wanted)
-        elif lf is not None:
-            out = _read_formatted(src, lf, wanted)
-        else:
-            out = _read_text(src, wanted)
+        return read_lines(f, fmt, lf, wanted) + (extra,)
+
+
+def read_lines(f, fmt, lf, wanted):
+    """A log of lines (``csv``, ``jsonl``, a trainer's text format ``lf``, or plain
+    ``text``) from the binary file ``f``: ``(Ingest, format, lines)``. ``trainlog_follow``
+    hands it the window of a growing log, so a followed log is read by the same code."""
+    src = Lines(f)
+    if fmt == "csv":
+        out = _read_csv(src, wanted)
+    elif fmt == "jsonl":
+        out = _read_jsonl(src, wanted)
+    elif lf is not None:
+        out = _read_formatted(src, lf, wanted)
+    else:
+        out = _read_text(src, wanted)
     out[0].long = src.long
-    return out + (extra,)
+    return out
 
 
 def _wandb_cut_short(path, ing):
@@ -141,8 +148,13 @@ def _wandb_cut_short(path, ing):
         )
 
 
+def _read_tfevents_at(path, wanted):
+    with open_regular(path) as f:
+        return read_tfevents(f, wanted)
+
+
 BINARY = {
-    "tfevents": ("TensorBoard event file", read_tfevents),
+    "tfevents": ("TensorBoard event file", _read_tfevents_at),
     "wandb": ("W&B run file", read_wandb),
 }
 

@@ -4,19 +4,22 @@ Example::
 
     proc = transport.start(["python3", "-c", "print(1)"], stdin=[b""])
     while True:
-        kind, data = proc.events.get()
-        if kind == "exit":
+        event = proc.events.get()
+        if isinstance(event, Exit):
             break
 
-``start`` returns at once; the process's output arrives as events, in order per stream:
+``start`` returns at once; the process's output arrives as typed events, in order per stream:
 
-- ``("stdout", bytes)`` / ``("stderr", bytes)``: output as it is produced;
-- ``("exit", int | None)``: the process ended (its status; ``None`` if unknown), after its
+- :class:`Output` (``stream`` ``"stdout"`` or ``"stderr"``, ``data``): output as it is produced;
+- :class:`Exit` (``code``: the status, ``None`` if unknown): the process ended, after its
   output was drained; always the last event;
-- ``("lost", str)``: the transport died (the connection dropped); also the last event.
+- :class:`Lost` (``reason``): the transport died (the connection dropped); also the last event;
+- :class:`Cancelled`: the consumer's own :meth:`Process.cancel` (from any thread) woke it; the
+  process still runs until the consumer stops it.
 
 ``close_stdin`` sends EOF (the runner there takes it as "stop the step"); ``terminate``
-gives up on the process locally (closes the channel, kills the local process).
+gives up on the process locally (closes the channel, kills the local process). A transport's
+process is a :class:`Channel`: the queue and ``cancel`` are written once, there.
 """
 
 from __future__ import annotations
@@ -24,12 +27,18 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Iterable, Sequence
-from typing import Callable, Protocol, Union, runtime_checkable
+from dataclasses import dataclass
+from typing import Callable, Literal, Protocol, Union, runtime_checkable
 
 __all__ = [
     "BACKLOG",
+    "Cancelled",
+    "Channel",
     "Event",
     "ExecutableMissing",
+    "Exit",
+    "Lost",
+    "Output",
     "Process",
     "Terminal",
     "TerminalTransport",
@@ -37,7 +46,35 @@ __all__ = [
     "wait_for_room",
 ]
 
-Event = tuple[str, Union[bytes, int, str, None]]
+
+@dataclass(frozen=True)
+class Output:
+    """Bytes the process wrote on one of its streams."""
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Exit:
+    """The process ended (``code``: its status, ``None`` if unknown); the last event."""
+
+    code: int | None
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The transport died under the process (``reason`` says how); the last event."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The consumer called :meth:`Process.cancel`: stop waiting (the process still runs)."""
+
+
+Event = Union[Output, Exit, Lost, Cancelled]
 
 #: Output events a process may have queued before its transport stops reading more: a consumer
 #: that falls behind (a forwarded client that reads slowly) slows the sender down through the
@@ -65,6 +102,22 @@ class Process(Protocol):
     def close_stdin(self) -> None: ...
 
     def terminate(self) -> None: ...
+
+    def cancel(self) -> None:
+        """Wake the consumer of :attr:`events` with :class:`Cancelled` (from any thread)."""
+        ...
+
+
+class Channel:
+    """The part every transport's process shares: its event queue and :meth:`cancel`."""
+
+    def __init__(self) -> None:
+        self.events: queue.Queue[Event] = queue.Queue()
+
+    def cancel(self) -> None:
+        """Wake the consumer of :attr:`events` with :class:`Cancelled` (from any thread):
+        it stops the process the way it stops one that timed out."""
+        self.events.put(Cancelled())
 
 
 class Transport(Protocol):

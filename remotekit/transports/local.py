@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import queue
 import signal
 import struct
 import subprocess
@@ -13,10 +12,10 @@ import termios
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import IO
+from typing import IO, Literal
 
 from remotekit.errors import RemotekitError
-from remotekit.transports.base import Event, ExecutableMissing, wait_for_room
+from remotekit.transports.base import Channel, ExecutableMissing, Exit, Output, wait_for_room
 
 __all__ = ["LocalProcess", "LocalTerminal", "LocalTransport"]
 
@@ -25,9 +24,9 @@ _CHUNK = 1 << 16
 _DRAIN_S = 0.5
 
 
-class LocalProcess:
+class LocalProcess(Channel):
     def __init__(self, argv: Sequence[str], stdin: Iterable[bytes]):
-        self.events: queue.Queue[Event] = queue.Queue()
+        super().__init__()
         self._last_output = time.monotonic()
         self._gone = False  # terminated, or exited: stop holding output back for a reader
         try:
@@ -44,19 +43,19 @@ class LocalProcess:
             raise ExecutableMissing(argv[0]) from exc
         assert self._proc.stdout and self._proc.stderr
         self._readers = [
-            threading.Thread(target=self._pump, args=("stdout", self._proc.stdout), daemon=True),
-            threading.Thread(target=self._pump, args=("stderr", self._proc.stderr), daemon=True),
+            threading.Thread(target=self._pump, args=(self._proc.stdout, "stdout"), daemon=True),
+            threading.Thread(target=self._pump, args=(self._proc.stderr, "stderr"), daemon=True),
         ]
         for t in self._readers:
             t.start()
         threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
         threading.Thread(target=self._wait, daemon=True).start()
 
-    def _pump(self, name: str, pipe: IO[bytes]) -> None:
+    def _pump(self, pipe: IO[bytes], stream: Literal["stdout", "stderr"]) -> None:
         fd = pipe.fileno()
         try:
             while data := os.read(fd, _CHUNK):
-                self.events.put((name, data))
+                self.events.put(Output(stream, data))
                 wait_for_room(self.events, lambda: self._gone)
                 self._last_output = time.monotonic()
         except OSError:
@@ -84,7 +83,7 @@ class LocalProcess:
                 t.join(0.05)
             if time.monotonic() - self._last_output > _DRAIN_S:
                 break
-        self.events.put(("exit", 128 - code if code < 0 else code))
+        self.events.put(Exit(128 - code if code < 0 else code))
 
     def close_stdin(self) -> None:
         try:

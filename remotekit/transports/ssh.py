@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import socket
 import stat
 import threading
@@ -31,7 +30,7 @@ from remotekit.errors import (
     RemotekitError,
 )
 from remotekit.quoting import join, quote
-from remotekit.transports.base import Event, wait_for_room
+from remotekit.transports.base import Channel, Exit, Lost, Output, wait_for_room
 from remotekit.transports.known_hosts import (
     AcceptNewPolicy,
     KnownHostsUnusable,
@@ -120,11 +119,11 @@ def _wake_on_output(chan: paramiko.Channel) -> threading.Event:
     return wake
 
 
-class SSHProcess:
+class SSHProcess(Channel):
     """One exec channel. A pump thread turns channel activity into events."""
 
     def __init__(self, chan: paramiko.Channel, stdin: Iterable[bytes], release: Callable[[], None]):
-        self.events: queue.Queue[Event] = queue.Queue()
+        super().__init__()
         self._chan = chan
         self._release = release
         self._wake = _wake_on_output(chan)
@@ -149,10 +148,10 @@ class SSHProcess:
             while True:
                 wait_for_room(self.events, lambda: chan.closed)
                 if chan.recv_ready():
-                    self.events.put(("stdout", chan.recv(_CHUNK)))
+                    self.events.put(Output("stdout", chan.recv(_CHUNK)))
                     quiet_since = None
                 elif chan.recv_stderr_ready():
-                    self.events.put(("stderr", chan.recv_stderr(_CHUNK)))
+                    self.events.put(Output("stderr", chan.recv_stderr(_CHUNK)))
                     quiet_since = None
                 elif chan.eof_received or chan.closed or chan.exit_status_ready():
                     if not (chan.eof_received or chan.closed):
@@ -172,7 +171,7 @@ class SSHProcess:
                     # message (a real status is an unsigned 32-bit value).
                     code = chan.exit_status if chan.status_event.is_set() else -1
                     if code >= 0:
-                        self.events.put(("exit", code))
+                        self.events.put(Exit(code))
                     else:
                         transport = chan.get_transport()
                         why = (
@@ -180,18 +179,16 @@ class SSHProcess:
                             if transport is None or not transport.is_active()
                             else "closed"
                         )
-                        self.events.put(
-                            ("lost", f"the SSH connection {why} without an exit status")
-                        )
+                        self.events.put(Lost(f"the SSH connection {why} without an exit status"))
                     return
                 else:
                     self._wake.wait(0.2)
                     transport = chan.get_transport()
                     if transport is None or not transport.is_active():
-                        self.events.put(("lost", "the SSH connection dropped"))
+                        self.events.put(Lost("the SSH connection dropped"))
                         return
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            self.events.put(("lost", f"{type(exc).__name__}: {exc}"))
+            self.events.put(Lost(f"{type(exc).__name__}: {exc}"))
         finally:
             # Close before freeing the slot: sshd handles our CLOSE before the next OPEN on
             # this connection, so a new step never finds all MaxSessions still taken.

@@ -1,0 +1,315 @@
+"""The step engine of one target: what every step runs on, as one object.
+
+A :class:`~remotekit.target.Target` (the public facade) holds one :class:`Engine`; the modules
+that run steps (:mod:`remotekit.step`, :mod:`remotekit.ping`, :mod:`remotekit.forward`,
+:mod:`remotekit.sync`) are handed it and use its public methods only. It owns:
+
+- the host spec and the transport;
+- the launch chain, resolved once: :meth:`Engine.launch_for` looks up what a hop needs (a
+  Slurm job given by name) before the first step; and the hops' own words when a step went
+  wrong (:meth:`Engine.missing`, :meth:`Engine.not_started`, :meth:`Engine.probe`);
+- cancellation: each running step's process is :meth:`Engine.tracked`, :meth:`Engine.cancel`
+  wakes every one (:meth:`~remotekit.transports.base.Process.cancel`);
+- secrets: the values of the spec's and every step's ``secret_env``, and the redaction of
+  every error that leaves (:meth:`Engine.redact`, :meth:`Engine.redacted`);
+- :meth:`Engine.start_step`: the one place a step's runner is started, through the whole
+  chain, with its header and payload on stdin.
+
+It imports none of the modules that use it (``step``, ``ping``, ``forward``, ``sync``,
+``target``), not even for types: the arrows all point down to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import queue
+import shlex
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Callable
+
+from remotekit import remote
+from remotekit.errors import InterpreterNotFound, RemotekitError, StepCancelled, quote_tool
+from remotekit.layers import Launch, compose
+from remotekit.result import Result
+from remotekit.spec import HostSpec
+from remotekit.transports.base import Cancelled, ExecutableMissing, Exit, Output, Process, Transport
+
+__all__ = ["MIN_SECRET_LINE", "Engine", "mask"]
+
+
+class Engine:
+    """The step machinery of one target (its spec, transport, launch, cancellation, secrets)."""
+
+    def __init__(self, spec: HostSpec, transport: Transport, *, capture_limit: int):
+        self.spec = spec
+        self.name = spec.name
+        self.transport = transport
+        self.capture_limit = capture_limit
+        #: Called with (step, step_chain) as each step starts (``--verbose`` prints it).
+        self.trace: Callable[[str, str], None] | None = None
+        self.launch: Launch = compose(spec.layers())
+        #: Whether every hop knows where it goes (a Slurm job given by name is looked up once).
+        self._opened = not any(h.lookup() for h in spec.hops)
+        self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
+        self._active: set[Process] = set()
+        self._cancelled = threading.Event()
+        self._secrets: set[str] = set()
+        self.remember_secrets(spec.env)
+
+    # -- secrets -----------------------------------------------------------------------------
+
+    def remember_secrets(self, env: Mapping[str, str] | None) -> None:
+        """Check a step's (or the spec's) ``env`` and remember its secret values.
+
+        Runs before anything else a step does, so every error it raises is masked. A value
+        that is not a string is refused here, naming the variable and never the value.
+        """
+        for name, value in (env or {}).items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                what = name if isinstance(name, str) else type(name).__name__
+                raise TypeError(
+                    f"env[{what!r}] must be a string, not {type(value).__name__} "
+                    "(environment values are text: pass str(value))"
+                )
+        pieces = [p for n in self.spec.secret_env for p in _secret_texts((env or {}).get(n))]
+        if pieces:
+            with self._lock:
+                self._secrets.update(pieces)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value of this target replaced by ``***`` (see
+        :meth:`remotekit.target.Target.redact`)."""
+        with self._lock:
+            values = list(self._secrets)
+        return mask(text, values)
+
+    def redacted(self, exc: RemotekitError) -> RemotekitError:
+        """``exc`` with this target's secrets masked in its message (the same object)."""
+        exc.message = self.redact(exc.message)
+        exc.args = tuple(self.redact(a) if isinstance(a, str) else a for a in exc.args)
+        return exc
+
+    # -- the chain ---------------------------------------------------------------------------
+
+    @property
+    def chain(self) -> str:
+        """The layer chain, e.g. ``ssh root@kpro6 -> pct exec 200 -> /root/venv/bin/python``."""
+        return f"{self.transport.label} -> {self.launch.chain}"
+
+    def step_chain(self, argv: Sequence[str]) -> str:
+        """The chain a step runs through, ending in its own command (``-u <check.py>`` ...)."""
+        return " -> ".join([self.transport.label, *self.launch.hops[:-1], shlex.join(argv)])
+
+    def python_display(self, script_name: str, args: Sequence[Any] = ()) -> tuple[str, ...]:
+        """The command a shipped script's step shows (``python -u <shipped check.py> ...``)."""
+        interpreter = self.launch.interpreter or "python"
+        return (interpreter, "-u", f"<shipped {script_name}>", *map(str, args))
+
+    # -- cancellation ------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Wake every tracked process with a cancel, and refuse new steps until :meth:`resume`."""
+        self._cancelled.set()
+        with self._lock:
+            for proc in self._active:
+                proc.cancel()
+
+    def resume(self) -> None:
+        self._cancelled.clear()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    @contextlib.contextmanager
+    def tracked(self, proc: Process) -> Iterator[Process]:
+        """``proc`` stopped by :meth:`cancel` while the block runs (at once if cancelled)."""
+        with self._lock:
+            self._active.add(proc)
+            if self._cancelled.is_set():
+                proc.cancel()
+        try:
+            yield proc
+        finally:
+            with self._lock:
+                self._active.discard(proc)
+
+    # -- starting a step ---------------------------------------------------------------------
+
+    def start_step(
+        self, launch: Launch, header: bytes, body: Iterable[bytes], wait: float | None
+    ) -> Process:
+        """Start the runner through ``launch``: on its stdin the runner, ``header`` (the step's
+        JSON header) and ``body`` (the step's bytes). ``wait`` bounds the wait for a free slot
+        (TimeoutError); an executable not found there raises ExecutableMissing.
+
+        Every step that runs the runner starts here, and only here (a probe and a forward's
+        relay are bare commands on channels of their own): a process held there that takes
+        steps as messages replaces this one method, returning a Channel per step with the
+        same events."""
+        runner = remote.source("runner.py")
+        first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(header)}\n".encode(), header])
+        return self.transport.start(launch.argv, itertools.chain([first], body), wait=wait)
+
+    # -- hops: looked up before the first step, asked when the runner did not start -----------
+
+    def launch_for(self, step: str) -> Launch:
+        """The launch, once every hop knows where it goes (looked up on the first step)."""
+        if not self._opened:
+            self._open_hops(step)
+        return self.launch
+
+    def _open_hops(self, step: str) -> None:
+        """Look up what a hop needs before the first step (a Slurm job by name -> its id)."""
+        with self._open_lock:
+            if self._opened:
+                return
+            hops = list(self.spec.hops)
+            for i, hop in enumerate(hops):
+                lookup = hop.lookup()
+                if lookup is not None:
+                    code, text = self.probe(self.inside(i, lookup))
+                    try:
+                        hops[i] = hop.resolved(code, text, self.name)
+                    except RemotekitError as exc:
+                        exc.step = step
+                        raise
+            if self.spec.hop is not None:
+                self.spec = replace(self.spec, hop=hops[-1])
+                self.launch = compose(self.spec.layers())
+            self._opened = True
+
+    def inside(self, n: int, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside the first ``n`` hops (e.g. a probe under sudo)."""
+        return list(compose(reversed(self.spec.hops[:n]), Launch(argv=tuple(argv))).argv)
+
+    def missing(self, path: str, step: str) -> RemotekitError:
+        """The error for an executable the transport could not find: interpreter, hop tool,
+        other."""
+        if path == self.launch.interpreter:
+            return InterpreterNotFound(
+                f"interpreter {path} not found ({self.chain})",
+                path=path,
+                host=self.name,
+                step=step,
+            )
+        for hop in self.spec.hops:
+            if path == hop.executable:
+                return hop.missing(self.name, step)
+        return RemotekitError(f"{path!r} not found ({self.chain})", host=self.name, step=step)
+
+    def not_started(self, code: int | None, res: Result, step: str) -> RemotekitError:
+        """The runner never said ready: ask each hop, outermost first, if the words are its."""
+        text = (res.stderr + res.stdout).strip()
+        low = text.lower()
+        quoted = quote_tool(text)
+        where = dict(host=self.name, step=step)
+        hops = self.spec.hops
+        for i, hop in enumerate(hops):
+            error = hop.explain(code, text, self.name, step)
+            if error is not None and hop.confirm:
+                status = self.probe(self.inside(i, hop.probe()))
+                error = hop.explain(code, text, self.name, step, status=status)
+            if error is not None:
+                return error
+        interp = self.launch.interpreter or "python"
+        exec_failed = any(h.exec_failed(code, text) for h in hops)
+        if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
+            return InterpreterNotFound(
+                f"interpreter {interp} not found there (exit {code}); check `venv:`/`python:` "
+                f"in hosts.yaml ({self.spec.source}):\n{quoted}",
+                path=interp,
+                **where,
+            )
+        return RemotekitError(
+            f"the remotekit runner did not start via {self.chain} (exit {code}); needs "
+            f"Python >= 3.6 there:\n{quoted}",
+            **where,
+        )
+
+    def probe(self, argv: list[str], timeout: float = 15.0) -> tuple[int | None, str]:
+        """Run a bare command on the node (no runner: for checks before the runner can run)."""
+        started = time.monotonic()
+        cancelled = StepCancelled(
+            Result(self.name, "ping", tuple(argv), None, "", "", 0.0, chain=self.chain)
+        )
+        if self.cancelled:
+            raise cancelled
+        try:
+            proc = self.transport.start(argv, [])
+        except ExecutableMissing as exc:
+            return 127, f"{exc.path}: not found"
+        chunks: list[bytes] = []
+        try:
+            with self.tracked(proc):
+                proc.close_stdin()
+                while (left := started + timeout - time.monotonic()) > 0:
+                    try:
+                        event = proc.events.get(timeout=left)
+                    except queue.Empty:
+                        break
+                    if isinstance(event, Cancelled):
+                        raise cancelled
+                    if isinstance(event, Output):
+                        chunks.append(event.data)
+                    else:
+                        code = event.code if isinstance(event, Exit) else None
+                        return code, b"".join(chunks).decode(errors="replace").strip()
+                return None, f"no answer within {timeout:g} s"
+        finally:
+            proc.terminate()
+
+
+# -- masking ---------------------------------------------------------------------------------
+
+#: Lines of a multi-line secret shorter than this are not masked on their own.
+MIN_SECRET_LINE = 4
+
+
+def mask(text: str, secrets: Iterable[Any]) -> str:
+    """``text`` with each secret (whole, and each line of a multi-line one) as ``***``.
+
+    A secret may be any value (a number given as ``env=``, a list written in hosts.yaml): its
+    ``str()`` and ``repr()`` are masked, and so is every string inside a list, tuple, set or
+    mapping (its values). Masking never raises: it runs on the way out of every error.
+    """
+    pieces: set[str] = set()
+    for value in secrets:
+        for piece in _secret_texts(value):
+            if not piece:
+                continue
+            pieces.add(piece)
+            lines = piece.splitlines()
+            if len(lines) > 1:
+                pieces.update(ln.strip() for ln in lines if len(ln.strip()) >= MIN_SECRET_LINE)
+    for piece in sorted(pieces, key=len, reverse=True):
+        text = text.replace(piece, "***")
+    return text
+
+
+def _secret_texts(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every text under which ``value`` can appear in a message (bounded for nested values)."""
+    if value is None or depth > 8:
+        return
+    if isinstance(value, str):
+        if value:
+            yield value
+        return
+    try:
+        yield str(value)
+        yield repr(value)
+    except Exception:  # a hostile __str__/__repr__: mask what is left
+        pass
+    if isinstance(value, Mapping):
+        items: Iterable[Any] = value.values()  # its keys are names, not secrets
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = value
+    else:
+        return
+    for item in items:
+        yield from _secret_texts(item, depth + 1)
