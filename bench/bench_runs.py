@@ -6,7 +6,8 @@ real LXC container -> venv Python, against OpenSSH in the same run.
   2. throughput: ``Run.logs()`` of a finished run's log of ``--mb`` MB  vs  ``ssh -S ctl host
      'pct exec 200 -- cat LOG'`` over an OpenSSH ControlMaster (bytes to /dev/null)
                                                                         target: >= 0.5x
-     (and ``Target.get`` of the same file, the engine's raw byte path, for scale)
+     (and, for scale, ``Run.logs(follow=True)`` of the same log: the bytes as data records,
+     and ``Target.get`` of the same file, the engine's raw byte path, which ``logs()`` takes)
 
 Run: .venv/bin/python bench/bench_runs.py [--lines 100] [--mb 256]   (writes bench/results/runs.json)
 """
@@ -92,6 +93,10 @@ def main() -> int:
             got = sum(len(c) for c in run.logs())
             figures["logs_s"] = time.perf_counter() - t0
             assert got == args.mb << 20, got
+            t0 = time.perf_counter()  # the same bytes as data records (what a follow reads)
+            got = sum(len(c) for c in run.logs(follow=True))
+            figures["logs_follow_s"] = time.perf_counter() - t0
+            assert got == args.mb << 20, got
             cat = [*chain.ssh, join([chain.pct, "exec", "200", "--", "cat", run.info().log])]
             t0 = time.perf_counter()
             subprocess.run(cat, check=True, stdout=subprocess.DEVNULL)
@@ -105,6 +110,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     figures["logs_mb_per_s"] = args.mb / figures["logs_s"]
+    figures["logs_follow_mb_per_s"] = args.mb / figures["logs_follow_s"]
     figures["ssh_cat_mb_per_s"] = args.mb / figures["ssh_cat_s"]
     figures["target_get_mb_per_s"] = args.mb / figures["target_get_s"]
     ratio = figures["logs_mb_per_s"] / figures["ssh_cat_mb_per_s"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import posixpath
 import queue
 import secrets
 import threading
@@ -80,6 +81,10 @@ class Target(Protocol):
         display: tuple[str, ...],
         step: str,
         **options: Any,
+    ) -> Result: ...
+
+    def stream_file(
+        self, remote_path: str, sink: Callable[[bytes], Any], *, step: str | None = None
     ) -> Result: ...
 
 
@@ -439,10 +444,33 @@ class LogStream:
         moved, self._moved = self._moved, False
         return moved
 
+    def _whole(self) -> dict[str, Any] | None:
+        """The whole log, no follow: its file's bytes from the start, on the engine's raw
+        byte path (what ``get`` does), not as records, which cost the supervisor an
+        encoding and us a decoding of every byte (a quarter of ``ssh cat``'s throughput).
+        The state is the run's before the read: an ended run's log is all there. None when
+        the connection dropped on the way: the records go on from ``offset``."""
+        info = _retrying(self.run.info)
+        path = posixpath.join(posixpath.dirname(info.log), f"{self.stream}.log")
+        self.offset = 0
+
+        def sink(data: bytes) -> None:
+            self._put(("data", data))
+            self.offset = (self.offset or 0) + len(data)
+
+        try:
+            home_of(self.run.target).stream_file(path, sink, step=f"runs logs {self.run.id}")
+        except (ConnectionLost, ConnectError):
+            return None
+        return {"state": info.state, "run_exit_code": info.exit_code, "offset": self.offset}
+
     def _work(self) -> None:
         try:
-            records = _retrying(self._once, self._progress)
-            self._put(("done", records[-1]))
+            plain = not self.follow and self.offset is None and self.tail is None
+            done = self._whole() if plain else None
+            if done is None:
+                done = _retrying(self._once, self._progress)[-1]
+            self._put(("done", done))
         except _Closed:
             pass
         except BaseException as exc:  # handed to the reader's thread

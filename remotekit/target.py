@@ -418,31 +418,24 @@ class Target:
         ok = False
         got = [0]
         info: dict[str, Any] = {}
-        name = step or f"get {remote_path}"
 
         def sink(data: bytes) -> None:
             got[0] += len(data)
-            if got[0] > max_bytes:
-                raise RemotekitError(
-                    f"{remote_path} sent more than max_bytes={max_bytes}; stopped",
-                    host=self.name,
-                    step=name,
-                )
             fh.write(data)
             if on_progress is not None and "size" in info:
                 on_progress(got[0], int(info["size"]))
 
         try:
             with os.fdopen(fd, "wb") as fh:
-                header = StepHeader(op="get", src=remote_path, max_bytes=max_bytes)
-                options = StepOptions(
-                    display=("get", remote_path, str(dest)),
-                    step=name,
+                result = self.stream_file(
+                    remote_path,
+                    sink,
                     timeout=timeout,
-                    stdout_sink=sink,
+                    step=step,
+                    max_bytes=max_bytes,
                     info=info,
+                    display=("get", remote_path, str(dest)),
                 )
-                result = run_step(self._engine, header, [], options)
             if on_progress is not None:
                 on_progress(got[0], int(info.get("size", got[0])))
             _land(tmp, dest, int(info.get("mode", 0o666)))
@@ -451,6 +444,45 @@ class Target:
         finally:
             if not ok:
                 tmp.unlink(missing_ok=True)
+
+    def stream_file(
+        self,
+        remote_path: str,
+        sink: Callable[[bytes], Any],
+        *,
+        timeout: float | None = None,
+        step: str | None = None,
+        max_bytes: int | None = None,
+        info: dict[str, Any] | None = None,
+        display: tuple[str, ...] | None = None,
+    ) -> Result:
+        """The bytes of a regular file there, handed to ``sink`` piece by piece as they come
+        (what :meth:`get` writes to its file; a run's ``logs``). The pieces are the file from
+        its first byte to the end it had when read there, nothing else: after a failure, the
+        bytes ``sink`` got are a prefix of it. ``info`` receives its ``mode`` and ``size``.
+        Refused as :meth:`get` refuses; ``max_bytes`` None: no limit."""
+        name = step or f"get {remote_path}"
+        got = [0]
+
+        def counted(data: bytes) -> None:
+            got[0] += len(data)
+            if max_bytes is not None and got[0] > max_bytes:
+                raise RemotekitError(
+                    f"{remote_path} sent more than max_bytes={max_bytes}; stopped",
+                    host=self.name,
+                    step=name,
+                )
+            sink(data)
+
+        header = StepHeader(op="get", src=remote_path, max_bytes=max_bytes)
+        options = StepOptions(
+            display=display or ("get", remote_path),
+            step=name,
+            timeout=timeout,
+            stdout_sink=counted,
+            info={} if info is None else info,
+        )
+        return run_step(self._engine, header, [], options)
 
     @_redacts_errors
     def sync(

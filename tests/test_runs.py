@@ -105,6 +105,56 @@ def test_megabytes_of_random_bytes_come_back_whole(local: remotekit.Target) -> N
 
 
 @pytest.mark.timeout(60)
+def test_a_whole_log_travels_as_the_file_s_bytes_not_as_records(
+    target: remotekit.Target,
+) -> None:
+    """``logs()`` without follow/tail/offset reads the log file on the raw byte path (the
+    runner's ``get``), which costs no encoding there nor decoding here."""
+    run = _start(target, ["printf", "a\\0b\\377\\n"])
+    steps: list[tuple[str, str]] = []
+    try:
+        run.wait(timeout=30)
+        target.trace = lambda step, chain: steps.append((step, chain))
+        stream = run.logs()
+        assert b"".join(stream) == b"a\0b\377\n"
+        assert (stream.state, stream.exit_code, stream.offset) == ("exited", 0, 5)
+        reads = [chain for step, chain in steps if step == f"runs logs {run.id}"]
+        assert len(reads) == 1 and f"get {run.info().log}" in reads[0]
+        steps.clear()
+        assert b"".join(run.logs(stream="stderr")) == b""
+        assert any(c.endswith(f"/{run.id}/stderr.log") for _, c in steps)
+    finally:
+        target.trace = None
+        _tidy(run)
+
+
+@pytest.mark.timeout(120)
+def test_a_whole_log_read_across_a_killed_connection_comes_back_byte_exact(
+    ct: remotekit.Target,
+) -> None:
+    n = 6_000_000  # 54 MB: more than every buffer on the way holds, so the read is cut midway
+    code = "import sys; sys.stdout.buffer.write(b''.join(b'%08d\\n' % i for i in range(int(sys.argv[1]))))"
+    run = _start(ct, [ct.launch.interpreter or "python3", "-c", code, str(n)])
+    try:
+        assert run.wait(timeout=60).exit_code == 0
+        steps: list[str] = []
+        ct.trace = lambda step, chain: steps.append(chain)
+        stream = run.logs()
+        chunks = iter(stream)
+        got = bytearray(next(chunks))
+        _cut_the_connection(ct, run.id)
+        for chunk in chunks:
+            got += chunk
+        assert len(got) == 9 * n and bytes(got) == b"".join(b"%08d\n" % i for i in range(n))
+        assert (stream.state, stream.offset) == ("exited", 9 * n)
+        resumed = [c for c in steps if f"logs {run.id}" in c]
+        assert resumed and "--offset" in resumed[0]  # the rest, from where the cut left it
+    finally:
+        ct.trace = None
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
 def test_nasty_argv_is_recorded_and_run_as_given(target: remotekit.Target) -> None:
     words = ["a b", "$(touch /tmp/rk-pwned)", "'\"`;|&", "ünïcödé ✓", "-n", "\\", "", "--", "*"]
     run = _start(target, ["printf", "[%s]\\n", *words])
