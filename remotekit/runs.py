@@ -58,6 +58,8 @@ class Target(Protocol):
 
     def redact(self, text: str) -> str: ...
 
+    def close(self) -> None: ...
+
     @property
     def spec(self) -> HostSpec: ...
 
@@ -100,6 +102,10 @@ STATES = ("running", "exited", "stopped", "lost")
 STOP_GRACE_S = 10.0
 #: How often a ``logs``/``wait`` is started again after its connection dropped, in a row.
 RECONNECTS = 8
+#: A follow that heard nothing (no data, no beat: the supervisor beats each second) for this
+#: long takes its connection for dead, closes it and reconnects: a link that died silently
+#: (no reset) would otherwise hang until TCP gives up, many minutes later.
+SILENT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -371,6 +377,7 @@ class LogStream:
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=16)
         self._closed = threading.Event()
         self._moved = False
+        self._heard: float | None = None  # when the current step's last record came
 
     def __iter__(self) -> Iterator[bytes]:
         worker = threading.Thread(target=self._work, name=f"logs {self.run.id}", daemon=True)
@@ -410,6 +417,7 @@ class LogStream:
     def _on_record(self, rec: dict[str, Any]) -> None:
         if self._closed.is_set():
             raise _Closed
+        self._heard = time.monotonic()
         kind, at = rec.get("type"), rec.get("at")
         if kind == "start" and isinstance(at, int):
             self.offset = at
@@ -431,10 +439,26 @@ class LogStream:
             step="runs logs",
         )
 
+    def _watch(self, done: threading.Event) -> None:
+        """Close the connection of a follow that went silent (:data:`SILENT_S`); armed by
+        its first record (connecting has its own timeouts)."""
+        while not done.wait(0.5):
+            heard = self._heard
+            if heard is not None and time.monotonic() - heard > SILENT_S:
+                home_of(self.run.target).close()  # the step ends as ConnectionLost: resumed
+                return
+
     def _once(self) -> list[dict[str, Any]]:
         limit = MAX_TIMEOUT_S if self.follow else None
         args = self._args()
-        records = _call(self.run.target, "logs", args, on_record=self._on_record, timeout=limit)
+        done = threading.Event()
+        self._heard = None
+        if self.follow:
+            threading.Thread(target=self._watch, args=(done,), daemon=True).start()
+        try:
+            records = _call(self.run.target, "logs", args, on_record=self._on_record, timeout=limit)
+        finally:
+            done.set()
         end = records[-1].get("offset")
         if isinstance(end, int) and end != self.offset:
             self._gap(end)

@@ -245,6 +245,34 @@ def test_follow_across_a_killed_connection_shows_every_line_exactly_once(
         _tidy(run)
 
 
+@pytest.mark.timeout(90)
+def test_follow_over_a_connection_gone_silent_reconnects_and_loses_nothing(
+    ct: remotekit.Target,
+) -> None:
+    """The sshd session carrying the follow is frozen (SIGSTOP): TCP stays up, nothing comes,
+    as on a link that died without a reset. The follow notices the silence (no beat) and
+    reconnects, well before TCP would give up."""
+    n = 300
+    run = _start(ct, ["bash", "-c", f"for i in $(seq 1 {n}); do echo line $i; sleep .1; done"])
+    frozen: list[int] = []
+    try:
+        stream = run.logs(follow=True)
+        got = bytearray()
+        for chunk in stream:
+            got += chunk
+            if not frozen and got.count(b"\n") >= 30:
+                chain = ancestors(run_readers(run.id)[0])
+                frozen.append(next(pid for pid, cmd in chain if cmd.startswith("sshd")))
+                os.kill(frozen[0], signal.SIGSTOP)
+        assert frozen
+        assert bytes(got) == b"".join(f"line {i}\n".encode() for i in range(1, n + 1))
+        assert stream.exit_code == 0
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGKILL)
+        _tidy(run)
+
+
 @pytest.mark.timeout(60)
 def test_stop_ends_the_whole_tree_setsid_and_double_forked_daemons_too(
     target: remotekit.Target,
