@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from remotekit import remote
+from remotekit.agent import Agent
 from remotekit.errors import InterpreterNotFound, RemotekitError, StepCancelled, quote_tool
 from remotekit.layers import Launch, compose
 from remotekit.result import Result
@@ -44,7 +45,9 @@ __all__ = ["MIN_SECRET_LINE", "Engine", "mask"]
 class Engine:
     """The step machinery of one target (its spec, transport, launch, cancellation, secrets)."""
 
-    def __init__(self, spec: HostSpec, transport: Transport, *, capture_limit: int):
+    def __init__(
+        self, spec: HostSpec, transport: Transport, *, capture_limit: int, agent: bool = False
+    ):
         self.spec = spec
         self.name = spec.name
         self.transport = transport
@@ -60,6 +63,10 @@ class Engine:
         self._cancelled = threading.Event()
         self._secrets: set[str] = set()
         self.remember_secrets(spec.env)
+        #: Whether steps run as messages to one resident agent there (:mod:`remotekit.agent`).
+        self.use_agent = agent
+        self._agent: Agent | None = None
+        self._agent_lock = threading.Lock()
 
     # -- secrets -----------------------------------------------------------------------------
 
@@ -151,10 +158,27 @@ class Engine:
         Every step that runs the runner starts here, and only here (a probe and a forward's
         relay are bare commands on channels of their own): a process held there that takes
         steps as messages replaces this one method, returning a Channel per step with the
-        same events."""
+        same events: with :attr:`use_agent`, the agent (:meth:`agent`) does."""
+        if self.use_agent:
+            return self.agent(launch).start(header, body)
         runner = remote.source("runner.py")
         first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(header)}\n".encode(), header])
         return self.transport.start(launch.argv, itertools.chain([first], body), wait=wait)
+
+    def agent(self, launch: Launch) -> Agent:
+        """The target's agent, started through ``launch`` when there is none or it died."""
+        with self._agent_lock:
+            if self._agent is None or not self._agent.alive:
+                self._agent = Agent(self.transport, launch, self.name, self.chain)
+            return self._agent
+
+    def close(self) -> None:
+        """Stop the agent (it stops its steps) and close the transport."""
+        with self._agent_lock:
+            agent, self._agent = self._agent, None
+        if agent is not None:
+            agent.close()
+        self.transport.close()
 
     # -- hops: looked up before the first step, asked when the runner did not start -----------
 

@@ -110,10 +110,12 @@ class Target:
         transport: Transport | None = None,
         *,
         capture_limit: int = DEFAULT_CAPTURE_LIMIT,
+        agent: bool | None = None,
     ):
         self.name = spec.name
         transport = transport if transport is not None else for_spec(spec)
-        self._engine = Engine(spec, transport, capture_limit=capture_limit)
+        use_agent = spec.agent if agent is None else agent
+        self._engine = Engine(spec, transport, capture_limit=capture_limit, agent=use_agent)
 
     # -- the engine's state, as the public attributes it always was ---------------------------
 
@@ -163,8 +165,9 @@ class Target:
         self.close()
 
     def close(self) -> None:
-        """Close the held connection (a later step opens a new one)."""
-        self.transport.close()
+        """Stop the agent, if one runs (and every step on it), and close the held connection
+        (a later step opens a new one)."""
+        self._engine.close()
 
     def cancel(self) -> None:
         """Stop every step running on this target (from any thread), and refuse new ones.

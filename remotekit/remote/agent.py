@@ -1,0 +1,361 @@
+# remotekit agent: one per open target, shipped over stdin and run THERE by the same constant
+# loader as the runner (``python -c LOADER``); it then takes every step of the target as
+# framed messages on that one channel. Standard library only; Python >= 3.8.
+#
+# Frames, both ways: KIND (1 byte) | step id (u32, big-endian) | length (u32) | payload.
+#
+#   caller -> agent   R  the runner's source (once, step 0)
+#                     S  start step N; payload: what a runner reads first on its stdin
+#                        (``<length>\n<header JSON>``)
+#                     D  more bytes for step N's stdin (its payload)
+#                     E  EOF on step N's stdin: the runner takes it as "stop the step"
+#                     C  the caller consumed that many bytes of step N's output (decimal)
+#   agent -> caller   A  the agent runs (step 0): ``{"pid": N}``
+#                     O / e  bytes step N wrote on its stdout / stderr
+#                     W  that many bytes of step N's stdin were written to it (decimal)
+#                     X  step N ended: its exit status (decimal; 128+N for signal N)
+#
+# Each step is a child forked from the agent that runs the runner unchanged (the runner's code
+# executed as ``__main__`` with the step's own pipes as its stdin, stdout and stderr), so the
+# kill semantics are the runner's: its own session, a subreaper, TERM then KILL of the step's
+# tree on EOF or its deadline. The agent is single-threaded (a poll loop), so forking from it
+# is safe. Output is relayed per step; the agent stops reading a step's pipes while WINDOW of
+# its bytes are unconsumed by the caller, so a step that floods only blocks itself.
+#
+# The agent dies with its channel: EOF on its stdin (or TERM/HUP/INT) closes every step's
+# stdin, so each runner stops its tree; what has not exited after GRACE is killed; then the
+# agent exits. A runner whose agent was killed outright sees the same EOF.
+import json
+import os
+import select
+import signal
+import struct
+import sys
+
+FRAME = struct.Struct("!cII")
+CHUNK = 1 << 16
+#: Bytes of one step's output the caller may leave unconsumed before the agent stops reading.
+WINDOW = 1 << 20
+#: How long steps get to stop after the channel closed, before they are killed.
+GRACE = 5.0
+
+
+def frame(kind, sid, payload=b""):
+    """One frame (``kind``: a one-byte bytes, ``sid``: the step id)."""
+    return FRAME.pack(kind, sid, len(payload)) + payload
+
+
+def frames(buf):
+    """Complete frames at the start of ``buf`` (a bytearray, consumed): (kind, sid, payload)."""
+    out = []
+    while len(buf) >= FRAME.size:
+        kind, sid, n = FRAME.unpack_from(buf)
+        if len(buf) < FRAME.size + n:
+            break
+        out.append((kind, sid, bytes(buf[FRAME.size : FRAME.size + n])))
+        del buf[: FRAME.size + n]
+    return out
+
+
+def write_all(fd, data):
+    """All of ``data`` to ``fd``, waiting for room when it is non-blocking (a channel whose
+    stdin and stdout are one socket shares our stdin's O_NONBLOCK)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+
+
+class Step(object):
+    """One step's child and its three pipes, seen from the agent."""
+
+    def __init__(self, sid, pid, stdin, out, err):
+        self.sid, self.pid = sid, pid
+        self.stdin = stdin  # our write end, non-blocking; None once closed
+        self.pending = []  # bytes waiting for room in the stdin pipe
+        self.eof = False  # close stdin once pending is written
+        self.outputs = {out: b"O", err: b"e"}
+        self.unacked = 0
+        self.status = None
+
+    def close_stdin(self):
+        if self.stdin is not None:
+            try:
+                os.close(self.stdin)
+            except OSError:
+                pass
+            self.stdin = None
+        self.pending = []
+
+
+class Agent(object):
+    def __init__(self):
+        self.inbuf = bytearray()
+        self.runner = None
+        self.steps = {}
+        self.closing = False
+        self.watched = {}
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda s, f: None)
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, self.on_stop)
+        os.set_blocking(0, False)
+
+    def on_stop(self, signum, frame):
+        self.closing = True
+
+    def send(self, kind, sid, payload=b""):
+        write_all(1, frame(kind, sid, payload))
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self):
+        self.send(b"A", 0, json.dumps({"pid": os.getpid()}).encode())
+        poller = select.poll()
+        while not self.closing:
+            self.watch(poller)
+            for fd, ev in poller.poll(250):
+                self.ready(fd, ev)
+            self.reap()
+        self.shutdown()
+
+    def watch(self, poller):
+        """Re-register what the loop waits on: the channel, the wake pipe, every step's
+        pipes whose caller has room (and stdin with bytes pending)."""
+        for fd in self.watched:
+            poller.unregister(fd)
+        fds = {0: select.POLLIN, self.wake_r: select.POLLIN}
+        for step in self.steps.values():
+            if step.unacked < WINDOW:
+                for fd in step.outputs:
+                    fds[fd] = select.POLLIN
+            if step.stdin is not None and step.pending:
+                fds[step.stdin] = select.POLLOUT
+        for fd, mask in fds.items():
+            poller.register(fd, mask)
+        self.watched = fds
+
+    def ready(self, fd, ev):
+        if fd == 0:
+            self.read_channel()
+        elif fd == self.wake_r:
+            try:
+                while os.read(self.wake_r, 4096):
+                    pass
+            except OSError:
+                pass
+        else:
+            for step in list(self.steps.values()):
+                if fd in step.outputs:
+                    self.relay(step, fd)
+                elif fd == step.stdin:
+                    self.feed(step)
+
+    def read_channel(self):
+        try:
+            data = os.read(0, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.closing = True
+            return
+        self.inbuf += data
+        for kind, sid, payload in frames(self.inbuf):
+            self.order(kind, sid, payload)
+
+    def order(self, kind, sid, payload):
+        if kind == b"R":
+            self.take_runner(payload)
+        elif kind == b"S":
+            self.start(sid, payload)
+        step = self.steps.get(sid)
+        if step is None:
+            return
+        if kind == b"D" and step.stdin is not None:
+            step.pending.append(payload)
+            self.feed(step)
+        elif kind == b"E":
+            step.eof = True
+            self.feed(step)
+        elif kind == b"C":
+            step.unacked = max(0, step.unacked - int(payload))
+
+    def take_runner(self, source):
+        """Keep the runner's code for the steps, and borrow its process settings (loaded as
+        a module, not run): the agent is a subreaper like a runner, and not dumpable."""
+        self.runner = compile(source, "<remotekit runner>", "exec")
+        runner = {"__name__": "remotekit_runner", "__builtins__": __builtins__}
+        exec(self.runner, runner)
+        runner["become_subreaper"]()  # a step's orphans stay ours to reap
+        runner["prctl"](4, 0)  # PR_SET_DUMPABLE 0: other processes cannot read our memory
+
+    # -- a step ------------------------------------------------------------------------------
+
+    def start(self, sid, first):
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if not pid:
+            for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin must be ours to give
+                os.close(fd)
+            self.child(in_r, out_w, err_w, keep=(in_r, out_w, err_w))
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        for fd in (in_w, out_r, err_r):
+            os.set_blocking(fd, False)
+        step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
+        step.pending.append(first)
+        self.feed(step)
+
+    def child(self, stdin, out, err, keep):
+        """In the forked child: the step's pipes as fds 0-2, nothing of the agent's, and the
+        runner run as a fresh ``python -c LOADER`` would run it."""
+        code = 125
+        try:
+            signal.set_wakeup_fd(-1)
+            for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(s, signal.SIG_DFL)
+            os.setsid()
+            mine = set(keep)
+            for step in self.steps.values():
+                for fd in [step.stdin] + list(step.outputs):
+                    if fd is not None and fd not in mine:
+                        os.close(fd)
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            os.dup2(stdin, 0)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            for fd in mine:
+                if fd > 2:
+                    os.close(fd)
+            os.set_blocking(0, True)
+            import io
+
+            sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+            code = 0
+            exec(self.runner, {"__name__": "__main__", "__builtins__": __builtins__})
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException as e:
+            try:
+                os.write(2, ("remotekit agent: %s: %s\n" % (type(e).__name__, e)).encode())
+            except OSError:
+                pass
+            code = 125
+        finally:
+            os._exit(code & 0xFF)
+
+    def feed(self, step):
+        while step.stdin is not None and step.pending:
+            data = step.pending[0]
+            try:
+                n = os.write(step.stdin, data)
+            except BlockingIOError:
+                return
+            except OSError:  # the runner is gone: its exit says why
+                step.close_stdin()
+                return
+            step.pending[0] = data[n:]
+            if not step.pending[0]:
+                step.pending.pop(0)
+            self.send(b"W", step.sid, str(n).encode())
+        if step.eof and not step.pending:
+            step.close_stdin()
+
+    def relay(self, step, fd):
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            os.close(fd)
+            del step.outputs[fd]
+            self.finish(step)
+            return
+        step.unacked += len(data)
+        self.send(step.outputs[fd], step.sid, data)
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            for step in list(self.steps.values()):
+                if step.pid == pid:
+                    code = (
+                        -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                    )
+                    step.status = 128 - code if code < 0 else code
+                    self.finish(step)
+
+    def finish(self, step):
+        """Report a step's exit once its process is reaped and its output all relayed."""
+        if step.status is None or step.outputs:
+            return
+        step.close_stdin()
+        del self.steps[step.sid]
+        self.send(b"X", step.sid, str(step.status).encode())
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def shutdown(self):
+        """The channel closed: every runner sees EOF and stops its tree; kill the rest."""
+        import time
+
+        for step in self.steps.values():
+            step.close_stdin()
+            for fd in step.outputs:  # nobody reads them now: a runner's writes fail, never block
+                os.close(fd)
+            step.outputs = {}
+        end = time.monotonic() + GRACE
+        while self.steps and time.monotonic() < end:
+            self.reap_quietly()
+            time.sleep(0.02)
+        for step in list(self.steps.values()):
+            for sig in (signal.SIGKILL,):
+                try:
+                    os.killpg(step.pid, sig)
+                except OSError:
+                    pass
+        self.reap_quietly()
+
+    def reap_quietly(self):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.steps.clear()
+                return
+            if not pid:
+                return
+            for sid, step in list(self.steps.items()):
+                if step.pid == pid:
+                    del self.steps[sid]
+
+
+def main():
+    try:
+        Agent().run()
+    except BrokenPipeError:
+        pass  # the caller is gone
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
