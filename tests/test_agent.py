@@ -341,3 +341,53 @@ def test_secrets_are_not_in_the_agents_argv_or_environment(tmp_path: Path) -> No
         assert secret not in ps
         t.cancel()
         th.join(20)
+
+
+# -- the local process: Ctrl-C, killed ----------------------------------------------------
+
+CALLER = """
+import sys, remotekit
+kind, m, inv = sys.argv[1:4]
+t = (remotekit.local_target(agent=True) if kind == "local"
+     else remotekit.load_inventory(inv).target("ct", agent=True))
+print(t.run(%r).stdout.strip(), flush=True)
+try:
+    t.run(["bash", "-c", "setsid sleep %%s & (sleep %%s & ) ; sleep %%s" %% (m, m, m)], timeout=60)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+""" % (AGENT_PID,)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+def test_the_local_process_gone_takes_the_agent_and_its_steps(
+    kind: str, sig: int, request: pytest.FixtureRequest
+) -> None:
+    import subprocess
+    import sys
+
+    inv = request.getfixturevalue("inventory") if kind == "ssh" else None
+    m = marker()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CALLER, kind, m, str(inv.path if inv else "")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        wait_seen(m)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    if sig == signal.SIGINT:
+        assert "interrupted" in out and proc.returncode == 130
+    assert wait_gone(m, 8) == []
+    if inv is None:
+        assert wait_gone_pid(pid, 5), "the agent outlived its caller"
+    else:
+        with inv.target("ct") as again:
+            assert again.run(["test", "-e", f"/proc/{pid}"], check=False).exit_code == 1
