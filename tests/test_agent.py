@@ -345,18 +345,18 @@ def test_secrets_are_not_in_the_agents_argv_or_environment(tmp_path: Path) -> No
 
 # -- the local process: Ctrl-C, killed ----------------------------------------------------
 
-CALLER = """
+CALLER = f"""
 import sys, remotekit
 kind, m, inv = sys.argv[1:4]
 t = (remotekit.local_target(agent=True) if kind == "local"
      else remotekit.load_inventory(inv).target("ct", agent=True))
-print(t.run(%r).stdout.strip(), flush=True)
+print(t.run({AGENT_PID!r}).stdout.strip(), flush=True)
 try:
-    t.run(["bash", "-c", "setsid sleep %%s & (sleep %%s & ) ; sleep %%s" %% (m, m, m)], timeout=60)
+    t.run(["bash", "-c", f"setsid sleep {{m}} & (sleep {{m}} & ) ; sleep {{m}}"], timeout=60)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
     sys.exit(130)
-""" % (AGENT_PID,)
+"""
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
