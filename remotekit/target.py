@@ -260,6 +260,7 @@ class Target:
         step: str | None = None,
         capture: bool = True,
         detach: bool = False,
+        preload: Sequence[str] = (),
     ) -> Result:
         """Ship ``script`` (a local file path or a :class:`Script`) and run it there.
 
@@ -268,11 +269,16 @@ class Target:
         target's (venv / python), unbuffered; ``$REMOTEKIT_DIR`` names the temp dir.
         ``files`` values must be bytes (checked before anything is sent); a file may not
         take the script's own name. ``detach=True``: as for :meth:`run` (the temp dir then
-        stays, holding the log; ``Result.detached.dir`` names it).
+        stays, holding the log; ``Result.detached.dir`` names it). ``preload``: modules the
+        script imports that are slow to import (``["torch"]``): with the agent on, the step
+        is forked from a process there that keeps them imported (the first such step pays
+        the import); without it, nothing changes.
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
         header, payload = shipped(script, args, files, detach)
+        if preload:
+            header = replace(header, preload=tuple(map(str, preload)))
         options = StepOptions(
             display=self.python_display(script.name, args),
             step=step or script.name,

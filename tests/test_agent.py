@@ -391,3 +391,47 @@ def test_the_local_process_gone_takes_the_agent_and_its_steps(
     else:
         with inv.target("ct") as again:
             assert again.run(["test", "-e", f"/proc/{pid}"], check=False).exit_code == 1
+
+
+# -- warm imports -------------------------------------------------------------------------
+
+IMPORTED = remotekit.Script(
+    "import sys\nprint('torch' in sys.modules)\nimport torch\nprint(torch.tensor([2]).item())\n",
+    name="warm.py",
+)
+
+
+def test_a_step_that_asks_for_torch_finds_it_imported(target: remotekit.Target) -> None:
+    first = target.run_python(IMPORTED, preload=["torch"], timeout=120)
+    again = target.run_python(IMPORTED, preload=["torch"], timeout=60)
+    plain = target.run_python(IMPORTED, timeout=120)
+    assert first.stdout == again.stdout == "True\n2\n"
+    assert plain.stdout == "False\n2\n"  # a step that does not ask stays small
+
+
+def test_a_warm_step_is_stopped_like_any_other(target: remotekit.Target) -> None:
+    m = marker()
+    code = f"import subprocess\nsubprocess.run(['bash', '-c', 'setsid sleep {m} & (sleep {m} &); sleep {m}'])\n"
+    target.run_python(IMPORTED, preload=["torch"], timeout=120)
+    with pytest.raises(remotekit.StepTimeout) as info:
+        target.run_python(remotekit.Script(code, name="tree.py"), preload=["torch"], timeout=3)
+    assert info.value.confirmed
+    assert wait_gone(m, 5) == []
+
+
+def test_close_takes_the_warm_process_too() -> None:
+    t = remotekit.local_target(agent=True)
+    warm = int(
+        t.run_python(
+            remotekit.Script(
+                "import os\nprint(open('/proc/%d/stat' % os.getppid()).read().rsplit(')', 1)[1].split()[1])\n",
+                name="parent.py",
+            ),
+            preload=["json"],
+            timeout=60,
+        ).stdout
+    )  # the runner's parent: the process that forked it
+    agent = agent_pid(t)
+    assert warm != agent
+    t.close()
+    assert wait_gone_pid(warm, 5) and wait_gone_pid(agent, 5)

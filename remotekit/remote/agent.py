@@ -29,6 +29,7 @@ import json
 import os
 import select
 import signal
+import socket
 import struct
 import sys
 
@@ -79,6 +80,7 @@ class Step(object):
         self.outputs = {out: b"O", err: b"e"}
         self.unacked = 0
         self.status = None
+        self.warm = ()  # the modules of the Warm it was forked from
 
     def close_stdin(self):
         if self.stdin is not None:
@@ -90,11 +92,114 @@ class Step(object):
         self.pending = []
 
 
+def preload_of(first):
+    """The modules a step asks to find imported (its header's ``preload``)."""
+    try:
+        return json.loads(first.split(b"\n", 1)[1].decode("utf-8")).get("preload") or ()
+    except (ValueError, IndexError, AttributeError):
+        return ()
+
+
+def send_fds(sock, data, fds):
+    """``data`` with ``fds`` attached (SCM_RIGHTS; socket.send_fds is Python >= 3.9)."""
+    import array
+
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+
+
+def recv_fds(sock, size, n):
+    import array
+
+    fds = array.array("i")
+    data, anc, _, _ = sock.recvmsg(size, socket.CMSG_LEN(n * fds.itemsize))
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(raw[: len(raw) - (len(raw) % fds.itemsize)])
+    return data, list(fds)
+
+
+class Warm(object):
+    """A fork of the agent that imported ``modules`` (``torch``) once: a step that asks for
+    them (``preload``) is forked from it, so it finds them imported. The agent hands it the
+    step's pipes over a socket; it answers ``P sid pid`` and ``X sid status`` lines. It ends
+    when that socket closes (the agent is gone)."""
+
+    def __init__(self, agent, modules):
+        self.modules = modules
+        self.buf = b""
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if not pid:
+            ours.close()
+            self.serve(agent, theirs)
+        theirs.close()
+        self.pid, self.sock = pid, ours
+
+    def order(self, sid, fds):
+        send_fds(self.sock, struct.pack("!I", sid), fds)
+
+    def serve(self, agent, sock):
+        code = 0
+        try:
+            agent.forget()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # never hold the channel open
+                os.dup2(null, fd)
+            os.close(null)
+            for name in self.modules:
+                try:
+                    __import__(name)
+                except BaseException:
+                    pass  # the step imports it again and says why it fails
+            children = {}
+            wake_r, wake_w = os.pipe()
+            os.set_blocking(wake_w, False)
+            signal.set_wakeup_fd(wake_w)
+            signal.signal(signal.SIGCHLD, lambda s, f: None)
+            while True:
+                self.reap(sock, children)
+                ready, _, _ = select.select([sock, wake_r], [], [], 1.0)
+                if wake_r in ready:
+                    os.read(wake_r, 4096)
+                if sock not in ready:
+                    continue
+                data, fds = recv_fds(sock, 4, 3)
+                if not data:
+                    break
+                (sid,) = struct.unpack("!I", data)
+                pid = os.fork()
+                if not pid:
+                    sock.close()
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    agent.child(*fds)
+                for fd in fds:
+                    os.close(fd)
+                children[pid] = sid
+                sock.sendall(b"P %d %d\n" % (sid, pid))
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+
+    @staticmethod
+    def reap(sock, children):
+        for pid in list(children):
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                got, status = pid, 0
+            if got:
+                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                sock.sendall(b"X %d %d\n" % (children.pop(pid), 128 - code if code < 0 else code))
+
+
 class Agent(object):
     def __init__(self):
         self.inbuf = bytearray()
         self.runner = None
         self.steps = {}
+        self.warm = {}  # modules -> Warm: forks of the agent that keep them imported
         self.closing = False
         self.watched = {}
         self.wake_r, self.wake_w = os.pipe()
@@ -130,6 +235,8 @@ class Agent(object):
         for fd in self.watched:
             poller.unregister(fd)
         fds = {0: select.POLLIN, self.wake_r: select.POLLIN}
+        for warm in self.warm.values():
+            fds[warm.sock.fileno()] = select.POLLIN
         for step in self.steps.values():
             if step.unacked < WINDOW:
                 for fd in step.outputs:
@@ -150,6 +257,9 @@ class Agent(object):
             except OSError:
                 pass
         else:
+            for warm in list(self.warm.values()):
+                if fd == warm.sock.fileno():
+                    self.hear(warm)
             for step in list(self.steps.values()):
                 if fd in step.outputs:
                     self.relay(step, fd)
@@ -199,42 +309,59 @@ class Agent(object):
     # -- a step ------------------------------------------------------------------------------
 
     def start(self, sid, first):
+        modules = tuple(sorted(preload_of(first)))
+        warm = self.warm_for(modules) if modules else None  # forked before the pipes exist
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        pid = os.fork()
-        if not pid:
-            for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin must be ours to give
-                os.close(fd)
-            self.child(in_r, out_w, err_w, keep=(in_r, out_w, err_w))
+        if warm is not None:  # forked by the Warm that holds the modules; it says the pid
+            pid = None
+            warm.order(sid, (in_r, out_w, err_w))
+        else:
+            pid = os.fork()
+            if not pid:
+                for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin must be ours to give
+                    os.close(fd)
+                self.child(in_r, out_w, err_w)
         for fd in (in_r, out_w, err_w):
             os.close(fd)
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
+        step.warm = modules
         step.pending.append(first)
         self.feed(step)
 
-    def child(self, stdin, out, err, keep):
+    def forget(self):
+        """In a fork: close every fd of the agent's (steps' pipes, wake pipe, warm sockets)
+        and drop its handlers, so this process holds nothing that keeps a step or the
+        channel open."""
+        signal.set_wakeup_fd(-1)
+        for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, signal.SIG_DFL)
+        for step in self.steps.values():
+            for fd in [step.stdin] + list(step.outputs):
+                if fd is not None:
+                    os.close(fd)
+        for warm in self.warm.values():
+            warm.sock.close()
+        for fd in (self.wake_r, self.wake_w):
+            if fd is not None:
+                os.close(fd)
+        self.steps, self.warm, self.wake_r, self.wake_w = {}, {}, None, None
+        self.inbuf = bytearray()
+
+    def child(self, stdin, out, err):
         """In the forked child: the step's pipes as fds 0-2, nothing of the agent's, and the
         runner run as a fresh ``python -c LOADER`` would run it."""
         code = 125
         try:
-            signal.set_wakeup_fd(-1)
-            for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                signal.signal(s, signal.SIG_DFL)
+            self.forget()
             os.setsid()
-            mine = set(keep)
-            for step in self.steps.values():
-                for fd in [step.stdin] + list(step.outputs):
-                    if fd is not None and fd not in mine:
-                        os.close(fd)
-            os.close(self.wake_r)
-            os.close(self.wake_w)
             os.dup2(stdin, 0)
             os.dup2(out, 1)
             os.dup2(err, 2)
-            for fd in mine:
+            for fd in set((stdin, out, err)):
                 if fd > 2:
                     os.close(fd)
             os.set_blocking(0, True)
@@ -255,6 +382,42 @@ class Agent(object):
             code = 125
         finally:
             os._exit(code & 0xFF)
+
+    def warm_for(self, modules):
+        warm = self.warm.get(modules)
+        if warm is None:
+            warm = self.warm[modules] = Warm(self, modules)
+        return warm
+
+    def hear(self, warm):
+        """What a Warm says: ``P sid pid`` (forked) and ``X sid status`` (it ended)."""
+        try:
+            data = warm.sock.recv(CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # it died: its steps' runners see EOF as ours close; report them
+            del self.warm[warm.modules]
+            warm.sock.close()
+            for step in list(self.steps.values()):
+                if step.warm == warm.modules and step.status is None:
+                    step.status = 125 if step.pid is None else step.status
+                    self.finish(step)
+            return
+        warm.buf += data
+        while b"\n" in warm.buf:
+            line, _, rest = warm.buf.partition(b"\n")
+            warm.buf = rest
+            word, sid, value = line.split()
+            step = self.steps.get(int(sid))
+            if step is None:
+                continue
+            if word == b"P":
+                step.pid = int(value)
+            else:
+                step.status = int(value)
+                self.finish(step)
 
     def feed(self, step):
         while step.stdin is not None and step.pending:
@@ -328,11 +491,13 @@ class Agent(object):
             self.reap_quietly()
             time.sleep(0.02)
         for step in list(self.steps.values()):
-            for sig in (signal.SIGKILL,):
+            if step.pid is not None:
                 try:
-                    os.killpg(step.pid, sig)
+                    os.killpg(step.pid, signal.SIGKILL)
                 except OSError:
                     pass
+        for warm in self.warm.values():
+            warm.sock.close()
         self.reap_quietly()
 
     def reap_quietly(self):
