@@ -11,6 +11,8 @@ Through local -> sshd (127.0.0.1) -> pct stand-in -> real LXC container -> venv 
   5. with the resident agent (``agent=True``): the trivial run_python of 1  vs  the same
      ControlMaster + pct exec + python -c pass                         target: ratio <= 0.5
   6. 100 trivial steps in a loop, with and without the agent: per-step p50 and p99 (reported)
+  7. a warm step that imports torch, with the agent (``preload=["torch"]``)  vs
+     ControlMaster + pct exec + python -c 'import torch'                 target: ratio <= 0.3
 
 Run: .venv/bin/python bench/bench_engine.py [--runs 20]   (writes bench/results/engine.json)
 """
@@ -107,6 +109,7 @@ def main() -> int:
     )
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--loop", type=int, default=100, help="steps in the p50/p99 loop")
+    ap.add_argument("--torch-runs", type=int, default=5, help="runs of the torch steps")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rk-bench-"))
     ct = LxcContainer()
@@ -186,6 +189,16 @@ def main() -> int:
             ta.run_python(trivial)  # warm: the agent runs
             figures["agent_run_python_s"] = median_time(lambda: ta.run_python(trivial), args.runs)
             agent_loop = loop_times(lambda: ta.run_python(trivial), args.loop)
+            uses_torch = remotekit.Script("import torch\n", name="uses_torch.py")
+            figures["agent_torch_step_s"] = median_time(
+                lambda: ta.run_python(uses_torch, preload=["torch"], timeout=300), args.torch_runs
+            )
+        figures["openssh_controlmaster_torch_s"] = median_time(
+            lambda: subprocess.run(
+                [*ssh, join([pct, "exec", "200", "--", py, "-c", "import torch"])], check=True
+            ),
+            args.torch_runs,
+        )
         for name, times in (("plain", plain_loop), ("agent", agent_loop)):
             p50, p99 = p50_p99(times)
             figures[f"loop{args.loop}_{name}_p50_ms"] = p50 * 1000
@@ -199,6 +212,7 @@ def main() -> int:
     ratio_cm = figures["remotekit_run_python_s"] / figures["openssh_controlmaster_s"]
     speedup_seed = figures["seed_two_ssh_heredoc_s"] / figures["remotekit_seed_script_s"]
     ratio_agent = figures["agent_run_python_s"] / figures["openssh_controlmaster_s"]
+    ratio_torch = figures["agent_torch_step_s"] / figures["openssh_controlmaster_torch_s"]
     checks = [
         ("run_python / OpenSSH ControlMaster", f"{ratio_cm:.2f}x", "<= 1.5x", ratio_cm <= 1.5),
         (
@@ -206,6 +220,12 @@ def main() -> int:
             f"{ratio_agent:.2f}x",
             "<= 0.5x",
             ratio_agent <= 0.5,
+        ),
+        (
+            "torch step, agent / ControlMaster",
+            f"{ratio_torch:.2f}x",
+            "<= 0.3x",
+            ratio_torch <= 0.3,
         ),
         (
             "seed two-ssh heredoc / run_python",
@@ -240,6 +260,7 @@ def main() -> int:
                 "figures": figures,
                 "ratio_vs_controlmaster": ratio_cm,
                 "agent_ratio_vs_controlmaster": ratio_agent,
+                "agent_torch_ratio_vs_controlmaster": ratio_torch,
                 "speedup_vs_seed": speedup_seed,
                 "pass": all(c[3] for c in checks),
             },
