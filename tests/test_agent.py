@@ -435,3 +435,56 @@ def test_close_takes_the_warm_process_too() -> None:
     assert warm != agent
     t.close()
     assert wait_gone_pid(warm, 5) and wait_gone_pid(agent, 5)
+
+
+# -- an agent that cannot start: the hops' own words --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "error", "words"),
+    [
+        ("stopped", remotekit.ContainerNotRunning, "container '201' not running!"),
+        ("noct", remotekit.ContainerNotFound, "999.conf' does not exist"),
+        ("novenv", remotekit.InterpreterNotFound, "/opt/no-such-venv/bin/python"),
+    ],
+)
+def test_an_agent_that_cannot_start_says_why_as_the_runner_does(
+    inventory: remotekit.Inventory, host: str, error: type[Exception], words: str
+) -> None:
+    with inventory.target(host, agent=True) as t:
+        for _ in range(2):  # and again: a new agent is tried, with the same answer
+            with pytest.raises(error) as info:
+                t.run(["true"], timeout=30)
+            assert words in str(info.value) and info.value.host == host  # type: ignore[attr-defined]
+
+
+def test_an_agent_whose_interpreter_is_missing_here() -> None:
+    with (
+        remotekit.local_target(python="/opt/nope/bin/python3", agent=True) as t,
+        pytest.raises(remotekit.InterpreterNotFound) as info,
+    ):
+        t.run(["true"])
+    assert info.value.path == "/opt/nope/bin/python3"
+
+
+def _python38() -> str | None:
+    from tests.test_interpreters import PYTHONS
+
+    return PYTHONS.get((3, 8))
+
+
+def test_the_agent_runs_on_python_3_8() -> None:
+    python = _python38()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    with remotekit.local_target(python=python, agent=True) as t:
+        r = t.run_python(remotekit.Script("import sys\nprint(sys.version_info[:2])\n"))
+        assert r.stdout == "(3, 8)\n"
+        assert agent_pid(t) == agent_pid(t) != os.getpid()
+        m = marker()
+        with pytest.raises(remotekit.StepTimeout):
+            t.run(tree(m), timeout=1.5)
+        assert wait_gone(m, 5) == []
+        warm = remotekit.Script("import sys\nprint('decimal' in sys.modules)\n", name="d.py")
+        assert t.run_python(warm, preload=["decimal"], timeout=30).stdout == "True\n"
+        assert t.run_python(warm, timeout=30).stdout == "False\n"
