@@ -23,7 +23,7 @@ import pytest
 
 import remotekit
 from tests.conftest import write_inventory
-from tests.harness import processes_with, wait_gone
+from tests.harness import ancestors, processes_with, wait_gone
 
 # The engine's tests, re-run on the agent path (their fixtures are this module's).
 from tests.test_hostile_steps import (  # noqa: F401
@@ -275,11 +275,30 @@ def test_agent_killed_mid_step_is_a_clear_error_and_the_next_step_works(
     assert target.run(["echo", "next"], timeout=20).stdout == "next\n"
 
 
+def test_a_dropped_connection_takes_the_agent_and_its_steps(
+    inventory: remotekit.Inventory,
+) -> None:
+    with inventory.target("ct", agent=True) as t:
+        pid = agent_pid(t)
+        m = marker()
+        th, out = in_thread(t.run, tree(m), timeout=60)
+        wait_seen(m)
+        here = processes_with(m)[0]
+        session = next(p for p, cmd in ancestors(here) if cmd.startswith("sshd:"))
+        os.kill(session, signal.SIGKILL)  # the sshd process serving this connection dies
+        th.join(30)
+        assert out and isinstance(out[0], remotekit.ConnectionLost), out
+        assert out[0].host == "ct"
+        assert wait_gone(m, 8) == []
+        assert agent_pid(t) != pid  # a new connection, a new agent
+        assert t.run(["test", "-e", f"/proc/{pid}"], check=False, timeout=20).exit_code == 1
+
+
 # -- many steps at once -------------------------------------------------------------------
 
 
-def test_sixteen_concurrent_steps_keep_their_output_apart(target: remotekit.Target) -> None:
-    n = 16
+@pytest.mark.parametrize("n", [16, 64])
+def test_concurrent_steps_keep_their_output_apart(target: remotekit.Target, n: int) -> None:
     pid = agent_pid(target)
 
     def one(i: int) -> tuple[str, str]:
