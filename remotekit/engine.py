@@ -13,7 +13,10 @@ that run steps (:mod:`remotekit.step`, :mod:`remotekit.ping`, :mod:`remotekit.fo
 - secrets: the values of the spec's and every step's ``secret_env``, and the redaction of
   every error that leaves (:meth:`Engine.redact`, :meth:`Engine.redacted`);
 - :meth:`Engine.start_step`: the one place a step's runner is started, through the whole
-  chain, with its header and payload on stdin.
+  chain, with its header and payload on stdin; or, with :attr:`Engine.use_agent`
+  (hosts.yaml ``agent: true``, ``Target(agent=True)``), a message to the target's one
+  resident agent (:mod:`remotekit.agent`), started there on the first step and again after
+  it died; :meth:`Engine.close` stops it with its steps.
 
 It imports none of the modules that use it (``step``, ``ping``, ``forward``, ``sync``,
 ``target``), not even for types: the arrows all point down to it.
