@@ -27,7 +27,7 @@ from typing import Any
 
 from remotekit import remote
 from remotekit.layers import Launch
-from remotekit.remote.agent import WINDOW, frame, frames
+from remotekit.remote.agent import GRACE, WINDOW, frame, frames
 from remotekit.transports.base import Channel, Event, Exit, Lost, Output, Process, Transport
 
 __all__ = ["Agent", "AgentStep"]
@@ -36,8 +36,8 @@ __all__ = ["Agent", "AgentStep"]
 _PIECE = 1 << 18
 #: Output bytes taken here before the agent is told (one credit frame per this many).
 _CREDIT = 1 << 16
-#: How long close() waits for the agent to stop its steps and exit before it lets go.
-_CLOSE_S = 8.0
+#: How long close() waits, beyond the agent's own bound, for it to exit before it lets go.
+_CLOSE_S = 3.0
 
 
 class _Events(queue.Queue[Event]):
@@ -114,8 +114,11 @@ class AgentStep(Channel):
 class Agent:
     """One agent there, started through ``launch`` on ``transport``; see the module doc."""
 
-    def __init__(self, transport: Transport, launch: Launch, host: str, chain: str):
+    def __init__(
+        self, transport: Transport, launch: Launch, host: str, chain: str, *, grace: float
+    ):
         self.host, self.chain = host, chain
+        self._grace = grace  # the steps' TERM -> KILL grace
         self.pid: int | None = None
         self._out: queue.Queue[bytes | None] = queue.Queue()
         self._ready = threading.Event()
@@ -228,5 +231,5 @@ class Agent:
         self._out.put(None)
         self._fed.wait(_CLOSE_S)
         self._proc.close_stdin()
-        if not self._dead.wait(_CLOSE_S):
+        if not self._dead.wait(self._grace + GRACE + _CLOSE_S):
             self._proc.terminate()

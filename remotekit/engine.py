@@ -172,7 +172,8 @@ class Engine:
         """The target's agent, started through ``launch`` when there is none or it died."""
         with self._agent_lock:
             if self._agent is None or not self._agent.alive:
-                self._agent = Agent(self.transport, launch, self.name, self.chain)
+                grace = self.spec.timeouts.kill_grace
+                self._agent = Agent(self.transport, launch, self.name, self.chain, grace=grace)
             return self._agent
 
     def close(self) -> None:

@@ -22,9 +22,16 @@
 # is safe. Output is relayed per step; the agent stops reading a step's pipes while WINDOW of
 # its bytes are unconsumed by the caller, so a step that floods only blocks itself.
 #
+# A step whose header names ``preload`` modules (torch) is forked instead by a Warm: a fork of
+# the agent that imported them once, handed the step's pipes over a socket.
+#
 # The agent dies with its channel: EOF on its stdin (or TERM/HUP/INT) closes every step's
-# stdin, so each runner stops its tree; what has not exited after GRACE is killed; then the
-# agent exits. A runner whose agent was killed outright sees the same EOF.
+# stdin, so each runner stops its tree; what has not exited after the step's grace and GRACE
+# is killed; then the agent exits. A runner whose agent was killed outright sees the same EOF.
+#
+# A step's child holds a copy of the agent's memory, its own header (and nonce) included:
+# harmless, as every control line after ``ready`` carries the key its runner draws after the
+# step forked, which is in no other process.
 import json
 import os
 import select
@@ -37,8 +44,8 @@ FRAME = struct.Struct("!cII")
 CHUNK = 1 << 16
 #: Bytes of one step's output the caller may leave unconsumed before the agent stops reading.
 WINDOW = 1 << 20
-#: How long steps get to stop after the channel closed, before they are killed.
-GRACE = 5.0
+#: How long, beyond the longest grace of a step, steps get to stop after the channel closed.
+GRACE = 3.0
 
 
 def frame(kind, sid, payload=b""):
@@ -81,6 +88,7 @@ class Step(object):
         self.unacked = 0
         self.status = None
         self.warm = ()  # the modules of the Warm it was forked from
+        self.grace = 1.0  # the runner's TERM -> KILL grace
 
     def close_stdin(self):
         if self.stdin is not None:
@@ -92,12 +100,14 @@ class Step(object):
         self.pending = []
 
 
-def preload_of(first):
-    """The modules a step asks to find imported (its header's ``preload``)."""
+def header_of(first):
+    """The step's header (what its runner reads first: ``<length>\n<JSON>``), as a dict;
+    the agent reads two fields of it: ``preload`` and ``grace``."""
     try:
-        return json.loads(first.split(b"\n", 1)[1].decode("utf-8")).get("preload") or ()
-    except (ValueError, IndexError, AttributeError):
-        return ()
+        header = json.loads(first.split(b"\n", 1)[1].decode("utf-8"))
+    except (ValueError, IndexError):
+        return {}
+    return header if isinstance(header, dict) else {}
 
 
 def send_fds(sock, data, fds):
@@ -309,28 +319,49 @@ class Agent(object):
     # -- a step ------------------------------------------------------------------------------
 
     def start(self, sid, first):
-        modules = tuple(sorted(preload_of(first)))
-        warm = self.warm_for(modules) if modules else None  # forked before the pipes exist
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        if warm is not None:  # forked by the Warm that holds the modules; it says the pid
-            pid = None
-            warm.order(sid, (in_r, out_w, err_w))
-        else:
-            pid = os.fork()
-            if not pid:
-                for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin must be ours to give
-                    os.close(fd)
-                self.child(in_r, out_w, err_w)
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
+        header = header_of(first)
+        modules = tuple(sorted(map(str, header.get("preload") or ())))
+        try:
+            pid, (in_w, out_r, err_r) = self.fork(sid, modules)
+        except OSError as e:  # no fork, no pipes: this step fails, the agent goes on
+            self.send(b"e", sid, ("remotekit agent: cannot start the step: %s\n" % e).encode())
+            self.send(b"X", sid, b"125")
+            return
+        for fd in (in_w, out_r, err_r):
+            os.set_blocking(fd, False)
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
         step.warm = modules
+        step.grace = float(header.get("grace") or 1.0)
         step.pending.append(first)
         self.feed(step)
+
+    def fork(self, sid, modules):
+        """The step's child, forked here or by the Warm holding ``modules``: (its pid, or None
+        when the Warm will say it, and our ends of its stdin, stdout and stderr)."""
+        warm = self.warm_for(modules) if modules else None  # forked before the pipes exist
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            if warm is not None:
+                pid = None
+                warm.order(sid, (in_r, out_w, err_w))
+            else:
+                pid = os.fork()
+                if not pid:
+                    for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin is ours to give
+                        os.close(fd)
+                    self.child(in_r, out_w, err_w)
+        except OSError:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        return pid, (in_w, out_r, err_r)
 
     def forget(self):
         """In a fork: close every fd of the agent's (steps' pipes, wake pipe, warm sockets)
@@ -481,12 +512,12 @@ class Agent(object):
         """The channel closed: every runner sees EOF and stops its tree; kill the rest."""
         import time
 
+        end = time.monotonic() + max([s.grace for s in self.steps.values()] + [0.0]) + GRACE
         for step in self.steps.values():
             step.close_stdin()
             for fd in step.outputs:  # nobody reads them now: a runner's writes fail, never block
                 os.close(fd)
             step.outputs = {}
-        end = time.monotonic() + GRACE
         while self.steps and time.monotonic() < end:
             self.reap_quietly()
             time.sleep(0.02)
