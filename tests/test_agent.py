@@ -30,9 +30,15 @@ from tests.test_hostile_steps import (  # noqa: F401
     test_a_clean_step_stops_nothing,
     test_a_step_cannot_forge_its_exit,
     test_background_writer_does_not_keep_the_step_open,
+    test_detach_leaves_one_process_running_with_a_log,
+    test_get_keeps_the_mode_and_never_widens,
+    test_get_refuses_a_fifo,
     test_large_shipped_file_arrives_whole,
+    test_put_keeps_the_mode_and_never_widens,
     test_quiet_background_child_does_not_outlive_the_step,
+    test_run_python_detach_keeps_its_files,
     test_timeout_message_matches_what_happened,
+    there,
 )
 from tests.test_target_local import (  # noqa: F401
     test_cancel_stops_running_steps,
@@ -175,14 +181,14 @@ def test_put_and_get_are_byte_exact(target: remotekit.Target, tmp_path: Path) ->
     blob = os.urandom(3 << 20) + b"O\x00\x00\x00\x01"
     src = tmp_path / "blob.bin"
     src.write_bytes(blob)
-    there = f"/tmp/rk-agent-{uuid.uuid4().hex[:8]}.bin"
+    path = f"/tmp/rk-agent-{uuid.uuid4().hex[:8]}.bin"
     try:
-        target.put(src, there, timeout=30)
+        target.put(src, path, timeout=30)
         back = tmp_path / "back.bin"
-        target.get(there, back, timeout=30)
+        target.get(path, back, timeout=30)
         assert hashlib.sha256(back.read_bytes()).digest() == hashlib.sha256(blob).digest()
     finally:
-        target.run(["rm", "-f", there], check=False, timeout=20)
+        target.run(["rm", "-f", path], check=False, timeout=20)
 
 
 @pytest.mark.parametrize("code", [0, 1, 3, 125, 255])
