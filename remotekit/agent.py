@@ -211,7 +211,7 @@ class Agent:
             else:  # it never ran: its words are what the hops' explanations read
                 step.deliver(Output("stderr", bytes(self._stderr)))
                 step.deliver(Exit(code))
-            step.written(WINDOW)
+            step.close_stdin()  # its payload's sender stops
 
     # -- steps -------------------------------------------------------------------------------
 
