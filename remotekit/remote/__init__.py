@@ -8,7 +8,9 @@ which ships a script together with every sibling module it imports (``import ckp
 beside ``ckpt.py``), so a diagnostic may be split into small modules. Local code imports two of
 them too: ``protocol.py`` (the format is written once) and ``sync.py`` (its exclude rules and
 path checks mean the same on both sides). ``relay.py`` (:mod:`remotekit.forward`) speaks no
-records: after one line each way, its stdin and stdout are a raw byte stream.
+records: after one line each way, its stdin and stdout are a raw byte stream. ``agent.py``
+(:mod:`remotekit.agent`) speaks no records either: its stdin and stdout carry frames, whose
+format local code imports from it (written once).
 """
 
 from __future__ import annotations
