@@ -66,8 +66,9 @@ class Engine:
         self._cancelled = threading.Event()
         self._secrets: set[str] = set()
         self.remember_secrets(spec.env)
-        #: Whether steps run as messages to one resident agent there (:mod:`remotekit.agent`).
-        self.use_agent = agent
+        #: Whether steps run as messages to one resident agent there (:mod:`remotekit.agent`):
+        #: asked for, and every hop can carry it (a Slurm job cannot yet).
+        self.use_agent = agent and all(hop.agent for hop in spec.hops)
         self._agent: Agent | None = None
         self._agent_lock = threading.Lock()
 
