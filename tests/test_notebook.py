@@ -152,6 +152,8 @@ def test_a_notebook_streams_interrupts_and_displays(
     if where.server is not None:  # reconnected, with a note naming the host
         note = text_of(nb.cells[4], "stderr")
         assert "Reconnected: box: the SSH connection" in note and "reconnected" in note, note
+        assert 'run(["echo", "after the drop"])' in note, note  # the cell's line, not ours
+        assert "ssh.py" not in note, note
     else:
         assert not text_of(nb.cells[4], "stderr"), nb.cells[4].outputs
 

@@ -727,8 +727,9 @@ def test_a_connection_dropped_between_steps_reconnects_with_a_note(
         assert t.run(step).stdout == "ok\n"
         assert own_sshd.drop_connections()  # the sshd process serving it is gone
         for _ in range(2):  # at once, and after paramiko saw the connection go
-            with pytest.warns(remotekit.Reconnected, match=r"^box: .*dropped.*reconnected"):
+            with pytest.warns(remotekit.Reconnected, match=r"^box: .*dropped.*reconnected") as w:
                 assert t.run(step).stdout == "ok\n"
+            assert [x.filename for x in w] == [__file__]  # it names the caller's line
             assert own_sshd.drop_connections()
             time.sleep(0.5)
         with warnings.catch_warnings():
