@@ -25,6 +25,7 @@ def bench(c: Context, quick: bool = False) -> None:
         ["bench/bench_trainlog.py"],
         ["bench/bench_ckpt.py", *(["--size-gb", "0.5"] if quick else [])],
         ["bench/bench_forward.py", *(["--mb", "50", "--runs", "3"] if quick else [])],
+        ["bench/bench_runs.py", *(["--lines", "30", "--mb", "32"] if quick else [])],
         [
             "bench/bench_sync.py",
             *(["--files", "2000", "--big-mb", "16", "--runs", "1"] if quick else []),

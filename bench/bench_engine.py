@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +100,38 @@ def p50_p99(times: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+@dataclass(frozen=True)
+class Chain:
+    """local -> sshd -> pct stand-in -> a real LXC container (CT 200) -> venv Python."""
+
+    inventory: remotekit.Inventory
+    pct: str
+    plain: list[str]  # plain ssh argv to the sshd
+    ssh: list[str]  # the same through an OpenSSH ControlMaster
+
+
+@contextmanager
+def container_chain(work: Path) -> Iterator[Chain]:
+    """The chain the benchmarks measure, built in ``work`` and torn down afterwards."""
+    ct = LxcContainer()
+    node = FakeNode(work / "node", running=ct).install()
+    server = SSHServer(work / "sshd", env=node.env)
+    stack = ExitStack()
+    try:
+        ct.start()
+        node.add(200)
+        server.start()
+        plain, ssh = stack.enter_context(controlmaster(server, work / "ctl"))
+        inv_file = work / "hosts.yaml"
+        host = server.host_yaml(container=200, pct=str(node.pct), venv=venv_prefix())
+        inv_file.write_text(json.dumps({"hosts": {"ct": host}}))
+        yield Chain(remotekit.load_inventory(inv_file), str(node.pct), plain, ssh)
+    finally:
+        stack.close()
+        server.stop()
+        ct.stop()
+
+
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -112,30 +145,13 @@ def main() -> int:
     ap.add_argument("--torch-runs", type=int, default=5, help="runs of the torch steps")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rk-bench-"))
-    ct = LxcContainer()
-    node = FakeNode(work / "node", running=ct).install()
-    server = SSHServer(work / "sshd", env=node.env)
     py = f"{venv_prefix()}/bin/python"
     figures: dict[str, float] = {}
     stack = ExitStack()
     try:
-        ct.start()
-        node.add(200)
-        server.start()
-        plain, ssh = stack.enter_context(controlmaster(server, work / "ctl"))
-        inv_file = work / "hosts.yaml"
-        inv_file.write_text(
-            json.dumps(
-                {
-                    "hosts": {
-                        "ct": server.host_yaml(container=200, pct=str(node.pct), venv=venv_prefix())
-                    }
-                }
-            )
-        )
-        inv = remotekit.load_inventory(inv_file)
-        pct = str(node.pct)
-        with inv.target("ct") as t:
+        chain = stack.enter_context(container_chain(work))
+        plain, ssh, pct = chain.plain, chain.ssh, chain.pct
+        with chain.inventory.target("ct") as t:
             trivial = remotekit.Script("pass\n", name="trivial.py")
             t.run_python(trivial)  # warm: connection held
             figures["remotekit_run_python_s"] = median_time(
@@ -185,7 +201,7 @@ def main() -> int:
             figures["dropped_mb"] = r.stdout_dropped / 2**20
 
             plain_loop = loop_times(lambda: t.run_python(trivial), args.loop)
-        with inv.target("ct", agent=True) as ta:
+        with chain.inventory.target("ct", agent=True) as ta:
             ta.run_python(trivial)  # warm: the agent runs
             figures["agent_run_python_s"] = median_time(lambda: ta.run_python(trivial), args.runs)
             agent_loop = loop_times(lambda: ta.run_python(trivial), args.loop)
@@ -205,8 +221,6 @@ def main() -> int:
             figures[f"loop{args.loop}_{name}_p99_ms"] = p99 * 1000
     finally:
         stack.close()
-        server.stop()
-        ct.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     ratio_cm = figures["remotekit_run_python_s"] / figures["openssh_controlmaster_s"]

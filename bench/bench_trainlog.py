@@ -18,6 +18,8 @@ Then each reader alone (in this process, the script loaded as a module: ``read_l
   csv (Lightning metrics.csv) csv.reader over the file
   nanogpt, llm.c, megatron,   the format's own compiled data regex, .search per line
   fairseq, key=value text     (key=value: FAST_PAIR_RE.findall per line)
+  olmo (OLMo console log)     its metric-line and step-marker regexes, one per line
+  mlflow (a FileStore run)    split + float/int per metric line, over its metric files
   tensorboard                 tensorboard's EventAccumulator (scalars + tensors kept whole)
   wandb                       wandb's protobuf Record.ParseFromString per record over the
                               LevelDB-log framing, json.loads per history value (wandb 0.31
@@ -340,6 +342,65 @@ def bare_fairseq(path: Path) -> int:
     return n
 
 
+def make_olmo(path: Path, steps: int) -> None:
+    """An OLMo console log: a ``[step=N/M,epoch=0]`` marker and four metric lines a step."""
+    losses = _losses(steps)
+
+    def lines() -> Any:
+        for s, v in enumerate(losses, 1):
+            yield (
+                f"2024-02-01 10:00:00.000\thost:0\tolmo.train:1245\tINFO\t[step={s}/{steps},epoch=0]\n"
+                f"    train/CrossEntropyLoss={v:.4f}\n    optim/total_grad_norm=0.5120\n"
+                f"    throughput/total_tokens={s * 4_194_304:,d}\n    train/Perplexity=12.34\n"
+            )
+
+    _write_lines(path, lines())
+
+
+def bare_olmo(tl: Any) -> Any:
+    import trainlog_olmo
+
+    metric, marker = trainlog_olmo.METRIC_RE.match, trainlog_olmo.MARKER_RE.search
+
+    def parse(path: Path) -> int:
+        n = 0
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if metric(line) is None and marker(line) is not None:
+                    n += 1
+        return n
+
+    return parse
+
+
+def make_mlflow(path: Path, steps: int) -> None:
+    """An MLflow run as its FileStore writes it: meta.yaml, metrics/<key> of
+    '<ms> <value> <step>' lines (a loss and a nested lr key)."""
+    (path / "metrics" / "train").mkdir(parents=True)
+    (path / "meta.yaml").write_text("lifecycle_stage: active\nrun_name: bench\nstart_time: 1\n")
+    losses = _losses(steps)
+    _write_lines(
+        path / "metrics" / "loss",
+        (f"{1700000000000 + s} {v} {s}\n" for s, v in enumerate(losses)),
+    )
+    _write_lines(
+        path / "metrics" / "train" / "lr",
+        (f"{1700000000000 + s} 0.0003 {s}\n" for s in range(steps)),
+    )
+
+
+def bare_mlflow(path: Path) -> int:
+    n = 0
+    for f in (path / "metrics" / "loss", path / "metrics" / "train" / "lr"):
+        with open(f, encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.split()
+                float(parts[1])
+                int(parts[2])
+                n += 1
+    return n
+
+
 def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, Any]:
     tl = _script_module()
     cases: list[tuple[str, Any, Any, str, str]] = [
@@ -355,6 +416,8 @@ def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, A
     cases.append(
         ("text", make_text("text"), bare_findall(tl.FAST_PAIR_RE), "a regex per line", "log")
     )
+    cases.append(("olmo", make_olmo, bare_olmo(tl), "its two regexes per line", "log"))
+    cases.append(("mlflow", make_mlflow, bare_mlflow, "split + float per line", "run"))
     cases.append(("tensorboard", make_tfevents, bare_tensorboard, "EventAccumulator", "tb"))
     cases.append(("wandb", make_wandb, bare_wandb, "wandb protobuf Record", "wandb"))
     wanted = {x for x in only.split(",") if x}
@@ -368,6 +431,9 @@ def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, A
         if name == "tensorboard":
             path.mkdir()
             path = make_tfevents(path, steps)
+        elif name == "mlflow":
+            path.mkdir()
+            make(path, steps)
         else:
             make(path, steps)
         mine, base = [], []
@@ -385,7 +451,8 @@ def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, A
         official = name in ("tensorboard", "wandb")
         target = 1.0 if official else TARGET_RATIO
         ok = ratio <= target and rows == steps
-        size = path.stat().st_size / 2**20
+        files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
+        size = sum(f.stat().st_size for f in files) / 2**20
         print(
             f"{name:14} {size:6.0f} {min(mine):9.2f} {min(base):8.2f} {ratio:5.2f}x  {what}"
             f"  (target {'< 1' if official else '<= 3'}x; rows {rows:,}){'' if ok else '  FAIL'}"
@@ -400,7 +467,10 @@ def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, A
             "rows": rows,
             "pass": ok,
         }
-        path.unlink()
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     return out
 
 

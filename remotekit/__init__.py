@@ -26,6 +26,7 @@ from remotekit.errors import (
     HostKeyError,
     InterpreterNotFound,
     InventoryError,
+    Reconnected,
     RemotekitError,
     StepCancelled,
     StepError,
@@ -37,6 +38,7 @@ from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome, fleet
 from remotekit.forward import Forward
 from remotekit.inventory import HostSpec, Inventory, load_inventory, parse_inventory
 from remotekit.result import Detached, Result, Script
+from remotekit.runs import Run, RunInfo
 from remotekit.step import echo
 from remotekit.target import Check, PingReport, Target, local_target
 
@@ -65,8 +67,11 @@ __all__ = [
     "Inventory",
     "InventoryError",
     "PingReport",
+    "Reconnected",
     "RemotekitError",
     "Result",
+    "Run",
+    "RunInfo",
     "Script",
     "StepCancelled",
     "StepError",
@@ -92,6 +97,9 @@ def __getattr__(name: str) -> Any:
     if name == "diagnose":
         from remotekit.diagnostics.diagnose import diagnose
 
+        # kept as an ordinary attribute from now on, where tools that read the module's
+        # __dict__ (pdoc, the API reference) find it like every other name in __all__
+        globals()["diagnose"] = diagnose
         return diagnose
     if name == "diagnostics":
         # As before it was lazy: ``remotekit.diagnostics.system`` works without its own import.

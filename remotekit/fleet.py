@@ -112,6 +112,7 @@ class Fleet:
         self.close()
 
     def close(self) -> None:
+        """Close every target's connection (the ``with`` block does this on the way out)."""
         for t in self.targets:
             t.close()
 

@@ -22,6 +22,7 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
         env: {HF_HOME: /workspace/hf}
         secret_env: [HF_TOKEN]          # names whose values are never printed
         checkpoints: /workspace/checkpoints
+        runs_dir: /workspace/.runs      # run records (default ~/.local/state/remotekit/runs)
         gpus: 8                         # (or gpu: true) no GPU found is then an error, not a note
     groups:
       gpu: [kpro6]
@@ -391,6 +392,7 @@ class _HostReader:
             env={k: _env_text(v) for k, v in (env or {}).items()},
             secret_env=frozenset(secret or ()),
             checkpoints=self.text("checkpoints"),
+            runs_dir=self.text("runs_dir"),
             has_gpu=self.has_gpu(),
             timeouts=self.timeouts(),
             agent=bool(self.get("agent", lambda v: isinstance(v, bool), "true or false")),
@@ -497,6 +499,7 @@ HOST_KEYS = frozenset(
         "env",
         "secret_env",
         "checkpoints",
+        "runs_dir",
         "gpu",
         "gpus",
         "timeouts",
@@ -543,6 +546,7 @@ class Inventory:
     default: str | None = None
 
     def spec(self, name: str) -> HostSpec:
+        """The declared host ``name``; an :class:`UnknownHost` listing the known ones if none."""
         try:
             return self.hosts[name]
         except KeyError:

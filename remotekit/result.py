@@ -23,6 +23,7 @@ class Shown:
     """
 
     def render(self) -> str:
+        """The text the CLI prints for it (also its ``str()``)."""
         raise NotImplementedError
 
     def __str__(self) -> str:
@@ -57,13 +58,16 @@ class Shown:
 class Detached:
     """A command started with ``detach=True``: it runs on there in its own session.
 
-    ``log`` holds its stdout and stderr; ``dir`` is its private folder (0700: the log and,
-    for ``run_python``, the shipped files), left in place for you to remove when done.
+    It is a **run** (:mod:`remotekit.runs`): ``id`` names it on its host
+    (``target.run_handle(id)``, ``remotekit logs ID``); ``pid`` is the command's, ``log`` its
+    output (stdout and stderr interleaved) in the run's record; ``dir`` is the step's private
+    folder (0700: the shipped files), removed with the run's record (``rm``).
     """
 
     pid: int
     log: str
     dir: str
+    id: str = ""
 
 
 @dataclass(frozen=True, repr=False)

@@ -57,6 +57,8 @@ class HostSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     secret_env: frozenset[str] = frozenset()
     checkpoints: str | None = None
+    #: Where runs (``detach=True``) are recorded there; None: the state dir's default.
+    runs_dir: str | None = None
     #: hosts.yaml says it has GPUs (``gpus: N`` > 0 or ``gpu: true``): no GPU found there is
     #: then an error; otherwise "no GPU here" is a note.
     has_gpu: bool = False
@@ -77,6 +79,8 @@ class HostSpec:
         return "python3"
 
     def layers(self) -> tuple[Layer, ...]:
+        """The layers to compose, innermost first: interpreter (or venv), env, workdir, then
+        the hops from the innermost out."""
         inner: Layer = Venv(self.venv) if self.venv else Interpreter(self.interpreter)
         out: list[Layer] = [inner]
         if self.env:

@@ -198,7 +198,9 @@ class StepHeader:
 
     ``op`` is ``exec`` (run ``argv``; with ``script``, that shipped file with the target's
     Python, ``argv`` its arguments; ``files`` are the ``(name, size, mode)`` of the bytes
-    that follow, written into a private temp dir; ``detach`` leaves it running), ``put``
+    that follow, written into a private temp dir; ``detach`` leaves it running; with ``report``, the command gets
+    ``$REMOTEKIT_REPORT_FD`` and the runner waits for the one JSON line it writes there, such
+    as a run's id), ``put``
     (``size`` bytes follow, landing at ``dest``, or ``dest/name`` when ``dest`` is a
     directory, with ``mode`` under the umask there unless ``explicit_mode``; ``parents``:
     ``mkdir -p`` first) or ``get`` (stream ``src``, refusing more than ``max_bytes``). The
@@ -214,6 +216,7 @@ class StepHeader:
     script: str | None = None
     files: tuple[tuple[str, int, int], ...] = ()
     detach: bool = False
+    report: bool = False
     dest: str | None = None
     name: str | None = None
     size: int = 0

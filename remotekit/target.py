@@ -1,7 +1,8 @@
 """A Target is a transport plus an ordered stack of layers; every action on it is a step.
 
 This module is the public facade: :class:`Target` (``run``, ``run_python``, ``put``, ``get``,
-``ping``, ``cancel``) and :func:`local_target`. What every step runs on (spec, transport,
+``ping``, ``cancel``; ``runs`` and ``run_handle`` for what ``detach=True`` started, see
+:mod:`remotekit.runs`) and :func:`local_target`. What every step runs on (spec, transport,
 launch, cancellation, secrets) is the target's :class:`~remotekit.engine.Engine`; one step is
 :mod:`remotekit.step`, the layer checks :mod:`remotekit.ping`, the host spec
 :mod:`remotekit.spec`, the transport :func:`remotekit.transports.for_spec`.
@@ -52,6 +53,7 @@ from remotekit.transports.base import ExecutableMissing, TerminalTransport, Tran
 
 if TYPE_CHECKING:
     from remotekit.forward import Forward
+    from remotekit.runs import Run, RunInfo
     from remotekit.sync import SyncResult
 
 #: ``on_progress(done, total)`` of a transfer: bytes done so far (never decreasing) of ``total``.
@@ -225,15 +227,21 @@ class Target:
         Nothing the step starts outlives it: whatever is still running when its main process
         exits is stopped (TERM, KILL after ``kill_grace``) and named in ``Result.stopped``.
         ``detach=True`` is the way to leave something running (a training run, TensorBoard):
-        the command starts there in its own session, its output goes to a log file, and the
-        step returns at once with ``Result.detached`` (pid, log path).
+        it starts a **run** (:mod:`remotekit.runs`), recorded there, in its own session under
+        a supervisor, and the step returns once it started, with ``Result.detached`` (the
+        run's ``id``, pid, log); :meth:`run_handle` follows, waits for or stops it.
         """
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['ls', '-l'], not one string")
         argv = [str(a) for a in argv]
         if not argv:
             raise ValueError("argv is empty")
-        header = StepHeader(argv=tuple(argv), detach=detach)
+        if detach:
+            from remotekit.runs import start
+
+            how = dict(timeout=timeout, env=env, cwd=cwd, check=check, on_output=on_output)
+            return start(self, argv, argv=argv, step=step or _step_name(argv), options=how)
+        header = StepHeader(argv=tuple(argv))
         options = StepOptions(
             display=tuple(argv),
             step=step or _step_name(argv),
@@ -269,18 +277,29 @@ class Target:
         target's (venv / python), unbuffered; ``$REMOTEKIT_DIR`` names the temp dir.
         ``files`` values must be bytes (checked before anything is sent); a file may not
         take the script's own name. ``detach=True``: as for :meth:`run` (the temp dir then
-        stays, holding the log; ``Result.detached.dir`` names it). ``preload``: modules the
-        script imports that are slow to import (``["torch"]``): with the agent on, the step
+        stays, holding the shipped files; ``Result.detached.dir`` names it). ``preload``: modules
+        the script imports that are slow to import (``["torch"]``): with the agent on, the step
         is forked from a process there that keeps them imported (the first such step pays
         the import); without it, nothing changes.
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
-        header, payload = shipped(script, args, files, detach)
+        display = self.python_display(script.name, args)
+        if detach:
+            from remotekit.runs import start
+
+            if files:
+                script = replace(script, files={**script.files, **files})  # validates
+            how = dict(timeout=timeout, env=env, cwd=cwd, check=check, on_output=on_output)
+            args = [str(a) for a in args]
+            return start(
+                self, display, argv=args, script=script, step=step or script.name, options=how
+            )
+        header, payload = shipped(script, args, files)
         if preload:
             header = replace(header, preload=tuple(map(str, preload)))
         options = StepOptions(
-            display=self.python_display(script.name, args),
+            display=display,
             step=step or script.name,
             timeout=timeout,
             env=env,
@@ -290,6 +309,23 @@ class Target:
             capture=capture,
         )
         return run_step(self._engine, header, payload, options)
+
+    def start_detached(
+        self,
+        script: Script,
+        args: Sequence[str],
+        *,
+        display: tuple[str, ...],
+        step: str,
+        **options: Any,
+    ) -> Result:
+        """Start ``script`` there in its own session, to outlive the step, and return once it
+        reported what it started (one JSON line on ``$REMOTEKIT_REPORT_FD``, into
+        ``Result.detached``): the primitive under ``detach=True`` (:mod:`remotekit.runs`).
+        ``options``: :meth:`run`'s ``timeout``, ``env``, ``cwd``, ``check``, ``on_output``."""
+        header, payload = shipped(script, args, detach=True)
+        header = replace(header, report=True)
+        return run_step(self._engine, header, payload, StepOptions(display, step, **options))
 
     @_redacts_errors
     def forward(
@@ -454,6 +490,21 @@ class Target:
             on_progress=on_progress,
             timeout=timeout,
         )
+
+    # -- runs --------------------------------------------------------------------------------
+
+    @_redacts_errors
+    def runs(self) -> list[RunInfo]:
+        """Every run (``detach=True``) recorded there: see :mod:`remotekit.runs`."""
+        from remotekit.runs import list_runs
+
+        return list_runs(self)
+
+    def run_handle(self, run_id: str) -> Run:
+        """The handle of run ``run_id`` (``Result.detached.id``): logs, wait, stop, rm."""
+        from remotekit.runs import Run
+
+        return Run(self, run_id)
 
     # -- shell -------------------------------------------------------------------------------
 

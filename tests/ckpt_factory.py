@@ -22,6 +22,8 @@ import torch
 NAN, INF = float("nan"), float("inf")
 
 __all__ = [
+    "BN_FLOATS",
+    "BN_PARAMS",
     "DEEPSPEED_DATA",
     "HF_TRAINER_DATA",
     "Corpus",
@@ -30,9 +32,11 @@ __all__ = [
     "build_corpus",
     "checkpoint_dict",
     "copy_deepspeed",
+    "counters_only_pair",
     "deflate_zip",
     "hf_trainer_dir",
     "lfs_pointer",
+    "lightning_run",
     "mismatches",
     "nanogpt_checkpoint",
     "plant",
@@ -40,6 +44,7 @@ __all__ = [
     "save_dcp",
     "save_safetensors",
     "storage_key_after",
+    "train_bn",
     "train_tiny",
     "write_malicious",
     "write_safetensors_header",
@@ -501,14 +506,17 @@ HF_TRAINER_DATA = Path(__file__).with_name("data") / "hf_trainer"
 
 
 def nanogpt_checkpoint(path: Path, iter_num: int = 2000, best_val_loss: float = 2.875) -> None:
-    """nanoGPT's train.py layout: model, optimizer, model_args, iter_num, best_val_loss (a 0-d
-    tensor: it is ``estimate_loss()['val']``), config."""
+    """nanoGPT's train.py layout (karpathy/nanoGPT 3adf61e, train.py lines 277-286: the dict
+    saved as ckpt.pt): model, optimizer, model_args (lines 147-148), iter_num, best_val_loss
+    (a 0-d tensor: ``losses['val']``, which ``estimate_loss`` makes with ``losses.mean()``,
+    line 226), config. The optimizer is Adam(W): one 0-d float ``step`` per parameter."""
     model, opt = train_tiny(3)
+    model_args = dict(n_layer=2, n_head=2, n_embd=16, block_size=64, bias=False, dropout=0.0)
     torch.save(
         {
             "model": model.state_dict(),
             "optimizer": opt.state_dict(),
-            "model_args": {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 64},
+            "model_args": dict(model_args, vocab_size=50304),
             "iter_num": iter_num,
             "best_val_loss": torch.tensor(best_val_loss),
             "config": {"learning_rate": 6e-4, "max_iters": 600000, "dataset": "openwebtext"},
@@ -657,3 +665,104 @@ def write_safetensors_header(path: Path, header: dict[str, Any], data_len: int) 
     raw += b" " * (-len(raw) % 8)
     path.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * data_len)
     return path
+
+
+# ------------------------------------------------------------------ non-weights in a checkpoint
+
+
+class BnNet(torch.nn.Module):
+    """Linear 8->16, BatchNorm1d(16), Linear 16->4: 276 floating values (six parameters and
+    BatchNorm's running_mean / running_var) and BatchNorm's int64 ``num_batches_tracked``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+
+
+BN_FLOATS = 16 * 8 + 16 + 4 * 16 + 4 * 16 + 4  # fc1, bn (4 x 16), fc2
+BN_PARAMS = 16 * 8 + 16 + 2 * 16 + 4 * 16 + 4  # what Adam keeps moments of
+
+
+def train_bn(steps: int) -> tuple[BnNet, torch.optim.Adam]:
+    """A BnNet trained ``steps`` Adam steps: ``num_batches_tracked`` == ``steps``, and each of
+    Adam's six per-parameter ``step`` counters (0-d float32 tensors since torch 2.0) too."""
+    g = torch.Generator().manual_seed(1)
+    torch.manual_seed(1)
+    model = BnNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        loss = torch.nn.functional.mse_loss(
+            model(torch.randn(16, 8, generator=g)), torch.randn(16, 4, generator=g)
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, opt
+
+
+def counters_only_pair(root: Path, steps: int = 200) -> tuple[Path, Path]:
+    """Two torch.save'd checkpoints of one BnNet: B is A with ``num_batches_tracked`` and
+    Adam's step counters doubled, every float value the same."""
+    model, opt = train_bn(steps)
+    a = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": steps}
+    root.mkdir(parents=True, exist_ok=True)
+    torch.save(a, root / "a.pt")
+    model.bn.num_batches_tracked.mul_(2)
+    for state in opt.state.values():
+        state["step"].mul_(2)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, root / "b.pt")
+    return root / "a.pt", root / "b.pt"
+
+
+def lightning_run(root: Path, epochs: int = 2) -> list[Path]:
+    """``epochs`` checkpoints written by a real Lightning Trainer (CPU) of a LightningModule
+    around BnNet, with ``ModelCheckpoint(monitor="val_loss", save_top_k=3)``: each ``.ckpt``
+    holds the callback's state (``best_model_score``, ``current_score``, ``best_k_models``,
+    and ``kth_value``, which stays +inf while fewer than 3 are kept), the loops' progress
+    counters, ``optimizer_states`` and ``state_dict``. Sorted by epoch."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = BnNet()
+
+        def training_step(self, batch: Any, _: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch: Any, _: int) -> None:
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64, 8, generator=g), torch.randn(64, 4, generator=g)
+    )
+    loader = torch.utils.data.DataLoader(data, batch_size=16)
+    L.seed_everything(0, verbose=False)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[
+            ModelCheckpoint(
+                dirpath=str(root), monitor="val_loss", save_top_k=3, filename="{epoch}-{step}"
+            )
+        ],
+    )
+    trainer.fit(Module(), loader, loader)
+    return sorted(root.glob("*.ckpt"), key=lambda p: p.name)

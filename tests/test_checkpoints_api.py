@@ -236,3 +236,46 @@ def test_the_local_half_does_not_import_torch() -> None:
     code = "import sys, remotekit.diagnostics.checkpoints; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ non-weights (other)
+
+
+def test_diff_of_a_counters_only_pair_reads_unchanged_with_the_counters_apart(
+    target: remotekit.Target, tmp_path: Path
+) -> None:
+    """B is A with num_batches_tracked and Adam's steps doubled: no weight changed."""
+    a, b = cf.counters_only_pair(tmp_path, steps=200)
+    report = ck.diff_checkpoints(target, str(a), str(b))
+    assert report.exit_code == 0 and report.ok
+    assert (report.rel_change_weights, report.rel_change_optimizer) == (0.0, 0.0)
+    assert report.counters is not None and (report.counters.compared, report.counters.changed) == (
+        7,
+        7,
+    )
+    by = {g.name: g for g in report.counters.by_name}
+    assert (by["num_batches_tracked"].delta_min, by["step"].changed) == (200, 6)
+    text = ck.render_diff(report)
+    assert "relative change (float weights only): weights 0%, optimizer state 0%" in text
+    assert "counters: 7 changed (num_batches_tracked +200, step +200 x6)" in text
+    assert "100%" not in text
+
+
+def test_scan_and_inspect_show_the_non_weights_of_a_lightning_ckpt(
+    target: remotekit.Target, tmp_path: Path
+) -> None:
+    first, _ = cf.lightning_run(tmp_path / "lt", epochs=2)
+    scan = ck.scan_checkpoints(target, str(first))
+    [r] = scan
+    assert (r.status, r.params, r.other_tensors) == ("clean", cf.BN_FLOATS, 11)
+    assert r.other == {"counter": 7, "score": 4}
+    text = ck.render_scan(scan)
+    assert "other tensors (not weights): 7 counters, 4 scores" in text
+    report = ck.inspect_checkpoint(target, str(first))
+    assert report.other == {"counter": 7, "score": 4}
+    kinds = {t.name: t.kind for t in report.tensors}
+    assert kinds["state_dict.net.bn.num_batches_tracked"] == "counter"
+    assert kinds["state_dict.net.bn.running_mean"] is None
+    text = ck.render_inspect(report)
+    assert "other: 11 tensors (7 counters, 4 scores)" in text
+    assert "other (counter)" in text  # the tensor table's SECTION column

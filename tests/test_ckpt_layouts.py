@@ -82,6 +82,36 @@ def test_a_flat_state_dict_keeps_its_scalar_parameters(tmp_path: Path) -> None:
     assert rec["params"] == cf.PARAMS + 1
 
 
+# ------------------------------------------------------------------------------ AllenNLP
+
+
+def test_allennlp_th_files_are_found_and_read(tmp_path: Path) -> None:
+    """AllenNLP's Trainer writes ``model_state_e{E}_b{B}.th`` (the model's state_dict),
+    ``training_state_e{E}_b{B}.th`` and ``best.th`` with torch.save (allenai/allennlp 80fb606,
+    allennlp/training/checkpointer.py lines 80-98 and 207-214, gradient_descent_trainer.py
+    line 908); the training state's layout is that of the repository's own
+    test_fixtures/simple_tagger/serialization_full/training_state_e1_b0.th."""
+    model, opt = cf.train_tiny(2)
+    torch.save(model.state_dict(), tmp_path / "model_state_e1_b0.th")
+    torch.save(model.state_dict(), tmp_path / "best.th")
+    training_state = {
+        "version": 1,
+        "metric_tracker": {"best_so_far": -0.62, "epochs_with_no_improvement": 0},
+        "optimizer": opt.state_dict(),
+        "callbacks": [],
+        "epochs_completed": 1,
+        "batches_in_epoch_completed": 0,
+        "best_model_filename": None,
+    }
+    torch.save(training_state, tmp_path / "training_state_e1_b0.th")
+    code, recs = scan(tmp_path)
+    names = ("model_state_e1_b0.th", "best.th", "training_state_e1_b0.th")
+    assert set(recs) == {str(tmp_path / n) for n in names} and code == 0
+    assert recs[str(tmp_path / "best.th")]["params"] == cf.PARAMS
+    state = recs[str(tmp_path / "training_state_e1_b0.th")]
+    assert (state["status"], state["params"], state["other"]) == ("clean", 0, {"counter": 4})
+
+
 # ------------------------------------------------------------------------------ HF Trainer
 
 
@@ -262,7 +292,8 @@ def test_inspect_and_diff_take_checkpoint_directories(tmp_path: Path) -> None:
     b = cf.hf_trainer_dir(tmp_path, 200, nan_optimizer=1)
     ins = run("inspect", str(a)).one("inspect")
     assert (ins["format"], ins["global_step"], ins["ok"]) == ("hf-trainer", 100, True)
-    assert set(ins["totals"]) == {"weights", "optimizer"}
+    assert set(ins["totals"]) == {"weights", "optimizer", "other"}
+    assert ins["other"] == {"counter": 4}  # optimizer.pt's Adam steps: no weights
     d = run("diff", str(a), str(b)).one("diff")
     assert d["step_delta"] == 100
     assert any(f["kind"] == "nonfinite_exp_avg_sq" for f in d["flags"])

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 import remotekit.remote
 from tests import ckpt_factory as cf
+from tests.conftest import need_program
 
 SCRIPT = Path(remotekit.remote.__file__).with_name("ckpt.py")
 SAMPLES = Path(remotekit.remote.__file__).with_name("ckpt_samples.py")  # run by the API tests
@@ -212,9 +213,7 @@ def _unreadable_as(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
     p.chmod(0)
     if os.geteuid() != 0:
         return p, ()
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        pytest.skip("running as root without unshare(1): cannot make a file unreadable")
+    unshare = need_program("unshare")  # as root, the only way to make a file unreadable
     probe = subprocess.run([unshare, "-U", "cat", str(p)], capture_output=True, text=True)
     if probe.returncode == 0 or "Permission denied" not in probe.stderr:
         pytest.skip(f"user namespaces unavailable here: {probe.stderr.strip()}")

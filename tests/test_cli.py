@@ -23,7 +23,7 @@ def invoke(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_list_shows_every_task_with_help() -> None:
     r = invoke("--list")
     assert r.returncode == 0
-    for name in ("hosts", "ping", "run", "py", "gpu", "env", "disk", "procs", "diagnose"):
+    for name in ("hosts", "ping", "run", "py", "runs", "logs", "stop", "rm", "gpu", "diagnose"):
         assert f"  {name} " in r.stdout
 
 

@@ -21,6 +21,7 @@ from invoke.parser import Parser
 
 from remotekit.cli import ns as package_tasks
 from remotekit.cli.main import program
+from tests.conftest import need_program
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,12 +149,12 @@ def test_py_takes_the_script_and_its_args_as_typed(tmp_path: Path) -> None:
 
 
 def repository_tasks() -> Any:
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tools"))
     try:
-        import tasks
+        from gen_docs import repository_tasks as tasks_of_the_repository
     finally:
-        sys.path.remove(str(ROOT))
-    return Collection.from_module(tasks)
+        sys.path.remove(str(ROOT / "tools"))
+    return tasks_of_the_repository()
 
 
 def fresh(coll: Collection) -> Collection:
@@ -175,15 +176,17 @@ def test_each_short_flag_has_one_meaning_across_tasks() -> None:
     assert not core & set(meanings), "a task's short flag shadows a core one"
 
 
-#: Commands README writes wrongly, with the fix README wants (README is edited elsewhere):
-#: each must still fail to parse, so a fixed README says to drop its entry here.
+#: Commands README or docs/ write wrongly, with the fix they want (edited elsewhere):
+#: each must still fail to parse, so a fixed one says to drop its entry here.
 README_FIX_PENDING: dict[str, str] = {}  # a README command known to be wrong: its fix
 
 
-def readme_commands(task_names: set[str]) -> list[str]:
-    """Every remotekit/invoke command README writes: code block lines, the code spans of its
-    prose, and the task table's first column (a task and its flags, without the binary)."""
-    text = (ROOT / "README.md").read_text()
+def docs_commands(task_names: set[str]) -> list[str]:
+    """Every remotekit/invoke command README and docs/*.md write: code block lines, the code
+    spans of their prose, and the first column of task tables (a task and its flags, without
+    the binary). A command written as `.venv/bin/remotekit` counts as `remotekit`."""
+    paths = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    text = "\n".join(p.read_text() for p in paths).replace(".venv/bin/remotekit ", "remotekit ")
     commands = []
     for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
         for line in block.splitlines():
@@ -209,10 +212,11 @@ def words_of(command: str) -> list[str]:
     return ["1" if re.fullmatch(r"[A-Z]+", w) else w for w in words]
 
 
-def test_every_command_in_readme_parses_with_the_real_parser() -> None:
+def test_every_command_in_readme_and_docs_parses_with_the_real_parser() -> None:
     repo = repository_tasks()
-    commands = readme_commands(set(repo.task_names))
+    commands = docs_commands(set(repo.task_names))
     assert len(commands) > 30 and any("ckpt-diff" in c for c in commands)
+    assert any("train-log --host kpro6" in c for c in commands)  # README's own
     wrong, pending = [], []
     for command in commands:
         coll = fresh(package_tasks if command.startswith("remotekit ") else repo)
@@ -224,7 +228,7 @@ def test_every_command_in_readme_parses_with_the_real_parser() -> None:
         except ParseError as exc:
             bucket = pending if command.removeprefix("invoke ") in README_FIX_PENDING else wrong
             bucket.append(f"{command!r}: {exc}")
-    assert not wrong, "README commands that do not parse:\n" + "\n".join(wrong)
+    assert not wrong, "README and docs/ commands that do not parse:\n" + "\n".join(wrong)
     assert len(pending) == len(README_FIX_PENDING), f"fixed in README, drop here: {pending}"
 
 
@@ -346,10 +350,7 @@ def test_completion_offers_host_and_group_names(tmp_path: Path) -> None:
 
 
 def test_bash_completes_a_host_name_through_the_printed_script(tmp_path: Path) -> None:
-    bash = shutil.which("bash")
-    if bash is None:
-        assert os.environ.get("CI") != "true", "bash is needed under CI"
-        pytest.skip("no bash here")
+    bash = need_program("bash")
     (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\n")
     script = (
         "source <(remotekit --print-completion-script bash)\n"

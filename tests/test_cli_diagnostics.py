@@ -113,6 +113,14 @@ def test_ckpt_inspect_of_an_unreadable_file_exits_2(corpus: cf.Corpus, tmp_path:
     assert "empty file" in r.stdout
 
 
+def test_ckpt_diff_reports_counters_on_their_own_line(tmp_path: Path) -> None:
+    a, b = cf.counters_only_pair(tmp_path / "pair", steps=200)
+    r = invoke("ckpt-diff", "-a", str(a), "-b", str(b), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "relative change (float weights only): weights 0%, optimizer state 0%" in r.stdout
+    assert "counters: 7 changed (num_batches_tracked +200, step +200 x6)" in r.stdout
+
+
 def test_ckpt_bisect_exits_1(tmp_path: Path) -> None:
     series = tmp_path / "run"
     cf.build_bisect_series(series, [10, 20, 30, 40, 50], {40, 50}, ["r1", "r2", "r3", "r4", "r5"])

@@ -17,7 +17,6 @@ import pytest
 import remotekit
 from remotekit.diagnostics import diagnose as dg
 from remotekit.diagnostics import trainlog
-from remotekit.diagnostics.checkpoints import LogFile
 from tests import ckpt_factory as cf
 from tests import trainlog_factory as factory
 from tests.test_cli import invoke
@@ -55,7 +54,10 @@ def test_a_run_gets_checkpoints_log_and_verdict(report: dg.DiagnoseReport, run_d
     assert scan is not None and scan.status == "findings"
     log = report.section("train-log")
     assert log is not None and isinstance(log.report, trainlog.TrainLogReport)
-    assert log.report.path == str(run_dir / "train_log.jsonl")  # not a trainer_state.json
+    assert log.report.source is not None
+    # the script chose it in the run (not a trainer_state.json), and says so
+    assert log.report.source.path == str(run_dir / "train_log.jsonl")
+    assert log.report.source.chosen_from == "train_log.jsonl (JSON lines); 3 other candidates"
     saves = sorted(e.step for e in log.report.events if e.kind == "checkpoint")
     assert saves == [200, 400, 500]  # from the scan, not typed by anyone
     v = "\n".join(report.verdict)
@@ -70,20 +72,6 @@ def test_the_verdict_renders_after_the_sections(report: dg.DiagnoseReport, run_d
     text = dg.render_verdict(report)
     assert text.startswith(f"== run {run_dir}\ncheckpoints: 3 (hf-trainer)")
     assert dg.render_section(report.sections[-1]).startswith("== train-log: findings")
-
-
-def test_pick_log_prefers_the_trainers_own_log_then_the_latest_trainer_state() -> None:
-    run = "/r"
-    logs = [
-        LogFile("/r/ckpt/checkpoint-100/trainer_state.json", 900, 0),
-        LogFile("/r/ckpt/checkpoint-300/trainer_state.json", 2000, 0),
-        LogFile("/r/notes.txt", 50, 0),
-        LogFile("/r/empty.jsonl", 0, 0),
-    ]
-    assert dg.pick_log(run, logs) == "/r/notes.txt"
-    assert dg.pick_log(run, logs[:2]) == "/r/ckpt/checkpoint-300/trainer_state.json"
-    assert dg.pick_log(run, [*logs, LogFile("/r/logs/metrics.csv", 10, 0)]) == "/r/logs/metrics.csv"
-    assert dg.pick_log(run, logs[3:]) is None
 
 
 def test_a_run_without_a_log_fails_only_that_section(tmp_path: Path, bin_dir: Path) -> None:

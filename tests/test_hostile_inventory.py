@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import remotekit
+from tests.conftest import need_program
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -336,7 +337,14 @@ def test_the_repository_hosts_yaml_loads_from_a_fresh_clone(tmp_path: Path) -> N
     root = Path(__file__).resolve().parents[1]
     clone = tmp_path / "clone"
     subprocess.run(
-        ["sh", "-c", 'umask 002 && git clone -q --no-hardlinks "$0" "$1"', root, clone],
+        [
+            "sh",
+            "-c",
+            'umask 002 && "$0" clone -q --no-hardlinks "$1" "$2"',
+            need_program("git"),
+            root,
+            clone,
+        ],
         check=True,
         timeout=60,
     )

@@ -36,7 +36,9 @@ def refused(sshd: SSHServer, tmp_path: Path, kh: Path, policy: str = "strict") -
 def other_key(tmp_path: Path) -> str:
     """A fresh ed25519 public key line, not the server's."""
     key = tmp_path / f"other{len(list(tmp_path.glob('other*')))}"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    subprocess.run(
+        [need_program("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
+    )
     return Path(f"{key}.pub").read_text().strip()
 
 
@@ -166,7 +168,9 @@ def test_accept_new_hashes_its_entry_when_the_file_is_hashed(
 ) -> None:
     kh = tmp_path / "known_hosts"
     kh.write_text(f"keep.example {other_key(tmp_path)}\n")
-    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(kh)], check=True, capture_output=True)
+    subprocess.run(
+        [need_program("ssh-keygen"), "-q", "-H", "-f", str(kh)], check=True, capture_output=True
+    )
     assert kh.read_text().startswith("|1|")
     assert connect(sshd, tmp_path, kh, "accept-new") == "ok\n"
     lines = kh.read_text().splitlines()
@@ -174,7 +178,7 @@ def test_accept_new_hashes_its_entry_when_the_file_is_hashed(
     assert "127.0.0.1" not in kh.read_text()
     # OpenSSH finds it and trusts it; and so do we, strictly, on the next connection.
     found = subprocess.run(
-        ["ssh-keygen", "-F", f"[127.0.0.1]:{sshd.port}", "-f", str(kh)],
+        [need_program("ssh-keygen"), "-F", f"[127.0.0.1]:{sshd.port}", "-f", str(kh)],
         capture_output=True,
         text=True,
     )

@@ -276,9 +276,9 @@ def test_a_hop_in_defaults_is_reported_where_it_was_written(tmp_path: Path) -> N
     assert (e.key, e.line) == ("defaults.slurm.job", 2)
 
 
-def test_the_readme_examples_of_each_hop_load(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    block = readme.split("### Container hops: one example each", 1)[1].split("```yaml\n", 1)[1]
+def test_the_docs_examples_of_each_hop_load(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "hosts-yaml.md").read_text()
+    block = doc.split("## Container hops: one example each", 1)[1].split("```yaml\n", 1)[1]
     inv = load(tmp_path, block.split("```", 1)[0])
     kinds = {type(s.hop) for s in inv if s.hop is not None}
     assert kinds == {Pct, Lxc, Podman, Docker, Slurm, Kubectl}

@@ -104,15 +104,17 @@ def test_a_command_writes_one_final_record_with_its_exit_code(tmp_path: Path) ->
 
 def test_a_script_ships_with_every_sibling_module_it_imports() -> None:
     ckpt = remote.script("ckpt.py")
-    modules = {p.name for p in REMOTE.glob("ckpt_*.py")} - {"ckpt_samples.py"}
-    assert set(ckpt.files) == modules | {"protocol.py", "infile.py"}  # infile: the safe opener
+    package = {p.relative_to(REMOTE).as_posix() for p in (REMOTE / "ckpt").glob("*.py")}
+    assert {"ckpt/__init__.py", "ckpt/base.py", "ckpt/dcp.py"} <= package  # dcp: relative only
+    assert set(ckpt.files) == package | {"protocol.py", "infile.py"}  # infile: the safe opener
+    assert ckpt.files["ckpt/base.py"] == (REMOTE / "ckpt" / "base.py").read_bytes()
     assert set(remote.script("sysinfo.py").files) == {"protocol.py"}
     assert set(remote.script("ckpt_samples.py").files) == {"protocol.py"}
     assert remote.script("runner.py").files == {}
 
 
 def test_every_shipped_file_says_what_it_is() -> None:
-    for path in REMOTE.glob("*.py"):
+    for path in [*REMOTE.glob("*.py"), *REMOTE.glob("*/*.py")]:
         first = path.read_text().lstrip().splitlines()
         first = first[1:] if first[0].startswith("#!") else first
         assert first[0].startswith(('"""', "# ")) and len(first[0]) > 20, path.name
@@ -238,14 +240,14 @@ def test_every_report_satisfies_report() -> None:
 # ----------------------------------------------------------------------------- the README
 
 
-def test_readmes_adding_a_diagnostic_example_runs(local: remotekit.Target) -> None:
-    """The two code blocks of README's "Adding a diagnostic", run as written (the script is
+def test_docs_adding_a_diagnostic_example_runs(local: remotekit.Target) -> None:
+    """The two code blocks of docs/extending.md's "Adding a diagnostic", run as written (the script is
     shipped as a Script here instead of from remotekit/remote/, which the test cannot add)."""
     import re
     from dataclasses import dataclass as dataclass_
 
-    text = (REMOTE.parents[1] / "README.md").read_text()
-    section = text[text.index("### Adding a diagnostic") :]
+    text = (REMOTE.parents[1] / "docs" / "extending.md").read_text()
+    section = text[text.index("## Adding a diagnostic") :]
     there, here = (
         textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", section, re.S)[:2]
     )
@@ -261,7 +263,7 @@ def test_readmes_adding_a_diagnostic_example_runs(local: remotekit.Target) -> No
     namespace["UPTIME"] = uptime_script
     sys.modules["readme_uptime"] = type(sys)("readme_uptime")
     try:
-        exec(compile(code, "README.md", "exec"), namespace)
+        exec(compile(code, "docs/extending.md", "exec"), namespace)
         sys.modules["readme_uptime"].__dict__.update(namespace)
         report = namespace["uptime"](local)
     finally:

@@ -3,7 +3,8 @@
 One parametrized suite over [pct-over-lxc, lxc, podman, docker (engine=podman), slurm,
 kubectl (fake)] x [local, ssh]: nasty argv and env round trips, byte-exact run_python, a
 timeout leaves no process (checked by pid inside the container's own pid namespace), a lost
-connection stops the step there, 16 concurrent steps, bad input, the caller's env never leaks
+connection stops the step there, a detached run outlives its step (a batch job via srun), 16
+concurrent steps, bad input, the caller's env never leaks
 in, each stopped/missing container, job or pod is its own clear error quoting the tool, and
 ping names the broken hop. Each runtime is started once per session (tests/conftest.py) and
 each target is opened once and shared.
@@ -283,6 +284,35 @@ def test_run_python_is_byte_exact(target: remotekit.Target) -> None:
     )
     assert r.stdout == want
     assert r.ok and r.exit_code == 0
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+def test_a_run_outlives_its_step_or_is_refused(target: remotekit.Target) -> None:
+    """detach=True through each hop: a run that goes on after its step, is recorded and kept
+    (kubectl/podman/docker exec and pct/lxc-attach leave a new session running; through srun,
+    whose step takes every process with it, the run is a batch job: sbatch from outside)."""
+    go = f"/tmp/rk-go-{uuid.uuid4().hex[:8]}"  # it waits for this, made after its step ended
+    code = (
+        "import os, sys, time\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+        "print('done', sys.argv[2:])\n"
+    )
+    argv = ["python", "-c", code, go, *NASTY[:4]]
+    r = target.run(argv, detach=True, timeout=60)
+    assert r.detached is not None
+    run = target.run_handle(r.detached.id)
+    try:
+        assert run.info().state == "running"
+        target.run(["python", "-c", f"open({go!r}, 'w')"])
+        assert run.wait(timeout=60).exit_code == 0
+        assert b"".join(run.logs()) == f"done {NASTY[:4]}\n".encode()
+    finally:
+        if run.state() == "running":
+            run.stop(grace=1)
+        run.rm()
+        target.run(["rm", "-f", go], check=False)
 
 
 # -- stopping ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import remotekit
 from remotekit.remote import sync as wire
 from remotekit.result import Script
 from remotekit.sync import SyncResult
-from tests.conftest import write_inventory
+from tests.conftest import need_program, write_inventory
 from tests.test_cli import invoke
 
 SNAPSHOT = """\
@@ -700,13 +700,11 @@ def as_unprivileged() -> list[str]:
     directory of mode 000 cannot be read."""
     if os.geteuid() != 0:
         return []
-    unshare = shutil.which("unshare")
+    unshare = need_program("unshare")
     locked = Path(tempfile.mkdtemp())
     locked.chmod(0)
     try:
-        probe = subprocess.run(
-            [unshare or "unshare", "-U", "ls", str(locked)], capture_output=True, text=True
-        )
+        probe = subprocess.run([unshare, "-U", "ls", str(locked)], capture_output=True, text=True)
     finally:
         locked.rmdir()
     if probe.returncode == 0 or "Permission denied" not in probe.stderr:

@@ -125,7 +125,9 @@ def remotekit(
 
 def test_the_wheel_ships_every_remote_script(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"remotekit/remote/{p.name}" for p in (ROOT / "remotekit" / "remote").glob("*.py")}
+    remote = ROOT / "remotekit" / "remote"
+    shipped = {f"remotekit/remote/{p.relative_to(remote).as_posix()}" for p in remote.rglob("*.py")}
+    assert "remotekit/remote/ckpt/base.py" in shipped  # the shipped packages too
     assert "remotekit/remote/runner.py" in names  # the wheel's own list, not the source tree
     assert sorted(shipped - names) == []
     assert "remotekit/cli/main.py" in names and "remotekit/tasks.py" in names

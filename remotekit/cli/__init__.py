@@ -8,7 +8,7 @@ ran, and exits with the worst host's code:
 
 Modules by theme: :mod:`~remotekit.cli.selection` (the selection options, declared once),
 :mod:`~remotekit.cli.output` (running on many hosts, summaries, --json, --watch),
-:mod:`~remotekit.cli.steps`, :mod:`~remotekit.cli.system`, :mod:`~remotekit.cli.diagnostics`,
+:mod:`~remotekit.cli.steps`, :mod:`~remotekit.cli.runs`, :mod:`~remotekit.cli.system`, :mod:`~remotekit.cli.diagnostics`,
 :mod:`~remotekit.cli.daily`; :mod:`~remotekit.cli.main` is the installed ``remotekit`` command.
 
 A project's own ``tasks.py`` can mount the collection::
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from invoke import Collection, Task
 
-from remotekit.cli import daily, diagnostics, steps, system
+from remotekit.cli import daily, diagnostics, runs, steps, system
 
 #: Every task of the package, in the order ``--list`` shows them.
 TASKS: tuple[Task, ...] = (
@@ -34,6 +34,10 @@ TASKS: tuple[Task, ...] = (
     steps.py,
     steps.put,
     steps.get,
+    runs.runs,
+    runs.logs,
+    runs.stop,
+    runs.rm,
     system.gpu,
     system.env,
     system.disk,

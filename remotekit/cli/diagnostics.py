@@ -7,8 +7,11 @@ runs, so ``--list`` and ``--help`` stay quick and need no torch).
 
 from __future__ import annotations
 
+import queue
+import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -24,6 +27,7 @@ from remotekit.cli.selection import (
     Selection,
     fleet_task,
     required,
+    split_option,
 )
 from remotekit.fleet import HostOutcome
 from remotekit.render import Console
@@ -151,7 +155,15 @@ def diagnose(c: Context, sel: Selection, path: str = "", run: str = "", plot: st
         "checkpoints": "the run's checkpoint directory there: its saves are checkpoint events (default: the host's `checkpoints:`)",
         "steps_per_epoch": "steps per epoch, for epoch boundaries",
         "plot": "draw loss/accuracy with spikes and events into this PNG (needs remotekit[plot])",
-        "timeout": TIMEOUT_HELP,
+        "timeout": TIMEOUT_HELP + "; with --follow: how long to follow (default: until Ctrl-C)",
+        "follow": "follow the log as it grows and report each new incident (spike, cliff, "
+        "NaN/Inf, resume) as it is written; Ctrl-C ends it (exit 0). Follows logs that grow by "
+        "appending: JSON lines, CSV, text logs, TensorBoard event files; not W&B .wandb files, "
+        "trainer_state.json or other JSON documents, MLflow stores",
+        "on_incident": "with --follow: a command run here for each incident, the incident as "
+        "JSON on its stdin (split like a shell would, run without one; a failure is a warning)",
+        "run": "instead of --path: the output log of run ID (`remotekit runs`), on the selected "
+        "host that has it",
     },
 )
 def train_log(
@@ -166,11 +178,33 @@ def train_log(
     plot: str = "",
     timeout: float = 0.0,
     checkpoints: str = "",
+    follow: bool = False,
+    on_incident: str = "",
+    run: str = "",
 ) -> None:
     """What happened to this run: spikes, cliffs, events, and batch composition."""
+    if run and path:
+        raise Exit("remotekit: --path or --run, not both", code=2)
+    if run:
+        sel, path = run_log(sel, run)
     required(path=path)
     from remotekit.diagnostics import trainlog
     from remotekit.diagnostics.base import host_checkpoints
+
+    if on_incident and not follow:
+        raise Exit("remotekit: --on-incident goes with --follow", code=2)
+    if follow:
+        if plot:
+            raise Exit("remotekit: --plot draws a whole log: not with --follow", code=2)
+        options = {
+            "metrics": list(metric or ()) or None,
+            "preset": preset,
+            "ckpt_steps": ckpt_steps or None,
+            "steps_per_epoch": steps_per_epoch or None,
+            "timeout": timeout or None,
+        }
+        hook = split_option("on-incident", on_incident) if on_incident else None
+        return follow_log(sel, path, checkpoints or ckpt_dir, options, hook)
 
     def analyze(t: remotekit.Target, console: Console) -> Any:
         return trainlog.analyze_train_log(
@@ -192,6 +226,124 @@ def train_log(
         return draw_logs(plot, drawable, console, len(outcomes))
 
     fan_out(sel, analyze, render=trainlog.render_report, title="train-log", after=draw)
+
+
+#: Seconds an --on-incident command may run before it is stopped (and warned about).
+HOOK_TIMEOUT_S = 60.0
+
+
+class IncidentHook:
+    """``--on-incident CMD``: ``argv`` run here once per incident, the incident's JSON on its
+    stdin, one at a time and in order, in a thread of its own (a slow notifier never holds
+    the follow up). A command that fails, is missing or runs past :data:`HOOK_TIMEOUT_S` is a
+    warning (with its last output line); the follow goes on."""
+
+    def __init__(self, argv: list[str], warn: Callable[[str], None]) -> None:
+        self.argv, self.warn = argv, warn
+        self._todo: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="on-incident", daemon=True)
+        self._thread.start()
+
+    def __call__(self, incident_json: str) -> None:
+        self._todo.put(incident_json)
+
+    def _work(self) -> None:
+        while (data := self._todo.get()) is not None:
+            problem = self._run(data)
+            if problem:
+                self.warn(f"--on-incident {self.argv[0]}: {problem}")
+
+    def _run(self, data: str) -> str:
+        try:
+            done = subprocess.run(
+                self.argv,
+                input=data + "\n",
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                timeout=HOOK_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"still running after {HOOK_TIMEOUT_S:g} s: stopped"
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        if done.returncode == 0:
+            return ""
+        last = next((ln for ln in reversed(done.stdout.splitlines()) if ln.strip()), "")
+        return f"exit {done.returncode}" + (f": {last.strip()}" if last else "")
+
+    def close(self, wait: float = HOOK_TIMEOUT_S) -> None:
+        """Run the incidents still queued (at most ``wait`` seconds more), then stop."""
+        self._todo.put(None)
+        self._thread.join(wait)
+
+
+def run_log(sel: Selection, run_id: str) -> tuple[Selection, str]:
+    """``--run ID``: the one selected host that has run ``run_id``, and the run's log there."""
+    from remotekit.cli.runs import act, find_run
+
+    handle = find_run(sel, run_id)
+    info = act(handle, handle.info)
+    return replace(sel, host=handle.target.name, group="", all=False), info.log
+
+
+def follow_log(
+    sel: Selection, path: str, checkpoints: str, options: dict[str, Any], hook: list[str] | None
+) -> None:
+    """``train-log --follow``: one host; each incident a line (``--json``: a JSON object a
+    line, flushed), the status on a terminal's progress line, ``hook`` run per incident;
+    Ctrl-C ends it with exit 0."""
+    from remotekit.diagnostics import trainlog
+    from remotekit.diagnostics.base import host_checkpoints
+    from remotekit.render import to_json
+
+    targets = sel.targets()
+    if len(targets) != 1:
+        raise Exit("remotekit: train-log --follow takes one --host", code=2)
+    t = targets[0]
+    console = Console([t.name], quiet=sel.json, mask=t.redact)
+    warn = warner(console, t.name)
+    notify = IncidentHook(hook, warn) if hook else None
+    said: list[str] = []
+
+    def on_status(status: Any) -> None:
+        if live.source is not None and not said:
+            said.extend(live.source.describe())
+            console.line(t.name, "stderr", f"following {path}: " + "; ".join(said))
+        if (backlog := status.backlog_line()) is not None:
+            console.line(t.name, "stderr", backlog)
+        console.progress(f"{t.name} | {status.line()}")
+
+    code = 0
+    with t:
+        ckpt = host_checkpoints(t, checkpoints)
+        live = trainlog.follow_train_log(
+            t, path, ckpt_dir=ckpt, on_status=on_status, on_warning=warn, **options
+        )
+        try:
+            for incident in live:
+                tol = live.source.tolerance if live.source is not None else 0.0
+                if sel.json:
+                    print(to_json(incident), flush=True)
+                else:
+                    console.line(t.name, "stdout", incident.render(tol))
+                if notify is not None:
+                    notify(to_json(incident))
+            code = live.exit_code or 0
+        except KeyboardInterrupt:
+            pass  # how a follow is meant to end: exit 0
+        except remotekit.RemotekitError as exc:
+            console.done()
+            raise Exit(f"remotekit: {t.name}: {exc}", code=2) from None
+        finally:
+            console.done()
+            live.close()
+            if notify is not None:
+                notify.close()
+    if code:
+        raise Exit(code=code)
 
 
 @fleet_task(

@@ -172,7 +172,7 @@ def host_finding(o: HostOutcome) -> str:
     value = o.value
     if isinstance(value, remotekit.Result):
         if value.detached is not None:
-            return f"detached: pid {value.detached.pid}, log {value.detached.log}"
+            return detached_line(value.detached)
         stopped = f"stopped {len(value.stopped)} leftover process(es)" if value.stopped else ""
         if value.ok:
             return stopped
@@ -196,6 +196,8 @@ def outcome_json(o: HostOutcome, mask: Callable[[str], str], mask_output: bool) 
     if o.error is not None:
         out["error"] = {"type": type(o.error).__name__, "message": mask(str(o.error))}
     else:
+        if isinstance(o.value, remotekit.Result) and o.value.detached is not None:
+            out["id"] = o.value.detached.id  # a started run's id, where a script looks first
         value = to_jsonable(o.value)
         out["result"] = mask_strings(value, mask) if mask_output else value
     return out
@@ -290,11 +292,15 @@ def warner(console: Console, host: str) -> Callable[[str], None]:
     return warn
 
 
+def detached_line(d: remotekit.Detached) -> str:
+    """What a started run says: its id first (``remotekit logs ID --follow`` takes it)."""
+    return f"detached: run {d.id}, pid {d.pid}, log {d.log}"
+
+
 def step_notes(t: remotekit.Target, r: remotekit.Result, console: Console) -> None:
     """What the engine did beside the step: a detached process, stopped leftovers."""
     if r.detached is not None:
-        d = r.detached
-        console.line(t.name, "stdout", f"detached: pid {d.pid}, log {d.log}")
+        console.line(t.name, "stdout", detached_line(r.detached))
     for what in r.stopped:
         console.line(t.name, "stderr", f"stopped, left running by the step: {what}")
     for what in r.still_running:

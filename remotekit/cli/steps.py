@@ -30,7 +30,8 @@ from remotekit.cli.selection import (
 from remotekit.render import Console, human_bytes, table, to_json
 
 DETACH_HELP = (
-    "start it there in its own session, output to a log file; print its pid and log, return"
+    "start it as a run there (its own session, recorded, output kept) and return; print "
+    "its id (see runs, logs, stop, rm)"
 )
 MASK_OUTPUT_HELP = (
     "mask secret_env values in the steps' own output too (live lines and --json results); "

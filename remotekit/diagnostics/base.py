@@ -69,7 +69,9 @@ class Report(Protocol):
     @property
     def errors(self) -> tuple[str, ...]: ...
 
-    def render(self) -> str: ...
+    def render(self) -> str:
+        """The text the CLI prints for the report (also its ``str()``)."""
+        ...
 
 
 class OutputTail:
@@ -109,9 +111,11 @@ def run_records(
     on_record: Callable[[Record], None] | None = None,
     on_output: OutputCallback | None = None,
     env: Mapping[str, str] | None = None,
+    keep: bool = True,
 ) -> tuple[list[Record], Result]:
     """Run ``remote/<script_name>`` (or a :class:`~remotekit.Script`) on ``target``; return
-    its records and the step's Result.
+    its records and the step's Result (``keep=False``: no records kept, each goes to
+    ``on_record`` only: a script that writes for days, as ``train-log --follow``).
 
     Never raises for a non-zero exit of the script (the records say what went wrong); it does
     raise the engine's errors (timeout, connection, container, interpreter). ``env`` is
@@ -123,7 +127,8 @@ def run_records(
     def sink(stream: str, line: str) -> None:
         rec = parse(line) if stream == "stdout" else None
         if rec is not None:
-            records.append(rec)
+            if keep:
+                records.append(rec)
             if on_record is not None:
                 on_record(rec)
         elif on_output is not None:
@@ -170,6 +175,7 @@ class Run:
         return [r for r in self.records if r.get("type") == type_]
 
     def first(self, type_: str) -> Record | None:
+        """The first record of ``type_``, or None when the script printed none."""
         return next((r for r in self.records if r.get("type") == type_), None)
 
     def messages(self, type_: str) -> tuple[str, ...]:
@@ -229,6 +235,7 @@ def host_checkpoints(target: Target, path: str | None) -> str | None:
 
 
 def worst_exit(codes: Sequence[int]) -> int:
+    """The exit code of several reports: the worst (highest) one; 0 for none."""
     return max(codes, default=EXIT_OK)
 
 

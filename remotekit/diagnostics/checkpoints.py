@@ -70,6 +70,8 @@ __all__ = [
     "DiffReport",
     "InspectReport",
     "LogFile",
+    "NonWeightChange",
+    "NonWeightDiff",
     "OptimizerInfo",
     "ParamGroup",
     "Sample",
@@ -101,8 +103,6 @@ SHOW_BAD = 5
 #: Width of the bar in :func:`progress_line`, and the longest line it returns.
 BAR_WIDTH, PROGRESS_MAX = 24, 160
 
-ReportCallback = Callable[["CheckpointReport"], None]
-ProgressCallback = Callable[["ScanProgress"], None]
 WarningCallback = Callable[[str], None]
 
 
@@ -141,6 +141,7 @@ class BadTensor:
     shared_with: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        """One line for people: the tensor, its section, dtype and size, what is wrong."""
         parts = [
             f"{n} {label}"
             for n, label in ((self.nan, "NaN"), (self.posinf, "+Inf"), (self.neginf, "-Inf"))
@@ -169,8 +170,10 @@ class CheckpointReport(Shown):
     name carries it). ``scalars`` are the top-level non-tensor values and 0-d tensors (e.g.
     nanoGPT's ``best_val_loss``): metadata, never counted as weights. Counts are exact;
     values in shared storage count once. ``params`` is the element count of the floating
-    tensors outside optimizer state; ``max_abs_*`` is the largest finite magnitude per section
-    (optimizer step counters left out).
+    tensors of the model (outside optimizer state); ``max_abs_*`` is the largest finite
+    magnitude per section. ``other`` counts, per kind, the tensors that are no weights
+    ("counter": num_batches_tracked, an optimizer's step; "score": a trainer's bookkeeping such
+    as Lightning's best_model_score; "rng"; "integer"): never params, never "bad".
     ``needs_globals`` lists what weights-only loading refused (see ``allow_globals``).
     """
 
@@ -195,6 +198,8 @@ class CheckpointReport(Shown):
     negative_exp_avg_sq: int = 0
     max_abs_weights: float | None = None
     max_abs_optimizer: float | None = None
+    other_tensors: int = 0
+    other: Mapping[str, int] = field(default_factory=dict)
     bad_tensors: tuple[BadTensor, ...] = ()
     bad_tensors_total: int = 0
     needs_globals: tuple[str, ...] = ()
@@ -234,6 +239,9 @@ class CheckpointReport(Shown):
         return from_record(cls, rec, status=str(rec.get("status") or "error"))
 
 
+ReportCallback = Callable[[CheckpointReport], None]
+
+
 @dataclass(frozen=True)
 class LogFile:
     """A file met while walking the scanned directories that may be a training log."""
@@ -264,6 +272,11 @@ class ScanProgress:
     bytes_done: int
     bytes_total: int
     current: str | None = None
+
+
+# after the class, not as a string: the alias is imported (demo.py), and a string would be
+# resolved where it is used, for typing.get_type_hints and the API reference alike
+ProgressCallback = Callable[[ScanProgress], None]
 
 
 class CheckpointScan(Shown, list[CheckpointReport]):
@@ -316,7 +329,9 @@ class CheckpointScan(Shown, list[CheckpointReport]):
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor of an inspected checkpoint (no data read)."""
+    """One tensor of an inspected checkpoint (no data read). ``section`` is "weights" or
+    "optimizer" for a param, "other" for a tensor that is none, whose ``kind`` says why
+    ("counter", "score", "rng", "integer")."""
 
     name: str
     section: str
@@ -326,6 +341,7 @@ class TensorInfo:
     numel: int
     bytes: int
     shared_with: tuple[str, ...] = ()
+    kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -351,7 +367,8 @@ class OptimizerInfo:
 
 @dataclass(frozen=True, repr=False)
 class InspectReport(Shown):
-    """Structure of one checkpoint: tensors, step/epoch, top-level scalars, optimizers."""
+    """Structure of one checkpoint: tensors, step/epoch, top-level scalars, optimizers;
+    ``totals`` per section ("weights", "optimizer", "other") and ``other`` per kind."""
 
     path: str
     ok: bool
@@ -369,6 +386,7 @@ class InspectReport(Shown):
     metadata: Mapping[str, Any] | None
     needs_globals: tuple[str, ...]
     notes: tuple[str, ...]
+    other: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -427,9 +445,60 @@ class DiffFlag:
     count: int
 
 
+@dataclass(frozen=True)
+class NonWeightChange:
+    """The tensors of one kind and slot that are no weights (``name``: num_batches_tracked,
+    step, best_model_score), A against B: how many were compared, how many changed, and the
+    range of B - A over the one-value ones (None when none changed or a value is not finite)."""
+
+    name: str
+    kind: str
+    compared: int
+    changed: int
+    delta_min: int | float | None = None
+    delta_max: int | float | None = None
+
+    def describe(self) -> str:
+        """ "step +200 x6", "num_batches_tracked +4", "best_model_score" (no number)."""
+        text = self.name
+        lo, hi = self.delta_min, self.delta_max
+        if lo is not None and hi is not None:
+            text += f" {_signed(lo)}" if lo == hi else f" {_signed(lo)}..{_signed(hi)}"
+        return text + (f" x{self.changed}" if self.changed > 1 else "")
+
+
+@dataclass(frozen=True)
+class NonWeightDiff:
+    """How the non-weights of one class (counters, or every other kind) changed."""
+
+    compared: int
+    changed: int
+    by_name: tuple[NonWeightChange, ...] = ()
+
+    def line(self, title: str) -> str | None:
+        """ "counters: 7 changed (num_batches_tracked +200, step +200 x6)"; None for none."""
+        if not self.compared:
+            return None
+        count = (
+            f"{self.changed} changed"
+            if self.changed in (0, self.compared)
+            else (f"{self.changed} of {self.compared} changed")
+        )
+        if not self.changed:
+            return f"{title}: {self.compared} compared, none changed"
+        shown = [g.describe() for g in self.by_name if g.changed]
+        more = " ..." if len(shown) > 6 else ""
+        return f"{title}: {count} ({', '.join(shown[:6])}{more})"
+
+
 @dataclass(frozen=True, repr=False)
 class DiffReport(Shown):
-    """Checkpoint B compared with checkpoint A (see :func:`diff_checkpoints`)."""
+    """Checkpoint B compared with checkpoint A (see :func:`diff_checkpoints`).
+
+    ``rel_change_*`` are over the params (floating weights and optimizer state) only;
+    ``counters`` (num_batches_tracked, optimizer steps) and ``other`` (scores, RNG states,
+    integer tensors) say on their own what changed among the tensors that are no weights.
+    """
 
     a: str
     b: str
@@ -460,6 +529,8 @@ class DiffReport(Shown):
     flags_total: int = 0
     rel_change_weights: float | None = None
     rel_change_optimizer: float | None = None
+    counters: NonWeightDiff | None = None
+    other: NonWeightDiff | None = None
     needs_globals: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -973,7 +1044,8 @@ def _display_paths(paths: Sequence[str]) -> dict[str, str]:
 
 
 def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
-    """ "step from iter_num; best_val_loss=2.875, ..." (numbers only; '' when nothing)."""
+    """ "step from iter_num; best_val_loss=2.875, ...; other tensors (not weights): 4
+    counters" (numbers only; '' when nothing)."""
     nums = [
         f"{k}={_short_float(float(v)) if isinstance(v, float) else v}"
         for k, v in r.scalars.items()
@@ -982,7 +1054,28 @@ def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
     parts = [f"step from {r.step_key}"] if r.step_key else []
     if nums:
         parts.append(", ".join(nums[:most]) + (" ..." if len(nums) > most else ""))
+    if r.other:
+        parts.append(f"other tensors (not weights): {_kinds(r.other)}")
     return "; ".join(parts)
+
+
+#: How :func:`_kinds` names each kind of tensor that is no weight (singular, plural).
+KIND_WORDS = {
+    "counter": ("counter", "counters"),
+    "score": ("score", "scores"),
+    "rng": ("RNG state", "RNG states"),
+    "integer": ("integer tensor", "integer tensors"),
+}
+
+
+def _kinds(other: Mapping[str, int]) -> str:
+    """ "7 counters, 4 scores": the tensors that are no weights, per kind."""
+    words = [(n, KIND_WORDS.get(k, (f"{k} tensor", f"{k} tensors"))) for k, n in other.items() if n]
+    return ", ".join(f"{n} {w[0] if n == 1 else w[1]}" for n, w in words)
+
+
+def _signed(x: float) -> str:
+    return f"{x:+}" if isinstance(x, int) else f"{x:+.3g}"
 
 
 def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = None) -> str:
@@ -1101,7 +1194,7 @@ def render_inspect(report: InspectReport) -> str:
         rows = [
             [
                 t.name,
-                t.section,
+                f"{t.section} ({t.kind})" if t.kind else t.section,
                 t.dtype,
                 "x".join(str(s) for s in t.shape) or "scalar",
                 t.numel,
@@ -1115,8 +1208,10 @@ def render_inspect(report: InspectReport) -> str:
             table(["TENSOR", "SECTION", "DTYPE", "SHAPE", "NUMEL", "SIZE", "SHARED WITH"], rows)
         )
     for sec, t in report.totals.items():
+        kinds = f" ({_kinds(report.other)})" if sec == "other" and report.other else ""
         lines.append(
-            f"{sec}: {t.get('tensors', 0)} tensors, {_short_count(t.get('numel', 0))} values, {human_bytes(t.get('bytes', 0))}"
+            f"{sec}: {t.get('tensors', 0)} tensors{kinds}, {_short_count(t.get('numel', 0))} "
+            f"values, {human_bytes(t.get('bytes', 0))}"
         )
     if report.dtypes:
         lines.append(
@@ -1172,9 +1267,13 @@ def _diff_summary(report: DiffReport) -> list[str]:
         f"shape/dtype changes: {report.changes_total}"
     )
     lines.append(
-        f"relative change: weights {_pct(report.rel_change_weights)}, "
+        f"relative change (float weights only): weights {_pct(report.rel_change_weights)}, "
         f"optimizer state {_pct(report.rel_change_optimizer)}"
     )
+    for title, part in (("counters", report.counters), ("other non-weights", report.other)):
+        line = part.line(title) if part is not None else None
+        if line:
+            lines.append(line)
     for title, names in (("only in A", report.only_a), ("only in B", report.only_b)):
         if names:
             lines.append(f"{title}: " + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))

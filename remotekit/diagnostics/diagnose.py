@@ -24,8 +24,6 @@ ckpt-scan skipped
 
 from __future__ import annotations
 
-import posixpath
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,7 +52,6 @@ __all__ = [
     "DiagnoseReport",
     "Section",
     "diagnose",
-    "pick_log",
     "render_section",
     "render_verdict",
 ]
@@ -102,6 +99,7 @@ class DiagnoseReport(Shown):
     verdict: tuple[str, ...] = ()
 
     def section(self, name: str) -> Section | None:
+        """The section of diagnostic ``name`` (``"gpu"``, ``"ckpt-scan"``, ...), if it ran."""
         return next((s for s in self.sections if s.name == name), None)
 
     @property
@@ -144,59 +142,23 @@ def _scan_checkpoints(target: Target, path: str, timeout: float) -> Any:
     return scan_checkpoints(target, path, timeout=timeout)
 
 
-# Which of the log files met in a run directory train-log reads: a per-step log written by
-# the trainer first, then the summary formats; a larger file over a smaller one of a kind.
-_LOG_RANK = (
-    re.compile(r"\.jsonl$"),
-    re.compile(r"(^|/)metrics\.csv$|\.csv$"),
-    re.compile(r"(^|/)events\.out\.tfevents\."),
-    re.compile(r"\.wandb$"),
-    re.compile(r"\.log$|\.txt$"),
-    re.compile(r"(^|/)trainer_state\.json$"),
-)
-_STEP_IN_PATH = re.compile(r"checkpoint-(\d+)/trainer_state\.json$")
-
-
-def pick_log(run: str, logs: Sequence[Any]) -> str | None:
-    """The training log to read among the files a scan met under ``run`` (``LogFile`` s):
-    by kind (:data:`_LOG_RANK`), then the top level of the run over subdirectories, then
-    size. An HF ``trainer_state.json`` is taken from the run itself or its latest checkpoint.
-    """
-
-    def key(f: Any) -> tuple[int, int, int, int]:
-        path = str(f.path)
-        kind = next((i for i, rx in enumerate(_LOG_RANK) if rx.search(path)), len(_LOG_RANK))
-        depth = posixpath.relpath(path, run).count("/")
-        m = _STEP_IN_PATH.search(path)
-        return (kind, depth if not m else 1, -int(m.group(1)) if m else 0, -int(f.bytes))
-
-    ranked = sorted((f for f in logs if int(f.bytes) > 0), key=key)
-    return str(ranked[0].path) if ranked else None
-
-
 def _train_log(
     target: Target, run: str, scan: Any, timeout: float, points: int
 ) -> tuple[Any, str | None]:
-    """The train-log report for the run's log, given the save steps the scan found."""
+    """The train-log report for the run's log, given the save steps the scan found, and
+    the log read. The script chooses the log in the run directory (``find_log`` there: the
+    one rule ``train-log`` on a directory follows too) and says which, why, and what else."""
     from remotekit.diagnostics import trainlog
 
-    plan = getattr(scan, "plan", None)
-    log = pick_log(run, getattr(plan, "logs", ()) or ())
-    if log is None:
-        raise RemotekitError(
-            f"no training log under {run} (looked for *.jsonl, *.csv, *.log, *.txt, "
-            "trainer_state.json, TensorBoard and W&B files)",
-            host=target.name,
-            step="train-log",
-        )
     steps = _save_steps(scan)
     # the script also reads the saves off the run's checkpoints itself (names such as
     # checkpoint-2000 / global_step2000 / iter_0002000, and the files' own step keys): a
     # scan that failed, or found checkpoints whose step it could not read, still gives them
     report = trainlog.analyze_train_log(
-        target, log, ckpt_steps=steps or None, ckpt_dir=run, points=points, timeout=timeout
+        target, run, ckpt_steps=steps or None, ckpt_dir=run, points=points, timeout=timeout
     )
-    return report, log
+    src = getattr(report, "source", None)
+    return report, getattr(src, "path", None)
 
 
 def _save_steps(scan: Any) -> list[int]:
@@ -227,7 +189,7 @@ def diagnose(
     ``path`` is the checkpoint directory to scan (default: ``run``, else the host's
     ``checkpoints:``); the disk section measures the host's ``workdir`` (else ``~``) and that
     directory. ``run`` is a training run's directory there: its checkpoints are scanned, its
-    log (:func:`pick_log` among the files the scan met) is analysed with the steps of those
+    log (the one ``train-log`` on the directory chooses) is analysed with the steps of those
     checkpoints as save events. ``points`` > 0 fetches that many points of each log series
     (for a plot). ``timeouts`` overrides :data:`DEFAULT_TIMEOUTS` by section name (unknown
     names raise ValueError). ``env`` is set for the env, gpu and disk scripts there.
@@ -361,8 +323,11 @@ def _log_verdict(section: Section | None, log: str | None) -> list[str]:
     if rep is None:
         return [f"log: not analysed ({(section.error or '').splitlines()[0]})"]
     src = getattr(rep, "source", None)
-    if getattr(rep, "errors", ()):
-        return [f"log: {log}: {rep.errors[0]}"]
+    errors = [str(getattr(e, "message", e)) for e in getattr(rep, "errors", ())]
+    if errors and src is None:  # nothing read: no log in the run, or none that parses
+        return [f"log: not analysed ({errors[0].splitlines()[0]})"]
+    if errors:
+        return [f"log: {log}: {errors[0]}"]
     fmt = getattr(src, "format", None) or "?"
     key = getattr(src, "step_key", None)
     out = [f"log: {getattr(src, 'path', None) or log} ({fmt}, step key {key or 'row number'})"]

@@ -8,7 +8,7 @@ hosts.yaml key that declares a container hop to its class. The order is fixed:
 Adding a hop: write ``remotekit/layers/<name>.py`` with a :class:`Hop` subclass (its keys,
 argv, interactive argv when the tool must be asked for a pty, and probe as code; its tool's
 words as data: ``up``, ``says``, ``failures``), add it to :data:`HOPS`, test it in
-tests/test_layers.py, add README rows ("Adding a layer").
+tests/test_layers.py, then run ``python tools/gen_docs.py`` (docs/extending.md, "Adding a layer").
 """
 
 from __future__ import annotations

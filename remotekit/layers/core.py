@@ -25,7 +25,7 @@ import os
 import posixpath
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, NoReturn, Protocol
 
@@ -33,6 +33,7 @@ from remotekit.errors import ContainerError, RemotekitError, quote_tool
 
 __all__ = [
     "LOADER",
+    "Batch",
     "Env",
     "Failure",
     "Fields",
@@ -197,6 +198,20 @@ def _said(pattern: str, text: str) -> bool:
     return re.search(pattern, text, flags=re.IGNORECASE | re.MULTILINE) is not None
 
 
+@dataclass(frozen=True)
+class Batch:
+    """A detached run as a batch job, started from outside the hop (on the login node).
+
+    ``submit`` waits for the job and exits with its exit code (``sbatch --wait``);
+    ``log_option`` + the run's log path is added after ``submit[0]``, so the job writes its
+    output there itself (appending); ``cancel`` ends the job (``scancel --name``).
+    """
+
+    submit: tuple[str, ...]
+    log_option: str
+    cancel: tuple[str, ...]
+
+
 class Hop(ABC):
     """A layer that enters somewhere: one module per hop, registered by its hosts.yaml key.
 
@@ -259,6 +274,12 @@ class Hop(ABC):
     def wrap(self, launch: Launch, argv: Iterable[str]) -> Launch:
         """``launch`` entered through this hop by ``argv`` (the hop's words before the inner)."""
         return replace(launch, argv=(*argv, *launch.argv), hops=(self.label, *launch.hops))
+
+    def batch(self, argv: Sequence[str], name: str) -> Batch | None:
+        """How a detached run goes through this hop when nothing may outlive a step in it (a
+        Slurm step): a batch job submitted from outside the hop, or None (the default: the
+        run's supervisor starts inside, in its own session, and outlives the step)."""
+        return None
 
     # -- ping ------------------------------------------------------------------------------
 

@@ -19,15 +19,19 @@ searches the system's default path. srun's words (slurm 22.05)::
     slurmstepd: error: execve(): python9: No such file or directory     (exit 2, the errno; 13)
 
 Interactive (``remotekit shell``): ``--pty`` (task 0 on a pty; srun passes window size changes).
+Detached (``run --detach``): a batch job, ``sbatch --wait`` from the login node (:meth:`batch`).
 """
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
 from remotekit.layers.core import (
+    Batch,
     Failure,
     Fields,
     Hop,
@@ -116,6 +120,21 @@ class Slurm(Hop):
         if inner.argv and not inner.argv[0].startswith("/"):
             inner = replace(inner, argv=(ENV, *inner.argv))
         return self.wrap(inner, (*srun, "--export=NONE", "--"))
+
+    # -- detached runs: batch jobs ----------------------------------------------------------
+
+    def batch(self, argv: Sequence[str], name: str) -> Batch:
+        """slurmstepd stops every process of a step when it ends, so a detached run is a job
+        of its own: ``sbatch --wait`` from the login node (it exits with the job's exit code),
+        its output appended to the run's log by the job, ``scancel --name`` to stop it."""
+        sbatch, scancel = tool_beside(self.bin, "sbatch"), tool_beside(self.bin, "scancel")
+        node = (f"--nodelist={self.node}",) if self.node else ()
+        submit = (sbatch, "--wait", "--quiet", "--open-mode=append", f"--job-name={name}", *node)
+        return Batch(
+            submit=(*submit, "--wrap", shlex.join(argv)),
+            log_option="--output=",
+            cancel=(scancel, f"--name={name}"),
+        )
 
     # -- the job by name -------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ Standalone: the standard library and torch >= 2.1 only, Python >= 3.8. Subcomman
     ckpt.py diff A B [--top 10] [--allow-global NAME]... [--unsafe-pickle]
     ckpt.py bisect DIR [--linear] [--jobs N] [--allow-global NAME]... [--unsafe-pickle]
 
-PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt,
+PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt, *.th,
 *.safetensors, Hugging Face ``*.index.json`` shard indexes and checkpoint directories) or a
 glob (``**`` too; each real directory is entered once, so symlink loops end). Formats:
 torch.save files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors
@@ -31,7 +31,7 @@ Output: one JSON object per stdout line, flushed as it is made, each with a ``"t
                  logs: [{path, bytes, mtime}]}                    (scan: log files met)
     progress    {path, done, total}                               tensor bytes checked in a file
     checkpoint  {path, status, ok, error, format, global_step, step_key, epoch, scalars,
-                 params, tensors,
+                 params, tensors, other_tensors, other: {kind: tensors},
                  skipped_tensors, bytes, nan_weights, posinf_weights, neginf_weights,
                  nan_optimizer, posinf_optimizer, neginf_optimizer, negative_exp_avg_sq,
                  max_abs_weights, max_abs_optimizer, bad_tensors: [{name, section, slot, dtype,
@@ -41,24 +41,35 @@ Output: one JSON object per stdout line, flushed as it is made, each with a ``"t
     order       {order, checkpoints: [{path, global_step}]}       (bisect)
     bisect      {directory, order, mode, checkpoints, scanned, last_clean, first_bad,
                  unreadable, bad, later_clean, assumption}
-    tensor      {name, section, slot, dtype, shape, numel, bytes, shared_with}   (inspect)
+    tensor      {name, section, slot, kind, dtype, shape, numel, bytes,      (inspect)
+                 shared_with}
     inspect     {path, ok, error, format, bytes, global_step, epoch, top_keys, scalars,
-                 optimizers, totals, dtypes, metadata, needs_globals, notes}
+                 optimizers, totals, dtypes, other: {kind: tensors}, metadata,
+                 needs_globals, notes}
     diff        {a, b, ok, error, format_a/b, step_a/b, step_delta, epoch_a/b, lr_a/b,
                  tensors_a/b, compared, identical, only_a/b(_total), changes(_total),
-                 top_weights, top_optimizer, flags(_total), rel_change, notes}
+                 top_weights, top_optimizer, flags(_total), rel_change,
+                 counters, other: {compared, changed, by_name: [{name, kind, compared,
+                 changed, delta_min, delta_max}]}, notes}
     warning     {message}
     error       {message}                                         fatal: only "done" follows
     done        {command, exit_code, seconds, ...}                last record of every command
 
 ``status`` is "clean", "bad" (non-finite values, or negative values in a second-moment
 optimizer slot such as exp_avg_sq), "error" (could not be read; ``error`` says why) or
-"unsupported". Counts are exact. Sections: "optimizer" is everything inside an optimizer state
-dict (a dict with "state" and "param_groups", or under a key containing "optim"); "weights" is
-every other floating tensor. Tensors that share storage (tied weights) are checked once: totals
-count each stored value once, and ``bad_tensors`` lists every key (with ``shared_with``).
-Integer and bool tensors are not checked (``skipped_tensors``). Float values that JSON cannot
-hold are written as the strings "nan", "inf", "-inf".
+"unsupported". Counts are exact. Sections: the params are "optimizer" (the floating tensors
+inside an optimizer state dict: a dict with "state" and "param_groups", or under a key
+containing "optim") and "weights" (every other floating tensor); "other" is every tensor that
+is no param, with its ``kind``: "counter" (a one-value integer such as BatchNorm's
+num_batches_tracked, an optimizer's per-parameter step), "score" (a one-value float in
+trainer bookkeeping: Lightning's callbacks and loops, schedulers, one level into a train
+state), "rng" (an integer tensor named rng/random/generator), "integer" (any other integer
+or bool tensor). Other tensors are never params, never make a checkpoint "bad" (a non-finite
+score is a note) and stay out of diff's relative change (``counters`` and ``other`` say what
+changed). Tensors that share storage (tied weights) are checked once: totals count each
+stored value once, and ``bad_tensors`` lists every key (with ``shared_with``). Integer and
+bool tensors are not checked (``skipped_tensors``). Float values that JSON cannot hold are
+written as the strings "nan", "inf", "-inf".
 
 Exit status: 0 all clean, 1 findings (non-finite values), 2 something could not be read.
 
@@ -75,13 +86,14 @@ process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one 
 time. A file that crashes the worker costs only itself: the files the worker had open are
 checked again alone in a fresh one. inspect and diff run in this process.
 
-Modules, shipped beside this file (``remotekit.remote.script`` follows the imports), each
-importing only those above it: ``protocol`` (the record format, shared with the local side),
-``ckpt_base`` (constants, errors, torch on demand, page release), ``ckpt_formats`` (one file:
-torch, safetensors, HF index, LFS; the loading policy), ``ckpt_dcp``, ``ckpt_discover`` (no
-torch), ``ckpt_layouts`` (directories that are one checkpoint; ``open_source``),
-``ckpt_check`` (values; ``scan_item``), ``ckpt_workers``, ``ckpt_commands``. This file holds
-the format description, the argument parser and ``main``.
+Modules, shipped beside this file (``remotekit.remote.script`` follows the imports): the
+siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
+safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
+``base`` (constants, errors, torch on demand, page release), ``formats`` (one file: torch,
+safetensors, HF index, LFS; what is a param; the loading policy), ``dcp``, ``discover`` (no
+torch), ``layouts`` (directories that are one checkpoint; ``open_source``), ``check``
+(values; ``scan_item``), ``workers``, ``commands``. This file holds the format description,
+the argument parser and ``main``.
 """
 
 from __future__ import annotations
@@ -92,12 +104,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
 
-from ckpt_base import DEFAULT_CHUNK, Fatal, _import_torch
-from ckpt_check import BIG_FILE, _collect_if_needed, check_entry, scan_item, step_from_name
-from ckpt_commands import cmd_bisect, cmd_diff, cmd_inspect, cmd_scan
-from ckpt_discover import _file_item, discover
-from ckpt_formats import Entry, _open_safetensors, _tensor_chunks
-from ckpt_workers import cmd_worker
+from ckpt.base import DEFAULT_CHUNK, Fatal, _import_torch
+from ckpt.check import BIG_FILE, _collect_if_needed, check_entry, scan_item, step_from_name
+from ckpt.commands import cmd_bisect, cmd_diff, cmd_inspect, cmd_scan
+from ckpt.discover import _file_item, discover
+from ckpt.formats import Entry, _open_safetensors, _tensor_chunks
+from ckpt.workers import cmd_worker
 from protocol import EXIT_FAILED, fail
 
 # The names above that main() does not use are this script's API for in-process callers

@@ -7,7 +7,7 @@
 #   <decimal length>\n<header: UTF-8 JSON>         then the bytes of header["files"], in order
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
-#          "files": [[name, size, mode], ...], "timeout", "grace", "detach",
+#          "files": [[name, size, mode], ...], "timeout", "grace", "detach", "report",
 #          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes";
 #          "preload": read by the agent only}
 #   Its fields and their defaults are HEADER below, a copy of remotekit.step.StepHeader (the
@@ -28,6 +28,11 @@
 #   <K> file {"mode": M, "size": N}        get: the file about to be sent on stdout
 #   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
 #                                          R: exit | deadline | eof | signal | detached
+#
+# "detach" starts the command in its own session, output to a log, and returns at once. With
+# "report" too, the command gets a pipe's write end as $REMOTEKIT_REPORT_FD and the runner waits
+# (up to "timeout") for one JSON object on it: its keys go into "detached" (a run's supervisor
+# reports its id, the run's pid and log), and {"error": E, "code": N} fails the step instead.
 #
 # The step writes to pipes of its own that the runner relays to its stdout and stderr as
 # they come (never buffered), so a step cannot read the runner's control lines back through
@@ -53,6 +58,7 @@ HEADER = {
     "script": None,
     "files": [],
     "detach": False,
+    "report": False,
     "dest": None,
     "name": None,
     "size": 0,
@@ -637,7 +643,7 @@ def copy_fd(src, dst):
             dst = None  # the caller is gone: keep draining, so the step never blocks
 
 
-def spawn(argv, cwd, env, out=None, err=None):
+def spawn(argv, cwd, env, out=None, err=None, pass_fds=()):
     import subprocess
 
     try:
@@ -649,6 +655,7 @@ def spawn(argv, cwd, env, out=None, err=None):
             cwd=cwd or None,
             env=env,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
     except FileNotFoundError:
         fail("command not found: %s" % argv[0], 127)
@@ -681,11 +688,51 @@ def do_detach(h, tmpdir, zygote):
     argv, cwd, env = step_argv(h, tmpdir)
     log = os.path.join(tmpdir, "output.log")
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-    child = spawn(argv, cwd, env, out=fd)
+    report_r = report_w = None
+    if h["report"]:  # the command tells what it started (a run's id) on a pipe
+        report_r, report_w = os.pipe()
+        env["REMOTEKIT_REPORT_FD"] = str(report_w)
+    child = spawn(argv, cwd, env, out=fd, pass_fds=() if report_w is None else (report_w,))
     os.close(fd)
     info = {"pid": child.pid, "log": log, "dir": tmpdir}
+    if report_r is not None:
+        os.close(report_w)
+        report = read_report(report_r, h["timeout"] or 60.0)
+        if "error" in report:
+            fail(report["error"] + tail_of(log), report.get("code", 125))
+        info.update(report)
     control("exit", {"code": 0, "reason": "detached", "detached": info})
     return 0
+
+
+def read_report(fd, timeout):
+    """The one JSON line a detached command writes on its report pipe (until EOF)."""
+    import select
+
+    data, end = b"", time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        b = os.read(fd, CHUNK) if ready else b""
+        if not b:
+            break
+        data += b
+    os.close(fd)
+    try:
+        report = json.loads(data.decode("utf-8"))
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        return {"error": "the detached command ended or hung before it reported what it started"}
+    return report
+
+
+def tail_of(log):
+    try:
+        with open(log, "rb") as f:
+            text = f.read()[-2000:].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return "; its output:\n" + text if text else ""
 
 
 def do_exec(h, tmpdir, zygote, outputs):

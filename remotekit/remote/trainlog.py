@@ -9,14 +9,17 @@ Usage::
     trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron|trend]
                 [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
+                [--follow [--duration S] [--after-step STEP]]
 
 Inputs (auto-detected by content): JSON lines (W&B history with ``_step``, LLaMA-Factory /
 TRL ``trainer_log.jsonl`` with ``current_steps``, or any ``step`` key), CSV with a header
 (Lightning ``metrics.csv``, sparse rows), HF ``trainer_state.json`` (``log_history``), W&B
 run files (``run-*.wandb``) and ``wandb-summary.json``, TensorBoard event files
 (``simple_value`` and scalar tensors), the text of nanoGPT, llm.c, Megatron-LM and fairseq
-(only lines in their format are data), else plain text with ``key=value`` or ``key: value``
-pairs. PATH may be a run directory: the log in it is picked (``chosen_from`` says which and
+(only lines in their format are data), MLflow file stores (``trainlog_mlflow``), OLMo /
+OLMo-core console logs (``trainlog_olmo``), else plain text with ``key=value`` or
+``key: value`` pairs. Each reader returns series (``trainlog_series``); of several candidate
+files or runs one is chosen by ``trainlog_rank``. PATH may be a run directory: the log in it is picked (``chosen_from`` says which and
 why). Lines that announce checkpoint saves or resumes become events.
 
 Records, one JSON object per stdout line, each with a ``"type"``; non-finite numbers are
@@ -64,7 +67,9 @@ the sniff), ``trainlog_read`` (the log of a run directory, one reader per format
 ``trainlog_steps`` (rows per step, resumes, per-epoch counters, running totals),
 ``trainlog_spikes`` (detection), ``trainlog_events`` (saves and other events, correlation),
 ``trainlog_composition`` (modes, periodicity, batch composition), ``trainlog_analyze`` (the
-analysis in its phases); this file parses the arguments and turns every failure into an
+analysis in its phases), ``trainlog_follow`` (``--follow``: the log followed as it grows, each
+new incident sent as found, a ``status`` record every second; its docstring lists the
+records); this file parses the arguments and turns every failure into an
 ``error`` record.
 """
 
@@ -84,6 +89,7 @@ from infile import open_regular
 from trainlog_analyze import analyze_log
 from trainlog_base import FAST_PAIR_RE, PRESETS, LogError, binom_sf, decimate, failed  # noqa: F401
 from trainlog_binary import _tf_rows, _wandb_rows  # noqa: F401
+from trainlog_follow import FOLLOWED, NotFollowed, follow_log
 from trainlog_ingest import NoLoss
 from trainlog_lines import _PIPE_PAIR_RE, LINE_FORMATS  # noqa: F401
 from trainlog_read import _text_row, read_log  # noqa: F401
@@ -122,6 +128,21 @@ def parse_args(argv):
     )
     ap.add_argument("--points", type=int, default=0, help="send a decimated series (0: none)")
     ap.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "json", "text"])
+    ap.add_argument(
+        "--follow",
+        action="store_true",
+        help="follow the log as it grows (%s) and report each new incident" % FOLLOWED,
+    )
+    ap.add_argument(
+        "--duration", type=float, default=0.0, help="with --follow: stop after this many seconds"
+    )
+    ap.add_argument(
+        "--after-step",
+        type=float,
+        default=None,
+        help="with --follow: of what the log holds already, report the incidents after this "
+        "step (a follow taken up again; default: none of them)",
+    )
     return ap.parse_args(argv)
 
 
@@ -130,7 +151,12 @@ def main(argv=None):
     names = args.metrics.split(",") + list(args.metric)
     wanted = [m.strip() for m in names if m.strip()] or None
     try:
+        if args.follow:
+            args.wanted = wanted
+            return follow_log(args)
         return analyze_log(args, wanted)
+    except NotFollowed as exc:
+        return failed("%s: %s" % (args.path, exc), kind="not-followed")
     except NoLoss as exc:
         return _no_loss(args.path, exc)
     except LogError as exc:
@@ -156,7 +182,7 @@ def main(argv=None):
 
 def _no_loss(path, exc):
     """No loss series: a binary file is named as such, else the numeric columns there are."""
-    binary = _binary_share(path)
+    binary = 0.0 if exc.what else _binary_share(path)
     if binary > 0.1:
         return failed(
             "%s: not a text log: %.0f%% of its first bytes are binary (a checkpoint, "
@@ -168,6 +194,8 @@ def _no_loss(path, exc):
         if exc.found
         else "no loss series found"
     )
+    if exc.what:
+        what = "a %s that parses; %s" % (exc.what, what)
     return failed(
         "%s: %s; numeric columns: %s; name the one to analyse with --metric NAME"
         % (path, what, ", ".join(exc.numeric[:30]) or "none"),

@@ -44,12 +44,12 @@ def analyze_log(args, wanted):
     ing, fmt, nlines, extra = read_log(path, args.format, wanted)
     warnings.extend(_reading_caveats(ing, fmt, extra))
     steps, cols, n, derived = _columns(ing, warnings)
-    strides = sorted(map(sub, islice(steps, 1, min(n, 2001)), steps[: min(n, 2001) - 1]))
-    stride = _quantile([s for s in strides if s > 0], 0.5) if any(s > 0 for s in strides) else 1.0
-    tol = args.tolerance if args.tolerance is not None else max(5.0, 2 * stride)
+    stride, tol = stride_of(steps, n, args.tolerance)
     _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol)
     preset = _send_preset(args.preset, n)
-    incidents, compact = _detect_all(ing, cols, steps, n, preset)
+    incidents, compact, stats = detect_all(ing, cols, steps, n, preset)
+    for m in stats:
+        send("metric", **m)
     events = find_events(ing, steps, cols, args, extra, warnings)
     counts = _send_events(events)
     comp = _composition(ing, compact, steps, incidents, cols, n, derived)
@@ -67,6 +67,15 @@ def analyze_log(args, wanted):
     findings = _findings(incidents, comp)
     code = EXIT_FINDINGS if findings else EXIT_OK
     return conclude(code, rows=n, spikes=len(incidents), events=dict(counts), findings=findings)
+
+
+def stride_of(steps, n, tolerance=None):
+    """``(stride, tolerance)``: the usual logging stride in steps (the median of the first
+    2000 step differences), and the steps that still count as "at" an event (``tolerance``
+    when given, else max(5, 2 strides))."""
+    strides = sorted(map(sub, islice(steps, 1, min(n, 2001)), steps[: min(n, 2001) - 1]))
+    stride = _quantile([s for s in strides if s > 0], 0.5) if any(s > 0 for s in strides) else 1.0
+    return stride, tolerance if tolerance is not None else max(5.0, 2 * stride)
 
 
 def _log_path(args):
@@ -151,12 +160,19 @@ def _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol):
     )
 
 
-def _send_preset(name, n):
-    """The preset for a log of ``n`` rows, sent. A log shorter than a few windows would be
-    judged against its own first learning phase: a quarter of the log (at least 50 rows) is
-    the window instead (the record then says window < preset_window)."""
+def preset_for(name, n):
+    """The preset for a log of ``n`` rows. A log shorter than a few windows would be judged
+    against its own first learning phase: a quarter of the log (at least 50 rows) is the
+    window instead."""
     preset = dict(PRESETS[name])
     preset["window"] = min(preset["window"], max(50, n // 4))
+    return preset
+
+
+def _send_preset(name, n):
+    """The preset for a log of ``n`` rows (:func:`preset_for`), sent (the record says
+    window < preset_window when it was shortened)."""
+    preset = preset_for(name, n)
     send(
         "preset",
         name=name,
@@ -171,11 +187,12 @@ def _send_preset(name, n):
     return preset
 
 
-def _detect_all(ing, cols, steps, n, preset):
-    """``(incidents, {label: (finite values, their rows or None)})``: spikes, cliffs and
-    non-finite runs of every metric; one ``metric`` record each."""
+def detect_all(ing, cols, steps, n, preset):
+    """``(incidents, {label: (finite values, their rows or None)}, metric stats)``: spikes,
+    cliffs and non-finite runs of every metric, and the fields of a ``metric`` record each."""
     incidents = []
     compact = {}
+    stats = []
     for label, key in ing.metrics:
         col = cols[label]
         direction = "none" if label == "lr" else ("down" if "acc" in label.lower() else "up")
@@ -184,18 +201,19 @@ def _detect_all(ing, cols, steps, n, preset):
         found, flagged = detect(label, vals, rows, steps, direction, preset)
         found.extend(_nonfinite_incident(label, nf, steps) for nf in nonfinite)
         incidents.extend(found)
-        send(
-            "metric",
-            label=label,
-            key=key,
-            direction=direction,
-            n=len(vals),
-            flagged=flagged,
-            spike_share=(flagged / len(vals)) if len(vals) else 0.0,
-            nonfinite=sum(nf["flagged"] for nf in nonfinite),
-            median=_median(vals[-min(len(vals), 10000) :]) if len(vals) else None,
+        stats.append(
+            dict(
+                label=label,
+                key=key,
+                direction=direction,
+                n=len(vals),
+                flagged=flagged,
+                spike_share=(flagged / len(vals)) if len(vals) else 0.0,
+                nonfinite=sum(nf["flagged"] for nf in nonfinite),
+                median=_median(vals[-min(len(vals), 10000) :]) if len(vals) else None,
+            )
         )
-    return incidents, compact
+    return incidents, compact, stats
 
 
 def _finite(col, n):

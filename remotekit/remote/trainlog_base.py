@@ -97,6 +97,8 @@ ROLES = {
         "grad norm",
         "total_grad_norm",
         "optim/total_grad_norm",
+        "optim/total grad norm",  # OLMo-core's console logger
+        "total grad norm",
         "norm",
         "gnorm",
     ),
@@ -160,6 +162,19 @@ RESUME_RE = re.compile(
 EVENT_STEP_RE = re.compile(
     r"(?:global[_ ]?step|\bstep|\biter(?:ation)?|checkpoint|ckpt)[\s_\-=:#]*(\d+)", re.I
 )
+# Lines that are no log message, whatever words they hold: a shell trace (``set -x``: "+ cmd",
+# "++ cmd"), a Python prompt, source code printed before the log (a statement, a call, a
+# decorator, a comment). Neither a row nor an event comes from them.
+CODE_RE = re.compile(
+    r"^\s*(?:\++ |>>> |\.\.\. |#|@[A-Za-z_]|"
+    r"(?:def|class|if|elif|for|while|return|import|from|with|try|except|raise|assert|yield|print)"
+    r"\b(?!\s*[=:])|[A-Za-z_][\w.]*\()"
+)
+# A logger's source line ("olmo.checkpoint:669", "train.py:88"): a line number, never a step.
+SOURCE_LINE_RE = re.compile(r"(?<![\w/.])[A-Za-z_]\w*(?:\.\w+)+:\d+\b")
+# A path: where something was saved, not what (data-order indices saved into a checkpoint
+# folder are no checkpoint).
+PATH_RE = re.compile(r"""['"]?(?:[A-Za-z]+://|\.{0,2}/|[\w.\-]+/)[^\s'"]*['"]?""")
 DIR_STEP_RE = re.compile(r"(?:step|iter|checkpoint|ckpt)[\s_\-=]*(\d+)", re.I)
 
 

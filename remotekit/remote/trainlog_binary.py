@@ -148,19 +148,28 @@ def _event_scalars(buf, row):
     return step
 
 
+_TF_HEAD = struct.Struct("<QI")
+
+
+def tfrecord_data_length(head):
+    """The data length a TFRecord's first 12 bytes give (the record is 12 + it + 4 bytes
+    long), or None when the length's masked CRC does not match (not a record boundary)."""
+    n, crc = _TF_HEAD.unpack(head)
+    return n if _masked_crc(head[:8]) == crc else None
+
+
 def _tfrecords(f, counts=None):
     """Records of a TFRecord file (uint64 length, uint32 masked CRC of it, data, CRC of the
     data) as ``data + CRC`` buffers: :func:`_intact` checks the data. A length whose CRC
     does not match ends the reading (the records after it cannot be found): ``counts[2]``
     is then its offset."""
     read = f.read
-    unpack = struct.Struct("<QI").unpack
     while True:
         head = read(12)
         if len(head) < 12:
             return
-        n, crc = unpack(head)
-        if _masked_crc(head[:8]) != crc:
+        n = tfrecord_data_length(head)
+        if n is None:
             if counts is None:
                 raise LogError("a corrupt TFRecord length at offset %d" % (f.tell() - 12))
             counts[2] = f.tell() - 12
@@ -203,37 +212,52 @@ def _rows_into(rows_iter, wanted, step_key, need=None):
 
 def _tf_rows(path, counts):
     with open_regular(path) as f:
-        row, step = {}, None
-        for data in _tfrecords(f, counts):
-            counts[0] += 1
-            cur = {}
-            try:
-                s = _event_scalars(memoryview(data)[:-4], cur)
-            except (ValueError, IndexError, TypeError, struct.error):
-                s = cur = None  # not a well-formed Event
-            if not cur:
-                # Skipped either way: the CRC (pure Python, about 1 us a byte) is computed
-                # only for records whose scalars are kept, not for every image or histogram.
-                if cur is None:
-                    counts[1] += 1  # skipped
-                continue
-            if not _intact(data):
-                counts[1] += 1  # a scalar whose bytes changed after writing: skipped
-                continue
-            if s != step and row:
-                yield row
-                row = {}
-            step = s
-            row.update(cur)
-            row["step"] = float(s or 0)
-        if row:
+        for row in _tf_rows_of(f, counts):
             yield row
 
 
-def read_tfevents(path, wanted):
-    """Scalars of a TensorBoard event file, one row per step."""
+def tf_lengths(path):
+    """``{tag: steps with a value}`` of an event file (for choosing among a run's files)."""
     counts = [0, 0, None]
-    ing, _ = _rows_into(_tf_rows(path, counts), wanted, "step")
+    out = Counter()
+    for row in _tf_rows(path, counts):
+        out.update(k for k in row if k != "step")
+    return dict(out)
+
+
+def _tf_rows_of(f, counts):
+    """The rows of the event file open as ``f``: the scalars of each step."""
+    row, step = {}, None
+    for data in _tfrecords(f, counts):
+        counts[0] += 1
+        cur = {}
+        try:
+            s = _event_scalars(memoryview(data)[:-4], cur)
+        except (ValueError, IndexError, TypeError, struct.error):
+            s = cur = None  # not a well-formed Event
+        if not cur:
+            # Skipped either way: the CRC (pure Python, about 1 us a byte) is computed
+            # only for records whose scalars are kept, not for every image or histogram.
+            if cur is None:
+                counts[1] += 1  # skipped
+            continue
+        if not _intact(data):
+            counts[1] += 1  # a scalar whose bytes changed after writing: skipped
+            continue
+        if s != step and row:
+            yield row
+            row = {}
+        step = s
+        row.update(cur)
+        row["step"] = float(s or 0)
+    if row:
+        yield row
+
+
+def read_tfevents(f, wanted):
+    """Scalars of a TensorBoard event file (open as the binary file ``f``), one row per step."""
+    counts = [0, 0, None]
+    ing, _ = _rows_into(_tf_rows_of(f, counts), wanted, "step")
     _damage(ing, counts, "event file")
     return ing, "tensorboard", counts[0]
 

@@ -261,6 +261,9 @@ def _epochs(args, cols, steps, n):
     return events
 
 
+MIN_SCHEDULE = 5  # lr values needed before "no warmup" or a jump can be said
+
+
 def _lr_events(cols, steps):
     """The lr already at its peak at step 0 (no warmup); later jumps back up."""
     events = []
@@ -272,7 +275,8 @@ def _lr_events(cols, steps):
         else:
             rows = [i for i, v in enumerate(lr) if v - v == 0]
             lv = array("d", (lr[i] for i in rows))
-        if len(lv):
+        # one or two values say nothing about a schedule (a run that stopped at its start)
+        if len(lv) >= MIN_SCHEDULE:
             peak = max(lv)
             peak_i = lv.index(peak)
             r0 = rows[0] if rows else 0

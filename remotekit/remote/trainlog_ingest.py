@@ -14,13 +14,16 @@ from protocol import mask
 from trainlog_base import (
     BUCKET_KEYS,
     CKPT_RE,
+    CODE_RE,
     EVENT_STEP_RE,
     META,
     MISSING,
     NOT_TRAIN,
+    PATH_RE,
     RESUME_RE,
     ROLE_NAMES,
     ROLES,
+    SOURCE_LINE_RE,
     STEP_KEYS,
     _to_float,
 )
@@ -130,11 +133,12 @@ def resolve_columns(keys, wanted, step_key=None):
         else:
             key, exact = _find_key(keys, (name.lower(),), (name.lower(),))
             label = name
-        if key is None and role == "loss" and not wanted:
+        if key is None and role == "loss":
             key, parts, why = _pick_loss(keys, {step_key} | {k for _, k in metrics})
             if key is not None:
                 guesses.append(why)
-                metrics += [(label, key)] + [(k, k) for k in parts]
+                # named with --metric loss: that one series; else its parts with no total too
+                metrics += [(label, key)] + ([] if wanted else [(k, k) for k in parts])
                 continue
         if key is None or key == step_key or any(k == key for _, k in metrics):
             if wanted:
@@ -165,6 +169,7 @@ class NoLoss(Exception):
         Exception.__init__(self, "no loss series found")
         self.numeric = numeric
         self.found = found
+        self.what = None  # the binary format that parsed (a TensorBoard or W&B file), if one
 
 
 class Ingest:
@@ -286,11 +291,18 @@ class Ingest:
         return False
 
     def text_event(self, line, step=None):
-        """A line that is not a metrics row: a checkpoint save or a resume, if it says so."""
+        """A line that is not a metrics row: a checkpoint save or a resume, if it says so.
+        Its step is one the line states (``step 500``, ``checkpoint-500``), else the step
+        of the last row (the save follows it); a logger's source line (``olmo.checkpoint:
+        669``) is no step, and a path says where something was saved, not what."""
+        if CODE_RE.match(line):
+            return False
+        line = SOURCE_LINE_RE.sub(" ", line)
+        words = PATH_RE.sub(" ", line)
         kind = None
-        if RESUME_RE.search(line):
+        if RESUME_RE.search(words):
             kind = "resume"
-        elif CKPT_RE.search(line):
+        elif CKPT_RE.search(words):
             kind = "checkpoint"
         if kind is None:
             return False
@@ -416,12 +428,35 @@ def _numeric_keys(rows):
     return out
 
 
+def _epoch_axis(cols, head):
+    """The epoch key, when a log without a step key has one row per epoch (ultralytics'
+    results.csv, Keras's CSVLogger): whole epochs, each one more than the row before."""
+    step_key, _, meta, _, _, _ = cols
+    key = dict(meta).get("epoch")
+    if step_key is not None or key is None:
+        return None
+    vals = [_to_float(d.get(key)) for d in head[:HEAD_ROWS] if isinstance(d, dict)]
+    if len(vals) < 2 or any(v is MISSING for v in vals):
+        return None
+    if all(b - a == 1 for a, b in zip(vals, vals[1:])) and vals[0].is_integer():
+        return key
+    return None
+
+
 def _ingest_for(keys, wanted, head=(), step_key=None):
     """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys).
 
     Without a loss series (and no metric named), the log cannot answer the question: the
     error lists the numeric columns there are, for ``--metrics`` to name one."""
     cols = resolve_columns(keys, wanted, step_key)
+    epoch = _epoch_axis(cols, head)
+    if epoch is not None:
+        cols = resolve_columns(keys, wanted, epoch)
+        cols[5][:] = [g for g in cols[5] if not g.startswith("no step key")]
+        cols[5].append(
+            "no step key; one row per epoch (%r counts 0, 1, 2, ...): the epoch is the step axis"
+            % epoch
+        )
     step_key, metrics, meta, bucket_key, missing, guesses = cols
     if not wanted and not any(label == "loss" for label, _ in metrics):
         numeric = sorted(_numeric_keys(head) - {step_key}) if head else sorted(keys)

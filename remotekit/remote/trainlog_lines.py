@@ -9,7 +9,7 @@ import re
 import struct
 
 from infile import open_regular
-from trainlog_base import LogError
+from trainlog_base import CODE_RE, LogError
 from trainlog_binary import _masked_crc
 from trainlog_ingest import MAX_LINE, SNIFF_BYTES, SNIFF_LINES, Lines
 
@@ -151,6 +151,8 @@ def sniff(path):
         lines = []
         for block in src:
             for ln in block:
+                if CODE_RE.match(ln):
+                    continue  # a shell trace or source code before the log: not its format
                 ln = ln.strip()
                 if ln:
                     lines.append(ln)
@@ -181,13 +183,9 @@ def sniff(path):
                 return "json", None  # wandb-summary.json: one document, one line
             return "jsonl", None
         return "json", None
-    if first.startswith("["):
-        return "json", None
-    best, hits = None, 0
-    for lf in LINE_FORMATS:
-        k = sum(1 for ln in lines if lf[1](ln) is not None)
-        if k > hits:
-            best, hits = lf, k
+    best = _line_format(lines)
+    if first.startswith("[") and (best is None or first == "["):
+        return "json", None  # "[" alone, or no trainer's lines ("[2024-05-01 ...] iteration")
     if best is not None:
         return "text", best
     for delim in (",", "\t"):
@@ -201,6 +199,16 @@ def sniff(path):
         ):
             return "csv", None
     return "text", None
+
+
+def _line_format(lines):
+    """The trainer whose line format most of these lines match, else None."""
+    best, hits = None, 0
+    for lf in LINE_FORMATS:
+        k = sum(1 for ln in lines if lf[1](ln) is not None)
+        if k > hits:
+            best, hits = lf, k
+    return best
 
 
 def _mostly_json_objects(lines):

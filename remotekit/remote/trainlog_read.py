@@ -12,15 +12,27 @@ import os
 import re
 from array import array
 from collections import Counter
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 from operator import itemgetter
 
+import trainlog_mlflow
+import trainlog_olmo
 from infile import TooDeep, load_json, open_regular
 from protocol import mask
-from trainlog_base import FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError
-from trainlog_binary import read_tfevents, read_wandb
-from trainlog_ingest import HEAD_ROWS, MAX_DOC, Lines, _head, _ingest_for, _maybe_event
+from trainlog_base import CODE_RE, FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError, _fmt
+from trainlog_binary import read_tfevents, read_wandb, tf_lengths
+from trainlog_ingest import (
+    HEAD_ROWS,
+    MAX_DOC,
+    Lines,
+    NoLoss,
+    _head,
+    _ingest_for,
+    _maybe_event,
+)
 from trainlog_lines import sniff
+from trainlog_rank import choose
+from trainlog_series import ingest
 
 
 def _text_row(line):
@@ -35,13 +47,24 @@ def read_log(path, fmt, wanted):
     """Stream the log once; return ``(Ingest, format, lines, extra)``."""
     auto = fmt == "auto"
     lf = None
+    if os.path.isdir(path) and trainlog_mlflow.is_run(path):
+        return ingest(trainlog_mlflow.read(path), wanted) + ({},)
     if auto:
         fmt, lf = sniff(path)
+        # OLMo's rich console lines start with "[2024-04-18 14:24:11]": sniffed as JSON
+        if fmt in ("text", "json") and trainlog_olmo.claims(path):
+            return ingest(trainlog_olmo.read(path), wanted) + ({},)
     extra = {}
-    if fmt == "tfevents":
-        return read_tfevents(path, wanted) + (extra,)
-    if fmt == "wandb":
-        return read_wandb(path, wanted) + (extra,)
+    if fmt in BINARY:
+        what, reader = BINARY[fmt]
+        try:
+            out = reader(path, wanted)
+        except NoLoss as exc:
+            exc.what = what  # it parsed: its own series are listed, it is no text log
+            raise
+        if fmt == "wandb":
+            _wandb_cut_short(path, out[0])
+        return out + (extra,)
     doc = None
     if fmt == "json":
         size = os.path.getsize(path)
@@ -82,17 +105,58 @@ def read_log(path, fmt, wanted):
             ing.add(r)
         return ing, fmt, len(rows), extra
     with open_regular(path) as f:
-        src = Lines(f)
-        if fmt == "csv":
-            out = _read_csv(src, wanted)
-        elif fmt == "jsonl":
-            out = _read_jsonl(src, wanted)
-        elif lf is not None:
-            out = _read_formatted(src, lf, wanted)
-        else:
-            out = _read_text(src, wanted)
+        return read_lines(f, fmt, lf, wanted) + (extra,)
+
+
+def read_lines(f, fmt, lf, wanted):
+    """A log of lines (``csv``, ``jsonl``, a trainer's text format ``lf``, or plain
+    ``text``) from the binary file ``f``: ``(Ingest, format, lines)``. ``trainlog_follow``
+    hands it the window of a growing log, so a followed log is read by the same code."""
+    src = Lines(f)
+    if fmt == "csv":
+        out = _read_csv(src, wanted)
+    elif fmt == "jsonl":
+        out = _read_jsonl(src, wanted)
+    elif lf is not None:
+        out = _read_formatted(src, lf, wanted)
+    else:
+        out = _read_text(src, wanted)
     out[0].long = src.long
-    return out + (extra,)
+    return out
+
+
+def _wandb_cut_short(path, ing):
+    """A warning when the run's own summary (``files/wandb-summary.json`` beside the .wandb
+    file) names a later step than the history read: the file was cut short."""
+    summary = os.path.join(os.path.dirname(path), "files", "wandb-summary.json")
+    try:
+        with open_regular(summary, "r", encoding="utf-8", errors="replace") as f:
+            doc = load_json(f, "wandb-summary.json")
+    except (OSError, ValueError, TooDeep):
+        return
+    key = ing.step_key or "_step"
+    said = doc.get(key) if isinstance(doc, dict) else None
+    if not isinstance(said, (int, float)) or isinstance(said, bool) or not ing.rows():
+        return
+    last = ing.last_step()
+    if said > last:
+        ing.guesses.append(
+            "the W&B summary says the run reached %s %s, but the history in %s stops at %s: "
+            "the file is cut short (a copy taken while the run was writing, or damaged); "
+            "only the steps read are analysed"
+            % (key, _fmt(said), os.path.basename(path), _fmt(last))
+        )
+
+
+def _read_tfevents_at(path, wanted):
+    with open_regular(path) as f:
+        return read_tfevents(f, wanted)
+
+
+BINARY = {
+    "tfevents": ("TensorBoard event file", _read_tfevents_at),
+    "wandb": ("W&B run file", read_wandb),
+}
 
 
 def dialect_of(fmt, ing):
@@ -458,10 +522,14 @@ def _read_text(src, wanted):
 
 
 def _text_line(ing, line, d):
+    """A line off the fast path: an event, a row (only with the log's step key, when it has
+    one: a number is a step only where the log says so), or skipped."""
     event = _maybe_event(ing, line)
-    if d is None:
+    if CODE_RE.match(line):
+        d = None  # source code or a shell trace printed before the log: no row
+    elif d is None:
         d = _text_row(line)
-    if d:
+    if d and (not ing.step_key or ing.step_key in d):
         ing.slow(d, quiet=event)
     elif line.strip() and not event:
         ing.skipped += 1
@@ -471,6 +539,8 @@ LOG_NAMES = (
     # (pattern on the path below the run dir, what it is), in order of preference
     (r"(?:^|/)trainer_log\.jsonl$", "LLaMA-Factory trainer_log.jsonl"),
     (r"^trainer_state\.json$", "HF trainer_state.json"),
+    # a run's own JSON lines at its top level over a checkpoint's copy of the history
+    (r"^[^/]*\.jsonl$", "JSON lines"),
     (
         r"(?:^|/)checkpoint-(\d+)/trainer_state\.json$",
         "HF trainer_state.json of the last checkpoint",
@@ -487,7 +557,11 @@ CKPT_NAME_RE = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(
 
 def find_log(run_dir, max_entries=20000):
     """``(file, why)``: the training log of a run directory, by the preference of
-    ``LOG_NAMES`` (the newest file of the best kind; for checkpoints, the highest step)."""
+    ``LOG_NAMES`` (the newest file of the best kind; for checkpoints, the highest step).
+    An MLflow store (or one of its experiments) gives the run :func:`choose` prefers."""
+    mlflow = _mlflow_run(run_dir)
+    if mlflow is not None:
+        return mlflow
     found = []
     seen = 0
     base = len(run_dir.rstrip("/")) + 1
@@ -508,16 +582,88 @@ def find_log(run_dir, max_entries=20000):
                     key = float(m.group(1)) if m.groups() else _mtime(full)
                     found.append((rank, -key, rel, full, what))
                     break
+    _wandb_without_history(run_dir, found)
     if not found:
         raise LogError(
-            "a directory with no training log found in it (looked for %s)"
+            "no training log under it (looked for %s)"
             % "trainer_state.json, trainer_log.jsonl, metrics.csv, wandb/run-*/*.wandb, "
             "events.out.tfevents.*, *.jsonl, *.log, *.txt, *.csv"
         )
     found.sort()
+    _wandb_without_history(run_dir, found)
     rank, _, rel, full, what = found[0]
+    same = [f for f in found if f[0] == rank]
+    if len(same) > 1 and what == "TensorBoard event file":
+        return _event_file(same, len(found) - len(same))
     others = len(found) - 1
     return full, "%s (%s)%s" % (rel, what, "; %d other candidates" % others if others else "")
+
+
+WANDB_RUN_DIR_RE = re.compile(r"(?:^|/)(?:offline-)?run-\d{8}_\d{6}-\w+$")
+
+
+def _wandb_without_history(run_dir, found):
+    """A W&B run directory whose best log is one of its own side files (debug.log,
+    output.log) has lost its ``run-*.wandb`` file, the only history W&B keeps there: say
+    so, and what is there, rather than read a debug log as the training log."""
+    if any(f[4] == "W&B run file" for f in found):
+        return
+    top = run_dir.rstrip("/")
+    best = found[0][3] if found else None
+    for root, dirs, _files in os.walk(top):
+        if root[len(top) :].count("/") > 2:
+            dirs[:] = []
+        if not WANDB_RUN_DIR_RE.search(root):
+            continue
+        if best is not None and not best.startswith(root + "/"):
+            return
+        names = (
+            os.path.relpath(os.path.join(r, n), root) for r, _, ns in os.walk(root) for n in ns
+        )
+        there = sorted(islice(names, 1000))  # a media-heavy run folder is not listed whole
+        raise LogError(
+            "a W&B run directory without its run-*.wandb file (the run's history): %s holds "
+            "only %s; copy the run's .wandb file too, or name a log of the trainer's own"
+            % (os.path.relpath(root, top), ", ".join(there[:8]) or "nothing")
+            + (" and %d more" % (len(there) - 8) if len(there) > 8 else "")
+        )
+
+
+def _event_file(files, more):
+    """``(file, why)``: of several event files (Lightning's fit, validate and test; Keras's
+    train/ and validation/), the one :func:`choose` prefers."""
+    cands = [(rel, tf_lengths(full), -key) for _, key, rel, full, _ in files]
+    best, why = choose(cands)
+    rel, full = files[best][2], files[best][3]
+    tail = "; %d other candidates of other kinds" % more if more else ""
+    return full, "%s (TensorBoard event file): %s%s" % (rel, why, tail)
+
+
+def _mlflow_run(path):
+    """``(run dir, why)`` of an MLflow store, experiment or run, else None."""
+    runs = trainlog_mlflow.runs_of(path)
+    base = len(path.rstrip("/")) + 1
+    if not runs:  # a project folder with its mlruns/ beside the code
+        runs = trainlog_mlflow.runs_of(os.path.join(path, "mlruns"))
+    if not runs:
+        return None
+    cands = [
+        (
+            "%s (MLflow run %s)" % (r[base:] or ".", m.get("run_name") or os.path.basename(r)),
+            trainlog_mlflow.lengths(r),
+            _float(m.get("start_time")),
+        )
+        for r, m in runs
+    ]
+    best, why = choose(cands)
+    return runs[best][0], "%s: %s" % (cands[best][0], why)
+
+
+def _float(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _mtime(path):

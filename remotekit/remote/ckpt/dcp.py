@@ -16,7 +16,9 @@ import re
 import struct
 import zipfile
 
-from ckpt_base import (
+from infile import EscapingName, inside, open_regular
+
+from .base import (
     STATE_CONTAINERS,
     STEP_KEYS,
     WEIGHTS,
@@ -25,7 +27,7 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from ckpt_formats import (
+from .formats import (
     META_NAME,
     Entry,
     Source,
@@ -34,7 +36,6 @@ from ckpt_formats import (
     _st_chunks,
     _tensor_chunks,
 )
-from infile import EscapingName, inside, open_regular
 
 # ----------------------------------------------------------- torch.distributed.checkpoint
 

@@ -17,30 +17,39 @@ import re
 import struct
 import zipfile
 
-from ckpt_base import (
+from infile import EscapingName, fd_path, inside, load_json, open_regular
+from protocol import is_secret_name, mask
+
+from .base import (
+    COUNTER,
     EPOCH_KEYS,
     INDEX_SUFFIX,
+    INTEGER,
     LFS_POINTER,
     OPTIM_KEY,
     OPTIMIZER,
+    OTHER,
     RELEASE_MIN,
+    RNG,
+    RNG_NAME,
     SAFETENSORS_MAX_HEADER,
+    SCORE,
     ST_DTYPES,
     STATE_CONTAINERS,
     STEP_KEYS,
+    TRAINER_STATE,
     WEIGHTS,
     Fatal,
     LoadError,
     _advise_dontneed,
     _as_number,
     _euid,
+    _is_checkable,
     _is_scalar_dtype,
     _Releaser,
     _short,
     uses_torch,
 )
-from infile import EscapingName, fd_path, inside, load_json, open_regular
-from protocol import is_secret_name, mask
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
 uses_torch(globals())
@@ -50,13 +59,27 @@ uses_torch(globals())
 
 
 class Entry(object):
-    """One named tensor of a checkpoint; ``chunks(n)`` yields (flat offset, 1-D tensor)."""
+    """One named tensor of a checkpoint; ``chunks(n)`` yields (flat offset, 1-D tensor).
 
-    __slots__ = ("_chunks", "dtype", "key", "name", "nbytes", "numel", "section", "shape", "slot")
+    ``section`` is WEIGHTS or OPTIMIZER for a param (a floating tensor of the model or the
+    optimizer state) and OTHER for any other tensor, whose ``kind`` says why
+    (:func:`non_weight_kind`; None for a param)."""
+
+    __slots__ = (
+        "_chunks",
+        "dtype",
+        "key",
+        "kind",
+        "name",
+        "nbytes",
+        "numel",
+        "section",
+        "shape",
+        "slot",
+    )
 
     def __init__(self, name, section, slot, dtype, shape, numel, nbytes, key, chunks):
         self.name = name
-        self.section = section
         self.slot = slot
         self.dtype = dtype
         self.shape = shape
@@ -64,9 +87,32 @@ class Entry(object):
         self.nbytes = nbytes
         self.key = key
         self._chunks = chunks
+        self.place(section)
+
+    def place(self, section):
+        """Put the tensor in ``section`` (WEIGHTS or OPTIMIZER), or in OTHER if it is none."""
+        self.kind = non_weight_kind(self.name, section, self.slot, self.dtype, self.numel)
+        self.section = OTHER if self.kind else section
 
     def chunks(self, n):
         return self._chunks(n)
+
+
+def non_weight_kind(name, section, slot, dtype, numel):
+    """Why the tensor ``name`` (in ``section``) is no param: COUNTER, SCORE, RNG or INTEGER;
+    None when it is one."""
+    if not _is_checkable(dtype):
+        if RNG_NAME.search(name):
+            return RNG
+        return COUNTER if numel == 1 else INTEGER
+    if numel != 1:
+        return None
+    if section == OPTIMIZER and slot == "step":
+        return COUNTER  # Adam's per-parameter step: a 0-d float32 tensor since torch 2.0
+    parts = name.split(".")
+    if parts[0] in TRAINER_STATE or (len(parts) == 2 and parts[0] in STATE_CONTAINERS):
+        return SCORE
+    return None
 
 
 class Source(object):
@@ -167,6 +213,11 @@ def top_scalars(obj):
     }
 
 
+# A key that names a slot (exp_avg, num_batches_tracked, fc1.weight); the others (a file path
+# in Lightning's best_k_models, a callback's repr) leave their tensors the slot above them.
+KEY_LIKE = re.compile(r"^[A-Za-z_][\w.]*$")
+
+
 # long: the nested ``rec`` closure is the walk; it shares seen/meta_keys/src.
 def _walk(obj, src, release):
     """Collect every tensor in a loaded object as an Entry, with its section and slot.
@@ -222,7 +273,7 @@ def _walk(obj, src, release):
                     if (section == OPTIMIZER or is_opt or OPTIM_KEY.search(ks))
                     else section
                 )
-                rec(v, _join(path, ks), sec, ks, depth + 1)
+                rec(v, _join(path, ks), sec, ks if KEY_LIKE.match(ks) else slot, depth + 1)
         elif isinstance(o, (list, tuple)):
             seen.add(id(o))
             for i, v in enumerate(o):
@@ -802,8 +853,8 @@ def _adopt(src, part, label, prefix="", section=None):
     src.notes.extend("%s: %s" % (label, n) for n in part.notes)
     for e in part.entries:
         e.name = prefix + e.name
-        if section is not None:
-            e.section = section
+        if section is not None and e.section != OTHER:
+            e.place(section)
         src.entries.append(e)
     src.optimizers.extend((prefix + p, o) for p, o in part.optimizers)
     for k in ("global_step", "step_key", "epoch"):

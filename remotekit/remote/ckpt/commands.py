@@ -14,10 +14,14 @@ import re
 import sys
 import time
 
-from ckpt_base import (
+from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish
+
+from .base import (
+    COUNTER,
     NONFINITE_KEYS,
     NONNEG_SLOTS,
     OPTIMIZER,
+    OTHER,
     WEIGHTS,
     Fatal,
     LoadError,
@@ -27,12 +31,11 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from ckpt_check import exit_code_of, scan_item
-from ckpt_discover import MAX_LOGS, discover
-from ckpt_formats import _allow_globals, _import_global
-from ckpt_layouts import open_source
-from ckpt_workers import make_pool
-from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish
+from .check import exit_code_of, scan_item
+from .discover import MAX_LOGS, discover
+from .formats import _allow_globals, _import_global
+from .layouts import open_source
+from .workers import make_pool
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
 uses_torch(globals())
@@ -160,6 +163,7 @@ def cmd_inspect(opts):
         "optimizers": [],
         "totals": {},
         "dtypes": {},
+        "other": {},
         "metadata": None,
         "needs_globals": [],
         "notes": [],
@@ -179,6 +183,9 @@ def cmd_inspect(opts):
             optimizers=_optimizer_info(src),
         )
         rec["totals"], rec["dtypes"] = _emit_tensors(src)
+        for e in src.entries:
+            if e.section == OTHER:
+                rec["other"][e.kind] = rec["other"].get(e.kind, 0) + 1
         if src.problems:
             rec["error"] = "; ".join(src.problems[:5])
         rec["needs_globals"] = sorted(set(src.needs_globals))
@@ -214,6 +221,7 @@ def _emit_tensors(src):
                 "name": e.name,
                 "section": e.section,
                 "slot": e.slot if e.section == OPTIMIZER else None,
+                "kind": e.kind,
                 "dtype": dt,
                 "shape": list(e.shape),
                 "numel": e.numel,
@@ -338,12 +346,7 @@ def _diff(a, b, rec, opts):
             cmp.add(name, ea, eb, opts.chunk_elems, notes)
 
     def rank(section):
-        # Step counters change by design: they would crowd out the tensors worth a look.
-        pool = [
-            d
-            for d in cmp.diffs
-            if d["section"] == section and not (d["slot"] == "step" and d["numel"] == 1)
-        ]
+        pool = [d for d in cmp.diffs if d["section"] == section]
         return sorted(pool, key=lambda d: -d["rel_change"])[: opts.top]
 
     sa, sb = a.meta["global_step"], b.meta["global_step"]
@@ -373,6 +376,8 @@ def _diff(a, b, rec, opts):
         top_optimizer=rank(OPTIMIZER),
         flags=cmp.flags[:50],
         flags_total=len(cmp.flags),
+        counters=cmp.other.summary(counters=True),
+        other=cmp.other.summary(counters=False),
         rel_change={
             s: (math.sqrt(v[1]) / math.sqrt(v[0]) if v[0] > 0 else None) for s, v in cmp.tot.items()
         },
@@ -402,14 +407,16 @@ def _match_names(a, b, notes):
 
 
 class _Comparison(object):
-    """What comparing tensor pairs found: shape/dtype ``changes``, per-tensor ``diffs``,
-    ``flags`` (findings), squared norms per section (``tot``: [||A||^2, ||B-A||^2])."""
+    """What comparing tensor pairs found: shape/dtype ``changes``, per-tensor ``diffs`` of the
+    params, ``flags`` (findings), squared norms per section (``tot``: [||A||^2, ||B-A||^2]),
+    and how the tensors that are no params changed (``other``)."""
 
     def __init__(self):
         self.changes, self.diffs, self.flags = [], [], []
         self.seen_keys = set()
         self.tot = {WEIGHTS: [0.0, 0.0], OPTIMIZER: [0.0, 0.0]}
         self.identical = 0
+        self.other = _NonWeights()
 
     def add(self, name, ea, eb, chunk, notes):
         if ea.shape != eb.shape or ea.dtype != eb.dtype:
@@ -423,6 +430,9 @@ class _Comparison(object):
                 }
             )
         if ea.shape != eb.shape or ea._chunks is None or eb._chunks is None:
+            return
+        if OTHER in (ea.section, eb.section):
+            self.other.add(ea, eb, chunk)
             return
         key = (ea.key, eb.key)
         if ea.key is not None and eb.key is not None and key in self.seen_keys:
@@ -447,6 +457,68 @@ class _Comparison(object):
             self.identical += 1
         self.diffs.append(d)
         self.flags += _flags(name, sec, sec == OPTIMIZER and ea.slot in NONNEG_SLOTS, d)
+
+
+class _NonWeights(object):
+    """How the tensors that are no params changed, per kind and slot (num_batches_tracked,
+    step, best_model_score): how many were compared and changed, and by how much (the range
+    of B - A over the one-value ones)."""
+
+    def __init__(self):
+        self.groups = {}  # (kind, slot) -> summary
+
+    def add(self, ea, eb, chunk):
+        kind = ea.kind or eb.kind
+        name = str(ea.slot if ea.slot is not None else ea.name).rsplit(".", 1)[-1]
+        g = self.groups.setdefault(
+            (kind, name),
+            {
+                "name": name,
+                "kind": kind,
+                "compared": 0,
+                "changed": 0,
+                "delta_min": None,
+                "delta_max": None,
+            },
+        )
+        g["compared"] += 1
+        changed, delta = _value_change(ea, eb, chunk)
+        g["changed"] += changed
+        if delta is not None:
+            g["delta_min"] = delta if g["delta_min"] is None else min(g["delta_min"], delta)
+            g["delta_max"] = delta if g["delta_max"] is None else max(g["delta_max"], delta)
+
+    def summary(self, counters):
+        """The counters' summary (``counters``) or every other kind's: {compared, changed,
+        by_name: [group]}, the changed groups first, each part by name."""
+        groups = [g for (k, _), g in self.groups.items() if (k == COUNTER) == counters]
+        groups.sort(key=lambda g: (not g["changed"], g["name"], g["kind"]))
+        return {
+            "compared": sum(g["compared"] for g in groups),
+            "changed": sum(g["changed"] for g in groups),
+            "by_name": groups[:20],
+        }
+
+
+def _value_change(ea, eb, chunk):
+    """(1 if any value differs else 0, B - A for a one-value tensor that changed and whose
+    values are finite, else None); NaN equals NaN here."""
+    for (_, ca), (_, cb) in zip(ea.chunks(chunk), eb.chunks(chunk)):
+        if ca.dtype != cb.dtype or ca.dtype == torch.bool:
+            ca, cb = _to_f64(ca), _to_f64(cb)
+        same = ca == cb
+        if ca.is_floating_point() or ca.is_complex():
+            same |= torch.isnan(ca) & torch.isnan(cb)
+        if not bool(same.all()):
+            break
+    else:
+        return 0, None
+    if ea.numel != 1:
+        return 1, None
+    a, b = _as_number(ca), _as_number(cb)
+    if a is None or b is None or not math.isfinite(b - a):
+        return 1, None
+    return 1, b - a
 
 
 def _flags(name, section, second_moment, d):

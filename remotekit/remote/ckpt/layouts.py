@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 
-from ckpt_base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError, _import_torch
-from ckpt_dcp import _open_dcp
-from ckpt_discover import DS_MODEL, DS_OPTIM, HF_OPTIMIZER, _ds_latest, _hf_weights, classify_dir
-from ckpt_formats import Source, _open_file, _open_index, _open_part, _sidecar_step
+from .base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError, _import_torch
+from .dcp import _open_dcp
+from .discover import DS_MODEL, DS_OPTIM, HF_OPTIMIZER, _ds_latest, _hf_weights, classify_dir
+from .formats import Source, _open_file, _open_index, _open_part, _sidecar_step
 
 # ------------------------------------------------------------------- checkpoint directories
 

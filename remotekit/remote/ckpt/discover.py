@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import re
 
-from ckpt_base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, _euid
 from infile import inside, load_json, open_regular
 from protocol import emit
+
+from .base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, _euid
 
 # ----------------------------------------------------------------------------- discovery
 

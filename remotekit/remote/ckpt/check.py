@@ -13,11 +13,14 @@ import mmap
 import os
 import time
 
-from ckpt_base import (
+from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit
+
+from .base import (
     NAME_STEP,
     NONFINITE_KEYS,
     NONNEG_SLOTS,
     OPTIMIZER,
+    OTHER,
     PROGRESS_EVERY_S,
     SECTIONS,
     WEIGHTS,
@@ -28,8 +31,7 @@ from ckpt_base import (
     _short,
     uses_torch,
 )
-from ckpt_layouts import open_source
-from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit
+from .layouts import open_source
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
 uses_torch(globals())
@@ -214,6 +216,8 @@ def _empty_record(path, fmt=None, nbytes=0):
         "params": 0,
         "tensors": 0,
         "skipped_tensors": 0,
+        "other_tensors": 0,
+        "other": {},
         "bytes": nbytes,
         "negative_exp_avg_sq": 0,
         "bad_tensors": [],
@@ -238,7 +242,8 @@ def scan_source(src, rec, opts):
     todo = 0
     for e in src.entries:
         if (
-            _is_checkable(e.dtype)
+            e.section != OTHER
+            and _is_checkable(e.dtype)
             and e._chunks is not None
             and (e.key is None or e.key not in keys)
         ):
@@ -248,6 +253,9 @@ def scan_source(src, rec, opts):
     progress = _Progress(src.path, todo)
     rec["tensors"] = len(src.entries)
     for e in src.entries:
+        if e.section == OTHER:
+            _count_other(e, rec, opts)
+            continue
         if not _is_checkable(e.dtype):
             rec["skipped_tensors"] += 1
             continue
@@ -276,7 +284,7 @@ def scan_source(src, rec, opts):
         rec["neginf_" + sec] += st.neginf
         if st.negative:
             rec["negative_exp_avg_sq"] += st.negative
-        if st.max_abs is not None and e.slot != "step":  # Adam's step counter is no magnitude
+        if st.max_abs is not None:
             cur = rec["max_abs_" + sec]
             rec["max_abs_" + sec] = st.max_abs if cur is None else max(cur, st.max_abs)
     bad = []
@@ -301,6 +309,31 @@ def scan_source(src, rec, opts):
             )
     rec["bad_tensors_total"] = len(bad)
     rec["bad_tensors"] = bad[: opts.max_bad]
+
+
+def _count_other(e, rec, opts):
+    """Count a tensor that is no param under its kind; a non-finite value in one (Lightning's
+    kth_value is +inf until save_top_k checkpoints are kept) is a note, never a bad weight."""
+    rec["other_tensors"] += 1
+    rec["other"][e.kind] = rec["other"].get(e.kind, 0) + 1
+    if not _is_checkable(e.dtype):
+        rec["skipped_tensors"] += 1  # integer and bool values are not checked
+        return
+    if e._chunks is None:
+        return
+    st = check_entry(e, opts.chunk_elems)
+    if st.nonfinite and len(rec["notes"]) < 20:
+        rec["notes"].append(
+            "%s: %s in a %s, not a weight (not counted)" % (e.name, _nonfinite_words(st), e.kind)
+        )
+
+
+def _nonfinite_words(st):
+    return ", ".join(
+        "%d %s" % (n, w)
+        for n, w in ((st.nan, "NaN"), (st.posinf, "+Inf"), (st.neginf, "-Inf"))
+        if n
+    )
 
 
 # A full gc pass costs ~0.1 s with torch loaded: run one only when memory asks for it.

@@ -14,10 +14,11 @@ import subprocess
 import sys
 import threading
 
-from ckpt_base import Fatal, _import_torch, uses_torch
-from ckpt_check import _empty_record, _meta_record, meta_item, scan_item
-from ckpt_formats import _allow_globals
 from protocol import EXIT_FAILED, EXIT_OK, emit, emit_line, flush
+
+from .base import Fatal, _import_torch, uses_torch
+from .check import _empty_record, _meta_record, meta_item, scan_item
+from .formats import _allow_globals
 
 torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
 uses_torch(globals())
@@ -27,8 +28,8 @@ uses_torch(globals())
 
 
 def _main_script():
-    """ckpt.py, beside this module: the worker process runs it with ``_worker``."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "ckpt.py")
+    """ckpt.py, beside this package: the worker process runs it with ``_worker``."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ckpt.py")
 
 
 def _cpu_count():

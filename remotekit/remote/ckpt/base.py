@@ -26,7 +26,7 @@ def uses_torch(namespace):
     _TORCH_USERS.append(namespace)
 
 
-CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".th", ".safetensors")  # .th: AllenNLP
 INDEX_SUFFIX = ".index.json"
 # Files an HF Trainer writes beside the weights that are not model/optimizer state.
 AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
@@ -58,7 +58,20 @@ NONNEG_SLOTS = frozenset(
     ["exp_avg_sq", "max_exp_avg_sq", "square_avg", "exp_avg_sq_row", "exp_avg_sq_col", "sum"]
 )
 WEIGHTS, OPTIMIZER = "weights", "optimizer"
-SECTIONS = (WEIGHTS, OPTIMIZER)
+SECTIONS = (WEIGHTS, OPTIMIZER)  # the params: floating tensors of the model and optimizer state
+# Every other tensor: never a param, never checked as one, never in a diff's relative change.
+OTHER = "other"
+# Why a tensor is "other" (its ``kind``): a one-value integer (BatchNorm's num_batches_tracked)
+# or an optimizer's per-parameter step; a trainer's score (Lightning's ModelCheckpoint
+# best_model_score / kth_value); an RNG state; any other integer or bool tensor.
+COUNTER, SCORE, RNG, INTEGER = "counter", "score", "rng", "integer"
+# Top-level keys of trainer bookkeeping (Lightning's callbacks and loops, schedulers): a
+# one-value tensor anywhere below is a score or a count; larger ones (an EMA or SWA copy of
+# the model) stay weights.
+TRAINER_STATE = frozenset(
+    ["callbacks", "loops", "lr_schedulers", "lr_scheduler", "scheduler", "schedulers"]
+)
+RNG_NAME = re.compile(r"(?i)rng|random|generator")
 # The per-section counts of a "checkpoint" record: nan_weights, posinf_weights, ...
 NONFINITE_KEYS = tuple("%s_%s" % (w, s) for s in SECTIONS for w in ("nan", "posinf", "neginf"))
 DEFAULT_CHUNK = 1 << 22  # elements per checked chunk: 16 MiB of float32

@@ -1,0 +1,162 @@
+"""The tasks of runs (``run --detach`` / ``py --detach``): ``runs``, ``logs``, ``stop``, ``rm``.
+
+``runs`` lists every run on the selected targets (``--clean``: after removing the finished). ``logs``, ``stop`` and ``rm`` take a run's
+id and find it on the selected targets (default: the default target): the one that has it.
+``logs --follow`` streams the output as it is written, resumes after a dropped connection
+without losing or repeating a byte, and exits with the run's exit code.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from typing import Any
+
+from invoke import Context, Exit
+
+import remotekit
+from remotekit.cli.output import fan_out
+from remotekit.cli.selection import OPTIONS_HERE, Selection, fleet_task
+from remotekit.fleet import fleet
+from remotekit.render import Console, table, to_json
+from remotekit.runs import Run, RunInfo, prune
+
+ID_HELP = "the run's id (what run --detach printed; see `remotekit runs`)"
+
+
+def _when(t: float | None) -> str | None:
+    return None if not t else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _took(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def render_runs(runs: list[RunInfo]) -> str:
+    if not runs:
+        return "no runs"
+    rows = [
+        (
+            r.id,
+            r.state,
+            r.exit_code,
+            _when(r.started),
+            _took(r.duration_s),
+            _short(shlex.join(r.command)),
+            r.log,
+        )
+        for r in runs
+    ]
+    return table(["id", "state", "exit", "started", "duration", "command", "log"], rows)
+
+
+@fleet_task(
+    help={
+        "clean": "first remove every run that ended (exited, stopped, lost): the retention rule",
+        "older_than": "with --clean: only those that ended at least this many days ago",
+    }
+)
+def runs(c: Context, sel: Selection, clean: bool = False, older_than: float = 0.0) -> None:
+    """List the runs (run --detach / py --detach) on targets: id, state, exit code, started,
+    duration, command, log (--clean [--older-than DAYS]: remove the finished ones first)."""
+    if older_than and not clean:
+        raise Exit("remotekit: --older-than goes with --clean", code=2)
+
+    def list_them(t: remotekit.Target, console: Console) -> list[RunInfo]:
+        if clean:
+            for gone in prune(t, older_than * 86400.0):
+                console.line(t.name, "stderr", f"removed run {gone}")
+        return t.runs()
+
+    fan_out(sel, list_them, render=render_runs, title="runs")
+
+
+def find_run(sel: Selection, run_id: str) -> Run:
+    """The run ``run_id`` on whichever selected target has it (exit 2: none, or several)."""
+    if not run_id or run_id.startswith("-"):  # `stop --help` hands invoke's --help over as ID
+        raise Exit("remotekit: give the run's id first (see `remotekit runs`)", code=2)
+    targets = sel.targets()
+    if len(targets) == 1:
+        return targets[0].run_handle(run_id)
+    with fleet(targets, parallel=sel.parallel or None) as f:
+        outcomes = f.map(lambda t: [r.id for r in t.runs()])
+    having = [t for t, o in zip(targets, outcomes) if o.error is None and run_id in o.value]
+    if len(having) != 1:
+        where = "none of " if not having else "several of "
+        hosts = ", ".join(t.name for t in (having or targets))
+        raise Exit(f"remotekit: run {run_id}: on {where}the selected hosts ({hosts})", code=2)
+    return having[0].run_handle(run_id)
+
+
+def act(run: Run, what: Any) -> Any:
+    """``what()`` with ``run``'s target open; its errors are a usage exit naming them."""
+    try:
+        with run.target:
+            return what()
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {run.target.redact(str(exc))}", code=2) from None
+
+
+@fleet_task(
+    positional=["id"],
+    help={
+        "id": ID_HELP,
+        "follow": "go on as it is written, until the run ends; exit with its exit code",
+        "tail": "start at the last N lines",
+        "stream": "output (both, as they came; default), stdout or stderr",
+    },
+)
+def logs(
+    c: Context,
+    id: str,
+    sel: Selection = OPTIONS_HERE,
+    follow: bool = False,
+    tail: int = -1,
+    stream: str = "output",
+) -> None:
+    """A run's output, byte for byte (`logs ID --follow`: until it ends, reconnecting)."""
+    run = find_run(sel, id)
+    out = sys.stdout.buffer
+    chunks = run.logs(follow=follow, tail=None if tail < 0 else tail, stream=stream)
+
+    def show() -> None:
+        for chunk in chunks:
+            out.write(chunk)
+            out.flush()
+
+    try:
+        act(run, show)
+    except KeyboardInterrupt:
+        raise Exit(code=130) from None
+    if follow:
+        if chunks.state == "lost":
+            raise Exit(f"remotekit: run {id} was lost (its supervisor vanished)", code=2)
+        raise Exit(code=chunks.exit_code or 0)
+
+
+@fleet_task(
+    positional=["id"],
+    help={"id": ID_HELP, "grace": "seconds between TERM and KILL (default 10)"},
+)
+def stop(c: Context, id: str, sel: Selection = OPTIONS_HERE, grace: float = 10.0) -> None:
+    """Stop a run: TERM to its whole tree (setsid children, daemons too), KILL after --grace."""
+    run = find_run(sel, id)
+    info = act(run, lambda: run.stop(grace=grace))
+    print(to_json(info, indent=2) if sel.json else render_runs([info]))
+
+
+@fleet_task(positional=["id"], help={"id": ID_HELP})
+def rm(c: Context, id: str, sel: Selection = OPTIONS_HERE) -> None:
+    """Remove a finished run's record and log (a running one is refused: stop it first)."""
+    run = find_run(sel, id)
+    act(run, run.rm)
+    gone = {"id": id, "host": run.target.name, "removed": True}
+    print(to_json(gone) if sel.json else f"{run.target.name}: removed run {id}")

@@ -1,0 +1,481 @@
+"""``trainlog.py --follow``: follow a training log as it grows and report each new incident
+as it is found, with the detector and event code of the whole-log analysis.
+
+The follower keeps a window of the log's latest complete lines (or TensorBoard records): at
+least :data:`MIN_KEEP` rows and two preset windows, so every new value is judged against a
+full baseline. Whenever lines arrived it reads that window with the readers of
+``trainlog_read`` (``read_lines`` / ``read_tfevents`` over the window's bytes), repairs the
+steps, detects and places events as :func:`trainlog_analyze.analyze_log` does, and sends:
+
+``source``    once the log's columns are known (again after a rotation): as ``train-log``
+``spike``     one per new spike, cliff or non-finite run (the fields of ``train-log``'s)
+``event``     one per new resume (the step counter went back, or a line says so)
+``status``    state ("waiting", "following"), step, loss, rate (steps a second), rows,
+              lines, bytes, idle_s (since the last new line), incidents; ``backlog``: the
+              incidents already in the log when the follow began (not sent; with
+              ``--after-step S``, a follow taken up again, those that begin after S are)
+``warning``   a truncated or replaced (rotated) log, a reading caveat
+``error``     the log cannot be followed (then ``summary`` and ``done``, exit 2)
+
+An incident is sent once: per metric and kind, the steps its incidents covered are marked,
+and one whose onset lies within them is the same incident seen again (still going, or seen
+from a window that moved). A partial last line waits for its newline. The follow ends when
+the step is stopped (Ctrl-C, a cancel, a lost connection: the runner stops it) or after
+``--duration`` seconds, with a ``summary`` and ``done`` (exit 1 if incidents were sent).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import time
+from collections import deque
+
+from infile import open_regular
+from protocol import EXIT_FINDINGS, EXIT_OK
+from trainlog_analyze import (
+    _FINDING_OF,
+    _bucket_codes,
+    _columns,
+    _place,
+    _reading_caveats,
+    detect_all,
+    preset_for,
+    stride_of,
+)
+from trainlog_base import PRESETS, LogError, conclude, send
+from trainlog_binary import read_tfevents, tfrecord_data_length
+from trainlog_events import find_events
+from trainlog_ingest import BLOCK, MAX_LINE, NoLoss
+from trainlog_lines import sniff
+from trainlog_read import dialect_of, find_log, read_lines
+
+POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
+STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on
+MIN_KEEP = 2000  # rows kept as the baseline at least (and two preset windows)
+START_BYTES = 1 << 24  # of a large log, the follow starts this far before its end (lines)
+READ_MAX = 1 << 26  # bytes read per poll at most (a status goes out between)
+HARD_MAX = 1 << 26  # bytes the window holds at most, whatever the rows
+NOLOSS_AFTER = 200  # lines without a loss column after which that is an error, not a wait
+RATE_S = 10.0  # the rate is measured over this many seconds
+FOLLOWED = "JSON lines, CSV, text logs, TensorBoard event files"
+NOT_FOLLOWED = {
+    "wandb": "a W&B run file (.wandb)",
+    "json": "a JSON document (trainer_state.json, wandb-summary.json), rewritten whole",
+}
+INCIDENT_EVENTS = ("resume",)
+
+
+class NotFollowed(LogError):
+    """A log that does not grow by appending lines or records."""
+
+
+class LineTail:
+    """The complete lines of a growing file, from an offset on; a partial last line waits
+    for its newline. ``header``: a CSV's header line when the window starts past it."""
+
+    def __init__(self, header=b""):
+        self.header = header
+        self.items = deque()
+        self.size = 0
+        self.carry = b""
+
+    def feed(self, data):
+        """Take new bytes; the number of complete lines they finished."""
+        buf = self.carry + data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            self.carry = buf if len(buf) <= MAX_LINE else b""  # an endless line: dropped
+            return 0
+        self.carry = buf[cut + 1 :]
+        lines = buf[: cut + 1].splitlines(True)
+        self._add(lines)
+        return len(lines)
+
+    def _add(self, items):
+        self.items.extend(items)
+        self.size += sum(map(len, items))
+        while self.size > HARD_MAX and len(self.items) > 1:
+            self.size -= len(self.items.popleft())
+
+    def trim(self, share):
+        """Drop the oldest ``share`` of the window."""
+        self.keep_last(len(self.items) - int(len(self.items) * share))
+
+    def keep_last(self, n):
+        """Keep the latest ``n`` lines (records) only."""
+        while len(self.items) > n:
+            self.size -= len(self.items.popleft())
+
+    def window(self):
+        return io.BytesIO(self.header + b"".join(self.items))
+
+
+class RecordTail(LineTail):
+    """The complete TFRecords of a growing TensorBoard event file."""
+
+    def feed(self, data):
+        buf = self.carry + data
+        i, records = 0, []
+        while len(buf) - i >= 12:
+            n = tfrecord_data_length(buf[i : i + 12])
+            if n is None:
+                raise LogError("a corrupt TFRecord length in the event file: cannot follow it")
+            if len(buf) - i < 16 + n:
+                break
+            records.append(buf[i : i + 16 + n])
+            i += 16 + n
+        self.carry = buf[i:]
+        self._add(records)
+        return len(records)
+
+
+class Follower:
+    """The state of one follow: the open file, its window, what was sent."""
+
+    def __init__(self, args, wanted):
+        self.args, self.wanted = args, wanted
+        self.path = args.path
+        self.f = None
+        # what the file held when the follow began is the backlog: judged, never sent
+        self.started = not _size(self.path)
+        self.rows = 0
+        self.sent = 0
+        self.resumes_sent = 0
+        self.kinds = set()  # of the incidents sent
+        self.lines = 0
+        self.last_line = time.monotonic()
+        self.next_status = 0.0
+        self.next_judge = 0.0
+        self.rates = deque()
+        self.state = "waiting"
+        self.why = "no file at %s yet" % self.path
+        self.backlog = None
+        self._reset()
+
+    def _reset(self):
+        self.tail = None
+        self.offset = 0
+        self.fmt = self.lf = None
+        self.sure = False  # the format was sniffed from enough of the file (64 KiB)
+        self.marks = {}  # (metric, kind) -> the last step its sent incidents covered
+        self.resumes = set()
+        self.full = False  # the window once held four preset windows
+        self.source_sent = False
+        self.step = self.loss = None
+        self.pending = False
+
+    # -- the file ------------------------------------------------------------------------
+
+    def poll(self):
+        """Look at the file once: open, notice a truncation or a new file, read, judge."""
+        now = time.monotonic()
+        if self.f is None and not self._open():
+            return
+        self._check_replaced()
+        if self.f is None:  # replaced by a file still empty: opened once it has lines
+            return
+        got = self._read()
+        if got:
+            self.lines += got
+            self.last_line = now
+            self.pending = True
+        if self.pending and now >= self.next_judge:
+            self.pending = False
+            t0 = time.monotonic()
+            self._judge()
+            # at most a fifth of a core: a slow analysis (a large window) runs less often
+            self.next_judge = t0 + 5 * (time.monotonic() - t0)
+
+    def _open(self):
+        try:
+            self.f = open_regular(self.path)
+        except FileNotFoundError:
+            return False
+        st = os.fstat(self.f.fileno())
+        self.ident = (st.st_dev, st.st_ino)
+        if not self._sniff():
+            self.f.close()
+            self.f = None
+            return False
+        start = 0 if self.started or self.fmt == "tfevents" else max(0, st.st_size - START_BYTES)
+        self.tail = RecordTail() if self.fmt == "tfevents" else LineTail()
+        if self.fmt == "csv":  # the header stays in front of the window, however it moves
+            self.tail.header, end = _first_line(self.f)
+            start = max(start, end)
+        self.f.seek(max(0, start - 1))
+        if start > 0:
+            self.f.readline()  # to the start of the next whole line
+        self.offset = self.f.tell()
+        return True
+
+    def _sniff(self):
+        """The format, from the file's first lines (again, while they are few)."""
+        if self.args.format != "auto":
+            self.fmt, self.lf = self.args.format, None
+        else:
+            try:
+                self.fmt, self.lf = sniff(self.path)
+            except LogError:  # empty so far
+                self.why = "%s is empty so far" % self.path
+                return False
+        if self.fmt in NOT_FOLLOWED:
+            raise NotFollowed(
+                "%s: not followed (train-log --follow follows logs that grow by appending: "
+                "%s); run train-log without --follow to analyse it whole"
+                % (NOT_FOLLOWED[self.fmt], FOLLOWED)
+            )
+        self.sure = self.args.format != "auto" or self.fmt == "tfevents" or self.offset >= 1 << 16
+        return True
+
+    def _check_replaced(self):
+        """A new file at the path (rotated) or a shorter one (truncated): start again."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return  # moved away, none there yet: read the old one on
+        size = os.fstat(self.f.fileno()).st_size
+        if (st.st_dev, st.st_ino) != self.ident:
+            self._read()
+            self._judge()  # the old file's last lines
+            what = "replaced (rotated?): following the new file from its start"
+        elif size < self.offset:
+            what = "truncated (%d -> %d bytes): following it again from its start" % (
+                self.offset,
+                size,
+            )
+        else:
+            return
+        send("warning", message="%s was %s" % (self.path, what))
+        self.f.close()
+        self.f = None
+        self._reset()
+        self.started = True
+        self._open()
+
+    def _read(self):
+        got, budget = 0, READ_MAX
+        while budget > 0:
+            data = self.f.read(min(BLOCK, budget))
+            if not data:
+                break
+            self.offset += len(data)
+            budget -= len(data)
+            got += self.tail.feed(data)
+        return got
+
+    # -- the judging ---------------------------------------------------------------------
+
+    def _judge(self):
+        """Read the window, detect, send what is new (nothing from the first: the backlog)."""
+        first, self.started = not self.started, True
+        if first:  # a long backlog: its latest lines are baseline enough, and judged at once
+            self.tail.keep_last(8 * self._keep_rows(PRESETS[self.args.preset]["window"]))
+        if not self.sure:
+            self._sniff()
+        try:
+            if self.fmt == "tfevents":
+                ing, fmt, _ = read_tfevents(self.tail.window(), self.wanted)
+            else:
+                ing, fmt, _ = read_lines(self.tail.window(), self.fmt, self.lf, self.wanted)
+        except NoLoss:
+            if self.lines >= NOLOSS_AFTER:
+                raise
+            self.why = "no loss column in its first %d lines yet" % self.lines
+            return
+        if ing.rows() == 0:
+            self.why = "no rows in it yet"
+            return
+        warnings = []
+        steps, cols, n, _ = _columns(ing, warnings)
+        self.full = self.full or n >= 4 * PRESETS[self.args.preset]["window"]
+        preset = preset_for(self.args.preset, 1 << 60 if self.full else n)
+        incidents, compact, _ = detect_all(ing, cols, steps, n, preset)
+        events = find_events(ing, steps, cols, self.args, {}, warnings)
+        _place(incidents, events, *_bucket_codes({}, ing, cols, n))
+        if not self.source_sent:
+            self._send_source(ing, fmt, steps, n)
+        # the first look: the backlog, up to --after-step when given (a follow taken up again)
+        quiet = None
+        if first:
+            quiet = math.inf if self.args.after_step is None else self.args.after_step
+        held = self._send_incidents(incidents, compact, steps, quiet)
+        held += self._send_resumes(events, quiet)
+        if first:
+            self.backlog = held
+        self.state = "following"
+        self.rows = n
+        self._keep(n, preset["window"])
+        self._measure(steps, compact)
+
+    def _send_source(self, ing, fmt, steps, n):
+        stride, tol = stride_of(steps, n, self.args.tolerance)
+        send(
+            "source",
+            path=os.path.abspath(self.path),
+            chosen_from=getattr(self.args, "chosen_from", None),
+            format=fmt,
+            dialect=dialect_of(fmt, ing),
+            lines=self.lines,
+            rows=n,
+            skipped=ing.skipped,
+            bad_lines=ing.bad,
+            step_key=ing.step_key,
+            columns=dict(ing.metrics + ing.meta),
+            metrics=[label for label, _ in ing.metrics],
+            first_step=steps[0],
+            last_step=steps[-1],
+            stride=stride,
+            tolerance=tol,
+        )
+        for w in _reading_caveats(ing, fmt, {}):
+            send("warning", message=w)
+        self.source_sent = True
+
+    def _send_incidents(self, incidents, compact, steps, quiet):
+        """Each incident not sent before (by the marks of its metric and kind), but those
+        that begin at or before step ``quiet`` (the backlog): how many those were."""
+        held = 0
+        for inc in sorted(incidents, key=lambda i: i["onset_step"]):
+            key = (inc["metric"], inc["kind"])
+            last = _last_step(inc, compact[inc["metric"]][1], steps)
+            mark = self.marks.get(key)
+            if mark is not None and inc["onset_step"] <= mark:
+                self.marks[key] = max(mark, last)
+                continue
+            self.marks[key] = last
+            if quiet is not None and inc["onset_step"] <= quiet:
+                held += 1
+                continue
+            self.sent += 1
+            self.kinds.add(inc["kind"])
+            rec = dict((k, v) for k, v in inc.items() if k not in _INTERNAL)
+            send("spike", **rec)
+        return held
+
+    def _send_resumes(self, events, quiet):
+        """Each resume in the window that the last window did not hold (but those at or
+        before step ``quiet``: how many those were)."""
+        now = set((e[0], e[1]) for e in events if e[0] in INCIDENT_EVENTS)
+        held = 0
+        for e in events:
+            if (e[0], e[1]) not in now - self.resumes:
+                continue
+            if quiet is not None and e[1] <= quiet:
+                held += 1
+                continue
+            self.sent += 1
+            self.resumes_sent += 1
+            self.kinds.add(e[0])
+            send("event", kind=e[0], step=e[1], source=e[2], detail=e[3])
+        self.resumes = now
+        return held
+
+    def _keep(self, n, window):
+        """Past twice the rows the baseline needs, drop the oldest half of the window; a
+        log of mostly other lines (a trainer's chatter) is cut by lines as well."""
+        keep = self._keep_rows(window)
+        lines = len(self.tail.items)
+        if n > 2 * keep:
+            self.tail.trim(1.0 - float(keep) / n)
+        elif lines > 16 * keep:
+            self.tail.trim(0.5)
+
+    @staticmethod
+    def _keep_rows(window):
+        return max(MIN_KEEP, 2 * window)
+
+    def _measure(self, steps, compact):
+        now = time.monotonic()
+        self.step = steps[-1]
+        loss = compact.get("loss") or next(iter(compact.values()), None)
+        self.loss = loss[0][-1] if loss is not None and len(loss[0]) else None
+        self.rates.append((now, self.step))
+        while len(self.rates) > 2 and now - self.rates[1][0] >= RATE_S:
+            self.rates.popleft()
+
+    # -- the status ----------------------------------------------------------------------
+
+    def status(self):
+        """A status record, at most every :data:`STATUS_S` (also with nothing new)."""
+        now = time.monotonic()
+        if now < self.next_status:
+            return
+        self.next_status = now + STATUS_S
+        rate = None
+        if len(self.rates) >= 2:
+            (t0, s0), (t1, s1) = self.rates[0], self.rates[-1]
+            rate = (s1 - s0) / (t1 - t0) if t1 > t0 and s1 >= s0 else None
+        if now - self.last_line > RATE_S and self.step is not None:
+            rate = 0.0  # no new line for a while: the run stands (or stopped)
+        fields = dict(
+            state=self.state,
+            step=self.step,
+            loss=self.loss,
+            rate=rate,
+            rows=self.rows,
+            lines=self.lines,
+            bytes=self.offset,
+            idle_s=round(now - self.last_line, 1),
+            incidents=self.sent,
+        )
+        if self.state == "waiting":
+            fields["why"] = self.why
+        if self.backlog is not None:
+            fields["backlog"] = self.backlog
+            self.backlog = None
+        send("status", **fields)
+
+
+_INTERNAL = ("row", "idx", "peak_idx", "end_idx")
+
+
+def _last_step(inc, rows, steps):
+    """The step of an incident's last row (a non-finite run: ``flagged`` rows from its
+    first; a spike or cliff: the row before its end, the window's last when not back)."""
+    if inc["kind"] == "nonfinite":
+        return steps[min(len(steps) - 1, inc["row"] + inc["flagged"] - 1)]
+    j = max(inc["idx"], inc["end_idx"] - 1)
+    return steps[rows[j] if rows is not None else j]
+
+
+def _first_line(f):
+    """``(line, offset after it)``: the first non-empty line of the file ``f`` (a CSV's
+    header), with its newline."""
+    f.seek(0)
+    for _ in range(1000):
+        line = f.readline(MAX_LINE)
+        if not line or line.strip():
+            return (line if line.endswith(b"\n") else line + b"\n"), f.tell()
+    return b"", f.tell()
+
+
+def _size(path):
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def follow_log(args):
+    """Follow ``args.path`` until stopped (or ``args.duration`` seconds); return the exit
+    code. Raises LogError, NoLoss and OSError for a log that cannot be followed."""
+    if os.path.isdir(args.path):
+        args.path, args.chosen_from = find_log(args.path)
+    fol = Follower(args, args.wanted)
+    end = time.monotonic() + args.duration if args.duration else None
+    try:
+        while end is None or time.monotonic() < end:
+            fol.poll()
+            fol.status()
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:  # stopped by hand there: the same end as after --duration
+        pass
+    code = EXIT_FINDINGS if fol.sent else EXIT_OK
+    events = {"resume": fol.resumes_sent} if fol.resumes_sent else {}
+    findings = [name for kind, name in _FINDING_OF if kind in fol.kinds]
+    findings += ["resumes"] if fol.resumes_sent else []
+    return conclude(
+        code, rows=fol.rows, spikes=fol.sent - fol.resumes_sent, events=events, findings=findings
+    )

@@ -1,0 +1,450 @@
+"""Runs: commands started with ``detach=True`` that keep running there after the step ends.
+
+``t.run(argv, detach=True)`` (or ``run_python``) starts a **run**: the shipped supervisor
+(``remote/supervisor.py``, its docstring holds the record format) starts the command in its
+own session, records it under the runs dir there (hosts.yaml ``runs_dir:``, else
+``$XDG_STATE_HOME``/``~/.local/state/remotekit/runs``), keeps its output (stdout, stderr, and
+both interleaved) and records its exit. The step returns a :class:`~remotekit.Result` whose
+``detached.id`` names the run; :class:`Run` is its handle::
+
+    r = t.run(["python", "train.py"], detach=True)
+    run = t.run_handle(r.detached.id)
+    for chunk in run.logs(follow=True):        # bytes, as written; resumes after a dropped link
+        sys.stdout.buffer.write(chunk)
+    run.wait().exit_code
+
+Every operation is one step running the supervisor in another mode; nothing stays running
+there for it (Ctrl-C or a closed iterator stops that step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+
+from remotekit import remote
+from remotekit.errors import ConnectError, ConnectionLost, RemotekitError
+from remotekit.remote import protocol
+from remotekit.result import Result, Script
+from remotekit.step import MAX_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from remotekit.layers import Hop
+    from remotekit.spec import HostSpec
+
+__all__ = ["STATES", "LogStream", "Run", "RunInfo", "home_of", "list_runs", "prune", "start"]
+
+
+class Target(Protocol):
+    """What a run needs of the target it lives on: a :class:`remotekit.Target` (named by its
+    shape, not imported: the Target imports this module for ``detach=True``)."""
+
+    name: str
+
+    def __init__(self, spec: HostSpec) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def redact(self, text: str) -> str: ...
+
+    @property
+    def spec(self) -> HostSpec: ...
+
+    def run_python(
+        self,
+        script: Script,
+        args: Sequence[str] = (),
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        on_output: Callable[[str, str], None] | None = None,
+        step: str | None = None,
+        capture: bool = True,
+    ) -> Result: ...
+
+    def start_detached(
+        self,
+        script: Script,
+        args: Sequence[str],
+        *,
+        display: tuple[str, ...],
+        step: str,
+        **options: Any,
+    ) -> Result: ...
+
+
+T = TypeVar("T", bound=Target)
+
+SUPERVISOR = "supervisor.py"
+#: Where the supervisor's own files go beside a detached script's, so no name of yours clashes.
+BESIDE = ".remotekit"
+#: What a run can be: running; exited (by itself); stopped (by ``stop``); lost (its
+#: supervisor vanished without recording an exit, e.g. the container restarted).
+STATES = ("running", "exited", "stopped", "lost")
+#: The grace ``stop`` gives a run's tree between TERM and KILL, unless told.
+STOP_GRACE_S = 10.0
+#: How often a ``logs``/``wait`` is started again after its connection dropped, in a row.
+RECONNECTS = 8
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run as recorded there. ``started``/``ended`` are Unix times (``ended`` None while
+    it runs); ``exit_code`` is 128+N for signal N, None until it ends (and for a lost run)."""
+
+    id: str
+    host: str
+    state: str
+    exit_code: int | None
+    started: float
+    ended: float | None
+    command: tuple[str, ...]
+    log: str
+    pid: int | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return (self.ended if self.ended is not None else time.time()) - self.started
+
+    @classmethod
+    def from_record(cls, host: str, rec: dict[str, Any]) -> RunInfo:
+        code = rec.get("exit_code")
+        ended = rec.get("ended")
+        return cls(
+            id=str(rec.get("id", "")),
+            host=str(rec.get("host") or host),
+            state=str(rec.get("state", "")),
+            exit_code=code if isinstance(code, int) else None,
+            started=float(rec.get("started") or 0.0),
+            ended=float(ended) if isinstance(ended, (int, float)) else None,
+            command=tuple(map(str, rec.get("command") or ())),
+            log=str(rec.get("log", "")),
+            pid=rec.get("pid") if isinstance(rec.get("pid"), int) else None,
+        )
+
+
+def new_id() -> str:
+    return secrets.token_hex(4)
+
+
+def start(
+    target: Target,
+    display: Sequence[str],
+    argv: Sequence[str] = (),
+    script: Script | None = None,
+    *,
+    step: str,
+    options: Mapping[str, Any],
+) -> Result:
+    """Start a run of ``argv`` (or of ``script`` with ``argv`` as its arguments) on ``target``:
+    what ``run(..., detach=True)`` and ``run_python(..., detach=True)`` do; ``options`` are
+    the step's (:meth:`Target.start_detached`)."""
+    home = home_of(target)
+    run_id = new_id()
+    command = list(argv)
+    args = ["start", run_id, "--host", target.name, "--display", json.dumps(list(display))]
+    args += ["--grace", str(target.spec.timeouts.kill_grace), *_runs_dir(target)]
+    batch = _batch_hop(target)
+    if batch is not None:
+        if script is not None:
+            raise RemotekitError(
+                f"a detached run through {batch.label} is a batch job, which runs a command: "
+                "put the script where the job's node can read it, and run it with run --detach",
+                host=target.name,
+                step=step,
+            )
+        job = batch.batch(command, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
+        assert job is not None
+        command = list(job.submit)
+        args += [f"--log-option={job.log_option}", "--on-stop", json.dumps(list(job.cancel))]
+    sup = _with_supervisor(script)
+    if script is not None:
+        args += ["--script", script.name]
+    args += ["--", *command]
+    return home.start_detached(sup, args, display=tuple(display), step=step, **options)
+
+
+def _with_supervisor(script: Script | None) -> Script:
+    """The supervisor as the step's script; a detached script and its files beside it."""
+    sup = remote.script(SUPERVISOR)
+    files = {f"{BESIDE}/{name}": data for name, data in sup.files.items()}
+    if script is not None:
+        theirs = {script.name: script.source, **script.files}
+        clash = [n for n in theirs if n.split("/")[0] == BESIDE]
+        if clash:
+            raise ValueError(f"{clash[0]!r}: a detached script's files may not be under {BESIDE}/")
+        files.update(theirs)
+    return Script(sup.source, name=f"{BESIDE}/{SUPERVISOR}", files=files)
+
+
+def _batch_hop(target: Target) -> Hop | None:
+    return next((h for h in target.spec.hops if h.batch((), "") is not None), None)
+
+
+#: The target a run's supervisor lives on, for a target whose hop runs detached runs as batch
+#: jobs: the same chain without that hop (the login node), opened once.
+_HOMES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_HOMES_LOCK = threading.Lock()
+
+
+def home_of(target: T) -> T:
+    """Where ``target``'s runs are recorded and supervised: itself, or for a Slurm target the
+    login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job."""
+    hop = _batch_hop(target)
+    if hop is None:
+        return target
+    with _HOMES_LOCK:
+        if target not in _HOMES:
+            spec = replace(target.spec, hop=None)
+            _HOMES[target] = type(target)(spec)  # the Target class, without importing it
+        return _HOMES[target]
+
+
+def _runs_dir(target: Target) -> list[str]:
+    return ["--runs-dir", target.spec.runs_dir] if target.spec.runs_dir else []
+
+
+def list_runs(target: Target, run_id: str = "") -> list[RunInfo]:
+    """Every run recorded on ``target`` (or only run ``run_id``), oldest first."""
+    records = _call(target, "list", [run_id] if run_id else [])
+    found = [RunInfo.from_record(target.name, r) for r in records if r.get("type") == "run"]
+    return sorted(found, key=lambda r: (r.started, r.id))
+
+
+def _call(
+    target: Target,
+    mode: str,
+    args: Sequence[str],
+    *,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    timeout: float | None = None,
+) -> list[dict[str, Any]]:
+    """The supervisor in ``mode``: its records (or each to ``on_record``); its error record
+    raised as a RemotekitError; a step cut off before its final record as ConnectionLost."""
+    target = home_of(target)
+    records: list[dict[str, Any]] = []
+    errors: list[str] = []
+    said: list[str] = []
+    step = f"runs {mode}" + (f" {args[0]}" if args else "")
+
+    def on_output(stream: str, line: str) -> None:
+        rec = protocol.parse(line) if stream == "stdout" else None
+        if rec is None:
+            said.append(line)
+            del said[:-10]
+        elif rec["type"] == "error":
+            errors.append(str(rec.get("message", "")))
+        elif on_record is not None and rec["type"] != protocol.FINAL:
+            on_record(rec)
+        else:
+            records.append(rec)
+
+    res = target.run_python(
+        remote.script(SUPERVISOR),
+        [mode, *args, *_runs_dir(target)],
+        on_output=on_output,
+        capture=False,
+        check=False,
+        timeout=timeout,
+        step=step,
+    )
+    if errors:
+        raise RemotekitError("; ".join(errors), host=target.name, step=step)
+    if not records or records[-1].get("type") != protocol.FINAL:
+        tail = "; last output: " + " | ".join(said[-3:]) if said else ""
+        raise ConnectionLost(
+            f"the {step} step ended (exit {res.exit_code}) before its final record{tail}",
+            result=res,
+            host=target.name,
+            step=step,
+        )
+    return records
+
+
+def prune(target: Target, older_than_s: float = 0.0) -> list[str]:
+    """Remove the record of every run on ``target`` that ended (exited, stopped or lost) at
+    least ``older_than_s`` seconds ago; the ids removed."""
+    args = ["--finished", "--older-than", str(older_than_s)]
+    final = _call(target, "rm", args)[-1]
+    return [str(i) for i in final.get("removed") or ()]
+
+
+class Run:
+    """The handle of run ``id`` on ``target`` (``target.run_handle(id)``)."""
+
+    def __init__(self, target: Target, run_id: str):
+        if not run_id or not all(c.isalnum() or c in "_-" for c in run_id):
+            raise ValueError(f"not a run id: {run_id!r}")
+        self.target = target
+        self.id = run_id
+
+    def __repr__(self) -> str:
+        return f"<Run {self.id} on {self.target.name}>"
+
+    def info(self) -> RunInfo:
+        """The run's record as it is now."""
+        found = list_runs(self.target, self.id)
+        if not found:
+            raise RemotekitError(f"no run {self.id}", host=self.target.name, step="runs")
+        return found[0]
+
+    def state(self) -> str:
+        """``running``, ``exited``, ``stopped`` or ``lost``."""
+        return self.info().state
+
+    def logs(
+        self,
+        follow: bool = False,
+        tail: int | None = None,
+        offset: int | None = None,
+        stream: str = "output",
+    ) -> LogStream:
+        """The run's output as bytes chunks (``stream``: ``output``, ``stdout`` or ``stderr``),
+        from ``offset`` or the last ``tail`` lines (default: the start). With ``follow``, until
+        the run ended and all of it came; a dropped connection is reconnected and the output
+        resumes at the byte it stopped at: nothing lost, nothing twice."""
+        return LogStream(self, follow=follow, tail=tail, offset=offset, stream=stream)
+
+    def wait(self, timeout: float | None = None) -> RunInfo:
+        """Block until the run ends (reconnecting if the connection drops); its record."""
+        limit = timeout or MAX_TIMEOUT_S
+        records = _retrying(lambda: _call(self.target, "wait", [self.id], timeout=limit))
+        return RunInfo.from_record(self.target.name, records[0])
+
+    def stop(self, grace: float = STOP_GRACE_S) -> RunInfo:
+        """TERM the run's whole tree (its own session, setsid children, double-forked daemons:
+        the supervisor is their subreaper), KILL what is left after ``grace`` s."""
+        args = [self.id, "--grace", str(grace)]
+        records = _call(self.target, "stop", args, timeout=grace + 60.0)
+        return RunInfo.from_record(self.target.name, records[0])
+
+    def rm(self) -> None:
+        """Remove the record of a run that ended (refused while it runs)."""
+        _call(self.target, "rm", [self.id])
+
+
+def _retrying(call: Callable[[], Any], progress: Callable[[], bool] = lambda: False) -> Any:
+    """``call()`` again after a dropped connection (``RECONNECTS`` times in a row at most;
+    ``progress()`` true resets the count), pausing a little longer each time."""
+    misses = 0
+    while True:
+        try:
+            return call()
+        except (ConnectionLost, ConnectError):
+            misses = 0 if progress() else misses + 1
+            if misses > RECONNECTS:
+                raise
+            time.sleep(min(0.1 * 2**misses, 3.0))
+
+
+class _Closed(Exception):
+    """The reader closed a LogStream: the step that fed it stops."""
+
+
+class LogStream:
+    """An iterator of a run's output chunks (bytes); after it ends, ``offset`` (bytes read
+    so far), ``state`` and ``exit_code`` are the run's. Closing it early stops the step."""
+
+    def __init__(
+        self, run: Run, *, follow: bool, tail: int | None, offset: int | None, stream: str
+    ):
+        self.run = run
+        self.follow, self.tail, self.stream = follow, tail, stream
+        self.offset = offset
+        self.state: str | None = None
+        self.exit_code: int | None = None
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=16)
+        self._closed = threading.Event()
+        self._moved = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        worker = threading.Thread(target=self._work, name=f"logs {self.run.id}", daemon=True)
+        worker.start()
+        try:
+            while True:
+                kind, data = self._queue.get()
+                if kind == "data":
+                    yield data
+                elif kind == "error":
+                    raise data
+                else:
+                    self.state, self.exit_code = data.get("state"), data.get("run_exit_code")
+                    return
+        finally:
+            self._closed.set()
+            while worker.is_alive():  # unblock a worker waiting to hand over a chunk
+                with contextlib.suppress(queue.Empty):
+                    self._queue.get(timeout=0.05)
+
+    def _put(self, item: tuple[str, Any]) -> None:
+        while not self._closed.is_set():
+            try:
+                return self._queue.put(item, timeout=0.25)
+            except queue.Full:
+                continue
+        raise _Closed
+
+    def _args(self) -> list[str]:
+        args = [self.run.id, "--stream", self.stream]
+        if self.offset is not None:
+            args += ["--offset", str(self.offset)]
+        elif self.tail is not None:
+            args += ["--tail", str(self.tail)]
+        return args + (["--follow"] if self.follow else [])
+
+    def _on_record(self, rec: dict[str, Any]) -> None:
+        if self._closed.is_set():
+            raise _Closed
+        kind, at = rec.get("type"), rec.get("at")
+        if kind == "start" and isinstance(at, int):
+            self.offset = at
+        elif kind == "data" and isinstance(at, int):
+            data = str(rec.get("bytes", "")).encode("latin-1")  # one code point a byte
+            skip = (self.offset or 0) - at  # a resumed read starts where we stopped: 0
+            if skip < 0:
+                self._gap(at)
+            if len(data) > skip:
+                self._put(("data", data[max(skip, 0) :]))
+                self.offset = at + len(data)
+                self._moved = True
+
+    def _gap(self, at: int) -> None:
+        raise RemotekitError(
+            f"the log of run {self.run.id} came back with bytes {self.offset}..{at} missing "
+            "(a record was cut on the way)",
+            host=self.run.target.name,
+            step="runs logs",
+        )
+
+    def _once(self) -> list[dict[str, Any]]:
+        limit = MAX_TIMEOUT_S if self.follow else None
+        args = self._args()
+        records = _call(self.run.target, "logs", args, on_record=self._on_record, timeout=limit)
+        end = records[-1].get("offset")
+        if isinstance(end, int) and end != self.offset:
+            self._gap(end)
+        return records
+
+    def _progress(self) -> bool:
+        moved, self._moved = self._moved, False
+        return moved
+
+    def _work(self) -> None:
+        try:
+            records = _retrying(self._once, self._progress)
+            self._put(("done", records[-1]))
+        except _Closed:
+            pass
+        except BaseException as exc:  # handed to the reader's thread
+            with contextlib.suppress(_Closed):
+                self._put(("error", exc))

@@ -1,0 +1,126 @@
+"""The run tasks as a user types them: `run --detach`, `runs`, `logs`, `stop`, `rm` (local)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rk(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "remotekit", *args], cwd=cwd, capture_output=True, timeout=60
+    )
+
+
+def started(cwd: Path, *argv: str) -> str:
+    r = rk("run", "--detach", "--json", "--", *argv, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return str(json.loads(r.stdout)["hosts"][0]["id"])
+
+
+@pytest.mark.timeout(120)
+def test_detach_prints_the_id_and_logs_follow_exits_with_the_runs_code(tmp_path: Path) -> None:
+    r = rk("run", "--detach", "--", "bash", "-c", "printf 'a\\nb'; sleep .5; exit 4", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.decode().strip()
+    assert line.startswith("local | detached: run "), line
+    run_id = line.split("run ")[1].split(",")[0]
+    f = rk("logs", run_id, "--follow", cwd=tmp_path)
+    assert (f.returncode, f.stdout) == (4, b"a\nb")  # byte for byte: no newline added
+    assert rk("logs", run_id, "--tail", "1", cwd=tmp_path).stdout == b"b"
+    listed = json.loads(rk("runs", "--json", cwd=tmp_path).stdout)["hosts"][0]["result"]
+    mine = next(r for r in listed if r["id"] == run_id)
+    assert {"id", "state", "exit_code", "started", "ended", "command", "log"} <= set(mine)
+    assert (mine["state"], mine["exit_code"]) == ("exited", 4)
+    assert run_id in rk("runs", cwd=tmp_path).stdout.decode()
+    assert rk("rm", run_id, cwd=tmp_path).returncode == 0
+    assert run_id not in rk("runs", cwd=tmp_path).stdout.decode()
+
+
+@pytest.mark.timeout(120)
+def test_stop_then_rm_and_errors_exit_2(tmp_path: Path) -> None:
+    run_id = started(tmp_path, "sleep", "60")
+    refused = rk("rm", run_id, cwd=tmp_path)
+    assert refused.returncode == 2 and b"still running: stop it first" in refused.stderr
+    s = rk("stop", run_id, "--grace", "1", "--json", cwd=tmp_path)
+    assert s.returncode == 0, s.stderr
+    assert json.loads(s.stdout)["state"] == "stopped"
+    assert rk("rm", run_id, cwd=tmp_path).returncode == 0
+    gone = rk("logs", run_id, cwd=tmp_path)
+    assert gone.returncode == 2 and f"no run {run_id}".encode() in gone.stderr
+    assert rk("stop", "--help", cwd=tmp_path).returncode == 2  # not taken as an id there
+
+
+@pytest.mark.timeout(120)
+def test_runs_clean_removes_every_ended_run_and_keeps_running_ones(tmp_path: Path) -> None:
+    ended = started(tmp_path, "true")
+    running = started(tmp_path, "sleep", "60")
+    assert rk("logs", ended, "--follow", cwd=tmp_path).returncode == 0  # it ended
+    kept = rk("runs", "--clean", "--older-than", "1", cwd=tmp_path)  # ended just now: kept
+    assert kept.returncode == 0 and ended in kept.stdout.decode()
+    r = rk("runs", "--clean", cwd=tmp_path)
+    assert r.returncode == 0 and f"removed run {ended}".encode() in r.stderr, r.stderr
+    listed = json.loads(rk("runs", "--json", cwd=tmp_path).stdout)["hosts"][0]["result"]
+    left = [x["id"] for x in listed]
+    assert ended not in left and running in left
+    assert rk("stop", running, "--grace", "1", cwd=tmp_path).returncode == 0
+    assert rk("rm", running, cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_logs_follow_and_leaves_nothing_reading_there(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from tests.harness import run_readers
+
+    run_id = started(tmp_path, "bash", "-c", "while :; do echo tick; sleep .1; done")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "remotekit", "logs", run_id, "--follow"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert follow.stdout is not None and follow.stdout.readline() == b"tick\n"
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(timeout=30) == 130
+        end = time.monotonic() + 10
+        while run_readers(run_id) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert run_readers(run_id) == []
+        assert b"Traceback" not in follow.stderr.read()  # type: ignore[union-attr]
+    finally:
+        follow.kill()
+        rk("stop", run_id, "--grace", "1", cwd=tmp_path)
+        rk("rm", run_id, cwd=tmp_path)
+
+
+@pytest.mark.timeout(120)
+def test_train_log_run_reads_the_runs_own_log(tmp_path: Path) -> None:
+    """`train-log --run ID` analyses the run's output log: no path typed by hand."""
+    writer = (
+        "import json\n"
+        "for s in range(1, 301):\n"
+        "    loss = 2.0 - s / 300 + (6.0 if s == 200 else 0.0)\n"
+        "    print(json.dumps({'step': s, 'loss': loss}))\n"
+    )
+    (tmp_path / "train.py").write_text(writer)
+    r = rk("py", "train.py", "--detach", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run_id = str(json.loads(r.stdout)["hosts"][0]["id"])
+    assert rk("logs", run_id, "--follow", cwd=tmp_path).returncode == 0  # it has ended
+    a = rk("train-log", "--run", run_id, "--json", cwd=tmp_path)
+    report = json.loads(a.stdout)["hosts"][0]["result"]
+    assert report["path"].endswith(f"/{run_id}/output.log"), report["path"]
+    assert 200 in [s["step"] for s in report["spikes"]], a.stdout[-2000:]
+    both = rk("train-log", "--run", run_id, "--path", "x.log", cwd=tmp_path)
+    assert both.returncode == 2 and b"--path or --run" in both.stderr
+    missing = rk("train-log", "--run", "nope1234", cwd=tmp_path)
+    assert missing.returncode == 2 and b"nope1234" in missing.stderr

@@ -1,0 +1,502 @@
+"""Runs (``detach=True``): recorded, listed, followed across a dropped connection with every
+byte exactly once, stopped with their whole tree, marked lost when the supervisor vanishes.
+
+The cases run on ``local`` and through the real sshd into the real LXC container (ssh ->
+fake pct exec -> venv Python): the ``target`` fixture is parametrized over both. Processes
+are looked for in this host's /proc, which sees the container's too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import remotekit
+from remotekit.runs import Run
+from tests.harness import ancestors, processes_with, run_readers, wait_gone
+from tests.runtimes import SlurmCluster
+
+
+@pytest.fixture(params=["local", "ssh"])
+def target(request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
+    if request.param == "local":
+        with remotekit.local_target() as t:
+            yield t
+    else:
+        yield request.getfixturevalue("ct")
+
+
+def _start(t: remotekit.Target, argv: list[str]) -> Run:
+    r = t.run(argv, detach=True, timeout=30)
+    assert r.ok and r.detached is not None and r.detached.id
+    return t.run_handle(r.detached.id)
+
+
+def _tidy(run: Run) -> None:
+    if run.state() == "running":
+        run.stop(grace=1)
+    run.rm()
+
+
+def _marker() -> str:
+    return f"rk-run-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.timeout(60)
+def test_a_run_is_recorded_listed_and_its_exit_kept(target: remotekit.Target) -> None:
+    mark = _marker()
+    run = _start(target, ["bash", "-c", f"echo {mark}; echo oops >&2; sleep 1; exit 3"])
+    try:
+        info = run.info()
+        assert info.state == "running" and info.exit_code is None and info.ended is None
+        assert info.command[:2] == ("bash", "-c") and info.host == target.name
+        assert run.id in [r.id for r in target.runs()]
+        done = run.wait(timeout=30)
+        assert (done.state, done.exit_code) == ("exited", 3)
+        assert done.ended is not None and done.ended >= done.started
+        both = b"".join(run.logs())  # interleaved as it came: the order of two pipes is free
+        assert sorted(both.splitlines()) == sorted([mark.encode(), b"oops"])
+        assert b"".join(run.logs(stream="stdout")) == f"{mark}\n".encode()
+        assert b"".join(run.logs(stream="stderr")) == b"oops\n"
+    finally:
+        _tidy(run)
+    assert run.id not in [r.id for r in target.runs()]
+
+
+@pytest.mark.timeout(60)
+def test_binary_output_and_no_trailing_newline_come_back_byte_exact(
+    target: remotekit.Target,
+) -> None:
+    blob = bytes(range(256)) * 3 + b"\r\n\x00tail without newline"
+    code = f"import sys; sys.stdout.buffer.write({blob!r}); sys.stdout.flush()"
+    run = _start(target, [target.launch.interpreter or "python3", "-c", code])
+    try:
+        assert run.wait(timeout=30).exit_code == 0
+        assert b"".join(run.logs()) == blob
+        assert b"".join(run.logs(offset=700)) == blob[700:]
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_megabytes_of_random_bytes_come_back_whole(local: remotekit.Target) -> None:
+    blob = os.urandom(3 << 20)  # escaped, each record of these is several times their size
+    code = "import os, sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
+    src = Path(local.spec.runs_dir or "/tmp") / f"rk-blob-{uuid.uuid4().hex[:8]}"
+    src.write_bytes(blob)
+    try:
+        run = _start(local, [sys.executable, "-c", code, str(src)])
+        try:
+            assert run.wait(timeout=30).exit_code == 0
+            assert b"".join(run.logs()) == blob
+        finally:
+            _tidy(run)
+    finally:
+        src.unlink()
+
+
+@pytest.mark.timeout(60)
+def test_nasty_argv_is_recorded_and_run_as_given(target: remotekit.Target) -> None:
+    words = ["a b", "$(touch /tmp/rk-pwned)", "'\"`;|&", "ünïcödé ✓", "-n", "\\", "", "--", "*"]
+    run = _start(target, ["printf", "[%s]\\n", *words])
+    try:
+        assert run.wait(timeout=30).exit_code == 0
+        assert run.info().command == ("printf", "[%s]\\n", *words)
+        expected = "".join(f"[{w}]\n" for w in words).encode()
+        assert b"".join(run.logs()) == expected
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_tail_gives_the_last_lines(local: remotekit.Target) -> None:
+    run = _start(local, ["bash", "-c", "for i in $(seq 1 50); do echo line$i; done"])
+    try:
+        run.wait(timeout=30)
+        assert b"".join(run.logs(tail=3)) == b"line48\nline49\nline50\n"
+        assert b"".join(run.logs(tail=0)) == b""
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_two_runs_at_once_keep_their_own_output(target: remotekit.Target) -> None:
+    go = f"/tmp/{_marker()}"  # both wait for it: they run at the same time
+    wait = f"while [ ! -e {go} ]; do sleep .05; done; "
+    a = _start(target, ["bash", "-c", wait + "for i in 1 2 3; do echo a$i; done"])
+    b = _start(target, ["bash", "-c", wait + "for i in 1 2 3; do echo b$i; done; exit 5"])
+    try:
+        assert a.id != b.id
+        assert {a.info().state, b.info().state} == {"running"}
+        target.run(["touch", go], timeout=20)
+        assert (a.wait(timeout=30).exit_code, b.wait(timeout=30).exit_code) == (0, 5)
+        assert b"".join(a.logs()) == b"a1\na2\na3\n"
+        assert b"".join(b.logs()) == b"b1\nb2\nb3\n"
+    finally:
+        target.run(["rm", "-f", go], timeout=20)
+        _tidy(a)
+        _tidy(b)
+
+
+@pytest.mark.timeout(60)
+def test_follow_ends_with_the_run_and_gives_its_exit_code(target: remotekit.Target) -> None:
+    run = _start(
+        target, ["bash", "-c", "for i in $(seq 1 20); do echo $i; sleep .05; done; exit 7"]
+    )
+    try:
+        stream = run.logs(follow=True)
+        got = b"".join(stream)
+        assert got == b"".join(f"{i}\n".encode() for i in range(1, 21))
+        assert (stream.state, stream.exit_code) == ("exited", 7)
+    finally:
+        _tidy(run)
+
+
+def _cut_the_connection(target: remotekit.Target, run_id: str) -> None:
+    """Kill what carries the follow: the local runner, or the sshd session process."""
+    pids = run_readers(run_id)
+    assert pids, "no logs step running"
+    chain = ancestors(pids[0])
+    if target.spec.ssh is None:
+        victim = chain[0][0]  # the runner: the local transport's process
+    else:
+        victim = next(pid for pid, cmd in chain if cmd.startswith("sshd"))
+    os.kill(victim, signal.SIGKILL)
+
+
+@pytest.mark.timeout(90)
+def test_follow_across_a_killed_connection_shows_every_line_exactly_once(
+    target: remotekit.Target,
+) -> None:
+    n = 400
+    run = _start(target, ["bash", "-c", f"for i in $(seq 1 {n}); do echo line $i; sleep .01; done"])
+    try:
+        stream = run.logs(follow=True)
+        got = bytearray()
+        cuts = 0
+        for chunk in stream:
+            got += chunk
+            if cuts < 2 and got.count(b"\n") > (cuts + 1) * n // 4:
+                _cut_the_connection(target, run.id)
+                cuts += 1
+        assert cuts == 2
+        assert bytes(got) == b"".join(f"line {i}\n".encode() for i in range(1, n + 1))
+        assert stream.exit_code == 0
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_stop_ends_the_whole_tree_setsid_and_double_forked_daemons_too(
+    target: remotekit.Target,
+) -> None:
+    mark = _marker()
+    py = target.launch.interpreter or "python3"
+    daemon = (
+        "import os, time\n"
+        "if os.fork(): os._exit(0)\n"
+        "os.setsid()\n"
+        "if os.fork(): os._exit(0)\n"
+        f"time.sleep(300)  # {mark}-daemon\n"
+    )
+    script = (
+        f"setsid bash -c 'sleep 301; : {mark}-setsid' & "
+        f'{py} -c "$DAEMON"; '
+        "trap '' TERM; sleep 302"  # TERM ignored, by the sleep too: KILL after the grace
+    )
+    run = _start(target, ["env", f"DAEMON={daemon}", "bash", "-c", script])
+    try:
+        end = time.monotonic() + 20
+        while len(processes_with(mark)) < 3 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert len(processes_with(mark)) >= 3, "the run's three processes did not start"
+        info = run.stop(grace=1)
+        assert info.state == "stopped" and info.exit_code is not None
+        assert wait_gone(mark, 5.0) == []
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_a_run_outlives_target_close(inventory: remotekit.Inventory) -> None:
+    mark = _marker()
+    with inventory.target("ct") as t:
+        r = t.run(["bash", "-c", f"sleep 2; echo {mark}"], detach=True, timeout=30)
+        assert r.detached is not None
+    # the connection is gone; a new one finds the run, which goes on and ends by itself
+    with inventory.target("ct") as t:
+        run = t.run_handle(r.detached.id)
+        assert run.state() == "running"
+        assert run.wait(timeout=30).exit_code == 0
+        assert b"".join(run.logs()) == f"{mark}\n".encode()
+        run.rm()
+
+
+@pytest.mark.timeout(60)
+def test_a_supervisor_killed_outright_leaves_a_lost_run(target: remotekit.Target) -> None:
+    mark = _marker()
+    run = _start(target, ["bash", "-c", f"sleep 303; : {mark}"])
+    try:
+        sup = [p for p in processes_with(f"start {run.id}")]
+        assert len(sup) == 1
+        os.kill(sup[0], signal.SIGKILL)
+        end = time.monotonic() + 10
+        while run.state() != "lost" and time.monotonic() < end:
+            time.sleep(0.05)
+        assert run.state() == "lost" and run.info().exit_code is None
+        assert processes_with(mark), "the command itself ran on"
+        stopped = run.stop(grace=1)  # what can still be found (its process group) is stopped
+        assert stopped.state == "stopped"
+        assert wait_gone(mark, 5.0) == []
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_rm_refuses_a_running_run_and_removes_a_finished_one(local: remotekit.Target) -> None:
+    run = _start(local, ["sleep", "30"])
+    try:
+        with pytest.raises(remotekit.RemotekitError, match="still running"):
+            run.rm()
+        run.stop(grace=1)
+        run.rm()
+        with pytest.raises(remotekit.RemotekitError, match=f"no run {run.id}"):
+            run.info()
+        with pytest.raises(remotekit.RemotekitError, match=f"no run {run.id}"):
+            b"".join(run.logs())
+    finally:
+        if run.id in [r.id for r in local.runs()]:
+            _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_run_python_detach_is_a_run_with_its_files(local: remotekit.Target) -> None:
+    script = remotekit.Script(
+        b"import os, sys\n"
+        b"print(open(os.path.join(os.environ['REMOTEKIT_DIR'], 'cfg')).read(), sys.argv[1:])\n",
+        name="train.py",
+    )
+    r = local.run_python(script, ["--lr", "3e-4"], files={"cfg": b"lr"}, detach=True, timeout=30)
+    assert r.detached is not None and r.argv[-3:] == ("<shipped train.py>", "--lr", "3e-4")
+    run = local.run_handle(r.detached.id)
+    try:
+        assert run.wait(timeout=30).exit_code == 0
+        assert b"".join(run.logs()) == b"lr ['--lr', '3e-4']\n"
+    finally:
+        _tidy(run)
+    assert not os.path.exists(r.detached.dir), "rm removes the shipped files too"
+
+
+@pytest.mark.timeout(60)
+def test_records_are_private_and_runs_dir_is_honoured(tmp_path: object) -> None:
+    from pathlib import Path
+
+    where = Path(str(tmp_path)) / "my runs"
+    with remotekit.local_target(runs_dir=str(where)) as t:
+        run = _start(t, ["true"])
+        try:
+            run.wait(timeout=30)
+            folder = where / run.id
+            assert (os.stat(where).st_mode & 0o777) == 0o700
+            assert (os.stat(folder).st_mode & 0o777) == 0o700
+            for f in folder.iterdir():
+                assert (f.stat().st_mode & 0o777) == 0o600, f.name
+        finally:
+            _tidy(run)
+
+
+@pytest.mark.timeout(30)
+def test_a_closed_follow_stops_its_step_there(local: remotekit.Target) -> None:
+    run = _start(local, ["bash", "-c", "while :; do echo tick; sleep .05; done"])
+    try:
+        stream = iter(run.logs(follow=True))
+        next(stream)
+        stream.close()  # type: ignore[attr-defined]
+        end = time.monotonic() + 5
+        while run_readers(run.id) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert run_readers(run.id) == []
+    finally:
+        _tidy(run)
+    assert threading.active_count() < 50
+
+
+@pytest.fixture
+def slurm(slurm_cluster: SlurmCluster) -> Iterator[remotekit.Target]:
+    """``local`` inside the cluster's running job (srun --jobid); runs go through sbatch."""
+    import shutil
+
+    from remotekit.layers import Slurm
+
+    job = int(slurm_cluster.running)
+    srun = shutil.which("srun") or "srun"
+    with remotekit.local_target(hop=Slurm(job, bin=srun), python=sys.executable) as t:
+        yield t
+
+
+def _job_states(name: str) -> list[str]:
+    r = subprocess.run(
+        ["squeue", "--noheader", f"--name={name}", "--format=%T"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    return r.stdout.split()
+
+
+@pytest.mark.timeout(120)
+def test_on_slurm_a_run_is_a_batch_job_that_exits_with_the_jobs_code(
+    slurm: remotekit.Target,
+) -> None:
+    mark = _marker()
+    run = _start(slurm, ["bash", "-c", f"echo {mark} in $SLURM_JOB_ID; exit 6"])
+    try:
+        done = run.wait(timeout=90)
+        assert (done.state, done.exit_code) == ("exited", 6)
+        out = b"".join(run.logs()).decode()
+        assert out.startswith(f"{mark} in ") and out.split()[-1].isdigit(), out
+        assert run.info().command == ("bash", "-c", f"echo {mark} in $SLURM_JOB_ID; exit 6")
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(120)
+def test_on_slurm_stop_cancels_the_job(slurm: remotekit.Target) -> None:
+    mark = _marker()
+    run = _start(slurm, ["bash", "-c", f"echo started; sleep 300; : {mark}"])
+    try:
+        stream = iter(run.logs(follow=True))
+        assert next(stream) == b"started\n"  # the job runs
+        assert _job_states(f"remotekit-{run.id}") == ["RUNNING"]
+        assert run.stop(grace=1).state == "stopped"
+        end = time.monotonic() + 30
+        while _job_states(f"remotekit-{run.id}") not in ([], ["COMPLETING"]):
+            assert time.monotonic() < end, _job_states(f"remotekit-{run.id}")
+            time.sleep(0.2)
+        assert wait_gone(mark, 20.0) == []
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(10)
+def test_on_slurm_a_detached_script_is_refused_saying_why() -> None:
+    from remotekit.layers import Slurm
+
+    t = remotekit.Target(remotekit.HostSpec(name="hpc", hop=Slurm(4242, bin="/no/such/srun")))
+    script = remotekit.Script(b"print(1)", name="train.py")
+    with pytest.raises(remotekit.RemotekitError) as info:  # before anything runs
+        t.run_python(script, detach=True)
+    text = str(info.value)
+    assert "host 'hpc'" in text and "is a batch job" in text and "run --detach" in text
+
+
+def _python38() -> str:
+    import glob
+    import shutil
+
+    found = [os.environ.get("REMOTEKIT_PYTHON38", ""), shutil.which("python3.8") or ""]
+    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    usable = [p for p in found if p and ".pyenv/shims" not in p and os.access(p, os.X_OK)]
+    if not usable:
+        pytest.skip("no python3.8 here (set REMOTEKIT_PYTHON38 to one)")
+    return usable[0]
+
+
+def test_the_supervisor_parses_as_python_3_8() -> None:
+    import ast
+
+    from remotekit import remote
+
+    ast.parse(remote.source("supervisor.py"), feature_version=(3, 8))
+
+
+@pytest.mark.timeout(60)
+def test_runs_work_with_python_3_8_there() -> None:
+    with remotekit.local_target(python=_python38()) as t:
+        run = _start(t, ["bash", "-c", "echo old; exit 2"])
+        try:
+            assert run.wait(timeout=30).exit_code == 2
+            assert b"".join(run.logs(follow=True)) == b"old\n"
+            sleeper = _start(t, ["sleep", "30"])
+            assert sleeper.stop(grace=1).state == "stopped"
+            _tidy(sleeper)
+        finally:
+            _tidy(run)
+
+
+@pytest.mark.timeout(180)
+def test_a_container_restart_marks_its_runs_lost() -> None:
+    """A container of its own (lxc-attach hop), restarted under a running run: the record
+    (in the container's state dir, not its tmpfs /tmp) stays; the run is lost, and rm works."""
+    from remotekit.layers import Lxc
+    from tests import runtimes
+    from tests.conftest import need
+    from tests.harness import venv_prefix
+
+    need("lxc")
+    box = runtimes.LxcContainer().start()
+    try:
+        t = remotekit.local_target(hop=Lxc(box.name), venv=venv_prefix(), python=None)
+        run = _start(t, ["bash", "-c", "sleep 300"])
+        assert run.state() == "running"
+        subprocess.run(["lxc-stop", "-n", box.name, "-k"], check=True, timeout=60)
+        subprocess.run(["lxc-start", "-n", box.name, "-d"], check=True, timeout=60)
+        runtimes.wait_for(f"lxc-attach {box.name}", box._answers)
+        info = run.info()
+        assert (info.state, info.exit_code) == ("lost", None)
+        run.rm()
+        assert t.runs() == []
+    finally:
+        box.stop()
+
+
+FOLLOWER = """
+import resource, sys, time
+import remotekit
+with remotekit.local_target() as t:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    got = 0
+    for chunk in t.run_handle(sys.argv[1]).logs(follow=True):
+        got += len(chunk)
+        time.sleep(0.002)  # a reader slower than the log: the backlog must not pile up here
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(got, grew * 1024)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_following_a_large_log_keeps_local_memory_bounded(local: remotekit.Target) -> None:
+    mb = 256
+    code = "import sys\nb = b'x' * 1023 + b'\\n'\nfor _ in range(%d * 1024): sys.stdout.buffer.write(b)\n"
+    run = _start(local, [sys.executable, "-c", code % mb])
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", FOLLOWER, run.id], capture_output=True, text=True, timeout=170
+        )
+        assert r.returncode == 0, r.stderr
+        got, grew = map(int, r.stdout.split())
+        assert got == mb << 20, r.stdout
+        assert grew < 96 << 20, f"the follower grew by {grew >> 20} MiB for a {mb} MiB log"
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_a_runs_command_leaves_the_host_with_its_secrets_masked(local: remotekit.Target) -> None:
+    run = _start(local, ["env", "HF_TOKEN=hf_s3cr3t", "true", "--api-key", "k3y", "--lr", "1"])
+    try:
+        run.wait(timeout=30)
+        shown = run.info().command
+        assert "hf_s3cr3t" not in " ".join(shown) and "k3y" not in shown
+        assert shown == ("env", "HF_TOKEN=***", "true", "--api-key", "***", "--lr", "1")
+    finally:
+        _tidy(run)
