@@ -8,6 +8,11 @@ Through local -> sshd (127.0.0.1) -> pct stand-in -> real LXC container -> venv 
      heredoc inside `pct exec ... bash -c`, then a second ssh running it   target: >= 3x faster
   3. streaming: time from a line printed there to the callback here   target: <= 100 ms
   4. a step printing 100 MB: local peak RSS growth                     target: <= 64 MB
+  5. with the resident agent (``agent=True``): the trivial run_python of 1  vs  the same
+     ControlMaster + pct exec + python -c pass                         target: ratio <= 0.5
+  6. 100 trivial steps in a loop, with and without the agent: per-step p50 and p99 (reported)
+  7. a warm step that imports torch, with the agent (``preload=["torch"]``)  vs
+     ControlMaster + pct exec + python -c 'import torch'                 target: ratio <= 0.3
 
 Run: .venv/bin/python bench/bench_engine.py [--runs 20]   (writes bench/results/engine.json)
 """
@@ -79,6 +84,22 @@ def controlmaster(server: SSHServer, ctl: Path) -> Iterator[tuple[list[str], lis
         master.wait()
 
 
+def loop_times(fn, n: int) -> list[float]:
+    """Seconds of each of ``n`` calls of ``fn`` in a loop (after one warm call)."""
+    fn()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def p50_p99(times: list[float]) -> tuple[float, float]:
+    ordered = sorted(times)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
 @dataclass(frozen=True)
 class Chain:
     """local -> sshd -> pct stand-in -> a real LXC container (CT 200) -> venv Python."""
@@ -120,6 +141,8 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--loop", type=int, default=100, help="steps in the p50/p99 loop")
+    ap.add_argument("--torch-runs", type=int, default=5, help="runs of the torch steps")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rk-bench-"))
     py = f"{venv_prefix()}/bin/python"
@@ -176,14 +199,48 @@ def main() -> int:
             figures["rss_growth_100mb_step_mb"] = rss_mb() - before
             figures["captured_mb"] = len(r.stdout) / 2**20
             figures["dropped_mb"] = r.stdout_dropped / 2**20
+
+            plain_loop = loop_times(lambda: t.run_python(trivial), args.loop)
+        with chain.inventory.target("ct", agent=True) as ta:
+            ta.run_python(trivial)  # warm: the agent runs
+            figures["agent_run_python_s"] = median_time(lambda: ta.run_python(trivial), args.runs)
+            agent_loop = loop_times(lambda: ta.run_python(trivial), args.loop)
+            uses_torch = remotekit.Script("import torch\n", name="uses_torch.py")
+            figures["agent_torch_step_s"] = median_time(
+                lambda: ta.run_python(uses_torch, preload=["torch"], timeout=300), args.torch_runs
+            )
+        figures["openssh_controlmaster_torch_s"] = median_time(
+            lambda: subprocess.run(
+                [*ssh, join([pct, "exec", "200", "--", py, "-c", "import torch"])], check=True
+            ),
+            args.torch_runs,
+        )
+        for name, times in (("plain", plain_loop), ("agent", agent_loop)):
+            p50, p99 = p50_p99(times)
+            figures[f"loop{args.loop}_{name}_p50_ms"] = p50 * 1000
+            figures[f"loop{args.loop}_{name}_p99_ms"] = p99 * 1000
     finally:
         stack.close()
         shutil.rmtree(work, ignore_errors=True)
 
     ratio_cm = figures["remotekit_run_python_s"] / figures["openssh_controlmaster_s"]
     speedup_seed = figures["seed_two_ssh_heredoc_s"] / figures["remotekit_seed_script_s"]
+    ratio_agent = figures["agent_run_python_s"] / figures["openssh_controlmaster_s"]
+    ratio_torch = figures["agent_torch_step_s"] / figures["openssh_controlmaster_torch_s"]
     checks = [
         ("run_python / OpenSSH ControlMaster", f"{ratio_cm:.2f}x", "<= 1.5x", ratio_cm <= 1.5),
+        (
+            "run_python, agent / ControlMaster",
+            f"{ratio_agent:.2f}x",
+            "<= 0.5x",
+            ratio_agent <= 0.5,
+        ),
+        (
+            "torch step, agent / ControlMaster",
+            f"{ratio_torch:.2f}x",
+            "<= 0.3x",
+            ratio_torch <= 0.3,
+        ),
         (
             "seed two-ssh heredoc / run_python",
             f"{speedup_seed:.1f}x faster",
@@ -216,6 +273,8 @@ def main() -> int:
                 "runs": args.runs,
                 "figures": figures,
                 "ratio_vs_controlmaster": ratio_cm,
+                "agent_ratio_vs_controlmaster": ratio_agent,
+                "agent_torch_ratio_vs_controlmaster": ratio_torch,
                 "speedup_vs_seed": speedup_seed,
                 "pass": all(c[3] for c in checks),
             },

@@ -13,7 +13,10 @@ that run steps (:mod:`remotekit.step`, :mod:`remotekit.ping`, :mod:`remotekit.fo
 - secrets: the values of the spec's and every step's ``secret_env``, and the redaction of
   every error that leaves (:meth:`Engine.redact`, :meth:`Engine.redacted`);
 - :meth:`Engine.start_step`: the one place a step's runner is started, through the whole
-  chain, with its header and payload on stdin.
+  chain, with its header and payload on stdin; or, with :attr:`Engine.use_agent`
+  (hosts.yaml ``agent: true``, ``Target(agent=True)``), a message to the target's one
+  resident agent (:mod:`remotekit.agent`), started there on the first step and again after
+  it died; :meth:`Engine.close` stops it with its steps.
 
 It imports none of the modules that use it (``step``, ``ping``, ``forward``, ``sync``,
 ``target``), not even for types: the arrows all point down to it.
@@ -32,6 +35,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from remotekit import remote
+from remotekit.agent import Agent
 from remotekit.errors import InterpreterNotFound, RemotekitError, StepCancelled, quote_tool
 from remotekit.layers import Launch, compose
 from remotekit.result import Result
@@ -44,7 +48,9 @@ __all__ = ["MIN_SECRET_LINE", "Engine", "mask"]
 class Engine:
     """The step machinery of one target (its spec, transport, launch, cancellation, secrets)."""
 
-    def __init__(self, spec: HostSpec, transport: Transport, *, capture_limit: int):
+    def __init__(
+        self, spec: HostSpec, transport: Transport, *, capture_limit: int, agent: bool = False
+    ):
         self.spec = spec
         self.name = spec.name
         self.transport = transport
@@ -60,6 +66,11 @@ class Engine:
         self._cancelled = threading.Event()
         self._secrets: set[str] = set()
         self.remember_secrets(spec.env)
+        #: Whether steps run as messages to one resident agent there (:mod:`remotekit.agent`):
+        #: asked for, and every hop can carry it (a Slurm job cannot yet).
+        self.use_agent = agent and all(hop.agent for hop in spec.hops)
+        self._agent: Agent | None = None
+        self._agent_lock = threading.Lock()
 
     # -- secrets -----------------------------------------------------------------------------
 
@@ -151,10 +162,28 @@ class Engine:
         Every step that runs the runner starts here, and only here (a probe and a forward's
         relay are bare commands on channels of their own): a process held there that takes
         steps as messages replaces this one method, returning a Channel per step with the
-        same events."""
+        same events: with :attr:`use_agent`, the agent (:meth:`agent`) does."""
+        if self.use_agent:
+            return self.agent(launch).start(header, body)
         runner = remote.source("runner.py")
         first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(header)}\n".encode(), header])
         return self.transport.start(launch.argv, itertools.chain([first], body), wait=wait)
+
+    def agent(self, launch: Launch) -> Agent:
+        """The target's agent, started through ``launch`` when there is none or it died."""
+        with self._agent_lock:
+            if self._agent is None or not self._agent.alive:
+                grace = self.spec.timeouts.kill_grace
+                self._agent = Agent(self.transport, launch, self.name, self.chain, grace=grace)
+            return self._agent
+
+    def close(self) -> None:
+        """Stop the agent (it stops its steps) and close the transport."""
+        with self._agent_lock:
+            agent, self._agent = self._agent, None
+        if agent is not None:
+            agent.close()
+        self.transport.close()
 
     # -- hops: looked up before the first step, asked when the runner did not start -----------
 

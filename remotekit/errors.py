@@ -21,6 +21,9 @@
         └── DiagnosticError         a diagnostic script there could not run, or stopped
                                     before its final record (diagnostics.base)
 
+A note, not an error (a warning, ``warnings.warn``): ``Reconnected``, the SSH connection a
+target held had dropped between steps and the next step opened a new one.
+
 Third-party exceptions (paramiko, socket, subprocess) are translated at the transport
 boundary with ``raise ... from exc``; nothing else in the package sees them.
 """
@@ -45,6 +48,7 @@ __all__ = [
     "HostKeyError",
     "InterpreterNotFound",
     "InventoryError",
+    "Reconnected",
     "RemotekitError",
     "StepCancelled",
     "StepError",
@@ -171,6 +175,12 @@ class ForwardError(RemotekitError):
     ):
         self.port = port
         super().__init__(message, host=host, step=step)
+
+
+class Reconnected(UserWarning):
+    """A warning: the connection a target held had dropped while no step ran on it, and the
+    next step opened a new one (nothing is run again). A step whose connection drops while it
+    runs is not retried: it raises :class:`ConnectionLost`."""
 
 
 class ConnectionLost(RemotekitError):

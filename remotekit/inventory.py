@@ -395,6 +395,7 @@ class _HostReader:
             runs_dir=self.text("runs_dir"),
             has_gpu=self.has_gpu(),
             timeouts=self.timeouts(),
+            agent=bool(self.get("agent", lambda v: isinstance(v, bool), "true or false")),
             source=f"{self.doc.path}:{self.doc.line(self.key)}",
         )
 
@@ -502,6 +503,7 @@ HOST_KEYS = frozenset(
         "gpu",
         "gpus",
         "timeouts",
+        "agent",
         *HOPS,
         *_HOP_OPTIONS,
     ]
@@ -550,9 +552,10 @@ class Inventory:
         except KeyError:
             raise UnknownHost(name, list(self.hosts), path=self.path) from None
 
-    def target(self, name: str) -> Target:
-        """An open-on-demand :class:`~remotekit.target.Target`; use it as a context manager."""
-        return Target(self.spec(name))
+    def target(self, name: str, *, agent: bool | None = None) -> Target:
+        """An open-on-demand :class:`~remotekit.target.Target`; use it as a context manager.
+        ``agent`` overrides hosts.yaml's ``agent:`` (steps through one resident agent)."""
+        return Target(self.spec(name), agent=agent)
 
     def select(
         self, hosts: str | list[str] | None = None, group: str | None = None, all: bool = False

@@ -82,6 +82,7 @@ _CHUNK = 1 << 16
 _KEEP = 1 << 16
 #: How long output may still come after the program exited (a pty drains in milliseconds).
 _DRAIN_S = 0.3
+_EOF_AGAIN_S = 1.0  # input that ended: ^D again this often until the program there ends
 
 
 def interactive(hops: Sequence[Hop], launch: Launch) -> Launch:
@@ -248,6 +249,7 @@ def _relay(
 ) -> None:
     inputs: list[Any] = [term, stdin_fd, winch.r]
     ended: float | None = None  # when the program there exited
+    eof: float | None = None  # when our input ended (not a terminal) and ^D was last sent
     while True:
         readable, _, _ = select.select(inputs, [], [], 0.1)
         if term in readable:
@@ -267,6 +269,12 @@ def _relay(
             else:  # our input ended (not a terminal): EOF for a cooked terminal there
                 inputs.remove(stdin_fd)
                 term.write(b"\x04")
+                eof = time.monotonic()
+        elif eof is not None and ended is None and time.monotonic() - eof >= _EOF_AGAIN_S:
+            # A ^D that came while the program there was not reading, in cooked mode (bash
+            # in its rc files), is an EOF its later raw read never sees: say it again.
+            term.write(b"\x04")
+            eof = time.monotonic()
         if winch.r in readable:
             winch.drain()
             now = window_size(stdout_fd, stdin_fd)

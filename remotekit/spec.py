@@ -63,6 +63,8 @@ class HostSpec:
     #: then an error; otherwise "no GPU here" is a note.
     has_gpu: bool = False
     timeouts: Timeouts = Timeouts()
+    #: hosts.yaml ``agent: true``: steps are messages to one resident agent there.
+    agent: bool = False
     source: str = "<embedded>"
 
     @property

@@ -206,7 +206,9 @@ class StepHeader:
     ``mkdir -p`` first) or ``get`` (stream ``src``, refusing more than ``max_bytes``). The
     step fills in the rest for every op: its ``nonce``, the ``env``, ``path_prepend`` and
     ``cwd`` of the launch and the step, the runner's own deadline ``timeout`` (a backstop)
-    and the ``grace`` between TERM and KILL.
+    and the ``grace`` between TERM and KILL. ``preload`` names modules (``torch``) the
+    step wants to find imported: a resident agent forks it from a process that keeps them
+    imported (:mod:`remotekit.remote.agent`); the runner itself ignores it.
     """
 
     op: Literal["exec", "put", "get"] = "exec"
@@ -229,6 +231,7 @@ class StepHeader:
     cwd: str | None = None
     timeout: float | None = None
     grace: float = 1.0
+    preload: tuple[str, ...] = ()
 
     def encode(self) -> bytes:
         """The header as the runner reads it: one JSON object."""

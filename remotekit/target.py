@@ -112,10 +112,12 @@ class Target:
         transport: Transport | None = None,
         *,
         capture_limit: int = DEFAULT_CAPTURE_LIMIT,
+        agent: bool | None = None,
     ):
         self.name = spec.name
         transport = transport if transport is not None else for_spec(spec)
-        self._engine = Engine(spec, transport, capture_limit=capture_limit)
+        use_agent = spec.agent if agent is None else agent
+        self._engine = Engine(spec, transport, capture_limit=capture_limit, agent=use_agent)
 
     # -- the engine's state, as the public attributes it always was ---------------------------
 
@@ -165,8 +167,9 @@ class Target:
         self.close()
 
     def close(self) -> None:
-        """Close the held connection (a later step opens a new one)."""
-        self.transport.close()
+        """Stop the agent, if one runs (and every step on it), and close the held connection
+        (a later step opens a new one)."""
+        self._engine.close()
 
     def cancel(self) -> None:
         """Stop every step running on this target (from any thread), and refuse new ones.
@@ -265,6 +268,7 @@ class Target:
         step: str | None = None,
         capture: bool = True,
         detach: bool = False,
+        preload: Sequence[str] = (),
     ) -> Result:
         """Ship ``script`` (a local file path or a :class:`Script`) and run it there.
 
@@ -273,7 +277,10 @@ class Target:
         target's (venv / python), unbuffered; ``$REMOTEKIT_DIR`` names the temp dir.
         ``files`` values must be bytes (checked before anything is sent); a file may not
         take the script's own name. ``detach=True``: as for :meth:`run` (the temp dir then
-        stays, holding the shipped files; ``Result.detached.dir`` names it).
+        stays, holding the shipped files; ``Result.detached.dir`` names it). ``preload``: modules
+        the script imports that are slow to import (``["torch"]``): with the agent on, the step
+        is forked from a process there that keeps them imported (the first such step pays
+        the import); without it, nothing changes.
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
@@ -289,6 +296,8 @@ class Target:
                 self, display, argv=args, script=script, step=step or script.name, options=how
             )
         header, payload = shipped(script, args, files)
+        if preload:
+            header = replace(header, preload=tuple(map(str, preload)))
         options = StepOptions(
             display=display,
             step=step or script.name,

@@ -151,19 +151,30 @@ def kube(world: Path) -> runtimes.FakeKube:
     return runtimes.FakeKube(world / "kube").install()
 
 
-@pytest.fixture(scope="session")
-def sshd(
-    tmp_path_factory: pytest.TempPathFactory, pve: FakeNode, world: Path
-) -> Iterator[SSHServer]:
+def _serve(root: Path, pve: FakeNode) -> Iterator[SSHServer]:
     _need_sshd()
     env = {**pve.env, "SLURM_CONF": os.environ["SLURM_CONF"]}
     env["CONTAINERS_CONF"] = os.environ["CONTAINERS_CONF"]
-    server = SSHServer(tmp_path_factory.mktemp("sshd"), env=env)
+    server = SSHServer(root, env=env)
     try:
         server.start()
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd(
+    tmp_path_factory: pytest.TempPathFactory, pve: FakeNode, world: Path
+) -> Iterator[SSHServer]:
+    yield from _serve(tmp_path_factory.mktemp("sshd"), pve)
+
+
+@pytest.fixture
+def own_sshd(tmp_path: Path, pve: FakeNode, world: Path) -> Iterator[SSHServer]:
+    """An sshd like ``sshd`` for one test alone: its connections are that test's own (one it
+    may drop with :meth:`~tests.harness.SSHServer.drop_connections`)."""
+    yield from _serve(tmp_path / "own-sshd", pve)
 
 
 def write_inventory(path: Path, hosts: dict[str, object], **top: object) -> remotekit.Inventory:

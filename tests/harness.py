@@ -8,6 +8,7 @@ tests/conftest.py and by bench/.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shutil
@@ -144,6 +145,16 @@ class SSHServer:
                 self.proc.wait()
         self.proc = None
 
+    def drop_connections(self) -> list[int]:
+        """Kill (SIGKILL) the sshd processes serving this server's connections, as a server
+        that went away does; the listener stays. Returns the pids killed."""
+        assert self.proc is not None, "the server is not running"
+        killed = _children(self.proc.pid)
+        for pid in killed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return killed
+
     def host_yaml(self, **extra: object) -> dict[str, object]:
         """The hosts.yaml settings that reach this server."""
         return {
@@ -261,6 +272,20 @@ def run_readers(run_id: str) -> list[int]:
     return out
 
 
+def _children(parent: int) -> list[int]:
+    """The pids whose parent is ``parent`` (via /proc)."""
+    return [int(n) for n in os.listdir("/proc") if n.isdigit() and _parent(int(n)) == parent]
+
+
+def _parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` (``None`` once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
 def wait_gone(marker: str, timeout: float = 5.0) -> list[int]:
     """Poll until no process carries ``marker``; returns those still there at the end."""
     end = time.monotonic() + timeout
@@ -273,9 +298,11 @@ def ancestors(pid: int) -> list[tuple[int, str]]:
     """(pid, cmdline) from ``pid``'s parent up to init."""
     out = []
     while pid > 1:
+        parent = _parent(pid)
+        if parent is None:
+            break
+        pid = parent
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat[stat.rindex(")") + 2 :].split()[1])
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             break

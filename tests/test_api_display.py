@@ -121,3 +121,24 @@ def test_a_mistyped_timeout_gets_a_did_you_mean(tmp_path: Path) -> None:
 def test_the_package_is_typed() -> None:
     assert (importlib.resources.files("remotekit") / "py.typed").is_file()
     assert sys.modules["remotekit"].__all__
+
+
+def test_a_train_log_report_in_jupyter_shows_its_plot(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """Where the CLI has --plot, the notebook shows the picture: a report with series has a
+    PNG in its HTML, after the findings; one without series (points=0) has none."""
+    import base64
+    import json
+
+    from remotekit.diagnostics import trainlog
+
+    log = tmp_path / "train.jsonl"
+    rows = [{"step": s, "loss": 2.0 - s / 400 + (5.0 if s == 300 else 0.0)} for s in range(400)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with_series = trainlog.analyze_train_log(local, str(log), points=500)
+    page = with_series._repr_html_()
+    assert page.index("finding:") < page.index('<img alt="local:')
+    png = base64.b64decode(page.split("data:image/png;base64,", 1)[1].split('"', 1)[0])
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    assert "<img" not in trainlog.analyze_train_log(local, str(log))._repr_html_()

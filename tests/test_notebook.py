@@ -1,9 +1,11 @@
-"""remotekit in Jupyter, for real: cells executed by nbclient in a real ipykernel.
+"""remotekit in Jupyter, for real: cells executed by nbclient in a real ipykernel, on
+``local`` and through the real sshd -> fake ``pct exec`` -> a real LXC container.
 
 A step's output streams into the running cell (stdout and stderr apart); interrupting the
 kernel mid-step (the notebook's stop button sends SIGINT) stops the step there, nothing
-left running, and the Target opened in an earlier cell stays usable; a report as a cell's
-last expression displays as HTML with its findings.
+left running, and the Target opened in an earlier cell stays usable, also after the server
+dropped its connection between cells (the next step reconnects, with a note); a report as
+a cell's last expression displays as HTML with its findings.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ import signal
 import textwrap
 import threading
 import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
-from tests.conftest import CI
+from tests.conftest import CI, CT, write_inventory
+from tests.harness import FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
 
 try:
     import ipykernel  # noqa: F401
@@ -38,40 +45,71 @@ def outputs_of(c: Any, kind: str) -> list[Any]:
     return [o for o in c.outputs if o.output_type == kind]
 
 
-def wait_for(path: Path, timeout: float = 60.0) -> str:
-    end = time.monotonic() + timeout
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.05)
-    return path.read_text().strip()
+#: The notebook's first cell: ``t`` is the target, ``checkpoints`` the diagnostic.
+SETUP = """
+    import sys
+    sys.path.insert(0, {root!r})
+    import torch, remotekit
+    from remotekit.diagnostics import checkpoints
+    t = {target}
+    """
 
 
-def test_a_notebook_streams_interrupts_and_displays(tmp_path: Path) -> None:
-    pidfile = tmp_path / "pid"
-    ckpt = tmp_path / "ck"
+@dataclass
+class Where:
+    """A target the notebook runs on: how its first cell opens it, the folder where its
+    files are seen from here and from there, and (over SSH) the server, to drop its
+    connection between cells."""
+
+    target: str
+    here: Path
+    there: str
+    server: SSHServer | None = None
+
+
+def local(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    return Where("remotekit.local_target()", tmp_path, str(tmp_path))
+
+
+def ct(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    """ssh to an sshd of this test's own -> fake ``pct exec 200`` -> the LXC container."""
+    server: SSHServer = request.getfixturevalue("own_sshd")
+    node: FakeNode = request.getfixturevalue("node")
+    host = server.host_yaml(container=CT, pct=str(node.pct), venv=venv_prefix())
+    write_inventory(tmp_path / "hosts.yaml", {"box": host})
+    here = node.ct_tmp(CT) / f"nb-{uuid.uuid4().hex}"
+    here.mkdir()
+    target = f"remotekit.load_inventory({str(tmp_path / 'hosts.yaml')!r}).target('box')"
+    return Where(target, here, f"/tmp/{here.name}", server)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("at", [local, pytest.param(ct, marks=pytest.mark.sshd)])
+def test_a_notebook_streams_interrupts_and_displays(
+    at: Callable[[pytest.FixtureRequest, Path], Where],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> None:
+    where = at(request, tmp_path)
+    m = f"63{uuid.uuid4().int % 10**6:06d}.5"  # a unique `sleep` argument
+    torch.save({"w": torch.tensor([1.0, float("nan")])}, where.here / "bad.pt")
     cells = [
-        cell(f"""
-            import sys
-            sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-            import torch, remotekit
-            from remotekit.diagnostics import checkpoints
-            t = remotekit.local_target()
-            """),
+        cell(SETUP.format(root=str(Path(__file__).resolve().parents[1]), target=where.target)),
         cell("""
-            r = t.run(["sh", "-c", "echo out-1; echo err-1 >&2; sleep 0.2; echo out-2"],
+            r = t.run(["sh", "-c", "echo out-1; echo err-1 >&2; sleep 0.5; echo out-2"],
                       on_output=remotekit.echo)
             """),
         cell(f"""
-            t.run(["sh", "-c", "echo $$ > {pidfile}; exec sleep 300"])
+            t.run(["sh", "-c", "echo started; exec sleep {m}"], on_output=remotekit.echo)
             """),
         cell("""
             print(t.run(["echo", "still usable"]).stdout.strip())
             """),
+        cell("""
+            print(t.run(["echo", "after the drop"]).stdout.strip())
+            """),
         cell(f"""
-            import os
-            os.makedirs({str(ckpt)!r}, exist_ok=True)
-            torch.save({{"w": torch.tensor([1.0, float("nan")])}}, {str(ckpt / "bad.pt")!r})
-            checkpoints.scan_checkpoints(t, {str(ckpt)!r})
+            checkpoints.scan_checkpoints(t, {where.there!r})
             """),
     ]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -79,7 +117,10 @@ def test_a_notebook_streams_interrupts_and_displays(tmp_path: Path) -> None:
     interrupted = threading.Event()
 
     def stop_button() -> None:  # what the notebook's stop button does: SIGINT to the kernel
-        wait_for(pidfile)
+        end = time.monotonic() + 60
+        while not processes_with(m):
+            assert time.monotonic() < end, "the step never started"
+            time.sleep(0.05)
         pid = client.km.provisioner.pid  # type: ignore[union-attr]
         os.kill(pid, signal.SIGINT)
         interrupted.set()
@@ -88,6 +129,8 @@ def test_a_notebook_streams_interrupts_and_displays(tmp_path: Path) -> None:
         for i, c in enumerate(nb.cells):
             if i == 2:
                 threading.Thread(target=stop_button, daemon=True).start()
+            if i == 4 and where.server is not None:
+                assert where.server.drop_connections()  # the server drops the idle connection
             client.execute_cell(c, i)
     assert interrupted.is_set()
 
@@ -101,16 +144,25 @@ def test_a_notebook_streams_interrupts_and_displays(tmp_path: Path) -> None:
 
     errors = outputs_of(nb.cells[2], "error")
     assert errors and errors[0].ename == "KeyboardInterrupt", nb.cells[2].outputs
-    sleeper = int(pidfile.read_text())
-    end = time.monotonic() + 30
-    while os.path.exists(f"/proc/{sleeper}") and time.monotonic() < end:
-        time.sleep(0.05)
-    assert not os.path.exists(f"/proc/{sleeper}"), "the interrupted step is still running"
+    assert "started" in text_of(nb.cells[2], "stdout")
+    assert wait_gone(m, 30) == [], "the interrupted step is still running there"
 
-    assert "still usable" in "".join(o.text for o in outputs_of(nb.cells[3], "stream"))
+    assert text_of(nb.cells[3], "stdout") == "still usable\n", nb.cells[3].outputs
+    assert text_of(nb.cells[4], "stdout") == "after the drop\n", nb.cells[4].outputs
+    if where.server is not None:  # reconnected, with a note naming the host
+        note = text_of(nb.cells[4], "stderr")
+        assert "Reconnected: box: the SSH connection" in note and "reconnected" in note, note
+        assert 'run(["echo", "after the drop"])' in note, note  # the cell's line, not ours
+        assert "ssh.py" not in note, note
+    else:
+        assert not text_of(nb.cells[4], "stderr"), nb.cells[4].outputs
 
-    shown = outputs_of(nb.cells[4], "execute_result")
-    assert shown, nb.cells[4].outputs
+    shown = outputs_of(nb.cells[5], "execute_result")
+    assert shown, nb.cells[5].outputs
     page = shown[0].data["text/html"]
     assert page.index("finding:") < page.index("<pre>") and "bad.pt" in page
     assert shown[0].data["text/plain"].startswith("<CheckpointScan")
+
+
+def text_of(c: Any, stream: str) -> str:
+    return "".join(o.text for o in outputs_of(c, "stream") if o.name == stream)

@@ -390,3 +390,27 @@ def test_a_local_program_that_cannot_run_is_not_called_missing(tmp_path: Path) -
     assert not isinstance(info.value, remotekit.InterpreterNotFound)
     assert "cannot run" in str(info.value) and str(blocked) in str(info.value)
     assert info.value.step == "shell" and info.value.host == t.name
+
+
+# A program there that reads its terminal only after a while in cooked mode (bash reading its
+# rc files, then readline): an end-of-input that arrives in that window is a cooked EOF, which
+# the raw read that follows never sees. Seen as `t.shell()` with stdin at EOF hanging 1 in 6.
+LATE_READER = """\
+import os, sys, time, tty
+time.sleep(1.5)  # cooked, not reading: the first ^D arrives now
+tty.setraw(0)
+while True:
+    b = os.read(0, 1)
+    if not b or b == b"\\x04":
+        break
+print("end of input seen", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["local", "pct"])
+def test_input_that_ended_reaches_a_program_that_reads_late(kind: str, shells: Any) -> None:
+    inv, host = shells(kind)
+    with inv.target(host) as t:
+        code, text = _shell(t, ["python", "-c", LATE_READER])
+    assert code == 0 and "end of input seen" in text, text

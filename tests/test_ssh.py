@@ -11,13 +11,14 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 
 import remotekit
 from tests.conftest import CT, need_program, write_inventory
-from tests.harness import FakeNode, SSHServer, ancestors, processes_with, wait_gone
+from tests.harness import FakeNode, SSHServer, ancestors, processes_with, venv_prefix, wait_gone
 
 pytestmark = pytest.mark.sshd
 
@@ -710,3 +711,30 @@ def test_paramiko_records_still_reach_an_application_that_configured_logging(
         server.wait()
     assert "ours: " in r.stdout and "no SSH banner" in r.stdout, r.stdout + r.stderr
     assert "paramiko.transport" in r.stderr, r.stderr  # the application's handler got them
+
+
+@pytest.mark.timeout(120)
+def test_a_connection_dropped_between_steps_reconnects_with_a_note(
+    own_sshd: SSHServer, node: FakeNode, tmp_path: Path
+) -> None:
+    """The server drops the held connection while no step runs: the next step opens a new
+    one, says so (a warning naming the host), and runs once; nothing is run again."""
+    host = own_sshd.host_yaml(container=CT, pct=str(node.pct), venv=venv_prefix())
+    inv = write_inventory(tmp_path / "hosts.yaml", {"box": host})
+    runs = node.ct_tmp(CT) / f"runs-{uuid.uuid4().hex}"
+    step = ["sh", "-c", f"echo ran >> /tmp/{runs.name}; echo ok"]
+    with inv.target("box") as t:
+        assert t.run(step).stdout == "ok\n"
+        assert own_sshd.drop_connections()  # the sshd process serving it is gone
+        for _ in range(2):  # at once, and after paramiko saw the connection go
+            with pytest.warns(remotekit.Reconnected, match=r"^box: .*dropped.*reconnected") as w:
+                assert t.run(step).stdout == "ok\n"
+            assert [x.filename for x in w] == [__file__]  # it names the caller's line
+            assert own_sshd.drop_connections()
+            time.sleep(0.5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a connection that stayed up: no note
+            with pytest.warns(remotekit.Reconnected):
+                t.run(step)
+            assert t.run(step).stdout == "ok\n"
+    assert runs.read_text() == "ran\n" * 5  # each step ran once

@@ -134,8 +134,9 @@ def run_records(
         elif on_output is not None:
             on_output(stream, line)
 
+    shipped = _shipped(script_name)
     result = target.run_python(
-        _shipped(script_name),
+        shipped,
         args=list(args),
         step=step or _name(script_name).removesuffix(".py"),
         timeout=timeout,
@@ -143,8 +144,16 @@ def run_records(
         check=False,
         on_output=sink,
         capture=False,
+        preload=_heavy(shipped),
     )
     return records, result
+
+
+def _heavy(script: Script) -> tuple[str, ...]:
+    """``("torch",)`` when the script or a module shipped beside it imports torch: with the
+    agent on, it then starts with torch already imported."""
+    sources = [script.source, *script.files.values()]
+    return ("torch",) if any(b"import torch" in s for s in sources) else ()
 
 
 @dataclass(frozen=True)

@@ -353,6 +353,32 @@ class TrainLogReport(Shown):
     def render(self) -> str:
         return render_report(self)
 
+    def _repr_html_(self) -> str:
+        """In Jupyter: the findings first, the text, then the picture ``--plot`` draws when the
+        report holds series (made with ``points`` > 0) and matplotlib is installed."""
+        page = super()._repr_html_()
+        picture = self._png()
+        if picture is None:
+            return page
+        img = f'<img alt="{self.host}:{self.path}" src="data:image/png;base64,{picture}"/>'
+        return page.removesuffix("</div>") + img + "</div>"
+
+    def _png(self) -> str | None:
+        """The plot as base64 PNG, or None (no series, or no matplotlib)."""
+        if not self.series:
+            return None
+        import base64
+        import os
+        import tempfile
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="remotekit-plot-") as tmp:  # 0700
+                path = plot_report(self, os.path.join(tmp, "plot.png"))
+                with open(path, "rb") as f:
+                    return base64.b64encode(f.read()).decode("ascii")
+        except ImportError:
+            return None
+
     def series_for(self, metric: str) -> Series | None:
         """The analysed series of column ``metric``, or None when it was not analysed."""
         return next((s for s in self.series if s.metric == metric), None)

@@ -59,6 +59,10 @@ class Slurm(Hop):
 
     key: ClassVar[str] = "slurm"
     kind: ClassVar[str] = "job"
+    # Through `srun --overlap` the agent's first step did not come back (measured here with
+    # the one-node cluster of tests/runtimes.py): until the agent is made to work there, a
+    # job keeps the one-process-per-step path.
+    agent: ClassVar[bool] = False
     up: ClassVar[str] = "RUNNING"
     says: ClassVar[str] = "srun says:\n{words}"
     failures: ClassVar[tuple[Failure, ...]] = (

@@ -11,7 +11,9 @@ paths (``from ckpt.check import scan_item`` in ``ckpt.py`` ships ``ckpt/__init__
 be a package of small modules. Local code imports two of them too: ``protocol.py`` (the
 format is written once) and ``sync.py`` (its exclude rules and path checks mean the same on
 both sides). ``relay.py`` (:mod:`remotekit.forward`) speaks no records: after one line each
-way, its stdin and stdout are a raw byte stream.
+way, its stdin and stdout are a raw byte stream. ``agent.py``
+(:mod:`remotekit.agent`) speaks no records either: its stdin and stdout carry frames, whose
+format local code imports from it (written once).
 """
 
 from __future__ import annotations

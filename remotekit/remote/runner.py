@@ -8,7 +8,8 @@
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
 #          "files": [[name, size, mode], ...], "timeout", "grace", "detach", "report",
-#          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes"}
+#          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes";
+#          "preload": read by the agent only}
 #   Its fields and their defaults are HEADER below, a copy of remotekit.step.StepHeader (the
 #   local definition, documented there; this file travels alone): a test holds them identical.
 #
@@ -72,6 +73,7 @@ HEADER = {
     "cwd": None,
     "timeout": None,
     "grace": 1.0,
+    "preload": [],
 }
 
 

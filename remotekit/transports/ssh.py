@@ -10,13 +10,16 @@ key is always refused. Every paramiko and socket error is translated here, at th
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import socket
 import stat
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import paramiko
@@ -27,6 +30,7 @@ from remotekit.errors import (
     ConnectError,
     ConnectionLost,
     HostKeyError,
+    Reconnected,
     RemotekitError,
 )
 from remotekit.quoting import join, quote
@@ -57,6 +61,7 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 _CHUNK = 1 << 16
 _DRAIN_S = 0.5
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class _Transport(paramiko.Transport):
@@ -94,6 +99,17 @@ def _bannerless(conn: Connection) -> str | None:
         if not transport.remote_version:
             return f"{h.host}:{h.port}"
     return None
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of our caller's first frame outside remotekit: a warning names the
+    user's line (a notebook cell's ``t.run(...)``), not ours (as pandas' find_stack_level)."""
+    here = inspect.currentframe()
+    frame: FrameType | None = here.f_back if here is not None else None
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -224,6 +240,10 @@ class SSHTransport:
         self._lock = threading.Lock()
         self._sessions = threading.BoundedSemaphore(self.max_sessions)
         self._hop_ports: dict[str, int] = {}  # each hop's real host -> port, for hints
+        #: The held connection dropped and was let go; the next one opened says so.
+        self._lost = False
+        #: How often a dropped connection was replaced (each time with a Reconnected note).
+        self.reconnects = 0
 
     # -- connection -------------------------------------------------------------------------
 
@@ -286,34 +306,50 @@ class SSHTransport:
 
     def _connected(self) -> Connection:
         """The held connection, opened if need be; steps keep this reference, not ``_conn``,
-        which another thread may drop when its channel fails."""
+        which another thread may drop when its channel fails. One that had dropped is
+        replaced with a note (:class:`~remotekit.errors.Reconnected`)."""
         with self._lock:
             if self._conn is not None and self._conn.is_connected:
                 return self._conn
+            lost = self._lost or self._conn is not None
             if self._conn is not None:  # it went down: close it (its thread), not just forget it
                 _shut(self._conn)
                 self._conn = None
-            gateway = self._connection(self.spec.jump, None) if self.spec.jump else None
-            conn = self._connection(self.spec, gateway)
-            try:
-                conn.open()
-            except BaseException as exc:
-                mute = _bannerless(conn)  # asked before close() drops the transports
-                conn.close()
-                if mute is not None and isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
-                    raise ConnectError(
-                        f"{self.spec.display}: no SSH banner from {mute} within "
-                        f"{self.connect_timeout:g} s (timeouts.connect): something accepts TCP "
-                        "there but does not speak SSH, or is stuck",
-                        host=self.host,
-                    ) from None
-                raise self._translate(exc) from exc
-            transport = conn.client.get_transport()
-            if transport is not None and isinstance(transport.sock, socket.socket):
-                # Small writes (a step's payload, EOF) must not wait on Nagle + delayed ACK.
-                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._conn = conn
-            return conn
+            self._conn = conn = self._open()
+            self._lost = False
+            self.reconnects += lost
+            n = self.reconnects
+        if lost:
+            warnings.warn(
+                f"{self.host}: the SSH connection to {self.spec.display} had dropped; "
+                f"reconnected (reconnect {n})",
+                Reconnected,
+                stacklevel=_caller_level(),
+            )
+        return conn
+
+    def _open(self) -> Connection:
+        """A new connection to the target (through its jump host), open."""
+        gateway = self._connection(self.spec.jump, None) if self.spec.jump else None
+        conn = self._connection(self.spec, gateway)
+        try:
+            conn.open()
+        except BaseException as exc:
+            mute = _bannerless(conn)  # asked before close() drops the transports
+            conn.close()
+            if mute is not None and isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
+                raise ConnectError(
+                    f"{self.spec.display}: no SSH banner from {mute} within "
+                    f"{self.connect_timeout:g} s (timeouts.connect): something accepts TCP "
+                    "there but does not speak SSH, or is stuck",
+                    host=self.host,
+                ) from None
+            raise self._translate(exc) from exc
+        transport = conn.client.get_transport()
+        if transport is not None and isinstance(transport.sock, socket.socket):
+            # Small writes (a step's payload, EOF) must not wait on Nagle + delayed ACK.
+            transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
 
     def _translate(self, exc: BaseException) -> BaseException:
         spec, host = self.spec, self.host
@@ -397,15 +433,13 @@ class SSHTransport:
         self, argv: Sequence[str], wait: float | None, pty: tuple[str, int, int] | None = None
     ) -> paramiko.Channel:
         """A session channel (a slot taken: the caller releases it) running ``argv``."""
-        conn = self._connected()
         command = join(argv)  # the one quoting point
         if not self._sessions.acquire(timeout=wait):
             raise TimeoutError(f"all {self.max_sessions} sessions busy")
+        conn: Connection | None = None
         try:
-            transport = conn.client.get_transport()
-            if transport is None or not transport.is_active():
-                raise EOFError("connection is closed")
-            chan = self._open_session(transport)
+            conn, chan = self._session()
+            transport = chan.get_transport()
             if pty is not None:
                 self._get_pty(chan, transport, pty)
             chan.exec_command(command)
@@ -414,11 +448,39 @@ class SSHTransport:
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self._sessions.release()
-            self._drop(conn)
+            if conn is not None:
+                self._drop(conn)
             raise ConnectionLost(
                 f"{self.spec.display}: could not open a channel: {exc}", host=self.host
             ) from exc
         return chan
+
+    def _session(self) -> tuple[Connection, paramiko.Channel]:
+        """A session channel with nothing started on it yet, and its connection.
+
+        A held connection that turns out dead here (the server dropped it while no step ran,
+        and paramiko had not seen it yet) is replaced once: nothing was sent on the channel,
+        so nothing runs twice. Once ``exec_command`` is sent the step may have started: a
+        failure from then on is the caller's ConnectionLost, never retried."""
+        held = self._conn
+        conn = self._connected()
+        try:
+            return conn, self._open_session(self._active(conn))
+        except (OSError, EOFError, paramiko.SSHException):
+            # A refusal on a live connection (MaxSessions) is an answer, and so is any failure
+            # of a connection opened just now: only a held one found dead is replaced.
+            if conn.is_connected or conn is not held:
+                raise
+        self._drop(conn)
+        conn = self._connected()  # with the note: Reconnected
+        return conn, self._open_session(self._active(conn))
+
+    @staticmethod
+    def _active(conn: Connection) -> paramiko.Transport:
+        transport = conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise EOFError("connection is closed")
+        return transport
 
     def _get_pty(
         self, chan: paramiko.Channel, transport: paramiko.Transport, pty: tuple[str, int, int]
@@ -438,11 +500,12 @@ class SSHTransport:
             ) from exc
 
     def _drop(self, conn: Connection) -> None:
-        """Close ``conn`` (it failed) if it is still the held one; the next step opens anew."""
+        """Close ``conn`` (it failed) if it is still the held one; the next step opens anew
+        (and says so)."""
         with self._lock:
             if self._conn is not conn:
                 return
-            self._conn = None
+            self._conn, self._lost = None, True
         _shut(conn)
 
     def _open_session(self, transport: paramiko.Transport) -> paramiko.Channel:

@@ -1,0 +1,235 @@
+"""The local half of the resident agent (:mod:`remotekit.remote.agent`): one per open target.
+
+:class:`Agent` starts the agent once through the target's launch chain (``ssh -> hop(s) ->
+python -c LOADER``, as a runner is started) and then runs each step as frames on that one
+channel; :meth:`Agent.start` returns an :class:`AgentStep`, a
+:class:`~remotekit.transports.base.Channel` with the events a transport's process has
+(:class:`Output`, :class:`Exit`, :class:`Lost`, :class:`Cancelled`), so a step runs on it
+unchanged. The frame format is the agent's own (``FRAME``, ``frame``, ``frames``), imported
+from the shipped file: it is written once.
+
+Flow control both ways is per step: a step's payload is sent while at most ``WINDOW`` of its
+bytes are not yet written into its runner there, and the agent relays a step's output while
+at most ``WINDOW`` of it is not yet taken off the step's event queue here, so one step that
+floods (or a consumer that reads slowly) never stalls another step.
+
+When the agent dies (its channel lost, or killed there), every step still running gets
+:class:`Lost` naming the agent, its pid and the host; the next step starts a new agent.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from remotekit import remote
+from remotekit.layers import Launch
+from remotekit.remote.agent import GRACE, WINDOW, frame, frames
+from remotekit.transports.base import Channel, Event, Exit, Lost, Output, Process, Transport
+
+__all__ = ["Agent", "AgentStep"]
+
+#: Largest stdin piece in one frame.
+_PIECE = 1 << 18
+#: Output bytes taken here before the agent is told (one credit frame per this many).
+_CREDIT = 1 << 16
+#: How long close() waits, beyond the agent's own bound, for it to exit before it lets go.
+_CLOSE_S = 3.0
+
+
+class _Events(queue.Queue[Event]):
+    """A step's event queue that tells the agent when output was taken off it."""
+
+    def __init__(self, taken: Any) -> None:
+        super().__init__()
+        self._taken = taken
+
+    def _get(self) -> Event:
+        event: Event = super()._get()
+        if isinstance(event, Output):
+            self._taken(len(event.data))
+        return event
+
+
+class AgentStep(Channel):
+    """One step on the agent: its events, ``close_stdin`` (EOF: the runner stops the step)
+    and ``terminate`` (let go: EOF, and its further output is dropped)."""
+
+    def __init__(self, agent: Agent, sid: int):
+        super().__init__()
+        self.events = _Events(self._taken)
+        self._agent, self.sid = agent, sid
+        self._lock = threading.Condition()
+        self._in_flight = 0  # stdin bytes sent, not yet written into the runner there
+        self._eof = False
+        self._gone = False
+        self._owed = 0
+
+    def _taken(self, n: int) -> None:
+        self._owed += n
+        if self._owed >= _CREDIT:
+            self._agent.send(b"C", self.sid, str(self._owed).encode())
+            self._owed = 0
+
+    def feed(self, body: Iterable[bytes]) -> None:
+        """Send the payload, at most WINDOW in flight (in its own thread)."""
+        for chunk in body:
+            view = memoryview(chunk)
+            for at in range(0, len(view), _PIECE):
+                piece = bytes(view[at : at + _PIECE])
+                with self._lock:
+                    self._lock.wait_for(lambda: self._in_flight < WINDOW or self._eof)
+                    if self._eof:
+                        return
+                    self._in_flight += len(piece)
+                self._agent.send(b"D", self.sid, piece)
+
+    def written(self, n: int) -> None:
+        with self._lock:
+            self._in_flight -= n
+            self._lock.notify_all()
+
+    def deliver(self, event: Event) -> None:
+        if not self._gone:
+            self.events.put(event)
+        elif isinstance(event, Output):
+            self._agent.send(b"C", self.sid, str(len(event.data)).encode())
+
+    def close_stdin(self) -> None:
+        with self._lock:
+            if self._eof:
+                return
+            self._eof = True
+            self._lock.notify_all()
+        self._agent.send(b"E", self.sid)
+
+    def terminate(self) -> None:
+        self._gone = True
+        self.close_stdin()
+
+
+class Agent:
+    """One agent there, started through ``launch`` on ``transport``; see the module doc."""
+
+    def __init__(
+        self, transport: Transport, launch: Launch, host: str, chain: str, *, grace: float
+    ):
+        self.host, self.chain = host, chain
+        self._grace = grace  # the steps' TERM -> KILL grace
+        self.pid: int | None = None
+        self._out: queue.Queue[bytes | None] = queue.Queue()
+        self._ready = threading.Event()
+        self._fed = threading.Event()  # the stdin generator returned
+        self._dead = threading.Event()
+        self._lock = threading.Lock()
+        self._steps: dict[int, AgentStep] = {}
+        self._next = 1
+        self._stderr = bytearray()
+        self._proc: Process = transport.start(launch.argv, self._stdin())
+        threading.Thread(target=self._demux, daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead.is_set()
+
+    # -- the channel -------------------------------------------------------------------------
+
+    def _stdin(self) -> Iterator[bytes]:
+        try:
+            source = remote.source("agent.py")
+            yield f"{len(source)}\n".encode() + source
+            self._ready.wait()  # the loader reads no further than the agent until it runs
+            yield frame(b"R", 0, remote.source("runner.py"))
+            while (data := self._out.get()) is not None:
+                yield data
+        finally:
+            self._fed.set()
+
+    def send(self, kind: bytes, sid: int, payload: bytes = b"") -> None:
+        if self.alive:
+            self._out.put(frame(kind, sid, payload))
+
+    def _demux(self) -> None:
+        buf = bytearray()
+        code: int | None = None
+        reason = ""
+        while True:
+            event = self._proc.events.get()
+            if isinstance(event, Output):
+                if event.stream == "stderr":
+                    self._stderr += event.data
+                    del self._stderr[:-4096]
+                    continue
+                buf += event.data
+                for kind, sid, payload in frames(buf):
+                    self._frame(kind, sid, payload)
+            elif isinstance(event, Exit):
+                code = event.code
+                break
+            elif isinstance(event, Lost):
+                reason = event.reason
+                break
+        self._died(code, reason)
+
+    def _frame(self, kind: bytes, sid: int, payload: bytes) -> None:
+        if kind == b"A":
+            self.pid = json.loads(payload)["pid"]
+            self._ready.set()
+            return
+        with self._lock:
+            step = self._steps.get(sid)
+            if kind == b"X":
+                self._steps.pop(sid, None)
+        if step is None:
+            return
+        if kind == b"O":
+            step.deliver(Output("stdout", payload))
+        elif kind == b"e":
+            step.deliver(Output("stderr", payload))
+        elif kind == b"W":
+            step.written(int(payload))
+        elif kind == b"X":
+            step.deliver(Exit(int(payload)))
+
+    def _died(self, code: int | None, reason: str) -> None:
+        """The agent is gone: each step still here learns it, in words that name it."""
+        started = self._ready.is_set()
+        self._dead.set()
+        self._ready.set()
+        self._out.put(None)
+        with self._lock:
+            steps, self._steps = list(self._steps.values()), {}
+        how = reason or (f"exit {code}" if code is not None else "no exit status")
+        tail = self._stderr.decode(errors="replace").strip()
+        for step in steps:
+            if started:
+                what = f"the remotekit agent (pid {self.pid}) on {self.host} ended ({how})"
+                step.deliver(Lost(what + (f": {tail}" if tail else "")))
+            else:  # it never ran: its words are what the hops' explanations read
+                step.deliver(Output("stderr", bytes(self._stderr)))
+                step.deliver(Exit(code))
+            step.close_stdin()  # its payload's sender stops
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def start(self, header: bytes, body: Iterable[bytes]) -> AgentStep:
+        """Start one step: ``header`` is the runner's (JSON), ``body`` its payload."""
+        with self._lock:
+            sid, self._next = self._next, self._next + 1
+            step = self._steps[sid] = AgentStep(self, sid)
+        self.send(b"S", sid, f"{len(header)}\n".encode() + header)
+        if not self.alive:  # died before we registered: say so, as for any other step
+            self._died(None, "")
+        threading.Thread(target=step.feed, args=(body,), daemon=True).start()
+        return step
+
+    def close(self) -> None:
+        """EOF to the agent (it stops every step, then exits); let go after a bound."""
+        self._out.put(None)
+        self._fed.wait(_CLOSE_S)
+        self._proc.close_stdin()
+        if not self._dead.wait(self._grace + GRACE + _CLOSE_S):
+            self._proc.terminate()

@@ -1,0 +1,557 @@
+# remotekit agent: one per open target, shipped over stdin and run THERE by the same constant
+# loader as the runner (``python -c LOADER``); it then takes every step of the target as
+# framed messages on that one channel. Standard library only; Python >= 3.8.
+#
+# Frames, both ways: KIND (1 byte) | step id (u32, big-endian) | length (u32) | payload.
+#
+#   caller -> agent   R  the runner's source (once, step 0)
+#                     S  start step N; payload: what a runner reads first on its stdin
+#                        (``<length>\n<header JSON>``)
+#                     D  more bytes for step N's stdin (its payload)
+#                     E  EOF on step N's stdin: the runner takes it as "stop the step"
+#                     C  the caller consumed that many bytes of step N's output (decimal)
+#   agent -> caller   A  the agent runs (step 0): ``{"pid": N}``
+#                     O / e  bytes step N wrote on its stdout / stderr
+#                     W  that many bytes of step N's stdin were written to it (decimal)
+#                     X  step N ended: its exit status (decimal; 128+N for signal N)
+#
+# Each step is a child forked from the agent that runs the runner unchanged (the runner's code
+# executed as ``__main__`` with the step's own pipes as its stdin, stdout and stderr), so the
+# kill semantics are the runner's: its own session, a subreaper, TERM then KILL of the step's
+# tree on EOF or its deadline. The agent is single-threaded (a poll loop), so forking from it
+# is safe. Output is relayed per step; the agent stops reading a step's pipes while WINDOW of
+# its bytes are unconsumed by the caller, so a step that floods only blocks itself.
+#
+# A step whose header names ``preload`` modules (torch) is forked instead by a Warm: a fork of
+# the agent that imported them once, handed the step's pipes over a socket.
+#
+# The agent dies with its channel: EOF on its stdin (or TERM/HUP/INT) closes every step's
+# stdin, so each runner stops its tree; what has not exited after the step's grace and GRACE
+# is killed; then the agent exits. A runner whose agent was killed outright sees the same EOF.
+#
+# A step's child holds a copy of the agent's memory, its own header (and nonce) included:
+# harmless, as every control line after ``ready`` carries the key its runner draws after the
+# step forked, which is in no other process.
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+FRAME = struct.Struct("!cII")
+CHUNK = 1 << 16
+#: Bytes of one step's output the caller may leave unconsumed before the agent stops reading.
+WINDOW = 1 << 20
+#: How long, beyond the longest grace of a step, steps get to stop after the channel closed.
+GRACE = 3.0
+
+
+def frame(kind, sid, payload=b""):
+    """One frame (``kind``: a one-byte bytes, ``sid``: the step id)."""
+    return FRAME.pack(kind, sid, len(payload)) + payload
+
+
+def frames(buf):
+    """Complete frames at the start of ``buf`` (a bytearray, consumed): (kind, sid, payload)."""
+    out = []
+    while len(buf) >= FRAME.size:
+        kind, sid, n = FRAME.unpack_from(buf)
+        if len(buf) < FRAME.size + n:
+            break
+        out.append((kind, sid, bytes(buf[FRAME.size : FRAME.size + n])))
+        del buf[: FRAME.size + n]
+    return out
+
+
+def write_all(fd, data):
+    """All of ``data`` to ``fd``, waiting for room when it is non-blocking (a channel whose
+    stdin and stdout are one socket shares our stdin's O_NONBLOCK)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+
+
+class Step(object):
+    """One step's child and its three pipes, seen from the agent."""
+
+    def __init__(self, sid, pid, stdin, out, err):
+        self.sid, self.pid = sid, pid
+        self.stdin = stdin  # our write end, non-blocking; None once closed
+        self.pending = []  # bytes waiting for room in the stdin pipe
+        self.eof = False  # close stdin once pending is written
+        self.outputs = {out: b"O", err: b"e"}
+        self.unacked = 0
+        self.status = None
+        self.warm = ()  # the modules of the Warm it was forked from
+        self.grace = 1.0  # the runner's TERM -> KILL grace
+
+    def close_stdin(self):
+        if self.stdin is not None:
+            try:
+                os.close(self.stdin)
+            except OSError:
+                pass
+            self.stdin = None
+        self.pending = []
+
+
+def header_of(first):
+    """The step's header (what its runner reads first: ``<length>\n<JSON>``), as a dict;
+    the agent reads two fields of it: ``preload`` and ``grace``."""
+    try:
+        header = json.loads(first.split(b"\n", 1)[1].decode("utf-8"))
+    except (ValueError, IndexError):
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+def send_fds(sock, data, fds):
+    """``data`` with ``fds`` attached (SCM_RIGHTS; socket.send_fds is Python >= 3.9)."""
+    import array
+
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+
+
+def recv_fds(sock, size, n):
+    import array
+
+    fds = array.array("i")
+    data, anc, _, _ = sock.recvmsg(size, socket.CMSG_LEN(n * fds.itemsize))
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(raw[: len(raw) - (len(raw) % fds.itemsize)])
+    return data, list(fds)
+
+
+class Warm(object):
+    """A fork of the agent that imported ``modules`` (``torch``) once: a step that asks for
+    them (``preload``) is forked from it, so it finds them imported. The agent hands it the
+    step's pipes over a socket; it answers ``P sid pid`` and ``X sid status`` lines. It ends
+    when that socket closes (the agent is gone)."""
+
+    def __init__(self, agent, modules):
+        self.modules = modules
+        self.buf = b""
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if not pid:
+            ours.close()
+            self.serve(agent, theirs)
+        theirs.close()
+        self.pid, self.sock = pid, ours
+
+    def order(self, sid, fds):
+        send_fds(self.sock, struct.pack("!I", sid), fds)
+
+    def serve(self, agent, sock):
+        code = 0
+        try:
+            agent.forget()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # never hold the channel open
+                os.dup2(null, fd)
+            os.close(null)
+            for name in self.modules:
+                try:
+                    __import__(name)
+                except BaseException:
+                    pass  # the step imports it again and says why it fails
+            children = {}
+            wake_r, wake_w = os.pipe()
+            os.set_blocking(wake_w, False)
+            signal.set_wakeup_fd(wake_w)
+            signal.signal(signal.SIGCHLD, lambda s, f: None)
+            while True:
+                self.reap(sock, children)
+                ready, _, _ = select.select([sock, wake_r], [], [], 1.0)
+                if wake_r in ready:
+                    os.read(wake_r, 4096)
+                if sock not in ready:
+                    continue
+                data, fds = recv_fds(sock, 4, 3)
+                if not data:
+                    break
+                (sid,) = struct.unpack("!I", data)
+                pid = os.fork()
+                if not pid:
+                    sock.close()
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    agent.child(*fds)
+                for fd in fds:
+                    os.close(fd)
+                children[pid] = sid
+                sock.sendall(b"P %d %d\n" % (sid, pid))
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+
+    @staticmethod
+    def reap(sock, children):
+        for pid in list(children):
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                got, status = pid, 0
+            if got:
+                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                sock.sendall(b"X %d %d\n" % (children.pop(pid), 128 - code if code < 0 else code))
+
+
+class Agent(object):
+    def __init__(self):
+        self.inbuf = bytearray()
+        self.runner = None
+        self.steps = {}
+        self.warm = {}  # modules -> Warm: forks of the agent that keep them imported
+        self.closing = False
+        self.watched = {}
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda s, f: None)
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, self.on_stop)
+        os.set_blocking(0, False)
+
+    def on_stop(self, signum, frame):
+        self.closing = True
+
+    def send(self, kind, sid, payload=b""):
+        write_all(1, frame(kind, sid, payload))
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self):
+        self.send(b"A", 0, json.dumps({"pid": os.getpid()}).encode())
+        poller = select.poll()
+        while not self.closing:
+            self.watch(poller)
+            for fd, ev in poller.poll(250):
+                self.ready(fd, ev)
+            self.reap()
+        self.shutdown()
+
+    def watch(self, poller):
+        """Re-register what the loop waits on: the channel, the wake pipe, every step's
+        pipes whose caller has room (and stdin with bytes pending)."""
+        for fd in self.watched:
+            poller.unregister(fd)
+        fds = {0: select.POLLIN, self.wake_r: select.POLLIN}
+        for warm in self.warm.values():
+            fds[warm.sock.fileno()] = select.POLLIN
+        for step in self.steps.values():
+            if step.unacked < WINDOW:
+                for fd in step.outputs:
+                    fds[fd] = select.POLLIN
+            if step.stdin is not None and step.pending:
+                fds[step.stdin] = select.POLLOUT
+        for fd, mask in fds.items():
+            poller.register(fd, mask)
+        self.watched = fds
+
+    def ready(self, fd, ev):
+        if fd == 0:
+            self.read_channel()
+        elif fd == self.wake_r:
+            try:
+                while os.read(self.wake_r, 4096):
+                    pass
+            except OSError:
+                pass
+        else:
+            for warm in list(self.warm.values()):
+                if fd == warm.sock.fileno():
+                    self.hear(warm)
+            for step in list(self.steps.values()):
+                if fd in step.outputs:
+                    self.relay(step, fd)
+                elif fd == step.stdin:
+                    self.feed(step)
+
+    def read_channel(self):
+        try:
+            data = os.read(0, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.closing = True
+            return
+        self.inbuf += data
+        for kind, sid, payload in frames(self.inbuf):
+            self.order(kind, sid, payload)
+
+    def order(self, kind, sid, payload):
+        if kind == b"R":
+            self.take_runner(payload)
+        elif kind == b"S":
+            self.start(sid, payload)
+        step = self.steps.get(sid)
+        if step is None:
+            return
+        if kind == b"D" and step.stdin is not None:
+            step.pending.append(payload)
+            self.feed(step)
+        elif kind == b"E":
+            step.eof = True
+            self.feed(step)
+        elif kind == b"C":
+            step.unacked = max(0, step.unacked - int(payload))
+
+    def take_runner(self, source):
+        """Keep the runner's code for the steps, and borrow its process settings (loaded as
+        a module, not run): the agent is a subreaper like a runner, and not dumpable."""
+        self.runner = compile(source, "<remotekit runner>", "exec")
+        runner = {"__name__": "remotekit_runner", "__builtins__": __builtins__}
+        exec(self.runner, runner)
+        runner["become_subreaper"]()  # a step's orphans stay ours to reap
+        runner["prctl"](4, 0)  # PR_SET_DUMPABLE 0: other processes cannot read our memory
+
+    # -- a step ------------------------------------------------------------------------------
+
+    def start(self, sid, first):
+        header = header_of(first)
+        modules = tuple(sorted(map(str, header.get("preload") or ())))
+        try:
+            pid, (in_w, out_r, err_r) = self.fork(sid, modules)
+        except OSError as e:  # no fork, no pipes: this step fails, the agent goes on
+            self.send(b"e", sid, ("remotekit agent: cannot start the step: %s\n" % e).encode())
+            self.send(b"X", sid, b"125")
+            return
+        for fd in (in_w, out_r, err_r):
+            os.set_blocking(fd, False)
+        for fd in (in_w, out_r, err_r):
+            os.set_blocking(fd, False)
+        step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
+        step.warm = modules
+        step.grace = float(header.get("grace") or 1.0)
+        step.pending.append(first)
+        self.feed(step)
+
+    def fork(self, sid, modules):
+        """The step's child, forked here or by the Warm holding ``modules``: (its pid, or None
+        when the Warm will say it, and our ends of its stdin, stdout and stderr)."""
+        warm = self.warm_for(modules) if modules else None  # forked before the pipes exist
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            if warm is not None:
+                pid = None
+                warm.order(sid, (in_r, out_w, err_w))
+            else:
+                pid = os.fork()
+                if not pid:
+                    for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin is ours to give
+                        os.close(fd)
+                    self.child(in_r, out_w, err_w)
+        except OSError:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        return pid, (in_w, out_r, err_r)
+
+    def forget(self):
+        """In a fork: close every fd of the agent's (steps' pipes, wake pipe, warm sockets)
+        and drop its handlers, so this process holds nothing that keeps a step or the
+        channel open."""
+        signal.set_wakeup_fd(-1)
+        for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, signal.SIG_DFL)
+        for step in self.steps.values():
+            for fd in [step.stdin] + list(step.outputs):
+                if fd is not None:
+                    os.close(fd)
+        for warm in self.warm.values():
+            warm.sock.close()
+        for fd in (self.wake_r, self.wake_w):
+            if fd is not None:
+                os.close(fd)
+        self.steps, self.warm, self.wake_r, self.wake_w = {}, {}, None, None
+        self.inbuf = bytearray()
+
+    def child(self, stdin, out, err):
+        """In the forked child: the step's pipes as fds 0-2, nothing of the agent's, and the
+        runner run as a fresh ``python -c LOADER`` would run it."""
+        code = 125
+        try:
+            self.forget()
+            os.setsid()
+            os.dup2(stdin, 0)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            for fd in set((stdin, out, err)):
+                if fd > 2:
+                    os.close(fd)
+            os.set_blocking(0, True)
+            import io
+
+            sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+            code = 0
+            exec(self.runner, {"__name__": "__main__", "__builtins__": __builtins__})
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException as e:
+            try:
+                os.write(2, ("remotekit agent: %s: %s\n" % (type(e).__name__, e)).encode())
+            except OSError:
+                pass
+            code = 125
+        finally:
+            os._exit(code & 0xFF)
+
+    def warm_for(self, modules):
+        warm = self.warm.get(modules)
+        if warm is None:
+            warm = self.warm[modules] = Warm(self, modules)
+        return warm
+
+    def hear(self, warm):
+        """What a Warm says: ``P sid pid`` (forked) and ``X sid status`` (it ended)."""
+        try:
+            data = warm.sock.recv(CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # it died: its steps' runners see EOF as ours close; report them
+            del self.warm[warm.modules]
+            warm.sock.close()
+            for step in list(self.steps.values()):
+                if step.warm == warm.modules and step.status is None:
+                    step.status = 125 if step.pid is None else step.status
+                    self.finish(step)
+            return
+        warm.buf += data
+        while b"\n" in warm.buf:
+            line, _, rest = warm.buf.partition(b"\n")
+            warm.buf = rest
+            word, sid, value = line.split()
+            step = self.steps.get(int(sid))
+            if step is None:
+                continue
+            if word == b"P":
+                step.pid = int(value)
+            else:
+                step.status = int(value)
+                self.finish(step)
+
+    def feed(self, step):
+        while step.stdin is not None and step.pending:
+            data = step.pending[0]
+            try:
+                n = os.write(step.stdin, data)
+            except BlockingIOError:
+                return
+            except OSError:  # the runner is gone: its exit says why
+                step.close_stdin()
+                return
+            step.pending[0] = data[n:]
+            if not step.pending[0]:
+                step.pending.pop(0)
+            self.send(b"W", step.sid, str(n).encode())
+        if step.eof and not step.pending:
+            step.close_stdin()
+
+    def relay(self, step, fd):
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            os.close(fd)
+            del step.outputs[fd]
+            self.finish(step)
+            return
+        step.unacked += len(data)
+        self.send(step.outputs[fd], step.sid, data)
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            for step in list(self.steps.values()):
+                if step.pid == pid:
+                    code = (
+                        -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                    )
+                    step.status = 128 - code if code < 0 else code
+                    self.finish(step)
+
+    def finish(self, step):
+        """Report a step's exit once its process is reaped and its output all relayed."""
+        if step.status is None or step.outputs:
+            return
+        step.close_stdin()
+        del self.steps[step.sid]
+        self.send(b"X", step.sid, str(step.status).encode())
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def shutdown(self):
+        """The channel closed: every runner sees EOF and stops its tree; kill the rest."""
+        import time
+
+        end = time.monotonic() + max([s.grace for s in self.steps.values()] + [0.0]) + GRACE
+        for step in self.steps.values():
+            step.close_stdin()
+            for fd in step.outputs:  # nobody reads them now: a runner's writes fail, never block
+                os.close(fd)
+            step.outputs = {}
+        while self.steps and time.monotonic() < end:
+            self.reap_quietly()
+            time.sleep(0.02)
+        for step in list(self.steps.values()):
+            if step.pid is not None:
+                try:
+                    os.killpg(step.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for warm in self.warm.values():
+            warm.sock.close()
+        self.reap_quietly()
+
+    def reap_quietly(self):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.steps.clear()
+                return
+            if not pid:
+                return
+            for sid, step in list(self.steps.items()):
+                if step.pid == pid:
+                    del self.steps[sid]
+
+
+def main():
+    try:
+        Agent().run()
+    except BrokenPipeError:
+        pass  # the caller is gone
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

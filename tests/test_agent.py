@@ -1,0 +1,515 @@
+"""The resident agent (``agent: true``): the engine's guarantees hold when every step is a
+message to one agent there, on ``local`` and through the real sshd (ssh -> fake pct exec ->
+a real LXC container -> venv Python).
+
+A representative set of the engine's own tests runs here unchanged, with the ``local`` and
+``target`` fixtures they take opened with the agent on; the rest are the agent's own: its
+lifetime (``close()``, SIGKILL mid-step), many steps at once, a flooding step, secrets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import remotekit
+from tests.conftest import write_inventory
+from tests.harness import ancestors, processes_with, wait_gone
+
+# The engine's tests, re-run on the agent path (their fixtures are this module's).
+from tests.test_hostile_steps import (  # noqa: F401
+    test_a_clean_step_stops_nothing,
+    test_a_step_cannot_forge_its_exit,
+    test_background_writer_does_not_keep_the_step_open,
+    test_detach_leaves_one_process_running_with_a_log,
+    test_get_keeps_the_mode_and_never_widens,
+    test_get_refuses_a_fifo,
+    test_large_shipped_file_arrives_whole,
+    test_put_keeps_the_mode_and_never_widens,
+    test_quiet_background_child_does_not_outlive_the_step,
+    test_run_python_detach_keeps_its_files,
+    test_timeout_message_matches_what_happened,
+    there,
+)
+from tests.test_target_local import (  # noqa: F401
+    test_cancel_stops_running_steps,
+    test_command_not_found,
+    test_failed_step_carries_its_result,
+    test_missing_workdir,
+    test_on_output_gets_lines_with_their_stream,
+    test_put_and_get,
+    test_python_env_override_uses_a_fresh_interpreter,
+    test_python_exit_codes_and_tracebacks,
+    test_run_and_result,
+    test_signal_exit_code,
+    test_stdin_of_a_step_is_empty,
+    test_temp_dir_is_private_and_removed,
+    test_term_ignoring_step_is_killed,
+    test_timeout_on_the_local_target,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def local() -> Iterator[remotekit.Target]:
+    with remotekit.local_target(agent=True) as t:
+        yield t
+
+
+@pytest.fixture(scope="module")
+def agent_ct(inventory: remotekit.Inventory) -> Iterator[remotekit.Target]:
+    """ssh -> fake pct exec 200 -> venv, with the agent on, for this module."""
+    with inventory.target("ct", agent=True) as t:
+        yield t
+
+
+@pytest.fixture(params=["local", "ssh"])
+def target(request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
+    if request.param == "local":
+        with remotekit.local_target(agent=True) as t:
+            yield t
+    else:
+        yield request.getfixturevalue("agent_ct")
+
+
+#: A step's command that prints the pid of the agent it runs under: the runner is the
+#: command's parent, the agent the runner's parent.
+AGENT_PID = ["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"]
+
+
+def agent_pid(target: remotekit.Target) -> int:
+    return int(target.run(AGENT_PID, timeout=20).stdout)
+
+
+def marker() -> str:
+    """A unique ``sleep`` argument to find a step's processes by (in any pid namespace)."""
+    return f"{700 + uuid.uuid4().int % 200}.{uuid.uuid4().int % 10**6:06d}"
+
+
+def in_thread(fn: object, *args: object, **kw: object) -> tuple[threading.Thread, list[object]]:
+    """Run ``fn`` in a thread; the list gets its result or the exception it raised."""
+    out: list[object] = []
+
+    def body() -> None:
+        try:
+            out.append(fn(*args, **kw))  # type: ignore[operator]
+        except BaseException as exc:
+            out.append(exc)
+
+    th = threading.Thread(target=body, daemon=True)
+    th.start()
+    return th, out
+
+
+def wait_seen(m: str, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not processes_with(m):
+        assert time.monotonic() < end, f"no process with {m} appeared"
+        time.sleep(0.05)
+
+
+#: A step that leaves a setsid child and a double-forked daemon behind, then sleeps.
+def tree(m: str) -> list[str]:
+    return [
+        "bash",
+        "-c",
+        f"setsid sleep {m} & (sleep {m} & ) ; sleep {m}",
+    ]
+
+
+# -- it is one agent, and the same steps --------------------------------------------------
+
+
+def test_steps_share_one_agent_and_the_default_path_does_not(target: remotekit.Target) -> None:
+    pid = agent_pid(target)
+    assert agent_pid(target) == pid != os.getpid()
+    with remotekit.local_target() as plain:
+        assert agent_pid(plain) == os.getpid()  # a runner per step, started by us
+
+
+def test_hosts_yaml_agent_true(tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "hosts.yaml", {"here": {"agent": True}, "plain": {}})
+    assert inv.spec("here").agent and not inv.spec("plain").agent
+    with inv.target("here") as t:
+        assert agent_pid(t) == agent_pid(t) != os.getpid()
+    with inv.target("here", agent=False) as t:
+        assert agent_pid(t) == os.getpid()
+
+
+def test_hosts_yaml_agent_must_be_a_bool(tmp_path: Path) -> None:
+    with pytest.raises(remotekit.InventoryError, match="agent"):
+        write_inventory(tmp_path / "hosts.yaml", {"here": {"agent": "yes"}}).spec("here")
+
+
+NASTY = [
+    "",
+    "plain",
+    "tab\tand\rcarriage\r\n",
+    "nul\x00byte",
+    "\x1b[31mred\x1b[0m \x07bell",
+    "ünïcødé ✓ 🐍 עברית مرحبا",
+    "O\x00\x00\x00\x01\x00\x00\x00\x05frame",  # reads like one of the agent's frames
+    'remotekit-00 exit {"code": 0}',
+    "x" * 100_000,
+]
+
+
+def test_output_is_byte_exact(target: remotekit.Target) -> None:
+    code = (
+        "import sys, json\n"
+        "for s in json.loads(sys.argv[1]):\n"
+        "    sys.stdout.write(s + '\\n'); sys.stderr.write(s[::-1] + '\\n')\n"
+    )
+    import json
+
+    r = target.run_python(remotekit.Script(code, name="nasty.py"), [json.dumps(NASTY)], timeout=30)
+    assert r.stdout == "".join(s + "\n" for s in NASTY)
+    assert r.stderr == "".join(s[::-1] + "\n" for s in NASTY)
+
+
+def test_put_and_get_are_byte_exact(target: remotekit.Target, tmp_path: Path) -> None:
+    blob = os.urandom(3 << 20) + b"O\x00\x00\x00\x01"
+    src = tmp_path / "blob.bin"
+    src.write_bytes(blob)
+    path = f"/tmp/rk-agent-{uuid.uuid4().hex[:8]}.bin"
+    try:
+        target.put(src, path, timeout=30)
+        back = tmp_path / "back.bin"
+        target.get(path, back, timeout=30)
+        assert hashlib.sha256(back.read_bytes()).digest() == hashlib.sha256(blob).digest()
+    finally:
+        target.run(["rm", "-f", path], check=False, timeout=20)
+
+
+@pytest.mark.parametrize("code", [0, 1, 3, 125, 255])
+def test_exit_codes(target: remotekit.Target, code: int) -> None:
+    assert target.run(["sh", "-c", f"exit {code}"], check=False, timeout=20).exit_code == code
+
+
+def test_killed_step_exit_code(target: remotekit.Target) -> None:
+    r = target.run(["sh", "-c", "kill -KILL $$"], check=False, timeout=20)
+    assert r.exit_code == 128 + 9
+
+
+# -- stopping: timeout, cancel, close, a killed agent -------------------------------------
+
+
+def test_timeout_stops_the_whole_tree(target: remotekit.Target) -> None:
+    m = marker()
+    with pytest.raises(remotekit.StepTimeout) as info:
+        target.run(tree(m), timeout=2)
+    assert info.value.confirmed
+    assert wait_gone(m, 5) == []
+    assert target.run(["echo", "next"], timeout=20).stdout == "next\n"
+
+
+def test_cancel_stops_the_whole_tree(target: remotekit.Target) -> None:
+    m = marker()
+    th, out = in_thread(target.run, tree(m), timeout=60)
+    wait_seen(m)
+    target.cancel()
+    th.join(20)
+    target.resume()
+    assert out and isinstance(out[0], remotekit.StepCancelled), out
+    assert wait_gone(m, 5) == []
+
+
+def test_close_kills_the_agent_and_its_steps(request: pytest.FixtureRequest) -> None:
+    for kind in ("local", "ssh"):
+        t = (
+            remotekit.local_target(agent=True)
+            if kind == "local"
+            else request.getfixturevalue("inventory").target("ct", agent=True)
+        )
+        m = marker()
+        pid = agent_pid(t)
+        th, out = in_thread(t.run, tree(m), timeout=60)
+        wait_seen(m)
+        t.close()
+        th.join(20)
+        assert out and isinstance(out[0], remotekit.RemotekitError), (kind, out)
+        assert wait_gone(m, 5) == [], kind
+        if kind == "local":
+            assert wait_gone_pid(pid, 5), "the agent is still there after close()"
+        else:  # its pid is the container's: look from a fresh agent
+            with request.getfixturevalue("inventory").target("ct", agent=True) as again:
+                assert again.run(["test", "-e", f"/proc/{pid}"], check=False).exit_code == 1
+        t.close()
+
+
+def wait_gone_pid(pid: int, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            st = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if st[st.rindex(")") + 2 :].split()[0] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_agent_killed_mid_step_is_a_clear_error_and_the_next_step_works(
+    target: remotekit.Target, request: pytest.FixtureRequest
+) -> None:
+    m = marker()
+    pid = agent_pid(target)
+    th, out = in_thread(target.run, tree(m), timeout=60)
+    wait_seen(m)
+    if target.spec.hop is None:
+        os.kill(pid, signal.SIGKILL)
+    else:  # the agent's pid is the container's: kill it from a step of its own path
+        request.getfixturevalue("ct").run(["kill", "-9", str(pid)], timeout=20)
+    th.join(20)
+    assert out and isinstance(out[0], remotekit.ConnectionLost), out
+    err = out[0]
+    assert err.host == target.name and err.step == "run bash"
+    assert f"remotekit agent (pid {pid}) on {target.name}" in str(err)
+    assert wait_gone(m, 8) == []
+    assert agent_pid(target) != pid
+    assert target.run(["echo", "next"], timeout=20).stdout == "next\n"
+
+
+def test_a_dropped_connection_takes_the_agent_and_its_steps(
+    inventory: remotekit.Inventory,
+) -> None:
+    with inventory.target("ct", agent=True) as t:
+        pid = agent_pid(t)
+        m = marker()
+        th, out = in_thread(t.run, tree(m), timeout=60)
+        wait_seen(m)
+        here = processes_with(m)[0]
+        session = next(p for p, cmd in ancestors(here) if cmd.startswith("sshd:"))
+        os.kill(session, signal.SIGKILL)  # the sshd process serving this connection dies
+        th.join(30)
+        assert out and isinstance(out[0], remotekit.ConnectionLost), out
+        assert out[0].host == "ct"
+        assert wait_gone(m, 8) == []
+        assert agent_pid(t) != pid  # a new connection, a new agent
+        assert t.run(["test", "-e", f"/proc/{pid}"], check=False, timeout=20).exit_code == 1
+
+
+# -- many steps at once -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [16, 64])
+def test_concurrent_steps_keep_their_output_apart(target: remotekit.Target, n: int) -> None:
+    pid = agent_pid(target)
+
+    def one(i: int) -> tuple[str, str]:
+        code = f"for k in $(seq 300); do echo {i}-$k; echo e{i}-$k >&2; done"
+        r = target.run(["sh", "-c", code], timeout=60)
+        return r.stdout, r.stderr
+
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(one, range(n)))
+    for i, (out, err) in enumerate(results):
+        assert out == "".join(f"{i}-{k}\n" for k in range(1, 301))
+        assert err == "".join(f"e{i}-{k}\n" for k in range(1, 301))
+    assert agent_pid(target) == pid
+
+
+def test_a_flooding_step_does_not_stall_another(target: remotekit.Target) -> None:
+    """The flood's reader is slow, so its window fills; the quiet step still runs through."""
+    m = marker()
+    slow_reader = lambda stream, line: time.sleep(0.01)  # noqa: E731
+    flood = ["sh", "-c", f"yes {'x' * 1000} & sleep {m}; kill $!"]
+    th, _ = in_thread(target.run, flood, timeout=60, capture=False, on_output=slow_reader)
+    wait_seen(m)
+    lines: list[str] = []
+    r = target.run(
+        ["sh", "-c", "for k in 1 2 3 4 5; do echo tick $k; sleep 0.2; done"],
+        timeout=30,
+        on_output=lambda stream, line: lines.append(line),
+    )
+    assert r.stdout == "".join(f"tick {k}\n" for k in range(1, 6))
+    assert lines == [f"tick {k}" for k in range(1, 6)]
+    assert th.is_alive(), "the flood should still be running"
+    target.cancel()
+    th.join(20)
+    target.resume()
+    assert wait_gone(m, 5) == []
+
+
+# -- secrets --------------------------------------------------------------------------------
+
+
+def test_secrets_are_not_in_the_agents_argv_or_environment(tmp_path: Path) -> None:
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    inv = write_inventory(
+        tmp_path / "hosts.yaml",
+        {"here": {"agent": True, "secret_env": ["TOKEN"], "env": {"TOKEN": secret}}},
+    )
+    with inv.target("here") as t:
+        pid = agent_pid(t)
+        m = marker()
+        th, _ = in_thread(t.run, ["sleep", m], env={"OTHER": "x"}, timeout=60)
+        wait_seen(m)
+        seen = Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/environ").read_bytes()
+        assert secret.encode() not in seen
+        ps = (
+            __import__("subprocess")
+            .run(["ps", "-eww", "-o", "args"], capture_output=True, text=True)
+            .stdout
+        )
+        assert secret not in ps
+        t.cancel()
+        th.join(20)
+
+
+# -- the local process: Ctrl-C, killed ----------------------------------------------------
+
+CALLER = f"""
+import sys, remotekit
+kind, m, inv = sys.argv[1:4]
+t = (remotekit.local_target(agent=True) if kind == "local"
+     else remotekit.load_inventory(inv).target("ct", agent=True))
+print(t.run({AGENT_PID!r}).stdout.strip(), flush=True)
+try:
+    t.run(["bash", "-c", f"setsid sleep {{m}} & (sleep {{m}} & ) ; sleep {{m}}"], timeout=60)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+def test_the_local_process_gone_takes_the_agent_and_its_steps(
+    kind: str, sig: int, request: pytest.FixtureRequest
+) -> None:
+    import subprocess
+    import sys
+
+    inv = request.getfixturevalue("inventory") if kind == "ssh" else None
+    m = marker()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CALLER, kind, m, str(inv.path if inv else "")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        wait_seen(m)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    if sig == signal.SIGINT:
+        assert "interrupted" in out and proc.returncode == 130
+    assert wait_gone(m, 8) == []
+    if inv is None:
+        assert wait_gone_pid(pid, 5), "the agent outlived its caller"
+    else:
+        with inv.target("ct") as again:
+            assert again.run(["test", "-e", f"/proc/{pid}"], check=False).exit_code == 1
+
+
+# -- warm imports -------------------------------------------------------------------------
+
+IMPORTED = remotekit.Script(
+    "import sys\nprint('torch' in sys.modules)\nimport torch\nprint(torch.tensor([2]).item())\n",
+    name="warm.py",
+)
+
+
+def test_a_step_that_asks_for_torch_finds_it_imported(target: remotekit.Target) -> None:
+    first = target.run_python(IMPORTED, preload=["torch"], timeout=120)
+    again = target.run_python(IMPORTED, preload=["torch"], timeout=60)
+    plain = target.run_python(IMPORTED, timeout=120)
+    assert first.stdout == again.stdout == "True\n2\n"
+    assert plain.stdout == "False\n2\n"  # a step that does not ask stays small
+
+
+def test_a_warm_step_is_stopped_like_any_other(target: remotekit.Target) -> None:
+    m = marker()
+    code = f"import subprocess\nsubprocess.run(['bash', '-c', 'setsid sleep {m} & (sleep {m} &); sleep {m}'])\n"
+    target.run_python(IMPORTED, preload=["torch"], timeout=120)
+    with pytest.raises(remotekit.StepTimeout) as info:
+        target.run_python(remotekit.Script(code, name="tree.py"), preload=["torch"], timeout=3)
+    assert info.value.confirmed
+    assert wait_gone(m, 5) == []
+
+
+def test_close_takes_the_warm_process_too() -> None:
+    t = remotekit.local_target(agent=True)
+    warm = int(
+        t.run_python(
+            remotekit.Script(
+                "import os\nprint(open('/proc/%d/stat' % os.getppid()).read().rsplit(')', 1)[1].split()[1])\n",
+                name="parent.py",
+            ),
+            preload=["json"],
+            timeout=60,
+        ).stdout
+    )  # the runner's parent: the process that forked it
+    agent = agent_pid(t)
+    assert warm != agent
+    t.close()
+    assert wait_gone_pid(warm, 5) and wait_gone_pid(agent, 5)
+
+
+# -- an agent that cannot start: the hops' own words --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "error", "words"),
+    [
+        ("stopped", remotekit.ContainerNotRunning, "container '201' not running!"),
+        ("noct", remotekit.ContainerNotFound, "999.conf' does not exist"),
+        ("novenv", remotekit.InterpreterNotFound, "/opt/no-such-venv/bin/python"),
+    ],
+)
+def test_an_agent_that_cannot_start_says_why_as_the_runner_does(
+    inventory: remotekit.Inventory, host: str, error: type[Exception], words: str
+) -> None:
+    with inventory.target(host, agent=True) as t:
+        for _ in range(2):  # and again: a new agent is tried, with the same answer
+            with pytest.raises(error) as info:
+                t.run(["true"], timeout=30)
+            assert words in str(info.value) and info.value.host == host  # type: ignore[attr-defined]
+
+
+def test_an_agent_whose_interpreter_is_missing_here() -> None:
+    with (
+        remotekit.local_target(python="/opt/nope/bin/python3", agent=True) as t,
+        pytest.raises(remotekit.InterpreterNotFound) as info,
+    ):
+        t.run(["true"])
+    assert info.value.path == "/opt/nope/bin/python3"
+
+
+def _python38() -> str | None:
+    from tests.test_interpreters import PYTHONS
+
+    return PYTHONS.get((3, 8))
+
+
+def test_the_agent_runs_on_python_3_8() -> None:
+    python = _python38()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    with remotekit.local_target(python=python, agent=True) as t:
+        r = t.run_python(remotekit.Script("import sys\nprint(sys.version_info[:2])\n"))
+        assert r.stdout == "(3, 8)\n"
+        assert agent_pid(t) == agent_pid(t) != os.getpid()
+        m = marker()
+        with pytest.raises(remotekit.StepTimeout):
+            t.run(tree(m), timeout=1.5)
+        assert wait_gone(m, 5) == []
+        warm = remotekit.Script("import sys\nprint('decimal' in sys.modules)\n", name="d.py")
+        assert t.run_python(warm, preload=["decimal"], timeout=30).stdout == "True\n"
+        assert t.run_python(warm, timeout=30).stdout == "False\n"
