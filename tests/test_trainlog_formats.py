@@ -21,6 +21,7 @@ import json
 import math
 import os
 import random
+import re
 import shlex
 import subprocess
 import sys
@@ -922,3 +923,52 @@ def test_the_trend_preset_takes_a_level_shift_for_no_spike(tmp_path: Path) -> No
         1.6 + 0.01 * math.sin(i) for i in range(150)
     ]
     assert run(_jsonl(tmp_path / "shift.jsonl", values), "--preset", "trend").all("spike") == []
+
+
+def test_no_loss_hints_are_series_that_vary_ranked_by_how_loss_like(tmp_path: Path) -> None:
+    # A run's own JSONL as a new user writes it: a config row first (seed, sizes, the node's
+    # number, the lr), then per-step rows carrying the rank, the world size, a sample id, a
+    # token counter and a clock beside the series that matter; no name says loss.
+    rng = random.Random(3)
+    rows: list[dict[str, Any]] = [
+        {"seed": 1234, "n_layer": 12, "lr": 3e-4, "node": "07", "hostname": "gpu-07"}
+    ]
+    for i in range(200):
+        rows.append(
+            {
+                "iter": i,
+                "acc": 0.2 + 0.6 * (1 - math.exp(-i / 50)) + rng.gauss(0, 0.01),
+                "rank": 0,
+                "world_size": 8,
+                "sample_id": rng.randrange(10**6),
+                "tokens_seen": 4096 * (i + 1),
+                "time": 1.7e9 + 2.5 * i,
+                "objective": 0.4 + 2.4 * math.exp(-i / 60) + rng.gauss(0, 0.02),
+                "throughput": 9000 + rng.gauss(0, 50),
+            }
+        )
+    p = tmp_path / "run.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = run(p)
+    assert r.code == 2
+    err = r.one("error")
+    assert err["kind"] == "no-loss"
+    # only series that vary, the falling one first
+    assert err["numeric"][0] == "objective"
+    assert set(err["numeric"]) == {"objective", "acc", "throughput"}
+    # and what was left out, with why, on one line of the message
+    (line,) = [ln for ln in err["message"].splitlines() if "left out" in ln]
+    groups = line.split("left out:", 1)[1].split(";")
+    for name, why in [
+        ("rank", "constant"),
+        ("world_size", "constant"),
+        ("seed", "set once"),
+        ("n_layer", "set once"),
+        ("lr", "set once"),
+        ("node", "set once"),
+        ("sample_id", "id"),
+        ("tokens_seen", "counter"),
+        ("time", "counter"),
+    ]:
+        (group,) = [g for g in groups if re.search(rf"(?<![\w-]){name}(?![\w-])", g)]
+        assert why in group, (name, why, line)

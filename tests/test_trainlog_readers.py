@@ -428,7 +428,7 @@ def test_tensorboard_file_without_a_loss_lists_its_series(tmp_path: Path) -> Non
 
 
 def test_wandb_file_without_a_loss_lists_its_series(tmp_path: Path) -> None:
-    rows = [{"top1": 0.5 + i / 100, "throughput": 1000.0 + i} for i in range(40)]
+    rows = [{"top1": 0.5 + i / 100, "throughput": 1000.0 + 7 * math.sin(i)} for i in range(40)]
     (f,) = wandb_run(tmp_path, rows).glob("wandb/offline-run-*/run-*.wandb")
     r = run(f)
     err = r.one("error")

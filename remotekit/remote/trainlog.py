@@ -196,11 +196,19 @@ def _no_loss(path, exc):
     )
     if exc.what:
         what = "a %s that parses; %s" % (exc.what, what)
+    left = "; ".join("%s (%s)" % (", ".join(names[:12]), why) for why, names in exc.left_out)
     return failed(
-        "%s: %s; numeric columns: %s; name the one to analyse with --metric NAME"
-        % (path, what, ", ".join(exc.numeric[:30]) or "none"),
+        "%s: %s; numeric series: %s, the most loss-like first; name the one to analyse with "
+        "--metric NAME%s"
+        % (
+            path,
+            what,
+            ", ".join(exc.numeric[:30]) or "none",
+            "; left out: " + left if left else "",
+        ),
         kind="no-loss",
         numeric=exc.numeric[:30],
+        left_out=[[why, names] for why, names in exc.left_out],
         flag="--metric",
     )
 

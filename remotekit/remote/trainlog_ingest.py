@@ -163,12 +163,13 @@ def resolve_columns(keys, wanted, step_key=None):
 
 
 class NoLoss(Exception):
-    """No loss series in the log (and none named): the numeric columns there are."""
+    """No loss series in the log (and none named): the series there are worth naming."""
 
-    def __init__(self, numeric, found):
+    def __init__(self, numeric, found, left_out=()):
         Exception.__init__(self, "no loss series found")
         self.numeric = numeric
         self.found = found
+        self.left_out = left_out  # [(why, [names])]: numeric keys that are no series to name
         self.what = None  # the binary format that parsed (a TensorBoard or W&B file), if one
 
 
@@ -428,6 +429,90 @@ def _numeric_keys(rows):
     return out
 
 
+#: Name parts of a column that is a label of the run rather than a measurement.
+ID_PARTS = ("id", "pid", "uid", "uuid", "rank", "seed", "port", "node", "host", "hostname")
+#: Name parts of a column that counts or times the run (an axis, not a series).
+CLOCK_PARTS = ("time", "timestamp", "runtime", "elapsed", "wall", "clock", "tokens", "samples")
+CLOCK_PARTS += ("step", "steps", "epoch", "epochs", "iter", "iteration", "seen", "consumed")
+#: Name parts that say "minimised": a loss by another name (``objective``, ``bpb``, ``error``).
+MINIMISED = ("objective", "cost", "error", "err", "bpb", "bpc", "bits", "entropy", "mse", "mae")
+LEFT_OUT = (
+    ("constant", "constant"),
+    ("once", "set once: config fields"),
+    ("id", "ids or host fields"),
+    ("counter", "counters or clocks"),
+)
+
+
+def hint_columns(rows, step_key=None):
+    """``(names, left_out)`` for a log with no loss: the numeric keys of ``rows`` (dicts) that
+    are series worth naming with ``--metric`` (they vary, have values in several rows),
+    most loss-like first (a name that says minimised, a falling trend, fractional values);
+    and ``[(why, [names])]`` for the numeric keys that are not: constant, set once (a config
+    row), ids and host fields, counters and clocks (they only grow)."""
+    vals = {}
+    for d in rows:
+        if not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            if k == step_key or isinstance(v, bool):
+                continue
+            x = v if isinstance(v, (int, float)) else _to_float(v) if isinstance(v, str) else None
+            if x is None or x is MISSING or x != x or x in (float("inf"), float("-inf")):
+                continue
+            vals.setdefault(k, []).append(float(x))
+    scored = []
+    out = {why: [] for why, _ in LEFT_OUT}
+    for k, xs in vals.items():
+        why, score = _series_kind(k, xs)
+        if why is None:
+            scored.append((-score, k))
+        else:
+            out[why].append(k)
+    scored.sort()
+    left_out = [(text, sorted(out[why])) for why, text in LEFT_OUT if out[why]]
+    return [k for _, k in scored], left_out
+
+
+def _name_parts(key):
+    return [p for p in re.split(r"[/._\- ]+|(?<=[a-z])(?=[A-Z])", key) if p]
+
+
+def _series_kind(key, xs):
+    """``(why left out, None)`` or ``(None, loss-likeness)`` of one column's values."""
+    if len(xs) < 3:
+        return "once", None
+    if len(set(xs)) == 1:
+        return "constant", None
+    parts = [p.lower() for p in _name_parts(key)]
+    integral = all(x.is_integer() for x in xs)
+    if any(p in ID_PARTS for p in parts) or (
+        integral and len(set(xs)) > 0.9 * len(xs) > 20 and not _monotone(xs)
+    ):
+        return "id", None
+    if _monotone(xs) and (integral or any(p in CLOCK_PARTS for p in parts) or xs[0] > 1e8):
+        return "counter", None
+    n = max(1, len(xs) // 5)
+    first, last = sorted(xs[:n])[n // 2], sorted(xs[-n:])[n // 2]
+    score = 0
+    if any(p in MINIMISED or p.startswith(MINIMISED) for p in parts):
+        score += 3
+    if last < first - 0.05 * abs(first):
+        score += 2
+    elif last > first + 0.05 * abs(first):
+        score -= 1
+    if not integral:
+        score += 1
+    if min(xs) > 0:
+        score += 1
+    return None, score
+
+
+def _monotone(xs):
+    """Whether ``xs`` never falls (a counter, a clock)."""
+    return all(b >= a for a, b in zip(xs, xs[1:]))
+
+
 def _epoch_axis(cols, head):
     """The epoch key, when a log without a step key has one row per epoch (ultralytics'
     results.csv, Keras's CSVLogger): whole epochs, each one more than the row before."""
@@ -458,11 +543,11 @@ def _ingest_for(keys, wanted, head=(), step_key=None):
             % epoch
         )
     step_key, metrics, meta, bucket_key, missing, guesses = cols
-    if not wanted and not any(label == "loss" for label, _ in metrics):
-        numeric = sorted(_numeric_keys(head) - {step_key}) if head else sorted(keys)
-        raise NoLoss(numeric, [k for _, k in metrics])
-    if not metrics:
-        raise NoLoss(sorted(_numeric_keys(head) - {step_key}) if head else sorted(keys), [])
+    if not metrics or (not wanted and not any(label == "loss" for label, _ in metrics)):
+        if not head:
+            raise NoLoss(sorted(keys), [k for _, k in metrics])
+        numeric, left_out = hint_columns(head, step_key)
+        raise NoLoss(numeric, [k for _, k in metrics], left_out)
     ing = Ingest(step_key, metrics, meta, bucket_key)
     ing.missing = missing
     ing.guesses = guesses
