@@ -496,6 +496,13 @@ def test_binomial_tail(n: int, p: float) -> None:
         assert tails[n] == pytest.approx(p**n)
 
 
+def test_binomial_tail_of_many_spikes_does_not_overflow() -> None:
+    # a log with tens of thousands of incidents (a detector on multimodal noise): comb(n, i)
+    # is an int too large for a float there
+    assert 0.0 <= TL.binom_sf(30_000, 60_000, 0.4) <= 1e-300
+    assert TL.binom_sf(20_000, 60_000, 0.4) == pytest.approx(1.0)
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**7), floats, st.sampled_from(["=", ": ", " = "]))
 def test_text_pairs(step: int, loss: float, sep: str) -> None:

@@ -285,9 +285,11 @@ def binom_sf(k, n, p):
         return 0.0
     if p >= 1:
         return 1.0
+    # in logs: comb(n, i) of tens of thousands of incidents is an int no float holds
+    lp, lq, ln = math.log(p), math.log1p(-p), math.lgamma(n + 1)
     total = 0.0
     for i in range(k, n + 1):
-        total += math.comb(n, i) * p**i * (1 - p) ** (n - i)
+        total += math.exp(ln - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
     return min(1.0, total)
 
 
