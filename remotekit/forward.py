@@ -48,6 +48,7 @@ RELAY_EXIT_CONNECT = 3
 SLOT_WAIT_S = 60.0
 _CHUNK = 1 << 18
 _STEP = "forward"
+_SLICE_S = 0.25  # the longest the main thread waits without looking at its signals
 
 
 class _Link:
@@ -273,8 +274,17 @@ class Forward:
             return len(self._clients)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until :meth:`close` (from another thread or a signal); True once closed."""
-        return self._closed.wait(timeout)
+        """Block until :meth:`close` (from another thread or a signal); True once closed.
+
+        Waits in short slices: a Ctrl-C the kernel hands to another thread of this process
+        only sets Python's flag, and an untimed wait in the main thread would never see it."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _SLICE_S if end is None else min(_SLICE_S, end - time.monotonic())
+            if self._closed.wait(max(0.0, left)):
+                return True
+            if end is not None and time.monotonic() >= end:
+                return False
 
     def close(self) -> None:
         """Stop listening, close every forwarded connection and its channel: each relay there

@@ -384,7 +384,10 @@ class LogStream:
         worker.start()
         try:
             while True:
-                kind, data = self._queue.get()
+                try:  # in slices: a Ctrl-C taken by another thread is seen (see Forward.wait)
+                    kind, data = self._queue.get(timeout=0.25)
+                except queue.Empty:
+                    continue
                 if kind == "data":
                     yield data
                 elif kind == "error":

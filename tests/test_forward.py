@@ -531,3 +531,28 @@ def test_a_closed_forward_leaves_no_descriptor_behind_for_the_next_one(
             ]
             assert bad_fd == [] and "Errno 9" not in str(info.value), (bad_fd, info.value)
             assert not [e for e in errors if "Errno 9" in str(e)], errors
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_taken_by_another_thread_still_stops_the_wait() -> None:
+    """The kernel may hand SIGINT to any thread of the process; Python's handler then only
+    sets a flag for the main thread. An untimed wait there never looked at it: `forward`
+    ignored a Ctrl-C now and then, with its connection threads running."""
+    code = """
+import signal, sys, threading, time
+import remotekit
+with remotekit.local_target() as t, t.forward(1, check=False) as fwd:
+    def ctrl_c_in_this_thread():
+        time.sleep(0.5)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+    threading.Thread(target=ctrl_c_in_this_thread, daemon=True).start()
+    try:
+        fwd.wait()
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+"""
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=30
+    )
+    assert r.stdout == "interrupted\n", r.stderr
