@@ -393,7 +393,7 @@ class SlurmCluster:
             "JobAcctGatherType=jobacct_gather/none\n"
             "AccountingStorageType=accounting_storage/none\n"
             "SchedulerType=sched/backfill\n"
-            "SlurmctldTimeout=30\nSlurmdTimeout=30\nInactiveLimit=0\nKillWait=2\nMinJobAge=300\n"
+            "SlurmctldTimeout=30\nSlurmdTimeout=30\nInactiveLimit=0\nKillWait=2\nMinJobAge=7200\n"
             f"StateSaveLocation={r / 'state'}\n"
             f"SlurmdSpoolDir={r / 'spool'}\n"
             f"SlurmctldPidFile={r / 'slurmctld.pid'}\n"
