@@ -132,6 +132,15 @@ def container_chain(work: Path) -> Iterator[Chain]:
         ct.stop()
 
 
+def print_checks(figures: dict[str, float], checks: list[tuple[str, str, str, bool]]) -> None:
+    """The figures, then one PASS/FAIL line per (name, got, target, ok) check."""
+    for k, v in figures.items():
+        print(f"{k:36s} {v:10.4f}")
+    print()
+    for name, got, target, ok in checks:
+        print(f"{'PASS' if ok else 'FAIL'}  {name:38s} {got:>14s}  (target {target})")
+
+
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -260,11 +269,7 @@ def main() -> int:
             figures["rss_growth_100mb_step_mb"] <= 64,
         ),
     ]
-    for k, v in figures.items():
-        print(f"{k:36s} {v:10.4f}")
-    print()
-    for name, got, target, ok in checks:
-        print(f"{'PASS' if ok else 'FAIL'}  {name:38s} {got:>14s}  (target {target})")
+    print_checks(figures, checks)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "engine.json").write_text(

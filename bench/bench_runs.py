@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import remotekit  # noqa: E402
-from bench.bench_engine import container_chain, median_time  # noqa: E402
+from bench.bench_engine import container_chain, median_time, print_checks  # noqa: E402
 from remotekit.quoting import join  # noqa: E402
 from tests.harness import SSHServer  # noqa: E402
 
@@ -213,11 +213,7 @@ def main() -> int:
         ("line -> logs --follow here (p95)", f"{p95:.0f} ms", "<= 250 ms", p95 <= 250),
         (f"logs / ssh cat, {args.mb} MB log", f"{ratio:.2f}x", ">= 0.5x", ratio >= 0.5),
     ]
-    for k, v in figures.items():
-        print(f"{k:36s} {v:10.4f}")
-    print()
-    for name, got_, target, ok in checks:
-        print(f"{'PASS' if ok else 'FAIL'}  {name:38s} {got_:>14s}  (target {target})")
+    print_checks(figures, checks)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     result = {"lines": args.lines, "mb": args.mb, "figures": figures, "ratio_vs_ssh_cat": ratio}
