@@ -212,6 +212,17 @@ def local() -> Iterator[remotekit.Target]:
         yield t
 
 
+@pytest.fixture(params=["local", "ssh"])
+def target(request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
+    """The same test on this machine and through ssh -> fake pct exec 200 -> venv (``ct``).
+    A module that needs other targets declares its own ``target``."""
+    if request.param == "local":
+        with remotekit.local_target() as t:
+            yield t
+    else:
+        yield request.getfixturevalue("ct")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def run_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Runs started on ``local`` (``detach=True``) are recorded here, not in ~/.local/state."""

@@ -31,15 +31,6 @@ from tests.conftest import CT
 from tests.harness import processes_with, wait_gone
 
 
-@pytest.fixture(params=["local", "ssh"])
-def target(request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
-    if request.param == "local":
-        with remotekit.local_target() as t:
-            yield t
-    else:
-        yield request.getfixturevalue("ct")
-
-
 @dataclass(frozen=True)
 class There:
     """A scratch folder as the target sees it (``path``) and as this test sees it (``here``)."""

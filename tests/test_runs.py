@@ -26,15 +26,6 @@ from tests.harness import ancestors, processes_with, run_readers, wait_gone
 from tests.runtimes import SlurmCluster
 
 
-@pytest.fixture(params=["local", "ssh"])
-def target(request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
-    if request.param == "local":
-        with remotekit.local_target() as t:
-            yield t
-    else:
-        yield request.getfixturevalue("ct")
-
-
 def _start(t: remotekit.Target, argv: list[str]) -> Run:
     r = t.run(argv, detach=True, timeout=30)
     assert r.ok and r.detached is not None and r.detached.id
