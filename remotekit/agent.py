@@ -124,6 +124,8 @@ class Agent:
         self._ready = threading.Event()
         self._fed = threading.Event()  # the stdin generator returned
         self._dead = threading.Event()
+        self._ran = False  # its hello came: it ran there (else its words are the hops')
+        self._end: tuple[int | None, str] = (None, "")  # its exit code and loss reason
         self._lock = threading.Lock()
         self._steps: dict[int, AgentStep] = {}
         self._next = 1
@@ -177,6 +179,7 @@ class Agent:
     def _frame(self, kind: bytes, sid: int, payload: bytes) -> None:
         if kind == b"A":
             self.pid = json.loads(payload)["pid"]
+            self._ran = True
             self._ready.set()
             return
         with self._lock:
@@ -196,16 +199,20 @@ class Agent:
 
     def _died(self, code: int | None, reason: str) -> None:
         """The agent is gone: each step still here learns it, in words that name it."""
-        started = self._ready.is_set()
+        self._end = (code, reason)  # before _dead: a step started later reads it
         self._dead.set()
         self._ready.set()
         self._out.put(None)
+        self._fail_steps()
+
+    def _fail_steps(self) -> None:
+        code, reason = self._end
         with self._lock:
             steps, self._steps = list(self._steps.values()), {}
         how = reason or (f"exit {code}" if code is not None else "no exit status")
         tail = self._stderr.decode(errors="replace").strip()
         for step in steps:
-            if started:
+            if self._ran:
                 what = f"the remotekit agent (pid {self.pid}) on {self.host} ended ({how})"
                 step.deliver(Lost(what + (f": {tail}" if tail else "")))
             else:  # it never ran: its words are what the hops' explanations read
@@ -222,7 +229,7 @@ class Agent:
             step = self._steps[sid] = AgentStep(self, sid)
         self.send(b"S", sid, f"{len(header)}\n".encode() + header)
         if not self.alive:  # died before we registered: say so, as for any other step
-            self._died(None, "")
+            self._fail_steps()
         threading.Thread(target=step.feed, args=(body,), daemon=True).start()
         return step
 

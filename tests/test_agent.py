@@ -513,3 +513,26 @@ def test_the_agent_runs_on_python_3_8() -> None:
         warm = remotekit.Script("import sys\nprint('decimal' in sys.modules)\n", name="d.py")
         assert t.run_python(warm, preload=["decimal"], timeout=30).stdout == "True\n"
         assert t.run_python(warm, timeout=30).stdout == "False\n"
+
+
+def test_a_step_started_after_the_agent_died_unstarted_gets_the_hops_words() -> None:
+    """The agent died before its hello (a stopped CT), and only then was the step registered:
+    the step still gets the launch's own stderr and exit code, which the hops' explanations
+    read (under CI the race made a stopped container a ConnectionLost)."""
+    from remotekit.agent import Agent
+    from remotekit.layers import Launch
+    from remotekit.transports.base import Exit, Lost, Output
+    from remotekit.transports.local import LocalTransport
+
+    words = "lxc-attach: 201: Failed to get init pid"
+    launch = Launch(argv=("sh", "-c", f"echo '{words}' >&2; exit 1"))
+    agent = Agent(LocalTransport(), launch, "h", "sh", grace=1.0)
+    deadline = time.monotonic() + 20
+    while agent.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not agent.alive
+    step = agent.start(b"{}", [])
+    got = [step.events.get(timeout=5) for _ in range(2)]
+    assert not any(isinstance(e, Lost) for e in got), got
+    assert isinstance(got[0], Output) and words.encode() in got[0].data
+    assert got[1] == Exit(1)
