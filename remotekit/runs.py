@@ -24,6 +24,7 @@ import json
 import posixpath
 import queue
 import secrets
+import shlex
 import threading
 import time
 import weakref
@@ -34,14 +35,24 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 from remotekit import remote
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError
 from remotekit.remote import protocol
-from remotekit.result import Result, Script
+from remotekit.result import Result, Script, Shown, table
 from remotekit.step import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
     from remotekit.layers import Hop
     from remotekit.spec import HostSpec
 
-__all__ = ["STATES", "LogStream", "Run", "RunInfo", "home_of", "list_runs", "prune", "start"]
+__all__ = [
+    "STATES",
+    "LogStream",
+    "Run",
+    "RunInfo",
+    "home_of",
+    "list_runs",
+    "prune",
+    "render_runs",
+    "start",
+]
 
 
 class Target(Protocol):
@@ -108,10 +119,11 @@ RECONNECTS = 8
 SILENT_S = 15.0
 
 
-@dataclass(frozen=True)
-class RunInfo:
+@dataclass(frozen=True, repr=False)
+class RunInfo(Shown):
     """One run as recorded there. ``started``/``ended`` are Unix times (``ended`` None while
-    it runs); ``exit_code`` is 128+N for signal N, None until it ends (and for a lost run)."""
+    it runs); ``exit_code`` is 128+N for signal N, None until it ends (and for a lost run).
+    Its ``str()`` is the table ``remotekit stop`` prints for it (:func:`render_runs`)."""
 
     id: str
     host: str
@@ -122,6 +134,8 @@ class RunInfo:
     command: tuple[str, ...]
     log: str
     pid: int | None = None
+
+    repr_keys = ("id", "host", "state", "exit_code")
 
     @property
     def duration_s(self) -> float:
@@ -142,6 +156,44 @@ class RunInfo:
             log=str(rec.get("log", "")),
             pid=rec.get("pid") if isinstance(rec.get("pid"), int) else None,
         )
+
+    def render(self) -> str:
+        return render_runs([self])
+
+
+def render_runs(runs: Sequence[RunInfo]) -> str:
+    """Runs as the table ``remotekit runs`` prints: id, state, exit code, started, duration,
+    command, log (``no runs`` for none)."""
+    if not runs:
+        return "no runs"
+    rows = [
+        (
+            r.id,
+            r.state,
+            r.exit_code,
+            _when(r.started),
+            _took(r.duration_s),
+            _short(shlex.join(r.command)),
+            r.log,
+        )
+        for r in runs
+    ]
+    return table(["id", "state", "exit", "started", "duration", "command", "log"], rows)
+
+
+def _when(t: float | None) -> str | None:
+    return None if not t else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _took(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def new_id() -> str:
@@ -290,8 +342,13 @@ def prune(target: Target, older_than_s: float = 0.0) -> list[str]:
     return [str(i) for i in final.get("removed") or ()]
 
 
-class Run:
-    """The handle of run ``id`` on ``target`` (``target.run_handle(id)``)."""
+class Run(Shown):
+    """The handle of run ``id`` on ``target`` (``target.run_handle(id)``).
+
+    Showing it asks nothing of the host (a notebook's display never waits on a connection):
+    its ``str()`` is ``run ID on HOST``; :meth:`info` is the run's record as it is now."""
+
+    repr_keys = ("id", "host")
 
     def __init__(self, target: Target, run_id: str):
         if not run_id or not all(c.isalnum() or c in "_-" for c in run_id):
@@ -299,8 +356,12 @@ class Run:
         self.target = target
         self.id = run_id
 
-    def __repr__(self) -> str:
-        return f"<Run {self.id} on {self.target.name}>"
+    @property
+    def host(self) -> str:
+        return self.target.name
+
+    def render(self) -> str:
+        return f"run {self.id} on {self.host}"
 
     def info(self) -> RunInfo:
         """The run's record as it is now."""

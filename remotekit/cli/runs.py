@@ -8,9 +8,7 @@ without losing or repeating a byte, and exits with the run's exit code.
 
 from __future__ import annotations
 
-import shlex
 import sys
-import time
 from typing import Any
 
 from invoke import Context, Exit
@@ -19,43 +17,10 @@ import remotekit
 from remotekit.cli.output import fan_out
 from remotekit.cli.selection import OPTIONS_HERE, Selection, fleet_task
 from remotekit.fleet import fleet
-from remotekit.render import Console, table, to_json
-from remotekit.runs import Run, RunInfo, prune
+from remotekit.render import Console, to_json
+from remotekit.runs import Run, RunInfo, prune, render_runs
 
 ID_HELP = "the run's id (what run --detach printed; see `remotekit runs`)"
-
-
-def _when(t: float | None) -> str | None:
-    return None if not t else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def _took(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{seconds:.1f}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _short(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def render_runs(runs: list[RunInfo]) -> str:
-    if not runs:
-        return "no runs"
-    rows = [
-        (
-            r.id,
-            r.state,
-            r.exit_code,
-            _when(r.started),
-            _took(r.duration_s),
-            _short(shlex.join(r.command)),
-            r.log,
-        )
-        for r in runs
-    ]
-    return table(["id", "state", "exit", "started", "duration", "command", "log"], rows)
 
 
 @fleet_task(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_chec
 from remotekit import remote
 from remotekit.errors import DiagnosticError
 from remotekit.remote.protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, FINAL, number, parse
-from remotekit.result import Result, Script
+from remotekit.result import Result, Script, Shown
 
 if TYPE_CHECKING:
     from remotekit.target import OutputCallback, Target
@@ -156,14 +156,41 @@ def _heavy(script: Script) -> tuple[str, ...]:
     return ("torch",) if any(b"import torch" in s for s in sources) else ()
 
 
-@dataclass(frozen=True)
-class Run:
+@dataclass(frozen=True, repr=False)
+class Run(Shown):
     """One finished run of a diagnostic script: its records in order, its final ``done``
-    record, the step's Result, and the messages of its warning / note / error records."""
+    record, the step's Result, and the messages of its warning / note / error records
+    (``findings`` are the warnings', ``errors`` the errors', ``notes`` the notes')."""
 
     records: tuple[Record, ...]
     final: Record
     result: Result
+
+    @property
+    def host(self) -> str:
+        return self.result.host
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return self.messages("warning")
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return self.messages("error")
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.messages("note")
+
+    def render(self) -> str:
+        """``STEP: exit N, K records``, then a line per error, warning and note record."""
+        said = [
+            f"{kind}: {message}"
+            for kind in ("error", "warning", "note")
+            for message in self.messages(kind)
+        ]
+        head = f"{self.result.step}: exit {self.exit_code}, {len(self.records)} records"
+        return "\n".join([head, *said])
 
     @property
     def exit_code(self) -> int:
