@@ -256,7 +256,7 @@ def _batch_hop(target: Target) -> Hop | None:
 
 #: The target a run's supervisor lives on, for a target whose hop runs detached runs as batch
 #: jobs: the same chain without that hop (the login node), opened once.
-_HOMES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_HOMES: weakref.WeakKeyDictionary[Target, Target] = weakref.WeakKeyDictionary()
 _HOMES_LOCK = threading.Lock()
 
 
@@ -267,10 +267,11 @@ def home_of(target: T) -> T:
     if hop is None:
         return target
     with _HOMES_LOCK:
-        if target not in _HOMES:
-            spec = replace(target.spec, hop=None)
-            _HOMES[target] = type(target)(spec)  # the Target class, without importing it
-        return _HOMES[target]
+        home = _HOMES.get(target)
+        if not isinstance(home, type(target)):  # none yet (a home is of its target's class)
+            home = type(target)(replace(target.spec, hop=None))  # the class, not imported
+            _HOMES[target] = home
+        return home
 
 
 def _runs_dir(target: Target) -> list[str]:
