@@ -13,7 +13,7 @@ checkpoints, so that every section runs:
                   (ckpt-scan still imports it in its own worker process, on both paths:
                   a file that crashes torch costs only that worker)
      target: agent / per step <= 0.5x. Also reported: the same on a target already open
-     (a second diagnose in a notebook).
+     (a second diagnose in a notebook). The four kinds take turns, run after run.
   2. ``gpu --watch 2``: :func:`remotekit.watch.watch` over ``system.gpu_status`` on a fleet of
      that one target, as the CLI runs it; the time between frames shown (the first, which
      opens the target, left out), per step and with the agent.
@@ -36,13 +36,13 @@ import time
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import remotekit  # noqa: E402
-from bench.bench_engine import container_chain, median_time, print_checks  # noqa: E402
+from bench.bench_engine import container_chain, interleaved_medians, print_checks  # noqa: E402
 from remotekit.diagnostics import system  # noqa: E402
 from remotekit.diagnostics.diagnose import DiagnoseReport  # noqa: E402
 from remotekit.watch import Screen, fleet_frame, watch  # noqa: E402
@@ -80,18 +80,28 @@ def diagnosed(t: remotekit.Target) -> DiagnoseReport:
 
 
 def diagnose_figures(spec: remotekit.HostSpec, runs: int) -> dict[str, float]:
-    def cold(agent: bool) -> None:
-        with remotekit.Target(spec, agent=agent) as t:
-            diagnosed(t)
+    """Median seconds of a diagnose on a fresh target and on an open one, per step and with
+    the agent."""
 
-    figures = {
-        "diagnose_per_step_s": median_time(lambda: cold(False), runs),
-        "diagnose_agent_s": median_time(lambda: cold(True), runs),
-    }
-    for name, agent in (("per_step", False), ("agent", True)):
-        with remotekit.Target(spec, agent=agent) as t:
-            figures[f"diagnose_open_{name}_s"] = median_time(lambda: diagnosed(t), runs)
-    return figures
+    def cold(agent: bool) -> Callable[[], object]:
+        def run() -> None:
+            with remotekit.Target(spec, agent=agent) as t:
+                diagnosed(t)
+
+        return run
+
+    with ExitStack() as stack:
+        step = stack.enter_context(remotekit.Target(spec, agent=False))
+        agent = stack.enter_context(remotekit.Target(spec, agent=True))
+        return interleaved_medians(
+            {
+                "diagnose_per_step_s": cold(False),
+                "diagnose_agent_s": cold(True),
+                "diagnose_open_per_step_s": lambda: diagnosed(step),
+                "diagnose_open_agent_s": lambda: diagnosed(agent),
+            },
+            runs,
+        )
 
 
 class Timed(Screen):

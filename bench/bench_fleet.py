@@ -25,6 +25,9 @@ a command (``hostname``), a Python file shipped with ``run_python``, and a diagn
   file's code as ``python -c CODE`` (one round trip, no upload: the quickest way a person
   has), and ``df -P DIR; df -Pi DIR; find DIR -xdev -type f -printf '%s %p\\n' | sort -rn |
   head -n 10``. **Target: three_agent / three_fabric <= 1.0x**.
+- ``*_1host``: the same three cases on one host (5x the reps). All 32 "hosts" here share
+  this machine's cores, so the far side's CPU per host adds up, as it would not on 32
+  machines; one host shows the per-host cost alone.
 
 Ratios are remotekit / Fabric for the same case (below 1: remotekit is faster). Results go to
 stdout and, as JSON, to ``--out``. Exit status: 0 when both targets are met, 1 otherwise.
@@ -84,6 +87,10 @@ def main() -> int:
         try:
             fleet_ = Hosts(sshd, Path(tmp), opts.targets)
             runs = {**measure(fleet_, opts.reps), **measure_three(fleet_, opts.reps)}
+            # one host: the far side has these cores to itself, as each of 32 machines would
+            one = Hosts(sshd, Path(tmp) / "one", 1)
+            three = measure_three(one, opts.reps * 5)
+            runs.update({f"{case}_1host": r for case, r in three.items()})
         finally:
             sshd.stop()
 
@@ -94,6 +101,7 @@ def main() -> int:
         "warm": medians["remotekit_warm"] / medians["fabric_warm"],
         "three_per_step": medians["three_per_step"] / medians["three_fabric"],
         "three_agent": medians["three_agent"] / medians["three_fabric"],
+        "three_agent_1host": medians["three_agent_1host"] / medians["three_fabric_1host"],
     }
     ok = medians[TARGET_CASE] <= TARGET_S and failures[TARGET_CASE] == 0
     three_ok = ratio["three_agent"] <= THREE_TARGET and not any(
@@ -132,11 +140,14 @@ def main() -> int:
         each = ", ".join(f"{t:.2f}" for t, _ in runs[case])
         bad = f"  ({failures[case]} host failures)" if failures[case] else ""
         print(f"{case:<20} {medians[case]:>7.2f}s  [{each}]{bad}")
-    print(f"`{' '.join(STEP)}`, remotekit/fabric: {ratio['connect']:.2f} (with connect), ")
-    print(f"  {ratio['warm']:.2f} (warm)")
+    print(
+        f"`{' '.join(STEP)}`, remotekit/fabric: {ratio['connect']:.2f} (with connect), "
+        f"{ratio['warm']:.2f} (warm)"
+    )
     print(
         f"three steps, remotekit/fabric: {ratio['three_agent']:.2f} with the agent, "
-        f"{ratio['three_per_step']:.2f} per step"
+        f"{ratio['three_per_step']:.2f} per step; one host: {ratio['three_agent_1host']:.2f} "
+        f"with the agent"
     )
     verdict = "PASS" if ok else "FAIL"
     print(f"{verdict}: {TARGET_CASE} median {medians[TARGET_CASE]:.2f} s (target <= {TARGET_S} s)")
@@ -154,6 +165,7 @@ class Hosts:
 
     def __init__(self, sshd: SSHServer, tmp: Path, n: int):
         self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
         self.names = [f"t{i:02d}" for i in range(n)]
         hosts = {name: sshd.host_yaml(python=sys.executable) for name in self.names}
         path = tmp / "hosts.yaml"

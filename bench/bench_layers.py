@@ -13,6 +13,7 @@ Python, median of N runs each:
                podman  podman exec -i NAME PY -c pass
                slurm   srun --jobid=J --overlap --export=NONE -- PY -c pass
   targets    per step / by hand <= 1.5x, agent / by hand <= 0.5x, on each runtime
+             (the three take turns, run after run: bench_engine.interleaved_medians)
 
 Whether the agent really served the agent target's steps is checked, not assumed (two steps
 report the same parent there); where it did not, the agent figure is the per-step path and
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import remotekit  # noqa: E402
-from bench.bench_engine import controlmaster, median_time, print_checks  # noqa: E402
+from bench.bench_engine import controlmaster, interleaved_medians, print_checks  # noqa: E402
 from remotekit.quoting import join  # noqa: E402
 from tests import runtimes  # noqa: E402
 from tests.harness import SSHServer, venv_prefix  # noqa: E402
@@ -149,9 +150,15 @@ def measure(
     t.run_python(trivial)  # warm: connection held
     ta.run_python(trivial)  # warm: the agent runs
     served = agent_served(ta)
-    step = median_time(lambda: t.run_python(trivial), runs)
-    agent = median_time(lambda: ta.run_python(trivial), runs)
-    theirs = median_time(lambda: subprocess.run(hand, check=True), runs)
+    medians = interleaved_medians(
+        {
+            "step": lambda: t.run_python(trivial),
+            "agent": lambda: ta.run_python(trivial),
+            "hand": lambda: subprocess.run(hand, check=True),
+        },
+        runs,
+    )
+    step, agent, theirs = medians["step"], medians["agent"], medians["hand"]
     return {
         "runtime": kind,
         "chain": t.chain,
