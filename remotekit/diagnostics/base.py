@@ -112,6 +112,7 @@ def run_records(
     on_output: OutputCallback | None = None,
     env: Mapping[str, str] | None = None,
     keep: bool = True,
+    preload: Sequence[str] | None = None,
 ) -> tuple[list[Record], Result]:
     """Run ``remote/<script_name>`` (or a :class:`~remotekit.Script`) on ``target``; return
     its records and the step's Result (``keep=False``: no records kept, each goes to
@@ -119,8 +120,9 @@ def run_records(
 
     Never raises for a non-zero exit of the script (the records say what went wrong); it does
     raise the engine's errors (timeout, connection, container, interpreter). ``env`` is
-    passed to ``run_python`` (variables set for the script there). The lower layer of
-    :func:`run_diagnostic`, which also checks the final record.
+    passed to ``run_python`` (variables set for the script there). ``preload``: the slow
+    imports this run needs, for the agent (None: torch when the shipped code imports it
+    anywhere). The lower layer of :func:`run_diagnostic`, which also checks the final record.
     """
     records: list[Record] = []
 
@@ -144,7 +146,7 @@ def run_records(
         check=False,
         on_output=sink,
         capture=False,
-        preload=_heavy(shipped),
+        preload=_heavy(shipped) if preload is None else tuple(preload),
     )
     return records, result
 
@@ -221,6 +223,7 @@ def run_diagnostic(
     env: Mapping[str, str] | None = None,
     fatal_errors: bool = False,
     error: type[DiagnosticError] = DiagnosticError,
+    preload: Sequence[str] | None = None,
 ) -> Run:
     """Run ``remote/<script_name> <args>`` on ``target``; each record goes to ``on_record`` as
     it arrives; the :class:`Run` comes back once the script ended.
@@ -229,6 +232,7 @@ def run_diagnostic(
     its final record, naming host, step, exit status and its last output lines; with
     ``fatal_errors``, also when it wrote an ``error`` record (a script whose errors mean "could
     not run at all"). Engine errors (timeout, connection, interpreter) pass through.
+    ``preload`` as for :func:`run_records`.
     """
     tail = OutputTail()
     records, result = run_records(
@@ -240,6 +244,7 @@ def run_diagnostic(
         on_record=on_record,
         on_output=tail,
         env=env,
+        preload=preload,
     )
     if fatal_errors:
         fatal = [str(r.get("message")) for r in records if r.get("type") == "error"]

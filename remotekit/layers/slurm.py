@@ -1,4 +1,4 @@
-"""Slurm: ``srun --jobid=ID --overlap [-w NODE] --export=NONE -- argv`` inside a running job.
+"""Slurm: ``srun --jobid=ID --overlap --unbuffered [-w NODE] --export=NONE -- argv`` in a running job.
 
 How users inspect a live training job on a cluster: the step runs inside the job's allocation,
 beside the job's own processes. hosts.yaml::
@@ -10,7 +10,10 @@ A job given by name is looked up with ``squeue`` (beside srun) when the target o
 ``--export=NONE``: srun passes the caller's whole environment unless told not to; the step's
 env comes from the payload. Then the task has no PATH, and slurmstepd only finds a program
 by absolute path: a bare interpreter name (``python3``) is run through ``/usr/bin/env``, which
-searches the system's default path. srun's words (slurm 22.05)::
+searches the system's default path. ``--unbuffered``: without it slurmstepd holds a task's
+output until a newline, so a partial line (a progress bar) is late and the resident agent's
+binary frames never arrive; with it the task's stdout is a pty in raw mode (bytes pass
+unchanged: 10 MB of every byte value came back equal), stdin and stderr stay pipes. srun's words (slurm 22.05)::
 
     srun: error: Unable to confirm allocation for job 4242: Invalid job id specified     (exit 1)
     srun: error: Unable to confirm allocation for job 4242: Job is pending execution
@@ -59,10 +62,6 @@ class Slurm(Hop):
 
     key: ClassVar[str] = "slurm"
     kind: ClassVar[str] = "job"
-    # Through `srun --overlap` the agent's first step did not come back (measured here with
-    # the one-node cluster of tests/runtimes.py): until the agent is made to work there, a
-    # job keeps the one-process-per-step path.
-    agent: ClassVar[bool] = False
     up: ClassVar[str] = "RUNNING"
     says: ClassVar[str] = "srun says:\n{words}"
     failures: ClassVar[tuple[Failure, ...]] = (
@@ -107,7 +106,7 @@ class Slurm(Hop):
         return f"srun {job}" + (f" -w {self.node}" if self.node else "")
 
     def apply(self, launch: Launch) -> Launch:
-        return self._srun(launch)
+        return self._srun(launch, "--unbuffered")  # output as written (the module doc says why)
 
     def interactive(self, launch: Launch) -> Launch:
         # --pty: task 0 gets a pty, and srun passes our window size changes on to it
