@@ -58,9 +58,7 @@ BULK = (
 
 def latencies(t: remotekit.Target, lines: int) -> list[float]:
     """Seconds from each line's own clock to the moment its chunk came out here."""
-    r = t.run_python(remotekit.Script(CLOCK, name="clock.py"), [str(lines)], detach=True)
-    assert r.detached is not None
-    run = t.run_handle(r.detached.id)
+    run = t.run_python(remotekit.Script(CLOCK, name="clock.py"), [str(lines)], detach=True)
     got, buf = [], b""
     for chunk in run.logs(follow=True):
         now = time.time()
@@ -175,9 +173,7 @@ def main() -> int:
             figures["follow_latency_ms_p95"] = percentile(lat, 95) * 1000
             figures["follow_latency_ms_max"] = max(lat) * 1000
 
-            r = t.run_python(remotekit.Script(BULK, name="bulk.py"), [str(args.mb)], detach=True)
-            assert r.detached is not None
-            run = t.run_handle(r.detached.id)
+            run = t.run_python(remotekit.Script(BULK, name="bulk.py"), [str(args.mb)], detach=True)
             run.wait()
             t0 = time.perf_counter()
             got = sum(len(c) for c in run.logs())

@@ -4,11 +4,11 @@
 (``remote/supervisor.py``, its docstring holds the record format) starts the command in its
 own session, records it under the runs dir there (hosts.yaml ``runs_dir:``, else
 ``$XDG_STATE_HOME``/``~/.local/state/remotekit/runs``), keeps its output (stdout, stderr, and
-both interleaved) and records its exit. The step returns a :class:`~remotekit.Result` whose
-``detached.id`` names the run; :class:`Run` is its handle::
+both interleaved) and records its exit. It returns the run's handle, a :class:`Run`
+(``t.run_handle(id)`` makes one for a run found again, e.g. by ``t.runs()``)::
 
-    r = t.run(["python", "train.py"], detach=True)
-    run = t.run_handle(r.detached.id)
+    run = t.run(["python", "train.py"], detach=True)
+    print(run.id, run.state())                  # running
     for chunk in run.logs(follow=True):        # bytes, as written; resumes after a dropped link
         sys.stdout.buffer.write(chunk)
     run.wait().exit_code
@@ -156,10 +156,11 @@ def start(
     *,
     step: str,
     options: Mapping[str, Any],
-) -> Result:
+) -> Run:
     """Start a run of ``argv`` (or of ``script`` with ``argv`` as its arguments) on ``target``:
     what ``run(..., detach=True)`` and ``run_python(..., detach=True)`` do; ``options`` are
-    the step's (:meth:`Target.start_detached`)."""
+    the step's (:meth:`Target.start_detached`). A run that did not start raises StepFailed
+    (its exit code and words): there is no run to hand back."""
     home = home_of(target)
     run_id = new_id()
     command = list(argv)
@@ -182,7 +183,10 @@ def start(
     if script is not None:
         args += ["--script", script.name]
     args += ["--", *command]
-    return home.start_detached(sup, args, display=tuple(display), step=step, **options)
+    how = {**options, "check": True}
+    res = home.start_detached(sup, args, display=tuple(display), step=step, **how)
+    assert res.detached is not None and res.detached.id, res  # the supervisor reported it
+    return Run(target, res.detached.id, result=res)
 
 
 def _with_supervisor(script: Script | None) -> Script:
@@ -291,13 +295,20 @@ def prune(target: Target, older_than_s: float = 0.0) -> list[str]:
 
 
 class Run:
-    """The handle of run ``id`` on ``target`` (``target.run_handle(id)``)."""
+    """The handle of run ``id`` on ``target``: what ``target.run(..., detach=True)`` returns,
+    or ``target.run_handle(id)`` for a run found again.
 
-    def __init__(self, target: Target, run_id: str):
+    ``result`` is the Result of the step that started it (``result.detached``: the command's
+    pid, the log, the shipped files' dir; ``result.argv``, ``chain``, ``duration_s``), or
+    None for a handle made from an id. Every other answer is read there when asked.
+    """
+
+    def __init__(self, target: Target, run_id: str, *, result: Result | None = None):
         if not run_id or not all(c.isalnum() or c in "_-" for c in run_id):
             raise ValueError(f"not a run id: {run_id!r}")
         self.target = target
         self.id = run_id
+        self.result = result
 
     def __repr__(self) -> str:
         return f"<Run {self.id} on {self.target.name}>"

@@ -27,9 +27,9 @@ from tests.runtimes import SlurmCluster
 
 
 def _start(t: remotekit.Target, argv: list[str]) -> Run:
-    r = t.run(argv, detach=True, timeout=30)
-    assert r.ok and r.detached is not None and r.detached.id
-    return t.run_handle(r.detached.id)
+    run = t.run(argv, detach=True, timeout=30)
+    assert isinstance(run, Run) and run.id and run.result is not None and run.result.ok
+    return run
 
 
 def _tidy(run: Run) -> None:
@@ -299,11 +299,10 @@ def test_stop_ends_the_whole_tree_setsid_and_double_forked_daemons_too(
 def test_a_run_outlives_target_close(inventory: remotekit.Inventory) -> None:
     mark = _marker()
     with inventory.target("ct") as t:
-        r = t.run(["bash", "-c", f"sleep 2; echo {mark}"], detach=True, timeout=30)
-        assert r.detached is not None
+        started = t.run(["bash", "-c", f"sleep 2; echo {mark}"], detach=True, timeout=30)
     # the connection is gone; a new one finds the run, which goes on and ends by itself
     with inventory.target("ct") as t:
-        run = t.run_handle(r.detached.id)
+        run = t.run_handle(started.id)
         assert run.state() == "running"
         assert run.wait(timeout=30).exit_code == 0
         assert b"".join(run.logs()) == f"{mark}\n".encode()
@@ -354,9 +353,10 @@ def test_run_python_detach_is_a_run_with_its_files(local: remotekit.Target) -> N
         b"print(open(os.path.join(os.environ['REMOTEKIT_DIR'], 'cfg')).read(), sys.argv[1:])\n",
         name="train.py",
     )
-    r = local.run_python(script, ["--lr", "3e-4"], files={"cfg": b"lr"}, detach=True, timeout=30)
-    assert r.detached is not None and r.argv[-3:] == ("<shipped train.py>", "--lr", "3e-4")
-    run = local.run_handle(r.detached.id)
+    run = local.run_python(script, ["--lr", "3e-4"], files={"cfg": b"lr"}, detach=True, timeout=30)
+    r = run.result
+    assert r is not None and r.detached is not None and r.detached.id == run.id
+    assert r.argv[-3:] == ("<shipped train.py>", "--lr", "3e-4")
     try:
         assert run.wait(timeout=30).exit_code == 0
         assert b"".join(run.logs()) == b"lr ['--lr', '3e-4']\n"
@@ -573,3 +573,26 @@ def test_a_runs_command_leaves_the_host_with_its_secrets_masked(local: remotekit
         assert shown == ("env", "HF_TOKEN=***", "true", "--api-key", "***", "--lr", "1")
     finally:
         _tidy(run)
+
+
+@pytest.mark.timeout(120)
+def test_detach_is_typed_as_a_run(tmp_path: Path) -> None:
+    """mypy knows ``run(..., detach=True)`` is a Run and ``run(...)`` a Result."""
+    api = pytest.importorskip("mypy.api")
+    if sys.version_info < (3, 11):
+        pytest.skip("typing.assert_type is Python >= 3.11")
+    src = tmp_path / "typed.py"
+    src.write_text(
+        "from typing import assert_type\n"
+        "import remotekit\n"
+        "from remotekit.runs import Run\n"
+        "def f(t: remotekit.Target, flag: bool) -> None:\n"
+        "    assert_type(t.run(['x'], detach=True), Run)\n"
+        "    assert_type(t.run(['x']), remotekit.Result)\n"
+        "    assert_type(t.run(['x'], detach=False), remotekit.Result)\n"
+        "    assert_type(t.run_python('s.py', ['a'], detach=True), Run)\n"
+        "    assert_type(t.run_python('s.py'), remotekit.Result)\n"
+        "    assert_type(t.run(['x'], detach=flag), remotekit.Result | Run)\n"
+    )
+    out, err, code = api.run(["--no-error-summary", str(src)])
+    assert code == 0, out + err
