@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from remotekit import remote
@@ -111,7 +111,8 @@ SILENT_S = 15.0
 @dataclass(frozen=True)
 class RunInfo:
     """One run as recorded there. ``started``/``ended`` are Unix times (``ended`` None while
-    it runs); ``exit_code`` is 128+N for signal N, None until it ends (and for a lost run)."""
+    it runs); ``exit_code`` is 128+N for signal N, None until it ends (and for a lost run);
+    ``job`` is a batch job's id (a run on a Slurm target), else None."""
 
     id: str
     host: str
@@ -122,6 +123,7 @@ class RunInfo:
     command: tuple[str, ...]
     log: str
     pid: int | None = None
+    job: str | None = None
 
     @property
     def duration_s(self) -> float:
@@ -141,6 +143,7 @@ class RunInfo:
             command=tuple(map(str, rec.get("command") or ())),
             log=str(rec.get("log", "")),
             pid=rec.get("pid") if isinstance(rec.get("pid"), int) else None,
+            job=str(rec["job"]) if rec.get("job") else None,
         )
 
 
@@ -178,7 +181,8 @@ def start(
         job = batch.batch(command, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
         assert job is not None
         command = list(job.submit)
-        args += [f"--log-option={job.log_option}", "--on-stop", json.dumps(list(job.cancel))]
+        there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
+        args += ["--batch", json.dumps(there)]
     sup = _with_supervisor(script)
     if script is not None:
         args += ["--script", script.name]

@@ -416,14 +416,26 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[remotekit.Target]:
         yield t
 
 
-def _job_states(name: str) -> list[str]:
+def _job_state(job: str | None) -> str:
+    """The job's state as slurmctld has it (ended jobs too: the test cluster keeps them)."""
+    assert job is not None and job.isdigit(), job
     r = subprocess.run(
-        ["squeue", "--noheader", f"--name={name}", "--format=%T"],
+        ["squeue", "--noheader", "--states=all", "--format=%T", f"--jobs={job}"],
         capture_output=True,
         text=True,
         timeout=20,
     )
-    return r.stdout.split()
+    return r.stdout.strip()
+
+
+def _kill_the_supervisor(run: Run) -> None:
+    """SIGKILL the run's supervisor (as a login node's reboot would end it): the job runs on."""
+    sup = processes_with(f"start {run.id}")
+    assert len(sup) == 1, sup
+    os.kill(sup[0], signal.SIGKILL)
+    end = time.monotonic() + 10
+    while processes_with(f"start {run.id}") and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 @pytest.mark.timeout(120)
@@ -437,24 +449,68 @@ def test_on_slurm_a_run_is_a_batch_job_that_exits_with_the_jobs_code(
         assert (done.state, done.exit_code) == ("exited", 6)
         out = b"".join(run.logs()).decode()
         assert out.startswith(f"{mark} in ") and out.split()[-1].isdigit(), out
+        assert done.job == out.split()[-1], "the record names the job"
         assert run.info().command == ("bash", "-c", f"echo {mark} in $SLURM_JOB_ID; exit 6")
     finally:
         _tidy(run)
 
 
 @pytest.mark.timeout(120)
-def test_on_slurm_stop_cancels_the_job(slurm: remotekit.Target) -> None:
+def test_on_slurm_stop_cancels_the_job_by_its_id(slurm: remotekit.Target) -> None:
+    """The job renamed after it started (scontrol update): only its id still finds it."""
     mark = _marker()
     run = _start(slurm, ["bash", "-c", f"echo started; sleep 300; : {mark}"])
     try:
         stream = iter(run.logs(follow=True))
         assert next(stream) == b"started\n"  # the job runs
-        assert _job_states(f"remotekit-{run.id}") == ["RUNNING"]
+        job = run.info().job
+        assert _job_state(job) == "RUNNING"
+        subprocess.run(["scontrol", "update", f"JobId={job}", "JobName=renamed"], check=True)
         assert run.stop(grace=1).state == "stopped"
         end = time.monotonic() + 30
-        while _job_states(f"remotekit-{run.id}") not in ([], ["COMPLETING"]):
-            assert time.monotonic() < end, _job_states(f"remotekit-{run.id}")
+        while _job_state(job) != "CANCELLED":
+            assert time.monotonic() < end, _job_state(job)
             time.sleep(0.2)
+        assert wait_gone(mark, 20.0) == []
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(180)
+def test_on_slurm_a_run_whose_supervisor_is_gone_is_what_its_job_is(
+    slurm: remotekit.Target,
+) -> None:
+    """Without its supervisor (a login node rebooted) a batch run still runs while its job
+    does: running, followed to its end, and its exit code read from the scheduler."""
+    go = f"/tmp/{_marker()}"
+    run = _start(slurm, ["bash", "-c", f"echo a; while [ ! -e {go} ]; do sleep .1; done; exit 5"])
+    try:
+        stream = run.logs(follow=True)
+        chunks = iter(stream)
+        assert next(chunks) == b"a\n"
+        _kill_the_supervisor(run)
+        assert run.state() == "running" and _job_state(run.info().job) == "RUNNING"
+        Path(go).touch()
+        assert b"".join(chunks) == b""  # the follow ends with the job
+        assert (stream.state, stream.exit_code) == ("exited", 5)
+        info = run.info()
+        assert (info.state, info.exit_code) == ("exited", 5) and info.ended is not None
+    finally:
+        Path(go).unlink(missing_ok=True)
+        _tidy(run)
+
+
+@pytest.mark.timeout(180)
+def test_on_slurm_stop_without_the_supervisor_cancels_the_job(slurm: remotekit.Target) -> None:
+    mark = _marker()
+    run = _start(slurm, ["bash", "-c", f"echo started; sleep 300; : {mark}"])
+    try:
+        assert next(iter(run.logs(follow=True))) == b"started\n"
+        _kill_the_supervisor(run)
+        assert run.state() == "running"
+        stopped = run.stop(grace=1)
+        assert (stopped.state, stopped.exit_code) == ("stopped", 128 + signal.SIGTERM)
+        assert _job_state(stopped.job) == "CANCELLED"
         assert wait_gone(mark, 20.0) == []
     finally:
         _tidy(run)

@@ -41,11 +41,14 @@ def _short(text: str, n: int = 60) -> str:
 
 
 def render_runs(runs: list[RunInfo]) -> str:
+    """The runs' table; a ``job`` column (the batch job's id) when any run is a batch job."""
     if not runs:
         return "no runs"
+    jobs = any(r.job for r in runs)
     rows = [
         (
             r.id,
+            *((r.job,) if jobs else ()),
             r.state,
             r.exit_code,
             _when(r.started),
@@ -55,7 +58,8 @@ def render_runs(runs: list[RunInfo]) -> str:
         )
         for r in runs
     ]
-    return table(["id", "state", "exit", "started", "duration", "command", "log"], rows)
+    head = ["id", *(["job"] if jobs else []), "state", "exit", "started", "duration", "command"]
+    return table([*head, "log"], rows)
 
 
 @fleet_task(
@@ -65,8 +69,9 @@ def render_runs(runs: list[RunInfo]) -> str:
     }
 )
 def runs(c: Context, sel: Selection, clean: bool = False, older_than: float = 0.0) -> None:
-    """List the runs (run --detach / py --detach) on targets: id, state, exit code, started,
-    duration, command, log (--clean [--older-than DAYS]: remove the finished ones first)."""
+    """List the runs (run --detach / py --detach) on targets: id, (Slurm) job, state, exit
+    code, started, duration, command, log (--clean [--older-than DAYS]: remove the finished
+    ones first)."""
     if older_than and not clean:
         raise Exit("remotekit: --older-than goes with --clean", code=2)
 
