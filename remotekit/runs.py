@@ -378,15 +378,20 @@ class _Closed(Exception):
 
 
 class LogStream:
-    """An iterator of a run's output chunks (bytes); after it ends, ``offset`` (bytes read
-    so far), ``state`` and ``exit_code`` are the run's. Closing it early stops the step."""
+    """An iterator of a run's output chunks (bytes). ``offset`` is where the chunks the
+    reader took end in the log (a chunk is taken once the reader asks for the next one or
+    closes the iterator; before the first, where the read starts; None until that is
+    known): a later ``run.logs(offset=stream.offset)`` goes on from there with nothing lost
+    and nothing twice, also after a break, a Ctrl-C or an error mid-way. After it ends,
+    ``state`` and ``exit_code`` are the run's. Closing it early stops the step."""
 
     def __init__(
         self, run: Run, *, follow: bool, tail: int | None, offset: int | None, stream: str
     ):
         self.run = run
         self.follow, self.tail, self.stream = follow, tail, stream
-        self.offset = offset
+        self.offset: int | None = None
+        self._read = offset  # where the worker's next byte is read from
         self.state: str | None = None
         self.exit_code: int | None = None
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=16)
@@ -404,7 +409,13 @@ class LogStream:
                 except queue.Empty:
                     continue
                 if kind == "data":
-                    yield data
+                    chunk, end = data
+                    try:
+                        yield chunk
+                    finally:  # the reader came back for more, or closed us: it has this one
+                        self.offset = end
+                elif kind == "at":  # the queue is in order: what came before was handed out
+                    self.offset = data
                 elif kind == "error":
                     raise data
                 else:
@@ -426,8 +437,8 @@ class LogStream:
 
     def _args(self) -> list[str]:
         args = [self.run.id, "--stream", self.stream]
-        if self.offset is not None:
-            args += ["--offset", str(self.offset)]
+        if self._read is not None:
+            args += ["--offset", str(self._read)]
         elif self.tail is not None:
             args += ["--tail", str(self.tail)]
         return args + (["--follow"] if self.follow else [])
@@ -438,20 +449,21 @@ class LogStream:
         self._heard = time.monotonic()
         kind, at = rec.get("type"), rec.get("at")
         if kind == "start" and isinstance(at, int):
-            self.offset = at
+            self._read = at
+            self._put(("at", at))
         elif kind == "data" and isinstance(at, int):
             data = str(rec.get("bytes", "")).encode("latin-1")  # one code point a byte
-            skip = (self.offset or 0) - at  # a resumed read starts where we stopped: 0
+            skip = (self._read or 0) - at  # a resumed read starts where we stopped: 0
             if skip < 0:
                 self._gap(at)
             if len(data) > skip:
-                self._put(("data", data[max(skip, 0) :]))
-                self.offset = at + len(data)
+                self._put(("data", (data[max(skip, 0) :], at + len(data))))
+                self._read = at + len(data)
                 self._moved = True
 
     def _gap(self, at: int) -> None:
         raise RemotekitError(
-            f"the log of run {self.run.id} came back with bytes {self.offset}..{at} missing "
+            f"the log of run {self.run.id} came back with bytes {self._read}..{at} missing "
             "(a record was cut on the way)",
             host=self.run.target.name,
             step="runs logs",
@@ -478,7 +490,7 @@ class LogStream:
         finally:
             done.set()
         end = records[-1].get("offset")
-        if isinstance(end, int) and end != self.offset:
+        if isinstance(end, int) and end != self._read:
             self._gap(end)
         return records
 
@@ -491,24 +503,26 @@ class LogStream:
         byte path (what ``get`` does), not as records, which cost the supervisor an
         encoding and us a decoding of every byte (a quarter of ``ssh cat``'s throughput).
         The state is the run's before the read: an ended run's log is all there. None when
-        the connection dropped on the way: the records go on from ``offset``."""
+        the connection dropped on the way: the records go on from where it stopped."""
         info = _retrying(self.run.info)
         path = posixpath.join(posixpath.dirname(info.log), f"{self.stream}.log")
-        self.offset = 0
+        self._read = 0
+        self._put(("at", 0))
 
         def sink(data: bytes) -> None:
-            self._put(("data", data))
-            self.offset = (self.offset or 0) + len(data)
+            end = (self._read or 0) + len(data)
+            self._put(("data", (data, end)))
+            self._read = end
 
         try:
             home_of(self.run.target).stream_file(path, sink, step=f"runs logs {self.run.id}")
         except (ConnectionLost, ConnectError):
             return None
-        return {"state": info.state, "run_exit_code": info.exit_code, "offset": self.offset}
+        return {"state": info.state, "run_exit_code": info.exit_code, "offset": self._read}
 
     def _work(self) -> None:
         try:
-            plain = not self.follow and self.offset is None and self.tail is None
+            plain = not self.follow and self._read is None and self.tail is None
             done = self._whole() if plain else None
             if done is None:
                 done = _retrying(self._once, self._progress)[-1]

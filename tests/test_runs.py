@@ -146,6 +146,31 @@ def test_a_whole_log_read_across_a_killed_connection_comes_back_byte_exact(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_stream_s_offset_is_where_what_the_reader_took_ends(
+    local: remotekit.Target, follow: bool
+) -> None:
+    """A reader that breaks off: ``offset`` counts what it took, not what was read ahead
+    for it, so ``logs(offset=stream.offset)`` goes on with nothing lost and nothing twice."""
+    n = 1_000_000
+    code = "import sys; sys.stdout.buffer.write(b''.join(b'%06d\\n' % i for i in range(int(sys.argv[1]))))"
+    run = _start(local, [sys.executable, "-c", code, str(n)])
+    try:
+        assert run.wait(timeout=30).exit_code == 0
+        stream = run.logs(follow=follow)
+        assert stream.offset is None
+        chunks = iter(stream)
+        taken = next(chunks) + next(chunks)
+        time.sleep(0.5)  # the worker reads ahead meanwhile: what it holds was not taken
+        chunks.close()  # type: ignore[attr-defined]
+        assert stream.offset == len(taken)
+        rest = b"".join(run.logs(follow=follow, offset=stream.offset))
+        assert taken + rest == b"".join(b"%06d\n" % i for i in range(n))
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
 def test_nasty_argv_is_recorded_and_run_as_given(target: remotekit.Target) -> None:
     words = ["a b", "$(touch /tmp/rk-pwned)", "'\"`;|&", "ünïcödé ✓", "-n", "\\", "", "--", "*"]
     run = _start(target, ["printf", "[%s]\\n", *words])
