@@ -541,6 +541,32 @@ def test_on_slurm_stop_without_the_supervisor_cancels_the_job(slurm: remotekit.T
         _tidy(run)
 
 
+@pytest.mark.timeout(120)
+def test_on_slurm_a_job_nobody_knows_is_lost_and_a_silent_scheduler_leaves_it_running(
+    slurm: remotekit.Target, slurm_cluster: SlurmCluster, run_records: Path
+) -> None:
+    """Without the supervisor: squeue failing (slurmctld unreachable) is no answer, so the
+    run stays running; a job squeue does not know (purged, no accounting) leaves it lost."""
+    import json
+    from dataclasses import replace
+
+    run = _start(slurm, ["bash", "-c", "sleep 300"])
+    job = run.info().job
+    try:
+        _kill_the_supervisor(run)
+        deaf = replace(slurm.spec, env={"SLURM_CONF": "/nonexistent/slurm.conf"})
+        with remotekit.Target(deaf) as t:
+            assert t.run_handle(run.id).state() == "running"
+        record = run_records / run.id / "run.json"
+        forgotten = {**json.loads(record.read_text()), "job": slurm_cluster.unknown}
+        record.write_text(json.dumps(forgotten))
+        info = run.info()
+        assert (info.state, info.job) == ("lost", slurm_cluster.unknown)
+    finally:
+        subprocess.run(["scancel", str(job)], check=False, timeout=20)
+        _tidy(run)
+
+
 @pytest.mark.timeout(10)
 def test_on_slurm_a_detached_script_is_refused_saying_why() -> None:
     from remotekit.layers import Slurm

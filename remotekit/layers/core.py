@@ -208,7 +208,8 @@ class Batch:
     output there itself (appending). The rest take the job's id as their last word, and
     serve when the run's supervisor is gone (a login node rebooted): ``cancel`` ends the job;
     ``queue`` prints ``STATE STATUS END`` while the scheduler still holds the job (STATUS a
-    wait status, END its end time ``%Y-%m-%dT%H:%M:%S`` or a word); ``accounting`` prints
+    wait status, END its end time ``%Y-%m-%dT%H:%M:%S`` or a word), and ``forgotten`` on
+    stderr for a job it does not know (any more); ``accounting`` prints
     ``STATE|CODE:SIGNAL|END`` after that. A job in a ``live`` state has not ended; one in a
     ``cancelled`` state was stopped; any other state has ended by itself.
     """
@@ -217,6 +218,7 @@ class Batch:
     log_option: str
     cancel: tuple[str, ...]
     queue: tuple[str, ...] = ()
+    forgotten: str = ""
     accounting: tuple[str, ...] = ()
     live: tuple[str, ...] = ()
     cancelled: tuple[str, ...] = ()

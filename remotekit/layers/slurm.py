@@ -163,6 +163,7 @@ class Slurm(Hop):
                 "--Format=State:40,exit_code:20,EndTime:40",
                 "--jobs",
             ),
+            forgotten="Invalid job id specified",
             accounting=(
                 tool_beside(self.bin, "sacct"),
                 "--noheader",

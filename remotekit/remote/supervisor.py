@@ -196,6 +196,7 @@ def job_state(record, fresh=False):
 
 
 def tool_says(argv):
+    """(exit code, stdout, stderr) of a scheduler's tool; code None when it could not run."""
     try:
         r = subprocess.run(
             argv,
@@ -204,16 +205,22 @@ def tool_says(argv):
             stderr=subprocess.PIPE,
             timeout=60,
         )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, "", str(e)
+    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
 
 
 def ask_queue(job, batch):
     """``queue`` prints STATE STATUS END (STATUS: a wait status) while the scheduler holds
-    the job: an ended one too, for a while."""
-    out = tool_says(list(batch.get("queue") or []) + [job]) if batch.get("queue") else None
-    words = (out or "").split()
+    the job: an ended one too, for a while. A scheduler that does not answer (slurmctld
+    restarting) leaves the run running: its job most likely is, and a follow goes on."""
+    if not batch.get("queue"):
+        return "unknown"
+    code, out, err = tool_says(list(batch["queue"]) + [job])
+    forgotten = batch.get("forgotten")
+    if code is not None and code != 0 and not (forgotten and forgotten in err):
+        return None
+    words = out.split() if code == 0 else []
     if len(words) < 2:
         return "unknown"
     state, status = words[0], words[1]
@@ -229,8 +236,8 @@ def ask_queue(job, batch):
 
 def ask_accounting(job, batch):
     """``accounting`` prints STATE|CODE:SIGNAL|END, the job's allocation first."""
-    out = tool_says(list(batch["accounting"]) + [job]) or ""
-    lines = [ln.split("|") for ln in out.splitlines() if ln.count("|") >= 2]
+    code, out, _ = tool_says(list(batch["accounting"]) + [job])
+    lines = [ln.split("|") for ln in out.splitlines() if ln.count("|") >= 2] if code == 0 else []
     if not lines:
         return "unknown"
     state, code, end = lines[0][0], lines[0][1], lines[0][2]
