@@ -86,10 +86,11 @@ class Shown:
 class Detached(Shown):
     """A command started with ``detach=True``: it runs on there in its own session.
 
-    It is a **run** (:mod:`remotekit.runs`): ``id`` names it on its host
-    (``target.run_handle(id)``, ``remotekit logs ID``); ``pid`` is the command's, ``log`` its
-    output (stdout and stderr interleaved) in the run's record; ``dir`` is the step's private
-    folder (0700: the shipped files), removed with the run's record (``rm``).
+    It is a **run** (:mod:`remotekit.runs`; its handle keeps this as ``run.result.detached``):
+    ``id`` names it on its host (``target.run_handle(id)``, ``remotekit logs ID``); ``pid`` is
+    the command's, ``log`` its output (stdout and stderr interleaved) in the run's record;
+    ``dir`` is the step's private folder (0700: the shipped files), removed with the run's
+    record (``rm``).
     """
 
     pid: int

@@ -22,7 +22,8 @@ unchanged: 10 MB of every byte value came back equal), stdin and stderr stay pip
     slurmstepd: error: execve(): python9: No such file or directory     (exit 2, the errno; 13)
 
 Interactive (``remotekit shell``): ``--pty`` (task 0 on a pty; srun passes window size changes).
-Detached (``run --detach``): a batch job, ``sbatch --wait`` from the login node (:meth:`batch`).
+Detached (``run --detach``): a batch job, ``sbatch --parsable --wait`` from the login node, its
+id recorded (:meth:`batch`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,24 @@ __all__ = ["Slurm"]
 
 #: Where a bare interpreter is found when the task has no PATH (``--export=NONE``).
 ENV = "/usr/bin/env"
+#: The job states (squeue's, sacct's) of a job that has not ended: it waits, runs, is held,
+#: suspended or being requeued (slurm 22.05, squeue(1) "JOB STATE CODES").
+LIVE = (
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "STOPPED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "RESV_DEL_HOLD",
+    "SPECIAL_EXIT",
+)
 
 
 @dataclass(frozen=True)
@@ -124,15 +143,36 @@ class Slurm(Hop):
 
     def batch(self, argv: Sequence[str], name: str) -> Batch:
         """slurmstepd stops every process of a step when it ends, so a detached run is a job
-        of its own: ``sbatch --wait`` from the login node (it exits with the job's exit code),
-        its output appended to the run's log by the job, ``scancel --name`` to stop it."""
+        of its own: ``sbatch --parsable --wait`` from the login node (it prints the job id,
+        then exits with the job's exit code), its output appended to the run's log by the
+        job; the job is cancelled by its id, and ``squeue``/``sacct`` say its state when the
+        run's supervisor is gone."""
         sbatch, scancel = tool_beside(self.bin, "sbatch"), tool_beside(self.bin, "scancel")
         node = (f"--nodelist={self.node}",) if self.node else ()
-        submit = (sbatch, "--wait", "--quiet", "--open-mode=append", f"--job-name={name}", *node)
+        submit = (sbatch, "--parsable", "--wait", "--open-mode=append", f"--job-name={name}")
         return Batch(
-            submit=(*submit, "--wrap", shlex.join(argv)),
+            submit=(*submit, *node, "--wrap", shlex.join(argv)),
             log_option="--output=",
-            cancel=(scancel, f"--name={name}"),
+            cancel=(scancel,),
+            # --states=all: an ended job too, while slurmctld keeps it (MinJobAge, 300 s)
+            queue=(
+                tool_beside(self.bin, "squeue"),
+                "--noheader",
+                "--states=all",
+                "--Format=State:40,exit_code:20,EndTime:40",
+                "--jobs",
+            ),
+            forgotten="Invalid job id specified",
+            accounting=(
+                tool_beside(self.bin, "sacct"),
+                "--noheader",
+                "--parsable2",
+                "--allocations",
+                "--format=State,ExitCode,End",
+                "--jobs",
+            ),
+            live=LIVE,
+            cancelled=("CANCELLED",),
         )
 
     # -- the job by name -------------------------------------------------------------------
