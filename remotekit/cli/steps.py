@@ -117,7 +117,9 @@ def _run_live(
         how = {"timeout": step.timeout or None, "on_output": console.output(t.name)}
         # with --detach, the step that started the run (one that did not start raises
         # StepFailed: the host failed)
-        r = start(t, detach=True, **how).result if step.detach else start(t, check=False, **how)
+        r: remotekit.Result = (
+            start(t, detach=True, **how).result if step.detach else start(t, check=False, **how)
+        )
         step_notes(t, r, console)
         return r
 
