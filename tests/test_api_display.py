@@ -348,9 +348,9 @@ def test_a_run_its_record_and_its_start_show_themselves_as_the_cli_does(
     what a Detached's str() says; the handle's faces ask nothing of the host."""
     from tests.test_cli_runs import rk
 
-    d = local.run(["sh", "-c", "echo '<b>'; exit 3"], detach=True).detached
-    assert d is not None
-    run = local.run_handle(d.id)
+    run = local.run(["sh", "-c", "echo '<b>'; exit 3"], detach=True)
+    assert run.result is not None and run.result.detached is not None
+    d = run.result.detached
     try:
         info = run.wait()
         row = " ".join(str(info).splitlines()[-1].split())
