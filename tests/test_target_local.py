@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -291,3 +293,15 @@ def test_ping_an_interpreter_that_answers_no_json(tmp_path: Path, tail: str, sai
         report = t.ping()
     assert report.failed is not None and report.failed.layer == str(python)
     assert said in report.failed.detail and report.exit_code == 2
+
+
+def test_a_step_leaves_no_pipe_to_the_collector() -> None:
+    """Each step's pipes are closed when it ends (left to the collector, each was a
+    ResourceWarning, three a step)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with remotekit.local_target(agent=False) as t:
+            for _ in range(3):
+                t.run(["true"])
+        gc.collect()
+    assert [str(w.message) for w in seen if w.category is ResourceWarning] == []
