@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from remotekit.errors import (
+    AgentUnavailable,
     AuthError,
     ConnectError,
     ConnectionLost,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentUnavailable",
     "AuthError",
     "Check",
     "ConnectError",

@@ -15,19 +15,27 @@ floods (or a consumer that reads slowly) never stalls another step.
 
 When the agent dies (its channel lost, or killed there), every step still running gets
 :class:`Lost` naming the agent, its pid and the host; the next step starts a new agent.
+
+Its first frame (the hello) says its pid and Python version; what the chain printed on stdout
+before it (a login banner) is not taken for frames. :attr:`Agent.refused` says why an agent
+that said hello cannot take steps (a Python older than ``MIN_PYTHON``): the engine then runs
+each step without it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import queue
+import re
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from remotekit import remote
 from remotekit.layers import Launch
-from remotekit.remote.agent import GRACE, WINDOW, frame, frames
+from remotekit.remote.agent import FRAME, GRACE, MIN_PYTHON, WINDOW, frame, frames
 from remotekit.transports.base import Channel, Event, Exit, Lost, Output, Process, Transport
 
 __all__ = ["Agent", "AgentStep"]
@@ -38,6 +46,10 @@ _PIECE = 1 << 18
 _CREDIT = 1 << 16
 #: How long close() waits, beyond the agent's own bound, for it to exit before it lets go.
 _CLOSE_S = 3.0
+#: The agent's hello: its frame header (kind A, step 0, any length), then its JSON.
+_HELLO = re.compile(re.escape(FRAME.pack(b"A", 0, 0)[:5]) + rb'.{4}\{"pid": ', re.S)
+#: Bytes kept of what came on stdout before the hello (a banner; the hops' words).
+_BEFORE = 4096
 
 
 class _Events(queue.Queue[Event]):
@@ -120,6 +132,10 @@ class Agent:
         self.host, self.chain = host, chain
         self._grace = grace  # the steps' TERM -> KILL grace
         self.pid: int | None = None
+        #: The Python version there, from the hello.
+        self.python: tuple[int, ...] = ()
+        self._closing = False
+        self._before = bytearray()  # stdout before the hello
         self._out: queue.Queue[bytes | None] = queue.Queue()
         self._ready = threading.Event()
         self._fed = threading.Event()  # the stdin generator returned
@@ -129,13 +145,47 @@ class Agent:
         self._lock = threading.Lock()
         self._steps: dict[int, AgentStep] = {}
         self._next = 1
+        self._probes: dict[bytes, threading.Event] = {}  # P frames sent, not yet answered
+        self._tokens = itertools.count(1)
         self._stderr = bytearray()
         self._proc: Process = transport.start(launch.argv, self._stdin())
+        #: When its channel opened (the connection made): its hello is due from then on.
+        self.started = time.monotonic()
         threading.Thread(target=self._demux, daemon=True).start()
 
     @property
     def alive(self) -> bool:
         return not self._dead.is_set()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether it said hello, or died, within ``timeout`` seconds."""
+        return self._ready.wait(timeout)
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing proves its channel up now: it ran steps, and none is running."""
+        with self._lock:
+            return self._next > 1 and not self._steps
+
+    def answers(self, timeout: float) -> bool:
+        """Whether it answers a probe (a round trip on its channel) within ``timeout``."""
+        with self._lock:
+            token = str(next(self._tokens)).encode()
+            heard = self._probes[token] = threading.Event()
+        self.send(b"P", 0, token)
+        heard.wait(timeout)  # set by the answer, or by its death
+        with self._lock:
+            self._probes.pop(token, None)
+        return heard.is_set() and self.alive
+
+    @property
+    def refused(self) -> str | None:
+        """Why this agent takes no steps although it said hello (None: it takes them)."""
+        if self.python and tuple(self.python[:2]) < MIN_PYTHON:
+            have = ".".join(map(str, self.python))
+            need = ".".join(map(str, MIN_PYTHON))
+            return f"Python {have} there is older than it needs (>= {need})"
+        return None
 
     # -- the channel -------------------------------------------------------------------------
 
@@ -143,7 +193,11 @@ class Agent:
         try:
             source = remote.source("agent.py")
             yield f"{len(source)}\n".encode() + source
-            self._ready.wait()  # the loader reads no further than the agent until it runs
+            while not self._ready.wait(0.25):  # the loader reads no further until it runs
+                if self._closing:
+                    return
+            if self.refused is not None:
+                return
             yield frame(b"R", 0, remote.source("runner.py"))
             while (data := self._out.get()) is not None:
                 yield data
@@ -165,7 +219,7 @@ class Agent:
                     self._stderr += event.data
                     del self._stderr[:-4096]
                     continue
-                buf += event.data
+                buf += event.data if self._ran else self._hello(event.data)
                 for kind, sid, payload in frames(buf):
                     self._frame(kind, sid, payload)
             elif isinstance(event, Exit):
@@ -176,13 +230,31 @@ class Agent:
                 break
         self._died(code, reason)
 
+    def _hello(self, data: bytes) -> bytes:
+        """Stdout before the hello: kept aside (a banner, the hops' words) until the hello
+        comes; from it on, the frames."""
+        self._before += data
+        found = _HELLO.search(self._before)
+        if found is None:
+            del self._before[:-_BEFORE]
+            return b""
+        rest = bytes(self._before[found.start() :])
+        del self._before[found.start() :]
+        return rest
+
     def _frame(self, kind: bytes, sid: int, payload: bytes) -> None:
-        if kind == b"A":
-            self.pid = json.loads(payload)["pid"]
+        if kind == b"A" and not self._ran:
+            said = json.loads(payload)
+            self.pid, self.python = said["pid"], tuple(said["python"])
             self._ran = True
             self._ready.set()
             return
         with self._lock:
+            if kind == b"P":
+                heard = self._probes.get(payload)
+                if heard is not None:
+                    heard.set()
+                return
             step = self._steps.get(sid)
             if kind == b"X":
                 self._steps.pop(sid, None)
@@ -203,6 +275,9 @@ class Agent:
         self._dead.set()
         self._ready.set()
         self._out.put(None)
+        with self._lock:
+            for heard in self._probes.values():
+                heard.set()
         self._fail_steps()
 
     def _fail_steps(self) -> None:
@@ -216,6 +291,8 @@ class Agent:
                 what = f"the remotekit agent (pid {self.pid}) on {self.host} ended ({how})"
                 step.deliver(Lost(what + (f": {tail}" if tail else "")))
             else:  # it never ran: its words are what the hops' explanations read
+                if self._before:
+                    step.deliver(Output("stdout", bytes(self._before)))
                 step.deliver(Output("stderr", bytes(self._stderr)))
                 step.deliver(Exit(code))
             step.close_stdin()  # its payload's sender stops
@@ -235,6 +312,7 @@ class Agent:
 
     def close(self) -> None:
         """EOF to the agent (it stops every step, then exits); let go after a bound."""
+        self._closing = True
         self._out.put(None)
         self._fed.wait(_CLOSE_S)
         self._proc.close_stdin()

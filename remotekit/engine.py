@@ -12,11 +12,12 @@ that run steps (:mod:`remotekit.step`, :mod:`remotekit.ping`, :mod:`remotekit.fo
   wakes every one (:meth:`~remotekit.transports.base.Process.cancel`);
 - secrets: the values of the spec's and every step's ``secret_env``, and the redaction of
   every error that leaves (:meth:`Engine.redact`, :meth:`Engine.redacted`);
-- :meth:`Engine.start_step`: the one place a step's runner is started, through the whole
-  chain, with its header and payload on stdin; or, with :attr:`Engine.use_agent`
-  (hosts.yaml ``agent: true``, ``Target(agent=True)``), a message to the target's one
-  resident agent (:mod:`remotekit.agent`), started there on the first step and again after
-  it died; :meth:`Engine.close` stops it with its steps.
+- :meth:`Engine.start_step`: the one place a step starts: with :attr:`Engine.use_agent` (the
+  default), a message to the target's one resident agent (:mod:`remotekit.agent`), started
+  there on the first step and again after it died; :meth:`Engine.close` stops it with its
+  steps. Without it (hosts.yaml ``agent: false``, ``Target(agent=False)``, ``--no-agent``, or
+  an agent that could not run there: :meth:`Engine.agent_status` says which), the step's runner
+  is started through the whole chain, with its header and payload on stdin.
 
 It imports none of the modules that use it (``step``, ``ping``, ``forward``, ``sync``,
 ``target``), not even for types: the arrows all point down to it.
@@ -30,13 +31,21 @@ import queue
 import shlex
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Callable
 
 from remotekit import remote
 from remotekit.agent import Agent
-from remotekit.errors import InterpreterNotFound, RemotekitError, StepCancelled, quote_tool
+from remotekit.errors import (
+    AgentUnavailable,
+    InterpreterNotFound,
+    RemotekitError,
+    StepCancelled,
+    caller_level,
+    quote_tool,
+)
 from remotekit.layers import Launch, compose
 from remotekit.result import Result
 from remotekit.spec import HostSpec
@@ -44,12 +53,15 @@ from remotekit.transports.base import Cancelled, ExecutableMissing, Exit, Output
 
 __all__ = ["MIN_SECRET_LINE", "Engine", "mask"]
 
+#: How often a step waiting for its agent's hello looks at the clock and for a cancel.
+_SLICE_S = 0.25
+
 
 class Engine:
     """The step machinery of one target (its spec, transport, launch, cancellation, secrets)."""
 
     def __init__(
-        self, spec: HostSpec, transport: Transport, *, capture_limit: int, agent: bool = False
+        self, spec: HostSpec, transport: Transport, *, capture_limit: int, agent: bool = True
     ):
         self.spec = spec
         self.name = spec.name
@@ -66,9 +78,11 @@ class Engine:
         self._cancelled = threading.Event()
         self._secrets: set[str] = set()
         self.remember_secrets(spec.env)
+        self._asked = agent
+        self._fallen: str | None = None  # why the agent could not run here, once it could not
         #: Whether steps run as messages to one resident agent there (:mod:`remotekit.agent`):
-        #: asked for, and every hop can carry it (a Slurm job cannot yet).
-        self.use_agent = agent and all(hop.agent for hop in spec.hops)
+        #: asked for, until it could not run there (:meth:`agent_status`).
+        self.use_agent = agent
         self._agent: Agent | None = None
         self._agent_lock = threading.Lock()
 
@@ -163,19 +177,93 @@ class Engine:
         relay are bare commands on channels of their own): a process held there that takes
         steps as messages replaces this one method, returning a Channel per step with the
         same events: with :attr:`use_agent`, the agent (:meth:`agent`) does."""
-        if self.use_agent:
-            return self.agent(launch).start(header, body)
+        agent = self._ready_agent(launch, wait) if self.use_agent else None
+        if agent is not None:
+            return agent.start(header, body)
         runner = remote.source("runner.py")
         first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(header)}\n".encode(), header])
         return self.transport.start(launch.argv, itertools.chain([first], body), wait=wait)
 
-    def agent(self, launch: Launch) -> Agent:
-        """The target's agent, started through ``launch`` when there is none or it died."""
+    def agent(self, launch: Launch) -> Agent | None:
+        """The target's agent, started through ``launch`` when there is none or it died;
+        None when steps run without one."""
         with self._agent_lock:
+            if not self.use_agent:
+                return None
             if self._agent is None or not self._agent.alive:
                 grace = self.spec.timeouts.kill_grace
                 self._agent = Agent(self.transport, launch, self.name, self.chain, grace=grace)
             return self._agent
+
+    def _ready_agent(self, launch: Launch, wait: float | None) -> Agent | None:
+        """The agent to start a step on, once it said hello (or died: the step then gets its
+        words); None when it cannot run here, after :meth:`_fall_back`. The step's payload is
+        not touched before this answers, so the step can still run without an agent.
+
+        An agent that sat idle answers a probe first (one round trip): its channel may have
+        dropped, or gone silent, since its last step, and a step sent into it would be lost
+        with it. One that does not answer within timeouts.connect is let go, and the step
+        goes to a new agent (the transport reconnects, with its note) and runs once, as a
+        step does whose held connection is found dead before its channel opens."""
+        agent = self.agent(launch)
+        if agent is not None and agent.idle and not agent.answers(self.spec.timeouts.connect):
+            self._discard(agent)
+            agent = self.agent(launch)
+        if agent is None:  # another step found it cannot run here
+            return None
+        hello_by = agent.started + self.spec.timeouts.connect
+        wait_by = None if wait is None else time.monotonic() + wait
+        while not agent.wait_ready(_SLICE_S):
+            now = time.monotonic()
+            if self.cancelled or (wait_by is not None and now >= wait_by):
+                return agent  # the step stops as any other, on its agent
+            if now >= hello_by:
+                connect = self.spec.timeouts.connect
+                self._fall_back(
+                    agent,
+                    f"it said nothing within {connect:g} s (timeouts.connect): something on "
+                    "the way holds back or changes its output",
+                )
+                return None
+        if agent.refused is not None:
+            self._fall_back(agent, agent.refused)
+            return None
+        return agent
+
+    def _discard(self, agent: Agent) -> None:
+        """Let go of an agent whose channel is dead or silent (the next one starts anew)."""
+        with self._agent_lock:
+            if self._agent is agent:
+                self._agent = None
+        threading.Thread(target=agent.close, daemon=True).start()
+
+    def _fall_back(self, agent: Agent, why: str) -> None:
+        """The agent cannot run here: every step of this target from now on runs as a
+        process of its own; said once, as an :class:`AgentUnavailable` note."""
+        with self._agent_lock:
+            first, self.use_agent = self.use_agent, False
+            self._fallen = why
+        self._discard(agent)
+        if first:
+            warnings.warn(
+                self.redact(
+                    f"{self.name}: the remotekit agent cannot run via {self.chain}: {why}; "
+                    "each step runs as a process of its own (as with `agent: false`)"
+                ),
+                AgentUnavailable,
+                stacklevel=caller_level(),
+            )
+
+    def agent_status(self) -> str:
+        """The agent in words, as ping shows it: its pid there, or why steps run without it."""
+        if self._fallen is not None:
+            return f"off: {self._fallen}; one process per step"
+        if not self._asked:
+            return "off (agent: false); one process per step"
+        agent = self._agent
+        if agent is None or not agent.alive or agent.pid is None:
+            return "on: started by the first step"
+        return f"on (pid {agent.pid} there): every step is a message to it"
 
     def close(self) -> None:
         """Stop the agent (it stops its steps) and close the transport."""

@@ -21,8 +21,9 @@
         └── DiagnosticError         a diagnostic script there could not run, or stopped
                                     before its final record (diagnostics.base)
 
-A note, not an error (a warning, ``warnings.warn``): ``Reconnected``, the SSH connection a
-target held had dropped between steps and the next step opened a new one.
+Notes, not errors (warnings, ``warnings.warn``): ``Reconnected``, the SSH connection a
+target held had dropped between steps and the next step opened a new one; ``AgentUnavailable``,
+the resident agent cannot run on a target, whose steps then run one process each.
 
 Third-party exceptions (paramiko, socket, subprocess) are translated at the transport
 boundary with ``raise ... from exc``; nothing else in the package sees them.
@@ -30,13 +31,17 @@ boundary with ``raise ... from exc``; nothing else in the package sees them.
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import Sequence
+from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from remotekit.result import Result
 
 __all__ = [
+    "AgentUnavailable",
     "AuthError",
     "ConnectError",
     "ConnectionLost",
@@ -183,6 +188,13 @@ class Reconnected(UserWarning):
     runs is not retried: it raises :class:`ConnectionLost`."""
 
 
+class AgentUnavailable(UserWarning):
+    """A warning, once per target: the resident agent cannot run there (a Python older than
+    it needs, or a chain that does not pass its output on as it comes), so every step of the
+    target runs as a process of its own, as with hosts.yaml ``agent: false``. Nothing is lost:
+    the step that found out runs that way too."""
+
+
 class ConnectionLost(RemotekitError):
     """The transport died mid-step; the remote side stops the step when it sees its stdin close."""
 
@@ -196,6 +208,20 @@ class ConnectionLost(RemotekitError):
     ):
         self.result = result
         super().__init__(message, host=host, step=step)
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def caller_level() -> int:
+    """The ``stacklevel`` of our caller's first frame outside remotekit: a warning names the
+    user's line (a notebook cell's ``t.run(...)``), not ours (as pandas' find_stack_level)."""
+    here = inspect.currentframe()
+    frame: FrameType | None = here.f_back if here is not None else None
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def quote_tool(words: str | Sequence[str], n: int = 10) -> str:

@@ -403,7 +403,7 @@ class _HostReader:
             runs_dir=self.text("runs_dir"),
             has_gpu=self.has_gpu(),
             timeouts=self.timeouts(),
-            agent=bool(self.get("agent", lambda v: isinstance(v, bool), "true or false")),
+            agent=self.get("agent", lambda v: isinstance(v, bool), "true or false") is not False,
             source=f"{self.doc.path}:{self.doc.line(self.key)}",
         )
 

@@ -143,6 +143,7 @@ def _interpreter(engine: Engine, add: _Add) -> bool:
         return add(interpreter, False, f"the ping script's answer is not JSON: {got}")
     # sys.executable is empty when the interpreter was found without PATH (slurm)
     add(info.get("executable") or interpreter, True, f"Python {info['python']}")
+    add("agent", True, engine.agent_status())  # the step above ran on it, when it is on
     torch = info.get("torch")
     return add("torch", torch is not None, torch or TORCH_MISSING % info.get("torch_error", ""))
 

@@ -63,8 +63,9 @@ class HostSpec:
     #: then an error; otherwise "no GPU here" is a note.
     has_gpu: bool = False
     timeouts: Timeouts = Timeouts()
-    #: hosts.yaml ``agent: true``: steps are messages to one resident agent there.
-    agent: bool = False
+    #: Steps are messages to one resident agent there (``remotekit.agent``), unless hosts.yaml
+    #: says ``agent: false``: then each step is a process of its own, started through the chain.
+    agent: bool = True
     source: str = "<embedded>"
 
     @property

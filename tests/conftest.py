@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -199,28 +199,57 @@ def inventory(
     return write_inventory(tmp_path_factory.mktemp("inv") / "hosts.yaml", hosts)
 
 
+@pytest.fixture
+def agent() -> bool | None:
+    """How ``local``, ``target`` (and a module's own targets that take it) run their steps:
+    None as hosts.yaml says (the resident agent: the default), False one process per step.
+    A module that re-runs the engine's tests on one path overrides it (test_per_step*.py)."""
+    return None
+
+
 @pytest.fixture(scope="session")
-def ct(inventory: remotekit.Inventory) -> Iterator[remotekit.Target]:
-    """ssh -> fake pct exec 200 -> venv, one held connection for the whole session."""
-    with inventory.target("ct") as t:
-        yield t
+def cts(inventory: remotekit.Inventory) -> Iterator[Callable[[bool | None], remotekit.Target]]:
+    """ssh -> fake pct exec 200 -> venv, one held connection per ``agent`` for the session."""
+    held: dict[bool | None, remotekit.Target] = {}
+
+    def get(agent: bool | None) -> remotekit.Target:
+        if agent not in held:
+            held[agent] = inventory.target("ct", agent=agent)
+        return held[agent]
+
+    try:
+        yield get
+    finally:
+        for t in held.values():
+            t.close()
 
 
 @pytest.fixture
-def local() -> Iterator[remotekit.Target]:
-    with remotekit.local_target() as t:
+def ct(cts: Callable[[bool | None], remotekit.Target], agent: bool | None) -> remotekit.Target:
+    """ssh -> fake pct exec 200 -> venv, one held connection for the whole session."""
+    return cts(agent)
+
+
+def open_local(agent: bool | None) -> remotekit.Target:
+    """The local target, its steps on the agent or not (None: the default)."""
+    return remotekit.local_target() if agent is None else remotekit.local_target(agent=agent)
+
+
+@pytest.fixture
+def local(agent: bool | None) -> Iterator[remotekit.Target]:
+    with open_local(agent) as t:
         yield t
 
 
 @pytest.fixture(params=["local", "ssh"])
-def target(request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
+def target(request: pytest.FixtureRequest, agent: bool | None) -> Iterator[remotekit.Target]:
     """The same test on this machine and through ssh -> fake pct exec 200 -> venv (``ct``).
     A module that needs other targets declares its own ``target``."""
     if request.param == "local":
-        with remotekit.local_target() as t:
+        with open_local(agent) as t:
             yield t
     else:
-        yield request.getfixturevalue("ct")
+        yield request.getfixturevalue("cts")(agent)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import inspect
 import os
 import shutil
 import signal
@@ -17,9 +18,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tests.runtimes import LxcContainer
@@ -154,6 +157,25 @@ class SSHServer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return killed
+
+    def freeze_connections(self) -> list[int]:
+        """Stop (SIGSTOP) the sshd processes serving this server's connections: each link
+        stays open but says nothing more, as one that died silently does (a NAT that forgot
+        it). :meth:`drop_connections` ends them. Returns the pids stopped."""
+        assert self.proc is not None, "the server is not running"
+        todo, frozen = _children(self.proc.pid), []
+        while todo:
+            pid = todo.pop()
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmd.startswith(b"sshd"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                frozen.append(pid)
+                todo += _children(pid)
+        return frozen
 
     def host_yaml(self, **extra: object) -> dict[str, object]:
         """The hosts.yaml settings that reach this server."""
@@ -308,3 +330,16 @@ def ancestors(pid: int) -> list[tuple[int, str]]:
             break
         out.append((pid, cmd))
     return out
+
+
+def rerunnable(module: ModuleType, fixtures: set[str]) -> dict[str, Callable[..., Any]]:
+    """The test functions of ``module`` that take any of ``fixtures``: a module that imports
+    them (``globals().update(...)``) re-runs them with its own overrides of those fixtures.
+    A test added there later is re-run too, with no list to keep."""
+    return {
+        name: fn
+        for name, fn in vars(module).items()
+        if name.startswith("test_")
+        and callable(fn)
+        and fixtures & set(inspect.signature(fn).parameters)
+    }

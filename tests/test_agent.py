@@ -1,10 +1,9 @@
-"""The resident agent (``agent: true``): the engine's guarantees hold when every step is a
-message to one agent there, on ``local`` and through the real sshd (ssh -> fake pct exec ->
-a real LXC container -> venv Python).
-
-A representative set of the engine's own tests runs here unchanged, with the ``local`` and
-``target`` fixtures they take opened with the agent on; the rest are the agent's own: its
-lifetime (``close()``, SIGKILL mid-step), many steps at once, a flooding step, secrets.
+"""The resident agent (the default): the agent's own tests, on ``local`` and through the real
+sshd (ssh -> fake pct exec -> a real LXC container -> venv Python): its lifetime
+(``close()``, SIGKILL mid-step, a dropped connection, the local process gone), many steps at
+once, a flooding step, secrets, warm imports, the hops' words when it cannot start, and the
+interpreters it runs on (or falls back from). The engine's own suites run on it as the
+default; tests/test_per_step.py re-runs them with ``agent: false``.
 """
 
 from __future__ import annotations
@@ -12,74 +11,29 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import remotekit
+from remotekit.remote.agent import MIN_PYTHON
 from tests.conftest import write_inventory
 from tests.harness import ancestors, processes_with, wait_gone
-
-# The engine's tests, re-run on the agent path (their fixtures are this module's).
-from tests.test_hostile_steps import (  # noqa: F401
-    test_a_clean_step_stops_nothing,
-    test_a_step_cannot_forge_its_exit,
-    test_background_writer_does_not_keep_the_step_open,
-    test_detach_leaves_one_process_running_with_a_log,
-    test_get_keeps_the_mode_and_never_widens,
-    test_get_refuses_a_fifo,
-    test_large_shipped_file_arrives_whole,
-    test_put_keeps_the_mode_and_never_widens,
-    test_quiet_background_child_does_not_outlive_the_step,
-    test_run_python_detach_keeps_its_files,
-    test_timeout_message_matches_what_happened,
-    there,
-)
-from tests.test_target_local import (  # noqa: F401
-    test_cancel_stops_running_steps,
-    test_command_not_found,
-    test_failed_step_carries_its_result,
-    test_missing_workdir,
-    test_on_output_gets_lines_with_their_stream,
-    test_put_and_get,
-    test_python_env_override_uses_a_fresh_interpreter,
-    test_python_exit_codes_and_tracebacks,
-    test_run_and_result,
-    test_signal_exit_code,
-    test_stdin_of_a_step_is_empty,
-    test_temp_dir_is_private_and_removed,
-    test_term_ignoring_step_is_killed,
-    test_timeout_on_the_local_target,
-)
+from tests.test_interpreters import PYTHONS
 
 pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture
-def local() -> Iterator[remotekit.Target]:
-    with remotekit.local_target(agent=True) as t:
-        yield t
-
-
-@pytest.fixture(scope="module")
-def agent_ct(inventory: remotekit.Inventory) -> Iterator[remotekit.Target]:
-    """ssh -> fake pct exec 200 -> venv, with the agent on, for this module."""
-    with inventory.target("ct", agent=True) as t:
-        yield t
-
-
-@pytest.fixture(params=["local", "ssh"])
-def target(request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
-    if request.param == "local":
-        with remotekit.local_target(agent=True) as t:
-            yield t
-    else:
-        yield request.getfixturevalue("agent_ct")
+def agent() -> bool:
+    """The ``local`` and ``target`` fixtures open their targets with the agent on."""
+    return True
 
 
 #: A step's command that prints the pid of the agent it runs under: the runner is the
@@ -130,20 +84,31 @@ def tree(m: str) -> list[str]:
 # -- it is one agent, and the same steps --------------------------------------------------
 
 
-def test_steps_share_one_agent_and_the_default_path_does_not(target: remotekit.Target) -> None:
+def test_steps_share_one_agent_and_per_step_ones_do_not(target: remotekit.Target) -> None:
     pid = agent_pid(target)
     assert agent_pid(target) == pid != os.getpid()
-    with remotekit.local_target() as plain:
+    with remotekit.local_target(agent=False) as plain:
         assert agent_pid(plain) == os.getpid()  # a runner per step, started by us
 
 
-def test_hosts_yaml_agent_true(tmp_path: Path) -> None:
-    inv = write_inventory(tmp_path / "hosts.yaml", {"here": {"agent": True}, "plain": {}})
-    assert inv.spec("here").agent and not inv.spec("plain").agent
-    with inv.target("here") as t:
+def test_the_agent_is_the_default_and_agent_false_turns_it_off(tmp_path: Path) -> None:
+    inv = write_inventory(
+        tmp_path / "hosts.yaml", {"plain": {}, "on": {"agent": True}, "off": {"agent": False}}
+    )
+    assert [inv.spec(h).agent for h in ("plain", "on", "off")] == [True, True, False]
+    for host, agent, on in [
+        ("plain", None, True),
+        ("on", None, True),
+        ("off", None, False),
+        ("plain", False, False),  # Target(agent=...) wins over hosts.yaml, both ways
+        ("off", True, True),
+    ]:
+        with inv.target(host, agent=agent) as t:
+            first = agent_pid(t)
+            assert (first == agent_pid(t) != os.getpid()) == on, (host, agent)
+            assert (first == os.getpid()) == (not on), (host, agent)
+    with remotekit.local_target() as t:
         assert agent_pid(t) == agent_pid(t) != os.getpid()
-    with inv.target("here", agent=False) as t:
-        assert agent_pid(t) == os.getpid()
 
 
 def test_hosts_yaml_agent_must_be_a_bool(tmp_path: Path) -> None:
@@ -270,7 +235,8 @@ def test_agent_killed_mid_step_is_a_clear_error_and_the_next_step_works(
     if target.spec.hop is None:
         os.kill(pid, signal.SIGKILL)
     else:  # the agent's pid is the container's: kill it from a step of its own path
-        request.getfixturevalue("ct").run(["kill", "-9", str(pid)], timeout=20)
+        per_step = request.getfixturevalue("cts")(False)
+        per_step.run(["kill", "-9", str(pid)], timeout=20)
     th.join(20)
     assert out and isinstance(out[0], remotekit.ConnectionLost), out
     err = out[0]
@@ -402,7 +368,7 @@ def test_the_local_process_gone_takes_the_agent_and_its_steps(
     try:
         assert proc.stdout is not None
         pid = int(proc.stdout.readline())
-        wait_seen(m)
+        wait_seen(f"sleep {m}")  # the step's own (the caller has ``m`` in its argv too)
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -483,36 +449,65 @@ def test_an_agent_that_cannot_start_says_why_as_the_runner_does(
             assert words in str(info.value) and info.value.host == host  # type: ignore[attr-defined]
 
 
-def test_an_agent_whose_interpreter_is_missing_here() -> None:
-    with (
-        remotekit.local_target(python="/opt/nope/bin/python3", agent=True) as t,
-        pytest.raises(remotekit.InterpreterNotFound) as info,
-    ):
-        t.run(["true"])
-    assert info.value.path == "/opt/nope/bin/python3"
+# -- interpreters: every Python the runner runs on, and an older one -----------------------
+
+#: Every other Python on this machine the agent must run on (as the runner does).
+AGENT_PYTHONS = sorted(v for v in PYTHONS if v >= MIN_PYTHON)
 
 
-def _python38() -> str | None:
-    from tests.test_interpreters import PYTHONS
+@pytest.mark.parametrize(
+    "version", AGENT_PYTHONS or [None], ids=lambda v: f"py{v[0]}.{v[1]}" if v else "none"
+)
+def test_the_agent_runs_on_every_python_the_runner_runs_on(version: tuple[int, int] | None) -> None:
+    if version is None:
+        pytest.skip("no other Python on this machine (pyenv versions, python3.X on PATH)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", remotekit.AgentUnavailable)
+        with remotekit.local_target(python=PYTHONS[version], agent=True) as t:
+            r = t.run_python(remotekit.Script("import sys\nprint(sys.version_info[:2])\n"))
+            assert r.stdout == f"{version}\n"
+            assert agent_pid(t) == agent_pid(t) != os.getpid()
+            m = marker()
+            with pytest.raises(remotekit.StepTimeout):
+                t.run(tree(m), timeout=1.5)
+            assert wait_gone(m, 5) == []
+            warm = remotekit.Script("import sys\nprint('decimal' in sys.modules)\n", name="d.py")
+            assert t.run_python(warm, preload=["decimal"], timeout=30).stdout == "True\n"
+            assert t.run_python(warm, timeout=30).stdout == "False\n"
 
-    return PYTHONS.get((3, 8))
 
-
-def test_the_agent_runs_on_python_3_8() -> None:
-    python = _python38()
-    if python is None:
-        pytest.skip("no Python 3.8 on this machine")
-    with remotekit.local_target(python=python, agent=True) as t:
-        r = t.run_python(remotekit.Script("import sys\nprint(sys.version_info[:2])\n"))
-        assert r.stdout == "(3, 8)\n"
-        assert agent_pid(t) == agent_pid(t) != os.getpid()
-        m = marker()
-        with pytest.raises(remotekit.StepTimeout):
-            t.run(tree(m), timeout=1.5)
-        assert wait_gone(m, 5) == []
-        warm = remotekit.Script("import sys\nprint('decimal' in sys.modules)\n", name="d.py")
-        assert t.run_python(warm, preload=["decimal"], timeout=30).stdout == "True\n"
-        assert t.run_python(warm, timeout=30).stdout == "False\n"
+def test_a_python_older_than_the_agent_runs_each_step_alone_with_one_note(
+    tmp_path: Path,
+) -> None:
+    """An interpreter that loads the agent but is older than MIN_PYTHON: the agent says its
+    version in its hello and leaves; the target runs each step (the first one too) as a
+    process of its own, with one note naming host and version. No Python older than 3.6 is
+    installed here (pyenv has 2.7 and 3.6 on; 2.7 fails both paths alike, see
+    test_interpreters.py), so this one is ours made to report 3.5.10: a sitecustomize on its
+    PYTHONPATH sets sys.version_info, the one thing the agent reads."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys\nsys.version_info = (3, 5, 10, 'final', 0)\n"
+    )
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    with remotekit.local_target(python=str(python)) as t:
+        with pytest.warns(remotekit.AgentUnavailable) as notes:
+            version = t.run_python(remotekit.Script("import sys\nprint(sys.version_info[:3])\n"))
+            parents = {t.run(AGENT_PID, timeout=30).stdout for _ in range(2)}
+        report = t.ping()
+    assert version.stdout == "(3, 5, 10)\n" and os.getpid() == int(parents.pop()) and not parents
+    said = [str(n.message) for n in notes if n.category is remotekit.AgentUnavailable]
+    assert said == [
+        f"local: the remotekit agent cannot run via local -> {python}: Python 3.5.10 there is "
+        "older than it needs (>= 3.6); each step runs as a process of its own (as with "
+        "`agent: false`)"
+    ]
+    assert [c.detail for c in report.checks if c.layer == "agent"] == [
+        "off: Python 3.5.10 there is older than it needs (>= 3.6); one process per step"
+    ]
 
 
 def test_a_step_started_after_the_agent_died_unstarted_gets_the_hops_words() -> None:

@@ -234,6 +234,8 @@ ENGINE_ROOM = tuple(
     m
     for m in (
         "remotekit.engine",
+        "remotekit.agent",
+        "remotekit.runs",
         "remotekit.target",
         "remotekit.step",
         "remotekit.ping",
@@ -295,7 +297,7 @@ def test_foreign_privates_are_found(tmp_path: Path) -> None:
 def test_engine_modules_touch_no_other_objects_private_state() -> None:
     """STYLE.md: one object never reaches into another's private state (``target._launch``
     read from the step code): the shared machinery is one object, handed around."""
-    assert "remotekit.step" in ENGINE_ROOM
+    assert {"remotekit.step", "remotekit.agent", "remotekit.runs"} <= set(ENGINE_ROOM)
     found = [f"{m} {hit}" for m in ENGINE_ROOM for hit in foreign_privates(MODULES[m])]
     assert found == []
 
@@ -311,11 +313,12 @@ def test_step_options_are_a_frozen_record() -> None:
 
 def test_only_a_transport_puts_events_on_its_queue() -> None:
     """A process's events are its transport's to make: a step is cancelled through the
-    process's own method, never by pushing a look-alike event into its queue."""
+    process's own method, never by pushing a look-alike event into its queue. (The agent's
+    steps are Channels the agent makes, as a transport's processes are: it is their transport.)"""
     found = [
         f"{m} line {node.lineno}"
         for m in ENGINE_ROOM
-        if not m.startswith("remotekit.transports")
+        if not m.startswith("remotekit.transports") and m != "remotekit.agent"
         for node in ast.walk(ast.parse(MODULES[m].read_text()))
         if isinstance(node, ast.Attribute)
         and node.attr in ("put", "put_nowait")
@@ -356,9 +359,9 @@ def test_the_runner_reads_the_step_header_the_step_sends() -> None:
 
 
 def test_the_step_header_is_built_in_one_place_and_read_in_one_way() -> None:
-    """No local module spells the header as a dict (``{"op": ...}``), the runner reads its
-    fields through its table (never ``.get`` with a default of its own), and the runner's
-    comment names only fields there are."""
+    """No local module spells the header as a dict (``{"op": ...}``), the runner and the
+    agent read its fields through the runner's table (never ``.get`` with a default of their
+    own), and the runner's comment names only fields there are."""
     spelled = [
         f"{name} line {node.lineno}"
         for name, path in MODULES.items()
@@ -369,8 +372,9 @@ def test_the_step_header_is_built_in_one_place_and_read_in_one_way() -> None:
     ]
     assert spelled == []
     gets = [
-        f"line {node.lineno}: {ast.unparse(node)}"
-        for node in ast.walk(ast.parse(RUNNER.read_text()))
+        f"{path.name} line {node.lineno}: {ast.unparse(node)}"
+        for path in (RUNNER, PACKAGE / "remote" / "agent.py")
+        for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "get"

@@ -79,7 +79,20 @@ def test_ping_local(tmp_path: Path) -> None:
     r = invoke("ping", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "local | ok   local: this machine" in r.stdout
+    assert "local | ok   agent: on (pid " in r.stdout  # the interpreter's check ran on it
     assert "torch:" in r.stdout
+
+
+def test_no_agent_runs_each_step_alone(tmp_path: Path) -> None:
+    r = invoke("ping", "--no-agent", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "local | ok   agent: off (agent: false); one process per step" in r.stdout
+    # the command line of the runner's parent: the agent's loader, or this invoke itself
+    parent = "p=$(awk '{print $4}' /proc/$PPID/stat); tr '\\0' ' ' < /proc/$p/cmdline"
+    on = invoke("run", "--", "sh", "-c", parent, cwd=tmp_path)
+    off = invoke("run", "--no-agent", "--", "sh", "-c", parent, cwd=tmp_path)
+    assert "exec(sys.stdin.buffer.read(" in on.stdout and "invoke" not in on.stdout, on.stdout
+    assert "-m invoke" in off.stdout, off.stdout
 
 
 def test_unknown_host_lists_the_known_ones(tmp_path: Path) -> None:

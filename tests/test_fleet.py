@@ -534,7 +534,7 @@ def test_ping_json_by_group_and_by_host(fleet_hosts: FleetHosts) -> None:
         ("plain", "findings", 1),
     ]
     by = {h["host"]: h for h in data["hosts"]}
-    assert [c["ok"] for c in by["alpha"]["result"]["checks"]] == [True] * 4
+    assert [c["ok"] for c in by["alpha"]["result"]["checks"]] == [True] * 5
     assert [c["ok"] for c in by["stopped"]["result"]["checks"]] == [True, False]
     assert by["down"]["result"]["checks"][0]["ok"] is False
     torch = by["plain"]["result"]["checks"][-1]

@@ -219,9 +219,9 @@ def worlds(
 
 
 @pytest.fixture(scope="session")
-def held() -> Iterator[dict[tuple[str, str], remotekit.Target]]:
-    """Targets opened once per (runtime, hop) and closed at the end of the session."""
-    targets: dict[tuple[str, str], remotekit.Target] = {}
+def held() -> Iterator[dict[tuple[str, str, bool | None], remotekit.Target]]:
+    """Targets opened once per (runtime, hop, agent) and closed at the end of the session."""
+    targets: dict[tuple[str, str, bool | None], remotekit.Target] = {}
     try:
         yield targets
     finally:
@@ -230,13 +230,15 @@ def held() -> Iterator[dict[tuple[str, str], remotekit.Target]]:
 
 
 def _open(
-    worlds: Callable[[str], World], held: dict[Any, remotekit.Target], key: tuple[str, str]
+    worlds: Callable[[str], World],
+    held: dict[Any, remotekit.Target],
+    key: tuple[str, str, bool | None],
 ) -> remotekit.Target:
     if key not in held:
         world = worlds(key[0])
         if key[1] == "ssh":
             world.need_ssh()
-        held[key] = world.inv.target(key[1])
+        held[key] = world.inv.target(key[1], agent=key[2])
     return held[key]
 
 
@@ -244,10 +246,11 @@ def _open(
 def target(
     request: pytest.FixtureRequest,
     worlds: Callable[[str], World],
-    held: dict[tuple[str, str], remotekit.Target],
+    held: dict[tuple[str, str, bool | None], remotekit.Target],
+    agent: bool | None,
 ) -> remotekit.Target:
     """A warm target on each runtime, reached locally or through the real sshd."""
-    return _open(worlds, held, request.param)
+    return _open(worlds, held, (*request.param, agent))
 
 
 @pytest.fixture(params=RUNTIMES)
@@ -367,11 +370,13 @@ def _sshd_sessions_of(t: remotekit.Target, server: SSHServer) -> list[int]:
     return pids
 
 
-def test_lost_connection_stops_the_step_there(runtime: World, sshd: SSHServer) -> None:
+def test_lost_connection_stops_the_step_there(
+    runtime: World, sshd: SSHServer, agent: bool | None
+) -> None:
     runtime.need_ssh()
     m = marker()
     errors: list[BaseException] = []
-    with runtime.inv.target("ssh") as t:
+    with runtime.inv.target("ssh", agent=agent) as t:
         t.connect()
 
         def run() -> None:
@@ -396,12 +401,12 @@ def test_lost_connection_stops_the_step_there(runtime: World, sshd: SSHServer) -
     assert wait_gone(m, 10) == []
 
 
-def test_sixteen_concurrent_steps(runtime: World) -> None:
+def test_sixteen_concurrent_steps(runtime: World, agent: bool | None) -> None:
     runtime.need_ssh()
     results: dict[int, remotekit.Result] = {}
     failures: list[BaseException] = []
     # its own connection: the held one may still have sessions closing from earlier tests
-    with runtime.inv.target("ssh") as t:
+    with runtime.inv.target("ssh", agent=agent) as t:
 
         def one(i: int) -> None:
             try:
@@ -419,6 +424,14 @@ def test_sixteen_concurrent_steps(runtime: World) -> None:
     assert not failures, failures
     assert sorted(int(r.stdout.split()[0]) for r in results.values()) == [i * 7 for i in range(16)]
     assert len({r.stdout.split()[1] for r in results.values()}) == 16  # a private dir each
+
+
+def test_steps_share_one_agent(target: remotekit.Target) -> None:
+    # In a Slurm job too: slurmstepd holds a task's output until a newline unless srun has
+    # --unbuffered, and the agent's frames are binary, so its first frame never came back.
+    code = "import os; print(open('/proc/%d/stat' % os.getppid()).read().rsplit(')')[1].split()[1])"
+    argv = ["python", "-c", code]  # the runner's parent (some images have no awk)
+    assert target.run(argv).stdout == target.run(argv).stdout
 
 
 # -- input and environment -----------------------------------------------------------------------
@@ -455,9 +468,12 @@ def test_callers_env_does_not_leak_in(
 # -- broken containers, jobs and pods ------------------------------------------------------------
 
 
-def test_stopped_or_missing_is_its_own_clear_error(runtime: World) -> None:
+def test_stopped_or_missing_is_its_own_clear_error(runtime: World, agent: bool | None) -> None:
     for bad in runtime.broken:
-        with runtime.inv.target(bad.host) as t, pytest.raises(remotekit.ContainerError) as info:
+        with (
+            runtime.inv.target(bad.host, agent=agent) as t,
+            pytest.raises(remotekit.ContainerError) as info,
+        ):
             t.run(["true"], step="probe")
         err = info.value
         assert type(err).__name__ == bad.error, (bad.host, type(err), str(err))
@@ -468,15 +484,15 @@ def test_stopped_or_missing_is_its_own_clear_error(runtime: World) -> None:
         assert bad.ident in text, (bad.host, text)
 
 
-def test_ping_names_the_broken_hop(runtime: World) -> None:
-    with runtime.inv.target("local") as t:
+def test_ping_names_the_broken_hop(runtime: World, agent: bool | None) -> None:
+    with runtime.inv.target("local", agent=agent) as t:
         report = t.ping()
     assert report.failed is None, report.findings
     assert any(runtime.ident in c.layer for c in report.checks), report.checks
     for bad in runtime.broken:
         if not bad.host.endswith("-ssh"):
             continue
-        with runtime.inv.target(bad.host) as t:
+        with runtime.inv.target(bad.host, agent=agent) as t:
             report = t.ping()
         failed = report.failed
         assert failed is not None, (bad.host, report.checks)

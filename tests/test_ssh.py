@@ -214,12 +214,13 @@ def test_sixteen_concurrent_steps_on_one_target(ct: remotekit.Target, node: Fake
 @pytest.mark.timeout(120)
 def test_a_server_session_limit_means_wait_not_lost(tmp_path: Path, sshd: SSHServer) -> None:
     """sshd refuses a session over its MaxSessions (and holds a finished one's slot until its
-    process is reaped): the connection is fine, so steps wait for a slot, none is "lost"."""
+    process is reaped): the connection is fine, so steps wait for a slot, none is "lost".
+    (One process per step: each step is a session; on the agent they are messages on one.)"""
     tight = SSHServer(tmp_path / "sshd", extra_config="MaxSessions 2\n").start()
     try:
         inv = write_inventory(tmp_path / "hosts.yaml", {"node": tight.host_yaml()})
         failures: list[BaseException] = []
-        with inv.target("node") as t:
+        with inv.target("node", agent=False) as t:
 
             def one() -> None:
                 try:
@@ -271,9 +272,9 @@ def test_output_streams_live(ct: remotekit.Target, node: FakeNode) -> None:
     assert r.stdout == "first\nsecond\n"
 
 
-def test_capture_is_bounded(inventory: remotekit.Inventory) -> None:
+def test_capture_is_bounded(inventory: remotekit.Inventory, agent: bool | None) -> None:
     spec = inventory.spec("ct")
-    with remotekit.Target(spec, capture_limit=1 << 20) as t:
+    with remotekit.Target(spec, capture_limit=1 << 20, agent=agent) as t:
         seen = [0]
 
         def count(stream: str, line: str) -> None:
@@ -306,8 +307,11 @@ def test_put_and_get_through_the_container(
     (node.ct_tmp(CT) / "x.bin").unlink()
 
 
-def test_stopped_container(inventory: remotekit.Inventory) -> None:
-    with inventory.target("stopped") as t, pytest.raises(remotekit.ContainerNotRunning) as info:
+def test_stopped_container(inventory: remotekit.Inventory, agent: bool | None) -> None:
+    with (
+        inventory.target("stopped", agent=agent) as t,
+        pytest.raises(remotekit.ContainerNotRunning) as info,
+    ):
         t.run(["true"])
     assert "container '201' not running!" in str(info.value)
     assert (info.value.host, info.value.step, info.value.container) == (
@@ -317,37 +321,45 @@ def test_stopped_container(inventory: remotekit.Inventory) -> None:
     )
 
 
-def test_unknown_container(inventory: remotekit.Inventory) -> None:
-    with inventory.target("noct") as t, pytest.raises(remotekit.ContainerNotFound) as info:
+def test_unknown_container(inventory: remotekit.Inventory, agent: bool | None) -> None:
+    with (
+        inventory.target("noct", agent=agent) as t,
+        pytest.raises(remotekit.ContainerNotFound) as info,
+    ):
         t.run_python(remotekit.Script("pass"))
     assert info.value.container == "999"
     assert "Configuration file 'nodes/pve/lxc/999.conf' does not exist" in str(info.value)
 
 
-def test_missing_venv(inventory: remotekit.Inventory) -> None:
-    with inventory.target("novenv") as t, pytest.raises(remotekit.InterpreterNotFound) as info:
+def test_missing_venv(inventory: remotekit.Inventory, agent: bool | None) -> None:
+    with (
+        inventory.target("novenv", agent=agent) as t,
+        pytest.raises(remotekit.InterpreterNotFound) as info,
+    ):
         t.run(["true"])
     assert info.value.path == "/opt/no-such-venv/bin/python"
     assert "/opt/no-such-venv/bin/python" in str(info.value)
 
 
-def test_ping_walks_the_layers(inventory: remotekit.Inventory) -> None:
-    with inventory.target("ct") as t:
+def test_ping_walks_the_layers(inventory: remotekit.Inventory, agent: bool | None) -> None:
+    with inventory.target("ct", agent=agent) as t:
         checks = t.ping().checks
-    assert [c.ok for c in checks] == [True, True, True, True]
+    assert [c.ok for c in checks] == [True, True, True, True, True]
     assert checks[1].layer == f"pct exec {CT}"
-    assert checks[3].layer == "torch"
-    with inventory.target("stopped") as t:
+    assert [c.layer for c in checks[3:]] == ["agent", "torch"]
+    with inventory.target("stopped", agent=agent) as t:
         checks = t.ping().checks
     assert [c.ok for c in checks] == [True, False]
     assert "stopped" in checks[1].detail
-    with inventory.target("novenv") as t:
+    with inventory.target("novenv", agent=agent) as t:
         checks = t.ping().checks
     assert [c.ok for c in checks] == [True, True, False]
     assert "/opt/no-such-venv/bin/python" in checks[2].detail
 
 
-def test_secret_env_values_never_show(sshd: SSHServer, node: FakeNode, tmp_path: Path) -> None:
+def test_secret_env_values_never_show(
+    sshd: SSHServer, node: FakeNode, tmp_path: Path, agent: bool | None
+) -> None:
     secret = "hf_" + uuid.uuid4().hex
     inv = write_inventory(
         tmp_path / "hosts.yaml",
@@ -361,7 +373,7 @@ def test_secret_env_values_never_show(sshd: SSHServer, node: FakeNode, tmp_path:
             )
         },
     )
-    with inv.target("s") as t:
+    with inv.target("s", agent=agent) as t:
         with pytest.raises(remotekit.StepFailed) as info:
             t.run(["sh", "-c", 'echo "token is $HF_TOKEN" >&2; exit 3'])
         assert info.value.result.stderr == f"token is {secret}\n"  # the data is not lost
@@ -553,7 +565,7 @@ def test_sudo_layer(inventory: remotekit.Inventory, node: FakeNode) -> None:
     with inventory.target("sudo") as t:
         assert t.chain.startswith("ssh ") and " -> sudo -> pct exec 200 -> " in t.chain
         assert t.run(["echo", "as root"]).stdout == "as root\n"
-        assert [c.ok for c in t.ping().checks] == [True, True, True, True, True]
+        assert [c.ok for c in t.ping().checks] == [True] * 6
 
 
 def test_sudo_that_wants_a_password_is_an_auth_error(
@@ -715,7 +727,7 @@ def test_paramiko_records_still_reach_an_application_that_configured_logging(
 
 @pytest.mark.timeout(120)
 def test_a_connection_dropped_between_steps_reconnects_with_a_note(
-    own_sshd: SSHServer, node: FakeNode, tmp_path: Path
+    own_sshd: SSHServer, node: FakeNode, tmp_path: Path, agent: bool | None
 ) -> None:
     """The server drops the held connection while no step runs: the next step opens a new
     one, says so (a warning naming the host), and runs once; nothing is run again."""
@@ -723,7 +735,7 @@ def test_a_connection_dropped_between_steps_reconnects_with_a_note(
     inv = write_inventory(tmp_path / "hosts.yaml", {"box": host})
     runs = node.ct_tmp(CT) / f"runs-{uuid.uuid4().hex}"
     step = ["sh", "-c", f"echo ran >> /tmp/{runs.name}; echo ok"]
-    with inv.target("box") as t:
+    with inv.target("box", agent=agent) as t:
         assert t.run(step).stdout == "ok\n"
         assert own_sshd.drop_connections()  # the sshd process serving it is gone
         for _ in range(2):  # at once, and after paramiko saw the connection go
@@ -738,3 +750,27 @@ def test_a_connection_dropped_between_steps_reconnects_with_a_note(
                 t.run(step)
             assert t.run(step).stdout == "ok\n"
     assert runs.read_text() == "ran\n" * 5  # each step ran once
+
+
+@pytest.mark.timeout(120)
+def test_a_connection_gone_silent_between_steps_fails_the_next_step(
+    own_sshd: SSHServer, node: FakeNode, tmp_path: Path, agent: bool | None
+) -> None:
+    """The held connection stops answering while no step runs (no FIN, no RST): the next
+    step is not sent into it to wait out its own timeout; the engine finds the link dead
+    within timeouts.connect and says so. (On the agent, an idle agent answers a probe before
+    a step goes to it.)"""
+    host = own_sshd.host_yaml(container=CT, pct=str(node.pct), venv=venv_prefix())
+    inv = write_inventory(tmp_path / "hosts.yaml", {"box": {**host, "timeouts": {"connect": 2}}})
+    runs = node.ct_tmp(CT) / f"runs-{uuid.uuid4().hex}"
+    step = ["sh", "-c", f"echo ran >> /tmp/{runs.name}; echo ok"]
+    with inv.target("box", agent=agent) as t:
+        assert t.run(step).stdout == "ok\n"
+        assert own_sshd.freeze_connections()
+        try:
+            with pytest.raises(remotekit.ConnectionLost) as info:
+                t.run(step, timeout=60)
+        finally:
+            own_sshd.drop_connections()
+        assert info.value.host == "box"
+    assert runs.read_text() == "ran\n"  # the step that met the silent link never ran

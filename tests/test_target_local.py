@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import re
 import sys
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -62,9 +65,11 @@ def test_missing_workdir(local: remotekit.Target) -> None:
         local.run(["true"], cwd="/no/such/dir")
 
 
-def test_missing_interpreter_is_named() -> None:
+def test_missing_interpreter_is_named(agent: bool | None) -> None:
     with (
-        remotekit.local_target(python="/opt/nope/bin/python3") as t,
+        remotekit.Target(
+            remotekit.local_target(python="/opt/nope/bin/python3").spec, agent=agent
+        ) as t,
         pytest.raises(remotekit.InterpreterNotFound) as info,
     ):
         t.run(["true"])
@@ -157,8 +162,8 @@ def test_on_output_gets_lines_with_their_stream(local: remotekit.Target) -> None
     assert sorted(seen) == [("stderr", "e"), ("stdout", "a"), ("stdout", "b")]
 
 
-def test_capture_limit_keeps_the_tail() -> None:
-    with remotekit.Target(remotekit.local_target().spec, capture_limit=1000) as t:
+def test_capture_limit_keeps_the_tail(agent: bool | None) -> None:
+    with remotekit.Target(remotekit.local_target().spec, capture_limit=1000, agent=agent) as t:
         r = t.run(["sh", "-c", "i=0; while [ $i -lt 500 ]; do echo line$i; i=$((i+1)); done"])
     assert r.stdout.endswith("line499\n") and len(r.stdout) <= 1000
     assert r.stdout_dropped + len(r.stdout) == sum(len(f"line{i}\n") for i in range(500))
@@ -205,8 +210,14 @@ def test_put_and_get(local: remotekit.Target, tmp_path: Path) -> None:
 
 def test_ping_local(local: remotekit.Target) -> None:
     report = local.ping()
-    assert [c.ok for c in report.checks] == [True, True, True]
+    assert [c.ok for c in report.checks] == [True, True, True, True]
     assert report.checks[1].layer == sys.executable and report.exit_code == 0
+    agent = report.checks[2]
+    assert agent.layer == "agent"
+    if local.spec.agent:  # the interpreter's check ran on it
+        assert re.fullmatch(r"on \(pid \d+ there\): every step is a message to it", agent.detail)
+    else:
+        assert agent.detail == "off (agent: false); one process per step"
 
 
 def test_chain(local: remotekit.Target) -> None:
@@ -257,6 +268,8 @@ def test_a_job_by_name_is_looked_up_once_when_the_target_opens(slurm_bin: Path) 
         report = t.ping()
     assert report.failed is None, report.findings
     assert [c.layer for c in report.checks][:2] == ["local", "srun --jobid 4242"]
+    agent = next(c for c in report.checks if c.layer == "agent")
+    assert agent.detail.startswith("on (pid "), agent.detail  # srun --unbuffered carries it
     calls = (slurm_bin / "squeue.calls").read_text().splitlines()
     assert calls == ["--noheader --name=train --format=%i %T", "--noheader --jobs=4242 --format=%T"]
     srun = (slurm_bin / "srun.args").read_text().split()
@@ -283,11 +296,66 @@ def test_a_job_by_name_that_is_pending_names_the_job(slurm_bin: Path) -> None:
 )
 def test_ping_an_interpreter_that_answers_no_json(tmp_path: Path, tail: str, said: str) -> None:
     """A wrapper there that adds a line after the script's (or eats its answer): a failed
-    interpreter check that shows what came back, not a crash."""
+    interpreter check that shows what came back, not a crash. (One process per step: the
+    wrapper's words land in the step; an agent's steps never see them, see below.)"""
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\n"{sys.executable}" "$@"{tail}\n')
     python.chmod(0o755)
-    with remotekit.local_target(python=str(python)) as t:
+    with remotekit.local_target(python=str(python), agent=False) as t:
         report = t.ping()
     assert report.failed is not None and report.failed.layer == str(python)
     assert said in report.failed.detail and report.exit_code == 2
+
+
+def test_a_step_leaves_no_pipe_to_the_collector() -> None:
+    """Each step's pipes are closed when it ends (left to the collector, each was a
+    ResourceWarning, three a step)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with remotekit.local_target(agent=False) as t:
+            for _ in range(3):
+                t.run(["true"])
+        gc.collect()
+    assert [str(w.message) for w in seen if w.category is ResourceWarning] == []
+
+
+AGENT_PID = ["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"]  # the runner's parent
+
+
+def test_a_banner_around_the_agent_is_neither_a_frame_nor_a_steps_output(tmp_path: Path) -> None:
+    """A wrapper (a login shell's rc file) that prints before and after the interpreter: the
+    agent's frames are found after the banner, and no step's output holds it."""
+    python = tmp_path / "python"
+    body = f'echo "Welcome to node7"\n"{sys.executable}" "$@"\necho "Bye from node7"\n'
+    python.write_text("#!/bin/sh\n" + body)
+    python.chmod(0o755)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", remotekit.AgentUnavailable)
+        with remotekit.local_target(python=str(python)) as t:
+            assert t.run(["echo", "hi"], timeout=30).stdout == "hi\n"
+            pid = t.run(AGENT_PID, timeout=30).stdout
+            assert pid == t.run(AGENT_PID, timeout=30).stdout and int(pid) != os.getpid()
+
+
+def test_a_chain_that_holds_back_the_agents_output_runs_each_step_alone(tmp_path: Path) -> None:
+    """A wrapper whose pipe buffers the agent's output (``| grep``) would keep it from ever
+    saying hello: after timeouts.connect the target runs each step as a process of its own,
+    with one note naming the host, and the first step runs that way too."""
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\n"{sys.executable}" "$@" | grep -v nothing-matches-this\n')
+    python.chmod(0o755)
+    timeouts = remotekit.spec.Timeouts(connect=2)
+    with remotekit.local_target(python=str(python), timeouts=timeouts) as t:
+        with pytest.warns(remotekit.AgentUnavailable) as notes:
+            first = t.run(["echo", "first"], timeout=60)
+            parents = {t.run(AGENT_PID, timeout=60).stdout for _ in range(2)}
+        report = t.ping()
+    assert first.stdout == "first\n" and len(parents) == 2  # a wrapper shell per step
+    said_all = [str(n.message) for n in notes if n.category is remotekit.AgentUnavailable]
+    assert len(said_all) == 1, said_all
+    said = said_all[0]
+    assert said.startswith(f"local: the remotekit agent cannot run via local -> {python}: ")
+    assert "said nothing within 2 s (timeouts.connect)" in said
+    assert "each step runs as a process of its own" in said
+    agent = next(c for c in report.checks if c.layer == "agent")
+    assert agent.detail.startswith("off: it said nothing within 2 s")

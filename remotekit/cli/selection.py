@@ -1,9 +1,9 @@
 """Which targets a task works on: the selection options, declared once.
 
 Every fleet task takes ``--host a,b`` / ``--group g`` / ``--all`` (default: hosts.yaml's
-``default:``, else ``local``), ``--parallel N``, ``--json``, ``--verbose`` and
-``--inventory FILE``. A task says so by one
-parameter, ``sel: Selection``; :func:`fleet_task` puts the seven options in its place in the
+``default:``, else ``local``), ``--parallel N``, ``--json``, ``--verbose``,
+``--inventory FILE`` and ``--no-agent``. A task says so by one
+parameter, ``sel: Selection``; :func:`fleet_task` puts the eight options in its place in the
 signature invoke reads (``__signature__``), adds their help, and hands the task one
 :class:`Selection`. Other options that several tasks share (a step's ``--timeout/--detach/
 --mask-output``, the checkpoint loading options, ``--watch/--count``) are an
@@ -33,6 +33,8 @@ SELECT_HELP = {
     "json": "machine-readable output only (JSON on stdout)",
     "verbose": "show each host's layer chain, and each step's full chain as it starts",
     "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, ~/.config/remotekit/hosts.yaml)",
+    "agent": "--no-agent: one process per step on every host, as hosts.yaml `agent: false` "
+    "(default: each host as hosts.yaml says; the resident agent unless it says false)",
 }
 TIMEOUT_HELP = "seconds before the step is stopped there (default: the host's timeouts.step)"
 
@@ -48,15 +50,22 @@ class Selection:
     json: bool = False
     verbose: bool = False
     inventory: str = ""
+    #: False (``--no-agent``): no host's steps run on the resident agent. A choice for this
+    #: one command, for every host it selects: the two paths keep the same guarantees, so
+    #: the reason to leave the agent is a host (an agent that misbehaves there), not a step.
+    agent: bool = True
 
     def targets(self) -> list[remotekit.Target]:
         """The selected targets; a bad inventory or an empty selection ends the task (exit 2)."""
-        return select_targets(self.host, self.group, self.all, self.inventory)
+        return select_targets(self.host, self.group, self.all, self.inventory, agent=self.agent)
 
 
-def select_targets(host: str, group: str, all: bool, inventory: str) -> list[remotekit.Target]:
+def select_targets(
+    host: str, group: str, all: bool, inventory: str, *, agent: bool = True
+) -> list[remotekit.Target]:
     """Targets by name, group or all; none of them: hosts.yaml's ``default:``, else ``local``
-    (said once on stderr when hosts.yaml declares other hosts), from ``inventory``."""
+    (said once on stderr when hosts.yaml declares other hosts), from ``inventory``; with
+    ``agent`` False, none of them uses the resident agent."""
     try:
         inv = remotekit.load_inventory(inventory or None)
         if host or group or all:
@@ -76,7 +85,7 @@ def select_targets(host: str, group: str, all: bool, inventory: str) -> list[rem
             file=sys.stderr,
             flush=True,
         )
-    return [remotekit.Target(s) for s in specs]
+    return [remotekit.Target(s, agent=None if agent else False) for s in specs]
 
 
 def one_target(host: str, inventory: str, task_name: str) -> remotekit.Target:

@@ -238,9 +238,6 @@ class Hop(ABC):
     key: ClassVar[str]
     options: ClassVar[tuple[str, ...]] = ()
     kind: ClassVar[str] = "container"
-    #: Whether a resident agent (hosts.yaml ``agent: true``) can run through this hop; where
-    #: it cannot, the target keeps the one-process-per-step path.
-    agent: ClassVar[bool] = True
     #: The field (and hosts.yaml key) that holds the hop's executable: :attr:`executable`,
     #: and the "not found" hint.
     exe_key: ClassVar[str] = "bin"

@@ -1,6 +1,8 @@
 # remotekit agent: one per open target, shipped over stdin and run THERE by the same constant
 # loader as the runner (``python -c LOADER``); it then takes every step of the target as
-# framed messages on that one channel. Standard library only; Python >= 3.8.
+# framed messages on that one channel. Standard library only; it runs on every Python the
+# runner runs on (MIN_PYTHON; tests run it on real 3.6 and later); on an older one it says hello
+# with its version and leaves, and the caller runs each step without it.
 #
 # Frames, both ways: KIND (1 byte) | step id (u32, big-endian) | length (u32) | payload.
 #
@@ -10,10 +12,14 @@
 #                     D  more bytes for step N's stdin (its payload)
 #                     E  EOF on step N's stdin: the runner takes it as "stop the step"
 #                     C  the caller consumed that many bytes of step N's output (decimal)
-#   agent -> caller   A  the agent runs (step 0): ``{"pid": N}``
+#                     P  are you there (step 0; any payload): answered at once, in kind
+#   agent -> caller   A  the agent runs (step 0): ``{"pid": N, "python": [3, 11, 7]}``, its
+#                        first bytes on stdout (what a login shell printed before is not
+#                        a frame: the caller looks for this one)
 #                     O / e  bytes step N wrote on its stdout / stderr
 #                     W  that many bytes of step N's stdin were written to it (decimal)
 #                     X  step N ended: its exit status (decimal; 128+N for signal N)
+#                     P  here I am: the payload of the caller's P
 #
 # Each step is a child forked from the agent that runs the runner unchanged (the runner's code
 # executed as ``__main__`` with the step's own pipes as its stdin, stdout and stderr), so the
@@ -46,12 +52,19 @@ CHUNK = 1 << 16
 WINDOW = 1 << 20
 #: How long, beyond the longest grace of a step, steps get to stop after the channel closed.
 GRACE = 3.0
+#: The oldest Python the agent runs on: the runner's (older ones fail both alike).
+MIN_PYTHON = (3, 6)
 
 
 def frame(kind, sid, payload=b""):
     # type: (bytes, int, bytes) -> bytes
     """One frame (``kind``: a one-byte bytes, ``sid``: the step id)."""
     return FRAME.pack(kind, sid, len(payload)) + payload
+
+
+def hello():
+    """The payload of the agent's first frame (``A``, step 0): its pid and Python version."""
+    return json.dumps({"pid": os.getpid(), "python": list(sys.version_info[:3])}).encode()
 
 
 def frames(buf):
@@ -100,16 +113,6 @@ class Step(object):
                 pass
             self.stdin = None
         self.pending = []
-
-
-def header_of(first):
-    """The step's header (what its runner reads first: ``<length>\n<JSON>``), as a dict;
-    the agent reads two fields of it: ``preload`` and ``grace``."""
-    try:
-        header = json.loads(first.split(b"\n", 1)[1].decode("utf-8"))
-    except (ValueError, IndexError):
-        return {}
-    return header if isinstance(header, dict) else {}
 
 
 def send_fds(sock, data, fds):
@@ -232,7 +235,7 @@ class Agent(object):
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self):
-        self.send(b"A", 0, json.dumps({"pid": os.getpid()}).encode())
+        self.send(b"A", 0, hello())
         poller = select.poll()
         while not self.closing:
             self.watch(poller)
@@ -293,7 +296,9 @@ class Agent(object):
             self.order(kind, sid, payload)
 
     def order(self, kind, sid, payload):
-        if kind == b"R":
+        if kind == b"P":
+            self.send(b"P", sid, payload)
+        elif kind == b"R":
             self.take_runner(payload)
         elif kind == b"S":
             self.start(sid, payload)
@@ -317,12 +322,22 @@ class Agent(object):
         exec(self.runner, runner)
         runner["become_subreaper"]()  # a step's orphans stay ours to reap
         runner["prctl"](4, 0)  # PR_SET_DUMPABLE 0: other processes cannot read our memory
+        self.read_header = runner["read_header"]  # the header's fields: the runner's table
+
+    def header_of(self, first):
+        """The step's header (what its runner reads first: ``<length>\n<JSON>``), read as
+        the runner reads it, every field present; the agent reads two of them: ``preload``
+        and ``grace``. One it cannot read has the defaults (its runner says what is wrong)."""
+        try:
+            return self.read_header(first.split(b"\n", 1)[1])
+        except (ValueError, IndexError, TypeError, AttributeError):
+            return self.read_header(b"{}")
 
     # -- a step ------------------------------------------------------------------------------
 
     def start(self, sid, first):
-        header = header_of(first)
-        modules = tuple(sorted(map(str, header.get("preload") or ())))
+        header = self.header_of(first)
+        modules = tuple(sorted(map(str, header["preload"] or ())))
         try:
             pid, (in_w, out_r, err_r) = self.fork(sid, modules)
         except OSError as e:  # no fork, no pipes: this step fails, the agent goes on
@@ -331,11 +346,9 @@ class Agent(object):
             return
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
-        for fd in (in_w, out_r, err_r):
-            os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
         step.warm = modules
-        step.grace = float(header.get("grace") or 1.0)
+        step.grace = float(header["grace"] or 1.0)
         step.pending.append(first)
         self.feed(step)
 
@@ -548,6 +561,9 @@ class Agent(object):
 
 
 def main():
+    if sys.version_info[:2] < MIN_PYTHON:  # say which Python this is, and leave: the caller
+        write_all(1, frame(b"A", 0, hello()))  # then runs each step without an agent
+        os._exit(0)
     try:
         Agent().run()
     except BrokenPipeError:

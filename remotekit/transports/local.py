@@ -60,6 +60,8 @@ class LocalProcess(Channel):
                 self._last_output = time.monotonic()
         except OSError:
             pass
+        finally:
+            pipe.close()  # ours alone: left to the collector it is a ResourceWarning
 
     def _feed(self, chunks: Iterable[bytes]) -> None:
         stdin = self._proc.stdin
@@ -75,6 +77,7 @@ class LocalProcess(Channel):
     def _wait(self) -> None:
         code = self._proc.wait()
         self._gone = True
+        self.close_stdin()  # nobody reads it now (a feed still writing gets an error)
         # Read until both pipes close, or until they stay quiet for _DRAIN_S (a leftover
         # child of the step may hold them open).
         self._last_output = time.monotonic()

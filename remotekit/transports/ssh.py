@@ -10,7 +10,6 @@ key is always refused. Every paramiko and socket error is translated here, at th
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import os
 import socket
@@ -19,7 +18,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import paramiko
@@ -32,6 +30,7 @@ from remotekit.errors import (
     HostKeyError,
     Reconnected,
     RemotekitError,
+    caller_level,
 )
 from remotekit.quoting import join, quote
 from remotekit.transports.base import Channel, Exit, Lost, Output, wait_for_room
@@ -61,7 +60,6 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 _CHUNK = 1 << 16
 _DRAIN_S = 0.5
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class _Transport(paramiko.Transport):
@@ -100,17 +98,6 @@ def _bannerless(conn: Connection) -> str | None:
         if not transport.remote_version:
             return f"{h.host}:{h.port}"
     return None
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of our caller's first frame outside remotekit: a warning names the
-    user's line (a notebook cell's ``t.run(...)``), not ours (as pandas' find_stack_level)."""
-    here = inspect.currentframe()
-    frame: FrameType | None = here.f_back if here is not None else None
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -325,7 +312,7 @@ class SSHTransport:
                 f"{self.host}: the SSH connection to {self.spec.display} had dropped; "
                 f"reconnected (reconnect {n})",
                 Reconnected,
-                stacklevel=_caller_level(),
+                stacklevel=caller_level(),
             )
         return conn
 
