@@ -7,7 +7,7 @@ it (plain SSH targets: one connection each, as for 32 machines). Four cases, eac
 ``--reps`` times (median reported):
 
 - ``remotekit_connect``: fresh targets each time, ``remotekit.fleet(targets).run(["sleep", "1"])``
-  with the default parallelism: connecting is part of the time, as for ``invoke run --all``.
+  with the default parallelism: connecting is part of the time, as for ``remotekit run --all``.
   **This is the target figure: <= 2.5 s** (serially it would be 32 s).
 - ``remotekit_warm``: the same fleet again with its connections held.
 - ``fabric_connect`` / ``fabric_warm``: the peer baseline, Fabric's

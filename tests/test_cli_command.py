@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from invoke import Collection, ParseError
+from invoke import Collection, ParseError, Program
 from invoke.parser import Parser
 
 from remotekit.cli import ns as package_tasks
@@ -181,12 +181,17 @@ def test_each_short_flag_has_one_meaning_across_tasks() -> None:
 README_FIX_PENDING: dict[str, str] = {}  # a README command known to be wrong: its fix
 
 
-def docs_commands(task_names: set[str]) -> list[str]:
+def docs_commands(task_names: set[str], dev_task_names: set[str]) -> list[str]:
     """Every remotekit/invoke command README and docs/*.md write: code block lines, the code
     spans of their prose, and the first column of task tables (a task and its flags, without
-    the binary). A command written as `.venv/bin/remotekit` counts as `remotekit`."""
+    the binary: a package task's row is a `remotekit` command, a dev task's an `invoke` one).
+    A command written as `.venv/bin/remotekit` counts as `remotekit`, `.venv/bin/invoke` as
+    `invoke`."""
     paths = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    text = "\n".join(p.read_text() for p in paths).replace(".venv/bin/remotekit ", "remotekit ")
+    text = "\n".join(p.read_text() for p in paths)
+    text = text.replace(".venv/bin/remotekit ", "remotekit ").replace(
+        ".venv/bin/invoke ", "invoke "
+    )
     commands = []
     for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
         for line in block.splitlines():
@@ -196,7 +201,8 @@ def docs_commands(task_names: set[str]) -> list[str]:
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     for cell in re.findall(r"^\|([^|]*)\|", prose, re.M):
         spans = re.findall(r"`([^`]*)`", cell)
-        commands += [f"invoke {s}" for s in spans if s.split(" ")[0] in task_names]
+        commands += [f"remotekit {s}" for s in spans if s.split(" ")[0] in task_names]
+        commands += [f"invoke {s}" for s in spans if s.split(" ")[0] in dev_task_names]
     spans = re.findall(r"`((?:remotekit|invoke) [^`]*)`", prose)
     # a user's own tasks.py mounting the collection as rk.* is not ours to parse
     commands += [s.replace(" TASK", " ping") for s in spans if " rk." not in s]
@@ -214,15 +220,18 @@ def words_of(command: str) -> list[str]:
 
 def test_every_command_in_readme_and_docs_parses_with_the_real_parser() -> None:
     repo = repository_tasks()
-    commands = docs_commands(set(repo.task_names))
+    commands = docs_commands(set(package_tasks.task_names), set(repo.task_names))
     assert len(commands) > 30 and any("ckpt-diff" in c for c in commands)
     assert any("train-log --host kpro6" in c for c in commands)  # README's own
+    assert any(c.startswith("invoke --dry bench") for c in commands)  # the dev tasks' face
     wrong, pending = [], []
     for command in commands:
-        coll = fresh(package_tasks if command.startswith("remotekit ") else repo)
-        # as Program parses: the core options first, then the tasks and theirs
-        core = Parser(initial=program.initial_context, ignore_unknown=True)
-        parser = Parser(initial=program.initial_context, contexts=coll.to_contexts())
+        ours = command.startswith("remotekit ")
+        coll = fresh(package_tasks if ours else repo)
+        # as each program parses: its core options first, then the tasks and theirs
+        initial = program.initial_context if ours else Program().initial_context
+        core = Parser(initial=initial, ignore_unknown=True)
+        parser = Parser(initial=initial, contexts=coll.to_contexts())
         try:
             parser.parse_argv(core.parse_argv(words_of(command)).unparsed)
         except ParseError as exc:

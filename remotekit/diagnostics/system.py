@@ -1,8 +1,8 @@
 """The ``gpu``, ``env``, ``disk`` and ``procs`` diagnostics: local halves of ``remote/sysinfo.py``.
 
 Each API function runs one ``sysinfo.py`` subcommand on a target (one step) and returns a
-frozen report; its ``render_*`` function turns it into text (the invoke tasks in ``tasks.py``
-print that, or JSON, and exit with the code). Every report has:
+frozen report; its ``render_*`` function turns it into text (the ``remotekit`` tasks,
+remotekit/cli/, print that, or JSON, and exit with the code). Every report has:
 
 - ``exit_code``: 0 OK, 1 findings, 2 could not run (see :mod:`remotekit.diagnostics.base`);
 - ``findings``: one message per warning (hot GPU, ECC errors, low disk ...);
