@@ -148,6 +148,26 @@ def test_py_takes_the_script_and_its_args_as_typed(tmp_path: Path) -> None:
     assert r.returncode == 2 and "script" in r.stderr
 
 
+def test_the_words_after_dashes_come_from_the_argv_the_program_parsed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``program.run(argv=[...])`` in this process (a wrapper, a test, a notebook): the
+    command after ``--`` is the one in that argv, never this process's own command line."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {}\n")
+    (tmp_path / "show.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["pytest", "--", "echo", "from sys.argv"])
+    shown = ["sh", "-c", 'echo "[$1]"', "-", "a  b"]
+    program.run(argv=["remotekit", "run", "--host", "box", "--", *shown], exit=False)
+    assert capfd.readouterr().out.splitlines() == ["box | [a  b]"]
+    program.run(
+        argv=["remotekit", "py", "show.py", "--host", "box", "--", "--lr", "1 2"], exit=False
+    )
+    assert capfd.readouterr().out.splitlines() == ["box | ['--lr', '1 2']"]
+    program.run(argv=["remotekit", "run", "--host", "box", "--cmd", "echo no dashes"], exit=False)
+    assert capfd.readouterr().out.splitlines() == ["box | no dashes"]
+
+
 def repository_tasks() -> Any:
     sys.path.insert(0, str(ROOT / "tools"))
     try:

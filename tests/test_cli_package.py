@@ -92,6 +92,8 @@ def test_a_users_tasks_py_mounts_the_collection(tmp_path: Path) -> None:
     assert r.returncode == 0 and "local" in r.stdout, r.stderr
     r = run([*invoke, "rk.run", "--cmd", "echo mounted", "--host", "local"], tmp_path)
     assert r.returncode == 0 and "mounted" in r.stdout, r.stderr
+    r = run([*invoke, "rk.run", "--host", "local", "--", "echo", "a  b"], tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["local | a  b"], r.stderr
     r = run([*invoke, "train"], tmp_path)
     assert r.returncode == 0 and "training" in r.stdout
 

@@ -23,6 +23,7 @@ from invoke import Argument, Exit, ParseError, Program
 import remotekit
 from remotekit import __version__
 from remotekit.cli import ns
+from remotekit.cli.selection import AFTER_DASHES, words_after_dashes
 
 #: invoke's core options that remotekit offers (its ``core_args`` names).
 CORE_OPTIONS = ("complete", "help", "list", "list-format", "print-completion-script", "version")
@@ -64,6 +65,11 @@ class RemotekitProgram(Program):
                 print("\n".join(names))
                 raise Exit
         self._usage(super().parse_cleanup)
+
+    def update_config(self, merge: bool = True) -> None:
+        super().update_config(merge)
+        section, key = AFTER_DASHES
+        self.config.update({section: {key: words_after_dashes(self.argv)}})
 
     def _usage(self, parse: Any) -> None:
         """``parse()``; its parse error (or a flag value of the wrong kind) ends with exit 2."""

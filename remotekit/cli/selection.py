@@ -16,11 +16,11 @@ import functools
 import inspect
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
-from invoke import Exit, task
+from invoke import Context, Exit, task
 
 import remotekit
 
@@ -102,16 +102,32 @@ def split_option(name: str, value: str) -> list[str]:
         raise Exit(f"remotekit: --{name}: {exc} in {value!r}", code=2) from None
 
 
-def after_dashes() -> list[str]:
-    """The words after ``--`` on our command line, exactly as given (invoke keeps only a
-    space-joined string of them, which loses quoting)."""
-    return sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
+#: Where the ``remotekit`` program puts the words after ``--`` of the argv it parsed, in the
+#: config each task's context reads (invoke keeps only a space-joined string of them).
+AFTER_DASHES = ("remotekit", "after_dashes")
 
 
-def command_words(name: str, value: str) -> list[str]:
+def words_after_dashes(argv: Sequence[str]) -> list[str]:
+    """The words after the first ``--`` of ``argv`` (the program's name first), exactly as
+    given; where invoke's parser splits them off too."""
+    rest = list(argv[1:])
+    return rest[rest.index("--") + 1 :] if "--" in rest else []
+
+
+def after_dashes(c: Context) -> list[str]:
+    """The words after ``--`` on the command line the task was called by, exactly as given:
+    from the argv the ``remotekit`` program parsed (also an in-process ``program.run(argv)``);
+    in a collection mounted in a project's own tasks.py, invoke's program parsed this
+    process's command line, ``sys.argv``."""
+    section, key = AFTER_DASHES
+    given = c.config.get(section, {}).get(key)
+    return list(given) if given is not None else words_after_dashes(sys.argv)
+
+
+def command_words(c: Context, name: str, value: str) -> list[str]:
     """A command (or a script's arguments) as typed: the words after ``--``, untouched, or
     ``--name``'s value split like a shell would; both at once is a usage error."""
-    words = after_dashes()
+    words = after_dashes(c)
     if value and words:
         raise Exit(f"remotekit: give --{name} or the words after --, not both", code=2)
     return words or split_option(name, value)

@@ -131,7 +131,7 @@ def _run_live(
 def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
     """Run a command on targets (`-- PROGRAM ARGS...` or --cmd), output streamed live with host
     prefixes."""
-    argv = command_words("cmd", cmd)
+    argv = command_words(c, "cmd", cmd)
     if not argv:
         raise Exit("remotekit: give the command after -- (or --cmd)", code=2)
     _run_live(sel, step, lambda t, **how: t.run(argv, **how), lambda t: tuple(argv))
@@ -159,7 +159,7 @@ def py(
         shipped = remotekit.Script.from_path(script)
     except OSError as exc:
         raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
-    argv = command_words("args", args)
+    argv = command_words(c, "args", args)
     _run_live(
         sel,
         step,
