@@ -378,20 +378,68 @@ def test_completion_offers_host_and_group_names(tmp_path: Path) -> None:
     assert "--host" in r.stdout.split()  # flags still complete as before
 
 
-def test_bash_completes_a_host_name_through_the_printed_script(tmp_path: Path) -> None:
-    bash = need_program("bash")
-    (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\n")
-    script = (
-        "source <(remotekit --print-completion-script bash)\n"
-        "COMP_WORDS=(remotekit ping --host kp); _complete_remotekit remotekit kp\n"
-        'echo "${COMPREPLY[@]}"\n'
+#: What the shell hands ``--complete`` for a line, and what each candidate must look like:
+#: the shell keeps the candidates that start with the word being completed. bash splits
+#: ``--host=kp`` into ``--host = kp`` (``=`` is in its COMP_WORDBREAKS) and completes ``kp``;
+#: zsh keeps ``--host=kp`` one word, so the candidates carry ``--host=`` too. A comma list
+#: completes its last name and keeps the ones before it.
+NAME_SHAPES = [
+    (["--host", "kp"], ["kpro6", "kpro7"]),
+    (["--host=kp"], ["--host=kpro6", "--host=kpro7"]),
+    (["--host", "=", "kp"], ["kpro6", "kpro7"]),
+    (["--host", "="], ["local", "kpro6", "kpro7", "other"]),
+    (["--host", "kpro6,"], ["kpro6,local", "kpro6,kpro7", "kpro6,other"]),
+    (["--host", "kpro6,k"], ["kpro6,kpro7"]),
+    (["--host=local,kpro7,o"], ["--host=local,kpro7,other"]),
+    (["--host", "=", "local,kp"], ["local,kpro6", "local,kpro7"]),
+    (["--group=g"], ["--group=gpu"]),
+    (["--inventory=fleet.yaml", "--host", "f"], ["far1", "far2"]),
+    (["--inventory", "=", "fleet.yaml", "--host", "=", "f"], ["far1", "far2"]),
+]
+
+
+@pytest.mark.parametrize(("words", "candidates"), NAME_SHAPES)
+def test_completion_fits_the_shape_of_the_word_being_completed(
+    tmp_path: Path, words: list[str], candidates: list[str]
+) -> None:
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\ngroups:\n  gpu: [kpro6, kpro7]\n"
     )
+    (tmp_path / "fleet.yaml").write_text("hosts:\n  far1: {}\n  far2: {}\n")
+    r = remotekit("--complete", "--", "remotekit", "ping", *words, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == candidates
+
+
+#: A line typed, how each shell hands it to the printed script's function, and what it offers.
+SHELL_LINES = [
+    ("bash", "COMP_WORDS=(remotekit ping --host kp); _complete_remotekit remotekit kp --host",
+     ["kpro6", "kpro7"]),
+    ("bash", "COMP_WORDS=(remotekit ping --host = kp); _complete_remotekit remotekit kp =",
+     ["kpro6", "kpro7"]),
+    ("bash", "COMP_WORDS=(remotekit ping --host kpro6,k); "
+     "_complete_remotekit remotekit kpro6,k --host", ["kpro6,kpro7"]),
+    ("zsh", "words=(remotekit ping --host=kp); _complete_remotekit",
+     ["--host=kpro6", "--host=kpro7"]),
+    ("zsh", "words=(remotekit ping --host kpro6,); _complete_remotekit",
+     ["kpro6,local", "kpro6,kpro7", "kpro6,other"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shell", "line", "offered"), SHELL_LINES)
+def test_a_shell_completes_host_names_through_the_printed_script(
+    tmp_path: Path, shell: str, line: str, offered: list[str]
+) -> None:
+    path = need_program(shell)
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\n")
+    shown = 'echo "${COMPREPLY[@]}"' if shell == "bash" else "print -r -- $reply"
+    script = f"source <(remotekit --print-completion-script {shell})\n{line}\n{shown}\n"
     env = {**env_for(tmp_path), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     r = subprocess.run(
-        [bash, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        [path, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["kpro6", "kpro7"]
+    assert r.stdout.split() == offered
 
 
 def test_dry_run_prints_the_chain_and_runs_nothing(tmp_path: Path) -> None:

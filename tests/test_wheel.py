@@ -181,8 +181,11 @@ def test_the_installed_command_is_what_it_shows(installed: Path, tmp_path: Path)
     r = remotekit(installed, "run", "--", "sh", "-c", 'echo "[$1]"', "-", "a b", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.splitlines() == ["local | [a b]"], r.stderr
     (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n")
-    r = remotekit(installed, "--complete", "--", "remotekit", "ping", "--host", "kp", cwd=tmp_path)
-    assert r.stdout.split() == ["local", "kpro6"]
+    complete = [installed, "--complete", "--", "remotekit", "ping"]
+    assert remotekit(*complete, "--host", "kp", cwd=tmp_path).stdout.split() == ["kpro6"]
+    assert remotekit(*complete, "--host=kp", cwd=tmp_path).stdout.split() == ["--host=kpro6"]
+    r = remotekit(*complete, "--host", "kpro6,", cwd=tmp_path)
+    assert r.stdout.split() == ["kpro6,local"]
     env = {"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
     p = subprocess.Popen(
         [str(installed / "remotekit"), "--list"],

@@ -6,7 +6,8 @@ What it shows is what it does: the core options are only those that mean somethi
 remotekit (invoke's ``--dry``, ``--command-timeout``, ``--pty``, ``--warn-only``, ... change
 invoke's own ``c.run``, which no task calls, so they are not offered). A usage error exits 2
 with a "did you mean" for task and option names; a pipe closed early ends quietly; shell
-completion completes host and group names after ``--host`` / ``--group``.
+completion completes host and group names after ``--host`` / ``--group`` (``--host=NAME``
+too, and the last name of a comma list).
 """
 
 from __future__ import annotations
@@ -98,24 +99,69 @@ class RemotekitProgram(Program):
         return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
+#: The options whose value is a name from hosts.yaml, and the names each completes to.
+NAME_OPTIONS = {"--host": "hosts", "--group": "groups"}
+
+
 def target_names(invocation: str) -> list[str] | None:
-    """Completion candidates when ``invocation`` (the words typed so far) ends with
-    ``--host`` or ``--group`` and maybe a partial name: the inventory's host or group names
-    (``--inventory FILE`` if typed, else the usual search); None: not a name's place."""
+    """Completion candidates when ``invocation`` (the words typed so far) ends where a
+    ``--host`` or ``--group`` value goes: the inventory's host or group names that start with
+    the part typed (``--inventory FILE`` if typed, else the usual search), each shaped like the
+    word being completed, since the shell keeps only the candidates that start with it
+    (:func:`name_place`); None: not a name's place."""
     try:
         words = shlex.split(invocation)
     except ValueError:
         return None
-    if words and not words[-1].startswith("-"):
-        words = words[:-1]  # a partial name: the shell keeps the candidates that match it
-    if not words or words[-1] not in ("--host", "--group"):
+    place = name_place(words)
+    if place is None:
         return None
-    at = words.index("--inventory") + 1 if "--inventory" in words[:-1] else 0
+    option, typed, shape = place
+    taken: list[str] = []
+    if option == "--host":  # a comma list: complete its last name, keep the ones before
+        *taken, typed = typed.split(",")
+        shape += "".join(f"{name}," for name in taken)
     try:
-        inv = remotekit.load_inventory(words[at] if at else None)
+        inv = remotekit.load_inventory(option_value(words[:-1], "--inventory"))
     except remotekit.RemotekitError:
         return []
-    return list(inv.hosts) if words[-1] == "--host" else list(inv.groups)
+    names = inv.hosts if NAME_OPTIONS[option] == "hosts" else inv.groups
+    return [shape + n for n in names if n.startswith(typed) and n not in taken]
+
+
+def name_place(words: list[str]) -> tuple[str, str, str] | None:
+    """Where the last word is a name's place: (the option, the value typed so far, what each
+    candidate starts with). bash splits ``--host=kp`` into ``--host``, ``=``, ``kp`` (``=``
+    is in its COMP_WORDBREAKS) and completes ``kp``; zsh keeps ``--host=kp`` one word and
+    completes all of it, so there each candidate starts with ``--host=``."""
+    last = words[-1] if words else ""
+    for option in NAME_OPTIONS:
+        if last.startswith(f"{option}="):
+            return option, last[len(option) + 1 :], f"{option}="
+    if last in NAME_OPTIONS:  # the value not begun
+        return last, "", ""
+    before = words[-2] if len(words) > 1 else ""
+    if last == "=" and before in NAME_OPTIONS:  # bash: --host= and nothing typed after it
+        return before, "", ""
+    if before == "=" and len(words) > 2 and words[-3] in NAME_OPTIONS:  # bash: --host=kp
+        return words[-3], last, ""
+    if before in NAME_OPTIONS and not last.startswith("-"):
+        return before, last, ""
+    return None
+
+
+def option_value(words: list[str], option: str) -> str | None:
+    """The value of the last ``option VALUE`` or ``option=VALUE`` in ``words`` (also as bash
+    splits it: ``option = VALUE``), or None."""
+    found = None
+    for i, word in enumerate(words):
+        if word == option:
+            rest = words[i + 1 : i + 3]
+            rest = rest[1:] if rest[:1] == ["="] else rest
+            found = rest[0] if rest else None
+        elif word.startswith(f"{option}="):
+            found = word[len(option) + 1 :]
+    return found
 
 
 program = RemotekitProgram(
