@@ -84,6 +84,28 @@ def test_a_usage_error_exits_2_with_a_hint(tmp_path: Path, args: list[str], hint
     assert hint in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["ping", "-h", "gpu1"], "(-h is --help, not --host any more: use --host gpu1)"),
+        (["-h", "gpu1", "ping"], "(-h is --help, not --host any more: use --host gpu1)"),
+        (["ping", "-i", "x.yaml"], "(-i is no short flag of ping: use --inventory FILE)"),
+        (["run", "-g", "gpu", "--", "true"], "(-g is no short flag of run: use --group GROUP)"),
+        (["ckpt-scan", "-j", "4"], "(-j is no short flag of ckpt-scan: use --json or --jobs N)"),
+        (["-i", "x.yaml", "ping"], "(-i is no short flag of ping: use --inventory FILE after "),
+    ],
+)
+def test_a_short_flag_from_before_says_which_long_one(
+    tmp_path: Path, args: list[str], hint: str
+) -> None:
+    """The automatic short flags (-h for --host, -i for --inventory ...) are gone; a person
+    who types one from habit is told the long flag, not "did you mean procs?"."""
+    r = remotekit(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert hint in r.stderr and "did you mean" not in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
 @pytest.mark.parametrize("buffered", [True, False])
 def test_list_into_a_closed_pipe_ends_quietly(tmp_path: Path, buffered: bool) -> None:
     env = env_for(tmp_path)

@@ -12,6 +12,7 @@ too, and the last name of a comma list).
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
@@ -19,7 +20,8 @@ import shlex
 import sys
 from typing import Any
 
-from invoke import Argument, Exit, ParseError, Program
+from invoke import Argument, Collection, Exit, ParseError, Program
+from invoke.parser import ParserContext
 
 import remotekit
 from remotekit import __version__
@@ -82,21 +84,67 @@ class RemotekitProgram(Program):
             raise Exit(f"remotekit: {exc}", code=2) from None
 
     def _did_you_mean(self, exc: ParseError) -> str:
-        """ " (did you mean ...?)" for an unknown task or option name, else ""."""
+        """ " (did you mean ...?)" for an unknown task or option name, or the long flag for a
+        short one typed from habit (:meth:`_short_flag`); else ""."""
         found = UNKNOWN.search(str(exc))
         if found is None:
             return ""
         word = found.group(1)
+        if habit := self._short_flag(word, exc.context):
+            return f" ({habit})"
         if word.startswith("-"):
             names = list(self.initial_context.flags)
             if exc.context is not None:
                 names += list(exc.context.flags) + list(exc.context.inverse_flags)
         else:
-            collection = getattr(self, "collection", None) or self.namespace
-            tasks = collection.task_names if collection is not None else {}
-            names = [*tasks, *(alias for aliases in tasks.values() for alias in aliases)]
+            names = [*self._tasks(), *(a for aliases in self._tasks().values() for a in aliases)]
         close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
         return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+    def _collection(self) -> Collection:
+        return getattr(self, "collection", None) or self.namespace or Collection()
+
+    def _tasks(self) -> dict[str, list[str]]:
+        return self._collection().task_names
+
+    def _short_flag(self, word: str, context: ParserContext | None) -> str:
+        """What to type instead of a short flag from before the tasks' automatic ones were
+        dropped (``-h HOST``, ``-i FILE``, ``-g GROUP`` ...), else "". ``-h`` is --help now,
+        so ``ping -h gpu1`` reads gpu1 as a task name: ``word`` is then that name."""
+        pairs = zip(self.argv, self.argv[1:])
+        if not word.startswith("-") and ("-h", word) in pairs:
+            return f"-h is --help, not --host any more: use --host {word}"
+        if not re.fullmatch(r"-[a-zA-Z]", word):
+            return ""
+        after = ""
+        if context is None or not context.name:  # before the task: the task named after it
+            named = [w for w in self.argv[self.argv.index(word) :] if w in self._tasks()]
+            # a copy: building a task's parser context consumes its help texts
+            contexts = {c.name: c for c in copy.deepcopy(self._collection()).to_contexts()}
+            context, after = (contexts[named[0]], " after the task name") if named else (None, "")
+        if context is None:
+            return ""
+        usages = dict.fromkeys(
+            _usage(a) for a in context.flags.values() if str(a.name).startswith(word[1])
+        )
+        if not usages:
+            return ""
+        return f"{word} is no short flag of {context.name}: use {' or '.join(usages)}{after}"
+
+
+#: How :func:`_usage` shows a flag's value, where its name upper-cased would not read well.
+VALUE_NAMES = {"inventory": "FILE"}
+
+
+def _usage(arg: Argument) -> str:
+    """``--jobs N``, ``--inventory FILE``, ``--all``: how a flag is typed."""
+    name = str(arg.name)
+    flag = f"--{name.replace('_', '-')}"
+    if arg.kind is bool:
+        return flag
+    if arg.kind in (int, float):
+        return f"{flag} N"
+    return f"{flag} {VALUE_NAMES.get(name, name.upper().replace('-', '_'))}"
 
 
 #: The options whose value is a name from hosts.yaml, and the names each completes to.
