@@ -407,6 +407,7 @@ class Target:
         remote_path: str,
         local: str | os.PathLike[str],
         *,
+        parents: bool = False,
         timeout: float | None = None,
         step: str | None = None,
         max_bytes: int = DEFAULT_GET_MAX_BYTES,
@@ -414,16 +415,21 @@ class Target:
     ) -> Result:
         """Copy a regular file from there to ``local`` (a temp file, renamed when complete).
 
+        ``local`` may be a directory (the file keeps its name); one ending with ``/`` must be.
+        ``parents`` creates the missing local directories first (``mkdir -p``): the one that
+        holds ``local``, or ``local`` itself when it ends with ``/``.
+
         FIFOs, devices, directories and sockets are refused, as is a file larger than
         ``max_bytes``. The local file gets the remote file's mode under our umask, never
         wider than the mode of a local file it replaces. ``on_progress(done, total)`` is
         called as bytes arrive, once the size there is known, and when the copy is complete.
         """
-        dest = Path(local)
-        if dest.is_dir():
-            dest = dest / os.path.basename(remote_path)
+        dest = self._local_dest(local, os.path.basename(remote_path), parents)
         tmp = dest.with_name(f".{dest.name}.remotekit-{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise RemotekitError(f"cannot write {dest}: {exc.strerror}", host=self.name) from exc
         ok = False
         got = [0]
         info: dict[str, Any] = {}
@@ -453,6 +459,29 @@ class Target:
         finally:
             if not ok:
                 tmp.unlink(missing_ok=True)
+
+    def _local_dest(self, local: str | os.PathLike[str], name: str, parents: bool) -> Path:
+        """The local file a ``get`` writes: ``local``, or ``name`` in it when it is a directory;
+        with ``parents``, its missing directories made first. A missing directory is an error
+        naming it and the way out."""
+        dest, into = Path(local), os.fspath(local).endswith(os.sep)
+        folder = dest if into else dest.parent
+        if parents:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise RemotekitError(
+                    f"cannot create {folder}: {exc.strerror}", host=self.name
+                ) from exc
+        if dest.is_dir():
+            return dest / name
+        if not folder.is_dir():
+            raise RemotekitError(
+                f"cannot write {local}: directory {folder} does not exist "
+                "(get --parents creates it)",
+                host=self.name,
+            )
+        return dest
 
     def stream_file(
         self,

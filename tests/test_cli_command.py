@@ -371,6 +371,18 @@ def test_put_and_get_say_what_they_did_on_a_terminal(tmp_path: Path) -> None:
     assert r.stdout == r.stderr == ""  # piped: quiet, as before
 
 
+def test_get_parents_makes_the_local_directories(tmp_path: Path) -> None:
+    (tmp_path / "blob").write_bytes(b"x" * 3000)
+    r = remotekit("get", "--src", "blob", "--dest", "back/deep/", cwd=tmp_path)
+    assert r.returncode == 2 and "get --parents creates it" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "back").exists()
+    r = remotekit("get", "--src", "blob", "--dest", "back/deep/", "--parents", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "back" / "deep" / "blob").read_bytes() == b"x" * 3000
+    r = remotekit("get", "--src", "blob", "--dest", "a/b/c", "--parents", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "a" / "b" / "c").read_bytes() == b"x" * 3000
+
+
 def test_gpu_on_a_host_without_a_gpu_is_a_note_unless_hosts_yaml_says_it_has_gpus(
     tmp_path: Path,
 ) -> None:

@@ -203,6 +203,20 @@ def test_put_and_get(local: remotekit.Target, tmp_path: Path) -> None:
         local.put(tmp_path / "missing", str(tmp_path / "x"))
 
 
+def test_get_parents_makes_the_local_directories(local: remotekit.Target, tmp_path: Path) -> None:
+    there = tmp_path / "there.bin"
+    there.write_bytes(os.urandom(10_000))
+    local.get(str(there), tmp_path / "x" / "y" / "a.bin", parents=True)
+    local.get(str(there), f"{tmp_path}/p/q/", parents=True)  # a trailing / names the directory
+    assert (tmp_path / "x/y/a.bin").read_bytes() == there.read_bytes()
+    assert (tmp_path / "p/q/there.bin").read_bytes() == there.read_bytes()
+    # without parents: an error naming the directory and the way out, and nothing written
+    for dest in (tmp_path / "nodir" / "a.bin", f"{tmp_path}/nodir/"):
+        with pytest.raises(remotekit.RemotekitError, match=r"nodir does not exist.*--parents"):
+            local.get(str(there), dest)
+    assert not (tmp_path / "nodir").exists()
+
+
 def test_ping_local(local: remotekit.Target) -> None:
     report = local.ping()
     assert [c.ok for c in report.checks] == [True, True, True]

@@ -222,6 +222,8 @@ class Moved:
         "dest": "local path",
         "host": "one target (default: hosts.yaml's `default:`, else local)",
         "inventory": SELECT_HELP["inventory"],
+        "parents": "create the missing local directories of --dest first (mkdir -p; a --dest "
+        "ending in / is one)",
         "timeout": TIMEOUT_HELP,
     },
 )
@@ -231,6 +233,7 @@ def get(
     dest: str = "",
     host: str = "",
     inventory: str = "",
+    parents: bool = False,
     timeout: float = 0.0,
 ) -> None:
     """Copy a file from one target to here."""
@@ -240,7 +243,7 @@ def get(
     moved = Moved(progress_line(console, f"get {src}"))
     with t:
         try:
-            t.get(src, dest, timeout=timeout or None, on_progress=moved)
+            t.get(src, dest, parents=parents, timeout=timeout or None, on_progress=moved)
         except remotekit.RemotekitError as exc:
             raise Exit(f"remotekit: {exc}", code=2) from None
         finally:
