@@ -113,11 +113,16 @@ class Target:
         *,
         capture_limit: int = DEFAULT_CAPTURE_LIMIT,
         agent: bool | None = None,
+        dry_run: bool = False,
     ):
+        """``dry_run``: run no step and connect nowhere; each step raises :class:`DryRun`
+        with the chain it would have run through, after handing it to :attr:`trace`."""
         self.name = spec.name
         transport = transport if transport is not None else for_spec(spec)
         use_agent = spec.agent if agent is None else agent
-        self._engine = Engine(spec, transport, capture_limit=capture_limit, agent=use_agent)
+        self._engine = Engine(
+            spec, transport, capture_limit=capture_limit, agent=use_agent, dry_run=dry_run
+        )
 
     # -- the engine's state, as the public attributes it always was ---------------------------
 
@@ -348,6 +353,7 @@ class Target:
         """
         from remotekit.forward import Forward
 
+        self._engine.dry("forward", ("forward", str(port)))
         fwd = Forward(self._engine, port, local_port=local_port, bind=bind, on_error=on_error)
         return fwd.start(check=check)
 
@@ -424,6 +430,8 @@ class Target:
         wider than the mode of a local file it replaces. ``on_progress(done, total)`` is
         called as bytes arrive, once the size there is known, and when the copy is complete.
         """
+        # before the local side: a dry run makes no directory and no temp file here
+        self._engine.dry(step or f"get {remote_path}", ("get", remote_path, os.fspath(local)))
         dest = self._local_dest(local, os.path.basename(remote_path), parents)
         tmp = dest.with_name(f".{dest.name}.remotekit-{secrets.token_hex(4)}")
         try:
@@ -593,6 +601,7 @@ class Target:
         step = "shell"
         engine = self._engine
         engine.remember_secrets(env)
+        engine.dry(step, ("shell", *(argv or ())))
         launch = shell.interactive(self.spec.hops, engine.launch_for(step))
         transport = self.transport
         if not isinstance(transport, TerminalTransport):
@@ -651,6 +660,7 @@ class Target:
 
         Stops at the first layer that fails; that check says why (see :mod:`remotekit.ping`).
         """
+        self._engine.dry("ping", ("ping",))
         return ping(self._engine, on_check)
 
 

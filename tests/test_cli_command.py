@@ -180,13 +180,14 @@ def test_the_words_after_dashes_come_from_the_argv_the_program_parsed(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["pytest", "--", "echo", "from sys.argv"])
     shown = ["sh", "-c", 'echo "[$1]"', "-", "a  b"]
-    program.run(argv=["remotekit", "run", "--host", "box", "--", *shown], exit=False)
+    ours = copy.deepcopy(program)  # parsing consumes the tasks' help texts: not the shared ones
+    ours.run(argv=["remotekit", "run", "--host", "box", "--", *shown], exit=False)
     assert capfd.readouterr().out.splitlines() == ["box | [a  b]"]
-    program.run(
-        argv=["remotekit", "py", "show.py", "--host", "box", "--", "--lr", "1 2"], exit=False
-    )
+    ours = copy.deepcopy(program)
+    ours.run(argv=["remotekit", "py", "show.py", "--host", "box", "--", "--lr", "1 2"], exit=False)
     assert capfd.readouterr().out.splitlines() == ["box | ['--lr', '1 2']"]
-    program.run(argv=["remotekit", "run", "--host", "box", "--cmd", "echo no dashes"], exit=False)
+    ours = copy.deepcopy(program)
+    ours.run(argv=["remotekit", "run", "--host", "box", "--cmd", "echo no dashes"], exit=False)
     assert capfd.readouterr().out.splitlines() == ["box | no dashes"]
 
 
@@ -497,3 +498,58 @@ def test_dry_run_prints_the_chain_and_runs_nothing(tmp_path: Path) -> None:
         "--lr 3e-4"
     ]
     assert not mark.exists()
+
+
+#: A task's words, and the start of each line its --dry-run prints for the host ``far``
+#: (unreachable: connecting would fail): the chain ending in the shipped script and its argv.
+FAR = "far: ssh nobody@127.0.0.1:1 -> pct exec 200 -> "
+SHIPS = FAR + "/v/bin/python -u '<shipped "
+DRY_RUNS = [
+    (["gpu"], [SHIPS + "sysinfo.py>' gpu --temp-threshold 85 "]),
+    (["env"], [SHIPS + "sysinfo.py>' env"]),
+    (["disk", "--path", "/data"], [SHIPS + "sysinfo.py>' disk "]),
+    (["procs"], [SHIPS + "sysinfo.py>' procs "]),
+    (
+        ["diagnose"],
+        [
+            SHIPS + "sysinfo.py>' env",
+            SHIPS + "sysinfo.py>' gpu ",
+            SHIPS + "sysinfo.py>' disk ",
+            SHIPS + "ckpt.py>' scan /ck ",
+        ],
+    ),
+    (["ckpt-scan", "--jobs", "3"], [SHIPS + "ckpt.py>' scan /ck --jobs 3"]),
+    (["ckpt-inspect", "--path", "/ck/a.pt"], [SHIPS + "ckpt.py>' inspect /ck/a.pt"]),
+    (["ckpt-diff", "-a", "/a.pt", "-b", "/b.pt"], [SHIPS + "ckpt.py>' diff /a.pt /b.pt "]),
+    (["ckpt-bisect"], [SHIPS + "ckpt.py>' bisect /ck "]),
+    (["train-log", "--path", "/run/log.jsonl"], [SHIPS + "trainlog.py>' /run/log.jsonl "]),
+    (["train-log", "--path", "/run/l.csv", "--follow"], [SHIPS + "trainlog.py>' /run/l.csv "]),
+    (["put", "--src", "blob", "--dest", "/x/", "--parents"], [FAR + "put blob /x/"]),
+    (["get", "--src", "/x", "--dest", "back/", "--parents"], [FAR + "get /x back/"]),
+]
+
+
+@pytest.mark.parametrize(("args", "starts"), DRY_RUNS)
+def test_dry_run_of_transfers_and_diagnostics_prints_what_would_ship_and_runs_nothing(
+    tmp_path: Path, args: list[str], starts: list[str]
+) -> None:
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  far: {ssh: nobody@127.0.0.1:1, container: 200, venv: /v, checkpoints: /ck}\n"
+    )
+    (tmp_path / "blob").write_bytes(b"x")
+    r = remotekit(*args, "--host", "far", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(starts) and all(map(str.startswith, lines, starts)), lines
+    assert r.stderr == "" and sorted(p.name for p in tmp_path.iterdir()) == ["blob", "hosts.yaml"]
+
+
+def test_dry_run_copies_nothing_here_either(tmp_path: Path) -> None:
+    (tmp_path / "blob").write_bytes(b"x")
+    r = remotekit("put", "--src", "blob", "--dest", "copy", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "local: local -> put blob copy\n", r.stderr
+    r = remotekit("get", "--src", "blob", "--dest", "a/b/", "--parents", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "local: local -> get blob a/b/\n", r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob"]
+    r = remotekit("ckpt-scan", "--dry-run", cwd=tmp_path)  # no --path, no checkpoints:
+    assert r.returncode == 2 and "no --path given" in r.stderr and r.stdout == ""

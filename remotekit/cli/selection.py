@@ -35,6 +35,10 @@ SELECT_HELP = {
     "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, ~/.config/remotekit/hosts.yaml)",
 }
 TIMEOUT_HELP = "seconds before the step is stopped there (default: the host's timeouts.step)"
+DRY_RUN_HELP = (
+    "print each host's layer chain ending in what would run there (a shipped script with its "
+    "arguments); run nothing, connect nowhere"
+)
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,16 @@ class Selection:
     verbose: bool = False
     inventory: str = ""
 
-    def targets(self) -> list[remotekit.Target]:
-        """The selected targets; a bad inventory or an empty selection ends the task (exit 2)."""
-        return select_targets(self.host, self.group, self.all, self.inventory)
+    def targets(self, dry_run: bool = False) -> list[remotekit.Target]:
+        """The selected targets (``dry_run``: targets that run no step, see
+        :class:`remotekit.Target`); a bad inventory or an empty selection ends the task
+        (exit 2)."""
+        return select_targets(self.host, self.group, self.all, self.inventory, dry_run)
 
 
-def select_targets(host: str, group: str, all: bool, inventory: str) -> list[remotekit.Target]:
+def select_targets(
+    host: str, group: str, all: bool, inventory: str, dry_run: bool = False
+) -> list[remotekit.Target]:
     """Targets by name, group or all; none of them: hosts.yaml's ``default:``, else ``local``
     (said once on stderr when hosts.yaml declares other hosts), from ``inventory``."""
     try:
@@ -76,12 +84,14 @@ def select_targets(host: str, group: str, all: bool, inventory: str) -> list[rem
             file=sys.stderr,
             flush=True,
         )
-    return [remotekit.Target(s) for s in specs]
+    return [remotekit.Target(s, dry_run=dry_run) for s in specs]
 
 
-def one_target(host: str, inventory: str, task_name: str) -> remotekit.Target:
+def one_target(
+    host: str, inventory: str, task_name: str, dry_run: bool = False
+) -> remotekit.Target:
     """The one target a single-host task (``get``, ``shell``, ``forward``) works on."""
-    targets = select_targets(host, "", False, inventory)
+    targets = select_targets(host, "", False, inventory, dry_run)
     if len(targets) != 1:
         raise Exit(f"remotekit: {task_name} takes one --host", code=2)
     return targets[0]
