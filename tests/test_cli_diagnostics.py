@@ -169,6 +169,29 @@ def test_gpu_exit_code_table_and_json(
     assert host["result"]["gpus"][2]["ecc_uncorrected_volatile"] == 3
 
 
+def test_fewer_gpus_than_hosts_yaml_declares_is_a_finding(
+    notorch: remotekit.Target, bin_dir: Path, tmp_path: Path
+) -> None:
+    """A GPU lost from the bus (Xid 79) leaves a node that still runs, one GPU short: with
+    ``gpus: 8`` in hosts.yaml, ``gpu`` and ``diagnose`` say so as a finding (exit 1)."""
+    local = {"python": notorch.spec.python, "workdir": notorch.spec.workdir}
+    hosts = tmp_path / "hosts.yaml"
+    write_inventory(hosts, {"local": {**local, "gpus": 8, "env": smi_env(bin_dir, "lost-gpu")}})
+    r = cli("gpu", "--inventory", str(hosts), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "warning: 7 GPU(s) seen where 8 are declared (gpus: 8)" in r.stdout
+    r = cli("diagnose", "--inventory", str(hosts), "--json", cwd=tmp_path)
+    host = only_host(r.stdout)
+    assert r.returncode == host["exit_code"] == 1
+    gpu = next(s for s in host["result"]["sections"] if s["name"] == "gpu")
+    assert gpu["status"] == "findings" and gpu["findings"][0].startswith("7 GPU(s) seen where 8")
+    # the same node with its eight GPUs, or with no count declared: no finding
+    write_inventory(hosts, {"local": {**local, "gpus": 8, "env": smi_env(bin_dir, "healthy")}})
+    assert cli("gpu", "--inventory", str(hosts), cwd=tmp_path).returncode == 0
+    write_inventory(hosts, {"local": {**local, "gpu": True, "env": smi_env(bin_dir, "lost-gpu")}})
+    assert cli("gpu", "--inventory", str(hosts), cwd=tmp_path).returncode == 0
+
+
 def test_an_engine_error_exits_2(notorch: remotekit.Target, bin_dir: Path, tmp_path: Path) -> None:
     hosts = smi_hosts(tmp_path, bin_dir, "healthy", notorch)
     r = cli("gpu", "--inventory", hosts, "--timeout", "0.001", cwd=tmp_path)
