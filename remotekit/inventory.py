@@ -41,7 +41,7 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import yaml
 
@@ -104,9 +104,14 @@ class _Composer(yaml.SafeLoader):
         self._path: list[str] = []
         self._open: set[str] = set()
 
+    if TYPE_CHECKING:  # PyYAML's stubs leave it untyped: it is the parser's next event
+
+        def peek_event(self) -> yaml.Event: ...
+
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         label = index.value if isinstance(index, yaml.ScalarNode) else str(index)
         event = self.peek_event()
+        assert event.start_mark is not None  # the parser marks every event it makes
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open:
@@ -300,7 +305,10 @@ class _HostReader:
         return value
 
     def text(self, k: str) -> str | None:
-        return self.get(k, lambda v: isinstance(v, str) and v != "", "a non-empty string")
+        value: str | None = self.get(
+            k, lambda v: isinstance(v, str) and v != "", "a non-empty string"
+        )
+        return value
 
     # -- what a hop reads its keys through (remotekit.layers.Fields) -----------------------
 
@@ -475,7 +483,10 @@ class _Nested:
         return value
 
     def text(self, k: str) -> str | None:
-        return self.get(k, lambda v: isinstance(v, str) and v != "", "a non-empty string")
+        value: str | None = self.get(
+            k, lambda v: isinstance(v, str) and v != "", "a non-empty string"
+        )
+        return value
 
     def fail(self, k: str, message: str) -> NoReturn:
         self.doc.fail((*self.key, k), message)

@@ -18,13 +18,16 @@ from remotekit.step import StepOptions, run_step, shipped
 __all__ = ["Check", "PingReport", "ping"]
 
 
-@dataclass(frozen=True)
-class Check:
-    """One layer's answer in :meth:`Target.ping`."""
+@dataclass(frozen=True, repr=False)
+class Check(Shown):
+    """One layer's answer in :meth:`Target.ping` (also handed to its ``on_check`` as it is
+    made); its ``str()`` is the line ``remotekit ping`` prints for it."""
 
     layer: str
     ok: bool
     detail: str
+
+    repr_keys = ("layer", "ok")
 
     def render(self) -> str:
         """``ok  LAYER: DETAIL``, ``FAIL ...``, or ``warn torch: ...`` (a missing torch stops

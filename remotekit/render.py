@@ -8,23 +8,12 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
+from remotekit.result import table
+
 __all__ = ["Console", "human_bytes", "mask_strings", "table", "to_json", "to_jsonable"]
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A left-aligned text table; ``None`` cells print as ``-``."""
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, c in enumerate(row):
-            widths[i] = max(widths[i], len(c))
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
 
 
 def human_bytes(n: int | None) -> str | None:

@@ -3,40 +3,63 @@
 
 from __future__ import annotations
 
+import base64
 import html
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
-__all__ = ["Detached", "Result", "Script", "Shown"]
+__all__ = ["Detached", "Result", "Script", "Shown", "table"]
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A left-aligned text table; ``None`` cells print as ``-`` (the CLI's tables, and the
+    ``str()`` of the results that print as one)."""
+    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
 
 
 class Shown:
     """A result or report that explains itself wherever it is shown.
 
     ``str()`` is :meth:`render`, what the CLI prints for it (one renderer for both faces);
-    ``repr()`` is one line (host, exit code, how many findings and errors), not a dump of
-    every field; in Jupyter it displays as HTML: its findings and errors first, then the
-    rendered text. A dataclass using it is declared with ``repr=False`` so this repr stands.
+    ``repr()`` is one line (the attributes named in ``repr_keys`` that are set, e.g. host and
+    exit code, then how many findings and errors), not a dump of every field; in Jupyter it
+    displays as HTML: its findings and errors first, then the rendered text, then its
+    :meth:`pictures`. A dataclass using it is declared with ``repr=False`` so this repr stands.
     """
+
+    #: The attributes ``repr()`` names, in this order, where they are set (not None, not "").
+    repr_keys: ClassVar[tuple[str, ...]] = ("host", "exit_code")
 
     def render(self) -> str:
         """The text the CLI prints for it (also its ``str()``)."""
         raise NotImplementedError
+
+    def pictures(self) -> list[tuple[str, bytes]]:
+        """The pictures shown below the text in Jupyter, each ``(title, PNG bytes)``: what
+        the CLI's ``--plot`` draws for it; none by default."""
+        return []
 
     def __str__(self) -> str:
         return self.render()
 
     def __repr__(self) -> str:
         parts = [type(self).__name__]
-        host = getattr(self, "host", None)
-        if host:
-            parts.append(f"host={host!r}")
-        code = getattr(self, "exit_code", None)
-        if code is not None:
-            parts.append(f"exit_code={code}")
+        for key in self.repr_keys:
+            value = getattr(self, key, None)
+            if value is not None and value != "":
+                parts.append(f"{key}={value!r}")
         for name in ("findings", "errors"):
             items = getattr(self, name, None)
             if items:
@@ -51,23 +74,36 @@ class Shown:
         ]
         head = f"<ul>{''.join(items)}</ul>" if items else ""
         text = html.escape(self.render())
-        return f'<div class="remotekit">{head}<pre>{text}</pre></div>'
+        images = "".join(
+            f'<img alt="{html.escape(title)}" src="data:image/png;base64,'
+            f'{base64.b64encode(png).decode("ascii")}"/>'
+            for title, png in self.pictures()
+        )
+        return f'<div class="remotekit">{head}<pre>{text}</pre>{images}</div>'
 
 
-@dataclass(frozen=True)
-class Detached:
+@dataclass(frozen=True, repr=False)
+class Detached(Shown):
     """A command started with ``detach=True``: it runs on there in its own session.
 
-    It is a **run** (:mod:`remotekit.runs`): ``id`` names it on its host
-    (``target.run_handle(id)``, ``remotekit logs ID``); ``pid`` is the command's, ``log`` its
-    output (stdout and stderr interleaved) in the run's record; ``dir`` is the step's private
-    folder (0700: the shipped files), removed with the run's record (``rm``).
+    It is a **run** (:mod:`remotekit.runs`; its handle keeps this as ``run.result.detached``):
+    ``id`` names it on its host (``target.run_handle(id)``, ``remotekit logs ID``); ``pid`` is
+    the command's, ``log`` its output (stdout and stderr interleaved) in the run's record;
+    ``dir`` is the step's private folder (0700: the shipped files), removed with the run's
+    record (``rm``).
     """
 
     pid: int
     log: str
     dir: str
     id: str = ""
+
+    repr_keys = ("id", "pid")
+
+    def render(self) -> str:
+        """``detached: run ID, pid N, log PATH``, as ``run --detach`` prints it: the id first
+        (``remotekit logs ID --follow`` takes it)."""
+        return f"detached: run {self.id}, pid {self.pid}, log {self.log}"
 
 
 @dataclass(frozen=True, repr=False)
@@ -125,12 +161,14 @@ class Result(Shown):
         return "\n".join(parts)
 
 
-@dataclass(frozen=True)
-class Script:
+@dataclass(frozen=True, repr=False)
+class Script(Shown):
     """A Python program to ship and run there, as bytes, with optional extra files beside it.
 
     ``name`` is the file name it gets in the private temp dir there (tracebacks show it);
     ``files`` maps further relative names to bytes, written beside the script (importable).
+    Its ``str()`` is a header line (name, size, the files beside it) and the source; its
+    ``repr()`` names it and its size, not its bytes.
     """
 
     source: bytes
@@ -155,6 +193,18 @@ class Script:
             parts = Path(rel).parts
             if not parts or Path(rel).is_absolute() or ".." in parts:
                 raise ValueError(f"script file name must be relative, without '..': {rel!r}")
+
+    def __repr__(self) -> str:
+        beside = f" +{len(self.files)} file(s)" if self.files else ""
+        return f"<Script name={self.name!r} {len(self.source)} bytes{beside}>"
+
+    def render(self) -> str:
+        """``# NAME (N bytes; beside it: F (N bytes), ...)``, then the source as text."""
+        beside = ", ".join(f"{rel} ({len(data)} bytes)" for rel, data in self.files.items())
+        head = f"# {self.name} ({len(self.source)} bytes" + (
+            f"; beside it: {beside})" if beside else ")"
+        )
+        return f"{head}\n{self.source.decode('utf-8', 'replace').rstrip()}"
 
     @classmethod
     def from_path(

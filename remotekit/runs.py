@@ -4,11 +4,11 @@
 (``remote/supervisor.py``, its docstring holds the record format) starts the command in its
 own session, records it under the runs dir there (hosts.yaml ``runs_dir:``, else
 ``$XDG_STATE_HOME``/``~/.local/state/remotekit/runs``), keeps its output (stdout, stderr, and
-both interleaved) and records its exit. The step returns a :class:`~remotekit.Result` whose
-``detached.id`` names the run; :class:`Run` is its handle::
+both interleaved) and records its exit. It returns the run's handle, a :class:`Run`
+(``t.run_handle(id)`` makes one for a run found again, e.g. by ``t.runs()``)::
 
-    r = t.run(["python", "train.py"], detach=True)
-    run = t.run_handle(r.detached.id)
+    run = t.run(["python", "train.py"], detach=True)
+    print(run.id, run.state())                  # running
     for chunk in run.logs(follow=True):        # bytes, as written; resumes after a dropped link
         sys.stdout.buffer.write(chunk)
     run.wait().exit_code
@@ -24,24 +24,35 @@ import json
 import posixpath
 import queue
 import secrets
+import shlex
 import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from remotekit import remote
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError
 from remotekit.remote import protocol
-from remotekit.result import Result, Script
+from remotekit.result import Result, Script, Shown, table
 from remotekit.step import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
     from remotekit.layers import Hop
     from remotekit.spec import HostSpec
 
-__all__ = ["STATES", "LogStream", "Run", "RunInfo", "home_of", "list_runs", "prune", "start"]
+__all__ = [
+    "STATES",
+    "LogStream",
+    "Run",
+    "RunInfo",
+    "home_of",
+    "list_runs",
+    "prune",
+    "render_runs",
+    "start",
+]
 
 
 class Target(Protocol):
@@ -108,10 +119,12 @@ RECONNECTS = 8
 SILENT_S = 15.0
 
 
-@dataclass(frozen=True)
-class RunInfo:
+@dataclass(frozen=True, repr=False)
+class RunInfo(Shown):
     """One run as recorded there. ``started``/``ended`` are Unix times (``ended`` None while
-    it runs); ``exit_code`` is 128+N for signal N, None until it ends (and for a lost run)."""
+    it runs); ``exit_code`` is 128+N for signal N, None until it ends (and for a lost run);
+    ``job`` is a batch job's id (a run on a Slurm target), else None. Its ``str()`` is the
+    table ``remotekit stop`` prints for it (:func:`render_runs`)."""
 
     id: str
     host: str
@@ -122,6 +135,9 @@ class RunInfo:
     command: tuple[str, ...]
     log: str
     pid: int | None = None
+    job: str | None = None
+
+    repr_keys = ("id", "host", "state", "exit_code")
 
     @property
     def duration_s(self) -> float:
@@ -141,7 +157,50 @@ class RunInfo:
             command=tuple(map(str, rec.get("command") or ())),
             log=str(rec.get("log", "")),
             pid=rec.get("pid") if isinstance(rec.get("pid"), int) else None,
+            job=str(rec["job"]) if rec.get("job") else None,
         )
+
+    def render(self) -> str:
+        return render_runs([self])
+
+
+def render_runs(runs: Sequence[RunInfo]) -> str:
+    """Runs as the table ``remotekit runs`` prints: id, state, exit code, started, duration,
+    command, log (``no runs`` for none), and a ``job`` column (the batch job's id) when any
+    run is a batch job."""
+    if not runs:
+        return "no runs"
+    jobs = any(r.job for r in runs)
+    rows = [
+        (
+            r.id,
+            *((r.job,) if jobs else ()),
+            r.state,
+            r.exit_code,
+            _when(r.started),
+            _took(r.duration_s),
+            _short(shlex.join(r.command)),
+            r.log,
+        )
+        for r in runs
+    ]
+    head = ["id", *(["job"] if jobs else []), "state", "exit", "started", "duration", "command"]
+    return table([*head, "log"], rows)
+
+
+def _when(t: float | None) -> str | None:
+    return None if not t else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _took(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def new_id() -> str:
@@ -156,10 +215,11 @@ def start(
     *,
     step: str,
     options: Mapping[str, Any],
-) -> Result:
+) -> Run:
     """Start a run of ``argv`` (or of ``script`` with ``argv`` as its arguments) on ``target``:
     what ``run(..., detach=True)`` and ``run_python(..., detach=True)`` do; ``options`` are
-    the step's (:meth:`Target.start_detached`)."""
+    the step's (:meth:`Target.start_detached`). A run that did not start raises StepFailed
+    (its exit code and words): there is no run to hand back."""
     home = home_of(target)
     run_id = new_id()
     command = list(argv)
@@ -177,12 +237,16 @@ def start(
         job = batch.batch(command, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
         assert job is not None
         command = list(job.submit)
-        args += [f"--log-option={job.log_option}", "--on-stop", json.dumps(list(job.cancel))]
+        there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
+        args += ["--batch", json.dumps(there)]
     sup = _with_supervisor(script)
     if script is not None:
         args += ["--script", script.name]
     args += ["--", *command]
-    return home.start_detached(sup, args, display=tuple(display), step=step, **options)
+    how = {**options, "check": True}
+    res = home.start_detached(sup, args, display=tuple(display), step=step, **how)
+    assert res.detached is not None and res.detached.id, res  # the supervisor reported it
+    return Run(target, res.detached.id, result=res)
 
 
 def _with_supervisor(script: Script | None) -> Script:
@@ -204,7 +268,7 @@ def _batch_hop(target: Target) -> Hop | None:
 
 #: The target a run's supervisor lives on, for a target whose hop runs detached runs as batch
 #: jobs: the same chain without that hop (the login node), opened once.
-_HOMES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_HOMES: weakref.WeakKeyDictionary[Target, Target] = weakref.WeakKeyDictionary()
 _HOMES_LOCK = threading.Lock()
 
 
@@ -215,10 +279,11 @@ def home_of(target: T) -> T:
     if hop is None:
         return target
     with _HOMES_LOCK:
-        if target not in _HOMES:
-            spec = replace(target.spec, hop=None)
-            _HOMES[target] = type(target)(spec)  # the Target class, without importing it
-        return _HOMES[target]
+        home = _HOMES.get(target)
+        if not isinstance(home, type(target)):  # none yet (a home is of its target's class)
+            home = type(target)(replace(target.spec, hop=None))  # the class, not imported
+            _HOMES[target] = home
+        return home
 
 
 def _runs_dir(target: Target) -> list[str]:
@@ -290,17 +355,32 @@ def prune(target: Target, older_than_s: float = 0.0) -> list[str]:
     return [str(i) for i in final.get("removed") or ()]
 
 
-class Run:
-    """The handle of run ``id`` on ``target`` (``target.run_handle(id)``)."""
+class Run(Shown):
+    """The handle of run ``id`` on ``target``: what ``target.run(..., detach=True)`` returns,
+    or ``target.run_handle(id)`` for a run found again.
 
-    def __init__(self, target: Target, run_id: str):
+    ``result`` is the Result of the step that started it (``result.detached``: the command's
+    pid, the log, the shipped files' dir; ``result.argv``, ``chain``, ``duration_s``), or
+    None for a handle made from an id. Every other answer is read there when asked.
+    Showing it asks nothing of the host (a notebook's display never waits on a connection):
+    its ``str()`` is ``run ID on HOST``; :meth:`info` is the run's record as it is now.
+    """
+
+    repr_keys = ("id", "host")
+
+    def __init__(self, target: Target, run_id: str, *, result: Result | None = None):
         if not run_id or not all(c.isalnum() or c in "_-" for c in run_id):
             raise ValueError(f"not a run id: {run_id!r}")
         self.target = target
         self.id = run_id
+        self.result = result
 
-    def __repr__(self) -> str:
-        return f"<Run {self.id} on {self.target.name}>"
+    @property
+    def host(self) -> str:
+        return self.target.name
+
+    def render(self) -> str:
+        return f"run {self.id} on {self.host}"
 
     def info(self) -> RunInfo:
         """The run's record as it is now."""
@@ -363,15 +443,20 @@ class _Closed(Exception):
 
 
 class LogStream:
-    """An iterator of a run's output chunks (bytes); after it ends, ``offset`` (bytes read
-    so far), ``state`` and ``exit_code`` are the run's. Closing it early stops the step."""
+    """An iterator of a run's output chunks (bytes). ``offset`` is where the chunks the
+    reader took end in the log (a chunk is taken once the reader asks for the next one or
+    closes the iterator; before the first, where the read starts; None until that is
+    known): a later ``run.logs(offset=stream.offset)`` goes on from there with nothing lost
+    and nothing twice, also after a break, a Ctrl-C or an error mid-way. After it ends,
+    ``state`` and ``exit_code`` are the run's. Closing it early stops the step."""
 
     def __init__(
         self, run: Run, *, follow: bool, tail: int | None, offset: int | None, stream: str
     ):
         self.run = run
         self.follow, self.tail, self.stream = follow, tail, stream
-        self.offset = offset
+        self.offset: int | None = None
+        self._read = offset  # where the worker's next byte is read from
         self.state: str | None = None
         self.exit_code: int | None = None
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=16)
@@ -389,7 +474,13 @@ class LogStream:
                 except queue.Empty:
                     continue
                 if kind == "data":
-                    yield data
+                    chunk, end = data
+                    try:
+                        yield chunk
+                    finally:  # the reader came back for more, or closed us: it has this one
+                        self.offset = end
+                elif kind == "at":  # the queue is in order: what came before was handed out
+                    self.offset = data
                 elif kind == "error":
                     raise data
                 else:
@@ -411,8 +502,8 @@ class LogStream:
 
     def _args(self) -> list[str]:
         args = [self.run.id, "--stream", self.stream]
-        if self.offset is not None:
-            args += ["--offset", str(self.offset)]
+        if self._read is not None:
+            args += ["--offset", str(self._read)]
         elif self.tail is not None:
             args += ["--tail", str(self.tail)]
         return args + (["--follow"] if self.follow else [])
@@ -423,20 +514,21 @@ class LogStream:
         self._heard = time.monotonic()
         kind, at = rec.get("type"), rec.get("at")
         if kind == "start" and isinstance(at, int):
-            self.offset = at
+            self._read = at
+            self._put(("at", at))
         elif kind == "data" and isinstance(at, int):
             data = str(rec.get("bytes", "")).encode("latin-1")  # one code point a byte
-            skip = (self.offset or 0) - at  # a resumed read starts where we stopped: 0
+            skip = (self._read or 0) - at  # a resumed read starts where we stopped: 0
             if skip < 0:
                 self._gap(at)
             if len(data) > skip:
-                self._put(("data", data[max(skip, 0) :]))
-                self.offset = at + len(data)
+                self._put(("data", (data[max(skip, 0) :], at + len(data))))
+                self._read = at + len(data)
                 self._moved = True
 
     def _gap(self, at: int) -> None:
         raise RemotekitError(
-            f"the log of run {self.run.id} came back with bytes {self.offset}..{at} missing "
+            f"the log of run {self.run.id} came back with bytes {self._read}..{at} missing "
             "(a record was cut on the way)",
             host=self.run.target.name,
             step="runs logs",
@@ -463,7 +555,7 @@ class LogStream:
         finally:
             done.set()
         end = records[-1].get("offset")
-        if isinstance(end, int) and end != self.offset:
+        if isinstance(end, int) and end != self._read:
             self._gap(end)
         return records
 
@@ -476,24 +568,26 @@ class LogStream:
         byte path (what ``get`` does), not as records, which cost the supervisor an
         encoding and us a decoding of every byte (a quarter of ``ssh cat``'s throughput).
         The state is the run's before the read: an ended run's log is all there. None when
-        the connection dropped on the way: the records go on from ``offset``."""
+        the connection dropped on the way: the records go on from where it stopped."""
         info = _retrying(self.run.info)
         path = posixpath.join(posixpath.dirname(info.log), f"{self.stream}.log")
-        self.offset = 0
+        self._read = 0
+        self._put(("at", 0))
 
         def sink(data: bytes) -> None:
-            self._put(("data", data))
-            self.offset = (self.offset or 0) + len(data)
+            end = (self._read or 0) + len(data)
+            self._put(("data", (data, end)))
+            self._read = end
 
         try:
             home_of(self.run.target).stream_file(path, sink, step=f"runs logs {self.run.id}")
         except (ConnectionLost, ConnectError):
             return None
-        return {"state": info.state, "run_exit_code": info.exit_code, "offset": self.offset}
+        return {"state": info.state, "run_exit_code": info.exit_code, "offset": self._read}
 
     def _work(self) -> None:
         try:
-            plain = not self.follow and self.offset is None and self.tail is None
+            plain = not self.follow and self._read is None and self.tail is None
             done = self._whole() if plain else None
             if done is None:
                 done = _retrying(self._once, self._progress)[-1]

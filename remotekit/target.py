@@ -1,7 +1,7 @@
 """A Target is a transport plus an ordered stack of layers; every action on it is a step.
 
 This module is the public facade: :class:`Target` (``run``, ``run_python``, ``put``, ``get``,
-``ping``, ``cancel``; ``runs`` and ``run_handle`` for what ``detach=True`` started, see
+``ping``, ``cancel``; ``runs`` and ``run_handle`` for the runs ``detach=True`` starts, see
 :mod:`remotekit.runs`) and :func:`local_target`. What every step runs on (spec, transport,
 launch, cancellation, secrets) is the target's :class:`~remotekit.engine.Engine`; one step is
 :mod:`remotekit.step`, the layer checks :mod:`remotekit.ping`, the host spec
@@ -26,7 +26,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar, cast, overload
 
 from remotekit import shell
 from remotekit.engine import Engine
@@ -210,6 +210,51 @@ class Target:
 
     # -- steps -------------------------------------------------------------------------------
 
+    @overload
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+        detach: Literal[False] = False,
+    ) -> Result: ...
+
+    @overload
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+        detach: Literal[True],
+    ) -> Run: ...
+
+    @overload
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+        detach: bool,
+    ) -> Result | Run: ...
+
     def run(
         self,
         argv: Sequence[str],
@@ -222,7 +267,7 @@ class Target:
         step: str | None = None,
         capture: bool = True,
         detach: bool = False,
-    ) -> Result:
+    ) -> Result | Run:
         """Run ``argv`` there (no shell: pass ``["bash", "-c", ...]`` if you want one).
 
         ``timeout`` defaults to the host's ``timeouts.step``. Raises :class:`StepTimeout`
@@ -233,8 +278,11 @@ class Target:
         exits is stopped (TERM, KILL after ``kill_grace``) and named in ``Result.stopped``.
         ``detach=True`` is the way to leave something running (a training run, TensorBoard):
         it starts a **run** (:mod:`remotekit.runs`), recorded there, in its own session under
-        a supervisor, and the step returns once it started, with ``Result.detached`` (the
-        run's ``id``, pid, log); :meth:`run_handle` follows, waits for or stops it.
+        a supervisor, and returns its :class:`~remotekit.runs.Run` handle once it started
+        (``.id``, ``.state()``, ``.logs(follow=True)``, ``.wait()``, ``.stop()``; ``.result``
+        is the starting step's Result, ``.result.detached`` its pid, log and dir). A run
+        that could not start (command not found) raises :class:`StepFailed` whatever
+        ``check`` says: there is no run to hand back; its own exit code comes from ``wait``.
         """
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['ls', '-l'], not one string")
@@ -244,7 +292,7 @@ class Target:
         if detach:
             from remotekit.runs import start
 
-            how = dict(timeout=timeout, env=env, cwd=cwd, check=check, on_output=on_output)
+            how = dict(timeout=timeout, env=env, cwd=cwd, on_output=on_output)
             return start(self, argv, argv=argv, step=step or _step_name(argv), options=how)
         header = StepHeader(argv=tuple(argv))
         options = StepOptions(
@@ -258,6 +306,60 @@ class Target:
             capture=capture,
         )
         return run_step(self._engine, header, [], options)
+
+    @overload
+    def run_python(
+        self,
+        script: str | os.PathLike[str] | Script,
+        args: Sequence[str] = (),
+        *,
+        files: Mapping[str, bytes] | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+        detach: Literal[False] = False,
+        preload: Sequence[str] = (),
+    ) -> Result: ...
+
+    @overload
+    def run_python(
+        self,
+        script: str | os.PathLike[str] | Script,
+        args: Sequence[str] = (),
+        *,
+        files: Mapping[str, bytes] | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+        detach: Literal[True],
+        preload: Sequence[str] = (),
+    ) -> Run: ...
+
+    @overload
+    def run_python(
+        self,
+        script: str | os.PathLike[str] | Script,
+        args: Sequence[str] = (),
+        *,
+        files: Mapping[str, bytes] | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+        detach: bool,
+        preload: Sequence[str] = (),
+    ) -> Result | Run: ...
 
     def run_python(
         self,
@@ -274,15 +376,16 @@ class Target:
         capture: bool = True,
         detach: bool = False,
         preload: Sequence[str] = (),
-    ) -> Result:
+    ) -> Result | Run:
         """Ship ``script`` (a local file path or a :class:`Script`) and run it there.
 
         The script and ``files`` travel as bytes into a private temp dir (0700, unique per
         step) that is removed afterwards, also on failure and timeout. The interpreter is the
         target's (venv / python), unbuffered; ``$REMOTEKIT_DIR`` names the temp dir.
         ``files`` values must be bytes (checked before anything is sent); a file may not
-        take the script's own name. ``detach=True``: as for :meth:`run` (the temp dir then
-        stays, holding the shipped files; ``Result.detached.dir`` names it). ``preload``: modules
+        take the script's own name. ``detach=True``: as for :meth:`run`, a
+        :class:`~remotekit.runs.Run` (the temp dir then stays, holding the shipped files;
+        ``run.result.detached.dir`` names it). ``preload``: modules
         the script imports that are slow to import (``["torch"]``): with the agent on, the step
         is forked from a process there that keeps them imported (the first such step pays
         the import); without it, nothing changes.
@@ -295,7 +398,7 @@ class Target:
 
             if files:
                 script = replace(script, files={**script.files, **files})  # validates
-            how = dict(timeout=timeout, env=env, cwd=cwd, check=check, on_output=on_output)
+            how = dict(timeout=timeout, env=env, cwd=cwd, on_output=on_output)
             args = [str(a) for a in args]
             return start(
                 self, display, argv=args, script=script, step=step or script.name, options=how
@@ -570,7 +673,8 @@ class Target:
         return list_runs(self)
 
     def run_handle(self, run_id: str) -> Run:
-        """The handle of run ``run_id`` (``Result.detached.id``): logs, wait, stop, rm."""
+        """The handle of run ``run_id`` (what ``run(..., detach=True)`` returned, found again:
+        ``remotekit runs`` lists the ids): logs, wait, stop, rm."""
         from remotekit.runs import Run
 
         return Run(self, run_id)

@@ -7,16 +7,29 @@ layer failed (the transport, the step, the diagnostic's own records).
 
 from __future__ import annotations
 
+import ast
+import collections.abc
+import functools
+import html
+import importlib
 import importlib.resources
+import inspect
+import pkgutil
+import re
 import sys
+import types
+import typing
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 import torch
 
 import remotekit
+import remotekit.diagnostics
 from remotekit.diagnostics import checkpoints, system
 from remotekit.diagnostics.base import Report
+from remotekit.result import Shown
 from tests.conftest import write_inventory
 from tests.test_cli import cli
 
@@ -142,3 +155,323 @@ def test_a_train_log_report_in_jupyter_shows_its_plot(
     png = base64.b64decode(page.split("data:image/png;base64,", 1)[1].split('"', 1)[0])
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
     assert "<img" not in trainlog.analyze_train_log(local, str(log))._repr_html_()
+
+
+# -- every result and report has the three faces ------------------------------------------------
+
+#: Public classes that are not results: what they are instead. Every other class the API hands
+#: out (returns, yields, or passes to a callback) must show itself (:class:`Shown`).
+NOT_RESULTS = {
+    "remotekit.target.Target": "a handle: it runs the steps; their results are checked",
+    "remotekit.fleet.Fleet": "a handle over targets: its HostOutcomes are checked",
+    "remotekit.forward.Forward": "a handle on a running tunnel (its url is its word)",
+    "remotekit.runs.LogStream": "an iterator of a run's output bytes",
+    "remotekit.diagnostics.trainlog.LogFollow": "an iterator: its Incidents are checked",
+    "remotekit.inventory.Inventory": "configuration: hosts.yaml as types",
+    "remotekit.spec.HostSpec": "configuration: one host of hosts.yaml",
+    "remotekit.layers.core.Layer": "an argv transform (a hop of the chain)",
+    "remotekit.layers.core.Launch": "an argv on its way through the hops",
+    "remotekit.diagnostics.base.OutputTail": "an on_output sink",
+}
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def public_modules() -> list[types.ModuleType]:
+    """``remotekit`` and every module of ``remotekit.diagnostics``: where users import from."""
+    found = pkgutil.iter_modules(remotekit.diagnostics.__path__, "remotekit.diagnostics.")
+    return [remotekit, *(importlib.import_module(m.name) for m in found)]
+
+
+@functools.cache
+def namespace(module_name: str) -> dict[str, Any]:
+    """The module's globals plus the names it imports only for type checking: what its
+    (string) annotations mean."""
+    module = importlib.import_module(module_name)
+    ns = dict(vars(module))
+    for node in ast.parse(inspect.getsource(module)).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            exec(compile(ast.Module(node.body, []), str(module.__file__), "exec"), ns)
+    return ns
+
+
+def classes_in(tp: Any) -> set[type]:
+    """The classes an annotation names (``X | None``, ``list[X]``, ``Iterator[X]`` ...); of
+    a ``Callable[[A, B], R]`` the ones it is handed (A, B)."""
+    if typing.get_origin(tp) is None:
+        return {tp} if inspect.isclass(tp) else set()
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is collections.abc.Callable:
+        args = tuple(args[0]) if args and isinstance(args[0], list) else ()
+    return set().union(*map(classes_in, args)) if args else set()
+
+
+def handed_out(fn: Callable[..., Any], module: str) -> set[type]:
+    """What ``fn`` returns, and what it hands to its callbacks (``on_check``, ``on_section``)."""
+    hints = typing.get_type_hints(fn, globalns=namespace(module))
+    out = classes_in(hints.pop("return", None))
+    for tp in hints.values():
+        for t in (tp, *typing.get_args(tp)):
+            if typing.get_origin(t) is collections.abc.Callable:
+                out |= classes_in(t)
+    return {c for c in out if c.__module__.startswith("remotekit.")}
+
+
+def parts(cls: type) -> set[type]:
+    """The classes a class holds (its fields', attributes' and constructor's types), and
+    theirs: shown inside it."""
+    found: set[type] = set()
+    todo = [cls]
+    while todo:
+        c = todo.pop()
+        hints = []
+        for base in c.__mro__:
+            ns = namespace(base.__module__) if base.__module__.startswith("remotekit") else {}
+            for ann in vars(base).get("__annotations__", {}).values():
+                hints.append(eval(ann, ns) if isinstance(ann, str) else ann)
+        if inspect.isfunction(vars(c).get("__init__")):
+            init = typing.get_type_hints(c.__init__, globalns=namespace(c.__module__))
+            hints += init.values()
+        for tp in hints:
+            for p in classes_in(tp) - found:
+                if p.__module__.startswith("remotekit."):
+                    found.add(p)
+                    todo.append(p)
+    return found
+
+
+def api_methods(cls: type) -> list[tuple[Callable[..., Any], str]]:
+    """``cls``'s public methods and properties (and how it iterates), with their modules."""
+    out = []
+    for c in cls.__mro__:
+        for name, v in vars(c).items():
+            if name.startswith("_") and name not in ("__iter__", "__next__", "__enter__"):
+                continue
+            fn = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
+            if inspect.isfunction(fn):
+                out.append((fn, c.__module__))
+    return out
+
+
+def results() -> dict[type, str]:
+    """Every class the public API hands out, each with where: from the public names of
+    :func:`public_modules`, what their functions and methods return or pass to callbacks,
+    and what those classes' methods do in turn (a report's getter of its own parts aside)."""
+    found: dict[type, str] = {}
+    todo: list[Any] = [getattr(m, n) for m in public_modules() for n in getattr(m, "__all__", ())]
+    seen: set[int] = set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or (inspect.isclass(obj) and issubclass(obj, BaseException)):
+            continue
+        seen.add(id(obj))
+        if inspect.isfunction(obj):
+            calls, own = [(obj, obj.__module__)], set()
+        elif inspect.isclass(obj) and obj.__module__.startswith("remotekit."):
+            calls, own = api_methods(obj), parts(obj)
+        else:
+            continue
+        for fn, module in calls:
+            for cls in handed_out(fn, module) - own:
+                found.setdefault(cls, f"{fn.__module__}.{fn.__qualname__}")
+                todo.append(cls)
+    return found
+
+
+def faces_missing(cls: type) -> str | None:
+    """Why ``cls`` lacks a face (str is render, a one-line repr, HTML), or None."""
+    if not issubclass(cls, Shown):
+        return "not a remotekit.result.Shown: no str()/repr()/_repr_html_ of its own"
+    if cls.render is Shown.render:
+        return "no render(): its str() would raise"
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is not None and params.repr:
+        return "a dataclass with repr=True: its repr dumps every field (declare repr=False)"
+    return None
+
+
+def test_the_walk_finds_the_results_and_knows_a_part_from_a_result() -> None:
+    from remotekit.diagnostics import diagnose, trainlog
+
+    found = {_name(c) for c in results()}
+    for name in ("remotekit.runs.RunInfo", "remotekit.runs.Run", "remotekit.result.Result"):
+        assert name in found, name
+    assert _name(trainlog.Incident) in found  # what LogFollow.__next__ returns
+    assert _name(diagnose.Section) in found  # what diagnose's on_section is handed
+    assert _name(trainlog.Series) not in found  # TrainLogReport.series_for: a part of it
+    assert faces_missing(trainlog.Spike) and faces_missing(Shown) is not None
+
+
+def test_every_result_and_report_has_the_three_faces() -> None:
+    """str() is render() (the CLI's text), repr() one line, and HTML in Jupyter, for every
+    class the public API hands out, every class in ``remotekit.__all__``, and every class in
+    the diagnostics' ``__all__`` that is not a part of one of those (a Spike is shown by its
+    report). A new result without them fails here; a class that is no result says why in
+    NOT_RESULTS."""
+    handed = results()
+    top = {c: "remotekit.__all__" for c in map(vars(remotekit).get, remotekit.__all__)}
+    held = set().union(*(parts(c) for c in [*handed, *top] if inspect.isclass(c)))
+    listed = {
+        c: f"{m.__name__}.__all__"
+        for m in public_modules()[1:]
+        for c in (getattr(m, n) for n in getattr(m, "__all__", ()))
+        if inspect.isclass(c) and c not in held
+    }
+    classes = {c: where for c, where in {**listed, **top, **handed}.items() if inspect.isclass(c)}
+    missing = [
+        f"{_name(c)} (from {where}): {why}"
+        for c, where in sorted(classes.items(), key=lambda x: _name(x[0]))
+        if not issubclass(c, BaseException)
+        and not getattr(c, "_is_protocol", False)
+        and _name(c) not in NOT_RESULTS
+        and (why := faces_missing(c))
+    ]
+    assert missing == []
+    stale = set(NOT_RESULTS) - {_name(c) for c in classes}
+    assert stale == set(), "NOT_RESULTS names classes the API no longer hands out"
+
+
+def _one_line_repr(value: object, *words: str) -> None:
+    text = repr(value)
+    assert "\n" not in text and len(text) < 200 and text.startswith("<"), text
+    for word in words:
+        assert word in text, (word, text)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_its_record_and_its_start_show_themselves_as_the_cli_does(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """``runs`` lists a run's record with the row its str() holds; ``run --detach`` says
+    what a Detached's str() says; the handle's faces ask nothing of the host."""
+    from tests.test_cli_runs import rk
+
+    d = local.run(["sh", "-c", "echo '<b>'; exit 3"], detach=True).detached
+    assert d is not None
+    run = local.run_handle(d.id)
+    try:
+        info = run.wait()
+        row = " ".join(str(info).splitlines()[-1].split())
+        listed = rk("runs", cwd=tmp_path).stdout.decode()
+        assert row in {" ".join(line.split()) for line in listed.splitlines()}, (row, listed)
+        assert str(info).split()[:3] == ["id", "state", "exit"] and " 3 " in row
+        _one_line_repr(info, f"id={d.id!r}", "state='exited'", "exit_code=3")
+        assert f"<pre>{html.escape(str(info))}</pre>" in info._repr_html_()
+
+        pattern = r"detached: run [0-9a-f]+, pid \d+, log /\S+"
+        cli = rk("run", "--detach", "--", "true", cwd=tmp_path).stdout.decode()
+        assert re.search(f"^local \\| {pattern}$", cli, re.M), cli
+        assert re.fullmatch(pattern, str(d)) and d.id in str(d)
+        _one_line_repr(d, f"id={d.id!r}", f"pid={d.pid}")
+
+        assert str(run) == f"run {d.id} on local" and run.render() == str(run)
+        _one_line_repr(run, f"id={d.id!r}", "host='local'")
+        assert str(run) in run._repr_html_()
+    finally:
+        run.rm()
+
+
+def test_a_script_shows_its_name_size_and_source_not_its_bytes() -> None:
+    source = "print('<hi>')\n" * 200
+    script = remotekit.Script(source, name="hi.py", files={"lib/a.py": b"x = 1\n"})
+    _one_line_repr(script, "name='hi.py'", f"{len(source)} bytes", "+1 file(s)")
+    assert "print" not in repr(script)
+    head, body = str(script).split("\n", 1)
+    assert head == f"# hi.py ({len(source)} bytes; beside it: lib/a.py (6 bytes))"
+    assert body == source.rstrip()
+    assert "&lt;hi&gt;" in script._repr_html_() and "<hi>" not in script._repr_html_()
+
+
+@pytest.mark.timeout(120)
+def test_a_followed_incident_prints_the_line_the_cli_prints(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """``train-log --follow`` prints ``incident.render(tolerance)``: the incident keeps the
+    log's tolerance, so its str() is that line (a spike 2 steps after a save is at it)."""
+    from remotekit.diagnostics import trainlog
+    from tests.test_trainlog_follow import _append, follow, once_started, until
+
+    log = tmp_path / "log.jsonl"
+    log.write_text("")
+    rows = [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 301)]
+    spike = [{"step": 301, "loss": 40.0}, *({"step": s, "loss": 2.0} for s in range(302, 330))]
+    statuses: list[trainlog.FollowStatus] = []
+
+    def on_status(status: trainlog.FollowStatus) -> None:
+        statuses.append(status)
+        start(status)
+
+    start = once_started(lambda: _append(log, [*rows, *spike]))
+    with follow(local, str(log), ckpt_steps=[299], tolerance=5, on_status=on_status) as live:
+        inc = until(live, lambda i: i.kind == "spike")
+        assert live.source is not None and live.source.tolerance == 5
+    assert str(inc) == inc.render(live.source.tolerance) == inc.render()
+    assert "checkpoint 299 (+2)" in str(inc), str(inc)
+    _one_line_repr(inc, "host='local'", "kind='spike'", "step=301", "metric='loss'")
+    assert str(inc) in html.unescape(inc._repr_html_())
+    status = statuses[-1]
+    assert str(status) == status.line() and str(status).startswith(("step ", "waiting"))
+    _one_line_repr(status, f"state={status.state!r}")
+
+
+def test_sections_and_checks_print_as_diagnose_and_ping_print_them(
+    local: remotekit.Target,
+) -> None:
+    from remotekit.diagnostics.diagnose import Section, render_section
+
+    sections: list[Section] = []
+    checks: list[remotekit.Check] = []
+    remotekit.diagnose(local, include_ckpt=False, on_section=sections.append)
+    report = local.ping(on_check=checks.append)
+    for s in sections:
+        assert str(s) == render_section(s) and str(s).startswith(f"== {s.name}: {s.status}")
+        _one_line_repr(s, f"name={s.name!r}", f"status={s.status!r}")
+    assert [str(c) for c in checks] == report.render().splitlines()
+    _one_line_repr(checks[0], f"layer={checks[0].layer!r}", "ok=True")
+
+
+def test_a_diagnostic_run_shows_its_records(local: remotekit.Target) -> None:
+    from remotekit.diagnostics.base import run_diagnostic
+
+    source = (
+        "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
+        "from protocol import Out\nout = Out('probe')\nout.warning('w', 'disk <full>')\n"
+        "out.note('n', 'a note')\nsys.exit(out.done())\n"
+    )
+    run = run_diagnostic(local, remotekit.Script(source, name="probe.py"), step="probe")
+    assert str(run).splitlines() == [
+        f"probe: exit 1, {len(run.records)} records",
+        "warning: disk <full>",
+        "note: a note",
+    ]
+    assert run.findings == ("disk <full>",) and run.errors == ()
+    _one_line_repr(run, "host='local'", "exit_code=1", "1 findings")
+    page = run._repr_html_()
+    assert page.index("finding:</b> disk &lt;full&gt;") < page.index("<pre>")
+
+
+@pytest.mark.timeout(240)
+def test_a_diagnose_report_of_a_run_in_jupyter_shows_the_plot_diagnose_draws(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """``diagnose --run DIR --plot`` draws the run's log; in a notebook, the report made with
+    ``points`` shows that picture (the train-log section's) below the findings."""
+    import base64
+    import json
+
+    log = tmp_path / "run" / "train.jsonl"
+    log.parent.mkdir()
+    rows = [{"step": s, "loss": 2.0 - s / 400 + (5.0 if s == 300 else 0.0)} for s in range(400)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = remotekit.diagnose(local, run=str(log.parent), include_ckpt=False, points=500)
+    page = report._repr_html_()
+    assert report.findings, report.render()
+    assert (
+        page.index("finding:") < page.index("<pre>") < page.index(f'<img alt="local:{log.parent}"')
+    )
+    png = base64.b64decode(page.split("data:image/png;base64,", 1)[1].split('"', 1)[0])
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    without = remotekit.diagnose(local, run=str(log.parent), include_ckpt=False)
+    assert "<img" not in without._repr_html_()

@@ -1,13 +1,19 @@
-"""The run tasks as a user types them: `run --detach`, `runs`, `logs`, `stop`, `rm` (local)."""
+"""The run tasks as a user types them: `run --detach`, `runs`, `logs`, `stop`, `rm` (local, and
+on Slurm through ssh)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import write_inventory
+from tests.harness import SSHServer
+from tests.runtimes import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,3 +130,84 @@ def test_train_log_run_reads_the_runs_own_log(tmp_path: Path) -> None:
     assert both.returncode == 2 and b"--path or --run" in both.stderr
     missing = rk("train-log", "--run", "nope1234", cwd=tmp_path)
     assert missing.returncode == 2 and b"nope1234" in missing.stderr
+
+
+@pytest.mark.timeout(240)
+def test_on_slurm_through_ssh_runs_shows_the_job_and_logs_follow_ends_with_it(
+    tmp_path: Path, sshd: SSHServer, slurm_cluster: SlurmCluster
+) -> None:
+    """ssh -> the login node (the test sshd) -> sbatch: `runs` names the job (table and
+    --json), `logs --follow` gives the job's output and exits with its exit code."""
+    srun = shutil.which("srun") or "srun"
+    host = sshd.host_yaml(
+        slurm={"job": int(slurm_cluster.running), "bin": srun},
+        python=sys.executable,
+        runs_dir=str(tmp_path / "runs"),
+    )
+    write_inventory(tmp_path / "hosts.yaml", {"hpc": host}, default="hpc")
+    command = "echo in $SLURM_JOB_ID; sleep 1; echo done; exit 4"
+    run_id = started(tmp_path, "bash", "-c", command)
+    f = rk("logs", run_id, "--follow", cwd=tmp_path)
+    assert f.returncode == 4, f.stderr
+    job = f.stdout.split()[1].decode()
+    assert f.stdout == f"in {job}\ndone\n".encode()
+    listed = json.loads(rk("runs", "--json", cwd=tmp_path).stdout)["hosts"][0]["result"]
+    mine = next(r for r in listed if r["id"] == run_id)
+    assert (mine["job"], mine["state"], mine["exit_code"]) == (job, "exited", 4)
+    shown = rk("runs", cwd=tmp_path).stdout.decode().splitlines()
+    assert shown[0].split()[:3] == ["id", "job", "state"], shown
+    assert any(line.split()[:3] == [run_id, job, "exited"] for line in shown), shown
+    assert rk("rm", run_id, cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupted_follow_says_where_it_stopped_and_offset_goes_on_from_there(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C on `logs --follow` prints the --offset of the bytes it wrote; a second
+    `logs --follow --offset N` shows the rest: together, every line exactly once."""
+    import re
+    import shlex
+    import signal
+
+    n = 80
+    run_id = started(
+        tmp_path, "bash", "-c", f"for i in $(seq 1 {n}); do echo line $i; sleep .05; done"
+    )
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "remotekit", "logs", run_id, "--follow"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert follow.stdout is not None
+        got = b""
+        while got.count(b"\n") < 10:
+            got += follow.stdout.readline()
+        follow.send_signal(signal.SIGINT)
+        got += follow.stdout.read()  # not communicate(): it would skip what readline buffered
+        assert follow.wait(timeout=30) == 130
+        err = follow.stderr.read()  # type: ignore[union-attr]
+        said = re.search(rb"at byte (\d+) of run \w+'s log; go on with: (remotekit logs .*)", err)
+        assert said is not None, err
+        assert int(said.group(1)) == len(got)
+        again = shlex.split(said.group(2).decode())
+        assert again == [
+            "remotekit",
+            "logs",
+            run_id,
+            "--host",
+            "local",
+            "--offset",
+            str(len(got)),
+            "--follow",
+        ]
+        rest = rk(*again[1:], cwd=tmp_path)
+        assert rest.returncode == 0, rest.stderr
+        assert got + rest.stdout == b"".join(b"line %d\n" % i for i in range(1, n + 1))
+        both = rk("logs", run_id, "--tail", "1", "--offset", "3", cwd=tmp_path)
+        assert both.returncode == 2 and b"--tail or --offset" in both.stderr
+    finally:
+        follow.kill()
+        rk("rm", run_id, cwd=tmp_path)

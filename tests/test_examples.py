@@ -1,14 +1,27 @@
 """Every Python example in README.md and docs/*.md runs as written, and prints what it shows.
 
 A ```python block runs in a fresh interpreter, in a directory of its own that holds a
-hosts.yaml declaring the names the examples use (``kpro6``, ``ct``, group ``gpu``). An HTML
-comment on the line before a block says against what:
+hosts.yaml declaring the names the examples use (``kpro6``, ``ct``, group ``gpu``), once on
+each target; the same code must print the same shown output on both:
 
-- none, or ``<!-- example: local -->``: those names are this machine (``local``);
-- ``<!-- example: sshd -->``: they are the real chain of tests/conftest.py, ssh to the test
-  sshd -> ``pct exec 200`` -> the venv, with ``workdir: /workspace`` (skipped with the reason
-  where sshd or LXC cannot run, a failure under CI=true);
-- ``<!-- example: tested by tests/FILE.py::TEST -->``: that test runs it (it must exist).
+- ``local``: those names are this machine;
+- ``sshd``: they are the real chain of tests/conftest.py, ssh to the test sshd -> ``pct exec
+  200`` -> the venv, with ``workdir: /workspace`` (skipped with the reason where sshd or LXC
+  cannot run, a failure under CI=true).
+
+An HTML comment on the line before a block narrows that: ``<!-- example: local: WHY -->`` or
+``<!-- example: sshd: WHY -->`` runs it on one target, and WHY says which of these holds
+(:func:`test_a_block_on_one_target_says_why` checks one is given):
+
+- it names no host: ``remotekit.local_target()`` (README's first example, before any
+  hosts.yaml), or no target at all (an invoke collection);
+- it works with files or a server it makes here (checkpoints written with torch and scanned
+  by their local paths, an HTTP server it starts and forwards to): there they do not exist;
+- what it shows is the chain's (``ssh ... -> pct exec 200``), or it writes into the
+  container's ``/workspace`` (its workdir; on this machine that would be a folder at the
+  root of the file system).
+
+``<!-- example: tested by tests/FILE.py::TEST -->``: that test runs it (it must exist).
 
 README's one shown CLI output, ping refusing an unknown host key, is checked the same way
 against the test sshd.
@@ -70,15 +83,30 @@ def examples() -> list[Example]:
             indent = len(m["indent"])
             shown = _dedent(m["out"], indent) if m["out"] is not None else None
             where = f"{path.relative_to(ROOT)}:{line}"
-            found.append(Example(where, m["kind"] or "local", _dedent(m["code"], indent), shown))
+            kind = m["kind"] or "local sshd"
+            found.append(Example(where, kind, _dedent(m["code"], indent), shown))
     return found
 
 
 def test_every_python_block_is_found() -> None:
     counted = sum(p.read_text().count("```python") for p in DOCS)
     assert len(examples()) == counted > 5
-    kinds = {e.kind.split(" ")[0] for e in examples()}
-    assert kinds <= {"local", "sshd", "tested"}, kinds
+    for e in examples():
+        assert e.kind == "local sshd" or e.kind.startswith(("local:", "sshd:", "tested by ")), (
+            f"{e}: {e.kind!r}"
+        )
+
+
+def targets(example: Example) -> list[str]:
+    """Where a block runs: ``local`` and ``sshd``, or the one its comment names."""
+    return example.kind.split(":")[0].split() if not example.kind.startswith("tested ") else []
+
+
+def test_a_block_on_one_target_says_why() -> None:
+    for e in examples():
+        if len(targets(e)) == 1:
+            why = e.kind.split(":", 1)[1].strip()
+            assert len(why.split()) >= 3, f"{e}: say why it runs on {targets(e)[0]} only"
 
 
 def run(example: Example, cwd: Path) -> str:
@@ -107,8 +135,8 @@ def check_output(example: Example, printed: str) -> None:
         pytest.fail(f"{example} shows:\n{example.shown}\nbut printed:\n{printed}\n({printed!r})")
 
 
-LOCAL = [e for e in examples() if e.kind == "local"]
-SSHD = [e for e in examples() if e.kind == "sshd"]
+LOCAL = [e for e in examples() if "local" in targets(e)]
+SSHD = [e for e in examples() if "sshd" in targets(e)]
 
 
 @pytest.mark.timeout(300)

@@ -151,9 +151,10 @@ def test_a_clean_step_stops_nothing(target: remotekit.Target) -> None:
 @pytest.mark.timeout(30)
 def test_detach_leaves_one_process_running_with_a_log(there: There) -> None:
     marker = f"rk-detach-{uuid.uuid4().hex[:8]}"
-    r = there.target.run(["bash", "-c", f"echo {marker}; exec sleep 60"], detach=True, timeout=20)
+    run = there.target.run(["bash", "-c", f"echo {marker}; exec sleep 60"], detach=True, timeout=20)
+    r = run.result
+    assert r is not None and r.ok and r.detached is not None
     d = r.detached
-    assert r.ok and d is not None
     folder = there.local(d.dir)
 
     def log() -> str:  # the log is in the run's record there (not a tmpfs): read it there
@@ -171,8 +172,8 @@ def test_detach_leaves_one_process_running_with_a_log(there: There) -> None:
         assert not _gone(there.target, d.pid), "a detached process survives its step"
     finally:
         _kill(there.target, d.pid)
-        there.target.run_handle(d.id).wait(timeout=20)
-        there.target.run_handle(d.id).rm()
+        run.wait(timeout=20)
+        run.rm()
         subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
@@ -183,8 +184,8 @@ def test_run_python_detach_keeps_its_files(local: remotekit.Target) -> None:
         b"time.sleep(60)\n",
         name="train.py",
     )
-    r = local.run_python(script, files={"cfg": b"lr=3e-4"}, detach=True, timeout=20)
-    d = r.detached
+    r = local.run_python(script, files={"cfg": b"lr=3e-4"}, detach=True, timeout=20).result
+    d = r.detached if r is not None else None
     assert d is not None and Path(d.dir, "train.py").is_file()
     try:
         end = time.monotonic() + 10

@@ -143,12 +143,21 @@ TAIL = ("/v/bin/python", "-c", LOADER)
         (Docker("web"), ("docker", "exec", "-i", "web"), "docker exec web"),
         (
             Slurm(4242, node="node07", bin="/usr/bin/srun"),
-            ("/usr/bin/srun", "--jobid=4242", "--overlap", "-w", "node07", "--export=NONE", "--"),
+            (
+                "/usr/bin/srun",
+                "--jobid=4242",
+                "--overlap",
+                "--unbuffered",
+                "-w",
+                "node07",
+                "--export=NONE",
+                "--",
+            ),
             "srun --jobid 4242 -w node07",
         ),
         (
             Slurm(7),
-            ("srun", "--jobid=7", "--overlap", "--export=NONE", "--"),
+            ("srun", "--jobid=7", "--overlap", "--unbuffered", "--export=NONE", "--"),
             "srun --jobid 7",
         ),
         (

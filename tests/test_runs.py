@@ -27,9 +27,9 @@ from tests.runtimes import SlurmCluster
 
 
 def _start(t: remotekit.Target, argv: list[str]) -> Run:
-    r = t.run(argv, detach=True, timeout=30)
-    assert r.ok and r.detached is not None and r.detached.id
-    return t.run_handle(r.detached.id)
+    run = t.run(argv, detach=True, timeout=30)
+    assert isinstance(run, Run) and run.id and run.result is not None and run.result.ok
+    return run
 
 
 def _tidy(run: Run) -> None:
@@ -142,6 +142,31 @@ def test_a_whole_log_read_across_a_killed_connection_comes_back_byte_exact(
         assert resumed and "--offset" in resumed[0]  # the rest, from where the cut left it
     finally:
         ct.trace = None
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_stream_s_offset_is_where_what_the_reader_took_ends(
+    local: remotekit.Target, follow: bool
+) -> None:
+    """A reader that breaks off: ``offset`` counts what it took, not what was read ahead
+    for it, so ``logs(offset=stream.offset)`` goes on with nothing lost and nothing twice."""
+    n = 1_000_000
+    code = "import sys; sys.stdout.buffer.write(b''.join(b'%06d\\n' % i for i in range(int(sys.argv[1]))))"
+    run = _start(local, [sys.executable, "-c", code, str(n)])
+    try:
+        assert run.wait(timeout=30).exit_code == 0
+        stream = run.logs(follow=follow)
+        assert stream.offset is None
+        chunks = iter(stream)
+        taken = next(chunks) + next(chunks)
+        time.sleep(0.5)  # the worker reads ahead meanwhile: what it holds was not taken
+        chunks.close()  # type: ignore[attr-defined]
+        assert stream.offset == len(taken)
+        rest = b"".join(run.logs(follow=follow, offset=stream.offset))
+        assert taken + rest == b"".join(b"%06d\n" % i for i in range(n))
+    finally:
         _tidy(run)
 
 
@@ -299,11 +324,10 @@ def test_stop_ends_the_whole_tree_setsid_and_double_forked_daemons_too(
 def test_a_run_outlives_target_close(inventory: remotekit.Inventory) -> None:
     mark = _marker()
     with inventory.target("ct") as t:
-        r = t.run(["bash", "-c", f"sleep 2; echo {mark}"], detach=True, timeout=30)
-        assert r.detached is not None
+        started = t.run(["bash", "-c", f"sleep 2; echo {mark}"], detach=True, timeout=30)
     # the connection is gone; a new one finds the run, which goes on and ends by itself
     with inventory.target("ct") as t:
-        run = t.run_handle(r.detached.id)
+        run = t.run_handle(started.id)
         assert run.state() == "running"
         assert run.wait(timeout=30).exit_code == 0
         assert b"".join(run.logs()) == f"{mark}\n".encode()
@@ -354,9 +378,10 @@ def test_run_python_detach_is_a_run_with_its_files(local: remotekit.Target) -> N
         b"print(open(os.path.join(os.environ['REMOTEKIT_DIR'], 'cfg')).read(), sys.argv[1:])\n",
         name="train.py",
     )
-    r = local.run_python(script, ["--lr", "3e-4"], files={"cfg": b"lr"}, detach=True, timeout=30)
-    assert r.detached is not None and r.argv[-3:] == ("<shipped train.py>", "--lr", "3e-4")
-    run = local.run_handle(r.detached.id)
+    run = local.run_python(script, ["--lr", "3e-4"], files={"cfg": b"lr"}, detach=True, timeout=30)
+    r = run.result
+    assert r is not None and r.detached is not None and r.detached.id == run.id
+    assert r.argv[-3:] == ("<shipped train.py>", "--lr", "3e-4")
     try:
         assert run.wait(timeout=30).exit_code == 0
         assert b"".join(run.logs()) == b"lr ['--lr', '3e-4']\n"
@@ -416,14 +441,26 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[remotekit.Target]:
         yield t
 
 
-def _job_states(name: str) -> list[str]:
+def _job_state(job: str | None) -> str:
+    """The job's state as slurmctld has it (ended jobs too: the test cluster keeps them)."""
+    assert job is not None and job.isdigit(), job
     r = subprocess.run(
-        ["squeue", "--noheader", f"--name={name}", "--format=%T"],
+        ["squeue", "--noheader", "--states=all", "--format=%T", f"--jobs={job}"],
         capture_output=True,
         text=True,
         timeout=20,
     )
-    return r.stdout.split()
+    return r.stdout.strip()
+
+
+def _kill_the_supervisor(run: Run) -> None:
+    """SIGKILL the run's supervisor (as a login node's reboot would end it): the job runs on."""
+    sup = processes_with(f"start {run.id}")
+    assert len(sup) == 1, sup
+    os.kill(sup[0], signal.SIGKILL)
+    end = time.monotonic() + 10
+    while processes_with(f"start {run.id}") and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 @pytest.mark.timeout(120)
@@ -437,26 +474,96 @@ def test_on_slurm_a_run_is_a_batch_job_that_exits_with_the_jobs_code(
         assert (done.state, done.exit_code) == ("exited", 6)
         out = b"".join(run.logs()).decode()
         assert out.startswith(f"{mark} in ") and out.split()[-1].isdigit(), out
+        assert done.job == out.split()[-1], "the record names the job"
         assert run.info().command == ("bash", "-c", f"echo {mark} in $SLURM_JOB_ID; exit 6")
     finally:
         _tidy(run)
 
 
 @pytest.mark.timeout(120)
-def test_on_slurm_stop_cancels_the_job(slurm: remotekit.Target) -> None:
+def test_on_slurm_stop_cancels_the_job_by_its_id(slurm: remotekit.Target) -> None:
+    """The job renamed after it started (scontrol update): only its id still finds it."""
     mark = _marker()
     run = _start(slurm, ["bash", "-c", f"echo started; sleep 300; : {mark}"])
     try:
         stream = iter(run.logs(follow=True))
         assert next(stream) == b"started\n"  # the job runs
-        assert _job_states(f"remotekit-{run.id}") == ["RUNNING"]
+        job = run.info().job
+        assert _job_state(job) == "RUNNING"
+        subprocess.run(["scontrol", "update", f"JobId={job}", "JobName=renamed"], check=True)
         assert run.stop(grace=1).state == "stopped"
         end = time.monotonic() + 30
-        while _job_states(f"remotekit-{run.id}") not in ([], ["COMPLETING"]):
-            assert time.monotonic() < end, _job_states(f"remotekit-{run.id}")
+        while _job_state(job) != "CANCELLED":
+            assert time.monotonic() < end, _job_state(job)
             time.sleep(0.2)
         assert wait_gone(mark, 20.0) == []
     finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(180)
+def test_on_slurm_a_run_whose_supervisor_is_gone_is_what_its_job_is(
+    slurm: remotekit.Target,
+) -> None:
+    """Without its supervisor (a login node rebooted) a batch run still runs while its job
+    does: running, followed to its end, and its exit code read from the scheduler."""
+    go = f"/tmp/{_marker()}"
+    run = _start(slurm, ["bash", "-c", f"echo a; while [ ! -e {go} ]; do sleep .1; done; exit 5"])
+    try:
+        stream = run.logs(follow=True)
+        chunks = iter(stream)
+        assert next(chunks) == b"a\n"
+        _kill_the_supervisor(run)
+        assert run.state() == "running" and _job_state(run.info().job) == "RUNNING"
+        Path(go).touch()
+        assert b"".join(chunks) == b""  # the follow ends with the job
+        assert (stream.state, stream.exit_code) == ("exited", 5)
+        info = run.info()
+        assert (info.state, info.exit_code) == ("exited", 5) and info.ended is not None
+    finally:
+        Path(go).unlink(missing_ok=True)
+        _tidy(run)
+
+
+@pytest.mark.timeout(180)
+def test_on_slurm_stop_without_the_supervisor_cancels_the_job(slurm: remotekit.Target) -> None:
+    mark = _marker()
+    run = _start(slurm, ["bash", "-c", f"echo started; sleep 300; : {mark}"])
+    try:
+        assert next(iter(run.logs(follow=True))) == b"started\n"
+        _kill_the_supervisor(run)
+        assert run.state() == "running"
+        stopped = run.stop(grace=1)
+        assert (stopped.state, stopped.exit_code) == ("stopped", 128 + signal.SIGTERM)
+        assert _job_state(stopped.job) == "CANCELLED"
+        assert wait_gone(mark, 20.0) == []
+    finally:
+        _tidy(run)
+
+
+@pytest.mark.timeout(120)
+def test_on_slurm_a_job_nobody_knows_is_lost_and_a_silent_scheduler_leaves_it_running(
+    slurm: remotekit.Target, slurm_cluster: SlurmCluster, run_records: Path
+) -> None:
+    """Without the supervisor: squeue failing (slurmctld unreachable) is no answer, so the
+    run stays running; a job squeue does not know (purged, no accounting) leaves it lost."""
+    import json
+    from dataclasses import replace
+
+    run = _start(slurm, ["bash", "-c", "sleep 300"])
+    job = run.info().job
+    try:
+        _kill_the_supervisor(run)
+        deaf = replace(slurm.spec, env={"SLURM_CONF": "/nonexistent/slurm.conf"})
+        with remotekit.Target(deaf) as t:
+            assert t.run_handle(run.id).state() == "running"
+        record = run_records / run.id / "run.json"
+        forgotten = {**json.loads(record.read_text()), "job": slurm_cluster.unknown}
+        record.write_text(json.dumps(forgotten))
+        info = run.info()
+        assert (info.state, info.job) == ("lost", slurm_cluster.unknown)
+    finally:
+        subprocess.run(["scancel", str(job)], check=False, timeout=20)
         _tidy(run)
 
 
@@ -573,3 +680,26 @@ def test_a_runs_command_leaves_the_host_with_its_secrets_masked(local: remotekit
         assert shown == ("env", "HF_TOKEN=***", "true", "--api-key", "***", "--lr", "1")
     finally:
         _tidy(run)
+
+
+@pytest.mark.timeout(120)
+def test_detach_is_typed_as_a_run(tmp_path: Path) -> None:
+    """mypy knows ``run(..., detach=True)`` is a Run and ``run(...)`` a Result."""
+    api = pytest.importorskip("mypy.api")
+    if sys.version_info < (3, 11):
+        pytest.skip("typing.assert_type is Python >= 3.11")
+    src = tmp_path / "typed.py"
+    src.write_text(
+        "from typing import assert_type\n"
+        "import remotekit\n"
+        "from remotekit.runs import Run\n"
+        "def f(t: remotekit.Target, flag: bool) -> None:\n"
+        "    assert_type(t.run(['x'], detach=True), Run)\n"
+        "    assert_type(t.run(['x']), remotekit.Result)\n"
+        "    assert_type(t.run(['x'], detach=False), remotekit.Result)\n"
+        "    assert_type(t.run_python('s.py', ['a'], detach=True), Run)\n"
+        "    assert_type(t.run_python('s.py'), remotekit.Result)\n"
+        "    assert_type(t.run(['x'], detach=flag), remotekit.Result | Run)\n"
+    )
+    out, err, code = api.run(["--no-error-summary", str(src)])
+    assert code == 0, out + err

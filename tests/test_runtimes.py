@@ -300,9 +300,7 @@ def test_a_run_outlives_its_step_or_is_refused(target: remotekit.Target) -> None
         "print('done', sys.argv[2:])\n"
     )
     argv = ["python", "-c", code, go, *NASTY[:4]]
-    r = target.run(argv, detach=True, timeout=60)
-    assert r.detached is not None
-    run = target.run_handle(r.detached.id)
+    run = target.run(argv, detach=True, timeout=60)
     try:
         assert run.info().state == "running"
         target.run(["python", "-c", f"open({go!r}, 'w')"])

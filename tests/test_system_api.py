@@ -26,6 +26,7 @@ import remotekit
 from remotekit.diagnostics import diagnose as dg
 from remotekit.diagnostics import system
 from remotekit.render import to_json
+from tests.runtimes import wait_for
 
 FAKE_SMI = Path(__file__).with_name("fakes") / "nvidia-smi"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -226,6 +227,35 @@ def test_processes_through_the_engine(
     assert "not visible here" in report.findings[0]
     text = system.render_procs(report)
     assert "PID (NOT VISIBLE HERE)" in text and str(sleeper.pid) in text
+
+
+def live_children(pid: int) -> list[int]:
+    """The processes (not zombies) whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and int(ppid) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_with_the_agent_only_gpu_and_env_ask_for_torch(
+    notorch: remotekit.Target, bin_dir: Path, tmp_path: Path
+) -> None:
+    """A step that asks for torch starts the agent's warm process (a child that imports torch
+    once and stays); disk and procs must not start it: they do not use torch."""
+    env = smi_env(bin_dir)
+    with remotekit.Target(notorch.spec, agent=True) as t:
+        agent = int(t.run(["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"]).stdout)
+        system.disk_usage(t, [str(tmp_path)], env=env)
+        system.processes(t, env=env)
+        wait_for("the steps' runners gone", lambda: live_children(agent) == [], timeout=10)
+        system.environment(t, env=env)
+        system.gpu_status(t, env=env)
+        wait_for("one warm process", lambda: len(live_children(agent)) == 1, timeout=10)
 
 
 # --------------------------------------------------------------------------- diagnose

@@ -307,7 +307,7 @@ def test_a_job_by_name_is_looked_up_once_when_the_target_opens(slurm_bin: Path) 
     calls = (slurm_bin / "squeue.calls").read_text().splitlines()
     assert calls == ["--noheader --name=train --format=%i %T", "--noheader --jobs=4242 --format=%T"]
     srun = (slurm_bin / "srun.args").read_text().split()
-    assert srun[:4] == ["--jobid=4242", "--overlap", "--export=NONE", "--"]
+    assert srun[:5] == ["--jobid=4242", "--overlap", "--unbuffered", "--export=NONE", "--"]
 
 
 def test_a_job_by_name_that_is_pending_names_the_job(slurm_bin: Path) -> None:

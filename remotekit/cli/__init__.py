@@ -25,12 +25,14 @@ A project's own ``tasks.py`` can mount the collection::
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from invoke import Collection, Task
 
 from remotekit.cli import daily, diagnostics, runs, steps, system
 
 #: Every task of the package, in the order ``--list`` shows them.
-TASKS: tuple[Task, ...] = (
+TASKS: tuple[Task[Callable[..., Any]], ...] = (
     steps.hosts,
     steps.ping,
     steps.run,
@@ -58,7 +60,7 @@ TASKS: tuple[Task, ...] = (
 )
 
 
-def collection(*extra: Task) -> Collection:
+def collection(*extra: Task[Callable[..., Any]]) -> Collection:
     """A new collection of every package task, plus ``extra`` (a project's own tasks)."""
     return Collection(*TASKS, *extra)
 

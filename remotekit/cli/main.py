@@ -20,8 +20,7 @@ import shlex
 import sys
 from typing import Any
 
-from invoke import Argument, Collection, Exit, ParseError, Program
-from invoke.parser import ParserContext
+from invoke import Argument, Collection, Exit, ParseError, ParserContext, Program
 
 import remotekit
 from remotekit import __version__

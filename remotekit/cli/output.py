@@ -192,7 +192,7 @@ def host_finding(o: HostOutcome) -> str:
     value = o.value
     if isinstance(value, remotekit.Result):
         if value.detached is not None:
-            return detached_line(value.detached)
+            return value.detached.render()
         stopped = f"stopped {len(value.stopped)} leftover process(es)" if value.stopped else ""
         if value.ok:
             return stopped
@@ -312,15 +312,10 @@ def warner(console: Console, host: str) -> Callable[[str], None]:
     return warn
 
 
-def detached_line(d: remotekit.Detached) -> str:
-    """What a started run says: its id first (``remotekit logs ID --follow`` takes it)."""
-    return f"detached: run {d.id}, pid {d.pid}, log {d.log}"
-
-
 def step_notes(t: remotekit.Target, r: remotekit.Result, console: Console) -> None:
     """What the engine did beside the step: a detached process, stopped leftovers."""
     if r.detached is not None:
-        console.line(t.name, "stdout", detached_line(r.detached))
+        console.line(t.name, "stdout", r.detached.render())
     for what in r.stopped:
         console.line(t.name, "stderr", f"stopped, left running by the step: {what}")
     for what in r.still_running:

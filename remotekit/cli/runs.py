@@ -3,14 +3,18 @@
 ``runs`` lists every run on the selected targets (``--clean``: after removing the finished). ``logs``, ``stop`` and ``rm`` take a run's
 id and find it on the selected targets (default: the default target): the one that has it.
 ``logs --follow`` streams the output as it is written, resumes after a dropped connection
-without losing or repeating a byte, and exits with the run's exit code.
+without losing or repeating a byte, and exits with the run's exit code; a ``logs`` cut short
+(Ctrl-C, a connection that stayed down) prints the ``--offset`` that goes on from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import signal
 import sys
-import time
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from invoke import Context, Exit
@@ -19,43 +23,10 @@ import remotekit
 from remotekit.cli.output import fan_out
 from remotekit.cli.selection import OPTIONS_HERE, Selection, fleet_task
 from remotekit.fleet import fleet
-from remotekit.render import Console, table, to_json
-from remotekit.runs import Run, RunInfo, prune
+from remotekit.render import Console, to_json
+from remotekit.runs import LogStream, Run, RunInfo, prune, render_runs
 
 ID_HELP = "the run's id (what run --detach printed; see `remotekit runs`)"
-
-
-def _when(t: float | None) -> str | None:
-    return None if not t else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def _took(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{seconds:.1f}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _short(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def render_runs(runs: list[RunInfo]) -> str:
-    if not runs:
-        return "no runs"
-    rows = [
-        (
-            r.id,
-            r.state,
-            r.exit_code,
-            _when(r.started),
-            _took(r.duration_s),
-            _short(shlex.join(r.command)),
-            r.log,
-        )
-        for r in runs
-    ]
-    return table(["id", "state", "exit", "started", "duration", "command", "log"], rows)
 
 
 @fleet_task(
@@ -65,8 +36,9 @@ def render_runs(runs: list[RunInfo]) -> str:
     }
 )
 def runs(c: Context, sel: Selection, clean: bool = False, older_than: float = 0.0) -> None:
-    """List the runs (run --detach / py --detach) on targets: id, state, exit code, started,
-    duration, command, log (--clean [--older-than DAYS]: remove the finished ones first)."""
+    """List the runs (run --detach / py --detach) on targets: id, (Slurm) job, state, exit
+    code, started, duration, command, log (--clean [--older-than DAYS]: remove the finished
+    ones first)."""
     if older_than and not clean:
         raise Exit("remotekit: --older-than goes with --clean", code=2)
 
@@ -111,6 +83,7 @@ def act(run: Run, what: Any) -> Any:
         "id": ID_HELP,
         "follow": "go on as it is written, until the run ends; exit with its exit code",
         "tail": "start at the last N lines",
+        "offset": "start at byte N of the log: where an interrupted logs said it stopped",
         "stream": "output (both, as they came; default), stdout or stderr",
     },
 )
@@ -120,26 +93,92 @@ def logs(
     sel: Selection = OPTIONS_HERE,
     follow: bool = False,
     tail: int = -1,
+    offset: int = -1,
     stream: str = "output",
 ) -> None:
-    """A run's output, byte for byte (`logs ID --follow`: until it ends, reconnecting)."""
+    """A run's output, byte for byte (`logs ID --follow`: until it ends, reconnecting; cut
+    short, it says the --offset that goes on from there)."""
+    if tail >= 0 and offset >= 0:
+        raise Exit("remotekit: give --tail or --offset, not both", code=2)
     run = find_run(sel, id)
-    out = sys.stdout.buffer
-    chunks = run.logs(follow=follow, tail=None if tail < 0 else tail, stream=stream)
-
-    def show() -> None:
-        for chunk in chunks:
-            out.write(chunk)
-            out.flush()
-
+    chunks = run.logs(
+        follow=follow,
+        tail=None if tail < 0 else tail,
+        offset=None if offset < 0 else offset,
+        stream=stream,
+    )
+    shown = _Shown(chunks)
     try:
-        act(run, show)
+        with run.target, shown.interrupts_deferred():
+            for chunk in chunks:
+                shown.write(chunk)
     except KeyboardInterrupt:
+        print(_resume(run, shown.at, follow, stream, "interrupted"), file=sys.stderr)
         raise Exit(code=130) from None
+    except remotekit.RemotekitError as exc:
+        said = f"remotekit: {run.target.redact(str(exc))}"
+        if shown.at is not None:
+            said += "\n" + _resume(run, shown.at, follow, stream, "cut short")
+        raise Exit(said, code=2) from None
     if follow:
         if chunks.state == "lost":
             raise Exit(f"remotekit: run {id} was lost (its supervisor vanished)", code=2)
         raise Exit(code=chunks.exit_code or 0)
+
+
+class _Shown:
+    """Chunks written to stdout, and the log offset where what was written ends (``at``:
+    None before the read said where it starts). A Ctrl-C that comes while a chunk is being
+    written is held until that chunk is out and counted, so ``at`` is exact: the resumed
+    read repeats nothing and loses nothing."""
+
+    def __init__(self, chunks: LogStream):
+        self.chunks = chunks
+        self.written: int | None = None  # where the chunks written end
+        self._writing = False
+        self._held = False
+
+    @property
+    def at(self) -> int | None:
+        return self.written if self.written is not None else self.chunks.offset
+
+    def write(self, chunk: bytes) -> None:
+        begin = self.at or 0
+        self._writing = True
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+        self.written = begin + len(chunk)
+        self._writing = False
+        if self._held:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def interrupts_deferred(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signal handlers are the main thread's: nothing to hold
+            return
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            if self._writing:
+                self._held = True
+            else:
+                raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+
+def _resume(run: Run, at: int | None, follow: bool, stream: str, what: str) -> str:
+    """What goes on from where an interrupted ``logs`` stopped, as a line to type."""
+    if at is None:
+        return f"remotekit: {what} before any output of run {run.id}"
+    again = ["remotekit", "logs", run.id, "--host", run.target.name, "--offset", str(at)]
+    again += ["--follow"] if follow else []
+    again += ["--stream", stream] if stream != "output" else []
+    return f"remotekit: {what} at byte {at} of run {run.id}'s log; go on with: {shlex.join(again)}"
 
 
 @fleet_task(

@@ -99,18 +99,23 @@ STEP = OptionGroup(
 )
 
 
-def _run_live(sel: Selection, step: StepOptions, start: Callable[..., remotekit.Result]) -> None:
+def _run_live(sel: Selection, step: StepOptions, start: Callable[..., Any]) -> None:
     """``start(target, **how)`` on every selected host, its output live with host prefixes,
-    then what the engine did beside it (a detached process, stopped leftovers); with
-    --dry-run, each host's chain ending in the command instead (as it would run, detached or
-    not)."""
+    then what the engine did beside it (a started run, stopped leftovers); with --dry-run,
+    each host's chain ending in the command instead (as it would run, detached or not). A
+    host's value is the step's Result (with --detach: the one that started the run, which
+    names it)."""
     if step.dry_run:
         targets = sel.targets(dry_run=True)
         return dry_run_steps(targets, lambda t, console: start(t, check=False, detach=False))
 
     def on_host(t: remotekit.Target, console: Console) -> remotekit.Result:
-        how = {"timeout": step.timeout or None, "detach": step.detach}
-        r = start(t, check=False, on_output=console.output(t.name), **how)
+        how = {"timeout": step.timeout or None, "on_output": console.output(t.name)}
+        # with --detach, the step that started the run (one that did not start raises
+        # StepFailed: the host failed)
+        r: remotekit.Result = (
+            start(t, detach=True, **how).result if step.detach else start(t, check=False, **how)
+        )
         step_notes(t, r, console)
         return r
 

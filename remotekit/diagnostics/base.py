@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_chec
 from remotekit import remote
 from remotekit.errors import DiagnosticError
 from remotekit.remote.protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, FINAL, number, parse
-from remotekit.result import Result, Script
+from remotekit.result import Result, Script, Shown
 
 if TYPE_CHECKING:
     from remotekit.target import OutputCallback, Target
@@ -112,6 +112,7 @@ def run_records(
     on_output: OutputCallback | None = None,
     env: Mapping[str, str] | None = None,
     keep: bool = True,
+    preload: Sequence[str] | None = None,
 ) -> tuple[list[Record], Result]:
     """Run ``remote/<script_name>`` (or a :class:`~remotekit.Script`) on ``target``; return
     its records and the step's Result (``keep=False``: no records kept, each goes to
@@ -119,8 +120,9 @@ def run_records(
 
     Never raises for a non-zero exit of the script (the records say what went wrong); it does
     raise the engine's errors (timeout, connection, container, interpreter). ``env`` is
-    passed to ``run_python`` (variables set for the script there). The lower layer of
-    :func:`run_diagnostic`, which also checks the final record.
+    passed to ``run_python`` (variables set for the script there). ``preload``: the slow
+    imports this run needs, for the agent (None: torch when the shipped code imports it
+    anywhere). The lower layer of :func:`run_diagnostic`, which also checks the final record.
     """
     records: list[Record] = []
 
@@ -144,7 +146,7 @@ def run_records(
         check=False,
         on_output=sink,
         capture=False,
-        preload=_heavy(shipped),
+        preload=_heavy(shipped) if preload is None else tuple(preload),
     )
     return records, result
 
@@ -156,14 +158,41 @@ def _heavy(script: Script) -> tuple[str, ...]:
     return ("torch",) if any(b"import torch" in s for s in sources) else ()
 
 
-@dataclass(frozen=True)
-class Run:
+@dataclass(frozen=True, repr=False)
+class Run(Shown):
     """One finished run of a diagnostic script: its records in order, its final ``done``
-    record, the step's Result, and the messages of its warning / note / error records."""
+    record, the step's Result, and the messages of its warning / note / error records
+    (``findings`` are the warnings', ``errors`` the errors', ``notes`` the notes')."""
 
     records: tuple[Record, ...]
     final: Record
     result: Result
+
+    @property
+    def host(self) -> str:
+        return self.result.host
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return self.messages("warning")
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return self.messages("error")
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.messages("note")
+
+    def render(self) -> str:
+        """``STEP: exit N, K records``, then a line per error, warning and note record."""
+        said = [
+            f"{kind}: {message}"
+            for kind in ("error", "warning", "note")
+            for message in self.messages(kind)
+        ]
+        head = f"{self.result.step}: exit {self.exit_code}, {len(self.records)} records"
+        return "\n".join([head, *said])
 
     @property
     def exit_code(self) -> int:
@@ -194,6 +223,7 @@ def run_diagnostic(
     env: Mapping[str, str] | None = None,
     fatal_errors: bool = False,
     error: type[DiagnosticError] = DiagnosticError,
+    preload: Sequence[str] | None = None,
 ) -> Run:
     """Run ``remote/<script_name> <args>`` on ``target``; each record goes to ``on_record`` as
     it arrives; the :class:`Run` comes back once the script ended.
@@ -202,6 +232,7 @@ def run_diagnostic(
     its final record, naming host, step, exit status and its last output lines; with
     ``fatal_errors``, also when it wrote an ``error`` record (a script whose errors mean "could
     not run at all"). Engine errors (timeout, connection, interpreter) pass through.
+    ``preload`` as for :func:`run_records`.
     """
     tail = OutputTail()
     records, result = run_records(
@@ -213,6 +244,7 @@ def run_diagnostic(
         on_record=on_record,
         on_output=tail,
         env=env,
+        preload=preload,
     )
     if fatal_errors:
         fatal = [str(r.get("message")) for r in records if r.get("type") == "error"]

@@ -263,15 +263,21 @@ class ScanPlan:
     logs: tuple[LogFile, ...] = ()
 
 
-@dataclass(frozen=True)
-class ScanProgress:
-    """Progress of a scan: whole checkpoints done, and bytes done (partial files included)."""
+@dataclass(frozen=True, repr=False)
+class ScanProgress(Shown):
+    """Progress of a scan: whole checkpoints done, and bytes done (partial files included).
+    Its ``str()`` is the progress line ``ckpt-scan`` shows (:func:`progress_line`)."""
 
     files_done: int
     files_total: int
     bytes_done: int
     bytes_total: int
     current: str | None = None
+
+    repr_keys = ("files_done", "files_total", "bytes_done", "bytes_total")
+
+    def render(self) -> str:
+        return progress_line(self)
 
 
 # after the class, not as a string: the alias is imported (demo.py), and a string would be
@@ -613,15 +619,20 @@ class BisectReport(Shown):
         return render_bisect(self)
 
 
-@dataclass(frozen=True)
-class Sample:
+@dataclass(frozen=True, repr=False)
+class Sample(Shown):
     """A sample checkpoint made by :func:`make_samples`; ``expect`` is the status a scan
-    must give it."""
+    must give it. Its ``str()`` is its line in ``ckpt-demo``'s list of samples."""
 
     name: str
     path: str
     expect: str
     detail: str
+
+    repr_keys = ("name", "expect")
+
+    def render(self) -> str:
+        return f"{self.name:<14} {self.detail} (a scan must say: {self.expect})"
 
 
 @dataclass(frozen=True, repr=False)
@@ -1389,7 +1400,7 @@ def render_demo(report: DemoReport) -> str:
     """The samples planted, the scan table, and whether the scan found what was planted."""
     n = len(report.samples)
     lines = [f"Made {n} sample checkpoints in {report.directory} on {report.host}:"]
-    lines += [f"  {s.name:<14} {s.detail} (a scan must say: {s.expect})" for s in report.samples]
+    lines += [f"  {s.render()}" for s in report.samples]
     lines += ["", render_scan(report.scan, plan=report.scan.plan), ""]
     if report.mismatches:
         lines.append(f"demo: the scan disagrees with what was planted (exit {report.exit_code}):")

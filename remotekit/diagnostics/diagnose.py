@@ -66,14 +66,16 @@ DEFAULT_TIMEOUTS: Mapping[str, float] = MappingProxyType(
 _STATUS = {EXIT_OK: "ok", EXIT_FINDINGS: "findings", EXIT_FAILED: "failed"}
 
 
-@dataclass(frozen=True)
-class Section:
+@dataclass(frozen=True, repr=False)
+class Section(Shown):
     """One finished section.
 
     ``status`` is ``"ok"``, ``"findings"``, ``"failed"`` (it raised, or its report says it
     could not run; ``error`` says why) or ``"skipped"`` (``error`` says why; exit code 0).
     ``report`` is the section's own report (:class:`~remotekit.diagnostics.system.EnvReport`,
     ``GpuReport``, ``DiskReport``, the checkpoint scan's), None when it raised or was skipped.
+    Its ``str()`` is what ``remotekit diagnose`` prints as the section completes
+    (:func:`render_section`).
     """
 
     name: str
@@ -83,6 +85,20 @@ class Section:
     error: str | None
     duration_s: float
     report: Any = None
+
+    repr_keys = ("name", "status")
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """Why a failed section failed (one line), else nothing."""
+        return (self.error,) if self.status == "failed" and self.error else ()
+
+    def render(self) -> str:
+        return render_section(self)
+
+    def pictures(self) -> list[tuple[str, bytes]]:
+        """Its report's (the train-log section's plot, with ``points``)."""
+        return self.report.pictures() if isinstance(self.report, Shown) else []
 
 
 @dataclass(frozen=True, repr=False)
@@ -110,6 +126,11 @@ class DiagnoseReport(Shown):
     def errors(self) -> tuple[str, ...]:
         """One line per failed section (a :class:`~remotekit.diagnostics.base.Report`)."""
         return tuple(f"[{s.name}] {s.error}" for s in self.sections if s.status == "failed")
+
+    def pictures(self) -> list[tuple[str, bytes]]:
+        """What ``diagnose --plot`` draws: with ``run`` and ``points`` > 0, the run's log
+        (the train-log section's picture), shown in Jupyter below the findings and text."""
+        return [p for s in self.sections for p in s.pictures()]
 
     def render(self) -> str:
         """Every section, then the run's verdict (with ``run``)."""

@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 SCRIPT = "sysinfo.py"
+#: ``preload`` of the sysinfo commands that import torch.
+TORCH = ("torch",)
 DEFAULT_TEMP_THRESHOLD = 85.0
 DEFAULT_MIN_FREE_PCT = 10.0
 #: The longest a single nvidia-smi call may take there before the script gives up on it.
@@ -315,11 +317,22 @@ def _run(
     timeout: float | None,
     env: Mapping[str, str] | None,
     on_record: RecordCallback | None,
+    preload: Sequence[str] = (),
 ) -> Run:
     """Run ``sysinfo.py <args>``; a script that stopped before its final record raises
-    :class:`~remotekit.DiagnosticError` with the last lines it wrote."""
+    :class:`~remotekit.DiagnosticError` with the last lines it wrote. ``preload``: ``TORCH``
+    for the commands that import torch (gpu, env), so that only those ask the agent for it:
+    its first such step imports torch there, seconds on a busy host, which disk and procs
+    would pay for nothing."""
     return run_diagnostic(
-        target, SCRIPT, args, step=step, timeout=timeout, env=env, on_record=on_record
+        target,
+        SCRIPT,
+        args,
+        step=step,
+        timeout=timeout,
+        env=env,
+        on_record=on_record,
+        preload=preload,
     )
 
 
@@ -385,6 +398,7 @@ def gpu_status(
         timeout=timeout,
         env=env,
         on_record=on_record,
+        preload=TORCH,
     )
     smi = run.first("smi") or {}
     return GpuReport(
@@ -410,7 +424,9 @@ def environment(
     Warnings: a torch version with a known checkpoint-loading CVE (CVE-2025-32434 below 2.6,
     CVE-2026-24747 below 2.10). A missing torch is a note, not a finding.
     """
-    run = _run(target, ["env"], step="env", timeout=timeout, env=env, on_record=on_record)
+    run = _run(
+        target, ["env"], step="env", timeout=timeout, env=env, on_record=on_record, preload=TORCH
+    )
     rec = run.first("env")
     container = None
     if rec and rec.get("container"):

@@ -353,21 +353,12 @@ class TrainLogReport(Shown):
     def render(self) -> str:
         return render_report(self)
 
-    def _repr_html_(self) -> str:
-        """In Jupyter: the findings first, the text, then the picture ``--plot`` draws when the
-        report holds series (made with ``points`` > 0) and matplotlib is installed."""
-        page = super()._repr_html_()
-        picture = self._png()
-        if picture is None:
-            return page
-        img = f'<img alt="{self.host}:{self.path}" src="data:image/png;base64,{picture}"/>'
-        return page.removesuffix("</div>") + img + "</div>"
-
-    def _png(self) -> str | None:
-        """The plot as base64 PNG, or None (no series, or no matplotlib)."""
+    def pictures(self) -> list[tuple[str, bytes]]:
+        """The picture ``--plot`` draws (:func:`plot_report`), shown in Jupyter below the
+        findings and the text: when the report holds series (made with ``points`` > 0) and
+        matplotlib is installed; none otherwise."""
         if not self.series:
-            return None
-        import base64
+            return []
         import os
         import tempfile
 
@@ -375,9 +366,9 @@ class TrainLogReport(Shown):
             with tempfile.TemporaryDirectory(prefix="remotekit-plot-") as tmp:  # 0700
                 path = plot_report(self, os.path.join(tmp, "plot.png"))
                 with open(path, "rb") as f:
-                    return base64.b64encode(f.read()).decode("ascii")
+                    return [(f"{self.host}:{self.path}", f.read())]
         except ImportError:
-            return None
+            return []
 
     def series_for(self, metric: str) -> Series | None:
         """The analysed series of column ``metric``, or None when it was not analysed."""
@@ -591,13 +582,14 @@ TIMEOUT_MARGIN_S = 30.0
 RECONNECTS = 5
 
 
-@dataclass(frozen=True)
-class FollowStatus:
+@dataclass(frozen=True, repr=False)
+class FollowStatus(Shown):
     """Where a followed log stands (one a second): ``state`` "waiting" (``why``: no file
     yet, empty, no rows) or "following"; the latest ``step`` and ``loss``, ``rate`` in steps
     a second, the ``rows`` judged, ``lines`` and ``bytes`` read, ``idle_s`` since the last
     new line, ``incidents`` reported; ``backlog``, once: the incidents already in the log
-    when the follow began (not reported: ``train-log`` without ``--follow`` lists them)."""
+    when the follow began (not reported: ``train-log`` without ``--follow`` lists them).
+    Its ``str()`` is :meth:`line`, the status line ``train-log --follow`` shows."""
 
     state: str
     step: float | None = None
@@ -610,6 +602,11 @@ class FollowStatus:
     incidents: int = 0
     why: str | None = None
     backlog: int | None = None
+
+    repr_keys = ("state", "step", "incidents")
+
+    def render(self) -> str:
+        return self.line()
 
     def backlog_line(self) -> str | None:
         """What the log held when the follow began, in words (None but in the first status)."""
@@ -634,11 +631,12 @@ class FollowStatus:
         )
 
 
-@dataclass(frozen=True)
-class Incident:
+@dataclass(frozen=True, repr=False)
+class Incident(Shown):
     """One incident of a followed log, as it was found: a spike, cliff or non-finite run
     (``spike``, the same record ``train-log`` reports) or a resume (``event``). ``kind``:
-    spike, cliff, nonfinite or resume; ``seen``: when it arrived here (Unix time)."""
+    spike, cliff, nonfinite or resume; ``seen``: when it arrived here (Unix time);
+    ``tolerance``: the steps from an event that count as at it (the log's preset's)."""
 
     host: str
     path: str
@@ -648,11 +646,16 @@ class Incident:
     spike: Spike | None = None
     event: Event | None = None
     seen: float = 0.0
+    tolerance: float = 0.0
 
-    def render(self, tolerance: float = 0.0) -> str:
-        """One line, in the words of ``train-log``'s tables."""
+    repr_keys = ("host", "kind", "step", "metric")
+
+    def render(self, tolerance: float | None = None) -> str:
+        """One line, in the words of ``train-log``'s tables (the line ``train-log --follow``
+        prints for it); ``tolerance`` overrides the incident's own."""
         if self.spike is not None:
-            cells = _spike_cells(self.spike, tolerance)
+            tol = self.tolerance if tolerance is None else tolerance
+            cells = _spike_cells(self.spike, tol)
             pairs = [f"{h} {c}" for h, c in zip(SPIKE_COLUMNS[3:], cells[3:]) if c != "-"]
             return f"step {cells[0]}: {cells[1]} {cells[2]}: " + ", ".join(pairs)
         assert self.event is not None
@@ -835,7 +838,10 @@ class LogFollow:
 
     def _incident(self, kind: str, step: float, metric: str | None, **what: Any) -> Incident:
         host = self.target.name
-        return Incident(host, self.path, kind, step, metric, seen=time.time(), **what)
+        tol = self.source.tolerance if self.source is not None else 0.0
+        return Incident(
+            host, self.path, kind, step, metric, seen=time.time(), tolerance=tol, **what
+        )
 
     def _end(self, result: Result) -> None:
         """The step ended by itself: an error record or a missing final record raise."""

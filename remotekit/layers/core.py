@@ -202,14 +202,26 @@ def _said(pattern: str, text: str) -> bool:
 class Batch:
     """A detached run as a batch job, started from outside the hop (on the login node).
 
-    ``submit`` waits for the job and exits with its exit code (``sbatch --wait``);
+    ``submit`` prints the job's id as its first line on stdout (``ID`` or ``ID;CLUSTER``),
+    then waits for the job and exits with its exit code (``sbatch --parsable --wait``);
     ``log_option`` + the run's log path is added after ``submit[0]``, so the job writes its
-    output there itself (appending); ``cancel`` ends the job (``scancel --name``).
+    output there itself (appending). The rest take the job's id as their last word, and
+    serve when the run's supervisor is gone (a login node rebooted): ``cancel`` ends the job;
+    ``queue`` prints ``STATE STATUS END`` while the scheduler still holds the job (STATUS a
+    wait status, END its end time ``%Y-%m-%dT%H:%M:%S`` or a word), and ``forgotten`` on
+    stderr for a job it does not know (any more); ``accounting`` prints
+    ``STATE|CODE:SIGNAL|END`` after that. A job in a ``live`` state has not ended; one in a
+    ``cancelled`` state was stopped; any other state has ended by itself.
     """
 
     submit: tuple[str, ...]
     log_option: str
     cancel: tuple[str, ...]
+    queue: tuple[str, ...] = ()
+    forgotten: str = ""
+    accounting: tuple[str, ...] = ()
+    live: tuple[str, ...] = ()
+    cancelled: tuple[str, ...] = ()
 
 
 class Hop(ABC):

@@ -1,4 +1,4 @@
-"""Slurm: ``srun --jobid=ID --overlap [-w NODE] --export=NONE -- argv`` inside a running job.
+"""Slurm: ``srun --jobid=ID --overlap --unbuffered [-w NODE] --export=NONE -- argv`` in a running job.
 
 How users inspect a live training job on a cluster: the step runs inside the job's allocation,
 beside the job's own processes. hosts.yaml::
@@ -10,7 +10,10 @@ A job given by name is looked up with ``squeue`` (beside srun) when the target o
 ``--export=NONE``: srun passes the caller's whole environment unless told not to; the step's
 env comes from the payload. Then the task has no PATH, and slurmstepd only finds a program
 by absolute path: a bare interpreter name (``python3``) is run through ``/usr/bin/env``, which
-searches the system's default path. srun's words (slurm 22.05)::
+searches the system's default path. ``--unbuffered``: without it slurmstepd holds a task's
+output until a newline, so a partial line (a progress bar) is late and the resident agent's
+binary frames never arrive; with it the task's stdout is a pty in raw mode (bytes pass
+unchanged: 10 MB of every byte value came back equal), stdin and stderr stay pipes. srun's words (slurm 22.05)::
 
     srun: error: Unable to confirm allocation for job 4242: Invalid job id specified     (exit 1)
     srun: error: Unable to confirm allocation for job 4242: Job is pending execution
@@ -19,7 +22,8 @@ searches the system's default path. srun's words (slurm 22.05)::
     slurmstepd: error: execve(): python9: No such file or directory     (exit 2, the errno; 13)
 
 Interactive (``remotekit shell``): ``--pty`` (task 0 on a pty; srun passes window size changes).
-Detached (``run --detach``): a batch job, ``sbatch --wait`` from the login node (:meth:`batch`).
+Detached (``run --detach``): a batch job, ``sbatch --parsable --wait`` from the login node, its
+id recorded (:meth:`batch`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,24 @@ __all__ = ["Slurm"]
 
 #: Where a bare interpreter is found when the task has no PATH (``--export=NONE``).
 ENV = "/usr/bin/env"
+#: The job states (squeue's, sacct's) of a job that has not ended: it waits, runs, is held,
+#: suspended or being requeued (slurm 22.05, squeue(1) "JOB STATE CODES").
+LIVE = (
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "STOPPED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "RESV_DEL_HOLD",
+    "SPECIAL_EXIT",
+)
 
 
 @dataclass(frozen=True)
@@ -59,10 +81,6 @@ class Slurm(Hop):
 
     key: ClassVar[str] = "slurm"
     kind: ClassVar[str] = "job"
-    # Through `srun --overlap` the agent's first step did not come back (measured here with
-    # the one-node cluster of tests/runtimes.py): until the agent is made to work there, a
-    # job keeps the one-process-per-step path.
-    agent: ClassVar[bool] = False
     up: ClassVar[str] = "RUNNING"
     says: ClassVar[str] = "srun says:\n{words}"
     failures: ClassVar[tuple[Failure, ...]] = (
@@ -107,7 +125,7 @@ class Slurm(Hop):
         return f"srun {job}" + (f" -w {self.node}" if self.node else "")
 
     def apply(self, launch: Launch) -> Launch:
-        return self._srun(launch)
+        return self._srun(launch, "--unbuffered")  # output as written (the module doc says why)
 
     def interactive(self, launch: Launch) -> Launch:
         # --pty: task 0 gets a pty, and srun passes our window size changes on to it
@@ -125,15 +143,36 @@ class Slurm(Hop):
 
     def batch(self, argv: Sequence[str], name: str) -> Batch:
         """slurmstepd stops every process of a step when it ends, so a detached run is a job
-        of its own: ``sbatch --wait`` from the login node (it exits with the job's exit code),
-        its output appended to the run's log by the job, ``scancel --name`` to stop it."""
+        of its own: ``sbatch --parsable --wait`` from the login node (it prints the job id,
+        then exits with the job's exit code), its output appended to the run's log by the
+        job; the job is cancelled by its id, and ``squeue``/``sacct`` say its state when the
+        run's supervisor is gone."""
         sbatch, scancel = tool_beside(self.bin, "sbatch"), tool_beside(self.bin, "scancel")
         node = (f"--nodelist={self.node}",) if self.node else ()
-        submit = (sbatch, "--wait", "--quiet", "--open-mode=append", f"--job-name={name}", *node)
+        submit = (sbatch, "--parsable", "--wait", "--open-mode=append", f"--job-name={name}")
         return Batch(
-            submit=(*submit, "--wrap", shlex.join(argv)),
+            submit=(*submit, *node, "--wrap", shlex.join(argv)),
             log_option="--output=",
-            cancel=(scancel, f"--name={name}"),
+            cancel=(scancel,),
+            # --states=all: an ended job too, while slurmctld keeps it (MinJobAge, 300 s)
+            queue=(
+                tool_beside(self.bin, "squeue"),
+                "--noheader",
+                "--states=all",
+                "--Format=State:40,exit_code:20,EndTime:40",
+                "--jobs",
+            ),
+            forgotten="Invalid job id specified",
+            accounting=(
+                tool_beside(self.bin, "sacct"),
+                "--noheader",
+                "--parsable2",
+                "--allocations",
+                "--format=State,ExitCode,End",
+                "--jobs",
+            ),
+            live=LIVE,
+            cancelled=("CANCELLED",),
         )
 
     # -- the job by name -------------------------------------------------------------------

@@ -49,11 +49,13 @@ GRACE = 3.0
 
 
 def frame(kind, sid, payload=b""):
+    # type: (bytes, int, bytes) -> bytes
     """One frame (``kind``: a one-byte bytes, ``sid``: the step id)."""
     return FRAME.pack(kind, sid, len(payload)) + payload
 
 
 def frames(buf):
+    # type: (bytearray) -> list[tuple[bytes, int, bytes]]
     """Complete frames at the start of ``buf`` (a bytearray, consumed): (kind, sid, payload)."""
     out = []
     while len(buf) >= FRAME.size:

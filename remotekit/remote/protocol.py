@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import threading
+from typing import Any
 
 EXIT_OK, EXIT_FINDINGS, EXIT_FAILED = 0, 1, 2
 FINAL = "done"  # the type of the one last record of every command
@@ -48,7 +49,7 @@ def encode(value):
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
 
 
-def number(value):
+def number(value: object) -> int | float | None:
     """A number from a record field: an int or float as is, ``"nan"``/``"inf"``/``"-inf"`` as
     the float, anything else (None, bool, other text) as None."""
     if isinstance(value, bool) or value is None:
@@ -68,7 +69,7 @@ def dumps(record):
     return json.dumps(encode(record), separators=(",", ":"), allow_nan=False, default=str)
 
 
-def parse(line):
+def parse(line: str) -> dict[str, Any] | None:
     """The record on ``line``, or None when the line is not one (any other output)."""
     if not line.startswith("{"):
         return None

@@ -5,13 +5,16 @@ Each run has a record folder (0700; its files 0600)::
 
     <runs dir>/<id>/run.json     id, host, command (masked when it leaves the host), cwd,
                                  started, the supervisor's pid and start time, the
-                                 command's pid, the shipped files' dir
+                                 command's pid, the shipped files' dir; a batch job's
+                                 ``job`` id and ``batch`` (how to ask about it, cancel it)
                    output.log    stdout and stderr as they came, interleaved, byte for byte
                                  (what ``logs`` shows; offsets into it resume a follow)
                    stdout.log    stdout alone
                    stderr.log    stderr alone (so the two can be told apart)
                    exit.json     when it ended: code, ended, reason (exit | stopped), and
-                                 any leftovers it stopped; written whole (temp + rename)
+                                 any leftovers it stopped; written whole (temp + rename);
+                                 for a batch job whose supervisor is gone, by whoever
+                                 first saw the job end (``by``: the tool that said so)
                    stop.json     a stop request (its grace), read by the supervisor on TERM
 
 The runs dir is ``--runs-dir`` (hosts.yaml ``runs_dir:``), else ``$XDG_STATE_HOME/remotekit/
@@ -19,16 +22,19 @@ runs``, else ``~/.local/state/remotekit/runs``: not a tmpfs, so a record survive
 
 Modes (``python supervisor.py MODE ...``)::
 
-    start ID [--runs-dir D] [--host H] [--grace S] [--script NAME]
-             [--log-option OPT] [--on-stop JSON-ARGV] -- ARGV...
+    start ID [--runs-dir D] [--host H] [--grace S] [--script NAME] [--batch JSON] -- ARGV...
         run by the runner as a detached step, so it is in its own session and no step's stop
         reaches it. It becomes a child subreaper (orphans of the run re-parent to it), starts
         the command in its own session, reports {"id", "pid", "log"} (or {"error"}) as one
         JSON line on the file descriptor $REMOTEKIT_REPORT_FD, copies the command's output
         into the logs, and records the exit. TERM/HUP/INT to it stop the run's whole tree
         (TERM, KILL after the grace); so does the end of the main process (leftovers).
-        A batch job (a Slurm hop): ARGV waits for the job (sbatch --wait), gets OPT + the
-        log's path (the job appends its output there), and --on-stop cancels the job first.
+        A batch job (a Slurm hop; --batch: the fields of ``layers.core.Batch`` but ``submit``):
+        ARGV prints the job's id as its first stdout line (recorded before the report), then
+        waits for the job (sbatch --parsable --wait); it gets ``log_option`` + the log's path
+        (the job appends its output there); a stop cancels the job by its id first. When
+        the supervisor is gone, the job's own state (``queue``, then ``accounting``) says
+        whether the run still runs, and how it ended.
     list [ID]                            one ``run`` record per run (or run ID), then ``done``
     logs ID [--offset N | --tail N] [--follow] [--stream output|stdout|stderr]
         ``data`` records {"at": offset, "bytes": the bytes as a latin-1 string} from there;
@@ -59,6 +65,7 @@ ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 READ = 512 << 10  # bytes read at once for data records
 MAX_RECORD = 960 << 10  # a record line stays below the engine's 1 MiB line (else it is cut)
 POLL_S = 0.05  # how often a follow looks for new bytes
+JOB_ASK_S = 5.0  # a batch job's state is asked at most this often (the scheduler is shared)
 BEAT_S = 1.0  # a quiet follow says it is alive this often
 DEFAULT_GRACE = 10.0
 STREAMS = ("output", "stdout", "stderr")
@@ -117,10 +124,24 @@ def alive(proc):
     return bool(proc) and proc.get("pid") and start_ticks(proc["pid"]) == proc.get("start")
 
 
-def state_of(record, ended):
+def state_of(folder, record):
+    """(state, exit.json's data or None) of a run. Without its supervisor a batch run is
+    what its job is: running while the job has not ended; once it has, its end is written
+    as the run's exit.json (the scheduler forgets jobs); lost when no tool knows the job."""
+    ended = read_json(os.path.join(folder, "exit.json"))
     if ended is not None:
-        return "stopped" if ended.get("reason") == "stopped" else "exited"
-    return "running" if alive(record.get("supervisor")) else "lost"
+        return ("stopped" if ended.get("reason") == "stopped" else "exited"), ended
+    if alive(record.get("supervisor")):
+        return "running", None
+    if record.get("job"):
+        answer = job_state(record)
+        if answer is None:
+            return "running", None
+        if answer != "unknown":
+            if read_json(os.path.join(folder, "exit.json")) is None:  # not its supervisor's
+                write_json(os.path.join(folder, "exit.json"), answer)
+            return state_of(folder, record)
+    return "lost", None
 
 
 def info(folder):
@@ -128,12 +149,12 @@ def info(folder):
     record = read_json(os.path.join(folder, "run.json"))
     if not isinstance(record, dict):
         return None
-    ended = read_json(os.path.join(folder, "exit.json"))
+    state, ended = state_of(folder, record)
     out = dict(record)
     out.update(
         {
             "type": "run",
-            "state": state_of(record, ended),
+            "state": state,
             "exit_code": (ended or {}).get("code"),
             "ended": (ended or {}).get("ended"),
             "stopped": (ended or {}).get("stopped") or [],
@@ -156,6 +177,96 @@ def find(args):
     return folder, 0
 
 
+# -- a batch job's own state -------------------------------------------------------------------
+
+ASKED = {}  # job id -> (when, answer): one process asks the scheduler at most every JOB_ASK_S
+
+
+def job_state(record, fresh=False):
+    """What the scheduler says of a run's batch job: None while it has not ended, else
+    {"reason", "code", "ended", "by"}; "unknown" when no tool knows the job (any more)."""
+    job, batch = str(record["job"]), record.get("batch") or {}
+    when, answer = ASKED.get(job, (None, None))
+    if fresh or when is None or time.monotonic() - when >= JOB_ASK_S:
+        answer = ask_queue(job, batch)
+        if answer == "unknown" and batch.get("accounting"):
+            answer = ask_accounting(job, batch)
+        ASKED[job] = (time.monotonic(), answer)
+    return answer
+
+
+def tool_says(argv):
+    """(exit code, stdout, stderr) of a scheduler's tool; code None when it could not run."""
+    try:
+        r = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, "", str(e)
+    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+
+
+def ask_queue(job, batch):
+    """``queue`` prints STATE STATUS END (STATUS: a wait status) while the scheduler holds
+    the job: an ended one too, for a while. A scheduler that does not answer (slurmctld
+    restarting) leaves the run running: its job most likely is, and a follow goes on."""
+    if not batch.get("queue"):
+        return "unknown"
+    code, out, err = tool_says(list(batch["queue"]) + [job])
+    forgotten = batch.get("forgotten")
+    if code is not None and code != 0 and not (forgotten and forgotten in err):
+        return None
+    words = out.split() if code == 0 else []
+    if len(words) < 2:
+        return "unknown"
+    state, status = words[0], words[1]
+    if state in (batch.get("live") or ()):
+        return None
+    try:
+        status = int(status)
+    except ValueError:
+        return "unknown"
+    code = 128 + (status & 0x7F) if status & 0x7F else status >> 8
+    return ended_as(state, code, words[2] if len(words) > 2 else "", batch, "queue")
+
+
+def ask_accounting(job, batch):
+    """``accounting`` prints STATE|CODE:SIGNAL|END, the job's allocation first."""
+    code, out, _ = tool_says(list(batch["accounting"]) + [job])
+    lines = [ln.split("|") for ln in out.splitlines() if ln.count("|") >= 2] if code == 0 else []
+    if not lines:
+        return "unknown"
+    state, code, end = lines[0][0], lines[0][1], lines[0][2]
+    state = (state.split() or [""])[0]  # "CANCELLED by 1000"
+    if state in (batch.get("live") or ()):
+        return None
+    try:
+        exit_code, signum = (int(x) for x in code.split(":"))
+    except ValueError:
+        return "unknown"
+    return ended_as(state, 128 + signum if signum else exit_code, end, batch, "accounting")
+
+
+def ended_as(state, code, end, batch, by):
+    try:
+        ended = time.mktime(time.strptime(end, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:  # "Unknown", "N/A"
+        ended = time.time()
+    reason = "stopped" if state in (batch.get("cancelled") or ()) else "exit"
+    return {
+        "reason": reason,
+        "code": code,
+        "ended": ended,
+        "stopped": [],
+        "by": by,
+        "job_state": state,
+    }
+
+
 # -- start: the supervisor ---------------------------------------------------------------------
 
 
@@ -167,12 +278,15 @@ class Supervisor(object):
         self.lock = threading.Lock()
         # the runner waits on this pipe for one line; the command must not see its number
         self.report_fd = int(os.environ.pop("REMOTEKIT_REPORT_FD", "-1"))
+        self.job = None  # a batch job's id, once its submitter said it
 
     def report(self, data):
         fd, self.report_fd = self.report_fd, -1
         if fd >= 0:
             try:
                 os.write(fd, (json.dumps(data) + "\n").encode())
+            except OSError:
+                pass  # the step gave up waiting: the run goes on, recorded
             finally:
                 os.close(fd)
 
@@ -200,11 +314,15 @@ class Supervisor(object):
             "supervisor": {"pid": os.getpid(), "start": start_ticks(os.getpid())},
             "pid": child.pid,
             "pid_start": start_ticks(child.pid),
-            "on_stop": self.args.on_stop,
             "dir": os.environ.get("REMOTEKIT_DIR") or None,
         }
         write_json(os.path.join(self.folder, "run.json"), record)
-        copiers = [self.copy(r, files[0], f) for r, f in zip(pipes, files[1:])]
+        copiers = [self.copy(pipes[1], files[0], files[2])]
+        if self.args.batch:
+            self.job = self.job_id(pipes[0], files[0], files[1])
+            record.update({"job": self.job, "batch": self.args.batch})
+            write_json(os.path.join(self.folder, "run.json"), record)
+        copiers.append(self.copy(pipes[0], files[0], files[1]))
         log = os.path.join(self.folder, "output.log")
         self.report({"id": self.args.id, "pid": child.pid, "log": log})
         self.finish(child, copiers)
@@ -215,11 +333,33 @@ class Supervisor(object):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         return os.fdopen(fd, "wb", buffering=0)
 
+    def job_id(self, src, combined, own):
+        """A batch submitter's first stdout line: the job's id (``ID`` or ``ID;CLUSTER``),
+        None when it ended without one (its words, on stderr, are in the log). What came
+        after that line goes to the logs."""
+        data = b""
+        while b"\n" not in data:
+            try:
+                b = os.read(src, 1 << 16)
+            except OSError:
+                break
+            if not b:
+                break
+            data += b
+        line, _, rest = data.partition(b"\n")
+        job = line.decode("utf-8", "replace").strip().split(";")[0]
+        if not ID_RE.match(job):
+            job, rest = None, data
+        if rest:
+            own.write(rest)
+            combined.write(rest)
+        return job
+
     def spawn(self):
         argv = self.args.argv
-        if self.args.log_option:  # a batch system: the job writes the log itself
+        if self.args.batch:  # a batch system: the job writes the log itself
             log = os.path.join(self.folder, "output.log")
-            argv = [argv[0], self.args.log_option + log] + argv[1:]
+            argv = [argv[0], self.args.batch["log_option"] + log] + argv[1:]
         if self.args.script:
             where = os.environ.get("REMOTEKIT_DIR", "")
             argv = [sys.executable, "-u", os.path.join(where, self.args.script)] + argv
@@ -277,7 +417,7 @@ class Supervisor(object):
         reason = "stopped" if self.stopping else "exit"
         data = {"reason": reason, "stopped": [], "running": []}
         if self.stopping:
-            cancel(self.args.on_stop)
+            cancel_job(self.job, self.args.batch)
         if self.stopping or runner.alive(child):
             data["stopped"], data["running"] = runner.stop_tree(child, self.grace())
         child.wait()
@@ -400,7 +540,7 @@ def do_wait(args, folder):
 
 def do_stop(args, folder):
     rec = info(folder)
-    if rec["state"] == "running":
+    if rec["state"] == "running" and alive(rec.get("supervisor")):
         write_json(os.path.join(folder, "stop.json"), {"grace": args.grace})
         try:
             os.kill(rec["supervisor"]["pid"], signal.SIGTERM)
@@ -409,26 +549,29 @@ def do_stop(args, folder):
         end = time.monotonic() + args.grace + 10.0
         while not ended_now(folder) and time.monotonic() < end:
             time.sleep(0.05)
-    elif rec["state"] == "lost":
-        stop_lost(folder, rec, args.grace)
+    elif rec["state"] in ("running", "lost"):  # running: a batch job, without its supervisor
+        stop_orphan(folder, rec, args.grace)
     protocol.emit(info(folder))
     return protocol.finish("stop", 0)
 
 
-def cancel(argv):
-    """Run a run's own stop command (a batch job's ``scancel``), if it has one."""
-    if argv:
-        try:
-            subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=60)
-        except (OSError, subprocess.SubprocessError) as e:
-            sys.stderr.write("remotekit: %s failed: %s\n" % (argv[0], e))
+def cancel_job(job, batch):
+    """Cancel a run's batch job by its id (``scancel ID``), if it has one."""
+    if not job or not batch or not batch.get("cancel"):
+        return
+    argv = list(batch["cancel"]) + [job]
+    try:
+        subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        sys.stderr.write("remotekit: %s failed: %s\n" % (argv[0], e))
 
 
-def stop_lost(folder, rec, grace):
-    """A run whose supervisor is gone: its own stop command runs, its process group, if that
-    still runs, is stopped (what left the group cannot be found any more), and the run is
-    marked stopped."""
-    cancel(rec.get("on_stop"))
+def stop_orphan(folder, rec, grace):
+    """A run whose supervisor is gone (lost, or a batch job that runs on without it): its
+    job is cancelled, its process group, if that still runs, is stopped (what left the
+    group cannot be found any more), and the run is marked stopped, with the job's exit
+    code once the scheduler says the job ended."""
+    cancel_job(rec.get("job"), rec.get("batch"))
     pid = rec.get("pid")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if not isinstance(pid, int) or start_ticks(pid) != rec.get("pid_start"):
@@ -440,9 +583,17 @@ def stop_lost(folder, rec, grace):
         end = time.monotonic() + grace
         while time.monotonic() < end and start_ticks(pid) is not None:
             time.sleep(0.05)
+    code = None
+    if rec.get("job"):
+        end = time.monotonic() + grace + 30.0
+        answer = job_state(rec, fresh=True)
+        while answer is None and time.monotonic() < end:
+            time.sleep(0.5)
+            answer = job_state(rec, fresh=True)
+        code = answer.get("code") if isinstance(answer, dict) else None
     write_json(
         os.path.join(folder, "exit.json"),
-        {"reason": "stopped", "code": None, "ended": time.time(), "stopped": [], "lost": True},
+        {"reason": "stopped", "code": code, "ended": time.time(), "stopped": [], "lost": True},
     )
 
 
@@ -491,8 +642,7 @@ def parse(argv):
     p.add_argument("--tail", type=int, default=None)
     p.add_argument("--follow", action="store_true")
     p.add_argument("--stream", choices=STREAMS, default="output")
-    p.add_argument("--log-option", default="")
-    p.add_argument("--on-stop", default="")
+    p.add_argument("--batch", default="")
     p.add_argument("--finished", action="store_true")
     p.add_argument("--older-than", type=float, default=0.0)
     own, rest = (
@@ -506,7 +656,7 @@ def parse(argv):
     args = p.parse_args(own)
     args.argv = rest
     args.display = json.loads(args.display) if args.display else None
-    args.on_stop = json.loads(args.on_stop) if args.on_stop else None
+    args.batch = json.loads(args.batch) if args.batch else None
     return args
 
 

@@ -40,6 +40,10 @@ import re
 import signal
 import stat
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: this file runs on Python >= 3.8 with the stdlib
+    from typing import Callable, Iterable
 
 CHUNK = 1 << 20
 #: Files staged, fsynced (in parallel) and renamed as one group during apply.
@@ -63,7 +67,7 @@ class Excludes(object):
     The last matching rule wins; an excluded directory is not entered, so nothing below it
     can be re-included (as in git)."""
 
-    def __init__(self, patterns=()):
+    def __init__(self, patterns: Iterable[str] = ()) -> None:
         self.rules = []
         for raw in patterns:
             rule = _rule(raw)
@@ -235,7 +239,7 @@ def on_signal(signum, frame):
 # -- list ----------------------------------------------------------------------------------------
 
 
-def kind(mode):
+def kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "f"
     if stat.S_ISDIR(mode):
@@ -271,7 +275,12 @@ class Batched(object):
         self.rows, self.size = [], 0
 
 
-def walk(root, excludes, on_entry, on_error):
+def walk(
+    root: str,
+    excludes: Excludes | None,
+    on_entry: Callable[[str, str, os.stat_result], object],
+    on_error: Callable[[str, str], object],
+) -> None:
     """Call ``on_entry(rel, path, lstat)`` for everything below ``root`` that is not excluded,
     parents before children, never following a symlink; sync temp files are skipped."""
     todo = [""]
@@ -328,12 +337,12 @@ def do_list(root, here):
 # -- hash ----------------------------------------------------------------------------------------
 
 
-def file_hash(path):
+def file_hash(path: str) -> str:
     """SHA-256 of the regular file ``path`` (a symlink or a FIFO is an OSError)."""
     return fd_hash(os.open(path, os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC))
 
 
-def fd_hash(fd):
+def fd_hash(fd: int) -> str:
     h = hashlib.sha256()
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):

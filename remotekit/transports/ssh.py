@@ -72,7 +72,8 @@ class _Transport(paramiko.Transport):
     _preferred_ciphers = (
         "aes128-gcm@openssh.com",
         "aes256-gcm@openssh.com",
-        *(c for c in paramiko.Transport._preferred_ciphers if "-gcm@" not in c),
+        # private in paramiko (its stubs leave it out); a tuple of cipher names since 1.x
+        *(c for c in paramiko.Transport._preferred_ciphers if "-gcm@" not in c),  # type: ignore[attr-defined]
     )
 
 
@@ -477,7 +478,7 @@ class SSHTransport:
 
     @staticmethod
     def _active(conn: Connection) -> paramiko.Transport:
-        transport = conn.client.get_transport()
+        transport: paramiko.Transport | None = conn.client.get_transport()
         if transport is None or not transport.is_active():
             raise EOFError("connection is closed")
         return transport
