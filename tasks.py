@@ -1,7 +1,9 @@
-"""remotekit's tasks in this repository: `invoke --list`.
+"""This repository's dev tasks: ``invoke --list`` (``.venv/bin/invoke`` after ``.ci/setup``).
 
-The package's tasks (``remotekit --list`` once installed: the same tasks, flags and output)
-come from :mod:`remotekit.cli`; this file adds the project's dev tasks (``bench``).
+remotekit's own tasks are the ``remotekit`` command (``.venv/bin/remotekit`` in this clone):
+invoke's program shows its own options (``--dry``, ``--echo``, ``-T``, ``--warn-only``), which
+change invoke's ``c.run``. The dev tasks here call ``c.run``, so there those options are true;
+remotekit's tasks do not, so they live behind ``remotekit``, which offers only options that act.
 """
 
 from __future__ import annotations
@@ -9,9 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from invoke import Context, Exit, task
-
-from remotekit.cli import collection
+from invoke import Collection, Context, Exit, task
 
 
 @task(help={"quick": "smaller sizes and fewer runs (minutes -> about one)"})
@@ -40,4 +40,4 @@ def bench(c: Context, quick: bool = False) -> None:
         raise Exit(code=worst)
 
 
-ns = collection(bench)
+ns = Collection(bench)

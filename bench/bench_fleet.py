@@ -9,7 +9,7 @@ repeated ``--reps`` times (median reported):
 A 1 s step on every host:
 
 - ``remotekit_connect``: fresh targets each time, ``remotekit.fleet(targets).run(["sleep", "1"])``
-  with the default parallelism: connecting is part of the time, as for ``invoke run --all``.
+  with the default parallelism: connecting is part of the time, as for ``remotekit run --all``.
   **Target: <= 2.5 s** (serially it would be 32 s).
 - ``remotekit_warm``: the same fleet again with its connections held.
 - ``fabric_connect`` / ``fabric_warm``: the peer baseline, Fabric's

@@ -40,6 +40,7 @@ from remotekit import remote
 from remotekit.agent import Agent
 from remotekit.errors import (
     AgentUnavailable,
+    DryRun,
     InterpreterNotFound,
     RemotekitError,
     StepCancelled,
@@ -61,9 +62,17 @@ class Engine:
     """The step machinery of one target (its spec, transport, launch, cancellation, secrets)."""
 
     def __init__(
-        self, spec: HostSpec, transport: Transport, *, capture_limit: int, agent: bool = True
+        self,
+        spec: HostSpec,
+        transport: Transport,
+        *,
+        capture_limit: int,
+        agent: bool = True,
+        dry_run: bool = False,
     ):
         self.spec = spec
+        #: Every step is reported (:meth:`dry`) instead of run; nothing connects.
+        self.dry_run = dry_run
         self.name = spec.name
         self.transport = transport
         self.capture_limit = capture_limit
@@ -129,6 +138,17 @@ class Engine:
     def step_chain(self, argv: Sequence[str]) -> str:
         """The chain a step runs through, ending in its own command (``-u <check.py>`` ...)."""
         return " -> ".join([self.transport.label, *self.launch.hops[:-1], shlex.join(argv)])
+
+    def dry(self, step: str, display: Sequence[str]) -> None:
+        """With ``dry_run``: hand the step's chain to :attr:`trace` and raise
+        :class:`DryRun` before anything runs or connects (a Slurm job given by name is not
+        looked up either); without it, nothing."""
+        if not self.dry_run:
+            return
+        chain = self.step_chain(display)
+        if self.trace is not None:
+            self.trace(step, chain)
+        raise self.redacted(DryRun(chain, host=self.name, step=step))
 
     def python_display(self, script_name: str, args: Sequence[Any] = ()) -> tuple[str, ...]:
         """The command a shipped script's step shows (``python -u <shipped check.py> ...``)."""

@@ -14,6 +14,7 @@
     ├── InterpreterNotFound         the venv / python of the target does not exist there
     ├── ConnectionLost              the transport died while a step ran
     ├── ForwardError                a forwarded port: nothing listens there, or no relay
+    ├── DryRun                      a target made with dry_run=True was asked to run a step
     └── StepError                   a step ran and went wrong; carries its Result
         ├── StepTimeout             the step passed its timeout; it was stopped there
         ├── StepCancelled           Target.cancel() (e.g. Ctrl-C on a fleet) stopped it there
@@ -49,6 +50,7 @@ __all__ = [
     "ContainerNotFound",
     "ContainerNotRunning",
     "DiagnosticError",
+    "DryRun",
     "ForwardError",
     "HostKeyError",
     "InterpreterNotFound",
@@ -180,6 +182,16 @@ class ForwardError(RemotekitError):
     ):
         self.port = port
         super().__init__(message, host=host, step=step)
+
+
+class DryRun(RemotekitError):
+    """A target made with ``dry_run=True`` was asked to run a step: nothing ran, nothing was
+    connected to. ``chain`` is the layer chain the step would have run through, ending in its
+    command (a shipped script as ``<shipped NAME>`` with its argv)."""
+
+    def __init__(self, chain: str, *, host: str | None = None, step: str | None = None):
+        self.chain = chain
+        super().__init__(f"dry run, nothing ran: {chain}", host=host, step=step)
 
 
 class Reconnected(UserWarning):

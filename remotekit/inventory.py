@@ -23,7 +23,8 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
         secret_env: [HF_TOKEN]          # names whose values are never printed
         checkpoints: /workspace/checkpoints
         runs_dir: /workspace/.runs      # run records (default ~/.local/state/remotekit/runs)
-        gpus: 8                         # (or gpu: true) no GPU found is then an error, not a note
+        gpus: 8                         # (or gpu: true) no GPU found is then an error, not a note;
+                                        # fewer than 8 found, a finding
     groups:
       gpu: [kpro6]
     default: gpu                        # what a task runs on without --host/--group/--all
@@ -402,16 +403,21 @@ class _HostReader:
             checkpoints=self.text("checkpoints"),
             runs_dir=self.text("runs_dir"),
             has_gpu=self.has_gpu(),
+            gpus=self.gpus(),
             timeouts=self.timeouts(),
             agent=self.get("agent", lambda v: isinstance(v, bool), "true or false") is not False,
             source=f"{self.doc.path}:{self.doc.line(self.key)}",
         )
 
+    def gpus(self) -> int:
+        """``gpus: N``, the GPUs the host has (0: not said)."""
+        gpus = self.get("gpus", lambda v: _is_number(v) and v >= 0 and v == int(v), "a count >= 0")
+        return int(gpus or 0)
+
     def has_gpu(self) -> bool:
         """``gpus: N`` (N > 0) or ``gpu: true``."""
-        gpus = self.get("gpus", lambda v: _is_number(v) and v >= 0 and v == int(v), "a count >= 0")
         gpu = self.get("gpu", lambda v: isinstance(v, bool), "true or false")
-        return bool(gpus) or bool(gpu)
+        return bool(self.gpus()) or bool(gpu)
 
     def env(self) -> dict[str, Any]:
         """``env:`` checked variable by variable; a message never quotes a secret's value."""

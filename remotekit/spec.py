@@ -62,6 +62,9 @@ class HostSpec:
     #: hosts.yaml says it has GPUs (``gpus: N`` > 0 or ``gpu: true``): no GPU found there is
     #: then an error; otherwise "no GPU here" is a note.
     has_gpu: bool = False
+    #: hosts.yaml ``gpus: N``: fewer GPUs found there is a finding (a GPU lost from the bus);
+    #: 0 when not said.
+    gpus: int = 0
     timeouts: Timeouts = Timeouts()
     #: Steps are messages to one resident agent there (``remotekit.agent``), unless hosts.yaml
     #: says ``agent: false``: then each step is a process of its own, started through the chain.

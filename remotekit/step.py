@@ -308,6 +308,7 @@ class StepRun:
 
     def run(self) -> Result:
         engine = self.engine
+        engine.dry(self.step, self.options.display)
         launch = engine.launch_for(self.step)
         header = self.wire_header(launch)
         self.started = time.monotonic()

@@ -113,11 +113,16 @@ class Target:
         *,
         capture_limit: int = DEFAULT_CAPTURE_LIMIT,
         agent: bool | None = None,
+        dry_run: bool = False,
     ):
+        """``dry_run``: run no step and connect nowhere; each step raises :class:`DryRun`
+        with the chain it would have run through, after handing it to :attr:`trace`."""
         self.name = spec.name
         transport = transport if transport is not None else for_spec(spec)
         use_agent = spec.agent if agent is None else agent
-        self._engine = Engine(spec, transport, capture_limit=capture_limit, agent=use_agent)
+        self._engine = Engine(
+            spec, transport, capture_limit=capture_limit, agent=use_agent, dry_run=dry_run
+        )
 
     # -- the engine's state, as the public attributes it always was ---------------------------
 
@@ -451,6 +456,7 @@ class Target:
         """
         from remotekit.forward import Forward
 
+        self._engine.dry("forward", ("forward", str(port)))
         fwd = Forward(self._engine, port, local_port=local_port, bind=bind, on_error=on_error)
         return fwd.start(check=check)
 
@@ -510,6 +516,7 @@ class Target:
         remote_path: str,
         local: str | os.PathLike[str],
         *,
+        parents: bool = False,
         timeout: float | None = None,
         step: str | None = None,
         max_bytes: int = DEFAULT_GET_MAX_BYTES,
@@ -517,16 +524,23 @@ class Target:
     ) -> Result:
         """Copy a regular file from there to ``local`` (a temp file, renamed when complete).
 
+        ``local`` may be a directory (the file keeps its name); one ending with ``/`` must be.
+        ``parents`` creates the missing local directories first (``mkdir -p``): the one that
+        holds ``local``, or ``local`` itself when it ends with ``/``.
+
         FIFOs, devices, directories and sockets are refused, as is a file larger than
         ``max_bytes``. The local file gets the remote file's mode under our umask, never
         wider than the mode of a local file it replaces. ``on_progress(done, total)`` is
         called as bytes arrive, once the size there is known, and when the copy is complete.
         """
-        dest = Path(local)
-        if dest.is_dir():
-            dest = dest / os.path.basename(remote_path)
+        # before the local side: a dry run makes no directory and no temp file here
+        self._engine.dry(step or f"get {remote_path}", ("get", remote_path, os.fspath(local)))
+        dest = self._local_dest(local, os.path.basename(remote_path), parents)
         tmp = dest.with_name(f".{dest.name}.remotekit-{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise RemotekitError(f"cannot write {dest}: {exc.strerror}", host=self.name) from exc
         ok = False
         got = [0]
         info: dict[str, Any] = {}
@@ -556,6 +570,29 @@ class Target:
         finally:
             if not ok:
                 tmp.unlink(missing_ok=True)
+
+    def _local_dest(self, local: str | os.PathLike[str], name: str, parents: bool) -> Path:
+        """The local file a ``get`` writes: ``local``, or ``name`` in it when it is a directory;
+        with ``parents``, its missing directories made first. A missing directory is an error
+        naming it and the way out."""
+        dest, into = Path(local), os.fspath(local).endswith(os.sep)
+        folder = dest if into else dest.parent
+        if parents:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise RemotekitError(
+                    f"cannot create {folder}: {exc.strerror}", host=self.name
+                ) from exc
+        if dest.is_dir():
+            return dest / name
+        if not folder.is_dir():
+            raise RemotekitError(
+                f"cannot write {local}: directory {folder} does not exist "
+                "(get --parents creates it)",
+                host=self.name,
+            )
+        return dest
 
     def stream_file(
         self,
@@ -668,6 +705,7 @@ class Target:
         step = "shell"
         engine = self._engine
         engine.remember_secrets(env)
+        engine.dry(step, ("shell", *(argv or ())))
         launch = shell.interactive(self.spec.hops, engine.launch_for(step))
         transport = self.transport
         if not isinstance(transport, TerminalTransport):
@@ -726,6 +764,7 @@ class Target:
 
         Stops at the first layer that fails; that check says why (see :mod:`remotekit.ping`).
         """
+        self._engine.dry("ping", ("ping",))
         return ping(self._engine, on_check)
 
 

@@ -31,7 +31,7 @@ from remotekit.diagnostics import checkpoints, system
 from remotekit.diagnostics.base import Report
 from remotekit.result import Shown
 from tests.conftest import write_inventory
-from tests.test_cli import invoke
+from tests.test_cli import cli
 
 
 def reports(t: remotekit.Target, tmp_path: Path) -> list[Report]:
@@ -69,7 +69,7 @@ def test_html_shows_the_findings_first_and_escapes(local: remotekit.Target, tmp_
 
 def test_str_of_a_report_is_what_the_cli_prints(local: remotekit.Target, tmp_path: Path) -> None:
     env = system.environment(local)
-    out = invoke("env", "--host", "local")
+    out = cli("env", "--host", "local")
     stable = [ln for ln in env.render().splitlines() if not ln.startswith("memory")]
     for line in stable:
         assert line in out.stdout, (line, out.stdout)

@@ -112,15 +112,12 @@ def test_scan_task_over_ssh_exits_1_with_a_table(
             {"hosts": {"ct": sshd.host_yaml(container=CT, pct=str(node.pct), venv=sys.prefix)}}
         )
     )
-    root = Path(__file__).resolve().parents[1]
     path = there(corpus.root / "nan_weights" / "checkpoint.pt", node)
     r = subprocess.run(
         [
             sys.executable,
             "-m",
-            "invoke",
-            "--search-root",
-            str(root),
+            "remotekit",
             "ckpt-scan",
             "--host",
             "ct",

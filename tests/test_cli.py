@@ -1,4 +1,4 @@
-"""The invoke face, run as a user would: `invoke TASK ...` in a subprocess, local target."""
+"""The command line, run as a user would: `remotekit TASK ...` in a subprocess, local target."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def invoke(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args],
+        [sys.executable, "-m", "remotekit", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -21,14 +21,14 @@ def invoke(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def test_list_shows_every_task_with_help() -> None:
-    r = invoke("--list")
+    r = cli("--list")
     assert r.returncode == 0
     for name in ("hosts", "ping", "run", "py", "runs", "logs", "stop", "rm", "gpu", "diagnose"):
         assert f"  {name} " in r.stdout
 
 
 def test_help_documents_flags() -> None:
-    r = invoke("--help", "run")
+    r = cli("--help", "run")
     assert r.returncode == 0
     for flag in (
         "--cmd",
@@ -44,14 +44,14 @@ def test_help_documents_flags() -> None:
 
 
 def test_run_streams_with_the_host_prefix(tmp_path: Path) -> None:
-    r = invoke("run", "--cmd", "echo 'a {b} $c'", cwd=tmp_path)
+    r = cli("run", "--cmd", "echo 'a {b} $c'", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "local | a {b} $c"
     assert "\x1b[" not in r.stdout  # piped: no colour
 
 
 def test_run_failure_exits_2_and_says_so_once(tmp_path: Path) -> None:
-    r = invoke("run", "--cmd", "sh -c 'echo nope >&2; exit 3'", cwd=tmp_path)
+    r = cli("run", "--cmd", "sh -c 'echo nope >&2; exit 3'", cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.splitlines() == ["local | nope", "local | failed: exit 3"]
     assert r.stdout == ""  # one host: no summary table
@@ -62,13 +62,13 @@ def test_py_ships_a_file(tmp_path: Path) -> None:
     script.write_text(
         'import sys\nckpt = {"global_step": 7}\nprint(f\'step={ckpt["global_step"]}\', sys.argv[1:])\n'
     )
-    r = invoke("py", "--script", str(script), "--args", "--dir '/a b'", cwd=tmp_path)
+    r = cli("py", "--script", str(script), "--args", "--dir '/a b'", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "local | step=7 ['--dir', '/a b']"
 
 
 def test_json_is_json_only(tmp_path: Path) -> None:
-    r = invoke("run", "--cmd", "echo hi", "--json", cwd=tmp_path)
+    r = cli("run", "--cmd", "echo hi", "--json", cwd=tmp_path)
     doc = json.loads(r.stdout)
     assert doc["exit_code"] == 0
     [h] = doc["hosts"]
@@ -76,7 +76,7 @@ def test_json_is_json_only(tmp_path: Path) -> None:
 
 
 def test_ping_local(tmp_path: Path) -> None:
-    r = invoke("ping", cwd=tmp_path)
+    r = cli("ping", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "local | ok   local: this machine" in r.stdout
     assert "local | ok   agent: on (pid " in r.stdout  # the interpreter's check ran on it
@@ -84,26 +84,26 @@ def test_ping_local(tmp_path: Path) -> None:
 
 
 def test_no_agent_runs_each_step_alone(tmp_path: Path) -> None:
-    r = invoke("ping", "--no-agent", cwd=tmp_path)
+    r = cli("ping", "--no-agent", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "local | ok   agent: off (agent: false); one process per step" in r.stdout
-    # the command line of the runner's parent: the agent's loader, or this invoke itself
+    # the command line of the runner's parent: the agent's loader, or this remotekit itself
     parent = "p=$(awk '{print $4}' /proc/$PPID/stat); tr '\\0' ' ' < /proc/$p/cmdline"
-    on = invoke("run", "--", "sh", "-c", parent, cwd=tmp_path)
-    off = invoke("run", "--no-agent", "--", "sh", "-c", parent, cwd=tmp_path)
-    assert "exec(sys.stdin.buffer.read(" in on.stdout and "invoke" not in on.stdout, on.stdout
-    assert "-m invoke" in off.stdout, off.stdout
+    on = cli("run", "--", "sh", "-c", parent, cwd=tmp_path)
+    off = cli("run", "--no-agent", "--", "sh", "-c", parent, cwd=tmp_path)
+    assert "exec(sys.stdin.buffer.read(" in on.stdout and "-m remotekit" not in on.stdout
+    assert "-m remotekit" in off.stdout, off.stdout
 
 
 def test_unknown_host_lists_the_known_ones(tmp_path: Path) -> None:
-    r = invoke("ping", "--host", "kpro9", cwd=tmp_path)
+    r = cli("ping", "--host", "kpro9", cwd=tmp_path)
     assert r.returncode == 2
     assert "unknown target 'kpro9'" in r.stderr and "known targets: local" in r.stderr
 
 
 def test_bad_inventory_is_named(tmp_path: Path) -> None:
     (tmp_path / "hosts.yaml").write_text("hosts:\n  a:\n    ssh: x\n    contianer: 1\n")
-    r = invoke("hosts", cwd=tmp_path)
+    r = cli("hosts", cwd=tmp_path)
     assert r.returncode == 2
     assert "hosts.yaml:4: hosts.a.contianer: unknown key" in r.stderr
 
@@ -112,7 +112,7 @@ def test_hosts_lists_chains(tmp_path: Path) -> None:
     (tmp_path / "hosts.yaml").write_text(
         "hosts:\n  kpro6: {ssh: root@kpro6.lan, container: 200, venv: /root/venv}\ngroups:\n  gpu: [kpro6]\n"
     )
-    r = invoke("hosts", cwd=tmp_path)
+    r = cli("hosts", cwd=tmp_path)
     assert r.returncode == 0
     assert "ssh root@kpro6.lan -> pct exec 200 -> /root/venv/bin/python" in r.stdout
     assert "gpu" in r.stdout
@@ -127,7 +127,7 @@ def test_hosts_shows_every_hop(tmp_path: Path) -> None:
         "  pod: {ssh: n2, podman: web, venv: /v}\n"
         "  k8s: {kubectl: {pod: trainer-0, container: main, namespace: ml}, venv: /v}\n"
     )
-    r = invoke("hosts", cwd=tmp_path)
+    r = cli("hosts", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     for chain in (
         "ssh gpu@login1 -> srun --jobid 4242 -w node07 -> /scratch/venv/bin/python",
@@ -153,13 +153,13 @@ def test_ping_and_run_name_the_broken_hop(tmp_path: Path) -> None:
         f"hosts:\n  pod: {{podman: web, engine: {engine}, venv: /v}}\n"
         "  job: {slurm: {name: train, bin: /nonexistent/srun}, venv: /v}\n"
     )
-    r = invoke("ping", "--host", "pod,job", cwd=tmp_path)
+    r = cli("ping", "--host", "pod,job", cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "pod | FAIL podman exec web: exited" in r.stdout
     assert "job | FAIL srun --job-name train: squeue could not look up job named 'train'" in (
         r.stdout
     )
-    r = invoke("run", "--host", "pod", "--cmd", "true", "--verbose", cwd=tmp_path)
+    r = cli("run", "--host", "pod", "--cmd", "true", "--verbose", cwd=tmp_path)
     assert r.returncode == 2
     assert "chain: local -> podman exec web -> /v/bin/python" in r.stderr
     assert "podman container 'web' is not running" in r.stderr  # one host: said once, no table
@@ -174,7 +174,7 @@ def test_an_unbalanced_quote_names_the_option(tmp_path: Path) -> None:
         (("py", "--script", str(script), "--args", 'a "b'), "--args"),
         (("shell", "--cmd", "echo 'hi"), "--cmd"),
     ):
-        r = invoke(*args, cwd=tmp_path)
+        r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2, r.stderr
         assert "Traceback" not in r.stderr
         assert option in r.stderr and "quotation" in r.stderr, r.stderr

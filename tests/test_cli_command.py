@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from invoke import Collection, ParseError
+from invoke import Collection, ParseError, Program
 from invoke.parser import Parser
 
 from remotekit.cli import ns as package_tasks
@@ -84,6 +84,28 @@ def test_a_usage_error_exits_2_with_a_hint(tmp_path: Path, args: list[str], hint
     assert hint in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["ping", "-h", "gpu1"], "(-h is --help, not --host any more: use --host gpu1)"),
+        (["-h", "gpu1", "ping"], "(-h is --help, not --host any more: use --host gpu1)"),
+        (["ping", "-i", "x.yaml"], "(-i is no short flag of ping: use --inventory FILE)"),
+        (["run", "-g", "gpu", "--", "true"], "(-g is no short flag of run: use --group GROUP)"),
+        (["ckpt-scan", "-j", "4"], "(-j is no short flag of ckpt-scan: use --json or --jobs N)"),
+        (["-i", "x.yaml", "ping"], "(-i is no short flag of ping: use --inventory FILE after "),
+    ],
+)
+def test_a_short_flag_from_before_says_which_long_one(
+    tmp_path: Path, args: list[str], hint: str
+) -> None:
+    """The automatic short flags (-h for --host, -i for --inventory ...) are gone; a person
+    who types one from habit is told the long flag, not "did you mean procs?"."""
+    r = remotekit(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert hint in r.stderr and "did you mean" not in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
 @pytest.mark.parametrize("buffered", [True, False])
 def test_list_into_a_closed_pipe_ends_quietly(tmp_path: Path, buffered: bool) -> None:
     env = env_for(tmp_path)
@@ -148,6 +170,27 @@ def test_py_takes_the_script_and_its_args_as_typed(tmp_path: Path) -> None:
     assert r.returncode == 2 and "script" in r.stderr
 
 
+def test_the_words_after_dashes_come_from_the_argv_the_program_parsed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``program.run(argv=[...])`` in this process (a wrapper, a test, a notebook): the
+    command after ``--`` is the one in that argv, never this process's own command line."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {}\n")
+    (tmp_path / "show.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["pytest", "--", "echo", "from sys.argv"])
+    shown = ["sh", "-c", 'echo "[$1]"', "-", "a  b"]
+    ours = copy.deepcopy(program)  # parsing consumes the tasks' help texts: not the shared ones
+    ours.run(argv=["remotekit", "run", "--host", "box", "--", *shown], exit=False)
+    assert capfd.readouterr().out.splitlines() == ["box | [a  b]"]
+    ours = copy.deepcopy(program)
+    ours.run(argv=["remotekit", "py", "show.py", "--host", "box", "--", "--lr", "1 2"], exit=False)
+    assert capfd.readouterr().out.splitlines() == ["box | ['--lr', '1 2']"]
+    ours = copy.deepcopy(program)
+    ours.run(argv=["remotekit", "run", "--host", "box", "--cmd", "echo no dashes"], exit=False)
+    assert capfd.readouterr().out.splitlines() == ["box | no dashes"]
+
+
 def repository_tasks() -> Any:
     sys.path.insert(0, str(ROOT / "tools"))
     try:
@@ -181,12 +224,17 @@ def test_each_short_flag_has_one_meaning_across_tasks() -> None:
 README_FIX_PENDING: dict[str, str] = {}  # a README command known to be wrong: its fix
 
 
-def docs_commands(task_names: set[str]) -> list[str]:
+def docs_commands(task_names: set[str], dev_task_names: set[str]) -> list[str]:
     """Every remotekit/invoke command README and docs/*.md write: code block lines, the code
     spans of their prose, and the first column of task tables (a task and its flags, without
-    the binary). A command written as `.venv/bin/remotekit` counts as `remotekit`."""
+    the binary: a package task's row is a `remotekit` command, a dev task's an `invoke` one).
+    A command written as `.venv/bin/remotekit` counts as `remotekit`, `.venv/bin/invoke` as
+    `invoke`."""
     paths = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    text = "\n".join(p.read_text() for p in paths).replace(".venv/bin/remotekit ", "remotekit ")
+    text = "\n".join(p.read_text() for p in paths)
+    text = text.replace(".venv/bin/remotekit ", "remotekit ").replace(
+        ".venv/bin/invoke ", "invoke "
+    )
     commands = []
     for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
         for line in block.splitlines():
@@ -196,7 +244,8 @@ def docs_commands(task_names: set[str]) -> list[str]:
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     for cell in re.findall(r"^\|([^|]*)\|", prose, re.M):
         spans = re.findall(r"`([^`]*)`", cell)
-        commands += [f"invoke {s}" for s in spans if s.split(" ")[0] in task_names]
+        commands += [f"remotekit {s}" for s in spans if s.split(" ")[0] in task_names]
+        commands += [f"invoke {s}" for s in spans if s.split(" ")[0] in dev_task_names]
     spans = re.findall(r"`((?:remotekit|invoke) [^`]*)`", prose)
     # a user's own tasks.py mounting the collection as rk.* is not ours to parse
     commands += [s.replace(" TASK", " ping") for s in spans if " rk." not in s]
@@ -214,15 +263,18 @@ def words_of(command: str) -> list[str]:
 
 def test_every_command_in_readme_and_docs_parses_with_the_real_parser() -> None:
     repo = repository_tasks()
-    commands = docs_commands(set(repo.task_names))
+    commands = docs_commands(set(package_tasks.task_names), set(repo.task_names))
     assert len(commands) > 30 and any("ckpt-diff" in c for c in commands)
     assert any("train-log --host kpro6" in c for c in commands)  # README's own
+    assert any(c.startswith("invoke --dry bench") for c in commands)  # the dev tasks' face
     wrong, pending = [], []
     for command in commands:
-        coll = fresh(package_tasks if command.startswith("remotekit ") else repo)
-        # as Program parses: the core options first, then the tasks and theirs
-        core = Parser(initial=program.initial_context, ignore_unknown=True)
-        parser = Parser(initial=program.initial_context, contexts=coll.to_contexts())
+        ours = command.startswith("remotekit ")
+        coll = fresh(package_tasks if ours else repo)
+        # as each program parses: its core options first, then the tasks and theirs
+        initial = program.initial_context if ours else Program().initial_context
+        core = Parser(initial=initial, ignore_unknown=True)
+        parser = Parser(initial=initial, contexts=coll.to_contexts())
         try:
             parser.parse_argv(core.parse_argv(words_of(command)).unparsed)
         except ParseError as exc:
@@ -320,6 +372,18 @@ def test_put_and_get_say_what_they_did_on_a_terminal(tmp_path: Path) -> None:
     assert r.stdout == r.stderr == ""  # piped: quiet, as before
 
 
+def test_get_parents_makes_the_local_directories(tmp_path: Path) -> None:
+    (tmp_path / "blob").write_bytes(b"x" * 3000)
+    r = remotekit("get", "--src", "blob", "--dest", "back/deep/", cwd=tmp_path)
+    assert r.returncode == 2 and "get --parents creates it" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "back").exists()
+    r = remotekit("get", "--src", "blob", "--dest", "back/deep/", "--parents", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "back" / "deep" / "blob").read_bytes() == b"x" * 3000
+    r = remotekit("get", "--src", "blob", "--dest", "a/b/c", "--parents", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "a" / "b" / "c").read_bytes() == b"x" * 3000
+
+
 def test_gpu_on_a_host_without_a_gpu_is_a_note_unless_hosts_yaml_says_it_has_gpus(
     tmp_path: Path,
 ) -> None:
@@ -349,20 +413,68 @@ def test_completion_offers_host_and_group_names(tmp_path: Path) -> None:
     assert "--host" in r.stdout.split()  # flags still complete as before
 
 
-def test_bash_completes_a_host_name_through_the_printed_script(tmp_path: Path) -> None:
-    bash = need_program("bash")
-    (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\n")
-    script = (
-        "source <(remotekit --print-completion-script bash)\n"
-        "COMP_WORDS=(remotekit ping --host kp); _complete_remotekit remotekit kp\n"
-        'echo "${COMPREPLY[@]}"\n'
+#: What the shell hands ``--complete`` for a line, and what each candidate must look like:
+#: the shell keeps the candidates that start with the word being completed. bash splits
+#: ``--host=kp`` into ``--host = kp`` (``=`` is in its COMP_WORDBREAKS) and completes ``kp``;
+#: zsh keeps ``--host=kp`` one word, so the candidates carry ``--host=`` too. A comma list
+#: completes its last name and keeps the ones before it.
+NAME_SHAPES = [
+    (["--host", "kp"], ["kpro6", "kpro7"]),
+    (["--host=kp"], ["--host=kpro6", "--host=kpro7"]),
+    (["--host", "=", "kp"], ["kpro6", "kpro7"]),
+    (["--host", "="], ["local", "kpro6", "kpro7", "other"]),
+    (["--host", "kpro6,"], ["kpro6,local", "kpro6,kpro7", "kpro6,other"]),
+    (["--host", "kpro6,k"], ["kpro6,kpro7"]),
+    (["--host=local,kpro7,o"], ["--host=local,kpro7,other"]),
+    (["--host", "=", "local,kp"], ["local,kpro6", "local,kpro7"]),
+    (["--group=g"], ["--group=gpu"]),
+    (["--inventory=fleet.yaml", "--host", "f"], ["far1", "far2"]),
+    (["--inventory", "=", "fleet.yaml", "--host", "=", "f"], ["far1", "far2"]),
+]
+
+
+@pytest.mark.parametrize(("words", "candidates"), NAME_SHAPES)
+def test_completion_fits_the_shape_of_the_word_being_completed(
+    tmp_path: Path, words: list[str], candidates: list[str]
+) -> None:
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\ngroups:\n  gpu: [kpro6, kpro7]\n"
     )
+    (tmp_path / "fleet.yaml").write_text("hosts:\n  far1: {}\n  far2: {}\n")
+    r = remotekit("--complete", "--", "remotekit", "ping", *words, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == candidates
+
+
+#: A line typed, how each shell hands it to the printed script's function, and what it offers.
+SHELL_LINES = [
+    ("bash", "COMP_WORDS=(remotekit ping --host kp); _complete_remotekit remotekit kp --host",
+     ["kpro6", "kpro7"]),
+    ("bash", "COMP_WORDS=(remotekit ping --host = kp); _complete_remotekit remotekit kp =",
+     ["kpro6", "kpro7"]),
+    ("bash", "COMP_WORDS=(remotekit ping --host kpro6,k); "
+     "_complete_remotekit remotekit kpro6,k --host", ["kpro6,kpro7"]),
+    ("zsh", "words=(remotekit ping --host=kp); _complete_remotekit",
+     ["--host=kpro6", "--host=kpro7"]),
+    ("zsh", "words=(remotekit ping --host kpro6,); _complete_remotekit",
+     ["kpro6,local", "kpro6,kpro7", "kpro6,other"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shell", "line", "offered"), SHELL_LINES)
+def test_a_shell_completes_host_names_through_the_printed_script(
+    tmp_path: Path, shell: str, line: str, offered: list[str]
+) -> None:
+    path = need_program(shell)
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n  kpro7: {}\n  other: {}\n")
+    shown = 'echo "${COMPREPLY[@]}"' if shell == "bash" else "print -r -- $reply"
+    script = f"source <(remotekit --print-completion-script {shell})\n{line}\n{shown}\n"
     env = {**env_for(tmp_path), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     r = subprocess.run(
-        [bash, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        [path, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["kpro6", "kpro7"]
+    assert r.stdout.split() == offered
 
 
 def test_dry_run_prints_the_chain_and_runs_nothing(tmp_path: Path) -> None:
@@ -386,3 +498,58 @@ def test_dry_run_prints_the_chain_and_runs_nothing(tmp_path: Path) -> None:
         "--lr 3e-4"
     ]
     assert not mark.exists()
+
+
+#: A task's words, and the start of each line its --dry-run prints for the host ``far``
+#: (unreachable: connecting would fail): the chain ending in the shipped script and its argv.
+FAR = "far: ssh nobody@127.0.0.1:1 -> pct exec 200 -> "
+SHIPS = FAR + "/v/bin/python -u '<shipped "
+DRY_RUNS = [
+    (["gpu"], [SHIPS + "sysinfo.py>' gpu --temp-threshold 85 "]),
+    (["env"], [SHIPS + "sysinfo.py>' env"]),
+    (["disk", "--path", "/data"], [SHIPS + "sysinfo.py>' disk "]),
+    (["procs"], [SHIPS + "sysinfo.py>' procs "]),
+    (
+        ["diagnose"],
+        [
+            SHIPS + "sysinfo.py>' env",
+            SHIPS + "sysinfo.py>' gpu ",
+            SHIPS + "sysinfo.py>' disk ",
+            SHIPS + "ckpt.py>' scan /ck ",
+        ],
+    ),
+    (["ckpt-scan", "--jobs", "3"], [SHIPS + "ckpt.py>' scan /ck --jobs 3"]),
+    (["ckpt-inspect", "--path", "/ck/a.pt"], [SHIPS + "ckpt.py>' inspect /ck/a.pt"]),
+    (["ckpt-diff", "-a", "/a.pt", "-b", "/b.pt"], [SHIPS + "ckpt.py>' diff /a.pt /b.pt "]),
+    (["ckpt-bisect"], [SHIPS + "ckpt.py>' bisect /ck "]),
+    (["train-log", "--path", "/run/log.jsonl"], [SHIPS + "trainlog.py>' /run/log.jsonl "]),
+    (["train-log", "--path", "/run/l.csv", "--follow"], [SHIPS + "trainlog.py>' /run/l.csv "]),
+    (["put", "--src", "blob", "--dest", "/x/", "--parents"], [FAR + "put blob /x/"]),
+    (["get", "--src", "/x", "--dest", "back/", "--parents"], [FAR + "get /x back/"]),
+]
+
+
+@pytest.mark.parametrize(("args", "starts"), DRY_RUNS)
+def test_dry_run_of_transfers_and_diagnostics_prints_what_would_ship_and_runs_nothing(
+    tmp_path: Path, args: list[str], starts: list[str]
+) -> None:
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  far: {ssh: nobody@127.0.0.1:1, container: 200, venv: /v, checkpoints: /ck}\n"
+    )
+    (tmp_path / "blob").write_bytes(b"x")
+    r = remotekit(*args, "--host", "far", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(starts) and all(map(str.startswith, lines, starts)), lines
+    assert r.stderr == "" and sorted(p.name for p in tmp_path.iterdir()) == ["blob", "hosts.yaml"]
+
+
+def test_dry_run_copies_nothing_here_either(tmp_path: Path) -> None:
+    (tmp_path / "blob").write_bytes(b"x")
+    r = remotekit("put", "--src", "blob", "--dest", "copy", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "local: local -> put blob copy\n", r.stderr
+    r = remotekit("get", "--src", "blob", "--dest", "a/b/", "--parents", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "local: local -> get blob a/b/\n", r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob"]
+    r = remotekit("ckpt-scan", "--dry-run", cwd=tmp_path)  # no --path, no checkpoints:
+    assert r.returncode == 2 and "no --path given" in r.stderr and r.stdout == ""

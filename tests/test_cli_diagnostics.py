@@ -1,4 +1,4 @@
-"""The diagnostics' invoke tasks run as a user would: `invoke TASK ...` in a subprocess, local target.
+"""The diagnostics' tasks run as a user would: `remotekit TASK ...` in a subprocess, local target.
 
 Only what the task layer adds is asserted here: the process's exit code, the host's report on
 stdout, ``--json``, an engine error as exit 2 (a message on stderr), ``--plot``. What the
@@ -21,7 +21,7 @@ import remotekit
 from tests import ckpt_factory as cf
 from tests import trainlog_factory as factory
 from tests.conftest import write_inventory
-from tests.test_cli import invoke
+from tests.test_cli import cli
 from tests.test_system_api import H100, make_bin_dir, make_notorch, smi_env
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -70,7 +70,7 @@ def only_host(stdout: str) -> dict[str, Any]:
 
 
 def test_ckpt_scan_prints_the_table_and_exits_1(corpus: cf.Corpus, tmp_path: Path) -> None:
-    r = invoke("ckpt-scan", "--path", str(corpus.root / "nan_weights"), cwd=tmp_path)
+    r = cli("ckpt-scan", "--path", str(corpus.root / "nan_weights"), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "checkpoint.pt" in r.stdout and "bad" in r.stdout and "2/1/2" in r.stdout
     assert "model_state_dict.fc1.weight (weights, float32, 128 values): 2 NaN" in r.stdout
@@ -79,43 +79,43 @@ def test_ckpt_scan_prints_the_table_and_exits_1(corpus: cf.Corpus, tmp_path: Pat
 
 
 def test_ckpt_scan_json_and_unsafe_warning(corpus: cf.Corpus, tmp_path: Path) -> None:
-    r = invoke("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path)
+    r = cli("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path)
     host = only_host(r.stdout)
     assert r.returncode == host["exit_code"] == 0
     assert [c["status"] for c in host["result"]["checkpoints"]] == ["clean"]
     assert host["result"]["warnings"] and host["result"]["plan"]["files"] == 1
-    r = invoke("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", cwd=tmp_path)
+    r = cli("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", cwd=tmp_path)
     assert r.returncode == 0
     assert "local | warning: --unsafe-pickle" in r.stderr and "arbitrary code" in r.stderr
 
 
 def test_ckpt_scan_json_still_warns_about_unsafe_pickle(corpus: cf.Corpus, tmp_path: Path) -> None:
-    r = invoke("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path)
+    r = cli("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path)
     assert r.returncode == 0
     assert "--unsafe-pickle" in r.stderr and "arbitrary code" in r.stderr
 
 
 def test_ckpt_scan_error_exits_2(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing")
-    r = invoke("ckpt-scan", "--path", missing, cwd=tmp_path)
+    r = cli("ckpt-scan", "--path", missing, cwd=tmp_path)
     assert r.returncode == 2
     assert f"local | error: [host 'local', step 'ckpt-scan'] {missing}: no such file" in r.stderr
     assert "CHECKPOINT" not in r.stdout  # no scan table: the error above names the failure
     assert r.stdout == "" and r.stderr.count("no such file") == 1  # one host: said once
-    r = invoke("ckpt-scan", "--path", missing, "--json", cwd=tmp_path)
+    r = cli("ckpt-scan", "--path", missing, "--json", cwd=tmp_path)
     assert r.returncode == 2
     assert "no such file" in only_host(r.stdout)["error"]["message"]
 
 
 def test_ckpt_inspect_of_an_unreadable_file_exits_2(corpus: cf.Corpus, tmp_path: Path) -> None:
-    r = invoke("ckpt-inspect", "--path", str(corpus.root / "bad/empty.pt"), cwd=tmp_path)
+    r = cli("ckpt-inspect", "--path", str(corpus.root / "bad/empty.pt"), cwd=tmp_path)
     assert r.returncode == 2
     assert "empty file" in r.stdout
 
 
 def test_ckpt_diff_reports_counters_on_their_own_line(tmp_path: Path) -> None:
     a, b = cf.counters_only_pair(tmp_path / "pair", steps=200)
-    r = invoke("ckpt-diff", "-a", str(a), "-b", str(b), cwd=tmp_path)
+    r = cli("ckpt-diff", "-a", str(a), "-b", str(b), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "relative change (float weights only): weights 0%, optimizer state 0%" in r.stdout
     assert "counters: 7 changed (num_batches_tracked +200, step +200 x6)" in r.stdout
@@ -124,14 +124,14 @@ def test_ckpt_diff_reports_counters_on_their_own_line(tmp_path: Path) -> None:
 def test_ckpt_bisect_exits_1(tmp_path: Path) -> None:
     series = tmp_path / "run"
     cf.build_bisect_series(series, [10, 20, 30, 40, 50], {40, 50}, ["r1", "r2", "r3", "r4", "r5"])
-    r = invoke("ckpt-bisect", "--path", str(series), cwd=tmp_path)
+    r = cli("ckpt-bisect", "--path", str(series), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "first bad:" in r.stdout and "<- last clean" in r.stdout
 
 
 def test_demo_agrees_and_exits_0(tmp_path: Path) -> None:
     where = tmp_path / "demo"
-    r = invoke("demo", "--dir", str(where), cwd=tmp_path)
+    r = cli("demo", "--dir", str(where), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "5/5 samples as expected" in r.stdout
     assert "--allow-global argparse.Namespace" in r.stdout  # the unsafe sample says how
@@ -139,7 +139,7 @@ def test_demo_agrees_and_exits_0(tmp_path: Path) -> None:
 
 
 def test_demo_json_and_its_temp_dir_is_removed(tmp_path: Path) -> None:
-    r = invoke("demo", "--json", cwd=tmp_path)
+    r = cli("demo", "--json", cwd=tmp_path)
     host = only_host(r.stdout)
     assert r.returncode == host["exit_code"] == 0, r.stderr
     demo = host["result"]
@@ -156,42 +156,65 @@ def test_gpu_exit_code_table_and_json(
     notorch: remotekit.Target, bin_dir: Path, tmp_path: Path
 ) -> None:
     hosts = smi_hosts(tmp_path, bin_dir, "ecc", notorch)
-    r = invoke("gpu", "--inventory", hosts, cwd=tmp_path)
+    r = cli("gpu", "--inventory", hosts, cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert H100 in r.stdout and "THROTTLE" in r.stdout
     assert "warning: GPU 2: 3 uncorrected ECC error(s)" in r.stdout
     assert r.stdout.rstrip().endswith("gpu on local: 2 finding(s)")
 
-    r = invoke("gpu", "--inventory", hosts, "--json", cwd=tmp_path)
+    r = cli("gpu", "--inventory", hosts, "--json", cwd=tmp_path)
     host = only_host(r.stdout)
     assert r.returncode == host["exit_code"] == host["result"]["exit_code"] == 1
     assert len(host["result"]["gpus"]) == 8
     assert host["result"]["gpus"][2]["ecc_uncorrected_volatile"] == 3
 
 
+def test_fewer_gpus_than_hosts_yaml_declares_is_a_finding(
+    notorch: remotekit.Target, bin_dir: Path, tmp_path: Path
+) -> None:
+    """A GPU lost from the bus (Xid 79) leaves a node that still runs, one GPU short: with
+    ``gpus: 8`` in hosts.yaml, ``gpu`` and ``diagnose`` say so as a finding (exit 1)."""
+    local = {"python": notorch.spec.python, "workdir": notorch.spec.workdir}
+    hosts = tmp_path / "hosts.yaml"
+    write_inventory(hosts, {"local": {**local, "gpus": 8, "env": smi_env(bin_dir, "lost-gpu")}})
+    r = cli("gpu", "--inventory", str(hosts), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "warning: 7 GPU(s) seen where 8 are declared (gpus: 8)" in r.stdout
+    r = cli("diagnose", "--inventory", str(hosts), "--json", cwd=tmp_path)
+    host = only_host(r.stdout)
+    assert r.returncode == host["exit_code"] == 1
+    gpu = next(s for s in host["result"]["sections"] if s["name"] == "gpu")
+    assert gpu["status"] == "findings" and gpu["findings"][0].startswith("7 GPU(s) seen where 8")
+    # the same node with its eight GPUs, or with no count declared: no finding
+    write_inventory(hosts, {"local": {**local, "gpus": 8, "env": smi_env(bin_dir, "healthy")}})
+    assert cli("gpu", "--inventory", str(hosts), cwd=tmp_path).returncode == 0
+    write_inventory(hosts, {"local": {**local, "gpu": True, "env": smi_env(bin_dir, "lost-gpu")}})
+    assert cli("gpu", "--inventory", str(hosts), cwd=tmp_path).returncode == 0
+
+
 def test_an_engine_error_exits_2(notorch: remotekit.Target, bin_dir: Path, tmp_path: Path) -> None:
     hosts = smi_hosts(tmp_path, bin_dir, "healthy", notorch)
-    r = invoke("gpu", "--inventory", hosts, "--timeout", "0.001", cwd=tmp_path)
+    r = cli("gpu", "--inventory", hosts, "--timeout", "0.001", cwd=tmp_path)
     assert r.returncode == 2
     assert any(
         line.startswith("local | error: [host 'local', step 'gpu'] timed out")
         for line in r.stderr.splitlines()
     ), r.stderr
-    r = invoke("env", "--inventory", hosts, "--json", "--timeout", "0.001", cwd=tmp_path)
+    r = cli("env", "--inventory", hosts, "--json", "--timeout", "0.001", cwd=tmp_path)
     host = only_host(r.stdout)
     assert r.returncode == host["exit_code"] == 2
     assert "timed out" in host["error"]["message"]
 
 
 def test_disk_of_a_missing_path_exits_1(tmp_path: Path) -> None:
-    r = invoke("disk", "--path", str(tmp_path / "missing"), "--min-free", "0", cwd=tmp_path)
+    r = cli("disk", "--path", str(tmp_path / "missing"), "--min-free", "0", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "(missing)" in r.stdout and "warning: " in r.stdout
 
 
 def test_diagnose_text_and_json(notorch: remotekit.Target, bin_dir: Path, tmp_path: Path) -> None:
     hosts = smi_hosts(tmp_path, bin_dir, "throttled", notorch)
-    r = invoke("diagnose", "--inventory", hosts, cwd=tmp_path)
+    r = cli("diagnose", "--inventory", hosts, cwd=tmp_path)
     text = r.stdout
     assert r.returncode == 1, text + r.stderr
     # each section as it completes, then the summary table
@@ -199,7 +222,7 @@ def test_diagnose_text_and_json(notorch: remotekit.Target, bin_dir: Path, tmp_pa
     assert "ckpt-scan  skipped" in text
 
     hosts = smi_hosts(tmp_path, bin_dir, "no-driver", notorch)
-    r = invoke("diagnose", "--inventory", hosts, "--json", cwd=tmp_path)
+    r = cli("diagnose", "--inventory", hosts, "--json", cwd=tmp_path)
     host = only_host(r.stdout)
     assert r.returncode == host["exit_code"] == 2
     sections = host["result"]["sections"]
@@ -216,7 +239,7 @@ def test_diagnose_shows_the_checkpoint_scan_table(
     torch = remotekit.local_target(workdir=str(work))  # our own Python: the scan needs torch
     hosts = smi_hosts(tmp_path, bin_dir, "healthy", torch)
     nan = str(corpus.root / "nan_weights")
-    r = invoke("diagnose", "--inventory", hosts, "--path", nan, cwd=tmp_path)
+    r = cli("diagnose", "--inventory", hosts, "--path", nan, cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     scan = r.stdout[r.stdout.index("== ckpt-scan: findings") :]
     assert "CHECKPOINT" in scan and "2/1/2" in scan and "(exit 1)" in scan
@@ -227,13 +250,13 @@ def test_diagnose_shows_the_checkpoint_scan_table(
 
 
 def test_train_log_unknown_preset_exits_2(log: Path, tmp_path: Path) -> None:
-    r = invoke("train-log", "--path", str(log), "--preset", "olmo3", cwd=tmp_path)
+    r = cli("train-log", "--path", str(log), "--preset", "olmo3", cwd=tmp_path)
     assert r.returncode == 2
     assert "local | error: unknown preset 'olmo3'" in r.stderr
 
 
 def test_train_log_text_exits_1(log: Path, tmp_path: Path) -> None:
-    r = invoke("train-log", "--path", str(log), "--steps-per-epoch", "150", cwd=tmp_path)
+    r = cli("train-log", "--path", str(log), "--steps-per-epoch", "150", cwd=tmp_path)
     text = r.stdout
     assert r.returncode == 1, text + r.stderr
     assert "Verdict: loss is " in text and "interleave buckets" in text
@@ -245,7 +268,7 @@ def test_train_log_text_exits_1(log: Path, tmp_path: Path) -> None:
 
 def test_train_log_json(log: Path, tmp_path: Path) -> None:
     args = ("--metric", "loss", "--metric", "acc", "--json")
-    r = invoke("train-log", "--path", str(log), *args, cwd=tmp_path)
+    r = cli("train-log", "--path", str(log), *args, cwd=tmp_path)
     host = only_host(r.stdout)
     assert r.returncode == host["exit_code"] == host["result"]["exit_code"] == 1
     report = host["result"]
@@ -257,7 +280,7 @@ def test_train_log_json(log: Path, tmp_path: Path) -> None:
 def test_train_log_plot(log: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
-    r = invoke("train-log", "--path", str(log), "--plot", str(png), cwd=tmp_path)
+    r = cli("train-log", "--path", str(log), "--plot", str(png), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert png.read_bytes()[:8] == PNG
     assert f"plot: {png}" in r.stderr
@@ -266,14 +289,14 @@ def test_train_log_plot(log: Path, tmp_path: Path) -> None:
 def test_train_log_plot_without_matplotlib_keeps_the_analysis_and_says_how(
     log: Path, tmp_path: Path
 ) -> None:
-    # `python -m invoke` puts its working directory first on sys.path: a package there named
+    # `python -m remotekit` puts its working directory first on sys.path: a package there named
     # matplotlib that fails to import is matplotlib not being installed, for that process.
     (tmp_path / "matplotlib").mkdir()
     (tmp_path / "matplotlib" / "__init__.py").write_text(
         "raise ImportError(\"No module named 'matplotlib'\")\n"
     )
     png = tmp_path / "run.png"
-    r = invoke("train-log", "--path", str(log), "--plot", str(png), cwd=tmp_path)
+    r = cli("train-log", "--path", str(log), "--plot", str(png), cwd=tmp_path)
     assert r.returncode == 2
     assert "Verdict:" in r.stdout
     assert "pip install 'remotekit[plot]'" in r.stderr
@@ -282,9 +305,7 @@ def test_train_log_plot_without_matplotlib_keeps_the_analysis_and_says_how(
 
 def test_train_log_plot_of_a_log_that_cannot_be_read_exits_2(tmp_path: Path) -> None:
     png = tmp_path / "run.png"
-    r = invoke(
-        "train-log", "--path", str(tmp_path / "nope.jsonl"), "--plot", str(png), cwd=tmp_path
-    )
+    r = cli("train-log", "--path", str(tmp_path / "nope.jsonl"), "--plot", str(png), cwd=tmp_path)
     assert r.returncode == 2
     assert "cannot read" in r.stdout
     assert "Traceback" not in r.stderr and not png.exists()

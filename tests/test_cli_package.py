@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from invoke import Collection, Context
+from invoke import Context
 
 import remotekit.tasks
 from remotekit.cli import selection
@@ -47,14 +48,24 @@ def test_python_m_remotekit_works_from_any_directory(tmp_path: Path) -> None:
     assert {"--host", "--group", "--all", "--inventory"} <= set(r.stdout.split())
 
 
-def test_the_repository_tasks_are_the_package_tasks_plus_bench() -> None:
-    sys.path.insert(0, str(ROOT))
-    try:
-        import tasks
-    finally:
-        sys.path.remove(str(ROOT))
-    repo = set(Collection.from_module(tasks).task_names)
-    assert repo == set(remotekit.tasks.ns.task_names) | {"bench"}
+def test_the_repositorys_invoke_holds_its_dev_tasks_and_its_options_are_true(
+    tmp_path: Path,
+) -> None:
+    """One face per set of tasks: remotekit's behind ``remotekit`` (only options that act),
+    the repository's dev tasks behind ``invoke``, whose own options act on them (they call
+    ``c.run``): ``--dry`` shows the benchmarks' commands and runs none."""
+    invoke = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
+    r = run([*invoke, "--list"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    listed = set(re.findall(r"^  (\S+)", r.stdout, re.M))
+    assert listed == {"bench"}
+    assert not listed & set(remotekit.tasks.ns.task_names)
+    r = run([*invoke, "ping"], tmp_path)
+    assert r.returncode != 0 and "No idea what 'ping' is" in r.stderr
+    r = run([*invoke, "--dry", "bench", "--quick"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"{sys.executable} bench/bench_engine.py --runs 10" in r.stdout
+    assert "== bench/bench_sync.py" in r.stdout and "PASS" not in r.stdout
 
 
 def test_a_users_tasks_py_mounts_the_collection(tmp_path: Path) -> None:
@@ -81,6 +92,8 @@ def test_a_users_tasks_py_mounts_the_collection(tmp_path: Path) -> None:
     assert r.returncode == 0 and "local" in r.stdout, r.stderr
     r = run([*invoke, "rk.run", "--cmd", "echo mounted", "--host", "local"], tmp_path)
     assert r.returncode == 0 and "mounted" in r.stdout, r.stderr
+    r = run([*invoke, "rk.run", "--host", "local", "--", "echo", "a  b"], tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["local | a  b"], r.stderr
     r = run([*invoke, "train"], tmp_path)
     assert r.returncode == 0 and "training" in r.stdout
 

@@ -1,4 +1,4 @@
-"""``diagnose(run=DIR)`` / ``invoke diagnose --run DIR``: one answer for a training run.
+"""``diagnose(run=DIR)`` / ``remotekit diagnose --run DIR``: one answer for a training run.
 
 The run directory is the seed's afternoon in miniature: a JSON-lines log from a real (tiny)
 training loop with homogeneous length-bucketed batches and spikes planted at steps 200, 330
@@ -19,7 +19,7 @@ from remotekit.diagnostics import diagnose as dg
 from remotekit.diagnostics import trainlog
 from tests import ckpt_factory as cf
 from tests import trainlog_factory as factory
-from tests.test_cli import invoke
+from tests.test_cli import cli
 from tests.test_cli_diagnostics import PNG, only_host, smi_hosts
 from tests.test_system_api import make_bin_dir, smi_env
 
@@ -91,13 +91,11 @@ def test_a_run_without_a_log_fails_only_that_section(tmp_path: Path, bin_dir: Pa
 # --------------------------------------------------------------------------- the task
 
 
-def test_invoke_diagnose_run_text_json_and_plot(
-    run_dir: Path, bin_dir: Path, tmp_path: Path
-) -> None:
+def test_cli_diagnose_run_text_json_and_plot(run_dir: Path, bin_dir: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     hosts = smi_hosts(tmp_path, bin_dir, "healthy", remotekit.local_target(workdir=str(work)))
-    r = invoke("diagnose", "--inventory", hosts, "--run", str(run_dir), cwd=tmp_path)
+    r = cli("diagnose", "--inventory", hosts, "--run", str(run_dir), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     text = r.stdout
     assert text.index("== ckpt-scan: findings") < text.index("== train-log: findings")
@@ -105,7 +103,7 @@ def test_invoke_diagnose_run_text_json_and_plot(
     assert "first bad:" in text and "spikes at saves:" in text
 
     png = tmp_path / "run.png"
-    r = invoke(
+    r = cli(
         "diagnose",
         "--inventory",
         hosts,
@@ -125,6 +123,6 @@ def test_invoke_diagnose_run_text_json_and_plot(
     json.dumps(result)  # plain JSON all the way down
 
 
-def test_invoke_diagnose_plot_without_run_exits_2(tmp_path: Path) -> None:
-    r = invoke("diagnose", "--plot", str(tmp_path / "x.png"), cwd=tmp_path)
+def test_cli_diagnose_plot_without_run_exits_2(tmp_path: Path) -> None:
+    r = cli("diagnose", "--plot", str(tmp_path / "x.png"), cwd=tmp_path)
     assert r.returncode == 2 and "--plot needs --run" in r.stderr

@@ -62,9 +62,10 @@ def test_check_names_the_command_that_regenerates(tmp_path: Path) -> None:
 def test_the_generated_tables_list_every_task_and_hop() -> None:
     from remotekit.layers import HOPS
 
-    tasks = gen_docs.task_table()
-    for name in gen_docs.repository_tasks().task_names:
-        assert f"| `{name}" in tasks
+    for coll in (gen_docs.package_tasks(), gen_docs.repository_tasks()):
+        tasks = gen_docs.task_table(coll)
+        for name in coll.task_names:
+            assert f"| `{name}" in tasks
     hops = gen_docs.hop_table()
     assert all(f"| `{key}:`" in hops for key in HOPS)
     assert "`pct exec VMID -- ARGV...`" in hops and "`srun --jobid=JOB --overlap --pty" in hops

@@ -8,7 +8,7 @@ The fleet inventory (module fixture ``fleet_hosts``), in this order, which is no
 ``hang`` sleeps past its own ``timeouts.step`` (StepTimeout), ``plain`` is the node itself with
 an interpreter that has no site-packages (so ``ping`` finds no torch: exit 1), ``local`` is this
 machine; the others are fake containers. Every host sets ``WHO`` to its name, so output says
-where it came from. The invoke tasks run as subprocesses from the repository root.
+where it came from. The tasks run as subprocesses from the repository root.
 """
 
 from __future__ import annotations
@@ -477,12 +477,12 @@ def test_console_colour_and_progress_only_on_a_terminal(monkeypatch: pytest.Monk
             assert ANSI + "3" not in out.getvalue() + err.getvalue(), name
 
 
-# -- the invoke tasks --------------------------------------------------------------------------
+# -- the tasks ---------------------------------------------------------------------------------
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "invoke", *args],
+        [sys.executable, "-m", "remotekit", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -494,7 +494,7 @@ def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 def test_run_json_is_machine_readable(fleet_hosts: FleetHosts) -> None:
     m = marker()
-    p = invoke(
+    p = cli(
         "run", "--cmd", shlex.join(say(m)), "--all", "--json", "--inventory", str(fleet_hosts.path)
     )
     data = json.loads(p.stdout)  # stdout is the JSON and nothing else
@@ -523,7 +523,7 @@ def test_run_json_is_machine_readable(fleet_hosts: FleetHosts) -> None:
 
 
 def test_ping_json_by_group_and_by_host(fleet_hosts: FleetHosts) -> None:
-    p = invoke("ping", "--group", "gpu", "--json", "--inventory", str(fleet_hosts.path))
+    p = cli("ping", "--group", "gpu", "--json", "--inventory", str(fleet_hosts.path))
     assert p.returncode == 2, p.stderr
     data = json.loads(p.stdout)
     got = [(h["host"], h["status"], h["exit_code"]) for h in data["hosts"]]
@@ -540,7 +540,7 @@ def test_ping_json_by_group_and_by_host(fleet_hosts: FleetHosts) -> None:
     torch = by["plain"]["result"]["checks"][-1]
     assert torch["layer"] == "torch" and torch["ok"] is False
 
-    p = invoke("ping", "--host", "plain,local", "--json", "--inventory", str(fleet_hosts.path))
+    p = cli("ping", "--host", "plain,local", "--json", "--inventory", str(fleet_hosts.path))
     assert p.returncode == 1, p.stderr  # findings only: the worst is 1
     data = json.loads(p.stdout)
     assert data["exit_code"] == 1
@@ -552,7 +552,7 @@ def test_ping_json_by_group_and_by_host(fleet_hosts: FleetHosts) -> None:
 
 def test_run_piped_is_plain_with_a_summary_and_verbose_chains(fleet_hosts: FleetHosts) -> None:
     m = marker()
-    p = invoke(
+    p = cli(
         "run",
         "--cmd",
         shlex.join(say(m)),
@@ -590,11 +590,11 @@ def test_run_piped_is_plain_with_a_summary_and_verbose_chains(fleet_hosts: Fleet
 
 
 def _on_terminal(args: Sequence[str], timeout: float = 60) -> tuple[int, str]:
-    """Run invoke with stdout and stderr on a pseudo-terminal; (exit code, what it showed)."""
+    """Run remotekit with stdout and stderr on a pseudo-terminal; (exit code, what it showed)."""
     master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "invoke", *args],
+        [sys.executable, "-m", "remotekit", *args],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=slave,

@@ -358,13 +358,12 @@ def test_relay_runs_on_python38_syntax() -> None:
     assert f"EXIT_CONNECT = {forward.RELAY_EXIT_CONNECT}" in src
 
 
-def test_invoke_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    """`invoke forward --port P:L` as a user runs it: the URL first, then serves until SIGINT."""
-    root = Path(__file__).resolve().parents[1]
+def test_cli_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """`remotekit forward --port P:L` as a user runs it: the URL first, then serves until SIGINT."""
     with _http_server() as port:
         local_port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "invoke", "--search-root", str(root), "forward", "--port",
+            [sys.executable, "-m", "remotekit", "forward", "--port",
              f"{port}:{local_port}"],
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -389,7 +388,7 @@ def test_invoke_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> No
             proc.kill()
             proc.wait()
     r = subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(root), "forward", "--port", "6006:x"],
+        [sys.executable, "-m", "remotekit", "forward", "--port", "6006:x"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2 and "PORT or PORT:LOCAL, got '6006:x'" in r.stderr
@@ -538,6 +537,7 @@ def test_ctrl_c_taken_by_another_thread_still_stops_the_wait() -> None:
     """The kernel may hand SIGINT to any thread of the process; Python's handler then only
     sets a flag for the main thread. An untimed wait there never looked at it: `forward`
     ignored a Ctrl-C now and then, with its connection threads running."""
+    root = Path(__file__).resolve().parents[1]
     code = """
 import signal, sys, threading, time
 import remotekit
@@ -551,7 +551,6 @@ with remotekit.local_target() as t, t.forward(1, check=False) as fwd:
     except KeyboardInterrupt:
         print("interrupted", flush=True)
 """
-    root = Path(__file__).resolve().parents[1]
     r = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=30
     )

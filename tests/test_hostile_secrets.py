@@ -1,7 +1,7 @@
 """secret_env values never leak into what remotekit renders (issue 11).
 
 Every rendered output is searched for each secret and each line of a multi-line one: the
-`invoke run`/`py` summary and its finding column, errors, --verbose, --json. The step's own
+`remotekit run`/`py` summary and its finding column, errors, --verbose, --json. The step's own
 output passes through live and in --json unless --mask-output; then nothing holds them.
 """
 
@@ -27,9 +27,9 @@ PIECES = (TOKEN, "first-line-of-the-key-AAAA", "second-line-of-the-key-BBBB")
 LEAK = "sh -c 'echo $HF_TOKEN; echo \"$MULTI\" >&2; exit 3'"
 
 
-def invoke(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args],
+        [sys.executable, "-m", "remotekit", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -56,7 +56,7 @@ def _leaks(lines: list[str]) -> list[str]:
 
 @pytest.mark.timeout(120)
 def test_run_summary_errors_and_verbose_are_masked(inv_dir: Path) -> None:
-    r = invoke(inv_dir, "run", "--host", "box,box2", "--cmd", LEAK, "--verbose")
+    r = cli(inv_dir, "run", "--host", "box,box2", "--cmd", LEAK, "--verbose")
     assert r.returncode == 2
     assert "exit 3: ***" in r.stdout  # the finding column
     assert _leaks(_ours(r.stdout + r.stderr)) == []
@@ -66,7 +66,7 @@ def test_run_summary_errors_and_verbose_are_masked(inv_dir: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_mask_output_masks_everything(inv_dir: Path) -> None:
-    r = invoke(inv_dir, "run", "--host", "box,box2", "--cmd", LEAK, "--mask-output")
+    r = cli(inv_dir, "run", "--host", "box,box2", "--cmd", LEAK, "--mask-output")
     assert r.returncode == 2
     assert _leaks((r.stdout + r.stderr).splitlines()) == []
     assert "box  | ***" in r.stdout
@@ -74,10 +74,10 @@ def test_mask_output_masks_everything(inv_dir: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_json_passes_output_through_unless_masked(inv_dir: Path) -> None:
-    r = invoke(inv_dir, "run", "--host", "box", "--cmd", LEAK, "--json")
+    r = cli(inv_dir, "run", "--host", "box", "--cmd", LEAK, "--json")
     doc = json.loads(r.stdout)
     assert doc["hosts"][0]["result"]["stdout"] == TOKEN + "\n"
-    r = invoke(inv_dir, "run", "--host", "box", "--cmd", LEAK, "--json", "--mask-output")
+    r = cli(inv_dir, "run", "--host", "box", "--cmd", LEAK, "--json", "--mask-output")
     doc = json.loads(r.stdout)
     assert doc["hosts"][0]["result"]["stdout"] == "***\n"
     assert _leaks((r.stdout + r.stderr).splitlines()) == []
@@ -87,7 +87,7 @@ def test_json_passes_output_through_unless_masked(inv_dir: Path) -> None:
 def test_py_task_errors_are_masked(inv_dir: Path) -> None:
     script = inv_dir / "leak.py"
     script.write_text("import os, sys\nraise SystemExit('boom ' + os.environ['MULTI'])\n")
-    r = invoke(inv_dir, "py", "--host", "box", "--script", str(script))
+    r = cli(inv_dir, "py", "--host", "box", "--script", str(script))
     assert r.returncode == 2
     assert _leaks(_ours(r.stdout + r.stderr)) == []
 

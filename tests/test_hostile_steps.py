@@ -440,15 +440,12 @@ def test_a_step_cancelled_before_it_started_says_so(local: remotekit.Target) -> 
 
 @pytest.mark.timeout(60)
 def test_cli_detach_prints_pid_and_log(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parents[1]
     marker = f"rk-cli-detach-{uuid.uuid4().hex[:8]}"
     r = subprocess.run(
         [
             sys.executable,
             "-m",
-            "invoke",
-            "--search-root",
-            str(root),
+            "remotekit",
             "run",
             "--detach",
             "--cmd",

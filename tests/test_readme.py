@@ -21,7 +21,9 @@ def test_readme_has_the_two_commands_near_the_top() -> None:
     assert text.index("```bash") < 600
     setup_and_main, setup_and_test = readme_commands()
     # the first installs only what the demo needs: `.ci/setup demo` (torch and remotekit)
-    assert setup_and_main.startswith("bash .ci/setup demo && ") and "invoke demo" in setup_and_main
+    assert (
+        setup_and_main.startswith("bash .ci/setup demo && ") and "remotekit demo" in setup_and_main
+    )
     assert setup_and_test.startswith("bash .ci/setup && ") and "pytest" in setup_and_test
 
 

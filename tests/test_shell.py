@@ -1,4 +1,4 @@
-"""`Target.shell` / `invoke shell`: a person at a real terminal, through every hop.
+"""`Target.shell` / `remotekit shell`: a person at a real terminal, through every hop.
 
 Each test starts a process on a real pty (as a terminal window would) that calls
 ``Target.shell()``; the test types into the pty and reads the screen: a command's output, the
@@ -293,10 +293,10 @@ def test_the_default_is_the_login_shell_with_the_venv_after_its_rc(
     w.expect("RK-EXIT 0")
 
 
-def test_invoke_shell_runs_the_program_after_dashes(shells: Any) -> None:
+def test_cli_shell_runs_the_program_after_dashes(shells: Any) -> None:
     inv, host = shells("pct")
     code = "import os, sys; print('at', os.getcwd(), sys.prefix); sys.exit(5)"
-    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), "shell"]
+    argv = [sys.executable, "-m", "remotekit", "shell"]
     w = Window([*argv, "--host", host, "--inventory", inv.path, "--", "python", "-c", code])
     try:
         w.expect(f"at /tmp {VENV}")

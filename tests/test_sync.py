@@ -1,4 +1,4 @@
-"""`Target.sync` / `invoke sync`: a local tree pushed into a target through its layers.
+"""`Target.sync` / `remotekit sync`: a local tree pushed into a target through its layers.
 
 The same guarantees are checked on this machine (``local``), through the real sshd into a real
 LXC container via the pct stand-in (``ct``), and into a real podman container (``pod``, the
@@ -31,7 +31,7 @@ from remotekit.remote import sync as wire
 from remotekit.result import Script
 from remotekit.sync import SyncResult
 from tests.conftest import need_program, write_inventory
-from tests.test_cli import invoke
+from tests.test_cli import cli
 
 SNAPSHOT = """\
 import hashlib, json, os, stat, sys
@@ -462,18 +462,18 @@ def test_other_kinds_are_skipped_and_reported(local: remotekit.Target, tmp_path:
     assert r.skipped == ("pipe: not a regular file, directory or symlink",)
 
 
-# -- the invoke task -------------------------------------------------------------------------------
+# -- the task --------------------------------------------------------------------------------------
 
 
-def test_invoke_sync_prints_a_summary_and_json(tmp_path: Path) -> None:
+def test_cli_sync_prints_a_summary_and_json(tmp_path: Path) -> None:
     src = make_tree(tmp_path / "src")
     dest = tmp_path / "dest"
-    r = invoke("sync", "--host", "local", str(src), str(dest), "--exclude", "*.bin", cwd=tmp_path)
+    r = cli("sync", "--host", "local", str(src), str(dest), "--exclude", "*.bin", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("sent 6 file(s)")
     assert not (dest / "blob.bin").exists()
     (src / "run.sh").unlink()
-    r = invoke("sync", str(src), str(dest), "--delete", "--json", cwd=tmp_path)
+    r = cli("sync", str(src), str(dest), "--delete", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     result = doc["hosts"][0]["result"]

@@ -224,6 +224,19 @@ def test_gpu_temperature_threshold_is_configurable(smi_bin: Path) -> None:
     assert warnings(r) == [("high_temperature", 2), ("high_temperature", 5)]  # 58 C each
 
 
+def test_gpu_fewer_than_declared_is_a_finding(smi_bin: Path) -> None:
+    r = run("gpu", "--gpus", "8", path=smi_bin, scenario="lost-gpu")
+    assert (r.code, r.one("done")["exit_code"]) == (1, 1)
+    [lost] = r.of("warning")
+    assert lost["code"] == "gpus_missing" and (lost["seen"], lost["declared"]) == (7, 8)
+    assert lost["message"].startswith("7 GPU(s) seen where 8 are declared (gpus: 8)")
+    assert [g["index"] for g in r.of("gpu")] == list(range(7))
+    assert run("gpu", path=smi_bin, scenario="lost-gpu").code == 0  # nothing declared
+    assert run("gpu", "--gpus", "8", path=smi_bin, scenario="healthy").code == 0
+    more = run("gpu", "--gpus", "4", path=smi_bin, scenario="healthy")
+    assert more.code == 0 and more.codes("note") == ["gpus_more", "no_torch"]
+
+
 def test_gpu_ecc(smi_bin: Path) -> None:
     r = run("gpu", path=smi_bin, scenario="ecc")
     assert r.code == 1

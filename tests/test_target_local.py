@@ -208,6 +208,53 @@ def test_put_and_get(local: remotekit.Target, tmp_path: Path) -> None:
         local.put(tmp_path / "missing", str(tmp_path / "x"))
 
 
+def test_get_parents_makes_the_local_directories(local: remotekit.Target, tmp_path: Path) -> None:
+    there = tmp_path / "there.bin"
+    there.write_bytes(os.urandom(10_000))
+    local.get(str(there), tmp_path / "x" / "y" / "a.bin", parents=True)
+    local.get(str(there), f"{tmp_path}/p/q/", parents=True)  # a trailing / names the directory
+    assert (tmp_path / "x/y/a.bin").read_bytes() == there.read_bytes()
+    assert (tmp_path / "p/q/there.bin").read_bytes() == there.read_bytes()
+    # without parents: an error naming the directory and the way out, and nothing written
+    for dest in (tmp_path / "nodir" / "a.bin", f"{tmp_path}/nodir/"):
+        with pytest.raises(remotekit.RemotekitError, match=r"nodir does not exist.*--parents"):
+            local.get(str(there), dest)
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_a_dry_run_target_runs_and_connects_nothing(tmp_path: Path) -> None:
+    inv = remotekit.parse_inventory(
+        "hosts:\n"
+        "  far: {ssh: nobody@127.0.0.1:1, container: 200, venv: /v}\n"
+        "  job: {ssh: nobody@127.0.0.1:1, slurm: {name: train}, python: python3}\n"
+    )
+    mark = tmp_path / "ran"
+    traced: list[tuple[str, str]] = []
+    t = remotekit.Target(inv.spec("far"), dry_run=True)
+    t.trace = lambda step, chain: traced.append((step, chain))
+    with pytest.raises(remotekit.DryRun) as info:
+        t.run(["touch", str(mark)])
+    chain = f"ssh nobody@127.0.0.1:1 -> pct exec 200 -> touch {mark}"
+    assert (
+        info.value.chain == chain and info.value.host == "far" and traced == [("run touch", chain)]
+    )
+    with pytest.raises(remotekit.DryRun, match=r"'<shipped check\.py>' --lr 1"):
+        t.run_python(remotekit.Script("open('x', 'w')\n", name="check.py"), ["--lr", "1"])
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"x")
+    with pytest.raises(remotekit.DryRun, match=r"-> put .*blob /x"):
+        t.put(blob, "/x", parents=True)
+    with pytest.raises(remotekit.DryRun, match=r"-> get /x .*back"):
+        t.get("/x", tmp_path / "back" / "f", parents=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob"]  # no temp file, no back/
+    for connects in (t.ping, lambda: t.forward(6006), lambda: t.shell(["python"])):
+        with pytest.raises(remotekit.DryRun):  # what is not a step connects nowhere either
+            connects()
+    job = remotekit.Target(inv.spec("job"), dry_run=True)  # its job is not looked up
+    with pytest.raises(remotekit.DryRun, match="srun --job-name train -> true"):
+        job.run(["true"])
+
+
 def test_ping_local(local: remotekit.Target) -> None:
     report = local.ping()
     assert [c.ok for c in report.checks] == [True, True, True, True]

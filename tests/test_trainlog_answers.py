@@ -26,7 +26,7 @@ import remotekit.diagnostics.trainlog as tl
 from remotekit.diagnostics import diagnose as dg
 from tests import trainlog_factory as factory
 from tests.conftest import write_inventory
-from tests.test_cli import invoke
+from tests.test_cli import cli
 from tests.test_system_api import make_bin_dir, smi_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -362,7 +362,7 @@ def test_train_log_takes_the_hosts_checkpoints(tmp_path: Path) -> None:
     ckpts = _layout(tmp_path / "ckpts", "hf")
     hosts = tmp_path / "hosts.yaml"
     write_inventory(hosts, {"local": {"python": sys.executable, "checkpoints": str(ckpts)}})
-    r = invoke("train-log", "--inventory", str(hosts), "--path", str(log), cwd=tmp_path)
+    r = cli("train-log", "--inventory", str(hosts), "--path", str(log), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "checkpoint 200 (+0)" in r.stdout and "2 of 3" in r.stdout
     assert "more than chance" in r.stdout

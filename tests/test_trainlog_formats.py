@@ -17,6 +17,7 @@ Each test asserts what the output reports: the format, the step key, each metric
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -31,13 +32,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from invoke import Collection
 from invoke.exceptions import ParseError
 from invoke.parser import Parser
 
 import remotekit
 import remotekit.diagnostics.trainlog as tl
-import tasks
+from remotekit.cli import ns as package_tasks
 from remotekit.render import to_json
 from tests.test_trainlog_script import Run, run
 
@@ -616,14 +616,11 @@ def test_local_report_says_format_step_key_columns_and_chosen_from(
     )
 
 
-NS = Collection.from_module(tasks)
-
-
 def parse_task_line(line: str) -> Any:
-    """A suggested ``invoke ...`` line through invoke's own parser on the tasks collection."""
+    """A suggested ``remotekit ...`` line through invoke's own parser on the package's tasks."""
     argv = shlex.split(line)
-    assert argv[0] == "invoke"
-    return Parser(contexts=NS.to_contexts()).parse_argv(argv[1:])
+    assert argv[0] == "remotekit"
+    return Parser(contexts=copy.deepcopy(package_tasks).to_contexts()).parse_argv(argv[1:])
 
 
 def test_no_loss_exit_2_hints_are_real_command_lines(
@@ -669,17 +666,17 @@ def test_no_loss_exit_2_hints_are_real_command_lines(
 
 
 def test_no_loss_hints_printed_by_the_task_run_as_printed(tmp_path: Path) -> None:
-    from tests.test_cli import invoke
+    from tests.test_cli import cli
 
     p = tmp_path / "log.jsonl"
     p.write_text(
         "".join(json.dumps({"iter": i, "objective": loss}) + "\n" for i, loss, _, _ in curve())
     )
-    r = invoke("train-log", "--path", str(p), cwd=tmp_path)
+    r = cli("train-log", "--path", str(p), cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     hints = [ln.split("try: ", 1)[1] for ln in r.stdout.splitlines() if "try: " in ln]
-    assert hints == [f"invoke train-log --host local --path {p} --metric objective"]
-    again = invoke(*shlex.split(hints[0])[1:], cwd=tmp_path)
+    assert hints == [f"remotekit train-log --host local --path {p} --metric objective"]
+    again = cli(*shlex.split(hints[0])[1:], cwd=tmp_path)
     assert again.returncode in (0, 1), again.stdout + again.stderr
     assert "columns: objective <- 'objective'" in again.stdout
 

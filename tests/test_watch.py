@@ -1,4 +1,4 @@
-"""``--watch`` and transfer progress, driven as a person does: `invoke TASK` on a real pty
+"""``--watch`` and transfer progress, driven as a person does: `remotekit TASK` on a real pty
 (Python's ``pty``) and through a pipe.
 
 The GPU is the fake nvidia-smi of tests/fakes/ (through a hosts.yaml whose hosts set PATH),
@@ -40,14 +40,14 @@ from tests.harness import SSHServer
 from tests.test_system_api import make_bin_dir, make_notorch, smi_env
 
 ROOT = Path(__file__).resolve().parent.parent
-INVOKE = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
+REMOTEKIT = [sys.executable, "-m", "remotekit"]
 
 
 # --------------------------------------------------------------------------- helpers
 
 
 class Tty:
-    """`invoke ARGS` with stdout and stderr on a new pty (or stderr alone: ``stdout=PIPE``),
+    """`remotekit ARGS` with stdout and stderr on a new pty (or stderr alone: ``stdout=PIPE``),
     in its own session and process group; what it writes to the pty is read into ``seen``."""
 
     def __init__(
@@ -61,7 +61,7 @@ class Tty:
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))  # rows, cols
         self.proc = subprocess.Popen(
-            [*INVOKE, *args],
+            [*REMOTEKIT, *args],
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if pipe_stdout else slave,
@@ -101,7 +101,7 @@ class Tty:
 
 def pipe(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*INVOKE, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+        [*REMOTEKIT, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
     )
 
 

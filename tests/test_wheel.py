@@ -112,11 +112,12 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def remotekit(
-    bin: Path, *args: str, cwd: Path, module: bool = False
+    bin: Path, *args: str, cwd: Path, module: bool = False, path: str = ""
 ) -> subprocess.CompletedProcess[str]:
     """The installed command, run from a directory with no tasks.py and no hosts.yaml, with a
-    clean environment (no PYTHONPATH: the repository's copy must not be the one imported)."""
-    env = {"PATH": f"{bin}:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8"}
+    clean environment (no PYTHONPATH: the repository's copy must not be the one imported);
+    ``path``: a folder put first on PATH."""
+    env = {"PATH": f"{path}:{bin}:/usr/bin:/bin".lstrip(":"), "HOME": str(cwd), "LANG": "C.UTF-8"}
     argv = [str(bin / "python"), "-m", "remotekit"] if module else [str(bin / "remotekit")]
     return subprocess.run(
         [*argv, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
@@ -181,8 +182,11 @@ def test_the_installed_command_is_what_it_shows(installed: Path, tmp_path: Path)
     r = remotekit(installed, "run", "--", "sh", "-c", 'echo "[$1]"', "-", "a b", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.splitlines() == ["local | [a b]"], r.stderr
     (tmp_path / "hosts.yaml").write_text("hosts:\n  kpro6: {}\n")
-    r = remotekit(installed, "--complete", "--", "remotekit", "ping", "--host", "kp", cwd=tmp_path)
-    assert r.stdout.split() == ["local", "kpro6"]
+    complete = [installed, "--complete", "--", "remotekit", "ping"]
+    assert remotekit(*complete, "--host", "kp", cwd=tmp_path).stdout.split() == ["kpro6"]
+    assert remotekit(*complete, "--host=kp", cwd=tmp_path).stdout.split() == ["--host=kpro6"]
+    r = remotekit(*complete, "--host", "kpro6,", cwd=tmp_path)
+    assert r.stdout.split() == ["kpro6,local"]
     env = {"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
     p = subprocess.Popen(
         [str(installed / "remotekit"), "--list"],
@@ -194,3 +198,47 @@ def test_the_installed_command_is_what_it_shows(installed: Path, tmp_path: Path)
     assert p.stdout is not None and p.stderr is not None
     p.stdout.close()  # `remotekit --list | head -0`
     assert p.stderr.read() == b"" and p.wait(timeout=60) == 141
+
+
+def test_the_installed_command_hints_dry_runs_copies_and_counts_gpus(
+    installed: Path, tmp_path: Path
+) -> None:
+    """The wheel's own command: words after -- from the argv given in-process, the long flag
+    for an old short one, --dry-run, get --parents, and a GPU short of hosts.yaml's count."""
+    code = (
+        "import sys; from remotekit.cli.main import program; sys.argv = ['x', '--', 'nope']; "
+        "program.run(['remotekit', 'run', '--', 'echo', 'a  b'])"
+    )
+    r = subprocess.run(
+        [str(installed / "python"), "-c", code],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and r.stdout == "local | a  b\n", r.stderr
+    r = remotekit(installed, "ping", "-h", "gpu1", cwd=tmp_path)
+    assert r.returncode == 2 and "use --host gpu1" in r.stderr
+    r = remotekit(installed, "ping", "-i", "x.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "use --inventory FILE" in r.stderr
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts:\n  local: {gpus: 8}\n  far: {ssh: nobody@127.0.0.1:1, container: 200}\n"
+    )
+    r = remotekit(installed, "gpu", "--host", "far", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and "-> pct exec 200 -> python3 -u '<shipped sysinfo.py>' gpu" in (
+        r.stdout
+    ), r.stdout + r.stderr
+    (tmp_path / "blob").write_bytes(b"x" * 100)
+    r = remotekit(installed, "put", "--src", "blob", "--dest", "copy", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "local: local -> put blob copy\n"
+    assert not (tmp_path / "copy").exists()
+    r = remotekit(installed, "get", "--src", "blob", "--dest", "a/b/", "--parents", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "a" / "b" / "blob").read_bytes() == b"x" * 100
+    smi = tmp_path / "smi"
+    smi.mkdir()
+    shutil.copy2(ROOT / "tests" / "fakes" / "nvidia-smi", smi / "nvidia-smi")
+    (smi / "scenario").write_text("lost-gpu\n")
+    r = remotekit(installed, "gpu", "--host", "local", cwd=tmp_path, path=str(smi))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "7 GPU(s) seen where 8 are declared (gpus: 8)" in r.stdout

@@ -6,9 +6,9 @@ Each table sits between two marker comments in a docs file::
     ...
     <!-- end generated: tasks -->
 
-and is written from the code: ``tasks`` from the invoke task collection of this repository
-(the package's tasks plus ``bench``: name, the docstring's first paragraph, the flags), ``hops``
-from the hop classes in remotekit/layers/ (hosts.yaml key, argv, ``shell`` argv, ping probe,
+and is written from the code: ``tasks`` from the package's task collection (the ``remotekit``
+command: name, the docstring's first paragraph, the flags), ``dev-tasks`` the same from this
+repository's tasks.py (``invoke --list``: ``bench``), ``hops`` from the hop classes in remotekit/layers/ (hosts.yaml key, argv, ``shell`` argv, ping probe,
 the tool's words that name an error). ``--check`` writes nothing and exits 1 when a table is
 stale; tests/test_docs.py runs it. A new task, flag or hop is then a regeneration, not an edit.
 
@@ -16,7 +16,7 @@ stale; tests/test_docs.py runs it. A new task, flag or hop is then a regeneratio
 DIR (default docs/api/, not committed): the public API, ``remotekit`` (its ``__all__``) and
 ``remotekit.diagnostics.*``. Any warning is an error, as the test that builds it requires.
 
-It lives in tools/, not in the package: docs/ is not shipped, and the task table reads the
+It lives in tools/, not in the package: docs/ is not shipped, and the dev-task table reads the
 repository's tasks.py.
 """
 
@@ -38,8 +38,15 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ".venv/bin/python tools/gen_docs.py"
 
 
+def package_tasks() -> Collection:
+    """The ``remotekit`` command's task collection."""
+    from remotekit.cli import ns
+
+    return ns
+
+
 def repository_tasks() -> Collection:
-    """This repository's task collection (tasks.py: the package's tasks plus ``bench``)."""
+    """This repository's dev tasks (tasks.py, ``invoke --list``: ``bench``)."""
     sys.path.insert(0, str(ROOT))
     try:
         import tasks
@@ -72,11 +79,11 @@ def _flag(arg: Argument) -> str:
     return f"`{shown}`" + (" (repeatable)" if arg.kind is list else "")
 
 
-def task_table() -> str:
-    """One row per task: its name, what it does (the docstring's first paragraph), its flags."""
+def task_table(coll: Collection) -> str:
+    """One row per task of ``coll``: its name, what it does (the docstring's first paragraph),
+    its flags."""
     from remotekit.cli.selection import SELECT_HELP
 
-    coll = repository_tasks()
     selection = set(SELECT_HELP)
     rows = ["| task | what it does | flags |", "|---|---|---|"]
     for name in coll.task_names:
@@ -158,7 +165,10 @@ def build_api(out: Path) -> None:
 
 #: docs file -> table name -> its generator
 TABLES: dict[str, dict[str, Callable[[], str]]] = {
-    "docs/tasks.md": {"tasks": task_table},
+    "docs/tasks.md": {
+        "tasks": lambda: task_table(package_tasks()),
+        "dev-tasks": lambda: task_table(repository_tasks()),
+    },
     "docs/hosts-yaml.md": {"hops": hop_table},
 }
 

@@ -1,4 +1,4 @@
-"""remotekit's laptop face: the task collection behind ``remotekit TASK`` and ``invoke TASK``.
+"""remotekit's laptop face: the task collection behind the ``remotekit`` command.
 
 Every fleet task takes a selection of targets (``--host a,b``, ``--group g``, ``--all``;
 default: hosts.yaml's ``default:``, else ``local``), runs them in parallel (``--parallel N``),
@@ -18,6 +18,9 @@ A project's own ``tasks.py`` can mount the collection::
 
     ns = Collection(my_task)
     ns.add_collection(remotekit.tasks.ns, "rk")   # invoke rk.ping --host gpu1
+
+(there invoke's program parses the command line, and its own options, such as ``--dry`` or
+``-T``, change invoke's ``c.run``, which these tasks do not call).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from remotekit.render import Console
 def shell(c: Context, host: str = "", cmd: str = "", inventory: str = "") -> None:
     """A shell (or `-- PROGRAM ARGS...`) inside the target on a terminal, venv active, in its
     workdir. Exits with the program's status (2 when the target cannot be entered)."""
-    argv = command_words("cmd", cmd)
+    argv = command_words(c, "cmd", cmd)
     try:
         with one_target(host, inventory, "shell") as t:
             code = t.shell(argv or None)

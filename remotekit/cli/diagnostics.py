@@ -19,8 +19,9 @@ from typing import Any, Callable
 from invoke import Context, Exit
 
 import remotekit
-from remotekit.cli.output import fan_out, progress_line, warner
+from remotekit.cli.output import dry_run_steps, fan_out, progress_line, warner
 from remotekit.cli.selection import (
+    DRY_RUN_HELP,
     OPTIONS_HERE,
     TIMEOUT_HELP,
     OptionGroup,
@@ -113,9 +114,17 @@ def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts
         "path": "checkpoints to scan (default: --run, else the host's `checkpoints:`)",
         "run": "a training run's directory there: its checkpoints, its log, and one verdict",
         "plot": "with --run: draw the log with spikes and saves into this PNG (needs remotekit[plot])",
+        "dry_run": DRY_RUN_HELP,
     }
 )
-def diagnose(c: Context, sel: Selection, path: str = "", run: str = "", plot: str = "") -> None:
+def diagnose(
+    c: Context,
+    sel: Selection,
+    path: str = "",
+    run: str = "",
+    plot: str = "",
+    dry_run: bool = False,
+) -> None:
     """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary.
     With --run DIR: also the run's log, spikes at the saves found, batches, and a verdict."""
     from remotekit.diagnostics.diagnose import diagnose as run_diagnose
@@ -131,6 +140,9 @@ def diagnose(c: Context, sel: Selection, path: str = "", run: str = "", plot: st
         return run_diagnose(
             t, path=path or None, run=run or None, on_section=show, points=2000 if plot else 0
         )
+
+    if dry_run:  # each section is its own step: each prints
+        return dry_run_steps(sel.targets(dry_run=True), diagnose_host)
 
     def draw(outcomes: list[HostOutcome], console: Console) -> int:
         logs = []
@@ -164,6 +176,7 @@ def diagnose(c: Context, sel: Selection, path: str = "", run: str = "", plot: st
         "JSON on its stdin (split like a shell would, run without one; a failure is a warning)",
         "run": "instead of --path: the output log of run ID (`remotekit runs`), on the selected "
         "host that has it",
+        "dry_run": DRY_RUN_HELP,
     },
 )
 def train_log(
@@ -181,10 +194,13 @@ def train_log(
     follow: bool = False,
     on_incident: str = "",
     run: str = "",
+    dry_run: bool = False,
 ) -> None:
     """What happened to this run: spikes, cliffs, events, and batch composition."""
     if run and path:
         raise Exit("remotekit: --path or --run, not both", code=2)
+    if run and dry_run:
+        raise Exit("remotekit: --dry-run takes --path (--run looks the run up there)", code=2)
     if run:
         sel, path = run_log(sel, run)
     required(path=path)
@@ -204,6 +220,11 @@ def train_log(
             "timeout": timeout or None,
         }
         hook = split_option("on-incident", on_incident) if on_incident else None
+        if dry_run:
+            return dry_run_steps(
+                sel.targets(dry_run=True),
+                lambda t, console: follow_once(t, path, checkpoints or ckpt_dir, options),
+            )
         return follow_log(sel, path, checkpoints or ckpt_dir, options, hook)
 
     def analyze(t: remotekit.Target, console: Console) -> Any:
@@ -225,7 +246,21 @@ def train_log(
         drawable = [(o.host, o.value) for o in outcomes if o.exit_code != 2]
         return draw_logs(plot, drawable, console, len(outcomes))
 
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), analyze)
     fan_out(sel, analyze, render=trainlog.render_report, title="train-log", after=draw)
+
+
+def follow_once(t: remotekit.Target, path: str, checkpoints: str, options: dict[str, Any]) -> None:
+    """The follow ``train-log --follow`` starts on ``t``, iterated to its end (on a dry-run
+    target: its one step, reported)."""
+    from remotekit.diagnostics import trainlog
+    from remotekit.diagnostics.base import host_checkpoints
+
+    ckpt = host_checkpoints(t, checkpoints)
+    with trainlog.follow_train_log(t, path, ckpt_dir=ckpt, **options) as live:
+        for _ in live:
+            pass
 
 
 #: Seconds an --on-incident command may run before it is stopped (and warned about).
@@ -351,6 +386,7 @@ def follow_log(
     help={
         "path": "a checkpoint file, a directory (searched recursively) or a glob (default: the host's `checkpoints:`)",
         "jobs": "files scanned in parallel there",
+        "dry_run": DRY_RUN_HELP,
     },
 )
 def ckpt_scan(
@@ -359,6 +395,7 @@ def ckpt_scan(
     sel: Selection = OPTIONS_HERE,
     jobs: int = 1,
     load: Loading = OPTIONS_HERE,
+    dry_run: bool = False,
 ) -> None:
     """Are my checkpoints corrupt? NaN/Inf in weights and optimizer state (exit 1 if so)."""
     ck = _checkpoints()
@@ -373,6 +410,8 @@ def ckpt_scan(
             on_warning=warner(console, t.name),
         )
 
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), scan)
     fan_out(sel, scan, render=lambda r: ck.render_scan(r, plan=r.plan), title="ckpt-scan")
 
 
@@ -380,6 +419,7 @@ def ckpt_scan(
     LOADING,
     help={
         "path": "a checkpoint file, an HF *.index.json, or a checkpoint directory (HF checkpoint-N/, DeepSpeed global_stepN/, DCP)",
+        "dry_run": DRY_RUN_HELP,
     },
 )
 def ckpt_inspect(
@@ -387,13 +427,20 @@ def ckpt_inspect(
     path: str = "",
     sel: Selection = OPTIONS_HERE,
     load: Loading = OPTIONS_HERE,
+    dry_run: bool = False,
 ) -> None:
     """Keys, dtypes, shapes, step/epoch and lr per param group, without reading tensor data."""
     required(path=path)
     ck = _checkpoints()
+
+    def inspect(t: remotekit.Target, console: Console) -> Any:
+        return ck.inspect_checkpoint(t, path, **load.kwargs())
+
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), inspect)
     fan_out(
         sel,
-        lambda t, console: ck.inspect_checkpoint(t, path, **load.kwargs()),
+        inspect,
         render=ck.render_inspect,
         title="ckpt-inspect",
     )
@@ -405,6 +452,7 @@ def ckpt_inspect(
         "a": "the earlier checkpoint (a file or a checkpoint directory)",
         "b": "the later checkpoint (a file or a checkpoint directory)",
         "top": "tensors listed by relative change",
+        "dry_run": DRY_RUN_HELP,
     },
 )
 def ckpt_diff(
@@ -414,13 +462,20 @@ def ckpt_diff(
     sel: Selection = OPTIONS_HERE,
     top: int = 10,
     load: Loading = OPTIONS_HERE,
+    dry_run: bool = False,
 ) -> None:
     """What changed between two checkpoints: the 'bad jump' finder."""
     required(a=a, b=b)
     ck = _checkpoints()
+
+    def diff(t: remotekit.Target, console: Console) -> Any:
+        return ck.diff_checkpoints(t, a, b, top=top, **load.kwargs())
+
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), diff)
     fan_out(
         sel,
-        lambda t, console: ck.diff_checkpoints(t, a, b, top=top, **load.kwargs()),
+        diff,
         render=ck.render_diff,
         title="ckpt-diff",
     )
@@ -432,6 +487,7 @@ def ckpt_diff(
         "path": "a directory of checkpoints (default: the host's `checkpoints:`)",
         "linear": "check every checkpoint instead of a binary search",
         "jobs": "files scanned in parallel there",
+        "dry_run": DRY_RUN_HELP + " (the first step: which checkpoints follow depends on it)",
     },
 )
 def ckpt_bisect(
@@ -441,6 +497,7 @@ def ckpt_bisect(
     linear: bool = False,
     jobs: int = 1,
     load: Loading = OPTIONS_HERE,
+    dry_run: bool = False,
 ) -> None:
     """The last clean and the first bad checkpoint, ordered by global_step."""
     ck = _checkpoints()
@@ -455,6 +512,8 @@ def ckpt_bisect(
             on_progress=scan_progress(console, t.name),
         )
 
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), bisect)
     fan_out(sel, bisect, render=ck.render_bisect, title="ckpt-bisect")
 
 

@@ -6,11 +6,13 @@ What it shows is what it does: the core options are only those that mean somethi
 remotekit (invoke's ``--dry``, ``--command-timeout``, ``--pty``, ``--warn-only``, ... change
 invoke's own ``c.run``, which no task calls, so they are not offered). A usage error exits 2
 with a "did you mean" for task and option names; a pipe closed early ends quietly; shell
-completion completes host and group names after ``--host`` / ``--group``.
+completion completes host and group names after ``--host`` / ``--group`` (``--host=NAME``
+too, and the last name of a comma list).
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
@@ -18,11 +20,12 @@ import shlex
 import sys
 from typing import Any
 
-from invoke import Argument, Exit, ParseError, Program
+from invoke import Argument, Collection, Exit, ParseError, ParserContext, Program
 
 import remotekit
 from remotekit import __version__
 from remotekit.cli import ns
+from remotekit.cli.selection import AFTER_DASHES, words_after_dashes
 
 #: invoke's core options that remotekit offers (its ``core_args`` names).
 CORE_OPTIONS = ("complete", "help", "list", "list-format", "print-completion-script", "version")
@@ -65,6 +68,11 @@ class RemotekitProgram(Program):
                 raise Exit
         self._usage(super().parse_cleanup)
 
+    def update_config(self, merge: bool = True) -> None:
+        super().update_config(merge)
+        section, key = AFTER_DASHES
+        self.config.update({section: {key: words_after_dashes(self.argv)}})
+
     def _usage(self, parse: Any) -> None:
         """``parse()``; its parse error (or a flag value of the wrong kind) ends with exit 2."""
         try:
@@ -75,41 +83,132 @@ class RemotekitProgram(Program):
             raise Exit(f"remotekit: {exc}", code=2) from None
 
     def _did_you_mean(self, exc: ParseError) -> str:
-        """ " (did you mean ...?)" for an unknown task or option name, else ""."""
+        """ " (did you mean ...?)" for an unknown task or option name, or the long flag for a
+        short one typed from habit (:meth:`_short_flag`); else ""."""
         found = UNKNOWN.search(str(exc))
         if found is None:
             return ""
         word = found.group(1)
+        if habit := self._short_flag(word, exc.context):
+            return f" ({habit})"
         if word.startswith("-"):
             names = list(self.initial_context.flags)
             if exc.context is not None:
                 names += list(exc.context.flags) + list(exc.context.inverse_flags)
         else:
-            collection = getattr(self, "collection", None) or self.namespace
-            tasks = collection.task_names if collection is not None else {}
-            names = [*tasks, *(alias for aliases in tasks.values() for alias in aliases)]
+            names = [*self._tasks(), *(a for aliases in self._tasks().values() for a in aliases)]
         close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
         return f" (did you mean {' or '.join(close)}?)" if close else ""
 
+    def _collection(self) -> Collection:
+        return getattr(self, "collection", None) or self.namespace or Collection()
+
+    def _tasks(self) -> dict[str, list[str]]:
+        return self._collection().task_names
+
+    def _short_flag(self, word: str, context: ParserContext | None) -> str:
+        """What to type instead of a short flag from before the tasks' automatic ones were
+        dropped (``-h HOST``, ``-i FILE``, ``-g GROUP`` ...), else "". ``-h`` is --help now,
+        so ``ping -h gpu1`` reads gpu1 as a task name: ``word`` is then that name."""
+        pairs = zip(self.argv, self.argv[1:])
+        if not word.startswith("-") and ("-h", word) in pairs:
+            return f"-h is --help, not --host any more: use --host {word}"
+        if not re.fullmatch(r"-[a-zA-Z]", word):
+            return ""
+        after = ""
+        if context is None or not context.name:  # before the task: the task named after it
+            named = [w for w in self.argv[self.argv.index(word) :] if w in self._tasks()]
+            # a copy: building a task's parser context consumes its help texts
+            contexts = {c.name: c for c in copy.deepcopy(self._collection()).to_contexts()}
+            context, after = (contexts[named[0]], " after the task name") if named else (None, "")
+        if context is None:
+            return ""
+        usages = dict.fromkeys(
+            _usage(a) for a in context.flags.values() if str(a.name).startswith(word[1])
+        )
+        if not usages:
+            return ""
+        return f"{word} is no short flag of {context.name}: use {' or '.join(usages)}{after}"
+
+
+#: How :func:`_usage` shows a flag's value, where its name upper-cased would not read well.
+VALUE_NAMES = {"inventory": "FILE"}
+
+
+def _usage(arg: Argument) -> str:
+    """``--jobs N``, ``--inventory FILE``, ``--all``: how a flag is typed."""
+    name = str(arg.name)
+    flag = f"--{name.replace('_', '-')}"
+    if arg.kind is bool:
+        return flag
+    if arg.kind in (int, float):
+        return f"{flag} N"
+    return f"{flag} {VALUE_NAMES.get(name, name.upper().replace('-', '_'))}"
+
+
+#: The options whose value is a name from hosts.yaml, and the names each completes to.
+NAME_OPTIONS = {"--host": "hosts", "--group": "groups"}
+
 
 def target_names(invocation: str) -> list[str] | None:
-    """Completion candidates when ``invocation`` (the words typed so far) ends with
-    ``--host`` or ``--group`` and maybe a partial name: the inventory's host or group names
-    (``--inventory FILE`` if typed, else the usual search); None: not a name's place."""
+    """Completion candidates when ``invocation`` (the words typed so far) ends where a
+    ``--host`` or ``--group`` value goes: the inventory's host or group names that start with
+    the part typed (``--inventory FILE`` if typed, else the usual search), each shaped like the
+    word being completed, since the shell keeps only the candidates that start with it
+    (:func:`name_place`); None: not a name's place."""
     try:
         words = shlex.split(invocation)
     except ValueError:
         return None
-    if words and not words[-1].startswith("-"):
-        words = words[:-1]  # a partial name: the shell keeps the candidates that match it
-    if not words or words[-1] not in ("--host", "--group"):
+    place = name_place(words)
+    if place is None:
         return None
-    at = words.index("--inventory") + 1 if "--inventory" in words[:-1] else 0
+    option, typed, shape = place
+    taken: list[str] = []
+    if option == "--host":  # a comma list: complete its last name, keep the ones before
+        *taken, typed = typed.split(",")
+        shape += "".join(f"{name}," for name in taken)
     try:
-        inv = remotekit.load_inventory(words[at] if at else None)
+        inv = remotekit.load_inventory(option_value(words[:-1], "--inventory"))
     except remotekit.RemotekitError:
         return []
-    return list(inv.hosts) if words[-1] == "--host" else list(inv.groups)
+    names = inv.hosts if NAME_OPTIONS[option] == "hosts" else inv.groups
+    return [shape + n for n in names if n.startswith(typed) and n not in taken]
+
+
+def name_place(words: list[str]) -> tuple[str, str, str] | None:
+    """Where the last word is a name's place: (the option, the value typed so far, what each
+    candidate starts with). bash splits ``--host=kp`` into ``--host``, ``=``, ``kp`` (``=``
+    is in its COMP_WORDBREAKS) and completes ``kp``; zsh keeps ``--host=kp`` one word and
+    completes all of it, so there each candidate starts with ``--host=``."""
+    last = words[-1] if words else ""
+    for option in NAME_OPTIONS:
+        if last.startswith(f"{option}="):
+            return option, last[len(option) + 1 :], f"{option}="
+    if last in NAME_OPTIONS:  # the value not begun
+        return last, "", ""
+    before = words[-2] if len(words) > 1 else ""
+    if last == "=" and before in NAME_OPTIONS:  # bash: --host= and nothing typed after it
+        return before, "", ""
+    if before == "=" and len(words) > 2 and words[-3] in NAME_OPTIONS:  # bash: --host=kp
+        return words[-3], last, ""
+    if before in NAME_OPTIONS and not last.startswith("-"):
+        return before, last, ""
+    return None
+
+
+def option_value(words: list[str], option: str) -> str | None:
+    """The value of the last ``option VALUE`` or ``option=VALUE`` in ``words`` (also as bash
+    splits it: ``option = VALUE``), or None."""
+    found = None
+    for i, word in enumerate(words):
+        if word == option:
+            rest = words[i + 1 : i + 3]
+            rest = rest[1:] if rest[:1] == ["="] else rest
+            found = rest[0] if rest else None
+        elif word.startswith(f"{option}="):
+            found = word[len(option) + 1 :]
+    return found
 
 
 program = RemotekitProgram(

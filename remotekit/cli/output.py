@@ -99,6 +99,26 @@ def fan_out(
         raise Exit(code=code)
 
 
+def dry_run_steps(targets: list[remotekit.Target], fn: OnHost) -> None:
+    """``--dry-run``: ``fn(target, console)`` on each of ``targets`` (made with
+    ``dry_run=True``: they run no step and connect nowhere) in turn; each step it would run
+    prints as ``host: chain``. A host whose steps cannot even be named (no --path and no
+    ``checkpoints:``, a local file that cannot be read) says why on stderr, and the exit code
+    is then 2."""
+    quiet, code = Console(quiet=True), 0
+    for t in targets:
+        t.trace = lambda step, chain, t=t: print(f"{t.name}: {t.redact(chain)}", flush=True)
+        try:
+            fn(t, quiet)
+        except remotekit.DryRun:
+            pass
+        except remotekit.RemotekitError as exc:
+            print(f"{t.name}: error: {exc}", file=sys.stderr, flush=True)
+            code = 2
+    if code:
+        raise Exit(code=code)
+
+
 def _trace_chains(targets: list[remotekit.Target], console: Console) -> None:
     """--verbose: each host's layer chain now, each step's full chain as it starts."""
     for t in targets:

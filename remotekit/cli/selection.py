@@ -16,11 +16,11 @@ import functools
 import inspect
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
-from invoke import Exit, task
+from invoke import Context, Exit, task
 
 import remotekit
 
@@ -37,6 +37,10 @@ SELECT_HELP = {
     "(default: each host as hosts.yaml says; the resident agent unless it says false)",
 }
 TIMEOUT_HELP = "seconds before the step is stopped there (default: the host's timeouts.step)"
+DRY_RUN_HELP = (
+    "print each host's layer chain ending in what would run there (a shipped script with its "
+    "arguments); run nothing, connect nowhere"
+)
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,23 @@ class Selection:
     #: the reason to leave the agent is a host (an agent that misbehaves there), not a step.
     agent: bool = True
 
-    def targets(self) -> list[remotekit.Target]:
-        """The selected targets; a bad inventory or an empty selection ends the task (exit 2)."""
-        return select_targets(self.host, self.group, self.all, self.inventory, agent=self.agent)
+    def targets(self, dry_run: bool = False) -> list[remotekit.Target]:
+        """The selected targets (``dry_run``: targets that run no step, see
+        :class:`remotekit.Target`); a bad inventory or an empty selection ends the task
+        (exit 2)."""
+        return select_targets(
+            self.host, self.group, self.all, self.inventory, dry_run, agent=self.agent
+        )
 
 
 def select_targets(
-    host: str, group: str, all: bool, inventory: str, *, agent: bool = True
+    host: str,
+    group: str,
+    all: bool,
+    inventory: str,
+    dry_run: bool = False,
+    *,
+    agent: bool = True,
 ) -> list[remotekit.Target]:
     """Targets by name, group or all; none of them: hosts.yaml's ``default:``, else ``local``
     (said once on stderr when hosts.yaml declares other hosts), from ``inventory``; with
@@ -85,12 +99,14 @@ def select_targets(
             file=sys.stderr,
             flush=True,
         )
-    return [remotekit.Target(s, agent=None if agent else False) for s in specs]
+    return [remotekit.Target(s, agent=None if agent else False, dry_run=dry_run) for s in specs]
 
 
-def one_target(host: str, inventory: str, task_name: str) -> remotekit.Target:
+def one_target(
+    host: str, inventory: str, task_name: str, dry_run: bool = False
+) -> remotekit.Target:
     """The one target a single-host task (``get``, ``shell``, ``forward``) works on."""
-    targets = select_targets(host, "", False, inventory)
+    targets = select_targets(host, "", False, inventory, dry_run)
     if len(targets) != 1:
         raise Exit(f"remotekit: {task_name} takes one --host", code=2)
     return targets[0]
@@ -111,16 +127,32 @@ def split_option(name: str, value: str) -> list[str]:
         raise Exit(f"remotekit: --{name}: {exc} in {value!r}", code=2) from None
 
 
-def after_dashes() -> list[str]:
-    """The words after ``--`` on our command line, exactly as given (invoke keeps only a
-    space-joined string of them, which loses quoting)."""
-    return sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
+#: Where the ``remotekit`` program puts the words after ``--`` of the argv it parsed, in the
+#: config each task's context reads (invoke keeps only a space-joined string of them).
+AFTER_DASHES = ("remotekit", "after_dashes")
 
 
-def command_words(name: str, value: str) -> list[str]:
+def words_after_dashes(argv: Sequence[str]) -> list[str]:
+    """The words after the first ``--`` of ``argv`` (the program's name first), exactly as
+    given; where invoke's parser splits them off too."""
+    rest = list(argv[1:])
+    return rest[rest.index("--") + 1 :] if "--" in rest else []
+
+
+def after_dashes(c: Context) -> list[str]:
+    """The words after ``--`` on the command line the task was called by, exactly as given:
+    from the argv the ``remotekit`` program parsed (also an in-process ``program.run(argv)``);
+    in a collection mounted in a project's own tasks.py, invoke's program parsed this
+    process's command line, ``sys.argv``."""
+    section, key = AFTER_DASHES
+    given = c.config.get(section, {}).get(key)
+    return list(given) if given is not None else words_after_dashes(sys.argv)
+
+
+def command_words(c: Context, name: str, value: str) -> list[str]:
     """A command (or a script's arguments) as typed: the words after ``--``, untouched, or
     ``--name``'s value split like a shell would; both at once is a usage error."""
-    words = after_dashes()
+    words = after_dashes(c)
     if value and words:
         raise Exit(f"remotekit: give --{name} or the words after --, not both", code=2)
     return words or split_option(name, value)

@@ -11,12 +11,14 @@ from invoke import Context, Exit, task
 
 import remotekit
 from remotekit.cli.output import (
+    dry_run_steps,
     fan_out,
     progress_line,
     shared_progress_line,
     step_notes,
 )
 from remotekit.cli.selection import (
+    DRY_RUN_HELP,
     OPTIONS_HERE,
     SELECT_HELP,
     TIMEOUT_HELP,
@@ -92,26 +94,20 @@ STEP = OptionGroup(
         "timeout": TIMEOUT_HELP,
         "detach": DETACH_HELP,
         "mask_output": MASK_OUTPUT_HELP,
-        "dry_run": "print each host's layer chain ending in the command that would run there; "
-        "run nothing, connect nowhere",
+        "dry_run": DRY_RUN_HELP,
     },
 )
 
 
-def _run_live(
-    sel: Selection,
-    step: StepOptions,
-    start: Callable[..., Any],
-    shown: Callable[[remotekit.Target], tuple[str, ...]],
-) -> None:
+def _run_live(sel: Selection, step: StepOptions, start: Callable[..., Any]) -> None:
     """``start(target, **how)`` on every selected host, its output live with host prefixes,
     then what the engine did beside it (a started run, stopped leftovers); with --dry-run,
-    each host's chain ending in ``shown(target)`` instead. A host's value is the step's
-    Result (with --detach: the one that started the run, which names it)."""
+    each host's chain ending in the command instead (as it would run, detached or not). A
+    host's value is the step's Result (with --detach: the one that started the run, which
+    names it)."""
     if step.dry_run:
-        for t in sel.targets():
-            print(f"{t.name}: {t.redact(t.step_chain(shown(t)))}")
-        return
+        targets = sel.targets(dry_run=True)
+        return dry_run_steps(targets, lambda t, console: start(t, check=False, detach=False))
 
     def on_host(t: remotekit.Target, console: Console) -> remotekit.Result:
         how = {"timeout": step.timeout or None, "on_output": console.output(t.name)}
@@ -136,10 +132,10 @@ def _run_live(
 def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
     """Run a command on targets (`-- PROGRAM ARGS...` or --cmd), output streamed live with host
     prefixes."""
-    argv = command_words("cmd", cmd)
+    argv = command_words(c, "cmd", cmd)
     if not argv:
         raise Exit("remotekit: give the command after -- (or --cmd)", code=2)
-    _run_live(sel, step, lambda t, **how: t.run(argv, **how), lambda t: tuple(argv))
+    _run_live(sel, step, lambda t, **how: t.run(argv, **how))
 
 
 @fleet_task(
@@ -164,13 +160,8 @@ def py(
         shipped = remotekit.Script.from_path(script)
     except OSError as exc:
         raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
-    argv = command_words("args", args)
-    _run_live(
-        sel,
-        step,
-        lambda t, **how: t.run_python(shipped, args=argv, **how),
-        lambda t: t.python_display(shipped.name, argv),
-    )
+    argv = command_words(c, "args", args)
+    _run_live(sel, step, lambda t, **how: t.run_python(shipped, args=argv, **how))
 
 
 @fleet_task(
@@ -180,6 +171,7 @@ def py(
         "parents": "create the missing directories of --dest there first (mkdir -p; a --dest "
         "ending in / is one)",
         "timeout": TIMEOUT_HELP,
+        "dry_run": DRY_RUN_HELP,
     }
 )
 def put(
@@ -189,9 +181,13 @@ def put(
     sel: Selection = OPTIONS_HERE,
     parents: bool = False,
     timeout: float = 0.0,
+    dry_run: bool = False,
 ) -> None:
     """Copy a local file to targets (atomic: written beside, then renamed)."""
     required(src=src, dest=dest)
+    if dry_run:
+        targets = sel.targets(dry_run=True)
+        return dry_run_steps(targets, lambda t, console: t.put(src, dest, parents=parents))
     shown = shared_progress_line(f"put {Path(src).name}")
 
     def put_file(t: remotekit.Target, console: Console) -> Any:
@@ -227,7 +223,10 @@ class Moved:
         "dest": "local path",
         "host": "one target (default: hosts.yaml's `default:`, else local)",
         "inventory": SELECT_HELP["inventory"],
+        "parents": "create the missing local directories of --dest first (mkdir -p; a --dest "
+        "ending in / is one)",
         "timeout": TIMEOUT_HELP,
+        "dry_run": DRY_RUN_HELP,
     },
 )
 def get(
@@ -236,16 +235,20 @@ def get(
     dest: str = "",
     host: str = "",
     inventory: str = "",
+    parents: bool = False,
     timeout: float = 0.0,
+    dry_run: bool = False,
 ) -> None:
     """Copy a file from one target to here."""
     required(src=src, dest=dest)
-    t = one_target(host, inventory, "get")
+    t = one_target(host, inventory, "get", dry_run=dry_run)
+    if dry_run:
+        return dry_run_steps([t], lambda t, console: t.get(src, dest, parents=parents))
     console = Console([t.name])
     moved = Moved(progress_line(console, f"get {src}"))
     with t:
         try:
-            t.get(src, dest, timeout=timeout or None, on_progress=moved)
+            t.get(src, dest, parents=parents, timeout=timeout or None, on_progress=moved)
         except remotekit.RemotekitError as exc:
             raise Exit(f"remotekit: {exc}", code=2) from None
         finally:

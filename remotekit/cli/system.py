@@ -11,8 +11,16 @@ from typing import Any
 
 from invoke import Context
 
-from remotekit.cli.output import WATCHING, Watching, fan_out, watch_or_fan_out
-from remotekit.cli.selection import OPTIONS_HERE, TIMEOUT_HELP, Selection, fleet_task
+import remotekit
+from remotekit.cli.output import WATCHING, Watching, dry_run_steps, fan_out, watch_or_fan_out
+from remotekit.cli.selection import (
+    DRY_RUN_HELP,
+    OPTIONS_HERE,
+    TIMEOUT_HELP,
+    Selection,
+    fleet_task,
+)
+from remotekit.render import Console
 
 
 def _system() -> ModuleType:
@@ -26,6 +34,7 @@ def _system() -> ModuleType:
     help={
         "timeout": TIMEOUT_HELP,
         "temp": "warn at or above this GPU temperature, C (default 85)",
+        "dry_run": DRY_RUN_HELP,
     },
 )
 def gpu(
@@ -34,25 +43,38 @@ def gpu(
     timeout: float = 0.0,
     temp: float = 85.0,
     watching: Watching = OPTIONS_HERE,
+    dry_run: bool = False,
 ) -> None:
     """GPU health: nvidia-smi (temperature, ECC, throttling, stale memory) and torch's view."""
     system = _system()
+
+    def on_host(t: remotekit.Target, console: Console) -> Any:
+        return system.gpu_status(t, timeout=timeout or None, temp_threshold=temp)
+
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), on_host)
     watch_or_fan_out(
         sel,
-        lambda t, console: system.gpu_status(t, timeout=timeout or None, temp_threshold=temp),
+        on_host,
         render=system.render_gpu,
         title="gpu",
         watching=watching,
     )
 
 
-@fleet_task(help={"timeout": TIMEOUT_HELP})
-def env(c: Context, sel: Selection, timeout: float = 0.0) -> None:
+@fleet_task(help={"timeout": TIMEOUT_HELP, "dry_run": DRY_RUN_HELP})
+def env(c: Context, sel: Selection, timeout: float = 0.0, dry_run: bool = False) -> None:
     """Environment: Python, torch, CUDA, cuDNN, NCCL, container, memory; torch CVE warnings."""
     system = _system()
+
+    def on_host(t: remotekit.Target, console: Console) -> Any:
+        return system.environment(t, timeout=timeout or None)
+
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), on_host)
     fan_out(
         sel,
-        lambda t, console: system.environment(t, timeout=timeout or None),
+        on_host,
         render=system.render_env,
         title="env",
     )
@@ -65,6 +87,7 @@ def env(c: Context, sel: Selection, timeout: float = 0.0) -> None:
         "timeout": TIMEOUT_HELP,
         "path": "a path to check (repeatable; default: workdir and checkpoints)",
         "min_free": "warn below this %% free (default 10)",
+        "dry_run": DRY_RUN_HELP,
     },
 )
 def disk(
@@ -74,14 +97,20 @@ def disk(
     path: Any = None,
     min_free: float = 10.0,
     watching: Watching = OPTIONS_HERE,
+    dry_run: bool = False,
 ) -> None:
     """Disk: free space and inodes for workdir and checkpoints, largest files, will a save fit."""
     system = _system()
+
+    def on_host(t: remotekit.Target, console: Console) -> Any:
+        paths = list(path) or None
+        return system.disk_usage(t, paths, timeout=timeout or None, min_free_pct=min_free)
+
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), on_host)
     watch_or_fan_out(
         sel,
-        lambda t, console: system.disk_usage(
-            t, list(path) or None, timeout=timeout or None, min_free_pct=min_free
-        ),
+        on_host,
         render=system.render_disk,
         title="disk",
         watching=watching,
@@ -93,6 +122,7 @@ def disk(
     help={
         "timeout": TIMEOUT_HELP,
         "every": "all processes, not only Python and GPU ones",
+        "dry_run": DRY_RUN_HELP,
     },
 )
 def procs(
@@ -101,12 +131,19 @@ def procs(
     timeout: float = 0.0,
     every: bool = False,
     watching: Watching = OPTIONS_HERE,
+    dry_run: bool = False,
 ) -> None:
     """Processes: Python and GPU processes with age and RSS (stale trainers holding a GPU)."""
     system = _system()
+
+    def on_host(t: remotekit.Target, console: Console) -> Any:
+        return system.processes(t, timeout=timeout or None, all_processes=every)
+
+    if dry_run:
+        return dry_run_steps(sel.targets(dry_run=True), on_host)
     watch_or_fan_out(
         sel,
-        lambda t, console: system.processes(t, timeout=timeout or None, all_processes=every),
+        on_host,
         render=system.render_procs,
         title="procs",
         watching=watching,

@@ -14,8 +14,8 @@ Four questions, one step each on the target (the data never leaves it):
 Each returns frozen reports with an ``exit_code``: 0 all clean, 1 findings (non-finite values),
 2 something could not be read (see :mod:`remotekit.diagnostics.base`), and a ``render_*``
 function turns each into text; :func:`run_demo` (``demo``) plants known faults and checks that
-the scan finds them. The invoke tasks (``tasks.py``) print these, as JSON too, and exit with
-the code. The API functions raise the engine's :class:`~remotekit.RemotekitError` s, and
+the scan finds them. The ``remotekit`` tasks (remotekit/cli/) print these, as JSON too, and
+exit with the code. The API functions raise the engine's :class:`~remotekit.RemotekitError` s, and
 :class:`CheckpointError` when the script there could not run at all (no torch, a path that
 does not exist, a bad ``--allow-global``).
 

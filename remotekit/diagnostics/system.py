@@ -1,8 +1,8 @@
 """The ``gpu``, ``env``, ``disk`` and ``procs`` diagnostics: local halves of ``remote/sysinfo.py``.
 
 Each API function runs one ``sysinfo.py`` subcommand on a target (one step) and returns a
-frozen report; its ``render_*`` function turns it into text (the invoke tasks in ``tasks.py``
-print that, or JSON, and exit with the code). Every report has:
+frozen report; its ``render_*`` function turns it into text (the ``remotekit`` tasks,
+remotekit/cli/, print that, or JSON, and exit with the code). Every report has:
 
 - ``exit_code``: 0 OK, 1 findings, 2 could not run (see :mod:`remotekit.diagnostics.base`);
 - ``findings``: one message per warning (hot GPU, ECC errors, low disk ...);
@@ -369,16 +369,20 @@ def gpu_status(
     env: Mapping[str, str] | None = None,
     on_record: RecordCallback | None = None,
     gpu_expected: bool | None = None,
+    gpus_declared: int | None = None,
 ) -> GpuReport:
     """nvidia-smi's and torch's view of the GPUs there, with warnings.
 
     Warnings: temperature >= ``temp_threshold`` C, uncorrected ECC errors, active throttle
     reasons that cost speed (power cap, HW slowdown, thermal, power brake), GPU memory held
-    by pids not visible there, GPUs torch cannot use. No driver: exit 2. No nvidia-smi: a
-    note "no GPU here" (exit 0), unless ``gpu_expected`` (default: hosts.yaml's ``gpus: N``
-    / ``gpu: true`` for the host), then exit 2.
+    by pids not visible there, GPUs torch cannot use, fewer GPUs than ``gpus_declared``
+    (default: hosts.yaml's ``gpus: N``; a GPU lost from the bus leaves a node that still runs,
+    one GPU short). No driver: exit 2. No nvidia-smi: a note "no GPU here" (exit 0), unless
+    ``gpu_expected`` (default: hosts.yaml's ``gpus: N`` / ``gpu: true`` for the host), then
+    exit 2.
     """
     expected = target.spec.has_gpu if gpu_expected is None else gpu_expected
+    declared = target.spec.gpus if gpus_declared is None else gpus_declared
     run = _run(
         target,
         [
@@ -388,6 +392,7 @@ def gpu_status(
             "--smi-timeout",
             f"{_smi_timeout(timeout):g}",
             *(["--gpu-expected"] if expected else []),
+            *(["--gpus", str(declared)] if declared else []),
         ],
         step="gpu",
         timeout=timeout,

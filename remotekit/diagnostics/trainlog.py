@@ -474,9 +474,9 @@ HINT_COLUMNS = 5  # command lines suggested when no loss series was found
 
 
 def no_loss_hints(host: str, path: str, numeric: Sequence[str]) -> tuple[str, ...]:
-    """``invoke train-log`` command lines that name one of the numeric columns found with
+    """``remotekit train-log`` command lines that name one of the numeric columns found with
     ``--metric`` (the task's flag; tests run each through the task parser)."""
-    base = ["invoke", "train-log"] + (["--host", host] if host else []) + ["--path", path]
+    base = ["remotekit", "train-log"] + (["--host", host] if host else []) + ["--path", path]
     return tuple(join([*base, "--metric", col]) for col in list(numeric)[:HINT_COLUMNS])
 
 

@@ -403,6 +403,27 @@ def torch_view(full):
 # --------------------------------------------------------------------------- gpu
 
 
+def count_gpus(out, seen, declared):
+    """Fewer GPUs seen than ``declared`` (0: not said) is a finding: a GPU that fell off the
+    bus (Xid 79) or that the driver lost leaves a node that still runs, one GPU short."""
+    if declared and seen < declared:
+        out.warning(
+            "gpus_missing",
+            "%d GPU(s) seen where %d are declared (gpus: %d): one fell off the bus or the "
+            "driver lost it (look for 'Xid' in dmesg); a job sized for %d will not fit"
+            % (seen, declared, declared, declared),
+            seen=seen,
+            declared=declared,
+        )
+    elif declared and seen > declared:
+        out.note(
+            "gpus_more",
+            "%d GPU(s) seen where %d are declared (gpus: %d)" % (seen, declared, declared),
+            seen=seen,
+            declared=declared,
+        )
+
+
 def cmd_gpu(args, out):
     smi = find_smi(args.nvidia_smi)
     gpus = []
@@ -426,6 +447,7 @@ def cmd_gpu(args, out):
                 out.emit("gpu", **g)
             for g in gpus:
                 warn_gpu(out, g, args.temp_threshold)
+            count_gpus(out, len(gpus), args.gpus)
             uuid_index = {g["uuid"]: g["index"] for g in gpus}
             apps = query_apps(out, smi, args.smi_timeout, uuid_index)
             for app in apps:
@@ -1036,6 +1058,9 @@ def parser():
     g.add_argument("--temp-threshold", type=float, default=85.0, help="warn at or above (C)")
     g.add_argument(
         "--gpu-expected", action="store_true", help="no nvidia-smi is an error, not a note"
+    )
+    g.add_argument(
+        "--gpus", type=int, default=0, help="the GPUs the host has: fewer seen is a finding"
     )
     sub.add_parser("env", help="python, torch, CUDA, host and container facts")
     d = sub.add_parser("disk", help="free space, inodes, largest files and checkpoints")
