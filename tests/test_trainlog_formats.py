@@ -870,61 +870,6 @@ def test_an_ultralytics_results_csv_with_padded_names_is_read(tmp_path: Path) ->
     assert [s["metric"] for s in r.all("spike")] == ["train/cls_loss"], r.all("spike")
 
 
-# -- the trend preset: a baseline that follows a short or falling series -------------------------
-
-
-def _jsonl(path: Path, values: list[float]) -> Path:
-    path.write_text(
-        "".join(json.dumps({"step": i, "loss": v}) + "\n" for i, v in enumerate(values))
-    )
-    return path
-
-
-@pytest.mark.parametrize(
-    ("name", "values", "spike_at"),
-    [
-        # a new user's first log: 2.8 -> 0.4, a 3.4x jump at step 400 back within 5 steps
-        (
-            "falling",
-            [
-                round(
-                    (0.4 + 2.4 * math.exp(-s / 250)) * (3.4 if 400 <= s < 404 else 1.0)
-                    + 0.03 * math.sin(s * 1.7),
-                    4,
-                )
-                for s in range(1000)
-            ],
-            400,
-        ),
-        # a grad norm of ~2 jumping to 10.5 at step 43
-        (
-            "short",
-            [2.0 + 0.2 * math.sin(i * 2.3) for i in range(43)]
-            + [10.5]
-            + [2.0 + 0.2 * math.sin(i * 2.3) for i in range(56)],
-            43,
-        ),
-        # a val_loss of 7.4 between 1.44 and 1.29 at epoch 1 of 17
-        ("first-points", [1.44, 7.4, 1.29] + [1.2 - 0.02 * i for i in range(14)], 1),
-    ],
-)
-def test_the_trend_preset_sees_what_a_plot_shows(
-    tmp_path: Path, name: str, values: list[float], spike_at: int
-) -> None:
-    p = _jsonl(tmp_path / f"{name}.jsonl", values)
-    spikes = run(p, "--preset", "trend").all("spike")
-    assert [s["step"] for s in spikes] == [spike_at], spikes
-    if name == "falling":  # the long-window default misses it: why this preset exists
-        assert run(p).all("spike") == []
-
-
-def test_the_trend_preset_takes_a_level_shift_for_no_spike(tmp_path: Path) -> None:
-    values = [1.0 + 0.01 * math.sin(i) for i in range(150)] + [
-        1.6 + 0.01 * math.sin(i) for i in range(150)
-    ]
-    assert run(_jsonl(tmp_path / "shift.jsonl", values), "--preset", "trend").all("spike") == []
-
-
 def test_no_loss_hints_are_series_that_vary_ranked_by_how_loss_like(tmp_path: Path) -> None:
     # A run's own JSONL as a new user writes it: a config row first (seed, sizes, the node's
     # number, the lr), then per-step rows carrying the rank, the world size, a sample id, a

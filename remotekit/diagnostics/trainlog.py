@@ -13,9 +13,10 @@ draws the optional picture (matplotlib, the ``plot`` extra)::
 What it looks for (the story behind it: spikes that sat at checkpoint saves, one that sat at
 no event, and a trimodal loss from homogeneous length-bucketed batches):
 
-- spikes (loss, grad norm) and cliffs (accuracy) against a robust rolling baseline, by a
-  named preset (``olmo2``, ``olmo-core``, ``megatron``); onset, peak, baseline, score and
-  the steps it took to get back;
+- spikes (loss, grad norm) and cliffs (accuracy) by a named preset: ``trend`` (the
+  default: a line that follows the series, a level shift is no spike) or a published rule
+  (``olmo2``, ``olmo-core``, ``megatron``, ``zclip``); onset, peak, baseline, score, the
+  steps it took to get back, and which rule flagged it;
 - events: checkpoint saves (log lines, ``ckpt_dir``, ``ckpt_steps``, HF ``save_steps``),
   resumes (the step counter goes back), epoch starts, a missing warmup, lr jumps, pauses;
   for each spike the nearest event, and per kind whether spikes sit at events more often
@@ -87,7 +88,8 @@ __all__ = [
     "render_report",
 ]
 
-PRESETS = ("olmo2", "olmo-core", "megatron", "trend")
+PRESETS = ("trend", "olmo2", "olmo-core", "megatron", "zclip")
+DEFAULT_PRESET = PRESETS[0]  # remote/trainlog.py's own default too (a test holds them equal)
 SCRIPT = "trainlog.py"
 
 
@@ -173,7 +175,8 @@ class Spike:
     running max for megatron); ``recovery_steps`` is None when the metric was not back by the
     end. ``event`` is the nearest event (``distance``
     = step - event step); ``bucket``/``run_position``: the batch's bucket and how many
-    same-bucket steps in a row led up to it."""
+    same-bucket steps in a row led up to it; ``rule``: which rule flagged it (the preset,
+    with the clause when not its main one, e.g. "trend (first values: 2x the level)")."""
 
     metric: str
     kind: str
@@ -192,6 +195,7 @@ class Spike:
     run_position: int | None
     at_event: bool = False
     onset_step: float | None = None
+    rule: str | None = None
 
 
 @dataclass(frozen=True)
@@ -505,7 +509,7 @@ def script_args(
     path: str,
     *,
     metrics: Sequence[str] | str | None = None,
-    preset: str = "olmo2",
+    preset: str = DEFAULT_PRESET,
     ckpt_steps: Sequence[int] | str | None = None,
     ckpt_dir: str | None = None,
     steps_per_epoch: float | None = None,
@@ -536,7 +540,7 @@ def analyze_train_log(
     path: str,
     *,
     metrics: Sequence[str] | str | None = None,
-    preset: str = "olmo2",
+    preset: str = DEFAULT_PRESET,
     ckpt_steps: Sequence[int] | str | None = None,
     ckpt_dir: str | None = None,
     steps_per_epoch: float | None = None,
@@ -1091,6 +1095,7 @@ SPIKE_COLUMNS = (
     "back after",
     "event",
     "bucket (run)",
+    "rule",
 )
 
 
@@ -1111,6 +1116,7 @@ def _spike_cells(s: Spike, tol: float) -> tuple[str, ...]:
         back,
         _event_phrase(s, tol),
         f"{s.bucket} ({s.run_position})" if s.bucket is not None else "-",
+        s.rule or "-",
     )
 
 

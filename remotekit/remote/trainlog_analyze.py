@@ -164,7 +164,7 @@ def preset_for(name, n):
     """The preset for a log of ``n`` rows. A log shorter than a few windows would be judged
     against its own first learning phase: a quarter of the log (at least 50 rows) is the
     window instead."""
-    preset = dict(PRESETS[name])
+    preset = dict(PRESETS[name], name=name)
     preset["window"] = min(preset["window"], max(50, n // 4))
     return preset
 
@@ -253,6 +253,7 @@ def _nonfinite_incident(label, nf, steps):
         "score": None,
         "recovery_steps": None,
         "flagged": nf["flagged"],
+        "rule": "non-finite",
     }
 
 

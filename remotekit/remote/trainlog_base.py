@@ -16,12 +16,13 @@ COMMAND = "train-log"  # the command named in the final record
 PRESETS = {
     "trend": {
         "window": 128,
-        "sigma": 6.0,
+        "sigma": 7.0,
         "ratio": None,
         "trend": True,
-        "rule": "value > 6 sigma (and 10%) above a baseline that follows the trend (median of "
-        "the last 16 values; sigma from the last 128 values' step-to-step noise); "
-        "a rise that stays is a level shift, not a spike",
+        "rule": "value > 7 sigma (and 5%) off a line that follows the trend (through the median "
+        "of the last 16 values, with the slope of the last 128; sigma from their noise around "
+        "it), back near the line within 64 values; a change that stays is a level shift, not "
+        "a spike, unless it doubled; the first 5 values: a doubling that comes back",
     },
     "olmo2": {
         "window": 1000,
@@ -40,6 +41,14 @@ PRESETS = {
         "sigma": None,
         "ratio": 10.0,
         "rule": "Megatron --check-for-spiky-loss: value > 10x the running max of recent values",
+    },
+    "zclip": {
+        "window": 25,
+        "sigma": 2.5,
+        "ratio": None,
+        "ema": 0.97,
+        "rule": "ZClip: z = (value - EMA mean) / EMA std > 2.5 (alpha 0.97, after 25 values; "
+        "a flagged value enters the EMA clipped, as ZClip's adaptive clip)",
     },
 }
 CLIFF_SIGMA = 4.0  # a cliff is >= 4 sigma below the baseline ...
