@@ -33,7 +33,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from remotekit.diagnostics.base import (
@@ -116,13 +116,17 @@ class LogSource:
     tolerance: float
     chosen_from: str | None = None  # the file picked when ``--path`` was a run directory, and why
     dialect: str | None = None  # whose log this is (Lightning CSVLogger, LLaMA-Factory, ...)
+    #: Why each metric's column is the one, in words ("loss <- 'train/loss': the train-side
+    #: loss by name; also seen: 'val/loss' ...; passed over: 'loss_scale' (an AMP loss scale)")
+    why: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
-        """What was read, in words: the format, the step key, each metric's column."""
+        """What was read, in words: the format, the step key, each metric's column and why."""
         fmt = self.format + (f" ({self.dialect})" if self.dialect else "")
         step = f"step key {self.step_key!r}" if self.step_key else "no step key (row numbers)"
         cols = ", ".join(f"{label} <- {key!r}" for label, key in self.columns.items())
         out = [f"format {fmt}, {step}; columns: {cols or 'none'}"]
+        out += [self.why[label] for label in self.metrics if label in self.why]
         if self.chosen_from:
             out.append(f"log chosen in the run directory: {self.chosen_from}")
         return out

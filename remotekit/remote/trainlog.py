@@ -27,8 +27,9 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 
 ``source``       path, chosen_from, format, dialect (whose log: Lightning, LLaMA-Factory,
                  HF, W&B), lines, rows, skipped, bad_lines, step_key, columns {label:
-                 key}, metrics, first_step, last_step, stride, tolerance (steps that still
-                 count as "at" an event); guesses and fallbacks come as ``warning``s
+                 key}, metrics, why {label: why that column, in words}, first_step,
+                 last_step, stride, tolerance (steps that still count as "at" an event);
+                 guesses and fallbacks come as ``warning``s
 ``preset``       name, window (used), preset_window, sigma, ratio, cliff_sigma, cliff_drop,
                  rule
 ``metric``       label, key, direction ("up", "down", "none"), n, flagged, spike_share,

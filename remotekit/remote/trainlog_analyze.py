@@ -153,6 +153,7 @@ def _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol):
         step_key=ing.step_key,
         columns=dict(ing.metrics + ing.meta + bucket),
         metrics=[label for label, _ in ing.metrics],
+        why=getattr(ing, "why", {}),
         first_step=steps[0],
         last_step=steps[-1],
         stride=stride,

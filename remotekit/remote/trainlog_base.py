@@ -59,22 +59,9 @@ MAX_SPIKES = 500  # spike records sent (the highest scores); all are counted
 MAX_EVENTS = 2000  # event records sent per kind
 STABLE_MAX = 50000  # values of the stable window (the log's second half, the latest ones)
 
+# The columns of the loss, the grad norm and the lr are chosen by what their names say and
+# their values (trainlog_ingest.SCORES); the accuracy by these names, or the last part.
 ROLES = {
-    "loss": (
-        "loss",
-        "train/loss",
-        "train_loss",
-        "train_loss_step",
-        "train/loss_step",
-        "loss_step",
-        "trl",
-        "training_loss",
-        "loss/train",
-        "lm_loss",
-        "train/lm_loss",
-        "lm loss",
-        "train_loss_epoch",
-    ),
     "acc": (
         "acc",
         "accuracy",
@@ -85,31 +72,6 @@ ROLES = {
         "train_acc_step",
         "acc/train",
         "accuracy/train",
-    ),
-    "lr": (
-        "lr",
-        "learning_rate",
-        "train/lr",
-        "train/learning_rate",
-        "learning-rate",
-        "learning rate",
-        "lr-0",
-        "lr-adamw",
-        "lr-adam",
-        "lr-sgd",
-    ),
-    "grad_norm": (
-        "grad_norm",
-        "train/grad_norm",
-        "gradient_norm",
-        "grad-norm",
-        "grad norm",
-        "total_grad_norm",
-        "optim/total_grad_norm",
-        "optim/total grad norm",  # OLMo-core's console logger
-        "total grad norm",
-        "norm",
-        "gnorm",
     ),
 }
 ROLE_NAMES = {
