@@ -938,15 +938,22 @@ def test_an_amp_loss_scale_beside_a_loss_no_name_calls_a_loss_is_no_loss(tmp_pat
             "grad_norm_unclipped",
             "'grad_norm' (constant 1)",
         ),
-        # ultralytics' results.csv: one lr per param group
+        # ultralytics' results.csv: one lr per param group; pg0 holds the biases, whose
+        # warm-up falls from warmup_bias_lr 0.1, the weights' pg1 and pg2 rise together
         (
             "ultralytics-lr",
             [
-                {"step": i, "loss": _falling(i), "lr/pg0": 0.07 - i * 1e-4, "lr/pg1": 0.003}
+                {
+                    "step": i,
+                    "loss": _falling(i),
+                    "lr/pg0": max(0.01, 0.07 - 0.03 * i),
+                    "lr/pg1": 0.01 * min(1, (i + 1) / 3),
+                    "lr/pg2": 0.01 * min(1, (i + 1) / 3),
+                }
                 for i in range(100)
             ],
             "lr",
-            "lr/pg0",
+            "lr/pg1",
             None,
         ),
         # a config row first: lr is the setting, learning_rate the schedule
@@ -976,6 +983,8 @@ def test_grad_norm_and_lr_are_chosen_by_name_and_content(
     why = src["why"][role]
     assert why.startswith(f"{role} <- {key!r}: ")
     assert passed is None or f"passed over: {passed}" in why
+    if name == "ultralytics-lr":
+        assert "the schedule most of the param groups share" in why
 
 
 def test_every_pick_says_why_in_the_report(tmp_path: Path) -> None:

@@ -121,16 +121,15 @@ def _grad_norm_score(key):
 def _lr_score(key):
     """How much a name says "the learning rate of each step", or None: ``lr`` as a part
     (``lr``, ``train/lr``, Lightning's ``lr-AdamW``, ultralytics' ``lr/pg0``) or learning
-    + rate; a setting (``max_lr``, ``lr_warmup``, ``lr_scheduler``) scores low, a later
-    param group below the first."""
+    + rate; a setting (``max_lr``, ``lr_warmup``, ``lr_scheduler``) scores low. Of param
+    groups that score alike, :func:`_shared_first` picks."""
     parts, words = _name_words(key)
     if "lr" not in parts and "learningrate" not in words:
         return None
     score = 3 - max(0, len(parts) - 2)
     if any(p in LR_SETTINGS for p in parts):
         score -= 3
-    groups = [int(p[-1]) for p in parts if p[-1:].isdigit() and p[:-1] in ("pg", "group", "")]
-    return score - 0.1 * min(groups, default=0)
+    return score
 
 
 SCORES = {"loss": _loss_score, "grad_norm": _grad_norm_score, "lr": _lr_score}
@@ -177,7 +176,12 @@ def _pick(role, keys, taken, rows):
     if not scored:
         return None, [], "" if not passed else "no %s: passed over %s" % (role, ", ".join(passed))
     scored.sort()
+    first = scored[0][2]
+    if role == "lr":
+        scored = _shared_first(scored, rows)
     best, note = scored[0][2], scored[0][3]
+    if best != first:
+        note = "the schedule most of the param groups share"
     parts = [k for s, _, k, _ in scored[1:] if s == scored[0][0]] if role == "loss" else []
     others = [k for s, _, k, _ in scored[1:] if k not in parts]
     what = SAYS[role] + " by name"
@@ -193,6 +197,20 @@ def _pick(role, keys, taken, rows):
     if passed:
         why += "; passed over: %s" % ", ".join(passed[:6])
     return best, parts, why
+
+
+def _shared_first(scored, rows):
+    """The lr candidates with the top score (one per param group) reordered: the schedule
+    most groups share first, then the first group. ultralytics' pg0 holds the biases, whose
+    warm-up falls from 0.1 while the weights' groups pg1 and pg2 rise together: "the" lr is
+    theirs."""
+    top = [c for c in scored if c[0] == scored[0][0]]
+    if len(top) < 3 or not rows:
+        return scored
+    values = [tuple(_to_float(d.get(c[2])) for d in rows[:HEAD_ROWS]) for c in top]
+    shared = [sum(v == w for w in values) for v in values]
+    order = sorted(range(len(top)), key=lambda i: -shared[i])
+    return [top[i] for i in order] + scored[len(top) :]
 
 
 def _is_scale(key):
