@@ -708,6 +708,19 @@ def test_public_wandb_run_cut_short_of_its_summary() -> None:
     assert r.all("spike") == []
 
 
+def test_public_wandb_run_whose_loss_drops_at_each_epoch_has_no_spike() -> None:
+    """The whole run: the loss falls to ~1.1, drops to ~0.65 at the second epoch and to
+    ~0.33 at the third, with per-batch noise of ~0.04. The trend preset's first calibration
+    flagged a 0.60 at step 1082 (6.1 sigma of that noise); by hand no spike."""
+    r = run(public("alpaca-kd-wandb") / "run-20231102_032820-iqu955sp-whole")
+    src = r.one("source")
+    assert (src["rows"], src["last_step"]) == (1218, 1218)
+    assert r.one("preset")["name"] == "trend"
+    assert sorted(e["step"] for e in r.all("event") if e["kind"] == "epoch") == [405, 811, 1218]
+    assert r.all("spike") == [] and r.code == 0
+    assert "passed over: 'train/train_loss' (set once)" in src["why"]["loss"]
+
+
 def test_public_wandb_run_of_one_step_claims_no_schedule() -> None:
     r = run(public("alpaca-kd-wandb") / "run-20231104_073205-5qvjca60")
     src = r.one("source")
