@@ -91,10 +91,11 @@ def _trend_line(cv, ci):
     The scale is the largest of: the step-to-step noise (the spread of the differences: a
     trend is no noise); the robust spread of the values (:func:`_halves_sigma`, around the
     slope where that is narrower): a loss that moves between modes (homogeneous batches, a
-    cycled order) is wide, not spiking; and the standard deviation of the values around their block's
-    median, all but the extreme 1%: noise with heavy tails (a share of batches far
-    noisier than the rest) is wider than its quartiles say, while a ramp or a step in the
-    window (the first epochs) moves the blocks, not the values within them."""
+    cycled order) is wide, not spiking; and the standard deviation of the values around
+    their block's median, without the extremes (:func:`_block_std`): noise with heavy
+    tails (a share of batches far noisier than the rest) is wider than its quartiles say,
+    while a ramp or a step in the window (the first epochs) moves the blocks, not the
+    values within them."""
     m = len(cv)
     slope, tails = 0.0, 0.0
     size = max(2, min(TREND_BLOCK, m // 4))
@@ -111,7 +112,7 @@ def _trend_line(cv, ci):
             slope = 0.0
         elif abs(slopes[-1]) < abs(slope):  # a trend that slows down (a falling loss does)
             slope = slopes[-1]
-        tails = _block_std(blocks, meds) * math.sqrt(size / (size - 1.0))
+        tails = _block_std(cv[starts[0] :], blocks, meds) * math.sqrt(size / (size - 1.0))
     noise = 0.0
     if m > 2:  # the differences' interquartile range: a trend only shifts them
         diffs = sorted(map(sub, cv[1:], cv[:-1]))
@@ -131,21 +132,21 @@ def _halves_sigma(xs):
     return min(_robust_sigma(sorted(xs[:h])), _robust_sigma(sorted(xs[h:])))
 
 
-def _block_std(blocks, meds):
-    """The standard deviation of the values of sorted ``blocks`` around their block's
-    median ``meds``, without the lowest and the highest of them (sums, no sort). Times
-    sqrt(size / (size - 1)) it is the noise: a block's own median took one value's worth."""
-    m = s1 = s2 = 0.0
-    lo, hi = math.inf, -math.inf
-    for x, md in zip(blocks, meds):
-        t = sum(x)
-        m += len(x)
-        s1 += t - len(x) * md
-        s2 += sum(map(mul, x, x)) - 2 * md * t + len(x) * md * md
-        lo, hi = min(lo, x[0] - md), max(hi, x[-1] - md)
-    if m < 5:
+def _block_std(flat, blocks, meds):
+    """The standard deviation of the values of sorted ``blocks`` (``flat``: the same values
+    in one list) around their block's median ``meds``, without the lowest and the highest
+    of them (sums, no sort). Times sqrt(size / (size - 1)) it is the noise: a block's own
+    median took one value's worth."""
+    size = len(blocks[0])
+    m = len(flat) - 2
+    if m < 3:
         return 0.0
-    s1, s2, m = s1 - lo - hi, s2 - lo * lo - hi * hi, m - 2
+    sums = list(map(sum, blocks))
+    lo = min(map(sub, [x[0] for x in blocks], meds))
+    hi = max(map(sub, [x[-1] for x in blocks], meds))
+    s1 = sum(sums) - size * sum(meds) - lo - hi
+    s2 = sum(map(mul, flat, flat)) + size * sum(map(mul, meds, meds))
+    s2 -= 2 * sum(map(mul, meds, sums)) + lo * lo + hi * hi
     var = s2 / m - (s1 / m) ** 2
     return math.sqrt(var) if var > 0 else 0.0
 
@@ -218,20 +219,28 @@ def detect_trend(label, vals, rows, steps, direction, preset):
     cv, ci = [vals[0]], [0]  # the clean values (outside any incident) and their indices
     incidents, flagged = [], 0
     slope, scale, fresh = 0.0, 0.0, 0  # fresh: clean values the line has not seen yet
+    every = window  # clean values between refreshes of slope and scale
     quiet = 0  # no onset before this index (a blow-up that stayed: its new level settles)
     i = 1
     while i < n:
-        # refreshed every window values, and every block while the log is young: its
-        # first values (the learning phase) must not set the scale for long
-        if len(cv) >= EARLY and (fresh >= window or len(cv) < 2 * window):
+        # refreshed every window values, and every block while the log is young (its
+        # first values, the learning phase, must not set the scale for long); while
+        # refreshes change nothing (no slope, the scale within 10%), less and less often
+        if len(cv) >= EARLY and (fresh >= every or len(cv) < 2 * window):
+            was = scale
             slope, scale = _trend_line(cv[-window:], ci[-window:])
+            steady = not slope and abs(scale - was) <= 0.1 * scale
+            every = min(4 * window, 2 * every) if steady else window
             fresh = 0
-        line = _block_line(cv, ci, slope, scale, sign, z, rel)
         # a block at a time; value by value while the line rests on few values
         end = min(n, i + (TREND_BLOCK if len(cv) >= 2 * TREND_BLOCK else 1))
         seg = vals[i:end]
         worst = max(seg) if sign > 0 else min(seg)
-        if end <= quiet or max(line.off(worst, i), line.off(worst, end - 1)) <= line.margin:
+        # the line is never below the last 16 clean values (above, for cliffs), nor its
+        # margin below z scales: a block within that of them needs no line (most blocks)
+        near = len(cv) >= EARLY and scale > 0 and sign * (worst - _extreme(cv, -sign)) <= z * scale
+        line = None if near or end <= quiet else _block_line(cv, ci, slope, scale, sign, z, rel)
+        if line is None or max(line.off(worst, i), line.off(worst, end - 1)) <= line.margin:
             cv.extend(seg)  # nothing beyond the line (straight within a block): all clean
             ci.extend(range(i, end))
             fresh += end - i
@@ -241,6 +250,7 @@ def detect_trend(label, vals, rows, steps, direction, preset):
         while j < end:
             v = vals[j]
             if j >= quiet and line.off(v, j) > line.margin:
+                every = window  # something happened: back to the usual refreshes
                 inc, back = _trend_incident(label, vals, rows, steps, j, line, horizon)
                 if inc is not None:
                     inc["rule"] = _trend_rule(name, len(cv), back)
@@ -261,6 +271,12 @@ def detect_trend(label, vals, rows, steps, direction, preset):
             del cv[: len(cv) - 2 * window]
             del ci[: len(ci) - 2 * window]
     return incidents, flagged
+
+
+def _extreme(cv, sign):
+    """The largest (``sign`` > 0) or smallest of the last 16 clean values."""
+    last = cv[-2 * TREND_BLOCK :]
+    return max(last) if sign > 0 else min(last)
 
 
 def _trend_rule(name, clean, back):
