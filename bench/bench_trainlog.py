@@ -482,6 +482,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="100,000 steps, one repeat")
     ap.add_argument("--only", default="", help="comma-separated reader names (default: all)")
+    ap.add_argument("--preset", default="", help="the spike rule (default: train-log's own)")
     args = ap.parse_args()
     if args.quick:
         args.steps, args.repeat = min(args.steps, 100_000), 1
@@ -499,6 +500,8 @@ def main() -> int:
             "baseline": [sys.executable, "-c", BASELINE, str(log)],
             "train-log": [sys.executable, str(SCRIPT), str(log), "--points", "2000"],
         }
+        if args.preset:
+            argv["train-log"] += ["--preset", args.preset]
         out = {name: work / f"{name}.out" for name in argv}
         for _ in range(args.repeat):
             for name in argv:

@@ -51,7 +51,7 @@ def report(target: remotekit.Target, logs: dict[str, Path]) -> tl.TrainLogReport
 def test_report_is_values(report: tl.TrainLogReport) -> None:
     assert report.host == "local" and report.exit_code == 1 and not report.ok
     assert isinstance(report.source, tl.LogSource) and report.source.rows == 600
-    assert report.preset is not None and report.preset.name == "olmo2"
+    assert report.preset is not None and report.preset.name == "trend"
     assert all(isinstance(s, tl.Spike) for s in report.spikes)
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.exit_code = 0  # type: ignore[misc]

@@ -836,10 +836,164 @@ def test_the_loss_is_chosen_by_what_its_name_says(
     src = r.one("source")
     assert src["columns"]["loss"] == loss
     assert src["metrics"] == ["loss", *parts] + (["lr"] if "lr" in columns else [])
-    said = [w["message"] for w in r.all("warning") if w["message"].startswith("loss <- ")]
-    assert said and repr(loss) in said[0], r.all("warning")
-    if loss.startswith("val"):
-        assert "held-out" in said[0]
+    said = src["why"]["loss"]  # every pick says why, in the source record
+    assert said.startswith(f"loss <- {loss!r}: ")
+    held_out = [w["message"] for w in r.all("warning") if w["message"].startswith("loss <- ")]
+    assert ("held-out" in said) == loss.startswith("val") == bool(held_out)
+
+
+def _falling(i: int) -> float:
+    return round(2.5 * math.exp(-i / 40) + 0.3 + 0.01 * (i % 3), 4)
+
+
+def _rows_log(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "loss", "passed"),
+    [
+        # a constant that says loss beside the loss that varies
+        (
+            "constant",
+            [
+                {"step": i, "train/loss_ema_const": 0.5, "train/nll": _falling(i)}
+                for i in range(100)
+            ],
+            "train/nll",
+            "'train/loss_ema_const' (constant 0.5)",
+        ),
+        # a run's summary row (HF's last log_history row has train_loss, the run's mean)
+        (
+            "set-once",
+            [{"step": i, "train/nll": _falling(i)} for i in range(100)]
+            + [{"step": 100, "train/total_loss": 1.1, "train_runtime": 812.5}],
+            "train/nll",
+            "'train/total_loss' (set once)",
+        ),
+        # an AMP loss scale (torch.cuda.amp.GradScaler: 65536, halved on overflow) varies
+        (
+            "amp-scale",
+            [
+                {"step": i, "train/loss_scaler": 65536.0 / (1 + i % 2), "train/nll": _falling(i)}
+                for i in range(100)
+            ],
+            "train/nll",
+            "'train/loss_scaler' (an AMP loss scale)",
+        ),
+    ],
+)
+def test_the_loss_is_never_a_constant_a_set_once_value_or_an_amp_scale(
+    tmp_path: Path, name: str, rows: list[dict[str, Any]], loss: str, passed: str
+) -> None:
+    r = run(_rows_log(tmp_path / f"{name}.jsonl", rows))
+    src = r.one("source")
+    assert src["columns"]["loss"] == loss, src
+    assert f"passed over: {passed}" in src["why"]["loss"]
+
+
+def test_an_amp_loss_scale_beside_a_loss_no_name_calls_a_loss_is_no_loss(tmp_path: Path) -> None:
+    """An audit's CSV: the loss is 'objective', beside a constant AMP scale of 65536: no
+    loss by name, and never the scale; the error names 'objective' first to pick."""
+    p = tmp_path / "log.csv"
+    rows = "".join(f"{_falling(i)},65536,{1 + 0.1 * (i % 5):.3f}\n" for i in range(100))
+    p.write_text("objective,loss_scale,grad_norm\n" + rows)
+    r = run(p)
+    err = r.one("error")
+    assert r.code == 2 and err["kind"] == "no-loss", r.records
+    assert err["numeric"][0] == "objective" and "loss_scale" not in err["numeric"]
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "role", "key", "passed"),
+    [
+        # Lightning's grad_norm(): per-layer 'grad_2.0_norm/<param>' and their total
+        (
+            "lightning-grad-norm",
+            [
+                {
+                    "step": i,
+                    "loss": _falling(i),
+                    "grad_2.0_norm/layer.weight": 0.5 + 0.01 * (i % 4),
+                    "grad_2.0_norm_total": 1.0 + 0.01 * (i % 4),
+                }
+                for i in range(100)
+            ],
+            "grad_norm",
+            "grad_2.0_norm_total",
+            None,
+        ),
+        # a post-clip norm that is always the clip value, beside the norm before clipping
+        (
+            "clipped",
+            [
+                {"step": i, "loss": _falling(i), "grad_norm": 1.0, "grad_norm_unclipped": 2 + i % 5}
+                for i in range(100)
+            ],
+            "grad_norm",
+            "grad_norm_unclipped",
+            "'grad_norm' (constant 1)",
+        ),
+        # ultralytics' results.csv: one lr per param group; pg0 holds the biases, whose
+        # warm-up falls from warmup_bias_lr 0.1, the weights' pg1 and pg2 rise together
+        (
+            "ultralytics-lr",
+            [
+                {
+                    "step": i,
+                    "loss": _falling(i),
+                    "lr/pg0": max(0.01, 0.07 - 0.03 * i),
+                    "lr/pg1": 0.01 * min(1, (i + 1) / 3),
+                    "lr/pg2": 0.01 * min(1, (i + 1) / 3),
+                }
+                for i in range(100)
+            ],
+            "lr",
+            "lr/pg1",
+            None,
+        ),
+        # a config row first: lr is the setting, learning_rate the schedule
+        (
+            "config-row",
+            [{"lr": 3e-4, "seed": 1}]
+            + [
+                {"step": i, "loss": _falling(i), "learning_rate": 3e-4 * min(1, (i + 1) / 10)}
+                for i in range(100)
+            ],
+            "lr",
+            "learning_rate",
+            "'lr' (set once)",
+        ),
+    ],
+)
+def test_grad_norm_and_lr_are_chosen_by_name_and_content(
+    tmp_path: Path,
+    name: str,
+    rows: list[dict[str, Any]],
+    role: str,
+    key: str,
+    passed: str | None,
+) -> None:
+    src = run(_rows_log(tmp_path / f"{name}.jsonl", rows)).one("source")
+    assert src["columns"][role] == key, src
+    why = src["why"][role]
+    assert why.startswith(f"{role} <- {key!r}: ")
+    assert passed is None or f"passed over: {passed}" in why
+    if name == "ultralytics-lr":
+        assert "the schedule most of the param groups share" in why
+
+
+def test_every_pick_says_why_in_the_report(tmp_path: Path) -> None:
+    rows = [
+        {"step": i, "loss": _falling(i), "learning_rate": 1e-4, "grad_norm": 1 + 0.01 * (i % 7)}
+        for i in range(100)
+    ]
+    log = _rows_log(tmp_path / "log.jsonl", rows)
+    text = tl.render_report(tl.build_report("local", str(log), run(log).records))
+    assert "loss <- 'loss': the train-side loss by name" in text
+    assert "lr <- 'learning_rate': the learning rate by name; constant 0.0001" in text
+    assert "grad_norm <- 'grad_norm': the gradient norm by name" in text
 
 
 def test_no_name_that_says_loss_is_still_no_loss(tmp_path: Path) -> None:
@@ -865,61 +1019,6 @@ def test_an_ultralytics_results_csv_with_padded_names_is_read(tmp_path: Path) ->
     src = r.one("source")
     assert src["format"] == "csv" and src["columns"]["loss"] == "train/box_loss"
     assert [s["metric"] for s in r.all("spike")] == ["train/cls_loss"], r.all("spike")
-
-
-# -- the trend preset: a baseline that follows a short or falling series -------------------------
-
-
-def _jsonl(path: Path, values: list[float]) -> Path:
-    path.write_text(
-        "".join(json.dumps({"step": i, "loss": v}) + "\n" for i, v in enumerate(values))
-    )
-    return path
-
-
-@pytest.mark.parametrize(
-    ("name", "values", "spike_at"),
-    [
-        # a new user's first log: 2.8 -> 0.4, a 3.4x jump at step 400 back within 5 steps
-        (
-            "falling",
-            [
-                round(
-                    (0.4 + 2.4 * math.exp(-s / 250)) * (3.4 if 400 <= s < 404 else 1.0)
-                    + 0.03 * math.sin(s * 1.7),
-                    4,
-                )
-                for s in range(1000)
-            ],
-            400,
-        ),
-        # a grad norm of ~2 jumping to 10.5 at step 43
-        (
-            "short",
-            [2.0 + 0.2 * math.sin(i * 2.3) for i in range(43)]
-            + [10.5]
-            + [2.0 + 0.2 * math.sin(i * 2.3) for i in range(56)],
-            43,
-        ),
-        # a val_loss of 7.4 between 1.44 and 1.29 at epoch 1 of 17
-        ("first-points", [1.44, 7.4, 1.29] + [1.2 - 0.02 * i for i in range(14)], 1),
-    ],
-)
-def test_the_trend_preset_sees_what_a_plot_shows(
-    tmp_path: Path, name: str, values: list[float], spike_at: int
-) -> None:
-    p = _jsonl(tmp_path / f"{name}.jsonl", values)
-    spikes = run(p, "--preset", "trend").all("spike")
-    assert [s["step"] for s in spikes] == [spike_at], spikes
-    if name == "falling":  # the long-window default misses it: why this preset exists
-        assert run(p).all("spike") == []
-
-
-def test_the_trend_preset_takes_a_level_shift_for_no_spike(tmp_path: Path) -> None:
-    values = [1.0 + 0.01 * math.sin(i) for i in range(150)] + [
-        1.6 + 0.01 * math.sin(i) for i in range(150)
-    ]
-    assert run(_jsonl(tmp_path / "shift.jsonl", values), "--preset", "trend").all("spike") == []
 
 
 def test_no_loss_hints_are_series_that_vary_ranked_by_how_loss_like(tmp_path: Path) -> None:

@@ -168,6 +168,8 @@ def test_sorted_order_is_periodic_and_runs_long(logs: dict[str, Path]) -> None:
     comp = r.one("composition")
     assert comp["finding"] and comp["max_run"] == 20
     assert "repeats every" in comp["verdict"]
+    # each return to the first bucket's level is the cycle, not a spike
+    assert r.all("spike") == []
 
 
 def test_seq_len_stands_in_for_a_missing_bucket_field(tmp_path: Path) -> None:

@@ -159,8 +159,9 @@ def diagnose(
     iterable=["metric"],
     help={
         "path": "the training log there, or its run directory (JSON lines, CSV, trainer_state.json, W&B .wandb, TensorBoard events, nanoGPT/llm.c/Megatron/fairseq or key=value text)",
-        "preset": "spike rule: olmo2 (1000 steps, 7 sigma), olmo-core (128, 6), megatron (10x "
-        "running max), trend (6 sigma over a baseline that follows a short or falling series)",
+        "preset": "spike rule: trend (the default: 7 sigma off a line that follows the series; "
+        "a level shift is no spike), olmo2 (1000 steps, 7 sigma), olmo-core (128, 6), megatron "
+        "(10x running max), zclip (EMA z-score > 2.5)",
         "metric": "a metric to analyse besides loss/acc/lr/grad_norm (repeatable)",
         "ckpt_steps": "checkpoint steps, comma-separated (else found in the log or --checkpoints)",
         "ckpt_dir": "the older name of --checkpoints",
@@ -183,7 +184,7 @@ def train_log(
     c: Context,
     path: str = "",
     sel: Selection = OPTIONS_HERE,
-    preset: str = "olmo2",
+    preset: str = "trend",  # trainlog.DEFAULT_PRESET (imported when the task runs)
     metric: Any = None,
     ckpt_steps: str = "",
     ckpt_dir: str = "",

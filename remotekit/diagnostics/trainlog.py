@@ -13,9 +13,10 @@ draws the optional picture (matplotlib, the ``plot`` extra)::
 What it looks for (the story behind it: spikes that sat at checkpoint saves, one that sat at
 no event, and a trimodal loss from homogeneous length-bucketed batches):
 
-- spikes (loss, grad norm) and cliffs (accuracy) against a robust rolling baseline, by a
-  named preset (``olmo2``, ``olmo-core``, ``megatron``); onset, peak, baseline, score and
-  the steps it took to get back;
+- spikes (loss, grad norm) and cliffs (accuracy) by a named preset: ``trend`` (the
+  default: a line that follows the series, a level shift is no spike) or a published rule
+  (``olmo2``, ``olmo-core``, ``megatron``, ``zclip``); onset, peak, baseline, score, the
+  steps it took to get back, and which rule flagged it;
 - events: checkpoint saves (log lines, ``ckpt_dir``, ``ckpt_steps``, HF ``save_steps``),
   resumes (the step counter goes back), epoch starts, a missing warmup, lr jumps, pauses;
   for each spike the nearest event, and per kind whether spikes sit at events more often
@@ -32,7 +33,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from remotekit.diagnostics.base import (
@@ -87,7 +88,8 @@ __all__ = [
     "render_report",
 ]
 
-PRESETS = ("olmo2", "olmo-core", "megatron", "trend")
+PRESETS = ("trend", "olmo2", "olmo-core", "megatron", "zclip")
+DEFAULT_PRESET = PRESETS[0]  # remote/trainlog.py's own default too (a test holds them equal)
 SCRIPT = "trainlog.py"
 
 
@@ -114,13 +116,17 @@ class LogSource:
     tolerance: float
     chosen_from: str | None = None  # the file picked when ``--path`` was a run directory, and why
     dialect: str | None = None  # whose log this is (Lightning CSVLogger, LLaMA-Factory, ...)
+    #: Why each metric's column is the one, in words ("loss <- 'train/loss': the train-side
+    #: loss by name; also seen: 'val/loss' ...; passed over: 'loss_scale' (an AMP loss scale)")
+    why: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
-        """What was read, in words: the format, the step key, each metric's column."""
+        """What was read, in words: the format, the step key, each metric's column and why."""
         fmt = self.format + (f" ({self.dialect})" if self.dialect else "")
         step = f"step key {self.step_key!r}" if self.step_key else "no step key (row numbers)"
         cols = ", ".join(f"{label} <- {key!r}" for label, key in self.columns.items())
         out = [f"format {fmt}, {step}; columns: {cols or 'none'}"]
+        out += [self.why[label] for label in self.metrics if label in self.why]
         if self.chosen_from:
             out.append(f"log chosen in the run directory: {self.chosen_from}")
         return out
@@ -173,7 +179,8 @@ class Spike:
     running max for megatron); ``recovery_steps`` is None when the metric was not back by the
     end. ``event`` is the nearest event (``distance``
     = step - event step); ``bucket``/``run_position``: the batch's bucket and how many
-    same-bucket steps in a row led up to it."""
+    same-bucket steps in a row led up to it; ``rule``: which rule flagged it (the preset,
+    with the clause when not its main one, e.g. "trend (first values: 2x the level)")."""
 
     metric: str
     kind: str
@@ -192,6 +199,7 @@ class Spike:
     run_position: int | None
     at_event: bool = False
     onset_step: float | None = None
+    rule: str | None = None
 
 
 @dataclass(frozen=True)
@@ -496,7 +504,7 @@ def script_args(
     path: str,
     *,
     metrics: Sequence[str] | str | None = None,
-    preset: str = "olmo2",
+    preset: str = DEFAULT_PRESET,
     ckpt_steps: Sequence[int] | str | None = None,
     ckpt_dir: str | None = None,
     steps_per_epoch: float | None = None,
@@ -527,7 +535,7 @@ def analyze_train_log(
     path: str,
     *,
     metrics: Sequence[str] | str | None = None,
-    preset: str = "olmo2",
+    preset: str = DEFAULT_PRESET,
     ckpt_steps: Sequence[int] | str | None = None,
     ckpt_dir: str | None = None,
     steps_per_epoch: float | None = None,
@@ -1097,6 +1105,7 @@ SPIKE_COLUMNS = (
     "back after",
     "event",
     "bucket (run)",
+    "rule",
 )
 
 
@@ -1117,6 +1126,7 @@ def _spike_cells(s: Spike, tol: float) -> tuple[str, ...]:
         back,
         _event_phrase(s, tol),
         f"{s.bucket} ({s.run_position})" if s.bucket is not None else "-",
+        s.rule or "-",
     )
 
 

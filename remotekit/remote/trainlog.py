@@ -6,7 +6,7 @@ The log is streamed once into compact ``array`` columns; only findings travel ba
 
 Usage::
 
-    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset olmo2|olmo-core|megatron|trend]
+    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset trend|olmo2|olmo-core|megatron|zclip]
                 [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
                 [--follow [--duration S] [--after-step STEP]]
@@ -27,8 +27,9 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 
 ``source``       path, chosen_from, format, dialect (whose log: Lightning, LLaMA-Factory,
                  HF, W&B), lines, rows, skipped, bad_lines, step_key, columns {label:
-                 key}, metrics, first_step, last_step, stride, tolerance (steps that still
-                 count as "at" an event); guesses and fallbacks come as ``warning``s
+                 key}, metrics, why {label: why that column, in words}, first_step,
+                 last_step, stride, tolerance (steps that still count as "at" an event);
+                 guesses and fallbacks come as ``warning``s
 ``preset``       name, window (used), preset_window, sigma, ratio, cliff_sigma, cliff_drop,
                  rule
 ``metric``       label, key, direction ("up", "down", "none"), n, flagged, spike_share,
@@ -37,7 +38,8 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 ``spike``        metric, kind (spike, cliff, nonfinite), step (the peak's), onset_step,
                  peak_step, value (the peak's), baseline,
                  scale, score, recovery_steps (None: not back by the end), flagged,
-                 event, event_step, distance, bucket, run_position
+                 event, event_step, distance, bucket, run_position, rule (which rule
+                 flagged it: the preset's name, and the clause when not its main one)
 ``correlation``  kind, events, spikes, at_events, coverage, expected, p_value, beyond_chance
 ``distribution`` metric, scale, first_step, last_step, n, shape, modes [{center, weight, lo,
                  hi, bucket, purity}], bimodality, trend_slope, quantised ({distinct,
@@ -113,7 +115,7 @@ def parse_args(argv):
         default=[],
         help="a metric name (repeatable; adds to --metrics)",
     )
-    ap.add_argument("--preset", default="olmo2", choices=sorted(PRESETS))
+    ap.add_argument("--preset", default="trend", choices=sorted(PRESETS))
     ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
     ap.add_argument(
         "--checkpoints",

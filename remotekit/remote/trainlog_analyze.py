@@ -153,6 +153,7 @@ def _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol):
         step_key=ing.step_key,
         columns=dict(ing.metrics + ing.meta + bucket),
         metrics=[label for label, _ in ing.metrics],
+        why=getattr(ing, "why", {}),
         first_step=steps[0],
         last_step=steps[-1],
         stride=stride,
@@ -164,7 +165,7 @@ def preset_for(name, n):
     """The preset for a log of ``n`` rows. A log shorter than a few windows would be judged
     against its own first learning phase: a quarter of the log (at least 50 rows) is the
     window instead."""
-    preset = dict(PRESETS[name])
+    preset = dict(PRESETS[name], name=name)
     preset["window"] = min(preset["window"], max(50, n // 4))
     return preset
 
@@ -253,6 +254,7 @@ def _nonfinite_incident(label, nf, steps):
         "score": None,
         "recovery_steps": None,
         "flagged": nf["flagged"],
+        "rule": "non-finite",
     }
 
 

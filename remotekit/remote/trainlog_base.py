@@ -16,12 +16,13 @@ COMMAND = "train-log"  # the command named in the final record
 PRESETS = {
     "trend": {
         "window": 128,
-        "sigma": 6.0,
+        "sigma": 7.0,
         "ratio": None,
         "trend": True,
-        "rule": "value > 6 sigma (and 10%) above a baseline that follows the trend (median of "
-        "the last 16 values; sigma from the last 128 values' step-to-step noise); "
-        "a rise that stays is a level shift, not a spike",
+        "rule": "value > 7 sigma (and 5%) off a line that follows the trend (through the median "
+        "of the last 16 values, with the slope of the last 128; sigma from their noise around "
+        "it), back near the line within 64 values; a change that stays is a level shift, not "
+        "a spike, unless it doubled; the first 5 values: a doubling that comes back",
     },
     "olmo2": {
         "window": 1000,
@@ -41,6 +42,14 @@ PRESETS = {
         "ratio": 10.0,
         "rule": "Megatron --check-for-spiky-loss: value > 10x the running max of recent values",
     },
+    "zclip": {
+        "window": 25,
+        "sigma": 2.5,
+        "ratio": None,
+        "ema": 0.97,
+        "rule": "ZClip: z = (value - EMA mean) / EMA std > 2.5 (alpha 0.97, after 25 values; "
+        "a flagged value enters the EMA clipped, as ZClip's adaptive clip)",
+    },
 }
 CLIFF_SIGMA = 4.0  # a cliff is >= 4 sigma below the baseline ...
 CLIFF_DROP = 0.5  # ... and at most half of it
@@ -50,22 +59,9 @@ MAX_SPIKES = 500  # spike records sent (the highest scores); all are counted
 MAX_EVENTS = 2000  # event records sent per kind
 STABLE_MAX = 50000  # values of the stable window (the log's second half, the latest ones)
 
+# The columns of the loss, the grad norm and the lr are chosen by what their names say and
+# their values (trainlog_ingest.SCORES); the accuracy by these names, or the last part.
 ROLES = {
-    "loss": (
-        "loss",
-        "train/loss",
-        "train_loss",
-        "train_loss_step",
-        "train/loss_step",
-        "loss_step",
-        "trl",
-        "training_loss",
-        "loss/train",
-        "lm_loss",
-        "train/lm_loss",
-        "lm loss",
-        "train_loss_epoch",
-    ),
     "acc": (
         "acc",
         "accuracy",
@@ -76,31 +72,6 @@ ROLES = {
         "train_acc_step",
         "acc/train",
         "accuracy/train",
-    ),
-    "lr": (
-        "lr",
-        "learning_rate",
-        "train/lr",
-        "train/learning_rate",
-        "learning-rate",
-        "learning rate",
-        "lr-0",
-        "lr-adamw",
-        "lr-adam",
-        "lr-sgd",
-    ),
-    "grad_norm": (
-        "grad_norm",
-        "train/grad_norm",
-        "gradient_norm",
-        "grad-norm",
-        "grad norm",
-        "total_grad_norm",
-        "optim/total_grad_norm",
-        "optim/total grad norm",  # OLMo-core's console logger
-        "total grad norm",
-        "norm",
-        "gnorm",
     ),
 }
 ROLE_NAMES = {

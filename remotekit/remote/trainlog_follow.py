@@ -324,6 +324,7 @@ class Follower:
             step_key=ing.step_key,
             columns=dict(ing.metrics + ing.meta),
             metrics=[label for label, _ in ing.metrics],
+            why=getattr(ing, "why", {}),
             first_step=steps[0],
             last_step=steps[-1],
             stride=stride,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-from trainlog_base import ROLES
 from trainlog_ingest import HELD_OUT, _loss_score
 
 HELD_OUT_SCORE = -5  # a loss name scoring below this is a held-out (val/test) loss
@@ -19,7 +18,7 @@ def train_loss(lengths):
     (``{series: values logged}``), else ``(None, 0)``."""
     best = (None, 0)
     for key, n in lengths.items():
-        score = 10 if key.lower() in ROLES["loss"] else _loss_score(key)
+        score = _loss_score(key)
         if score is None or score < HELD_OUT_SCORE:
             continue
         if n > best[1]:

@@ -1,20 +1,21 @@
-"""Spike and cliff detection for ``trainlog.py``: a robust rolling baseline (median and
-MAD over a window, kept as sorted block sketches), the preset's rule, and how long a metric
-took to get back.
+"""Spike and cliff detection for ``trainlog.py``, by the preset's rule: a line that follows
+the series (``trend``, the default: :func:`detect_trend`), the published rules' robust
+rolling baseline (median and sigma over a window, kept as sorted block sketches:
+:func:`detect`) or ZClip's EMA z-score (:func:`detect_zclip`); each incident with how long
+the metric took to get back and the rule that flagged it.
 """
 
 from __future__ import annotations
 
 import math
 from itertools import chain
-from operator import mul
+from operator import mul, sub
 
 from trainlog_base import (
     CLIFF_DROP,
     CLIFF_SIGMA,
     RECOVER_SIGMA,
     SKETCH,
-    _median,
     _quantile,
     _robust_sigma,
 )
@@ -68,74 +69,300 @@ def _recovery(vals, j, thr, up, cap, onset):
     return None
 
 
-TREND_BLOCK = 8  # values per baseline refresh: the level is the median of the last 2 blocks
-TREND_REL = 0.10  # and at least 10% above the level: noise-free (rounded) logs need a size
-SHIFT_AFTER = 24  # not back after this many values: a level shift (a schedule step), no spike
-EARLY = 5  # fewer values before it: only a doubling that comes back is a spike
+TREND_BLOCK = 8  # values per refresh of the trend line (the level: median of the last 2 blocks)
+TREND_REL = 0.05  # and at least 5% off the line: a noise-free (rounded) log needs a size too
+SHIFT_AFTER = 24  # not back after this many values (or half the window): a level shift
+EARLY = 5  # fewer values before it: only a doubling is a spike
+BACK_SIGMA = 2.0  # back: 3 values in a row within 2 scales (a quarter of the margin) of the line
+BLOWUP = 2.0  # a rise to twice the line (a fall to half of it) that stays is still flagged
+
+
+def _trend_line(cv, ci):
+    """``(slope, scale)`` of the clean values ``cv`` at value indices ``ci`` (a window).
+
+    The slope is the median of the slopes between consecutive block medians (blocks of
+    :data:`TREND_BLOCK`, fewer values in a short window, 4 blocks at least): a step in the
+    series (an epoch boundary, an lr drop) moves one or two of them, not the median; no
+    steeper than the latest of them (a falling loss slows down: the line must not run
+    ahead of it). It is 0 where it is within twice its own standard error of 0 (the block
+    slopes of a noisy or multimodal loss scatter widely: a slope read from them would tilt
+    the line by chance), or the latest goes the other way.
+
+    The scale is the largest of: the step-to-step noise (the spread of the differences: a
+    trend is no noise); the robust spread of the values (:func:`_halves_sigma`, around the
+    slope where that is narrower): a loss that moves between modes (homogeneous batches, a
+    cycled order) is wide, not spiking; and the standard deviation of the values around
+    their block's median, without the extremes (:func:`_block_std`): noise with heavy
+    tails (a share of batches far noisier than the rest) is wider than its quartiles say,
+    while a ramp or a step in the window (the first epochs) moves the blocks, not the
+    values within them."""
+    m = len(cv)
+    slope, tails = 0.0, 0.0
+    size = max(2, min(TREND_BLOCK, m // 4))
+    nb = m // size
+    if nb >= 4:
+        starts = range(m - nb * size, m, size)
+        blocks = [sorted(cv[b : b + size]) for b in starts]
+        meds = [_mid(x) for x in blocks]
+        mids = [(ci[b] + ci[b + size - 1]) / 2.0 for b in starts]
+        slopes = [(b - a) / (y - x) for a, b, x, y in zip(meds, meds[1:], mids, mids[1:])]
+        slope = _mid(sorted(slopes))
+        err = _mid(sorted(abs(s - slope) for s in slopes)) * 1.4826 / math.sqrt(len(slopes))
+        if abs(slope) <= 2 * err or slope * slopes[-1] <= 0:
+            slope = 0.0
+        elif abs(slopes[-1]) < abs(slope):  # a trend that slows down (a falling loss does)
+            slope = slopes[-1]
+        tails = _block_std(cv[starts[0] :], blocks, meds) * math.sqrt(size / (size - 1.0))
+    noise = 0.0
+    if m > 2:  # the differences' interquartile range: a trend only shifts them
+        diffs = sorted(map(sub, cv[1:], cv[:-1]))
+        noise = (_quantile(diffs, 0.75) - _quantile(diffs, 0.25)) / 1.349 / math.sqrt(2)
+    spread = _halves_sigma(cv)
+    if slope:
+        spread = min(spread, _halves_sigma([v - slope * i for v, i in zip(cv, ci)]))
+    return slope, max(noise, spread, tails)
+
+
+def _halves_sigma(xs):
+    """The robust sigma of the narrower half of ``xs``: a step in the window (an epoch
+    boundary, a drop after a spike) widens one half only, modes and cycles widen both."""
+    h = len(xs) // 2
+    if h < 4:
+        return _robust_sigma(sorted(xs))
+    return min(_robust_sigma(sorted(xs[:h])), _robust_sigma(sorted(xs[h:])))
+
+
+def _block_std(flat, blocks, meds):
+    """The standard deviation of the values of sorted ``blocks`` (``flat``: the same values
+    in one list) around their block's median ``meds``, without the lowest and the highest
+    of them (sums, no sort). Times sqrt(size / (size - 1)) it is the noise: a block's own
+    median took one value's worth."""
+    size = len(blocks[0])
+    m = len(flat) - 2
+    if m < 3:
+        return 0.0
+    sums = list(map(sum, blocks))
+    lo = min(map(sub, [x[0] for x in blocks], meds))
+    hi = max(map(sub, [x[-1] for x in blocks], meds))
+    s1 = sum(sums) - size * sum(meds) - lo - hi
+    s2 = sum(map(mul, flat, flat)) + size * sum(map(mul, meds, meds))
+    s2 -= 2 * sum(map(mul, meds, sums)) + lo * lo + hi * hi
+    var = s2 / m - (s1 / m) ** 2
+    return math.sqrt(var) if var > 0 else 0.0
+
+
+def _mid(s):
+    """The median of a sorted, non-empty list."""
+    h = len(s) // 2
+    return s[h] if len(s) % 2 else (s[h - 1] + s[h]) / 2.0
+
+
+class _Line:
+    """The baseline of one block of values: through ``level`` (the median of the last 16
+    clean values, at their middle index ``at``) with ``slope``, which is followed at most 2
+    blocks past the last clean value and then held: a trend read from a window is no
+    forecast, and a falling loss slows down. ``margin`` is how far off it a value starts an
+    incident; ``scale`` the noise it was judged with, ``z`` in how many of them; ``near``
+    how close to it the metric is back."""
+
+    __slots__ = ("at", "bound", "hold", "level", "margin", "near", "scale", "sign", "slope", "z")
+
+    # ``last``: the last 16 clean values, sorted; ``ci``: the clean values' indices
+
+    def __init__(self, ci, last, slope, sign, margin, scale, z, near):
+        self.level = _mid(last)
+        self.at = (ci[-len(last)] + ci[-1]) / 2.0
+        self.slope = slope
+        self.hold = ci[-1] + 2 * TREND_BLOCK
+        self.bound = last[0] if sign > 0 else last[-1]
+        self.sign = sign
+        self.margin = margin
+        self.scale = scale
+        self.z = z
+        self.near = near
+
+    def trend(self, t):
+        """The line at value index ``t``: where the metric would be without an incident
+        (a return to it ends one)."""
+        return self.level + self.slope * (min(t, self.hold) - self.at)
+
+    def value(self, t):
+        """The line as a spike is judged against it: never beyond the last 16 clean values
+        on the spike's side (their minimum for spikes, their maximum for cliffs), so a
+        line taken past what the series has shown does not call its values spikes."""
+        x = self.trend(t)
+        return max(x, self.bound) if self.sign > 0 else min(x, self.bound)
+
+    def off(self, x, t):
+        """How far ``x`` at index ``t`` is off the line, toward spikes (or cliffs)."""
+        return self.sign * (x - self.value(t))
 
 
 def detect_trend(label, vals, rows, steps, direction, preset):
-    """Spikes (``up``) or cliffs (``down``) against a baseline that follows the trend.
+    """Spikes (``up``) or cliffs (``down``) against a line that follows the trend.
 
-    The level of each block of :data:`TREND_BLOCK` values is the median of the 16 clean
-    values before it (a falling loss or a warm-up moves it along); the scale is the robust
-    sigma of the step-to-step differences of the last ``window`` clean values, over sqrt 2
-    (noise, not trend). A value more than ``sigma`` scales and :data:`TREND_REL` of the level
-    beyond it starts an incident that lasts until the metric is back; one that does not come
-    back within :data:`SHIFT_AFTER` values is a level shift and flags nothing. From the first
-    values on: with fewer than :data:`EARLY` before it, twice the level is the rule."""
+    Each block of :data:`TREND_BLOCK` values is judged against a :class:`_Line` through the
+    median of the 16 clean values before it, with the slope of the last ``window`` clean
+    values (a falling loss, a warm-up, a schedule step move it along) and their scale
+    (:func:`_trend_line`). A value more than ``sigma`` scales and :data:`TREND_REL` of the
+    line beyond it starts an incident (:func:`_trend_incident`). From the first values on:
+    with fewer than :data:`EARLY` before it, twice the level is the rule."""
     n = len(vals)
     if n < 2 or direction == "none":
         return [], 0
-    up = direction == "up"
-    sign = 1.0 if up else -1.0
-    z, window = preset["sigma"], preset["window"]
-    clean = [vals[0]]  # values outside any incident, the latest last
+    sign = 1.0 if direction == "up" else -1.0
+    window = preset["window"]
+    # a cliff is the usual cliff (CLIFF_SIGMA scales, and down to half the line at least)
+    z, rel = (preset["sigma"], TREND_REL) if sign > 0 else (CLIFF_SIGMA, CLIFF_DROP)
+    horizon = max(SHIFT_AFTER, window // 2)
+    name = preset["name"]
+    cv, ci = [vals[0]], [0]  # the clean values (outside any incident) and their indices
     incidents, flagged = [], 0
-    scale, fresh = 0.0, 0  # the noise scale, and the clean values it has not seen yet
+    slope, scale, fresh = 0.0, 0.0, 0  # fresh: clean values the line has not seen yet
+    every = window  # clean values between refreshes of slope and scale
+    quiet = 0  # no onset before this index (a blow-up that stayed: its new level settles)
     i = 1
     while i < n:
-        level = _median(clean[-2 * TREND_BLOCK :])
-        if len(clean) >= EARLY:
-            if fresh >= window // 4 or len(clean) <= window:  # refreshed every window/4 values
-                recent = clean[-window:]
-                diffs = sorted(abs(b - a) for a, b in zip(recent, recent[1:]))
-                # the larger of the step-to-step noise and the spread of the values: a loss
-                # that moves between modes (homogeneous batches) is wide, not spiking
-                scale = max(
-                    _quantile(diffs, 0.5) * 1.4826 / math.sqrt(2), _robust_sigma(sorted(recent))
-                )
-                fresh = 0
-            scale = max(scale, abs(level) * 1e-6, 1e-12)
-            margin = max(z * scale, TREND_REL * abs(level))
-        else:
-            scale = max(abs(level), 1e-12)
-            margin = scale  # twice the level (a loss near 0 needs some size too)
-        end = min(n, i + TREND_BLOCK)
-        top = level + sign * margin
+        # refreshed every window values, and every block while the log is young (its
+        # first values, the learning phase, must not set the scale for long); while
+        # refreshes change nothing (no slope, the scale within 10%), less and less often
+        if len(cv) >= EARLY and (fresh >= every or len(cv) < 2 * window):
+            was = scale
+            slope, scale = _trend_line(cv[-window:], ci[-window:])
+            steady = not slope and abs(scale - was) <= 0.1 * scale
+            every = min(4 * window, 2 * every) if steady else window
+            fresh = 0
+        # a block at a time; value by value while the line rests on few values
+        end = min(n, i + (TREND_BLOCK if len(cv) >= 2 * TREND_BLOCK else 1))
+        seg = vals[i:end]
+        worst = max(seg) if sign > 0 else min(seg)
+        # the line is never below the last 16 clean values (above, for cliffs), nor its
+        # margin below z scales: a block within that of them needs no line (most blocks)
+        near = len(cv) >= EARLY and scale > 0 and sign * (worst - _extreme(cv, -sign)) <= z * scale
+        line = None if near or end <= quiet else _block_line(cv, ci, slope, scale, sign, z, rel)
+        if line is None or max(line.off(worst, i), line.off(worst, end - 1)) <= line.margin:
+            cv.extend(seg)  # nothing beyond the line (straight within a block): all clean
+            ci.extend(range(i, end))
+            fresh += end - i
+            i = end
+            continue
         j = i
         while j < end:
             v = vals[j]
-            if (v > top) if up else (v < top):
-                back_thr = level + sign * max(margin / 2, RECOVER_SIGMA * scale)
-                back = _recovery(vals, j, back_thr, up, SHIFT_AFTER, top)
-                if back is not None:
-                    inc = _incident(
-                        label, vals, rows, steps, j, back, back, up, (level, scale, None)
-                    )
-                    inc["flagged"] = sum(1 for t in vals[j:back] if sign * (t - top) > 0)
+            if j >= quiet and line.off(v, j) > line.margin:
+                every = window  # something happened: back to the usual refreshes
+                inc, back = _trend_incident(label, vals, rows, steps, j, line, horizon)
+                if inc is not None:
+                    inc["rule"] = _trend_rule(name, len(cv), back)
                     incidents.append(inc)
                     flagged += inc["flagged"]
-                    j = back
-                    break
-                # not back: a new level (or the log ends up there), no spike
-            clean.append(v)
+                    if back is not None:  # a spike: its values stay out of the line
+                        j = back
+                        break
+                    quiet = j + horizon  # a blow-up that stays: once, then the new level
+                elif back is not None:  # an excursion like what follows: the series, no spike
+                    quiet = back
+            cv.append(v)
+            ci.append(j)
             fresh += 1
             j += 1
         i = j
-        if len(clean) > 4 * window:
-            del clean[: len(clean) - 2 * window]
+        if len(cv) > 4 * window:
+            del cv[: len(cv) - 2 * window]
+            del ci[: len(ci) - 2 * window]
     return incidents, flagged
+
+
+def _extreme(cv, sign):
+    """The largest (``sign`` > 0) or smallest of the last 16 clean values."""
+    last = cv[-2 * TREND_BLOCK :]
+    return max(last) if sign > 0 else min(last)
+
+
+def _trend_rule(name, clean, back):
+    """Which clause of the trend rule flagged an incident, in words for its record."""
+    if clean < EARLY:
+        return name + " (first values: 2x the level)"
+    if back is None:
+        return name + " (2x the line, not back)"
+    return name
+
+
+def _block_line(cv, ci, slope, scale, sign, z, rel):
+    """The :class:`_Line` a block is judged against: ``z`` scales and ``rel`` of the level
+    off it; with fewer than :data:`EARLY` clean values, twice the level (a loss near 0
+    needs some size too)."""
+    last = sorted(cv[-2 * TREND_BLOCK :])
+    level = abs(_mid(last))
+    if len(cv) < EARLY:
+        big = max(level, 1e-12)
+        return _Line(ci, last, 0.0, sign, big, big, z, big / 2)
+    scale = max(scale, level * 1e-6, 1e-12)
+    margin = max(z * scale, rel * level)
+    return _Line(ci, last, slope, sign, margin, scale, z, max(BACK_SIGMA * scale, margin / 4))
+
+
+def _trend_incident(label, vals, rows, steps, j, line, horizon):
+    """``(incident or None, back)`` for the excursion that begins at value ``j``.
+
+    Back (:func:`_back_at`) within ``horizon`` values: a spike, ``back`` its index. Not
+    back: a level shift (a schedule step, ultralytics' close_mosaic), no incident, unless
+    it went to :data:`BLOWUP` times the line (half of it, for cliffs): a blow-up is
+    flagged, not back. Either must also stand out of what follows (:func:`_stands_out`);
+    one that does not is ``(None, back)``."""
+    stop = min(len(vals), j + 1 + horizon)
+    back, off = None, [line.off(vals[j], j)]
+    for t in range(j + 1, stop):
+        if _back_at(vals, t, line, max(off)):
+            back = t
+            break
+        off.append(line.off(vals[t], t))
+    part = range(j, j + len(off))
+    top = [t for t, o in zip(part, off) if o > line.margin]
+    ref = line.value(j)
+    if back is None:
+        needed = (BLOWUP - 1) * ref if line.sign > 0 else ref - ref / BLOWUP
+        if ref <= 0 or max(off) < needed:
+            return None, None
+        stop = top[-1] + 1
+    # against what follows: a spike's return, as long as it lasted; a blow-up's new level
+    a, span = (back, max(4 * TREND_BLOCK, back - j)) if back is not None else (j + 1, horizon)
+    if not _stands_out(vals, a, max(off), line.z, span):
+        return None, back
+    up = line.sign > 0
+    inc = _incident(label, vals, rows, steps, j, back, back or stop, up, (ref, line.scale, None))
+    inc["flagged"] = len(top)
+    return inc, back
+
+
+def _stands_out(vals, a, excess, z, span):
+    """Whether an excursion of ``excess`` off the line is beyond ``z`` scales of the
+    ``span`` values from ``a`` on too (as many as it lasted, 4 blocks at least; fewer than
+    2 blocks left: it stands): a plot is read against the noise on both sides. A series
+    that turns noisy (batches that start to differ) or repeats a cycle has its first highs
+    inside what follows; a much longer look would take in the next incident too."""
+    post = vals[a : a + span]
+    if len(post) < 2 * TREND_BLOCK:
+        return True
+    _, scale = _trend_line(post, range(a, a + len(post)))
+    return excess > z * scale
+
+
+def _back_at(vals, t, line, peak):
+    """Whether the metric is back near the line's trend at value ``t``: 3 values in a row
+    within ``line.near`` of it, or 2 when the next one starts a larger
+    incident than this one's ``peak`` (a return to the line ends an incident, so a blip and
+    a later spike are two; one value alone is noise around a new level, and a dip on the
+    way back is still this incident)."""
+    near = line.near
+    seen = 0
+    for k, x in enumerate(vals[t : t + 3]):
+        if seen >= 2 and line.off(x, t + k) > peak:
+            break
+        if line.sign * (x - line.trend(t + k)) > near:
+            return False
+        seen += 1
+    return seen > 0
 
 
 def detect(label, vals, rows, steps, direction, preset):
@@ -149,6 +376,8 @@ def detect(label, vals, rows, steps, direction, preset):
     """
     if preset.get("trend"):
         return detect_trend(label, vals, rows, steps, direction, preset)
+    if preset.get("ema"):
+        return detect_zclip(label, vals, rows, steps, direction, preset)
     n = len(vals)
     if n == 0 or direction == "none":
         return [], 0
@@ -194,10 +423,56 @@ def detect(label, vals, rows, steps, direction, preset):
                     stop = end if end is not None else min(n, j + 1 + cap)
                     spans.append((j, stop))
                     base = (med, wmax if ratio else sig, wmax if ratio else None)
-                    incidents.append(_incident(label, vals, rows, steps, j, end, stop, up, base))
+                    inc = _incident(label, vals, rows, steps, j, end, stop, up, base)
+                    inc["rule"] = preset["name"]
+                    incidents.append(inc)
         clean = _clean_block(seg, lo, spans)
         sketches.append((_sketch(clean), len(clean)))
     return incidents, flagged
+
+
+ZCLIP_EPS = 1e-6  # ZClip's own: z = (x - mean) / (std + eps)
+
+
+def detect_zclip(label, vals, rows, steps, direction, preset):
+    """Spikes (``up``) or cliffs (``down``) by ZClip's rule (Kumar et al. 2025, "ZClip:
+    Adaptive Spike Mitigation for LLM Pre-Training", arXiv:2504.02507; the reference code in
+    bluorion-com/ZClip). The mean and variance of the first ``window`` values start an
+    exponential moving average (``ema`` is its alpha); a value whose z-score against it is
+    beyond ``sigma`` is flagged, and enters the average clipped as ZClip's adaptive scaling
+    clips it: ``mean + sigma * std / (z / sigma)``. An incident is a run of flagged values;
+    the first value not flagged ends it."""
+    n, warm = len(vals), preset["window"]
+    if n <= warm or direction == "none":
+        return [], 0
+    sign, thr, alpha = (1.0 if direction == "up" else -1.0), preset["sigma"], preset["ema"]
+    mean = sum(vals[:warm]) / warm
+    var = sum((x - mean) ** 2 for x in vals[:warm]) / warm
+    incidents, flagged, onset, base = [], 0, None, None
+    for j in range(warm, n):
+        x = vals[j]
+        std = math.sqrt(var)
+        z = sign * (x - mean) / (std + ZCLIP_EPS)
+        if z > thr:
+            flagged += 1
+            if onset is None:
+                onset, base = j, (mean, std + ZCLIP_EPS, None)
+            x = mean + sign * thr * std / (z / thr)
+        elif onset is not None:
+            incidents.append(_zclip_incident(label, vals, rows, steps, onset, j, sign, base))
+            onset = None
+        mean = alpha * mean + (1 - alpha) * x
+        var = alpha * var + (1 - alpha) * (x - mean) ** 2
+    if onset is not None:
+        incidents.append(_zclip_incident(label, vals, rows, steps, onset, None, sign, base))
+    return incidents, flagged
+
+
+def _zclip_incident(label, vals, rows, steps, j, end, sign, base):
+    inc = _incident(label, vals, rows, steps, j, end, end or len(vals), sign > 0, base)
+    inc["flagged"] = (end or len(vals)) - j
+    inc["rule"] = "zclip"
+    return inc
 
 
 def _incident(label, vals, rows, steps, j, end, stop, up, base):
