@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -774,3 +775,38 @@ def test_a_connection_gone_silent_between_steps_fails_the_next_step(
             own_sshd.drop_connections()
         assert info.value.host == "box"
     assert runs.read_text() == "ran\n"  # the step that met the silent link never ran
+
+
+@pytest.mark.timeout(300)
+def test_eof_and_close_from_two_threads_keep_the_connection(
+    own_sshd: SSHServer, tmp_path: Path
+) -> None:
+    """A step's stdin closed (EOF) in one thread as another closes its channel: paramiko sends
+    both after letting go of the channel's lock, so they could reach sshd as CLOSE then EOF,
+    and sshd drops the whole connection for a message on a channel it has freed. That was
+    the forward test's rare 'could not open a channel' (clients closing while their relays
+    were closed); here it happened in round 1 of 1 to 2 every time before the fix."""
+    inv = write_inventory(tmp_path / "hosts.yaml", {"h": own_sshd.host_yaml()})
+    with inv.target("h", agent=False) as t:
+        transport = t.transport
+        for _ in range(100):
+            procs = [transport.start(["cat"], iter(())) for _ in range(6)]
+            gate = threading.Barrier(2 * len(procs))
+
+            def at_once(fn: Callable[[], None], gate: threading.Barrier = gate) -> None:
+                gate.wait()
+                fn()
+
+            threads = [
+                threading.Thread(target=at_once, args=(fn,), daemon=True)
+                for p in procs
+                for fn in (p.close_stdin, p.terminate)
+            ]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", remotekit.Reconnected)
+            assert t.run(["echo", "same connection"]).stdout == "same connection\n"
+        assert transport.reconnects == 0  # type: ignore[attr-defined]

@@ -131,6 +131,11 @@ class SSHProcess(Channel):
         self._chan = chan
         self._release = release
         self._wake = _wake_on_output(chan)
+        # paramiko builds EOF and CLOSE under the channel's lock but sends them after letting
+        # it go: an EOF from close_stdin and a close() from another thread could reach sshd as
+        # CLOSE then EOF, and sshd drops the whole connection for a message on a channel it
+        # has freed ("ieof packet referred to nonexistent channel"). One lock orders them.
+        self._ending = threading.Lock()
         threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -196,16 +201,15 @@ class SSHProcess(Channel):
         finally:
             # Close before freeing the slot: sshd handles our CLOSE before the next OPEN on
             # this connection, so a new step never finds all MaxSessions still taken.
-            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-                chan.close()
+            self.terminate()
             self._release()
 
     def close_stdin(self) -> None:
-        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+        with self._ending, contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self._chan.shutdown_write()
 
     def terminate(self) -> None:
-        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+        with self._ending, contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self._chan.close()  # a dead connection has closed it already; the pump says why
 
 
@@ -522,6 +526,7 @@ class SSHTerminal:
         self._release = release
         self._host = host
         self._released = False
+        self._ending = threading.Lock()  # a resize never follows our CLOSE (as in SSHProcess)
 
     def fileno(self) -> int:
         return self._chan.fileno()
@@ -539,7 +544,7 @@ class SSHTerminal:
             raise ConnectionLost(f"the SSH connection dropped: {exc}", host=self._host) from exc
 
     def resize(self, columns: int, rows: int) -> None:
-        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+        with self._ending, contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self._chan.resize_pty(width=columns, height=rows)
 
     def poll(self) -> int | None:
@@ -558,7 +563,7 @@ class SSHTerminal:
         return self.poll()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+        with self._ending, contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self._chan.close()
         if not self._released:
             self._released = True
