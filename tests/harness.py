@@ -112,18 +112,20 @@ class SSHServer:
                 "Subsystem sftp internal-sftp\n" + self.extra_config
             )
             self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {self.host_pub}\n")
-            self.proc = subprocess.Popen(
-                [sshd, "-D", "-e", "-f", str(cfg)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+            # its log goes to a file: a pipe nobody reads after the start fills up in a long
+            # session, and then every sshd process that logs an error blocks
+            log = self.root / "sshd.log"
+            with log.open("wb") as err:
+                self.proc = subprocess.Popen(
+                    [sshd, "-D", "-e", "-f", str(cfg)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                )
             end = time.monotonic() + timeout
             while time.monotonic() < end:
                 if self.proc.poll() is not None:
-                    last = (
-                        self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-                    )
+                    last = log.read_text(errors="replace")
                     break
                 if self._answers():
                     return self
