@@ -121,7 +121,6 @@ class Agent:
         self._grace = grace  # the steps' TERM -> KILL grace
         self.pid: int | None = None
         self._out: queue.Queue[bytes | None] = queue.Queue()
-        self._ready = threading.Event()
         self._fed = threading.Event()  # the stdin generator returned
         self._dead = threading.Event()
         self._ran = False  # its hello came: it ran there (else its words are the hops')
@@ -141,10 +140,12 @@ class Agent:
 
     def _stdin(self) -> Iterator[bytes]:
         try:
+            # The runner and the first steps follow the agent's source at once, without
+            # waiting for its hello (one round trip less): the agent takes over what its
+            # loader's buffered read took in beyond the source.
             source = remote.source("agent.py")
-            yield f"{len(source)}\n".encode() + source
-            self._ready.wait()  # the loader reads no further than the agent until it runs
-            yield frame(b"R", 0, remote.source("runner.py"))
+            runner = frame(b"R", 0, remote.source("runner.py"))
+            yield f"{len(source)}\n".encode() + source + runner
             while (data := self._out.get()) is not None:
                 yield data
         finally:
@@ -180,7 +181,6 @@ class Agent:
         if kind == b"A":
             self.pid = json.loads(payload)["pid"]
             self._ran = True
-            self._ready.set()
             return
         with self._lock:
             step = self._steps.get(sid)
@@ -201,7 +201,6 @@ class Agent:
         """The agent is gone: each step still here learns it, in words that name it."""
         self._end = (code, reason)  # before _dead: a step started later reads it
         self._dead.set()
-        self._ready.set()
         self._out.put(None)
         self._fail_steps()
 

@@ -4,7 +4,9 @@
 #
 # Frames, both ways: KIND (1 byte) | step id (u32, big-endian) | length (u32) | payload.
 #
-#   caller -> agent   R  the runner's source (once, step 0)
+#   caller -> agent   R  the runner's source (once, step 0), sent right behind the agent's
+#                        own source: the caller does not wait for the hello, so the loader's
+#                        buffered read may hold it (and more), which the agent takes first
 #                     S  start step N; payload: what a runner reads first on its stdin
 #                        (``<length>\n<header JSON>``)
 #                     D  more bytes for step N's stdin (its payload)
@@ -100,6 +102,16 @@ class Step(object):
                 pass
             self.stdin = None
         self.pending = []
+
+
+def read_ahead():
+    """The bytes the loader's buffered stdin read beyond the agent's source (the runner's
+    frame, the first steps), which no poll on fd 0 would announce. fd 0 is non-blocking by
+    now: with nothing buffered, read1's one raw read returns what is there, or nothing."""
+    try:
+        return sys.stdin.buffer.read1(CHUNK) or b""
+    except (AttributeError, OSError, ValueError):  # no stdin object; BlockingIOError
+        return b""
 
 
 def header_of(first):
@@ -222,6 +234,7 @@ class Agent(object):
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(s, self.on_stop)
         os.set_blocking(0, False)
+        self.inbuf += read_ahead()
 
     def on_stop(self, signum, frame):
         self.closing = True
@@ -233,6 +246,7 @@ class Agent(object):
 
     def run(self):
         self.send(b"A", 0, json.dumps({"pid": os.getpid()}).encode())
+        self.take_orders()  # what came with the agent's source
         poller = select.poll()
         while not self.closing:
             self.watch(poller)
@@ -289,6 +303,9 @@ class Agent(object):
             self.closing = True
             return
         self.inbuf += data
+        self.take_orders()
+
+    def take_orders(self):
         for kind, sid, payload in frames(self.inbuf):
             self.order(kind, sid, payload)
 
