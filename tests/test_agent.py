@@ -48,6 +48,8 @@ from tests.test_hostile_steps import (  # noqa: F401
     there,
 )
 from tests.test_target_local import (  # noqa: F401
+    test_a_shipped_script_runs_as_python_runs_a_file,
+    test_a_shipped_zip_app_and_a_syntax_error,
     test_cancel_stops_running_steps,
     test_command_not_found,
     test_failed_step_carries_its_result,
