@@ -10,8 +10,9 @@ checkpoints, so that every section runs:
        per step   ``agent=False``: each section a new channel, hop and interpreter, and
                   env, gpu and ckpt-scan each import torch (today's path)
        agent      ``agent=True``: one agent; torch imported once, in its warm process
-                  (ckpt-scan still imports it in its own worker process, on both paths:
-                  a file that crashes torch costs only that worker)
+                  (ckpt-scan, forked from it, checks in a fork of itself: its worker
+                  process, there so that a file that crashes torch costs only the worker,
+                  finds torch imported; per step that worker imports torch again)
      target: agent / per step <= 0.5x. Also reported: the same on a target already open
      (a second diagnose in a notebook). The four kinds take turns, run after run.
   2. ``gpu --watch 2``: :func:`remotekit.watch.watch` over ``system.gpu_status`` on a fleet of

@@ -134,10 +134,9 @@ class Agent:
         self.pid: int | None = None
         #: The Python version there, from the hello.
         self.python: tuple[int, ...] = ()
-        self._closing = False
         self._before = bytearray()  # stdout before the hello
         self._out: queue.Queue[bytes | None] = queue.Queue()
-        self._ready = threading.Event()
+        self._ready = threading.Event()  # its hello came, or it died
         self._fed = threading.Event()  # the stdin generator returned
         self._dead = threading.Event()
         self._ran = False  # its hello came: it ran there (else its words are the hops')
@@ -191,14 +190,13 @@ class Agent:
 
     def _stdin(self) -> Iterator[bytes]:
         try:
+            # The runner follows the agent's source at once, without waiting for its hello
+            # (one round trip less): the agent takes over what its loader's buffered read
+            # took in beyond the source. A step waits for the hello (Engine._ready_agent), so
+            # that it can still run without the agent when none answers.
             source = remote.source("agent.py")
-            yield f"{len(source)}\n".encode() + source
-            while not self._ready.wait(0.25):  # the loader reads no further until it runs
-                if self._closing:
-                    return
-            if self.refused is not None:
-                return
-            yield frame(b"R", 0, remote.source("runner.py"))
+            runner = frame(b"R", 0, remote.source("runner.py"))
+            yield f"{len(source)}\n".encode() + source + runner
             while (data := self._out.get()) is not None:
                 yield data
         finally:
@@ -312,7 +310,6 @@ class Agent:
 
     def close(self) -> None:
         """EOF to the agent (it stops every step, then exits); let go after a bound."""
-        self._closing = True
         self._out.put(None)
         self._fed.wait(_CLOSE_S)
         self._proc.close_stdin()

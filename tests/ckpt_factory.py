@@ -46,6 +46,7 @@ __all__ = [
     "storage_key_after",
     "train_bn",
     "train_tiny",
+    "write_argv_recorder",
     "write_malicious",
     "write_safetensors_header",
     "write_worker_killer",
@@ -127,6 +128,25 @@ class WorkerKiller:
 def write_worker_killer(path: Path) -> None:
     """A checkpoint whose unpickling (only with --unsafe-pickle) kills the process."""
     torch.save({"model_state_dict": {"w": torch.ones(2)}, "boom": WorkerKiller()}, path)
+
+
+class ArgvRecorder:
+    """Unpickling this writes the loading process's ``sys.argv`` (JSON) to ``marker``: which
+    process read the file (a spawned ``ckpt.py _worker``, or a fork of the scan)."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, dict[str, Any]]]:
+        code = (
+            f"import json, sys\nwith open({self.marker!r}, 'w') as f:\n    json.dump(sys.argv, f)\n"
+        )
+        return (exec, (code, {}))
+
+
+def write_argv_recorder(path: Path, marker: Path) -> None:
+    """A checkpoint whose unpickling (only with --unsafe-pickle) records who loads it."""
+    torch.save({"model_state_dict": {"w": torch.ones(2)}, "probe": ArgvRecorder(marker)}, path)
 
 
 def write_malicious(path: Path, marker: Path) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -22,7 +24,10 @@ from pathlib import Path
 import pytest
 
 import remotekit
-from remotekit.remote.agent import MIN_PYTHON
+import remotekit.remote
+from remotekit.layers import LOADER
+from remotekit.remote.agent import MIN_PYTHON, frame, frames
+from remotekit.step import StepHeader
 from tests.conftest import write_inventory
 from tests.harness import ancestors, processes_with, wait_gone
 from tests.test_interpreters import PYTHONS
@@ -65,9 +70,10 @@ def in_thread(fn: object, *args: object, **kw: object) -> tuple[threading.Thread
     return th, out
 
 
-def wait_seen(m: str, timeout: float = 20.0) -> None:
+def wait_seen(m: str, timeout: float = 20.0, besides: tuple[int, ...] = ()) -> None:
+    """Wait until a process with ``m`` on its command line runs (other than ``besides``)."""
     end = time.monotonic() + timeout
-    while not processes_with(m):
+    while not set(processes_with(m)) - set(besides):
         assert time.monotonic() < end, f"no process with {m} appeared"
         time.sleep(0.05)
 
@@ -89,6 +95,46 @@ def test_steps_share_one_agent_and_per_step_ones_do_not(target: remotekit.Target
     assert agent_pid(target) == pid != os.getpid()
     with remotekit.local_target(agent=False) as plain:
         assert agent_pid(plain) == os.getpid()  # a runner per step, started by us
+
+
+def test_the_runner_and_a_step_sent_with_the_agents_source_are_taken(tmp_path: Path) -> None:
+    """The caller sends the runner and the first step right behind the agent's source, in the
+    same write, without waiting for the hello: the loader's buffered read takes them in
+    beyond the source, and the agent must take them over from there (no poll announces them)."""
+    header = StepHeader(argv=("echo", "hi"), nonce="n", cwd=str(tmp_path)).encode()
+    agent, runner = remotekit.remote.source("agent.py"), remotekit.remote.source("runner.py")
+    sent = b"".join(
+        [
+            f"{len(agent)}\n".encode(),
+            agent,
+            frame(b"R", 0, runner),
+            frame(b"S", 1, f"{len(header)}\n".encode() + header),
+        ]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LOADER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(sent)  # one write, less than a pipe holds: all there at once
+        proc.stdin.flush()
+        got: list[tuple[bytes, int, bytes]] = []
+        buf = bytearray()
+        end = time.monotonic() + 30
+        while not any(kind == b"X" for kind, _, _ in got):
+            assert time.monotonic() < end, f"the step never ended; frames: {got}"
+            if select.select([proc.stdout], [], [], 0.5)[0]:
+                data = os.read(proc.stdout.fileno(), 1 << 16)
+                assert data, f"the agent exited; frames: {got}"
+                buf += data
+                got += frames(buf)
+        kinds = [kind for kind, _, _ in got]
+        assert kinds[0] == b"A"  # the hello, then the step's frames
+        assert b"".join(p for kind, sid, p in got if kind == b"O" and sid == 1) == b"hi\n"
+        assert got[-1] == (b"X", 1, b"0")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
 
 
 def test_the_agent_is_the_default_and_agent_false_turns_it_off(tmp_path: Path) -> None:

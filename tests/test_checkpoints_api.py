@@ -137,6 +137,21 @@ def test_scan_json_and_unsafe_warning(target: remotekit.Target, corpus: cf.Corpu
     assert "--unsafe-pickle" in warnings[0] and "arbitrary code" in warnings[0]
 
 
+def test_with_the_agent_the_scan_imports_torch_once(tmp_path: Path) -> None:
+    """With the agent, the scan is forked from its warm process (torch imported) and checks
+    in a fork of itself: the file is read by a process whose argv is the scan's own, not by
+    a new ``ckpt.py _worker`` interpreter importing torch a second time."""
+    marker = tmp_path / "argv.json"  # the file writes its reader's argv
+    cf.write_argv_recorder(tmp_path / "checkpoint.pt", marker)
+    warned: list[str] = []
+    with remotekit.local_target(agent=True) as t:
+        reports = ck.scan_checkpoints(
+            t, str(tmp_path), unsafe_pickle=True, on_warning=warned.append
+        )
+    assert [r.status for r in reports] == ["clean"] and "--unsafe-pickle" in warned[0]
+    assert json.loads(marker.read_text())[1:3] == ["scan", str(tmp_path)]
+
+
 def test_allow_globals_reach_the_script(target: remotekit.Target, corpus: cf.Corpus) -> None:
     reports = ck.scan_checkpoints(target, str(corpus.unsafe), allow_globals=["argparse.Namespace"])
     assert [r.status for r in reports] == ["clean"] and reports.exit_code == 0

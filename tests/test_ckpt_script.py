@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -98,6 +98,16 @@ def run(*args: str, script: Path = SCRIPT, prefix: tuple[str, ...] = ()) -> Run:
         timeout=240,
     )
     return Run(proc)
+
+
+#: ckpt.py in a Python that imported torch first, as the agent runs it for a step that asks
+#: for torch (forked from its warm process).
+WARM = "import runpy, sys, torch\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+def run_warm(*args: str) -> Run:
+    cmd = [sys.executable, "-c", WARM, str(SCRIPT), *args]
+    return Run(subprocess.run(cmd, capture_output=True, text=True, timeout=240))
 
 
 @pytest.fixture(scope="module")
@@ -254,22 +264,41 @@ def test_malicious_pickle_is_not_executed_by_default(tmp_path: Path) -> None:
     assert r.by_path[str(ck)]["status"] == "clean"
 
 
-def test_a_file_that_kills_the_worker_costs_only_that_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runner", [run, run_warm], ids=["spawned", "forked"])
+def test_a_file_that_kills_the_worker_costs_only_that_file(
+    tmp_path: Path, runner: Callable[..., Run]
+) -> None:
     """Checked two at a time; the worker dies; the files it had open are checked again alone,
-    so only the killer gets the error record and the scan goes on."""
+    so only the killer gets the error record and the scan goes on. The same when the workers
+    are forks of a scan that has torch imported."""
     for i in range(3):
         d = tmp_path / f"ok{i}"
         d.mkdir()
         torch.save({"w": torch.ones(4)}, d / "checkpoint.pt")
     (tmp_path / "killer").mkdir()
     cf.write_worker_killer(tmp_path / "killer" / "checkpoint.pt")
-    r = run("scan", str(tmp_path), "--jobs", "2", "--unsafe-pickle")
+    r = runner("scan", str(tmp_path), "--jobs", "2", "--unsafe-pickle")
     statuses = {Path(p).parent.name: rec["status"] for p, rec in r.by_path.items()}
     assert statuses == {"ok0": "clean", "ok1": "clean", "ok2": "clean", "killer": "error"}
     assert (
         "worker process died (exit 3)" in r.by_path[str(tmp_path / "killer/checkpoint.pt")]["error"]
     )
     assert r.code == 2 and r.one("done")["files"] == 4
+
+
+def test_with_torch_imported_the_worker_is_a_fork_of_the_scan(tmp_path: Path) -> None:
+    """A scan that has torch imported already (the agent forked it from its warm process)
+    checks in a fork of itself, which has torch too, not in a new ``ckpt.py _worker``
+    interpreter that imports it again; without torch imported it starts that interpreter."""
+    ck, marker = tmp_path / "ck", tmp_path / "argv.json"  # the file writes its reader's argv
+    ck.mkdir()
+    cf.write_argv_recorder(ck / "checkpoint.pt", marker)
+    warm = run_warm("scan", str(ck), "--unsafe-pickle")
+    assert [r["status"] for r in warm.of("checkpoint")] == ["clean"], warm.records
+    assert json.loads(marker.read_text())[1:3] == ["scan", str(ck)]
+    cold = run("scan", str(ck), "--unsafe-pickle")
+    assert [r["status"] for r in cold.of("checkpoint")] == ["clean"], cold.records
+    assert json.loads(marker.read_text())[1] == "_worker"
 
 
 def test_allow_global_loads_a_refused_checkpoint(corpus: cf.Corpus) -> None:

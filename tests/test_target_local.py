@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import io
 import os
 import re
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 import uuid
 import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,41 @@ def test_python_exit_codes_and_tracebacks(local: remotekit.Target) -> None:
     assert r.exit_code == 1
     assert r.stderr.startswith("Traceback") and 'bad.py", line 3' in r.stderr
     assert "runner" not in r.stderr and "runpy" not in r.stderr
+
+
+#: What ``python file.py`` gives a script: its globals, ``__main__`` in sys.modules (so its
+#: classes pickle), argv, and the encoding its coding line names.
+AS_A_FILE = """\
+# -*- coding: latin-1 -*-
+import os, pickle, sys
+class Point:
+    pass
+print(__name__, os.path.basename(__file__), os.path.basename(sys.argv[0]), sys.argv[1:])
+print(sys.modules["__main__"].Point is Point, type(pickle.loads(pickle.dumps(Point()))) is Point)
+print("caf\xe9", __doc__, __spec__)
+"""
+
+
+def test_a_shipped_script_runs_as_python_runs_a_file(local: remotekit.Target) -> None:
+    script = remotekit.Script(AS_A_FILE.encode("latin-1"), name="as_file.py")
+    r = local.run_python(script, args=["a b"])
+    assert r.stdout.splitlines() == [
+        "__main__ as_file.py as_file.py ['a b']",
+        "True True",
+        "caf\xe9 None None",
+    ]
+
+
+def test_a_shipped_zip_app_and_a_syntax_error(local: remotekit.Target) -> None:
+    """What does not compile as a source file still runs as ``python app.pyz`` runs it,
+    and a syntax error reads as Python tells it."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("__main__.py", "import sys\nprint('zipped', sys.argv[1:])\n")
+    r = local.run_python(remotekit.Script(buf.getvalue(), name="app.pyz"), args=["x"])
+    assert r.stdout == "zipped ['x']\n"
+    r = local.run_python(remotekit.Script("x = (\n", name="broken.py"), check=False)
+    assert r.exit_code == 1 and "SyntaxError" in r.stderr and "broken.py" in r.stderr
 
 
 def test_python_env_override_uses_a_fresh_interpreter(local: remotekit.Target) -> None:

@@ -2,17 +2,23 @@
 
 Part of ``ckpt.py``. Files are checked in one worker process (``ckpt.py _worker``) running
 ``--jobs`` threads; a file that crashes the worker costs only itself (the files it had open
-are checked again alone in a fresh one). :class:`InlinePool` checks in this process.
+are checked again alone in a fresh one). When torch is imported here already (the agent
+forked this step from its warm process), the worker is a fork of this process
+(:class:`ForkedWorker`), not a new interpreter that would import torch again.
+:class:`InlinePool` checks in this process.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 from protocol import EXIT_FAILED, EXIT_OK, emit, emit_line, flush
 
@@ -71,6 +77,8 @@ class WorkerPool(object):
 
     def _spawn(self, jobs):
         threads = max(1, _cpu_count() // jobs)
+        if "torch" in sys.modules and hasattr(os, "fork"):
+            return ForkedWorker(_worker_opts(self.opts, jobs, threads))
         argv = [sys.executable, _main_script(), "_worker"]
         argv += ["--jobs", str(jobs), "--threads", str(threads)] + _common_args(self.opts)
         return subprocess.Popen(
@@ -177,6 +185,116 @@ class WorkerPool(object):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _worker_opts(opts, jobs, threads):
+    """The options a worker started with ``_common_args(opts)`` and these jobs and threads
+    would parse: what a forked worker gets."""
+    return type(opts)(
+        jobs=jobs,
+        threads=threads,
+        allow_global=list(opts.allow_global or ()),
+        unsafe_pickle=opts.unsafe_pickle,
+        max_bad=opts.max_bad,
+        chunk_elems=opts.chunk_elems,
+    )
+
+
+class ForkedWorker(object):
+    """A worker forked from this process, with the Popen surface WorkerPool uses (stdin and
+    stdout as line text, poll, wait, kill, returncode).
+
+    Used when torch is imported here already: the fork has it too, where a new interpreter
+    imports it again (seconds). It is a process of its own as a spawned worker is, so a file
+    that crashes torch still kills only the worker; it keeps none of this process's files
+    open (as close_fds), and its stdin and stdout are pipes to us alone.
+    """
+
+    def __init__(self, opts):
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        self.pid = os.fork()
+        if not self.pid:
+            _forked_worker(opts, in_r, out_w)
+        os.close(in_r)
+        os.close(out_w)
+        self.stdin = io.open(in_w, "w", buffering=1, encoding="utf-8")
+        self.stdout = io.open(out_r, "r", encoding="utf-8", errors="replace")
+        self.returncode = None
+
+    def poll(self):
+        return self._wait(os.WNOHANG)
+
+    def wait(self, timeout=None):
+        if timeout is None:
+            return self._wait(0)
+        end = time.monotonic() + timeout
+        while self._wait(os.WNOHANG) is None:
+            if time.monotonic() > end:
+                raise subprocess.TimeoutExpired("ckpt.py _worker (forked)", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def _wait(self, flags):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:
+                pid, status = self.pid, 0
+            if pid:
+                if os.WIFSIGNALED(status):
+                    self.returncode = -os.WTERMSIG(status)
+                else:
+                    self.returncode = os.WEXITSTATUS(status)
+        return self.returncode
+
+    def kill(self):
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+_PARENT_STREAMS = []  # in a forked worker: this process's own, kept so they are never flushed
+
+
+def _forked_worker(opts, stdin, stdout):
+    """In the fork: ``stdin`` and ``stdout`` (pipe ends) as fds 0 and 1, every other fd above
+    2 closed, then ``cmd_worker`` as the ``_worker`` command runs it; never returns."""
+    code = EXIT_FAILED
+    try:
+        os.dup2(stdin, 0)
+        os.dup2(stdout, 1)
+        _close_fds_above(2)
+        _PARENT_STREAMS.extend([sys.stdin, sys.stdout])
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+        sys.stdout = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding="utf-8", line_buffering=True
+        )
+        code = cmd_worker(opts)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else EXIT_FAILED
+    except BaseException as e:
+        try:
+            os.write(2, ("ckpt.py _worker (forked): %s: %s\n" % (type(e).__name__, e)).encode())
+        except OSError:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _close_fds_above(low):
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except (OSError, ValueError):
+        fds = range(low + 1, 1024)
+    for fd in fds:
+        if fd > low:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 class InlinePool(object):
