@@ -358,9 +358,9 @@ def make_olmo(path: Path, steps: int) -> None:
 
 
 def bare_olmo(tl: Any) -> Any:
-    import trainlog_olmo
+    from trainlog.readers import olmo  # on sys.path once the script is loaded
 
-    metric, marker = trainlog_olmo.METRIC_RE.match, trainlog_olmo.MARKER_RE.search
+    metric, marker = olmo.METRIC_RE.match, olmo.MARKER_RE.search
 
     def parse(path: Path) -> int:
         n = 0

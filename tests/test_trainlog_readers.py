@@ -550,8 +550,8 @@ def _fit_file(version: Path) -> str:
     """The event file with the training steps (by content: the one with train_loss_step)."""
     import tests.test_trainlog_script as ts
 
-    assert ts.TL is not None  # loading the script puts its sibling modules on sys.path
-    binary = importlib.import_module("trainlog_binary")
+    assert ts.TL is not None  # loading the script puts its package on sys.path
+    binary = importlib.import_module("trainlog.binary")
     for f in sorted(version.glob("events.out.tfevents.*")):
         if "train_loss_step" in binary.tf_lengths(str(f)):
             return f.name

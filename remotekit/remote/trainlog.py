@@ -16,11 +16,12 @@ TRL ``trainer_log.jsonl`` with ``current_steps``, or any ``step`` key), CSV with
 (Lightning ``metrics.csv``, sparse rows), HF ``trainer_state.json`` (``log_history``), W&B
 run files (``run-*.wandb``) and ``wandb-summary.json``, TensorBoard event files
 (``simple_value`` and scalar tensors), the text of nanoGPT, llm.c, Megatron-LM and fairseq
-(only lines in their format are data), MLflow file stores (``trainlog_mlflow``), OLMo /
-OLMo-core console logs (``trainlog_olmo``), else plain text with ``key=value`` or
-``key: value`` pairs. Each reader returns series (``trainlog_series``); of several candidate
-files or runs one is chosen by ``trainlog_rank``. PATH may be a run directory: the log in it is picked (``chosen_from`` says which and
-why). Lines that announce checkpoint saves or resumes become events.
+(only lines in their format are data), MLflow file stores (``trainlog/readers/mlflow``),
+OLMo / OLMo-core console logs (``trainlog/readers/olmo``), else plain text with ``key=value``
+or ``key: value`` pairs. Each reader returns series (``trainlog/series``); of several
+candidate files or runs one is chosen by ``trainlog/rank``. PATH may be a run directory: the
+log in it is picked (``chosen_from`` says which and why). Lines that announce checkpoint
+saves or resumes become events.
 
 Records, one JSON object per stdout line, each with a ``"type"``; non-finite numbers are
 sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
@@ -60,16 +61,16 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 
 Exit status (also the ``done`` record's): 0 nothing found, 1 findings, 2 could not run.
 
-Modules, shipped beside this file (``remotekit.remote.script`` follows the imports), each
-importing only those above it: ``protocol`` (the record format, shared with the local side),
-``trainlog_base`` (presets, column names, number marks, the records, small statistics),
-``trainlog_ingest`` (columns chosen, rows into ``array`` columns, lines a block at a time),
-``trainlog_binary`` (TensorBoard and W&B files), ``trainlog_lines`` (trainer line formats,
-the sniff), ``trainlog_read`` (the log of a run directory, one reader per format),
-``trainlog_steps`` (rows per step, resumes, per-epoch counters, running totals),
-``trainlog_spikes`` (detection), ``trainlog_events`` (saves and other events, correlation),
-``trainlog_composition`` (modes, periodicity, batch composition), ``trainlog_analyze`` (the
-analysis in its phases), ``trainlog_follow`` (``--follow``: the log followed as it grows, each
+Modules, shipped beside this file as the package ``trainlog/`` (``remotekit.remote.script``
+follows the imports; the package's docstring draws the pipeline), each importing only those
+above it: ``protocol`` (the record format, shared with the local side), ``trainlog/base``
+(presets, column names, number marks, the records, small statistics), ``ingest`` (columns
+chosen, rows into ``array`` columns, lines a block at a time), ``binary`` (TensorBoard and W&B
+files), ``lines`` (trainer line formats, the sniff), ``readers/`` (MLflow, OLMo), ``read``
+(the log of a run directory, one reader per format), ``steps`` (rows per step, resumes,
+per-epoch counters, running totals), ``spikes`` (detection), ``events`` (saves and other
+events, correlation), ``composition`` (modes, periodicity, batch composition), ``analyze``
+(the analysis in its phases), ``follow`` (``--follow``: the log followed as it grows, each
 new incident sent as found, a ``status`` record every second; its docstring lists the
 records); this file parses the arguments and turns every failure into an
 ``error`` record.
@@ -88,13 +89,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped si
 # Some names below are imported only for the tests and bench/bench_trainlog.py, which load
 # this script by path and reach the readers through it (hence the noqa).
 from infile import open_regular
-from trainlog_analyze import analyze_log
-from trainlog_base import FAST_PAIR_RE, PRESETS, LogError, binom_sf, decimate, failed  # noqa: F401
-from trainlog_binary import _tf_rows, _wandb_rows  # noqa: F401
-from trainlog_follow import FOLLOWED, NotFollowed, follow_log
-from trainlog_ingest import NoLoss
-from trainlog_lines import _PIPE_PAIR_RE, LINE_FORMATS  # noqa: F401
-from trainlog_read import _text_row, read_log  # noqa: F401
+from trainlog.analyze import analyze_log
+from trainlog.base import FAST_PAIR_RE, PRESETS, LogError, binom_sf, decimate, failed  # noqa: F401
+from trainlog.binary import _tf_rows, _wandb_rows  # noqa: F401
+from trainlog.follow import FOLLOWED, NotFollowed, follow_log
+from trainlog.ingest import NoLoss
+from trainlog.lines import _PIPE_PAIR_RE, LINE_FORMATS  # noqa: F401
+from trainlog.read import _text_row, read_log  # noqa: F401
 
 
 def _csv_steps(text):

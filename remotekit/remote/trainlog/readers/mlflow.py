@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 
 from infile import open_regular
-from trainlog_ingest import Lines
-from trainlog_series import Read
+
+from ..ingest import Lines
+from ..series import Read
 
 MAX_RUNS = 2000  # runs looked at in one store
 MAX_METRICS = 5000  # metric files read in one run
@@ -113,7 +114,7 @@ def read(run):
 
 def _read_metric(out, key, full):
     """One ``metrics/<key>`` file into ``out``; returns how many lines had no step field.
-    Read a block at a time, each line bounded (trainlog_ingest.Lines)."""
+    Read a block at a time, each line bounded (ingest.Lines)."""
     unstepped = 0
     with open_regular(full) as f:
         src = Lines(f)

@@ -4,8 +4,8 @@ as it is found, with the detector and event code of the whole-log analysis.
 The follower keeps a window of the log's latest complete lines (or TensorBoard records): at
 least :data:`MIN_KEEP` rows and two preset windows, so every new value is judged against a
 full baseline. Whenever lines arrived it reads that window with the readers of
-``trainlog_read`` (``read_lines`` / ``read_tfevents`` over the window's bytes), repairs the
-steps, detects and places events as :func:`trainlog_analyze.analyze_log` does, and sends:
+``read`` (``read_lines`` / ``read_tfevents`` over the window's bytes), repairs the
+steps, detects and places events as :func:`.analyze.analyze_log` does, and sends:
 
 ``source``    once the log's columns are known (again after a rotation): as ``train-log``
 ``spike``     one per new spike, cliff or non-finite run (the fields of ``train-log``'s)
@@ -34,7 +34,8 @@ from collections import deque
 
 from infile import open_regular
 from protocol import EXIT_FINDINGS, EXIT_OK
-from trainlog_analyze import (
+
+from .analyze import (
     _FINDING_OF,
     _bucket_codes,
     _columns,
@@ -44,12 +45,12 @@ from trainlog_analyze import (
     preset_for,
     stride_of,
 )
-from trainlog_base import PRESETS, LogError, conclude, send
-from trainlog_binary import read_tfevents, tfrecord_data_length
-from trainlog_events import find_events
-from trainlog_ingest import BLOCK, MAX_LINE, NoLoss
-from trainlog_lines import sniff
-from trainlog_read import dialect_of, find_log, read_lines
+from .base import PRESETS, LogError, conclude, send
+from .binary import read_tfevents, tfrecord_data_length
+from .events import find_events
+from .ingest import BLOCK, MAX_LINE, NoLoss
+from .lines import sniff
+from .read import dialect_of, find_log, read_lines
 
 POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
 STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on

@@ -11,7 +11,8 @@ from itertools import chain
 from operator import itemgetter
 
 from protocol import mask
-from trainlog_base import (
+
+from .base import (
     BUCKET_KEYS,
     CKPT_RE,
     CODE_RE,

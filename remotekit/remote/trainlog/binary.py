@@ -11,8 +11,9 @@ from collections import Counter
 from itertools import chain, islice
 
 from infile import open_regular
-from trainlog_base import LogError
-from trainlog_ingest import BLOCK, HEAD_ROWS, MAX_LINE, _ingest_for
+
+from .base import LogError
+from .ingest import BLOCK, HEAD_ROWS, MAX_LINE, _ingest_for
 
 # --------------------------------------------------------------------------------------------
 # binary logs: TensorBoard event files and W&B run files, read with the standard library

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 
-from trainlog_binary import _rows_into
+from .binary import _rows_into
 
 
 class Read:

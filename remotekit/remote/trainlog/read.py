@@ -1,6 +1,6 @@
 """Which log ``trainlog.py`` reads and how: the log of a run directory (:func:`find_log`),
 its checkpoint directory, and :func:`read_log`, which streams JSON lines, CSV, JSON
-documents, trainer lines or plain text into an :class:`~trainlog_ingest.Ingest`.
+documents, trainer lines or plain text into an :class:`~.ingest.Ingest`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from collections import Counter
 from itertools import chain, compress, islice, repeat
 from operator import itemgetter
 
-import trainlog_mlflow
-import trainlog_olmo
 from infile import TooDeep, load_json, open_regular
 from protocol import mask
-from trainlog_base import CODE_RE, FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError, _fmt
-from trainlog_binary import read_tfevents, read_wandb, tf_lengths
-from trainlog_ingest import (
+
+from .base import CODE_RE, FAST_PAIR_RE, MISSING, PAIR_RE, WORD_RE, LogError, _fmt
+from .binary import read_tfevents, read_wandb, tf_lengths
+from .ingest import (
     HEAD_ROWS,
     MAX_DOC,
     Lines,
@@ -30,9 +29,10 @@ from trainlog_ingest import (
     _ingest_for,
     _maybe_event,
 )
-from trainlog_lines import sniff
-from trainlog_rank import choose
-from trainlog_series import ingest
+from .lines import sniff
+from .rank import choose
+from .readers import mlflow, olmo
+from .series import ingest
 
 
 def _text_row(line):
@@ -47,13 +47,13 @@ def read_log(path, fmt, wanted):
     """Stream the log once; return ``(Ingest, format, lines, extra)``."""
     auto = fmt == "auto"
     lf = None
-    if os.path.isdir(path) and trainlog_mlflow.is_run(path):
-        return ingest(trainlog_mlflow.read(path), wanted) + ({},)
+    if os.path.isdir(path) and mlflow.is_run(path):
+        return ingest(mlflow.read(path), wanted) + ({},)
     if auto:
         fmt, lf = sniff(path)
         # OLMo's rich console lines start with "[2024-04-18 14:24:11]": sniffed as JSON
-        if fmt in ("text", "json") and trainlog_olmo.claims(path):
-            return ingest(trainlog_olmo.read(path), wanted) + ({},)
+        if fmt in ("text", "json") and olmo.claims(path):
+            return ingest(olmo.read(path), wanted) + ({},)
     extra = {}
     if fmt in BINARY:
         what, reader = BINARY[fmt]
@@ -110,7 +110,7 @@ def read_log(path, fmt, wanted):
 
 def read_lines(f, fmt, lf, wanted):
     """A log of lines (``csv``, ``jsonl``, a trainer's text format ``lf``, or plain
-    ``text``) from the binary file ``f``: ``(Ingest, format, lines)``. ``trainlog_follow``
+    ``text``) from the binary file ``f``: ``(Ingest, format, lines)``. ``follow``
     hands it the window of a growing log, so a followed log is read by the same code."""
     src = Lines(f)
     if fmt == "csv":
@@ -559,9 +559,9 @@ def find_log(run_dir, max_entries=20000):
     """``(file, why)``: the training log of a run directory, by the preference of
     ``LOG_NAMES`` (the newest file of the best kind; for checkpoints, the highest step).
     An MLflow store (or one of its experiments) gives the run :func:`choose` prefers."""
-    mlflow = _mlflow_run(run_dir)
-    if mlflow is not None:
-        return mlflow
+    run = _mlflow_run(run_dir)
+    if run is not None:
+        return run
     found = []
     seen = 0
     base = len(run_dir.rstrip("/")) + 1
@@ -641,16 +641,16 @@ def _event_file(files, more):
 
 def _mlflow_run(path):
     """``(run dir, why)`` of an MLflow store, experiment or run, else None."""
-    runs = trainlog_mlflow.runs_of(path)
+    runs = mlflow.runs_of(path)
     base = len(path.rstrip("/")) + 1
     if not runs:  # a project folder with its mlruns/ beside the code
-        runs = trainlog_mlflow.runs_of(os.path.join(path, "mlruns"))
+        runs = mlflow.runs_of(os.path.join(path, "mlruns"))
     if not runs:
         return None
     cands = [
         (
             "%s (MLflow run %s)" % (r[base:] or ".", m.get("run_name") or os.path.basename(r)),
-            trainlog_mlflow.lengths(r),
+            mlflow.lengths(r),
             _float(m.get("start_time")),
         )
         for r, m in runs

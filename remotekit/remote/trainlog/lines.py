@@ -9,9 +9,10 @@ import re
 import struct
 
 from infile import open_regular
-from trainlog_base import CODE_RE, LogError
-from trainlog_binary import _masked_crc
-from trainlog_ingest import MAX_LINE, SNIFF_BYTES, SNIFF_LINES, Lines
+
+from .base import CODE_RE, LogError
+from .binary import _masked_crc
+from .ingest import MAX_LINE, SNIFF_BYTES, SNIFF_LINES, Lines
 
 # --------------------------------------------------------------------------------------------
 # line formats of the trainers that print text: a line is data only if it matches its

@@ -12,7 +12,8 @@ from itertools import islice
 from operator import sub
 
 from protocol import EXIT_FINDINGS, EXIT_OK
-from trainlog_base import (
+
+from .base import (
     CLIFF_DROP,
     CLIFF_SIGMA,
     FMAX,
@@ -27,12 +28,12 @@ from trainlog_base import (
     decimate,
     send,
 )
-from trainlog_composition import bucket_column, composition
-from trainlog_events import correlate, find_events, nearest_event
-from trainlog_ingest import MAX_LINE
-from trainlog_read import ckpt_dir_of, dialect_of, find_log, read_log
-from trainlog_spikes import detect
-from trainlog_steps import drop_bad_steps, per_batch, reconcile_steps
+from .composition import bucket_column, composition
+from .events import correlate, find_events, nearest_event
+from .ingest import MAX_LINE
+from .read import ckpt_dir_of, dialect_of, find_log, read_log
+from .spikes import detect
+from .steps import drop_bad_steps, per_batch, reconcile_steps
 
 
 def analyze_log(args, wanted):
@@ -114,7 +115,7 @@ def _reading_caveats(ing, fmt, extra):
 
 def _columns(ing, warnings):
     """``(steps, {label: column}, rows, derived)``: the ingested columns by label, one row
-    per step in order (see trainlog_steps), meta columns with NaN for a missing value."""
+    per step in order (see ``steps``), meta columns with NaN for a missing value."""
     n = ing.rows()
     if n == 0:
         raise LogError("no rows with %s" % ", ".join(k for _, k in ing.metrics))

@@ -28,8 +28,9 @@ import re
 
 from infile import open_regular
 from protocol import mask
-from trainlog_ingest import Lines
-from trainlog_series import Read
+
+from ..ingest import Lines
+from ..series import Read
 
 MARKER_RE = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?)(?:,epoch=(\d+))?(?:,eta=[^\]]*)?\]\s*$")
 METRIC_RE = re.compile(r"^ {4}([A-Za-z_][^=\t]*?)=(\S+)\s*$")
