@@ -171,8 +171,7 @@ def test_tensorboard_matches_the_official_reader(tmp_path: Path) -> None:
     d = tmp_path / "tb"
     _tb_torch(d, new_style=True)
     (event_file,) = d.glob("events.out.tfevents.*")
-    mod = _module()
-    rows = list(mod._tf_rows(str(event_file), [0]))
+    rows = list(_reader("tensorboard")._rows_at(str(event_file), [0]))
     ea = EventAccumulator(str(event_file), size_guidance={"tensors": 0, "scalars": 0})
     ea.Reload()
     official = {(e.step, float(np.asarray(tensor_value(e)))) for e in ea.Tensors("train/loss")}
@@ -186,10 +185,10 @@ def tensor_value(e: Any) -> Any:
     return tensor_util.make_ndarray(e.tensor_proto)
 
 
-def _module() -> Any:
-    from tests.test_trainlog_script import TL
+def _reader(name: str) -> Any:
+    from tests.test_trainlog_script import shipped
 
-    return TL
+    return shipped(f"trainlog.readers.{name}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,12 +253,12 @@ def test_wandb_offline_run_read_without_wandb(tmp_path: Path, style: str) -> Non
         assert src["step_key"] == "_step" and spike_steps(r) == [SPIKE_ROW]
     # every value exactly as logged (wandb 0.31 has no Python reader of its own: the Go
     # wandb-core reads these files; bench/bench_trainlog.py compares with its protobuf classes)
-    rows = list(_module()._wandb_rows(str(wb_file), [0]))
+    rows = list(_reader("wandb")._rows(str(wb_file), [0]))
     assert [row["train/loss"] for row in rows] == [loss for _, loss, _, _ in curve()]
     assert [row["_step"] for row in rows] == list(range(N))
     # past the first rows the reader looks up only the kept items: the same values
     for keep in ({"train/loss", "_step", "train/global_step"}, {"train/loss", "_step"}):
-        fast = list(_module()._wandb_rows(str(wb_file), [0], [keep]))
+        fast = list(_reader("wandb")._rows(str(wb_file), [0], [keep]))
         assert [{k: r[k] for k in keep if k in r} for r in fast] == [
             {k: r[k] for k in keep if k in r} for r in rows
         ]

@@ -1,5 +1,6 @@
-"""train-log's small format readers (each a module that returns series and the events its
-format states): MLflow file stores and OLMo / OLMo-core console logs.
+"""train-log's format readers (each a module of ``remote/trainlog/readers/`` that says which
+files it reads and returns series and the events its format states), their registry, and
+the small ones: MLflow file stores and OLMo / OLMo-core console logs.
 
 The MLflow stores are written by mlflow itself (``mlflow-skinny``, its file store); the OLMo
 console logs are written to the shape OLMo's and OLMo-core's source prints, quoted beside
@@ -20,7 +21,28 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CI
-from tests.test_trainlog_script import Run, run
+from tests.test_trainlog_script import SCRIPT, Run, run, shipped
+
+READERS = SCRIPT.parent / "trainlog" / "readers"
+
+
+def test_every_reader_module_is_registered_and_keeps_the_contract() -> None:
+    """A reader module left out of READERS would never read anything; one without a part of
+    the contract breaks the registry when it is asked."""
+    registry = shipped("trainlog.readers")
+    modules = {p.stem for p in READERS.glob("*.py")} - {"__init__"}
+    assert {r.__name__.rpartition(".")[2] for r in registry.READERS} == modules
+    formats = [r.FORMAT for r in registry.READERS]
+    assert len(set(formats)) == len(formats) and registry.FALLBACK is registry.READERS[-1]
+    for reader in registry.READERS:
+        assert isinstance(reader.WHAT, str) and callable(reader.sniff) and callable(reader.read)
+        assert all(len(name) == 3 for name in reader.NAMES), reader.FORMAT
+        assert registry.by_format(reader.FORMAT) is reader
+    # --format offers every reader's format, from the registry
+    helptext = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert all(f in helptext for f in formats), helptext
 
 
 def _need_mlflow() -> None:
@@ -548,12 +570,11 @@ def lightning_version(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _fit_file(version: Path) -> str:
     """The event file with the training steps (by content: the one with train_loss_step)."""
-    import tests.test_trainlog_script as ts
+    from tests.test_trainlog_script import shipped
 
-    assert ts.TL is not None  # loading the script puts its package on sys.path
-    binary = importlib.import_module("trainlog.binary")
+    tensorboard = shipped("trainlog.readers.tensorboard")
     for f in sorted(version.glob("events.out.tfevents.*")):
-        if "train_loss_step" in binary.tf_lengths(str(f)):
+        if "train_loss_step" in tensorboard.lengths(str(f)):
             return f.name
     raise AssertionError("no fit event file")
 

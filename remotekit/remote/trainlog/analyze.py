@@ -30,8 +30,9 @@ from .base import (
 )
 from .composition import bucket_column, composition
 from .events import correlate, find_events, nearest_event
-from .ingest import MAX_LINE
-from .read import ckpt_dir_of, dialect_of, find_log, read_log
+from .find import ckpt_dir_of, find_log
+from .read import read_log
+from .source import MAX_LINE
 from .spikes import detect
 from .steps import drop_bad_steps, per_batch, reconcile_steps
 
@@ -146,7 +147,7 @@ def _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol):
         path=os.path.abspath(path),
         chosen_from=chosen,
         format=fmt,
-        dialect=dialect_of(fmt, ing),
+        dialect=ing.dialect,
         lines=nlines,
         rows=n,
         skipped=ing.skipped,

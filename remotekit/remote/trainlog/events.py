@@ -20,7 +20,7 @@ from operator import gt, le, mul, sub
 from infile import load_json, open_regular
 
 from .base import DIR_STEP_RE, MAX_EVENTS, _fmt, _quantile, binom_sf
-from .ingest import MAX_DOC
+from .source import MAX_DOC
 
 # --------------------------------------------------------------------------------------------
 # events

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .ingest import HELD_OUT, _loss_score
+from .choose import HELD_OUT, _loss_score
 
 HELD_OUT_SCORE = -5  # a loss name scoring below this is a held-out (val/test) loss
 

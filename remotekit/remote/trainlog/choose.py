@@ -1,0 +1,394 @@
+"""Which columns ``trainlog.py`` analyses: the step key, and the loss, grad norm and lr
+chosen by a scored rule over names and content (:func:`resolve_columns`, no list of exact
+names: every pick says why), the accuracy and the meta columns by name; and for a log with
+no loss, the numeric series worth naming (:func:`hint_columns`). The readers never choose:
+a table's columns are chosen here from its keys and first rows.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .base import (
+    BUCKET_KEYS,
+    META,
+    MISSING,
+    NOT_TRAIN,
+    ROLE_NAMES,
+    ROLES,
+    STEP_KEYS,
+    _to_float,
+)
+
+HEAD_ROWS = 5000  # rows read before the columns are chosen
+
+
+def _find_key(keys, aliases, bases=None):
+    """``(key, exact)``: the first of ``aliases`` among ``keys`` (case-insensitive), else a
+    key whose last ``/`` part is one of ``bases`` and that is not an eval/val/test key (a
+    guess: ``exact`` is False)."""
+    low = {}
+    for k in keys:
+        low.setdefault(k.lower(), k)
+    for a in aliases:
+        if a in low:
+            return low[a], True
+    if bases:
+        for lk, k in low.items():
+            if lk.startswith(NOT_TRAIN):
+                continue
+            if lk.rsplit("/", 1)[-1] in bases:
+                return k, False
+    return None, False
+
+
+#: Words that make a column a loss by its name, whatever the trainer calls it.
+#: A word may be split by a separator (``cross_entropy``): adjacent parts are tried joined.
+LOSS_WORDS = ("loss", "nll", "crossentropy", "perplexity", "ppl")
+#: A trainer's own short names for its losses: llm.c logs "trl" (train) and "tel" (eval).
+SHORT_LOSSES = {"trl": "train", "tel": "eval"}
+HELD_OUT = ("val", "valid", "validation", "eval", "test", "dev")
+#: Name parts of an AMP loss scale (``loss_scale``, ``loss_scaler``, ``scaler``): the factor
+#: the loss is multiplied by before backward (65536, halved on overflow), never a loss.
+SCALE_PARTS = ("scale", "scaler", "scaling")
+#: Name parts that qualify a learning rate as a setting, not the rate of each step.
+LR_SETTINGS = ("min", "max", "base", "init", "initial", "peak", "final", "warmup", "decay")
+LR_SETTINGS += ("mult", "multiplier", "scale", "scheduler", "factor")
+
+
+def _name_words(key):
+    """A name's lower-case parts (split at ``/ . _ - `` spaces and brackets, and before a
+    trailing ``loss``: CrossEntropyLoss), and those with adjacent parts joined."""
+    low = key.lower()
+    parts = [p for p in re.split(r"[/._\-\s()\[\]:]+|(?<=[a-z])(?=loss$)", low) if p]
+    return parts, parts + [a + b for a, b in zip(parts, parts[1:])]
+
+
+def _loss_score(key):
+    """How much a column's name says "the training loss", or None if it says no loss at all.
+
+    Needs no list of exact names: a loss word anywhere (``train/CrossEntropyLoss``,
+    ``train_loss_local``, ``box_loss``), train-side over held-out (val/eval/test), a loss
+    over perplexity (exp of it), per step over per epoch, a total over its parts. An AMP
+    loss scale (``loss_scale``) says no loss."""
+    parts, words = _name_words(key)
+    short = [SHORT_LOSSES[p] for p in parts if p in SHORT_LOSSES]
+    if not short and not any(w in LOSS_WORDS or w.endswith("loss") for w in words):
+        return None
+    if any(p in SCALE_PARTS for p in parts):
+        return None
+    score = 0
+    if "eval" in short or any(p in HELD_OUT or p.startswith(HELD_OUT) for p in parts[:2]):
+        score -= 10
+    if "train" in short or any(p in ("train", "training", "trn") for p in parts):
+        score += 3
+    if short or "loss" in parts or key.lower().endswith("loss"):
+        score += 2
+    if "perplexity" in words or "ppl" in parts:
+        score -= 1
+    if "epoch" in parts:
+        score -= 1
+    if "total" in parts or (parts[-1:] == ["loss"] and len(parts) <= 2):
+        score += 1
+    return score
+
+
+def _grad_norm_score(key):
+    """How much a name says "the gradient norm", or None: a grad word with a norm
+    (``grad_norm``, ``optim/total grad norm``, ``gradient_norm``, ``gradnorm``), fairseq's
+    ``gnorm``, llm.c's bare ``norm``; the total over a per-parameter one, the norm before
+    clipping over the clipped one."""
+    parts, words = _name_words(key)
+    grad = any(p.startswith("grad") for p in parts) and any("norm" in w for w in words)
+    if not grad and parts not in (["gnorm"], ["norm"]) and "gnorm" not in parts:
+        return None
+    if any(p in HELD_OUT for p in parts[:2]):
+        return None
+    score = 3 - max(0, len(parts) - 3)  # per parameter or layer: a long name
+    if "total" in parts or "global" in parts:
+        score += 1
+    if any(p.startswith("clip") or p in ("max", "mean", "min") for p in parts):
+        score -= 2
+    return score
+
+
+def _lr_score(key):
+    """How much a name says "the learning rate of each step", or None: ``lr`` as a part
+    (``lr``, ``train/lr``, Lightning's ``lr-AdamW``, ultralytics' ``lr/pg0``) or learning
+    + rate; a setting (``max_lr``, ``lr_warmup``, ``lr_scheduler``) scores low. Of param
+    groups that score alike, :func:`_shared_first` picks."""
+    parts, words = _name_words(key)
+    if "lr" not in parts and "learningrate" not in words:
+        return None
+    score = 3 - max(0, len(parts) - 2)
+    if any(p in LR_SETTINGS for p in parts):
+        score -= 3
+    return score
+
+
+SCORES = {"loss": _loss_score, "grad_norm": _grad_norm_score, "lr": _lr_score}
+SAYS = {"loss": "the train-side loss", "grad_norm": "the gradient norm", "lr": "the learning rate"}
+
+
+def _content(rows, key):
+    """Why a column's values in ``rows`` (the head's dicts) make it no series, else None:
+    "set once" (fewer than 3 values in a log with more rows: a config field), "constant X"
+    (one value throughout)."""
+    xs = [x for x in (_to_float(d.get(key)) for d in rows) if x is not MISSING]
+    if len(xs) < min(3, len(rows)):
+        return "set once"
+    if len(xs) >= 3 and all(x == xs[0] for x in xs):
+        return "constant %s" % _short(xs[0])
+    return None
+
+
+def _short(x):
+    return ("%d" % x) if x == x and abs(x) < 1e15 and x == int(x) else "%.4g" % x
+
+
+def _pick(role, keys, taken, rows):
+    """``(key, parts, why)``: the column ``role`` ("loss", "grad_norm", "lr") is read from,
+    chosen by what names say (:data:`SCORES`, no list of exact names) and what the values
+    are: a constant or set-once series is never chosen (a constant lr is still the lr,
+    said so). ``parts``: for the loss, the others that score as well (the parts of a loss
+    with no total, as YOLO's ``box_loss``, ``cls_loss``, ``dfl_loss``: each is analysed).
+    ``why`` says it in words, with what else was seen and what was passed over, and why."""
+    scored, passed, note = [], [], ""
+    for i, k in enumerate(keys):
+        if k in taken:
+            continue
+        s = SCORES[role](k)
+        if s is None:
+            if role == "loss" and _is_scale(k):
+                passed.append("%r (an AMP loss scale)" % k)
+            continue
+        bad = _content(rows, k) if rows else None
+        if bad is not None and not (role == "lr" and bad.startswith("constant")):
+            passed.append("%r (%s)" % (k, bad))
+            continue
+        scored.append((-s, i, k, bad))
+    if not scored:
+        return None, [], "" if not passed else "no %s: passed over %s" % (role, ", ".join(passed))
+    scored.sort()
+    first = scored[0][2]
+    if role == "lr":
+        scored = _shared_first(scored, rows)
+    best, note = scored[0][2], scored[0][3]
+    if best != first:
+        note = "the schedule most of the param groups share"
+    parts = [k for s, _, k, _ in scored[1:] if s == scored[0][0]] if role == "loss" else []
+    others = [k for s, _, k, _ in scored[1:] if k not in parts]
+    what = SAYS[role] + " by name"
+    if role == "loss" and -scored[0][0] < -5:
+        what = "a held-out loss: no train-side loss found"
+    elif role == "loss" and "epoch" in _name_words(best)[0]:
+        what = "only the per-epoch column %r was found" % best
+    why = "%s <- %r: %s" % (role, best, what + ("; " + note if note else ""))
+    if parts:
+        why += "; its parts %s are analysed too (no total found)" % ", ".join(map(repr, parts))
+    if others:
+        why += "; also seen: %s (--metric NAME to choose)" % ", ".join(map(repr, others[:6]))
+    if passed:
+        why += "; passed over: %s" % ", ".join(passed[:6])
+    return best, parts, why
+
+
+def _shared_first(scored, rows):
+    """The lr candidates with the top score (one per param group) reordered: the schedule
+    most groups share first, then the first group. ultralytics' pg0 holds the biases, whose
+    warm-up falls from 0.1 while the weights' groups pg1 and pg2 rise together: "the" lr is
+    theirs."""
+    top = [c for c in scored if c[0] == scored[0][0]]
+    if len(top) < 3 or not rows:
+        return scored
+    values = [tuple(_to_float(d.get(c[2])) for d in rows[:HEAD_ROWS]) for c in top]
+    shared = [sum(v == w for w in values) for v in values]
+    order = sorted(range(len(top)), key=lambda i: -shared[i])
+    return [top[i] for i in order] + scored[len(top) :]
+
+
+def _is_scale(key):
+    """An AMP loss scale's name: ``loss_scale``, ``train/loss_scaler``, a bare ``scaler``."""
+    parts, _ = _name_words(key)
+    scale = any(p in SCALE_PARTS for p in parts)
+    return scale and (parts == ["scaler"] or any("loss" in p for p in parts))
+
+
+def resolve_columns(keys, wanted, step_key=None, head=()):
+    """Map labels to row keys: ``(step_key, [(label, key)], [(meta, key)], bucket_key,
+    missing_labels, guesses, why)``; ``guesses`` says in words which choice was not certain,
+    ``why`` ({label: words}) why each metric's column is the one. ``head``: the first rows
+    (dicts), whose values rule out a constant or set-once column."""
+    keys = list(keys)
+    rows = [d for d in head if isinstance(d, dict)]
+    guesses, why = [], {}
+    if step_key is None or step_key not in keys:
+        step_key, exact = _find_key(keys, STEP_KEYS, ("step", "global_step"))
+        if step_key is None:
+            guesses.append(
+                "no step key found (looked for %s): row numbers are used as steps"
+                % ", ".join(STEP_KEYS[:6])
+            )
+        elif not exact:
+            guesses.append("step key %r chosen by its name's last part" % step_key)
+    metrics = []
+    missing = []
+    names = wanted or ["loss", "acc", "lr", "grad_norm"]
+    for name in names:
+        role = ROLE_NAMES.get(name.lower())
+        label = role or name
+        taken = {step_key} | {k for _, k in metrics}
+        named, _ = _find_key(keys, (name.lower(),))
+        if wanted and named is not None and named not in taken:  # --metric NAME: that column
+            why[label] = "%s <- %r: named with --metric" % (label, named)
+            metrics.append((label, named))
+            continue
+        if role in SCORES:
+            key, parts, said = _pick(role, keys, taken, rows)
+            if key is None:
+                guesses.extend([said] if said else [])
+                missing.extend([name] if wanted else [])
+                continue
+            why[role] = said
+            if role == "loss" and ("held-out" in said or "per-epoch" in said):
+                guesses.append(said)  # a held-out or per-epoch loss stands in: a caveat
+            # named with --metric loss: that one series; else its parts with no total too
+            metrics += [(role, key)] + ([] if wanted else [(k, k) for k in parts])
+            continue
+        if role is not None:
+            key, exact = _find_key(keys, (name.lower(),) + ROLES[role], ROLES[role])
+        else:
+            key, exact = _find_key(keys, (name.lower(),), (name.lower(),))
+        if key is None or key in taken:
+            missing.extend([name] if wanted else [])
+            continue
+        if not exact:
+            why[label] = "%s <- %r: chosen by its name's last part" % (label, key)
+            guesses.append(why[label])
+        elif key.lower().endswith("_epoch"):
+            why[label] = "%s <- %r: only the per-epoch column was found" % (label, key)
+            guesses.append(why[label])
+        else:
+            why[label] = "%s <- %r: %s by name" % (label, key, "the accuracy")
+        metrics.append((label, key))
+    used = {step_key} | {k for _, k in metrics}
+    meta = []
+    for name, aliases in META.items():
+        key, _ = _find_key(keys, aliases)
+        if key is not None and key not in used:
+            meta.append((name, key))
+            used.add(key)
+    bucket_key, _ = _find_key(keys, BUCKET_KEYS, ("bucket",))
+    if bucket_key in used:
+        bucket_key = None
+    return step_key, metrics, meta, bucket_key, missing, guesses, why
+
+
+class NoLoss(Exception):
+    """No loss series in the log (and none named): the series there are worth naming."""
+
+    def __init__(self, numeric, found, left_out=()):
+        Exception.__init__(self, "no loss series found")
+        self.numeric = numeric
+        self.found = found
+        self.left_out = left_out  # [(why, [names])]: numeric keys that are no series to name
+        self.what = None  # the binary format that parsed (a TensorBoard or W&B file), if one
+
+
+#: Name parts of a column that is a label of the run rather than a measurement.
+ID_PARTS = ("id", "pid", "uid", "uuid", "rank", "seed", "port", "node", "host", "hostname")
+#: Name parts of a column that counts or times the run (an axis, not a series).
+CLOCK_PARTS = ("time", "timestamp", "runtime", "elapsed", "wall", "clock", "tokens", "samples")
+CLOCK_PARTS += ("step", "steps", "epoch", "epochs", "iter", "iteration", "seen", "consumed")
+#: Name parts that say "minimised": a loss by another name (``objective``, ``bpb``, ``error``).
+MINIMISED = ("objective", "cost", "error", "err", "bpb", "bpc", "bits", "entropy", "mse", "mae")
+LEFT_OUT = (
+    ("constant", "constant"),
+    ("once", "set once: config fields"),
+    ("id", "ids or host fields"),
+    ("counter", "counters or clocks"),
+)
+
+
+def hint_columns(rows, step_key=None):
+    """``(names, left_out)`` for a log with no loss: the numeric keys of ``rows`` (dicts) that
+    are series worth naming with ``--metric`` (they vary, have values in several rows),
+    most loss-like first (a name that says minimised, a falling trend, fractional values);
+    and ``[(why, [names])]`` for the numeric keys that are not: constant, set once (a config
+    row), ids and host fields, counters and clocks (they only grow)."""
+    vals = {}
+    for d in rows:
+        if not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            if k == step_key or isinstance(v, bool):
+                continue
+            x = v if isinstance(v, (int, float)) else _to_float(v) if isinstance(v, str) else None
+            if x is None or x is MISSING or x != x or x in (float("inf"), float("-inf")):
+                continue
+            vals.setdefault(k, []).append(float(x))
+    scored = []
+    out = {why: [] for why, _ in LEFT_OUT}
+    for k, xs in vals.items():
+        why, score = _series_kind(k, xs)
+        if why is None:
+            scored.append((-score, k))
+        else:
+            out[why].append(k)
+    scored.sort()
+    left_out = [(text, sorted(out[why])) for why, text in LEFT_OUT if out[why]]
+    return [k for _, k in scored], left_out
+
+
+def _name_parts(key):
+    return [p for p in re.split(r"[/._\- ]+|(?<=[a-z])(?=[A-Z])", key) if p]
+
+
+def _series_kind(key, xs):
+    """``(why left out, None)`` or ``(None, loss-likeness)`` of one column's values."""
+    if len(xs) < 3:
+        return "once", None
+    if len(set(xs)) == 1:
+        return "constant", None
+    parts = [p.lower() for p in _name_parts(key)]
+    integral = all(x.is_integer() for x in xs)
+    if any(p in ID_PARTS for p in parts) or (
+        integral and len(set(xs)) > 0.9 * len(xs) > 20 and not _monotone(xs)
+    ):
+        return "id", None
+    if _monotone(xs) and (integral or any(p in CLOCK_PARTS for p in parts) or xs[0] > 1e8):
+        return "counter", None
+    n = max(1, len(xs) // 5)
+    first, last = sorted(xs[:n])[n // 2], sorted(xs[-n:])[n // 2]
+    score = 0
+    if any(p in MINIMISED or p.startswith(MINIMISED) for p in parts):
+        score += 3
+    if last < first - 0.05 * abs(first):
+        score += 2
+    elif last > first + 0.05 * abs(first):
+        score -= 1
+    if not integral:
+        score += 1
+    if min(xs) > 0:
+        score += 1
+    return None, score
+
+
+def _monotone(xs):
+    """Whether ``xs`` never falls (a counter, a clock)."""
+    return all(b >= a for a, b in zip(xs, xs[1:]))
+
+
+def _epoch_axis(cols, head):
+    """The epoch key, when a log without a step key has one row per epoch (ultralytics'
+    results.csv, Keras's CSVLogger): whole epochs, each one more than the row before."""
+    step_key, _, meta, _, _, _, _ = cols
+    key = dict(meta).get("epoch")
+    if step_key is not None or key is None:
+        return None
+    vals = [_to_float(d.get(key)) for d in head[:HEAD_ROWS] if isinstance(d, dict)]
+    if len(vals) < 2 or any(v is MISSING for v in vals):
+        return None
+    if all(b - a == 1 for a, b in zip(vals, vals[1:])) and vals[0].is_integer():
+        return key
+    return None
