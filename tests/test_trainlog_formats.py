@@ -720,8 +720,8 @@ def test_csv_column_path_reads_what_the_jsonl_twin_reads(tmp_path: Path, odd: st
 def test_csv_split_path_reads_what_csv_reader_reads(tmp_path: Path, odd: str) -> None:
     """A CSV block without quotes, each line of the header's width, is split as text; any
     other block goes through ``csv.reader``. The same rows with every data cell quoted (so every
-    block goes through ``csv.reader``) give the same answer. Over 4 MiB: two blocks, the odd
-    row in the second, so a split block and a ``csv.reader`` block meet in one file."""
+    block goes through ``csv.reader``) give the same answer. Over 4 MiB, the odd row near the
+    end, so split blocks and a ``csv.reader`` block meet in one file."""
     header = "epoch,step,train_loss_epoch,train_loss_step,val_loss"
     rows = []
     for s in range(260_000):
@@ -1001,6 +1001,30 @@ def test_no_name_that_says_loss_is_still_no_loss(tmp_path: Path) -> None:
     p.write_text("step,lossless_ratio,score\n" + "".join(f"{i},{i / 10},{i}\n" for i in range(50)))
     r = run(p)
     assert r.code == 2 and r.one("error")["kind"] == "no-loss"
+
+
+def test_a_quoted_newline_at_a_block_boundary_stays_in_its_cell(tmp_path: Path) -> None:
+    """Lines are handled a block at a time: a quoted cell whose newline is the last one of a
+    block goes on in the next block, and its row is read whole (not a row and a stray
+    ``b"`` counted as skipped). The first rows (the head the columns are chosen from) are
+    read at once, so the boundary is a later block's."""
+    from tests.test_trainlog_script import shipped
+
+    block = 4 * shipped("trainlog.source").BLOCK  # the 4th block's end: past the first rows
+    lines, size, s = ["step,loss,note"], len("step,loss,note") + 1, 0
+    while size < block - 64:
+        lines.append(f"{s},{2.0 - s * 1e-4:.5f},")
+        size += len(lines[-1]) + 1
+        s += 1
+    opened = f'{s},{2.0 - s * 1e-4:.5f},"a'
+    lines.append(opened + "x" * (block - size - 1 - len(opened)))  # its newline: the block's last
+    lines.append('b"')
+    lines += [f"{k},{2.0 - k * 1e-4:.5f}," for k in range(s + 1, s + 2000)]
+    path = tmp_path / "notes.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.read_bytes()[block - 1 : block + 3] == b'\nb"\n'
+    src = run(path).one("source")
+    assert src["rows"] == s + 2000 and src["skipped"] == 0 and src["last_step"] == s + 1999
 
 
 def test_an_ultralytics_results_csv_with_padded_names_is_read(tmp_path: Path) -> None:

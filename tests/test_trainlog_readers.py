@@ -387,6 +387,30 @@ def test_a_trainer_format_is_found_behind_a_long_shell_trace(tmp_path: Path) -> 
     assert (src["first_step"], src["rows"]) == (1, 299)
 
 
+def test_a_trainer_line_whose_optional_values_stop_still_gives_every_row(tmp_path: Path) -> None:
+    """A trainer's lines are read a block at a time, each column converted at once; where
+    an optional value stops (llm.c's logger prints lr and norm only when it has them) the
+    block is read row by row: every step, and the lr where it was logged."""
+    lines = []
+    for s, v in falling(400, 1, spike_at=300):
+        s += 1
+        extra = f" lr:0.000300 norm:0.5{s % 10}" if s <= 100 else ""  # llmc/logger.h
+        lines.append(f"s:{s} trl:{v:.4f}{extra}")
+        if s % 50 == 0:
+            lines.append(f"s:{s} tel:{v + 0.1:.4f}")  # an eval line: no train row
+    p = tmp_path / "main.log"
+    p.write_text("\n".join(lines) + "\n")
+    r = run(p)
+    src = r.one("source")
+    assert (src["format"], src["rows"], src["last_step"], src["skipped"]) == ("llm.c", 400, 400, 8)
+    assert {m["label"]: m["n"] for m in r.all("metric")} == {
+        "loss": 400,
+        "lr": 100,
+        "grad_norm": 100,
+    }
+    assert [s["step"] for s in r.all("spike") if s["metric"] == "loss"] == [301]
+
+
 # ---------------------------------------------------------------------------------------------
 # binary logs: a file that parses is never called text, whatever its series
 

@@ -134,11 +134,26 @@ def _content(rows, key):
     """Why a column's values in ``rows`` (the head's dicts) make it no series, else None:
     "set once" (fewer than 3 values in a log with more rows: a config field), "constant X"
     (one value throughout)."""
-    xs = [x for x in (_to_float(d.get(key)) for d in rows) if x is not MISSING]
-    if len(xs) < min(3, len(rows)):
+    need = min(3, len(rows))
+    first, n, varies = None, 0, False
+    for d in rows:  # to the third value that shows it varies: the choice reads 5000 rows
+        v = d.get(key)
+        if v is None or v == "":  # an empty CSV cell: missing, without a float() that fails
+            continue
+        x = _to_float(v)
+        if x is MISSING:
+            continue
+        n += 1
+        if first is None:
+            first = x
+        elif x != first:  # NaN too
+            varies = True
+        if varies and n >= need:
+            return None
+    if n < need:
         return "set once"
-    if len(xs) >= 3 and all(x == xs[0] for x in xs):
-        return "constant %s" % _short(xs[0])
+    if n >= 3 and not varies:
+        return "constant %s" % _short(first)
     return None
 
 

@@ -51,7 +51,7 @@ from .find import find_log
 from .read import read_with
 from .readers import by_format, claimants, csvlog, tensorboard
 from .readers.tensorboard import tfrecord_data_length
-from .source import BLOCK, MAX_LINE, Source
+from .source import MAX_LINE, READ, Source
 
 POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
 STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on
@@ -262,7 +262,7 @@ class Follower:
     def _read(self):
         got, budget = 0, READ_MAX
         while budget > 0:
-            data = self.f.read(min(BLOCK, budget))
+            data = self.f.read(min(READ, budget))
             if not data:
                 break
             self.offset += len(data)

@@ -134,6 +134,31 @@ class Ingest:
             except (KeyError, TypeError):
                 self.codes.append(self.code(bv))
 
+    def add_cells(self, cells):
+        """Rows of numbers as text, ``K`` cells a row in the order of ``keys``, one flat
+        list, converted a column at a time (:func:`number_column`); when a cell is no number
+        (an empty group, a word), row by row, such a row through :meth:`slow`."""
+        K = self.K
+        arrays = []
+        for j in range(K):
+            a = number_column(cells[j::K])
+            if a is None:
+                break
+            arrays.append(a)
+        else:
+            self.flush()
+            for col, a in zip(self.cols, arrays):
+                col.extend(a)
+            return
+        ext = self.flat.extend
+        for i in range(0, len(cells), K):
+            row = cells[i : i + K]
+            try:
+                ext(map(float, row))
+            except (ValueError, TypeError):
+                self.fix_partial()
+                self.slow({k: v for k, v in zip(self.keys, row) if v is not None})
+
     def dict_event(self, d):
         for v in d.values():
             if isinstance(v, str) and ("heckpoint" in v or "ckpt" in v or "esum" in v):
@@ -164,6 +189,21 @@ class Ingest:
             step = self.last_step()
         self.events.append((kind, step, "log", mask(line.strip())[:160]))
         return True
+
+
+def number_column(cells):
+    """An ``array('d')`` of a column of numbers as text, or None when a cell is none (an
+    empty cell, a word, None). Whole numbers are read with ``int`` (a step column: a third faster
+    than ``float``), the rest with ``float``; an int too large for a double is read by
+    ``float`` as the infinity it is."""
+    try:
+        return array("d", map(int, cells))
+    except (ValueError, TypeError, OverflowError):  # TypeError: None, an optional group
+        pass
+    try:
+        return array("d", map(float, cells))
+    except (ValueError, TypeError):
+        return None
 
 
 def _maybe_event(ing, line):

@@ -74,10 +74,19 @@ def _read_lines(lf, src, out):
     for d in head:
         keys.update(d.keys())
     ing = out.table(keys, head, step_key)
-    ext = ing.flat.extend
     getter = ing.getter
     nlines = 0
     at = [None]  # a step named by a line without data (nanoGPT's eval line), for what follows
+    # the values of the data lines since the last other line, converted a column at a time
+    # (a call per value costs more than the regex that found it)
+    pending = []
+    add = pending.extend
+
+    def flush():
+        if pending:
+            ing.add_cells(pending)
+            del pending[:]
+            at[0] = None
 
     def other(line):
         for kind, rx in event_res:
@@ -94,36 +103,42 @@ def _read_lines(lf, src, out):
         if line.strip():
             ing.skipped += 1
 
-    # One regex whose named groups are the columns: its groups go straight into the array.
+    # One regex whose named groups are the columns: its groups are the row (all of them,
+    # in their order: m.groups(), else m.group(*keys)).
     rx = getattr(parse, "rx", None)
     direct = rx is not None and all(k in rx.groupindex for k in ing.keys)
     search = rx.search if direct else None
     keys = tuple(ing.keys)
-    one = len(keys) == 1
+    every = direct and keys == tuple(sorted(rx.groupindex, key=rx.groupindex.get))
+    every = every and rx.groups == len(keys)
+    one = keys[0] if len(keys) == 1 else None
     for block in chain([lines], blocks):
         nlines += len(block)
         for line in block:
             if direct:
                 m = search(line)
                 if m is None:
+                    flush()
                     other(line)
                     continue
-                at[0] = None
-                try:
-                    ext(map(float, (m.group(keys[0]),) if one else m.group(*keys)))
-                except (ValueError, TypeError):
-                    ing.fix_partial()
-                    ing.slow({k: v for k, v in m.groupdict().items() if v is not None})
+                if every:
+                    add(m.groups())
+                elif one is None:
+                    add(m.group(*keys))
+                else:
+                    add((m.group(one),))
                 continue
             d = parse(line)
             if d is None:
+                flush()
                 other(line)
                 continue
-            at[0] = None
             try:
-                ext(map(float, getter(d)))
-            except (KeyError, ValueError, TypeError):
-                ing.fix_partial()
+                add(getter(d))
+            except KeyError:  # a key of the columns missing: row by row
+                flush()
+                at[0] = None
                 ing.slow(d)
+        flush()
         ing.flush()
     out.lines = nlines

@@ -14,8 +14,8 @@ from operator import itemgetter
 
 from ..base import MISSING, LogError
 from ..choose import HEAD_ROWS
-from ..ingest import _maybe_event
-from ..source import Lines
+from ..ingest import _maybe_event, number_column
+from ..source import Lines, head_lines
 
 FORMAT = "csv"
 WHAT = "CSV"
@@ -27,6 +27,7 @@ NAMES = (
 #: A header cell as trainers name their columns: train/box_loss, metrics/mAP50-95(B), lr-AdamW@0
 _NAME_RE = re.compile(r"^[A-Za-z_][\w./\-()\[\]@:%+ ]*$")
 WEAK = 0.001  # a header could be a CSV's: unless a trainer's lines or a JSON array say otherwise
+MAX_QUOTED_LINES = 1000  # a quoted cell over more lines is a stray quote: not held on to
 
 
 def sniff(head):
@@ -78,7 +79,8 @@ def _read(src, out):
         raise LogError("the log is empty")
     delim = "\t" if first.count("\t") > first.count(",") else ","
     header = [h.strip() for h in next(csv.reader([first], delimiter=delim))]
-    head_rows = [dict(zip(header, r)) for r in csv.reader(pending[:HEAD_ROWS], delimiter=delim)]
+    head, blocks = head_lines(chain([pending], blocks), HEAD_ROWS)
+    head_rows = [dict(zip(header, r)) for r in csv.reader(head, delimiter=delim)]
     ing = out.table(Counter(header), head_rows)
     out.dialect = _dialect(header)
     pos = {h: i for i, h in enumerate(header)}
@@ -98,7 +100,7 @@ def _read(src, out):
     sparse = any(not r.get(k) for r in head_rows[:200] for k in ing.keys)
     nlines = 1
     width = len(header)
-    for block in chain([pending], blocks):
+    for block, text in _blocks(chain([head], blocks), delim):
         nlines += len(block)
         # a block's rows are held at once: without the cyclic GC scanning them (they hold
         # only strings), which otherwise costs more than the parse
@@ -106,7 +108,7 @@ def _read(src, out):
         gc.disable()
         try:
             if bidx is None:
-                flat = _csv_split(block, delim, width)
+                flat = _csv_split(block, text, delim, width)
                 if flat is not None and _csv_columns(ing, _Cells(flat, width), idx, header):
                     continue
             rows = list(filter(None, csv.reader(block, delimiter=delim)))
@@ -147,11 +149,42 @@ def _read(src, out):
     out.lines = nlines
 
 
-def _csv_split(block, delim, width):
-    """A block's cells in one flat list, ``width`` per row, by splitting its text once;
-    None when ``csv.reader`` could read it otherwise: a quote, a carriage return, a blank
-    line or a line of another width (those blocks take the ``csv.reader`` path)."""
-    text = delim.join(block)
+def _blocks(blocks, delim):
+    """``(lines, their text joined by delim)`` a block at a time, each ending outside a
+    quoted cell: the lines of a quoted cell that goes on in the next block (a newline in a
+    quoted cell) move on to it, so that ``csv.reader`` reads the cell whole."""
+    carry = []
+    for block in blocks:
+        if carry:
+            block, carry = carry + block, []
+        text = delim.join(block)
+        if '"' in text:
+            cut = _open_quote(block)
+            if cut is not None and len(block) - cut <= MAX_QUOTED_LINES:
+                block, carry = block[:cut], block[cut:]
+                text = delim.join(block)
+        if block:
+            yield block, text
+    if carry:
+        yield carry, delim.join(carry)  # a quote the file never closes
+
+
+def _open_quote(block):
+    """The index of the line where a quoted cell opens that ``block`` does not close, or
+    None (a quote inside a quoted cell is doubled: every line with an odd count of quotes
+    opens or closes one)."""
+    start = None
+    for i, line in enumerate(block):
+        if line.count('"') % 2:
+            start = i if start is None else None
+    return start
+
+
+def _csv_split(block, text, delim, width):
+    """A block's cells in one flat list, ``width`` per row, by splitting ``text`` (its lines
+    joined by ``delim``) once; None when ``csv.reader`` could read it otherwise: a quote, a
+    carriage return, a blank line or a line of another width (those blocks take the
+    ``csv.reader`` path)."""
     if '"' in text or "\r" in text or set(map(str.count, block, repeat(delim))) != {width - 1}:
         return None
     if width == 1 and "" in block:
@@ -192,9 +225,10 @@ def _csv_columns(ing, rows, idx, header):
     out = []
     for i in idx:
         c = cols[i]
-        try:
-            out.append(array("d", map(float, c)))
-        except ValueError:
+        a = number_column(c)
+        if a is not None:
+            out.append(a)
+        else:
             blank = c.count("")
             if blank == n:
                 out.append(array("d", [MISSING]) * n)

@@ -11,7 +11,7 @@ import struct
 from infile import TooDeep, load_json, open_regular
 
 from ..base import LogError, _fmt
-from ..source import BLOCK
+from ..source import READ
 from ..wire import _pb_varint, _varint
 
 FORMAT = "wandb"
@@ -55,7 +55,7 @@ def _records(f):
     pos = 0
     while True:
         if len(buf) - pos < _WB_BLOCK + 7:
-            buf = buf[pos:] + f.read(BLOCK)
+            buf = buf[pos:] + f.read(READ)
             pos = 0
         left = _WB_BLOCK - off % _WB_BLOCK
         if left < 7:
