@@ -171,7 +171,8 @@ def test_tensorboard_matches_the_official_reader(tmp_path: Path) -> None:
     d = tmp_path / "tb"
     _tb_torch(d, new_style=True)
     (event_file,) = d.glob("events.out.tfevents.*")
-    rows = list(_reader("tensorboard")._rows_at(str(event_file), [0]))
+    with open(event_file, "rb") as f:
+        rows = list(_reader("tensorboard")._rows_of(f, [0, 0, None]))
     ea = EventAccumulator(str(event_file), size_guidance={"tensors": 0, "scalars": 0})
     ea.Reload()
     official = {(e.step, float(np.asarray(tensor_value(e)))) for e in ea.Tensors("train/loss")}
@@ -300,7 +301,9 @@ def test_lightning_csvlogger_sparse_rows(tmp_path: Path) -> None:
     r = run(tmp_path)
     src = r.one("source")
     assert src["format"] == "csv" and src["dialect"] == "Lightning CSVLogger metrics.csv"
-    assert src["chosen_from"] == "lightning_logs/version_0/metrics.csv (Lightning metrics.csv)"
+    assert src["chosen_from"] == (
+        "lightning_logs/version_0/metrics.csv (Lightning metrics.csv): the only candidate"
+    )
     assert src["step_key"] == "step" and src["columns"]["loss"] == "train_loss_step"
     assert src["rows"] == N and spike_steps(r) == [SPIKE_ROW]
 
@@ -374,7 +377,9 @@ def test_llamafactory_trainer_log_current_steps(tmp_path: Path) -> None:
     r = run(tmp_path)
     src = r.one("source")
     assert src["format"] == "jsonl" and src["dialect"].startswith("LLaMA-Factory")
-    assert src["chosen_from"] == "saves/trainer_log.jsonl (LLaMA-Factory trainer_log.jsonl)"
+    assert src["chosen_from"] == (
+        "saves/trainer_log.jsonl (LLaMA-Factory trainer_log.jsonl): the only candidate"
+    )
     assert src["step_key"] == "current_steps" and src["first_step"] == 10 and src["stride"] == 10
     assert src["columns"]["loss"] == "loss" and src["columns"]["lr"] == "lr"
     assert spike_steps(r) == [(SPIKE_ROW + 1) * 10]
@@ -602,7 +607,10 @@ def test_local_report_says_format_step_key_columns_and_chosen_from(
     )
     rep = tl.analyze_train_log(target, str(tmp_path / "run"), timeout=60)
     src = rep.source
-    assert src is not None and src.chosen_from == "metrics.csv (Lightning metrics.csv)"
+    assert (
+        src is not None
+        and src.chosen_from == "metrics.csv (Lightning metrics.csv): the only candidate"
+    )
     assert src.dialect == "Lightning CSVLogger metrics.csv" and src.step_key == "step"
     text = tl.render_report(rep)
     assert "format csv (Lightning CSVLogger metrics.csv), step key 'step'" in text

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -594,11 +595,9 @@ def lightning_version(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _fit_file(version: Path) -> str:
     """The event file with the training steps (by content: the one with train_loss_step)."""
-    from tests.test_trainlog_script import shipped
-
-    tensorboard = shipped("trainlog.readers.tensorboard")
+    read_log = shipped("trainlog.read").read_log
     for f in sorted(version.glob("events.out.tfevents.*")):
-        if "train_loss_step" in tensorboard.lengths(str(f)):
+        if "train_loss_step" in read_log(str(f), "auto", None)[0].keys:
             return f.name
     raise AssertionError("no fit event file")
 
@@ -641,7 +640,55 @@ def test_keras_train_folder_over_validation(tmp_path: Path) -> None:
     r = run(tmp_path / "logs")
     src = r.one("source")
     assert src["path"] == str(train)
-    assert "validation/" + val.name + " (a held-out folder" in src["chosen_from"]
+    held_out = f"validation/{val.name} (TensorBoard event file; a held-out folder: 'epoch_loss'"
+    assert held_out in src["chosen_from"]
+
+
+def test_a_run_directory_of_several_kinds_reads_the_longest_history(tmp_path: Path) -> None:
+    """The kinds of log in a run directory are ranked by what they hold, not by their names:
+    a console log with the whole run beats a metrics.csv that stopped early (its name was
+    preferred before), and what else was there is said with its loss and length."""
+    (tmp_path / "metrics.csv").write_text(
+        "step,train_loss\n" + "".join(f"{s},{v}\n" for s, v in falling(100, 1))
+    )
+    (tmp_path / "train.log").write_text(
+        "".join(f"step={s} loss={v:.4f}\n" for s, v in falling(600, 1, spike_at=400))
+    )
+    src = run(tmp_path).one("source")
+    assert src["path"].endswith("train.log") and src["rows"] == 600
+    assert src["chosen_from"] == (
+        "train.log (text log): the longest history of a train-side loss ('loss': 600 values); "
+        "also there: metrics.csv (Lightning metrics.csv; 'train_loss': 100 values)"
+    )
+
+
+def test_as_long_a_history_in_two_kinds_reads_the_preferred_one(tmp_path: Path) -> None:
+    """LLaMA-Factory writes the same history twice: trainer_log.jsonl as it goes, and the HF
+    trainer_state.json at the end (the newer file); as long, the run's own log is read."""
+    rows = [{"current_steps": s + 1, "loss": v, "lr": 1e-4} for s, v in falling(300, 1)]
+    (tmp_path / "trainer_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    state = {"log_history": [{"step": r["current_steps"], "loss": r["loss"]} for r in rows]}
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    os.utime(tmp_path / "trainer_log.jsonl", (1, 1))
+    why = run(tmp_path).one("source")["chosen_from"]
+    assert why.startswith(
+        "trainer_log.jsonl (LLaMA-Factory trainer_log.jsonl): the longest history of a "
+        "train-side loss ('loss': 300 values), and of as long ones the preferred kind; also "
+        "there: trainer_state.json (HF trainer_state.json; 'loss': 300 values)"
+    )
+
+
+def test_a_large_candidate_is_measured_on_its_start(tmp_path: Path) -> None:
+    """A candidate over 1 MiB is read to its first MiB to be ranked, its length scaled (and
+    said to be an estimate); the one chosen is then read whole."""
+    big = [json.dumps({"step": s, "loss": v, "pad": "x" * 200}) for s, v in falling(12000, 1)]
+    (tmp_path / "big.jsonl").write_text("\n".join(big) + "\n")
+    assert (tmp_path / "big.jsonl").stat().st_size > 2 << 20
+    (tmp_path / "small.log").write_text("".join(f"step={s} loss={v}\n" for s, v in falling(50, 1)))
+    src = run(tmp_path).one("source")
+    assert src["path"].endswith("big.jsonl") and src["rows"] == 12000
+    m = re.search(r"\('loss': ~(\d+) values\)", src["chosen_from"])
+    assert m and 11000 < int(m.group(1)) < 13000, src["chosen_from"]
 
 
 # ---------------------------------------------------------------------------------------------

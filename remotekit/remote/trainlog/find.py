@@ -1,6 +1,7 @@
-"""Which log of a path ``trainlog.py`` reads: the log of a run directory (:func:`find_log`),
-by the file names the readers claim and, among several of a kind, :func:`.rank.choose`;
-and the run's checkpoint directory (:func:`ckpt_dir_of`).
+"""Which log of a path ``trainlog.py`` reads: the log of a run directory (:func:`find_log`):
+its candidates by the file names the readers claim, each measured by its reader, and of
+several the one :func:`.rank.choose` prefers, with why and what else was there; and the
+run's checkpoint directory (:func:`ckpt_dir_of`).
 """
 
 from __future__ import annotations
@@ -11,20 +12,61 @@ from itertools import islice
 
 from . import readers
 from .base import LogError
-from .rank import choose
-from .readers import mlflow, tensorboard
+from .choose import NoLoss
+from .rank import Candidate, choose
+from .read import read_source
+from .readers import claimants, mlflow
+from .source import Source
 
 CKPT_NAME_RE = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(?:\.\w+)*$", re.I)
 
 
+MEASURE_BYTES = 1 << 20  # a larger candidate is measured on its first MiB, scaled to its size
+MAX_MEASURED = 32  # candidates measured at most (the preferred kinds first, newest first)
+
+
 def find_log(run_dir, max_entries=20000):
-    """``(file, why)``: the training log of a run directory, by the file names the readers
-    claim (``NAMES``: the newest file of the best kind; for checkpoints, the highest step).
-    An MLflow store (or one of its experiments) gives the run :func:`choose` prefers."""
+    """``(file, why)``: the training log of a run directory. Its candidates are the files
+    the readers claim by name (``NAMES``; of a log saved into every checkpoint, the last
+    checkpoint's); of several, each is read (a large one its first MiB) and :func:`choose`
+    takes the longest history of a train-side loss, then the preferred kind, then the
+    newest. An MLflow store (or one of its experiments) gives the run it prefers."""
     run = _mlflow_run(run_dir)
     if run is not None:
         return run
-    found = []
+    found, older = _candidates(run_dir, max_entries)
+    _wandb_without_history(run_dir, found)
+    if not found:
+        raise LogError(
+            "no training log under it (looked for %s)"
+            % ", ".join(sorted(set(what for _, what, _, _ in readers.names())))
+        )
+    if len(found) == 1:
+        _, _, rel, full, what = found[0]
+        best, why = 0, "%s (%s): the only candidate" % (rel, what)
+    else:
+        cands = []
+        for pref, age, rel, full, what in found[:MAX_MEASURED]:
+            lengths, exact = measure(full)
+            cands.append(Candidate(rel, lengths, -age, pref, exact, what))
+        best, why = choose(cands)
+        why = "%s: %s" % (cands[best], why)
+        if len(found) > MAX_MEASURED:
+            why += "; %d more candidates not looked at" % (len(found) - MAX_MEASURED)
+    if older:
+        why += "; %d older checkpoint copies (%s) not read" % (
+            len(older),
+            ", ".join(older[:3]) + (", ..." if len(older) > 3 else ""),
+        )
+    return found[best][3], why
+
+
+def _candidates(run_dir, max_entries):
+    """``([(preference, -mtime, rel, full, what)], [older copies])``: the files under
+    ``run_dir`` (4 levels at most) the readers claim by name, sorted, the preferred kinds
+    and the newest first; a name with a step (``checkpoint-N/trainer_state.json``) is a
+    copy of the run's log saved at step N: the highest N stands for them all."""
+    found, copies = [], {}
     seen = 0
     patterns = sorted(readers.names(), key=lambda n: n[2])
     base = len(run_dir.rstrip("/")) + 1
@@ -39,27 +81,47 @@ def find_log(run_dir, max_entries=20000):
                 break
             full = os.path.join(root, name)
             rel = full[base:]
-            for pat, what, rank, _ in patterns:
+            for pat, what, pref, _ in patterns:
                 m = re.search(pat, rel)
+                if m and m.groups():
+                    copies.setdefault(pat, []).append((float(m.group(1)), rel, full, what, pref))
+                elif m:
+                    found.append((pref, -_mtime(full), rel, full, what))
                 if m:
-                    key = float(m.group(1)) if m.groups() else _mtime(full)
-                    found.append((rank, -key, rel, full, what))
                     break
-    _wandb_without_history(run_dir, found)
-    if not found:
-        raise LogError(
-            "no training log under it (looked for %s)"
-            % "trainer_state.json, trainer_log.jsonl, metrics.csv, wandb/run-*/*.wandb, "
-            "events.out.tfevents.*, *.jsonl, *.log, *.txt, *.csv"
-        )
+    older = []
+    for items in copies.values():
+        items.sort(reverse=True)
+        _, rel, full, what, pref = items[0]
+        found.append((pref, -_mtime(full), rel, full, what))
+        older += [c[1] for c in items[1:]]
     found.sort()
-    _wandb_without_history(run_dir, found)
-    rank, _, rel, full, what = found[0]
-    same = [f for f in found if f[0] == rank]
-    if len(same) > 1 and what == "TensorBoard event file":
-        return _event_file(same, len(found) - len(same))
-    others = len(found) - 1
-    return full, "%s (%s)%s" % (rel, what, "; %d other candidates" % others if others else "")
+    return found, sorted(older)
+
+
+def measure(path):
+    """``({series: values}, exact)`` of a candidate log: read by the reader that claims it,
+    whole up to :data:`MEASURE_BYTES`, else its first MiB with the counts scaled to its size
+    (``exact`` False); a document (a JSON file) is read whole. A log that cannot be read
+    measures ``{}``; one without a loss gives its series' names with no values."""
+    try:
+        size = os.path.getsize(path)
+        src = Source(path)
+        limit = None
+        if size > MEASURE_BYTES and not getattr(claimants(src)[0], "DOCUMENT", False):
+            limit = MEASURE_BYTES
+        ing = read_source(Source(path, limit=limit), "auto", None)[0]
+    except NoLoss as exc:
+        return {k: 0 for k in exc.numeric[:8]}, True
+    except (LogError, OSError, ValueError):
+        return {}, True
+    ing.flush()
+    scale = float(size) / limit if limit else 1.0
+    out = {}
+    for j, (_, key) in enumerate(ing.metrics):
+        col = ing.cols[ing.m0 + j]
+        out[key] = int(sum(1 for v in col if v == v) * scale)  # NaN: missing (or logged)
+    return out, limit is None
 
 
 WANDB_RUN_DIR_RE = re.compile(r"(?:^|/)(?:offline-)?run-\d{8}_\d{6}-\w+$")
@@ -92,16 +154,6 @@ def _wandb_without_history(run_dir, found):
         )
 
 
-def _event_file(files, more):
-    """``(file, why)``: of several event files (Lightning's fit, validate and test; Keras's
-    train/ and validation/), the one :func:`choose` prefers."""
-    cands = [(rel, tensorboard.lengths(full), -key) for _, key, rel, full, _ in files]
-    best, why = choose(cands)
-    rel, full = files[best][2], files[best][3]
-    tail = "; %d other candidates of other kinds" % more if more else ""
-    return full, "%s (TensorBoard event file): %s%s" % (rel, why, tail)
-
-
 def _mlflow_run(path):
     """``(run dir, why)`` of an MLflow store, experiment or run, else None."""
     runs = mlflow.runs_of(path)
@@ -111,15 +163,16 @@ def _mlflow_run(path):
     if not runs:
         return None
     cands = [
-        (
-            "%s (MLflow run %s)" % (r[base:] or ".", m.get("run_name") or os.path.basename(r)),
+        Candidate(
+            r[base:] or ".",
             mlflow.lengths(r),
             _float(m.get("start_time")),
+            what="MLflow run %s" % (m.get("run_name") or os.path.basename(r)),
         )
         for r, m in runs
     ]
     best, why = choose(cands)
-    return runs[best][0], "%s: %s" % (cands[best][0], why)
+    return runs[best][0], "%s: %s" % (cands[best], why)
 
 
 def _float(v):

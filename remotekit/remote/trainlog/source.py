@@ -28,14 +28,18 @@ MAX_DOC = 1 << 28  # a whole-document JSON (trainer_state.json) larger than this
 class Source:
     """A log to read: ``path`` (what messages name; a directory for a format that is one,
     as an MLflow run) and its bytes, the file there or ``data`` (bytes: the window of a
-    followed log)."""
+    followed log); ``limit``: only the file's first bytes (a candidate measured)."""
 
-    def __init__(self, path, data=None):
+    def __init__(self, path, data=None, limit=None):
         self.path = path
         self.data = data
+        self.limit = limit
 
     def open(self):
         """The bytes, as a binary file object (the caller closes it)."""
+        if self.data is None and self.limit is not None:
+            with open_regular(self.path) as f:
+                self.data = f.read(self.limit)
         if self.data is not None:
             return io.BytesIO(self.data)  # shares the bytes, no copy
         return open_regular(self.path)

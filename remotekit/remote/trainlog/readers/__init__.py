@@ -22,8 +22,9 @@ A reader is a module with:
 
 and may say ``BINARY = True`` (a file that parses but has no loss is named as this format,
 never handed to the text reader), ``FOLLOWS = True`` (the format grows by appending:
-``--follow`` reads its new lines or records) and ``DIRECTORY = True`` (a directory is one
-log of this format: its ``sniff`` sees ``head.is_dir``).
+``--follow`` reads its new lines or records), ``DOCUMENT = True`` (read whole: its first
+bytes alone do not parse, so a large one is not measured on them) and ``DIRECTORY = True``
+(a directory is one log of this format: its ``sniff`` sees ``head.is_dir``).
 
 A new format is one module here and its name in :data:`READERS`, whose order breaks ties.
 """

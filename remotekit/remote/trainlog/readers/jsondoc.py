@@ -17,6 +17,7 @@ from ..source import MAX_DOC, NotMine
 
 FORMAT = "json"
 WHAT = "JSON document"
+DOCUMENT = True  # read whole: its start alone does not parse
 NAMES = (
     (r"^trainer_state\.json$", "HF trainer_state.json", 20),
     (

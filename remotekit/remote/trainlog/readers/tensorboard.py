@@ -7,9 +7,6 @@ writes them).
 from __future__ import annotations
 
 import struct
-from collections import Counter
-
-from infile import open_regular
 
 from ..base import LogError
 from ..source import MAX_LINE
@@ -143,21 +140,6 @@ def _intact(data):
 
 
 _CRC = struct.Struct("<I")
-
-
-def _rows_at(path, counts):
-    with open_regular(path) as f:
-        for row in _rows_of(f, counts):
-            yield row
-
-
-def lengths(path):
-    """``{tag: steps with a value}`` of an event file (for choosing among a run's files)."""
-    counts = [0, 0, None]
-    out = Counter()
-    for row in _rows_at(path, counts):
-        out.update(k for k in row if k != "step")
-    return dict(out)
 
 
 def _rows_of(f, counts):
