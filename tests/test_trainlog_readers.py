@@ -721,6 +721,32 @@ def test_wandb_run_dir_without_its_wandb_file_says_what_is_missing(tmp_path: Pat
     assert "numeric columns: none" not in err["message"]
     assert "W&B run directory without its run-*.wandb file" in err["message"]
     assert "files/output.log" in err["message"] and "logs/debug.log" in err["message"]
+    (f.parent / "files" / "output.log").unlink()  # nothing left to read: said so, not a guess
+    err = run(f.parent).one("error")["message"]
+    assert "W&B run directory without its run-*.wandb file" in err and "logs/debug.log" in err
+    assert "copy the run's .wandb file too" in err
+
+
+def test_a_wandb_run_whose_only_history_is_its_output_log(tmp_path: Path) -> None:
+    """W&B copies what the script printed to files/output.log. Without the run's .wandb file
+    that is all the run directory holds of the training: it is read (here an HF Trainer's
+    printed log dicts) with a warning that the .wandb is missing; W&B's own debug logs are not
+    candidates."""
+    (f,) = wandb_run(tmp_path, [{"x": 1.0}]).glob("wandb/offline-run-*/run-*.wandb")
+    f.unlink()
+    lines = ["***** Running training *****", "  Num examples = 12800"]
+    for _, v in falling(200, 1, spike_at=150):
+        # transformers/trainer.py Trainer.log(): print of the logs dict, every logging step
+        lines.append(repr({"loss": round(v, 4), "grad_norm": 0.5, "learning_rate": 5e-05}))
+    (f.parent / "files" / "output.log").write_text("\n".join(lines) + "\n")
+    r = run(tmp_path / "run")
+    src = r.one("source")
+    assert src["path"].endswith("files/output.log") and src["rows"] == 200
+    assert src["chosen_from"].startswith(f"wandb/{f.parent.name}/files/output.log (W&B console)")
+    (w,) = [x["message"] for x in r.all("warning") if ".wandb" in x["message"]]
+    assert "without its run-*.wandb file" in w and "read files/output.log" in w
+    assert "logs/debug.log" in w  # what the folder holds
+    assert [s["step"] for s in r.all("spike") if s["metric"] == "loss"] == [150]
 
 
 def test_olmo_rich_console_log_and_metric_loss_by_its_name(tmp_path: Path) -> None:

@@ -187,6 +187,7 @@ def _no_loss(path, exc):
     )
     if exc.what:
         what = "a %s that parses; %s" % (exc.what, what)
+    what = "; ".join(exc.notes + [what])
     left = "; ".join("%s (%s)" % (", ".join(names[:12]), why) for why, names in exc.left_out)
     return failed(
         "%s: %s; numeric series: %s, the most loss-like first; name the one to analyse with "

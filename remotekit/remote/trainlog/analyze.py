@@ -28,6 +28,7 @@ from .base import (
     decimate,
     send,
 )
+from .choose import NoLoss
 from .composition import bucket_column, composition
 from .events import correlate, find_events, nearest_event
 from .find import ckpt_dir_of, find_log
@@ -41,9 +42,12 @@ def analyze_log(args, wanted):
     """Analyse the log ``args.path`` names (a file or a run directory) and write the
     records; return the exit code (0 nothing found, 1 findings). Raises LogError, NoLoss and
     OSError for a log that cannot be analysed (``trainlog.main`` says so in records)."""
-    warnings = []
-    path, chosen = _log_path(args)
-    ing, fmt, nlines, extra = read_log(path, args.format, wanted)
+    path, chosen, warnings = _log_path(args)
+    try:
+        ing, fmt, nlines, extra = read_log(path, args.format, wanted)
+    except NoLoss as exc:
+        exc.notes = warnings + exc.notes  # the choice's caveat explains the missing loss
+        raise
     warnings.extend(_reading_caveats(ing, fmt, extra))
     steps, cols, n, derived = _columns(ing, warnings)
     stride, tol = stride_of(steps, n, args.tolerance)
@@ -81,16 +85,16 @@ def stride_of(steps, n, tolerance=None):
 
 
 def _log_path(args):
-    """``(file, why)``: the log itself, or the one picked in a run directory (whose
-    checkpoints then give the saves, unless they were named)."""
+    """``(file, why, notes)``: the log itself, or the one picked in a run directory (whose
+    checkpoints then give the saves, unless they were named) with the caveats of the pick."""
     if not os.path.isdir(args.path):
-        return args.path, None
-    path, chosen = find_log(args.path)
+        return args.path, None, []
+    path, chosen, notes = find_log(args.path)
     if args.ckpt_dir is None and not args.ckpt_steps:
         ck = ckpt_dir_of(args.path)
         if ck is not None:
             args.ckpt_dir = ck
-    return path, chosen
+    return path, chosen, list(notes)
 
 
 def _reading_caveats(ing, fmt, extra):

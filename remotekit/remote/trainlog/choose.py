@@ -308,6 +308,7 @@ class NoLoss(Exception):
         self.found = found
         self.left_out = left_out  # [(why, [names])]: numeric keys that are no series to name
         self.what = None  # the binary format that parsed (a TensorBoard or W&B file), if one
+        self.notes = []  # caveats of how the log was found (a W&B run without its history)
 
 
 #: Name parts of a column that is a label of the run rather than a measurement.

@@ -15,7 +15,7 @@ from .base import LogError
 from .choose import NoLoss
 from .rank import Candidate, choose
 from .read import read_source
-from .readers import claimants, mlflow
+from .readers import claimants, mlflow, text, wandb
 from .source import Source
 
 CKPT_NAME_RE = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(?:\.\w+)*$", re.I)
@@ -26,16 +26,18 @@ MAX_MEASURED = 32  # candidates measured at most (the preferred kinds first, new
 
 
 def find_log(run_dir, max_entries=20000):
-    """``(file, why)``: the training log of a run directory. Its candidates are the files
-    the readers claim by name (``NAMES``; of a log saved into every checkpoint, the last
-    checkpoint's); of several, each is read (a large one its first MiB) and :func:`choose`
-    takes the longest history of a train-side loss, then the preferred kind, then the
-    newest. An MLflow store (or one of its experiments) gives the run it prefers."""
+    """``(file, why, notes)``: the training log of a run directory. Its candidates are the
+    files the readers claim by name (``NAMES``; of a log saved into every checkpoint, the
+    last checkpoint's; of a W&B run without its .wandb file, the console output); of
+    several, each is read (a large one its first MiB) and :func:`choose` takes the longest
+    history of a train-side loss, then the preferred kind, then the newest. An MLflow store
+    (or one of its experiments) gives the run it prefers. ``notes``: caveats of the choice
+    (warnings)."""
     run = _mlflow_run(run_dir)
     if run is not None:
-        return run
+        return run + ([],)
     found, older = _candidates(run_dir, max_entries)
-    _wandb_without_history(run_dir, found)
+    found, notes = _wandb_runs(run_dir, found)
     if not found:
         raise LogError(
             "no training log under it (looked for %s)"
@@ -58,7 +60,7 @@ def find_log(run_dir, max_entries=20000):
             len(older),
             ", ".join(older[:3]) + (", ..." if len(older) > 3 else ""),
         )
-    return found[best][3], why
+    return found[best][3], why, notes.get(found[best][3], [])
 
 
 def _candidates(run_dir, max_entries):
@@ -127,31 +129,54 @@ def measure(path):
 WANDB_RUN_DIR_RE = re.compile(r"(?:^|/)(?:offline-)?run-\d{8}_\d{6}-\w+$")
 
 
-def _wandb_without_history(run_dir, found):
-    """A W&B run directory whose best log is one of its own side files (debug.log,
-    output.log) has lost its ``run-*.wandb`` file, the only history W&B keeps there: say
-    so, and what is there, rather than read a debug log as the training log."""
-    if any(f[4] == "W&B run file" for f in found):
-        return
+OUTPUT_LOG = "files/output.log"  # the console output W&B captures in a run directory
+
+
+def _wandb_runs(run_dir, found):
+    """``(found, notes)``: the candidates, with W&B run directories seen to. One without its
+    ``run-*.wandb`` file (the only history W&B keeps there) has side files only: its own
+    debug logs are no candidates, and its ``files/output.log`` (the console output W&B
+    captured: what the script printed) is, with a note (``{path: [note]}``) that says the
+    history is missing. When nothing else is left to read, a LogError names what there is."""
     top = run_dir.rstrip("/")
-    best = found[0][3] if found else None
+    notes, bare = {}, []
     for root, dirs, _files in os.walk(top):
         if root[len(top) :].count("/") > 2:
             dirs[:] = []
         if not WANDB_RUN_DIR_RE.search(root):
             continue
-        if best is not None and not best.startswith(root + "/"):
-            return
-        names = (
-            os.path.relpath(os.path.join(r, n), root) for r, _, ns in os.walk(root) for n in ns
-        )
-        there = sorted(islice(names, 1000))  # a media-heavy run folder is not listed whole
+        dirs[:] = []
+        inside = root + "/"
+        if any(f[4] == wandb.WHAT and f[3].startswith(inside) for f in found):
+            continue
+        found = [f for f in found if not f[3].startswith(inside)]
+        held = _without_history(os.path.relpath(root, top), root)
+        out = os.path.join(root, OUTPUT_LOG)
+        if not os.path.isfile(out):
+            bare.append(held)
+            continue
+        found.append((text.NAMES[0][2], -_mtime(out), out[len(top) + 1 :], out, "W&B console"))
+        notes[out] = [
+            held + ": read %s, the console output W&B captured (what the script printed, "
+            "not what it logged), instead; copy the run's .wandb file for its history" % OUTPUT_LOG
+        ]
+    if bare and not found:
         raise LogError(
-            "a W&B run directory without its run-*.wandb file (the run's history): %s holds "
-            "only %s; copy the run's .wandb file too, or name a log of the trainer's own"
-            % (os.path.relpath(root, top), ", ".join(there[:8]) or "nothing")
-            + (" and %d more" % (len(there) - 8) if len(there) > 8 else "")
+            bare[0] + "; copy the run's .wandb file too, or name a log of the trainer's own"
         )
+    found.sort()
+    return found, notes
+
+
+def _without_history(rel, root):
+    """What a W&B run directory without its .wandb file holds, in words."""
+    names = (os.path.relpath(os.path.join(r, n), root) for r, _, ns in os.walk(root) for n in ns)
+    there = sorted(islice(names, 1000))  # a media-heavy run folder is not listed whole
+    return (
+        "a W&B run directory without its run-*.wandb file (the run's history): %s holds only %s"
+        % (rel, ", ".join(there[:8]) or "nothing")
+        + (" and %d more" % (len(there) - 8) if len(there) > 8 else "")
+    )
 
 
 def _mlflow_run(path):

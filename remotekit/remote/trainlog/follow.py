@@ -466,7 +466,9 @@ def follow_log(args):
     """Follow ``args.path`` until stopped (or ``args.duration`` seconds); return the exit
     code. Raises LogError, NoLoss and OSError for a log that cannot be followed."""
     if os.path.isdir(args.path):
-        args.path, args.chosen_from = find_log(args.path)
+        args.path, args.chosen_from, notes = find_log(args.path)
+        for note in notes:
+            send("warning", message=note)
     fol = Follower(args, args.wanted)
     end = time.monotonic() + args.duration if args.duration else None
     try:
