@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,34 @@ from tests.conftest import CI
 from tests.test_trainlog_script import SCRIPT, Run, run, shipped
 
 READERS = SCRIPT.parent / "trainlog" / "readers"
+
+
+def test_docs_adding_a_reader_example_runs(tmp_path: Path) -> None:
+    """docs/extending.md's example reader, saved as one module in a copy of the shipped
+    files and listed in READERS, reads its format: a new format is that module and that
+    line. The log: a Keras 3 fit(verbose=2) of 12 epochs, to the shape the docstring cites."""
+    docs = (SCRIPT.parents[2] / "docs" / "extending.md").read_text()
+    section = docs[docs.index("## Adding a train-log reader") :]
+    module = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    remote = tmp_path / "remote"
+    shutil.copytree(SCRIPT.parent, remote, ignore=shutil.ignore_patterns("__pycache__"))
+    (remote / "trainlog" / "readers" / "keras.py").write_text(module)
+    registry = remote / "trainlog" / "readers" / "__init__.py"
+    src = registry.read_text()
+    src = src.replace("    jsonl,\n    llmc,\n", "    jsonl,\n    keras,\n    llmc,\n", 1)
+    src = src.replace("    csvlog,\n    text,\n)", "    keras,\n    csvlog,\n    text,\n)", 1)
+    registry.write_text(src)
+    lines = []
+    for e, v in enumerate([2.31, 1.62, 1.21, 0.97, 0.84, 0.75, 0.69, 0.66, 2.9, 0.62, 0.6, 0.59]):
+        lines += [f"Epoch {e + 1}/12", f"1875/1875 - 3s - 2ms/step - accuracy: {0.5 + e / 30:.4f}"]
+        lines[-1] += f" - loss: {v:.4f} - val_accuracy: 0.8{e}00 - val_loss: {v + 0.1:.4f}"
+    log = tmp_path / "fit.log"
+    log.write_text("\n".join(["Using PyTorch backend.", *lines]) + "\n")
+    r = run(log, script=remote / "trainlog.py")
+    src_rec = r.one("source")
+    assert (src_rec["format"], src_rec["rows"], src_rec["first_step"]) == ("keras", 12, 1)
+    assert src_rec["columns"]["loss"] == "loss" and src_rec["last_step"] == 12
+    assert "keras" not in {rec["format"] for rec in run(log).all("source")}  # not shipped
 
 
 def test_every_reader_module_is_registered_and_keeps_the_contract() -> None:

@@ -58,9 +58,9 @@ class Run:
         }
 
 
-def run(path: Path | str, *args: Any) -> Run:
+def run(path: Path | str, *args: Any, script: Path = SCRIPT) -> Run:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(path), *map(str, args)],
+        [sys.executable, str(script), str(path), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,
