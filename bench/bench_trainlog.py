@@ -11,7 +11,7 @@ bucket, seq_len, tokens): homogeneous length buckets (52% bucket 5), a slowly fa
 and a 13x spike every 100,000 steps. Best of ``--repeat`` runs each, alternating.
 Target: train-log time <= 3x the baseline's.
 
-Then each reader alone (in this process, the script loaded as a module: ``read_log``) on a
+Then each reader alone (in this process, the shipped package imported: ``read_log``) on a
 ``--steps`` file of its format vs the bare parse of that format, in the same run:
 
   jsonl, trainer_state.json   json.loads per line / json.load of the document
@@ -108,12 +108,11 @@ def write_log(path: Path, steps: int, seed: int = 0) -> None:
 # each reader vs the bare parse of its format (in this process)
 
 
-def _script_module() -> Any:
-    spec = importlib.util.spec_from_file_location("trainlog_bench", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def shipped(module: str) -> Any:
+    """A module of the shipped ``trainlog/`` package, imported as trainlog.py imports it."""
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))
+    return importlib.import_module(module)
 
 
 def _losses(steps: int, seed: int = 1) -> list[float]:
@@ -323,12 +322,12 @@ def bare_findall(rx: Any) -> Any:
     return bare
 
 
-def _line_regex(tl: Any, name: str) -> Any:
+def _line_regex(name: str) -> Any:
     """The compiled data regex of a text format (the first one its parser runs)."""
-    formats = {lf[0]: lf for lf in tl.LINE_FORMATS}
+    reader = shipped("trainlog.readers").by_format(name)
     if name == "megatron":
-        return tl._PIPE_PAIR_RE
-    return formats[name][1].rx
+        return reader.PIPE_PAIR_RE
+    return reader.LINE.parse.rx
 
 
 def bare_fairseq(path: Path) -> int:
@@ -357,10 +356,9 @@ def make_olmo(path: Path, steps: int) -> None:
     _write_lines(path, lines())
 
 
-def bare_olmo(tl: Any) -> Any:
-    import trainlog_olmo
-
-    metric, marker = trainlog_olmo.METRIC_RE.match, trainlog_olmo.MARKER_RE.search
+def bare_olmo() -> Any:
+    olmo = shipped("trainlog.readers.olmo")
+    metric, marker = olmo.METRIC_RE.match, olmo.MARKER_RE.search
 
     def parse(path: Path) -> int:
         n = 0
@@ -402,7 +400,7 @@ def bare_mlflow(path: Path) -> int:
 
 
 def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, Any]:
-    tl = _script_module()
+    read_log = shipped("trainlog.read").read_log
     cases: list[tuple[str, Any, Any, str, str]] = [
         ("jsonl", make_jsonl, bare_jsonl, "json.loads per line", "jsonl"),
         ("csv", make_csv, bare_csv, "csv.reader", "csv"),
@@ -410,13 +408,19 @@ def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, A
     ]
     for name in ("nanogpt", "llm.c", "megatron"):
         cases.append(
-            (name, make_text(name), bare_regex(_line_regex(tl, name)), "a regex per line", "log")
+            (name, make_text(name), bare_regex(_line_regex(name)), "a regex per line", "log")
         )
     cases.append(("fairseq", make_text("fairseq"), bare_fairseq, "json.loads per line", "log"))
     cases.append(
-        ("text", make_text("text"), bare_findall(tl.FAST_PAIR_RE), "a regex per line", "log")
+        (
+            "text",
+            make_text("text"),
+            bare_findall(shipped("trainlog.base").FAST_PAIR_RE),
+            "a regex per line",
+            "log",
+        )
     )
-    cases.append(("olmo", make_olmo, bare_olmo(tl), "its two regexes per line", "log"))
+    cases.append(("olmo", make_olmo, bare_olmo(), "its two regexes per line", "log"))
     cases.append(("mlflow", make_mlflow, bare_mlflow, "split + float per line", "run"))
     cases.append(("tensorboard", make_tfevents, bare_tensorboard, "EventAccumulator", "tb"))
     cases.append(("wandb", make_wandb, bare_wandb, "wandb protobuf Record", "wandb"))
@@ -440,7 +444,7 @@ def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, A
         rows = 0
         for _ in range(repeat):
             t0 = time.process_time()
-            ing = tl.read_log(str(path), "auto", None)[0]
+            ing = read_log(str(path), "auto", None)[0]
             ing.flush()
             mine.append(time.process_time() - t0)
             rows = ing.rows()

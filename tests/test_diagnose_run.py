@@ -57,7 +57,16 @@ def test_a_run_gets_checkpoints_log_and_verdict(report: dg.DiagnoseReport, run_d
     assert log.report.source is not None
     # the script chose it in the run (not a trainer_state.json), and says so
     assert log.report.source.path == str(run_dir / "train_log.jsonl")
-    assert log.report.source.chosen_from == "train_log.jsonl (JSON lines); 3 other candidates"
+    # ... and why: the longest history; the last checkpoint's copy looked at, the older not
+    why = log.report.source.chosen_from or ""
+    assert why.startswith(
+        "train_log.jsonl (JSON lines): the longest history of a train-side loss ('loss': 600 "
+        "values); also there: checkpoints/checkpoint-500/trainer_state.json (HF trainer_state"
+    )
+    assert why.endswith(
+        "; 2 older checkpoint copies (checkpoints/checkpoint-200/trainer_state.json, "
+        "checkpoints/checkpoint-400/trainer_state.json) not read"
+    )
     saves = sorted(e.step for e in log.report.events if e.kind == "checkpoint")
     assert saves == [200, 400, 500]  # from the scan, not typed by anyone
     v = "\n".join(report.verdict)

@@ -110,11 +110,14 @@ def test_a_script_ships_with_every_sibling_module_it_imports() -> None:
     assert ckpt.files["ckpt/base.py"] == (REMOTE / "ckpt" / "base.py").read_bytes()
     assert set(remote.script("sysinfo.py").files) == {"protocol.py"}
     assert set(remote.script("ckpt_samples.py").files) == {"protocol.py"}
+    # a package's modules named in an import list ship too: from .readers import mlflow
+    readers = remote.script("trainlog.py").files
+    assert {"trainlog/readers/__init__.py", "trainlog/readers/mlflow.py"} <= set(readers)
     assert remote.script("runner.py").files == {}
 
 
 def test_every_shipped_file_says_what_it_is() -> None:
-    for path in [*REMOTE.glob("*.py"), *REMOTE.glob("*/*.py")]:
+    for path in REMOTE.rglob("*.py"):  # the shipped packages too, nested ones included
         first = path.read_text().lstrip().splitlines()
         first = first[1:] if first[0].startswith("#!") else first
         assert first[0].startswith(('"""', "# ")) and len(first[0]) > 20, path.name

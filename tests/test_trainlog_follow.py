@@ -629,7 +629,7 @@ def test_the_help_names_what_the_follower_follows_and_refuses() -> None:
 
     from remotekit.cli.diagnostics import train_log
 
-    source = (ROOT / "remotekit" / "remote" / "trainlog_follow.py").read_text()
+    source = (ROOT / "remotekit" / "remote" / "trainlog" / "follow.py").read_text()
     consts = {
         t.id: ast.literal_eval(node.value)
         for node in ast.parse(source).body

@@ -171,8 +171,8 @@ def test_tensorboard_matches_the_official_reader(tmp_path: Path) -> None:
     d = tmp_path / "tb"
     _tb_torch(d, new_style=True)
     (event_file,) = d.glob("events.out.tfevents.*")
-    mod = _module()
-    rows = list(mod._tf_rows(str(event_file), [0]))
+    with open(event_file, "rb") as f:
+        rows = list(_reader("tensorboard")._rows_of(f, [0, 0, None]))
     ea = EventAccumulator(str(event_file), size_guidance={"tensors": 0, "scalars": 0})
     ea.Reload()
     official = {(e.step, float(np.asarray(tensor_value(e)))) for e in ea.Tensors("train/loss")}
@@ -186,10 +186,10 @@ def tensor_value(e: Any) -> Any:
     return tensor_util.make_ndarray(e.tensor_proto)
 
 
-def _module() -> Any:
-    from tests.test_trainlog_script import TL
+def _reader(name: str) -> Any:
+    from tests.test_trainlog_script import shipped
 
-    return TL
+    return shipped(f"trainlog.readers.{name}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,12 +254,12 @@ def test_wandb_offline_run_read_without_wandb(tmp_path: Path, style: str) -> Non
         assert src["step_key"] == "_step" and spike_steps(r) == [SPIKE_ROW]
     # every value exactly as logged (wandb 0.31 has no Python reader of its own: the Go
     # wandb-core reads these files; bench/bench_trainlog.py compares with its protobuf classes)
-    rows = list(_module()._wandb_rows(str(wb_file), [0]))
+    rows = list(_reader("wandb")._rows(str(wb_file), [0]))
     assert [row["train/loss"] for row in rows] == [loss for _, loss, _, _ in curve()]
     assert [row["_step"] for row in rows] == list(range(N))
     # past the first rows the reader looks up only the kept items: the same values
     for keep in ({"train/loss", "_step", "train/global_step"}, {"train/loss", "_step"}):
-        fast = list(_module()._wandb_rows(str(wb_file), [0], [keep]))
+        fast = list(_reader("wandb")._rows(str(wb_file), [0], [keep]))
         assert [{k: r[k] for k in keep if k in r} for r in fast] == [
             {k: r[k] for k in keep if k in r} for r in rows
         ]
@@ -301,7 +301,9 @@ def test_lightning_csvlogger_sparse_rows(tmp_path: Path) -> None:
     r = run(tmp_path)
     src = r.one("source")
     assert src["format"] == "csv" and src["dialect"] == "Lightning CSVLogger metrics.csv"
-    assert src["chosen_from"] == "lightning_logs/version_0/metrics.csv (Lightning metrics.csv)"
+    assert src["chosen_from"] == (
+        "lightning_logs/version_0/metrics.csv (Lightning metrics.csv): the only candidate"
+    )
     assert src["step_key"] == "step" and src["columns"]["loss"] == "train_loss_step"
     assert src["rows"] == N and spike_steps(r) == [SPIKE_ROW]
 
@@ -375,7 +377,9 @@ def test_llamafactory_trainer_log_current_steps(tmp_path: Path) -> None:
     r = run(tmp_path)
     src = r.one("source")
     assert src["format"] == "jsonl" and src["dialect"].startswith("LLaMA-Factory")
-    assert src["chosen_from"] == "saves/trainer_log.jsonl (LLaMA-Factory trainer_log.jsonl)"
+    assert src["chosen_from"] == (
+        "saves/trainer_log.jsonl (LLaMA-Factory trainer_log.jsonl): the only candidate"
+    )
     assert src["step_key"] == "current_steps" and src["first_step"] == 10 and src["stride"] == 10
     assert src["columns"]["loss"] == "loss" and src["columns"]["lr"] == "lr"
     assert spike_steps(r) == [(SPIKE_ROW + 1) * 10]
@@ -603,7 +607,10 @@ def test_local_report_says_format_step_key_columns_and_chosen_from(
     )
     rep = tl.analyze_train_log(target, str(tmp_path / "run"), timeout=60)
     src = rep.source
-    assert src is not None and src.chosen_from == "metrics.csv (Lightning metrics.csv)"
+    assert (
+        src is not None
+        and src.chosen_from == "metrics.csv (Lightning metrics.csv): the only candidate"
+    )
     assert src.dialect == "Lightning CSVLogger metrics.csv" and src.step_key == "step"
     text = tl.render_report(rep)
     assert "format csv (Lightning CSVLogger metrics.csv), step key 'step'" in text
@@ -721,8 +728,8 @@ def test_csv_column_path_reads_what_the_jsonl_twin_reads(tmp_path: Path, odd: st
 def test_csv_split_path_reads_what_csv_reader_reads(tmp_path: Path, odd: str) -> None:
     """A CSV block without quotes, each line of the header's width, is split as text; any
     other block goes through ``csv.reader``. The same rows with every data cell quoted (so every
-    block goes through ``csv.reader``) give the same answer. Over 4 MiB: two blocks, the odd
-    row in the second, so a split block and a ``csv.reader`` block meet in one file."""
+    block goes through ``csv.reader``) give the same answer. Over 4 MiB, the odd row near the
+    end, so split blocks and a ``csv.reader`` block meet in one file."""
     header = "epoch,step,train_loss_epoch,train_loss_step,val_loss"
     rows = []
     for s in range(260_000):
@@ -1002,6 +1009,30 @@ def test_no_name_that_says_loss_is_still_no_loss(tmp_path: Path) -> None:
     p.write_text("step,lossless_ratio,score\n" + "".join(f"{i},{i / 10},{i}\n" for i in range(50)))
     r = run(p)
     assert r.code == 2 and r.one("error")["kind"] == "no-loss"
+
+
+def test_a_quoted_newline_at_a_block_boundary_stays_in_its_cell(tmp_path: Path) -> None:
+    """Lines are handled a block at a time: a quoted cell whose newline is the last one of a
+    block goes on in the next block, and its row is read whole (not a row and a stray
+    ``b"`` counted as skipped). The first rows (the head the columns are chosen from) are
+    read at once, so the boundary is a later block's."""
+    from tests.test_trainlog_script import shipped
+
+    block = 4 * shipped("trainlog.source").BLOCK  # the 4th block's end: past the first rows
+    lines, size, s = ["step,loss,note"], len("step,loss,note") + 1, 0
+    while size < block - 64:
+        lines.append(f"{s},{2.0 - s * 1e-4:.5f},")
+        size += len(lines[-1]) + 1
+        s += 1
+    opened = f'{s},{2.0 - s * 1e-4:.5f},"a'
+    lines.append(opened + "x" * (block - size - 1 - len(opened)))  # its newline: the block's last
+    lines.append('b"')
+    lines += [f"{k},{2.0 - k * 1e-4:.5f}," for k in range(s + 1, s + 2000)]
+    path = tmp_path / "notes.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.read_bytes()[block - 1 : block + 3] == b'\nb"\n'
+    src = run(path).one("source")
+    assert src["rows"] == s + 2000 and src["skipped"] == 0 and src["last_step"] == s + 1999
 
 
 def test_an_ultralytics_results_csv_with_padded_names_is_read(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""train-log's small format readers (each a module that returns series and the events its
-format states): MLflow file stores and OLMo / OLMo-core console logs.
+"""train-log's format readers (each a module of ``remote/trainlog/readers/`` that says which
+files it reads and returns series and the events its format states), their registry, and
+the small ones: MLflow file stores and OLMo / OLMo-core console logs.
 
 The MLflow stores are written by mlflow itself (``mlflow-skinny``, its file store); the OLMo
 console logs are written to the shape OLMo's and OLMo-core's source prints, quoted beside
@@ -13,6 +14,8 @@ import importlib.util
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +23,56 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CI
-from tests.test_trainlog_script import Run, run
+from tests.test_trainlog_script import SCRIPT, Run, run, shipped
+
+READERS = SCRIPT.parent / "trainlog" / "readers"
+
+
+def test_docs_adding_a_reader_example_runs(tmp_path: Path) -> None:
+    """docs/extending.md's example reader, saved as one module in a copy of the shipped
+    files and listed in READERS, reads its format: a new format is that module and that
+    line. The log: a Keras 3 fit(verbose=2) of 12 epochs, to the shape the docstring cites."""
+    docs = (SCRIPT.parents[2] / "docs" / "extending.md").read_text()
+    section = docs[docs.index("## Adding a train-log reader") :]
+    module = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    remote = tmp_path / "remote"
+    shutil.copytree(SCRIPT.parent, remote, ignore=shutil.ignore_patterns("__pycache__"))
+    (remote / "trainlog" / "readers" / "keras.py").write_text(module)
+    registry = remote / "trainlog" / "readers" / "__init__.py"
+    src = registry.read_text()
+    src = src.replace("    jsonl,\n    llmc,\n", "    jsonl,\n    keras,\n    llmc,\n", 1)
+    src = src.replace("    csvlog,\n    text,\n)", "    keras,\n    csvlog,\n    text,\n)", 1)
+    registry.write_text(src)
+    lines = []
+    for e, v in enumerate([2.31, 1.62, 1.21, 0.97, 0.84, 0.75, 0.69, 0.66, 2.9, 0.62, 0.6, 0.59]):
+        lines += [f"Epoch {e + 1}/12", f"1875/1875 - 3s - 2ms/step - accuracy: {0.5 + e / 30:.4f}"]
+        lines[-1] += f" - loss: {v:.4f} - val_accuracy: 0.8{e}00 - val_loss: {v + 0.1:.4f}"
+    log = tmp_path / "fit.log"
+    log.write_text("\n".join(["Using PyTorch backend.", *lines]) + "\n")
+    r = run(log, script=remote / "trainlog.py")
+    src_rec = r.one("source")
+    assert (src_rec["format"], src_rec["rows"], src_rec["first_step"]) == ("keras", 12, 1)
+    assert src_rec["columns"]["loss"] == "loss" and src_rec["last_step"] == 12
+    assert "keras" not in {rec["format"] for rec in run(log).all("source")}  # not shipped
+
+
+def test_every_reader_module_is_registered_and_keeps_the_contract() -> None:
+    """A reader module left out of READERS would never read anything; one without a part of
+    the contract breaks the registry when it is asked."""
+    registry = shipped("trainlog.readers")
+    modules = {p.stem for p in READERS.glob("*.py")} - {"__init__"}
+    assert {r.__name__.rpartition(".")[2] for r in registry.READERS} == modules
+    formats = [r.FORMAT for r in registry.READERS]
+    assert len(set(formats)) == len(formats) and registry.FALLBACK is registry.READERS[-1]
+    for reader in registry.READERS:
+        assert isinstance(reader.WHAT, str) and callable(reader.sniff) and callable(reader.read)
+        assert all(len(name) == 3 for name in reader.NAMES), reader.FORMAT
+        assert registry.by_format(reader.FORMAT) is reader
+    # --format offers every reader's format, from the registry
+    helptext = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert all(f in helptext for f in formats), helptext
 
 
 def _need_mlflow() -> None:
@@ -365,6 +417,30 @@ def test_a_trainer_format_is_found_behind_a_long_shell_trace(tmp_path: Path) -> 
     assert (src["first_step"], src["rows"]) == (1, 299)
 
 
+def test_a_trainer_line_whose_optional_values_stop_still_gives_every_row(tmp_path: Path) -> None:
+    """A trainer's lines are read a block at a time, each column converted at once; where
+    an optional value stops (llm.c's logger prints lr and norm only when it has them) the
+    block is read row by row: every step, and the lr where it was logged."""
+    lines = []
+    for s, v in falling(400, 1, spike_at=300):
+        s += 1
+        extra = f" lr:0.000300 norm:0.5{s % 10}" if s <= 100 else ""  # llmc/logger.h
+        lines.append(f"s:{s} trl:{v:.4f}{extra}")
+        if s % 50 == 0:
+            lines.append(f"s:{s} tel:{v + 0.1:.4f}")  # an eval line: no train row
+    p = tmp_path / "main.log"
+    p.write_text("\n".join(lines) + "\n")
+    r = run(p)
+    src = r.one("source")
+    assert (src["format"], src["rows"], src["last_step"], src["skipped"]) == ("llm.c", 400, 400, 8)
+    assert {m["label"]: m["n"] for m in r.all("metric")} == {
+        "loss": 400,
+        "lr": 100,
+        "grad_norm": 100,
+    }
+    assert [s["step"] for s in r.all("spike") if s["metric"] == "loss"] == [301]
+
+
 # ---------------------------------------------------------------------------------------------
 # binary logs: a file that parses is never called text, whatever its series
 
@@ -548,12 +624,9 @@ def lightning_version(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _fit_file(version: Path) -> str:
     """The event file with the training steps (by content: the one with train_loss_step)."""
-    import tests.test_trainlog_script as ts
-
-    assert ts.TL is not None  # loading the script puts its sibling modules on sys.path
-    binary = importlib.import_module("trainlog_binary")
+    read_log = shipped("trainlog.read").read_log
     for f in sorted(version.glob("events.out.tfevents.*")):
-        if "train_loss_step" in binary.tf_lengths(str(f)):
+        if "train_loss_step" in read_log(str(f), "auto", None)[0].keys:
             return f.name
     raise AssertionError("no fit event file")
 
@@ -596,7 +669,55 @@ def test_keras_train_folder_over_validation(tmp_path: Path) -> None:
     r = run(tmp_path / "logs")
     src = r.one("source")
     assert src["path"] == str(train)
-    assert "validation/" + val.name + " (a held-out folder" in src["chosen_from"]
+    held_out = f"validation/{val.name} (TensorBoard event file; a held-out folder: 'epoch_loss'"
+    assert held_out in src["chosen_from"]
+
+
+def test_a_run_directory_of_several_kinds_reads_the_longest_history(tmp_path: Path) -> None:
+    """The kinds of log in a run directory are ranked by what they hold, not by their names:
+    a console log with the whole run beats a metrics.csv that stopped early (its name was
+    preferred before), and what else was there is said with its loss and length."""
+    (tmp_path / "metrics.csv").write_text(
+        "step,train_loss\n" + "".join(f"{s},{v}\n" for s, v in falling(100, 1))
+    )
+    (tmp_path / "train.log").write_text(
+        "".join(f"step={s} loss={v:.4f}\n" for s, v in falling(600, 1, spike_at=400))
+    )
+    src = run(tmp_path).one("source")
+    assert src["path"].endswith("train.log") and src["rows"] == 600
+    assert src["chosen_from"] == (
+        "train.log (text log): the longest history of a train-side loss ('loss': 600 values); "
+        "also there: metrics.csv (Lightning metrics.csv; 'train_loss': 100 values)"
+    )
+
+
+def test_as_long_a_history_in_two_kinds_reads_the_preferred_one(tmp_path: Path) -> None:
+    """LLaMA-Factory writes the same history twice: trainer_log.jsonl as it goes, and the HF
+    trainer_state.json at the end (the newer file); as long, the run's own log is read."""
+    rows = [{"current_steps": s + 1, "loss": v, "lr": 1e-4} for s, v in falling(300, 1)]
+    (tmp_path / "trainer_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    state = {"log_history": [{"step": r["current_steps"], "loss": r["loss"]} for r in rows]}
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    os.utime(tmp_path / "trainer_log.jsonl", (1, 1))
+    why = run(tmp_path).one("source")["chosen_from"]
+    assert why.startswith(
+        "trainer_log.jsonl (LLaMA-Factory trainer_log.jsonl): the longest history of a "
+        "train-side loss ('loss': 300 values), and of as long ones the preferred kind; also "
+        "there: trainer_state.json (HF trainer_state.json; 'loss': 300 values)"
+    )
+
+
+def test_a_large_candidate_is_measured_on_its_start(tmp_path: Path) -> None:
+    """A candidate over 1 MiB is read to its first MiB to be ranked, its length scaled (and
+    said to be an estimate); the one chosen is then read whole."""
+    big = [json.dumps({"step": s, "loss": v, "pad": "x" * 200}) for s, v in falling(12000, 1)]
+    (tmp_path / "big.jsonl").write_text("\n".join(big) + "\n")
+    assert (tmp_path / "big.jsonl").stat().st_size > 2 << 20
+    (tmp_path / "small.log").write_text("".join(f"step={s} loss={v}\n" for s, v in falling(50, 1)))
+    src = run(tmp_path).one("source")
+    assert src["path"].endswith("big.jsonl") and src["rows"] == 12000
+    m = re.search(r"\('loss': ~(\d+) values\)", src["chosen_from"])
+    assert m and 11000 < int(m.group(1)) < 13000, src["chosen_from"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -629,6 +750,32 @@ def test_wandb_run_dir_without_its_wandb_file_says_what_is_missing(tmp_path: Pat
     assert "numeric columns: none" not in err["message"]
     assert "W&B run directory without its run-*.wandb file" in err["message"]
     assert "files/output.log" in err["message"] and "logs/debug.log" in err["message"]
+    (f.parent / "files" / "output.log").unlink()  # nothing left to read: said so, not a guess
+    err = run(f.parent).one("error")["message"]
+    assert "W&B run directory without its run-*.wandb file" in err and "logs/debug.log" in err
+    assert "copy the run's .wandb file too" in err
+
+
+def test_a_wandb_run_whose_only_history_is_its_output_log(tmp_path: Path) -> None:
+    """W&B copies what the script printed to files/output.log. Without the run's .wandb file
+    that is all the run directory holds of the training: it is read (here an HF Trainer's
+    printed log dicts) with a warning that the .wandb is missing; W&B's own debug logs are not
+    candidates."""
+    (f,) = wandb_run(tmp_path, [{"x": 1.0}]).glob("wandb/offline-run-*/run-*.wandb")
+    f.unlink()
+    lines = ["***** Running training *****", "  Num examples = 12800"]
+    for _, v in falling(200, 1, spike_at=150):
+        # transformers/trainer.py Trainer.log(): print of the logs dict, every logging step
+        lines.append(repr({"loss": round(v, 4), "grad_norm": 0.5, "learning_rate": 5e-05}))
+    (f.parent / "files" / "output.log").write_text("\n".join(lines) + "\n")
+    r = run(tmp_path / "run")
+    src = r.one("source")
+    assert src["path"].endswith("files/output.log") and src["rows"] == 200
+    assert src["chosen_from"].startswith(f"wandb/{f.parent.name}/files/output.log (W&B console)")
+    (w,) = [x["message"] for x in r.all("warning") if ".wandb" in x["message"]]
+    assert "without its run-*.wandb file" in w and "read files/output.log" in w
+    assert "logs/debug.log" in w  # what the folder holds
+    assert [s["step"] for s in r.all("spike") if s["metric"] == "loss"] == [150]
 
 
 def test_olmo_rich_console_log_and_metric_loss_by_its_name(tmp_path: Path) -> None:

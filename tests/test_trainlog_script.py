@@ -58,9 +58,9 @@ class Run:
         }
 
 
-def run(path: Path | str, *args: Any) -> Run:
+def run(path: Path | str, *args: Any, script: Path = SCRIPT) -> Run:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(path), *map(str, args)],
+        [sys.executable, str(script), str(path), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -97,16 +97,18 @@ def homo_run(logs: dict[str, Path]) -> Run:
 
 
 def test_script_is_stdlib_only_python38() -> None:
-    # the script and every sibling module shipped with it (remotekit.remote.script)
+    # the script and every module shipped with it (remotekit.remote.script): its top-level
+    # siblings and the trainlog/ package, whose modules import each other relatively
     shipped = [SCRIPT] + [SCRIPT.parent / f for f in remote.companions(SCRIPT.name)]
-    siblings = {p.stem for p in shipped}
+    siblings = {f.split("/")[0].removesuffix(".py") for f in remote.companions(SCRIPT.name)}
+    assert "trainlog" in siblings and (SCRIPT.parent / "trainlog" / "spikes.py") in shipped
     mods = set()
     for path in shipped:
         tree = ast.parse(path.read_text(), feature_version=(3, 8))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 mods |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module:
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 mods.add(node.module.split(".")[0])
     allowed = set(sys.stdlib_module_names) | siblings
     assert mods <= allowed, mods - allowed
@@ -459,18 +461,18 @@ def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# pieces, as properties (the script loaded as a module)
+# pieces, as properties (the shipped package's modules)
 
 
-def _module() -> Any:
-    spec = importlib.util.spec_from_file_location("trainlog_remote", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def shipped(module: str) -> Any:
+    """A module of the shipped ``trainlog/`` package (``"trainlog.base"``), imported as
+    trainlog.py imports it there: with the script's folder on sys.path."""
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))
+    return importlib.import_module(module)
 
 
-TL = _module()
+BASE = shipped("trainlog.base")
 floats = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
 
@@ -480,7 +482,7 @@ def test_decimate_keeps_extremes_and_asked_points(
     vals: Sequence[float], points: int, data: st.DataObject
 ) -> None:
     keep = data.draw(st.lists(st.integers(0, len(vals) - 1), max_size=3))
-    idx = TL.decimate(list(vals), points, keep)
+    idx = BASE.decimate(list(vals), points, keep)
     assert idx == sorted(set(idx))
     assert set(keep) <= set(idx)
     assert max(vals) in [vals[i] for i in idx] and min(vals) in [vals[i] for i in idx]
@@ -491,7 +493,7 @@ def test_decimate_keeps_extremes_and_asked_points(
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 30), st.floats(0.0, 1.0))
 def test_binomial_tail(n: int, p: float) -> None:
-    tails = [TL.binom_sf(k, n, p) for k in range(n + 2)]
+    tails = [BASE.binom_sf(k, n, p) for k in range(n + 2)]
     assert tails[0] == 1.0 and tails[-1] == 0.0
     assert all(a >= b - 1e-12 for a, b in zip(tails, tails[1:]))
     if n and 0 < p < 1:
@@ -501,13 +503,15 @@ def test_binomial_tail(n: int, p: float) -> None:
 def test_binomial_tail_of_many_spikes_does_not_overflow() -> None:
     # a log with tens of thousands of incidents (a detector on multimodal noise): comb(n, i)
     # is an int too large for a float there
-    assert 0.0 <= TL.binom_sf(30_000, 60_000, 0.4) <= 1e-300
-    assert TL.binom_sf(20_000, 60_000, 0.4) == pytest.approx(1.0)
+    assert 0.0 <= BASE.binom_sf(30_000, 60_000, 0.4) <= 1e-300
+    assert BASE.binom_sf(20_000, 60_000, 0.4) == pytest.approx(1.0)
 
 
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**7), floats, st.sampled_from(["=", ": ", " = "]))
 def test_text_pairs(step: int, loss: float, sep: str) -> None:
-    row = TL._text_row(f"INFO 12:00:01 step{sep}{step} loss{sep}{loss!r} note=ok")
+    row = shipped("trainlog.readers.text")._text_row(
+        f"INFO 12:00:01 step{sep}{step} loss{sep}{loss!r} note=ok"
+    )
     assert float(row["step"]) == step
     assert float(row["loss"]) == loss or math.isclose(float(row["loss"]), loss)

@@ -8,7 +8,7 @@ Usage::
 
     trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset trend|olmo2|olmo-core|megatron|zclip]
                 [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
-                [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text]
+                [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text|...]
                 [--follow [--duration S] [--after-step STEP]]
 
 Inputs (auto-detected by content): JSON lines (W&B history with ``_step``, LLaMA-Factory /
@@ -16,11 +16,12 @@ TRL ``trainer_log.jsonl`` with ``current_steps``, or any ``step`` key), CSV with
 (Lightning ``metrics.csv``, sparse rows), HF ``trainer_state.json`` (``log_history``), W&B
 run files (``run-*.wandb``) and ``wandb-summary.json``, TensorBoard event files
 (``simple_value`` and scalar tensors), the text of nanoGPT, llm.c, Megatron-LM and fairseq
-(only lines in their format are data), MLflow file stores (``trainlog_mlflow``), OLMo /
-OLMo-core console logs (``trainlog_olmo``), else plain text with ``key=value`` or
-``key: value`` pairs. Each reader returns series (``trainlog_series``); of several candidate
-files or runs one is chosen by ``trainlog_rank``. PATH may be a run directory: the log in it is picked (``chosen_from`` says which and
-why). Lines that announce checkpoint saves or resumes become events.
+(only lines in their format are data), MLflow file stores, OLMo / OLMo-core console logs,
+else plain text with ``key=value`` or ``key: value`` pairs: one reader each, in
+``trainlog/readers/``, which also says how to add one. Each reader returns series
+(``trainlog/series``); of several candidate files or runs one is chosen by
+``trainlog/rank``. PATH may be a run directory: the log in it is picked (``chosen_from``
+says which and why). Lines that announce checkpoint saves or resumes become events.
 
 Records, one JSON object per stdout line, each with a ``"type"``; non-finite numbers are
 sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
@@ -60,19 +61,11 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 
 Exit status (also the ``done`` record's): 0 nothing found, 1 findings, 2 could not run.
 
-Modules, shipped beside this file (``remotekit.remote.script`` follows the imports), each
-importing only those above it: ``protocol`` (the record format, shared with the local side),
-``trainlog_base`` (presets, column names, number marks, the records, small statistics),
-``trainlog_ingest`` (columns chosen, rows into ``array`` columns, lines a block at a time),
-``trainlog_binary`` (TensorBoard and W&B files), ``trainlog_lines`` (trainer line formats,
-the sniff), ``trainlog_read`` (the log of a run directory, one reader per format),
-``trainlog_steps`` (rows per step, resumes, per-epoch counters, running totals),
-``trainlog_spikes`` (detection), ``trainlog_events`` (saves and other events, correlation),
-``trainlog_composition`` (modes, periodicity, batch composition), ``trainlog_analyze`` (the
-analysis in its phases), ``trainlog_follow`` (``--follow``: the log followed as it grows, each
-new incident sent as found, a ``status`` record every second; its docstring lists the
-records); this file parses the arguments and turns every failure into an
-``error`` record.
+Modules, shipped beside this file as the package ``trainlog/`` (``remotekit.remote.script``
+follows the imports; ``trainlog/__init__.py`` draws them as the pipeline they make: find,
+read, choose, analyse, follow), with ``protocol`` (the record format, shared with the local
+side) and ``infile`` (the safe opener); this file parses the arguments and turns every
+failure into an ``error`` record.
 """
 
 from __future__ import annotations
@@ -85,16 +78,12 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
 
-# Some names below are imported only for the tests and bench/bench_trainlog.py, which load
-# this script by path and reach the readers through it (hence the noqa).
 from infile import open_regular
-from trainlog_analyze import analyze_log
-from trainlog_base import FAST_PAIR_RE, PRESETS, LogError, binom_sf, decimate, failed  # noqa: F401
-from trainlog_binary import _tf_rows, _wandb_rows  # noqa: F401
-from trainlog_follow import FOLLOWED, NotFollowed, follow_log
-from trainlog_ingest import NoLoss
-from trainlog_lines import _PIPE_PAIR_RE, LINE_FORMATS  # noqa: F401
-from trainlog_read import _text_row, read_log  # noqa: F401
+from trainlog.analyze import analyze_log
+from trainlog.base import PRESETS, LogError, failed
+from trainlog.choose import NoLoss
+from trainlog.follow import FOLLOWED, NotFollowed, follow_log
+from trainlog.readers import READERS
 
 
 def _csv_steps(text):
@@ -129,7 +118,7 @@ def parse_args(argv):
         "--tolerance", type=float, default=None, help="steps; default max(5, 2 strides)"
     )
     ap.add_argument("--points", type=int, default=0, help="send a decimated series (0: none)")
-    ap.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "json", "text"])
+    ap.add_argument("--format", default="auto", choices=["auto"] + [r.FORMAT for r in READERS])
     ap.add_argument(
         "--follow",
         action="store_true",
@@ -198,6 +187,7 @@ def _no_loss(path, exc):
     )
     if exc.what:
         what = "a %s that parses; %s" % (exc.what, what)
+    what = "; ".join(exc.notes + [what])
     left = "; ".join("%s (%s)" % (", ".join(names[:12]), why) for why, names in exc.left_out)
     return failed(
         "%s: %s; numeric series: %s, the most loss-like first; name the one to analyse with "

@@ -4,8 +4,8 @@ as it is found, with the detector and event code of the whole-log analysis.
 The follower keeps a window of the log's latest complete lines (or TensorBoard records): at
 least :data:`MIN_KEEP` rows and two preset windows, so every new value is judged against a
 full baseline. Whenever lines arrived it reads that window with the readers of
-``trainlog_read`` (``read_lines`` / ``read_tfevents`` over the window's bytes), repairs the
-steps, detects and places events as :func:`trainlog_analyze.analyze_log` does, and sends:
+``read`` (the reader that claimed the file, over the window's bytes), repairs the
+steps, detects and places events as :func:`.analyze.analyze_log` does, and sends:
 
 ``source``    once the log's columns are known (again after a rotation): as ``train-log``
 ``spike``     one per new spike, cliff or non-finite run (the fields of ``train-log``'s)
@@ -26,7 +26,6 @@ the step is stopped (Ctrl-C, a cancel, a lost connection: the runner stops it) o
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import time
@@ -34,7 +33,8 @@ from collections import deque
 
 from infile import open_regular
 from protocol import EXIT_FINDINGS, EXIT_OK
-from trainlog_analyze import (
+
+from .analyze import (
     _FINDING_OF,
     _bucket_codes,
     _columns,
@@ -44,12 +44,14 @@ from trainlog_analyze import (
     preset_for,
     stride_of,
 )
-from trainlog_base import PRESETS, LogError, conclude, send
-from trainlog_binary import read_tfevents, tfrecord_data_length
-from trainlog_events import find_events
-from trainlog_ingest import BLOCK, MAX_LINE, NoLoss
-from trainlog_lines import sniff
-from trainlog_read import dialect_of, find_log, read_lines
+from .base import PRESETS, LogError, conclude, send
+from .choose import NoLoss
+from .events import find_events
+from .find import find_log
+from .read import read_with
+from .readers import by_format, claimants, csvlog, tensorboard
+from .readers.tensorboard import tfrecord_data_length
+from .source import MAX_LINE, READ, Source
 
 POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
 STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on
@@ -109,7 +111,7 @@ class LineTail:
             self.size -= len(self.items.popleft())
 
     def window(self):
-        return io.BytesIO(self.header + b"".join(self.items))
+        return self.header + b"".join(self.items)
 
 
 class RecordTail(LineTail):
@@ -157,7 +159,7 @@ class Follower:
     def _reset(self):
         self.tail = None
         self.offset = 0
-        self.fmt = self.lf = None
+        self.reader = None
         self.sure = False  # the format was sniffed from enough of the file (64 KiB)
         self.marks = {}  # (metric, kind) -> the last step its sent incidents covered
         self.resumes = set()
@@ -199,9 +201,10 @@ class Follower:
             self.f.close()
             self.f = None
             return False
-        start = 0 if self.started or self.fmt == "tfevents" else max(0, st.st_size - START_BYTES)
-        self.tail = RecordTail() if self.fmt == "tfevents" else LineTail()
-        if self.fmt == "csv":  # the header stays in front of the window, however it moves
+        records = self.reader is tensorboard
+        start = 0 if self.started or records else max(0, st.st_size - START_BYTES)
+        self.tail = RecordTail() if records else LineTail()
+        if self.reader is csvlog:  # the header stays in front of the window, however it moves
             self.tail.header, end = _first_line(self.f)
             start = max(start, end)
         self.f.seek(max(0, start - 1))
@@ -213,20 +216,22 @@ class Follower:
     def _sniff(self):
         """The format, from the file's first lines (again, while they are few)."""
         if self.args.format != "auto":
-            self.fmt, self.lf = self.args.format, None
+            self.reader = by_format(self.args.format)
         else:
             try:
-                self.fmt, self.lf = sniff(self.path)
+                self.reader = claimants(Source(self.path))[0]
             except LogError:  # empty so far
                 self.why = "%s is empty so far" % self.path
                 return False
-        if self.fmt in NOT_FOLLOWED:
+        fmt = self.reader.FORMAT
+        if fmt in NOT_FOLLOWED or not getattr(self.reader, "FOLLOWS", False):
             raise NotFollowed(
                 "%s: not followed (train-log --follow follows logs that grow by appending: "
                 "%s); run train-log without --follow to analyse it whole"
-                % (NOT_FOLLOWED[self.fmt], FOLLOWED)
+                % (NOT_FOLLOWED.get(fmt, "a " + self.reader.WHAT), FOLLOWED)
             )
-        self.sure = self.args.format != "auto" or self.fmt == "tfevents" or self.offset >= 1 << 16
+        records = self.reader is tensorboard
+        self.sure = self.args.format != "auto" or records or self.offset >= 1 << 16
         return True
 
     def _check_replaced(self):
@@ -257,7 +262,7 @@ class Follower:
     def _read(self):
         got, budget = 0, READ_MAX
         while budget > 0:
-            data = self.f.read(min(BLOCK, budget))
+            data = self.f.read(min(READ, budget))
             if not data:
                 break
             self.offset += len(data)
@@ -275,10 +280,8 @@ class Follower:
         if not self.sure:
             self._sniff()
         try:
-            if self.fmt == "tfevents":
-                ing, fmt, _ = read_tfevents(self.tail.window(), self.wanted)
-            else:
-                ing, fmt, _ = read_lines(self.tail.window(), self.fmt, self.lf, self.wanted)
+            window = Source(self.path, self.tail.window())
+            ing, fmt, _, _ = read_with(self.reader, window, self.wanted)
         except NoLoss:
             if self.lines >= NOLOSS_AFTER:
                 raise
@@ -316,7 +319,7 @@ class Follower:
             path=os.path.abspath(self.path),
             chosen_from=getattr(self.args, "chosen_from", None),
             format=fmt,
-            dialect=dialect_of(fmt, ing),
+            dialect=ing.dialect,
             lines=self.lines,
             rows=n,
             skipped=ing.skipped,
@@ -463,7 +466,9 @@ def follow_log(args):
     """Follow ``args.path`` until stopped (or ``args.duration`` seconds); return the exit
     code. Raises LogError, NoLoss and OSError for a log that cannot be followed."""
     if os.path.isdir(args.path):
-        args.path, args.chosen_from = find_log(args.path)
+        args.path, args.chosen_from, notes = find_log(args.path)
+        for note in notes:
+            send("warning", message=note)
     fol = Follower(args, args.wanted)
     end = time.monotonic() + args.duration if args.duration else None
     try:

@@ -1,32 +1,26 @@
-"""Rows into columns for ``trainlog.py``: which key is the step and which the metrics
-(:func:`resolve_columns`), the compact ``array`` columns they go into (:class:`Ingest`), and
-the lines of a file read a block at a time (:class:`Lines`).
+"""Which columns ``trainlog.py`` analyses: the step key, and the loss, grad norm and lr
+chosen by a scored rule over names and content (:func:`resolve_columns`, no list of exact
+names: every pick says why), the accuracy and the meta columns by name; and for a log with
+no loss, the numeric series worth naming (:func:`hint_columns`). The readers never choose:
+a table's columns are chosen here from its keys and first rows.
 """
 
 from __future__ import annotations
 
 import re
-from array import array
-from itertools import chain
-from operator import itemgetter
 
-from protocol import mask
-from trainlog_base import (
+from .base import (
     BUCKET_KEYS,
-    CKPT_RE,
-    CODE_RE,
-    EVENT_STEP_RE,
     META,
     MISSING,
     NOT_TRAIN,
-    PATH_RE,
-    RESUME_RE,
     ROLE_NAMES,
     ROLES,
-    SOURCE_LINE_RE,
     STEP_KEYS,
     _to_float,
 )
+
+HEAD_ROWS = 5000  # rows read before the columns are chosen
 
 
 def _find_key(keys, aliases, bases=None):
@@ -140,11 +134,26 @@ def _content(rows, key):
     """Why a column's values in ``rows`` (the head's dicts) make it no series, else None:
     "set once" (fewer than 3 values in a log with more rows: a config field), "constant X"
     (one value throughout)."""
-    xs = [x for x in (_to_float(d.get(key)) for d in rows) if x is not MISSING]
-    if len(xs) < min(3, len(rows)):
+    need = min(3, len(rows))
+    first, n, varies = None, 0, False
+    for d in rows:  # to the third value that shows it varies: the choice reads 5000 rows
+        v = d.get(key)
+        if v is None or v == "":  # an empty CSV cell: missing, without a float() that fails
+            continue
+        x = _to_float(v)
+        if x is MISSING:
+            continue
+        n += 1
+        if first is None:
+            first = x
+        elif x != first:  # NaN too
+            varies = True
+        if varies and n >= need:
+            return None
+    if n < need:
         return "set once"
-    if len(xs) >= 3 and all(x == xs[0] for x in xs):
-        return "constant %s" % _short(xs[0])
+    if n >= 3 and not varies:
+        return "constant %s" % _short(first)
     return None
 
 
@@ -299,262 +308,7 @@ class NoLoss(Exception):
         self.found = found
         self.left_out = left_out  # [(why, [names])]: numeric keys that are no series to name
         self.what = None  # the binary format that parsed (a TensorBoard or W&B file), if one
-
-
-class Ingest:
-    """Rows into one flat row-major ``array('d')`` (step, metrics..., meta...) plus bucket
-    codes; the hot path is ``flat.extend(itemgetter(*keys)(row))``."""
-
-    def __init__(self, step_key, metrics, meta, bucket_key):
-        self.step_key = step_key
-        self.metrics = metrics
-        self.meta = meta
-        self.bucket_key = bucket_key
-        self.keys = ([step_key] if step_key else []) + [k for _, k in metrics]
-        self.keys += [k for _, k in meta]
-        self.K = len(self.keys)
-        self.m0 = 1 if step_key else 0
-        self.m1 = self.m0 + len(metrics)
-        if self.K == 1:
-            key = self.keys[0]
-            self.getter = lambda d: (d[key],)
-        else:
-            self.getter = itemgetter(*self.keys)
-        self.flat = array("d")  # rows not yet moved into the columns
-        self.cols = [array("d") for _ in self.keys]
-        self.codes = array("i")
-        self.cmap = {}
-        self.bnames = []
-        self.skipped = 0
-        self.bad = 0
-        self.events = []
-
-    def rows(self):
-        return len(self.cols[0]) + len(self.flat) // self.K
-
-    def last_step(self):
-        n = self.rows()
-        if n == 0:
-            return 0.0
-        if not self.step_key:
-            return float(n - 1)
-        if self.flat:
-            return self.flat[(len(self.flat) // self.K - 1) * self.K]
-        return self.cols[0][-1]
-
-    def flush(self):
-        """Move the buffered rows into the columns (keeps the peak memory near one copy)."""
-        K = self.K
-        self.fix_partial()
-        for j, col in enumerate(self.cols):
-            col.extend(self.flat[j::K])
-        del self.flat[:]
-
-    def code(self, v):
-        if v is None:
-            v = "-"
-        elif isinstance(v, float) and v.is_integer():
-            v = int(v)
-        try:
-            return self.cmap[v]
-        except (KeyError, TypeError):
-            pass
-        name = str(v)
-        for known, c in self.cmap.items():
-            if str(known) == name:
-                return c
-        c = len(self.bnames)
-        self.bnames.append(name)
-        try:
-            self.cmap[v] = c
-        except TypeError:
-            self.cmap[name] = c
-        return c
-
-    def fix_partial(self):
-        """``array.extend`` may have appended part of a row before failing: drop it."""
-        n = len(self.flat)
-        cut = (n // self.K) * self.K
-        if cut != n:
-            del self.flat[cut:]
-
-    def slow(self, d, quiet=False):
-        """A row the fast path refused: missing keys, strings, or not a row at all."""
-        if not isinstance(d, dict):
-            self.skipped += 1
-            return
-        vals = [_to_float(d.get(k)) for k in self.keys]
-        if all(vals[i] is MISSING for i in range(self.m0, self.m1)):
-            if not (self.dict_event(d) or quiet):
-                self.skipped += 1
-            return
-        if self.step_key and vals[0] is MISSING:
-            vals[0] = self.last_step() + 1
-        self.flat.extend(vals)
-        if self.bucket_key is not None:
-            self.codes.append(self.code(d.get(self.bucket_key)))
-
-    def add(self, d):
-        """One parsed row (a dict)."""
-        try:
-            self.flat.extend(self.getter(d))
-        except KeyError:
-            self.slow(d)
-            return
-        except TypeError:
-            self.fix_partial()
-            self.slow(d)
-            return
-        if self.bucket_key is not None:
-            bv = d.get(self.bucket_key)
-            try:
-                self.codes.append(self.cmap[bv])
-            except (KeyError, TypeError):
-                self.codes.append(self.code(bv))
-
-    def dict_event(self, d):
-        for v in d.values():
-            if isinstance(v, str) and ("heckpoint" in v or "ckpt" in v or "esum" in v):
-                step = _to_float(d.get(self.step_key)) if self.step_key else MISSING
-                return self.text_event(v, None if step is MISSING else step)
-        return False
-
-    def text_event(self, line, step=None):
-        """A line that is not a metrics row: a checkpoint save or a resume, if it says so.
-        Its step is one the line states (``step 500``, ``checkpoint-500``), else the step
-        of the last row (the save follows it); a logger's source line (``olmo.checkpoint:
-        669``) is no step, and a path says where something was saved, not what."""
-        if CODE_RE.match(line):
-            return False
-        line = SOURCE_LINE_RE.sub(" ", line)
-        words = PATH_RE.sub(" ", line)
-        kind = None
-        if RESUME_RE.search(words):
-            kind = "resume"
-        elif CKPT_RE.search(words):
-            kind = "checkpoint"
-        if kind is None:
-            return False
-        m = EVENT_STEP_RE.search(line)
-        if m:
-            step = float(m.group(1))
-        elif step is None:
-            step = self.last_step()
-        self.events.append((kind, step, "log", mask(line.strip())[:160]))
-        return True
-
-
-def _maybe_event(ing, line):
-    low = line.lower()
-    if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
-        return ing.text_event(line)
-    return False
-
-
-MAX_LINE = 1 << 20  # bytes: a longer line is skipped and counted, never held whole
-BLOCK = 1 << 22  # bytes read at a time
-SNIFF_BYTES = 1 << 24  # the sniff looks at most this far for its first lines
-SNIFF_LINES = 200
-MAX_DOC = 1 << 28  # a whole-document JSON (trainer_state.json) larger than this is refused
-
-
-class Lines:
-    """The lines of a binary file, a block at a time, each at most ``MAX_LINE`` bytes:
-    longer ones (a 2 GiB line without a newline) are skipped while reading and counted in
-    ``long``, so memory stays at one block whatever the file holds. NUL bytes are dropped."""
-
-    def __init__(self, f, limit=None):
-        self.f = f
-        self.limit = limit
-        self.long = 0
-        self.nbytes = 0
-
-    def __iter__(self):
-        carry = b""
-        dropping = False
-        read = self.f.read
-        while self.limit is None or self.nbytes < self.limit:
-            chunk = read(BLOCK)
-            if not chunk:
-                break
-            self.nbytes += len(chunk)
-            if dropping:
-                i = chunk.find(b"\n")
-                if i < 0:
-                    continue
-                chunk = chunk[i + 1 :]
-                dropping = False
-            buf = carry + chunk if carry else chunk
-            cut = buf.rfind(b"\n")
-            if cut < 0:
-                carry = buf
-            else:
-                carry = buf[cut + 1 :]
-                lines = self._split(buf[: cut + 1])
-                if lines:
-                    yield lines
-            if len(carry) > MAX_LINE:
-                self.long += 1
-                carry = b""
-                dropping = True
-        if carry and not dropping and (self.limit is None or self.nbytes < self.limit):
-            lines = self._split(carry + b"\n")
-            if lines:
-                yield lines
-
-    def _split(self, data):
-        if b"\0" in data:
-            data = data.replace(b"\0", b"")
-        lines = data.decode("utf-8", "replace").split("\n")
-        lines.pop()
-        if _has_long_line(data) and max(map(len, lines)) > MAX_LINE:
-            keep = [ln for ln in lines if len(ln) <= MAX_LINE]
-            self.long += len(lines) - len(keep)
-            lines = keep
-        return lines
-
-
-def _has_long_line(data):
-    """Whether ``data`` (bytes ending in a newline) may hold a line of over ``MAX_LINE``
-    characters: one ``rfind`` per ``MAX_LINE`` bytes rather than a ``len`` per line. Bytes
-    are never fewer than the characters they decode to, so False is certain."""
-    p, n = 0, len(data)
-    while n - p > MAX_LINE:
-        j = data.rfind(b"\n", p, p + MAX_LINE + 1)
-        if j < 0:
-            return True
-        p = j + 1
-    return False
-
-
-def _head(blocks, n):
-    """The first ``n`` lines of ``blocks``, and an iterator over the blocks left."""
-    head = []
-    it = iter(blocks)
-    for block in it:
-        if len(head) + len(block) >= n:
-            k = n - len(head)
-            head.extend(block[:k])
-            return head, chain([block[k:]], it)
-        head.extend(block)
-    return head, iter(())
-
-
-HEAD_ROWS = 5000  # rows read before the columns are chosen
-
-
-def _numeric_keys(rows):
-    """Keys with a number for a value in any of these rows (dicts)."""
-    out = set()
-    for d in rows:
-        if not isinstance(d, dict):
-            continue
-        for k, v in d.items():
-            if k in out or isinstance(v, bool):
-                continue
-            if isinstance(v, (int, float)) or (isinstance(v, str) and _to_float(v) is not MISSING):
-                out.add(k)
-    return out
+        self.notes = []  # caveats of how the log was found (a W&B run without its history)
 
 
 #: Name parts of a column that is a label of the run rather than a measurement.
@@ -654,31 +408,3 @@ def _epoch_axis(cols, head):
     if all(b - a == 1 for a, b in zip(vals, vals[1:])) and vals[0].is_integer():
         return key
     return None
-
-
-def _ingest_for(keys, wanted, head=(), step_key=None):
-    """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys).
-
-    Without a loss series (and no metric named), the log cannot answer the question: the
-    error lists the numeric columns there are, for ``--metrics`` to name one."""
-    cols = resolve_columns(keys, wanted, step_key, head)
-    epoch = _epoch_axis(cols, head)
-    if epoch is not None:
-        cols = resolve_columns(keys, wanted, epoch, head)
-        cols[5][:] = [g for g in cols[5] if not g.startswith("no step key")]
-        cols[5].append(
-            "no step key; one row per epoch (%r counts 0, 1, 2, ...): the epoch is the step axis"
-            % epoch
-        )
-    step_key, metrics, meta, bucket_key, missing, guesses, why = cols
-    if not metrics or (not wanted and not any(label == "loss" for label, _ in metrics)):
-        if not head:
-            raise NoLoss(sorted(keys), [k for _, k in metrics])
-        numeric, left_out = hint_columns(head, step_key)
-        raise NoLoss(numeric, [k for _, k in metrics], left_out)
-    ing = Ingest(step_key, metrics, meta, bucket_key)
-    ing.missing = missing
-    ing.guesses = guesses
-    ing.why = why
-    ing.all_keys = list(keys)
-    return ing

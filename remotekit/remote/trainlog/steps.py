@@ -10,7 +10,7 @@ from array import array
 from itertools import compress, islice
 from operator import ge, gt, le, lt, sub
 
-from trainlog_base import MAX_EVENTS, MISSING, _fmt, _is_missing, _quantile
+from .base import MAX_EVENTS, MISSING, _fmt, _is_missing, _quantile
 
 
 def reconcile_steps(ing, steps, cols, warnings):

@@ -12,7 +12,8 @@ from itertools import islice
 from operator import sub
 
 from protocol import EXIT_FINDINGS, EXIT_OK
-from trainlog_base import (
+
+from .base import (
     CLIFF_DROP,
     CLIFF_SIGMA,
     FMAX,
@@ -27,21 +28,26 @@ from trainlog_base import (
     decimate,
     send,
 )
-from trainlog_composition import bucket_column, composition
-from trainlog_events import correlate, find_events, nearest_event
-from trainlog_ingest import MAX_LINE
-from trainlog_read import ckpt_dir_of, dialect_of, find_log, read_log
-from trainlog_spikes import detect
-from trainlog_steps import drop_bad_steps, per_batch, reconcile_steps
+from .choose import NoLoss
+from .composition import bucket_column, composition
+from .events import correlate, find_events, nearest_event
+from .find import ckpt_dir_of, find_log
+from .read import read_log
+from .source import MAX_LINE
+from .spikes import detect
+from .steps import drop_bad_steps, per_batch, reconcile_steps
 
 
 def analyze_log(args, wanted):
     """Analyse the log ``args.path`` names (a file or a run directory) and write the
     records; return the exit code (0 nothing found, 1 findings). Raises LogError, NoLoss and
     OSError for a log that cannot be analysed (``trainlog.main`` says so in records)."""
-    warnings = []
-    path, chosen = _log_path(args)
-    ing, fmt, nlines, extra = read_log(path, args.format, wanted)
+    path, chosen, warnings = _log_path(args)
+    try:
+        ing, fmt, nlines, extra = read_log(path, args.format, wanted)
+    except NoLoss as exc:
+        exc.notes = warnings + exc.notes  # the choice's caveat explains the missing loss
+        raise
     warnings.extend(_reading_caveats(ing, fmt, extra))
     steps, cols, n, derived = _columns(ing, warnings)
     stride, tol = stride_of(steps, n, args.tolerance)
@@ -79,16 +85,16 @@ def stride_of(steps, n, tolerance=None):
 
 
 def _log_path(args):
-    """``(file, why)``: the log itself, or the one picked in a run directory (whose
-    checkpoints then give the saves, unless they were named)."""
+    """``(file, why, notes)``: the log itself, or the one picked in a run directory (whose
+    checkpoints then give the saves, unless they were named) with the caveats of the pick."""
     if not os.path.isdir(args.path):
-        return args.path, None
-    path, chosen = find_log(args.path)
+        return args.path, None, []
+    path, chosen, notes = find_log(args.path)
     if args.ckpt_dir is None and not args.ckpt_steps:
         ck = ckpt_dir_of(args.path)
         if ck is not None:
             args.ckpt_dir = ck
-    return path, chosen
+    return path, chosen, list(notes)
 
 
 def _reading_caveats(ing, fmt, extra):
@@ -114,7 +120,7 @@ def _reading_caveats(ing, fmt, extra):
 
 def _columns(ing, warnings):
     """``(steps, {label: column}, rows, derived)``: the ingested columns by label, one row
-    per step in order (see trainlog_steps), meta columns with NaN for a missing value."""
+    per step in order (see ``steps``), meta columns with NaN for a missing value."""
     n = ing.rows()
     if n == 0:
         raise LogError("no rows with %s" % ", ".join(k for _, k in ing.metrics))
@@ -145,7 +151,7 @@ def _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol):
         path=os.path.abspath(path),
         chosen_from=chosen,
         format=fmt,
-        dialect=dialect_of(fmt, ing),
+        dialect=ing.dialect,
         lines=nlines,
         rows=n,
         skipped=ing.skipped,

@@ -12,7 +12,7 @@ from collections import Counter
 from itertools import compress, islice
 from operator import mul, ne
 
-from trainlog_base import STABLE_MAX, _fmt, _median, _quantile
+from .base import STABLE_MAX, _fmt, _median, _quantile
 
 # --------------------------------------------------------------------------------------------
 # batch composition

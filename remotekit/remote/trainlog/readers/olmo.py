@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import re
 
-from infile import open_regular
 from protocol import mask
-from trainlog_ingest import Lines
-from trainlog_series import Read
+
+from ..source import Lines
 
 MARKER_RE = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?)(?:,epoch=(\d+))?(?:,eta=[^\]]*)?\]\s*$")
 METRIC_RE = re.compile(r"^ {4}([A-Za-z_][^=\t]*?)=(\S+)\s*$")
@@ -42,23 +41,20 @@ _SAVE_RES = (
 _SAVED_RE = re.compile(r"\b[Cc]heckpoint saved to ")
 _LOAD_RE = re.compile(r"\bLoading checkpoint from '?([^'\s]*?)'?(?:\.\.\.)?\s*$")
 _STEP_DIR_RE = re.compile(r"\bstep(\d+)(?:-\w+)?/?$")
-CLAIM_BYTES = 1 << 22
+CLAIM_BYTES = 1 << 22  # a long preamble (the config printed whole) may come first
+_CLAIM_RE = re.compile(
+    rb"\[step=\d+/(?:\d+|\?\?\?)(?:,epoch=\d+)?(?:,eta=[^\]\n]*)?\]\r?\n {4}[A-Za-z_][^=\n]*=\S"
+)
+FORMAT = "olmo"
+WHAT = "OLMo console log"
+FOLLOWS = True
+NAMES = ()  # whatever the console was sent to: found as a text log
+SURE = 0.9  # a marker only OLMo writes: surer than a JSON document, not than JSON lines
 
 
-def claims(path):
-    """Whether the file is an OLMo console log: a step marker followed by a metric line."""
-    try:
-        with open_regular(path) as f:
-            head = f.read(CLAIM_BYTES)
-    except OSError:
-        return False
-    return (
-        re.search(
-            rb"\[step=\d+/(?:\d+|\?\?\?)(?:,epoch=\d+)?(?:,eta=[^\]\n]*)?\]\r?\n {4}[A-Za-z_][^=\n]*=\S",
-            head,
-        )
-        is not None
-    )
+def sniff(head):
+    """A step marker followed by a metric line, in the first :data:`CLAIM_BYTES`."""
+    return SURE if _CLAIM_RE.search(head.raw(CLAIM_BYTES)) is not None else 0.0
 
 
 def number(text):
@@ -70,16 +66,16 @@ def number(text):
     return float(text)
 
 
-def read(path):
+def read(src, out):
     """The series of an OLMo console log and the saves and resumes it states."""
-    out = Read("olmo")
     step = None  # the step of the block being read (None: not in a block with a step)
     block = False
     resume = None  # a resume whose checkpoint path names no step: at the next marker
     metric, marker = METRIC_RE.match, MARKER_RE.search
     series = out.series
-    with open_regular(path) as f:
-        for lines in Lines(f):
+    with src.open() as f:
+        src_lines = Lines(f)
+        for lines in src_lines:
             out.lines += len(lines)
             for line in lines:
                 if block:
@@ -113,7 +109,7 @@ def read(path):
                     out.skipped += 1
                 # a log record's first line may head a block (an evaluator's, at this step)
                 block = not line.startswith(" ")
-    return out
+        out.long = src_lines.long
 
 
 def _value(out, step, name, text):

@@ -18,8 +18,9 @@ from itertools import compress, islice, repeat
 from operator import gt, le, mul, sub
 
 from infile import load_json, open_regular
-from trainlog_base import DIR_STEP_RE, MAX_EVENTS, _fmt, _quantile, binom_sf
-from trainlog_ingest import MAX_DOC
+
+from .base import DIR_STEP_RE, MAX_EVENTS, _fmt, _quantile, binom_sf
+from .source import MAX_DOC
 
 # --------------------------------------------------------------------------------------------
 # events

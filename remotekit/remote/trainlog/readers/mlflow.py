@@ -15,9 +15,13 @@ from __future__ import annotations
 import os
 
 from infile import open_regular
-from trainlog_ingest import Lines
-from trainlog_series import Read
 
+from ..source import Lines
+
+FORMAT = "mlflow"
+WHAT = "MLflow run"
+DIRECTORY = True  # a run is a directory of metric files
+NAMES = ()  # a store's runs are found by runs_of
 MAX_RUNS = 2000  # runs looked at in one store
 MAX_METRICS = 5000  # metric files read in one run
 
@@ -34,6 +38,11 @@ def _meta(path):
     except OSError:
         pass
     return out
+
+
+def sniff(head):
+    """Sure of a directory that is an MLflow run (``metrics/`` and ``meta.yaml``)."""
+    return 1.0 if head.is_dir and is_run(head.path) else 0.0
 
 
 def is_run(path):
@@ -93,11 +102,10 @@ def lengths(run):
     return out
 
 
-def read(run):
+def read(src, out):
     """The metrics of one run: a series per key, on the steps MLflow stored. A metric file
     that cannot be read (not a regular file, unreadable) is skipped and said."""
-    out = Read("mlflow")
-    for key, full in metric_files(run).items():
+    for key, full in metric_files(src.path).items():
         try:
             unstepped = _read_metric(out, key, full)
         except OSError as exc:
@@ -108,12 +116,11 @@ def read(run):
                 "metric %r has no step field (an MLflow store older than 1.0): its %d values "
                 "are numbered in the order logged" % (key, unstepped)
             )
-    return out
 
 
 def _read_metric(out, key, full):
     """One ``metrics/<key>`` file into ``out``; returns how many lines had no step field.
-    Read a block at a time, each line bounded (trainlog_ingest.Lines)."""
+    Read a block at a time, each line bounded (source.Lines)."""
     unstepped = 0
     with open_regular(full) as f:
         src = Lines(f)

@@ -60,7 +60,7 @@ MAX_EVENTS = 2000  # event records sent per kind
 STABLE_MAX = 50000  # values of the stable window (the log's second half, the latest ones)
 
 # The columns of the loss, the grad norm and the lr are chosen by what their names say and
-# their values (trainlog_ingest.SCORES); the accuracy by these names, or the last part.
+# their values (ingest.SCORES); the accuracy by these names, or the last part.
 ROLES = {
     "acc": (
         "acc",

@@ -11,7 +11,7 @@ import math
 from itertools import chain
 from operator import mul, sub
 
-from trainlog_base import (
+from .base import (
     CLIFF_DROP,
     CLIFF_SIGMA,
     RECOVER_SIGMA,

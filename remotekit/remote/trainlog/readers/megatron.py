@@ -1,0 +1,40 @@
+"""Megatron-LM's console output (``megatron/training/training.py`` ``training_log()``):
+`` iteration  N/  M | consumed samples: ... | learning rate: 1.5E-04 | global batch size:
+512 | lm loss: 7.1E+00 | loss scale: 1.0 | grad norm: 1.23 | number of skipped iterations:
+0 | number of nan iterations: 0 |``; saves and loads name their iteration.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..linefmt import NUMBER, LineFormat
+
+FORMAT = "megatron"
+WHAT = "Megatron-LM output"
+FOLLOWS = True
+NAMES = ()  # whatever stdout was sent to: found as a text log
+PIPE_PAIR_RE = re.compile(r"([A-Za-z][\w ./\-]*?)\s*:\s*" + NUMBER + r"\s*(?=\||$)", re.I)
+_ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
+
+
+def parse(line):
+    m = _ITERATION_RE.search(line)
+    if m is None:
+        return None
+    d = dict(PIPE_PAIR_RE.findall(line[m.end() :]))
+    d["iteration"] = m.group(1)
+    return d
+
+
+LINE = LineFormat(
+    FORMAT,
+    parse,
+    "iteration",
+    (
+        ("checkpoint", re.compile(r"saving checkpoint at iteration\s+(\d+)")),
+        ("resume", re.compile(r"successfully loaded checkpoint from .*? at iteration\s+(\d+)")),
+    ),
+)
+sniff = LINE.sniff
+read = LINE.read

@@ -1,0 +1,171 @@
+"""TensorBoard event files (``events.out.tfevents.*``, Keras's ``*.v2``), read without
+tensorboard: TFRecord framing with CRC-32C, ``Event`` / ``Summary`` protobufs; the scalars
+of each step one row (``simple_value``, and scalar tensors as ``tf.summary.scalar`` in TF2
+writes them).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..base import LogError
+from ..source import MAX_LINE
+from ..wire import _F32, _F64, _fields, _masked_crc, _varint
+
+FORMAT = "tensorboard"
+WHAT = "TensorBoard event file"
+BINARY = True  # a file without a loss is named as this, never read as text
+FOLLOWS = True  # written by appending records: --follow reads its new records
+NAMES = ((r"(?:^|/)events\.out\.tfevents\.[^/]*$", WHAT, 70),)
+
+
+def sniff(head):
+    """Sure when the file starts with a TFRecord: a little-endian uint64 length and the
+    masked CRC of it."""
+    magic = head.magic
+    if len(magic) < 12:
+        return 0.0
+    return 1.0 if _masked_crc(magic[:8]) == struct.unpack("<I", magic[8:12])[0] else 0.0
+
+
+def read(src, out):
+    """The scalars of the event file, one row per step."""
+    counts = [0, 0, None]
+    with src.open() as f:
+        out.stream(_rows_of(f, counts), "step")
+    out.lines = counts[0]
+    out.damage(counts, "event file")
+
+
+def _tensor_scalar(buf):
+    """The value of a scalar TensorProto (tensorflow/core/framework/tensor.proto: dtype 1,
+    tensor_shape 2 {dim 2}, tensor_content 4, half_val 13, float_val 5, double_val 6,
+    int_val 7, int64_val 10); None for anything that is not one number (a histogram, an
+    image, a string): those are not scalar series."""
+    dtype = 0
+    val = None
+    for f, wt, v in _fields(buf):
+        if f == 1:
+            dtype = v
+        elif f == 2:
+            if any(sf == 2 for sf, _, _ in _fields(v)):
+                dims = 1
+                for sf, _, dv in _fields(v):
+                    if sf == 2:
+                        for df, _, size in _fields(dv):
+                            if df == 1:
+                                dims *= size
+                if dims != 1:
+                    return None
+        elif f == 4 and dtype in (1, 2):
+            if len(v) != (4 if dtype == 1 else 8):
+                return None
+            val = (_F32 if dtype == 1 else _F64)(bytes(v))[0]
+        elif f == 5 and val is None:
+            val = _F32(bytes(v[:4]))[0]
+        elif f == 6 and val is None:
+            val = _F64(bytes(v[:8]))[0]
+        elif f in (7, 10) and val is None:
+            if wt == 0:
+                val = float(v if v < 1 << 63 else v - (1 << 64))
+            elif wt == 2 and len(v):
+                n, _ = _varint(v, 0)
+                val = float(n if n < 1 << 63 else n - (1 << 64))
+        elif f == 8:
+            return None  # string_val: text, not a number
+    return val
+
+
+def _event_scalars(buf, row):
+    """One Event (tensorflow/core/util/event.proto: wall_time 1, step 2, summary 5) into
+    ``row``; Summary.Value: tag 1, simple_value 2, tensor 8. Returns the step or None."""
+    step = None
+    for f, _, v in _fields(buf):
+        if f == 2:
+            step = v
+        elif f == 5:
+            for sf, _, sv in _fields(v):
+                if sf != 1:
+                    continue
+                tag, val = None, None
+                for vf, _, vv in _fields(sv):
+                    if vf == 1:
+                        tag = bytes(vv).decode("utf-8", "replace")
+                    elif vf == 2:
+                        val = _F32(bytes(vv))[0]
+                    elif vf == 8:
+                        val = _tensor_scalar(vv)
+                if tag is not None and val is not None:
+                    row[tag] = val
+    return step
+
+
+_TF_HEAD = struct.Struct("<QI")
+
+
+def tfrecord_data_length(head):
+    """The data length a TFRecord's first 12 bytes give (the record is 12 + it + 4 bytes
+    long), or None when the length's masked CRC does not match (not a record boundary)."""
+    n, crc = _TF_HEAD.unpack(head)
+    return n if _masked_crc(head[:8]) == crc else None
+
+
+def _tfrecords(f, counts=None):
+    """Records of a TFRecord file (uint64 length, uint32 masked CRC of it, data, CRC of the
+    data) as ``data + CRC`` buffers: :func:`_intact` checks the data. A length whose CRC
+    does not match ends the reading (the records after it cannot be found): ``counts[2]``
+    is then its offset."""
+    read = f.read
+    while True:
+        head = read(12)
+        if len(head) < 12:
+            return
+        n = tfrecord_data_length(head)
+        if n is None:
+            if counts is None:
+                raise LogError("a corrupt TFRecord length at offset %d" % (f.tell() - 12))
+            counts[2] = f.tell() - 12
+            return
+        if n > MAX_LINE * 64:
+            raise LogError("a TFRecord of %d bytes at offset %d: not an event file" % (n, f.tell()))
+        data = read(n + 4)
+        if len(data) < n + 4:
+            return  # the writer was still writing: the last record is partial
+        yield data
+
+
+def _intact(data):
+    """Whether a record from :func:`_tfrecords` has the data its CRC was made of."""
+    return _masked_crc(memoryview(data)[:-4]) == _CRC.unpack_from(data, len(data) - 4)[0]
+
+
+_CRC = struct.Struct("<I")
+
+
+def _rows_of(f, counts):
+    """The rows of the event file open as ``f``: the scalars of each step."""
+    row, step = {}, None
+    for data in _tfrecords(f, counts):
+        counts[0] += 1
+        cur = {}
+        try:
+            s = _event_scalars(memoryview(data)[:-4], cur)
+        except (ValueError, IndexError, TypeError, struct.error):
+            s = cur = None  # not a well-formed Event
+        if not cur:
+            # Skipped either way: the CRC (pure Python, about 1 us a byte) is computed
+            # only for records whose scalars are kept, not for every image or histogram.
+            if cur is None:
+                counts[1] += 1  # skipped
+            continue
+        if not _intact(data):
+            counts[1] += 1  # a scalar whose bytes changed after writing: skipped
+            continue
+        if s != step and row:
+            yield row
+            row = {}
+        step = s
+        row.update(cur)
+        row["step"] = float(s or 0)
+    if row:
+        yield row

@@ -1,0 +1,98 @@
+"""Plain text, the format of a log no other reader claims: each line's ``key=value`` and
+``key: value`` pairs (and words as ``step 12 | loss 0.7``) are a row; lines that announce a
+save or a resume are events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..base import CODE_RE, FAST_PAIR_RE, PAIR_RE, WORD_RE
+from ..choose import HEAD_ROWS
+from ..ingest import _maybe_event
+from ..source import Lines, head_lines
+
+FORMAT = "text"
+WHAT = "text log"
+FOLLOWS = True
+NAMES = ((r"(?:\.log|\.out|\.txt)$", WHAT, 90),)
+
+
+def sniff(head):
+    """Never sure: the registry reads with this reader what no other claims."""
+    return 0.0
+
+
+def read(src, out):
+    with src.open() as f:
+        lines = Lines(f)
+        _read(lines, out)
+        out.long = lines.long
+
+
+def _text_row(line):
+    d = dict(PAIR_RE.findall(line))
+    if not d or not any(k.lower() in ("step", "iter", "iteration") for k in d):
+        for k, v in WORD_RE.findall(line):
+            d.setdefault(k.lower(), v)
+    return d
+
+
+def _read(src, out):
+    lines, blocks = head_lines(src, HEAD_ROWS)
+    nlines = 0
+    keys = Counter()
+    plain = Counter()
+    parsed = []
+    for line in lines:
+        d = _text_row(line)
+        parsed.append(d)
+        keys.update(d.keys())
+        plain.update(dict(FAST_PAIR_RE.findall(line)).keys())
+    ing = out.table(keys, parsed)
+    nlines += len(lines)
+    for line, d in zip(lines, parsed):
+        _text_line(ing, line, d)
+    # The fast path: one regex per line, then the same itemgetter + array.extend as JSON.
+    # "Step 12 | loss 0.7" has words, not pairs: then the word regex runs too.
+    pairs = FAST_PAIR_RE.findall
+    words = WORD_RE.findall if not all(k in plain for k in ing.keys) else None
+    ext = ing.flat.extend
+    getter = ing.getter
+    bkey = ing.bucket_key
+    app = ing.codes.append
+    for block in blocks:
+        nlines += len(block)
+        for line in block:
+            low = line.lower()
+            if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+                _text_line(ing, line, None)
+                continue
+            d = dict(pairs(line))
+            if words is not None:
+                for k, v in words(line):
+                    d.setdefault(k.lower(), v)
+            try:
+                ext(map(float, getter(d)))
+            except (KeyError, ValueError, TypeError):
+                ing.fix_partial()
+                _text_line(ing, line, None)
+                continue
+            if bkey is not None:
+                app(ing.code(d.get(bkey)))
+        ing.flush()
+    out.lines = nlines
+
+
+def _text_line(ing, line, d):
+    """A line off the fast path: an event, a row (only with the log's step key, when it has
+    one: a number is a step only where the log says so), or skipped."""
+    event = _maybe_event(ing, line)
+    if CODE_RE.match(line):
+        d = None  # source code or a shell trace printed before the log: no row
+    elif d is None:
+        d = _text_row(line)
+    if d and (not ing.step_key or ing.step_key in d):
+        ing.slow(d, quiet=event)
+    elif line.strip() and not event:
+        ing.skipped += 1
