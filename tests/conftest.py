@@ -253,6 +253,21 @@ def target(request: pytest.FixtureRequest, agent: bool | None) -> Iterator[remot
 
 
 @pytest.fixture(scope="session", autouse=True)
+def code_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Agents started on ``local`` keep their compiled code here, not in ~/.cache."""
+    cache = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    try:
+        yield cache / "remotekit" / "code"
+    finally:
+        if old is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
 def run_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Runs started on ``local`` (``detach=True``) are recorded here, not in ~/.local/state."""
     state = tmp_path_factory.mktemp("state")

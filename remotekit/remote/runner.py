@@ -609,7 +609,7 @@ def run_main(path):
     runpy tells it."""
     try:
         with open(path, "rb") as f:
-            code = compile(f.read(), path, "exec", dont_inherit=True)
+            code = COMPILE(f.read(), path)
     except (OSError, SyntaxError, ValueError):
         import runpy
 
@@ -621,6 +621,15 @@ def run_main(path):
     )
     sys.modules["__main__"] = main
     exec(code, main.__dict__)
+
+
+def compile_source(source, path):
+    return compile(source, path, "exec", dont_inherit=True)
+
+
+# How run_main compiles a script: an agent that forks this runner sets COMPILE (its code
+# cache) in the runner's globals before running it; a runner of its own compiles.
+COMPILE = globals().get("COMPILE", compile_source)
 
 
 def fork_safe(env):
