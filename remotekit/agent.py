@@ -130,6 +130,7 @@ class Agent:
         self, transport: Transport, launch: Launch, host: str, chain: str, *, grace: float
     ):
         self.host, self.chain = host, chain
+        self._nudge = launch.nudge  # answer each piece of output (Launch.nudge says why)
         self._grace = grace  # the steps' TERM -> KILL grace
         self.pid: int | None = None
         #: The Python version there, from the hello.
@@ -197,10 +198,29 @@ class Agent:
             source = remote.source("agent.py")
             runner = frame(b"R", 0, remote.source("runner.py"))
             yield f"{len(source)}\n".encode() + source + runner
-            while (data := self._out.get()) is not None:
+            ended = False
+            while not ended and (data := self._out.get()) is not None:
+                data, ended = self._more(data)
                 yield data
         finally:
             self._fed.set()
+
+    def _more(self, data: bytes) -> tuple[bytes, bool]:
+        """``data`` and the frames queued behind it, as one write (up to ``_PIECE``): a
+        step's start, payload and EOF are one message through the hops, not three. And
+        whether the end (None) came behind them."""
+        more = [data]
+        size = len(data)
+        while size < _PIECE:
+            try:
+                nxt = self._out.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                return b"".join(more), True
+            more.append(nxt)
+            size += len(nxt)
+        return b"".join(more), False
 
     def send(self, kind: bytes, sid: int, payload: bytes = b"") -> None:
         if self.alive:
@@ -220,6 +240,8 @@ class Agent:
                 buf += event.data if self._ran else self._hello(event.data)
                 for kind, sid, payload in frames(buf):
                     self._frame(kind, sid, payload)
+                if self._nudge and self._ran and self._steps:  # more to come: nudge
+                    self.send(b"N", 0)
             elif isinstance(event, Exit):
                 code = event.code
                 break

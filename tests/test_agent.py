@@ -108,7 +108,9 @@ def test_the_runner_and_a_step_sent_with_the_agents_source_are_taken(tmp_path: P
             f"{len(agent)}\n".encode(),
             agent,
             frame(b"R", 0, runner),
+            frame(b"N", 0),  # a nudge (Launch.nudge): nothing to do, nothing said
             frame(b"S", 1, f"{len(header)}\n".encode() + header),
+            frame(b"N", 0),
         ]
     )
     proc = subprocess.Popen(
@@ -130,6 +132,7 @@ def test_the_runner_and_a_step_sent_with_the_agents_source_are_taken(tmp_path: P
                 got += frames(buf)
         kinds = [kind for kind, _, _ in got]
         assert kinds[0] == b"A"  # the hello, then the step's frames
+        assert [sid for _, sid, _ in got[1:]] == [1] * (len(got) - 1)
         assert b"".join(p for kind, sid, p in got if kind == b"O" and sid == 1) == b"hi\n"
         assert got[-1] == (b"X", 1, b"0")
     finally:

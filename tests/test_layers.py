@@ -190,6 +190,9 @@ def test_each_hop_wraps_the_argv(hop: Hop, argv: tuple[str, ...], label: str) ->
     assert launch.argv == (*argv, *TAIL)
     assert launch.chain == f"{label} -> /v/bin/python"
     assert (launch.env, launch.cwd) == (INNER.env, INNER.cwd)
+    # srun relays output in TCP segments that wait for each other's ACK: only it asks the
+    # agent's caller to answer output (Launch.nudge), and an outer hop keeps what it said
+    assert launch.nudge == isinstance(hop, Slurm) == Sudo().apply(launch).nudge
 
 
 def test_slurm_finds_a_bare_interpreter_without_path() -> None:

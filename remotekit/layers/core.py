@@ -60,6 +60,11 @@ class Launch:
     cwd: str | None = None
     interpreter: str | None = None
     hops: tuple[str, ...] = ()
+    #: A hop relays the output in small writes over TCP with Nagle's rule (srun's I/O from
+    #: slurmstepd): a write behind another waits for that one's ACK, which the receiving end
+    #: delays up to 40 ms unless it sends something back. The resident agent's caller then
+    #: answers each piece of output with a byte (an ``N`` frame) to carry the ACK.
+    nudge: bool = False
 
     @property
     def chain(self) -> str:

@@ -15,6 +15,7 @@
 #                     E  EOF on step N's stdin: the runner takes it as "stop the step"
 #                     C  the caller consumed that many bytes of step N's output (decimal)
 #                     P  are you there (step 0; any payload): answered at once, in kind
+#                     N  nothing (step 0): sent for what carries it (Launch.nudge: srun)
 #   agent -> caller   A  the agent runs (step 0): ``{"pid": N, "python": [3, 11, 7]}``, its
 #                        first bytes on stdout (what a login shell printed before is not
 #                        a frame: the caller looks for this one)
@@ -389,6 +390,7 @@ class Warm(object):
 class Agent(object):
     def __init__(self):
         self.inbuf = bytearray()
+        self.outbox = []  # frames not yet written (flush)
         self.runner = None
         self.code = None  # the CodeCache, made with the runner
         self.steps = {}
@@ -409,20 +411,32 @@ class Agent(object):
         self.closing = True
 
     def send(self, kind, sid, payload=b""):
-        write_all(1, frame(kind, sid, payload))
+        """A frame to the caller, written with the others of this turn of the loop (flush):
+        one write, not one a frame, where a hop relays each write as a message of its own
+        (srun to slurmstepd over TCP, where a small write behind another waits for its ACK)."""
+        self.outbox.append(frame(kind, sid, payload))
+
+    def flush(self):
+        if self.outbox:
+            data, self.outbox = b"".join(self.outbox), []
+            write_all(1, data)
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self):
         self.send(b"A", 0, hello())
+        self.flush()
         self.take_orders()  # what came with the agent's source
         poller = select.poll()
         while not self.closing:
+            self.flush()
             self.watch(poller)
             for fd, ev in poller.poll(250):
                 self.ready(fd, ev)
             self.reap()
+        self.flush()
         self.shutdown()
+        self.flush()
 
     def watch(self, poller):
         """Re-register what the loop waits on: the channel, the wake pipe, every step's
@@ -588,7 +602,7 @@ class Agent(object):
             if fd is not None:
                 os.close(fd)
         self.steps, self.warm, self.wake_r, self.wake_w = {}, {}, None, None
-        self.inbuf = bytearray()
+        self.inbuf, self.outbox = bytearray(), []
 
     def child(self, stdin, out, err):
         """In the forked child: the step's pipes as fds 0-2, nothing of the agent's, and the
