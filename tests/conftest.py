@@ -252,31 +252,26 @@ def target(request: pytest.FixtureRequest, agent: bool | None) -> Iterator[remot
         yield request.getfixturevalue("cts")(agent)
 
 
+def _xdg_home(var: str, home: Path, *below: str) -> Iterator[Path]:
+    """``$var`` set to ``home`` for the session (then as it was); yields ``home/below``."""
+    old = os.environ.get(var)
+    os.environ[var] = str(home)
+    try:
+        yield home.joinpath(*below)
+    finally:
+        if old is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = old
+
+
 @pytest.fixture(scope="session", autouse=True)
 def code_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Agents started on ``local`` keep their compiled code here, not in ~/.cache."""
-    cache = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache)
-    try:
-        yield cache / "remotekit" / "code"
-    finally:
-        if old is None:
-            os.environ.pop("XDG_CACHE_HOME", None)
-        else:
-            os.environ["XDG_CACHE_HOME"] = old
+    yield from _xdg_home("XDG_CACHE_HOME", tmp_path_factory.mktemp("cache"), "remotekit", "code")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def run_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Runs started on ``local`` (``detach=True``) are recorded here, not in ~/.local/state."""
-    state = tmp_path_factory.mktemp("state")
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(state)
-    try:
-        yield state / "remotekit" / "runs"
-    finally:
-        if old is None:
-            os.environ.pop("XDG_STATE_HOME", None)
-        else:
-            os.environ["XDG_STATE_HOME"] = old
+    yield from _xdg_home("XDG_STATE_HOME", tmp_path_factory.mktemp("state"), "remotekit", "runs")

@@ -8,6 +8,7 @@ are looked for in this host's /proc, which sees the container's too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -454,10 +455,14 @@ def _job_state(job: str | None) -> str:
 
 
 def _kill_the_supervisor(run: Run) -> None:
-    """SIGKILL the run's supervisor (as a login node's reboot would end it): the job runs on."""
+    """SIGKILL the run's supervisor and its ``sbatch --wait`` (as a login node's reboot would
+    end both): the job runs on. An sbatch left behind would wait on, past the test cluster."""
     sup = processes_with(f"start {run.id}")
     assert len(sup) == 1, sup
     os.kill(sup[0], signal.SIGKILL)
+    for pid in processes_with(f"--job-name=remotekit-{run.id}"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     end = time.monotonic() + 10
     while processes_with(f"start {run.id}") and time.monotonic() < end:
         time.sleep(0.05)
