@@ -272,8 +272,11 @@ def _relay(
                 eof = time.monotonic()
         elif eof is not None and ended is None and time.monotonic() - eof >= _EOF_AGAIN_S:
             # A ^D that came while the program there was not reading, in cooked mode (bash
-            # in its rc files), is an EOF its later raw read never sees: say it again.
-            term.write(b"\x04")
+            # in its rc files), is an EOF its later raw read never sees: say it again. That
+            # lost EOF is a NUL byte to the raw read, and a line editor that keeps it
+            # (busybox ash shows "?") takes later ^Ds as "delete a character": so ^U first,
+            # killing the line (our input's last partial line went with the first ^D).
+            term.write(b"\x15\x04")
             eof = time.monotonic()
         if winch.r in readable:
             winch.drain()
