@@ -117,6 +117,11 @@ class Target:
     ):
         """``dry_run``: run no step and connect nowhere; each step raises :class:`DryRun`
         with the chain it would have run through, after handing it to :attr:`trace`."""
+        if not isinstance(spec, HostSpec):
+            raise TypeError(
+                f"Target() takes a HostSpec, not {type(spec).__name__} {spec!r}; a host by "
+                f"name: remotekit.load_inventory().target({spec!r})"
+            )
         self.name = spec.name
         transport = transport if transport is not None else for_spec(spec)
         use_agent = spec.agent if agent is None else agent

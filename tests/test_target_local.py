@@ -40,6 +40,11 @@ def test_argv_must_be_a_list(local: remotekit.Target) -> None:
         local.run("ls -l")  # type: ignore[arg-type]
 
 
+def test_a_target_made_from_a_name_says_how_to_get_one() -> None:
+    with pytest.raises(TypeError, match=r"HostSpec, not str 'local'.*\.target\('local'\)"):
+        remotekit.Target("local")  # type: ignore[arg-type]
+
+
 def test_failed_step_carries_its_result(local: remotekit.Target) -> None:
     with pytest.raises(remotekit.StepFailed) as info:
         local.run(["sh", "-c", "echo partial; echo boom >&2; exit 7"])
