@@ -84,6 +84,24 @@ def test_a_usage_error_exits_2_with_a_hint(tmp_path: Path, args: list[str], hint
     assert hint in r.stderr and "Traceback" not in r.stderr
 
 
+def test_task_help_works_where_the_task_takes_a_positional_argument(tmp_path: Path) -> None:
+    """invoke reads --help as the missing positional (a file named --help): not here."""
+    positional = sorted(
+        c.name for c in copy.deepcopy(package_tasks).to_contexts() if c.positional_args
+    )
+    assert {"py", "sync", "logs", "stop", "rm"} <= set(positional)
+    for name in positional:
+        for helps in (["--help"], ["-h"], ["--json", "--help"]):
+            r = remotekit(name, *helps, cwd=tmp_path)
+            assert r.returncode == 0, (name, helps, r.stderr)
+            assert f"remotekit [--core-opts] {name} [--options]" in r.stdout, (name, helps)
+    # the command's own --help, after -- or as an option's value, is not ours
+    r = remotekit(
+        "run", "--", sys.executable, "-c", "import sys; print(sys.argv)", "--help", cwd=tmp_path
+    )
+    assert r.returncode == 0 and "'--help']" in r.stdout, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "hint"),
     [

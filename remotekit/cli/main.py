@@ -52,6 +52,35 @@ class RemotekitProgram(Program):
     def core_args(self) -> list[Argument]:
         return [a for a in super().core_args() if a.name in CORE_OPTIONS]
 
+    def normalize_argv(self, argv: list[str] | None) -> None:
+        super().normalize_argv(argv)
+        self.argv = self._help_as_a_flag(list(self.argv))
+
+    def _help_as_a_flag(self, argv: list[str]) -> list[str]:
+        """``TASK ... --help`` (or ``-h`` last) as invoke's ``--help TASK``: invoke reads a
+        ``--help`` that comes where the task still lacks a positional argument as that
+        argument (``py --help`` read a file named --help, ``sync --help`` wanted its dest).
+        Not after ``--`` (the command's own words), nor as the value of the option before it
+        (``--args --help``)."""
+        end = argv.index("--") if "--" in argv else len(argv)
+        names = self._tasks()
+        tasks = {*names, *(a for aliases in names.values() for a in aliases)}
+        at = next((i for i, w in enumerate(argv[1:end], 1) if w in tasks), None)
+        if at is None:
+            return argv
+        contexts = {c.name: c for c in copy.deepcopy(self._collection()).to_contexts()}
+        context = contexts.get(argv[at]) or next(
+            (c for c in contexts.values() if argv[at] in c.aliases), None
+        )
+        for i in range(at + 1, end):
+            if argv[i] != "--help" and (argv[i] != "-h" or i + 1 < end):
+                continue  # -h NAME: the old --host, which _short_flag explains
+            before = context.flags.get(argv[i - 1]) if context is not None else None
+            if before is not None and before.kind is not bool:
+                continue  # the value of an option: --args --help
+            return [*argv[:at], "--help", argv[at]]
+        return argv
+
     def parse_core_args(self) -> None:
         self._usage(super().parse_core_args)
         for name, default in UNOFFERED_DEFAULTS.items():
