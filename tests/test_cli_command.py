@@ -32,11 +32,21 @@ def env_for(home: Path) -> dict[str, str]:
     return env
 
 
-def remotekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def remotekit(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "remotekit", *args]
     return subprocess.run(
-        argv, cwd=cwd, env=env_for(cwd), capture_output=True, text=True, timeout=120
+        argv, cwd=cwd, env=env or env_for(cwd), capture_output=True, text=True, timeout=120
     )
+
+
+def without(program: str, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the PATH folders that hold ``program`` left out (a GPU machine's
+    nvidia-smi, for a test about a machine without one)."""
+    folders = env.get("PATH", os.defpath).split(os.pathsep)
+    kept = [d for d in folders if not shutil.which(program, path=d)]
+    return {**env, "PATH": os.pathsep.join(kept)}
 
 
 def test_help_lists_only_remotekits_options(tmp_path: Path) -> None:
@@ -405,17 +415,18 @@ def test_get_parents_makes_the_local_directories(tmp_path: Path) -> None:
 def test_gpu_on_a_host_without_a_gpu_is_a_note_unless_hosts_yaml_says_it_has_gpus(
     tmp_path: Path,
 ) -> None:
-    assert shutil.which("nvidia-smi") is None, "this test wants a machine without nvidia-smi"
-    r = remotekit("gpu", cwd=tmp_path)
+    env = without("nvidia-smi", env_for(tmp_path))  # on a GPU machine too
+    assert shutil.which("nvidia-smi", path=env["PATH"]) is None
+    r = remotekit("gpu", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "note: no GPU here" in r.stdout and "error" not in r.stdout + r.stderr
     (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {gpu: true}\n")
-    r = remotekit("gpu", cwd=tmp_path)
+    r = remotekit("gpu", cwd=tmp_path, env=env)
     assert r.returncode == 2 and "nvidia-smi is not on PATH" in r.stdout + r.stderr
     (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {gpus: 8}\n")
-    assert remotekit("gpu", cwd=tmp_path).returncode == 2
+    assert remotekit("gpu", cwd=tmp_path, env=env).returncode == 2
     (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {gpus: lots}\n")
-    r = remotekit("gpu", cwd=tmp_path)
+    r = remotekit("gpu", cwd=tmp_path, env=env)
     assert r.returncode == 2 and "hosts.yaml:2" in r.stderr and "gpus" in r.stderr
 
 
