@@ -112,6 +112,51 @@ def test_allennlp_th_files_are_found_and_read(tmp_path: Path) -> None:
     assert (state["status"], state["params"], state["other"]) == ("clean", 0, {"counter": 4})
 
 
+#: AllenNLP's own checkpoints, copied unchanged from allenai/allennlp 80fb606 (Apache-2.0):
+#: tests/data/public/allennlp-simple-tagger/NOTICE.md names the source paths.
+ALLENNLP_DATA = Path(__file__).with_name("data") / "public" / "allennlp-simple-tagger"
+
+
+def test_allennlp_checkpoints_written_by_allennlp(tmp_path: Path) -> None:
+    """What tests/public_runs.md says of them, read by hand: three clean files (the model
+    state of 1,340 params, best.th of 1,850: a model trained on a larger vocabulary), an
+    Adadelta training state at lr 1e-06 over 9 params, and between model_state and best.th
+    6 of 9 tensors compared with 3 shape changes (vocab 10 -> 15, tags 2 -> 4). Loaded with
+    weights_only=True (ckpt.py's default: no --unsafe here)."""
+    import shutil
+
+    d = tmp_path / "simple_tagger"
+    shutil.copytree(ALLENNLP_DATA, d, ignore=shutil.ignore_patterns("LICENSE", "*.md"))
+    model = d / "serialization_full" / "model_state_e1_b0.th"
+    training = d / "serialization_full" / "training_state_e1_b0.th"
+    best = d / "serialization" / "best.th"
+
+    r = run("scan", str(d))
+    assert r.code == 0 and set(r.by_path) == {str(model), str(training), str(best)}
+    assert [rec["status"] for rec in r.by_path.values()] == ["clean"] * 3
+    assert (r.by_path[str(model)]["params"], r.by_path[str(best)]["params"]) == (1340, 1850)
+    assert r.by_path[str(training)]["params"] == 0  # optimizer state only
+    assert r.one("done")["clean"] == 3
+
+    ins = run("inspect", str(training)).one("inspect")
+    assert ins["ok"] and ins["scalars"]["epochs_completed"] == 1
+    (opt,) = ins["optimizers"]
+    assert set(opt["slots"]) == {"step", "square_avg", "acc_delta"}  # Adadelta's state
+    (group,) = opt["groups"]
+    assert (group["lr"], group["params"], group["hyper"]["rho"]) == (1e-06, 9, 0.95)
+    assert opt["state_params"] == 9
+
+    diff = run("diff", str(model), str(best)).one("diff")
+    assert (diff["tensors_a"], diff["tensors_b"], diff["compared"]) == (9, 9, 6)
+    shapes = {c["name"]: (c["shape_a"], c["shape_b"]) for c in diff["changes"]}
+    assert diff["changes_total"] == 3 and shapes == {
+        "text_field_embedder.token_embedder_tokens.weight": ([10, 100], [15, 100]),
+        "tag_projection_layer._module.weight": ([2, 4], [4, 4]),
+        "tag_projection_layer._module.bias": ([2], [4]),
+    }
+    assert diff["flags"] == []
+
+
 # ------------------------------------------------------------------------------ HF Trainer
 
 

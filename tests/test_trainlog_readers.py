@@ -828,21 +828,26 @@ def test_a_per_epoch_log_without_a_step_has_the_epoch_for_its_steps(
 
 
 # ---------------------------------------------------------------------------------------------
-# runs of projects we did not write. Their files are not committed (data fetched from other
-# repositories stays out of this one): tests/public_runs.md names each source, commit, path
-# and license, and REMOTEKIT_PUBLIC_RUNS=DIR (holding those copies) runs these tests on them.
+# runs of projects we did not write. Copies whose licenses allow it are committed under
+# tests/data/public (each folder with its LICENSE and a NOTICE.md naming source, commit and
+# what was cut); tests/public_runs.md names each source, commit, path and license. A copy in
+# REMOTEKIT_PUBLIC_RUNS=DIR is read before the committed one; the run too large to commit
+# (the whole iqu955sp, 2.9 MB) is read only from there, and its test skips without it.
 
-PUBLIC = Path(os.environ.get("REMOTEKIT_PUBLIC_RUNS") or "/nonexistent")
+PUBLIC_COMMITTED = Path(__file__).with_name("data") / "public"
+PUBLIC = [Path(d) for d in [os.environ.get("REMOTEKIT_PUBLIC_RUNS")] if d] + [PUBLIC_COMMITTED]
 
 
-def public(name: str) -> Path:
-    if not (PUBLIC / name).is_dir():
-        pytest.skip(f"REMOTEKIT_PUBLIC_RUNS has no {name}/ (see tests/public_runs.md)")
-    return PUBLIC / name
+def public(run_dir: str) -> Path:
+    """``run_dir`` (``<name>/<run>``) in REMOTEKIT_PUBLIC_RUNS, else in tests/data/public."""
+    for root in PUBLIC:
+        if (root / run_dir).is_dir():
+            return root / run_dir
+    pytest.skip(f"no {run_dir}/ in {', '.join(map(str, PUBLIC))} (see tests/public_runs.md)")
 
 
 def test_public_wandb_run_cut_short_of_its_summary() -> None:
-    r = run(public("alpaca-kd-wandb") / "run-20231102_032820-iqu955sp")
+    r = run(public("alpaca-kd-wandb/run-20231102_032820-iqu955sp"))
     src = r.one("source")
     assert src["format"] == "wandb" and src["step_key"] == "train/global_step"
     assert src["columns"]["loss"] == "train/loss"
@@ -859,7 +864,7 @@ def test_public_wandb_run_whose_loss_drops_at_each_epoch_has_no_spike() -> None:
     """The whole run: the loss falls to ~1.1, drops to ~0.65 at the second epoch and to
     ~0.33 at the third, with per-batch noise of ~0.04. The trend preset's first calibration
     flagged a 0.60 at step 1082 (6.1 sigma of that noise); by hand no spike."""
-    r = run(public("alpaca-kd-wandb") / "run-20231102_032820-iqu955sp-whole")
+    r = run(public("alpaca-kd-wandb/run-20231102_032820-iqu955sp-whole"))
     src = r.one("source")
     assert (src["rows"], src["last_step"]) == (1218, 1218)
     assert r.one("preset")["name"] == "trend"
@@ -869,7 +874,7 @@ def test_public_wandb_run_whose_loss_drops_at_each_epoch_has_no_spike() -> None:
 
 
 def test_public_wandb_run_of_one_step_claims_no_schedule() -> None:
-    r = run(public("alpaca-kd-wandb") / "run-20231104_073205-5qvjca60")
+    r = run(public("alpaca-kd-wandb/run-20231104_073205-5qvjca60"))
     src = r.one("source")
     assert src["rows"] == 1 and src["columns"]["lr"] == "train/learning_rate"
     # one lr value is no evidence of a missing warmup
