@@ -28,6 +28,12 @@ a command (``hostname``), a Python file shipped with ``run_python``, and a diagn
 - ``*_1host``: the same three cases on one host (5x the reps). All 32 "hosts" here share
   this machine's cores, so the far side's CPU per host adds up, as it would not on 32
   machines; one host shows the per-host cost alone.
+- ``three_agent_pct`` / ``three_fabric_pct``: the same three steps on ``--targets`` targets
+  through the chain remotekit is for: ssh -> the ``pct`` stand-in (tests/fakes/pct) -> one
+  real LXC container -> its venv; Fabric types ``pct exec 200 -- ...`` for each command
+  (busybox there: ``ls -l`` for the sizes). The stand-in costs ~10 ms of CPU a call; Proxmox's
+  own pct is a Perl program that loads the PVE modules on every call, so on a real node this
+  ratio is lower still. Needs root and LXC (``--no-container`` skips it).
 
 Ratios are remotekit / Fabric for the same case (below 1: remotekit is faster). Results go to
 stdout and, as JSON, to ``--out``. Exit status: 0 when both targets are met, 1 otherwise.
@@ -40,6 +46,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -58,7 +65,8 @@ from fabric.exceptions import GroupException  # noqa: E402
 import remotekit  # noqa: E402
 from remotekit.diagnostics import system  # noqa: E402
 from remotekit.fleet import DEFAULT_PARALLEL  # noqa: E402
-from tests.harness import SSHServer  # noqa: E402
+from tests.harness import FakeNode, SSHServer, venv_prefix  # noqa: E402
+from tests.runtimes import LxcContainer  # noqa: E402
 
 TARGET_S = 2.5
 TARGET_CASE = "remotekit_connect"
@@ -80,6 +88,11 @@ def main() -> int:
     ap.add_argument("--targets", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fleet.json")
+    ap.add_argument(
+        "--no-container",
+        action="store_true",
+        help="skip the three steps through ssh -> pct -> LXC (needs root and LXC)",
+    )
     opts = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
@@ -93,7 +106,8 @@ def main() -> int:
             runs.update({f"{case}_1host": r for case, r in three.items()})
         finally:
             sshd.stop()
-
+        if not opts.no_container:
+            runs.update(container_runs(Path(tmp) / "ct", opts.targets, opts.reps))
     medians = {case: statistics.median(t for t, _ in r) for case, r in runs.items()}
     failures = {case: sum(f for _, f in r) for case, r in runs.items()}
     ratio = {
@@ -103,6 +117,8 @@ def main() -> int:
         "three_agent": medians["three_agent"] / medians["three_fabric"],
         "three_agent_1host": medians["three_agent_1host"] / medians["three_fabric_1host"],
     }
+    if "three_agent_pct" in medians:
+        ratio["three_agent_pct"] = medians["three_agent_pct"] / medians["three_fabric_pct"]
     ok = medians[TARGET_CASE] <= TARGET_S and failures[TARGET_CASE] == 0
     three_ok = ratio["three_agent"] <= THREE_TARGET and not any(
         failures[c] for c in ("three_agent", "three_fabric")
@@ -149,6 +165,12 @@ def main() -> int:
         f"{ratio['three_per_step']:.2f} per step; one host: {ratio['three_agent_1host']:.2f} "
         f"with the agent"
     )
+    if "three_agent_pct" in ratio:
+        print(
+            f"three steps through ssh -> pct -> LXC -> venv, remotekit/fabric: "
+            f"{ratio['three_agent_pct']:.2f} with the agent (the stand-in pct costs ~10 ms a "
+            f"call; Proxmox's, a Perl program, costs far more, and Fabric pays it 3x a host)"
+        )
     verdict = "PASS" if ok else "FAIL"
     print(f"{verdict}: {TARGET_CASE} median {medians[TARGET_CASE]:.2f} s (target <= {TARGET_S} s)")
     verdict = "PASS" if three_ok else "FAIL"
@@ -160,14 +182,53 @@ def main() -> int:
     return 0 if ok and three_ok else 1
 
 
-class Hosts:
-    """``n`` inventory entries (and Fabric addresses) all pointing at ``sshd``."""
+def container_runs(work: Path, n: int, reps: int) -> dict[str, list[tuple[float, int]]]:
+    """The three steps on ``n`` targets through ssh -> the pct stand-in -> one real LXC
+    container (CT 200) -> the venv there: the chain remotekit is for. {} where LXC cannot
+    run here (not root, no lxc-create), with a note."""
+    if os.geteuid() != 0 or shutil.which("lxc-create") is None:
+        print("note: no LXC here (needs root and lxc-create): the container chain is skipped")
+        return {}
+    ct = LxcContainer()
+    node = FakeNode(work / "node", running=ct).install()
+    server = SSHServer(work / "sshd", env=node.env)
+    try:
+        ct.start()
+        node.add(200)
+        server.start()
+        assert ct.workspace is not None
+        hosts = Hosts(server, work / "hosts", n, pct=str(node.pct), workspace=ct.workspace)
+        three = measure_three(hosts, reps, per_step=False)
+        return {f"{case}_pct": r for case, r in three.items()}
+    finally:
+        server.stop()
+        ct.stop()
 
-    def __init__(self, sshd: SSHServer, tmp: Path, n: int):
+
+class Hosts:
+    """``n`` inventory entries (and Fabric addresses) all pointing at ``sshd``: plain SSH
+    targets, or with ``pct`` (the node's ``pct`` stand-in) each through ``pct exec 200`` into
+    a real LXC container (``workspace``: its /workspace, here) and the venv there."""
+
+    def __init__(
+        self,
+        sshd: SSHServer,
+        tmp: Path,
+        n: int,
+        pct: str | None = None,
+        workspace: Path | None = None,
+    ):
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.names = [f"t{i:02d}" for i in range(n)]
-        hosts = {name: sshd.host_yaml(python=sys.executable) for name in self.names}
+        if pct is None:
+            entry = sshd.host_yaml(python=sys.executable)
+            self.prefix: list[str] = []  # what a person types before each command
+        else:
+            entry = sshd.host_yaml(container=200, pct=pct, venv=venv_prefix())
+            self.prefix = [pct, "exec", "200", "--"]
+        self.python = sys.executable  # the venv's, there too: the container binds it
+        hosts = {name: entry for name in self.names}
         path = tmp / "hosts.yaml"
         path.write_text(yaml.safe_dump({"hosts": hosts}, sort_keys=False))
         self.specs = remotekit.load_inventory(path).select(hosts=self.names)
@@ -179,6 +240,31 @@ class Hosts:
                 "look_for_keys": False,
             },
         }
+        # the diagnostic's folder: here, and its path there
+        self.disk_here = (workspace if workspace is not None else tmp) / "disk"
+        self.disk_there = "/workspace/disk" if workspace is not None else str(self.disk_here)
+
+    def commands(self) -> list[str]:
+        """The three steps as a person types them for Fabric (through ``pct exec`` there)."""
+        py, d = shlex.quote(self.python), shlex.quote(self.disk_there)
+        if not self.prefix:
+            return [
+                "hostname",
+                f"{py} -c {shlex.quote(CHECK_PY)}",
+                f"df -P {d}; df -Pi {d}; "
+                f"find {d} -xdev -type f -printf '%s %p\\n' | sort -rn | head -n 10",
+            ]
+        pct = " ".join(map(shlex.quote, self.prefix))
+        # busybox's find there has no -printf: ls -l gives the sizes
+        disk = (
+            f"df -P {d}; df -Pi {d}; "
+            f"find {d} -xdev -type f -exec ls -l {{}} + | sort -k5 -rn | head -n 10"
+        )
+        return [
+            f"{pct} hostname",
+            f"{pct} {py} -c {shlex.quote(CHECK_PY)}",
+            f"{pct} sh -c {shlex.quote(disk)}",
+        ]
 
     def fleet(self, *, agent: bool | None = None) -> remotekit.Fleet:
         return remotekit.fleet(remotekit.Target(s, agent=agent) for s in self.specs)
@@ -235,19 +321,20 @@ def measure(hosts: Hosts, reps: int) -> dict[str, list[tuple[float, int]]]:
     return runs
 
 
-def measure_three(hosts: Hosts, reps: int) -> dict[str, list[tuple[float, int]]]:
+def measure_three(
+    hosts: Hosts, reps: int, per_step: bool = True
+) -> dict[str, list[tuple[float, int]]]:
     """Three steps a host (a command, a Python file, a diagnostic), connect included."""
     check = hosts.tmp / "check.py"
     check.write_text(CHECK_PY)
-    folder = hosts.tmp / "disk"  # what the diagnostic looks at: a few files
-    folder.mkdir()
+    hosts.disk_here.mkdir(exist_ok=True)  # what the diagnostic looks at: a few files
     for i in range(20):
-        (folder / f"f{i}.bin").write_bytes(b"x" * 1024 * (i + 1))
+        (hosts.disk_here / f"f{i}.bin").write_bytes(b"x" * 1024 * (i + 1))
 
     def three(t: remotekit.Target) -> bool:
         ok = t.run(["hostname"], check=False).ok
         ok &= t.run_python(str(check), check=False).ok
-        return ok and system.disk_usage(t, [str(folder)]).exit_code < 2  # 2: could not run
+        return ok and system.disk_usage(t, [hosts.disk_there]).exit_code < 2  # 2: could not run
 
     def remotekit_three(agent: bool) -> Callable[[], int]:
         def run() -> int:
@@ -256,13 +343,7 @@ def measure_three(hosts: Hosts, reps: int) -> dict[str, list[tuple[float, int]]]
 
         return run
 
-    py = shlex.quote(sys.executable)
-    d = shlex.quote(str(folder))
-    commands = [
-        "hostname",
-        f"{py} -c {shlex.quote(CHECK_PY)}",
-        f"df -P {d}; df -Pi {d}; find {d} -xdev -type f -printf '%s %p\\n' | sort -rn | head -n 10",
-    ]
+    commands = hosts.commands()
 
     def fabric_three() -> int:
         g = hosts.group()
@@ -276,6 +357,8 @@ def measure_three(hosts: Hosts, reps: int) -> dict[str, list[tuple[float, int]]]
         "three_agent": remotekit_three(agent=True),
         "three_fabric": fabric_three,
     }
+    if not per_step:
+        del cases["three_per_step"]
     runs: dict[str, list[tuple[float, int]]] = {k: [] for k in cases}
     for _ in range(reps):  # interleaved, so that load on this machine hits all alike
         for case, fn in cases.items():
