@@ -842,11 +842,63 @@ def test_the_loss_is_chosen_by_what_its_name_says(
     assert r.code in (0, 1), r.records
     src = r.one("source")
     assert src["columns"]["loss"] == loss
-    assert src["metrics"] == ["loss", *parts] + (["lr"] if "lr" in columns else [])
+    held = [c for c in columns if c.startswith("val/")]  # analysed beside a train-side loss
+    assert src["columns"].get("val_loss") == (held[0] if held else None)
+    assert src["metrics"] == ["loss", *parts] + (["lr"] if "lr" in columns else []) + (
+        ["val_loss"] if held else []
+    )
     said = src["why"]["loss"]  # every pick says why, in the source record
     assert said.startswith(f"loss <- {loss!r}: ")
     held_out = [w["message"] for w in r.all("warning") if w["message"].startswith("loss <- ")]
     assert ("held-out" in said) == loss.startswith("val") == bool(held_out)
+
+
+def test_a_held_out_loss_is_analysed_beside_the_train_loss(tmp_path: Path) -> None:
+    """A Keras CSVLogger file (keras.callbacks.CSVLogger: epoch, then the logs dict's keys
+    sorted, val_ ones included): val_loss jumps to 7.4 between 1.44 and 1.29 at epoch 1 of
+    17 while the train loss falls smoothly. Before, only the train loss was analysed and
+    the log was "no spikes"."""
+    val = [1.44, 7.4, 1.29] + [1.2 - 0.02 * i for i in range(14)]
+    lines = ["epoch,accuracy,loss,val_accuracy,val_loss"]
+    for e, v in enumerate(val):
+        lines.append(f"{e},{0.5 + 0.02 * e:.3f},{2.0 - 0.08 * e:.4f},{0.6 + 0.01 * e:.3f},{v}")
+    p = tmp_path / "training.log"
+    p.write_text("\n".join(lines) + "\n")
+    r = run(p)
+    src = r.one("source")
+    assert (src["columns"]["loss"], src["columns"]["val_loss"]) == ("loss", "val_loss")
+    assert src["why"]["val_loss"] == "val_loss <- 'val_loss': the held-out loss by name"
+    assert [(s["metric"], s["step"]) for s in r.all("spike")] == [("val_loss", 1)]
+    # a log whose only loss is held out analyses it once, as the loss
+    only = tmp_path / "val.csv"
+    only.write_text(
+        "epoch,val_loss,test_loss\n" + "".join(f"{e},{v},{v}\n" for e, v in enumerate(val))
+    )
+    src = run(only).one("source")
+    assert src["columns"]["loss"] == "val_loss" and "val_loss" not in src["metrics"]
+    # and one with no held-out loss is not said to lack one
+    plain = tmp_path / "train.csv"
+    plain.write_text("step,loss\n" + "".join(f"{e},{2 - 0.01 * e}\n" for e in range(50)))
+    assert not [w for w in run(plain).all("warning") if "val_loss" in w["message"]]
+
+
+def test_a_step_logged_twice_is_warned_only_where_a_value_differs(tmp_path: Path) -> None:
+    """HF's log_history repeats the train row's step and epoch in its eval row: merged,
+    nothing lost, no warning. Two different losses at one step: the later one, warned."""
+    rows = [{"step": s, "epoch": s / 10, "loss": 2 - 0.01 * s} for s in range(40)]
+    same = []
+    for row in rows:  # an eval row after every tenth train row, at its step and epoch
+        same.append(row)
+        if row["step"] % 10 == 9:
+            same.append({"step": row["step"], "epoch": row["epoch"], "eval_loss": row["loss"]})
+    r = run(_rows_log(tmp_path / "same.jsonl", same))
+    assert not [w for w in r.all("warning") if "logged twice" in w["message"]]
+    assert r.one("source")["columns"]["val_loss"] == "eval_loss"
+    clash = [*rows[:20], {"step": 19, "loss": 1.5}, *rows[20:]]
+    r = run(_rows_log(tmp_path / "clash.jsonl", clash))
+    assert "1 steps were logged twice: the later value is used" in [
+        w["message"] for w in r.all("warning")
+    ]
 
 
 def _falling(i: int) -> float:

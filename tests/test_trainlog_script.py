@@ -365,7 +365,9 @@ def test_format_trainer_state(tmp_path: Path) -> None:
     path = factory.write_trainer_state(rows, tmp_path / "trainer_state.json", save_steps=200)
     r = run(path)
     _expect_story(r, "trainer_state")
-    assert r.one("source")["skipped"] == 5  # the eval rows
+    src = r.one("source")
+    assert src["skipped"] == 0 and src["columns"]["val_loss"] == "eval_loss"  # eval rows read
+    assert not [w for w in r.all("warning") if "logged twice" in w["message"]]
     ck = [e["step"] for e in r.all("event") if e["kind"] == "checkpoint"]
     assert ck == [200, 400]
     assert r.one("source")["columns"]["lr"] == "learning_rate"

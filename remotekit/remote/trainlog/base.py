@@ -81,6 +81,7 @@ ROLE_NAMES = {
     "lr": "lr",
     "learning_rate": "lr",
     "grad_norm": "grad_norm",
+    "val_loss": "val_loss",
 }
 STEP_KEYS = (
     "step",

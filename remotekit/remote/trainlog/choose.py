@@ -126,8 +126,44 @@ def _lr_score(key):
     return score
 
 
-SCORES = {"loss": _loss_score, "grad_norm": _grad_norm_score, "lr": _lr_score}
-SAYS = {"loss": "the train-side loss", "grad_norm": "the gradient norm", "lr": "the learning rate"}
+def _val_loss_score(key):
+    """How much a name says "the held-out loss" (``val_loss``, ``eval/loss``,
+    ``validation/CrossEntropyLoss``, llm.c's ``tel``), or None: a loss by
+    :func:`_loss_score`'s words, held out by a part; validation over test (a test loss is
+    often computed once), a total over its parts, per step over per epoch."""
+    parts, words = _name_words(key)
+    short = [SHORT_LOSSES[p] for p in parts if p in SHORT_LOSSES]
+    if "eval" not in short:
+        if _loss_score(key) is None:
+            return None
+        held = [p for p in parts if p in HELD_OUT or p.startswith(HELD_OUT)]
+        if not held:
+            return None
+    score = 3 if "test" not in parts else 1
+    if "perplexity" in words or "ppl" in parts:
+        score -= 1
+    if "epoch" in parts:
+        score -= 1
+    if "total" in parts or len(parts) <= 2:
+        score += 1
+    return score
+
+
+SCORES = {
+    "loss": _loss_score,
+    "grad_norm": _grad_norm_score,
+    "lr": _lr_score,
+    "val_loss": _val_loss_score,
+}
+SAYS = {
+    "loss": "the train-side loss",
+    "grad_norm": "the gradient norm",
+    "lr": "the learning rate",
+    "val_loss": "the held-out loss",
+}
+#: Roles analysed when the log has them, never missed when it has not: a run that logs no
+#: validation loss is not short of anything.
+OPTIONAL = ("val_loss",)
 
 
 def _content(rows, key):
@@ -248,7 +284,7 @@ def resolve_columns(keys, wanted, step_key=None, head=()):
             guesses.append("step key %r chosen by its name's last part" % step_key)
     metrics = []
     missing = []
-    names = wanted or ["loss", "acc", "lr", "grad_norm"]
+    names = wanted or ["loss", "acc", "lr", "grad_norm", "val_loss"]
     for name in names:
         role = ROLE_NAMES.get(name.lower())
         label = role or name
@@ -259,9 +295,12 @@ def resolve_columns(keys, wanted, step_key=None, head=()):
             metrics.append((label, named))
             continue
         if role in SCORES:
+            if role in OPTIONAL and not wanted and "held-out" in why.get("loss", ""):
+                continue  # the loss is the held-out one already: no second of its kind
             key, parts, said = _pick(role, keys, taken, rows)
             if key is None:
-                guesses.extend([said] if said else [])
+                if role not in OPTIONAL or wanted:
+                    guesses.extend([said] if said else [])
                 missing.extend([name] if wanted else [])
                 continue
             why[role] = said

@@ -70,7 +70,9 @@ def reconcile_steps(ing, steps, cols, warnings):
 
 def _merge_same_steps(steps, arrs):
     """Rows at the same step as the next row merged into it (its missing values filled
-    from this one) and marked as not kept: ``(keep, steps logged twice)``."""
+    from this one) and marked as not kept: ``(keep, steps logged twice)``, counting the
+    steps where a column has two different values (an HF eval row repeats the train row's
+    step and epoch: nothing is lost there)."""
     n = len(steps)
     keep = bytearray(b"\x01") * n
     twice = 0
@@ -82,7 +84,7 @@ def _merge_same_steps(steps, arrs):
             a, b = c[i], c[i + 1]
             if _is_missing(b):
                 c[i + 1] = a
-            elif not _is_missing(a):
+            elif not _is_missing(a) and a != b:
                 both = True
         twice += both
         keep[i] = 0
