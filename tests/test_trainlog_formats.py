@@ -882,6 +882,32 @@ def test_a_held_out_loss_is_analysed_beside_the_train_loss(tmp_path: Path) -> No
     assert not [w for w in run(plain).all("warning") if "val_loss" in w["message"]]
 
 
+@pytest.mark.parametrize(
+    ("row", "step_key"),
+    [
+        # a counter no trainer we know names so: by its name and its whole numbers that rise
+        (lambda i: {"opt_step": 10 * i, "consumed_samples": 640 * i}, "opt_step"),
+        (lambda i: {"trainer_step": i, "tokens_seen": 4096 * i}, "trainer_step"),
+        # a rate, a setting and a float are not the counter, whatever their names say
+        (
+            lambda i: {"steps_per_sec": 3.1 + 0.01 * (i % 3), "max_steps": 1000, "n_iter": 5 * i},
+            "n_iter",
+        ),
+        (lambda i: {"update_norm": 0.5 + 0.01 * i, "updates_total": 500}, None),
+    ],
+)
+def test_the_step_key_is_found_by_its_name_and_values(
+    tmp_path: Path, row: Any, step_key: str | None
+) -> None:
+    """Before, a step counter whose name was not on the list ('opt_step' at 10, 20, ...)
+    gave "no step key": the rows were renumbered 0..N, and every step said was wrong."""
+    rows = [{**row(i), "train/loss": 2 - 0.001 * i} for i in range(1, 200)]
+    src = run(_rows_log(tmp_path / "log.jsonl", rows)).one("source")
+    assert src["step_key"] == step_key, src
+    if step_key is not None:
+        assert src["first_step"] == rows[0][step_key] and src["last_step"] == rows[-1][step_key]
+
+
 def test_a_step_logged_twice_is_warned_only_where_a_value_differs(tmp_path: Path) -> None:
     """HF's log_history repeats the train row's step and epoch in its eval row: merged,
     nothing lost, no warning. Two different losses at one step: the later one, warned."""

@@ -7,6 +7,7 @@ a table's columns are chosen here from its keys and first rows.
 
 from __future__ import annotations
 
+import math
 import re
 
 from .base import (
@@ -258,6 +259,50 @@ def _shared_first(scored, rows):
     return [top[i] for i in order] + scored[len(top) :]
 
 
+#: Name words of a step counter: a step, an iteration, an optimizer update.
+STEP_WORDS = ("step", "steps", "globalstep", "iter", "iters", "iteration", "iterations")
+STEP_WORDS += ("it", "update", "updates", "numupdates")
+#: Name parts that make such a name a setting, a rate or a total, not the counter.
+STEP_SETTINGS = ("max", "total", "warmup", "per", "interval", "every", "freq", "time", "lr")
+STEP_SETTINGS += ("eval", "save", "log", "sec", "s", "rate", "norm", "size")
+
+
+def _step_score(key):
+    """How much a name says "the step counter" (``opt_step``, ``trainer_step``, ``n_iter``,
+    ``num_updates``), or None: a step/iteration/update word and no epoch; a setting, a rate
+    or a total (``max_steps``, ``steps_per_sec``, ``warmup_steps``) scores low."""
+    parts, words = _name_words(key)
+    if not any(w in STEP_WORDS for w in words) or "epoch" in parts or "epochs" in parts:
+        return None
+    score = 3 - max(0, len(parts) - 2)
+    if any(p in STEP_SETTINGS for p in parts):
+        score -= 3
+    if "global" in parts or "globalstep" in words:
+        score += 1
+    return score
+
+
+def _counts_up(rows, key):
+    """Whether ``key``'s values in ``rows`` are whole numbers that rise: a counter (one
+    that restarts each epoch too, as most of its steps still rise)."""
+    vals = [v for v in (_to_float(d.get(key)) for d in rows) if v is not MISSING]
+    if len(vals) < 3 or any(not math.isfinite(v) or v != int(v) for v in vals):
+        return False
+    ups = sum(b > a for a, b in zip(vals, vals[1:]))
+    return ups >= 0.9 * (len(vals) - 1)
+
+
+def _scored_step(keys, rows):
+    """The step key by what its name says and its values are (:func:`_step_score`,
+    :func:`_counts_up`), for a log whose counter has a name no trainer we know uses."""
+    scored = []
+    for i, k in enumerate(keys):
+        s = _step_score(k)
+        if s is not None and s > 0 and _counts_up(rows, k):
+            scored.append((-s, i, k))
+    return min(scored)[2] if scored else None
+
+
 def _is_scale(key):
     """An AMP loss scale's name: ``loss_scale``, ``train/loss_scaler``, a bare ``scaler``."""
     parts, _ = _name_words(key)
@@ -275,6 +320,13 @@ def resolve_columns(keys, wanted, step_key=None, head=()):
     guesses, why = [], {}
     if step_key is None or step_key not in keys:
         step_key, exact = _find_key(keys, STEP_KEYS, ("step", "global_step"))
+        if step_key is None and rows:
+            step_key = _scored_step(keys, rows)
+            if step_key is not None:
+                exact = True  # said here, in its own words
+                guesses.append(
+                    "step key %r chosen by its name and values (whole numbers that rise)" % step_key
+                )
         if step_key is None:
             guesses.append(
                 "no step key found (looked for %s): row numbers are used as steps"
