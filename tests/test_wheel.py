@@ -242,3 +242,49 @@ def test_the_installed_command_hints_dry_runs_copies_and_counts_gpus(
     r = remotekit(installed, "gpu", "--host", "local", cwd=tmp_path, path=str(smi))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "7 GPU(s) seen where 8 are declared (gpus: 8)" in r.stdout
+
+
+def test_the_installed_command_targets_reports_and_helps(installed: Path, tmp_path: Path) -> None:
+    """The rest of the command line on the wheel's own command: TASK --help where the task
+    takes a positional argument, py SCRIPT -- ARGS, hosts.yaml's default and the note for an
+    implicit local, one host's failure said once without a table, put --parents, and a
+    machine without a GPU getting a note."""
+    for task in ("py", "sync", "logs"):
+        r = remotekit(installed, task, "--help", cwd=tmp_path)
+        assert r.returncode == 0 and f"remotekit [--core-opts] {task} [--options]" in r.stdout
+    (tmp_path / "train.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    r = remotekit(installed, "py", "train.py", "--", "--lr", "3e-4", "a b", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "local | ['--lr', '3e-4', 'a b']\n", r.stderr
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {env: {WHERE: box}}\n")
+    where = ["run", "--", "sh", "-c", "echo ${WHERE:-here}"]
+    r = remotekit(installed, *where, cwd=tmp_path)  # other hosts, no default: says so once
+    assert r.stdout == "local | here\n" and "running on local" in r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {env: {WHERE: box}}\ndefault: box\n")
+    r = remotekit(installed, *where, cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "box | box\n", "")
+    r = remotekit(installed, "run", "--timeout", "1", "--", "sh", "-c", "echo one; sleep 30",
+                  cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2 and "finding" not in r.stdout
+    assert (r.stdout + r.stderr).count("timed out after 1 s") == 1
+    (tmp_path / "blob").write_bytes(b"y" * 10)
+    r = remotekit(installed, "put", "--src", "blob", "--dest", "x/y/blob", "--parents",
+                  cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0 and (tmp_path / "x" / "y" / "blob").read_bytes() == b"y" * 10
+    no_gpu = tmp_path / "bin"  # a PATH with sh and the tools, without any nvidia-smi
+    no_gpu.mkdir()
+    for tool in ("sh", "env", "cat", "ls", "df", "uname"):
+        found = shutil.which(tool, path="/usr/bin:/bin")
+        if found:
+            (no_gpu / tool).symlink_to(found)
+    env = {"PATH": f"{installed}:{no_gpu}", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    (tmp_path / "hosts.yaml").unlink()
+    r = subprocess.run(
+        [str(installed / "remotekit"), "gpu"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and "note: no GPU here" in r.stdout, r.stdout + r.stderr
