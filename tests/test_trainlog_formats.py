@@ -908,6 +908,36 @@ def test_the_step_key_is_found_by_its_name_and_values(
         assert src["first_step"] == rows[0][step_key] and src["last_step"] == rows[-1][step_key]
 
 
+def test_batch_fields_are_found_by_their_names_and_values(tmp_path: Path) -> None:
+    """A batch's bucket, length and tokens and the epoch under names no trainer we know
+    uses: before, none was found ("no batch fields"), and the composition analysis that
+    needs them never ran. Clocks and rates of tokens are not a batch's tokens."""
+    rng = random.Random(3)
+    rows = []
+    for i in range(1, 400):
+        length = rng.choice([128, 256, 512, 1024])
+        rows.append(
+            {
+                "opt_step": i,
+                "cur_epoch": i // 100,
+                "ctx_len": length,
+                "tokens_seen": 4096 * i,
+                "tokens_per_sec": 5000.0 + rng.random(),
+                "tokens_per_batch": 8 * length,
+                "len_bucket": f"b{length}",
+                "loss": 2 - 0.002 * i + 0.1 * (length == 1024),
+            }
+        )
+    src = run(_rows_log(tmp_path / "log.jsonl", rows)).one("source")
+    cols = src["columns"]
+    assert (cols["epoch"], cols["seq_len"], cols["tokens"]) == (
+        "cur_epoch",
+        "ctx_len",
+        "tokens_per_batch",
+    )
+    assert cols["bucket"] == "len_bucket", src
+
+
 def test_a_step_logged_twice_is_warned_only_where_a_value_differs(tmp_path: Path) -> None:
     """HF's log_history repeats the train row's step and epoch in its eval row: merged,
     nothing lost, no warning. Two different losses at one step: the later one, warned."""

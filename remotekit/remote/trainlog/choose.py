@@ -303,6 +303,62 @@ def _scored_step(keys, rows):
     return min(scored)[2] if scored else None
 
 
+def _meta_rule(name, key):
+    """Whether ``key``'s name says meta field ``name`` (:data:`META`'s, beyond its names):
+    the epoch (``cur_epoch``, ``epoch_idx``), the sequence length of the batch
+    (``ctx_len``, ``sequence_length``, ``input_len``), the tokens of the batch
+    (``tokens_per_batch``, ``ntok``), a batch's length bucket (``len_bucket``,
+    ``bucket_idx``). Clocks (``tokens_seen``, ``total_tokens``) are ruled out by their
+    values (:func:`_meta_values`)."""
+    parts, words = _name_words(key)
+    if name == "epoch":
+        return "epoch" in parts and len(parts) <= 2 and not _loss_score(key)
+    if name == "seq_len":
+        return (
+            "seqlen" in words
+            or "ctxlen" in words
+            or (
+                any(p in ("len", "length") for p in parts)
+                and any(
+                    p in ("seq", "sequence", "ctx", "context", "input", "sample") for p in parts
+                )
+            )
+        )
+    if name == "tokens":
+        clock = ("seen", "consumed", "total", "cumulative", "sec", "s", "second", "gpu")
+        return any(p in ("tokens", "ntokens", "ntok", "toks") for p in parts) and not any(
+            p in clock for p in parts
+        )
+    if name == "bucket":
+        return any(p.startswith("bucket") or p.endswith("bucket") for p in parts)
+    return False
+
+
+def _meta_values(name, rows, key):
+    """Whether ``key``'s values in ``rows`` can be meta field ``name``: whole numbers (an
+    epoch may be fractional: HF's 0.33) that vary; a batch's tokens or length do not only
+    rise (that is a clock); a bucket may be anything."""
+    if name == "bucket":
+        return True
+    vals = [v for v in (_to_float(d.get(key)) for d in rows) if v is not MISSING]
+    if len(vals) < 3 or any(not math.isfinite(v) for v in vals):
+        return False
+    if name == "epoch":
+        return all(b >= a for a, b in zip(vals, vals[1:]))
+    if any(v != int(v) or v < 0 for v in vals) or len(set(vals)) < 2:
+        return False
+    ups = sum(b > a for a, b in zip(vals, vals[1:]))
+    return ups < 0.9 * (len(vals) - 1)
+
+
+def _scored_meta(name, keys, used, rows):
+    """The first of ``keys`` (not ``used``) whose name and values say meta field ``name``."""
+    for k in keys:
+        if k not in used and _meta_rule(name, k) and _meta_values(name, rows, k):
+            return k
+    return None
+
+
 def _is_scale(key):
     """An AMP loss scale's name: ``loss_scale``, ``train/loss_scaler``, a bare ``scaler``."""
     parts, _ = _name_words(key)
@@ -381,10 +437,18 @@ def resolve_columns(keys, wanted, step_key=None, head=()):
     meta = []
     for name, aliases in META.items():
         key, _ = _find_key(keys, aliases)
+        if (key is None or key in used) and name != "time" and rows:
+            key = _scored_meta(name, keys, used, rows)
+            if key is not None:
+                guesses.append("%s <- %r: chosen by its name and values" % (name, key))
         if key is not None and key not in used:
             meta.append((name, key))
             used.add(key)
     bucket_key, _ = _find_key(keys, BUCKET_KEYS, ("bucket",))
+    if bucket_key is None and rows:
+        bucket_key = _scored_meta("bucket", keys, used, rows)
+        if bucket_key is not None:
+            guesses.append("bucket <- %r: chosen by its name" % bucket_key)
     if bucket_key in used:
         bucket_key = None
     return step_key, metrics, meta, bucket_key, missing, guesses, why
