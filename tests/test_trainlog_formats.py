@@ -919,6 +919,7 @@ def test_batch_fields_are_found_by_their_names_and_values(tmp_path: Path) -> Non
         rows.append(
             {
                 "opt_step": i,
+                "epoch_time": 1.5 * i,  # a clock that rises too: not the epoch
                 "cur_epoch": i // 100,
                 "ctx_len": length,
                 "tokens_seen": 4096 * i,

@@ -312,7 +312,14 @@ def _meta_rule(name, key):
     values (:func:`_meta_values`)."""
     parts, words = _name_words(key)
     if name == "epoch":
-        return "epoch" in parts and len(parts) <= 2 and not _loss_score(key)
+        measure = ("time", "duration", "sec", "secs", "s", "ms", "rate", "lr", "acc", "avg")
+        measure += ("mean", "speed", "throughput", "samples", "tokens")
+        return (
+            "epoch" in parts
+            and len(parts) <= 2
+            and not _loss_score(key)
+            and not any(p in measure for p in parts)
+        )
     if name == "seq_len":
         return (
             "seqlen" in words
