@@ -881,6 +881,30 @@ def test_public_wandb_run_of_one_step_claims_no_schedule() -> None:
     assert r.all("event") == [] and r.all("spike") == []
 
 
+def test_public_lightning_csvlogger_run_with_its_val_loss() -> None:
+    """A Lightning CSVLogger ``version_0/`` (Duccioo/Gaussian-Mixture-Neural-Network, MIT):
+    700 epochs of 10 steps; ``train_loss`` one batch every 50 steps (140 values) and
+    ``val_loss`` once an epoch (700), each in a row of its own. By hand: the batch loss is
+    noisy (2e-4..3.9e-3) and falls slowly; val_loss falls from 3.3e-3 to a plateau of 1.35e-3
+    by epoch 8, falls again from epoch ~100 to ~3e-4 at epochs 350-470, then rises slowly to
+    ~5e-4 with growing noise (overfitting). Its largest excursions that come back within a
+    few epochs: epochs 206 and 210-212 (to 1.1e-3 against ~5.5e-4) and 287-288 (to 8.8e-4
+    against ~3.9e-4); none stands out from the others. ``trend`` flags one of them (2129)."""
+    r = run(public("gmnn-lightning/lightning_logs/version_0"))
+    src = r.one("source")
+    assert src["format"] == "csv" and src["step_key"] == "step"
+    assert src["chosen_from"].startswith("metrics.csv (Lightning metrics.csv)")
+    assert src["columns"] == {"loss": "train_loss", "val_loss": "val_loss", "epoch": "epoch"}
+    assert (src["rows"], src["first_step"], src["last_step"]) == (700, 9, 6999)
+    assert {m["label"]: m["n"] for m in r.all("metric")} == {"loss": 140, "val_loss": 700}
+    assert len(events_of(r, "epoch")) == 699
+    assert r.one("preset")["name"] == "trend"
+    assert [s for s in r.all("spike") if s["metric"] != "val_loss"] == []
+    excursions = {2069, 2109, 2119, 2129, 2879, 2889}  # the ones seen by hand
+    flagged = {s["peak_step"] for s in r.all("spike")}
+    assert flagged <= excursions and len(flagged) <= 2, flagged
+
+
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_a_run_that_stopped_at_its_start_claims_no_lr_schedule(tmp_path: Path, n: int) -> None:
     """Seen on a public one-step W&B run: 'lr at step 1 is 1.3e-06, already its peak: no
