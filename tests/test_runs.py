@@ -618,29 +618,43 @@ def test_runs_work_with_python_3_8_there() -> None:
             _tidy(run)
 
 
-@pytest.mark.timeout(180)
-def test_a_container_restart_marks_its_runs_lost() -> None:
-    """A container of its own (lxc-attach hop), restarted under a running run: the record
-    (in the container's state dir, not its tmpfs /tmp) stays; the run is lost, and rm works."""
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("chain", ["lxc-attach", pytest.param("ssh-pct", marks=pytest.mark.sshd)])
+def test_a_container_restart_marks_its_runs_lost(chain: str, tmp_path: Path) -> None:
+    """A container of its own, restarted under a running run, entered by lxc-attach here or
+    through sshd -> `pct exec` as on a Proxmox node: the record (in the container's state
+    dir, not its tmpfs /tmp) stays; the run is lost, and rm works."""
     from remotekit.layers import Lxc
     from tests import runtimes
-    from tests.conftest import need
-    from tests.harness import venv_prefix
+    from tests.conftest import need, write_inventory
+    from tests.harness import FakeNode, SSHServer, venv_prefix
 
     need("lxc")
     box = runtimes.LxcContainer().start()
+    server = None
     try:
-        t = remotekit.local_target(hop=Lxc(box.name), venv=venv_prefix(), python=None)
-        run = _start(t, ["bash", "-c", "sleep 300"])
-        assert run.state() == "running"
-        subprocess.run(["lxc-stop", "-n", box.name, "-k"], check=True, timeout=60)
-        subprocess.run(["lxc-start", "-n", box.name, "-d"], check=True, timeout=60)
-        runtimes.wait_for(f"lxc-attach {box.name}", box._answers)
-        info = run.info()
-        assert (info.state, info.exit_code) == ("lost", None)
-        run.rm()
-        assert t.runs() == []
+        if chain == "lxc-attach":
+            t = remotekit.local_target(hop=Lxc(box.name), venv=venv_prefix(), python=None)
+        else:
+            node = FakeNode(tmp_path / "node", running=box).install()
+            node.add(301)
+            server = SSHServer(tmp_path / "sshd", env=node.env).start()
+            host = server.host_yaml(container=301, pct=str(node.pct), venv=venv_prefix())
+            write_inventory(tmp_path / "hosts.yaml", {"ct": host})
+            t = remotekit.load_inventory(tmp_path / "hosts.yaml").target("ct")
+        with t:
+            run = _start(t, ["bash", "-c", "sleep 300"])
+            assert run.state() == "running"
+            subprocess.run(["lxc-stop", "-n", box.name, "-k"], check=True, timeout=60)
+            subprocess.run(["lxc-start", "-n", box.name, "-d"], check=True, timeout=60)
+            runtimes.wait_for(f"lxc-attach {box.name}", box._answers)
+            info = run.info()
+            assert (info.state, info.exit_code) == ("lost", None)
+            run.rm()
+            assert t.runs() == []
     finally:
+        if server is not None:
+            server.stop()
         box.stop()
 
 
