@@ -68,18 +68,22 @@ class RemotekitProgram(Program):
         at = next((i for i, w in enumerate(argv[1:end], 1) if w in tasks), None)
         if at is None:
             return argv
-        contexts = {c.name: c for c in copy.deepcopy(self._collection()).to_contexts()}
-        context = contexts.get(argv[at]) or next(
-            (c for c in contexts.values() if argv[at] in c.aliases), None
-        )
+        context = None  # the task's parser context, built only if a help flag is there
         for i in range(at + 1, end):
             if argv[i] != "--help" and (argv[i] != "-h" or i + 1 < end):
                 continue  # -h NAME: the old --host, which _short_flag explains
+            context = context or self._task_context(argv[at])
             before = context.flags.get(argv[i - 1]) if context is not None else None
             if before is not None and before.kind is not bool:
                 continue  # the value of an option: --args --help
             return [*argv[:at], "--help", argv[at]]
         return argv
+
+    def _task_context(self, name: str) -> ParserContext | None:
+        """The parser context of task ``name`` (or of the task it is an alias of), from a
+        copy: building a task's parser context consumes its help texts."""
+        contexts = copy.deepcopy(self._collection()).to_contexts()
+        return next((c for c in contexts if name == c.name or name in c.aliases), None)
 
     def parse_core_args(self) -> None:
         self._usage(super().parse_core_args)
@@ -147,9 +151,9 @@ class RemotekitProgram(Program):
         after = ""
         if context is None or not context.name:  # before the task: the task named after it
             named = [w for w in self.argv[self.argv.index(word) :] if w in self._tasks()]
-            # a copy: building a task's parser context consumes its help texts
-            contexts = {c.name: c for c in copy.deepcopy(self._collection()).to_contexts()}
-            context, after = (contexts[named[0]], " after the task name") if named else (None, "")
+            context, after = (
+                (self._task_context(named[0]), " after the task name") if named else (None, "")
+            )
         if context is None:
             return ""
         usages = dict.fromkeys(

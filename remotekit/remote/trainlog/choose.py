@@ -282,14 +282,23 @@ def _step_score(key):
     return score
 
 
+def _present(rows, key):
+    """``key``'s values in ``rows`` (the head's dicts), as floats, the missing ones left out."""
+    return [v for v in (_to_float(d.get(key)) for d in rows) if v is not MISSING]
+
+
+def _rising(vals):
+    """Whether at least 90% of ``vals``' steps go up: a counter or a clock (one that
+    restarts each epoch too)."""
+    return sum(b > a for a, b in zip(vals, vals[1:])) >= 0.9 * (len(vals) - 1)
+
+
 def _counts_up(rows, key):
-    """Whether ``key``'s values in ``rows`` are whole numbers that rise: a counter (one
-    that restarts each epoch too, as most of its steps still rise)."""
-    vals = [v for v in (_to_float(d.get(key)) for d in rows) if v is not MISSING]
+    """Whether ``key``'s values in ``rows`` are whole numbers that rise: a counter."""
+    vals = _present(rows, key)
     if len(vals) < 3 or any(not math.isfinite(v) or v != int(v) for v in vals):
         return False
-    ups = sum(b > a for a, b in zip(vals, vals[1:]))
-    return ups >= 0.9 * (len(vals) - 1)
+    return _rising(vals)
 
 
 def _scored_step(keys, rows):
@@ -347,15 +356,14 @@ def _meta_values(name, rows, key):
     rise (that is a clock); a bucket may be anything."""
     if name == "bucket":
         return True
-    vals = [v for v in (_to_float(d.get(key)) for d in rows) if v is not MISSING]
+    vals = _present(rows, key)
     if len(vals) < 3 or any(not math.isfinite(v) for v in vals):
         return False
     if name == "epoch":
         return all(b >= a for a, b in zip(vals, vals[1:]))
     if any(v != int(v) or v < 0 for v in vals) or len(set(vals)) < 2:
         return False
-    ups = sum(b > a for a, b in zip(vals, vals[1:]))
-    return ups < 0.9 * (len(vals) - 1)
+    return not _rising(vals)
 
 
 def _scored_meta(name, keys, used, rows):
