@@ -327,8 +327,8 @@ class Warm(object):
         theirs.close()
         self.pid, self.sock = pid, ours
 
-    def order(self, sid, fds):
-        send_fds(self.sock, struct.pack("!I", sid), fds)
+    def order(self, sid, fds, zygote):
+        send_fds(self.sock, struct.pack("!I?", sid, zygote), fds)
 
     def serve(self, agent, sock):
         code = 0
@@ -356,16 +356,16 @@ class Warm(object):
                     os.read(wake_r, 4096)
                 if sock not in ready:
                     continue
-                data, fds = recv_fds(sock, 4, 3)
+                data, fds = recv_fds(sock, 5, 3)
                 if not data:
                     break
-                (sid,) = struct.unpack("!I", data)
+                sid, zygote = struct.unpack("!I?", data)
                 pid = os.fork()
                 if not pid:
                     sock.close()
                     os.close(wake_r)
                     os.close(wake_w)
-                    agent.child(*fds)
+                    agent.child(fds, zygote)
                 for fd in fds:
                     os.close(fd)
                 children[pid] = sid
@@ -522,9 +522,10 @@ class Agent(object):
         runner["become_subreaper"]()  # a step's orphans stay ours to reap
         runner["prctl"](4, 0)  # PR_SET_DUMPABLE 0: other processes cannot read our memory
         self.read_header = runner["read_header"]  # the header's fields: the runner's table
-        # What a runner imports as a step goes (a command: subprocess; shipped files: queue,
-        # shutil), once here for every step forked from us: ~5 ms now, ~3-5 ms less a step.
-        for name in ("queue", "shutil", "subprocess"):
+        self.runs_script = runner["runs_script"]
+        # What a runner imports as a step goes (shipped files: shutil, to remove them), once
+        # here for every step forked from us: ~1.5 ms now, as much less a step.
+        for name in ("shutil",):
             try:
                 __import__(name)
             except ImportError:
@@ -545,8 +546,9 @@ class Agent(object):
     def start(self, sid, first):
         header = self.header_of(first)
         modules = tuple(sorted(map(str, header["preload"] or ())))
+        zygote = self.runs_script(header)
         try:
-            pid, (in_w, out_r, err_r) = self.fork(sid, modules)
+            pid, (in_w, out_r, err_r) = self.fork(sid, modules, zygote)
         except OSError as e:  # no fork, no pipes: this step fails, the agent goes on
             self.send(b"e", sid, ("remotekit agent: cannot start the step: %s\n" % e).encode())
             self.send(b"X", sid, b"125")
@@ -559,9 +561,10 @@ class Agent(object):
         step.pending.append(first)
         self.feed(step)
 
-    def fork(self, sid, modules):
+    def fork(self, sid, modules, zygote):
         """The step's child, forked here or by the Warm holding ``modules``: (its pid, or None
-        when the Warm will say it, and our ends of its stdin, stdout and stderr)."""
+        when the Warm will say it, and our ends of its stdin, stdout and stderr). ``zygote``:
+        whether its runner forks one (it runs a script)."""
         warm = self.warm_for(modules) if modules else None  # forked before the pipes exist
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -569,13 +572,13 @@ class Agent(object):
         try:
             if warm is not None:
                 pid = None
-                warm.order(sid, (in_r, out_w, err_w))
+                warm.order(sid, (in_r, out_w, err_w), zygote)
             else:
                 pid = os.fork()
                 if not pid:
                     for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin is ours to give
                         os.close(fd)
-                    self.child(in_r, out_w, err_w)
+                    self.child((in_r, out_w, err_w), zygote)
         except OSError:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
@@ -604,9 +607,12 @@ class Agent(object):
         self.steps, self.warm, self.wake_r, self.wake_w = {}, {}, None, None
         self.inbuf, self.outbox = bytearray(), []
 
-    def child(self, stdin, out, err):
-        """In the forked child: the step's pipes as fds 0-2, nothing of the agent's, and the
-        runner run as a fresh ``python -c LOADER`` would run it."""
+    def child(self, fds, zygote):
+        """In the forked child: the step's pipes (``fds``) as fds 0-2, nothing of the agent's,
+        and the runner run as a fresh ``python -c LOADER`` would run it, but that it forks a
+        zygote only when ``zygote`` says the step runs a script (a runner of its own forks
+        one before it has read the header, and so before it knows)."""
+        stdin, out, err = fds
         code = 125
         try:
             self.forget()
@@ -626,6 +632,7 @@ class Agent(object):
             code = 0
             main = {"__name__": "__main__", "__builtins__": __builtins__}
             main["COMPILE"] = self.code.compile  # the runner's scripts through the cache
+            main["ZYGOTE"] = zygote
             exec(self.runner, main)
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -1061,35 +1061,52 @@ def warn_shared_gpus(out, apps):
 # --------------------------------------------------------------------------- main
 
 
-def parser():
+COMMANDS = ("gpu", "env", "disk", "procs")
+
+
+def parser(only=None):
+    """The command line's parser; with ``only`` (one of COMMANDS), that command's alone: a
+    step runs one command, and building the five parsers costs more than the disk walk of a
+    small folder (argparse compiles its patterns again in every new process)."""
     p = argparse.ArgumentParser(prog="sysinfo.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command")
     sub.required = True
-    g = sub.add_parser("gpu", help="nvidia-smi and torch view of the GPUs")
-    g.add_argument("--temp-threshold", type=float, default=85.0, help="warn at or above (C)")
-    g.add_argument(
-        "--gpu-expected", action="store_true", help="no nvidia-smi is an error, not a note"
-    )
-    g.add_argument(
-        "--gpus", type=int, default=0, help="the GPUs the host has: fewer seen is a finding"
-    )
-    sub.add_parser("env", help="python, torch, CUDA, host and container facts")
-    d = sub.add_parser("disk", help="free space, inodes, largest files and checkpoints")
-    d.add_argument("paths", nargs="+")
-    d.add_argument("--min-free-pct", type=float, default=10.0)
-    d.add_argument("--top", type=int, default=10)
-    d.add_argument("--max-entries", type=int, default=200000)
-    d.add_argument("--max-seconds", type=float, default=60.0)
-    pr = sub.add_parser("procs", help="Python and GPU processes")
-    pr.add_argument("--all", action="store_true", help="every process, not only Python/GPU ones")
-    for s in (g, pr):
+    wanted = (only,) if only in COMMANDS else COMMANDS
+    with_smi = []
+    if "gpu" in wanted:
+        g = sub.add_parser("gpu", help="nvidia-smi and torch view of the GPUs")
+        g.add_argument("--temp-threshold", type=float, default=85.0, help="warn at or above (C)")
+        g.add_argument(
+            "--gpu-expected", action="store_true", help="no nvidia-smi is an error, not a note"
+        )
+        g.add_argument(
+            "--gpus", type=int, default=0, help="the GPUs the host has: fewer seen is a finding"
+        )
+        with_smi.append(g)
+    if "env" in wanted:
+        sub.add_parser("env", help="python, torch, CUDA, host and container facts")
+    if "disk" in wanted:
+        d = sub.add_parser("disk", help="free space, inodes, largest files and checkpoints")
+        d.add_argument("paths", nargs="+")
+        d.add_argument("--min-free-pct", type=float, default=10.0)
+        d.add_argument("--top", type=int, default=10)
+        d.add_argument("--max-entries", type=int, default=200000)
+        d.add_argument("--max-seconds", type=float, default=60.0)
+    if "procs" in wanted:
+        pr = sub.add_parser("procs", help="Python and GPU processes")
+        pr.add_argument(
+            "--all", action="store_true", help="every process, not only Python/GPU ones"
+        )
+        with_smi.append(pr)
+    for s in with_smi:
         s.add_argument("--nvidia-smi", default=None, help="path (default: found on PATH)")
         s.add_argument("--smi-timeout", type=float, default=20.0)
     return p
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser(argv[0] if argv else None).parse_args(argv)
     out = Out(args.command)
     command = {"gpu": cmd_gpu, "env": cmd_env, "disk": cmd_disk, "procs": cmd_procs}[args.command]
     try:
