@@ -1,13 +1,14 @@
-# remotekit agent: one per open target, shipped over stdin and run THERE by the same constant
-# loader as the runner (``python -c LOADER``); it then takes every step of the target as
-# framed messages on that one channel. Standard library only; it runs on every Python the
+# remotekit agent: one per open target, shipped over stdin and run THERE by boot.py, which the
+# same constant loader as the runner's (``python -c LOADER``) runs first: the boot compiles
+# this file through the code cache and calls ``main(cache)``. The agent then takes every step
+# of the target as framed messages on that one channel. Standard library only; it runs on every Python the
 # runner runs on (MIN_PYTHON; tests run it on real 3.6 and later); on an older one it says hello
 # with its version and leaves, and the caller runs each step without it.
 #
 # Frames, both ways: KIND (1 byte) | step id (u32, big-endian) | length (u32) | payload.
 #
-#   caller -> agent   R  the runner's source (once, step 0), sent right behind the agent's
-#                        own source: the caller does not wait for the hello, so the loader's
+#   caller -> agent   R  the runner's source (once, step 0), sent right behind the boot's and
+#                        the agent's: the caller does not wait for the hello, so the loader's
 #                        buffered read may hold it (and more), which the agent takes first
 #                     S  start step N; payload: what a runner reads first on its stdin
 #                        (``<length>\n<header JSON>``)
@@ -45,7 +46,6 @@ import json
 import os
 import select
 import signal
-import stat
 import struct
 import sys
 
@@ -94,153 +94,6 @@ def write_all(fd, data):
             view = view[os.write(fd, view) :]
         except BlockingIOError:
             select.select([], [fd], [], 1.0)
-
-
-def sha256():
-    """hashlib's sha256, from the module hashlib loads it from (without hashlib's ~4 ms)."""
-    for module in ("_sha256", "_sha2", "hashlib"):  # _sha2: Python >= 3.12
-        try:
-            return __import__(module).sha256
-        except (ImportError, AttributeError):
-            pass
-    return None
-
-
-class CodeCache(object):
-    """Code this Python compiled before, by the hash of its source: the runner, and the
-    scripts and modules steps ship (``sysinfo.py`` compiles in ~9 ms, its code loads in
-    ~0.2), kept across agents in ``$XDG_CACHE_HOME/remotekit/code`` (else
-    ``~/.cache/remotekit/code``), as Python keeps ``__pycache__`` beside a module. The
-    folder is used only when it is ours and no one else's to read or write (0700, our uid:
-    what is read from it runs), through a descriptor, never by its name again; where there
-    is no such folder (a read-only home) every step compiles, as without a cache. Entries
-    are written whole (a private temporary, then renamed) and the oldest are removed past
-    ``KEEP``; an entry that does not load is compiled again and replaced."""
-
-    KEEP = 256
-
-    def __init__(self):
-        self.fd = None
-        self.tag = "%s.O%d" % (sys.implementation.cache_tag, sys.flags.optimize)
-        self.magic = self.tag.encode()  # the bytecode's own version, as a .pyc says it:
-        try:  # part of each entry's hash
-            import _frozen_importlib_external as machinery
-
-            self.magic = machinery.MAGIC_NUMBER
-        except ImportError:
-            pass
-        self.sha256 = sha256()
-        if self.sha256 is None or sys.implementation.cache_tag is None:
-            return  # no hash to name entries by; a Python that caches no bytecode
-        base = os.environ.get("XDG_CACHE_HOME") or ""
-        if not os.path.isabs(base):
-            base = os.path.join(os.path.expanduser("~"), ".cache")
-        path = os.path.join(base, "remotekit", "code")
-        try:
-            os.makedirs(path, 0o700, exist_ok=True)
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except (OSError, ValueError):
-            return
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            os.close(fd)
-            return
-        self.fd = fd
-
-    def compile(self, source, path):
-        """``compile(source, path, "exec")`` (``dont_inherit``), from the cache when this
-        Python (its version and ``-O``) compiled the same bytes before."""
-        if self.fd is None:
-            return compile(source, path, "exec", dont_inherit=True)
-        if not isinstance(source, bytes):
-            source = source.encode("utf-8")
-        name = "%s.%s" % (self.sha256(self.magic + source).hexdigest(), self.tag)
-        code = self.load(name)
-        if code is None:
-            code = compile(source, path, "exec", dont_inherit=True)
-            self.store(name, code)
-        else:
-            import _imp
-
-            _imp._fix_co_filename(code, path)  # as importlib does for a moved .pyc
-        return code
-
-    def load(self, name):
-        import marshal
-
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self.fd)
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                    return None
-                code = marshal.loads(f.read())
-        except (OSError, ValueError, EOFError, TypeError):
-            return None
-        return code if isinstance(code, type(self.load.__code__)) else None
-
-    def store(self, name, code):
-        import marshal
-
-        tmp = "%s.%d.tmp" % (name, os.getpid())
-        try:
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=self.fd
-            )
-            with os.fdopen(fd, "wb") as f:
-                f.write(marshal.dumps(code))
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except (OSError, ValueError):
-            try:
-                os.unlink(tmp, dir_fd=self.fd)
-            except OSError:
-                pass
-            return
-        self.prune()
-
-    def prune(self):
-        """Past KEEP entries, the older half goes (by when each was written)."""
-        try:
-            names = os.listdir(self.fd)
-            if len(names) <= self.KEEP:
-                return
-            when = {}
-            for n in names:
-                try:
-                    when[n] = os.stat(n, dir_fd=self.fd, follow_symlinks=False).st_mtime
-                except OSError:
-                    pass
-            for n in sorted(when, key=when.get)[: len(when) - self.KEEP // 2]:
-                os.unlink(n, dir_fd=self.fd)
-        except OSError:
-            pass
-
-    def hook(self):
-        """Modules a step imports from source with no valid ``.pyc`` (the files it shipped,
-        in its own temporary folder) compile through the cache: a path hook ahead of
-        Python's, whose source loader is Python's but for where the code comes from."""
-        try:
-            import _frozen_importlib_external as machinery
-        except ImportError:
-            return
-        cache = self
-
-        class Loader(machinery.SourceFileLoader):
-            def source_to_code(self, data, path, _optimize=-1):
-                return cache.compile(data, path)
-
-        import _imp
-
-        loaders = [
-            (machinery.ExtensionFileLoader, _imp.extension_suffixes()),
-            (Loader, machinery.SOURCE_SUFFIXES),
-            (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES),
-        ]
-        sys.path_hooks.insert(0, machinery.FileFinder.path_hook(*loaders))
-        sys.path_importer_cache.clear()
 
 
 class Step(object):
@@ -388,11 +241,11 @@ class Warm(object):
 
 
 class Agent(object):
-    def __init__(self):
+    def __init__(self, cache):
         self.inbuf = bytearray()
         self.outbox = []  # frames not yet written (flush)
         self.runner = None
-        self.code = None  # the CodeCache, made with the runner
+        self.code = cache  # the boot's CodeCache: the runner's and the steps' code
         self.steps = {}
         self.warm = {}  # modules -> Warm: forks of the agent that keep them imported
         self.closing = False
@@ -514,7 +367,6 @@ class Agent(object):
     def take_runner(self, source):
         """Keep the runner's code for the steps, and borrow its process settings (loaded as
         a module, not run): the agent is a subreaper like a runner, and not dumpable."""
-        self.code = CodeCache()
         self.code.hook()
         self.runner = self.code.compile(source, "<remotekit runner>")
         runner = {"__name__": "remotekit_runner", "__builtins__": __builtins__}
@@ -776,16 +628,13 @@ class Agent(object):
                     del self.steps[sid]
 
 
-def main():
+def main(cache):
+    """Run the agent (called by boot.py, which loaded it; ``cache``: its CodeCache)."""
     if sys.version_info[:2] < MIN_PYTHON:  # say which Python this is, and leave: the caller
         write_all(1, frame(b"A", 0, hello()))  # then runs each step without an agent
         os._exit(0)
     try:
-        Agent().run()
+        Agent(cache).run()
     except BrokenPipeError:
         pass  # the caller is gone
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()
