@@ -24,6 +24,7 @@ each step without it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import queue
@@ -50,6 +51,22 @@ _CLOSE_S = 3.0
 _HELLO = re.compile(re.escape(FRAME.pack(b"A", 0, 0)[:5]) + rb'.{4}\{"pid": ', re.S)
 #: Bytes kept of what came on stdout before the hello (a banner; the hops' words).
 _BEFORE = 4096
+
+
+@functools.cache
+def shipped() -> bytes:
+    """What an agent's loader reads first: the boot (``remote/boot.py``), the agent's source
+    behind it (``<length>\n<source>``, read by the boot) and the runner's frame."""
+    boot, agent = remote.source("boot.py"), remote.source("agent.py")
+    return b"".join(
+        [
+            f"{len(boot)}\n".encode(),
+            boot,
+            f"{len(agent)}\n".encode(),
+            agent,
+            frame(b"R", 0, remote.source("runner.py")),
+        ]
+    )
 
 
 class _Events(queue.Queue[Event]):
@@ -191,13 +208,11 @@ class Agent:
 
     def _stdin(self) -> Iterator[bytes]:
         try:
-            # The runner follows the agent's source at once, without waiting for its hello
-            # (one round trip less): the agent takes over what its loader's buffered read
-            # took in beyond the source. A step waits for the hello (Engine._ready_agent), so
+            # The runner follows the boot's and the agent's source at once, without waiting
+            # for its hello (one round trip less): the agent takes over what its loader's
+            # buffered read took in beyond its source. A step waits for the hello (Engine._ready_agent), so
             # that it can still run without the agent when none answers.
-            source = remote.source("agent.py")
-            runner = frame(b"R", 0, remote.source("runner.py"))
-            yield f"{len(source)}\n".encode() + source + runner
+            yield shipped()
             ended = False
             while not ended and (data := self._out.get()) is not None:
                 data, ended = self._more(data)

@@ -25,6 +25,7 @@ import pytest
 
 import remotekit
 import remotekit.remote
+from remotekit.agent import shipped
 from remotekit.layers import LOADER
 from remotekit.remote.agent import MIN_PYTHON, frame, frames
 from remotekit.step import StepHeader
@@ -102,12 +103,9 @@ def test_the_runner_and_a_step_sent_with_the_agents_source_are_taken(tmp_path: P
     same write, without waiting for the hello: the loader's buffered read takes them in
     beyond the source, and the agent must take them over from there (no poll announces them)."""
     header = StepHeader(argv=("echo", "hi"), nonce="n", cwd=str(tmp_path)).encode()
-    agent, runner = remotekit.remote.source("agent.py"), remotekit.remote.source("runner.py")
     sent = b"".join(
         [
-            f"{len(agent)}\n".encode(),
-            agent,
-            frame(b"R", 0, runner),
+            shipped(),  # the boot, the agent's source and the runner's frame
             frame(b"N", 0),  # a nudge (Launch.nudge): nothing to do, nothing said
             frame(b"S", 1, f"{len(header)}\n".encode() + header),
             frame(b"N", 0),

@@ -592,3 +592,37 @@ def test_runs_on_python_38(tmp_path: Path, tree: Path) -> None:
     disk = run("disk", "--min-free-pct", "0", str(tree), path=folder, python=py)
     assert disk.code == 0 and disk.one("checkpoint")["size_bytes"] == 8100
     assert run("procs", path=folder, python=py).code == 0
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        ([], "the command is one of gpu, env, disk, procs, not ''"),
+        (["nvme"], "the command is one of gpu, env, disk, procs, not 'nvme'"),
+        (["disk", "--top", "ten", "/"], "disk: --top takes a number, not 'ten'"),
+        (["disk", "--tops=3", "/"], "disk: unknown option --tops=3"),
+        (["disk", "--min-free-pct"], "disk: --min-free-pct needs a value"),
+        (["disk"], "disk: a path is needed"),
+        (["env", "/data"], "env: no path is taken"),
+        (["procs", "--all=yes"], "procs: --all takes no value"),
+    ],
+)
+def test_a_command_line_it_cannot_read_exits_2_saying_what(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    """The script reads its command line itself (argparse's import and parsers cost a step
+    ~4 ms); a mistake still exits 2 before any record, with the usage and what was wrong."""
+    r = run(*args, path=make_bin(tmp_path / "bin"))
+    assert (r.code, r.records) == (2, [])
+    assert r.stderr.splitlines()[-1] == f"sysinfo.py: error: {said}"
+    assert r.stderr.startswith("usage: sysinfo.py {gpu,env,disk,procs}")
+
+
+def test_options_are_read_in_both_spellings_and_paths_after_the_separator(tmp_path: Path) -> None:
+    folder = tmp_path / "d"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"f{i}").write_bytes(b"x" * (i + 1) * 1000)
+    r = run("disk", "--top=1", "--min-free-pct", "0", "--", str(folder), path=make_bin(tmp_path))
+    assert r.code == 0, r.stderr
+    assert [f["path"] for f in r.of("file")] == [str(folder / "f2")]

@@ -6,6 +6,7 @@ import gc
 import io
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import remotekit
+from remotekit.layers import LOADER
+from remotekit.step import StepHeader
 from tests.harness import processes_with, wait_gone
 
 
@@ -65,6 +68,42 @@ def test_command_not_found(local: remotekit.Target) -> None:
         local.run(["no-such-command-xyz"])
     assert info.value.result.exit_code == 127
     assert "command not found: no-such-command-xyz" in str(info.value)
+
+
+def test_a_command_is_found_on_the_steps_path_or_said_why_it_cannot_run(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """The runner finds a command as execvpe does, on the step's own PATH (not the runner's),
+    relative to the step's cwd with a slash; one it may not run exits 126, naming it."""
+    found, denied = tmp_path / "found", tmp_path / "denied"
+    for folder in (found, denied):
+        folder.mkdir()
+    (found / "hello").write_text("#!/bin/sh\necho hi from $(pwd)\n")
+    (found / "hello").chmod(0o755)
+    (denied / "hello").write_text("#!/bin/sh\necho never\n")  # not executable
+    path = f"{denied}:{found}:/usr/bin:/bin"  # the first one found that may run, as execvp
+    assert local.run(["hello"], env={"PATH": path}, cwd=str(tmp_path)).stdout == (
+        f"hi from {tmp_path}\n"
+    )
+    assert local.run(["./hello"], cwd=str(found)).stdout == f"hi from {found}\n"
+    with pytest.raises(remotekit.StepFailed) as info:
+        local.run(["hello"], env={"PATH": f"{denied}:/usr/bin:/bin"})
+    assert info.value.result.exit_code == 126
+    assert "permission denied: hello" in str(info.value)
+
+
+def test_the_runner_watches_its_step_in_one_thread_and_hands_it_only_stdio(
+    local: remotekit.Target,
+) -> None:
+    """The runner relays, waits and watches for EOF in one poll loop (a thread costs a step
+    forked from the agent ~0.3 ms), and the command it starts holds fds 0-2 only; for a
+    command it forks nothing else (no zygote: that is for scripts)."""
+    probe = "ls /proc/$$/fd | tr '\\n' ' '; echo; grep ^Threads /proc/$PPID/status; echo $$; "
+    probe += "cat /proc/$PPID/task/$PPID/children"
+    fds, threads, pid, children = local.run(["sh", "-c", probe]).stdout.splitlines()
+    assert fds.split() == ["0", "1", "2"]
+    assert threads.split() == ["Threads:", "1"]
+    assert children.split() == [pid]
 
 
 def test_missing_workdir(local: remotekit.Target) -> None:
@@ -162,6 +201,22 @@ def test_timeout_on_the_local_target(local: remotekit.Target) -> None:
     assert time.monotonic() - t0 < 4
     assert info.value.result.stdout == "begun\n" and info.value.timeout_s == 1.5
     assert wait_gone(m, 3) == []
+
+
+def test_a_flood_read_slowly_is_still_stopped_at_its_timeout(local: remotekit.Target) -> None:
+    """The runner writes the step's output without blocking: while a slow reader here holds
+    it back (every pipe on the way full), the runner still hears the caller give up, and the
+    step's tree is stopped at its timeout, none of it left."""
+    m = f"71{uuid.uuid4().int % 10**6:06d}.5"
+    seen: list[str] = []
+
+    def slow(stream: str, line: str) -> None:
+        seen.append(line)
+        time.sleep(0.02)  # ~50 lines a second against a flood of megabytes a second
+
+    with pytest.raises(remotekit.StepTimeout):
+        local.run(["sh", "-c", f"yes {'x' * 1000} & sleep {m}; kill $!"], timeout=2, on_output=slow)
+    assert seen and wait_gone(m, 5) == [] and wait_gone("yes " + "x" * 1000, 5) == []
 
 
 def test_term_ignoring_step_is_killed(local: remotekit.Target) -> None:
@@ -448,3 +503,32 @@ def test_a_chain_that_holds_back_the_agents_output_runs_each_step_alone(tmp_path
     assert "each step runs as a process of its own" in said
     agent = next(c for c in report.checks if c.layer == "agent")
     assert agent.detail.startswith("off: it said nothing within 2 s")
+
+
+def test_a_command_inherits_no_fd_the_runners_caller_left_open(tmp_path: Path) -> None:
+    """A hop may leave fds open in the interpreter it starts (the runner's stdin is then not
+    the only thing it got). The command the runner starts gets fds 0-2 and nothing else, as
+    Popen's close_fds gave it."""
+    runner = remotekit.remote.source("runner.py")
+    header = StepHeader(argv=("sh", "-c", "ls /proc/$$/fd"), nonce="n", cwd=str(tmp_path))
+    body = header.encode()
+    left_r, left_w = os.pipe()
+    try:  # stdin stays open while the step runs: EOF on it would stop the step
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LOADER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(left_r, left_w),
+        )
+    finally:
+        os.close(left_r)
+        os.close(left_w)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(f"{len(runner)}\n".encode() + runner + f"{len(body)}\n".encode() + body)
+    proc.stdin.flush()
+    out = proc.stdout.read()  # to its end: the runner exits when its step has
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    proc.stderr.close()
+    assert out.split() == [b"0", b"1", b"2"]

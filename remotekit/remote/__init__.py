@@ -14,7 +14,8 @@ format is written once) and ``sync.py`` (its exclude rules and path checks mean 
 both sides). ``relay.py`` (:mod:`remotekit.forward`) speaks no records: after one line each
 way, its stdin and stdout are a raw byte stream. ``agent.py``
 (:mod:`remotekit.agent`) speaks no records either: its stdin and stdout carry frames, whose
-format local code imports from it (written once).
+format local code imports from it (written once); ``boot.py`` is what its loader runs first,
+and compiles the agent through the code cache.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
-# remotekit agent: one per open target, shipped over stdin and run THERE by the same constant
-# loader as the runner (``python -c LOADER``); it then takes every step of the target as
-# framed messages on that one channel. Standard library only; it runs on every Python the
+# remotekit agent: one per open target, shipped over stdin and run THERE by boot.py, which the
+# same constant loader as the runner's (``python -c LOADER``) runs first: the boot compiles
+# this file through the code cache and calls ``main(cache)``. The agent then takes every step
+# of the target as framed messages on that one channel. Standard library only; it runs on every Python the
 # runner runs on (MIN_PYTHON; tests run it on real 3.6 and later); on an older one it says hello
 # with its version and leaves, and the caller runs each step without it.
 #
 # Frames, both ways: KIND (1 byte) | step id (u32, big-endian) | length (u32) | payload.
 #
-#   caller -> agent   R  the runner's source (once, step 0), sent right behind the agent's
-#                        own source: the caller does not wait for the hello, so the loader's
+#   caller -> agent   R  the runner's source (once, step 0), sent right behind the boot's and
+#                        the agent's: the caller does not wait for the hello, so the loader's
 #                        buffered read may hold it (and more), which the agent takes first
 #                     S  start step N; payload: what a runner reads first on its stdin
 #                        (``<length>\n<header JSON>``)
@@ -45,7 +46,6 @@ import json
 import os
 import select
 import signal
-import stat
 import struct
 import sys
 
@@ -94,153 +94,6 @@ def write_all(fd, data):
             view = view[os.write(fd, view) :]
         except BlockingIOError:
             select.select([], [fd], [], 1.0)
-
-
-def sha256():
-    """hashlib's sha256, from the module hashlib loads it from (without hashlib's ~4 ms)."""
-    for module in ("_sha256", "_sha2", "hashlib"):  # _sha2: Python >= 3.12
-        try:
-            return __import__(module).sha256
-        except (ImportError, AttributeError):
-            pass
-    return None
-
-
-class CodeCache(object):
-    """Code this Python compiled before, by the hash of its source: the runner, and the
-    scripts and modules steps ship (``sysinfo.py`` compiles in ~9 ms, its code loads in
-    ~0.2), kept across agents in ``$XDG_CACHE_HOME/remotekit/code`` (else
-    ``~/.cache/remotekit/code``), as Python keeps ``__pycache__`` beside a module. The
-    folder is used only when it is ours and no one else's to read or write (0700, our uid:
-    what is read from it runs), through a descriptor, never by its name again; where there
-    is no such folder (a read-only home) every step compiles, as without a cache. Entries
-    are written whole (a private temporary, then renamed) and the oldest are removed past
-    ``KEEP``; an entry that does not load is compiled again and replaced."""
-
-    KEEP = 256
-
-    def __init__(self):
-        self.fd = None
-        self.tag = "%s.O%d" % (sys.implementation.cache_tag, sys.flags.optimize)
-        self.magic = self.tag.encode()  # the bytecode's own version, as a .pyc says it:
-        try:  # part of each entry's hash
-            import _frozen_importlib_external as machinery
-
-            self.magic = machinery.MAGIC_NUMBER
-        except ImportError:
-            pass
-        self.sha256 = sha256()
-        if self.sha256 is None or sys.implementation.cache_tag is None:
-            return  # no hash to name entries by; a Python that caches no bytecode
-        base = os.environ.get("XDG_CACHE_HOME") or ""
-        if not os.path.isabs(base):
-            base = os.path.join(os.path.expanduser("~"), ".cache")
-        path = os.path.join(base, "remotekit", "code")
-        try:
-            os.makedirs(path, 0o700, exist_ok=True)
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except (OSError, ValueError):
-            return
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            os.close(fd)
-            return
-        self.fd = fd
-
-    def compile(self, source, path):
-        """``compile(source, path, "exec")`` (``dont_inherit``), from the cache when this
-        Python (its version and ``-O``) compiled the same bytes before."""
-        if self.fd is None:
-            return compile(source, path, "exec", dont_inherit=True)
-        if not isinstance(source, bytes):
-            source = source.encode("utf-8")
-        name = "%s.%s" % (self.sha256(self.magic + source).hexdigest(), self.tag)
-        code = self.load(name)
-        if code is None:
-            code = compile(source, path, "exec", dont_inherit=True)
-            self.store(name, code)
-        else:
-            import _imp
-
-            _imp._fix_co_filename(code, path)  # as importlib does for a moved .pyc
-        return code
-
-    def load(self, name):
-        import marshal
-
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self.fd)
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                    return None
-                code = marshal.loads(f.read())
-        except (OSError, ValueError, EOFError, TypeError):
-            return None
-        return code if isinstance(code, type(self.load.__code__)) else None
-
-    def store(self, name, code):
-        import marshal
-
-        tmp = "%s.%d.tmp" % (name, os.getpid())
-        try:
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=self.fd
-            )
-            with os.fdopen(fd, "wb") as f:
-                f.write(marshal.dumps(code))
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except (OSError, ValueError):
-            try:
-                os.unlink(tmp, dir_fd=self.fd)
-            except OSError:
-                pass
-            return
-        self.prune()
-
-    def prune(self):
-        """Past KEEP entries, the older half goes (by when each was written)."""
-        try:
-            names = os.listdir(self.fd)
-            if len(names) <= self.KEEP:
-                return
-            when = {}
-            for n in names:
-                try:
-                    when[n] = os.stat(n, dir_fd=self.fd, follow_symlinks=False).st_mtime
-                except OSError:
-                    pass
-            for n in sorted(when, key=when.get)[: len(when) - self.KEEP // 2]:
-                os.unlink(n, dir_fd=self.fd)
-        except OSError:
-            pass
-
-    def hook(self):
-        """Modules a step imports from source with no valid ``.pyc`` (the files it shipped,
-        in its own temporary folder) compile through the cache: a path hook ahead of
-        Python's, whose source loader is Python's but for where the code comes from."""
-        try:
-            import _frozen_importlib_external as machinery
-        except ImportError:
-            return
-        cache = self
-
-        class Loader(machinery.SourceFileLoader):
-            def source_to_code(self, data, path, _optimize=-1):
-                return cache.compile(data, path)
-
-        import _imp
-
-        loaders = [
-            (machinery.ExtensionFileLoader, _imp.extension_suffixes()),
-            (Loader, machinery.SOURCE_SUFFIXES),
-            (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES),
-        ]
-        sys.path_hooks.insert(0, machinery.FileFinder.path_hook(*loaders))
-        sys.path_importer_cache.clear()
 
 
 class Step(object):
@@ -327,8 +180,8 @@ class Warm(object):
         theirs.close()
         self.pid, self.sock = pid, ours
 
-    def order(self, sid, fds):
-        send_fds(self.sock, struct.pack("!I", sid), fds)
+    def order(self, sid, fds, zygote):
+        send_fds(self.sock, struct.pack("!I?", sid, zygote), fds)
 
     def serve(self, agent, sock):
         code = 0
@@ -356,16 +209,16 @@ class Warm(object):
                     os.read(wake_r, 4096)
                 if sock not in ready:
                     continue
-                data, fds = recv_fds(sock, 4, 3)
+                data, fds = recv_fds(sock, 5, 3)
                 if not data:
                     break
-                (sid,) = struct.unpack("!I", data)
+                sid, zygote = struct.unpack("!I?", data)
                 pid = os.fork()
                 if not pid:
                     sock.close()
                     os.close(wake_r)
                     os.close(wake_w)
-                    agent.child(*fds)
+                    agent.child(fds, zygote)
                 for fd in fds:
                     os.close(fd)
                 children[pid] = sid
@@ -388,11 +241,11 @@ class Warm(object):
 
 
 class Agent(object):
-    def __init__(self):
+    def __init__(self, cache):
         self.inbuf = bytearray()
         self.outbox = []  # frames not yet written (flush)
         self.runner = None
-        self.code = None  # the CodeCache, made with the runner
+        self.code = cache  # the boot's CodeCache: the runner's and the steps' code
         self.steps = {}
         self.warm = {}  # modules -> Warm: forks of the agent that keep them imported
         self.closing = False
@@ -514,7 +367,6 @@ class Agent(object):
     def take_runner(self, source):
         """Keep the runner's code for the steps, and borrow its process settings (loaded as
         a module, not run): the agent is a subreaper like a runner, and not dumpable."""
-        self.code = CodeCache()
         self.code.hook()
         self.runner = self.code.compile(source, "<remotekit runner>")
         runner = {"__name__": "remotekit_runner", "__builtins__": __builtins__}
@@ -522,9 +374,10 @@ class Agent(object):
         runner["become_subreaper"]()  # a step's orphans stay ours to reap
         runner["prctl"](4, 0)  # PR_SET_DUMPABLE 0: other processes cannot read our memory
         self.read_header = runner["read_header"]  # the header's fields: the runner's table
-        # What a runner imports as a step goes (a command: subprocess; shipped files: queue,
-        # shutil), once here for every step forked from us: ~5 ms now, ~3-5 ms less a step.
-        for name in ("queue", "shutil", "subprocess"):
+        self.runs_script = runner["runs_script"]
+        # What a runner imports as a step goes (shipped files: shutil, to remove them), once
+        # here for every step forked from us: ~1.5 ms now, as much less a step.
+        for name in ("shutil",):
             try:
                 __import__(name)
             except ImportError:
@@ -545,8 +398,9 @@ class Agent(object):
     def start(self, sid, first):
         header = self.header_of(first)
         modules = tuple(sorted(map(str, header["preload"] or ())))
+        zygote = self.runs_script(header)
         try:
-            pid, (in_w, out_r, err_r) = self.fork(sid, modules)
+            pid, (in_w, out_r, err_r) = self.fork(sid, modules, zygote)
         except OSError as e:  # no fork, no pipes: this step fails, the agent goes on
             self.send(b"e", sid, ("remotekit agent: cannot start the step: %s\n" % e).encode())
             self.send(b"X", sid, b"125")
@@ -559,9 +413,10 @@ class Agent(object):
         step.pending.append(first)
         self.feed(step)
 
-    def fork(self, sid, modules):
+    def fork(self, sid, modules, zygote):
         """The step's child, forked here or by the Warm holding ``modules``: (its pid, or None
-        when the Warm will say it, and our ends of its stdin, stdout and stderr)."""
+        when the Warm will say it, and our ends of its stdin, stdout and stderr). ``zygote``:
+        whether its runner forks one (it runs a script)."""
         warm = self.warm_for(modules) if modules else None  # forked before the pipes exist
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -569,13 +424,13 @@ class Agent(object):
         try:
             if warm is not None:
                 pid = None
-                warm.order(sid, (in_r, out_w, err_w))
+                warm.order(sid, (in_r, out_w, err_w), zygote)
             else:
                 pid = os.fork()
                 if not pid:
                     for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin is ours to give
                         os.close(fd)
-                    self.child(in_r, out_w, err_w)
+                    self.child((in_r, out_w, err_w), zygote)
         except OSError:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
@@ -604,9 +459,12 @@ class Agent(object):
         self.steps, self.warm, self.wake_r, self.wake_w = {}, {}, None, None
         self.inbuf, self.outbox = bytearray(), []
 
-    def child(self, stdin, out, err):
-        """In the forked child: the step's pipes as fds 0-2, nothing of the agent's, and the
-        runner run as a fresh ``python -c LOADER`` would run it."""
+    def child(self, fds, zygote):
+        """In the forked child: the step's pipes (``fds``) as fds 0-2, nothing of the agent's,
+        and the runner run as a fresh ``python -c LOADER`` would run it, but that it forks a
+        zygote only when ``zygote`` says the step runs a script (a runner of its own forks
+        one before it has read the header, and so before it knows)."""
+        stdin, out, err = fds
         code = 125
         try:
             self.forget()
@@ -626,6 +484,7 @@ class Agent(object):
             code = 0
             main = {"__name__": "__main__", "__builtins__": __builtins__}
             main["COMPILE"] = self.code.compile  # the runner's scripts through the cache
+            main["ZYGOTE"] = zygote
             exec(self.runner, main)
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -769,16 +628,13 @@ class Agent(object):
                     del self.steps[sid]
 
 
-def main():
+def main(cache):
+    """Run the agent (called by boot.py, which loaded it; ``cache``: its CodeCache)."""
     if sys.version_info[:2] < MIN_PYTHON:  # say which Python this is, and leave: the caller
         write_all(1, frame(b"A", 0, hello()))  # then runs each step without an agent
         os._exit(0)
     try:
-        Agent().run()
+        Agent(cache).run()
     except BrokenPipeError:
         pass  # the caller is gone
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

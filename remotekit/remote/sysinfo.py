@@ -31,7 +31,6 @@ leave the host.
 
 from __future__ import annotations
 
-import argparse
 import heapq
 import os
 import re
@@ -40,7 +39,8 @@ import sys
 import time
 
 # csv, platform, shutil, socket and subprocess are imported where they are used (gpu, env,
-# procs): together ~8 ms a step, which the disk command, needing none, does not pay.
+# procs): together ~8 ms a step, which the disk command, needing none, does not pay. The
+# command line is read without argparse (parse): its import and parsers cost a step ~4 ms.
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
 from protocol import Out, mask_argv  # the record protocol, shared with the local side
@@ -1061,35 +1061,84 @@ def warn_shared_gpus(out, apps):
 # --------------------------------------------------------------------------- main
 
 
-def parser():
-    p = argparse.ArgumentParser(prog="sysinfo.py", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command")
-    sub.required = True
-    g = sub.add_parser("gpu", help="nvidia-smi and torch view of the GPUs")
-    g.add_argument("--temp-threshold", type=float, default=85.0, help="warn at or above (C)")
-    g.add_argument(
-        "--gpu-expected", action="store_true", help="no nvidia-smi is an error, not a note"
-    )
-    g.add_argument(
-        "--gpus", type=int, default=0, help="the GPUs the host has: fewer seen is a finding"
-    )
-    sub.add_parser("env", help="python, torch, CUDA, host and container facts")
-    d = sub.add_parser("disk", help="free space, inodes, largest files and checkpoints")
-    d.add_argument("paths", nargs="+")
-    d.add_argument("--min-free-pct", type=float, default=10.0)
-    d.add_argument("--top", type=int, default=10)
-    d.add_argument("--max-entries", type=int, default=200000)
-    d.add_argument("--max-seconds", type=float, default=60.0)
-    pr = sub.add_parser("procs", help="Python and GPU processes")
-    pr.add_argument("--all", action="store_true", help="every process, not only Python/GPU ones")
-    for s in (g, pr):
-        s.add_argument("--nvidia-smi", default=None, help="path (default: found on PATH)")
-        s.add_argument("--smi-timeout", type=float, default=20.0)
-    return p
+#: Each command's options: ``--name`` -> (type, default); type bool is a flag. Only ``disk``
+#: takes arguments (its paths, at least one).
+OPTIONS = {
+    "gpu": {
+        "--temp-threshold": (float, 85.0),  # warn at or above (C)
+        "--gpu-expected": (bool, False),  # no nvidia-smi is an error, not a note
+        "--gpus": (int, 0),  # the GPUs the host has: fewer seen is a finding
+        "--nvidia-smi": (str, None),  # path (default: found on PATH)
+        "--smi-timeout": (float, 20.0),
+    },
+    "env": {},
+    "disk": {
+        "--min-free-pct": (float, 10.0),
+        "--top": (int, 10),
+        "--max-entries": (int, 200000),
+        "--max-seconds": (float, 60.0),
+    },
+    "procs": {
+        "--all": (bool, False),  # every process, not only Python/GPU ones
+        "--nvidia-smi": (str, None),
+        "--smi-timeout": (float, 20.0),
+    },
+}
+USAGE = "usage: sysinfo.py {gpu,env,disk,procs} [--option VALUE]... [--] [PATH]..."
+
+
+class Args(object):
+    def __init__(self, fields):
+        self.__dict__.update(fields)
+
+
+def parse(argv):
+    """``COMMAND [--option VALUE | --option=VALUE | --flag]... [--] [PATH]...``, as the
+    local side writes it (OPTIONS), into an object with one attribute an option (``--top``:
+    ``top``), ``command`` and ``paths``. A mistake exits 2 with the usage, as argparse's do."""
+    if not argv or argv[0] not in OPTIONS:
+        usage("the command is one of %s, not %r" % (", ".join(OPTIONS), argv[0] if argv else ""))
+    options = OPTIONS[argv[0]]
+    fields = {"command": argv[0], "paths": []}
+    for name, (_, default) in options.items():
+        fields[name[2:].replace("-", "_")] = default
+    rest = list(argv[1:])
+    while rest:
+        word = rest.pop(0)
+        if word == "--":
+            fields["paths"] += rest
+            break
+        name, eq, value = word.partition("=")
+        if name not in options:
+            if word.startswith("-") and word != "-":
+                usage("%s: unknown option %s" % (argv[0], word))
+            fields["paths"].append(word)
+            continue
+        kind = options[name][0]
+        if kind is bool:
+            if eq:
+                usage("%s: %s takes no value" % (argv[0], name))
+            value = True
+        elif not eq:
+            if not rest:
+                usage("%s: %s needs a value" % (argv[0], name))
+            value = rest.pop(0)
+        try:
+            fields[name[2:].replace("-", "_")] = kind(value)
+        except ValueError:
+            usage("%s: %s takes a number, not %r" % (argv[0], name, value))
+    if (argv[0] == "disk") != bool(fields["paths"]):
+        usage("%s: %s" % (argv[0], "a path is needed" if argv[0] == "disk" else "no path is taken"))
+    return Args(fields)
+
+
+def usage(message):
+    sys.stderr.write("%s\nsysinfo.py: error: %s\n" % (USAGE, message))
+    sys.exit(2)
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
+    args = parse(sys.argv[1:] if argv is None else list(argv))
     out = Out(args.command)
     command = {"gpu": cmd_gpu, "env": cmd_env, "disk": cmd_disk, "procs": cmd_procs}[args.command]
     try:
