@@ -526,9 +526,9 @@ class Forked(object):
         while self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, flags)
-            except ChildProcessError:  # reaped by the other thread: it sets returncode
-                time.sleep(0.005)
-                continue
+            except ChildProcessError:  # reaped by no one but us: never; say it failed
+                self.returncode = 125
+                break
             if not pid:
                 break
             self._set(status)
@@ -826,28 +826,32 @@ def spawn(argv, cwd, env, out=None, err=None, pass_fds=()):
     nor needs subprocess imported (~2 ms a step forked from the agent)."""
     if cwd:
         os.chdir(cwd)  # ours is no one else's: paths after this point are absolute
-    if sys.version_info < (3, 8) or not hasattr(os, "posix_spawn"):
-        return popen(argv, env, out, err, pass_fds)
-    err = out if err is None else err
-    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
-    for fd, to in ((out, 1), (err, 2)):
-        if fd is not None:
-            actions.append((os.POSIX_SPAWN_DUP2, fd, to))
-    for fd in pass_fds:
-        os.set_inheritable(fd, True)
-    for fd in inherited():
-        if fd not in pass_fds and fd not in (out, err):
-            actions.append((os.POSIX_SPAWN_CLOSE, fd))
     try:
-        return Forked(
-            os.posix_spawn(find(argv[0], env), argv, env, file_actions=actions, setsid=True)
-        )
+        if sys.version_info < (3, 8) or not hasattr(os, "posix_spawn"):
+            return popen(argv, env, out, err, pass_fds)
+        return posix_spawned(argv, env, out, err, pass_fds)
     except FileNotFoundError:
         fail("command not found: %s" % argv[0], 127)
     except PermissionError:
         fail("permission denied: %s" % argv[0], 126)
     except OSError as e:
         fail("cannot run %s: %s" % (argv[0], e), 126)
+
+
+def posix_spawned(argv, env, out, err, pass_fds):
+    err = out if err is None else err
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    for fd, to in ((out, 1), (err, 2)):
+        if fd is not None:
+            actions.append((os.POSIX_SPAWN_DUP2, fd, to))
+    for fd in inherited():
+        if fd not in pass_fds and fd not in (out, err):
+            actions.append((os.POSIX_SPAWN_CLOSE, fd))
+    for fd in pass_fds:
+        os.set_inheritable(fd, True)
+    try:
+        path = find(argv[0], env)
+        return Forked(os.posix_spawn(path, argv, env, file_actions=actions, setsid=True))
     finally:
         for fd in pass_fds:
             os.set_inheritable(fd, False)
@@ -889,22 +893,15 @@ def find(name, env):
 def popen(argv, env, out, err, pass_fds):
     import subprocess
 
-    try:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err if err is not None else out,
-            env=env,
-            start_new_session=True,
-            pass_fds=pass_fds,
-        )
-    except FileNotFoundError:
-        fail("command not found: %s" % argv[0], 127)
-    except PermissionError:
-        fail("permission denied: %s" % argv[0], 126)
-    except OSError as e:
-        fail("cannot run %s: %s" % (argv[0], e), 126)
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=err if err is not None else out,
+        env=env,
+        start_new_session=True,
+        pass_fds=pass_fds,
+    )
 
 
 def step_argv(h, tmpdir):
