@@ -626,3 +626,46 @@ def test_options_are_read_in_both_spellings_and_paths_after_the_separator(tmp_pa
     r = run("disk", "--top=1", "--min-free-pct", "0", "--", str(folder), path=make_bin(tmp_path))
     assert r.code == 0, r.stderr
     assert [f["path"] for f in r.of("file")] == [str(folder / "f2")]
+
+
+def test_disk_names_checkpoints_by_their_names(tmp_path: Path) -> None:
+    """A ``.bin`` is a checkpoint when its name says so (pytorch_model*, *optim*,
+    *model_states*) and a folder when it is named like a save (checkpoint-N, GLOBAL_STEP7:
+    any case); other .bin files and folders are not."""
+    root = tmp_path / "w"
+    write(root / "pytorch_model-00001-of-00002.bin", 7000)
+    write(root / "zero" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.bin", 6000)
+    write(root / "data" / "tokens.bin", 9000)
+    write(root / "Checkpoint_12" / "weights.dat", 500)
+    write(root / "GLOBAL_STEP7" / "mp_rank_00_model_states.bin", 400)
+    write(root / "checkpoints" / "notes.txt", 300)  # "checkpoints" is not checkpoint-N
+    r = run("disk", "--top", "9", "--min-free-pct", "0", str(root), path=make_bin(tmp_path))
+    assert r.code == 0, r.stderr
+    assert {Path(f["path"]).name: f["checkpoint"] for f in r.of("file")} == {
+        "tokens.bin": False,
+        "pytorch_model-00001-of-00002.bin": True,
+        "bf16_zero_pp_rank_0_mp_rank_00_optim_states.bin": True,
+        "weights.dat": False,
+        "mp_rank_00_model_states.bin": True,
+        "notes.txt": False,
+    }
+    ckpt = r.one("checkpoint")  # the largest save on the filesystem: the sharded weights
+    assert (Path(ckpt["path"]).name, ckpt["kind"]) == ("pytorch_model-00001-of-00002.bin", "file")
+
+
+def test_disk_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """The disk command (the one a fleet asks of every host) imports none of what only the
+    other commands need, nor threading for the records' lock: each is a fresh step's time."""
+    r = run(
+        "disk",
+        "--min-free-pct",
+        "0",
+        str(tmp_path),
+        path=make_bin(tmp_path / "bin"),
+        python=[sys.executable, "-S", "-X", "importtime"],
+    )
+    assert r.code == 0, r.stderr
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
+    assert "protocol" in imported  # what is read is the import list
+    for name in ("threading", "subprocess", "socket", "csv", "platform", "shutil", "argparse"):
+        assert name not in imported, name
