@@ -193,6 +193,37 @@ def test_temp_dir_is_private_and_removed(local: remotekit.Target) -> None:
     assert not os.path.exists(path)
 
 
+def test_temp_dir_is_removed_whole_and_never_through_a_link(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """What a step leaves in its folder goes with it (folders in folders, a module's
+    __pycache__, a read-only file); a link it left there to a folder elsewhere is removed
+    as a link, and what the link points to stays."""
+    outside = tmp_path / "outside"
+    (outside / "inner").mkdir(parents=True)
+    (outside / "keep.txt").write_text("mine")
+    (outside / "inner" / "deep.txt").write_text("mine too")
+    code = f"""\
+import os
+d = os.environ['REMOTEKIT_DIR']
+os.makedirs(os.path.join(d, 'a', 'b', 'c'))
+for name in ('a/x', 'a/b/y', 'a/b/c/z'):
+    with open(os.path.join(d, name), 'w') as f:
+        f.write(name)
+os.chmod(os.path.join(d, 'a', 'x'), 0o400)
+with open(os.path.join(d, 'helper.py'), 'w') as f:
+    f.write('VALUE = 1\\n')
+import helper  # its __pycache__ beside it
+os.symlink({str(outside)!r}, os.path.join(d, 'link'))
+os.symlink({str(outside / "keep.txt")!r}, os.path.join(d, 'a', 'file-link'))
+print(d)
+"""
+    r = local.run_python(remotekit.Script(code, name="leaves.py"))
+    assert not os.path.lexists(r.stdout.strip())
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert (outside / "inner" / "deep.txt").read_text() == "mine too"
+
+
 def test_timeout_on_the_local_target(local: remotekit.Target) -> None:
     m = f"70{uuid.uuid4().int % 10**6:06d}.5"
     t0 = time.monotonic()

@@ -25,10 +25,10 @@
 #                     X  step N ended: its exit status (decimal; 128+N for signal N)
 #                     P  here I am: the payload of the caller's P
 #
-# Each step is a child forked from the agent that runs the runner unchanged (the runner's code
-# executed as ``__main__`` with the step's own pipes as its stdin, stdout and stderr), so the
-# kill semantics are the runner's: its own session, a subreaper, TERM then KILL of the step's
-# tree on EOF or its deadline. The agent is single-threaded (a poll loop), so forking from it
+# Each step is a child forked from the agent that runs the runner unchanged (its ``entry()``:
+# the runner's code runs once in the agent, as a module), with the step's own pipes as its
+# stdin, stdout and stderr, so the kill semantics are the runner's: its own session, a
+# subreaper, TERM then KILL of the step's tree on EOF or its deadline. The agent is single-threaded (a poll loop), so forking from it
 # is safe. Output is relayed per step; the agent stops reading a step's pipes while WINDOW of
 # its bytes are unconsumed by the caller, so a step that floods only blocks itself.
 #
@@ -368,20 +368,13 @@ class Agent(object):
         """Keep the runner's code for the steps, and borrow its process settings (loaded as
         a module, not run): the agent is a subreaper like a runner, and not dumpable."""
         self.code.hook()
-        self.runner = self.code.compile(source, "<remotekit runner>")
         runner = {"__name__": "remotekit_runner", "__builtins__": __builtins__}
-        exec(self.runner, runner)
+        exec(self.code.compile(source, "<remotekit runner>"), runner)
         runner["become_subreaper"]()  # a step's orphans stay ours to reap
         runner["prctl"](4, 0)  # PR_SET_DUMPABLE 0: other processes cannot read our memory
         self.read_header = runner["read_header"]  # the header's fields: the runner's table
         self.runs_script = runner["runs_script"]
-        # What a runner imports as a step goes (shipped files: shutil, to remove them), once
-        # here for every step forked from us: ~1.5 ms now, as much less a step.
-        for name in ("shutil",):
-            try:
-                __import__(name)
-            except ImportError:
-                pass  # the step that needs it says why
+        self.runner = runner  # each step's child runs its entry(), defined once here
         freeze()
 
     def header_of(self, first):
@@ -461,9 +454,11 @@ class Agent(object):
 
     def child(self, fds, zygote):
         """In the forked child: the step's pipes (``fds``) as fds 0-2, nothing of the agent's,
-        and the runner run as a fresh ``python -c LOADER`` would run it, but that it forks a
-        zygote only when ``zygote`` says the step runs a script (a runner of its own forks
-        one before it has read the header, and so before it knows)."""
+        and the runner's ``entry()`` with what a fresh ``python -c LOADER`` would give it
+        (its STDIN), but that it forks a zygote only when ``zygote`` says the step runs a
+        script (a runner of its own forks one before it has read the header, and so before
+        it knows). The runner's module-level state (KEY, TO_REMOVE) is the agent's untouched
+        copy: the agent only reads the runner's tables."""
         stdin, out, err = fds
         code = 125
         try:
@@ -482,10 +477,11 @@ class Agent(object):
             sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
             sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
             code = 0
-            main = {"__name__": "__main__", "__builtins__": __builtins__}
-            main["COMPILE"] = self.code.compile  # the runner's scripts through the cache
-            main["ZYGOTE"] = zygote
-            exec(self.runner, main)
+            runner = self.runner  # what a fresh runner reads from its process at start:
+            runner["STDIN"] = sys.stdin.buffer
+            runner["COMPILE"] = self.code.compile  # the runner's scripts through the cache
+            runner["ZYGOTE"] = zygote
+            runner["entry"]()
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException as e:

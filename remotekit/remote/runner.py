@@ -101,14 +101,43 @@ def on_stop_signal(signum, frame):
 
 def remove(path):
     if os.path.isdir(path) and not os.path.islink(path):
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
     else:
         try:
             os.unlink(path)
         except OSError:
             pass
+
+
+def remove_tree(path):
+    """``rm -rf path`` of a folder the runner made, errors ignored: as shutil.rmtree, through
+    descriptors (os.fwalk) and never following a link the step left there, without shutil's
+    import (zlib, bz2, lzma: ~1.5 ms of a step)."""
+    if not hasattr(os, "fwalk"):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for _, dirs, files, fd in os.fwalk(path, topdown=False):
+        for name in files:
+            try:
+                os.unlink(name, dir_fd=fd)
+            except OSError:
+                pass
+        for name in dirs:  # a link to a folder is listed here too: unlinked, not followed
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except NotADirectoryError:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except OSError:
+                    pass
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def created(make, path_of=lambda made: made):
@@ -1051,12 +1080,11 @@ def main():
     finally:
         zygote.discard()
         if tmpdir is not None and not keep:
-            import shutil
-
-            shutil.rmtree(tmpdir, ignore_errors=True)
+            remove_tree(tmpdir)
 
 
-if __name__ == "__main__":
+def entry():
+    """The runner's life: its step, then its exit (never returns)."""
     try:
         code = main()
     except EOFError as e:
@@ -1067,3 +1095,7 @@ if __name__ == "__main__":
         fail("runner error: %s: %s" % (type(e).__name__, e))
     sys.stdout.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    entry()
