@@ -28,9 +28,10 @@
 # Each step is a child forked from the agent that runs the runner unchanged (its ``entry()``:
 # the runner's code runs once in the agent, as a module), with the step's own pipes as its
 # stdin, stdout and stderr, so the kill semantics are the runner's: its own session, a
-# subreaper, TERM then KILL of the step's tree on EOF or its deadline. The agent is single-threaded (a poll loop), so forking from it
-# is safe. Output is relayed per step; the agent stops reading a step's pipes while WINDOW of
-# its bytes are unconsumed by the caller, so a step that floods only blocks itself.
+# subreaper, TERM then KILL of the step's tree on EOF or its deadline. The agent is
+# single-threaded (a poll loop), so forking from it is safe. Output is relayed per step; the
+# agent stops reading a step's pipes while WINDOW of its bytes are unconsumed by the caller,
+# so a step that floods only blocks itself.
 #
 # A step whose header names ``preload`` modules (torch) is forked instead by a Warm: a fork of
 # the agent that imported them once, handed the step's pipes over a socket.

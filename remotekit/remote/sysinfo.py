@@ -646,9 +646,7 @@ def is_checkpoint_file(name, folder=""):
     # A .pth in site-packages is Python's path configuration file, not a torch checkpoint.
     if name.endswith(".pth") and os.path.basename(folder) in ("site-packages", "dist-packages"):
         return False
-    return name.endswith(CKPT_SUFFIXES) or (
-        name.endswith(".bin") and bool(re.match(CKPT_FILE_RE, name))
-    )
+    return name.endswith(CKPT_SUFFIXES) or bool(re.match(CKPT_FILE_RE, name))
 
 
 def mount_of(path, mounts):
