@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -651,6 +652,40 @@ def test_disk_names_checkpoints_by_their_names(tmp_path: Path) -> None:
     }
     ckpt = r.one("checkpoint")  # the largest save on the filesystem: the sharded weights
     assert (Path(ckpt["path"]).name, ckpt["kind"]) == ("pytorch_model-00001-of-00002.bin", "file")
+
+
+def test_checkpoint_names_are_told_as_the_patterns_told_them() -> None:
+    """The names are told by string tests, not regexes (the disk command compiles none):
+    they decide as the patterns they replaced, name for name. Asked of sysinfo in a Python
+    of its own, as it runs there (it puts its folder on sys.path)."""
+    file_re = r"^(pytorch_model.*|.*optim.*|.*model_states.*)\.bin$"
+    dir_re = r"(?i)^(checkpoint|ckpt|step|global_step|iter|epoch)[-_]?\d+$"
+    files = ["pytorch_model.bin", "pytorch_model-00001-of-00002.bin", "Pytorch_model.bin",
+             "optim.bin", "x_optim_states.bin", "mp_rank_00_model_states.bin", "model.bin",
+             "tokens.bin", "optim.bin.bak", "optim.BIN", ".bin", "bin", "optimizer.pt",
+             "a.safetensors", "notes.txt", "pytorch_model"]  # fmt: skip
+    dirs = ["checkpoint-500", "checkpoint500", "checkpoint_5", "Checkpoint_12", "GLOBAL_STEP7",
+            "global_step", "step", "step-", "step-_5", "step__5", "iter_0001000", "epoch3",
+            "ckpt-1", "checkpoints", "checkpoints-1", "my_step5", "step5a", "5", "-5", "",
+            "steps5", "EPOCH-10", "iter_"]  # fmt: skip
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import sysinfo; f, d = json.load("
+        "sys.stdin); print(json.dumps([[sysinfo.is_checkpoint_file(n) for n in f], "
+        "[sysinfo.is_checkpoint_dir(n) for n in d]]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(SCRIPT.parent)],
+        input=json.dumps([files, dirs]),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    told_files, told_dirs = json.loads(out.stdout)
+    suffixes = (".pt", ".pth", ".ckpt", ".safetensors", ".distcp", ".pkl")
+    assert dict(zip(files, told_files)) == {
+        n: n.endswith(suffixes) or bool(re.match(file_re, n)) for n in files
+    }
+    assert dict(zip(dirs, told_dirs)) == {n: bool(re.match(dir_re, n)) for n in dirs}
 
 
 def test_disk_imports_only_what_it_uses(tmp_path: Path) -> None:

@@ -91,10 +91,11 @@ TORCH_CVES = [
 ]
 
 CKPT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".distcp", ".pkl")
+# A save folder's name: one of these words (any case), an optional - or _, then digits.
+CKPT_DIR_WORDS = ("checkpoint", "ckpt", "step", "global_step", "iter", "epoch")
 # Patterns, compiled where first used (re keeps them): a step compiles only what its command
-# matches, not all of them at import (~0.1 ms each in a fresh step).
-CKPT_FILE_RE = r"^(pytorch_model.*|.*optim.*|.*model_states.*)\.bin$"
-CKPT_DIR_RE = r"(?i)^(checkpoint|ckpt|step|global_step|iter|epoch)[-_]?\d+$"
+# matches, not all of them at import (~0.1 ms each in a fresh step). The checkpoint names
+# are told without one: the disk command then compiles none (~0.5 ms of a step).
 WHITESPACE_RE = r"\s+"
 PYTHON_RE = r"^(python|pypy)[\d.]*(-dbg)?$"
 
@@ -643,10 +644,26 @@ def cmd_env(args, out):
 
 
 def is_checkpoint_file(name, folder=""):
+    """A checkpoint's file by its name: a torch or safetensors suffix, or a ``.bin`` named
+    as HF and DeepSpeed name theirs (``pytorch_model*``, ``*optim*``, ``*model_states*``)."""
     # A .pth in site-packages is Python's path configuration file, not a torch checkpoint.
     if name.endswith(".pth") and os.path.basename(folder) in ("site-packages", "dist-packages"):
         return False
-    return name.endswith(CKPT_SUFFIXES) or bool(re.match(CKPT_FILE_RE, name))
+    if name.endswith(CKPT_SUFFIXES):
+        return True
+    stem = name[:-4] if name.endswith(".bin") else None
+    return stem is not None and (
+        stem.startswith("pytorch_model") or "optim" in stem or "model_states" in stem
+    )
+
+
+def is_checkpoint_dir(name):
+    """A save folder's name: ``checkpoint-500``, ``global_step100``, ``Epoch_3``, ``iter7``."""
+    head = name.rstrip("0123456789")
+    if head == name:
+        return False
+    head = head.lower()
+    return head in CKPT_DIR_WORDS or (head[-1:] in ("-", "_") and head[:-1] in CKPT_DIR_WORDS)
 
 
 def mount_of(path, mounts):
@@ -704,7 +721,7 @@ class Walk(object):
                 stats["truncated"] = "max_seconds"
                 break
             stats["dirs"] += 1
-            if named_root is None and re.match(CKPT_DIR_RE, os.path.basename(path)):
+            if named_root is None and is_checkpoint_dir(os.path.basename(path)):
                 named_root = path
                 named[path] = [0, 0]
             self._directory(path, named_root, named, stats, stack, dev)
