@@ -20,7 +20,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import IO, Any, Callable, Literal
 
 from remotekit.engine import Engine
@@ -234,8 +234,12 @@ class StepHeader:
     preload: tuple[str, ...] = ()
 
     def encode(self) -> bytes:
-        """The header as the runner reads it: one JSON object."""
-        return json.dumps(asdict(self)).encode()
+        """The header as the runner reads it: one JSON object. Its fields are read one level
+        deep (tuples are JSON arrays as they are): asdict's deep copy of every value, the
+        env's included, cost each step ~0.3 ms here."""
+        record = {f.name: getattr(self, f.name) for f in fields(self)}
+        record["env"] = dict(self.env)
+        return json.dumps(record).encode()
 
 
 @dataclass(frozen=True)
