@@ -342,7 +342,10 @@ class Agent:
         self.send(b"S", sid, f"{len(header)}\n".encode() + header)
         if not self.alive:  # died before we registered: say so, as for any other step
             self._fail_steps()
-        threading.Thread(target=step.feed, args=(body,), daemon=True).start()
+        if isinstance(body, (list, tuple)) and sum(map(len, body)) <= WINDOW:
+            step.feed(body)  # in memory and within the window: sent now, never waits
+        else:
+            threading.Thread(target=step.feed, args=(body,), daemon=True).start()
         return step
 
     def close(self) -> None:

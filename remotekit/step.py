@@ -485,9 +485,10 @@ def shipped(
     args: Sequence[Any] = (),
     files: Mapping[str, bytes] | None = None,
     detach: bool = False,
-) -> tuple[StepHeader, Iterator[bytes]]:
+) -> tuple[StepHeader, tuple[bytes, ...]]:
     """The header and payload of a step that runs ``script`` there with ``args``: the script
-    and its files (and ``files``) travel as the runner's shipped files, in bounded pieces."""
+    and its files (and ``files``) travel as the runner's shipped files, in bounded pieces
+    (views, no copies; a sequence, so a small payload goes out with the step's start)."""
     if files:
         script = replace(script, files={**script.files, **files})  # validates names, types
     all_files = {script.name: script.source, **script.files}
@@ -495,7 +496,7 @@ def shipped(
     header = StepHeader(
         argv=tuple(map(str, args)), script=script.name, files=manifest, detach=detach
     )
-    return header, (piece for data in all_files.values() for piece in slices(data))
+    return header, tuple(piece for data in all_files.values() for piece in slices(data))
 
 
 def slices(data: bytes) -> Iterator[bytes]:
