@@ -104,7 +104,8 @@ class AgentStep(Channel):
             self._owed = 0
 
     def feed(self, body: Iterable[bytes]) -> None:
-        """Send the payload, at most WINDOW in flight (in its own thread)."""
+        """Send the payload, at most WINDOW in flight: from a thread of its own, unless it
+        is in memory and no larger than WINDOW (Agent.start), when it never waits."""
         for chunk in body:
             view = memoryview(chunk)
             for at in range(0, len(view), _PIECE):

@@ -651,10 +651,10 @@ def is_checkpoint_file(name, folder=""):
         return False
     if name.endswith(CKPT_SUFFIXES):
         return True
-    stem = name[:-4] if name.endswith(".bin") else None
-    return stem is not None and (
-        stem.startswith("pytorch_model") or "optim" in stem or "model_states" in stem
-    )
+    if not name.endswith(".bin"):
+        return False
+    stem = name[:-4]
+    return stem.startswith("pytorch_model") or "optim" in stem or "model_states" in stem
 
 
 def is_checkpoint_dir(name):
