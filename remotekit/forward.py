@@ -101,20 +101,14 @@ class _Link:
         finally:
             if self.proc is None:
                 self.ready.set()
-        with fwd._lock:
-            # close() ran while this connection waited for an SSH slot: it never saw this relay
-            closed = fwd._closed.is_set()
-            if not closed:
-                fwd._procs.add(self.proc)
-        if closed:
+        if not fwd.hold(self.proc):
             self.ready.set()
             self.proc.terminate()
             return None
         try:
             return self._pump(self.proc)
         finally:
-            with fwd._lock:
-                fwd._procs.discard(self.proc)
+            fwd.let_go(self.proc)
             self.connected = False
             self.ready.set()
             self.proc.terminate()
@@ -228,6 +222,20 @@ class Forward:
     def error(self, message: str) -> ForwardError:
         """A :class:`ForwardError` about this forward (its host, step and port)."""
         return ForwardError(message, host=self.engine.name, step=_STEP, port=self.port)
+
+    def hold(self, proc: Process) -> bool:
+        """Keep ``proc`` (a connection's relay) for :meth:`close` to stop; False when close()
+        ran already (while the connection waited for an SSH slot): it never saw this relay."""
+        with self._lock:
+            if self._closed.is_set():
+                return False
+            self._procs.add(proc)
+            return True
+
+    def let_go(self, proc: Process) -> None:
+        """``proc``'s connection ended: close() has nothing more to stop there."""
+        with self._lock:
+            self._procs.discard(proc)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -258,22 +258,31 @@ def _private(name: str) -> bool:
 
 
 def foreign_privates(path: Path) -> list[str]:
-    """Private names a module uses that are not its own: ``obj._x`` where no code of the
-    module defines ``_x`` (as ``self._x``, a ``_x`` function, class or variable), and
+    """Private attributes a module reads off anything but ``self``, ``cls`` or ``super()``
+    (``target._launch``, and ``engine._lock`` even where the module has a ``self._lock`` of
+    its own: a name proves nothing about whose it is), except off a module imported from
+    outside remotekit (a library's private, named in a comment where it is used); and
     ``from remotekit.<engine module> import _x``."""
     tree = ast.parse(path.read_text())
-    own: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            if node.value.id in ("self", "cls") and _private(node.attr):
-                own.add(node.attr)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            own.add(node.name)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            own.add(node.id)
+    outside = {  # names bound to modules from outside remotekit: ``import paramiko``
+        (a.asname or a.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for a in node.names
+        if not a.name.startswith("remotekit")
+    }
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super":
+                continue
+            if isinstance(root, ast.Name) and root.id in outside:
+                continue
             found.append(f"line {node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.ImportFrom) and node.module in ENGINE_ROOM:
             found += [
@@ -284,13 +293,18 @@ def foreign_privates(path: Path) -> list[str]:
 
 def test_foreign_privates_are_found(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(
+        "import paramiko\n"
         "from remotekit.target import _Method\n"
-        "class A:\n    def __init__(self):\n        self._mine = 1\n"
-        "def f(a, target):\n    a._mine, a.__dict__\n    return target._launch('x')\n"
+        "class A:\n    def __init__(self):\n        self._lock = 1\n"
+        "    def g(self):\n        return super()._g(), self._lock, paramiko.T._ciphers\n"
+        "def f(a, target, engine):\n    a.__dict__\n    engine._lock\n"
+        "    return target._launch('x'), a.b._c\n"
     )
     assert foreign_privates(tmp_path / "m.py") == [
-        "line 1: import _Method",
-        "line 7: target._launch",
+        "line 2: import _Method",
+        "line 10: engine._lock",
+        "line 11: a.b._c",
+        "line 11: target._launch",
     ]
 
 
@@ -326,6 +340,32 @@ def test_only_a_transport_puts_events_on_its_queue() -> None:
         and node.value.attr == "events"
     ]
     assert found == []
+
+
+def test_every_process_a_step_can_run_on_is_a_channel() -> None:
+    """The transport contract: whatever a step runs on (a transport's process, a step on the
+    agent) is a :class:`Channel`, so its events are the typed ones (mypy holds the queue to
+    ``Event``) and cancelling it is the contract's own :meth:`Channel.cancel`."""
+    import importlib
+    import inspect
+
+    from remotekit.transports.base import Channel
+
+    processes = {
+        f"{m}.{name}": cls
+        for m in ENGINE_ROOM
+        for name, cls in vars(importlib.import_module(m)).items()
+        if inspect.isclass(cls)
+        and cls.__module__ == m
+        and not getattr(cls, "_is_protocol", False)  # the contract itself
+        and all(callable(getattr(cls, a, None)) for a in ("close_stdin", "terminate"))
+    }
+    assert {
+        "remotekit.transports.local.LocalProcess",
+        "remotekit.transports.ssh.SSHProcess",
+        "remotekit.agent.AgentStep",
+    } <= set(processes)
+    assert [name for name, cls in processes.items() if not issubclass(cls, Channel)] == []
 
 
 # -- the step header: one record, both ends ------------------------------------------------------
