@@ -8,7 +8,8 @@ shared/FIELD-NOTES.md, "Real runtimes on this machine".
 
 Inside every container the host's ``/usr``, the test venv (at the same path) and the venv's base
 interpreter are bound read-only, so ``<venv>/bin/python`` with torch runs there; ``/tmp`` is
-private; ``/workspace`` is writable.
+private; ``/workspace`` is writable. A read-only container (``LxcContainer(read_only=True)``,
+``PodmanWorld.read_only_container()``) has all of that on a root filesystem mounted read-only.
 
 ``missing(kind)`` says in one line why a runtime cannot run here (``None`` when it can).
 """
@@ -127,10 +128,12 @@ def pid_inside(host_pid: int) -> int | None:
 
 @dataclass
 class LxcContainer:
-    """A real busybox LXC container; ``running=False`` creates it and leaves it stopped."""
+    """A real busybox LXC container; ``running=False`` creates it and leaves it stopped;
+    ``read_only=True`` mounts its root filesystem read-only (``lxc.rootfs.options = ro``)."""
 
     name: str = field(default_factory=lambda: unique("rk-lxc"))
     running: bool = True
+    read_only: bool = False
     workspace: Path | None = None
     lxcpath: str = "/var/lib/lxc"
 
@@ -147,6 +150,10 @@ class LxcContainer:
         _check(["lxc-create", "-n", self.name, "-t", "busybox"])
         self.workspace = Path(tempfile.mkdtemp(prefix=f"{self.name}-ws-"))
         self.config.write_text(self._config(self.config.read_text()))
+        if self.read_only:  # no mount point can be made on a read-only root: make them now
+            rootfs = self.config.parent / "rootfs"
+            for inside in ("tmp", "workspace", *(p.lstrip("/") for p in venv_binds())):
+                (rootfs / inside).mkdir(parents=True, exist_ok=True)
         if self.running:
             _check(["lxc-start", "-n", self.name, "-d"])
             wait_for(f"lxc container {self.name}", lambda: self.state() == "RUNNING")
@@ -176,6 +183,7 @@ class LxcContainer:
                 for p in venv_binds()
             ),
             f"lxc.mount.entry = {self.workspace} workspace none rw,bind,create=dir 0 0",
+            *(["lxc.rootfs.options = ro"] if self.read_only else []),
         ]
         return "\n".join([*keep, *ours]) + "\n"
 
@@ -226,6 +234,7 @@ class PodmanWorld:
     names: list[str] = field(default_factory=list)
     running: str = ""  #: a running container (``sleep infinity`` under --init)
     stopped: str = ""  #: a stopped one (exited)
+    read_only: str = ""  #: a running one with a read-only root, once asked for
 
     @property
     def conf(self) -> Path:
@@ -265,12 +274,14 @@ class PodmanWorld:
         self.stopped = self.container(running=False)
         return self
 
-    def container(self, running: bool = True) -> str:
-        """A new container from the image, running ``sleep infinity`` under --init, or stopped."""
+    def container(self, running: bool = True, extra: tuple[str, ...] = ()) -> str:
+        """A new container from the image, running ``sleep infinity`` under --init, or stopped;
+        ``extra``: more ``podman run`` options."""
         name = unique("rk-pod")
         self.names.append(name)
         binds = [a for p in ["/usr", *venv_binds()] for a in ("-v", f"{p}:{p}:ro")]
         argv = ["run", "-d", "--init", "--name", name, "--tmpfs", "/tmp:rw,mode=1777", *binds]
+        argv += extra
         out = self.podman(*argv, self.image, "sleep", "infinity")
         if out.returncode != 0:
             raise RuntimeError(f"podman run failed: {out.stderr.strip()}")
@@ -279,6 +290,17 @@ class PodmanWorld:
             self.podman("stop", "-t", "5", name)
             wait_for(f"podman stop {name}", lambda: self.state(name) == "exited")
         return name
+
+    def read_only_container(self) -> str:
+        """A running container whose root is read-only (``--read-only``: podman mounts a tmpfs
+        on /tmp, /var/tmp and /run), with a host folder bound writable at /workspace; made on
+        the first call, removed by ``stop()``."""
+        if not self.read_only:
+            workspace = Path(tempfile.mkdtemp(prefix="ro-workspace-", dir=self.root))
+            self.read_only = self.container(
+                extra=("--read-only", "-v", f"{workspace}:/workspace:rw")
+            )
+        return self.read_only
 
     def _sweep(self) -> None:
         """Remove what a killed test session left (its pid is in every name)."""

@@ -8,10 +8,16 @@ concurrent steps, bad input, the caller's env never leaks
 in, each stopped/missing container, job or pod is its own clear error quoting the tool, and
 ping names the broken hop. Each runtime is started once per session (tests/conftest.py) and
 each target is opened once and shared.
+
+Two more rows run a shipped file, a detached run, a timeout, a warm second step and what a
+read-only root changes: a Podman container started with ``--read-only`` and an LXC container
+whose rootfs is mounted ``ro`` (tests/runtimes.py), each with /tmp and /workspace writable
+(READ_ONLY).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,12 +36,21 @@ from typing import Any
 import pytest
 
 import remotekit
-from tests.conftest import CT, STOPPED, write_inventory
+from remotekit.diagnostics import system
+from tests import runtimes
+from tests.conftest import CT, STOPPED, need, write_inventory
 from tests.harness import SSHServer, processes_with, wait_gone
 from tests.runtimes import pid_inside
 
 RUNTIMES = ("pct", "lxc", "podman", "docker", "slurm", "kubectl")
 HOPS = ("local", "ssh")
+ROWS = [(r, h) for r in RUNTIMES for h in HOPS]
+#: rows whose container has a read-only root (only /tmp and /workspace writable): the tests
+#: marked ``on_read_only_roots_too`` and those below "read-only roots" run on them
+READ_ONLY = [(r, h) for r in ("podman-ro", "lxc-ro") for h in HOPS]
+on_read_only_roots_too = pytest.mark.parametrize(
+    "target", [*ROWS, *READ_ONLY], indirect=True, ids="-".join
+)
 NASTY = [
     "{x}",
     "a b",
@@ -131,6 +146,14 @@ def _hosts(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str,
                             "Failed to get init pid", gone),
             },
         )  # fmt: skip
+    if runtime in ("podman-ro", "lxc-ro"):
+        # a run's record (detach=True) goes to runs_dir: its default, ~/.local/state, is read-only
+        writable = {"workdir": "/workspace", "runs_dir": "/workspace/.runs"}
+        if runtime == "podman-ro":
+            name = fx("podman_ctr").read_only_container()
+            return {"podman": name, "engine": _tool("podman"), **writable}, name, {}
+        name = fx("lxc_ro").name
+        return {"lxc": {"name": name, "bin": _tool("lxc-attach")}, **writable}, name, {}
     if runtime in ("podman", "docker"):
         pods, engine = fx("podman_ctr"), _tool("podman")
         gone = "rk-no-such-pod"
@@ -188,9 +211,19 @@ def _hosts(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str,
 @pytest.fixture(scope="session")
 def worlds(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Callable[[str], World]:
-    """``worlds(runtime)``: that runtime's World, built (and its runtime started) on first use."""
+) -> Iterator[Callable[[str], World]]:
+    """``worlds(runtime)``: that runtime's World, built (and its runtime started) on first use.
+    The read-only LXC container is started here (only its rows use it) and stopped at the end."""
     made: dict[str, World] = {}
+    own = contextlib.ExitStack()
+
+    def fx(name: str) -> Any:
+        if name != "lxc_ro":
+            return request.getfixturevalue(name)
+        need("lxc")
+        ct = runtimes.LxcContainer(read_only=True)
+        own.callback(ct.stop)
+        return ct.start()
 
     def get(runtime: str) -> World:
         if runtime not in made:
@@ -199,7 +232,7 @@ def worlds(
                 no_ssh = None
             except pytest.skip.Exception as exc:  # no sshd here: the local rows still run
                 sshd, no_ssh = None, str(exc.msg)
-            hop, ident, broken = _hosts(runtime, request.getfixturevalue)
+            hop, ident, broken = _hosts(runtime, fx)
             venv = {"venv": sys.prefix}
             hosts: dict[str, Any] = {"local": {**hop, **venv}}
             if sshd is not None:
@@ -215,7 +248,8 @@ def worlds(
             made[runtime] = World(runtime, write_inventory(path, hosts), ident, bad, no_ssh)
         return made[runtime]
 
-    return get
+    with own:
+        yield get
 
 
 @pytest.fixture(scope="session")
@@ -242,7 +276,7 @@ def _open(
     return held[key]
 
 
-@pytest.fixture(params=[(r, h) for r in RUNTIMES for h in HOPS], ids="-".join)
+@pytest.fixture(params=ROWS, ids="-".join)
 def target(
     request: pytest.FixtureRequest,
     worlds: Callable[[str], World],
@@ -271,6 +305,7 @@ def test_nasty_argv_and_env_round_trip(target: remotekit.Target) -> None:
     assert json.loads(r.stdout) == [NASTY, value]
 
 
+@on_read_only_roots_too
 def test_run_python_is_byte_exact(target: remotekit.Target) -> None:
     args = ["{x}", "a b", "'\\''", "$HOME", "PYEOF"]
     r = target.run_python(
@@ -292,6 +327,7 @@ def test_run_python_is_byte_exact(target: remotekit.Target) -> None:
 # -- runs ----------------------------------------------------------------------------------------
 
 
+@on_read_only_roots_too
 def test_a_run_outlives_its_step_or_is_refused(target: remotekit.Target) -> None:
     """detach=True through each hop: a run that goes on after its step, is recorded and kept
     (kubectl/podman/docker exec and pct/lxc-attach leave a new session running; through srun,
@@ -324,6 +360,7 @@ def _inside_pids(m: str) -> dict[int, int | None]:
     return {pid: pid_inside(pid) for pid in processes_with(m)}
 
 
+@on_read_only_roots_too
 def test_timeout_leaves_no_process_inside(target: remotekit.Target) -> None:
     m = marker()
     seen: dict[int, int | None] = {}
@@ -426,6 +463,7 @@ def test_sixteen_concurrent_steps(runtime: World, agent: bool | None) -> None:
     assert len({r.stdout.split()[1] for r in results.values()}) == 16  # a private dir each
 
 
+@on_read_only_roots_too
 def test_steps_share_one_agent(target: remotekit.Target) -> None:
     # In a Slurm job too: slurmstepd holds a task's output until a newline unless srun has
     # --unbuffered, and the agent's frames are binary, so its first frame never came back.
@@ -499,6 +537,77 @@ def test_ping_names_the_broken_hop(runtime: World, agent: bool | None) -> None:
         assert report.checks[0].ok  # ssh itself is fine ...
         assert bad.ident in failed.layer or bad.ident in failed.detail, (bad.host, failed)
         assert report.exit_code == 2
+
+
+# -- read-only roots ------------------------------------------------------------------------------
+
+WRITABLE = """\
+import json, os, sys
+def writable(path):
+    try:
+        os.mkdir(os.path.join(path, ".rk-probe"))
+    except OSError as exc:
+        return exc.strerror
+    os.rmdir(os.path.join(path, ".rk-probe"))
+    return "writable"
+print(json.dumps({p: writable(os.path.expanduser(p)) for p in sys.argv[1:]}))
+"""
+#: every entry (path -> mtime) on a writable mount there, but below /proc, /sys and argv
+WRITTEN = """\
+import json, os, sys
+skip = ["/proc", "/sys"] + sys.argv[1:]
+seen = {}
+for line in open("/proc/self/mounts"):
+    where, opts = line.split()[1], line.split()[3]
+    if "rw" not in opts.split(",") or any(where == s or where.startswith(s + "/") for s in skip):
+        continue
+    for top, dirs, files in os.walk(where):
+        dirs[:] = [d for d in dirs if os.path.join(top, d) not in skip]
+        for name in [top, *files]:
+            path = os.path.join(top, name)
+            seen[path] = os.lstat(path).st_mtime_ns
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("target", READ_ONLY, indirect=True, ids="-".join)
+def test_a_read_only_root_takes_every_kind_of_step(
+    target: remotekit.Target, agent: bool | None, tmp_path: Path
+) -> None:
+    """Only /tmp and the workdir are writable there: not the root, nor the home, so the agent
+    keeps no code cache. A fresh target's agent and its steps (a command, put and get, a
+    diagnostic) work, a write to the root fails with the system's words, and nothing is
+    written anywhere else."""
+    probe = remotekit.Script(WRITABLE, name="writable.py")
+    r = target.run_python(probe, args=["/", "/etc", "~", "~/.cache", "/tmp", "/workspace"])
+    ro = "Read-only file system"
+    assert json.loads(r.stdout) == {
+        **dict.fromkeys(["/", "/etc", "~"], ro),
+        "~/.cache": "No such file or directory",  # the code cache's parent: never made
+        "/tmp": "writable",
+        "/workspace": "writable",
+    }
+    written = remotekit.Script(WRITTEN, name="written.py")
+    before = json.loads(target.run_python(written, args=["/tmp", "/workspace"]).stdout)
+    assert "/dev" in before  # a writable tmpfs there is seen
+    data = os.urandom(100_000)
+    (tmp_path / "up.bin").write_bytes(data)
+    d = f"/workspace/rk-{uuid.uuid4().hex[:8]}"
+    with remotekit.Target(target.spec, agent=agent) as t:  # its agent starts on that root
+        said = t.run(["sh", "-c", 'pwd; mkdir "$1" && echo hi >"$1/out"; cat "$1/out"', "-", d])
+        assert said.stdout == "/workspace\nhi\n"
+        t.put(tmp_path / "up.bin", f"{d}/sub/up.bin", parents=True)
+        t.get(f"{d}/sub/up.bin", tmp_path / "down.bin")
+        assert (tmp_path / "down.bin").read_bytes() == data
+        with pytest.raises(remotekit.StepFailed, match=ro):
+            t.put(tmp_path / "up.bin", "/etc/up.bin")
+        disk = system.disk_usage(t, [d], min_free_pct=0)
+        assert (disk.exit_code, disk.errors) == (0, ())
+        assert [(w.root, w.files, w.bytes) for w in disk.walks] == [(d, 2, len(data) + 3)]
+        (line,) = [c for c in t.ping().checks if c.layer == "agent"]
+        assert line.detail.startswith("off (agent: false)" if agent is False else "on (pid"), line
+        t.run(["rm", "-r", d])
+    assert json.loads(target.run_python(written, args=["/tmp", "/workspace"]).stdout) == before
 
 
 # -- forward: a port in the target's own network namespace ---------------------------------------
