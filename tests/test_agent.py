@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,8 +30,8 @@ from remotekit.agent import shipped
 from remotekit.layers import LOADER
 from remotekit.remote.agent import MIN_PYTHON, frame, frames
 from remotekit.step import StepHeader
-from tests.conftest import write_inventory
-from tests.harness import ancestors, processes_with, wait_gone
+from tests.conftest import CT, write_inventory
+from tests.harness import ancestors, processes_with, venv_prefix, wait_gone
 from tests.test_interpreters import PYTHONS
 
 pytestmark = pytest.mark.timeout(90)
@@ -86,6 +87,69 @@ def tree(m: str) -> list[str]:
         "-c",
         f"setsid sleep {m} & (sleep {m} & ) ; sleep {m}",
     ]
+
+
+#: A warm step (``preload``) that prints its warm process's pid: the runner is forked by it.
+WARM_PID = remotekit.Script(
+    "import os\nprint(open('/proc/%d/stat' % os.getppid()).read().rsplit(')', 1)[1].split()[1])\n",
+    name="parent.py",
+)
+
+
+def warm_pid(target: remotekit.Target, preload: tuple[str, ...] = ("torch",)) -> int:
+    """Start the target's warm process (torch imported: the real case) and return its pid."""
+    return int(target.run_python(WARM_PID, preload=list(preload), timeout=120).stdout)
+
+
+#: The live children (not zombies) of the pid in argv[1], read from /proc there.
+CHILDREN = remotekit.Script(
+    "import os, sys\n"
+    "for n in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    try:\n"
+    "        f = open('/proc/%s/stat' % n).read().rsplit(')', 1)[1].split()\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    if f[1] == sys.argv[1] and f[0] != 'Z':\n"
+    "        print(n)\n",
+    name="children.py",
+)
+
+
+@pytest.fixture
+def looker(target: remotekit.Target, request: pytest.FixtureRequest) -> Iterator[remotekit.Target]:
+    """A target on the same machine as ``target`` (so in its pid namespace) that runs each
+    step as a process of its own: it sees the agent's processes without being one of them."""
+    if target.spec.hop is None:
+        with remotekit.local_target(agent=False) as t:
+            yield t
+    else:
+        yield request.getfixturevalue("cts")(False)
+
+
+def children(looker: remotekit.Target, pid: int) -> set[int]:
+    r = looker.run_python(CHILDREN, [str(pid)], timeout=30)
+    return {int(n) for n in r.stdout.split()}
+
+
+def wait_childless(
+    looker: remotekit.Target, pid: int, besides: set[int], timeout: float
+) -> set[int]:
+    """Poll until ``pid`` has no live child but ``besides``; returns the others left."""
+    end = time.monotonic() + timeout
+    while (left := children(looker, pid) - besides) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+def gone_there(looker: remotekit.Target, pid: int, timeout: float) -> bool:
+    """Poll until process ``pid`` of ``looker``'s machine is gone (or a zombie)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        r = looker.run(["cat", f"/proc/{pid}/stat"], check=False, timeout=20)
+        if not r.ok or r.stdout.rsplit(")", 1)[1].split()[0] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
 
 
 # -- it is one agent, and the same steps --------------------------------------------------
@@ -240,24 +304,31 @@ def test_killed_step_exit_code(target: remotekit.Target) -> None:
 # -- stopping: timeout, cancel, close, a killed agent -------------------------------------
 
 
-def test_timeout_stops_the_whole_tree(target: remotekit.Target) -> None:
+def test_timeout_stops_the_whole_tree(target: remotekit.Target, looker: remotekit.Target) -> None:
     m = marker()
+    pid = agent_pid(target)
+    before = children(looker, pid)  # its warm process, if an earlier test started one
     with pytest.raises(remotekit.StepTimeout) as info:
         target.run(tree(m), timeout=2)
     assert info.value.confirmed
     assert wait_gone(m, 5) == []
+    assert wait_childless(looker, pid, before, 5) == set(), "the agent kept a child (its runner)"
     assert target.run(["echo", "next"], timeout=20).stdout == "next\n"
 
 
-def test_cancel_stops_the_whole_tree(target: remotekit.Target) -> None:
+def test_cancel_stops_the_whole_tree(target: remotekit.Target, looker: remotekit.Target) -> None:
     m = marker()
+    pid = agent_pid(target)
+    before = children(looker, pid)  # its warm process, if an earlier test started one
     th, out = in_thread(target.run, tree(m), timeout=60)
     wait_seen(m)
+    assert children(looker, pid) - before, "the step's runner is not the agent's child"
     target.cancel()
     th.join(20)
     target.resume()
     assert out and isinstance(out[0], remotekit.StepCancelled), out
     assert wait_gone(m, 5) == []
+    assert wait_childless(looker, pid, before, 5) == set(), "the agent kept a child (its runner)"
 
 
 def test_close_kills_the_agent_and_its_steps(request: pytest.FixtureRequest) -> None:
@@ -301,6 +372,7 @@ def test_agent_killed_mid_step_is_a_clear_error_and_the_next_step_works(
 ) -> None:
     m = marker()
     pid = agent_pid(target)
+    warm = warm_pid(target)
     th, out = in_thread(target.run, tree(m), timeout=60)
     wait_seen(m)
     if target.spec.hop is None:
@@ -314,6 +386,10 @@ def test_agent_killed_mid_step_is_a_clear_error_and_the_next_step_works(
     assert err.host == target.name and err.step == "run bash"
     assert f"remotekit agent (pid {pid}) on {target.name}" in str(err)
     assert wait_gone(m, 8) == []
+    if target.spec.hop is None:
+        assert wait_gone_pid(warm, 5), "the warm process outlived its agent"
+    else:
+        assert gone_there(request.getfixturevalue("cts")(False), warm, 5), "the warm outlived it"
     assert agent_pid(target) != pid
     assert target.run(["echo", "next"], timeout=20).stdout == "next\n"
 
@@ -323,6 +399,7 @@ def test_a_dropped_connection_takes_the_agent_and_its_steps(
 ) -> None:
     with inventory.target("ct", agent=True) as t:
         pid = agent_pid(t)
+        warm = warm_pid(t)
         m = marker()
         th, out = in_thread(t.run, tree(m), timeout=60)
         wait_seen(m)
@@ -335,6 +412,7 @@ def test_a_dropped_connection_takes_the_agent_and_its_steps(
         assert wait_gone(m, 8) == []
         assert agent_pid(t) != pid  # a new connection, a new agent
         assert t.run(["test", "-e", f"/proc/{pid}"], check=False, timeout=20).exit_code == 1
+        assert gone_there(t, warm, 5), "the warm process outlived the connection"
 
 
 # -- many steps at once -------------------------------------------------------------------
@@ -382,27 +460,51 @@ def test_a_flooding_step_does_not_stall_another(target: remotekit.Target) -> Non
 # -- secrets --------------------------------------------------------------------------------
 
 
-def test_secrets_are_not_in_the_agents_argv_or_environment(tmp_path: Path) -> None:
+def shown(pid: int) -> bytes:
+    """What /proc (and so ``ps``) shows of a process: its argv and its environment."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/environ").read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+def test_secrets_are_not_in_the_agents_argv_or_environment(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Through ssh too: the sshd runs here, so the far side's processes (the hops, the agent
+    in the container, its warm process) are in this machine's /proc, under other pids."""
     secret = f"s3cr3t-{uuid.uuid4().hex}"
-    inv = write_inventory(
-        tmp_path / "hosts.yaml",
-        {"here": {"agent": True, "secret_env": ["TOKEN"], "env": {"TOKEN": secret}}},
-    )
+    host: dict[str, object] = {"agent": True, "secret_env": ["TOKEN"], "env": {"TOKEN": secret}}
+    if kind == "ssh":
+        sshd, node = request.getfixturevalue("sshd"), request.getfixturevalue("node")
+        host = sshd.host_yaml(container=CT, pct=str(node.pct), venv=venv_prefix(), **host)
+    inv = write_inventory(tmp_path / "hosts.yaml", {"here": host})
     with inv.target("here") as t:
-        pid = agent_pid(t)
-        m = marker()
+        m, w = marker(), marker()
         th, _ = in_thread(t.run, ["sleep", m], env={"OTHER": "x"}, timeout=60)
-        wait_seen(m)
-        seen = Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/environ").read_bytes()
-        assert secret.encode() not in seen
-        ps = (
-            __import__("subprocess")
-            .run(["ps", "-eww", "-o", "args"], capture_output=True, text=True)
-            .stdout
-        )
+        in_warm = remotekit.Script(f"import subprocess\nsubprocess.run(['sleep', '{w}'])\n")
+        th_warm, _ = in_thread(t.run_python, in_warm, preload=["json"], timeout=60)
+        wait_seen(f"sleep {m}")
+        wait_seen(f"sleep {w}")
+        step = processes_with(f"sleep {m}")[0]
+        agent = ancestors(step)[1][0]  # the step's parent is its runner, the runner's the agent
+        if kind == "local":
+            assert agent == agent_pid(t)
+        chain = [p for p, _ in ancestors(processes_with(f"sleep {w}")[0])]
+        warm = chain[chain.index(agent) - 1]  # the agent's child that forked the warm step
+        hops = []  # what started the agent: ssh's session, its shell, pct, lxc-attach
+        for pid, cmd in ancestors(agent):
+            if pid == os.getpid():
+                break
+            hops.append(pid)
+            if cmd.startswith("sshd:"):
+                break
+        assert secret.encode() in shown(step)  # the step's own env has it: we would see it
+        leaks = [pid for pid in [agent, warm, *hops] if secret.encode() in shown(pid)]
+        assert leaks == [], f"the secret is in these processes' argv or env: {leaks}"
+        ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
         assert secret not in ps
         t.cancel()
         th.join(20)
+        th_warm.join(20)
 
 
 # -- the local process: Ctrl-C, killed ----------------------------------------------------
@@ -413,6 +515,8 @@ kind, m, inv = sys.argv[1:4]
 t = (remotekit.local_target(agent=True) if kind == "local"
      else remotekit.load_inventory(inv).target("ct", agent=True))
 print(t.run({AGENT_PID!r}).stdout.strip(), flush=True)
+warm = remotekit.Script({WARM_PID.source!r}, name="parent.py")
+print(t.run_python(warm, preload=["torch"], timeout=120).stdout.strip(), flush=True)
 try:
     t.run(["bash", "-c", f"setsid sleep {{m}} & (sleep {{m}} & ) ; sleep {{m}}"], timeout=60)
 except KeyboardInterrupt:
@@ -439,6 +543,7 @@ def test_the_local_process_gone_takes_the_agent_and_its_steps(
     try:
         assert proc.stdout is not None
         pid = int(proc.stdout.readline())
+        warm = int(proc.stdout.readline())
         wait_seen(f"sleep {m}")  # the step's own (the caller has ``m`` in its argv too)
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=30)
@@ -450,9 +555,11 @@ def test_the_local_process_gone_takes_the_agent_and_its_steps(
     assert wait_gone(m, 8) == []
     if inv is None:
         assert wait_gone_pid(pid, 5), "the agent outlived its caller"
+        assert wait_gone_pid(warm, 5), "the warm process outlived its caller"
     else:
         with inv.target("ct") as again:
             assert again.run(["test", "-e", f"/proc/{pid}"], check=False).exit_code == 1
+            assert gone_there(again, warm, 5), "the warm process outlived its caller"
 
 
 # -- warm imports -------------------------------------------------------------------------
@@ -483,16 +590,7 @@ def test_a_warm_step_is_stopped_like_any_other(target: remotekit.Target) -> None
 
 def test_close_takes_the_warm_process_too() -> None:
     t = remotekit.local_target(agent=True)
-    warm = int(
-        t.run_python(
-            remotekit.Script(
-                "import os\nprint(open('/proc/%d/stat' % os.getppid()).read().rsplit(')', 1)[1].split()[1])\n",
-                name="parent.py",
-            ),
-            preload=["json"],
-            timeout=60,
-        ).stdout
-    )  # the runner's parent: the process that forked it
+    warm = warm_pid(t, ("json",))
     agent = agent_pid(t)
     assert warm != agent
     t.close()

@@ -148,6 +148,112 @@ def test_a_clean_step_stops_nothing(target: remotekit.Target) -> None:
     assert r.ok and r.stopped == () and r.still_running == ()
 
 
+# -- a flood next to a ticking step ----------------------------------------------------------
+
+GIB = 1 << 30
+#: The most the flood's runner or the agent may peak at, or this process grow by, while 1 GiB
+#: passes through them (each holds ~15 MiB here; holding the flood would be ~1 GiB).
+FLOOD_MEMORY = 200 << 20
+
+
+def _kb(pid: int | str, key: str) -> int:
+    """A ``/proc/PID/status`` figure (``VmHWM``, ``VmRSS``) in bytes; 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@pytest.mark.timeout(240)
+def test_a_gib_flood_arrives_whole_in_bounded_memory_and_stalls_no_other_step(
+    local: remotekit.Target,
+) -> None:
+    """1 GiB on one step's stdout, counted by a callback that keeps nothing, next to a step
+    on the same target that prints a line a second: every byte arrives, every tick comes on
+    time, and neither this process nor the far side (the agent or the runner) holds it.
+    About 4 s of flood here (2 cores), on either path."""
+    got = {"stdout": 0, "stderr": 0}
+    pids: list[int] = []  # the flood's runner, then the runner's parent (the agent, or us)
+
+    def count(stream: str, line: str) -> None:
+        if stream == "stderr" and not pids:
+            pids.extend(int(p) for p in line.split())
+        else:
+            got[stream] += len(line)  # no newline in /dev/zero: pieces of MAX_LINE bytes
+
+    flood = [
+        "sh",
+        "-c",
+        f"echo $PPID $(cut -d' ' -f4 /proc/$PPID/stat) >&2; exec head -c {GIB} /dev/zero",
+    ]
+    Path("/proc/self/clear_refs").write_text("5")  # this process's VmHWM starts again here
+    ours = _kb("self", "VmRSS")
+    peaks: dict[int, int] = {}
+    done = threading.Event()
+
+    def watch() -> None:  # VmHWM is a peak: the last reading before a process ends holds it
+        while not done.wait(0.2):
+            for pid in pids:
+                peaks[pid] = max(peaks.get(pid, 0), _kb(pid, "VmHWM"))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    result: list[object] = []
+
+    def flood_step() -> None:
+        start = time.monotonic()
+        try:
+            result.append(local.run(flood, timeout=200, capture=False, on_output=count))
+        except BaseException as exc:
+            result.append(exc)
+        result.append(time.monotonic() - start)
+
+    flooder = threading.Thread(target=flood_step, daemon=True)
+    flooder.start()
+    end = time.monotonic() + 60
+    while not got["stdout"] and flooder.is_alive():
+        assert time.monotonic() < end, "the flood never started"
+        time.sleep(0.05)
+    ticks: list[tuple[float, int]] = []  # when each tick came, and how far the flood was
+    started = time.monotonic()
+    tick = local.run(
+        ["sh", "-c", "for k in 1 2 3 4 5; do echo tick $k; sleep 1; done"],
+        timeout=60,
+        on_output=lambda stream, line: ticks.append((time.monotonic(), got["stdout"])),
+    )
+    flooder.join(200)
+    done.set()
+    watcher.join(5)
+    try:
+        assert tick.stdout == "".join(f"tick {k}\n" for k in range(1, 6))
+        assert len(result) == 2 and isinstance(result[0], remotekit.Result), result
+        assert result[0].ok and got["stdout"] == GIB, (got, result)
+        during = [t for t, n in ticks if n < GIB]
+        flood_s = result[-1]
+        assert isinstance(flood_s, float)
+        # a tick a second from the flood's first bytes: a flood of 3 s or more (4 s here) has
+        # two while it runs; a machine that passes 1 GiB in a second leaves nothing to stall
+        assert len(during) >= min(2, int(flood_s) - 1), f"no tick during the flood: {ticks}"
+        gaps = [b - a for a, b in zip([started] + [t for t, _ in ticks], [t for t, _ in ticks])]
+        assert gaps[0] < 10 and max(gaps[1:]) < 1.5, f"a tick came late: {gaps}"
+        runner, parent = pids
+        assert 0 < peaks[runner] < FLOOD_MEMORY, f"the runner peaked at {peaks[runner] >> 20} MiB"
+        if parent != os.getpid():  # the agent (agent=False: the runner is ours, seen above)
+            assert 0 < peaks[parent] < FLOOD_MEMORY, (
+                f"the agent peaked at {peaks[parent] >> 20} MiB"
+            )
+        grew = _kb("self", "VmHWM") - ours
+        assert grew < FLOOD_MEMORY, f"this process grew by {grew >> 20} MiB"
+    finally:
+        print(
+            f"flood: {result[-1] if result else '?'} s, ticks {ticks}, peaks {peaks}, "
+            f"grew {(_kb('self', 'VmHWM') - ours) >> 20} MiB"
+        )
+
+
 @pytest.mark.timeout(30)
 def test_detach_leaves_one_process_running_with_a_log(there: There) -> None:
     marker = f"rk-detach-{uuid.uuid4().hex[:8]}"
