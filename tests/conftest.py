@@ -13,6 +13,7 @@ import shutil
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -177,7 +178,15 @@ def own_sshd(tmp_path: Path, pve: FakeNode, world: Path) -> Iterator[SSHServer]:
     yield from _serve(tmp_path / "own-sshd", pve)
 
 
-def write_inventory(path: Path, hosts: dict[str, object], **top: object) -> remotekit.Inventory:
+def write_inventory(
+    path: Path, hosts: dict[str, object], *, agent: bool | None = None, **top: object
+) -> remotekit.Inventory:
+    """A hosts.yaml at ``path``, loaded. ``agent`` (the fixture's value): every host's
+    ``agent:`` when not None (a host that says its own keeps it)."""
+    if agent is not None:
+        defaults = top.get("defaults") or {}
+        assert isinstance(defaults, dict), defaults
+        top["defaults"] = {**defaults, "agent": agent}
     path.write_text(yaml.safe_dump({"hosts": hosts, **top}, sort_keys=False))
     return remotekit.load_inventory(path)
 
@@ -230,9 +239,12 @@ def ct(cts: Callable[[bool | None], remotekit.Target], agent: bool | None) -> re
     return cts(agent)
 
 
-def open_local(agent: bool | None) -> remotekit.Target:
-    """The local target, its steps on the agent or not (None: the default)."""
-    return remotekit.local_target() if agent is None else remotekit.local_target(agent=agent)
+def open_local(agent: bool | None, **overrides: Any) -> remotekit.Target:
+    """The local target (``overrides`` of its spec, as ``local_target`` takes them), its steps
+    on the agent or not (None: the default)."""
+    if agent is not None:
+        overrides["agent"] = agent
+    return remotekit.local_target(**overrides)
 
 
 @pytest.fixture

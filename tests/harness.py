@@ -334,14 +334,37 @@ def ancestors(pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def _is_fixture(obj: object) -> bool:
+    """Whether ``obj`` is a ``@pytest.fixture`` function (pytest exports no public test)."""
+    try:
+        from _pytest.fixtures import FixtureFunctionDefinition  # pytest >= 8.4
+    except ImportError:  # before 8.4 the decorator marks the function itself
+        return hasattr(obj, "_pytestfixturefunction")
+    return isinstance(obj, FixtureFunctionDefinition)
+
+
 def rerunnable(module: ModuleType, fixtures: set[str]) -> dict[str, Callable[..., Any]]:
-    """The test functions of ``module`` that take any of ``fixtures``: a module that imports
-    them (``globals().update(...)``) re-runs them with its own overrides of those fixtures.
-    A test added there later is re-run too, with no list to keep."""
-    return {
+    """The test functions of ``module`` that take any of ``fixtures``, directly or through a
+    fixture of ``module``'s own, and (when there are any) ``module``'s own fixtures, those they
+    ask for with ``request.getfixturevalue`` too: a module that imports them
+    (``globals().update(...)``) re-runs them with its own overrides of those fixtures. A test
+    added there later is re-run too, with no list to keep."""
+    own = {name: fn for name, fn in vars(module).items() if _is_fixture(fn)}
+
+    def reaches(fn: Callable[..., Any]) -> set[str]:
+        """The fixtures ``fn`` takes, and those ``module``'s own fixtures among them take."""
+        seen: set[str] = set()
+        todo = list(inspect.signature(fn).parameters)
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo += inspect.signature(own[name]).parameters if name in own else ()
+        return seen
+
+    tests = {
         name: fn
         for name, fn in vars(module).items()
-        if name.startswith("test_")
-        and callable(fn)
-        and fixtures & set(inspect.signature(fn).parameters)
+        if name.startswith("test_") and callable(fn) and fixtures & reaches(fn)
     }
+    return {**own, **tests} if tests else {}

@@ -1,6 +1,7 @@
 """Fleet mode through real parts: eleven inventory entries -> one sshd -> fake pct -> venv.
 
-The fleet inventory (module fixture ``fleet_hosts``), in this order, which is not alphabetical:
+The fleet inventory (``fleet_hosts``, written once per module and ``agent``), in this order,
+which is not alphabetical:
 
     zulu alpha down mike stopped hang bravo plain local yankee echo
 
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,29 @@ class FleetHosts:
 
 
 @pytest.fixture(scope="module")
-def fleet_hosts(
+def fleet_inventories(
     tmp_path_factory: pytest.TempPathFactory, sshd: SSHServer, node: FakeNode
+) -> Callable[[bool | None], FleetHosts]:
+    """The fleet's hosts.yaml, one written per ``agent`` (every host's ``agent:``)."""
+    written: dict[bool | None, FleetHosts] = {}
+
+    def get(agent: bool | None) -> FleetHosts:
+        if agent not in written:
+            written[agent] = _fleet_hosts(tmp_path_factory, sshd, node, agent)
+        return written[agent]
+
+    return get
+
+
+@pytest.fixture
+def fleet_hosts(
+    fleet_inventories: Callable[[bool | None], FleetHosts], agent: bool | None
+) -> FleetHosts:
+    return fleet_inventories(agent)
+
+
+def _fleet_hosts(
+    tmp_path_factory: pytest.TempPathFactory, sshd: SSHServer, node: FakeNode, agent: bool | None
 ) -> FleetHosts:
     root = tmp_path_factory.mktemp("fleet")
     for vmid in CONTAINERS.values():
@@ -116,7 +138,8 @@ def fleet_hosts(
     }
     path = root / "hosts.yaml"
     # the group is listed out of order: a selection comes back in inventory order
-    inv = write_inventory(path, hosts, groups={"gpu": ["plain", "stopped", "down", "alpha"]})
+    groups = {"gpu": ["plain", "stopped", "down", "alpha"]}
+    inv = write_inventory(path, hosts, agent=agent, groups=groups)
     return FleetHosts(path, inv)
 
 
@@ -173,7 +196,9 @@ def test_every_host_has_its_own_outcome_in_inventory_order(fleet_hosts: FleetHos
     assert wait_gone(m) == []  # and its sleep was stopped there
 
 
-def test_a_diagnostic_maps_over_the_fleet(sshd: SSHServer, tmp_path: Path) -> None:
+def test_a_diagnostic_maps_over_the_fleet(
+    sshd: SSHServer, tmp_path: Path, agent: bool | None
+) -> None:
     """``fleet.map(lambda t: diag(t))``: reports with findings (1), failures (2), errors (2)."""
     bin_dir = tmp_path / "bin"  # plain SSH hosts: the node's /tmp is theirs
     bin_dir.mkdir()
@@ -190,6 +215,7 @@ def test_a_diagnostic_maps_over_the_fleet(sshd: SSHServer, tmp_path: Path) -> No
             "nodrv": sshd.host_yaml(python=nosite),
             "down": {"ssh": f"root@127.0.0.1:{free_port()}", "timeouts": {"connect": 3}},
         },
+        agent=agent,
     )
 
     def gpu(t: remotekit.Target) -> system.GpuReport:

@@ -2,22 +2,65 @@
 
 The engine's own suites run on the resident agent, the default. Every test of theirs that
 takes a target from a fixture (``local``, ``target``, ``ct``, ``there``) or opens one with
-``agent`` runs here again, unchanged, with ``agent`` False: on this machine and through the
-real sshd (ssh -> fake pct exec -> a real LXC container -> venv). The runtimes' suite does the
+``agent``, itself or through a fixture of its module's own (``where``, ``fleet_hosts``,
+``hosts``, ``notorch``, ``slurm`` ...), runs here again, unchanged, with ``agent`` False: on
+this machine and through the real sshd (ssh -> fake pct exec -> a real LXC container -> venv).
+test_hostile_secrets' command-line tests get their hosts.yaml with ``agent: false`` from
+``inv_dir`` below. NOT_HERE names what is left out, and why. The runtimes' suite does the
 same in tests/test_per_step_runtimes.py.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
-from tests import test_hostile_steps, test_ssh, test_target_local
+from tests import (
+    test_fleet,
+    test_hostile_secrets,
+    test_hostile_steps,
+    test_runs,
+    test_ssh,
+    test_sync,
+    test_system_api,
+    test_target_local,
+    test_watch,
+)
 from tests.harness import rerunnable
-from tests.test_hostile_steps import there  # noqa: F401  (a fixture the re-run tests take)
 
-FIXTURES = {"local", "target", "ct", "there", "agent"}
-for _module in (test_hostile_steps, test_target_local, test_ssh):
-    globals().update(rerunnable(_module, FIXTURES))
+SUITES = (
+    test_hostile_steps,
+    test_target_local,
+    test_ssh,
+    test_sync,
+    test_runs,
+    test_fleet,
+    test_watch,
+    test_system_api,
+    test_hostile_secrets,
+)
+FIXTURES = {"local", "target", "ct", "there", "agent", "inv_dir"}
+#: Not re-run here, and why (CI time: what they check is not the step path's).
+NOT_HERE = {
+    "test_on_slurm_a_job_nobody_knows_is_lost_and_a_silent_scheduler_leaves_it_running": (
+        "a minute of squeue against a missing slurmctld: the scheduler's answers, read by the "
+        "same steps as in the slurm run re-run here"
+    ),
+    "test_on_slurm_a_run_whose_supervisor_is_gone_is_what_its_job_is": "the scheduler's answers",
+    "test_on_slurm_stop_without_the_supervisor_cancels_the_job": "the scheduler's answers",
+    "test_on_slurm_stop_cancels_the_job_by_its_id": "the supervisor's scancel",
+}
+
+#: test_hostile_secrets' own ``inv_dir``, under a name of its own: ``inv_dir`` below wraps it.
+secrets_inv_dir = test_hostile_secrets.inv_dir
+
+_seen: dict[str, object] = {}
+for _module in SUITES:
+    for _name, _fn in rerunnable(_module, FIXTURES).items():
+        assert _seen.setdefault(_name, _fn) is _fn, f"two suites define {_name}"
+globals().update({name: fn for name, fn in _seen.items() if name not in NOT_HERE})
 
 
 @pytest.fixture
@@ -25,7 +68,19 @@ def agent() -> bool:
     return False
 
 
+@pytest.fixture
+def inv_dir(secrets_inv_dir: Path, agent: bool) -> Path:
+    """test_hostile_secrets' folder, its hosts.yaml saying ``agent`` for every host."""
+    path = secrets_inv_dir / "hosts.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["defaults"] = {**doc.get("defaults", {}), "agent": agent}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return secrets_inv_dir
+
+
 def test_the_re_run_covers_each_suite() -> None:
     """A check of the selection itself: it finds tests in every suite, not none."""
-    for module in (test_hostile_steps, test_target_local, test_ssh):
-        assert len(rerunnable(module, FIXTURES)) >= 10, module.__name__
+    for module in SUITES:
+        tests = [name for name in rerunnable(module, FIXTURES) if name.startswith("test_")]
+        assert len(tests) >= (4 if module is test_hostile_secrets else 10), module.__name__
+    assert set(NOT_HERE) <= set(_seen), "NOT_HERE names a test no suite has"

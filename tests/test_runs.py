@@ -9,6 +9,7 @@ are looked for in this host's /proc, which sees the container's too.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 
 import remotekit
 from remotekit.runs import Run
+from tests.conftest import open_local
 from tests.harness import ancestors, processes_with, run_readers, wait_gone
 from tests.runtimes import SlurmCluster
 
@@ -322,12 +324,12 @@ def test_stop_ends_the_whole_tree_setsid_and_double_forked_daemons_too(
 
 
 @pytest.mark.timeout(60)
-def test_a_run_outlives_target_close(inventory: remotekit.Inventory) -> None:
+def test_a_run_outlives_target_close(inventory: remotekit.Inventory, agent: bool | None) -> None:
     mark = _marker()
-    with inventory.target("ct") as t:
+    with inventory.target("ct", agent=agent) as t:
         started = t.run(["bash", "-c", f"sleep 2; echo {mark}"], detach=True, timeout=30)
     # the connection is gone; a new one finds the run, which goes on and ends by itself
-    with inventory.target("ct") as t:
+    with inventory.target("ct", agent=agent) as t:
         run = t.run_handle(started.id)
         assert run.state() == "running"
         assert run.wait(timeout=30).exit_code == 0
@@ -392,11 +394,9 @@ def test_run_python_detach_is_a_run_with_its_files(local: remotekit.Target) -> N
 
 
 @pytest.mark.timeout(60)
-def test_records_are_private_and_runs_dir_is_honoured(tmp_path: object) -> None:
-    from pathlib import Path
-
-    where = Path(str(tmp_path)) / "my runs"
-    with remotekit.local_target(runs_dir=str(where)) as t:
+def test_records_are_private_and_runs_dir_is_honoured(tmp_path: Path, agent: bool | None) -> None:
+    where = tmp_path / "my runs"
+    with open_local(agent, runs_dir=str(where)) as t:
         run = _start(t, ["true"])
         try:
             run.wait(timeout=30)
@@ -430,7 +430,7 @@ def test_a_closed_follow_stops_its_step_there(local: remotekit.Target) -> None:
 
 
 @pytest.fixture
-def slurm(slurm_cluster: SlurmCluster) -> Iterator[remotekit.Target]:
+def slurm(slurm_cluster: SlurmCluster, agent: bool | None) -> Iterator[remotekit.Target]:
     """``local`` inside the cluster's running job (srun --jobid); runs go through sbatch."""
     import shutil
 
@@ -438,7 +438,7 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[remotekit.Target]:
 
     job = int(slurm_cluster.running)
     srun = shutil.which("srun") or "srun"
-    with remotekit.local_target(hop=Slurm(job, bin=srun), python=sys.executable) as t:
+    with open_local(agent, hop=Slurm(job, bin=srun), python=sys.executable) as t:
         yield t
 
 
@@ -552,7 +552,6 @@ def test_on_slurm_a_job_nobody_knows_is_lost_and_a_silent_scheduler_leaves_it_ru
 ) -> None:
     """Without the supervisor: squeue failing (slurmctld unreachable) is no answer, so the
     run stays running; a job squeue does not know (purged, no accounting) leaves it lost."""
-    import json
     from dataclasses import replace
 
     run = _start(slurm, ["bash", "-c", "sleep 300"])
@@ -605,8 +604,8 @@ def test_the_supervisor_parses_as_python_3_8() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_runs_work_with_python_3_8_there() -> None:
-    with remotekit.local_target(python=_python38()) as t:
+def test_runs_work_with_python_3_8_there(agent: bool | None) -> None:
+    with open_local(agent, python=_python38()) as t:
         run = _start(t, ["bash", "-c", "echo old; exit 2"])
         try:
             assert run.wait(timeout=30).exit_code == 2
@@ -620,7 +619,9 @@ def test_runs_work_with_python_3_8_there() -> None:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("chain", ["lxc-attach", pytest.param("ssh-pct", marks=pytest.mark.sshd)])
-def test_a_container_restart_marks_its_runs_lost(chain: str, tmp_path: Path) -> None:
+def test_a_container_restart_marks_its_runs_lost(
+    chain: str, tmp_path: Path, agent: bool | None
+) -> None:
     """A container of its own, restarted under a running run, entered by lxc-attach here or
     through sshd -> `pct exec` as on a Proxmox node: the record (in the container's state
     dir, not its tmpfs /tmp) stays; the run is lost, and rm works."""
@@ -634,14 +635,14 @@ def test_a_container_restart_marks_its_runs_lost(chain: str, tmp_path: Path) -> 
     server = None
     try:
         if chain == "lxc-attach":
-            t = remotekit.local_target(hop=Lxc(box.name), venv=venv_prefix(), python=None)
+            t = open_local(agent, hop=Lxc(box.name), venv=venv_prefix(), python=None)
         else:
             node = FakeNode(tmp_path / "node", running=box).install()
             node.add(301)
             server = SSHServer(tmp_path / "sshd", env=node.env).start()
             host = server.host_yaml(container=301, pct=str(node.pct), venv=venv_prefix())
             write_inventory(tmp_path / "hosts.yaml", {"ct": host})
-            t = remotekit.load_inventory(tmp_path / "hosts.yaml").target("ct")
+            t = remotekit.load_inventory(tmp_path / "hosts.yaml").target("ct", agent=agent)
         with t:
             run = _start(t, ["bash", "-c", "sleep 300"])
             assert run.state() == "running"
@@ -659,9 +660,9 @@ def test_a_container_restart_marks_its_runs_lost(chain: str, tmp_path: Path) -> 
 
 
 FOLLOWER = """
-import resource, sys, time
+import json, resource, sys, time
 import remotekit
-with remotekit.local_target() as t:
+with remotekit.local_target(**json.loads(sys.argv[2])) as t:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     got = 0
     for chunk in t.run_handle(sys.argv[1]).logs(follow=True):
@@ -678,8 +679,12 @@ def test_following_a_large_log_keeps_local_memory_bounded(local: remotekit.Targe
     code = "import sys\nb = b'x' * 1023 + b'\\n'\nfor _ in range(%d * 1024): sys.stdout.buffer.write(b)\n"
     run = _start(local, [sys.executable, "-c", code % mb])
     try:
+        overrides = json.dumps({"agent": local.spec.agent})  # the follower's steps go as ours
         r = subprocess.run(
-            [sys.executable, "-c", FOLLOWER, run.id], capture_output=True, text=True, timeout=170
+            [sys.executable, "-c", FOLLOWER, run.id, overrides],
+            capture_output=True,
+            text=True,
+            timeout=170,
         )
         assert r.returncode == 0, r.stderr
         got, grew = map(int, r.stdout.split())

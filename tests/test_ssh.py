@@ -156,12 +156,14 @@ def test_interrupt_stops_the_remote_step(ct: remotekit.Target) -> None:
     assert wait_gone(m, 5) == []
 
 
-def test_dropped_connection_kills_the_remote_step(inventory: remotekit.Inventory) -> None:
+def test_dropped_connection_kills_the_remote_step(
+    inventory: remotekit.Inventory, agent: bool | None
+) -> None:
     m = marker()
     errors: list[BaseException] = []
 
     def run() -> None:
-        with inventory.target("ct") as t:
+        with inventory.target("ct", agent=agent) as t:
             try:
                 t.run(["sleep", m], timeout=120)
             except BaseException as exc:
@@ -239,8 +241,8 @@ def test_a_server_session_limit_means_wait_not_lost(tmp_path: Path, sshd: SSHSer
         tight.stop()
 
 
-def test_one_connection_is_reused(inventory: remotekit.Inventory) -> None:
-    with inventory.target("ct") as t:
+def test_one_connection_is_reused(inventory: remotekit.Inventory, agent: bool | None) -> None:
+    with inventory.target("ct", agent=agent) as t:
         t.run(["true"])
         first = t.transport._conn.client.get_transport()  # type: ignore[attr-defined]
         for _ in range(3):
@@ -522,7 +524,7 @@ def test_random_argv_and_env_roundtrip_over_ssh(ct: remotekit.Target, seed: int)
     check()
 
 
-def test_jump_host(sshd: SSHServer, node: FakeNode, tmp_path: Path) -> None:
+def test_jump_host(sshd: SSHServer, node: FakeNode, tmp_path: Path, agent: bool | None) -> None:
     # ProxyJump through the same sshd: laptop -> 127.0.0.1 (jump) -> 127.0.0.1 -> pct -> venv
     inv = write_inventory(
         tmp_path / "hosts.yaml",
@@ -535,7 +537,7 @@ def test_jump_host(sshd: SSHServer, node: FakeNode, tmp_path: Path) -> None:
             )
         },
     )
-    with inv.target("via") as t:
+    with inv.target("via", agent=agent) as t:
         assert (
             t.run_python(remotekit.Script("print('through the jump')")).stdout
             == "through the jump\n"
@@ -561,20 +563,20 @@ def test_silent_server_is_a_connect_error_within_the_timeout(tmp_path: Path) -> 
     assert f"127.0.0.1:{port}" in str(info.value) and info.value.host == "h"
 
 
-def test_sudo_layer(inventory: remotekit.Inventory, node: FakeNode) -> None:
+def test_sudo_layer(inventory: remotekit.Inventory, node: FakeNode, agent: bool | None) -> None:
     node.sudo_policy("nopasswd")
-    with inventory.target("sudo") as t:
+    with inventory.target("sudo", agent=agent) as t:
         assert t.chain.startswith("ssh ") and " -> sudo -> pct exec 200 -> " in t.chain
         assert t.run(["echo", "as root"]).stdout == "as root\n"
         assert [c.ok for c in t.ping().checks] == [True] * 6
 
 
 def test_sudo_that_wants_a_password_is_an_auth_error(
-    inventory: remotekit.Inventory, node: FakeNode
+    inventory: remotekit.Inventory, node: FakeNode, agent: bool | None
 ) -> None:
     node.sudo_policy("password")
     try:
-        with inventory.target("sudo") as t:
+        with inventory.target("sudo", agent=agent) as t:
             with pytest.raises(remotekit.AuthError) as info:
                 t.run(["true"])
             assert "NOPASSWD" in str(info.value) and "sudo: a password is required" in str(
@@ -643,7 +645,7 @@ def test_a_server_that_refuses_a_terminal_says_so_and_keeps_the_connection(
 
 @pytest.mark.timeout(120)
 def test_ping_a_server_that_opens_no_session_is_a_failed_hop_check(
-    tmp_path: Path, sshd: SSHServer
+    tmp_path: Path, sshd: SSHServer, agent: bool | None
 ) -> None:
     """``MaxSessions 0``: the connection is up but no channel opens. The hop's probe cannot
     run: that is the hop's failed check in the report, not an exception out of ping."""
@@ -651,7 +653,7 @@ def test_ping_a_server_that_opens_no_session_is_a_failed_hop_check(
     try:
         host = closed.host_yaml(container=CT, pct="/bin/false", timeouts={"connect": 1})
         inv = write_inventory(tmp_path / "hosts.yaml", {"node": host})
-        with inv.target("node") as t:
+        with inv.target("node", agent=agent) as t:
             report = t.ping()
         assert [c.ok for c in report.checks] == [True, False]
         assert report.checks[1].layer == f"pct exec {CT}"

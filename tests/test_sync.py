@@ -30,7 +30,7 @@ import remotekit
 from remotekit.remote import sync as wire
 from remotekit.result import Script
 from remotekit.sync import SyncResult
-from tests.conftest import need_program, write_inventory
+from tests.conftest import need_program, open_local, write_inventory
 from tests.test_cli import cli
 
 SNAPSHOT = """\
@@ -76,32 +76,50 @@ def local_snapshot(root: Path) -> dict[str, list[Any]]:
 
 
 @pytest.fixture(scope="module")
-def pod_target(
+def pod_targets(
     podman_ctr: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[remotekit.Target]:
+) -> Iterator[Callable[[bool | None], remotekit.Target]]:
+    """The podman container's target, one held per ``agent`` for the module."""
     engine = subprocess.run(["which", "podman"], capture_output=True, text=True).stdout.strip()
     inv = write_inventory(
         tmp_path_factory.mktemp("inv") / "hosts.yaml",
         {"pod": {"podman": podman_ctr.running, "engine": engine or "podman", "venv": sys.prefix}},
     )
-    with inv.target("pod") as t:
-        yield t
+    held: dict[bool | None, remotekit.Target] = {}
+
+    def get(agent: bool | None) -> remotekit.Target:
+        if agent not in held:
+            held[agent] = inv.target("pod", agent=agent)
+        return held[agent]
+
+    try:
+        yield get
+    finally:
+        for t in held.values():
+            t.close()
+
+
+@pytest.fixture
+def pod_target(
+    pod_targets: Callable[[bool | None], remotekit.Target], agent: bool | None
+) -> remotekit.Target:
+    return pod_targets(agent)
 
 
 @pytest.fixture(params=["local", "ct"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
-    yield from _where(request, tmp_path)
+def where(request: pytest.FixtureRequest, tmp_path: Path, agent: bool | None) -> Iterator[Where]:
+    yield from _where(request, tmp_path, agent)
 
 
 @pytest.fixture(params=["local", "ct", "pod"])
-def where3(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
-    yield from _where(request, tmp_path)
+def where3(request: pytest.FixtureRequest, tmp_path: Path, agent: bool | None) -> Iterator[Where]:
+    yield from _where(request, tmp_path, agent)
 
 
-def _where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
+def _where(request: pytest.FixtureRequest, tmp_path: Path, agent: bool | None) -> Iterator[Where]:
     name = f"sync-{uuid.uuid4().hex[:10]}"
     if request.param == "local":
-        with remotekit.local_target() as t:
+        with open_local(agent) as t:
             yield Where(t, str(tmp_path / "there" / name))
         return
     t = request.getfixturevalue("ct" if request.param == "ct" else "pod_target")
@@ -481,14 +499,14 @@ def test_cli_sync_prints_a_summary_and_json(tmp_path: Path) -> None:
     assert result["unchanged"] == 7
 
 
-def test_the_script_runs_on_python_3_8(tmp_path: Path) -> None:
+def test_the_script_runs_on_python_3_8(tmp_path: Path, agent: bool | None) -> None:
     from tests.test_interpreters import PYTHONS
 
     old = sorted(v for v in PYTHONS if (3, 8) <= v < (3, 9))
     if not old:
         pytest.skip("no Python 3.8 on this machine")
     src = make_tree(tmp_path / "src")
-    with remotekit.local_target(python=PYTHONS[old[0]]) as t:
+    with open_local(agent, python=PYTHONS[old[0]]) as t:
         where = Where(t, str(tmp_path / "dest"))
         where.sync(src)
         (src / "run.sh").touch()
@@ -716,16 +734,20 @@ def as_unprivileged() -> list[str]:
 
 SYNC_AS_USER = """\
 import json, sys, remotekit
-with remotekit.local_target() as t:
+with remotekit.local_target(**json.loads(sys.argv[3])) as t:
     r = t.sync(sys.argv[1], sys.argv[2], delete=True)
 print(json.dumps({"deleted": r.deleted, "findings": r.findings, "refused": r.delete_refused,
                   "exit": r.exit_code}))
 """
 
 
-def sync_as(prefix: list[str], src: Path, dest: str | Path) -> subprocess.CompletedProcess[str]:
-    """``sync --delete`` on the local target, run under ``prefix`` (see as_unprivileged)."""
-    argv = [*prefix, sys.executable, "-c", SYNC_AS_USER, str(src), str(dest)]
+def sync_as(
+    prefix: list[str], src: Path, dest: str | Path, agent: bool | None
+) -> subprocess.CompletedProcess[str]:
+    """``sync --delete`` on the local target (its steps on the agent or not, as ``agent``
+    says), run under ``prefix`` (see as_unprivileged)."""
+    overrides = json.dumps({} if agent is None else {"agent": agent})
+    argv = [*prefix, sys.executable, "-c", SYNC_AS_USER, str(src), str(dest), overrides]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=src.parent)
 
 
@@ -744,7 +766,7 @@ def test_an_unreadable_local_directory_turns_deletion_off(
     local.sync(src, str(dest))  # a wrong deletion below would succeed
     (dest / "stale.txt").write_text("gone from SRC: deleted only by a whole listing")
     (src / "data").chmod(0)
-    out = sync_as(prefix, src, dest)
+    out = sync_as(prefix, src, dest, local.spec.agent)
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
     assert (dest / "data" / "model.bin").read_bytes() == b"weights"
@@ -755,14 +777,16 @@ def test_an_unreadable_local_directory_turns_deletion_off(
     assert any(f.startswith("nothing deleted: ") for f in r["findings"])
 
 
-def test_an_unreadable_directory_there_turns_deletion_off(shared_dir: Path, tmp_path: Path) -> None:
+def test_an_unreadable_directory_there_turns_deletion_off(
+    shared_dir: Path, tmp_path: Path, agent: bool | None
+) -> None:
     """The same from the other side: the listing of DEST has an error record (a directory
     the user there cannot read), so the sync deletes nothing and names the path."""
     prefix = as_unprivileged()
     wrapper = tmp_path / "python-unprivileged"
     wrapper.write_text(f'#!/bin/sh\nexec {" ".join(prefix)} {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
-    inv = write_inventory(tmp_path / "hosts.yaml", {"user": {"python": str(wrapper)}})
+    inv = write_inventory(tmp_path / "hosts.yaml", {"user": {"python": str(wrapper)}}, agent=agent)
     src, dest = shared_dir / "src", shared_dir / "dest"
     src.mkdir()
     (src / "code.py").write_text("x = 1\n")
@@ -795,7 +819,7 @@ def test_a_replacement_that_needs_deletion_is_refused_when_deletion_is_off(
     for d in (dest, dest / "x", dest / "x" / "inner"):
         d.chmod(0o777)
     (src / "locked").chmod(0)
-    out = sync_as(prefix, src, dest)
+    out = sync_as(prefix, src, dest, local.spec.agent)
     assert out.returncode != 0
     assert "x is a directory there but not here" in out.stderr
     assert "not replaced: deletion is off because SRC here could not be read" in out.stderr

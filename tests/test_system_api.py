@@ -26,6 +26,7 @@ import remotekit
 from remotekit.diagnostics import diagnose as dg
 from remotekit.diagnostics import system
 from remotekit.render import to_json
+from tests.conftest import open_local
 from tests.runtimes import wait_for
 
 FAKE_SMI = Path(__file__).with_name("fakes") / "nvidia-smi"
@@ -43,15 +44,16 @@ def make_bin_dir(folder: Path) -> Path:
     return folder
 
 
-def make_notorch(folder: Path) -> remotekit.Target:
+def make_notorch(folder: Path, agent: bool | None = None) -> remotekit.Target:
     """The local target with an interpreter that runs this Python without site-packages,
-    and a small workdir (the disk section walks it), both in ``folder``."""
+    and a small workdir (the disk section walks it), both in ``folder``; its steps on the
+    agent or not, as ``agent`` says (None: the default)."""
     py = folder / "python-S"
     py.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     py.chmod(0o755)
     work = folder / "work"
     work.mkdir()
-    return remotekit.local_target(python=str(py), workdir=str(work))
+    return open_local(agent, python=str(py), workdir=str(work))
 
 
 def smi_env(bin_dir: Path, scenario: str = "healthy", **extra: str) -> dict[str, str]:
@@ -64,15 +66,15 @@ def bin_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def notorch(tmp_path: Path) -> remotekit.Target:
-    return make_notorch(tmp_path)
+def notorch(tmp_path: Path, agent: bool | None) -> remotekit.Target:
+    return make_notorch(tmp_path, agent)
 
 
 # --------------------------------------------------------------------------- gpu
 
 
-def test_gpu_status_through_the_engine(bin_dir: Path) -> None:
-    t = remotekit.local_target()
+def test_gpu_status_through_the_engine(bin_dir: Path, agent: bool | None) -> None:
+    t = open_local(agent)
     seen: list[str] = []
     report = system.gpu_status(
         t, env=smi_env(bin_dir), timeout=120, on_record=lambda r: seen.append(r["type"])
@@ -151,8 +153,8 @@ def test_an_engine_error_is_raised(notorch: remotekit.Target, bin_dir: Path) -> 
 # --------------------------------------------------------------------------- env
 
 
-def test_environment_with_torch() -> None:
-    report = system.environment(remotekit.local_target(), timeout=120)
+def test_environment_with_torch(agent: bool | None) -> None:
+    report = system.environment(open_local(agent), timeout=120)
     assert report.python == platform.python_version()
     assert report.python_executable == sys.executable
     assert report.cpu_count == os.cpu_count()
@@ -177,14 +179,14 @@ def test_environment_without_torch(notorch: remotekit.Target) -> None:
 # --------------------------------------------------------------------------- disk
 
 
-def test_disk_usage_defaults_to_workdir_and_checkpoints(tmp_path: Path) -> None:
+def test_disk_usage_defaults_to_workdir_and_checkpoints(tmp_path: Path, agent: bool | None) -> None:
     work, ckpt = tmp_path / "work", tmp_path / "ckpt"
     (work / "data").mkdir(parents=True)
     (work / "data" / "shard.bin").write_bytes(b"\0" * 3000)
     (ckpt / "step_200").mkdir(parents=True)
     (ckpt / "step_200" / "model.pt").write_bytes(b"\0" * 2000)
     (ckpt / "step_200" / "optim.pt").write_bytes(b"\0" * 4000)
-    t = remotekit.local_target(workdir=str(work), checkpoints=str(ckpt), python=sys.executable)
+    t = open_local(agent, workdir=str(work), checkpoints=str(ckpt), python=sys.executable)
     report = system.disk_usage(t, min_free_pct=0, top=2)
     assert [f.path for f in report.filesystems] == [str(work), str(ckpt)]
     assert [(w.root, w.files, w.bytes) for w in report.walks] == [
@@ -242,13 +244,12 @@ def live_children(pid: int) -> list[int]:
     return found
 
 
-def test_with_the_agent_only_gpu_and_env_ask_for_torch(
-    notorch: remotekit.Target, bin_dir: Path, tmp_path: Path
-) -> None:
+def test_with_the_agent_only_gpu_and_env_ask_for_torch(bin_dir: Path, tmp_path: Path) -> None:
     """A step that asks for torch starts the agent's warm process (a child that imports torch
-    once and stays); disk and procs must not start it: they do not use torch."""
+    once and stays); disk and procs must not start it: they do not use torch. (About the
+    agent: one path only.)"""
     env = smi_env(bin_dir)
-    with remotekit.Target(notorch.spec, agent=True) as t:
+    with make_notorch(tmp_path, agent=True) as t:
         agent = int(t.run(["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"]).stdout)
         system.disk_usage(t, [str(tmp_path)], env=env)
         system.processes(t, env=env)
@@ -324,8 +325,11 @@ def fake_scanner(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
 def test_diagnose_ckpt_scan_contract(
     notorch: remotekit.Target, bin_dir: Path, fake_scanner: types.SimpleNamespace, tmp_path: Path
 ) -> None:
-    t = remotekit.local_target(
-        python=notorch.spec.python, workdir=notorch.spec.workdir, checkpoints=str(tmp_path)
+    t = open_local(
+        notorch.spec.agent,
+        python=notorch.spec.python,
+        workdir=notorch.spec.workdir,
+        checkpoints=str(tmp_path),
     )
     fake_scanner.result = types.SimpleNamespace(
         exit_code=1, findings=["step_100: 3 NaN in fc.weight"]

@@ -20,11 +20,11 @@ import sys
 import termios
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-import remotekit
 from remotekit.progress import Meter, Progress, format_eta
 from remotekit.watch import (
     CLEAR_BELOW,
@@ -35,7 +35,7 @@ from remotekit.watch import (
     parse_interval,
     watch,
 )
-from tests.conftest import write_inventory
+from tests.conftest import open_local, write_inventory
 from tests.harness import SSHServer
 from tests.test_system_api import make_bin_dir, make_notorch, smi_env
 
@@ -123,10 +123,27 @@ def marked(mark: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def watch_inventories(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool | None], Path]:
+    """``hosts`` as written for each ``agent``, once per module."""
+    written: dict[bool | None, Path] = {}
+
+    def get(agent: bool | None) -> Path:
+        if agent not in written:
+            written[agent] = _write_hosts(tmp_path_factory.mktemp("watch"), agent)
+        return written[agent]
+
+    return get
+
+
+@pytest.fixture
+def hosts(watch_inventories: Callable[[bool | None], Path], agent: bool | None) -> Path:
     """A hosts.yaml with ``a`` and ``b`` (local, the fake nvidia-smi) and ``slow`` (its
-    nvidia-smi says it started, then hangs), each step's env marked with a unique value."""
-    d = tmp_path_factory.mktemp("watch")
+    nvidia-smi says it started, then hangs), each step's env marked with a unique value;
+    every host's ``agent:`` as the fixture says."""
+    return watch_inventories(agent)
+
+
+def _write_hosts(d: Path, agent: bool | None) -> Path:
     bin_dir = make_bin_dir(d / "bin")
     notorch = make_notorch(d)
     slow = d / "slowbin"
@@ -143,6 +160,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "b": {**local, "env": smi_env(bin_dir, "throttled", **mark)},
             "slow": {**local, "env": {"PATH": f"{slow}:/usr/bin:/bin", **mark}},
         },
+        agent=agent,
     )
     return path
 
@@ -247,7 +265,9 @@ def test_ctrl_c_ends_a_watch_with_exit_0_and_leaves_nothing_running(hosts: Path)
     assert marked(mark_of(hosts)) == []
 
 
-def test_ctrl_c_over_ssh_stops_the_step_there(sshd: SSHServer, tmp_path: Path) -> None:
+def test_ctrl_c_over_ssh_stops_the_step_there(
+    sshd: SSHServer, tmp_path: Path, agent: bool | None
+) -> None:
     """The step there is not in our process group: only the fleet's stop reaches it."""
     slow = tmp_path / "slowbin"
     slow.mkdir()
@@ -261,7 +281,7 @@ def test_ctrl_c_over_ssh_stops_the_step_there(sshd: SSHServer, tmp_path: Path) -
         env={"PATH": f"{slow}:/usr/bin:/bin", "WATCH_TEST_MARK": mark},
     )
     inv = tmp_path / "hosts.yaml"
-    write_inventory(inv, {"far": far})
+    write_inventory(inv, {"far": far}, agent=agent)
     tty = Tty(["procs", "--watch", "0.1", "--host", "far", "--inventory", str(inv)], tmp_path)
     try:
         end = time.monotonic() + 60
@@ -361,11 +381,11 @@ def _assert_progress(calls: list[tuple[int, int]], size: int) -> None:
     assert {t for _, t in calls} == {size}
 
 
-def test_put_and_get_report_progress_locally(tmp_path: Path) -> None:
+def test_put_and_get_report_progress_locally(tmp_path: Path, agent: bool | None) -> None:
     src = tmp_path / "src.bin"
     src.write_bytes(os.urandom(3 << 20) + b"tail")
     size = src.stat().st_size
-    with remotekit.local_target() as t:
+    with open_local(agent) as t:
         calls, cb = _callbacks()
         t.put(src, str(tmp_path / "there.bin"), on_progress=cb)  # type: ignore[arg-type]
         _assert_progress(calls, size)
@@ -376,14 +396,16 @@ def test_put_and_get_report_progress_locally(tmp_path: Path) -> None:
     assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
 
 
-def test_put_and_get_report_progress_over_ssh(sshd: SSHServer, tmp_path: Path) -> None:
+def test_put_and_get_report_progress_over_ssh(
+    sshd: SSHServer, tmp_path: Path, agent: bool | None
+) -> None:
     src = tmp_path / "src.bin"
     src.write_bytes(os.urandom(2 << 20))
     size = src.stat().st_size
     dest = f"/tmp/remotekit-watch-{uuid.uuid4().hex}.bin"
     try:
         inv = write_inventory(tmp_path / "hosts.yaml", {"node": sshd.host_yaml()})
-        with inv.target("node") as t:
+        with inv.target("node", agent=agent) as t:
             calls, cb = _callbacks()
             t.put(src, dest, on_progress=cb)  # type: ignore[arg-type]
             _assert_progress(calls, size)
