@@ -50,12 +50,17 @@ from remotekit.errors import (
 from remotekit.layers import Launch, compose
 from remotekit.result import Result
 from remotekit.spec import HostSpec
-from remotekit.transports.base import Cancelled, ExecutableMissing, Exit, Output, Process, Transport
+from remotekit.transports.base import (
+    SLICE_S,
+    Cancelled,
+    ExecutableMissing,
+    Exit,
+    Output,
+    Process,
+    Transport,
+)
 
 __all__ = ["MIN_SECRET_LINE", "Engine", "mask"]
-
-#: How often a step waiting for its agent's hello looks at the clock and for a cancel.
-_SLICE_S = 0.25
 
 
 class Engine:
@@ -233,7 +238,7 @@ class Engine:
             return None
         hello_by = agent.started + self.spec.timeouts.connect
         wait_by = None if wait is None else time.monotonic() + wait
-        while not agent.wait_ready(_SLICE_S):
+        while not agent.wait_ready(SLICE_S):
             now = time.monotonic()
             if self.cancelled or (wait_by is not None and now >= wait_by):
                 return agent  # the step stops as any other, on its agent
@@ -387,9 +392,9 @@ class Engine:
                 proc.close_stdin()
                 while (left := started + timeout - time.monotonic()) > 0:
                     try:
-                        event = proc.events.get(timeout=left)
+                        event = proc.events.get(timeout=min(left, SLICE_S))
                     except queue.Empty:
-                        break
+                        continue
                     if isinstance(event, Cancelled):
                         raise cancelled
                     if isinstance(event, Output):

@@ -33,7 +33,7 @@ from remotekit.engine import Engine
 from remotekit.errors import ForwardError, RemotekitError
 from remotekit.layers import LOADER
 from remotekit.result import Result
-from remotekit.transports.base import ExecutableMissing, Exit, Lost, Output, Process
+from remotekit.transports.base import SLICE_S, ExecutableMissing, Exit, Lost, Output, Process
 
 __all__ = ["Forward"]
 
@@ -48,7 +48,6 @@ RELAY_EXIT_CONNECT = 3
 SLOT_WAIT_S = 60.0
 _CHUNK = 1 << 18
 _STEP = "forward"
-_SLICE_S = 0.25  # the longest the main thread waits without looking at its signals
 
 
 class _Link:
@@ -288,7 +287,7 @@ class Forward:
         only sets Python's flag, and an untimed wait in the main thread would never see it."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = _SLICE_S if end is None else min(_SLICE_S, end - time.monotonic())
+            left = SLICE_S if end is None else min(SLICE_S, end - time.monotonic())
             if self._closed.wait(max(0.0, left)):
                 return True
             if end is not None and time.monotonic() >= end:

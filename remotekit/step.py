@@ -33,7 +33,15 @@ from remotekit.errors import (
 )
 from remotekit.layers import Launch
 from remotekit.result import Detached, Result, Script
-from remotekit.transports.base import Cancelled, ExecutableMissing, Exit, Lost, Output, Process
+from remotekit.transports.base import (
+    SLICE_S,
+    Cancelled,
+    ExecutableMissing,
+    Exit,
+    Lost,
+    Output,
+    Process,
+)
 
 __all__ = [
     "MAX_LINE",
@@ -365,8 +373,8 @@ class StepRun:
         """Events to output until the step ends: ``(outcome, exit code)``."""
         deadline = None if self.limit is None else self.started + self.limit
         while True:
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
+            wait = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
+            if wait <= 0:
                 return "timeout", None
             try:
                 event = proc.events.get(timeout=wait)
@@ -412,9 +420,9 @@ class StepRun:
         try:
             while (left := end - time.monotonic()) > 0:
                 try:
-                    event = proc.events.get(timeout=left)
+                    event = proc.events.get(timeout=min(left, SLICE_S))
                 except queue.Empty:
-                    break
+                    continue
                 if isinstance(event, (Exit, Lost)):
                     break
                 if isinstance(event, Output):

@@ -350,7 +350,7 @@ def test_get_parents_makes_the_local_directories(local: remotekit.Target, tmp_pa
     assert not (tmp_path / "nodir").exists()
 
 
-def test_a_dry_run_target_runs_and_connects_nothing(tmp_path: Path) -> None:
+def test_a_dry_run_target_runs_and_connects_nothing(tmp_path: Path, agent: bool | None) -> None:
     inv = remotekit.parse_inventory(
         "hosts:\n"
         "  far: {ssh: nobody@127.0.0.1:1, container: 200, venv: /v}\n"
@@ -358,7 +358,7 @@ def test_a_dry_run_target_runs_and_connects_nothing(tmp_path: Path) -> None:
     )
     mark = tmp_path / "ran"
     traced: list[tuple[str, str]] = []
-    t = remotekit.Target(inv.spec("far"), dry_run=True)
+    t = remotekit.Target(inv.spec("far"), agent=agent, dry_run=True)
     t.trace = lambda step, chain: traced.append((step, chain))
     with pytest.raises(remotekit.DryRun) as info:
         t.run(["touch", str(mark)])
@@ -378,7 +378,7 @@ def test_a_dry_run_target_runs_and_connects_nothing(tmp_path: Path) -> None:
     for connects in (t.ping, lambda: t.forward(6006), lambda: t.shell(["python"])):
         with pytest.raises(remotekit.DryRun):  # what is not a step connects nowhere either
             connects()
-    job = remotekit.Target(inv.spec("job"), dry_run=True)  # its job is not looked up
+    job = remotekit.Target(inv.spec("job"), agent=agent, dry_run=True)  # its job is not looked up
     with pytest.raises(remotekit.DryRun, match="srun --job-name train -> true"):
         job.run(["true"])
 
@@ -426,12 +426,14 @@ def slurm_bin(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_job_by_name_is_looked_up_once_when_the_target_opens(slurm_bin: Path) -> None:
+def test_a_job_by_name_is_looked_up_once_when_the_target_opens(
+    slurm_bin: Path, agent: bool | None
+) -> None:
     inv = remotekit.parse_inventory(
         f"hosts:\n  job: {{slurm: {{name: train, bin: {slurm_bin / 'srun'}}}, "
         f"python: {sys.executable}}}\n"
     )
-    with inv.target("job") as t:
+    with inv.target("job", agent=agent) as t:
         assert "srun --job-name train" in t.chain
         steps = [threading.Thread(target=t.run, args=(["true"],)) for _ in range(4)]
         for s in steps:
@@ -443,19 +445,22 @@ def test_a_job_by_name_is_looked_up_once_when_the_target_opens(slurm_bin: Path) 
         report = t.ping()
     assert report.failed is None, report.findings
     assert [c.layer for c in report.checks][:2] == ["local", "srun --jobid 4242"]
-    agent = next(c for c in report.checks if c.layer == "agent")
-    assert agent.detail.startswith("on (pid "), agent.detail  # srun --unbuffered carries it
+    said = next(c for c in report.checks if c.layer == "agent").detail
+    if agent is False:
+        assert said == "off (agent: false); one process per step", said
+    else:
+        assert said.startswith("on (pid "), said  # srun --unbuffered carries it
     calls = (slurm_bin / "squeue.calls").read_text().splitlines()
     assert calls == ["--noheader --name=train --format=%i %T", "--noheader --jobs=4242 --format=%T"]
     srun = (slurm_bin / "srun.args").read_text().split()
     assert srun[:5] == ["--jobid=4242", "--overlap", "--unbuffered", "--export=NONE", "--"]
 
 
-def test_a_job_by_name_that_is_pending_names_the_job(slurm_bin: Path) -> None:
+def test_a_job_by_name_that_is_pending_names_the_job(slurm_bin: Path, agent: bool | None) -> None:
     inv = remotekit.parse_inventory(
         f"hosts:\n  job: {{slurm: {{name: queued, bin: {slurm_bin / 'srun'}}}}}\n"
     )
-    with inv.target("job") as t, pytest.raises(remotekit.ContainerNotRunning) as info:
+    with inv.target("job", agent=agent) as t, pytest.raises(remotekit.ContainerNotRunning) as info:
         t.run(["true"], step="look")
     assert (info.value.host, info.value.step, info.value.container) == ("job", "look", "queued")
     assert "no RUNNING job named 'queued'; squeue shows: 4243 PENDING" in str(info.value)
@@ -563,3 +568,33 @@ def test_a_command_inherits_no_fd_the_runners_caller_left_open(tmp_path: Path) -
     assert proc.wait(timeout=60) == 0, proc.stderr.read()
     proc.stderr.close()
     assert out.split() == [b"0", b"1", b"2"]
+
+
+@pytest.mark.timeout(60)
+def test_a_ctrl_c_the_kernel_hands_to_another_thread_stops_the_step(
+    local: remotekit.Target,
+) -> None:
+    """The kernel may give a process's SIGINT to any thread that does not block it; there it
+    only sets Python's flag, and the main thread sees it when its wait returns. The step's
+    wait returns often enough: the step stops then, not at its timeout (here 300 s, past
+    this test's own limit)."""
+    import signal
+
+    m = f"{700 + uuid.uuid4().int % 200}.{uuid.uuid4().int % 10**6:06d}"
+    running = threading.Event()
+
+    def on_output(stream: str, line: str) -> None:
+        if line == "running":
+            running.set()
+
+    def interrupt() -> None:  # SIGINT to this thread, not to the main one
+        running.wait(30)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        local.run(["sh", "-c", f"echo running; exec sleep {m}"], on_output=on_output, timeout=300)
+    assert running.is_set()
+    assert time.monotonic() - started < 40, "the interrupt waited for something"
+    assert wait_gone(m, 5) == []

@@ -32,6 +32,7 @@ from typing import Callable, Literal, Protocol, Union, runtime_checkable
 
 __all__ = [
     "BACKLOG",
+    "SLICE_S",
     "Cancelled",
     "Channel",
     "Event",
@@ -75,6 +76,11 @@ class Cancelled:
 
 
 Event = Union[Output, Exit, Lost, Cancelled]
+
+#: The longest the main thread blocks in one wait (for an event, a close): the kernel may hand
+#: a Ctrl-C to another thread of this process, which only sets Python's flag, and a longer
+#: wait in the main thread would not see it until it returned (a step's: its timeout).
+SLICE_S = 0.25
 
 #: Output events a process may have queued before its transport stops reading more: a consumer
 #: that falls behind (a forwarded client that reads slowly) slows the sender down through the
