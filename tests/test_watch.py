@@ -32,6 +32,7 @@ from remotekit.watch import (
     CLEAR_SCREEN,
     HOME,
     Screen,
+    fleet_frame,
     parse_interval,
     watch,
 )
@@ -336,6 +337,31 @@ def test_watch_loop_counts_and_screens() -> None:
     for bad in ("0", "-1", "nan", "inf", "x"):
         with pytest.raises(ValueError):
             parse_interval(bad)
+
+
+def test_a_watch_refreshes_through_one_agent_on_its_interval() -> None:
+    """Every refresh is a message to the same resident agent (no new hop chain, no new
+    Python a frame), and a frame starts no sooner than the interval after the one before."""
+    import remotekit
+
+    starts: list[float] = []
+
+    def parent_of_runner(t: remotekit.Target) -> str:
+        return t.run(["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"], timeout=30).stdout
+
+    with remotekit.fleet([open_local(True)]) as f:
+        frame = fleet_frame(f, parent_of_runner, str.strip)
+
+        def timed() -> str:
+            starts.append(time.monotonic())
+            return frame()
+
+        out = io.StringIO()
+        shown = watch(timed, interval=0.5, count=4, screen=Screen(out, live=False))
+    pids = {line for line in out.getvalue().splitlines() if line.isdigit()}
+    assert shown == 4 and len(pids) == 1 and pids != {str(os.getpid())}, out.getvalue()
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert len(gaps) == 3 and min(gaps) >= 0.5 - 0.01, gaps
 
 
 # --------------------------------------------------------------------------- progress
