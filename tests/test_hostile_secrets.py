@@ -38,10 +38,10 @@ def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def inv_dir(tmp_path: Path) -> Path:
+def inv_dir(tmp_path: Path, agent: bool | None) -> Path:
     env = {"HF_TOKEN": TOKEN, "MULTI": MULTI}
     box = {"env": env, "secret_env": ["HF_TOKEN", "MULTI"]}
-    write_inventory(tmp_path / "hosts.yaml", {"box": box, "box2": box})
+    write_inventory(tmp_path / "hosts.yaml", {"box": box, "box2": box}, agent=agent)
     return tmp_path
 
 
@@ -97,8 +97,8 @@ def _spec(**env: str) -> remotekit.HostSpec:
 
 
 @pytest.mark.timeout(30)
-def test_per_call_env_secret_is_masked_in_errors() -> None:
-    with remotekit.Target(_spec()) as t:
+def test_per_call_env_secret_is_masked_in_errors(agent: bool | None) -> None:
+    with remotekit.Target(_spec(), agent=agent) as t:
         with pytest.raises(remotekit.StepFailed) as info:
             t.run(["sh", "-c", 'echo "$HF_TOKEN"; exit 3'], env={"HF_TOKEN": TOKEN})
         assert TOKEN in info.value.result.stdout  # the step's own output, kept as it was
@@ -107,8 +107,8 @@ def test_per_call_env_secret_is_masked_in_errors() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_every_line_of_a_multiline_secret_is_masked_in_errors() -> None:
-    with remotekit.Target(_spec(MULTI=MULTI)) as t:
+def test_every_line_of_a_multiline_secret_is_masked_in_errors(agent: bool | None) -> None:
+    with remotekit.Target(_spec(MULTI=MULTI), agent=agent) as t:
         with pytest.raises(remotekit.StepFailed) as info:
             t.run(["sh", "-c", 'echo "$MULTI" >&2; exit 3'])
         assert _leaks(str(info.value).splitlines()) == []
@@ -118,9 +118,11 @@ def test_every_line_of_a_multiline_secret_is_masked_in_errors() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_non_string_env_value_is_refused_and_the_target_still_works() -> None:
+def test_a_non_string_env_value_is_refused_and_the_target_still_works(
+    agent: bool | None,
+) -> None:
     spec = remotekit.HostSpec(name="box", secret_env=frozenset({"CALL_TOKEN", "HF_TOKEN"}))
-    with remotekit.Target(spec) as t:
+    with remotekit.Target(spec, agent=agent) as t:
         for value in (12345, ["hf_x"], 98.76, b"hf_bytes"):
             with pytest.raises(TypeError) as info:
                 t.run(["true"], env={"CALL_TOKEN": value})  # type: ignore[dict-item]

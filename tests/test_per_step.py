@@ -5,17 +5,13 @@ takes a target from a fixture (``local``, ``target``, ``ct``, ``there``) or open
 ``agent``, itself or through a fixture of its module's own (``where``, ``fleet_hosts``,
 ``hosts``, ``notorch``, ``slurm`` ...), runs here again, unchanged, with ``agent`` False: on
 this machine and through the real sshd (ssh -> fake pct exec -> a real LXC container -> venv).
-test_hostile_secrets' command-line tests get their hosts.yaml with ``agent: false`` from
-``inv_dir`` below. NOT_HERE names what is left out, and why. The runtimes' suite does the
-same in tests/test_per_step_runtimes.py.
+NOT_HERE names what is left out, and why. The runtimes' suite does the same in
+tests/test_per_step_runtimes.py.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 from tests import (
     test_fleet,
@@ -41,7 +37,7 @@ SUITES = (
     test_system_api,
     test_hostile_secrets,
 )
-FIXTURES = {"local", "target", "ct", "there", "agent", "inv_dir"}
+FIXTURES = {"local", "target", "ct", "there", "agent"}
 #: Not re-run here, and why (CI time: what they check is not the step path's).
 NOT_HERE = {
     "test_on_slurm_a_job_nobody_knows_is_lost_and_a_silent_scheduler_leaves_it_running": (
@@ -52,9 +48,6 @@ NOT_HERE = {
     "test_on_slurm_stop_without_the_supervisor_cancels_the_job": "the scheduler's answers",
     "test_on_slurm_stop_cancels_the_job_by_its_id": "the supervisor's scancel",
 }
-
-#: test_hostile_secrets' own ``inv_dir``, under a name of its own: ``inv_dir`` below wraps it.
-secrets_inv_dir = test_hostile_secrets.inv_dir
 
 _seen: dict[str, object] = {}
 for _module in SUITES:
@@ -68,19 +61,9 @@ def agent() -> bool:
     return False
 
 
-@pytest.fixture
-def inv_dir(secrets_inv_dir: Path, agent: bool) -> Path:
-    """test_hostile_secrets' folder, its hosts.yaml saying ``agent`` for every host."""
-    path = secrets_inv_dir / "hosts.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["defaults"] = {**doc.get("defaults", {}), "agent": agent}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return secrets_inv_dir
-
-
 def test_the_re_run_covers_each_suite() -> None:
     """A check of the selection itself: it finds tests in every suite, not none."""
     for module in SUITES:
         tests = [name for name in rerunnable(module, FIXTURES) if name.startswith("test_")]
-        assert len(tests) >= (4 if module is test_hostile_secrets else 10), module.__name__
+        assert len(tests) >= (7 if module is test_hostile_secrets else 10), module.__name__
     assert set(NOT_HERE) <= set(_seen), "NOT_HERE names a test no suite has"
