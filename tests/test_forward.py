@@ -372,6 +372,10 @@ def test_cli_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> None:
             first = proc.stdout.readline()
             assert first.startswith(f"http://127.0.0.1:{local_port}/ -> 127.0.0.1:{port} on local")
             assert _get(local_port, "/x") == (200, b"/x")
+            # that connection's relay gone first: the relay waited for below is the held one's
+            # (else the held connection may still sit unaccepted when Ctrl-C closes the
+            # listener, and the kernel resets it)
+            assert wait_gone("# remotekit-relay") == []
             held = socket.create_connection(("127.0.0.1", local_port), timeout=20)
             end = time.monotonic() + 10
             while not processes_with("# remotekit-relay"):  # its relay is up
