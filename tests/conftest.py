@@ -216,14 +216,16 @@ def agent() -> bool | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def cts(inventory: remotekit.Inventory) -> Iterator[Callable[[bool | None], remotekit.Target]]:
-    """ssh -> fake pct exec 200 -> venv, one held connection per ``agent`` for the session."""
+def held_per_agent(
+    inv: remotekit.Inventory, name: str
+) -> Iterator[Callable[[bool | None], remotekit.Target]]:
+    """For a fixture to yield from: ``get(agent)``, ``inv``'s target ``name`` opened once per
+    ``agent`` value and held, all closed at the fixture's end."""
     held: dict[bool | None, remotekit.Target] = {}
 
     def get(agent: bool | None) -> remotekit.Target:
         if agent not in held:
-            held[agent] = inventory.target("ct", agent=agent)
+            held[agent] = inv.target(name, agent=agent)
         return held[agent]
 
     try:
@@ -231,6 +233,12 @@ def cts(inventory: remotekit.Inventory) -> Iterator[Callable[[bool | None], remo
     finally:
         for t in held.values():
             t.close()
+
+
+@pytest.fixture(scope="session")
+def cts(inventory: remotekit.Inventory) -> Iterator[Callable[[bool | None], remotekit.Target]]:
+    """ssh -> fake pct exec 200 -> venv, one held connection per ``agent`` for the session."""
+    yield from held_per_agent(inventory, "ct")
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import remotekit
 from remotekit.remote import sync as wire
 from remotekit.result import Script
 from remotekit.sync import SyncResult
-from tests.conftest import need_program, open_local, write_inventory
+from tests.conftest import held_per_agent, need_program, open_local, write_inventory
 from tests.test_cli import cli
 
 SNAPSHOT = """\
@@ -85,18 +85,7 @@ def pod_targets(
         tmp_path_factory.mktemp("inv") / "hosts.yaml",
         {"pod": {"podman": podman_ctr.running, "engine": engine or "podman", "venv": sys.prefix}},
     )
-    held: dict[bool | None, remotekit.Target] = {}
-
-    def get(agent: bool | None) -> remotekit.Target:
-        if agent not in held:
-            held[agent] = inv.target("pod", agent=agent)
-        return held[agent]
-
-    try:
-        yield get
-    finally:
-        for t in held.values():
-            t.close()
+    yield from held_per_agent(inv, "pod")
 
 
 @pytest.fixture
