@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import queue
 import shlex
 import threading
 import time
@@ -58,6 +57,7 @@ from remotekit.transports.base import (
     Output,
     Process,
     Transport,
+    next_event,
 )
 
 __all__ = ["MIN_SECRET_LINE", "Engine", "mask"]
@@ -390,11 +390,7 @@ class Engine:
         try:
             with self.tracked(proc):
                 proc.close_stdin()
-                while (left := started + timeout - time.monotonic()) > 0:
-                    try:
-                        event = proc.events.get(timeout=min(left, SLICE_S))
-                    except queue.Empty:
-                        continue
+                while (event := next_event(proc.events, started + timeout)) is not None:
                     if isinstance(event, Cancelled):
                         raise cancelled
                     if isinstance(event, Output):

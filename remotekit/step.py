@@ -14,7 +14,6 @@ every error that leaves.
 from __future__ import annotations
 
 import json
-import queue
 import secrets
 import sys
 import time
@@ -34,13 +33,13 @@ from remotekit.errors import (
 from remotekit.layers import Launch
 from remotekit.result import Detached, Result, Script
 from remotekit.transports.base import (
-    SLICE_S,
     Cancelled,
     ExecutableMissing,
     Exit,
     Lost,
     Output,
     Process,
+    next_event,
 )
 
 __all__ = [
@@ -373,13 +372,9 @@ class StepRun:
         """Events to output until the step ends: ``(outcome, exit code)``."""
         deadline = None if self.limit is None else self.started + self.limit
         while True:
-            wait = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
-            if wait <= 0:
+            event = next_event(proc.events, deadline)
+            if event is None:
                 return "timeout", None
-            try:
-                event = proc.events.get(timeout=wait)
-            except queue.Empty:
-                continue
             if isinstance(event, Exit):
                 return "exit", event.code
             if isinstance(event, Cancelled):
@@ -418,11 +413,7 @@ class StepRun:
         proc.close_stdin()
         end = time.monotonic() + self.engine.spec.timeouts.kill_grace + 2.0
         try:
-            while (left := end - time.monotonic()) > 0:
-                try:
-                    event = proc.events.get(timeout=min(left, SLICE_S))
-                except queue.Empty:
-                    continue
+            while (event := next_event(proc.events, end)) is not None:
                 if isinstance(event, (Exit, Lost)):
                     break
                 if isinstance(event, Output):

@@ -3,8 +3,7 @@
 Example::
 
     proc = transport.start(["python3", "-c", "print(1)"], stdin=[b""])
-    while True:
-        event = proc.events.get()
+    while (event := next_event(proc.events, until=None)) is not None:
         if isinstance(event, Exit):
             break
 
@@ -44,6 +43,7 @@ __all__ = [
     "Terminal",
     "TerminalTransport",
     "Transport",
+    "next_event",
     "wait_for_room",
 ]
 
@@ -81,6 +81,20 @@ Event = Union[Output, Exit, Lost, Cancelled]
 #: a Ctrl-C to another thread of this process, which only sets Python's flag, and a longer
 #: wait in the main thread would not see it until it returned (a step's: its timeout).
 SLICE_S = 0.25
+
+
+def next_event(events: queue.Queue[Event], until: float | None) -> Event | None:
+    """The next event of ``events``; None once ``until`` (a ``time.monotonic()``; None: never)
+    passes. It waits :data:`SLICE_S` at a time, so a Ctrl-C is seen while it waits."""
+    while True:
+        left = SLICE_S if until is None else min(SLICE_S, until - time.monotonic())
+        if left <= 0:
+            return None
+        try:
+            return events.get(timeout=left)
+        except queue.Empty:
+            pass
+
 
 #: Output events a process may have queued before its transport stops reading more: a consumer
 #: that falls behind (a forwarded client that reads slowly) slows the sender down through the
