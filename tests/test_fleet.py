@@ -14,6 +14,7 @@ where it came from. The tasks run as subprocesses from the repository root.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -89,14 +90,7 @@ def fleet_inventories(
     tmp_path_factory: pytest.TempPathFactory, sshd: SSHServer, node: FakeNode
 ) -> Callable[[bool | None], FleetHosts]:
     """The fleet's hosts.yaml, one written per ``agent`` (every host's ``agent:``)."""
-    written: dict[bool | None, FleetHosts] = {}
-
-    def get(agent: bool | None) -> FleetHosts:
-        if agent not in written:
-            written[agent] = _fleet_hosts(tmp_path_factory, sshd, node, agent)
-        return written[agent]
-
-    return get
+    return functools.cache(lambda agent: _fleet_hosts(tmp_path_factory, sshd, node, agent))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ the transfers go through the local target and the real sshd fixture. Counts, not
 from __future__ import annotations
 
 import fcntl
+import functools
 import io
 import json
 import os
@@ -126,14 +127,7 @@ def marked(mark: str) -> list[int]:
 @pytest.fixture(scope="module")
 def watch_inventories(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool | None], Path]:
     """``hosts`` as written for each ``agent``, once per module."""
-    written: dict[bool | None, Path] = {}
-
-    def get(agent: bool | None) -> Path:
-        if agent not in written:
-            written[agent] = _write_hosts(tmp_path_factory.mktemp("watch"), agent)
-        return written[agent]
-
-    return get
+    return functools.cache(lambda agent: _write_hosts(tmp_path_factory.mktemp("watch"), agent))
 
 
 @pytest.fixture
