@@ -27,14 +27,15 @@ import secrets
 import shlex
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from remotekit import remote
-from remotekit.errors import ConnectError, ConnectionLost, RemotekitError
-from remotekit.remote import protocol
+from remotekit.errors import ConnectError, ConnectionLost, RemotekitError, StepFailed
+from remotekit.remote import protocol, runrecord
 from remotekit.result import Result, Script, Shown, table
 from remotekit.step import MAX_TIMEOUT_S
 
@@ -44,9 +45,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATES",
+    "STREAMS",
     "LogStream",
     "Run",
     "RunInfo",
+    "check_id",
+    "check_stream",
     "home_of",
     "list_runs",
     "prune",
@@ -107,8 +111,11 @@ SUPERVISOR = "supervisor.py"
 #: Where the supervisor's own files go beside a detached script's, so no name of yours clashes.
 BESIDE = ".remotekit"
 #: What a run can be: running; exited (by itself); stopped (by ``stop``); lost (its
-#: supervisor vanished without recording an exit, e.g. the container restarted).
-STATES = ("running", "exited", "stopped", "lost")
+#: supervisor vanished without recording an exit, e.g. the container restarted); corrupt (its
+#: record failed its check: :mod:`remotekit.remote.runrecord`; never signalled, ``rm`` removes it).
+STATES = (*runrecord.STATES, runrecord.CORRUPT)
+#: The logs of a run: ``output`` (stdout and stderr as they came), ``stdout``, ``stderr``.
+STREAMS = runrecord.STREAMS
 #: The grace ``stop`` gives a run's tree between TERM and KILL, unless told.
 STOP_GRACE_S = 10.0
 #: How often a ``logs``/``wait`` is started again after its connection dropped, in a row.
@@ -123,8 +130,11 @@ SILENT_S = 15.0
 class RunInfo(Shown):
     """One run as recorded there. ``started``/``ended`` are Unix times (``ended`` None while
     it runs); ``exit_code`` is 128+N for signal N, None until it ends (and for a lost run);
-    ``job`` is a batch job's id (a run on a Slurm target), else None. Its ``str()`` is the
-    table ``remotekit stop`` prints for it (:func:`render_runs`)."""
+    ``job`` is a batch job's id (a run on a Slurm target), else None; ``lost_bytes``: the
+    bytes of each log (``output``, ``stdout``, ``stderr``) that could not be written there
+    (a full disk), none when nothing was lost. A ``corrupt`` run's record failed its check:
+    ``problem`` says how (its ``id`` is shown escaped when it is not an id). Its ``str()`` is
+    the table ``remotekit stop`` prints for it (:func:`render_runs`)."""
 
     id: str
     host: str
@@ -136,6 +146,8 @@ class RunInfo(Shown):
     log: str
     pid: int | None = None
     job: str | None = None
+    lost_bytes: dict[str, int] = field(default_factory=dict)
+    problem: str | None = None
 
     repr_keys = ("id", "host", "state", "exit_code")
 
@@ -145,19 +157,43 @@ class RunInfo(Shown):
 
     @classmethod
     def from_record(cls, host: str, rec: dict[str, Any]) -> RunInfo:
-        code = rec.get("exit_code")
+        """The run of a ``run`` record, each field checked (:func:`runrecord.problem`): a
+        record that fails is a ``corrupt`` run saying why, never an error, so one bad record
+        does not hide the others."""
+        if rec.get("state") == runrecord.CORRUPT:
+            return cls._corrupt(host, rec, str(rec.get("problem") or "no reason given"))
+        why = runrecord.problem(rec, runrecord.INFO)
+        if why is not None:
+            return cls._corrupt(host, rec, f"its record there: {why}")
         ended = rec.get("ended")
         return cls(
-            id=str(rec.get("id", "")),
-            host=str(rec.get("host") or host),
-            state=str(rec.get("state", "")),
-            exit_code=code if isinstance(code, int) else None,
-            started=float(rec.get("started") or 0.0),
-            ended=float(ended) if isinstance(ended, (int, float)) else None,
-            command=tuple(map(str, rec.get("command") or ())),
-            log=str(rec.get("log", "")),
-            pid=rec.get("pid") if isinstance(rec.get("pid"), int) else None,
-            job=str(rec["job"]) if rec.get("job") else None,
+            id=rec["id"],
+            host=rec.get("host") or host,
+            state=rec["state"],
+            exit_code=rec.get("exit_code"),
+            started=float(rec["started"]),
+            ended=None if ended is None else float(ended),
+            command=tuple(rec["command"]),
+            log=rec["log"],
+            pid=rec.get("pid"),
+            job=rec.get("job"),
+            lost_bytes={k: n for k, n in (rec.get("lost_bytes") or {}).items() if n},
+        )
+
+    @classmethod
+    def _corrupt(cls, host: str, rec: dict[str, Any], why: str) -> RunInfo:
+        raw, log = rec.get("id"), rec.get("log")
+        named = runrecord.is_id(raw)
+        return cls(
+            id=str(raw) if named else repr(raw),
+            host=host,
+            state=runrecord.CORRUPT,
+            exit_code=None,
+            started=0.0,
+            ended=None,
+            command=(),
+            log=(log if named else repr(log)) if isinstance(log, str) else "",
+            problem=why,
         )
 
     def render(self) -> str:
@@ -171,21 +207,29 @@ def render_runs(runs: Sequence[RunInfo]) -> str:
     if not runs:
         return "no runs"
     jobs = any(r.job for r in runs)
+    lost = any(r.lost_bytes for r in runs)
     rows = [
         (
             r.id,
             *((r.job,) if jobs else ()),
             r.state,
             r.exit_code,
-            _when(r.started),
-            _took(r.duration_s),
-            _short(shlex.join(r.command)),
+            *_times(r),
+            *((r.lost_bytes.get("output"),) if lost else ()),
+            _short(shlex.join(r.command)) if r.problem is None else r.problem,
             r.log,
         )
         for r in runs
     ]
-    head = ["id", *(["job"] if jobs else []), "state", "exit", "started", "duration", "command"]
-    return table([*head, "log"], rows)
+    head = ["id", *(["job"] if jobs else []), "state", "exit", "started", "duration"]
+    return table([*head, *(["bytes lost"] if lost else []), "command", "log"], rows)
+
+
+def _times(r: RunInfo) -> tuple[str | None, str | None]:
+    """Its started and duration columns (none for a corrupt record: it has no times)."""
+    if r.state == runrecord.CORRUPT:
+        return None, None
+    return _when(r.started), _took(r.duration_s)
 
 
 def _when(t: float | None) -> str | None:
@@ -205,6 +249,19 @@ def _short(text: str, n: int = 60) -> str:
 
 def new_id() -> str:
     return secrets.token_hex(4)
+
+
+def check_id(run_id: str) -> None:
+    """ValueError unless ``run_id`` is a run's id (letters, digits, ``_`` and ``-``, at most
+    64): an id names a folder there, and must not climb out of it."""
+    if not runrecord.is_id(run_id):
+        raise ValueError(f"not a run id: {run_id!r}")
+
+
+def check_stream(stream: str) -> None:
+    """ValueError unless ``stream`` is one of a run's logs (:data:`STREAMS`)."""
+    if stream not in STREAMS:
+        raise ValueError(f"not a log of a run: {stream!r} (output, stdout or stderr)")
 
 
 def start(
@@ -244,9 +301,29 @@ def start(
         args += ["--script", script.name]
     args += ["--", *command]
     how = {**options, "check": True}
-    res = home.start_detached(sup, args, display=tuple(display), step=step, **how)
+    told = options.get("on_output")
+    if told is not None:  # a refusal is raised as the error: not also shown as output
+        refusal = f"remotekit: run {run_id} on "
+        how["on_output"] = lambda s, line: None if line.startswith(refusal) else told(s, line)
+    try:
+        res = home.start_detached(sup, args, display=tuple(display), step=step, **how)
+    except StepFailed as exc:
+        refused = _refused(exc.result, run_id)
+        if refused is None:
+            raise
+        raise RemotekitError(refused, host=target.name, step=step) from None
     assert res.detached is not None and res.detached.id, res  # the supervisor reported it
     return Run(target, res.detached.id, result=res)
+
+
+def _refused(res: Result | None, run_id: str) -> str | None:
+    """The supervisor's one line saying why run ``run_id`` was not started (nothing runs, no
+    record is left: a full disk), when that is why the step failed; else None."""
+    for line in reversed((res.stderr if res is not None else "").splitlines()):
+        said = line.removeprefix("remotekit: ")
+        if said.startswith(f"run {run_id} on "):
+            return said
+    return None
 
 
 def _with_supervisor(script: Script | None) -> Script:
@@ -337,9 +414,15 @@ def _call(
     if errors:
         raise RemotekitError("; ".join(errors), host=target.name, step=step)
     if not records or records[-1].get("type") != protocol.FINAL:
-        tail = "; last output: " + " | ".join(said[-3:]) if said else ""
+        if said:  # it said why (a traceback): the far side's error, not a lost connection
+            raise RemotekitError(
+                f"the supervisor there failed (exit {res.exit_code}): " + " | ".join(said[-3:]),
+                host=target.name,
+                step=step,
+            )
         raise ConnectionLost(
-            f"the {step} step ended (exit {res.exit_code}) before its final record{tail}",
+            f"the {step} step ended (exit {res.exit_code}) before its final record, "
+            "without a word: its process there is gone",
             result=res,
             host=target.name,
             step=step,
@@ -369,8 +452,7 @@ class Run(Shown):
     repr_keys = ("id", "host")
 
     def __init__(self, target: Target, run_id: str, *, result: Result | None = None):
-        if not run_id or not all(c.isalnum() or c in "_-" for c in run_id):
-            raise ValueError(f"not a run id: {run_id!r}")
+        check_id(run_id)
         self.target = target
         self.id = run_id
         self.result = result
@@ -399,12 +481,22 @@ class Run(Shown):
         tail: int | None = None,
         offset: int | None = None,
         stream: str = "output",
+        on_warning: Callable[[str], None] | None = None,
     ) -> LogStream:
         """The run's output as bytes chunks (``stream``: ``output``, ``stdout`` or ``stderr``),
         from ``offset`` or the last ``tail`` lines (default: the start). With ``follow``, until
         the run ended and all of it came; a dropped connection is reconnected and the output
-        resumes at the byte it stopped at: nothing lost, nothing twice."""
-        return LogStream(self, follow=follow, tail=tail, offset=offset, stream=stream)
+        resumes at the byte it stopped at: nothing lost, nothing twice. A log truncated or
+        replaced there while it is followed is followed again from its start, and
+        ``on_warning`` (default: :func:`warnings.warn`) is told so. ValueError for a stream
+        that is none of those, or a negative ``tail`` or ``offset``."""
+        check_stream(stream)
+        for name, value in (("tail", tail), ("offset", offset)):
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be 0 or more, not {value}")
+        return LogStream(
+            self, follow=follow, tail=tail, offset=offset, stream=stream, on_warning=on_warning
+        )
 
     def wait(self, timeout: float | None = None) -> RunInfo:
         """Block until the run ends (reconnecting if the connection drops); its record."""
@@ -426,7 +518,8 @@ class Run(Shown):
 
 def _retrying(call: Callable[[], Any], progress: Callable[[], bool] = lambda: False) -> Any:
     """``call()`` again after a dropped connection (``RECONNECTS`` times in a row at most;
-    ``progress()`` true resets the count), pausing a little longer each time."""
+    ``progress()`` true resets the count), pausing a little longer each time. Only then: an
+    error the far side reports (a full disk, a bad argument) is raised at once."""
     misses = 0
     while True:
         try:
@@ -448,17 +541,31 @@ class LogStream:
     closes the iterator; before the first, where the read starts; None until that is
     known): a later ``run.logs(offset=stream.offset)`` goes on from there with nothing lost
     and nothing twice, also after a break, a Ctrl-C or an error mid-way. After it ends,
-    ``state`` and ``exit_code`` are the run's. Closing it early stops the step."""
+    ``state`` and ``exit_code`` are the run's, and ``lost_bytes`` how many bytes of this log
+    could not be written there (a full disk). A log truncated or replaced mid-follow is
+    followed from its start again: ``offset`` goes back to 0, ``resets`` counts it, and the
+    warning goes to ``on_warning`` and ``warnings``. Closing it early stops the step."""
 
     def __init__(
-        self, run: Run, *, follow: bool, tail: int | None, offset: int | None, stream: str
+        self,
+        run: Run,
+        *,
+        follow: bool,
+        tail: int | None,
+        offset: int | None,
+        stream: str,
+        on_warning: Callable[[str], None] | None = None,
     ):
         self.run = run
         self.follow, self.tail, self.stream = follow, tail, stream
+        self.on_warning = on_warning
         self.offset: int | None = None
         self._read = offset  # where the worker's next byte is read from
         self.state: str | None = None
         self.exit_code: int | None = None
+        self.lost_bytes = 0
+        self.resets = 0
+        self.warnings: list[str] = []
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=16)
         self._closed = threading.Event()
         self._moved = False
@@ -481,16 +588,34 @@ class LogStream:
                         self.offset = end
                 elif kind == "at":  # the queue is in order: what came before was handed out
                     self.offset = data
+                elif kind == "reset":
+                    self._reset(data)
                 elif kind == "error":
                     raise data
                 else:
-                    self.state, self.exit_code = data.get("state"), data.get("run_exit_code")
+                    self._end(data)
                     return
         finally:
             self._closed.set()
             while worker.is_alive():  # unblock a worker waiting to hand over a chunk
                 with contextlib.suppress(queue.Empty):
                     self._queue.get(timeout=0.05)
+
+    def _reset(self, message: str) -> None:
+        self.offset = 0
+        self.resets += 1
+        said = f"run {self.run.id} on {self.run.host}: {message}"
+        self.warnings.append(said)
+        if self.on_warning is not None:
+            self.on_warning(said)
+        else:
+            warnings.warn(said, stacklevel=3)
+
+    def _end(self, done: dict[str, Any]) -> None:
+        code, lost = done.get("run_exit_code"), done.get("lost_bytes")
+        self.state = done.get("state") if done.get("state") in STATES else None
+        self.exit_code = code if type(code) is int else None
+        self.lost_bytes = lost if type(lost) is int and lost > 0 else 0
 
     def _put(self, item: tuple[str, Any]) -> None:
         while not self._closed.is_set():
@@ -516,6 +641,9 @@ class LogStream:
         if kind == "start" and isinstance(at, int):
             self._read = at
             self._put(("at", at))
+        elif kind == "reset" and at == 0:  # the log was truncated or replaced: from its start
+            self._read = 0
+            self._put(("reset", str(rec.get("message", ""))))
         elif kind == "data" and isinstance(at, int):
             data = str(rec.get("bytes", "")).encode("latin-1")  # one code point a byte
             skip = (self._read or 0) - at  # a resumed read starts where we stopped: 0
@@ -583,7 +711,13 @@ class LogStream:
             home_of(self.run.target).stream_file(path, sink, step=f"runs logs {self.run.id}")
         except (ConnectionLost, ConnectError):
             return None
-        return {"state": info.state, "run_exit_code": info.exit_code, "offset": self._read}
+        lost = info.lost_bytes.get(self.stream, 0)
+        return {
+            "state": info.state,
+            "run_exit_code": info.exit_code,
+            "offset": self._read,
+            "lost_bytes": lost,
+        }
 
     def _work(self) -> None:
         try:

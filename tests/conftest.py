@@ -20,7 +20,7 @@ import yaml
 
 import remotekit
 from tests import runtimes
-from tests.harness import FakeNode, SSHServer, find_sshd, venv_prefix
+from tests.harness import FakeNode, NoMount, SSHServer, find_sshd, small_disk, venv_prefix
 
 # Ctrl-C as a terminal delivers it: a shell that starts a job in the background without job
 # control (`.ci/run &`, `bash -c '...' &`) leaves SIGINT *ignored*, and that is inherited, so
@@ -295,3 +295,20 @@ def code_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def run_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Runs started on ``local`` (``detach=True``) are recorded here, not in ~/.local/state."""
     yield from _xdg_home("XDG_STATE_HOME", tmp_path_factory.mktemp("state"), "remotekit", "runs")
+
+
+@pytest.fixture
+def small_runs(tmp_path: Path) -> Iterator[Path]:
+    """A disk of 256 KiB of its own (a real tmpfs), for a runs dir that fills; skipped where
+    mounting is not permitted (not root), failed under CI."""
+    disk = small_disk(tmp_path / "disk")
+    try:
+        path = disk.__enter__()
+    except NoMount as exc:
+        if CI:
+            pytest.fail(f"CI=true but {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield path
+    finally:
+        disk.__exit__(None, None, None)

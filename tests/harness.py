@@ -9,6 +9,7 @@ tests/conftest.py and by bench/.
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
 import inspect
 import os
@@ -18,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -368,3 +369,40 @@ def rerunnable(module: ModuleType, fixtures: set[str]) -> dict[str, Callable[...
         if name.startswith("test_") and callable(fn) and fixtures & reaches(fn)
     }
     return {**own, **tests} if tests else {}
+
+
+class NoMount(Exception):
+    """A filesystem could not be mounted here (not root, no CAP_SYS_ADMIN)."""
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str = "256k") -> Iterator[Path]:
+    """A real disk that fills: a tmpfs of ``size`` mounted at ``path``, unmounted at the end
+    (lazily: a run's supervisor may still hold a file on it). NoMount when mounting is not
+    permitted here."""
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if r.returncode != 0:
+        raise NoMount(f"cannot mount a tmpfs at {path}: {r.stderr.strip() or r.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def fill(disk: Path) -> Path:
+    """The file that takes what is left of ``disk``, written until the disk refused more."""
+    filler = disk / f"filler-{os.getpid()}-{time.monotonic_ns()}"
+    with open(filler, "wb", buffering=0) as f:
+        block = b"\0" * 4096
+        try:
+            while True:
+                f.write(block)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler

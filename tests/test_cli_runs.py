@@ -4,6 +4,7 @@ on Slurm through ssh)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_inventory
-from tests.harness import SSHServer
+from tests.harness import SSHServer, fill
 from tests.runtimes import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,3 +213,82 @@ def test_an_interrupted_follow_says_where_it_stopped_and_offset_goes_on_from_the
     finally:
         follow.kill()
         rk("rm", run_id, cwd=tmp_path)
+
+
+@pytest.mark.timeout(180)
+def test_bad_ids_and_streams_are_usage_errors_before_anything_runs(tmp_path: Path) -> None:
+    """Every id and --stream is checked first: a usage error (exit 2, one line), never a
+    traceback, a file outside the run, or 16 s of reconnects to a supervisor that refused."""
+    run_id = started(tmp_path, "echo", "x")
+    assert rk("logs", run_id, "--follow", cwd=tmp_path).returncode == 0  # it ended
+    for args in (
+        ("logs", "../../x"),
+        ("logs", "x" * 65),
+        ("stop", "../../x"),
+        ("rm", "a/b"),
+        ("train-log", "--run", "../x"),
+        ("logs", run_id, "--stream", "../../outside"),
+        ("logs", run_id, "--stream", "bogus", "--follow"),
+    ):
+        r = rk(*args, cwd=tmp_path)
+        assert r.returncode == 2, (args, r.stderr)
+        assert b"Traceback" not in r.stderr and r.stderr.count(b"\n") == 1, (args, r.stderr)
+        assert b"not a run id" in r.stderr or b"not a log of a run" in r.stderr, r.stderr
+    assert rk("rm", run_id, cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_stop_of_a_corrupt_record_signals_nothing_and_says_so(
+    tmp_path: Path, run_records: Path
+) -> None:
+    """A record whose pids are 0 (kill(0): the stop's own group) and no start time: `stop`
+    says it is corrupt, in one line naming host and run, exit 2; `runs` lists it as such;
+    `rm` removes it."""
+    run_id = started(tmp_path, "true")
+    assert rk("logs", run_id, "--follow", cwd=tmp_path).returncode == 0  # it ended
+    record = run_records / run_id / "run.json"
+    forged = {**json.loads(record.read_text()), "supervisor": {"pid": 0}, "pid": 0}
+    del forged["pid_start"]
+    record.write_text(json.dumps(forged))
+    (run_records / run_id / "exit.json").unlink()
+    s = rk("stop", run_id, "--grace", "1", cwd=tmp_path)
+    assert s.returncode == 2 and s.stderr.count(b"\n") == 1, s.stderr
+    said = s.stderr.decode()
+    assert "host 'local'" in said and f"run {run_id}: its record is corrupt" in said, said
+    assert "supervisor is not a process" in said and "nothing was signalled" in said, said
+    listed = json.loads(rk("runs", "--json", cwd=tmp_path).stdout)["hosts"][0]["result"]
+    mine = next(r for r in listed if r["id"] == run_id)
+    assert mine["state"] == "corrupt" and "supervisor" in mine["problem"], mine
+    assert rk("rm", run_id, cwd=tmp_path).returncode == 0
+    assert not (run_records / run_id).exists()
+
+
+@pytest.mark.timeout(180)
+def test_a_full_runs_disk_is_said_in_one_line_and_lost_output_is_shown(
+    tmp_path: Path, small_runs: Path
+) -> None:
+    """hosts.yaml ``runs_dir:`` on a 256 KiB disk: a run that writes 2 MiB ends with its own
+    code, `logs` and `runs` show how many bytes were lost; once the disk is full, `run
+    --detach` says why it started nothing, in one line."""
+    host = {"python": sys.executable, "runs_dir": str(small_runs / "runs")}
+    write_inventory(tmp_path / "hosts.yaml", {"local": host}, default="local")
+    lines = 16384
+    code = f"import sys\nfor i in range({lines}): sys.stdout.write('%0127d\\n' % i)\nsys.exit(3)"
+    run_id = started(tmp_path, sys.executable, "-c", code)
+    f = rk("logs", run_id, "--follow", cwd=tmp_path)
+    assert f.returncode == 3, f.stderr
+    said = re.search(rb"run \w+ on local: (\d+) bytes of its output could not be written", f.stderr)
+    assert said is not None, f.stderr
+    assert len(f.stdout) + int(said.group(1)) == lines * 128
+    listed = json.loads(rk("runs", "--json", cwd=tmp_path).stdout)["hosts"][0]["result"]
+    assert next(r for r in listed if r["id"] == run_id)["lost_bytes"] == {
+        "output": int(said.group(1)),
+        "stdout": lines * 128 - len(rk("logs", run_id, "--stream", "stdout", cwd=tmp_path).stdout),
+    }
+    assert "bytes lost" in rk("runs", cwd=tmp_path).stdout.decode()
+    fill(small_runs)
+    r = rk("run", "--detach", "--", "sleep", "60", cwd=tmp_path)
+    assert r.returncode != 0 and b"Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count(b"\n") == 1 and b"No space left on device" in r.stderr, r.stderr
+    assert re.search(rb"run \w+ on local: cannot record it in ", r.stderr), r.stderr
+    assert rk("rm", run_id, cwd=tmp_path).returncode == 0

@@ -11,13 +11,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ import pytest
 import remotekit
 from remotekit.runs import Run
 from tests.conftest import open_local
-from tests.harness import ancestors, processes_with, run_readers, wait_gone
+from tests.harness import ancestors, fill, processes_with, run_readers, wait_gone
 from tests.runtimes import SlurmCluster
 
 
@@ -727,3 +729,296 @@ def test_detach_is_typed_as_a_run(tmp_path: Path) -> None:
     )
     out, err, code = api.run(["--no-error-summary", str(src)])
     assert code == 0, out + err
+
+
+# -- records, ids and disks that cannot be trusted; logs that change under a follow ---------
+
+
+def _agent_pid(t: remotekit.Target) -> int:
+    """The pid of the process that ran this step's runner (the agent, on its path)."""
+    return int(t.run(["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"], timeout=20).stdout)
+
+
+#: Run there: run.json of the run in folder argv[1] with the JSON object argv[2] merged in
+#: (a null removes the key), and no exit.json: a record as a hand, or a bug, leaves it.
+FORGE = """
+import json, os, sys
+folder, changes = sys.argv[1], json.loads(sys.argv[2])
+with open(os.path.join(folder, "run.json")) as f:
+    rec = json.load(f)
+rec.update(changes)
+with open(os.path.join(folder, "run.json"), "w") as f:
+    json.dump({k: v for k, v in rec.items() if v is not None}, f)
+if os.path.exists(os.path.join(folder, "exit.json")):
+    os.remove(os.path.join(folder, "exit.json"))
+"""
+
+
+def _forge(t: remotekit.Target, run: Run, **changes: object) -> None:
+    folder = os.path.dirname(run.info().log)
+    t.run([t.launch.interpreter or "python3", "-c", FORGE, folder, json.dumps(changes)])
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("pid", [-1, 0, 1])
+def test_stop_never_signals_a_recorded_pid_of_one_or_less(
+    ct: remotekit.Target, agent: bool | None, pid: int
+) -> None:
+    """A record whose supervisor pid is -1, 0 or 1, without a start time: kill(-1) would end
+    every process of the user (root in the container: all of them, the agent too), kill(0)
+    the stop's own group, kill(1) init. Such a record is corrupt: stop signals nothing and
+    says so in one line; the sentinel and the agent live on."""
+    mark = _marker()
+    sentinel = _start(ct, ["bash", "-c", f"sleep 300; : {mark}"])
+    victim = _start(ct, ["true"])
+    try:
+        victim.wait(timeout=30)
+        before = _agent_pid(ct)
+        _forge(ct, victim, supervisor={"pid": pid}, pid=pid, pid_start=None)
+        with pytest.raises(remotekit.RemotekitError) as info:
+            victim.stop(grace=1)
+        said = str(info.value)
+        assert "\n" not in said and "host 'ct'" in said and f"run {victim.id}:" in said
+        assert "record is corrupt" in said and "nothing was signalled" in said, said
+        assert victim.info().state == "corrupt"
+        assert processes_with(mark) and sentinel.state() == "running"
+        assert ct.run(["true"], timeout=20).ok  # a second step, on the same agent
+        if agent is not False:
+            assert _agent_pid(ct) == before
+    finally:
+        victim.rm()  # a corrupt record is removed by its id
+        _tidy(sentinel)
+
+
+#: Run there: record folders beside the run in folder argv[1], each its run.json with one
+#: thing wrong (a field, a type, a key gone, a value out of bounds, the size, the nesting,
+#: the folder's name); the folder names, as JSON, on stdout.
+MAKE_BAD = """
+import json, os, sys
+folder = sys.argv[1]
+with open(os.path.join(folder, "run.json")) as f:
+    good = json.load(f)
+made = []
+def bad(name, data):
+    os.mkdir(os.path.join(os.path.dirname(folder), name), 0o700)
+    with open(os.path.join(os.path.dirname(folder), name, "run.json"), "w") as f:
+        f.write(data if isinstance(data, str) else json.dumps(data))
+    made.append(name)
+bad("bad-started", dict(good, id="bad-started", started="yesterday"))
+bad("bad-types", dict(good, id="bad-types", command="rm -rf /", pid="12"))
+bad("bad-missing", {k: v for k, v in dict(good, id="bad-missing").items() if k != "supervisor"})
+bad("bad-huge", dict(good, id="bad-huge", started=1e308, supervisor={"pid": 2**40, "start": 1}))
+bad("bad-size", dict(good, id="bad-size", command=["x" * 100000]))
+bad("bad-deep", "[" * 50000)
+bad("bad-json", "{not json")
+osc = "bad\\x1b]0;pwned\\x07"
+bad(osc, dict(good, id=osc))
+print(json.dumps(made))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_each_record_is_checked_on_its_own_and_a_bad_one_is_listed_as_corrupt(
+    target: remotekit.Target,
+) -> None:
+    """One malformed record used to make ``runs`` list nothing for the whole host; now each
+    is listed as corrupt (saying what is wrong, its id escaped) and the rest as usual."""
+    run = _start(target, ["echo", "fine"])
+    made: list[str] = []
+    try:
+        run.wait(timeout=30)
+        py = target.launch.interpreter or "python3"
+        folder = os.path.dirname(run.info().log)
+        made = json.loads(target.run([py, "-c", MAKE_BAD, folder], timeout=30).stdout)
+        listed = {r.id: r for r in target.runs()}
+        assert listed[run.id].state == "exited" and listed[run.id].problem is None
+        why = {
+            "bad-started": "started is not a Unix time",
+            "bad-types": "command is not a list of words",
+            "bad-missing": "supervisor is missing",
+            "bad-huge": "started is not a Unix time",
+            "bad-size": "larger than 64 KiB",
+            "bad-deep": "not JSON",
+            "bad-json": "not JSON",
+            repr(made[-1]): "id is not a run id",
+        }
+        for name, problem in why.items():
+            r = listed[name]
+            assert (r.state, r.exit_code) == ("corrupt", None), name
+            assert r.problem is not None and problem in r.problem, (name, r.problem)
+        shown = str(target.runs()[0]) + "".join(str(r) for r in listed.values())
+        assert "\x1b" not in shown and "\x07" not in shown
+        assert run.info().state == "exited"
+        with pytest.raises(remotekit.RemotekitError, match="record is corrupt"):
+            target.run_handle("bad-started").stop(grace=1)
+        target.run_handle("bad-started").rm()
+        assert "bad-started" not in [r.id for r in target.runs()]
+    finally:
+        top = os.path.dirname(os.path.dirname(run.info().log))
+        gone = [os.path.join(top, name) for name in made]
+        if gone:
+            target.run(["rm", "-rf", "--", *gone], timeout=30)
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_ids_and_streams_are_checked_before_anything_runs(target: remotekit.Target) -> None:
+    """An id names a folder there and a stream a file in it: ``../../x`` must not climb out
+    (``--stream ../../outside`` printed a file beside the runs dir)."""
+    run = _start(target, ["echo", "mine"])
+    top = os.path.dirname(os.path.dirname(run.info().log))  # the runs dir
+    outside = os.path.join(os.path.dirname(top), "outside.log")
+    steps: list[str] = []
+    try:
+        run.wait(timeout=30)
+        target.run(["sh", "-c", f"echo not-a-run > {outside}"], timeout=20)
+        target.trace = lambda step, chain: steps.append(step)
+        for bad in ("../../x", "", "a/b", "x" * 65, "..", "r\x1b]0;t\x07"):
+            with pytest.raises(ValueError, match="not a run id"):
+                target.run_handle(bad)
+        for stream in ("../../outside", "bogus", "output/../../../outside"):
+            for follow in (False, True):
+                with pytest.raises(ValueError, match="not a log of a run"):
+                    run.logs(stream=stream, follow=follow)
+        with pytest.raises(ValueError, match="0 or more"):
+            run.logs(offset=-1)
+        assert steps == []  # refused here: nothing ran there
+    finally:
+        target.trace = None
+        target.run(["rm", "-f", outside], timeout=20)
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_an_error_there_is_said_once_not_retried_as_a_lost_connection(
+    target: remotekit.Target,
+) -> None:
+    """The supervisor's own failure (here a log that is a directory) is its error, raised at
+    once: one step, no reconnects, not a ConnectionLost."""
+    run = _start(target, ["echo", "x"])
+    steps: list[str] = []
+    try:
+        run.wait(timeout=30)
+        log = os.path.join(os.path.dirname(run.info().log), "stderr.log")
+        target.run(["sh", "-c", f"rm {log} && mkdir {log}"], timeout=20)
+        target.trace = lambda step, chain: steps.append(step)
+        for follow in (True, False):
+            with pytest.raises(remotekit.RemotekitError) as info:
+                b"".join(run.logs(stream="stderr", follow=follow, offset=0))
+            assert not isinstance(info.value, remotekit.ConnectionLost), info.value
+            assert "not a regular file" in str(info.value), info.value
+        assert steps == [f"runs logs {run.id}"] * 2
+        target.run(["rmdir", log], timeout=20)
+    finally:
+        target.trace = None
+        _tidy(run)
+
+
+@pytest.mark.timeout(60)
+def test_a_full_disk_refuses_a_detached_run_and_nothing_runs(
+    small_runs: Path, agent: bool | None
+) -> None:
+    """The run is recorded before its command starts: a disk too full to record it starts
+    nothing, and says so in one line (no supervisor traceback)."""
+    mark = _marker()
+    began = small_runs.parent / "began"  # not on the full disk
+    with open_local(agent, runs_dir=str(small_runs / "runs")) as t:
+        fill(small_runs)
+        with pytest.raises(remotekit.RemotekitError) as info:
+            t.run(["bash", "-c", f"touch {began}; sleep 300; : {mark}"], detach=True, timeout=30)
+        said = str(info.value)
+        assert "Traceback" not in said and "\n" not in said, said
+        assert re.search(r"run \w+ on local: cannot record it in .*: No space left", said), said
+        assert wait_gone(mark, 5.0) == [] and not began.exists()  # it never started
+        assert t.runs() == []  # and no record is left
+
+
+@pytest.mark.timeout(120)
+def test_a_disk_that_fills_during_a_run_loses_output_not_the_run(
+    small_runs: Path, agent: bool | None
+) -> None:
+    """Output that cannot be written is drained and counted, so the run ends when it should
+    (it blocked on its full pipe), its exit is recorded on the full disk, the loss is shown,
+    and stop works there (it wrote a file first)."""
+    mark = _marker()
+    lines = 16384  # 2 MiB of output for a 256 KiB disk
+    code = f"import sys\nfor i in range({lines}): sys.stdout.write('%0127d\\n' % i)\nsys.exit(3)"
+    expected = b"".join(b"%0127d\n" % i for i in range(lines))
+    with open_local(agent, runs_dir=str(small_runs / "runs")) as t:
+        sleeper = _start(t, ["bash", "-c", f"sleep 300; : {mark}"])
+        flood = _start(t, [sys.executable, "-c", code])
+        try:
+            done = flood.wait(timeout=60)
+            assert (done.state, done.exit_code) == ("exited", 3)
+            lost = done.lost_bytes.get("output", 0)
+            kept = b"".join(flood.logs())
+            assert lost > 0 and len(kept) + lost == len(expected) and kept == expected[: len(kept)]
+            followed = flood.logs(follow=True)
+            assert b"".join(followed) == kept and followed.lost_bytes == lost
+            assert "bytes lost" in str(done) and str(lost) in str(done)
+            with pytest.raises(OSError, match="No space left"):  # the disk is full still
+                (small_runs / "one-more").write_bytes(b"x" * 4096)
+            stopped = sleeper.stop(grace=1)
+            assert stopped.state == "stopped" and wait_gone(mark, 5.0) == []
+        finally:
+            _tidy(flood)
+            _tidy(sleeper)
+
+
+def _taker(chunks: Iterator[bytes]) -> Callable[[bytes, float], bytes]:
+    """``take(want, timeout)``: what ``chunks`` gave so far, once it ends with ``want``
+    (read by a thread, so a follow that shows nothing fails here instead of hanging)."""
+    got: queue.Queue[bytes | None] = queue.Queue()
+    seen = bytearray()
+
+    def read() -> None:
+        for chunk in chunks:
+            got.put(chunk)
+        got.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def take(want: bytes, timeout: float = 20.0) -> bytes:
+        end = time.monotonic() + timeout
+        while not seen.endswith(want):
+            left = end - time.monotonic()
+            assert left > 0, f"waited for {want!r}, got {bytes(seen)!r}"
+            with contextlib.suppress(queue.Empty):
+                chunk = got.get(timeout=min(left, 0.5))
+                assert chunk is not None, f"ended before {want!r}: {bytes(seen)!r}"
+                seen.extend(chunk)
+        return bytes(seen)
+
+    return take
+
+
+@pytest.mark.timeout(90)
+def test_a_follow_goes_on_from_the_start_of_a_log_truncated_or_replaced(
+    target: remotekit.Target,
+) -> None:
+    """The run's log truncated mid-follow, then replaced by a new file: the lines written
+    after each are shown, and each is said once."""
+    go = f"/tmp/{_marker()}"
+    wait = "while [ ! -e {0} ]; do sleep .05; done; "
+    script = "echo a1; echo a2; echo a3; " + wait.format(go + "1") + "echo b1; "
+    script += wait.format(go + "2") + "echo c1"
+    run = _start(target, ["bash", "-c", script])
+    warned: list[str] = []
+    try:
+        log = run.info().log
+        stream = run.logs(follow=True, on_warning=warned.append)
+        take = _taker(iter(stream))
+        take(b"a1\na2\na3\n")
+        target.run(["truncate", "-s", "0", log], timeout=20)
+        target.run(["touch", go + "1"], timeout=20)
+        assert take(b"b1\n") == b"a1\na2\na3\nb1\n"
+        assert len(warned) == 1 and "was truncated (9 -> " in warned[0], warned
+        target.run(["sh", "-c", f"echo new > {log}.new && mv {log}.new {log}"], timeout=20)
+        target.run(["touch", go + "2"], timeout=20)
+        assert take(b"c1\n") == b"a1\na2\na3\nb1\nnew\nc1\n"
+        assert len(warned) == 2 and "was replaced" in warned[1], warned
+        assert run.wait(timeout=30).exit_code == 0
+        assert all(f"run {run.id} on {target.name}: {log} was" in w for w in warned)
+    finally:
+        target.run(["rm", "-f", go + "1", go + "2"], timeout=20)
+        _tidy(run)

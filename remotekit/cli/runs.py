@@ -24,7 +24,15 @@ from remotekit.cli.output import fan_out
 from remotekit.cli.selection import OPTIONS_HERE, Selection, fleet_task
 from remotekit.fleet import fleet
 from remotekit.render import Console, to_json
-from remotekit.runs import LogStream, Run, RunInfo, prune, render_runs
+from remotekit.runs import (
+    LogStream,
+    Run,
+    RunInfo,
+    check_id,
+    check_stream,
+    prune,
+    render_runs,
+)
 
 ID_HELP = "the run's id (what run --detach printed; see `remotekit runs`)"
 
@@ -55,6 +63,7 @@ def find_run(sel: Selection, run_id: str) -> Run:
     """The run ``run_id`` on whichever selected target has it (exit 2: none, or several)."""
     if not run_id or run_id.startswith("-"):  # `stop --help` hands invoke's --help over as ID
         raise Exit("remotekit: give the run's id first (see `remotekit runs`)", code=2)
+    usage(check_id, run_id)
     targets = sel.targets()
     if len(targets) == 1:
         return targets[0].run_handle(run_id)
@@ -66,6 +75,14 @@ def find_run(sel: Selection, run_id: str) -> Run:
         hosts = ", ".join(t.name for t in (having or targets))
         raise Exit(f"remotekit: run {run_id}: on {where}the selected hosts ({hosts})", code=2)
     return having[0].run_handle(run_id)
+
+
+def usage(check: Any, value: str) -> None:
+    """``check(value)``; its ValueError a usage error (exit 2), before anything runs."""
+    try:
+        check(value)
+    except ValueError as exc:
+        raise Exit(f"remotekit: {exc} (see `remotekit runs`)", code=2) from None
 
 
 def act(run: Run, what: Any) -> Any:
@@ -100,12 +117,14 @@ def logs(
     short, it says the --offset that goes on from there)."""
     if tail >= 0 and offset >= 0:
         raise Exit("remotekit: give --tail or --offset, not both", code=2)
+    usage(check_stream, stream)
     run = find_run(sel, id)
     chunks = run.logs(
         follow=follow,
         tail=None if tail < 0 else tail,
         offset=None if offset < 0 else offset,
         stream=stream,
+        on_warning=lambda said: print(f"remotekit: {said}", file=sys.stderr, flush=True),
     )
     shown = _Shown(chunks)
     try:
@@ -120,6 +139,12 @@ def logs(
         if shown.at is not None:
             said += "\n" + _resume(run, shown.at, follow, stream, "cut short")
         raise Exit(said, code=2) from None
+    if chunks.lost_bytes:
+        print(
+            f"remotekit: run {id} on {run.target.name}: {chunks.lost_bytes} bytes of its "
+            f"{stream} could not be written there (the disk was full): they are not in it",
+            file=sys.stderr,
+        )
     if follow:
         if chunks.state == "lost":
             raise Exit(f"remotekit: run {id} was lost (its supervisor vanished)", code=2)
@@ -135,6 +160,7 @@ class _Shown:
     def __init__(self, chunks: LogStream):
         self.chunks = chunks
         self.written: int | None = None  # where the chunks written end
+        self._resets = 0
         self._writing = False
         self._held = False
 
@@ -143,6 +169,8 @@ class _Shown:
         return self.written if self.written is not None else self.chunks.offset
 
     def write(self, chunk: bytes) -> None:
+        if self.chunks.resets != self._resets:  # followed from the log's start again
+            self.written, self._resets = None, self.chunks.resets
         begin = self.at or 0
         self._writing = True
         sys.stdout.buffer.write(chunk)

@@ -9,9 +9,9 @@ a script together with every sibling module and package it imports, at the same 
 paths (``from ckpt.check import scan_item`` in ``ckpt.py`` ships ``ckpt/__init__.py`` and
 ``ckpt/check.py``, whose ``from .base import ...`` ships ``ckpt/base.py``; ``from .readers
 import mlflow`` ships ``readers/mlflow.py``), so a diagnostic may be a package of small
-modules. Local code imports two of them too: ``protocol.py`` (the
-format is written once) and ``sync.py`` (its exclude rules and path checks mean the same on
-both sides). ``relay.py`` (:mod:`remotekit.forward`) speaks no records: after one line each
+modules. Local code imports three of them too: ``protocol.py`` (the
+format is written once), ``sync.py`` (its exclude rules and path checks mean the same on
+both sides) and ``runrecord.py`` (a run's record and its checks, for both sides). ``relay.py`` (:mod:`remotekit.forward`) speaks no records: after one line each
 way, its stdin and stdout are a raw byte stream. ``agent.py``
 (:mod:`remotekit.agent`) speaks no records either: its stdin and stdout carry frames, whose
 format local code imports from it (written once); ``boot.py`` is what its loader runs first,

@@ -1,6 +1,7 @@
 """Input files as the diagnostics open them: only regular files, and only names that stay inside
 the checkpoint that named them. Standard library only, Python >= 3.8; every reader of a
-checkpoint or a log opens through :func:`open_regular`.
+checkpoint or a log opens through :func:`open_regular`; every follower of a growing log notices
+through :func:`moved` that it was truncated or replaced.
 
 Opening a FIFO blocks until a writer comes (forever, under a step timeout); a character device
 streams without end. :func:`open_regular` opens without blocking, looks at what it opened
@@ -71,6 +72,31 @@ def open_regular(path, mode="rb", encoding=None, errors=None):
     except BaseException:
         os.close(fd)
         raise
+
+
+def identity(f):
+    """``(st_dev, st_ino)`` of the open file ``f``: which file it is, whatever its name."""
+    st = os.fstat(f.fileno())
+    return st.st_dev, st.st_ino
+
+
+def moved(path, f, ident, offset):
+    """How the file that a follower of ``path`` reads changed under it, the rule of every
+    follow (train-log's, a run's log): ``("replaced", size)`` when ``path`` names another
+    file now than ``f`` (identity ``ident``; rotated, or written anew), ``("truncated", size)``
+    when ``f`` is shorter than ``offset``, the bytes it read, else None (also while nothing
+    is at ``path``: moved away, the open file is read on). ``size``: ``f``'s size. The
+    follower reads the old file to its end first, then goes on from the start, and says so."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    size = os.fstat(f.fileno()).st_size
+    if (st.st_dev, st.st_ino) != ident:
+        return "replaced", size
+    if size < offset:
+        return "truncated", size
+    return None
 
 
 def read_regular(path, limit=-1):

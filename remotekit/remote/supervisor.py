@@ -5,17 +5,31 @@ Each run has a record folder (0700; its files 0600)::
 
     <runs dir>/<id>/run.json     id, host, command (masked when it leaves the host), cwd,
                                  started, the supervisor's pid and start time, the
-                                 command's pid, the shipped files' dir; a batch job's
-                                 ``job`` id and ``batch`` (how to ask about it, cancel it)
+                                 command's pid and start time (null until it started: the
+                                 record is made first, so no command runs unrecorded), the
+                                 shipped files' dir; a batch job's ``job`` id and ``batch``
+                                 (how to ask about it, cancel it)
                    output.log    stdout and stderr as they came, interleaved, byte for byte
                                  (what ``logs`` shows; offsets into it resume a follow)
                    stdout.log    stdout alone
                    stderr.log    stderr alone (so the two can be told apart)
-                   exit.json     when it ended: code, ended, reason (exit | stopped), and
-                                 any leftovers it stopped; written whole (temp + rename);
-                                 for a batch job whose supervisor is gone, by whoever
-                                 first saw the job end (``by``: the tool that said so)
-                   stop.json     a stop request (its grace), read by the supervisor on TERM
+                   loss.json     bytes of each log that could not be written (a full disk:
+                                 the output is still drained, so the run never blocks on
+                                 it); made at its full size with the record and updated in
+                                 place, so it needs no new space; given up for exit.json's
+                                 space when the disk is full at the end
+                   exit.json     when it ended: code, ended, reason (exit | stopped), any
+                                 leftovers it stopped, ``lost_bytes`` (loss.json's counts);
+                                 written whole (temp + rename); for a batch job whose
+                                 supervisor is gone, by whoever first saw the job end
+                                 (``by``: the tool that said so)
+                   stop.json     a stop request (its grace), read by the supervisor on TERM;
+                                 made with the record and written in place: a stop needs no
+                                 new space, and sends its TERM even when this write fails
+
+Every record file is checked before it is used (:mod:`runrecord`: size, JSON, each field's
+type and bounds); a run whose files fail is listed as ``corrupt``, with what is wrong, and is
+never signalled. Only a pid > 1 whose start time is the recorded one is ever signalled.
 
 The runs dir is ``--runs-dir`` (hosts.yaml ``runs_dir:``), else ``$XDG_STATE_HOME/remotekit/
 runs``, else ``~/.local/state/remotekit/runs``: not a tmpfs, so a record survives a restart.
@@ -24,11 +38,14 @@ Modes (``python supervisor.py MODE ...``)::
 
     start ID [--runs-dir D] [--host H] [--grace S] [--script NAME] [--batch JSON] -- ARGV...
         run by the runner as a detached step, so it is in its own session and no step's stop
-        reaches it. It becomes a child subreaper (orphans of the run re-parent to it), starts
-        the command in its own session, reports {"id", "pid", "log"} (or {"error"}) as one
-        JSON line on the file descriptor $REMOTEKIT_REPORT_FD, copies the command's output
-        into the logs, and records the exit. TERM/HUP/INT to it stop the run's whole tree
-        (TERM, KILL after the grace); so does the end of the main process (leftovers).
+        reaches it. It records the run, becomes a child subreaper (orphans of the run
+        re-parent to it), starts the command in its own session, reports {"id", "pid",
+        "log"} (or {"error"}: one line naming host, run and cause; nothing left running, no
+        record left) as one JSON line on the file descriptor $REMOTEKIT_REPORT_FD, copies
+        the command's output into the logs, and records the exit. TERM/HUP/INT to it stop
+        the run's whole tree (TERM, KILL after the grace); so does the end of the main
+        process (leftovers). A log replaced under it (a new file at its path) is written
+        from then on, as logging's WatchedFileHandler does.
         A batch job (a Slurm hop; --batch: the fields of ``layers.core.Batch`` but ``submit``):
         ARGV prints the job's id as its first stdout line (recorded before the report), then
         waits for the job (sbatch --parsable --wait); it gets ``log_option`` + the log's path
@@ -39,18 +56,24 @@ Modes (``python supervisor.py MODE ...``)::
     logs ID [--offset N | --tail N] [--follow] [--stream output|stdout|stderr]
         ``data`` records {"at": offset, "bytes": the bytes as a latin-1 string} from there;
         with --follow until the run ended and every byte was sent (``beat`` records while it
-        is quiet); ``done`` carries the run's state and exit code and the offset reached
+        is quiet); a log found shorter than the offset (truncated) or replaced is followed
+        from its start again after a ``reset`` record {"at": 0, "message"}; ``done``
+        carries the run's state and exit code, the offset reached, and ``lost_bytes`` (of
+        that log, when the disk was full)
     wait ID                              until the run ends; its ``run`` record
     stop ID [--grace S]                  stop the tree; the ``run`` record afterwards
-    rm ID                                remove a finished run's record (and shipped dir)
+    rm ID                                remove a finished (or corrupt) run's record
     rm --finished [--older-than S]       remove every run that ended at least S s ago
 
-Standard library only, Python >= 3.8; records as :mod:`protocol` writes them.
+Every failure of a mode but ``start`` is an ``error`` record and a ``done`` (exit 2), never
+a traceback: the local side shows it as the far side's error, once, and does not take it for
+a lost connection. Standard library only, Python >= 3.8; records as :mod:`protocol` writes
+them.
 """
 
+import errno
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -58,17 +81,21 @@ import sys
 import threading
 import time
 
+import infile
 import protocol
 import runner
+import runrecord
+from runrecord import CORRUPT, ID_RE, STREAMS
 
-ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 READ = 512 << 10  # bytes read at once for data records
 MAX_RECORD = 960 << 10  # a record line stays below the engine's 1 MiB line (else it is cut)
 POLL_S = 0.05  # how often a follow looks for new bytes
 JOB_ASK_S = 5.0  # a batch job's state is asked at most this often (the scheduler is shared)
 BEAT_S = 1.0  # a quiet follow says it is alive this often
 DEFAULT_GRACE = 10.0
-STREAMS = ("output", "stdout", "stderr")
+MAX_GRACE = 86400.0
+SPARE = 4096  # loss.json's size: one block, what exit.json needs of a full disk
+ASK = 64  # stop.json's size: {"grace": any float} fits
 
 
 # -- the record folder -------------------------------------------------------------------------
@@ -89,67 +116,189 @@ def runs_dir(given):
 
 
 def write_json(path, data):
-    """``data`` as ``path``, whole or not at all (a temp file beside it, then rename)."""
+    """``data`` as ``path``, whole or not at all (a temp file beside it, then rename; the
+    temp file gone on a failure: a full disk keeps no half-written one)."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def make_spare(path, size):
+    """The file ``path``, ``size`` spaces: its space taken now, for :func:`write_in_place`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        if os.write(fd, b" " * size) != size:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_in_place(path, data, size):
+    """``data`` as JSON (padded with spaces to ``size``) over the file :func:`make_spare`
+    made: no new space is needed, so this works on a full disk."""
+    line = json.dumps(data).encode()
+    if len(line) > size:
+        raise ValueError("%d bytes do not fit in %s" % (len(line), path))
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, line.ljust(size), 0)
+    finally:
+        os.close(fd)
 
 
 def read_json(path):
     try:
         with open(path) as f:
             return json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
-def start_ticks(pid):
-    """The process's start time (clock ticks since boot), or None when it is gone: with the
-    pid, it tells the supervisor from a later process that got the same pid."""
+def read_record(path, fields):
+    """``(record, None)`` from the record file ``path`` when it is sound; ``(None, None)``
+    when there is none; ``(None, what is wrong)`` else (:func:`runrecord.parse`)."""
+    name = os.path.basename(path)
+    try:
+        with infile.open_regular(path) as f:
+            data = f.read(runrecord.MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except (infile.NotRegularFile, IsADirectoryError):
+        return None, "%s is not a regular file" % name
+    except OSError as e:
+        return None, "%s cannot be read (%s)" % (name, os.strerror(e.errno or errno.EIO))
+    return runrecord.parse(data, fields, name)
+
+
+def lost_bytes(folder, ended=None):
+    """``{log: bytes}`` of each log of the run that lost bytes (exit.json's, else loss.json's;
+    a loss.json being written, or not sound, counts none)."""
+    if ended and ended.get("lost_bytes"):
+        return dict(ended["lost_bytes"])
+    counts, _ = read_record(os.path.join(folder, "loss.json"), runrecord.LOSS)
+    return {k: n for k, n in (counts or {}).items() if n}
+
+
+def record_end(folder, data):
+    """exit.json, whole, with the logs' ``lost_bytes``. On a full disk, loss.json's space (kept
+    for this) is given up first; then exit.json goes without the lists of processes. OSError
+    when even that cannot be written."""
+    path = os.path.join(folder, "exit.json")
+    data = dict(data)
+    if "lost_bytes" not in data:
+        data["lost_bytes"] = lost_bytes(folder)
+    try:
+        return write_json(path, data)
+    except OSError:
+        pass
+    try:
+        os.unlink(os.path.join(folder, "loss.json"))  # its counts are in data
+    except OSError:
+        pass
+    try:
+        return write_json(path, data)
+    except OSError:
+        keep = ("reason", "code", "ended", "lost", "lost_bytes", "by")
+        return write_json(path, {k: data[k] for k in keep if k in data})
+
+
+def start_ticks(pid, ended_too=False):
+    """The process's start time (clock ticks since boot), or None when it is gone (ended,
+    unless ``ended_too``: a child not yet reaped still has it): with the pid, it tells the
+    supervisor from a later process that got the same pid."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    if fields[0] in (b"Z", b"X"):
+    if fields[0] in (b"Z", b"X") and not ended_too:
         return None
     return int(fields[19])
 
 
+def is_it(pid, start):
+    """Whether ``pid`` is the process a record names: a pid > 1 (0, 1 and negative ones
+    signal a group, init, every process of the user), running, started at ``start``."""
+    return type(pid) is int and pid > 1 and start is not None and start_ticks(pid) == start
+
+
 def alive(proc):
-    return bool(proc) and proc.get("pid") and start_ticks(proc["pid"]) == proc.get("start")
+    return isinstance(proc, dict) and is_it(proc.get("pid"), proc.get("start"))
+
+
+def send_signal(pid, start, sig, group=False):
+    """``sig`` to the process ``pid`` (its process group with ``group``) if it is the one a
+    record names (:func:`is_it`): the one place a recorded pid is signalled. Whether it was."""
+    if not is_it(pid, start):
+        return False
+    try:
+        (os.killpg if group else os.kill)(pid, sig)
+    except OSError:
+        return False
+    return True
+
+
+def ended_state(ended):
+    return "stopped" if ended.get("reason") == "stopped" else "exited"
 
 
 def state_of(folder, record):
-    """(state, exit.json's data or None) of a run. Without its supervisor a batch run is
-    what its job is: running while the job has not ended; once it has, its end is written
-    as the run's exit.json (the scheduler forgets jobs); lost when no tool knows the job."""
-    ended = read_json(os.path.join(folder, "exit.json"))
+    """(state, exit.json's data or None, what is wrong or None) of a run. Without its
+    supervisor a batch run is what its job is: running while the job has not ended; once it
+    has, its end is written as the run's exit.json (the scheduler forgets jobs); lost when
+    no tool knows the job."""
+    ended, why = read_record(os.path.join(folder, "exit.json"), runrecord.END)
+    if why is not None:
+        return CORRUPT, None, why
     if ended is not None:
-        return ("stopped" if ended.get("reason") == "stopped" else "exited"), ended
-    if alive(record.get("supervisor")):
-        return "running", None
+        return ended_state(ended), ended, None
+    if alive(record["supervisor"]):
+        return "running", None, None
     if record.get("job"):
         answer = job_state(record)
         if answer is None:
-            return "running", None
+            return "running", None, None
         if answer != "unknown":
-            if read_json(os.path.join(folder, "exit.json")) is None:  # not its supervisor's
-                write_json(os.path.join(folder, "exit.json"), answer)
+            if not os.path.exists(os.path.join(folder, "exit.json")):  # not its supervisor's
+                try:
+                    record_end(folder, answer)
+                except OSError:  # a full disk: what the scheduler said, not kept
+                    return ended_state(answer), answer, None
             return state_of(folder, record)
-    return "lost", None
+    return "lost", None, None
 
 
 def info(folder):
-    """A run's ``run`` record, or None when ``folder`` holds none."""
-    record = read_json(os.path.join(folder, "run.json"))
-    if not isinstance(record, dict):
+    """A run's ``run`` record; None when ``folder`` holds no run.json (not a run, or one being
+    recorded); state ``corrupt``, with the ``problem``, when a record file fails its check."""
+    record, why = read_record(os.path.join(folder, "run.json"), runrecord.RUN)
+    if record is None and why is None:
         return None
-    state, ended = state_of(folder, record)
+    if why is None and record["id"] != os.path.basename(folder):
+        why = "run.json: id is not its folder's name"
+    if why is None:
+        state, ended, why = state_of(folder, record)
+    if why is not None:
+        log = os.path.join(folder, "output.log")
+        return {
+            "type": "run",
+            "id": os.path.basename(folder),
+            "state": CORRUPT,
+            "problem": why,
+            "log": log,
+        }
     out = dict(record)
     out.update(
         {
@@ -159,22 +308,25 @@ def info(folder):
             "ended": (ended or {}).get("ended"),
             "stopped": (ended or {}).get("stopped") or [],
             "log": os.path.join(folder, "output.log"),
-            "command": protocol.mask_argv(record.get("command") or []),
+            "command": protocol.mask_argv(record["command"]),
+            "lost_bytes": lost_bytes(folder, ended),
         }
     )
     return out
 
 
+class Refused(Exception):
+    """What a mode could not do, as its one ``error`` record (exit 2)."""
+
+
 def find(args):
-    """The folder of run ``args.id``, or a ``done`` with an error (exit 2) and None."""
-    if not ID_RE.match(args.id):
-        return None, protocol.fail(args.mode, "not a run id: %r" % args.id)
+    """The folder of run ``args.id`` (Refused: not an id, no such run)."""
+    if not runrecord.is_id(args.id):
+        raise Refused("not a run id: %r" % args.id)
     folder = os.path.join(runs_dir(args.runs_dir), args.id)
     if info(folder) is None:
-        return None, protocol.fail(
-            args.mode, "no run %s in %s" % (args.id, os.path.dirname(folder))
-        )
-    return folder, 0
+        raise Refused("no run %s in %s" % (args.id, os.path.dirname(folder)))
+    return folder
 
 
 # -- a batch job's own state -------------------------------------------------------------------
@@ -270,6 +422,50 @@ def ended_as(state, code, end, batch, by):
 # -- start: the supervisor ---------------------------------------------------------------------
 
 
+class Log(object):
+    """One of a run's logs, appended to. A chunk is written whole, or what of it could not be
+    written (a full disk) is counted in ``lost``: the caller goes on draining the run's pipe.
+    A new file at its path (the log replaced) is written from then on."""
+
+    def __init__(self, path):
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        self.ident = self._ident(os.fstat(self.fd))
+        self.lost = 0
+
+    @staticmethod
+    def _ident(st):
+        return st.st_dev, st.st_ino
+
+    def write(self, data):
+        """Whether all of ``data`` was written."""
+        self._follow_path()
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self.fd, view)
+            except OSError:  # ENOSPC, EDQUOT, EIO: the rest of the chunk is lost
+                n = 0
+            if not n:
+                self.lost += len(view)
+                return False
+            view = view[n:]
+        return True
+
+    def _follow_path(self):
+        try:
+            ident = self._ident(os.stat(self.path))
+        except OSError:
+            return  # removed: nothing is made in its place
+        if ident != self.ident:
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            except OSError:
+                return
+            os.close(self.fd)
+            self.fd, self.ident = fd, self._ident(os.fstat(fd))
+
+
 class Supervisor(object):
     def __init__(self, args):
         self.args = args
@@ -279,6 +475,9 @@ class Supervisor(object):
         # the runner waits on this pipe for one line; the command must not see its number
         self.report_fd = int(os.environ.pop("REMOTEKIT_REPORT_FD", "-1"))
         self.job = None  # a batch job's id, once its submitter said it
+        self.child = None
+        self.made = False  # the record folder, by this supervisor (removed if it fails)
+        self.logs = {}
 
     def report(self, data):
         fd, self.report_fd = self.report_fd, -1
@@ -290,21 +489,15 @@ class Supervisor(object):
             finally:
                 os.close(fd)
 
+    def refuse(self, what, error):
+        """Report that the run did not start, in one line naming host, run and cause: False."""
+        where = self.args.host or "this host"
+        cause = error.strerror or str(error)
+        self.report({"error": "run %s on %s: %s: %s" % (self.args.id, where, what, cause)})
+        return False
+
     def run(self):
         os.umask(0o077)
-        try:
-            os.makedirs(os.path.dirname(self.folder), 0o700, exist_ok=True)
-            os.mkdir(self.folder, 0o700)
-            files = [self.open(n) for n in STREAMS]
-        except OSError as e:
-            self.report({"error": "cannot make the run's record %s: %s" % (self.folder, e)})
-            return 1
-        runner.become_subreaper()
-        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(s, lambda signum, frame: self.stopping.append(signum))
-        child, pipes = self.spawn()
-        if child is None:
-            return 1
         record = {
             "id": self.args.id,
             "host": self.args.host,
@@ -312,28 +505,68 @@ class Supervisor(object):
             "cwd": os.getcwd(),
             "started": time.time(),
             "supervisor": {"pid": os.getpid(), "start": start_ticks(os.getpid())},
-            "pid": child.pid,
-            "pid_start": start_ticks(child.pid),
+            "pid": None,
+            "pid_start": None,
             "dir": os.environ.get("REMOTEKIT_DIR") or None,
         }
-        write_json(os.path.join(self.folder, "run.json"), record)
-        copiers = [self.copy(pipes[1], files[0], files[2])]
+        if not self.record(record):
+            return 1
+        runner.become_subreaper()
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, lambda signum, frame: self.stopping.append(signum))
+        child, pipes = self.spawn()
+        if child is None:
+            return 1
+        self.child = child
+        record.update({"pid": child.pid, "pid_start": start_ticks(child.pid, ended_too=True)})
+        if not self.rewrite(record, child):
+            return 1
+        copiers = [self.copy(pipes[1], "stderr")]
         if self.args.batch:
-            self.job = self.job_id(pipes[0], files[0], files[1])
+            self.job = self.job_id(pipes[0])
             record.update({"job": self.job, "batch": self.args.batch})
-            write_json(os.path.join(self.folder, "run.json"), record)
-        copiers.append(self.copy(pipes[0], files[0], files[1]))
+            if not self.rewrite(record, child):
+                return 1
+        copiers.append(self.copy(pipes[0], "stdout"))
         log = os.path.join(self.folder, "output.log")
         self.report({"id": self.args.id, "pid": child.pid, "log": log})
         self.finish(child, copiers)
         return 0
 
-    def open(self, stream):
-        path = os.path.join(self.folder, stream + ".log")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        return os.fdopen(fd, "wb", buffering=0)
+    def record(self, record):
+        """The run's record folder, made before anything starts: its logs, loss.json and
+        stop.json (their space taken now), then run.json. On a failure it is removed and
+        nothing starts: False, reported."""
+        try:
+            os.makedirs(os.path.dirname(self.folder), 0o700, exist_ok=True)
+            os.mkdir(self.folder, 0o700)
+            self.made = True
+        except OSError as e:
+            return self.refuse("cannot make its record folder %s" % self.folder, e)
+        try:
+            self.logs = {s: Log(os.path.join(self.folder, s + ".log")) for s in STREAMS}
+            make_spare(os.path.join(self.folder, "loss.json"), SPARE)
+            make_spare(os.path.join(self.folder, "stop.json"), ASK)
+            write_json(os.path.join(self.folder, "run.json"), record)
+        except OSError as e:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return self.refuse("cannot record it in %s" % self.folder, e)
+        return True
 
-    def job_id(self, src, combined, own):
+    def rewrite(self, record, child):
+        """run.json again, with what started (the command's pid, the batch job): on a failure
+        the command is stopped and the record removed: False, reported."""
+        try:
+            write_json(os.path.join(self.folder, "run.json"), record)
+            return True
+        except OSError as e:
+            cancel_job(self.job, self.args.batch)
+            runner.stop_tree(child, 1.0)
+            child.wait()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return self.refuse("cannot record its pid in %s (stopped)" % self.folder, e)
+
+    def job_id(self, src):
         """A batch submitter's first stdout line: the job's id (``ID`` or ``ID;CLUSTER``),
         None when it ended without one (its words, on stderr, are in the log). What came
         after that line goes to the logs."""
@@ -351,8 +584,7 @@ class Supervisor(object):
         if not ID_RE.match(job):
             job, rest = None, data
         if rest:
-            own.write(rest)
-            combined.write(rest)
+            self.keep("stdout", rest)
         return job
 
     def spawn(self):
@@ -381,7 +613,20 @@ class Supervisor(object):
             os.close(err_w)
         return child, (out_r, err_r)
 
-    def copy(self, src, combined, own):
+    def keep(self, stream, data):
+        """``data`` of ``stream`` into its log and the interleaved one, in the same order in
+        both; bytes that could not be written are counted (loss.json), never waited on."""
+        with self.lock:
+            whole = self.logs[stream].write(data)
+            whole = self.logs["output"].write(data) and whole
+            if not whole:
+                counts = {s: log.lost for s, log in self.logs.items() if log.lost}
+                try:
+                    write_in_place(os.path.join(self.folder, "loss.json"), counts, SPARE)
+                except (OSError, ValueError):
+                    pass  # given up for exit.json, or removed: the counts go there at the end
+
+    def copy(self, src, stream):
         def pump():
             while True:
                 try:
@@ -390,9 +635,7 @@ class Supervisor(object):
                     break
                 if not b:
                     break
-                with self.lock:  # one chunk lands whole in both files, in the same order
-                    own.write(b)
-                    combined.write(b)
+                self.keep(stream, b)
             os.close(src)
 
         t = threading.Thread(target=pump)
@@ -426,12 +669,21 @@ class Supervisor(object):
         code = child.returncode
         data["code"] = 128 - code if code < 0 else code
         data["ended"] = time.time()
-        write_json(os.path.join(self.folder, "exit.json"), data)
+        with self.lock:
+            data["lost_bytes"] = {s: log.lost for s, log in self.logs.items() if log.lost}
+        try:
+            record_end(self.folder, data)
+        except OSError as e:  # nobody hears this: the run shows as lost
+            sys.stderr.write(
+                "remotekit: run %s: its end was not recorded: %s\n" % (self.args.id, e)
+            )
 
     def grace(self):
         asked = read_json(os.path.join(self.folder, "stop.json")) or {}
-        grace = asked.get("grace")
-        return float(grace if isinstance(grace, (int, float)) else self.args.grace)
+        grace = asked.get("grace") if isinstance(asked, dict) else None
+        if type(grace) not in (int, float) or not 0 <= grace <= MAX_GRACE:
+            grace = self.args.grace
+        return float(grace)
 
 
 # -- the other modes ---------------------------------------------------------------------------
@@ -501,14 +753,33 @@ def ended_now(folder):
     return rec is None or rec["state"] != "running"
 
 
+def again(path, f, change, offset):
+    """``(file, identity, offset)`` to go on with from the start of the log at ``path``, which
+    :func:`infile.moved` found changed (``f``: the file read so far); said in a ``reset``."""
+    how, size = change
+    if how == "replaced":
+        what = "replaced: following the new file from its start"
+    else:
+        what = "truncated (%d -> %d bytes): following it from its start" % (offset, size)
+    protocol.emit({"type": "reset", "at": 0, "message": "%s was %s" % (path, what)})
+    f.close()
+    f = infile.open_regular(path)
+    return f, infile.identity(f), 0
+
+
 def do_logs(args, folder):
     path = os.path.join(folder, args.stream + ".log")
-    offset = args.offset
-    if args.tail is not None and offset is None:
-        offset = tail_offset(path, args.tail) if args.tail > 0 else os.path.getsize(path)
-    offset = offset or 0
-    protocol.emit({"type": "start", "at": offset})
-    with open(path, "rb") as f:
+    f = infile.open_regular(path)
+    try:
+        ident = infile.identity(f)
+        offset = args.offset
+        if args.tail is not None and offset is None:
+            offset = tail_offset(path, args.tail) if args.tail > 0 else os.path.getsize(path)
+        offset = offset or 0
+        change = infile.moved(path, f, ident, offset)
+        if change is not None:  # shorter than the offset (a follow resumed): from the start
+            f, ident, offset = again(path, f, change, offset)
+        protocol.emit({"type": "start", "at": offset})
         f.seek(offset)
         quiet_since = time.monotonic()
         while True:
@@ -519,15 +790,28 @@ def do_logs(args, folder):
                 offset += len(b)
                 quiet_since = time.monotonic()
                 continue
-            if ended or not args.follow:
+            if not args.follow:
+                break
+            change = infile.moved(path, f, ident, offset)
+            if change is not None:  # the old file was read to its end just now
+                f, ident, offset = again(path, f, change, offset)
+                continue
+            if ended:
                 break
             if time.monotonic() - quiet_since >= BEAT_S:
                 protocol.emit({"type": "beat", "at": offset})
                 quiet_since = time.monotonic()
             time.sleep(POLL_S)
+    finally:
+        f.close()
     rec = info(folder) or {}
     return protocol.finish(
-        "logs", 0, offset=offset, state=rec.get("state"), run_exit_code=rec.get("exit_code")
+        "logs",
+        0,
+        offset=offset,
+        state=rec.get("state"),
+        run_exit_code=rec.get("exit_code"),
+        lost_bytes=(rec.get("lost_bytes") or {}).get(args.stream, 0),
     )
 
 
@@ -538,14 +822,18 @@ def do_wait(args, folder):
     return protocol.finish("wait", 0)
 
 
+def corrupt(args, rec, what):
+    return Refused("run %s: its record is corrupt (%s): %s" % (args.id, rec.get("problem"), what))
+
+
 def do_stop(args, folder):
     rec = info(folder)
-    if rec["state"] == "running" and alive(rec.get("supervisor")):
-        write_json(os.path.join(folder, "stop.json"), {"grace": args.grace})
-        try:
-            os.kill(rec["supervisor"]["pid"], signal.SIGTERM)
-        except OSError:
-            pass
+    if rec["state"] == CORRUPT:
+        raise corrupt(args, rec, "not stopped, nothing was signalled")
+    sup = rec["supervisor"]
+    if rec["state"] == "running" and alive(sup):
+        ask(folder, args.grace)
+        send_signal(sup["pid"], sup["start"], signal.SIGTERM)
         end = time.monotonic() + args.grace + 10.0
         while not ended_now(folder) and time.monotonic() < end:
             time.sleep(0.05)
@@ -553,6 +841,20 @@ def do_stop(args, folder):
         stop_orphan(folder, rec, args.grace)
     protocol.emit(info(folder))
     return protocol.finish("stop", 0)
+
+
+def ask(folder, grace):
+    """Tell the supervisor the grace of the stop, in stop.json: in place, so a full disk does
+    not stop it; a run recorded before stop.json was made gets it the usual way. The TERM
+    goes whatever happens here: the supervisor then takes its own grace."""
+    path = os.path.join(folder, "stop.json")
+    try:
+        if os.path.exists(path):
+            write_in_place(path, {"grace": grace}, ASK)
+        else:
+            write_json(path, {"grace": grace})
+    except (OSError, ValueError):
+        pass
 
 
 def cancel_job(job, batch):
@@ -572,14 +874,10 @@ def stop_orphan(folder, rec, grace):
     group cannot be found any more), and the run is marked stopped, with the job's exit
     code once the scheduler says the job ended."""
     cancel_job(rec.get("job"), rec.get("batch"))
-    pid = rec.get("pid")
+    pid, start = rec.get("pid"), rec.get("pid_start")
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not isinstance(pid, int) or start_ticks(pid) != rec.get("pid_start"):
-            break  # gone, or the pid is another process's now
-        try:
-            os.killpg(pid, sig)
-        except (OSError, TypeError):
-            break
+        if not send_signal(pid, start, sig, group=True):
+            break  # gone, never started, or the pid is another process's now
         end = time.monotonic() + grace
         while time.monotonic() < end and start_ticks(pid) is not None:
             time.sleep(0.05)
@@ -591,10 +889,14 @@ def stop_orphan(folder, rec, grace):
             time.sleep(0.5)
             answer = job_state(rec, fresh=True)
         code = answer.get("code") if isinstance(answer, dict) else None
-    write_json(
-        os.path.join(folder, "exit.json"),
-        {"reason": "stopped", "code": code, "ended": time.time(), "stopped": [], "lost": True},
-    )
+    data = {"reason": "stopped", "code": code, "ended": time.time(), "stopped": [], "lost": True}
+    try:
+        record_end(folder, data)
+    except OSError as e:
+        raise Refused(
+            "run %s was stopped, but its end could not be recorded: %s"
+            % (rec["id"], e.strerror or e)
+        ) from None
 
 
 def do_prune(args):
@@ -602,15 +904,18 @@ def do_prune(args):
     removed = []
     for folder, rec in every_run(args):
         ended = rec.get("ended") or rec.get("started") or 0
-        if rec["state"] != "running" and time.time() - ended >= (args.older_than or 0):
+        if rec["state"] in ("running", CORRUPT):  # a corrupt one may run: removed by its id
+            continue
+        if time.time() - ended >= (args.older_than or 0):
             remove(folder, rec)
             removed.append(rec.get("id") or os.path.basename(folder))
     return protocol.finish("rm", 0, removed=removed)
 
 
 def remove(folder, rec):
-    """A run's record, and the folder of its shipped files (a runner's private dir)."""
-    shipped = rec.get("dir")
+    """A run's record, and the folder of its shipped files (a runner's private dir; not a
+    corrupt record's: none of its paths is trusted)."""
+    shipped = rec.get("dir") if rec["state"] != CORRUPT else None
     if shipped and os.path.basename(shipped).startswith("remotekit-") and os.path.isdir(shipped):
         shutil.rmtree(shipped, ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
@@ -619,7 +924,7 @@ def remove(folder, rec):
 def do_rm(args, folder):
     rec = info(folder)
     if rec["state"] == "running":
-        return protocol.fail("rm", "run %s is still running: stop it first" % args.id)
+        raise Refused("run %s is still running: stop it first" % args.id)
     remove(folder, rec)
     return protocol.finish("rm", 0, id=args.id)
 
@@ -627,10 +932,18 @@ def do_rm(args, folder):
 # -- command line ------------------------------------------------------------------------------
 
 
+class Usage(Exception):
+    """Arguments the supervisor cannot take: an ``error`` record, not argparse's exit."""
+
+
 def parse(argv):
     import argparse
 
-    p = argparse.ArgumentParser(prog="supervisor")
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise Usage(message)
+
+    p = Parser(prog="supervisor")
     p.add_argument("mode", choices=["start", "list", "logs", "wait", "stop", "rm"])
     p.add_argument("id", nargs="?", default="")
     p.add_argument("--runs-dir", default="")
@@ -641,38 +954,63 @@ def parse(argv):
     p.add_argument("--offset", type=int, default=None)
     p.add_argument("--tail", type=int, default=None)
     p.add_argument("--follow", action="store_true")
-    p.add_argument("--stream", choices=STREAMS, default="output")
+    p.add_argument("--stream", default="output")
     p.add_argument("--batch", default="")
     p.add_argument("--finished", action="store_true")
     p.add_argument("--older-than", type=float, default=0.0)
-    own, rest = (
-        (argv[: argv.index("--")], argv[argv.index("--") + 1 :])
-        if "--" in argv
-        else (
-            argv,
-            [],
-        )
-    )
-    args = p.parse_args(own)
-    args.argv = rest
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = p.parse_args(argv[:cut])
+    args.argv = argv[cut + 1 :]
+    if args.stream not in STREAMS:
+        raise Usage("not a log stream: %r (output, stdout or stderr)" % args.stream)
+    for name in ("offset", "tail"):
+        if (getattr(args, name) or 0) < 0:
+            raise Usage("--%s must be 0 or more" % name)
+    if not 0 <= args.grace <= MAX_GRACE:
+        raise Usage("--grace must be 0 to %d seconds" % MAX_GRACE)
     args.display = json.loads(args.display) if args.display else None
     args.batch = json.loads(args.batch) if args.batch else None
     return args
 
 
+def start(args):
+    """Supervise run ``args.id``; a fault before it reported is its report, in one line."""
+    sup = Supervisor(args)
+    try:
+        return sup.run()
+    except Exception as e:
+        if sup.report_fd < 0:
+            raise  # reported: the run is recorded, and the traceback is in the runner's log
+        if sup.child is not None:  # nothing runs unrecorded
+            cancel_job(sup.job, args.batch)
+            runner.stop_tree(sup.child, 1.0)
+        if sup.made:
+            shutil.rmtree(sup.folder, ignore_errors=True)
+        where = args.host or "this host"
+        why = "%s: %s" % (type(e).__name__, e)
+        sup.report({"error": "run %s on %s: the supervisor failed: %s" % (args.id, where, why)})
+        return 1
+
+
 def main(argv):
-    args = parse(argv)
-    if args.mode == "start":
-        return Supervisor(args).run()
-    if args.mode == "list":
-        return do_list(args)
-    if args.mode == "rm" and args.finished:
-        return do_prune(args)
-    folder, code = find(args)
-    if folder is None:
-        return code
-    modes = {"logs": do_logs, "wait": do_wait, "stop": do_stop, "rm": do_rm}
-    return modes[args.mode](args, folder)
+    mode = argv[0] if argv and argv[0] in ("list", "logs", "wait", "stop", "rm") else "supervisor"
+    try:
+        args = parse(argv)
+        if args.mode == "start":
+            return start(args)
+        if args.mode == "list":
+            return do_list(args)
+        if args.mode == "rm" and args.finished:
+            return do_prune(args)
+        modes = {"logs": do_logs, "wait": do_wait, "stop": do_stop, "rm": do_rm}
+        return modes[args.mode](args, find(args))
+    except (Usage, Refused) as e:
+        return protocol.fail(mode, str(e))
+    except OSError as e:  # e.g. a full disk, a log that is not a regular file
+        where = ": %s" % e.filename if e.filename else ""
+        return protocol.fail(mode, "%s%s" % (e.strerror or e, where))
+    except Exception as e:  # a fault of ours: said once, as such, not as a lost connection
+        return protocol.fail(mode, "the supervisor failed: %s: %s" % (type(e).__name__, e))
 
 
 if __name__ == "__main__":

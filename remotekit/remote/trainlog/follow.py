@@ -31,7 +31,7 @@ import os
 import time
 from collections import deque
 
-from infile import open_regular
+from infile import identity, moved, open_regular
 from protocol import EXIT_FINDINGS, EXIT_OK
 
 from .analyze import (
@@ -196,7 +196,7 @@ class Follower:
         except FileNotFoundError:
             return False
         st = os.fstat(self.f.fileno())
-        self.ident = (st.st_dev, st.st_ino)
+        self.ident = identity(self.f)
         if not self._sniff():
             self.f.close()
             self.f = None
@@ -236,22 +236,19 @@ class Follower:
 
     def _check_replaced(self):
         """A new file at the path (rotated) or a shorter one (truncated): start again."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return  # moved away, none there yet: read the old one on
-        size = os.fstat(self.f.fileno()).st_size
-        if (st.st_dev, st.st_ino) != self.ident:
+        change = moved(self.path, self.f, self.ident, self.offset)
+        if change is None:
+            return
+        how, size = change
+        if how == "replaced":
             self._read()
             self._judge()  # the old file's last lines
             what = "replaced (rotated?): following the new file from its start"
-        elif size < self.offset:
+        else:
             what = "truncated (%d -> %d bytes): following it again from its start" % (
                 self.offset,
                 size,
             )
-        else:
-            return
         send("warning", message="%s was %s" % (self.path, what))
         self.f.close()
         self.f = None
