@@ -28,6 +28,10 @@ the resident agent cannot run on a target, whose steps then run one process each
 
 Third-party exceptions (paramiko, socket, subprocess) are translated at the transport
 boundary with ``raise ... from exc``; nothing else in the package sees them.
+
+An error's ``str()`` is :func:`~remotekit.result.visible`: a message that quotes the far side
+(a path, a tool's words, a step's last output) shows its control characters as escapes
+(``\\x1b``), wherever it is printed; ``message`` keeps the text as it came.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ import os
 from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
+
+from remotekit.result import visible
 
 if TYPE_CHECKING:
     from remotekit.result import Result
@@ -83,7 +89,7 @@ class RemotekitError(Exception):
         if self.step:
             where.append(f"step {self.step!r}")
         prefix = f"[{', '.join(where)}] " if where else ""
-        return prefix + self.message
+        return visible(prefix + self.message)
 
 
 class InventoryError(RemotekitError):
@@ -194,13 +200,21 @@ class DryRun(RemotekitError):
         super().__init__(f"dry run, nothing ran: {chain}", host=host, step=step)
 
 
-class Reconnected(UserWarning):
+class _Note(UserWarning):
+    """A warning of ours: its text is :func:`~remotekit.result.visible` wherever Python
+    prints it (a reason may quote the far side's output)."""
+
+    def __str__(self) -> str:
+        return visible(super().__str__())
+
+
+class Reconnected(_Note):
     """A warning: the connection a target held had dropped while no step ran on it, and the
     next step opened a new one (nothing is run again). A step whose connection drops while it
     runs is not retried: it raises :class:`ConnectionLost`."""
 
 
-class AgentUnavailable(UserWarning):
+class AgentUnavailable(_Note):
     """A warning, once per target: the resident agent cannot run there (a Python older than
     it needs, or a chain that does not pass its output on as it comes), so every step of the
     target runs as a process of its own, as with hosts.yaml ``agent: false``. Nothing is lost:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 
-from remotekit.render import Console, human_bytes
+from remotekit.render import Console, human_bytes, visible
 
 __all__ = ["Meter", "Progress", "format_eta", "format_rate"]
 
@@ -78,8 +78,10 @@ class Meter:
 
 
 def _fit(line: str) -> str:
-    """``line`` cut to the width of a terminal stderr: a wrapped line cannot be redrawn in
-    place (the carriage return goes back to the start of its last row only)."""
+    """``line`` made :func:`visible`, then cut to the width of a terminal stderr: a wrapped
+    line cannot be redrawn in place (the carriage return goes back to the start of its last
+    row only)."""
+    line = visible(line, keep="")
     try:
         cols = os.get_terminal_size(sys.stderr.fileno()).columns
     except (AttributeError, ValueError, OSError):

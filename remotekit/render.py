@@ -11,9 +11,18 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
-from remotekit.result import table
+from remotekit.result import clip, table, visible
 
-__all__ = ["Console", "human_bytes", "mask_strings", "table", "to_json", "to_jsonable"]
+__all__ = [
+    "Console",
+    "clip",
+    "human_bytes",
+    "mask_strings",
+    "table",
+    "to_json",
+    "to_jsonable",
+    "visible",
+]
 
 
 def human_bytes(n: int | None) -> str | None:
@@ -56,7 +65,10 @@ def mask_strings(obj: Any, mask: Callable[[str], str]) -> Any:
 
 
 def to_json(obj: Any, indent: int | None = None) -> str:
-    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, default=str)
+    """``obj`` as JSON (:func:`to_jsonable`), ASCII only: every control character in it is
+    escaped (``\\u001b``), DEL too (JSON allows it raw), so JSON on a terminal acts on nothing."""
+    text = json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, default=str)
+    return text.replace("\x7f", "\\u007f")  # only ever inside a string: still the same JSON
 
 
 _COLORS = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92", "94")
@@ -66,8 +78,9 @@ class Console:
     """Whole lines from many hosts, each prefixed with its host, plus a progress line.
 
     ``mask`` (e.g. :meth:`Target.redact`) is applied to every text of ours: messages,
-    tables, errors. A host's own output (:meth:`output`) passes through as the step printed
-    it, unless ``mask_output``.
+    tables, errors; then :func:`visible` (a far side's text in them shows its control
+    characters as escapes). A host's own output (:meth:`output`) passes through as the step
+    printed it, as ssh would show it (masked if ``mask_output``).
 
     Lines never interleave mid-line (one lock, one write per line); text holding newlines
     becomes several lines, each with the prefix. Colour only on a terminal (decided for stdout
@@ -115,9 +128,9 @@ class Console:
         """One line of a host's output (stderr lines go to our stderr).
 
         Text with newlines in it is several lines: each gets the prefix, all in one write.
-        The text is masked (it is ours: a message, an error, a chain).
+        The text is masked and made visible (it is ours: a message, an error, a chain).
         """
-        self._line(host, stream, self.mask(text))
+        self._line(host, stream, visible(self.mask(text)))
 
     def _line(self, host: str, stream: str, text: str) -> None:
         if self.quiet:
@@ -144,7 +157,7 @@ class Console:
         """A message of ours (not a host's), unless quiet."""
         if self.quiet:
             return
-        text = self.mask(text)
+        text = visible(self.mask(text))
         dest = self.err if stream == "stderr" else self.out
         with self._lock:
             self._clear()
@@ -158,12 +171,12 @@ class Console:
         return self._live
 
     def progress(self, text: str) -> None:
-        """Replace the progress line (terminal only)."""
+        """Replace the progress line (terminal only; made visible, a newline included)."""
         if not self._live:
             return
         with self._lock:
             self._clear()
-            self._status = text
+            self._status = visible(text, keep="")
             self._draw()
 
     def done(self) -> None:

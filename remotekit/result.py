@@ -1,24 +1,72 @@
 """Values a step returns: :class:`Result`, :class:`Script` (the file a step ships), and
-:class:`Shown`, how results and reports print themselves."""
+:class:`Shown`, how results and reports print themselves; :func:`visible`, what makes any text
+from the far side safe to show on a terminal."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import os
+import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
-__all__ = ["Detached", "Result", "Script", "Shown", "table"]
+__all__ = ["Detached", "Result", "Script", "Shown", "clip", "table", "visible"]
+
+#: What a terminal acts on instead of showing: C0 controls (ESC, BEL, CR, BS ...), DEL and
+#: C1 controls (U+0080-U+009F: U+009B is a CSI of its own), the bidi overrides and isolates
+#: that reorder what is shown ("Trojan Source", CVE-2021-42574), and lone surrogates (a far
+#: side's undecodable bytes, which would also make ``print`` raise).
+_UNSEEN = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _shown_as(found: re.Match[str]) -> str:
+    char = found.group()
+    code = ord(char)
+    if char in _SHORT:
+        return _SHORT[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:  # a byte the far side could not decode (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}"
+
+
+def visible(text: str, keep: str = "\t\n") -> str:
+    """``text`` with every character a terminal would act on shown as its escape instead
+    (ESC as ``\\x1b``, U+009B as ``\\x9b``, U+202E as ``\\u202e``); the rest, non-ASCII
+    letters included, as it is. ``keep``: the controls left as they are (tab and newline for
+    lines of text; none for a table's cell). Idempotent: what it returns has nothing left to
+    escape.
+
+    The one sanitiser for what remotekit itself shows (tables, its console lines, status and
+    progress lines, ``Shown.render``, errors' ``str``): text from the far side (a process's
+    argv, a file name, a tensor key, a metric name) can hold escape sequences that set the
+    clipboard (OSC 52), the window title (OSC 0) or move the cursor over what is shown. A
+    command's own output stream is not passed through it: it reaches the terminal as ssh
+    would leave it."""
+    if _UNSEEN.search(text) is None:
+        return text
+    return _UNSEEN.sub(lambda m: m.group() if m.group() in keep else _shown_as(m), text)
+
+
+def clip(text: str, width: int, mark: str = "") -> str:
+    """``text`` made :func:`visible` (no control kept), then cut to ``width`` characters,
+    ``mark`` ending a cut one: a cut never leaves half an escape sequence to the terminal."""
+    text = visible(text, keep="")
+    return text if len(text) <= width else text[: width - len(mark)] + mark
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A left-aligned text table; ``None`` cells print as ``-`` (the CLI's tables, and the
-    ``str()`` of the results that print as one)."""
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    ``str()`` of the results that print as one). Every cell is :func:`visible`, a tab or a
+    newline in it included (it would break the columns)."""
+    cells = [[("-" if c is None else visible(str(c), keep="")) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):
@@ -41,6 +89,17 @@ class Shown:
 
     #: The attributes ``repr()`` names, in this order, where they are set (not None, not "").
     repr_keys: ClassVar[tuple[str, ...]] = ("host", "exit_code")
+    #: True where :meth:`render` is a command's own output (a :class:`Result`), shown as it
+    #: came, as ssh shows it; every other ``render`` is made :func:`visible`.
+    raw_render: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own ``render`` is wrapped in :func:`visible` (the one place every
+        report's text passes through: its ``str()``, the CLI's sections, Jupyter's HTML)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("render")
+        if own is not None and not cls.raw_render:
+            cls.render = _made_visible(own)  # type: ignore[method-assign]
 
     def render(self) -> str:
         """The text the CLI prints for it (also its ``str()``)."""
@@ -80,6 +139,14 @@ class Shown:
             for title, png in self.pictures()
         )
         return f'<div class="remotekit">{head}<pre>{text}</pre>{images}</div>'
+
+
+def _made_visible(render: Callable[..., str]) -> Callable[..., str]:
+    @functools.wraps(render)
+    def shown(self: Shown, *args: Any, **kwargs: Any) -> str:
+        return visible(render(self, *args, **kwargs))
+
+    return shown
 
 
 @dataclass(frozen=True, repr=False)
@@ -134,6 +201,8 @@ class Result(Shown):
     stopped: tuple[str, ...] = ()
     still_running: tuple[str, ...] = ()
     detached: Detached | None = None
+
+    raw_render = True  # what the step printed, as it printed it
 
     @property
     def ok(self) -> bool:

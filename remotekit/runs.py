@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 from remotekit import remote
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError, StepFailed
 from remotekit.remote import protocol, runrecord
-from remotekit.result import Result, Script, Shown, table
+from remotekit.result import Result, Script, Shown, clip, table
 from remotekit.step import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -244,7 +244,7 @@ def _took(seconds: float) -> str:
 
 
 def _short(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
+    return clip(text, n, "...")
 
 
 def new_id() -> str:

@@ -16,7 +16,6 @@ normally, and the fleet stops any step still running there (see :mod:`remotekit.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome
-from remotekit.render import _isatty
+from remotekit.render import _isatty, visible
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -41,9 +40,6 @@ __all__ = [
 DEFAULT_INTERVAL = 2.0
 
 HOME, CLEAR_LINE, CLEAR_BELOW, CLEAR_SCREEN = "\x1b[H", "\x1b[K", "\x1b[J", "\x1b[2J"
-#: C0 and C1 control characters but tab (newlines split the frame into lines first): a host's
-#: escape sequences (a title, a clear, a cursor move) must not act on our terminal.
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
 def parse_interval(value: Any) -> float:
@@ -68,12 +64,14 @@ class Screen:
         self.frames = 0
 
     def show(self, header: str | None, body: str) -> None:
-        """One frame: ``header`` (if any), a blank line, then ``body``."""
-        lines = body.rstrip("\n").split("\n")
+        """One frame: ``header`` (if any), a blank line, then ``body``; its text
+        :func:`visible` (a host's escape sequences, a title, a clear, a cursor move, must not
+        act on our terminal: on a terminal only the screen's own cursor codes get through)."""
+        lines = visible(body.rstrip("\n")).split("\n")
         if header is not None:
-            lines = [header, "", *lines]
+            lines = [visible(header), "", *lines]
         if self.live:
-            lines = self._fit([_CONTROL.sub("", line) for line in lines])
+            lines = self._fit(lines)
             first = CLEAR_SCREEN if self.frames == 0 else ""
             text = first + HOME + "".join(line + CLEAR_LINE + "\n" for line in lines)
             self.out.write(text + CLEAR_BELOW)

@@ -15,6 +15,7 @@ import pytest
 
 from tests import (
     test_fleet,
+    test_hostile_render,
     test_hostile_secrets,
     test_hostile_steps,
     test_runs,
@@ -36,6 +37,7 @@ SUITES = (
     test_watch,
     test_system_api,
     test_hostile_secrets,
+    test_hostile_render,
 )
 FIXTURES = {"local", "target", "ct", "there", "agent"}
 #: Not re-run here, and why (CI time: what they check is not the step path's).

@@ -498,16 +498,17 @@ def test_ckpt_scan_shows_rate_and_eta_on_a_terminal(tmp_path: Path) -> None:
     # pays for a torch import there, so the pipe case is left to test_cli_diagnostics.
 
 
-def test_live_frames_strip_control_characters_from_host_output() -> None:
-    """A host's output may carry escape sequences (a title, a clear screen, a C1 CSI): drawn
-    live they would act on our terminal. Only the screen's own cursor codes get through."""
+def test_frames_show_control_characters_from_a_host_as_escapes() -> None:
+    """A host's text may carry escape sequences (a title, a clear screen, a C1 CSI): drawn
+    they would act on our terminal, or on the one that later shows the file they were piped
+    to. They show as escapes; on a terminal only the screen's own cursor codes get through."""
     out = io.StringIO()
     body = "a\x1b]0;pwned\x07b\tc\x1b[2J\rd\x9b31me\x7f\x00f\nok\n"
     Screen(out, live=True).show("head", body)  # type: ignore[arg-type]
     text = out.getvalue()
     for code in (CLEAR_SCREEN, HOME, CLEAR_LINE, CLEAR_BELOW):
         text = text.replace(code, "")
-    assert text == "head\n\na]0;pwnedb\tc[2Jd31mef\nok\n"
+    assert text == "head\n\na\\x1b]0;pwned\\x07b\tc\\x1b[2J\\rd\\x9b31me\\x7f\\x00f\nok\n"
     plain = io.StringIO()
     Screen(plain, live=False).show(None, "raw\x1b[31m\n")  # type: ignore[arg-type]
-    assert plain.getvalue() == "raw\x1b[31m\n"  # a pipe or a file gets the bytes as they came
+    assert plain.getvalue() == "raw\\x1b[31m\n"

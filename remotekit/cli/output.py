@@ -18,7 +18,7 @@ from invoke import Exit
 import remotekit
 from remotekit.cli.selection import OptionGroup, Selection
 from remotekit.fleet import FleetInterrupted, HostOutcome, fleet
-from remotekit.render import Console, mask_strings, table, to_json, to_jsonable
+from remotekit.render import Console, mask_strings, table, to_json, to_jsonable, visible
 
 #: ``fn(target, console)``: what a task does on one host.
 OnHost = Callable[[remotekit.Target, Console], Any]
@@ -107,7 +107,9 @@ def dry_run_steps(targets: list[remotekit.Target], fn: OnHost) -> None:
     is then 2."""
     quiet, code = Console(quiet=True), 0
     for t in targets:
-        t.trace = lambda step, chain, t=t: print(f"{t.name}: {t.redact(chain)}", flush=True)
+        t.trace = lambda step, chain, t=t: print(
+            visible(f"{t.name}: {t.redact(chain)}"), flush=True
+        )
         try:
             fn(t, quiet)
         except remotekit.DryRun:
@@ -305,7 +307,7 @@ def warner(console: Console, host: str) -> Callable[[str], None]:
 
     def warn(message: str) -> None:
         if console.quiet:
-            print(f"{host}: warning: {message}", file=sys.stderr, flush=True)
+            print(visible(f"{host}: warning: {message}"), file=sys.stderr, flush=True)
         else:
             console.line(host, "stderr", f"warning: {message}")
 

@@ -52,7 +52,7 @@ from remotekit.diagnostics.base import (
 )
 from remotekit.errors import DiagnosticError
 from remotekit.remote.protocol import number
-from remotekit.render import human_bytes, table
+from remotekit.render import human_bytes, table, visible
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -784,7 +784,7 @@ def _warn(on_warning: WarningCallback | None, message: str) -> None:
     if on_warning is not None:
         on_warning(message)
     else:
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warnings.warn(visible(message), UserWarning, stacklevel=3)
 
 
 # --------------------------------------------------------------------------- API

@@ -32,7 +32,7 @@ from remotekit.diagnostics.base import (
     from_record,
     run_diagnostic,
 )
-from remotekit.render import human_bytes, table
+from remotekit.render import clip, human_bytes, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -696,7 +696,7 @@ def render_procs(report: ProcReport) -> str:
                 p.gpu_memory_mib,
                 ",".join("?" if i is None else str(i) for i in p.gpus)
                 or ("dev" if p.gpu_fds else ""),
-                p.cmdline[:100],
+                clip(p.cmdline, 100),
             ]
             for p in report.processes
         ]
