@@ -25,6 +25,7 @@ from typing import IO, Any, Callable, Literal
 from remotekit.engine import Engine
 from remotekit.errors import (
     ConnectionLost,
+    ProtocolViolation,
     RemotekitError,
     StepCancelled,
     StepFailed,
@@ -315,7 +316,7 @@ class StepRun:
         # login shell printed before it is output, not data.
         self.sink_on = False
         self.started = time.monotonic()
-        self.lost_reason = ""
+        self.lost = Lost("")
 
     def run(self) -> Result:
         engine = self.engine
@@ -380,7 +381,7 @@ class StepRun:
             if isinstance(event, Cancelled):
                 return "cancelled", None
             if isinstance(event, Lost):
-                self.lost_reason = event.reason
+                self.lost = event
                 return "lost", None
             self.handle(event)
 
@@ -434,8 +435,16 @@ class StepRun:
             raise StepTimeout(self.result(None), self.limit, confirmed=self.err.has("exit"))
         if outcome == "lost":
             proc.terminate()
+            if self.lost.violation:
+                raise ProtocolViolation(
+                    f"{self.lost.reason}; the agent was closed, as for a dropped connection: the "
+                    "runner there stops the step when it sees its stdin close",
+                    result=self.result(None),
+                    host=self.engine.name,
+                    step=self.step,
+                )
             raise ConnectionLost(
-                f"connection lost while the step ran ({self.lost_reason}); the runner there "
+                f"connection lost while the step ran ({self.lost.reason}); the runner there "
                 f"stops the step when it sees its stdin close",
                 result=self.result(None),
                 host=self.engine.name,
