@@ -396,16 +396,29 @@ class StepRun:
                 info.update(self.err.control("file") or {})
             sink(data)
         else:
-            self.out.buf += data
-            buf = self.out.buf
-            marker = self.nonce.encode() + b"\n"
-            at = buf.find(marker)
-            if at >= 0:
-                rest = bytes(buf[at + len(marker) :])
-                del buf[at:]
-                self.sink_on = True
-                if rest:
-                    sink(rest)
+            self.before_sink(data, sink)
+
+    def before_sink(self, data: bytes, sink: Callable[[bytes], Any]) -> None:
+        """Stdout before the line holding the nonce, after which come the bytes for ``sink``
+        (``get``): output (what a login shell printed). The marker is looked for where it
+        may be (from the end of what came before on); past MAX_LINE without it, what came is
+        passed on as lines, in pieces, as any output: a far side that never sends it is
+        held to a line's bound."""
+        buf, marker = self.out.buf, self.nonce.encode() + b"\n"
+        start = max(0, len(buf) - len(marker) + 1)
+        buf += data
+        at = buf.find(marker, start)
+        if at >= 0:
+            rest = bytes(buf[at + len(marker) :])
+            del buf[at:]
+            self.sink_on = True
+            if rest:
+                sink(rest)
+        elif len(buf) > MAX_LINE:
+            keep = bytes(buf[-(len(marker) - 1) :])  # where the marker may begin
+            del buf[-(len(marker) - 1) :]
+            self.out.feed(b"")  # the lines it holds, and pieces of MAX_LINE, out of it
+            buf += keep
 
     # -- stop --------------------------------------------------------------------------------
 
