@@ -16,6 +16,15 @@ floods (or a consumer that reads slowly) never stalls another step.
 When the agent dies (its channel lost, or killed there), every step still running gets
 :class:`Lost` naming the agent, its pid and the host; the next step starts a new agent.
 
+What the agent sends is not trusted: the one reader (``_demux``) takes it through the frame
+decoder (``frames``, with what the agent may send, ``TO_CALLER``) and checks each frame
+against the state here (a step that is running, output within its window: at most
+``MOST_UNACKED`` of it not yet credited). The first frame that fails ends the agent at once as
+a dropped connection would (its channel closed: its runners stop their steps), each step on
+it gets :class:`Lost` with ``violation`` set, saying ``protocol violation: <what>`` and
+naming the agent and host, and what still comes on the channel is read and dropped: this
+process never holds more than a frame's bound and the window of it.
+
 Its first frame (the hello) says its pid and Python version; what the chain printed on stdout
 before it (a login banner) is not taken for frames. :attr:`Agent.refused` says why an agent
 that said hello cannot take steps (a Python older than ``MIN_PYTHON``): the engine then runs
@@ -31,18 +40,28 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 from remotekit import remote
 from remotekit.layers import Launch
-from remotekit.remote.agent import FRAME, GRACE, MIN_PYTHON, WINDOW, frame, frames
+from remotekit.remote.agent import (
+    FRAME,
+    GRACE,
+    MIN_PYTHON,
+    MOST_UNACKED,
+    PIECE,
+    TO_CALLER,
+    WINDOW,
+    ProtocolError,
+    frame,
+    frames,
+)
 from remotekit.transports.base import Channel, Event, Exit, Lost, Output, Process, Transport
 
 __all__ = ["Agent", "AgentStep"]
 
-#: Largest stdin piece in one frame.
-_PIECE = 1 << 18
+#: Largest stdin piece in one frame (and the most of them written to the agent at once).
+_PIECE = PIECE
 #: Output bytes taken here before the agent is told (one credit frame per this many).
 _CREDIT = 1 << 16
 #: How long close() waits, beyond the agent's own bound, for it to exit before it lets go.
@@ -69,18 +88,48 @@ def shipped() -> bytes:
     )
 
 
-class _Events(queue.Queue[Event]):
-    """A step's event queue that tells the agent when output was taken off it."""
+def _said(hello: bytes) -> tuple[int, tuple[int, ...]]:
+    """The agent's pid and Python version, from its hello's JSON."""
+    try:
+        said = json.loads(hello)
+        pid, python = said["pid"], tuple(said["python"])
+    except (ValueError, KeyError, TypeError):
+        pid, python = None, ()
+    if not isinstance(pid, int) or not python or not all(isinstance(n, int) for n in python):
+        raise ProtocolError(f"a hello that is not one: {hello!r}")
+    return pid, python
 
-    def __init__(self, taken: Any) -> None:
+
+class _Events(queue.Queue[Event]):
+    """A step's event queue that credits the agent with the output taken off it (one credit
+    per ``_CREDIT`` bytes), and counts what it has not credited yet (held, or taken and owed):
+    the agent may send no more than ``MOST_UNACKED`` of it (:meth:`room`)."""
+
+    def __init__(self, credit: Callable[[int], None]) -> None:
         super().__init__()
-        self._taken = taken
+        self._credit = credit
+        self._unacked = 0  # output bytes put here and not yet credited
+        self._owed = 0  # of those, taken off the queue
+
+    def _put(self, event: Event) -> None:
+        super()._put(event)
+        if isinstance(event, Output):
+            self._unacked += len(event.data)
 
     def _get(self) -> Event:
         event: Event = super()._get()
         if isinstance(event, Output):
-            self._taken(len(event.data))
+            self._owed += len(event.data)
+            if self._owed >= _CREDIT:
+                self._credit(self._owed)
+                self._unacked -= self._owed
+                self._owed = 0
         return event
+
+    def room(self, n: int) -> bool:
+        """Whether ``n`` more bytes of output keep the agent within the step's window."""
+        with self.mutex:
+            return self._unacked + n <= MOST_UNACKED
 
 
 class AgentStep(Channel):
@@ -89,19 +138,15 @@ class AgentStep(Channel):
 
     def __init__(self, agent: Agent, sid: int):
         super().__init__()
-        self.events = _Events(self._taken)
+        self.events = self.held = _Events(self._credit)  # held: as the _Events it is
         self._agent, self.sid = agent, sid
         self._lock = threading.Condition()
         self._in_flight = 0  # stdin bytes sent, not yet written into the runner there
         self._eof = False
         self._gone = False
-        self._owed = 0
 
-    def _taken(self, n: int) -> None:
-        self._owed += n
-        if self._owed >= _CREDIT:
-            self._agent.send(b"C", self.sid, str(self._owed).encode())
-            self._owed = 0
+    def _credit(self, n: int) -> None:
+        self._agent.send(b"C", self.sid, str(n).encode())
 
     def feed(self, body: Iterable[bytes]) -> None:
         """Send the payload, at most WINDOW in flight: from a thread of its own, unless it
@@ -126,7 +171,7 @@ class AgentStep(Channel):
         if not self._gone:
             self.events.put(event)
         elif isinstance(event, Output):
-            self._agent.send(b"C", self.sid, str(len(event.data)).encode())
+            self._credit(len(event.data))
 
     def close_stdin(self) -> None:
         with self._lock:
@@ -160,6 +205,7 @@ class Agent:
         self._dead = threading.Event()
         self._ran = False  # its hello came: it ran there (else its words are the hops')
         self._end: tuple[int | None, str] = (None, "")  # its exit code and loss reason
+        self._violation: str | None = None  # how it broke the frame protocol, if it did
         self._lock = threading.Lock()
         self._steps: dict[int, AgentStep] = {}
         self._next = 1
@@ -243,28 +289,39 @@ class Agent:
             self._out.put(frame(kind, sid, payload))
 
     def _demux(self) -> None:
+        """The one reader of the agent's channel, until it ends or breaks the protocol."""
         buf = bytearray()
-        code: int | None = None
-        reason = ""
-        while True:
-            event = self._proc.events.get()
-            if isinstance(event, Output):
-                if event.stream == "stderr":
-                    self._stderr += event.data
-                    del self._stderr[:-4096]
-                    continue
-                buf += event.data if self._ran else self._hello(event.data)
-                for kind, sid, payload in frames(buf):
-                    self._frame(kind, sid, payload)
-                if self._nudge and self._ran and self._steps:  # more to come: nudge
-                    self.send(b"N", 0)
-            elif isinstance(event, Exit):
-                code = event.code
-                break
-            elif isinstance(event, Lost):
-                reason = event.reason
-                break
-        self._died(code, reason)
+        try:
+            while True:
+                event = self._proc.events.get()
+                if isinstance(event, Output):
+                    if event.stream == "stderr":
+                        self._stderr += event.data
+                        del self._stderr[:-4096]
+                        continue
+                    buf += event.data if self._ran else self._hello(event.data)
+                    for kind, sid, payload in frames(buf, TO_CALLER):
+                        self._frame(kind, sid, payload)
+                    if self._nudge and self._ran and self._steps:  # more to come: nudge
+                        self.send(b"N", 0)
+                elif isinstance(event, Exit):
+                    self._died(event.code, "")
+                    return
+                elif isinstance(event, Lost):
+                    self._died(None, event.reason)
+                    return
+        except ProtocolError as exc:
+            self._violated(str(exc))
+
+    def _violated(self, what: str) -> None:
+        """The agent broke the frame protocol: its steps learn it at once, its channel is
+        closed as for a dropped connection, and what still comes on it is dropped unread."""
+        who = "the remotekit agent" + (f" (pid {self.pid})" if self.pid is not None else "")
+        self._violation = f"protocol violation: {what}, from {who} on {self.host}"
+        self._died(None, self._violation)
+        threading.Thread(target=self._proc.terminate, daemon=True).start()
+        while not isinstance(self._proc.events.get(), (Exit, Lost)):
+            pass
 
     def _hello(self, data: bytes) -> bytes:
         """Stdout before the hello: kept aside (a banner, the hops' words) until the hello
@@ -279,9 +336,12 @@ class Agent:
         return rest
 
     def _frame(self, kind: bytes, sid: int, payload: bytes) -> None:
-        if kind == b"A" and not self._ran:
-            said = json.loads(payload)
-            self.pid, self.python = said["pid"], tuple(said["python"])
+        """One frame, well formed (``frames`` checked it): ProtocolError for one out of
+        place (a second hello, a step that is not running, output past its window)."""
+        if kind == b"A":
+            if self._ran:
+                raise ProtocolError("a second hello")
+            self.pid, self.python = _said(payload)
             self._ran = True
             self._ready.set()
             return
@@ -292,14 +352,17 @@ class Agent:
                     heard.set()
                 return
             step = self._steps.get(sid)
+            if step is None:
+                raise ProtocolError(f"a {kind!r} frame for step {sid}, which is not running")
             if kind == b"X":
-                self._steps.pop(sid, None)
-        if step is None:
-            return
-        if kind == b"O":
-            step.deliver(Output("stdout", payload))
-        elif kind == b"e":
-            step.deliver(Output("stderr", payload))
+                del self._steps[sid]
+        if kind == b"O" or kind == b"e":
+            if not step.held.room(len(payload)):
+                raise ProtocolError(
+                    f"more of step {sid}'s output unacknowledged than its window allows "
+                    f"({MOST_UNACKED} bytes)"
+                )
+            step.deliver(Output("stdout" if kind == b"O" else "stderr", payload))
         elif kind == b"W":
             step.written(int(payload))
         elif kind == b"X":
@@ -323,7 +386,9 @@ class Agent:
         how = reason or (f"exit {code}" if code is not None else "no exit status")
         tail = self._stderr.decode(errors="replace").strip()
         for step in steps:
-            if self._ran:
+            if self._violation is not None:
+                step.deliver(Lost(self._violation, violation=True))
+            elif self._ran:
                 what = f"the remotekit agent (pid {self.pid}) on {self.host} ended ({how})"
                 step.deliver(Lost(what + (f": {tail}" if tail else "")))
             else:  # it never ran: its words are what the hops' explanations read

@@ -13,6 +13,7 @@
     │   └── ContainerNotRunning     it exists but is stopped / pending / finished
     ├── InterpreterNotFound         the venv / python of the target does not exist there
     ├── ConnectionLost              the transport died while a step ran
+    ├── ProtocolViolation           the agent there broke its frame protocol: it was closed
     ├── ForwardError                a forwarded port: nothing listens there, or no relay
     ├── DryRun                      a target made with dry_run=True was asked to run a step
     └── StepError                   a step ran and went wrong; carries its Result
@@ -61,6 +62,7 @@ __all__ = [
     "HostKeyError",
     "InterpreterNotFound",
     "InventoryError",
+    "ProtocolViolation",
     "Reconnected",
     "RemotekitError",
     "StepCancelled",
@@ -223,6 +225,26 @@ class AgentUnavailable(_Note):
 
 class ConnectionLost(RemotekitError):
     """The transport died mid-step; the remote side stops the step when it sees its stdin close."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        result: Result | None = None,
+        host: str | None = None,
+        step: str | None = None,
+    ):
+        self.result = result
+        super().__init__(message, host=host, step=step)
+
+
+class ProtocolViolation(RemotekitError):
+    """What the resident agent there sent broke its frame protocol (a malformed or oversized
+    frame, output past its flow-control window): the agent was closed at once, as for a
+    dropped connection (a runner there stops its step when its stdin closes), and the
+    target's next step starts a new one. Not retried: a far side that does it once may do it
+    again. The message says what was wrong and names the agent; ``result`` holds the step's
+    output until then."""
 
     def __init__(
         self,

@@ -25,6 +25,7 @@ from typing import IO, Any, Callable, Literal
 from remotekit.engine import Engine
 from remotekit.errors import (
     ConnectionLost,
+    ProtocolViolation,
     RemotekitError,
     StepCancelled,
     StepFailed,
@@ -315,7 +316,7 @@ class StepRun:
         # login shell printed before it is output, not data.
         self.sink_on = False
         self.started = time.monotonic()
-        self.lost_reason = ""
+        self.lost = Lost("")
 
     def run(self) -> Result:
         engine = self.engine
@@ -380,7 +381,7 @@ class StepRun:
             if isinstance(event, Cancelled):
                 return "cancelled", None
             if isinstance(event, Lost):
-                self.lost_reason = event.reason
+                self.lost = event
                 return "lost", None
             self.handle(event)
 
@@ -395,16 +396,29 @@ class StepRun:
                 info.update(self.err.control("file") or {})
             sink(data)
         else:
-            self.out.buf += data
-            buf = self.out.buf
-            marker = self.nonce.encode() + b"\n"
-            at = buf.find(marker)
-            if at >= 0:
-                rest = bytes(buf[at + len(marker) :])
-                del buf[at:]
-                self.sink_on = True
-                if rest:
-                    sink(rest)
+            self.before_sink(data, sink)
+
+    def before_sink(self, data: bytes, sink: Callable[[bytes], Any]) -> None:
+        """Stdout before the line holding the nonce, after which come the bytes for ``sink``
+        (``get``): output (what a login shell printed). The marker is looked for where it
+        may be (from the end of what came before on); past MAX_LINE without it, what came is
+        passed on as lines, in pieces, as any output: a far side that never sends it is
+        held to a line's bound."""
+        buf, marker = self.out.buf, self.nonce.encode() + b"\n"
+        start = max(0, len(buf) - len(marker) + 1)
+        buf += data
+        at = buf.find(marker, start)
+        if at >= 0:
+            rest = bytes(buf[at + len(marker) :])
+            del buf[at:]
+            self.sink_on = True
+            if rest:
+                sink(rest)
+        elif len(buf) > MAX_LINE:
+            keep = bytes(buf[-(len(marker) - 1) :])  # where the marker may begin
+            del buf[-(len(marker) - 1) :]
+            self.out.feed(b"")  # the lines it holds, and pieces of MAX_LINE, out of it
+            buf += keep
 
     # -- stop --------------------------------------------------------------------------------
 
@@ -434,8 +448,16 @@ class StepRun:
             raise StepTimeout(self.result(None), self.limit, confirmed=self.err.has("exit"))
         if outcome == "lost":
             proc.terminate()
+            if self.lost.violation:
+                raise ProtocolViolation(
+                    f"{self.lost.reason}; the agent was closed, as for a dropped connection: the "
+                    "runner there stops the step when it sees its stdin close",
+                    result=self.result(None),
+                    host=self.engine.name,
+                    step=self.step,
+                )
             raise ConnectionLost(
-                f"connection lost while the step ran ({self.lost_reason}); the runner there "
+                f"connection lost while the step ran ({self.lost.reason}); the runner there "
                 f"stops the step when it sees its stdin close",
                 result=self.result(None),
                 host=self.engine.name,

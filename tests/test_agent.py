@@ -8,6 +8,7 @@ default; tests/test_per_step.py re-runs them with ``agent: false``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import select
@@ -18,7 +19,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,10 +29,10 @@ import remotekit
 import remotekit.remote
 from remotekit.agent import shipped
 from remotekit.layers import LOADER
-from remotekit.remote.agent import MIN_PYTHON, frame, frames
+from remotekit.remote.agent import FRAME, MIN_PYTHON, TO_CALLER, frame, frames
 from remotekit.step import StepHeader
 from tests.conftest import CT, write_inventory
-from tests.harness import ancestors, processes_with, venv_prefix, wait_gone
+from tests.harness import FAKES, ancestors, processes_with, venv_prefix, wait_gone
 from tests.test_interpreters import PYTHONS
 
 pytestmark = pytest.mark.timeout(90)
@@ -215,7 +216,7 @@ def test_the_runner_and_a_step_sent_with_the_agents_source_are_taken(tmp_path: P
                 data = os.read(proc.stdout.fileno(), 1 << 16)
                 assert data, f"the agent exited; frames: {got}"
                 buf += data
-                got += frames(buf)
+                got += frames(buf, TO_CALLER)
         kinds = [kind for kind, _, _ in got]
         assert kinds[0] == b"A"  # the hello, then the step's frames
         assert [sid for _, sid, _ in got[1:]] == [1] * (len(got) - 1)
@@ -694,3 +695,130 @@ def test_a_step_started_after_the_agent_died_unstarted_gets_the_hops_words() -> 
     assert not any(isinstance(e, Lost) for e in got), got
     assert isinstance(got[0], Output) and words.encode() in got[0].data
     assert got[1] == Exit(1)
+
+
+# -- a far side that breaks the frame protocol ----------------------------------------------
+
+#: What the caller says of each way tests/fakes/agent.py breaks the protocol (after
+#: "protocol violation: "): bytes it quotes are escaped (the OSC 52 of ``garbage`` too).
+BROKEN = {
+    "garbage": r"a frame of unknown kind b'\x1b'",
+    "huge": "a b'O' frame of 4294967295 bytes",
+    "flood": "more of step 1's output unacknowledged than its window allows",
+    "unknown": "a frame of unknown kind b'Z'",
+    "number": "a b'X' frame whose payload is not a decimal number: b'zero'",
+    "stranger": "a b'O' frame for step 1001, which is not running",
+}
+#: The most this process may grow by while a far side sends 512 MiB it should not: the
+#: window (1 MiB) and what the transport holds (64 events) are what it may hold.
+HOSTILE_MEMORY = 64 << 20
+
+
+def kb(key: str) -> int:
+    """This process's ``/proc/self/status`` figure ``key`` (``VmHWM``, ``VmRSS``), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {key} in /proc/self/status")
+
+
+@pytest.fixture(params=["local", "ssh"])
+def broken(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[str], remotekit.Target]]:
+    """``broken(mode)``: a target, here or through the real sshd (ssh -> the node's Python),
+    whose first agent is tests/fakes/agent.py breaking the protocol as ``mode`` says, and
+    every later one the real agent: its Python is a wrapper that runs the fake once."""
+    opened: list[remotekit.Target] = []
+
+    def open_target(mode: str) -> remotekit.Target:
+        once = tmp_path / f"{mode}.ran"
+        python = tmp_path / f"python-{mode}"
+        python.write_text(
+            f'#!/bin/sh\nif [ -e {once} ]; then exec {sys.executable} "$@"; fi\n: > {once}\n'
+            f"exec {sys.executable} -S {FAKES / 'agent.py'} {mode}\n"
+        )
+        python.chmod(0o755)
+        if request.param == "local":
+            t = remotekit.local_target(python=str(python), agent=True)
+        else:
+            host = request.getfixturevalue("sshd").host_yaml(python=str(python), agent=True)
+            t = write_inventory(tmp_path / f"{mode}.yaml", {"far": host}).target("far")
+        opened.append(t)
+        return t
+
+    try:
+        yield open_target
+    finally:
+        for t in opened:
+            t.close()
+
+
+@pytest.mark.parametrize("mode", list(BROKEN))
+def test_a_far_side_that_breaks_the_frame_protocol_ends_its_agent_at_once(
+    broken: Callable[[str], remotekit.Target], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step on it fails within seconds (its own timeout is an hour) with the violation,
+    named; this process holds no more than the window of what was sent; the reader thread
+    raises nothing; the fake there is closed as for a dropped connection; and the next step
+    starts a fresh agent (the real one, here)."""
+    crashed: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", crashed.append)  # a reader thread that died
+    t = broken(mode)
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from here
+    before = kb("VmRSS")
+    slow = lambda stream, line: time.sleep(0.2)  # noqa: E731  (a reader that falls behind)
+    th, out = in_thread(t.run, ["sleep", "3600"], timeout=3600, on_output=slow)
+    th.join(30)
+    grew = kb("VmHWM") - before
+    print(f"{mode}: this process grew by {grew >> 20} MiB; the step ended with {out}")
+    assert not th.is_alive(), "the step waits on its timeout"
+    assert out and isinstance(out[0], remotekit.ProtocolViolation), out
+    err = out[0]
+    assert err.host == t.name and err.step == "run sleep"
+    said = str(err)
+    assert f"protocol violation: {BROKEN[mode]}" in said, said
+    pid = int(said.split("remotekit agent (pid ", 1)[1].split(")")[0])
+    assert f"remotekit agent (pid {pid}) on {t.name}" in said
+    assert "\x1b" not in said and "may still be running" not in said
+    assert grew < HOSTILE_MEMORY, f"this process grew by {grew >> 20} MiB"
+    assert crashed == []
+    assert wait_gone_pid(pid, 10), "the broken agent was not closed"
+    assert agent_pid(t) != pid  # a fresh agent: the real one
+    assert t.run(["echo", "next"], timeout=30).stdout == "next\n"
+
+
+def test_the_agent_holds_its_caller_to_the_same_bounds(tmp_path: Path) -> None:
+    """The agent's own reader takes the caller's frames through the same decoder: a header
+    claiming 4 GiB (and a stream behind it) ends the agent at once, saying why on its stderr,
+    and the step it ran is stopped, its tree too, as when its channel closes."""
+    m = marker()
+    header = StepHeader(argv=tuple(tree(m)), nonce="n", cwd=str(tmp_path)).encode()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LOADER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(shipped() + frame(b"S", 1, f"{len(header)}\n".encode() + header))
+        proc.stdin.flush()
+        wait_seen(m)
+        try:
+            proc.stdin.write(FRAME.pack(b"D", 1, 0xFFFFFFFF))
+            for _ in range(64):
+                proc.stdin.write(b"x" * (1 << 20))
+            proc.stdin.flush()
+        except BrokenPipeError:  # it left: what it would not take has nowhere to go
+            pass
+        proc.wait(timeout=20)
+        said = proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        proc.stderr.close()
+    assert b"remotekit agent: protocol violation: a b'D' frame of 4294967295 bytes" in said
+    assert wait_gone(m, 8) == []

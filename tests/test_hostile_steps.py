@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,7 @@ import pytest
 import remotekit
 from remotekit import remote
 from remotekit.target import _Stream
-from tests.conftest import CT
+from tests.conftest import CT, open_local, write_inventory
 from tests.harness import processes_with, wait_gone
 
 
@@ -376,7 +376,61 @@ def test_malformed_control_line_is_output() -> None:
     assert lines == ["K9 exit {oops", "N1 exit {}", 'K9 exit {"code": 0, "reason": "exit"}']
 
 
-# -- get of FIFOs, devices, huge files ---------------------------------------------------------
+#: The most this process may grow by while a far side sends 128 MiB without a newline: a
+#: line's bound (MAX_LINE, 1 MiB) and what the transport holds.
+UNENDED_MEMORY = 64 << 20
+
+
+@pytest.fixture(params=["local", "ssh"])
+def unended(
+    request: pytest.FixtureRequest, agent: bool | None, tmp_path: Path
+) -> Iterator[Callable[[str], remotekit.Target]]:
+    """``unended(stream)``: a target, here or through the real sshd (ssh -> the node's
+    Python), whose runner (or agent: it never says hello) is tests/fakes/agent.py writing
+    128 MiB on ``stream`` with no newline, then exiting 3."""
+    opened: list[remotekit.Target] = []
+
+    def open_target(stream: str) -> remotekit.Target:
+        python = tmp_path / f"python-{stream}"
+        fake = Path(__file__).parent / "fakes" / "agent.py"
+        python.write_text(f"#!/bin/sh\nexec {sys.executable} -S {fake} flood-{stream}\n")
+        python.chmod(0o755)
+        if request.param == "local":
+            t = open_local(agent, python=str(python))
+        else:
+            host = request.getfixturevalue("sshd").host_yaml(python=str(python))
+            t = write_inventory(tmp_path / "hosts.yaml", {"far": host}, agent=agent).target("far")
+        opened.append(t)
+        return t
+
+    try:
+        yield open_target
+    finally:
+        for t in opened:
+            t.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_far_side_that_never_ends_a_line_is_held_to_a_lines_bound(
+    unended: Callable[[str], remotekit.Target], stream: str, tmp_path: Path
+) -> None:
+    """128 MiB with no newline, where the runner's words come: on stdout before ``get``'s
+    marker line (which this process looked for in all of it, held whole), on stderr among
+    its control lines. This process holds a line's bound of it (MAX_LINE), and the step
+    fails saying the runner did not start; on the agent's path the same bytes come before
+    its hello, held to its own bound."""
+    t = unended(stream)
+    Path("/proc/self/clear_refs").write_text("5")  # this process's VmHWM starts again here
+    ours = _kb("self", "VmRSS")
+    with pytest.raises(remotekit.RemotekitError, match="did not start") as info:
+        if stream == "stdout":
+            t.get("/etc/hostname", tmp_path / "hostname", timeout=100)
+        else:
+            t.run(["true"], capture=False, timeout=100)
+    grew = _kb("self", "VmHWM") - ours
+    assert info.value.host == t.name
+    assert grew < UNENDED_MEMORY, f"this process grew by {grew >> 20} MiB"
 
 
 @pytest.mark.timeout(30)

@@ -25,6 +25,14 @@
 #                     X  step N ended: its exit status (decimal; 128+N for signal N)
 #                     P  here I am: the payload of the caller's P
 #
+# Each end checks what it reads against what the other may send (TO_AGENT, TO_CALLER: the
+# kinds, each one's step id, 0 or a step's, and its most payload; a decimal where it says
+# one) in the one decoder, ``frames``, as soon as a frame's header is in: what a header
+# claims is never waited for, so a reader holds at most one frame's bound beyond a read. A
+# frame that fails is a ProtocolError: the caller closes the agent's channel, as for a
+# dropped connection (and holds it to the window: MOST_UNACKED); the agent says why on its
+# stderr and leaves, as when its channel closes.
+#
 # Each step is a child forked from the agent that runs the runner unchanged (its ``entry()``:
 # the runner's code runs once in the agent, as a module), with the step's own pipes as its
 # stdin, stdout and stderr, so the kill semantics are the runner's: its own session, a
@@ -55,11 +63,20 @@ except ImportError:
     import signal
 
 # socket is imported where a Warm needs it (~2 ms): most agents never start one.
+# typing only for the checker (as remote/protocol.py): importing it costs ~3 ms there.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator  # noqa: F401 (in a type comment)
 
 FRAME = struct.Struct("!cII")
 CHUNK = 1 << 16
+#: The most of a step's stdin one frame carries (the caller's pieces of its payload).
+PIECE = 1 << 18
 #: Bytes of one step's output the caller may leave unconsumed before the agent stops reading.
 WINDOW = 1 << 20
+#: The most of one step's output the caller may hold that it has not credited: the agent reads
+#: a step's pipes while less than WINDOW is, one read of CHUNK from each (stdout, stderr) a turn.
+MOST_UNACKED = WINDOW + 2 * CHUNK
 #: How long, beyond the longest grace of a step, steps get to stop after the channel closed.
 GRACE = 3.0
 #: The oldest Python the agent runs on: the runner's (older ones fail both alike).
@@ -77,17 +94,59 @@ def hello():
     return json.dumps({"pid": os.getpid(), "python": list(sys.version_info[:3])}).encode()
 
 
-def frames(buf):
-    # type: (bytearray) -> list[tuple[bytes, int, bytes]]
-    """Complete frames at the start of ``buf`` (a bytearray, consumed): (kind, sid, payload)."""
-    out = []
+#: What each end may send: kind -> (the most payload one frame of it carries, whether it is
+#: for the agent itself (step 0) rather than a step, whether its payload is a decimal).
+TO_AGENT = {
+    b"R": (1 << 24, True, False),
+    b"S": (1 << 24, False, False),
+    b"D": (PIECE, False, False),
+    b"E": (0, False, False),
+    b"C": (20, False, True),
+    b"P": (64, True, False),
+    b"N": (0, True, False),
+}
+TO_CALLER = {
+    b"A": (1024, True, False),
+    b"O": (CHUNK, False, False),
+    b"e": (CHUNK, False, False),
+    b"W": (20, False, True),
+    b"X": (20, False, True),
+    b"P": (64, True, False),
+}
+
+
+class ProtocolError(ValueError):
+    """What came on the channel is not a frame the other end may send; the message says what
+    (bytes quoted as ``repr`` quotes them: escaped)."""
+
+
+def frames(buf, kinds):
+    # type: (bytearray, dict[bytes, tuple[int, bool, bool]]) -> Iterator[tuple[bytes, int, bytes]]
+    """The complete frames at the start of ``buf`` (a bytearray, consumed as each is taken),
+    as (kind, sid, payload); ``kinds``: what the other end may send (TO_AGENT, TO_CALLER).
+    Raises ProtocolError at the first that is not one of them, checked from its header alone
+    (an unknown kind, a step id its kind cannot have, a length past its kind's bound), or
+    whose number is not a decimal."""
     while len(buf) >= FRAME.size:
         kind, sid, n = FRAME.unpack_from(buf)
-        if len(buf) < FRAME.size + n:
-            break
-        out.append((kind, sid, bytes(buf[FRAME.size : FRAME.size + n])))
-        del buf[: FRAME.size + n]
-    return out
+        rule = kinds.get(kind)
+        if rule is None:
+            raise ProtocolError("a frame of unknown kind %r" % kind)
+        most, own, number = rule
+        if n > most:
+            raise ProtocolError("a %r frame of %d bytes (at most %d)" % (kind, n, most))
+        if (sid == 0) != own:
+            raise ProtocolError("a %r frame for step %d" % (kind, sid))
+        end = FRAME.size + n
+        if len(buf) < end:
+            return
+        payload = bytes(buf[FRAME.size : end])
+        del buf[:end]
+        if number and not payload.isdigit():
+            raise ProtocolError(
+                "a %r frame whose payload is not a decimal number: %r" % (kind, payload)
+            )
+        yield kind, sid, payload
 
 
 def write_all(fd, data):
@@ -347,8 +406,13 @@ class Agent(object):
         self.take_orders()
 
     def take_orders(self):
-        for kind, sid, payload in frames(self.inbuf):
-            self.order(kind, sid, payload)
+        try:
+            for kind, sid, payload in frames(self.inbuf, TO_AGENT):
+                self.order(kind, sid, payload)
+        except ProtocolError as e:  # not our caller: leave, as when the channel closes
+            write_all(2, ("remotekit agent: protocol violation: %s\n" % e).encode())
+            del self.inbuf[:]
+            self.closing = True
 
     def order(self, kind, sid, payload):
         if kind == b"P":

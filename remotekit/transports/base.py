@@ -65,9 +65,12 @@ class Exit:
 
 @dataclass(frozen=True)
 class Lost:
-    """The transport died under the process (``reason`` says how); the last event."""
+    """The transport died under the process (``reason`` says how); the last event.
+    ``violation``: it was closed here because what came on it broke the resident agent's
+    frame protocol (:mod:`remotekit.agent`); ``reason`` says how."""
 
     reason: str
+    violation: bool = False
 
 
 @dataclass(frozen=True)
