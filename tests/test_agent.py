@@ -29,7 +29,7 @@ import remotekit
 import remotekit.remote
 from remotekit.agent import shipped
 from remotekit.layers import LOADER
-from remotekit.remote.agent import FRAME, MIN_PYTHON, TO_CALLER, frame, frames
+from remotekit.remote.agent import FRAME, MIN_PYTHON, TO_CALLER, WARMS, frame, frames
 from remotekit.step import StepHeader
 from tests.conftest import CT, write_inventory
 from tests.harness import FAKES, ancestors, processes_with, venv_prefix, wait_gone
@@ -571,6 +571,28 @@ def test_a_step_that_asks_for_torch_finds_it_imported(target: remotekit.Target) 
     plain = target.run_python(IMPORTED, timeout=120)
     assert first.stdout == again.stdout == "True\n2\n"
     assert plain.stdout == "False\n2\n"  # a step that does not ask stays small
+
+
+def test_a_warm_process_serves_the_steps_of_its_env_and_at_most_warms_are_kept(
+    target: remotekit.Target, looker: remotekit.Target
+) -> None:
+    """A warm process serves each step whose environment is the one it imported under (the
+    same pid, again and again: the warm path kept), a step with another env gets its own,
+    and past WARMS the least recently used one is closed. (What a step with another env
+    finds imported: test_target_local's torch tests.)"""
+
+    def warm_of(value: str) -> int:
+        r = target.run_python(WARM_PID, preload=["json"], env={"WARM_ENV": value}, timeout=60)
+        return int(r.stdout)
+
+    values = [f"{uuid.uuid4().hex}-{i}" for i in range(WARMS)]
+    pids = [warm_of(v) for v in values]
+    assert len(set(pids)) == WARMS and agent_pid(target) not in pids
+    assert [warm_of(v) for v in values] == pids  # each reused; values[0] least recently
+    newer = warm_of(uuid.uuid4().hex)
+    assert newer not in pids
+    assert gone_there(looker, pids[0], 5), "the least recently used warm process stays"
+    assert [warm_of(v) for v in values[1:]] == pids[1:]
 
 
 def test_a_warm_step_is_stopped_like_any_other(target: remotekit.Target) -> None:

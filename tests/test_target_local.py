@@ -20,6 +20,7 @@ import pytest
 import remotekit
 from remotekit.layers import LOADER
 from remotekit.step import StepHeader
+from tests.conftest import open_local
 from tests.harness import processes_with, wait_gone
 
 
@@ -178,6 +179,33 @@ def test_python_env_override_uses_a_fresh_interpreter(local: remotekit.Target) -
         remotekit.Script("import sys\nprint(sys.flags.optimize)\n"), env={"PYTHONOPTIMIZE": "2"}
     )
     assert r.stdout == "2\n"
+
+
+#: What torch read from OMP_NUM_THREADS as it was imported: its thread pool's size (at most
+#: the cores: 1 is said by the variable only, on this machine's 2 cores and on more).
+THREADS = remotekit.Script("import torch\nprint(torch.get_num_threads())\n", name="threads.py")
+
+
+def test_torch_is_imported_in_the_hosts_env_in_a_warm_step_too(agent: bool | None) -> None:
+    """hosts.yaml's ``env:`` is what torch reads as it is imported, in a step that asks for
+    it (``preload``: with the agent, forked from a process that has imported it) as in one
+    that imports it itself."""
+    with open_local(agent, env={"OMP_NUM_THREADS": "1"}) as t:
+        warm = t.run_python(THREADS, preload=["torch"], timeout=120)
+        plain = t.run_python(THREADS, timeout=120)
+    assert (warm.stdout, plain.stdout) == ("1\n", "1\n")
+
+
+def test_torch_is_imported_in_each_steps_own_env_never_a_stale_one(agent: bool | None) -> None:
+    """A step's ``env=`` too, and a later step with another value gets its own, the first
+    value again its own: no step is forked from a process imported under another env."""
+    with open_local(agent) as t:
+        got = [
+            t.run_python(THREADS, preload=["torch"], env={"OMP_NUM_THREADS": n}, timeout=120)
+            for n in ("1", "2", "1")
+        ]
+    two = f"{min(2, os.cpu_count() or 1)}\n"
+    assert [r.stdout for r in got] == ["1\n", two, "1\n"]
 
 
 def test_stdin_of_a_step_is_empty(local: remotekit.Target) -> None:

@@ -27,7 +27,7 @@ import remotekit
 import remotekit.diagnostics.trainlog as tl
 from remotekit.errors import DiagnosticError
 from tests.conftest import CT, write_inventory
-from tests.harness import FAKES, FakeNode, SSHServer, venv_prefix
+from tests.harness import FAKES, FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
 
 WRITER = FAKES / "trainlog_writer.py"
 ROOT = Path(__file__).resolve().parent.parent
@@ -620,6 +620,68 @@ def test_cli_on_incident_gets_the_json_and_a_failing_hook_is_a_warning(
     sent = [json.loads(x) for x in got.read_text().splitlines()]
     assert [(s["kind"], s["step"]) for s in sent] == [("spike", SPIKE), ("spike", SPIKE + 40)]
     assert b"warning: --on-incident " in err and b"exit 3: no notifier here" in err
+
+
+def _hook_leaving_a_tree(tmp_path: Path) -> tuple[Path, str]:
+    """An --on-incident command that starts a child and an orphaned grandchild (``sleep``,
+    in its process group), then returns at once or, given ``hang``, waits for them; the
+    marker it is given (its second argument) is on each one's command line."""
+    hook = tmp_path / "tree-hook"
+    hook.write_text(
+        "#!/bin/sh\n"
+        "cat > /dev/null\n"
+        'sleep "$2" > /dev/null 2>&1 &\n'
+        '( sleep "$2" > /dev/null 2>&1 & )\n'
+        'if [ "$1" = hang ]; then wait; fi\n'
+    )
+    hook.chmod(0o755)
+    return hook, f"{300 + uuid.uuid4().int % 100}.{uuid.uuid4().int % 10**6:06d}"
+
+
+@pytest.mark.parametrize("then", ["hang", "return"])
+def test_an_incident_hook_leaves_no_process_of_its_tree(tmp_path: Path, then: str) -> None:
+    """Stopped at its timeout (``hang``) or ended on its own, an --on-incident command goes
+    with all it started: its child, its orphaned grandchild (TERM to its process group, KILL
+    after a grace); for each incident."""
+    from remotekit.cli.diagnostics import IncidentHook
+
+    hook, m = _hook_leaving_a_tree(tmp_path)
+    warned: list[str] = []
+    notify = IncidentHook([str(hook), then, m], warned.append, timeout=1.0)
+    for n in range(2):
+        notify(json.dumps({"n": n}))
+    notify.close(wait=30)
+    assert wait_gone(m, 5) == []
+    stopped = f"--on-incident {hook}: still running after 1 s: stopped"
+    assert warned == ([stopped] * 2 if then == "hang" else [])
+
+
+def test_cli_ctrl_c_during_an_incident_hook_leaves_no_process_of_its_tree(
+    tmp_path: Path, writers: Callable[..., Writer]
+) -> None:
+    """Ctrl-C while an --on-incident command runs: it gets the SIGINT a terminal sends (in a
+    session of its own, it is not in our process group), and what it started, which ignores
+    SIGINT (sh's background jobs), is stopped with it: remotekit exits 0 and leaves none."""
+    log = tmp_path / "log.jsonl"
+    hook, m = _hook_leaving_a_tree(tmp_path)
+    w = writers(log, "--spike-at", str(SPIKE)).started()
+    args = ["--path", str(log), "--follow", "--on-incident", f"'{hook}' hang {m}"]
+    proc = _cli(tmp_path, *args, "--timeout", "60")
+    try:
+        go_once_holding(w)
+        assert b"step 340: loss spike" in _read_line(proc)
+        end = time.monotonic() + 30
+        while len(processes_with(m)) < 3:  # the hook, its child, its grandchild
+            assert time.monotonic() < end, "the hook did not start its tree"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err.decode(errors="replace")
+    assert b"Traceback" not in err
+    assert wait_gone(m, 5) == []
 
 
 def test_the_help_names_what_the_follower_follows_and_refuses() -> None:

@@ -7,10 +7,13 @@ runs, so ``--list`` and ``--help`` stay quick and need no torch).
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -266,17 +269,26 @@ def follow_once(t: remotekit.Target, path: str, checkpoints: str, options: dict[
 
 #: Seconds an --on-incident command may run before it is stopped (and warned about).
 HOOK_TIMEOUT_S = 60.0
+#: Seconds a stopped command's process group gets between TERM and KILL.
+HOOK_GRACE_S = 1.0
 
 
 class IncidentHook:
     """``--on-incident CMD``: ``argv`` run here once per incident, the incident's JSON on its
     stdin, one at a time and in order, in a thread of its own (a slow notifier never holds
-    the follow up). A command that fails, is missing or runs past :data:`HOOK_TIMEOUT_S` is a
-    warning (with its last output line); the follow goes on."""
+    the follow up). A command that fails, is missing or runs past ``timeout`` is a warning
+    (with its last output line); the follow goes on. Each command leads a process group of
+    its own (its session), stopped whole (:func:`stop_group`) when it ends, at its timeout
+    and when the hook is closed: nothing it started outlives it, or remotekit."""
 
-    def __init__(self, argv: list[str], warn: Callable[[str], None]) -> None:
-        self.argv, self.warn = argv, warn
+    def __init__(
+        self, argv: list[str], warn: Callable[[str], None], timeout: float = HOOK_TIMEOUT_S
+    ) -> None:
+        self.argv, self.warn, self.timeout = argv, warn, timeout
         self._todo: queue.Queue[str | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None  # the command running now
+        self._closed = False  # close() gave up waiting: start nothing more
         self._thread = threading.Thread(target=self._work, name="on-incident", daemon=True)
         self._thread.start()
 
@@ -290,30 +302,78 @@ class IncidentHook:
                 self.warn(f"--on-incident {self.argv[0]}: {problem}")
 
     def _run(self, data: str) -> str:
+        with self._lock:
+            if self._closed:
+                return ""
+            try:
+                proc = self._proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                    start_new_session=True,  # a group to stop whole, out of reach of Ctrl-C
+                )
+            except OSError as exc:
+                return exc.strerror or str(exc)
         try:
-            done = subprocess.run(
-                self.argv,
-                input=data + "\n",
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                timeout=HOOK_TIMEOUT_S,
-                check=False,
-            )
+            out, _ = proc.communicate(data + "\n", timeout=self.timeout)
         except subprocess.TimeoutExpired:
-            return f"still running after {HOOK_TIMEOUT_S:g} s: stopped"
-        except OSError as exc:
-            return exc.strerror or str(exc)
-        if done.returncode == 0:
+            return f"still running after {self.timeout:g} s: stopped"
+        finally:
+            stop_group(proc, HOOK_GRACE_S)  # at its timeout, or what it left running
+            with self._lock:
+                self._proc = None
+        if proc.returncode == 0:
             return ""
-        last = next((ln for ln in reversed(done.stdout.splitlines()) if ln.strip()), "")
-        return f"exit {done.returncode}" + (f": {last.strip()}" if last else "")
+        last = next((ln for ln in reversed(out.splitlines()) if ln.strip()), "")
+        return f"exit {proc.returncode}" + (f": {last.strip()}" if last else "")
+
+    def interrupt(self) -> None:
+        """Ctrl-C: SIGINT to the command running now, as the terminal would have sent it
+        were it in our process group."""
+        with self._lock:
+            if self._proc is not None:
+                _signal_group(self._proc.pid, signal.SIGINT)
 
     def close(self, wait: float = HOOK_TIMEOUT_S) -> None:
-        """Run the incidents still queued (at most ``wait`` seconds more), then stop."""
+        """Run the incidents still queued (at most ``wait`` seconds more), then stop: a
+        command still running then (or when this wait is cut short) is stopped whole."""
         self._todo.put(None)
-        self._thread.join(wait)
+        try:
+            self._thread.join(wait)
+        finally:
+            with self._lock:
+                self._closed, proc = True, self._proc
+            if proc is not None:
+                stop_group(proc, HOOK_GRACE_S)
+
+
+def stop_group(proc: subprocess.Popen[Any], grace: float) -> None:
+    """Stop the process group ``proc`` leads (started with ``start_new_session``): TERM,
+    then KILL after ``grace`` seconds (or at once when the wait is interrupted) to what is
+    left of it; ``proc`` is reaped. Its number is ``proc``'s pid, which no other process
+    takes while ``proc`` is unreaped or the group has a member left."""
+    gone = not _signal_group(proc.pid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    try:
+        while not gone and time.monotonic() < end:
+            time.sleep(0.02)
+            gone = proc.poll() is not None and not _signal_group(proc.pid, 0)
+    finally:
+        if not gone:
+            _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Whether ``signum`` reached a process of group ``pgid`` (0: whether one is there)."""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def run_log(sel: Selection, run_id: str) -> tuple[Selection, str]:
@@ -368,16 +428,19 @@ def follow_log(
                 if notify is not None:
                     notify(to_json(incident))
             code = live.exit_code or 0
-        except KeyboardInterrupt:
-            pass  # how a follow is meant to end: exit 0
+        except KeyboardInterrupt:  # how a follow is meant to end: exit 0
+            if notify is not None:
+                notify.interrupt()
         except remotekit.RemotekitError as exc:
             console.done()
             raise Exit(f"remotekit: {t.name}: {exc}", code=2) from None
         finally:
             console.done()
-            live.close()
-            if notify is not None:
-                notify.close()
+            try:
+                live.close()
+            finally:
+                if notify is not None:
+                    notify.close()
     if code:
         raise Exit(code=code)
 

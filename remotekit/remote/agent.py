@@ -42,7 +42,11 @@
 # so a step that floods only blocks itself.
 #
 # A step whose header names ``preload`` modules (torch) is forked instead by a Warm: a fork of
-# the agent that imported them once, handed the step's pipes over a socket.
+# the agent that imported them once, handed the step's pipes over a socket. What a module reads
+# from the environment when it is imported (OMP_NUM_THREADS: torch's thread pool) it reads in
+# the Warm, so a Warm imports them under the whole environment its steps run in (the runner's
+# step_env) and serves only steps whose environment is that one: one Warm per (modules,
+# environment), at most WARMS of them.
 #
 # The agent dies with its channel: EOF on its stdin (or TERM/HUP/INT) closes every step's
 # stdin, so each runner stops its tree; what has not exited after the step's grace and GRACE
@@ -81,6 +85,10 @@ MOST_UNACKED = WINDOW + 2 * CHUNK
 GRACE = 3.0
 #: The oldest Python the agent runs on: the runner's (older ones fail both alike).
 MIN_PYTHON = (3, 6)
+#: Warm processes at most (each holds its modules imported: torch is ~0.3 GB): a step whose
+#: environment none has gets a new one, in place of the least recently used idle one; with
+#: none idle, it is forked from the agent and imports its modules itself.
+WARMS = 2
 
 
 def frame(kind, sid, payload=b""):
@@ -171,7 +179,7 @@ class Step(object):
         self.outputs = {out: b"O", err: b"e"}
         self.unacked = 0
         self.status = None
-        self.warm = ()  # the modules of the Warm it was forked from
+        self.warm = None  # the key of the Warm it was forked from (Agent.warm_for)
         self.grace = 1.0  # the runner's TERM -> KILL grace
 
     def close_stdin(self):
@@ -226,13 +234,15 @@ def recv_fds(sock, size, n):
 
 
 class Warm(object):
-    """A fork of the agent that imported ``modules`` (``torch``) once: a step that asks for
-    them (``preload``) is forked from it, so it finds them imported. The agent hands it the
-    step's pipes over a socket; it answers ``P sid pid`` and ``X sid status`` lines. It ends
-    when that socket closes (the agent is gone)."""
+    """A fork of the agent that imported ``modules`` (``torch``) once, with the environment
+    ``env`` set while it imported them: a step that asks for them (``preload``) and runs in
+    that environment is forked from it, so it finds them imported, and set up as a fresh
+    import of its own would have set them up. The agent hands it the step's pipes over a
+    socket; it answers ``P sid pid`` and ``X sid status`` lines. It ends when that socket
+    closes (the agent is gone, or closed it). ``key``: (modules, env's items, sorted)."""
 
-    def __init__(self, agent, modules):
-        self.modules = modules
+    def __init__(self, agent, key, env):
+        self.key, self.modules = key, key[0]
         self.buf = b""
         import socket
 
@@ -240,14 +250,18 @@ class Warm(object):
         pid = os.fork()
         if not pid:
             ours.close()
-            self.serve(agent, theirs)
+            self.serve(agent, theirs, env)
         theirs.close()
         self.pid, self.sock = pid, ours
+
+    def close(self):
+        """Let it go: it exits on EOF (the agent reaps it with the rest)."""
+        self.sock.close()
 
     def order(self, sid, fds, zygote):
         send_fds(self.sock, struct.pack("!I?", sid, zygote), fds)
 
-    def serve(self, agent, sock):
+    def serve(self, agent, sock, env):
         code = 0
         try:
             agent.forget()
@@ -255,11 +269,14 @@ class Warm(object):
             for fd in (0, 1, 2):  # never hold the channel open
                 os.dup2(null, fd)
             os.close(null)
+            own = dict(os.environ)
+            agent.set_environ(env)  # what the modules read as they load: the steps' own
             for name in self.modules:
                 try:
                     __import__(name)
                 except BaseException:
                     pass  # the step imports it again and says why it fails
+            agent.set_environ(own)  # a step's runner makes its env from the agent's, as forked
             freeze()
             children = {}
             wake_r, wake_w = os.pipe()
@@ -311,7 +328,7 @@ class Agent(object):
         self.runner = None
         self.code = cache  # the boot's CodeCache: the runner's and the steps' code
         self.steps = {}
-        self.warm = {}  # modules -> Warm: forks of the agent that keep them imported
+        self.warm = {}  # key -> Warm (warm_for): forks that keep modules imported, oldest first
         self.closing = False
         self.watched = {}
         self.wake_r, self.wake_w = os.pipe()
@@ -443,6 +460,7 @@ class Agent(object):
         runner["prctl"](4, 0)  # PR_SET_DUMPABLE 0: other processes cannot read our memory
         self.read_header = runner["read_header"]  # the header's fields: the runner's table
         self.runs_script = runner["runs_script"]
+        self.step_env, self.set_environ = runner["step_env"], runner["set_environ"]
         self.runner = runner  # each step's child runs its entry(), defined once here
         freeze()
 
@@ -459,10 +477,12 @@ class Agent(object):
 
     def start(self, sid, first):
         header = self.header_of(first)
-        modules = tuple(sorted(map(str, header["preload"] or ())))
         zygote = self.runs_script(header)
+        # A step that starts a new interpreter (no zygote: not a script, or PYTHON* set) has
+        # no use for a Warm's imports.
+        key = self.warm_key(header) if zygote else None
         try:
-            pid, (in_w, out_r, err_r) = self.fork(sid, modules, zygote)
+            pid, (in_w, out_r, err_r) = self.fork(sid, key, zygote)
         except OSError as e:  # no fork, no pipes: this step fails, the agent goes on
             self.send(b"e", sid, ("remotekit agent: cannot start the step: %s\n" % e).encode())
             self.send(b"X", sid, b"125")
@@ -470,16 +490,16 @@ class Agent(object):
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
-        step.warm = modules
+        step.warm = key if pid is None else None
         step.grace = float(header["grace"] or 1.0)
         step.pending.append(first)
         self.feed(step)
 
-    def fork(self, sid, modules, zygote):
-        """The step's child, forked here or by the Warm holding ``modules``: (its pid, or None
-        when the Warm will say it, and our ends of its stdin, stdout and stderr). ``zygote``:
-        whether its runner forks one (it runs a script)."""
-        warm = self.warm_for(modules) if modules else None  # forked before the pipes exist
+    def fork(self, sid, key, zygote):
+        """The step's child, forked here or by the Warm of ``key`` (warm_key; None: here):
+        (its pid, or None when the Warm will say it, and our ends of its stdin, stdout and
+        stderr). ``zygote``: whether its runner forks one (it runs a script)."""
+        warm = self.warm_for(key) if key else None  # forked before the pipes exist
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -561,11 +581,39 @@ class Agent(object):
         finally:
             os._exit(code & 0xFF)
 
-    def warm_for(self, modules):
-        warm = self.warm.get(modules)
+    def warm_key(self, header):
+        """Which Warm serves the step ``header`` (None: none, it preloads nothing): its
+        modules and its whole environment, compared whole rather than a list of the
+        variables some module reads at import (which those are is each module's business:
+        OMP_*, MKL_*, TORCH_*, CUDA_*, LD_*, ... and what a new release adds), as it costs
+        microseconds a step. One whose env field is malformed gets none: its runner says why."""
+        try:
+            modules = tuple(sorted(map(str, header["preload"] or ())))
+            env = self.step_env(header) if modules else {}
+        except (TypeError, ValueError, AttributeError):
+            return None
+        return (modules, tuple(sorted(env.items()))) if modules else None
+
+    def warm_for(self, key):
+        """The Warm of ``key``, started if there is none (in place of the least recently
+        used idle one, past WARMS); None when WARMS are all busy."""
+        warm = self.warm.pop(key, None)
         if warm is None:
-            warm = self.warm[modules] = Warm(self, modules)
+            if len(self.warm) >= WARMS and not self.close_idle_warm():
+                return None
+            warm = Warm(self, key, dict(key[1]))
+        self.warm[key] = warm  # the most recently used last
         return warm
+
+    def close_idle_warm(self):
+        """Close the least recently used Warm that no running step was forked from."""
+        busy = set(step.warm for step in self.steps.values())
+        for key, warm in list(self.warm.items()):
+            if key not in busy:
+                del self.warm[key]
+                warm.close()
+                return True
+        return False
 
     def hear(self, warm):
         """What a Warm says: ``P sid pid`` (forked) and ``X sid status`` (it ended)."""
@@ -576,10 +624,11 @@ class Agent(object):
         except OSError:
             data = b""
         if not data:  # it died: its steps' runners see EOF as ours close; report them
-            del self.warm[warm.modules]
+            if self.warm.get(warm.key) is warm:
+                del self.warm[warm.key]
             warm.sock.close()
             for step in list(self.steps.values()):
-                if step.warm == warm.modules and step.status is None:
+                if step.warm == warm.key and step.status is None:
                     step.status = 125 if step.pid is None else step.status
                     self.finish(step)
             return

@@ -952,11 +952,19 @@ def popen(argv, env, out, err, pass_fds):
     )
 
 
-def step_argv(h, tmpdir):
+def step_env(h):
+    """The environment the step ``h`` (a header) runs in, but for what the runner adds to a
+    script's (PYTHONUNBUFFERED, REMOTEKIT_DIR): ours, the header's env over it, its
+    path_prepend before PATH. The agent starts a warm process with it (Agent.warm_for)."""
     env = dict(os.environ)
     env.update(h["env"] or {})
     if h["path_prepend"]:
         env["PATH"] = os.pathsep.join(h["path_prepend"] + [env.get("PATH", os.defpath)])
+    return env
+
+
+def step_argv(h, tmpdir):
+    env = step_env(h)
     argv = list(h["argv"])
     if h["script"]:
         env["PYTHONUNBUFFERED"] = "1"
