@@ -223,8 +223,8 @@ class AgentUnavailable(_Note):
     the step that found out runs that way too."""
 
 
-class ConnectionLost(RemotekitError):
-    """The transport died mid-step; the remote side stops the step when it sees its stdin close."""
+class _Cut(RemotekitError):
+    """A step cut off from its far side before it ended: ``result`` holds its output so far."""
 
     def __init__(
         self,
@@ -238,24 +238,17 @@ class ConnectionLost(RemotekitError):
         super().__init__(message, host=host, step=step)
 
 
-class ProtocolViolation(RemotekitError):
+class ConnectionLost(_Cut):
+    """The transport died mid-step; the remote side stops the step when it sees its stdin close."""
+
+
+class ProtocolViolation(_Cut):
     """What the resident agent there sent broke its frame protocol (a malformed or oversized
     frame, output past its flow-control window): the agent was closed at once, as for a
     dropped connection (a runner there stops its step when its stdin closes), and the
     target's next step starts a new one. Not retried: a far side that does it once may do it
     again. The message says what was wrong and names the agent; ``result`` holds the step's
     output until then."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        result: Result | None = None,
-        host: str | None = None,
-        step: str | None = None,
-    ):
-        self.result = result
-        super().__init__(message, host=host, step=step)
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -255,6 +255,38 @@ def open_local(agent: bool | None, **overrides: Any) -> remotekit.Target:
     return remotekit.local_target(**overrides)
 
 
+def held_with_python(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    agent: bool | None,
+    wrapper: Callable[[str], str],
+) -> Iterator[Callable[[str], remotekit.Target]]:
+    """For a fixture parametrized ``local``/``ssh`` to yield from: ``open_target(name)``, a
+    target here or through the real sshd (ssh -> the node's Python) whose ``python`` is the
+    shell script ``wrapper(name)`` (a stand-in far side), its steps on the agent or not
+    (``agent``); every target opened is closed at the fixture's end."""
+    opened: list[remotekit.Target] = []
+
+    def open_target(name: str) -> remotekit.Target:
+        python = tmp_path / f"python-{name}"
+        python.write_text(wrapper(name))
+        python.chmod(0o755)
+        if request.param == "local":
+            t = open_local(agent, python=str(python))
+        else:
+            host = request.getfixturevalue("sshd").host_yaml(python=str(python))
+            inv = write_inventory(tmp_path / f"{name}.yaml", {"far": host}, agent=agent)
+            t = inv.target("far")
+        opened.append(t)
+        return t
+
+    try:
+        yield open_target
+    finally:
+        for t in opened:
+            t.close()
+
+
 @pytest.fixture
 def local(agent: bool | None) -> Iterator[remotekit.Target]:
     with open_local(agent) as t:

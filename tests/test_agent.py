@@ -31,7 +31,7 @@ from remotekit.agent import shipped
 from remotekit.layers import LOADER
 from remotekit.remote.agent import FRAME, MIN_PYTHON, TO_CALLER, WARMS, frame, frames
 from remotekit.step import StepHeader
-from tests.conftest import CT, write_inventory
+from tests.conftest import CT, held_with_python, write_inventory
 from tests.harness import FAKES, ancestors, processes_with, venv_prefix, wait_gone
 from tests.test_interpreters import PYTHONS
 
@@ -751,29 +751,15 @@ def broken(
     """``broken(mode)``: a target, here or through the real sshd (ssh -> the node's Python),
     whose first agent is tests/fakes/agent.py breaking the protocol as ``mode`` says, and
     every later one the real agent: its Python is a wrapper that runs the fake once."""
-    opened: list[remotekit.Target] = []
 
-    def open_target(mode: str) -> remotekit.Target:
+    def wrapper(mode: str) -> str:
         once = tmp_path / f"{mode}.ran"
-        python = tmp_path / f"python-{mode}"
-        python.write_text(
+        return (
             f'#!/bin/sh\nif [ -e {once} ]; then exec {sys.executable} "$@"; fi\n: > {once}\n'
             f"exec {sys.executable} -S {FAKES / 'agent.py'} {mode}\n"
         )
-        python.chmod(0o755)
-        if request.param == "local":
-            t = remotekit.local_target(python=str(python), agent=True)
-        else:
-            host = request.getfixturevalue("sshd").host_yaml(python=str(python), agent=True)
-            t = write_inventory(tmp_path / f"{mode}.yaml", {"far": host}).target("far")
-        opened.append(t)
-        return t
 
-    try:
-        yield open_target
-    finally:
-        for t in opened:
-            t.close()
+    yield from held_with_python(request, tmp_path, True, wrapper)
 
 
 @pytest.mark.parametrize("mode", list(BROKEN))

@@ -27,8 +27,8 @@ import pytest
 import remotekit
 from remotekit import remote
 from remotekit.target import _Stream
-from tests.conftest import CT, open_local, write_inventory
-from tests.harness import processes_with, wait_gone
+from tests.conftest import CT, held_with_python
+from tests.harness import FAKES, processes_with, wait_gone
 
 
 @dataclass(frozen=True)
@@ -388,26 +388,11 @@ def unended(
     """``unended(stream)``: a target, here or through the real sshd (ssh -> the node's
     Python), whose runner (or agent: it never says hello) is tests/fakes/agent.py writing
     128 MiB on ``stream`` with no newline, then exiting 3."""
-    opened: list[remotekit.Target] = []
 
-    def open_target(stream: str) -> remotekit.Target:
-        python = tmp_path / f"python-{stream}"
-        fake = Path(__file__).parent / "fakes" / "agent.py"
-        python.write_text(f"#!/bin/sh\nexec {sys.executable} -S {fake} flood-{stream}\n")
-        python.chmod(0o755)
-        if request.param == "local":
-            t = open_local(agent, python=str(python))
-        else:
-            host = request.getfixturevalue("sshd").host_yaml(python=str(python))
-            t = write_inventory(tmp_path / "hosts.yaml", {"far": host}, agent=agent).target("far")
-        opened.append(t)
-        return t
+    def wrapper(stream: str) -> str:
+        return f"#!/bin/sh\nexec {sys.executable} -S {FAKES / 'agent.py'} flood-{stream}\n"
 
-    try:
-        yield open_target
-    finally:
-        for t in opened:
-            t.close()
+    yield from held_with_python(request, tmp_path, agent, wrapper)
 
 
 @pytest.mark.timeout(120)
