@@ -786,8 +786,37 @@ def test_stop_never_signals_a_recorded_pid_of_one_or_less(
         if agent is not False:
             assert _agent_pid(ct) == before
     finally:
-        victim.rm()  # a corrupt record is removed by its id
+        victim.rm()  # a corrupt record is removed by its id, and the files shipped for it
         _tidy(sentinel)
+    assert victim.result is not None and victim.result.detached is not None
+    assert not ct.run(["test", "-e", victim.result.detached.dir], timeout=20, check=False).ok
+
+
+@pytest.mark.timeout(90)
+def test_rm_removes_no_folder_a_record_names_but_the_runner_did_not_make(
+    target: remotekit.Target,
+) -> None:
+    """A record's ``dir`` (a corrupt record's too) is removed with it only where it is what a
+    runner makes (remotekit-<12 hex>, a folder itself, ours): a forged one pointing at
+    another folder, or at a link named as ours, leaves both where they are."""
+    mark = _marker()
+    keep = f"/tmp/{mark}-keep"
+    link = "/tmp/remotekit-" + uuid.uuid4().hex[:12]
+    made = target.run(["sh", "-c", f"mkdir {keep} && touch {keep}/f && ln -s {keep} {link}"])
+    assert made.ok, made
+    try:
+        for forged in (keep, link):
+            for corrupt in (False, True):
+                run = _start(target, ["true"])
+                run.wait(timeout=30)
+                assert run.result is not None and run.result.detached is not None
+                _forge(target, run, dir=forged, **({"started": "yesterday"} if corrupt else {}))
+                run.rm()
+                target.run(["rm", "-rf", run.result.detached.dir], timeout=20)  # its real one
+                assert target.run(["test", "-f", f"{keep}/f"], timeout=20).ok, (forged, corrupt)
+                assert target.run(["test", "-L", link], timeout=20).ok, (forged, corrupt)
+    finally:
+        target.run(["rm", "-rf", keep, link], timeout=20)
 
 
 #: Run there: record folders beside the run in folder argv[1], each its run.json with one

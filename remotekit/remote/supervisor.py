@@ -913,12 +913,40 @@ def do_prune(args):
 
 
 def remove(folder, rec):
-    """A run's record, and the folder of its shipped files (a runner's private dir; not a
-    corrupt record's: none of its paths is trusted)."""
-    shipped = rec.get("dir") if rec["state"] != CORRUPT else None
-    if shipped and os.path.basename(shipped).startswith("remotekit-") and os.path.isdir(shipped):
+    """A run's record, and the folder of its shipped files where the record names one that
+    :func:`is_shipped_dir` (a corrupt record's too: its ``dir`` is read as it stands, and
+    only such a folder is ever removed, so a forged path removes nothing else)."""
+    shipped = rec.get("dir") if rec["state"] != CORRUPT else raw_field(folder, "dir")
+    if is_shipped_dir(shipped):
         shutil.rmtree(shipped, ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def raw_field(folder, key):
+    """``key`` of the run's run.json as it stands (read within its bound), or None."""
+    try:
+        with infile.open_regular(os.path.join(folder, "run.json")) as f:
+            record = json.loads(f.read(runrecord.MAX_BYTES + 1).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # OSError: infile.NotRegularFile too
+        return None
+    return record.get(key) if isinstance(record, dict) else None
+
+
+def is_shipped_dir(path):
+    """Whether ``path`` is what :func:`runner.private_dir` makes: an absolute path named
+    ``remotekit-`` + 12 hex digits, a directory itself (not a link to one), and ours."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return False
+    name = os.path.basename(path)
+    if len(name) != 22 or not name.startswith("remotekit-"):
+        return False
+    if any(c not in "0123456789abcdef" for c in name[10:]):
+        return False
+    try:
+        st = os.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return (st.st_mode & 0o170000) == 0o040000 and st.st_uid == os.getuid()
 
 
 def do_rm(args, folder):
