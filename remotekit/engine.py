@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import shlex
 import threading
 import time
@@ -321,13 +322,13 @@ class Engine:
                     except RemotekitError as exc:
                         exc.step = step
                         raise
-            if self.spec.hop is not None:
-                self.spec = replace(self.spec, hop=hops[-1])
-                self.launch = compose(self.spec.layers())
+            self.spec = replace(self.spec, hops=tuple(hops))
+            self.launch = compose(self.spec.layers())
             self._opened = True
 
     def inside(self, n: int, argv: Sequence[str]) -> list[str]:
-        """``argv`` run inside the first ``n`` hops (e.g. a probe under sudo)."""
+        """``argv`` run inside the first ``n`` hops (e.g. a probe under sudo, or the probe of
+        hop ``n`` where that hop's tool runs)."""
         return list(compose(reversed(self.spec.hops[:n]), Launch(argv=tuple(argv))).argv)
 
     def missing(self, path: str, step: str) -> RemotekitError:
@@ -346,21 +347,31 @@ class Engine:
         return RemotekitError(f"{path!r} not found ({self.chain})", host=self.name, step=step)
 
     def not_started(self, code: int | None, res: Result, step: str) -> RemotekitError:
-        """The runner never said ready: ask each hop, outermost first, if the words are its."""
+        """The runner never said ready: whose words are these? Each hop is asked, outermost
+        first; when the words could be several hops' (``no such container`` from a container
+        inside a CT), the first of them whose probe says it is down is the broken one. Then a
+        hop's tool that an outer hop could not exec; then the interpreter."""
         text = (res.stderr + res.stdout).strip()
         low = text.lower()
         quoted = quote_tool(text)
         where = dict(host=self.name, step=step)
         hops = self.spec.hops
+        said: list[tuple[int, RemotekitError]] = []
         for i, hop in enumerate(hops):
             error = hop.explain(code, text, self.name, step)
             if error is not None and hop.confirm:
                 status = self.probe(self.inside(i, hop.probe()))
                 error = hop.explain(code, text, self.name, step, status=status)
             if error is not None:
-                return error
-        interp = self.launch.interpreter or "python"
+                said.append((i, error))
+        if said:
+            return self._first_down(said)
         exec_failed = any(h.exec_failed(code, text) for h in hops)
+        if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
+            for i, hop in enumerate(hops[1:], 1):  # a tool inside: the outer hop's words name it
+                if _names(text, hop.executable):
+                    return hop.missing(self.name, step, where=hops[i - 1].what)
+        interp = self.launch.interpreter or "python"
         if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
             return InterpreterNotFound(
                 f"interpreter {interp} not found there (exit {code}); check `venv:`/`python:` "
@@ -373,6 +384,18 @@ class Engine:
             f"Python >= 3.6 there:\n{quoted}",
             **where,
         )
+
+    def _first_down(self, said: list[tuple[int, RemotekitError]]) -> RemotekitError:
+        """Of the hops whose words these may be (index, error), the first whose probe says it
+        is not up; the first of them when every probe says up (it went down, then up)."""
+        if len(said) == 1:
+            return said[0][1]
+        for i, error in said:
+            hop = self.spec.hops[i]
+            up, _ = hop.verdict(*self.probe(self.inside(i, hop.probe())))
+            if not up:
+                return error
+        return said[0][1]
 
     def probe(self, argv: list[str], timeout: float = 15.0) -> tuple[int | None, str]:
         """Run a bare command on the node (no runner: for checks before the runner can run)."""
@@ -401,6 +424,12 @@ class Engine:
                 return None, f"no answer within {timeout:g} s"
         finally:
             proc.terminate()
+
+
+def _names(text: str, executable: str) -> bool:
+    """Whether a tool's words name ``executable`` as a word of its own (``exec "podman"``,
+    ``execve(): podman:``), not inside a longer path or name."""
+    return re.search(rf"(?<![\w./-]){re.escape(executable)}(?![\w./-])", text) is not None
 
 
 # -- masking ---------------------------------------------------------------------------------

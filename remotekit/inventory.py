@@ -11,11 +11,16 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
         identity: ~/.ssh/id_ed25519
         known_hosts: ~/.ssh/known_hosts
         host_key: strict                # strict | accept-new
-        jump: root@bastion              # ProxyJump
+        jump: root@bastion              # ProxyJump (a list: chained gateways, first first)
         sudo: false
         container: 200                  # one container hop (remotekit.layers.HOPS):
         pct: pct                        #   container/pct, lxc, podman/docker + engine,
                                         #   slurm, kubectl
+      trainer:
+        ssh: root@pve1
+        hops:                           # or a chain of any depth, in order, innermost last;
+          - container: 200              #   each item one hop mapping, as the single keys
+          - docker: trainer             #   above (not beside them), or `sudo: true | USER`
         venv: /root/venv                # interpreter <venv>/bin/python
         python: python3                 # interpreter when there is no venv
         workdir: /workspace
@@ -151,6 +156,7 @@ class _Doc:
         self.lines: dict[tuple[str, ...], int] = {}
         self._scalars = yaml.SafeLoader("")
         self._aliases: list[tuple[_Alias, tuple[str, ...]]] = []  # being expanded, outermost first
+        self._lists: set[tuple[str, ...]] = set()  # key paths holding a list
         self._alias_values = 0
         loader = _Composer(text)
         try:
@@ -184,6 +190,7 @@ class _Doc:
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, key)
         if isinstance(node, yaml.SequenceNode):
+            self._lists.add(key)
             return [self._value(v, (*key, str(i))) for i, v in enumerate(node.value)]
         return self._scalar(node, key)
 
@@ -270,9 +277,21 @@ class _Doc:
 
     def fail(self, key: tuple[str, ...], message: str, *, line: int | None = None) -> NoReturn:
         raise InventoryError(
-            message, path=self.path, line=line or self.line(key), key=".".join(key) or None
+            message, path=self.path, line=line or self.line(key), key=self.name(key) or None
         )
 
+    def name(self, key: tuple[str, ...]) -> str:
+        """A key path as messages write it: ``hosts.trainer.hops[1].docker``; a place in a
+        chain (``hops:``, ``jump:``) is an index, other list items are ``.N``."""
+        out = ""
+        for i, part in enumerate(key):
+            chain = key[:i] in self._lists and key[i - 1] in _CHAINS
+            out += f"[{part}]" if chain else f".{part}" if out else part
+        return out
+
+
+#: The keys whose lists are chains: errors name an item by its place, ``hops[1]``.
+_CHAINS = frozenset({"hops", "jump"})
 
 _SSH_RE = re.compile(
     r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<port>\d+))?$"
@@ -328,6 +347,63 @@ class _HostReader:
             self.fail(k, "expected a mapping")
         return _Nested(self.doc, value, self.where(k), frozenset(known))
 
+    def hops(self, ssh: SSHSpec | None) -> tuple[Hop, ...]:
+        """The chain after the transport: ``hops:`` in order, or the single keys as a chain
+        of one or two (``[sudo] [container hop]``); never both."""
+        if self.raw.get("hops") is None:
+            # another user, or sudo inside a container: an item of `hops:` says where
+            self.get(
+                "sudo",
+                lambda v: isinstance(v, bool),
+                "true or false (sudo -u USER "
+                "at a depth of the chain: an item `- sudo: USER` of `hops:`)",
+            )
+            sudo = Sudo.read(self)
+            hop = self.hop()
+            asker = ssh.user if ssh else None
+            return ((replace(sudo, user=asker),) if sudo else ()) + ((hop,) if hop else ())
+        single = [k for k in _CHAIN_KEYS if self.raw.get(k) not in (None, False)]
+        if single:
+            k = min(single, key=lambda k: self.doc.line(self.where(k)) or 0)
+            self.fail(
+                k,
+                f"`{k}:` cannot be set beside `hops:` (line {self.doc.line(self.where('hops'))}): "
+                "the list holds the whole chain; move it into the list as an item",
+            )
+        items = self.raw["hops"]
+        if not isinstance(items, list):
+            self.fail("hops", "expected a list of hops, each a mapping such as {container: 200}")
+        chain = []
+        for i, item in enumerate(items):
+            hop = self.chain_item(i, item)
+            if isinstance(hop, Sudo) and i == 0:
+                hop = replace(hop, user=ssh.user if ssh else None)
+            chain.append(hop)
+        return tuple(chain)
+
+    def chain_item(self, i: int, item: Any) -> Hop:
+        """Item ``i`` of ``hops:``: one hop mapping, read by its hop as a host's keys are."""
+        where = (*self.where("hops"), str(i))
+        keys = ", ".join(f"`{k}:`" for k in _CHAIN_HOPS)
+        if not isinstance(item, dict):
+            self.fail_at(where, f"expected a hop mapping with one of {keys}, got {item!r}")
+        named = [k for k in item if k in _CHAIN_HOPS]
+        if not named:
+            unknown = next(iter(item), "")
+            hint = _did_you_mean(unknown, _CHAIN_HOPS) if unknown else ""
+            self.fail_at(where, f"names no hop{hint}: each item has one of {keys}")
+        if len(named) > 1:
+            self.fail_at(
+                (*where, named[1]),
+                f"one hop per item: `{named[0]}:` is already this item's hop; "
+                "make the next one an item of its own",
+            )
+        kind = _CHAIN_HOPS[named[0]]
+        hop = kind.read(_Nested(self.doc, item, where, frozenset({kind.key, *kind.options})))
+        if hop is None:  # `sudo: false`
+            self.fail_at((*where, kind.key), "a hop in the list must be on (leave it out instead)")
+        return hop
+
     def hop(self) -> Hop | None:
         """The one container hop this host declares (``remotekit.layers.HOPS``), if any."""
         declared = sorted(
@@ -347,14 +423,14 @@ class _HostReader:
                 self.fail(option, f"`{option}` needs {owners} on this host")
         return hop.read(self) if hop else None
 
-    def ssh(self, value: str, k: str) -> SSHSpec:
-        m = _SSH_RE.match(value)
+    def ssh(self, value: str, where: tuple[str, ...]) -> SSHSpec:
+        m = _SSH_RE.match(value) if isinstance(value, str) else None
         if not m:
-            self.fail_at(self.where(k), f"expected [user@]host[:port], got {value!r}")
+            self.fail_at(where, f"expected [user@]host[:port], got {value!r}")
         assert m is not None
         port = int(m["port"]) if m["port"] else self.get("port", _is_port, "a port 1-65535")
         if port is not None and not _is_port(port):
-            self.fail_at(self.where(k), f"port must be 1-65535, got {port}")
+            self.fail_at(where, f"port must be 1-65535, got {port}")
         return SSHSpec(
             host=m["v6"] or m["host"],
             user=m["user"] or self.text("user"),
@@ -363,6 +439,21 @@ class _HostReader:
             known_hosts=self.text("known_hosts"),
             host_key=self.host_key(),
         )
+
+    def jump(self) -> SSHSpec | None:
+        """``jump:`` (ProxyJump): one gateway, or a list of them, the first reached first;
+        each is reached through the one before (its ``jump``)."""
+        raw = self.raw.get("jump")
+        if raw is None:
+            return None
+        items = raw if isinstance(raw, list) else [raw]
+        if not items:
+            self.fail("jump", "expected [user@]host[:port] or a non-empty list of them")
+        gateway = None
+        for i, item in enumerate(items):
+            where = (*self.where("jump"), str(i)) if isinstance(raw, list) else self.where("jump")
+            gateway = replace(self.ssh(item, where), jump=gateway)
+        return gateway
 
     def host_key(self) -> str:
         policy = self.text("host_key") or "strict"
@@ -376,14 +467,11 @@ class _HostReader:
     def spec(self) -> HostSpec:
         self.host_key()  # validated even where there is no ssh: yet
         ssh_text = self.text("ssh")
-        ssh = self.ssh(ssh_text, "ssh") if ssh_text else None
-        jump = self.text("jump")
-        if jump:
-            if ssh is None:
-                self.fail_at(self.where("jump"), "a jump host needs `ssh:` on the same host")
-            assert ssh is not None
-            j = self.ssh(jump, "jump")
-            ssh = replace(ssh, jump=j)
+        ssh = self.ssh(ssh_text, self.where("ssh")) if ssh_text else None
+        if ssh is not None:
+            ssh = replace(ssh, jump=self.jump())
+        elif self.raw.get("jump") is not None:
+            self.fail_at(self.where("jump"), "a jump host needs `ssh:` on the same host")
         secret = self.get(
             "secret_env",
             lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
@@ -393,8 +481,7 @@ class _HostReader:
         return HostSpec(
             name=self.name,
             ssh=ssh,
-            sudo=Sudo.read(self) is not None,
-            hop=self.hop(),
+            hops=self.hops(ssh),
             venv=self.text("venv"),
             python=self.text("python"),
             workdir=self.text("workdir"),
@@ -500,6 +587,10 @@ class _Nested:
 
 
 _HOP_OPTIONS = tuple(sorted({o for h in HOPS.values() for o in h.options}))
+#: What an item of ``hops:`` may name: a container hop, or sudo at that depth.
+_CHAIN_HOPS: dict[str, type[Hop]] = {Sudo.key: Sudo, **HOPS}
+#: The single keys that ``hops:`` replaces (they may not stand beside it).
+_CHAIN_KEYS = (*_CHAIN_HOPS, *_HOP_OPTIONS)
 HOST_KEYS = frozenset(
     [
         "ssh",
@@ -509,6 +600,7 @@ HOST_KEYS = frozenset(
         "known_hosts",
         "host_key",
         "jump",
+        "hops",
         "sudo",
         "venv",
         "python",

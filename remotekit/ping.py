@@ -1,4 +1,4 @@
-"""Ping: check a target's layers in order (connection, sudo, container hop, interpreter,
+"""Ping: check a target's layers in order (connection, each hop of its chain, interpreter,
 torch) and stop at the first that fails; that check says which layer is broken and why.
 
 :meth:`remotekit.target.Target.ping` is the public way in; :func:`ping` does the work.
@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from remotekit.engine import Engine
 from remotekit.errors import RemotekitError, StepCancelled
+from remotekit.layers import Hop
 from remotekit.result import Script, Shown
 from remotekit.step import StepOptions, run_step, shipped
 
@@ -111,8 +112,8 @@ def _hops(engine: Engine, add: _Add) -> bool:
     try:
         engine.launch_for("ping")  # looks up a hop given by name (once)
     except RemotekitError as exc:
-        return add(engine.spec.hops[-1].label, False, exc.message)
-    for i, hop in enumerate(engine.spec.hops):
+        return add(_looked_up(engine, exc).label, False, exc.message)
+    for i, hop in enumerate(engine.spec.hops):  # in order: each probe runs inside the ones before
         try:
             code, text = engine.probe(engine.inside(i, hop.probe()))
         except StepCancelled:
@@ -122,6 +123,13 @@ def _hops(engine: Engine, add: _Add) -> bool:
         if not add(hop.label, *hop.verdict(code, text)):
             return False
     return True
+
+
+def _looked_up(engine: Engine, exc: RemotekitError) -> Hop:
+    """The hop whose lookup failed: the one the error names, else the first that looks up."""
+    lookups = [h for h in engine.spec.hops if h.lookup() is not None] or list(engine.spec.hops)
+    named = getattr(exc, "container", None)
+    return next((h for h in lookups if h.name == named), lookups[0])
 
 
 def _interpreter(engine: Engine, add: _Add) -> bool:

@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from remotekit import remote
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError, StepFailed
+from remotekit.layers import Launch, compose
 from remotekit.remote import protocol, runrecord
 from remotekit.result import Result, Script, Shown, clip, table
 from remotekit.step import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from remotekit.layers import Hop
     from remotekit.spec import HostSpec
 
 __all__ = [
@@ -282,8 +282,9 @@ def start(
     command = list(argv)
     args = ["start", run_id, "--host", target.name, "--display", json.dumps(list(display))]
     args += ["--grace", str(target.spec.timeouts.kill_grace), *_runs_dir(target)]
-    batch = _batch_hop(target)
-    if batch is not None:
+    at = _batch_hop(target)
+    if at is not None:
+        batch = target.spec.hops[at]
         if script is not None:
             raise RemotekitError(
                 f"a detached run through {batch.label} is a batch job, which runs a command: "
@@ -291,7 +292,9 @@ def start(
                 host=target.name,
                 step=step,
             )
-        job = batch.batch(command, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
+        # through the hops inside the job's (sudo): they stay in its tree
+        inner = compose(reversed(target.spec.hops[at + 1 :]), Launch(argv=tuple(command)))
+        job = batch.batch(inner.argv, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
         assert job is not None
         command = list(job.submit)
         there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
@@ -339,8 +342,17 @@ def _with_supervisor(script: Script | None) -> Script:
     return Script(sup.source, name=f"{BESIDE}/{SUPERVISOR}", files=files)
 
 
-def _batch_hop(target: Target) -> Hop | None:
-    return next((h for h in target.spec.hops if h.batch((), "") is not None), None)
+def _batch_hop(target: Target) -> int | None:
+    """The index of the hop a detached run goes through as a batch job (a Slurm hop), when
+    the run would stay in that hop's step: no hop inside it enters a tree of its own (a
+    container inside the job keeps a run started in it alive, as on any container)."""
+    hops = target.spec.hops
+    for i in reversed(range(len(hops))):
+        if hops[i].batch((), "") is not None:
+            return i
+        if hops[i].own_tree:
+            return None
+    return None
 
 
 #: The target a run's supervisor lives on, for a target whose hop runs detached runs as batch
@@ -352,13 +364,14 @@ _HOMES_LOCK = threading.Lock()
 def home_of(target: T) -> T:
     """Where ``target``'s runs are recorded and supervised: itself, or for a Slurm target the
     login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job."""
-    hop = _batch_hop(target)
-    if hop is None:
+    at = _batch_hop(target)
+    if at is None:
         return target
     with _HOMES_LOCK:
         home = _HOMES.get(target)
         if not isinstance(home, type(target)):  # none yet (a home is of its target's class)
-            home = type(target)(replace(target.spec, hop=None))  # the class, not imported
+            outside = replace(target.spec, hops=target.spec.hops[:at])
+            home = type(target)(outside)  # the class, not imported
             _HOMES[target] = home
         return home
 

@@ -26,6 +26,8 @@ class SSHSpec:
     identity: str | None = None
     known_hosts: str | None = None
     host_key: str = "strict"
+    #: The last jump host on the way (ProxyJump); its own ``jump`` is the one before it, so
+    #: ``jump: [a, b]`` is ``b`` reached through ``a``.
     jump: SSHSpec | None = None
 
     @property
@@ -45,12 +47,15 @@ class Timeouts:
 
 @dataclass(frozen=True)
 class HostSpec:
-    """One target as declared. ``layers`` turns it into the launch transforms, innermost first."""
+    """One target as declared. ``layers`` turns it into the launch transforms, innermost first.
+
+    ``hops`` is the chain after the transport, in order, innermost last: hosts.yaml's
+    ``hops:`` list, or its single keys as a chain of one or two (``[sudo] [container hop]``).
+    """
 
     name: str
     ssh: SSHSpec | None = None
-    sudo: bool = False
-    hop: Hop | None = None
+    hops: tuple[Hop, ...] = ()
     venv: str | None = None
     python: str | None = None
     workdir: str | None = None
@@ -78,7 +83,7 @@ class HostSpec:
             return self.venv.rstrip("/") + "/bin/python"
         if self.python:
             return self.python
-        if self.ssh is None and self.hop is None:
+        if self.ssh is None and not self.hops:
             return sys.executable
         return "python3"
 
@@ -95,10 +100,14 @@ class HostSpec:
         return tuple(out)
 
     @property
-    def hops(self) -> tuple[Hop, ...]:
-        """The hops after the transport, outermost first: ``[sudo] [container hop]``."""
-        user = self.ssh.user if self.ssh else None
-        return ((Sudo(user=user),) if self.sudo else ()) + ((self.hop,) if self.hop else ())
+    def hop(self) -> Hop | None:
+        """The innermost hop that enters somewhere (a container, job or pod; not sudo)."""
+        return next((h for h in reversed(self.hops) if not isinstance(h, Sudo)), None)
+
+    @property
+    def sudo(self) -> bool:
+        """Whether the chain goes through sudo anywhere."""
+        return any(isinstance(h, Sudo) for h in self.hops)
 
 
 LOCAL = HostSpec(name="local")

@@ -49,7 +49,7 @@ from remotekit.step import (
     shipped,
 )
 from remotekit.transports import for_spec
-from remotekit.transports.base import ExecutableMissing, TerminalTransport, Transport
+from remotekit.transports.base import ExecutableMissing, Terminal, TerminalTransport, Transport
 
 if TYPE_CHECKING:
     from remotekit.forward import Forward
@@ -711,27 +711,9 @@ class Target:
         engine = self._engine
         engine.remember_secrets(env)
         engine.dry(step, ("shell", *(argv or ())))
-        launch = shell.interactive(self.spec.hops, engine.launch_for(step))
-        transport = self.transport
-        if not isinstance(transport, TerminalTransport):
-            raise RemotekitError(
-                f"{transport.label} cannot open a terminal", host=self.name, step=step
-            )
-        if self.trace is not None:
-            self.trace(step, " -> ".join((transport.label, *launch.hops)))
-        columns, rows = shell.window_size(stdout, stdin)
-        term_name = os.environ.get("TERM") or "xterm-256color"
-        try:
-            term = transport.open_terminal(launch.argv, term=term_name, columns=columns, rows=rows)
-        except ExecutableMissing as exc:
-            raise engine.missing(exc.path, step) from None
-        except TimeoutError:
-            raise RemotekitError(
-                f"no free SSH session for the shell ({transport.label})", host=self.name, step=step
-            ) from None
-        except RemotekitError as exc:
-            exc.host, exc.step = exc.host or self.name, exc.step or step
-            raise
+        opened = engine.launch_for(step)  # first: a hop looked up by name is then known
+        launch = shell.interactive(self.spec.hops, opened)
+        term = self._terminal(launch, shell.window_size(stdout, stdin), step)
         blobs = shell.request(launch, argv, env, cwd)
         try:
             code = shell.session(term, blobs, stdin, stdout, start_timeout)
@@ -747,6 +729,29 @@ class Target:
                 step=step,
             )
         return code
+
+    def _terminal(self, launch: Launch, size: tuple[int, int], step: str) -> Terminal:
+        """A terminal of ``size`` (columns, rows) running ``launch`` there."""
+        transport = self.transport
+        if not isinstance(transport, TerminalTransport):
+            raise RemotekitError(
+                f"{transport.label} cannot open a terminal", host=self.name, step=step
+            )
+        if self.trace is not None:
+            self.trace(step, " -> ".join((transport.label, *launch.hops)))
+        columns, rows = size
+        term_name = os.environ.get("TERM") or "xterm-256color"
+        try:
+            return transport.open_terminal(launch.argv, term=term_name, columns=columns, rows=rows)
+        except ExecutableMissing as exc:
+            raise self._engine.missing(exc.path, step) from None
+        except TimeoutError:
+            raise RemotekitError(
+                f"no free SSH session for the shell ({transport.label})", host=self.name, step=step
+            ) from None
+        except RemotekitError as exc:
+            exc.host, exc.step = exc.host or self.name, exc.step or step
+            raise
 
     def _shell_not_started(
         self, exc: NotStarted, argv: Sequence[str] | None, timeout: float

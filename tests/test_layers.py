@@ -88,8 +88,7 @@ def test_host_spec_layers() -> None:
     spec = HostSpec(
         name="kpro6",
         ssh=SSHSpec(host="kpro6.lan", user="root"),
-        sudo=True,
-        hop=Pct(200),
+        hops=(Sudo(), Pct(200)),
         venv="/root/venv/",
         workdir="/workspace",
         env={"HF_HOME": "/workspace/hf"},
@@ -203,7 +202,7 @@ def test_slurm_finds_a_bare_interpreter_without_path() -> None:
 
 
 def test_sudo_goes_outside_the_container_hop() -> None:
-    spec = HostSpec(name="n", ssh=SSHSpec(host="n"), sudo=True, hop=Podman("web"), python="python3")
+    spec = HostSpec(name="n", ssh=SSHSpec(host="n"), hops=(Sudo(), Podman("web")), python="python3")
     assert compose(spec.layers()).argv[:7] == ("sudo", "-n", "--", "podman", "exec", "-i", "web")
     assert [h.label for h in spec.hops] == ["sudo", "podman exec web"]
 

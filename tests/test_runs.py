@@ -440,7 +440,7 @@ def slurm(slurm_cluster: SlurmCluster, agent: bool | None) -> Iterator[remotekit
 
     job = int(slurm_cluster.running)
     srun = shutil.which("srun") or "srun"
-    with open_local(agent, hop=Slurm(job, bin=srun), python=sys.executable) as t:
+    with open_local(agent, hops=(Slurm(job, bin=srun),), python=sys.executable) as t:
         yield t
 
 
@@ -577,7 +577,7 @@ def test_on_slurm_a_job_nobody_knows_is_lost_and_a_silent_scheduler_leaves_it_ru
 def test_on_slurm_a_detached_script_is_refused_saying_why() -> None:
     from remotekit.layers import Slurm
 
-    t = remotekit.Target(remotekit.HostSpec(name="hpc", hop=Slurm(4242, bin="/no/such/srun")))
+    t = remotekit.Target(remotekit.HostSpec(name="hpc", hops=(Slurm(4242, bin="/no/such/srun"),)))
     script = remotekit.Script(b"print(1)", name="train.py")
     with pytest.raises(remotekit.RemotekitError) as info:  # before anything runs
         t.run_python(script, detach=True)
@@ -637,7 +637,7 @@ def test_a_container_restart_marks_its_runs_lost(
     server = None
     try:
         if chain == "lxc-attach":
-            t = open_local(agent, hop=Lxc(box.name), venv=venv_prefix(), python=None)
+            t = open_local(agent, hops=(Lxc(box.name),), venv=venv_prefix(), python=None)
         else:
             node = FakeNode(tmp_path / "node", running=box).install()
             node.add(301)

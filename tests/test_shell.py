@@ -328,7 +328,7 @@ def test_no_terminal_here_still_works_and_failures_say_why(shells: Any, node: An
         assert code == 1 and "cannot change to working directory /no/such/dir" in text
         with pytest.raises(TypeError):
             t.shell("ls")  # type: ignore[arg-type]
-    stopped = remotekit.Target(replace(inv.spec(host), hop=Pct(STOPPED, str(node.pct))))
+    stopped = remotekit.Target(replace(inv.spec(host), hops=(Pct(STOPPED, str(node.pct)),)))
     with stopped, pytest.raises(remotekit.ContainerNotRunning, match=f"'{STOPPED}' not running"):
         _shell(stopped, None)
 

@@ -243,6 +243,11 @@ class Hop(ABC):
     key: ClassVar[str]
     options: ClassVar[tuple[str, ...]] = ()
     kind: ClassVar[str] = "container"
+    #: What runs through this hop belongs to what it enters (a container's init and cgroups,
+    #: a pod, a job step), not to the process tree of the hop's tool; False for sudo, whose
+    #: command stays its child. So a run detached inside such a hop outlives an outer hop's
+    #: step (a Slurm step ends every process of its own tree): see :meth:`batch`.
+    own_tree: ClassVar[bool] = True
     #: The field (and hosts.yaml key) that holds the hop's executable: :attr:`executable`,
     #: and the "not found" hint.
     exe_key: ClassVar[str] = "bin"
@@ -355,9 +360,11 @@ class Hop(ABC):
         said = (f"{exe}: command not found", f"{exe}: not found", f"{exe}: No such file or dir")
         return code == 127 and (any(s in text for s in said) or f"command not found: {exe}" in text)
 
-    def missing(self, host: str, step: str) -> RemotekitError:
+    def missing(self, host: str, step: str, where: str = "the node") -> RemotekitError:
+        """The error for this hop's own tool not found ``where`` (the node, or the outer hop
+        it runs in: ``container 200``)."""
         return ContainerError(
-            f"{self.executable!r} not found on the node: is {os.path.basename(self.executable)} "
+            f"{self.executable!r} not found on {where}: is {os.path.basename(self.executable)} "
             f"installed there? (`{self.exe_key}:` in hosts.yaml sets its path)",
             host=host,
             step=step,

@@ -68,9 +68,9 @@ class Pct(Hop):
     def probe(self) -> tuple[str, ...]:
         return (self.pct, "status", str(self.vmid))
 
-    def missing(self, host: str, step: str) -> ContainerError:
+    def missing(self, host: str, step: str, where: str = "the node") -> ContainerError:
         return ContainerError(
-            f"{self.pct!r} not found: is this a Proxmox node? (`pct:` in hosts.yaml)",
+            f"{self.pct!r} not found on {where}: is it a Proxmox node? (`pct:` in hosts.yaml)",
             host=host,
             step=step,
             container=self.name,

@@ -76,11 +76,12 @@ class _Transport(paramiko.Transport):
 
 
 def _shut(conn: Connection) -> None:
-    """Close ``conn`` and the jump host connection under it."""
-    gateway = conn.gateway
-    conn.close()
-    if isinstance(gateway, Connection):
-        gateway.close()
+    """Close ``conn`` and every jump host connection under it, innermost first."""
+    hop: object = conn
+    while isinstance(hop, Connection):
+        gateway = hop.gateway
+        hop.close()
+        hop = gateway
 
 
 def _bannerless(conn: Connection) -> str | None:
@@ -278,6 +279,11 @@ class SSHTransport:
             hop = hop.gateway
         return conn
 
+    def _chain(self, spec: SSHSpec) -> Connection:
+        """A connection to ``spec`` through its jump hosts (not opened yet)."""
+        gateway = self._chain(spec.jump) if spec.jump is not None else None
+        return self._connection(spec, gateway)
+
     def _check_key_file(self, path: str) -> None:
         """Refuse a private key that others can read or write, as OpenSSH does ("UNPROTECTED
         PRIVATE KEY FILE"): by its mode bits, which hold for root too (access() would not)."""
@@ -321,14 +327,14 @@ class SSHTransport:
         return conn
 
     def _open(self) -> Connection:
-        """A new connection to the target (through its jump host), open."""
-        gateway = self._connection(self.spec.jump, None) if self.spec.jump else None
-        conn = self._connection(self.spec, gateway)
+        """A new connection to the target (through its jump hosts, each reached through the
+        one before: ProxyJump a,b), open."""
+        conn = self._chain(self.spec)
         try:
             conn.open()
         except BaseException as exc:
             mute = _bannerless(conn)  # asked before close() drops the transports
-            conn.close()
+            _shut(conn)  # and the jump hosts opened so far
             if mute is not None and isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
                 raise ConnectError(
                     f"{self.spec.display}: no SSH banner from {mute} within "
