@@ -30,6 +30,8 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 CT, STOPPED = 200, 201
+#: The CT whose LXC container runs containers of its own (``nested``).
+NESTED_CT = 210
 
 
 def _need_sshd() -> None:
@@ -121,6 +123,22 @@ def node(
     pve.add(CT)
     pve.add(STOPPED, state="stopped")
     return pve
+
+
+@pytest.fixture(scope="session")
+def nested(node: FakeNode, world: Path) -> Iterator[runtimes.PodmanWorld]:
+    """Podman inside CT 210 (``NESTED_CT``), a real LXC container made for nesting, as on a
+    Proxmox node (Docker or Podman in a CT): a running container (``.running``) and a
+    stopped one, both with user ``rk`` whom root may ``sudo -u``. Stopped with the CT."""
+    need("lxc")
+    need("podman")
+    ct = runtimes.LxcContainer(nesting=True)
+    try:
+        ct.start()
+        node.add(NESTED_CT, ct=ct)
+        yield runtimes.PodmanWorld(world / "nested", via=runtimes.lxc_attach(ct), user="rk").start()
+    finally:
+        ct.stop()
 
 
 @pytest.fixture(scope="session")

@@ -240,9 +240,10 @@ class FakeNode:
         """``nopasswd`` or ``password`` (what the fake sudo answers to ``sudo -n``)."""
         (self.bin / "sudo-policy").write_text(policy)
 
-    def add(self, vmid: int, state: str = "running") -> None:
-        """CT ``vmid``: the running LXC container, or the stopped one (``state="stopped"``)."""
-        ct = self.running if state == "running" else self.stopped
+    def add(self, vmid: int, state: str = "running", ct: LxcContainer | None = None) -> None:
+        """CT ``vmid``: the running LXC container, or the stopped one (``state="stopped"``),
+        or the container ``ct``."""
+        ct = ct or (self.running if state == "running" else self.stopped)
         if ct is None:
             raise RuntimeError(f"FakeNode has no {state} LXC container for CT {vmid}")
         self.vmids[vmid] = ct

@@ -129,11 +129,14 @@ def pid_inside(host_pid: int) -> int | None:
 @dataclass
 class LxcContainer:
     """A real busybox LXC container; ``running=False`` creates it and leaves it stopped;
-    ``read_only=True`` mounts its root filesystem read-only (``lxc.rootfs.options = ro``)."""
+    ``read_only=True`` mounts its root filesystem read-only (``lxc.rootfs.options = ro``);
+    ``nesting=True`` lets containers run inside it (Podman, as on a Proxmox CT with
+    ``features: nesting=1``: see :data:`NESTING`), with Podman's settings in its /etc."""
 
     name: str = field(default_factory=lambda: unique("rk-lxc"))
     running: bool = True
     read_only: bool = False
+    nesting: bool = False
     workspace: Path | None = None
     lxcpath: str = "/var/lib/lxc"
 
@@ -150,6 +153,8 @@ class LxcContainer:
         _check(["lxc-create", "-n", self.name, "-t", "busybox"])
         self.workspace = Path(tempfile.mkdtemp(prefix=f"{self.name}-ws-"))
         self.config.write_text(self._config(self.config.read_text()))
+        if self.nesting:
+            self._podman_settings(self.config.parent / "rootfs")
         if self.read_only:  # no mount point can be made on a read-only root: make them now
             rootfs = self.config.parent / "rootfs"
             for inside in ("tmp", "workspace", *(p.lstrip("/") for p in venv_binds())):
@@ -184,8 +189,28 @@ class LxcContainer:
             ),
             f"lxc.mount.entry = {self.workspace} workspace none rw,bind,create=dir 0 0",
             *(["lxc.rootfs.options = ro"] if self.read_only else []),
+            *(NESTING if self.nesting else []),
         ]
+        if self.nesting:  # cgroups and /proc, /sys writable: NESTING's mounts, not these
+            keep = [line for line in keep if not line.startswith("lxc.mount.auto")]
         return "\n".join([*keep, *ours]) + "\n"
+
+    @staticmethod
+    def _podman_settings(rootfs: Path) -> None:
+        """Podman's settings in the container's /etc, as its admin would write them (pct exec
+        clears the environment: no CONTAINERS_CONF reaches a podman run there)."""
+        etc = rootfs / "etc" / "containers"
+        etc.mkdir(parents=True, exist_ok=True)
+        # cgroupfs: no systemd inside; file events: no journald
+        conf = CONTAINERS_CONF + 'cgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
+        (etc / "containers.conf").write_text(conf)
+        # vfs: the CT's root is a plain directory, on which overlay cannot be stacked here
+        (etc / "storage.conf").write_text(
+            '[storage]\ndriver = "vfs"\nrunroot = "/run/containers/storage"\n'
+            'graphroot = "/var/lib/containers/storage"\n'
+        )
+        (etc / "policy.json").write_text('{"default": [{"type": "insecureAcceptAnything"}]}\n')
+        (rootfs / "var" / "tmp").mkdir(parents=True, exist_ok=True)  # podman import stages here
 
     def _answers(self) -> bool:
         return _run(["lxc-attach", "-n", self.name, "--clear-env", "--", "true"]).returncode == 0
@@ -210,6 +235,21 @@ class LxcContainer:
             shutil.rmtree(self.workspace, ignore_errors=True)
 
 
+#: What lets Podman run inside a (privileged) LXC container here: cgroups, /proc and /sys
+#: mounted writable (LXC's nesting.conf, what Proxmox's ``nesting=1`` sets), no capability
+#: dropped, every device allowed (runc makes /dev/null and friends in the inner container).
+NESTING = [
+    "lxc.mount.auto = cgroup:rw:force proc:rw sys:rw",
+    "lxc.cap.drop =",
+    "lxc.cgroup.devices.allow = a",
+]
+
+
+def lxc_attach(ct: LxcContainer) -> tuple[str, ...]:
+    """The argv prefix that runs a command inside ``ct`` (its environment cleared, as pct's)."""
+    return ("lxc-attach", "-n", ct.name, "--clear-env", "--")
+
+
 # -- Podman --------------------------------------------------------------------------------------
 
 CONTAINERS_CONF = """\
@@ -227,6 +267,11 @@ class PodmanWorld:
 
     The image is a handful of directories and symlinks (``bin -> usr/bin``...): everything
     else is the host's ``/usr`` bound read-only, so no registry is needed.
+
+    ``via``: run podman inside another container (``lxc_attach(ct)`` for an LXC container made
+    with ``nesting=True``, whose /etc holds Podman's settings). ``user``: the image also has
+    that user (uid 1000, a home) and root may ``sudo -u`` to it (the host's real sudo, under
+    the bound /usr, with a PAM stack that lets root through).
     """
 
     root: Path
@@ -235,6 +280,8 @@ class PodmanWorld:
     running: str = ""  #: a running container (``sleep infinity`` under --init)
     stopped: str = ""  #: a stopped one (exited)
     read_only: str = ""  #: a running one with a read-only root, once asked for
+    via: tuple[str, ...] = ()
+    user: str = ""
 
     @property
     def conf(self) -> Path:
@@ -242,26 +289,33 @@ class PodmanWorld:
 
     @property
     def env(self) -> dict[str, str]:
-        """What every podman client needs in its environment."""
-        return {"CONTAINERS_CONF": str(self.conf)}
+        """What every podman client here needs in its environment (inside ``via``: nothing,
+        the container's /etc has it)."""
+        return {} if self.via else {"CONTAINERS_CONF": str(self.conf)}
+
+    @property
+    def engine(self) -> Path:
+        """podman with this world's settings, as one executable (``engine:`` in hosts.yaml),
+        for a hop that clears the environment before it (``srun --export=NONE``), as a
+        site's /etc/containers would hold them. ``"$@"`` passes every argument as it is."""
+        path = self.root / "podman"
+        if not path.exists():
+            path.write_text(f'#!/bin/sh\nCONTAINERS_CONF={self.conf} exec podman "$@"\n')
+            path.chmod(0o755)
+        return path
 
     def podman(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return _run(["podman", *args], env={**os.environ, **self.env})
+        return _run([*self.via, "podman", *args], env={**os.environ, **self.env})
 
     def start(self) -> PodmanWorld:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(CONTAINERS_CONF)
-        self._sweep()
-        rootfs = self.root / "rootfs"
-        for d in ("usr", "tmp", "etc", "proc", "sys", "dev", "workspace", "root"):
-            (rootfs / d).mkdir(parents=True, exist_ok=True)
-        for link in ("bin", "sbin", "lib", "lib64"):
-            (rootfs / link).symlink_to(f"usr/{link}")
-        (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-        (rootfs / "etc" / "group").write_text("root:x:0:\n")
+        if not self.via:
+            self.conf.write_text(CONTAINERS_CONF)
+            self._sweep()
+        rootfs = self._rootfs(self.root / "rootfs")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         imp = subprocess.run(
-            ["podman", "import", "-", self.image],
+            [*self.via, "podman", "import", "-", self.image],
             stdin=tar.stdout,
             capture_output=True,
             text=True,
@@ -273,6 +327,32 @@ class PodmanWorld:
         self.running = self.container()
         self.stopped = self.container(running=False)
         return self
+
+    def _rootfs(self, rootfs: Path) -> Path:
+        for d in ("usr", "tmp", "etc", "proc", "sys", "dev", "workspace", "root"):
+            (rootfs / d).mkdir(parents=True, exist_ok=True)
+        for link in ("bin", "sbin", "lib", "lib64"):
+            (rootfs / link).symlink_to(f"usr/{link}")
+        etc = rootfs / "etc"
+        (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+        (etc / "group").write_text("root:x:0:\n")
+        if self.user:
+            u = self.user
+            with (etc / "passwd").open("a") as f:
+                f.write(f"{u}:x:1000:1000::/home/{u}:/bin/sh\n")
+            with (etc / "group").open("a") as f:
+                f.write(f"{u}:x:1000:\n")
+            (rootfs / "home" / u).mkdir(parents=True)
+            os.chown(rootfs / "home" / u, 1000, 1000)
+            (etc / "sudoers").write_text("root ALL=(ALL:ALL) ALL\n")
+            (etc / "sudoers").chmod(0o440)
+            (etc / "pam.d").mkdir()
+            (etc / "pam.d" / "sudo").write_text(
+                "auth sufficient pam_rootok.so\nauth required pam_deny.so\n"
+                "account required pam_permit.so\nsession required pam_permit.so\n"
+            )
+            (etc / "hosts").write_text("127.0.0.1 localhost\n")
+        return rootfs
 
     def container(self, running: bool = True, extra: tuple[str, ...] = ()) -> str:
         """A new container from the image, running ``sleep infinity`` under --init, or stopped;
@@ -286,6 +366,8 @@ class PodmanWorld:
         if out.returncode != 0:
             raise RuntimeError(f"podman run failed: {out.stderr.strip()}")
         wait_for(f"podman container {name}", lambda: self.state(name) == "running")
+        if self.user:  # the tmpfs comes 0755 inside an LXC container, whatever mode= says
+            self.podman("exec", name, "chmod", "1777", "/tmp")
         if not running:
             self.podman("stop", "-t", "5", name)
             wait_for(f"podman stop {name}", lambda: self.state(name) == "exited")

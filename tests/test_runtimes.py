@@ -38,13 +38,18 @@ import pytest
 import remotekit
 from remotekit.diagnostics import system
 from tests import runtimes
-from tests.conftest import CT, STOPPED, need, write_inventory
+from tests.conftest import CT, NESTED_CT, STOPPED, need, write_inventory
 from tests.harness import SSHServer, processes_with, wait_gone
 from tests.runtimes import pid_inside
 
 RUNTIMES = ("pct", "lxc", "podman", "docker", "slurm", "kubectl")
+#: chains of several hops, nested as users have them: a Podman container started in a Slurm
+#: job's node; Podman inside a Proxmox CT; and in it, sudo to another user (depth 4 with ssh)
+NESTED = ("slurm-podman", "pct-podman", "pct-podman-sudo")
 HOPS = ("local", "ssh")
-ROWS = [(r, h) for r in RUNTIMES for h in HOPS]
+#: the nested chains run through ssh only (the chains users have; the local rows show
+#: nothing more there, and each of their steps costs the most)
+ROWS = [(r, h) for r in RUNTIMES for h in HOPS] + [(r, "ssh") for r in NESTED]
 #: rows whose container has a read-only root (only /tmp and /workspace writable): the tests
 #: marked ``on_read_only_roots_too`` and those below "read-only roots" run on them
 READ_ONLY = [(r, h) for r in ("podman-ro", "lxc-ro") for h in HOPS]
@@ -184,6 +189,8 @@ def _hosts(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str,
                             c.unknown),
             },
         )  # fmt: skip
+    if runtime in NESTED:
+        return _nested(runtime, fx)
     assert runtime == "kubectl"
     k = fx("kube")
 
@@ -204,6 +211,56 @@ def _hosts(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str,
                         "queued"),
             "crashing": (pod("crashing"), "ContainerNotRunning", 'container not found ("main")',
                          "crashing"),
+        },
+    )  # fmt: skip
+
+
+def _nested(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """``_hosts`` for a chain of several hops: the outer hop broken, and the inner one (whose
+    tool's words the outer hop's patterns may match too: ``no such container``)."""
+    gone = "rk-no-such-pod"
+    if runtime == "slurm-podman":
+        c, pods = fx("slurm_cluster"), fx("podman_ctr")
+
+        def chain(job: str, name: str, engine: str = str(pods.engine)) -> dict[str, Any]:
+            # the running job by its name: looked up (squeue) inside the chain, once
+            by = {"name": "rk-running"} if job == c.running else {"job": int(job)}
+            slurm = {"slurm": {**by, "bin": _tool("srun")}}
+            return {"hops": [slurm, {"podman": name, "engine": engine}]}
+
+        return (
+            chain(c.running, pods.running),
+            pods.running,
+            {
+                "no-engine": (chain(c.running, pods.running, "/no/such/podman"), "ContainerError",
+                              f"'/no/such/podman' not found on job {c.running}", pods.running),
+                "inner-stopped": (chain(c.running, pods.stopped), "ContainerNotRunning",
+                                  "container state improper", pods.stopped),
+                "inner-missing": (chain(c.running, gone), "ContainerNotFound",
+                                  "no such container", gone),
+                "outer-pending": (chain(c.pending, pods.running), "ContainerNotRunning",
+                                  "Job is pending execution", c.pending),
+            },
+        )  # fmt: skip
+    pct, pods = str(fx("node").pct), fx("nested")
+    sudo = [{"sudo": "rk"}] if runtime == "pct-podman-sudo" else []
+
+    def hops(vmid: int, name: str, engine: str = "podman") -> dict[str, Any]:
+        inner = {"podman": name, "engine": engine}
+        return {"hops": [{"container": vmid, "pct": pct}, inner, *sudo]}
+
+    return (
+        hops(NESTED_CT, pods.running),
+        pods.running,
+        {
+            "no-engine": (hops(NESTED_CT, pods.running, "/no/such/podman"), "ContainerError",
+                          f"'/no/such/podman' not found on container {NESTED_CT}", pods.running),
+            "inner-stopped": (hops(NESTED_CT, pods.stopped), "ContainerNotRunning",
+                              "container state improper", pods.stopped),
+            "inner-missing": (hops(NESTED_CT, gone), "ContainerNotFound", "no such container",
+                              gone),
+            "outer-stopped": (hops(STOPPED, pods.running), "ContainerNotRunning",
+                              f"container '{STOPPED}' not running!", str(STOPPED)),
         },
     )  # fmt: skip
 
@@ -239,7 +296,8 @@ def worlds(
                 hosts["ssh"] = sshd.host_yaml(**hop, **venv)
             bad = []
             for name, (settings, error, says, what) in broken.items():
-                for via in HOPS if sshd is not None else ("local",):
+                vias = ("ssh",) if runtime in NESTED else HOPS
+                for via in vias if sshd is not None else ("local",):
                     host = f"{name}-{via}"
                     base = sshd.host_yaml() if sshd is not None and via == "ssh" else {}
                     hosts[host] = {**base, **settings, **venv}
@@ -287,7 +345,7 @@ def target(
     return _open(worlds, held, (*request.param, agent))
 
 
-@pytest.fixture(params=RUNTIMES)
+@pytest.fixture(params=RUNTIMES + NESTED)
 def runtime(request: pytest.FixtureRequest, worlds: Callable[[str], World]) -> World:
     return worlds(request.param)
 
@@ -517,6 +575,8 @@ def test_stopped_or_missing_is_its_own_clear_error(runtime: World, agent: bool |
         assert type(err).__name__ == bad.error, (bad.host, type(err), str(err))
         assert (err.host, err.step) == (bad.host, "probe")
         assert getattr(err, "container", None) is not None
+        if runtime.runtime in NESTED:  # the hop whose words these are, not the one outside it
+            assert err.container == bad.ident, (bad.host, err.container, str(err))
         text = str(err)
         assert bad.says in text, (bad.host, text)  # quotes the tool
         assert bad.ident in text, (bad.host, text)

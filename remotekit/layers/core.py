@@ -364,8 +364,9 @@ class Hop(ABC):
         """The error for this hop's own tool not found ``where`` (the node, or the outer hop
         it runs in: ``container 200``)."""
         return ContainerError(
-            f"{self.executable!r} not found on {where}: is {os.path.basename(self.executable)} "
-            f"installed there? (`{self.exe_key}:` in hosts.yaml sets its path)",
+            f"{self.executable!r} not found on {where} (to enter {self.what}): is "
+            f"{os.path.basename(self.executable)} installed there? (`{self.exe_key}:` in "
+            "hosts.yaml sets its path)",
             host=host,
             step=step,
             container=self.name,
