@@ -720,3 +720,66 @@ def test_forward_reaches_a_port_in_the_targets_namespace(target: remotekit.Targe
                 c.sendall(b"QUIT")
             assert ran.result().exit_code == 0
         assert wait_gone("# remotekit-relay", timeout=10) == []  # every relay exited there
+
+
+# -- chains of several hops ------------------------------------------------------------------------
+
+on_chains = pytest.mark.parametrize(
+    "target", [(r, "ssh") for r in NESTED], indirect=True, ids="-".join
+)
+
+
+@on_chains
+def test_ping_probes_each_hop_in_order(target: remotekit.Target) -> None:
+    """One check per hop, outermost first (each probe ran inside the hops before it)."""
+    report = target.ping()
+    assert report.failed is None, report.findings
+    hops = [h.label for h in target.spec.hops]
+    assert [c.layer for c in report.checks][: len(hops) + 1] == [target.transport.label, *hops]
+    assert target.chain == " -> ".join([target.transport.label, *hops, f"{sys.prefix}/bin/python"])
+
+
+@on_chains
+def test_files_travel_byte_exact_through_the_chain(
+    target: remotekit.Target, tmp_path: Path
+) -> None:
+    """put, get and sync at the innermost level: bytes and names as they are, as its user."""
+    there = f"/tmp/rk-files-{uuid.uuid4().hex[:8]}"
+    data = os.urandom(300_000) + bytes(range(256))
+    (tmp_path / "up.bin").write_bytes(data)
+    tree = tmp_path / "tree"
+    (tree / "sub dir").mkdir(parents=True)
+    (tree / "sub dir" / "naïve $HOME `x` {a,b}.txt").write_bytes(b"quoted? no\n")
+    (tree / "blob.bin").write_bytes(data[::-1])
+    try:
+        target.put(tmp_path / "up.bin", f"{there}/in/up.bin", parents=True)
+        target.get(f"{there}/in/up.bin", tmp_path / "down.bin")
+        assert (tmp_path / "down.bin").read_bytes() == data
+        done = target.sync(tree, f"{there}/tree")
+        assert sorted(done.sent) == ["blob.bin", "sub dir/naïve $HOME `x` {a,b}.txt"]
+        assert target.sync(tree, f"{there}/tree").sent == ()  # nothing changed: nothing sent
+        code = "import os,sys; p=sys.argv[1]; print(os.stat(p).st_uid, open(p,'rb').read())"
+        name = f"{there}/tree/sub dir/naïve $HOME `x` {{a,b}}.txt"
+        uid = "1000" if target.spec.sudo else "0"  # written by whom the chain ends as
+        assert target.run(["python", "-c", code, name]).stdout == f"{uid} b'quoted? no\\n'\n"
+    finally:
+        target.run(["rm", "-rf", there], check=False)
+
+
+@on_chains
+def test_cancel_leaves_no_process_at_any_level(target: remotekit.Target) -> None:
+    """Ctrl-C (``cancel``) stops the step's tree at the innermost level; nothing is left."""
+    m = marker()
+
+    def on_output(stream: str, line: str) -> None:
+        if line.startswith("pid "):
+            threading.Timer(0.3, target.cancel).start()
+
+    try:
+        with pytest.raises(remotekit.StepCancelled):
+            argv = ["sh", "-c", f'echo "pid $$"; sleep {m} & exec sleep {m}']
+            target.run(argv, timeout=60, on_output=on_output)
+    finally:
+        target.resume()
+    assert wait_gone(m, 5) == []
+    assert target.run(["true"]).ok  # and the chain takes the next step

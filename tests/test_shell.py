@@ -184,6 +184,10 @@ TARGETS = (
     "slurm-ssh",
     "kubectl",
     "kubectl-ssh",
+    # chains of several hops: a terminal at the innermost level
+    "slurm-podman-ssh",
+    "pct-podman-ssh",
+    "pct-podman-sudo-ssh",
 )
 
 
@@ -231,6 +235,9 @@ def test_a_session(kind: str, shells: Any, window: Any) -> None:
     assert m.group(3) == spec.workdir
     assert m.group(4) == VENV
     assert m.group(5) == f"{VENV}/bin/python"
+    if kind == "pct-podman-sudo-ssh":  # the innermost level: as the user sudo became there
+        w.type("echo who-$(id -un)\r")
+        w.expect(r"who-rk\r*\n")
     assert processes_with(CALL_VALUE) == []  # it travelled on the terminal, never in an argv
     # the terminal there has our size, and follows it
     # (a prompt may come after the echo of what we typed: match the output only)
