@@ -413,8 +413,9 @@ class _HostReader:
             first, second = declared[:2]
             self.fail(
                 second,
-                f"a target has at most one container hop; `{first}:` is already set "
-                f"(line {self.doc.line(self.where(first))})",
+                f"a target has at most one container hop beside `ssh:`; `{first}:` is already "
+                f"set (line {self.doc.line(self.where(first))}); a chain of them is a `hops:` "
+                "list, outermost first",
             )
         hop = HOPS[declared[0]] if declared else None
         for option in _HOP_OPTIONS:  # `pct:` without `container:` is a mistake (not in defaults)

@@ -9,7 +9,7 @@ import pytest
 
 import remotekit
 from remotekit.inventory import Timeouts
-from remotekit.layers import Docker, Kubectl, Lxc, Pct, Podman, Slurm
+from remotekit.layers import Docker, Kubectl, Lxc, Pct, Podman, Slurm, Sudo
 
 
 def load(tmp_path: Path, text: str) -> remotekit.Inventory:
@@ -296,3 +296,89 @@ def test_default_names_a_host_or_a_group(tmp_path: Path) -> None:
     assert e.line == 6 and e.key == "default" and "known: local, a, b, gpu (group)" in str(e)
     e = bad(tmp_path, hosts + "default: [a]\n")
     assert e.key == "default"
+
+
+# -- chains: `hops:` and `jump:` lists -------------------------------------------------------------
+
+CHAIN = """\
+hosts:
+  trainer:
+    ssh: root@pve1
+    jump: [admin@bastion, gw2:2200]
+    hops:
+      - container: 200
+        pct: /usr/sbin/pct
+      - docker: trainer
+      - sudo: alice
+    venv: /opt/venv
+"""
+
+
+def test_a_chain_of_any_depth_in_order(tmp_path: Path) -> None:
+    s = load(tmp_path, CHAIN).spec("trainer")
+    assert s.hops == (Pct(200, "/usr/sbin/pct"), Docker("trainer"), Sudo(as_user="alice"))
+    assert s.hop == Docker("trainer") and s.sudo  # the innermost container; sudo somewhere
+    t = remotekit.Target(s)
+    assert t.chain == (
+        "ssh root@pve1 -> pct exec 200 -> docker exec trainer -> sudo -u alice -> /opt/venv/bin/python"
+    )
+    # ProxyJump admin@bastion,gw2:2200: the target through gw2, gw2 through the bastion
+    assert s.ssh is not None and s.ssh.jump is not None and s.ssh.jump.jump is not None
+    assert (s.ssh.jump.display, s.ssh.jump.jump.display) == ("gw2:2200", "admin@bastion")
+    assert s.ssh.jump.jump.jump is None
+
+
+def test_single_keys_are_a_chain_of_one_or_two(tmp_path: Path) -> None:
+    inv = load(tmp_path, "hosts:\n  a: {ssh: u@n, sudo: true, lxc: box}\n  b: {podman: web}\n")
+    assert inv.spec("a").hops == (Sudo(user="u"), Lxc("box"))
+    assert inv.spec("b").hops == (Podman("web"),)
+    one = load(
+        tmp_path, "hosts:\n  a:\n    ssh: u@n\n    hops:\n      - sudo: true\n      - lxc: box\n"
+    )
+    assert one.spec("a").hops == inv.spec("a").hops  # sudo first in the list: the SSH user's
+
+
+@pytest.mark.parametrize(
+    ("item", "key", "words"),
+    [
+        ("- 200", "hosts.a.hops[1]", "expected a hop mapping with one of `sudo:`, `container:`"),
+        ("- {}", "hosts.a.hops[1]", "names no hop"),
+        ("- contianer: 201", "hosts.a.hops[1]", "names no hop (did you mean 'container'?)"),
+        ("- {lxc: box, podman: web}", "hosts.a.hops[1].podman", "one hop per item"),
+        ("- {podman: web, pct: /p}", "hosts.a.hops[1].pct", "unknown key"),
+        ("- {podman: 'a b'}", "hosts.a.hops[1].podman", "container name"),
+        ("- {slurm: {job: -1}}", "hosts.a.hops[1].slurm.job", "positive integer"),
+        ("- {sudo: false}", "hosts.a.hops[1].sudo", "must be on"),
+        ("- {sudo: 'al ice'}", "hosts.a.hops[1].sudo", "a user name"),
+        ("- {sudo: 'yes'}", "hosts.a.hops[1].sudo", "a user name"),
+        ("- {sudo: {user: bob, pw: x}}", "hosts.a.hops[1].sudo.pw", "unknown key"),
+    ],
+)
+def test_a_bad_hop_in_the_chain_is_named_by_its_index_and_line(
+    tmp_path: Path, item: str, key: str, words: str
+) -> None:
+    e = bad(tmp_path, f"hosts:\n  a:\n    hops:\n      - container: 200\n      {item}\n")
+    assert (e.key, e.line) == (key, 5), str(e)
+    assert str(e).startswith(f"{tmp_path / 'hosts.yaml'}:5: {key}: ") and words in str(e)
+
+
+def test_hops_and_single_keys_do_not_mix(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a:\n    hops: [{lxc: box}]\n    sudo: true\n")
+    assert (e.key, e.line) == ("hosts.a.sudo", 4)
+    assert "cannot be set beside `hops:` (line 3)" in str(e)
+    e = bad(tmp_path, "defaults:\n  container: 200\nhosts:\n  a:\n    hops: [{lxc: box}]\n")
+    assert (e.key, e.line) == ("defaults.container", 2)  # where it was written
+    e = bad(tmp_path, "hosts:\n  a:\n    hops: {lxc: box}\n")
+    assert (e.key, e.line) == ("hosts.a.hops", 3) and "a list of hops" in str(e)
+    e = bad(tmp_path, "hosts:\n  a:\n    sudo: alice\n")  # another user: an item of the list
+    assert e.key == "hosts.a.sudo" and "`- sudo: USER` of `hops:`" in str(e)
+    # `sudo: false` beside the list says nothing: it is not a hop
+    inv = load(tmp_path, "hosts:\n  a:\n    sudo: false\n    hops: [{lxc: box}]\n")
+    assert inv.spec("a").hops == (Lxc("box"),)
+
+
+def test_a_bad_jump_in_the_list_is_named_by_its_index(tmp_path: Path) -> None:
+    e = bad(tmp_path, "hosts:\n  a:\n    ssh: a\n    jump:\n      - gw1\n      - 'x y'\n")
+    assert (e.key, e.line) == ("hosts.a.jump[1]", 6) and "[user@]host[:port]" in str(e)
+    e = bad(tmp_path, "hosts:\n  a:\n    ssh: a\n    jump: []\n")
+    assert e.key == "hosts.a.jump" and "non-empty list" in str(e)

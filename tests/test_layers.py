@@ -194,6 +194,38 @@ def test_each_hop_wraps_the_argv(hop: Hop, argv: tuple[str, ...], label: str) ->
     assert launch.nudge == isinstance(hop, Slurm) == Sudo().apply(launch).nudge
 
 
+def test_a_chain_of_any_depth_nests_each_hops_argv_whole() -> None:
+    """ssh -> srun -> pct -> podman -> sudo -u: each hop's words, then the next hop's argv as
+    arguments (no shell anywhere: the argv is the only thing that crosses)."""
+    spec = HostSpec(
+        name="n",
+        ssh=SSHSpec(host="login"),
+        hops=(Slurm(7), Pct(200), Podman("web"), Sudo(as_user="al$ice")),
+        venv="/v",
+    )
+    launch = compose(spec.layers())
+    assert launch.argv == (
+        *("srun", "--jobid=7", "--overlap", "--unbuffered", "--export=NONE", "--"),
+        "/usr/bin/env",  # the next hop's tool by name, where srun leaves no PATH
+        *("pct", "exec", "200", "--"),
+        *("podman", "exec", "-i", "web"),
+        *("sudo", "-n", "-u", "al$ice", "--"),
+        *("/v/bin/python", "-c", LOADER),
+    )
+    assert (
+        launch.chain
+        == "srun --jobid 7 -> pct exec 200 -> podman exec web -> sudo -u al$ice -> /v/bin/python"
+    )
+    assert launch.nudge  # an inner hop keeps what an outer one asked for
+
+
+def test_sudo_to_another_user() -> None:
+    assert Sudo(as_user="rk").apply(INNER).argv == ("sudo", "-n", "-u", "rk", "--", *TAIL)
+    assert Sudo(as_user="rk").label == "sudo -u rk"
+    exc = Sudo(as_user="rk").explain(1, "sudo: unknown user rk\nsudo: error initializing", "h", "s")
+    assert type(exc) is AuthError and "sudo cannot run as rk: no such user there" in str(exc)
+
+
 def test_slurm_finds_a_bare_interpreter_without_path() -> None:
     # --export=NONE leaves the task without PATH; slurmstepd only runs absolute paths then.
     launch = Slurm(7).apply(compose([Interpreter("python3")]))

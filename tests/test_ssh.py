@@ -544,6 +544,31 @@ def test_jump_host(sshd: SSHServer, node: FakeNode, tmp_path: Path, agent: bool 
         )
 
 
+def _sessions_to(port: int) -> int:
+    """Established TCP connections to 127.0.0.1:``port`` (each an SSH session's link)."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return sum(1 for r in rows if int(r[1].split(":")[1], 16) == port and r[3] == "01")
+
+
+def test_a_chain_of_jump_hosts(own_sshd: SSHServer, node: FakeNode, tmp_path: Path) -> None:
+    """ProxyJump a,b (``jump:`` a list): the laptop reaches the first gateway, that one the
+    second, that one the target, each an SSH connection of its own (here all three to the
+    same sshd); close() ends every one of them."""
+    gateway = f"{own_sshd.user}@127.0.0.1:{own_sshd.port}"
+    host = own_sshd.host_yaml(jump=[gateway, gateway], container=CT, pct=str(node.pct))
+    inv = write_inventory(tmp_path / "hosts.yaml", {"via": {**host, "venv": sys.prefix}})
+    t = inv.target("via")
+    try:
+        assert t.run(["python", "-c", "print('through two jumps')"]).stdout == "through two jumps\n"
+        assert _sessions_to(own_sshd.port) == 3
+    finally:
+        t.close()
+    end = time.monotonic() + 10
+    while _sessions_to(own_sshd.port) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert _sessions_to(own_sshd.port) == 0
+
+
 def test_silent_server_is_a_connect_error_within_the_timeout(tmp_path: Path) -> None:
     # A port that accepts but never says its SSH banner (a wedged sshd, a firewall proxy).
     import socket
