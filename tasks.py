@@ -20,6 +20,7 @@ def bench(c: Context, quick: bool = False) -> None:
     runs = [
         ["bench/bench_engine.py", *(["--runs", "10"] if quick else [])],
         ["bench/bench_layers.py", *(["--runs", "10"] if quick else [])],
+        ["bench/bench_chains.py", *(["--runs", "10"] if quick else [])],
         ["bench/bench_fleet.py", *(["--reps", "1"] if quick else [])],
         ["bench/bench_diagnose.py", *(["--runs", "1", "--frames", "4"] if quick else [])],
         ["bench/bench_transfer.py", *(["--sizes", "20,80", "--runs", "1"] if quick else [])],

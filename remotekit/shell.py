@@ -2,8 +2,10 @@
 
 The chain is the target's own, each hop in its interactive form (:meth:`Hop.interactive`)::
 
-    ssh (a pty, our window size) -> [sudo] -> [pct exec | lxc-attach | podman exec -it |
-    srun --pty | kubectl exec -it] -> python -c SHELL_LOADER
+    ssh (a pty, our window size) -> each hop, in order: [sudo | pct exec | lxc-attach |
+    podman exec -it | srun --pty | kubectl exec -it] ... -> python -c SHELL_LOADER
+
+so the terminal is at the innermost level (each hop gives the next one a terminal).
 
 Only a constant crosses the shells. :data:`SHELL_LOADER` turns off echo on its terminal and
 says :data:`READY`; only then do we send, as ``<length>:<base64>`` blobs, the second stage

@@ -382,3 +382,18 @@ def test_a_bad_jump_in_the_list_is_named_by_its_index(tmp_path: Path) -> None:
     assert (e.key, e.line) == ("hosts.a.jump[1]", 6) and "[user@]host[:port]" in str(e)
     e = bad(tmp_path, "hosts:\n  a:\n    ssh: a\n    jump: []\n")
     assert e.key == "hosts.a.jump" and "non-empty list" in str(e)
+
+
+def test_the_docs_chains_load_as_they_say(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "hosts-yaml.md").read_text()
+    section = doc.split("## Chains: hops of any depth", 1)[1]
+    inv = load(tmp_path, section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    chain = remotekit.Target(inv.spec("trainer")).chain
+    shown = " ".join(section.split("`remotekit hosts` shows `", 1)[1].split("`", 1)[0].split())
+    assert chain == shown
+    assert [type(h) for h in inv.spec("jobpod").hops] == [Slurm, Podman]
+    e = bad(
+        tmp_path, "hosts:\n  trainer:\n    hops:\n      - container: 200\n      - docker: 'a b'\n"
+    )
+    said = doc.split("an item of a chain by its place (`", 1)[1].split("`)", 1)[0]
+    assert str(e).endswith(said.split("hosts.yaml", 1)[1].replace(":9:", ":5:"))

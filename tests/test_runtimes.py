@@ -38,7 +38,7 @@ import pytest
 import remotekit
 from remotekit.diagnostics import system
 from tests import runtimes
-from tests.conftest import CT, NESTED_CT, STOPPED, need, write_inventory
+from tests.conftest import CT, NESTED_CT, STOPPED, need, need_program, write_inventory
 from tests.harness import SSHServer, processes_with, wait_gone
 from tests.runtimes import pid_inside
 
@@ -243,7 +243,10 @@ def _nested(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str
             },
         )  # fmt: skip
     pct, pods = str(fx("node").pct), fx("nested")
-    sudo = [{"sudo": "rk"}] if runtime == "pct-podman-sudo" else []
+    sudo = []
+    if runtime == "pct-podman-sudo":
+        need_program("sudo")  # the real one, under the /usr the containers bind
+        sudo = [{"sudo": "rk"}]
 
     def hops(vmid: int, name: str, engine: str = "podman") -> dict[str, Any]:
         inner = {"podman": name, "engine": engine}
