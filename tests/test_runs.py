@@ -26,7 +26,7 @@ import pytest
 
 import remotekit
 from remotekit.runs import Run
-from tests.conftest import open_local
+from tests.conftest import need_program, open_local
 from tests.harness import ancestors, fill, processes_with, run_readers, wait_gone
 from tests.runtimes import SlurmCluster
 
@@ -485,6 +485,28 @@ def test_on_slurm_a_run_is_a_batch_job_that_exits_with_the_jobs_code(
         assert run.info().command == ("bash", "-c", f"echo {mark} in $SLURM_JOB_ID; exit 6")
     finally:
         _tidy(run)
+
+
+@pytest.mark.timeout(120)
+def test_on_slurm_a_job_goes_through_the_hops_that_stay_in_its_tree(
+    slurm_cluster: SlurmCluster, agent: bool | None
+) -> None:
+    """srun -> sudo -u nobody: still a batch job (sudo's command stays in the job's tree),
+    whose command is entered through the hops after srun (the real sudo, on the node)."""
+    from remotekit.layers import Slurm, Sudo
+
+    sudo = need_program("sudo")
+    srun = need_program("srun")
+    hops = (Slurm(int(slurm_cluster.running), bin=srun), Sudo(sudo, as_user="nobody"))
+    with open_local(agent, hops=hops, python=sys.executable) as t:
+        run = _start(t, ["sh", "-c", "echo as $(id -un)"])
+        try:
+            done = run.wait(timeout=90)
+            assert (done.state, done.exit_code) == ("exited", 0)
+            assert done.job is not None and done.job.isdigit()  # a batch job
+            assert b"".join(run.logs()).decode() == "as nobody\n"
+        finally:
+            _tidy(run)
 
 
 @pytest.mark.timeout(120)

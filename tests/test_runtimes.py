@@ -786,3 +786,20 @@ def test_cancel_leaves_no_process_at_any_level(target: remotekit.Target) -> None
         target.resume()
     assert wait_gone(m, 5) == []
     assert target.run(["true"]).ok  # and the chain takes the next step
+
+
+@on_chains
+def test_a_stopped_run_leaves_nothing_at_any_level(target: remotekit.Target) -> None:
+    """A run detached at the innermost level, listed by ``runs``, stopped with its whole tree."""
+    m = marker()
+    run = target.run(["sh", "-c", f"sleep {m} & exec sleep {m}"], detach=True, timeout=60)
+    try:
+        end = time.monotonic() + 20
+        while len(processes_with(m)) < 2:
+            assert time.monotonic() < end, "the run never started its two sleeps"
+            time.sleep(0.05)
+        assert run.id in [r.id for r in target.runs()]
+        assert run.stop(grace=1).state == "stopped"
+        assert wait_gone(m, 10) == []
+    finally:
+        run.rm()
