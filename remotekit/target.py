@@ -8,8 +8,8 @@ launch, cancellation, secrets) is the target's :class:`~remotekit.engine.Engine`
 :mod:`remotekit.spec`, the transport :func:`remotekit.transports.for_spec`.
 
 Each step ships the runner (``remote/runner.py``) and its payload over stdin, through
-``[ssh ->] [sudo ->] [container hop ->] python -c LOADER``, in one round trip. The target
-knows no hop's tool: each hop (``remotekit.layers``) says its argv, its probe and its
+``[ssh ->] [hop -> ...] python -c LOADER`` (the chain's hops, in order), in one round trip.
+The target knows no hop's tool: each hop (``remotekit.layers``) says its argv, its probe and its
 failures. The runner spawns the command in its own process group there, with the step's env
 and cwd, and stops the whole tree when the deadline passes or when its stdin closes (timeout,
 Ctrl-C, lost connection).
