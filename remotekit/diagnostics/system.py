@@ -125,10 +125,15 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class TorchDevice:
+    """One CUDA device as torch enumerates it; ``uuid`` (as nvidia-smi writes it) and
+    ``pci_bus_id`` where this torch says them."""
+
     index: int
     name: str
     total_memory_mib: int | None
     capability: str | None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
 
 
 @dataclass(frozen=True)
