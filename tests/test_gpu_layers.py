@@ -169,13 +169,31 @@ def test_nodes_present_but_the_cgroup_denies_them() -> None:
 
 
 def test_nodes_the_user_may_not_open() -> None:
-    inside = layer(
-        "sudo", "sudo", 1, gpus=0, devices=nodes(8, "crw-rw----", access=False),
-        view=smi(0, problem="no_permission", said="Insufficient Permissions"),
+    inside = replace(
+        layer(
+            "sudo", "sudo", 1, gpus=0, devices=nodes(8, "crw-rw----", access=False),
+            view=smi(0, problem="no_permission", said="Insufficient Permissions"),
+        ),
+        uid=1000,
     )  # fmt: skip
     found, _ = layer_findings([layer(), inside])
     assert [f.code for f in found] == ["device_permissions"]
-    assert "crw-rw----" in found[0].message and "uid 0" in found[0].fix
+    assert "crw-rw----" in found[0].message and "uid 1000" in found[0].fix
+
+
+def test_nodes_denied_to_root_or_to_mode_666_are_the_cgroups_doing() -> None:
+    """access(2) asks the device cgroup too: a denial no file mode explains is the cgroup's,
+    even where this level cannot read its rules (an LXC container without /sys/fs/cgroup)."""
+    unknown = CgroupView(version=1, path="/", note="devices.list is not readable here")
+    for uid, mode in ((0, "crw-rw----"), (1000, "crw-rw-rw-")):
+        inside = replace(
+            pct_row(devices=nodes(8, mode, access=False), cgroup=unknown, view=smi(0, problem="failed")),
+            uid=uid,
+        )
+        found, _ = layer_findings([layer(), inside])
+        assert [f.code for f in found] == ["cgroup_denies"], (uid, mode)
+        assert "the nodes' modes allow it, the kernel does not" in found[0].message
+        assert "lxc.cgroup2.devices.allow: c 195:* rwm" in found[0].fix
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -501,3 +519,27 @@ def test_every_fix_is_a_template_that_formats() -> None:
     for key, template in FIXES.items():
         text = template.format_map(defaultdict(lambda: "?"))  # a stray brace would raise
         assert not re.search(r"\{[a-z_]+\}", text), key
+
+
+# -- docs/diagnostics.md shows this table ------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "diagnostics.md"
+DOCS_MARK = "<!-- gpu --layers output: tests/test_gpu_layers.py::test_the_docs_table_is_what_render_prints -->"
+
+
+def docs_report() -> Any:
+    """The docs' example: a Proxmox node (cgroup v2) with 4 GPUs, CT 200 given none."""
+    uvm = DeviceNode("/dev/nvidia-uvm", "char", 511, 0, "crw-rw-rw-", 0, 0, True)
+    config = LxcConfig("/etc/pve/lxc/200.conf", True, ())
+    node = layer(gpus=4, devices=(*nodes(4), uvm), cgroup=CgroupView(2, "/", bpf_programs=0), config=config)
+    said = f"{NO_DRIVER} Make sure that the latest NVIDIA driver is installed and running."
+    ct = pct_row(cgroup=CgroupView(2, "/", bpf_programs=1), view=smi(0, problem="no_driver", said=said))
+    torch = TorchInfo(True, "2.6.0+cu124", "12.4", None, None, False, 0, (), None)
+    py = replace(ct, name="/root/venv/bin/python", kind="python", torch=torch)
+    return report_of("kpro6", [node, ct, py])
+
+
+def test_the_docs_table_is_what_render_prints() -> None:
+    text = DOCS.read_text()
+    block = text[text.index(DOCS_MARK) :].split("```text\n", 1)[1].split("```", 1)[0]
+    assert block == docs_report().render() + "\n"

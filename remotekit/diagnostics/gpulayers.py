@@ -20,6 +20,7 @@ compares the levels and names the one that lost the GPUs, with what usually fixe
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -206,6 +207,7 @@ class Layer:
         return tuple(d for d in self.devices if re.search(r"/nvidia(\d+|ctl)$", d.path))
 
     def var(self, name: str) -> str | None:
+        """The variable ``name`` at this level (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS ...)."""
         value = self.env.get(name)
         return None if value is None else str(value)
 
@@ -225,6 +227,10 @@ class Finding:
 
 @dataclass(frozen=True, repr=False)
 class GpuLayersReport(Shown):
+    """The levels of one target's chain, outermost first, and what :func:`layer_findings`
+    says of them (``problems``; ``findings`` are their lines). Exit code: 0 nothing lost,
+    1 findings, 2 a level's probe could not run."""
+
     host: str
     layers: tuple[Layer, ...]
     problems: tuple[Finding, ...]
@@ -234,6 +240,7 @@ class GpuLayersReport(Shown):
     exit_code: int
 
     def render(self) -> str:
+        """The table ``remotekit gpu --layers`` prints (:func:`render_gpu_layers`)."""
         return render_gpu_layers(self)
 
 
@@ -529,13 +536,16 @@ def _lost(found: _Found, layer: Layer, outer: Layer) -> None:
     lost = f"{had} GPU(s) at {outer.name}, {has or 0} here"
     if not layer.gpu_nodes:
         _no_nodes(found, layer, outer, lost)
-    elif _said(layer, "nvml_blocked") or (layer.cgroup and layer.cgroup.allows_gpus is False):
-        rules = "; ".join(layer.cgroup.rules[:6]) if layer.cgroup and layer.cgroup.rules else "?"
+    elif _cgroup_blocks(layer):
+        rules = "; ".join(layer.cgroup.rules[:6]) if layer.cgroup and layer.cgroup.rules else ""
+        why = (
+            f"devices.list: {rules}" if rules else "the nodes' modes allow it, the kernel does not"
+        )
         found.add(
             layer,
             "cgroup_denies",
             f"{lost}: /dev/nvidia* are here but the device cgroup does not allow c "
-            f"{NVIDIA_MAJOR}:* rw (devices.list: {rules})",
+            f"{NVIDIA_MAJOR}:* rw ({why})",
             config=_config_at(outer),
         )
     elif any(d.access is False for d in layer.gpu_nodes):
@@ -550,6 +560,16 @@ def _lost(found: _Found, layer: Layer, outer: Layer) -> None:
     else:
         said = layer.smi.said if layer.smi and layer.smi.said else "no words"
         found.add(layer, "lost_gpus", f"{lost}; nvidia-smi here: {said}")
+
+
+def _cgroup_blocks(layer: Layer) -> bool:
+    """The device cgroup keeps this level from the GPUs: its rules say so, NVML's "Unknown
+    Error" does, or a node denied to root or to a mode that grants everybody rw (access(2)
+    asks the device cgroup too: devcgroup_inode_permission), which no file mode explains."""
+    if _said(layer, "nvml_blocked") or (layer.cgroup and layer.cgroup.allows_gpus is False):
+        return True
+    shut = [d for d in layer.gpu_nodes if d.access is False]
+    return bool(shut) and all(layer.uid == 0 or (d.mode or "")[7:9] == "rw" for d in shut)
 
 
 def _mismatched(layer: Layer) -> bool:
@@ -745,11 +765,21 @@ def render_gpu_layers(report: GpuLayersReport) -> str:
     out += [""] if report.problems or report.errors or report.notes else []
     out += [f"error: {e}" for e in report.errors]
     for p in report.problems:
-        out += [f"warning: [{p.layer}] {p.message}", f"  fix: {p.fix}"]
+        out += [
+            _wrapped(f"warning: [{p.layer}] {p.message}", "  "),
+            _wrapped(f"  fix: {p.fix}", "       "),
+        ]
     out += [f"note: {n}" for n in report.notes]
     status = {EXIT_OK: "OK", EXIT_FINDINGS: f"{len(report.problems)} finding(s)"}
     out.append(f"gpu --layers on {report.host}: {status.get(report.exit_code, 'could not run')}")
     return "\n".join(out)
+
+
+def _wrapped(text: str, indent: str) -> str:
+    """A finding's line wrapped at 100 columns (a long path or line stays whole)."""
+    return textwrap.fill(
+        text, 100, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    )
 
 
 def _row(layer: Layer) -> list[Any]:
