@@ -187,7 +187,9 @@ def test_nodes_denied_to_root_or_to_mode_666_are_the_cgroups_doing() -> None:
     unknown = CgroupView(version=1, path="/", note="devices.list is not readable here")
     for uid, mode in ((0, "crw-rw----"), (1000, "crw-rw-rw-")):
         inside = replace(
-            pct_row(devices=nodes(8, mode, access=False), cgroup=unknown, view=smi(0, problem="failed")),
+            pct_row(
+                devices=nodes(8, mode, access=False), cgroup=unknown, view=smi(0, problem="failed")
+            ),
             uid=uid,
         )
         found, _ = layer_findings([layer(), inside])
@@ -531,9 +533,13 @@ def docs_report() -> Any:
     """The docs' example: a Proxmox node (cgroup v2) with 4 GPUs, CT 200 given none."""
     uvm = DeviceNode("/dev/nvidia-uvm", "char", 511, 0, "crw-rw-rw-", 0, 0, True)
     config = LxcConfig("/etc/pve/lxc/200.conf", True, ())
-    node = layer(gpus=4, devices=(*nodes(4), uvm), cgroup=CgroupView(2, "/", bpf_programs=0), config=config)
+    node = layer(
+        gpus=4, devices=(*nodes(4), uvm), cgroup=CgroupView(2, "/", bpf_programs=0), config=config
+    )
     said = f"{NO_DRIVER} Make sure that the latest NVIDIA driver is installed and running."
-    ct = pct_row(cgroup=CgroupView(2, "/", bpf_programs=1), view=smi(0, problem="no_driver", said=said))
+    ct = pct_row(
+        cgroup=CgroupView(2, "/", bpf_programs=1), view=smi(0, problem="no_driver", said=said)
+    )
     torch = TorchInfo(True, "2.6.0+cu124", "12.4", None, None, False, 0, (), None)
     py = replace(ct, name="/root/venv/bin/python", kind="python", torch=torch)
     return report_of("kpro6", [node, ct, py])

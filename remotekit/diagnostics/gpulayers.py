@@ -171,8 +171,8 @@ class LxcConfig:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class Layer:
+@dataclass(frozen=True, repr=False)
+class Layer(Shown):
     """What one level of the chain sees. ``kind``: ``node``, the hop's hosts.yaml key
     (``container``, ``lxc``, ``podman``, ``slurm`` ...) or ``python`` (the target's own
     interpreter, with its env and torch); ``hops``: how many hops were entered. ``error``:
@@ -206,14 +206,20 @@ class Layer:
         """``/dev/nvidia<N>`` and ``/dev/nvidiactl``: what NVML and CUDA must open."""
         return tuple(d for d in self.devices if re.search(r"/nvidia(\d+|ctl)$", d.path))
 
+    repr_keys = ("name", "kind", "error")
+
+    def render(self) -> str:
+        """This level's row of the table ``gpu --layers`` prints."""
+        return table(HEADERS, [_row(self)])
+
     def var(self, name: str) -> str | None:
         """The variable ``name`` at this level (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS ...)."""
         value = self.env.get(name)
         return None if value is None else str(value)
 
 
-@dataclass(frozen=True)
-class Finding:
+@dataclass(frozen=True, repr=False)
+class Finding(Shown):
     """A level that lost (or hides) the GPUs, what it showed, and what usually fixes it."""
 
     layer: str
@@ -221,8 +227,17 @@ class Finding:
     message: str
     fix: str
 
-    def __str__(self) -> str:
+    repr_keys = ("layer", "code")
+
+    @property
+    def line(self) -> str:
+        """The finding on one line (the report's ``findings``)."""
         return f"{self.layer}: {self.message}; fix: {self.fix}"
+
+    def render(self) -> str:
+        """``warning: [LAYER] MESSAGE`` and ``fix: ...``, wrapped, as ``gpu --layers`` prints."""
+        head = _wrapped(f"warning: [{self.layer}] {self.message}", "  ")
+        return head + "\n" + _wrapped(f"  fix: {self.fix}", "       ")
 
 
 @dataclass(frozen=True, repr=False)
@@ -350,7 +365,7 @@ def report_of(host: str, layers: Sequence[Layer]) -> GpuLayersReport:
         host=host,
         layers=tuple(layers),
         problems=tuple(problems),
-        findings=tuple(str(p) for p in problems),
+        findings=tuple(p.line for p in problems),
         notes=tuple(notes),
         errors=errors,
         exit_code=code,
@@ -750,11 +765,21 @@ def _cuda_expected(layer: Layer) -> list[str | None] | None:
 # --------------------------------------------------------------------------- rendering
 
 
+HEADERS = (
+    "LAYER",
+    "NVIDIA-SMI -L",
+    "/dev/nvidia*",
+    "CGROUP DEVICES",
+    "DRIVER / NVML",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "SLURM",
+)
+
+
 def render_gpu_layers(report: GpuLayersReport) -> str:
     """One row a level, the UUID -> index map, the LXC configs read, the findings with fixes."""
-    rows = [_row(layer) for layer in report.layers]
-    headers = ["LAYER", "NVIDIA-SMI -L", "/dev/nvidia*", "CGROUP DEVICES", "DRIVER / NVML"]
-    out = [table([*headers, "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "SLURM"], rows)]
+    out = [table(HEADERS, [_row(layer) for layer in report.layers])]
     mapping = _mapping(report.layers)
     if mapping:
         out += ["", mapping]
@@ -764,11 +789,7 @@ def render_gpu_layers(report: GpuLayersReport) -> str:
         out += ["", f"torch: {_torch_words(torch)}"]
     out += [""] if report.problems or report.errors or report.notes else []
     out += [f"error: {e}" for e in report.errors]
-    for p in report.problems:
-        out += [
-            _wrapped(f"warning: [{p.layer}] {p.message}", "  "),
-            _wrapped(f"  fix: {p.fix}", "       "),
-        ]
+    out += [p.render() for p in report.problems]
     out += [f"note: {n}" for n in report.notes]
     status = {EXIT_OK: "OK", EXIT_FINDINGS: f"{len(report.problems)} finding(s)"}
     out.append(f"gpu --layers on {report.host}: {status.get(report.exit_code, 'could not run')}")
