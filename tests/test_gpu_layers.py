@@ -549,3 +549,32 @@ def test_the_docs_table_is_what_render_prints() -> None:
     text = DOCS.read_text()
     block = text[text.index(DOCS_MARK) :].split("```text\n", 1)[1].split("```", 1)[0]
     assert block == docs_report().render() + "\n"
+
+
+# -- the task: `remotekit gpu --layers` ----------------------------------------------------------
+
+
+def test_the_task_prints_the_table_and_its_json(tmp_path: Path) -> None:
+    """hosts.yaml's env reaches the interpreter's level only (the target's env is the
+    innermost level's): there the planted GPUs, on the node none, and a CPU torch."""
+    from tests.conftest import write_inventory
+    from tests.test_cli import cli
+
+    root = gpuroot.plant(tmp_path / "root", gpus=2)
+    hosts = tmp_path / "hosts.yaml"
+    write_inventory(hosts, {"local": {"python": sys.executable, "env": gpuroot.env(root)}})
+    r = cli("gpu", "--layers", "--inventory", str(hosts), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = [
+        line
+        for line in r.stdout.splitlines()
+        if line.startswith(("node ", sys.executable[-37:], "..."))
+    ]
+    assert len(rows) == 2, r.stdout
+    assert "2 GPU(s)" in rows[1] and "2 GPU(s)" not in rows[0]
+    assert "torch: 2." in r.stdout and "no CUDA build" in r.stdout
+    r = cli("gpu", "--layers", "--json", "--inventory", str(hosts), cwd=tmp_path)
+    [host] = json.loads(r.stdout)["hosts"]
+    assert host["exit_code"] == r.returncode == 1
+    assert [layer["kind"] for layer in host["result"]["layers"]] == ["node", "python"]
+    assert [p["code"] for p in host["result"]["problems"]] == ["torch_cpu_build"]

@@ -796,6 +796,12 @@ def render_gpu_layers(report: GpuLayersReport) -> str:
     return "\n".join(out)
 
 
+def _tail(name: str, width: int) -> str:
+    """A level's name cut to ``width`` from the left: an interpreter's path ends in what tells."""
+    name = clip(name, 10 * width)
+    return name if len(name) <= width else "..." + name[-(width - 3) :]
+
+
 def _wrapped(text: str, indent: str) -> str:
     """A finding's line wrapped at 100 columns (a long path or line stays whole)."""
     return textwrap.fill(
@@ -804,7 +810,7 @@ def _wrapped(text: str, indent: str) -> str:
 
 
 def _row(layer: Layer) -> list[Any]:
-    name = clip(layer.name, 40, "...")
+    name = _tail(layer.name, 40)
     if layer.error is not None:
         return [
             name,
@@ -930,7 +936,7 @@ def _mapping(layers: Sequence[Layer]) -> str:
         if torch is not None:
             row.append(f"cuda:{cuda[uuid]}" if uuid in cuda else None)
         rows.append(row)
-    heads = ["GPU UUID", *(clip(c.name, 24, "...") for c in columns)]
+    heads = ["GPU UUID", *(_tail(c.name, 24) for c in columns)]
     return table([*heads, *(["torch"] if torch is not None else [])], rows)
 
 
