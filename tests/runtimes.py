@@ -444,6 +444,10 @@ class SlurmCluster:
             "ConstrainRAMSpace=no\nConstrainSwapSpace=no\nConstrainDevices=no\n"
         )
 
+    def _no_jobs(self) -> bool:
+        r = self.tool("squeue", "--noheader", "--format=%i")
+        return r.returncode != 0 or not r.stdout.strip()
+
     def _node_up(self) -> bool:
         r = self.tool("sinfo", "-h", "-N", "-o", "%t")
         return r.returncode == 0 and r.stdout.strip() in ("idle", "mix", "alloc")
@@ -469,6 +473,9 @@ class SlurmCluster:
     def stop(self) -> None:
         for job in self.jobs:
             self.tool("scancel", job)
+        # a batch job's slurmstepd outlives a slurmd stopped before it ended: wait for them
+        with contextlib.suppress(RuntimeError):
+            wait_for("slurm jobs ended", self._no_jobs, timeout=15)
         for daemon in ("slurmd", "slurmctld", "munged"):
             _stop_by_pidfile(self.root / f"{daemon}.pid")
         # slurmd's cgroups (proctrack/cgroup, cgroup v1): remove the empty tree it leaves
