@@ -47,7 +47,7 @@ from remotekit.errors import (
     caller_level,
     quote_tool,
 )
-from remotekit.layers import Launch, compose
+from remotekit.layers import Interpreter, Launch, compose
 from remotekit.result import Result
 from remotekit.spec import HostSpec
 from remotekit.transports.base import (
@@ -139,19 +139,24 @@ class Engine:
     @property
     def chain(self) -> str:
         """The layer chain, e.g. ``ssh root@kpro6 -> pct exec 200 -> /root/venv/bin/python``."""
-        return f"{self.transport.label} -> {self.launch.chain}"
+        return self.chain_of(self.launch)
 
-    def step_chain(self, argv: Sequence[str]) -> str:
+    def chain_of(self, launch: Launch) -> str:
+        """The chain of ``launch`` (the target's, or one of :meth:`launch_at`)."""
+        return f"{self.transport.label} -> {launch.chain}"
+
+    def step_chain(self, argv: Sequence[str], launch: Launch | None = None) -> str:
         """The chain a step runs through, ending in its own command (``-u <check.py>`` ...)."""
-        return " -> ".join([self.transport.label, *self.launch.hops[:-1], shlex.join(argv)])
+        hops = (launch or self.launch).hops[:-1]
+        return " -> ".join([self.transport.label, *hops, shlex.join(argv)])
 
-    def dry(self, step: str, display: Sequence[str]) -> None:
+    def dry(self, step: str, display: Sequence[str], launch: Launch | None = None) -> None:
         """With ``dry_run``: hand the step's chain to :attr:`trace` and raise
         :class:`DryRun` before anything runs or connects (a Slurm job given by name is not
         looked up either); without it, nothing."""
         if not self.dry_run:
             return
-        chain = self.step_chain(display)
+        chain = self.step_chain(display, launch)
         if self.trace is not None:
             self.trace(step, chain)
         raise self.redacted(DryRun(chain, host=self.name, step=step))
@@ -193,19 +198,26 @@ class Engine:
     # -- starting a step ---------------------------------------------------------------------
 
     def start_step(
-        self, launch: Launch, header: bytes, body: Iterable[bytes], wait: float | None
+        self,
+        launch: Launch,
+        header: bytes,
+        body: Iterable[bytes],
+        wait: float | None,
+        agent: bool = True,
     ) -> Process:
         """Start the runner through ``launch``: on its stdin the runner, ``header`` (the step's
         JSON header) and ``body`` (the step's bytes). ``wait`` bounds the wait for a free slot
-        (TimeoutError); an executable not found there raises ExecutableMissing.
+        (TimeoutError); an executable not found there raises ExecutableMissing. ``agent``
+        False: a process of its own, whatever :attr:`use_agent` says (a step at another
+        place of the chain than the agent's: :meth:`launch_at`).
 
         Every step that runs the runner starts here, and only here (a probe and a forward's
         relay are bare commands on channels of their own): a process held there that takes
         steps as messages replaces this one method, returning a Channel per step with the
         same events: with :attr:`use_agent`, the agent (:meth:`agent`) does."""
-        agent = self._ready_agent(launch, wait) if self.use_agent else None
-        if agent is not None:
-            return agent.start(header, body)
+        held = self._ready_agent(launch, wait) if agent and self.use_agent else None
+        if held is not None:
+            return held.start(header, body)
         runner = remote.source("runner.py")
         first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(header)}\n".encode(), header])
         return self.transport.start(launch.argv, itertools.chain([first], body), wait=wait)
@@ -331,26 +343,38 @@ class Engine:
         hop ``n`` where that hop's tool runs)."""
         return list(compose(reversed(self.spec.hops[:n]), Launch(argv=tuple(argv))).argv)
 
-    def missing(self, path: str, step: str) -> RemotekitError:
+    def launch_at(self, n: int, python: str, step: str) -> Launch:
+        """The launch of a step run by ``python`` inside the first ``n`` hops (0: on the node
+        itself), as a process of its own there: none of the target's env, workdir or venv,
+        which are the innermost level's (e.g. what each level of the chain sees)."""
+        if not 0 <= n <= len(self.spec.hops):
+            raise ValueError(f"{n} hops: the chain has {len(self.spec.hops)}")
+        if not self.dry_run:  # a hop given by name (a Slurm job) is looked up first
+            self.launch_for(step)
+        return compose([Interpreter(python), *reversed(self.spec.hops[:n])])
+
+    def missing(self, path: str, step: str, launch: Launch | None = None) -> RemotekitError:
         """The error for an executable the transport could not find: interpreter, hop tool,
         other."""
-        if path == self.launch.interpreter:
+        launch = launch or self.launch
+        chain = self.chain_of(launch)
+        if path == launch.interpreter:
             return InterpreterNotFound(
-                f"interpreter {path} not found ({self.chain})",
-                path=path,
-                host=self.name,
-                step=step,
+                f"interpreter {path} not found ({chain})", path=path, host=self.name, step=step
             )
         for hop in self.spec.hops:
             if path == hop.executable:
                 return hop.missing(self.name, step)
-        return RemotekitError(f"{path!r} not found ({self.chain})", host=self.name, step=step)
+        return RemotekitError(f"{path!r} not found ({chain})", host=self.name, step=step)
 
-    def not_started(self, code: int | None, res: Result, step: str) -> RemotekitError:
-        """The runner never said ready: whose words are these? Each hop is asked, outermost
-        first; when the words could be several hops' (``no such container`` from a container
-        inside a CT), the first of them whose probe says it is down is the broken one. Then a
-        hop's tool that an outer hop could not exec; then the interpreter."""
+    def not_started(
+        self, code: int | None, res: Result, step: str, launch: Launch | None = None
+    ) -> RemotekitError:
+        """The runner never said ready (through ``launch``, default the target's): whose words
+        are these? Each hop is asked, outermost first; when the words could be several hops'
+        (``no such container`` from a container inside a CT), the first of them whose probe
+        says it is down is the broken one. Then a hop's tool that an outer hop could not exec;
+        then the interpreter."""
         text = (res.stderr + res.stdout).strip()
         low = text.lower()
         quoted = quote_tool(text)
@@ -371,17 +395,20 @@ class Engine:
             for i, hop in enumerate(hops[1:], 1):  # a tool inside: the outer hop's words name it
                 if _names(text, hop.executable):
                     return hop.missing(self.name, step, where=hops[i - 1].what)
-        interp = self.launch.interpreter or "python"
+        launch = launch or self.launch
+        interp = launch.interpreter or "python"
         if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
+            hint = f"check `venv:`/`python:` in hosts.yaml ({self.spec.source})"
+            if launch is not self.launch:  # a level of the chain (launch_at): no hosts.yaml key
+                hint = f"via {self.chain_of(launch)}"
             return InterpreterNotFound(
-                f"interpreter {interp} not found there (exit {code}); check `venv:`/`python:` "
-                f"in hosts.yaml ({self.spec.source}):\n{quoted}",
+                f"interpreter {interp} not found there (exit {code}); {hint}:\n{quoted}",
                 path=interp,
                 **where,
             )
         return RemotekitError(
-            f"the remotekit runner did not start via {self.chain} (exit {code}); needs "
-            f"Python >= 3.6 there:\n{quoted}",
+            f"the remotekit runner did not start via {self.chain_of(launch)} (exit {code}); "
+            f"needs Python >= 3.6 there:\n{quoted}",
             **where,
         )
 

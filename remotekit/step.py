@@ -257,7 +257,9 @@ class StepOptions:
     ``display`` is the command its Result and trace show, ``step`` its name in errors;
     ``timeout`` None means the host's ``timeouts.step``. ``stdout_sink`` takes the raw stdout
     after the runner's marker line (``get``); ``info`` receives the runner's ``file`` record
-    (``get``).
+    (``get``). ``launch``: where else in the chain the step runs
+    (:meth:`Engine.launch_at <remotekit.engine.Engine.launch_at>`), as a process of its own;
+    None: the target's launch.
     """
 
     display: tuple[str, ...]
@@ -270,6 +272,7 @@ class StepOptions:
     capture: bool = True
     stdout_sink: Callable[[bytes], Any] | None = None
     info: dict[str, Any] | None = None
+    launch: Launch | None = None
 
 
 def run_step(
@@ -317,17 +320,18 @@ class StepRun:
         self.sink_on = False
         self.started = time.monotonic()
         self.lost = Lost("")
+        self.launch = options.launch  # the target's, once the step starts, unless given
 
     def run(self) -> Result:
         engine = self.engine
-        engine.dry(self.step, self.options.display)
-        launch = engine.launch_for(self.step)
+        engine.dry(self.step, self.options.display, self.launch)
+        launch = self.launch = self.launch or engine.launch_for(self.step)
         header = self.wire_header(launch)
         self.started = time.monotonic()
         if engine.cancelled:
             raise StepCancelled(self.result(None), started=False)
         if engine.trace is not None:
-            engine.trace(self.step, engine.step_chain(self.options.display))
+            engine.trace(self.step, engine.step_chain(self.options.display, launch))
         proc = self.start(launch, header)
         with engine.tracked(proc):
             try:
@@ -356,10 +360,11 @@ class StepRun:
     # -- start -------------------------------------------------------------------------------
 
     def start(self, launch: Launch, header: bytes) -> Process:
+        own = self.options.launch is not None  # another place in the chain than the agent's
         try:
-            return self.engine.start_step(launch, header, self.body, wait=self.limit)
+            return self.engine.start_step(launch, header, self.body, wait=self.limit, agent=not own)
         except ExecutableMissing as exc:
-            raise self.engine.missing(exc.path, self.step) from None
+            raise self.engine.missing(exc.path, self.step, launch) from None
         except TimeoutError:
             assert self.limit is not None
             raise StepTimeout(self.result(None), self.limit, started=False) from None
@@ -464,7 +469,7 @@ class StepRun:
                 step=self.step,
             )
         if not self.err.has("ready"):
-            raise self.engine.not_started(code, self.result(code), self.step)
+            raise self.engine.not_started(code, self.result(code), self.step, self.launch)
         trailer = self.err.control("exit")
         if isinstance(trailer, dict) and isinstance(trailer.get("code"), int):
             code = trailer["code"]
@@ -491,7 +496,7 @@ class StepRun:
             duration_s=time.monotonic() - self.started,
             stdout_dropped=out.dropped,
             stderr_dropped=err.dropped,
-            chain=self.engine.chain,
+            chain=self.engine.chain_of(self.launch) if self.launch else self.engine.chain,
             stopped=tuple(map(str, trailer.get("stopped") or ())),
             still_running=tuple(map(str, trailer.get("running") or ())),
             detached=None if not isinstance(detached, dict) else Detached(**detached),

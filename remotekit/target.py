@@ -423,6 +423,44 @@ class Target:
         )
         return run_step(self._engine, header, payload, options)
 
+    @_redacts_errors
+    def run_python_at(
+        self,
+        hops: int,
+        script: Script,
+        args: Sequence[str] = (),
+        *,
+        python: str = "python3",
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        capture: bool = True,
+    ) -> Result:
+        """Run ``script`` with ``python`` inside only the first ``hops`` hops of the chain
+        (0: on the node itself, before any hop; ``len(target.spec.hops)``: where the target's
+        interpreter runs), as a process of its own (never on the agent). What runs there is
+        what that level sees: none of the target's env, workdir or venv, which are the
+        innermost level's; ``env`` is set. The rest as for :meth:`run_python`.
+
+        >>> t.run_python_at(0, Script(b"import os; print(os.listdir('/dev'))"))  # the node's
+        """
+        step = step or script.name
+        self._engine.remember_secrets(env)
+        header, payload = shipped(script, args)
+        options = StepOptions(
+            display=(python, "-u", f"<shipped {script.name}>", *map(str, args)),
+            step=step,
+            timeout=timeout,
+            env=env,
+            check=check,
+            on_output=on_output,
+            capture=capture,
+            launch=self._engine.launch_at(hops, python, step),
+        )
+        return run_step(self._engine, header, payload, options)
+
     def start_detached(
         self,
         script: Script,

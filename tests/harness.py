@@ -234,6 +234,8 @@ class FakeNode:
         (self.pve / "nodes" / self.name / "lxc").mkdir(parents=True, exist_ok=True)
         if not (self.pve / "local").is_symlink():
             (self.pve / "local").symlink_to(f"nodes/{self.name}")
+        if not (self.pve / "lxc").is_symlink():  # as pmxcfs links it: /etc/pve/lxc/<vmid>.conf
+            (self.pve / "lxc").symlink_to(f"nodes/{self.name}/lxc")
         return self
 
     def sudo_policy(self, policy: str) -> None:

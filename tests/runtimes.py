@@ -429,6 +429,9 @@ class SlurmCluster:
     pending: str = ""  #: a job held PENDING (``--hold``)
     finished: str = ""  #: a COMPLETED job
     unknown: str = "67000000"  #: an id no job has (above any FirstJobId used here)
+    #: GPUs as Slurm's gres/gpu plugin sees them: a folder holding character devices
+    #: ``nvidia0..N-1`` (gres.conf ``File=``: slurmd refuses anything but a device node) and N
+    gpus: tuple[Path, int] | None = None
 
     @property
     def conf(self) -> Path:
@@ -510,10 +513,22 @@ class SlurmCluster:
             f"PartitionName=rk Nodes={self.node} Default=YES MaxTime=INFINITE State=UP "
             "OverSubscribe=FORCE:4\n"
         )
+        if self.gpus is not None:  # the node's GPUs, and the files they are (gres.conf)
+            folder, count = self.gpus
+            text = self.conf.read_text().replace(
+                " State=UNKNOWN\n", f" Gres=gpu:{count} State=UNKNOWN\n"
+            )
+            self.conf.write_text("GresTypes=gpu\n" + text)
+            files = f"{folder}/nvidia[0-{count - 1}]" if count > 1 else f"{folder}/nvidia0"
+            (r / "gres.conf").write_text(f"NodeName={self.node} Name=gpu File={files}\n")
         (r / "cgroup.conf").write_text(
             "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainCores=no\n"
             "ConstrainRAMSpace=no\nConstrainSwapSpace=no\nConstrainDevices=no\n"
         )
+
+    def _no_jobs(self) -> bool:
+        r = self.tool("squeue", "--noheader", "--format=%i")
+        return r.returncode != 0 or not r.stdout.strip()
 
     def _node_up(self) -> bool:
         r = self.tool("sinfo", "-h", "-N", "-o", "%t")
@@ -540,6 +555,9 @@ class SlurmCluster:
     def stop(self) -> None:
         for job in self.jobs:
             self.tool("scancel", job)
+        # a batch job's slurmstepd outlives a slurmd stopped before it ended: wait for them
+        with contextlib.suppress(RuntimeError):
+            wait_for("slurm jobs ended", self._no_jobs, timeout=15)
         for daemon in ("slurmd", "slurmctld", "munged"):
             _stop_by_pidfile(self.root / f"{daemon}.pid")
         # slurmd's cgroups (proctrack/cgroup, cgroup v1): remove the empty tree it leaves

@@ -117,6 +117,8 @@ def test_gpu_status_findings_and_exit_codes(notorch: remotekit.Target, bin_dir: 
     none = system.gpu_status(notorch, env=smi_env(bin_dir, "no-driver"))
     assert none.exit_code == 2 and none.gpus == ()
     assert none.errors[0].startswith("NVIDIA-SMI has failed because it couldn't communicate")
+    assert none.notes[-1] == system.LAYERS_HINT  # where to look next: which level lost it
+    assert system.LAYERS_HINT not in hot.notes  # hot GPUs were not lost
 
 
 def test_gpu_status_without_nvidia_smi(notorch: remotekit.Target, tmp_path: Path) -> None:

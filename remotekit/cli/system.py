@@ -34,6 +34,8 @@ def _system() -> ModuleType:
     help={
         "timeout": TIMEOUT_HELP,
         "temp": "warn at or above this GPU temperature, C (default 85)",
+        "layers": "what each level of the chain sees of the GPUs (node, each container, the "
+        "interpreter), and which one lost them",
         "dry_run": DRY_RUN_HELP,
     },
 )
@@ -42,24 +44,28 @@ def gpu(
     sel: Selection,
     timeout: float = 0.0,
     temp: float = 85.0,
+    layers: bool = False,
     watching: Watching = OPTIONS_HERE,
     dry_run: bool = False,
 ) -> None:
     """GPU health: nvidia-smi (temperature, ECC, throttling, stale memory) and torch's view."""
     system = _system()
+    render: Any = system.render_gpu
 
     def on_host(t: remotekit.Target, console: Console) -> Any:
         return system.gpu_status(t, timeout=timeout or None, temp_threshold=temp)
 
+    if layers:
+        from remotekit.diagnostics import gpulayers
+
+        render = gpulayers.render_gpu_layers
+
+        def on_host(t: remotekit.Target, console: Console) -> Any:
+            return gpulayers.gpu_layers(t, timeout=timeout or None)
+
     if dry_run:
         return dry_run_steps(sel.targets(dry_run=True), on_host)
-    watch_or_fan_out(
-        sel,
-        on_host,
-        render=system.render_gpu,
-        title="gpu",
-        watching=watching,
-    )
+    watch_or_fan_out(sel, on_host, render=render, title="gpu", watching=watching)
 
 
 @fleet_task(help={"timeout": TIMEOUT_HELP, "dry_run": DRY_RUN_HELP})

@@ -113,6 +113,8 @@ def run_records(
     env: Mapping[str, str] | None = None,
     keep: bool = True,
     preload: Sequence[str] | None = None,
+    at: int | None = None,
+    python: str = "python3",
 ) -> tuple[list[Record], Result]:
     """Run ``remote/<script_name>`` (or a :class:`~remotekit.Script`) on ``target``; return
     its records and the step's Result (``keep=False``: no records kept, each goes to
@@ -122,7 +124,9 @@ def run_records(
     raise the engine's errors (timeout, connection, container, interpreter). ``env`` is
     passed to ``run_python`` (variables set for the script there). ``preload``: the slow
     imports this run needs, for the agent (None: torch when the shipped code imports it
-    anywhere). The lower layer of :func:`run_diagnostic`, which also checks the final record.
+    anywhere). ``at``: run it with ``python`` inside only the first ``at`` hops of the chain
+    (:meth:`~remotekit.Target.run_python_at`; 0: on the node); None: the target's interpreter.
+    The lower layer of :func:`run_diagnostic`, which also checks the final record.
     """
     records: list[Record] = []
 
@@ -137,8 +141,7 @@ def run_records(
             on_output(stream, line)
 
     shipped = _shipped(script_name)
-    result = target.run_python(
-        shipped,
+    how: dict[str, Any] = dict(
         args=list(args),
         step=step or _name(script_name).removesuffix(".py"),
         timeout=timeout,
@@ -146,9 +149,11 @@ def run_records(
         check=False,
         on_output=sink,
         capture=False,
-        preload=_heavy(shipped) if preload is None else tuple(preload),
     )
-    return records, result
+    if at is not None:
+        return records, target.run_python_at(at, shipped, python=python, **how)
+    heavy = _heavy(shipped) if preload is None else tuple(preload)
+    return records, target.run_python(shipped, preload=heavy, **how)
 
 
 def _heavy(script: Script) -> tuple[str, ...]:
@@ -224,6 +229,8 @@ def run_diagnostic(
     fatal_errors: bool = False,
     error: type[DiagnosticError] = DiagnosticError,
     preload: Sequence[str] | None = None,
+    at: int | None = None,
+    python: str = "python3",
 ) -> Run:
     """Run ``remote/<script_name> <args>`` on ``target``; each record goes to ``on_record`` as
     it arrives; the :class:`Run` comes back once the script ended.
@@ -232,7 +239,7 @@ def run_diagnostic(
     its final record, naming host, step, exit status and its last output lines; with
     ``fatal_errors``, also when it wrote an ``error`` record (a script whose errors mean "could
     not run at all"). Engine errors (timeout, connection, interpreter) pass through.
-    ``preload`` as for :func:`run_records`.
+    ``preload``, ``at`` and ``python`` as for :func:`run_records`.
     """
     tail = OutputTail()
     records, result = run_records(
@@ -245,6 +252,8 @@ def run_diagnostic(
         on_output=tail,
         env=env,
         preload=preload,
+        at=at,
+        python=python,
     )
     if fatal_errors:
         fatal = [str(r.get("message")) for r in records if r.get("type") == "error"]

@@ -125,10 +125,15 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class TorchDevice:
+    """One CUDA device as torch enumerates it; ``uuid`` (as nvidia-smi writes it) and
+    ``pci_bus_id`` where this torch says them."""
+
     index: int
     name: str
     total_memory_mib: int | None
     capability: str | None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -401,6 +406,10 @@ def gpu_status(
         preload=TORCH,
     )
     smi = run.first("smi") or {}
+    fields = _report_fields(run)
+    lost = {r.get("code") for r in run.records if r.get("type") in ("warning", "error")}
+    if lost & LOST_GPU:
+        fields["notes"] = (*fields["notes"], LAYERS_HINT)
     return GpuReport(
         host=target.name,
         nvidia_smi=smi.get("path"),
@@ -408,8 +417,26 @@ def gpu_status(
         gpus=tuple(from_record(Gpu, r) for r in run.of("gpu")),
         processes=tuple(from_record(GpuProcess, r) for r in run.of("gpu_process")),
         torch=_torch(run.first("torch")),
-        **_report_fields(run),
+        **fields,
     )
+
+
+#: The codes of ``gpu``'s records that mean a GPU was not seen where it should be: the
+#: report then points at ``gpu --layers`` (:mod:`remotekit.diagnostics.gpulayers`).
+LOST_GPU = frozenset(
+    {
+        "no_nvidia_smi",  # an error only where the host declares GPUs
+        "no_driver",
+        "nvidia_smi_failed",
+        "gpus_missing",
+        "torch_no_cuda",
+        "torch_device_count",
+    }
+)
+LAYERS_HINT = (
+    "`remotekit gpu --layers` shows which level of the chain (node, each container, the "
+    "interpreter) lost the GPU, and what usually fixes it"
+)
 
 
 def environment(

@@ -294,6 +294,11 @@ class Hop(ABC):
         """``launch`` entered through this hop by ``argv`` (the hop's words before the inner)."""
         return replace(launch, argv=(*argv, *launch.argv), hops=(self.label, *launch.hops))
 
+    def config_file(self) -> str | None:
+        """The file on the level outside this hop that configures what it enters (an LXC
+        container's config), or None: ``gpu --layers`` reads its GPU lines from there."""
+        return None
+
     def batch(self, argv: Sequence[str], name: str) -> Batch | None:
         """How a detached run goes through this hop when nothing may outlive a step in it (a
         Slurm step): a batch job submitted from outside the hop, or None (the default: the

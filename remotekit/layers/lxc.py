@@ -99,3 +99,7 @@ class Lxc(Hop):
 
     def probe(self) -> tuple[str, ...]:
         return (tool_beside(self.bin, "lxc-info"), "-n", self.container, "-s")
+
+    def config_file(self) -> str:
+        # the default lxcpath (lxc.container.conf(5); `lxc-config lxc.lxcpath`)
+        return f"/var/lib/lxc/{self.container}/config"

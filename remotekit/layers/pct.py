@@ -68,6 +68,11 @@ class Pct(Hop):
     def probe(self) -> tuple[str, ...]:
         return (self.pct, "status", str(self.vmid))
 
+    def config_file(self) -> str:
+        # /etc/pve/lxc is pmxcfs's link to the local node's nodes/<node>/lxc (pve-cluster);
+        # the CT's GPU lines (lxc.cgroup2.devices.allow, lxc.mount.entry, devN) live there
+        return f"/etc/pve/lxc/{self.vmid}.conf"
+
     def missing(self, host: str, step: str, where: str = "the node") -> ContainerError:
         return ContainerError(
             f"{self.pct!r} not found on {where}: is it a Proxmox node? (`pct:` in hosts.yaml)",

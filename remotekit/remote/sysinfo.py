@@ -401,11 +401,32 @@ def torch_view(full):
                     "name": props.name,
                     "total_memory_mib": int(props.total_memory // MIB),
                     "capability": "%d.%d" % (props.major, props.minor),
+                    "uuid": device_uuid(props),
+                    "pci_bus_id": device_bus_id(props),
                 }
             )
     except Exception as exc:
         rec["error"] = "torch.cuda failed: %s: %s" % (type(exc).__name__, exc)
     return rec
+
+
+def device_uuid(props):
+    """A CUDA device's UUID as nvidia-smi writes it (``GPU-8932f937-...``), or None: torch's
+    ``uuid`` property (torch >= 2.0) prints without the ``GPU-`` prefix."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
+def device_bus_id(props):
+    """The PCI bus id as nvidia-smi writes it (``00000000:18:00.0``), where torch has it."""
+    try:
+        ids = (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+        return "%08X:%02X:%02X.0" % tuple(int(i) for i in ids)
+    except (AttributeError, TypeError, ValueError):  # torch before 2.5 has none of them
+        return None
 
 
 # --------------------------------------------------------------------------- gpu
