@@ -282,20 +282,25 @@ def start(
     command = list(argv)
     args = ["start", run_id, "--host", target.name, "--display", json.dumps(list(display))]
     args += ["--grace", str(target.spec.timeouts.kill_grace), *_runs_dir(target)]
-    batch = _batch_hop(target)
-    if batch is not None:
+    outside = _outside_hop(target)
+    if outside is not None:
+        held = outside.held(command)  # a task the supervisor holds (a found group's rank)
+        job = outside.batch(command, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
         if script is not None:
+            what = "a batch job" if job is not None else "a task the login node starts"
             raise RemotekitError(
-                f"a detached run through {batch.label} is a batch job, which runs a command: "
+                f"a detached run through {outside.label} is {what}, which runs a command: "
                 "put the script where the job's node can read it, and run it with run --detach",
                 host=target.name,
                 step=step,
             )
-        job = batch.batch(command, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
-        assert job is not None
-        command = list(job.submit)
-        there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
-        args += ["--batch", json.dumps(there)]
+        if held is not None:
+            command = list(held)
+        else:
+            assert job is not None
+            command = list(job.submit)
+            there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
+            args += ["--batch", json.dumps(there)]
     sup = _with_supervisor(script)
     if script is not None:
         args += ["--script", script.name]
@@ -339,8 +344,12 @@ def _with_supervisor(script: Script | None) -> Script:
     return Script(sup.source, name=f"{BESIDE}/{SUPERVISOR}", files=files)
 
 
-def _batch_hop(target: Target) -> Hop | None:
-    return next((h for h in target.spec.hops if h.batch((), "") is not None), None)
+def _outside_hop(target: Target) -> Hop | None:
+    """The hop a detached run is started from outside of (a batch job, or a held task)."""
+    return next(
+        (h for h in target.spec.hops if h.batch((), "") is not None or h.held(()) is not None),
+        None,
+    )
 
 
 #: The target a run's supervisor lives on, for a target whose hop runs detached runs as batch
@@ -351,8 +360,9 @@ _HOMES_LOCK = threading.Lock()
 
 def home_of(target: T) -> T:
     """Where ``target``'s runs are recorded and supervised: itself, or for a Slurm target the
-    login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job."""
-    hop = _batch_hop(target)
+    login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job (or,
+    for a found group's rank, where the supervisor holds its ``srun``)."""
+    hop = _outside_hop(target)
     if hop is None:
         return target
     with _HOMES_LOCK:
@@ -371,6 +381,8 @@ def list_runs(target: Target, run_id: str = "") -> list[RunInfo]:
     """Every run recorded on ``target`` (or only run ``run_id``), oldest first."""
     records = _call(target, "list", [run_id] if run_id else [])
     found = [RunInfo.from_record(target.name, r) for r in records if r.get("type") == "run"]
+    if "/" in target.name:  # a found group's member (remotekit.found) shares its via host's
+        found = [r for r in found if r.host == target.name]  # runs dir: its own runs there
     return sorted(found, key=lambda r: (r.started, r.id))
 
 
