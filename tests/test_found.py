@@ -1,0 +1,458 @@
+"""Groups found at run time (remotekit/found/): the cluster names the members.
+
+On real runtimes: the Proxmox node stand-in behind the real sshd (``pct list`` and ``pct
+config`` over real LXC containers), the one-node Slurm cluster (its running job's node, asked
+here and through sshd), and the fake kubectl (``get pods -l``). Each member is then entered and
+a step runs in it, from the Python API and from the command line (fleet output, ``--json``,
+``hosts --resolve``). Then what a finder makes of the tools' words, hostile ones included,
+and hosts.yaml's errors for found groups.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remotekit
+from remotekit.found import KubeSelector, PctList, Said, SlurmJob
+from remotekit.found.core import MAX_MEMBERS, QueryFailed, _checked, _member
+from remotekit.layers import Kubectl, Pct, Slurm, Sudo
+from tests import runtimes
+from tests.conftest import CT, STOPPED, write_inventory
+from tests.harness import FakeNode, SSHServer, venv_prefix
+
+pytestmark = pytest.mark.timeout(180)
+
+TRAIN, WEB = 202, 203
+
+
+def rk(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "remotekit", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+
+
+@pytest.fixture(scope="module")
+def pve_cts(node: FakeNode) -> Iterator[FakeNode]:
+    """The node with CTs 200 (ct200), 201 (stopped), 202 (train-a, tags gpu;train) and
+    203 (web, tag Web): 202 and 203 are the running LXC container again."""
+    node.add(TRAIN, hostname="train-a", tags="gpu;train")
+    node.add(WEB, hostname="web", tags="Web")
+    try:
+        yield node
+    finally:
+        node.remove(TRAIN)
+        node.remove(WEB)
+
+
+def _srun() -> str:
+    return shutil.which("srun", path="/usr/bin:/usr/sbin:/bin") or "srun"
+
+
+@pytest.fixture
+def cluster_inv(
+    tmp_path: Path,
+    sshd: SSHServer,
+    pve_cts: FakeNode,
+    slurm_cluster: runtimes.SlurmCluster,
+    kube: runtimes.FakeKube,
+) -> remotekit.Inventory:
+    """A hosts.yaml with one found group of each kind, and broken ones."""
+    venv, pct = venv_prefix(), str(pve_cts.pct)
+    job = int(slurm_cluster.running)
+    pods = {"namespace": kube.namespace, "context": kube.context, "bin": str(kube.bin)}
+    groups: dict[str, Any] = {
+        "cts": {"pct_list": "pve", "pct": pct, "venv": venv},
+        "trains": {"pct_list": "pve", "pct": pct, "name": "train-*", "venv": venv},
+        "gpus": {"pct_list": "pve", "pct": pct, "tag": "gpu", "venv": venv},
+        "webs": {"pct_list": "pve", "pct": pct, "tag": ["web"], "venv": venv},
+        "nocts": {"pct_list": "pve", "pct": pct, "name": "db-*", "venv": venv},
+        "nopct": {"pct_list": "pve", "pct": "/opt/no-pct/pct", "venv": venv},
+        "down": {"pct_list": "gone", "pct": pct},
+        "jobnodes": {"slurm_job": job, "via": "login", "bin": _srun(), "venv": venv},
+        "localjob": {"slurm_job": job, "bin": _srun(), "venv": venv},
+        "pending": {"slurm_job": int(slurm_cluster.pending), "via": "login", "bin": _srun()},
+        "nojob": {"slurm_job": int(slurm_cluster.unknown), "via": "login", "bin": _srun()},
+        "trainers": {"kubectl_selector": "app=trainer", "container": "main", **pods},
+        "nopods": {"kubectl_selector": "app=nobody", **pods},
+        "badsel": {"kubectl_selector": "app in (x", **pods},
+    }
+    hosts = {
+        "pve": sshd.host_yaml(),
+        "login": sshd.host_yaml(),
+        "gone": {**sshd.host_yaml(), "ssh": "127.0.0.1:1", "timeouts": {"connect": 3}},
+    }
+    return write_inventory(tmp_path / "hosts.yaml", hosts, groups=groups)
+
+
+def names(inv: remotekit.Inventory, group: str) -> list[str]:
+    return [s.name for s in inv.select(group=group)]
+
+
+# -- pct list on a Proxmox node, over real LXC --------------------------------------------------
+
+
+def test_pct_list_finds_the_running_containers_and_each_runs_steps(
+    cluster_inv: remotekit.Inventory,
+) -> None:
+    members = cluster_inv.select(group="cts")
+    assert [m.name for m in members] == [f"cts/{CT}", f"cts/{TRAIN}", f"cts/{WEB}"]  # not 201
+    with remotekit.fleet(members) as f:
+        outcomes = f.run(["cat", "/proc/1/comm"])
+    for o, vmid in zip(outcomes, (CT, TRAIN, WEB)):
+        assert o.host == f"cts/{vmid}" and o.ok, o.reason
+        assert o.value.stdout == "init\n"  # busybox's init: inside the LXC container
+        assert f"-> pct exec {vmid} -> " in o.chain and o.chain.startswith("ssh ")
+
+
+def test_pct_list_filters_by_name_glob_and_by_tag(cluster_inv: remotekit.Inventory) -> None:
+    assert names(cluster_inv, "trains") == [f"trains/{TRAIN}"]
+    assert names(cluster_inv, "gpus") == [f"gpus/{TRAIN}"]
+    assert names(cluster_inv, "webs") == [f"webs/{WEB}"]  # PVE compares tags case-blind
+
+
+def test_a_group_that_finds_nothing_is_an_error_naming_the_query(
+    cluster_inv: remotekit.Inventory,
+) -> None:
+    with pytest.raises(remotekit.GroupError) as e:
+        cluster_inv.select(group="nocts")
+    assert e.value.group == "nocts" and e.value.query == "pct list on pve (name 'db-*')"
+    assert str(e.value) == (
+        "group 'nocts': pct list on pve (name 'db-*'): found no running container"
+    )
+
+
+def test_a_failing_query_names_the_group_the_query_and_the_cause(
+    cluster_inv: remotekit.Inventory,
+) -> None:
+    with pytest.raises(remotekit.GroupError) as e:
+        cluster_inv.select(group="nopct")
+    assert "group 'nopct': pct list on pve: pct list failed (exit 127)" in str(e.value)
+    assert "/opt/no-pct/pct" in str(e.value)
+    with pytest.raises(remotekit.GroupError) as e:
+        cluster_inv.select(group="down")
+    assert str(e.value).startswith("group 'down': pct list on gone: gone could not be asked: ")
+    assert isinstance(e.value.__cause__, remotekit.ConnectError)
+
+
+def test_one_member_by_name_and_a_member_that_is_not_there(
+    cluster_inv: remotekit.Inventory,
+) -> None:
+    assert [s.name for s in cluster_inv.select(hosts=f"pve,cts/{TRAIN}")] == ["pve", "cts/202"]
+    with cluster_inv.target(f"cts/{WEB}") as t:
+        assert t.run(["cat", "/proc/1/comm"]).stdout == "init\n"
+    with pytest.raises(remotekit.UnknownHost, match=r"'cts/201'.*cts/200, cts/202, cts/203"):
+        cluster_inv.select(hosts=f"cts/{STOPPED}")
+    with pytest.raises(remotekit.UnknownHost, match="'nogroup/1'"):
+        cluster_inv.select(hosts="nogroup/1")
+
+
+# -- the nodes of a running Slurm job -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("group", ["jobnodes", "localjob"])
+def test_a_slurm_jobs_nodes_are_members_entered_with_srun_w(
+    cluster_inv: remotekit.Inventory, slurm_cluster: runtimes.SlurmCluster, group: str
+) -> None:
+    """Through sshd to the login node, and here (``via`` left out: local)."""
+    members = cluster_inv.select(group=group)
+    assert [m.name for m in members] == [f"{group}/{slurm_cluster.node}"]
+    hop = members[0].hop
+    assert hop == Slurm(job=int(slurm_cluster.running), node=slurm_cluster.node, bin=_srun())
+    with remotekit.Target(members[0]) as t:
+        r = t.run(["printenv", "SLURM_JOB_ID", "SLURMD_NODENAME"])
+        assert r.stdout.split() == [slurm_cluster.running, slurm_cluster.node]
+        assert f"srun --jobid {slurm_cluster.running} -w {slurm_cluster.node}" in t.chain
+
+
+def test_a_job_that_is_not_running_or_unknown_is_a_clear_error(
+    cluster_inv: remotekit.Inventory, slurm_cluster: runtimes.SlurmCluster
+) -> None:
+    with pytest.raises(remotekit.GroupError) as e:
+        cluster_inv.select(group="pending")
+    assert str(e.value) == (
+        f"group 'pending': the nodes of Slurm job {slurm_cluster.pending} on login: "
+        f"job {slurm_cluster.pending} is PENDING, not RUNNING"
+    )
+    with pytest.raises(remotekit.GroupError) as e:
+        cluster_inv.select(group="nojob")
+    assert f"squeue does not know job {slurm_cluster.unknown}" in str(e.value)
+    assert "Invalid job id specified" in str(e.value)
+
+
+def test_diagnostics_run_on_each_node_of_the_job(
+    cluster_inv: remotekit.Inventory, slurm_cluster: runtimes.SlurmCluster
+) -> None:
+    """``gpu`` and ``procs`` over the job's nodes: one host each, named ``GROUP/NODE``."""
+    cwd = Path(str(cluster_inv.path)).parent
+    for task in ("gpu", "procs"):
+        r = rk(task, "--group", "jobnodes", "--json", cwd=cwd)
+        doc = json.loads(r.stdout)
+        assert [h["host"] for h in doc["hosts"]] == [f"jobnodes/{slurm_cluster.node}"], r.stderr
+        assert doc["hosts"][0]["status"] != "failed", doc
+
+
+# -- the pods of a label selector (fake kubectl) -----------------------------------------------
+
+
+def test_a_selectors_running_pods_are_members(cluster_inv: remotekit.Inventory) -> None:
+    """``done`` (Succeeded) and ``trainer-old`` (being deleted) match but are not members."""
+    members = cluster_inv.select(group="trainers")
+    assert [m.name for m in members] == ["trainers/trainer", "trainers/trainer-1"]
+    for m in members:
+        with remotekit.Target(m) as t:
+            r = t.run(["printenv", "HOSTNAME"])
+            assert r.stdout.strip() == m.name.split("/")[1]
+            assert f"kubectl exec -n ml {m.name.split('/')[1]} -c main" in t.chain
+
+
+def test_a_selector_kubectl_refuses_or_that_matches_no_one(
+    cluster_inv: remotekit.Inventory,
+) -> None:
+    with pytest.raises(remotekit.GroupError) as e:
+        cluster_inv.select(group="badsel")
+    assert "kubectl get pods failed (exit 1)" in str(e.value)
+    assert "unable to parse requirement" in str(e.value)
+    with pytest.raises(remotekit.GroupError, match="no running pod matches"):
+        cluster_inv.select(group="nopods")
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+def test_fleet_output_and_json_name_the_found_members(cluster_inv: remotekit.Inventory) -> None:
+    cwd = Path(str(cluster_inv.path)).parent
+    r = rk("run", "--group", "trains", "--", "cat", "/proc/1/comm", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    assert f"trains/{TRAIN}" in r.stdout and "init" in r.stdout
+    r = rk("run", "--group", "cts", "--json", "--", "true", cwd=cwd)
+    doc = json.loads(r.stdout)
+    assert [h["host"] for h in doc["hosts"]] == ["cts/200", "cts/202", "cts/203"]
+    r = rk("run", "--group", "nocts", "--", "true", cwd=cwd)
+    assert r.returncode == 2
+    assert "group 'nocts': pct list on pve (name 'db-*'): found no running container" in r.stderr
+
+
+def test_hosts_resolve_shows_what_each_group_found_and_when(
+    cluster_inv: remotekit.Inventory, tmp_path: Path
+) -> None:
+    cwd = Path(str(cluster_inv.path)).parent
+    r = rk("hosts", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    assert "found groups" in r.stdout and "pct list on pve (name 'train-*')" in r.stdout
+    assert "cts/200" not in r.stdout  # nothing asked without --resolve
+    r = rk("hosts", "--resolve", "--json", cwd=cwd)
+    assert r.returncode == 2  # the broken groups
+    assert "group 'nocts'" in r.stderr and "group 'pending'" in r.stderr
+    rows = {row["host"]: row for row in json.loads(r.stdout)}
+    row = rows[f"trains/{TRAIN}"]
+    assert row["groups"] == "trains" and "-> pct exec 202 -> " in row["chain"]
+    assert row["found"]["query"] == "pct list on pve (name 'train-*')"
+    assert row["found"]["at"][:2] == "20" and row["found"]["duration_s"] > 0
+    assert "trainers/trainer-1" in rows and "pve" in rows
+
+
+# -- what a finder makes of the tool's words -----------------------------------------------------
+
+
+def answers(*said: tuple[int, str, str]) -> Any:
+    """An ``ask`` that answers ``said`` in turn, and records what it was asked."""
+    asked: list[tuple[str, ...]] = []
+    queue = list(said)
+
+    def ask(argv: Any) -> Said:
+        asked.append(tuple(argv))
+        code, out, err = queue.pop(0)
+        return Said(code, out, err)
+
+    ask.asked = asked  # type: ignore[attr-defined]
+    return ask
+
+
+PCT_LIST = (
+    "VMID       Status     Lock         Name                \n"
+    "200        running                 train-0             \n"
+    "201        stopped                 train-1             \n"
+    "1000       running    backup       train-2             \n"
+)
+
+
+def test_pct_list_is_read_as_pct_prints_it() -> None:
+    ask = answers((0, PCT_LIST, ""))
+    found = PctList("pve1", name="train-*").find(ask)
+    assert found == [("200", Pct(200)), ("1000", Pct(1000))]
+    assert ask.asked == [("pct", "list")]
+    assert PctList("pve1").find(answers((0, "", ""))) == []  # no CT: pct prints nothing
+
+
+def test_pct_tags_come_from_each_ct_config() -> None:
+    conf = "arch: amd64\nhostname: train-0\ntags: GPU;train\n"
+    ask = answers((0, PCT_LIST, ""), (0, conf, ""), (0, "hostname: x\n", ""))
+    found = PctList("pve1", tags=("gpu",), pct="/usr/sbin/pct").find(ask)
+    assert found == [("200", Pct(200, "/usr/sbin/pct"))]
+    assert ask.asked[1:] == [
+        ("/usr/sbin/pct", "config", "200"),
+        ("/usr/sbin/pct", "config", "1000"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "out",
+    [
+        "no header here\n200 running x\n",
+        "VMID       Status     Lock         Name\n99 running x\n",  # below Proxmox's range
+        "VMID       Status     Lock         Name\n200 running a b c\n",
+        "VMID       Status     Lock         Name\n-1 running x\n",
+    ],
+)
+def test_a_pct_list_line_that_is_not_a_ct_is_refused(out: str) -> None:
+    with pytest.raises(QueryFailed, match="pct list printed"):
+        PctList("pve1").find(answers((0, out, "")))
+
+
+def test_slurm_nodes_come_from_squeue_then_scontrol() -> None:
+    ask = answers((0, "RUNNING node[01-02]\n", ""), (0, "node01\nnode02\n", ""))
+    found = SlurmJob(4242, "login1", "/opt/slurm/bin/srun").find(ask)
+    assert found == [
+        ("node01", Slurm(job=4242, node="node01", bin="/opt/slurm/bin/srun")),
+        ("node02", Slurm(job=4242, node="node02", bin="/opt/slurm/bin/srun")),
+    ]
+    assert ask.asked == [
+        ("/opt/slurm/bin/squeue", "--noheader", "--jobs=4242", "--format=%T %N"),
+        ("/opt/slurm/bin/scontrol", "show", "hostnames", "node[01-02]"),
+    ]
+    many = answers((0, "RUNNING a\nRUNNING b\n", ""))
+    with pytest.raises(QueryFailed, match="squeue lists 2 jobs for 4242"):
+        SlurmJob(4242).find(many)
+
+
+def test_kubectl_pods_are_read_from_the_json_list() -> None:
+    pods = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {"metadata": {"name": "a"}, "status": {"phase": "Running"}},
+            {"metadata": {"name": "b"}, "status": {"phase": "Pending"}},
+            {"metadata": {"name": "c", "deletionTimestamp": "x"}, "status": {"phase": "Running"}},
+        ],
+    }
+    ask = answers((0, json.dumps(pods), ""))
+    found = KubeSelector("app=t", "ml", "main", "prod", "kubectl").find(ask)
+    assert found == [("a", Kubectl("a", "main", "ml", "prod", "kubectl"))]
+    assert ask.asked == [
+        ("kubectl", "--context", "prod", "get", "pods", "-n", "ml", "-l", "app=t", "-o", "json")
+    ]
+    for bad in ("not json", '{"items": 3}', '{"items": [{"metadata": {}, "status": {}}]}'):
+        with pytest.raises(QueryFailed):
+            KubeSelector("app=t").find(answers((0, bad, "")))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../etc", "a b", "-rf", ".hidden", "x\x1b]52;c;ZXZpbA==\x07", "a/b", "", "n" * 254, "é"],
+)
+def test_a_member_name_from_the_far_side_that_cannot_be_a_target_is_refused(name: str) -> None:
+    with pytest.raises(QueryFailed, match="cannot be a target name") as e:
+        _checked([(name, Pct(200))])
+    assert "\x1b" not in str(remotekit.GroupError("g", "q", str(e.value)))  # shown escaped
+
+
+def test_too_many_members_or_a_member_twice_is_refused() -> None:
+    with pytest.raises(QueryFailed, match=f"more than {MAX_MEMBERS}"):
+        _checked([(f"n{i}", Pct(200)) for i in range(MAX_MEMBERS + 1)])
+    with pytest.raises(QueryFailed, match="twice"):
+        _checked([("n1", Pct(200)), ("n1", Pct(201))])
+
+
+# -- hosts.yaml ------------------------------------------------------------------------------------
+
+
+def test_found_groups_are_read_with_their_members_settings() -> None:
+    inv = remotekit.parse_inventory(
+        "defaults: {env: {A: '1'}, timeouts: {step: 30}}\n"
+        "hosts:\n"
+        "  pve1: {ssh: root@pve1, sudo: true, venv: /root/venv, gpus: 8}\n"
+        "groups:\n"
+        "  cts: {pct_list: pve1, tag: [gpu], venv: /opt/venv, env: {B: '2'}}\n"
+        "  pods: {kubectl_selector: 'app=t,tier in (a,b)', namespace: ml}\n"
+        "default: cts\n",
+        "hosts.yaml",
+    )
+    cts = inv.found["cts"]
+    assert cts.finder == PctList("pve1", tags=("gpu",)) and cts.via is inv.hosts["pve1"]
+    m = cts.member
+    assert (m.ssh, m.hops, m.venv, m.gpus) == (inv.hosts["pve1"].ssh, (), "/opt/venv", 0)
+    member = _member(cts, "200", Pct(200))  # the via host's chain (its sudo), then the hop
+    assert member.hops == (Sudo(user="root"), Pct(200)) and member.name == "cts/200"
+    assert dict(m.env) == {"A": "1", "B": "2"} and m.timeouts.step == 30
+    assert cts.source == "hosts.yaml:5" and inv.default == "cts"
+    assert inv.found["pods"].finder.via == "local"
+    assert "cts" not in inv.groups
+
+
+@pytest.mark.parametrize(
+    ("groups", "error"),
+    [
+        ("g: {pct_list: pve9}", "hosts.yaml:5: groups.g.pct_list: unknown host 'pve9'"),
+        ("g: {slurm_job: 1, via: nope}", "hosts.yaml:5: groups.g.via: unknown host 'nope'"),
+        (
+            "g: {pct_list: pve1, slurm_job: 4}",
+            "groups.g.slurm_job: a found group names two queries: one of pct_list",
+        ),
+        ("g: {venv: /v}", "groups.g: a found group is a mapping, so it needs a query"),
+        ("g: {pct_list: pve1, tags: gpu}", "groups.g.tags: unknown key for a pct_list group "),
+        ("g: {pct_list: pve1, ssh: x}", "groups.g.ssh: unknown key for a pct_list group"),
+        ("g: {pct_list: pve1, tag: 'a b'}", "groups.g.tag: expected a Proxmox tag"),
+        ("g: {slurm_job: -4}", "groups.g.slurm_job: expected a Slurm job id"),
+        ("g: {kubectl_selector: '-o=x'}", "groups.g.kubectl_selector: expected a label selector"),
+        ("g: {kubectl_selector: a, namespace: ML}", "groups.g.namespace: expected a Kubernetes"),
+        ("g: {pct_list: pve1, venv: 3}", "groups.g.venv: expected a non-empty string"),
+    ],
+)
+def test_a_found_groups_mistakes_name_file_line_and_key(groups: str, error: str) -> None:
+    text = (
+        "hosts:\n  pve1: {ssh: root@pve1}\n  ct: {ssh: root@pve1, container: 200}\n"
+        f"groups:\n  {groups}\n"
+    )
+    with pytest.raises(remotekit.InventoryError) as e:
+        remotekit.parse_inventory(text, "hosts.yaml")
+    assert error in str(e.value)
+
+
+def test_a_via_host_with_its_own_chain_gives_its_members_that_chain_then_theirs() -> None:
+    """A login node that is itself a container (a CT on a Proxmox node, entered through sudo):
+    the query runs where the via host's chain ends, and each member is that chain plus the hop
+    that was found, innermost."""
+    inv = remotekit.parse_inventory(
+        "hosts:\n"
+        "  login: {ssh: al@pve1, hops: [{sudo: true}, {container: 200}]}\n"
+        "groups:\n"
+        "  nodes: {slurm_job: 7, via: login, venv: /opt/venv}\n",
+        "hosts.yaml",
+    )
+    nodes = inv.found["nodes"]
+    assert nodes.via.hops == (Sudo(user="al"), Pct(200))
+    node = _member(nodes, "n1", Slurm(job=7, node="n1"))
+    assert node.hops == (Sudo(user="al"), Pct(200), Slurm(job=7, node="n1"))
+    assert remotekit.Target(node).chain == (
+        "ssh al@pve1 -> sudo -> pct exec 200 -> srun --jobid 7 -w n1 -> /opt/venv/bin/python"
+    )
+
+
+def test_an_unknown_group_lists_the_found_ones_too(tmp_path: Path) -> None:
+    inv = write_inventory(
+        tmp_path / "hosts.yaml", {"n": {}}, groups={"cts": {"pct_list": "n"}, "g": ["n"]}
+    )
+    with pytest.raises(remotekit.UnknownHost, match="known targets: group:g, group:cts"):
+        inv.select(group="nope")
