@@ -67,8 +67,10 @@ def cluster_inv(
     pve_cts: FakeNode,
     slurm_cluster: runtimes.SlurmCluster,
     kube: runtimes.FakeKube,
+    agent: bool | None,
 ) -> remotekit.Inventory:
-    """A hosts.yaml with one found group of each kind, and broken ones."""
+    """A hosts.yaml with one found group of each kind, and broken ones; every host and
+    member's steps on the agent or not (``agent``: tests/test_per_step.py runs these again)."""
     venv, pct = venv_prefix(), str(pve_cts.pct)
     job = int(slurm_cluster.running)
     pods = {"namespace": kube.namespace, "context": kube.context, "bin": str(kube.bin)}
@@ -93,7 +95,7 @@ def cluster_inv(
         "login": sshd.host_yaml(),
         "gone": {**sshd.host_yaml(), "ssh": "127.0.0.1:1", "timeouts": {"connect": 3}},
     }
-    return write_inventory(tmp_path / "hosts.yaml", hosts, groups=groups)
+    return write_inventory(tmp_path / "hosts.yaml", hosts, groups=groups, agent=agent)
 
 
 def names(inv: remotekit.Inventory, group: str) -> list[str]:
@@ -104,10 +106,11 @@ def names(inv: remotekit.Inventory, group: str) -> list[str]:
 
 
 def test_pct_list_finds_the_running_containers_and_each_runs_steps(
-    cluster_inv: remotekit.Inventory,
+    cluster_inv: remotekit.Inventory, agent: bool | None
 ) -> None:
     members = cluster_inv.select(group="cts")
     assert [m.name for m in members] == [f"cts/{CT}", f"cts/{TRAIN}", f"cts/{WEB}"]  # not 201
+    assert {m.agent for m in members} == {agent is not False}  # defaults: reach the members
     with remotekit.fleet(members) as f:
         outcomes = f.run(["cat", "/proc/1/comm"])
     for o, vmid in zip(outcomes, (CT, TRAIN, WEB)):
