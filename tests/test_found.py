@@ -459,3 +459,16 @@ def test_an_unknown_group_lists_the_found_ones_too(tmp_path: Path) -> None:
     )
     with pytest.raises(remotekit.UnknownHost, match="known targets: group:g, group:cts"):
         inv.select(group="nope")
+
+
+def test_the_docs_found_groups_are_what_they_say() -> None:
+    """docs/hosts-yaml.md's found-groups block loads, and each group asks what it says."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "hosts-yaml.md").read_text()
+    block = text.split("<!-- found groups: tests/test_found.py loads this block -->\n```yaml\n")
+    inv = remotekit.parse_inventory(block[1].split("```", 1)[0], "hosts-yaml.md")
+    assert {g: f.query for g, f in inv.found.items()} == {
+        "cts": "pct list on pve1 (name 'train-*', tag gpu)",
+        "jobnodes": "the nodes of Slurm job 4242 on login1",
+        "trainers": "kubectl get pods -n ml -l app=trainer on local",
+    }
+    assert inv.found["jobnodes"].member.venv == "/scratch/venv"
