@@ -10,6 +10,7 @@ and hosts.yaml's errors for found groups.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -21,12 +22,12 @@ from typing import Any
 import pytest
 
 import remotekit
-from remotekit.found import KubeSelector, PctList, Said, SlurmJob
+from remotekit.found import Found, KubeSelector, PctList, Said, SlurmJob
 from remotekit.found.core import MAX_MEMBERS, QueryFailed, _checked, _member
 from remotekit.layers import Kubectl, Pct, Slurm, Sudo
 from tests import runtimes
 from tests.conftest import CT, STOPPED, write_inventory
-from tests.harness import FakeNode, SSHServer, venv_prefix
+from tests.harness import FakeNode, SSHServer, free_port, processes_with, venv_prefix, wait_gone
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -171,11 +172,11 @@ def test_a_slurm_jobs_nodes_are_members_entered_with_srun_w(
     """Through sshd to the login node, and here (``via`` left out: local)."""
     members = cluster_inv.select(group=group)
     assert [m.name for m in members] == [f"{group}/{slurm_cluster.node}"]
-    hop = members[0].hop
-    assert hop == Slurm(job=int(slurm_cluster.running), node=slurm_cluster.node, bin=_srun())
+    job, node = int(slurm_cluster.running), slurm_cluster.node
+    assert members[0].hop == Slurm(job=job, node=node, bin=_srun(), in_job=True)
     with remotekit.Target(members[0]) as t:
-        r = t.run(["printenv", "SLURM_JOB_ID", "SLURMD_NODENAME"])
-        assert r.stdout.split() == [slurm_cluster.running, slurm_cluster.node]
+        r = t.run(["printenv", "SLURM_JOB_ID", "SLURMD_NODENAME", "MASTER_ADDR", "RANK"])
+        assert r.stdout.split() == [slurm_cluster.running, node, "127.0.0.1", "0"]
         assert f"srun --jobid {slurm_cluster.running} -w {slurm_cluster.node}" in t.chain
 
 
@@ -204,6 +205,111 @@ def test_diagnostics_run_on_each_node_of_the_job(
         doc = json.loads(r.stdout)
         assert [h["host"] for h in doc["hosts"]] == [f"jobnodes/{slurm_cluster.node}"], r.stderr
         assert doc["hosts"][0]["status"] != "failed", doc
+
+
+# -- a job's ranks: one task each in the running job's allocation ---------------------------------
+
+RENDEZVOUS = """\
+import os, torch, torch.distributed as dist
+print("in job", os.environ["SLURM_JOB_ID"], "step", os.environ["SLURM_STEP_ID"], flush=True)
+dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK
+total = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(total)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: sum {total.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture
+def ranks(
+    tmp_path: Path,
+    sshd: SSHServer,
+    slurm_cluster: runtimes.SlurmCluster,
+    agent: bool | None,
+) -> list[remotekit.HostSpec]:
+    """Group ``ranks``: the running job's one node, three ranks on it (several tasks on one
+    node stand in for a multi-node job's ranks), asked through sshd; its runs recorded in a
+    folder of this test's own."""
+    groups = {
+        "ranks": {
+            "slurm_job": int(slurm_cluster.running),
+            "via": "login",
+            "bin": _srun(),
+            "ranks_per_node": 3,
+            "master_port": free_port(),
+            "venv": venv_prefix(),
+            "runs_dir": str(tmp_path / "runs"),
+        }
+    }
+    hosts = {"login": sshd.host_yaml()}
+    inv = write_inventory(tmp_path / "hosts.yaml", hosts, groups=groups, agent=agent)
+    return inv.select(group="ranks")
+
+
+def test_each_rank_sees_its_rendezvous_variables(
+    ranks: list[remotekit.HostSpec], slurm_cluster: runtimes.SlurmCluster
+) -> None:
+    node = slurm_cluster.node
+    assert [m.name for m in ranks] == [f"ranks/{node}.{i}" for i in range(3)]
+    names = ["RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURM_JOB_ID"]
+    with remotekit.fleet(ranks) as f:
+        outcomes = f.run(["printenv", *names])
+    got = [o.value.stdout.split() for o in outcomes]
+    assert got == [[str(i), str(i), "0", "3", "127.0.0.1", slurm_cluster.running] for i in range(3)]
+
+
+def test_detached_runs_on_the_ranks_rendezvous_as_one_world(
+    ranks: list[remotekit.HostSpec], tmp_path: Path
+) -> None:
+    """One detached run per rank, each a task of the running job: torch.distributed (gloo)
+    finds the others through the rendezvous variables and all-reduces across all three."""
+    script = tmp_path / "allreduce.py"
+    script.write_text(RENDEZVOUS)
+    targets = [remotekit.Target(m) for m in ranks]
+    try:
+        runs = [t.run([f"{venv_prefix()}/bin/python", str(script)], detach=True) for t in targets]
+        for i, run in enumerate(runs):
+            info = run.wait(timeout=120)
+            log = b"".join(run.logs()).decode()
+            assert (info.state, info.exit_code) == ("exited", 0), log
+            assert f"rank {i} of 3: sum 3" in log
+            # the runs live on the login node, each listed by its own rank only
+            assert [r.id for r in targets[i].runs()] == [run.id]
+            assert f"in job {ranks[i].hop.job} step " in log  # a task of the running job
+            assert run.info().command == (f"{venv_prefix()}/bin/python", str(script))
+    finally:
+        for t in targets:
+            t.close()
+
+
+def test_stop_one_rank_then_the_rest_over_the_group(
+    ranks: list[remotekit.HostSpec], tmp_path: Path
+) -> None:
+    marker = f"rk-rank-{tmp_path.name}"
+    code = (
+        f"import os,time; print('rank', os.environ['RANK'], flush=True); time.sleep(300) # {marker}"
+    )
+    targets = [remotekit.Target(m) for m in ranks]
+    try:
+        runs = [t.run(["python3", "-c", code], detach=True) for t in targets]
+        runtimes.wait_for("three ranks", lambda: len(processes_with(marker)) >= 3, timeout=60)
+        assert runs[1].stop(grace=2).state == "stopped"
+        assert [r.state() for r in runs] == ["running", "stopped", "running"]
+        assert b"rank 1" in b"".join(runs[1].logs())
+        cwd = tmp_path
+        listed = json.loads(rk("runs", "--group", "ranks", "--json", cwd=cwd).stdout)
+        by_host = {h["host"]: [r["id"] for r in h["result"]] for h in listed["hosts"]}
+        assert by_host == {m.name: [r.id] for m, r in zip(ranks, runs)}
+        for run in (runs[0], runs[2]):
+            r = rk("stop", run.id, "--group", "ranks", cwd=cwd)
+            assert r.returncode == 0, r.stderr
+        assert wait_gone(marker, timeout=15) == []  # the tasks in the job are gone too
+    finally:
+        for run in runs if "runs" in locals() else ():
+            with contextlib.suppress(remotekit.RemotekitError):
+                run.stop(grace=1)
+        for t in targets:
+            t.close()
 
 
 # -- the pods of a label selector (fake kubectl) -----------------------------------------------
@@ -294,7 +400,7 @@ PCT_LIST = (
 def test_pct_list_is_read_as_pct_prints_it() -> None:
     ask = answers((0, PCT_LIST, ""))
     found = PctList("pve1", name="train-*").find(ask)
-    assert found == [("200", Pct(200)), ("1000", Pct(1000))]
+    assert found == [Found("200", Pct(200)), Found("1000", Pct(1000))]
     assert ask.asked == [("pct", "list")]
     assert PctList("pve1").find(answers((0, "", ""))) == []  # no CT: pct prints nothing
 
@@ -303,7 +409,7 @@ def test_pct_tags_come_from_each_ct_config() -> None:
     conf = "arch: amd64\nhostname: train-0\ntags: GPU;train\n"
     ask = answers((0, PCT_LIST, ""), (0, conf, ""), (0, "hostname: x\n", ""))
     found = PctList("pve1", tags=("gpu",), pct="/usr/sbin/pct").find(ask)
-    assert found == [("200", Pct(200, "/usr/sbin/pct"))]
+    assert found == [Found("200", Pct(200, "/usr/sbin/pct"))]
     assert ask.asked[1:] == [
         ("/usr/sbin/pct", "config", "200"),
         ("/usr/sbin/pct", "config", "1000"),
@@ -324,20 +430,44 @@ def test_a_pct_list_line_that_is_not_a_ct_is_refused(out: str) -> None:
         PctList("pve1").find(answers((0, out, "")))
 
 
-def test_slurm_nodes_come_from_squeue_then_scontrol() -> None:
-    ask = answers((0, "RUNNING node[01-02]\n", ""), (0, "node01\nnode02\n", ""))
-    found = SlurmJob(4242, "login1", "/opt/slurm/bin/srun").find(ask)
-    assert found == [
-        ("node01", Slurm(job=4242, node="node01", bin="/opt/slurm/bin/srun")),
-        ("node02", Slurm(job=4242, node="node02", bin="/opt/slurm/bin/srun")),
+def test_slurm_nodes_come_from_squeue_then_scontrol_with_their_ranks() -> None:
+    node = "NodeName=node01 Arch=x86_64 NodeAddr=10.0.0.1 NodeHostName=node01 Version=22.05"
+    ask = answers((0, "RUNNING node[01-02]\n", ""), (0, "node01\nnode02\n", ""), (0, node, ""))
+    found = SlurmJob(4242, "login1", "/opt/slurm/bin/srun", master_port=1234).find(ask)
+    srun = "/opt/slurm/bin/srun"
+    assert [(f.name, f.hop) for f in found] == [
+        ("node01", Slurm(job=4242, node="node01", bin=srun, in_job=True)),
+        ("node02", Slurm(job=4242, node="node02", bin=srun, in_job=True)),
     ]
+    assert found[1].env == {
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "1234",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "1",
+        "RANK": "1",
+        "NODE_RANK": "1",
+        "LOCAL_RANK": "0",
+    }
     assert ask.asked == [
         ("/opt/slurm/bin/squeue", "--noheader", "--jobs=4242", "--format=%T %N"),
         ("/opt/slurm/bin/scontrol", "show", "hostnames", "node[01-02]"),
+        ("/opt/slurm/bin/scontrol", "-o", "show", "node", "node01"),
     ]
     many = answers((0, "RUNNING a\nRUNNING b\n", ""))
     with pytest.raises(QueryFailed, match="squeue lists 2 jobs for 4242"):
         SlurmJob(4242).find(many)
+
+
+def test_several_ranks_a_node_are_members_each() -> None:
+    ask = answers((0, "RUNNING n[1-2]\n", ""), (0, "n1\nn2\n", ""), (0, "NodeAddr=n1", ""))
+    found = SlurmJob(7, ranks_per_node=2).find(ask)
+    ranks = [(f.name, f.env["RANK"], f.env["NODE_RANK"], f.env["LOCAL_RANK"]) for f in found]
+    assert ranks == [("n1.0", "0", "0", "0"), ("n1.1", "1", "0", "1"), ("n2.0", "2", "1", "0"),
+                     ("n2.1", "3", "1", "1")]  # fmt: skip
+    assert {f.env["WORLD_SIZE"] for f in found} == {"4"}
+    bad = answers((0, "RUNNING n1\n", ""), (0, "n1\n", ""), (0, "NodeAddr=-x;y", ""))
+    with pytest.raises(QueryFailed, match="no address"):
+        SlurmJob(7).find(bad)
 
 
 def test_kubectl_pods_are_read_from_the_json_list() -> None:
@@ -352,7 +482,7 @@ def test_kubectl_pods_are_read_from_the_json_list() -> None:
     }
     ask = answers((0, json.dumps(pods), ""))
     found = KubeSelector("app=t", "ml", "main", "prod", "kubectl").find(ask)
-    assert found == [("a", Kubectl("a", "main", "ml", "prod", "kubectl"))]
+    assert found == [Found("a", Kubectl("a", "main", "ml", "prod", "kubectl"))]
     assert ask.asked == [
         ("kubectl", "--context", "prod", "get", "pods", "-n", "ml", "-l", "app=t", "-o", "json")
     ]
@@ -367,15 +497,15 @@ def test_kubectl_pods_are_read_from_the_json_list() -> None:
 )
 def test_a_member_name_from_the_far_side_that_cannot_be_a_target_is_refused(name: str) -> None:
     with pytest.raises(QueryFailed, match="cannot be a target name") as e:
-        _checked([(name, Pct(200))])
+        _checked([Found(name, Pct(200))])
     assert "\x1b" not in str(remotekit.GroupError("g", "q", str(e.value)))  # shown escaped
 
 
 def test_too_many_members_or_a_member_twice_is_refused() -> None:
     with pytest.raises(QueryFailed, match=f"more than {MAX_MEMBERS}"):
-        _checked([(f"n{i}", Pct(200)) for i in range(MAX_MEMBERS + 1)])
+        _checked([Found(f"n{i}", Pct(200)) for i in range(MAX_MEMBERS + 1)])
     with pytest.raises(QueryFailed, match="twice"):
-        _checked([("n1", Pct(200)), ("n1", Pct(201))])
+        _checked([Found("n1", Pct(200)), Found("n1", Pct(201))])
 
 
 # -- hosts.yaml ------------------------------------------------------------------------------------
@@ -396,7 +526,7 @@ def test_found_groups_are_read_with_their_members_settings() -> None:
     assert cts.finder == PctList("pve1", tags=("gpu",)) and cts.via is inv.hosts["pve1"]
     m = cts.member
     assert (m.ssh, m.hops, m.venv, m.gpus) == (inv.hosts["pve1"].ssh, (), "/opt/venv", 0)
-    member = _member(cts, "200", Pct(200))  # the via host's chain (its sudo), then the hop
+    member = _member(cts, Found("200", Pct(200)))  # the via host's chain (its sudo), then the hop
     assert member.hops == (Sudo(user="root"), Pct(200)) and member.name == "cts/200"
     assert dict(m.env) == {"A": "1", "B": "2"} and m.timeouts.step == 30
     assert cts.source == "hosts.yaml:5" and inv.default == "cts"
@@ -446,8 +576,9 @@ def test_a_via_host_with_its_own_chain_gives_its_members_that_chain_then_theirs(
     )
     nodes = inv.found["nodes"]
     assert nodes.via.hops == (Sudo(user="al"), Pct(200))
-    node = _member(nodes, "n1", Slurm(job=7, node="n1"))
-    assert node.hops == (Sudo(user="al"), Pct(200), Slurm(job=7, node="n1"))
+    rank = Slurm(job=7, node="n1", in_job=True)
+    node = _member(nodes, Found("n1", rank, {"RANK": "0"}))
+    assert node.hops == (Sudo(user="al"), Pct(200), rank) and node.env["RANK"] == "0"
     assert remotekit.Target(node).chain == (
         "ssh al@pve1 -> sudo -> pct exec 200 -> srun --jobid 7 -w n1 -> /opt/venv/bin/python"
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 from remotekit.found.core import (
     MAX_MEMBERS,
     Finder,
+    Found,
     FoundGroup,
     QueryFailed,
     Resolved,
@@ -38,6 +39,7 @@ __all__ = [
     "MAX_MEMBERS",
     "MEMBER_KEYS",
     "Finder",
+    "Found",
     "FoundGroup",
     "KubeSelector",
     "PctList",

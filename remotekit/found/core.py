@@ -20,8 +20,8 @@ import os
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar
 
 from remotekit.errors import GroupError, RemotekitError, quote_tool
@@ -35,6 +35,7 @@ __all__ = [
     "MEMBER_NAME",
     "Ask",
     "Finder",
+    "Found",
     "FoundGroup",
     "QueryFailed",
     "Resolved",
@@ -72,6 +73,16 @@ class Said:
 Ask = Callable[[Sequence[str]], Said]
 
 
+@dataclass(frozen=True)
+class Found:
+    """One member as a finder found it: its name (as the tool gave it), the hop that enters
+    it, and environment variables its steps get (a rank's rendezvous variables)."""
+
+    name: str
+    hop: Hop
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
 class QueryFailed(Exception):
     """A finder's query failed, or its answer cannot be used: the cause, in words."""
 
@@ -102,10 +113,10 @@ class Finder(ABC):
         """What is asked where, for people: ``pct list on pve1 (name 'web*')``."""
 
     @abstractmethod
-    def find(self, ask: Ask) -> list[tuple[str, Hop]]:
-        """The members, in the tool's order: (name, the hop that enters it). ``ask`` runs an
-        argv on the via host. Raise :class:`QueryFailed` naming the cause when the tool
-        refused or its answer cannot be read."""
+    def find(self, ask: Ask) -> list[Found]:
+        """The members, in the tool's order. ``ask`` runs an argv on the via host. Raise
+        :class:`QueryFailed` naming the cause when the tool refused or its answer cannot be
+        read."""
 
 
 def refused(tool: str, said: Said) -> QueryFailed:
@@ -157,7 +168,7 @@ def resolve(group: FoundGroup) -> Resolved:
     try:
         with Target(group.via, capture_limit=MAX_ANSWER) as t:
             found = group.finder.find(_asker(t))
-        members = tuple(_member(group, name, hop) for name, hop in _checked(found))
+        members = tuple(_member(group, f) for f in _checked(found))
     except QueryFailed as exc:
         raise GroupError(group.name, group.query, str(exc)) from None
     except RemotekitError as exc:
@@ -182,12 +193,12 @@ def _asker(t: Target) -> Ask:
     return ask
 
 
-def _checked(found: list[tuple[str, Hop]]) -> list[tuple[str, Hop]]:
+def _checked(found: list[Found]) -> list[Found]:
     """The members as found, once each name is one remotekit takes, and not too many."""
     if len(found) > MAX_MEMBERS:
         raise QueryFailed(f"found {len(found)} members, more than {MAX_MEMBERS}; refused")
     seen: set[str] = set()
-    for name, _ in found:
+    for name in (f.name for f in found):
         if not isinstance(name, str) or not MEMBER_NAME.fullmatch(name):
             shown = _shown(name)
             raise QueryFailed(
@@ -205,7 +216,10 @@ def _shown(name: Any) -> str:
     return repr(text[:80] + ("..." if len(text) > 80 else ""))
 
 
-def _member(group: FoundGroup, name: str, hop: Hop) -> HostSpec:
+def _member(group: FoundGroup, found: Found) -> HostSpec:
     """One member: the group's member settings, named ``GROUP/NAME``, its chain the via
-    host's own hops (sudo, a container the query ran in) and then ``hop``, innermost."""
-    return replace(group.member, name=f"{group.name}/{name}", hops=(*group.via.hops, hop))
+    host's own hops (sudo, a container the query ran in) and then the hop that was found,
+    innermost; the env the finder gave it, under the group's own ``env:``."""
+    env = {**found.env, **group.member.env}
+    name, hops = f"{group.name}/{found.name}", (*group.via.hops, found.hop)
+    return replace(group.member, name=name, hops=hops, env=env)

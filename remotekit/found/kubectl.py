@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from remotekit.found.core import Ask, Finder, QueryFailed, refused
-from remotekit.layers.core import Fields, Hop, is_text
+from remotekit.found.core import Ask, Finder, Found, QueryFailed, refused
+from remotekit.layers.core import Fields, is_text
 from remotekit.layers.kubectl import Kubectl, is_context, is_k8s_name
 
 __all__ = ["KubeSelector"]
@@ -75,14 +75,14 @@ class KubeSelector(Finder):
     def query(self) -> str:
         return f"kubectl get pods -n {self.namespace} -l {self.selector} on {self.via}"
 
-    def find(self, ask: Ask) -> list[tuple[str, Hop]]:
+    def find(self, ask: Ask) -> list[Found]:
         context = ("--context", self.context) if self.context else ()
         argv = (self.bin, *context, "get", "pods", "-n", self.namespace, "-l", self.selector)
         said = ask((*argv, "-o", "json"))
         if said.code != 0:
             raise refused("kubectl get pods", said)
         return [
-            (pod, Kubectl(pod, self.container, self.namespace, self.context, self.bin))
+            Found(pod, Kubectl(pod, self.container, self.namespace, self.context, self.bin))
             for pod in running_pods(said.out)
         ]
 

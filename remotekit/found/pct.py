@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from remotekit.found.core import Ask, Finder, QueryFailed, refused
-from remotekit.layers.core import Fields, Hop, is_text, is_whole
+from remotekit.found.core import Ask, Finder, Found, QueryFailed, refused
+from remotekit.layers.core import Fields, is_text, is_whole
 from remotekit.layers.pct import VMID_MAX, VMID_MIN, Pct
 
 __all__ = ["PctList"]
@@ -73,7 +73,7 @@ class PctList(Finder):
         only += [f"tag {t}" for t in self.tags]
         return f"pct list on {self.via}" + (f" ({', '.join(only)})" if only else "")
 
-    def find(self, ask: Ask) -> list[tuple[str, Hop]]:
+    def find(self, ask: Ask) -> list[Found]:
         said = ask((self.pct, "list"))
         if said.code != 0:
             raise refused("pct list", said)
@@ -84,7 +84,7 @@ class PctList(Finder):
         ]
         if self.tags:
             running = [vmid for vmid in running if self.tagged(ask, vmid)]
-        return [(str(vmid), Pct(vmid, self.pct)) for vmid in running]
+        return [Found(str(vmid), Pct(vmid, self.pct)) for vmid in running]
 
     def tagged(self, ask: Ask, vmid: int) -> bool:
         """Whether CT ``vmid`` has every tag asked for (its config's ``tags:`` line)."""
