@@ -15,7 +15,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +44,20 @@ def rk(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def pve_cts(node: FakeNode) -> Iterator[FakeNode]:
-    """The node with CTs 200 (ct200), 201 (stopped), 202 (train-a, tags gpu;train) and
-    203 (web, tag Web): 202 and 203 are the running LXC container again."""
-    node.add(TRAIN, hostname="train-a", tags="gpu;train")
-    node.add(WEB, hostname="web", tags="Web")
-    try:
-        yield node
-    finally:
-        node.remove(TRAIN)
-        node.remove(WEB)
+def pve_cts(tmp_path_factory: pytest.TempPathFactory, node: FakeNode) -> tuple[FakeNode, str]:
+    """A Proxmox node of this module's own (the session's node gains other suites' CTs):
+    CTs 200 (ct200), 201 (stopped), 202 (train-a, tags gpu;train) and 203 (web, tag Web),
+    the running ones the session's running LXC container; and its `pct`, a wrapper that
+    points the stand-in at this node's /etc/pve (sshd's sessions name the session's)."""
+    own = FakeNode(tmp_path_factory.mktemp("found-node"), node.running, node.stopped).install()
+    own.add(CT)
+    own.add(STOPPED, state="stopped")
+    own.add(TRAIN, hostname="train-a", tags="gpu;train")
+    own.add(WEB, hostname="web", tags="Web")
+    pct = own.root / "pct-here"
+    pct.write_text(f'#!/bin/sh\nFAKE_PCT_ROOT={own.pve} exec {own.pct} "$@"\n')
+    pct.chmod(0o755)
+    return own, str(pct)
 
 
 def _srun() -> str:
@@ -65,14 +68,14 @@ def _srun() -> str:
 def cluster_inv(
     tmp_path: Path,
     sshd: SSHServer,
-    pve_cts: FakeNode,
+    pve_cts: tuple[FakeNode, str],
     slurm_cluster: runtimes.SlurmCluster,
     kube: runtimes.FakeKube,
     agent: bool | None,
 ) -> remotekit.Inventory:
     """A hosts.yaml with one found group of each kind, and broken ones; every host and
     member's steps on the agent or not (``agent``: tests/test_per_step.py runs these again)."""
-    venv, pct = venv_prefix(), str(pve_cts.pct)
+    venv, pct = venv_prefix(), pve_cts[1]
     job = int(slurm_cluster.running)
     pods = {"namespace": kube.namespace, "context": kube.context, "bin": str(kube.bin)}
     groups: dict[str, Any] = {

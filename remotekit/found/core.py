@@ -26,6 +26,7 @@ from typing import Any, Callable, ClassVar
 
 from remotekit.errors import GroupError, RemotekitError, quote_tool
 from remotekit.layers.core import Fields, Hop
+from remotekit.result import Shown
 from remotekit.spec import HostSpec
 from remotekit.target import Target
 
@@ -145,8 +146,8 @@ class FoundGroup:
         return self.finder.query
 
 
-@dataclass(frozen=True)
-class Resolved:
+@dataclass(frozen=True, repr=False)
+class Resolved(Shown):
     """What a found group resolved to: its members (HostSpecs named ``GROUP/NAME``), and
     when (``at``, seconds since the epoch) and how long the query took."""
 
@@ -155,6 +156,17 @@ class Resolved:
     members: tuple[HostSpec, ...]
     at: float
     duration_s: float
+
+    repr_keys = ("group", "query")
+
+    def render(self) -> str:
+        """``group G: QUERY found N at HH:MM:SS (in S s)``, then a member a line."""
+        when = time.strftime("%H:%M:%S", time.localtime(self.at))
+        head = (
+            f"group {self.group}: {self.query} found {len(self.members)} at {when} "
+            f"(in {self.duration_s:.2f} s)"
+        )
+        return "\n".join([head, *(f"  {m.name}" for m in self.members)])
 
 
 def resolve(group: FoundGroup) -> Resolved:
