@@ -24,6 +24,7 @@ import remotekit
 from remotekit.found import Found, KubeSelector, PctList, Said, SlurmJob
 from remotekit.found.core import MAX_MEMBERS, QueryFailed, _checked, _member
 from remotekit.layers import Kubectl, Pct, Slurm, Sudo
+from remotekit.runs import home_of
 from tests import runtimes
 from tests.conftest import CT, STOPPED, write_inventory
 from tests.harness import FakeNode, SSHServer, free_port, processes_with, venv_prefix, wait_gone
@@ -315,6 +316,48 @@ def test_stop_one_rank_then_the_rest_over_the_group(
             t.close()
 
 
+def test_a_rank_found_through_a_via_host_with_hops_runs_detached_at_the_end_of_them(
+    tmp_path: Path, sshd: SSHServer, slurm_cluster: runtimes.SlurmCluster, agent: bool | None
+) -> None:
+    """The login node entered through sudo (the real one): the job's node is found there, the
+    rank's chain is ssh -> sudo -> srun, and a detached run on it is a task of the running job
+    whose supervisor holds srun under that sudo, listed and stopped there."""
+    sudo = shutil.which("sudo")
+    if sudo is None:
+        pytest.skip("no sudo here")
+    marker = f"rk-sudo-rank-{tmp_path.name}"
+    groups = {
+        "ranks": {
+            "slurm_job": int(slurm_cluster.running),
+            "via": "login",
+            "bin": _srun(),
+            "python": sys.executable,
+            "runs_dir": str(tmp_path / "runs"),
+            "env": slurm_cluster.env,  # sudo resets the env: the steps say where Slurm is
+        }
+    }
+    hosts = {"login": sshd.host_yaml(hops=[{"sudo": {"bin": sudo}}], env=slurm_cluster.env)}
+    inv = write_inventory(tmp_path / "hosts.yaml", hosts, groups=groups, agent=agent)
+    (member,) = inv.select(group="ranks")
+    assert [type(h) for h in member.hops] == [Sudo, Slurm]
+    said = "print(os.environ['SLURM_JOB_ID'], os.environ['RANK'], flush=True)"
+    code = f"import os,time; {said}; time.sleep(300) # {marker}"
+    with remotekit.Target(member) as t:
+        assert " -> sudo -> srun --jobid " in t.chain
+        run = t.run(["python3", "-c", code], detach=True)
+        try:
+            runtimes.wait_for("the rank", lambda: processes_with(marker) != [], timeout=60)
+            assert run.info().job is None  # a task of the running job, not a batch job
+            assert [r.id for r in t.runs()] == [run.id]
+            assert run.stop(grace=2).state == "stopped"
+            said = b"".join(run.logs()).decode()  # then srun's words on the cancelled step
+            assert said.startswith(f"{slurm_cluster.running} 0\n"), said
+            assert wait_gone(marker, timeout=15) == []  # the task in the job is gone too
+        finally:
+            with contextlib.suppress(remotekit.RemotekitError):
+                run.stop(grace=1)
+
+
 # -- the pods of a label selector (fake kubectl) -----------------------------------------------
 
 
@@ -585,6 +628,9 @@ def test_a_via_host_with_its_own_chain_gives_its_members_that_chain_then_theirs(
     assert remotekit.Target(node).chain == (
         "ssh al@pve1 -> sudo -> pct exec 200 -> srun --jobid 7 -w n1 -> /opt/venv/bin/python"
     )
+    # a detached run's supervisor holds the rank's srun at the end of the via host's chain
+    home = home_of(remotekit.Target(node))
+    assert home.spec.hops == nodes.via.hops and home.spec.env["RANK"] == "0"
 
 
 def test_an_unknown_group_lists_the_found_ones_too(tmp_path: Path) -> None:
