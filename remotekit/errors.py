@@ -5,6 +5,8 @@
     RemotekitError                  (host, step: where it happened, when known)
     ├── InventoryError              hosts.yaml is wrong: file, line and key in the message
     ├── UnknownHost                 a target name that the inventory does not have
+    ├── GroupError                  a found group's query failed or found no one: group,
+    │                               query and cause
     ├── ConnectError                DNS failure, refused, unreachable, connect timeout
     │   ├── AuthError               the server refused our credentials (or sudo wants a password)
     │   └── HostKeyError            unknown host key (strict) or a changed key (always refused)
@@ -59,6 +61,7 @@ __all__ = [
     "DiagnosticError",
     "DryRun",
     "ForwardError",
+    "GroupError",
     "HostKeyError",
     "InterpreterNotFound",
     "InventoryError",
@@ -127,6 +130,20 @@ class UnknownHost(RemotekitError):
         super().__init__(
             f"unknown target {name!r}{where}; known targets: {', '.join(self.known) or '(none)'}"
         )
+
+
+class GroupError(RemotekitError):
+    """A group hosts.yaml has found at run time (``pct_list``, ``slurm_job``,
+    ``kubectl_selector``) could not be resolved: its query failed (the node is down, the job
+    is not running, the tool refused) or found no member. ``group`` names the group,
+    ``query`` what was asked where (``pct list on pve1``), ``cause`` why it gave no members;
+    an error underneath (a ConnectError, a StepTimeout) is its ``__cause__``."""
+
+    def __init__(self, group: str, query: str, cause: str):
+        self.group = group
+        self.query = query
+        self.cause = cause
+        super().__init__(f"group {group!r}: {query}: {cause}")
 
 
 class ConnectError(RemotekitError):

@@ -32,6 +32,9 @@ Schema (``defaults`` is merged into every host; ``env`` and ``timeouts`` merge k
                                         # fewer than 8 found, a finding
     groups:
       gpu: [kpro6]
+      cts: {pct_list: kpro6, tag: gpu, venv: /opt/venv}   # found at run time (remotekit.found):
+      nodes: {slurm_job: 4242, via: login1}             #   running CTs of a Proxmox node, the
+      pods: {kubectl_selector: app=trainer, namespace: ml}  # nodes of a job, pods of a selector
     default: gpu                        # what a task runs on without --host/--group/--all
                                         # (a host or a group; without it: local)
 """
@@ -52,6 +55,7 @@ import yaml
 
 from remotekit.engine import mask
 from remotekit.errors import InventoryError, UnknownHost
+from remotekit.found import FINDERS, MEMBER_KEYS, FoundGroup, Resolved, resolve
 from remotekit.layers import HOPS, Fields, Hop, Sudo
 from remotekit.spec import HOST_KEY_POLICIES, LOCAL, HostSpec, SSHSpec, Timeouts
 from remotekit.target import Target
@@ -465,7 +469,9 @@ class _HostReader:
             )
         return policy
 
-    def spec(self) -> HostSpec:
+    def spec(self, hops: bool = True) -> HostSpec:
+        """The host as declared; ``hops=False``: settings only (a found group's members,
+        whose connection and hop are not this mapping's)."""
         self.host_key()  # validated even where there is no ssh: yet
         ssh_text = self.text("ssh")
         ssh = self.ssh(ssh_text, self.where("ssh")) if ssh_text else None
@@ -482,7 +488,7 @@ class _HostReader:
         return HostSpec(
             name=self.name,
             ssh=ssh,
-            hops=self.hops(ssh),
+            hops=self.hops(ssh) if hops else (),
             venv=self.text("venv"),
             python=self.text("python"),
             workdir=self.text("workdir"),
@@ -647,13 +653,18 @@ def _env_text(v: Any) -> str:
 
 @dataclass(frozen=True)
 class Inventory:
-    """Named hosts and groups. ``target(name)`` opens one; ``select`` resolves a selection."""
+    """Named hosts and groups. ``target(name)`` opens one; ``select`` resolves a selection.
+
+    ``groups`` are the listed groups (host names); ``found`` the groups found at run time
+    (:mod:`remotekit.found`), whose members ``select`` and :meth:`resolve` ask the cluster for.
+    """
 
     hosts: Mapping[str, HostSpec]
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     path: str | None = None
     #: hosts.yaml's ``default:``, a host or group name; None: ``local``.
     default: str | None = None
+    found: Mapping[str, FoundGroup] = field(default_factory=dict)
 
     def spec(self, name: str) -> HostSpec:
         """The declared host ``name``; an :class:`UnknownHost` listing the known ones if none."""
@@ -664,28 +675,73 @@ class Inventory:
 
     def target(self, name: str, *, agent: bool | None = None) -> Target:
         """An open-on-demand :class:`~remotekit.target.Target`; use it as a context manager.
-        ``agent`` overrides hosts.yaml's ``agent:`` (steps through one resident agent)."""
+        ``agent`` overrides hosts.yaml's ``agent:`` (steps through one resident agent).
+        ``name`` may be a found group's member, ``GROUP/MEMBER`` (the group is asked)."""
+        if "/" in name:
+            return Target(self.select(hosts=[name])[0], agent=agent)
         return Target(self.spec(name), agent=agent)
+
+    def resolve(self, group: str) -> Resolved:
+        """Ask the cluster for found group ``group``'s members, now (each call asks again).
+
+        Raises :class:`~remotekit.errors.GroupError` naming the group, the query and the
+        cause when the query fails or finds no one; :class:`UnknownHost` for a group that is
+        not a found one.
+        """
+        if group not in self.found:
+            known = [f"group:{g}" for g in self.found]
+            raise UnknownHost(f"group:{group}", known, path=self.path)
+        return resolve(self.found[group])
 
     def select(
         self, hosts: str | list[str] | None = None, group: str | None = None, all: bool = False
     ) -> list[HostSpec]:
-        """Host specs for ``--host a,b``, ``--group g`` or ``--all``, in inventory order."""
+        """Host specs for ``--host a,b``, ``--group g`` or ``--all``: the declared hosts in
+        inventory order, then the members of found groups as found. ``--all`` is every
+        declared host; a found group's members are selected by its name (``--group cts``),
+        or one by one (``--host cts/200``), and asked for each time."""
         names: list[str] = []
         if all:
             names = list(self.hosts)
         if group:
-            if group not in self.groups:
-                raise UnknownHost(
-                    f"group:{group}", [f"group:{g}" for g in self.groups], path=self.path
-                )
-            names += self.groups[group]
+            if group in self.found:
+                names.append(f"{group}/")
+            elif group in self.groups:
+                names += self.groups[group]
+            else:
+                known = [f"group:{g}" for g in (*self.groups, *self.found)]
+                raise UnknownHost(f"group:{group}", known, path=self.path)
         if hosts:
             items = hosts.split(",") if isinstance(hosts, str) else hosts
             names += [h.strip() for h in items if h.strip()]
         order = {n: i for i, n in enumerate(self.hosts)}
-        unique = sorted(set(names), key=lambda n: order.get(n, len(order)))
-        return [self.spec(n) for n in unique]
+        declared = sorted(
+            {n for n in names if "/" not in n}, key=lambda n: order.get(n, len(order))
+        )
+        return [self.spec(n) for n in declared] + self._found_members(n for n in names if "/" in n)
+
+    def _found_members(self, names: Iterable[str]) -> list[HostSpec]:
+        """The members named ``GROUP/MEMBER`` (``GROUP/``: all of them), each group asked
+        once, in the order the groups are first named and the members found."""
+        wanted: dict[str, set[str] | None] = {}
+        for name in names:
+            group, _, member = name.partition("/")
+            if group not in self.found:
+                known = [*self.hosts, *(f"{g}/..." for g in self.found)]
+                raise UnknownHost(name, known, path=self.path)
+            have = wanted.setdefault(group, set())
+            if have is not None:
+                wanted[group] = None if not member else {*have, member}
+        out: list[HostSpec] = []
+        for group, only in wanted.items():
+            members = self.resolve(group).members
+            if only is not None:
+                missing = sorted(only - {m.name.partition("/")[2] for m in members})
+                if missing:
+                    raise UnknownHost(f"{group}/{missing[0]}", [m.name for m in members])
+                members = tuple(m for m in members if m.name.partition("/")[2] in only)
+            out += [m for m in members if m.name not in {o.name for o in out}]
+        return out
 
     def select_default(self) -> list[HostSpec]:
         """What a task runs on when given no selection: ``default:`` (a host, else a group),
@@ -737,14 +793,33 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
             "local": _HostReader(doc, "local", dict(defaults), ("hosts", "local")).spec(),
             **hosts,
         }
+    groups, found = _groups(doc, data.get("groups") or {}, hosts, defaults)
+    default = data.get("default")
+    every = {*hosts, *groups, *found}
+    if default is not None and (not isinstance(default, str) or default not in every):
+        known = ", ".join([*hosts, *(f"{g} (group)" for g in (*groups, *found))])
+        doc.fail(("default",), f"expected a host or group name; known: {known}")
+    return Inventory(hosts=hosts, groups=groups, path=path, default=default, found=found)
+
+
+def _groups(
+    doc: _Doc, raw_groups: Any, hosts: Mapping[str, HostSpec], defaults: Mapping[str, Any]
+) -> tuple[dict[str, tuple[str, ...]], dict[str, FoundGroup]]:
+    """``groups:``: the listed groups (host names), and the found ones (a query)."""
     groups: dict[str, tuple[str, ...]] = {}
-    raw_groups = data.get("groups") or {}
+    found: dict[str, FoundGroup] = {}
     if not isinstance(raw_groups, dict):
         doc.fail(("groups",), "expected a mapping of group names to lists of hosts")
     for g, members in raw_groups.items():
         _check_name(doc, ("groups", g), "group")
+        if isinstance(members, dict):
+            found[g] = _found_group(doc, g, members, hosts, defaults)
+            continue
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
-            doc.fail(("groups", g), "expected a list of host names")
+            doc.fail(
+                ("groups", g),
+                f"expected a list of host names, or a query ({', '.join(FINDERS)})",
+            )
         for i, m in enumerate(members):
             if m not in hosts:
                 doc.fail(
@@ -752,11 +827,44 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
                     f"unknown host {m!r}; known hosts: {', '.join(hosts)}",
                 )
         groups[g] = tuple(members)
-    default = data.get("default")
-    if default is not None and (not isinstance(default, str) or default not in {*hosts, *groups}):
-        known = ", ".join([*hosts, *(f"{g} (group)" for g in groups)])
-        doc.fail(("default",), f"expected a host or group name; known: {known}")
-    return Inventory(hosts=hosts, groups=groups, path=path, default=default)
+    return groups, found
+
+
+def _found_group(
+    doc: _Doc,
+    g: str,
+    raw: Mapping[str, Any],
+    hosts: Mapping[str, HostSpec],
+    defaults: Mapping[str, Any],
+) -> FoundGroup:
+    """A group found at run time (``{pct_list: pve1, ...}``): its finder, its via host and
+    what its members are (the via host's connection, the group's settings)."""
+    key = ("groups", g)
+    kinds = sorted(
+        (k for k in FINDERS if raw.get(k) is not None), key=lambda k: doc.line((*key, k)) or 0
+    )
+    if len(kinds) != 1:
+        what = "names two queries" if kinds else "is a mapping, so it needs a query"
+        doc.fail((*key, *kinds[1:2]), f"a found group {what}: one of {', '.join(FINDERS)}")
+    finder_type = FINDERS[kinds[0]]
+    own = frozenset({finder_type.key, *finder_type.options})
+    for k in raw:
+        if k not in own | MEMBER_KEYS:
+            hint = _did_you_mean(k, own | MEMBER_KEYS)
+            known = ", ".join(sorted(own | MEMBER_KEYS))
+            doc.fail((*key, k), f"unknown key for a {finder_type.key} group{hint}; known: {known}")
+    finder = finder_type.read(_Nested(doc, {k: v for k, v in raw.items() if k in own}, key, own))
+    via = hosts.get(finder.via)
+    where = (*key, finder_type.via_key)
+    if via is None:
+        doc.fail(where, f"unknown host {finder.via!r}; known hosts: {', '.join(hosts)}")
+    settings = {k: v for k, v in {**defaults, **raw}.items() if k in MEMBER_KEYS}
+    for nested in ("env", "timeouts"):
+        if isinstance(defaults.get(nested), dict) and isinstance(raw.get(nested), dict):
+            settings[nested] = {**defaults[nested], **raw[nested]}
+    member = _HostReader(doc, g, settings, key).spec(hops=False)
+    member = replace(member, ssh=via.ssh)  # its chain: via's hops + the found hop
+    return FoundGroup(g, finder, via, member, source=f"{doc.path}:{doc.line(key)}")
 
 
 def _check_keys(doc: _Doc, key: tuple[str, ...], raw: Mapping[str, Any]) -> None:

@@ -282,23 +282,28 @@ def start(
     command = list(argv)
     args = ["start", run_id, "--host", target.name, "--display", json.dumps(list(display))]
     args += ["--grace", str(target.spec.timeouts.kill_grace), *_runs_dir(target)]
-    at = _batch_hop(target)
+    at = _outside_hop(target)
     if at is not None:
-        batch = target.spec.hops[at]
+        outside = target.spec.hops[at]
+        # through the hops inside the job's (sudo): they stay in its tree
+        inner = compose(reversed(target.spec.hops[at + 1 :]), Launch(argv=tuple(command)))
+        held = outside.held(inner.argv)  # a task the supervisor holds (a found group's rank)
+        job = outside.batch(inner.argv, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
         if script is not None:
+            what = "a batch job" if job is not None else "a task the login node starts"
             raise RemotekitError(
-                f"a detached run through {batch.label} is a batch job, which runs a command: "
+                f"a detached run through {outside.label} is {what}, which runs a command: "
                 "put the script where the job's node can read it, and run it with run --detach",
                 host=target.name,
                 step=step,
             )
-        # through the hops inside the job's (sudo): they stay in its tree
-        inner = compose(reversed(target.spec.hops[at + 1 :]), Launch(argv=tuple(command)))
-        job = batch.batch(inner.argv, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
-        assert job is not None
-        command = list(job.submit)
-        there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
-        args += ["--batch", json.dumps(there)]
+        if held is not None:
+            command = list(held)
+        else:
+            assert job is not None
+            command = list(job.submit)
+            there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
+            args += ["--batch", json.dumps(there)]
     sup = _with_supervisor(script)
     if script is not None:
         args += ["--script", script.name]
@@ -342,13 +347,15 @@ def _with_supervisor(script: Script | None) -> Script:
     return Script(sup.source, name=f"{BESIDE}/{SUPERVISOR}", files=files)
 
 
-def _batch_hop(target: Target) -> int | None:
-    """The index of the hop a detached run goes through as a batch job (a Slurm hop), when
-    the run would stay in that hop's step: no hop inside it enters a tree of its own (a
-    container inside the job keeps a run started in it alive, as on any container)."""
+def _outside_hop(target: Target) -> int | None:
+    """The index of the hop a detached run is started from outside of: as a batch job (a
+    Slurm hop), or as a task the run's supervisor holds (a found group's rank:
+    :meth:`~remotekit.layers.Hop.held`), when the run would stay in that hop's step: no hop
+    inside it enters a tree of its own (a container inside the job keeps a run started in it
+    alive, as on any container)."""
     hops = target.spec.hops
     for i in reversed(range(len(hops))):
-        if hops[i].batch((), "") is not None:
+        if hops[i].batch((), "") is not None or hops[i].held(()) is not None:
             return i
         if hops[i].own_tree:
             return None
@@ -363,8 +370,9 @@ _HOMES_LOCK = threading.Lock()
 
 def home_of(target: T) -> T:
     """Where ``target``'s runs are recorded and supervised: itself, or for a Slurm target the
-    login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job."""
-    at = _batch_hop(target)
+    login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job (or,
+    for a found group's rank, where the supervisor holds its ``srun``)."""
+    at = _outside_hop(target)
     if at is None:
         return target
     with _HOMES_LOCK:
@@ -384,6 +392,8 @@ def list_runs(target: Target, run_id: str = "") -> list[RunInfo]:
     """Every run recorded on ``target`` (or only run ``run_id``), oldest first."""
     records = _call(target, "list", [run_id] if run_id else [])
     found = [RunInfo.from_record(target.name, r) for r in records if r.get("type") == "run"]
+    if "/" in target.name:  # a found group's member (remotekit.found) shares its via host's
+        found = [r for r in found if r.host == target.name]  # runs dir: its own runs there
     return sorted(found, key=lambda r: (r.started, r.id))
 
 

@@ -242,17 +242,35 @@ class FakeNode:
         """``nopasswd`` or ``password`` (what the fake sudo answers to ``sudo -n``)."""
         (self.bin / "sudo-policy").write_text(policy)
 
-    def add(self, vmid: int, state: str = "running", ct: LxcContainer | None = None) -> None:
+    def add(
+        self,
+        vmid: int,
+        state: str = "running",
+        ct: LxcContainer | None = None,
+        hostname: str = "",
+        tags: str = "",
+    ) -> None:
         """CT ``vmid``: the running LXC container, or the stopped one (``state="stopped"``),
-        or the container ``ct``."""
+        or the container ``ct``; its config's ``hostname:`` (default ``ct<vmid>``) and
+        ``tags:`` (``gpu;train``)."""
         ct = ct or (self.running if state == "running" else self.stopped)
         if ct is None:
             raise RuntimeError(f"FakeNode has no {state} LXC container for CT {vmid}")
         self.vmids[vmid] = ct
-        conf = self.pve / "nodes" / self.name / "lxc" / f"{vmid}.conf"
-        conf.write_text(
-            f"arch: amd64\nhostname: ct{vmid}\nostype: unmanaged\nrk-lxc-name: {ct.name}\n"
+        tagline = f"tags: {tags}\n" if tags else ""
+        self.conf(vmid).write_text(
+            f"arch: amd64\nhostname: {hostname or f'ct{vmid}'}\nostype: unmanaged\n"
+            f"{tagline}rk-lxc-name: {ct.name}\n"
         )
+
+    def remove(self, vmid: int) -> None:
+        """CT ``vmid`` is gone from the node (its config removed)."""
+        self.vmids.pop(vmid, None)
+        self.conf(vmid).unlink(missing_ok=True)
+
+    def conf(self, vmid: int) -> Path:
+        """CT ``vmid``'s config (``/etc/pve/nodes/<node>/lxc/<vmid>.conf``)."""
+        return self.pve / "nodes" / self.name / "lxc" / f"{vmid}.conf"
 
     def ct_tmp(self, vmid: int) -> Path:
         """The running container's /tmp as seen from the node."""

@@ -612,7 +612,8 @@ class FakeKube:
 
     Namespace ``ml``: ``trainer`` (Running; containers ``main`` and ``sidecar``), ``done``
     (Succeeded), ``queued`` (Pending, no node), ``crashing`` (Running, container ``main`` not
-    running). Context ``kind-rk``.
+    running); labelled ``app=trainer``: ``trainer``, ``trainer-1`` (Running, also
+    ``rank=1``), ``trainer-old`` (Running, being deleted) and ``done``. Context ``kind-rk``.
     """
 
     root: Path
@@ -629,13 +630,33 @@ class FakeKube:
         self.bin.write_text(f"#!{sys.executable} -S\n{src}")
         self.bin.chmod(0o755)
         ns = self.namespace
+        train = {"app": "trainer"}
         pods = {
             f"{ns}/trainer": {
                 "phase": "Running",
                 "node": "gpu1",
+                "labels": train,
                 "containers": {"main": {"running": True}, "sidecar": {"running": True}},
             },
-            f"{ns}/done": {"phase": "Succeeded", "node": "gpu1", "containers": {"main": {}}},
+            f"{ns}/trainer-1": {
+                "phase": "Running",
+                "node": "gpu2",
+                "labels": {**train, "rank": "1"},
+                "containers": {"main": {"running": True}},
+            },
+            f"{ns}/trainer-old": {
+                "phase": "Running",
+                "node": "gpu2",
+                "labels": train,
+                "deleting": True,
+                "containers": {"main": {"running": True}},
+            },
+            f"{ns}/done": {
+                "phase": "Succeeded",
+                "node": "gpu1",
+                "labels": train,
+                "containers": {"main": {}},
+            },
             f"{ns}/queued": {"phase": "Pending", "containers": {"main": {"running": False}}},
             f"{ns}/crashing": {
                 "phase": "Running",

@@ -15,6 +15,7 @@ import pytest
 
 from tests import (
     test_fleet,
+    test_found,
     test_hostile_render,
     test_hostile_secrets,
     test_hostile_steps,
@@ -38,6 +39,7 @@ SUITES = (
     test_system_api,
     test_hostile_secrets,
     test_hostile_render,
+    test_found,
 )
 FIXTURES = {"local", "target", "ct", "there", "agent"}
 #: Not re-run here, and why (CI time: what they check is not the step path's).

@@ -205,7 +205,7 @@ def target_names(invocation: str) -> list[str] | None:
         inv = remotekit.load_inventory(option_value(words[:-1], "--inventory"))
     except remotekit.RemotekitError:
         return []
-    names = inv.hosts if NAME_OPTIONS[option] == "hosts" else inv.groups
+    names = inv.hosts if NAME_OPTIONS[option] == "hosts" else [*inv.groups, *inv.found]
     return [shape + n for n in names if n.startswith(typed) and n not in taken]
 
 

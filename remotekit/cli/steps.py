@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,27 +42,80 @@ MASK_OUTPUT_HELP = (
 )
 
 
-@task(
-    auto_shortflags=False, help={"inventory": SELECT_HELP["inventory"], "json": SELECT_HELP["json"]}
+RESOLVE_HELP = (
+    "ask each found group (pct_list, slurm_job, kubectl_selector) for its members now, and "
+    "list them with when they were found"
 )
-def hosts(c: Context, inventory: str = "", json: bool = False) -> None:
-    """List the targets in hosts.yaml with their layer chains and groups."""
+
+
+@task(
+    auto_shortflags=False,
+    help={
+        "inventory": SELECT_HELP["inventory"],
+        "json": SELECT_HELP["json"],
+        "resolve": RESOLVE_HELP,
+    },
+)
+def hosts(c: Context, inventory: str = "", json: bool = False, resolve: bool = False) -> None:
+    """List the targets in hosts.yaml with their layer chains and groups; with --resolve,
+    the members of each found group too (a group that cannot be resolved: exit 2)."""
     try:
         inv = remotekit.load_inventory(inventory or None)
     except remotekit.RemotekitError as exc:
         raise Exit(f"remotekit: {exc}", code=2) from None
     groups = {h: [g for g, m in inv.groups.items() if h in m] for h in inv.hosts}
     rows = [(s.name, remotekit.Target(s).chain, ",".join(groups[s.name]), s.source) for s in inv]
+    found, failed = _found_rows(inv) if resolve else ([], [])
     if json:
-        print(
-            to_json([dict(zip(["host", "chain", "groups", "source"], r)) for r in rows], indent=2)
-        )
+        keys = ["host", "chain", "groups", "source"]
+        print(to_json([*(dict(zip(keys, r)) for r in rows), *found], indent=2))
     else:
         print(f"inventory: {inv.path or '(embedded default)'}")
         print(
             f"default: {inv.default or 'local'} (what a task runs on without --host/--group/--all)"
         )
         print(table(["host", "chain", "groups", "declared at"], rows))
+        _print_found(inv, found, resolve)
+    for error in failed:
+        print(f"remotekit: {error}", file=sys.stderr)
+    if failed:
+        raise Exit(code=2)
+
+
+def _found_rows(inv: remotekit.Inventory) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each found group's members as ``hosts --json`` rows (with ``found``: the query, when,
+    how long it took), and the errors of the groups that could not be resolved."""
+    rows: list[dict[str, Any]] = []
+    failed: list[str] = []
+    for name in inv.found:
+        try:
+            got = inv.resolve(name)
+        except remotekit.RemotekitError as exc:
+            failed.append(str(exc))
+            continue
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(got.at))
+        found = {"group": name, "query": got.query, "at": when, "duration_s": got.duration_s}
+        for m in got.members:
+            chain = remotekit.Target(m).chain
+            rows.append(dict(host=m.name, chain=chain, groups=name, source=m.source, found=found))
+    return rows, failed
+
+
+def _print_found(inv: remotekit.Inventory, found: list[dict[str, Any]], resolved: bool) -> None:
+    if not inv.found:
+        return
+    queries = [(g.name, g.query, g.source) for g in inv.found.values()]
+    print("\nfound groups (asked each time they are selected):")
+    print(table(["group", "query", "declared at"], queries))
+    if not resolved:
+        print("remotekit hosts --resolve lists their members now")
+    elif found:
+        print(
+            table(
+                ["host", "chain", "group", "found at"],
+                [(r["host"], r["chain"], r["groups"], r["found"]["at"]) for r in found],
+            )
+        )
 
 
 @fleet_task()

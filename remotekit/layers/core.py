@@ -305,6 +305,13 @@ class Hop(ABC):
         run's supervisor starts inside, in its own session, and outlives the step)."""
         return None
 
+    def held(self, argv: Sequence[str]) -> tuple[str, ...] | None:
+        """How a detached run goes through this hop as a command that the run's supervisor,
+        outside the hop, holds for as long as the run lasts (``srun`` into a running job's
+        allocation: the step lives while srun does, and stopping the run stops srun, which
+        ends the step there); None (the default): not so."""
+        return None
+
     # -- ping ------------------------------------------------------------------------------
 
     @abstractmethod

@@ -31,11 +31,11 @@ __all__ = ["Kubectl"]
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
-def _is_k8s_name(v: Any) -> bool:
+def is_k8s_name(v: Any) -> bool:
     return isinstance(v, str) and len(v) <= 253 and bool(_K8S_NAME.fullmatch(v))
 
 
-def _is_context(v: Any) -> bool:
+def is_context(v: Any) -> bool:
     # free-form in kubeconfig (``arn:aws:eks:...:cluster/x``, ``user@cluster``), but one
     # argument that kubectl cannot read as a flag
     return isinstance(v, str) and bool(re.fullmatch(r"[^\s-][^\s]*", v))
@@ -76,16 +76,14 @@ class Kubectl(Hop):
         fields.get("kubectl", lambda v: isinstance(v, dict), "a mapping {pod: P, ...}")
         sub = fields.mapping("kubectl", ("pod", "container", "namespace", "context", "bin"))
         name = "a Kubernetes name (lower-case letters, digits, '-', '.')"
-        pod = sub.get("pod", _is_k8s_name, name)
+        pod = sub.get("pod", is_k8s_name, name)
         if pod is None:
             sub.fail("pod", "`kubectl:` needs `pod:`")
         return cls(
             pod,
-            sub.get("container", _is_k8s_name, name),
-            sub.get("namespace", _is_k8s_name, name) or "default",
-            sub.get(
-                "context", _is_context, "a kubeconfig context name (no spaces, no leading '-')"
-            ),
+            sub.get("container", is_k8s_name, name),
+            sub.get("namespace", is_k8s_name, name) or "default",
+            sub.get("context", is_context, "a kubeconfig context name (no spaces, no leading '-')"),
             sub.text("bin") or "kubectl",
         )
 

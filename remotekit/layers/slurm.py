@@ -27,7 +27,8 @@ relays that byte to slurmstepd, carrying the ACK. srun's words (slurm 22.05)::
 
 Interactive (``remotekit shell``): ``--pty`` (task 0 on a pty; srun passes window size changes).
 Detached (``run --detach``): a batch job, ``sbatch --parsable --wait`` from the login node, its
-id recorded (:meth:`batch`).
+id recorded (:meth:`batch`); for a found group's rank (``in_job``), a task of the running job
+that the run's supervisor holds on the login node (:meth:`held`).
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ class Slurm(Hop):
     job_name: str | None = None
     node: str | None = None
     bin: str = "srun"
+    #: A detached run is a task of this job (a found group's rank: :meth:`held`), not a
+    #: batch job of its own (:meth:`batch`).
+    in_job: bool = False
 
     key: ClassVar[str] = "slurm"
     kind: ClassVar[str] = "job"
@@ -146,12 +150,14 @@ class Slurm(Hop):
 
     # -- detached runs: batch jobs ----------------------------------------------------------
 
-    def batch(self, argv: Sequence[str], name: str) -> Batch:
+    def batch(self, argv: Sequence[str], name: str) -> Batch | None:
         """slurmstepd stops every process of a step when it ends, so a detached run is a job
         of its own: ``sbatch --parsable --wait`` from the login node (it prints the job id,
         then exits with the job's exit code), its output appended to the run's log by the
         job; the job is cancelled by its id, and ``squeue``/``sacct`` say its state when the
         run's supervisor is gone."""
+        if self.in_job:
+            return None
         sbatch, scancel = tool_beside(self.bin, "sbatch"), tool_beside(self.bin, "scancel")
         node = (f"--nodelist={self.node}",) if self.node else ()
         submit = (sbatch, "--parsable", "--wait", "--open-mode=append", f"--job-name={name}")
@@ -179,6 +185,18 @@ class Slurm(Hop):
             live=LIVE,
             cancelled=("CANCELLED",),
         )
+
+    def held(self, argv: Sequence[str]) -> tuple[str, ...] | None:
+        """A found group's rank (``in_job``): one task in the running job's allocation on
+        this node, ``srun --overlap -w NODE --nodes=1 --ntasks=1``, held by the run's
+        supervisor on the login node; killing srun ends the step (slurm 22.05: SIGKILL to the
+        task within ~0.5 s). ``--export=ALL``: the task gets the run's environment (the
+        rendezvous variables, hosts.yaml's env) as the supervisor sets it for srun."""
+        if not self.in_job:
+            return None
+        node = ("-w", self.node) if self.node else ()
+        srun = (self.bin, f"--jobid={self.job or self.job_name}", "--overlap", "--unbuffered")
+        return (*srun, *node, "--nodes=1", "--ntasks=1", "--export=ALL", "--", *argv)
 
     # -- the job by name -------------------------------------------------------------------
 
