@@ -24,14 +24,8 @@ from remotekit.diagnostics.base import (
 from remotekit.diagnostics.trainlog.api import SCRIPT, script_args
 from remotekit.diagnostics.trainlog.model import Event, LogSource, Spike
 from remotekit.diagnostics.trainlog.words import SPIKE_COLUMNS, event_line, num, spike_cells
-from remotekit.errors import (
-    AuthError,
-    ConnectError,
-    ConnectionLost,
-    DiagnosticError,
-    HostKeyError,
-    RemotekitError,
-)
+from remotekit.errors import DiagnosticError, RemotekitError
+from remotekit.follow import Resumable, Stopped
 from remotekit.remote.protocol import FINAL, number
 from remotekit.result import Result, Shown
 from remotekit.target import MAX_TIMEOUT_S
@@ -46,9 +40,6 @@ __all__ = ["FollowStatus", "Incident", "LogFollow", "follow_train_log"]
 STOP_WAIT_S = 5.0
 #: Seconds past the ``timeout`` the follow ends at by itself there before the step is stopped.
 TIMEOUT_MARGIN_S = 30.0
-#: Tries to follow again after a lost connection (1, 2, 4, 8, 16 s apart); a connection that
-#: delivered a status starts the count again.
-RECONNECTS = 5
 
 
 @dataclass(frozen=True, repr=False)
@@ -129,11 +120,6 @@ class Incident(Shown):
         return event_line(self.event)
 
 
-class _Stopped(Exception):
-    """Raised in the step's output callback to stop a follow (the engine then stops the
-    step there, as on Ctrl-C)."""
-
-
 class LogFollow:
     """The incidents of a log followed there, an iterator of :class:`Incident`; see
     :func:`follow_train_log`. ``status`` / ``source`` / ``warnings``: the latest word from
@@ -160,8 +146,10 @@ class LogFollow:
         self._over = False  # the follow ended: the iteration ends too, at once
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._stop = threading.Event()
+        # one resumable stream, as logs --follow: a silent connection (no status a second)
+        # is closed and followed again, like a dropped one
+        self._stream = Resumable(target.close, stop=self._stop, on_again=self._say_again)
         self._tail = OutputTail()
-        self._seen = False  # a status came over the current connection
         self._after: float | None = None  # the last step a status named (-inf: none judged)
         self._thread = threading.Thread(
             target=self._run, args=(args, timeout), name="train-log-follow", daemon=True
@@ -171,46 +159,29 @@ class LogFollow:
     # -- there (the step, in its own thread) ---------------------------------------------
 
     def _run(self, args: list[str], timeout: float | None) -> None:
-        """The follow there; after a lost connection, again (:data:`RECONNECTS` tries, the
-        waits doubling from 1 s) from the last step a status named, so that an incident
-        written meanwhile is reported and none twice."""
+        """The follow there; after a lost or silent connection, again (the rules of
+        :class:`remotekit.follow.Resumable`) from the last step a status named, so that an
+        incident written meanwhile is reported and none twice."""
         end = None if timeout is None else time.monotonic() + timeout
-        tries = 0
-        while True:
-            try:
-                result = self._step(args, end)
-                self._events.put(("end", result))
-                return
-            except _Stopped:
-                self._events.put(("stopped", None))
-                return
-            except (ConnectionLost, ConnectError) as exc:
-                again = not isinstance(exc, (AuthError, HostKeyError)) and tries < RECONNECTS
-                if not again:
-                    self._events.put(("error", exc))
-                    return
-                if self._stop.wait(2.0**tries):  # closed meanwhile
-                    self._events.put(("stopped", None))
-                    return
-                tries = 0 if self._seen else tries + 1
-                self._seen = False
-                self._say_again(exc, tries)
-            except BaseException as exc:  # the engine's errors, raised where the caller iterates
-                self._events.put(("error", exc))
-                return
+        try:
+            result = self._stream.run(lambda: self._step(args, end))
+            self._events.put(("end", result))
+        except Stopped:
+            self._events.put(("stopped", None))
+        except BaseException as exc:  # the engine's errors, raised where the caller iterates
+            self._events.put(("error", exc))
 
     def _step(self, args: list[str], end: float | None) -> Result:
         """One follow there, up to ``end``; the records to the caller's queue."""
 
         def record(rec: Record) -> None:
-            if self._stop.is_set():
-                raise _Stopped
+            self._stream.heard()
             self._judged(rec)
             self._events.put(("record", rec))
 
         def output(stream: str, line: str) -> None:
             if self._stop.is_set():
-                raise _Stopped
+                raise Stopped
             self._tail(stream, line)
 
         more = [] if self._after is None else ["--after-step", repr(float(self._after))]
@@ -236,7 +207,7 @@ class LogFollow:
         the onset of an incident (its status may be lost with the connection)."""
         t = rec.get("type")
         if t == "status":
-            self._seen = True  # a connection that worked: the tries start again
+            self._stream.moved()  # a connection that worked: the tries start again
         step = {"status": "step", "spike": "onset_step", "event": "step"}.get(str(t))
         at = number(rec.get(step)) if step is not None else None
         if t == "status" or at is not None:
@@ -244,6 +215,7 @@ class LogFollow:
             self._after = max(known, -math.inf if at is None else at)
 
     def _say_again(self, exc: RemotekitError, tries: int) -> None:
+        """The warning that the follow starts again (``tries``: failed in a row before)."""
         where = "its start" if self._after in (None, -math.inf) else f"step {num(self._after)}"
         msg = f"connection lost ({exc.message}); following again after {where} (try {tries + 1})"
         self._events.put(("record", {"type": "warning", "message": msg}))
@@ -370,8 +342,9 @@ def follow_train_log(
     No step timeout: it follows until :meth:`LogFollow.close` (leaving the ``with``; Ctrl-C
     in the loop, then close), which stops the follower there; ``timeout`` seconds bound the
     whole follow (it then ends by itself, ``exit_code`` 1 if it reported incidents). A lost
-    connection is a warning: the follow starts again there (:data:`RECONNECTS` tries) after
-    the last step it had judged, so an incident written meanwhile is still reported, once.
+    connection, or one gone silent (no status for :data:`~remotekit.follow.SILENT_S` s), is a
+    warning: the follow starts again there (:data:`~remotekit.follow.RECONNECTS` tries in a
+    row) after the last step it had judged, so an incident written meanwhile is still reported, once.
     The engine's other errors are raised by the iteration.
     """
     if "points" in options:
