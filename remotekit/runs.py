@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from remotekit import remote
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError, StepFailed
+from remotekit.follow import Resumable, Stopped
 from remotekit.layers import Launch, compose
 from remotekit.remote import protocol, runrecord
 from remotekit.result import Result, Script, Shown, clip, table
@@ -118,12 +119,6 @@ STATES = (*runrecord.STATES, runrecord.CORRUPT)
 STREAMS = runrecord.STREAMS
 #: The grace ``stop`` gives a run's tree between TERM and KILL, unless told.
 STOP_GRACE_S = 10.0
-#: How often a ``logs``/``wait`` is started again after its connection dropped, in a row.
-RECONNECTS = 8
-#: A follow that heard nothing (no data, no beat: the supervisor beats each second) for this
-#: long takes its connection for dead, closes it and reconnects: a link that died silently
-#: (no reset) would otherwise hang until TCP gives up, many minutes later.
-SILENT_S = 15.0
 
 
 @dataclass(frozen=True, repr=False)
@@ -524,7 +519,7 @@ class Run(Shown):
     def wait(self, timeout: float | None = None) -> RunInfo:
         """Block until the run ends (reconnecting if the connection drops); its record."""
         limit = timeout or MAX_TIMEOUT_S
-        records = _retrying(lambda: _call(self.target, "wait", [self.id], timeout=limit))
+        records = Resumable().run(lambda: _call(self.target, "wait", [self.id], timeout=limit))
         return RunInfo.from_record(self.target.name, records[0])
 
     def stop(self, grace: float = STOP_GRACE_S) -> RunInfo:
@@ -539,25 +534,6 @@ class Run(Shown):
         _call(self.target, "rm", [self.id])
 
 
-def _retrying(call: Callable[[], Any], progress: Callable[[], bool] = lambda: False) -> Any:
-    """``call()`` again after a dropped connection (``RECONNECTS`` times in a row at most;
-    ``progress()`` true resets the count), pausing a little longer each time. Only then: an
-    error the far side reports (a full disk, a bad argument) is raised at once."""
-    misses = 0
-    while True:
-        try:
-            return call()
-        except (ConnectionLost, ConnectError):
-            misses = 0 if progress() else misses + 1
-            if misses > RECONNECTS:
-                raise
-            time.sleep(min(0.1 * 2**misses, 3.0))
-
-
-class _Closed(Exception):
-    """The reader closed a LogStream: the step that fed it stops."""
-
-
 class LogStream:
     """An iterator of a run's output chunks (bytes). ``offset`` is where the chunks the
     reader took end in the log (a chunk is taken once the reader asks for the next one or
@@ -567,7 +543,9 @@ class LogStream:
     ``state`` and ``exit_code`` are the run's, and ``lost_bytes`` how many bytes of this log
     could not be written there (a full disk). A log truncated or replaced mid-follow is
     followed from its start again: ``offset`` goes back to 0, ``resets`` counts it, and the
-    warning goes to ``on_warning`` and ``warnings``. Closing it early stops the step."""
+    warning goes to ``on_warning`` and ``warnings``. Closing it early stops the step. A
+    dropped or silent connection is connected again by the one resumable stream
+    (:class:`remotekit.follow.Resumable`), that ``train-log --follow`` uses too."""
 
     def __init__(
         self,
@@ -591,8 +569,8 @@ class LogStream:
         self.warnings: list[str] = []
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=16)
         self._closed = threading.Event()
-        self._moved = False
-        self._heard: float | None = None  # when the current step's last record came
+        close = (lambda: home_of(run.target).close()) if follow else None  # the supervisor beats
+        self._stream = Resumable(close, stop=self._closed)
 
     def __iter__(self) -> Iterator[bytes]:
         worker = threading.Thread(target=self._work, name=f"logs {self.run.id}", daemon=True)
@@ -646,7 +624,7 @@ class LogStream:
                 return self._queue.put(item, timeout=0.25)
             except queue.Full:
                 continue
-        raise _Closed
+        raise Stopped
 
     def _args(self) -> list[str]:
         args = [self.run.id, "--stream", self.stream]
@@ -657,9 +635,7 @@ class LogStream:
         return args + (["--follow"] if self.follow else [])
 
     def _on_record(self, rec: dict[str, Any]) -> None:
-        if self._closed.is_set():
-            raise _Closed
-        self._heard = time.monotonic()
+        self._stream.heard()
         kind, at = rec.get("type"), rec.get("at")
         if kind == "start" and isinstance(at, int):
             self._read = at
@@ -675,7 +651,7 @@ class LogStream:
             if len(data) > skip:
                 self._put(("data", (data[max(skip, 0) :], at + len(data))))
                 self._read = at + len(data)
-                self._moved = True
+                self._stream.moved()
 
     def _gap(self, at: int) -> None:
         raise RemotekitError(
@@ -685,34 +661,15 @@ class LogStream:
             step="runs logs",
         )
 
-    def _watch(self, done: threading.Event) -> None:
-        """Close the connection of a follow that went silent (:data:`SILENT_S`); armed by
-        its first record (connecting has its own timeouts)."""
-        while not done.wait(0.5):
-            heard = self._heard
-            if heard is not None and time.monotonic() - heard > SILENT_S:
-                home_of(self.run.target).close()  # the step ends as ConnectionLost: resumed
-                return
-
     def _once(self) -> list[dict[str, Any]]:
+        """One connection's read, from where the last one stopped."""
         limit = MAX_TIMEOUT_S if self.follow else None
         args = self._args()
-        done = threading.Event()
-        self._heard = None
-        if self.follow:
-            threading.Thread(target=self._watch, args=(done,), daemon=True).start()
-        try:
-            records = _call(self.run.target, "logs", args, on_record=self._on_record, timeout=limit)
-        finally:
-            done.set()
+        records = _call(self.run.target, "logs", args, on_record=self._on_record, timeout=limit)
         end = records[-1].get("offset")
         if isinstance(end, int) and end != self._read:
             self._gap(end)
         return records
-
-    def _progress(self) -> bool:
-        moved, self._moved = self._moved, False
-        return moved
 
     def _whole(self) -> dict[str, Any] | None:
         """The whole log, no follow: its file's bytes from the start, on the engine's raw
@@ -720,7 +677,7 @@ class LogStream:
         encoding and us a decoding of every byte (a quarter of ``ssh cat``'s throughput).
         The state is the run's before the read: an ended run's log is all there. None when
         the connection dropped on the way: the records go on from where it stopped."""
-        info = _retrying(self.run.info)
+        info = Resumable().run(self.run.info)
         path = posixpath.join(posixpath.dirname(info.log), f"{self.stream}.log")
         self._read = 0
         self._put(("at", 0))
@@ -747,10 +704,10 @@ class LogStream:
             plain = not self.follow and self._read is None and self.tail is None
             done = self._whole() if plain else None
             if done is None:
-                done = _retrying(self._once, self._progress)[-1]
+                done = self._stream.run(self._once)[-1]
             self._put(("done", done))
-        except _Closed:
+        except Stopped:
             pass
         except BaseException as exc:  # handed to the reader's thread
-            with contextlib.suppress(_Closed):
+            with contextlib.suppress(Stopped):
                 self._put(("error", exc))

@@ -166,7 +166,7 @@ NOT_RESULTS = {
     "remotekit.fleet.Fleet": "a handle over targets: its HostOutcomes are checked",
     "remotekit.forward.Forward": "a handle on a running tunnel (its url is its word)",
     "remotekit.runs.LogStream": "an iterator of a run's output bytes",
-    "remotekit.diagnostics.trainlog.LogFollow": "an iterator: its Incidents are checked",
+    "remotekit.diagnostics.trainlog.follow.LogFollow": "an iterator: its Incidents are checked",
     "remotekit.inventory.Inventory": "configuration: hosts.yaml as types",
     "remotekit.spec.HostSpec": "configuration: one host of hosts.yaml",
     "remotekit.layers.core.Layer": "an argv transform (a hop of the chain)",

@@ -236,6 +236,7 @@ ENGINE_ROOM = tuple(
         "remotekit.engine",
         "remotekit.agent",
         "remotekit.runs",
+        "remotekit.follow",
         "remotekit.target",
         "remotekit.step",
         "remotekit.ping",

@@ -227,6 +227,43 @@ def test_a_lost_connection_is_followed_again_without_losing_an_incident(
     assert w.finish() == "stop"
 
 
+@pytest.mark.timeout(120)
+def test_a_connection_gone_silent_is_followed_again_without_losing_an_incident(
+    sshd: SSHServer, tmp_path: Path, writers: Callable[..., Writer]
+) -> None:
+    """The sshd session serving the follow is frozen (SIGSTOP) after the first spike: TCP
+    stays up and nothing comes, as on a link that died without a reset. The follow notices
+    the silence (no status for a while), connects again and reports the second spike, long
+    before the step's own timeout would have ended it."""
+    from tests.harness import ancestors
+
+    t = target_for(tmp_path, sshd.host_yaml(python=f"{venv_prefix()}/bin/python"))
+    log = tmp_path / "log.jsonl"
+    spikes = ["--spike-at", str(SPIKE), "--spike-at", str(SPIKE + 60)]
+    w = writers(log, *spikes, "--hold-at", str(SPIKE + 50)).started()
+    frozen: list[int] = []
+
+    def on_warning(message: str) -> None:
+        if "connection lost" in message:
+            Path(f"{log}.hold").touch()  # the next spike is written once it follows again
+
+    try:
+        with t, follow(t, str(log), on_status=go_once_following(w), on_warning=on_warning) as live:
+            assert until(live, lambda i: True).step == SPIKE
+            (follower,) = holders(log, w.proc.pid)
+            chain = ancestors(follower)
+            frozen.append(next(pid for pid, cmd in chain if cmd.startswith("sshd:")))
+            os.kill(frozen[0], signal.SIGSTOP)
+            assert until(live, lambda i: True).step == SPIKE + 60
+            lost = [m for m in live.warnings if "connection lost" in m]
+            assert len(lost) == 1 and "following again after step 3" in lost[0], live.warnings
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGKILL)
+    assert gone(log, w.proc.pid) == []
+    assert w.finish() == "stop"
+
+
 # --------------------------------------------------------------------------- the API, local
 
 

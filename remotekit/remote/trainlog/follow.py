@@ -57,7 +57,8 @@ POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
 STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on
 MIN_KEEP = 2000  # rows kept as the baseline at least (and two preset windows)
 START_BYTES = 1 << 24  # of a large log, the follow starts this far before its end (lines)
-READ_MAX = 1 << 26  # bytes read per poll at most (a status goes out between)
+READ_MAX = 1 << 23  # bytes read per poll at most: a status goes out between, well inside the
+# silence the local follower tolerates (remotekit.follow.SILENT_S) even on a starved CPU
 HARD_MAX = 1 << 26  # bytes the window holds at most, whatever the rows
 NOLOSS_AFTER = 200  # lines without a loss column after which that is an error, not a wait
 RATE_S = 10.0  # the rate is measured over this many seconds

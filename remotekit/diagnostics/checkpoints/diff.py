@@ -1,0 +1,352 @@
+"""``ckpt-diff``: checkpoint B against checkpoint A, tensor by tensor: relative change, the
+values that became non-finite (or a negative second moment) on the way, what changed among
+the tensors that are no weights (:func:`diff_checkpoints`, :func:`render_diff`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, from_record
+from remotekit.diagnostics.checkpoints.common import (
+    SCRIPT,
+    as_float,
+    run_script,
+    safety_args,
+    short_float,
+)
+from remotekit.render import table
+from remotekit.result import Shown
+
+if TYPE_CHECKING:
+    from remotekit.target import Target
+
+__all__ = [
+    "DiffFlag",
+    "DiffReport",
+    "NonWeightChange",
+    "NonWeightDiff",
+    "TensorChange",
+    "TensorDiff",
+    "diff_checkpoints",
+    "render_diff",
+]
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """B against A for one tensor: ``rel_change`` = ||B-A|| / ||A|| over the elements finite
+    in both; ``new_nonfinite`` counts elements finite in A and not in B."""
+
+    name: str
+    section: str
+    slot: str | None
+    dtype: str
+    numel: int
+    rel_change: float
+    max_abs_diff: float
+    cosine: float | None
+    nonfinite_a: int
+    nonfinite_b: int
+    new_nonfinite: int
+    negative_b: int
+
+
+@dataclass(frozen=True)
+class TensorChange:
+    """A tensor whose shape or dtype differs between A and B."""
+
+    name: str
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+    dtype_a: str
+    dtype_b: str
+
+
+@dataclass(frozen=True)
+class DiffFlag:
+    """A finding of the diff: ``kind`` is "new_nonfinite", "nonfinite_exp_avg_sq" or
+    "negative_exp_avg_sq" (any second-moment slot); ``count`` elements."""
+
+    name: str
+    section: str
+    kind: str
+    count: int
+
+
+@dataclass(frozen=True)
+class NonWeightChange:
+    """The tensors of one kind and slot that are no weights (``name``: num_batches_tracked,
+    step, best_model_score), A against B: how many were compared, how many changed, and the
+    range of B - A over the one-value ones (None when none changed or a value is not finite)."""
+
+    name: str
+    kind: str
+    compared: int
+    changed: int
+    delta_min: int | float | None = None
+    delta_max: int | float | None = None
+
+    def describe(self) -> str:
+        """ "step +200 x6", "num_batches_tracked +4", "best_model_score" (no number)."""
+        text = self.name
+        lo, hi = self.delta_min, self.delta_max
+        if lo is not None and hi is not None:
+            text += f" {_signed(lo)}" if lo == hi else f" {_signed(lo)}..{_signed(hi)}"
+        return text + (f" x{self.changed}" if self.changed > 1 else "")
+
+
+@dataclass(frozen=True)
+class NonWeightDiff:
+    """How the non-weights of one class (counters, or every other kind) changed."""
+
+    compared: int
+    changed: int
+    by_name: tuple[NonWeightChange, ...] = ()
+
+    def line(self, title: str) -> str | None:
+        """ "counters: 7 changed (num_batches_tracked +200, step +200 x6)"; None for none."""
+        if not self.compared:
+            return None
+        count = (
+            f"{self.changed} changed"
+            if self.changed in (0, self.compared)
+            else (f"{self.changed} of {self.compared} changed")
+        )
+        if not self.changed:
+            return f"{title}: {self.compared} compared, none changed"
+        shown = [g.describe() for g in self.by_name if g.changed]
+        more = " ..." if len(shown) > 6 else ""
+        return f"{title}: {count} ({', '.join(shown[:6])}{more})"
+
+
+@dataclass(frozen=True, repr=False)
+class DiffReport(Shown):
+    """Checkpoint B compared with checkpoint A (see :func:`diff_checkpoints`).
+
+    ``rel_change_*`` are over the params (floating weights and optimizer state) only;
+    ``counters`` (num_batches_tracked, optimizer steps) and ``other`` (scores, RNG states,
+    integer tensors) say on their own what changed among the tensors that are no weights.
+    """
+
+    a: str
+    b: str
+    ok: bool
+    error: str | None
+    format_a: str | None = None
+    format_b: str | None = None
+    step_a: int | float | None = None
+    step_b: int | float | None = None
+    step_delta: int | float | None = None
+    epoch_a: int | float | None = None
+    epoch_b: int | float | None = None
+    lr_a: tuple[tuple[float | None, ...], ...] = ()
+    lr_b: tuple[tuple[float | None, ...], ...] = ()
+    tensors_a: int = 0
+    tensors_b: int = 0
+    compared: int = 0
+    identical: int = 0
+    only_a: tuple[str, ...] = ()
+    only_b: tuple[str, ...] = ()
+    only_a_total: int = 0
+    only_b_total: int = 0
+    changes: tuple[TensorChange, ...] = ()
+    changes_total: int = 0
+    top_weights: tuple[TensorDiff, ...] = ()
+    top_optimizer: tuple[TensorDiff, ...] = ()
+    flags: tuple[DiffFlag, ...] = ()
+    flags_total: int = 0
+    rel_change_weights: float | None = None
+    rel_change_optimizer: float | None = None
+    counters: NonWeightDiff | None = None
+    other: NonWeightDiff | None = None
+    needs_globals: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        if self.error:
+            return EXIT_FAILED
+        return EXIT_FINDINGS if self.flags_total else EXIT_OK
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        """One line per flag (values that became non-finite, bad second moments)."""
+        lines = tuple(f"{f.name} ({f.section}): {f.kind} x{f.count}" for f in self.flags)
+        hidden = self.flags_total - len(self.flags)
+        return lines + ((f"... and {hidden} more flags",) if hidden > 0 else ())
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return (str(self.error),) if self.error else ()
+
+    def render(self) -> str:
+        return render_diff(self)
+
+
+def _tensor_diff(d: Mapping[str, Any]) -> TensorDiff:
+    rel = as_float(d.get("rel_change"))
+    return from_record(
+        TensorDiff,
+        d,
+        rel_change=math.nan if rel is None else rel,
+        max_abs_diff=as_float(d.get("max_abs_diff")) or 0.0,
+    )
+
+
+def diff_checkpoints(
+    target: Target,
+    a: str,
+    b: str,
+    *,
+    top: int = 10,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+) -> DiffReport:
+    """Compare checkpoint ``b`` with ``a``, tensor by tensor, there.
+
+    Per tensor: ||B-A|| / ||A||, max |B-A|, cosine, shape/dtype changes; keys only in one side
+    (after removing ``module.`` / ``_orig_mod.`` wrappers when that matches more names); step
+    delta and lr per param group; the ``top`` tensors by relative change per section. Flags
+    values that became non-finite, and negative or non-finite exp_avg_sq (exit code 1).
+    """
+    args = ["diff", a, b, "--top", str(max(1, top)), *safety_args(allow_globals, unsafe_pickle)]
+    rec = run_script(target, SCRIPT, args, step="ckpt-diff", timeout=timeout).first("diff")
+    if rec is None:
+        return DiffReport(a=a, b=b, ok=False, error="the script gave no diff record")
+    rel = rec.get("rel_change") or {}
+
+    def lrs(v: Any) -> tuple[tuple[float | None, ...], ...]:
+        return tuple(tuple(as_float(x) for x in group) for group in v or ())
+
+    return from_record(
+        DiffReport,
+        rec,
+        a=a,
+        b=b,
+        ok=bool(rec.get("ok")),
+        lr_a=lrs(rec.get("lr_a")),
+        lr_b=lrs(rec.get("lr_b")),
+        changes=tuple(from_record(TensorChange, c) for c in rec.get("changes") or ()),
+        top_weights=tuple(_tensor_diff(d) for d in rec.get("top_weights") or ()),
+        top_optimizer=tuple(_tensor_diff(d) for d in rec.get("top_optimizer") or ()),
+        flags=tuple(from_record(DiffFlag, f) for f in rec.get("flags") or ()),
+        rel_change_weights=as_float(rel.get("weights")),
+        rel_change_optimizer=as_float(rel.get("optimizer")),
+    )
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _signed(x: float) -> str:
+    return f"{x:+}" if isinstance(x, int) else f"{x:+.3g}"
+
+
+def _pct(x: float | None) -> str | None:
+    if x is None:
+        return None
+    if math.isinf(x) or math.isnan(x):
+        return short_float(x)
+    return f"{100 * x:.3g}%"
+
+
+def render_diff(report: DiffReport) -> str:
+    """Steps and lr, key differences, top tensors by relative change, and the flags."""
+    lines = [
+        f"A: {report.a} (step {report.step_a}, epoch {report.epoch_a})",
+        f"B: {report.b} (step {report.step_b}, epoch {report.epoch_b})",
+    ]
+    if report.error:
+        lines.append(f"error: {report.error}")
+        if not report.compared:
+            return "\n".join(lines)
+    lines += _diff_summary(report) + _diff_tables(report)
+    lines += [f"note: {n}" for n in report.notes]
+    verdict = {
+        EXIT_OK: "no new non-finite values",
+        EXIT_FINDINGS: f"{report.flags_total} finding(s)",
+        EXIT_FAILED: "could not compare",
+    }[report.exit_code]
+    lines += ["", f"diff: {verdict} (exit {report.exit_code})"]
+    return "\n".join(lines)
+
+
+def _diff_summary(report: DiffReport) -> list[str]:
+    """Step delta, lr per group, what was compared, relative change, names only on one side."""
+    lines = []
+    if report.step_delta is not None:
+        lines.append(f"step delta: {report.step_delta:+}")
+    for i, (la, lb) in enumerate(zip(report.lr_a, report.lr_b)):
+        lines.append(f"optimizer {i} lr per group: {list(la)} -> {list(lb)}")
+    lines.append(
+        f"compared {report.compared} tensors ({report.identical} identical); "
+        f"only in A: {report.only_a_total}, only in B: {report.only_b_total}, "
+        f"shape/dtype changes: {report.changes_total}"
+    )
+    lines.append(
+        f"relative change (float weights only): weights {_pct(report.rel_change_weights)}, "
+        f"optimizer state {_pct(report.rel_change_optimizer)}"
+    )
+    for title, part in (("counters", report.counters), ("other non-weights", report.other)):
+        line = part.line(title) if part is not None else None
+        if line:
+            lines.append(line)
+    for title, names in (("only in A", report.only_a), ("only in B", report.only_b)):
+        if names:
+            lines.append(f"{title}: " + ", ".join(names[:10]) + (" ..." if len(names) > 10 else ""))
+    return lines
+
+
+def _diff_tables(report: DiffReport) -> list[str]:
+    """Shape/dtype changes, the top tensors by relative change per section, the flags."""
+    lines: list[str] = []
+    if report.changes:
+        rows: list[list[Any]] = [
+            [
+                c.name,
+                "x".join(map(str, c.shape_a)),
+                "x".join(map(str, c.shape_b)),
+                c.dtype_a,
+                c.dtype_b,
+            ]
+            for c in report.changes
+        ]
+        lines += ["", table(["TENSOR", "SHAPE A", "SHAPE B", "DTYPE A", "DTYPE B"], rows)]
+    for title, diffs in (
+        ("weights", report.top_weights),
+        ("optimizer state", report.top_optimizer),
+    ):
+        if not diffs:
+            continue
+        rows = [
+            [
+                d.name,
+                _pct(d.rel_change),
+                short_float(d.max_abs_diff),
+                short_float(d.cosine),
+                d.dtype,
+                d.numel,
+                d.new_nonfinite or None,
+            ]
+            for d in diffs
+        ]
+        lines += ["", f"Top {title} by relative change ||B-A||/||A||:"]
+        lines.append(
+            table(
+                ["TENSOR", "REL CHANGE", "MAX|B-A|", "COSINE", "DTYPE", "NUMEL", "NEW NON-FINITE"],
+                rows,
+            )
+        )
+    if report.flags:
+        lines += ["", "Flags:"]
+        lines.append(
+            table(
+                ["TENSOR", "SECTION", "FINDING", "COUNT"],
+                [[f.name, f.section, f.kind, f.count] for f in report.flags],
+            )
+        )
+    return lines

@@ -1,0 +1,203 @@
+"""``ckpt-inspect``: keys, dtypes, shapes, step, optimizer hyperparameters of one checkpoint,
+without reading tensor data (:func:`inspect_checkpoint`, :func:`render_inspect`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_OK, from_record
+from remotekit.diagnostics.checkpoints.common import (
+    SCRIPT,
+    as_int,
+    kinds,
+    run_script,
+    safety_args,
+    short_count,
+    short_float,
+)
+from remotekit.render import human_bytes, table
+from remotekit.result import Shown
+
+if TYPE_CHECKING:
+    from remotekit.target import Target
+
+__all__ = [
+    "InspectReport",
+    "OptimizerInfo",
+    "ParamGroup",
+    "TensorInfo",
+    "inspect_checkpoint",
+    "render_inspect",
+]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of an inspected checkpoint (no data read). ``section`` is "weights" or
+    "optimizer" for a param, "other" for a tensor that is none, whose ``kind`` says why
+    ("counter", "score", "rng", "integer")."""
+
+    name: str
+    section: str
+    slot: str | None
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+    bytes: int
+    shared_with: tuple[str, ...] = ()
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """An optimizer param group: its ``lr``, how many params, the other hyperparameters."""
+
+    index: int
+    lr: float | None
+    params: int
+    hyper: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    """An optimizer state dict found at ``path`` inside the checkpoint."""
+
+    path: str
+    groups: tuple[ParamGroup, ...]
+    state_params: int
+    slots: Mapping[str, int]
+    step: int | float | None
+
+
+@dataclass(frozen=True, repr=False)
+class InspectReport(Shown):
+    """Structure of one checkpoint: tensors, step/epoch, top-level scalars, optimizers;
+    ``totals`` per section ("weights", "optimizer", "other") and ``other`` per kind."""
+
+    path: str
+    ok: bool
+    error: str | None
+    format: str | None
+    bytes: int
+    global_step: int | float | None
+    epoch: int | float | None
+    tensors: tuple[TensorInfo, ...]
+    top_keys: tuple[str, ...]
+    scalars: Mapping[str, Any]
+    optimizers: tuple[OptimizerInfo, ...]
+    totals: Mapping[str, Mapping[str, int]]
+    dtypes: Mapping[str, int]
+    metadata: Mapping[str, Any] | None
+    needs_globals: tuple[str, ...]
+    notes: tuple[str, ...]
+    other: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_FAILED
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return (f"{self.path}: {self.error}",) if self.exit_code == EXIT_FAILED else ()
+
+    def render(self) -> str:
+        return render_inspect(self)
+
+
+def inspect_checkpoint(
+    target: Target,
+    path: str,
+    *,
+    allow_globals: Sequence[str] = (),
+    unsafe_pickle: bool = False,
+    timeout: float | None = None,
+) -> InspectReport:
+    """Keys, dtypes, shapes, sizes, step/epoch and optimizer hyperparameters of one checkpoint
+    (a file or an HF ``*.index.json``), without reading tensor data (memory-mapped torch
+    files; the safetensors header only). A checkpoint that cannot be read gives a report with
+    ``ok`` False and ``error``; CheckpointError / engine errors as in :func:`scan_checkpoints`.
+    """
+    args = ["inspect", path, *safety_args(allow_globals, unsafe_pickle)]
+    run = run_script(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
+    rec = run.first("inspect") or {}
+    return from_record(
+        InspectReport,
+        rec,
+        path=str(rec.get("path", path)),
+        ok=bool(rec.get("ok")),
+        error=rec.get("error") if rec else "the script gave no inspect record",
+        bytes=as_int(rec.get("bytes")),
+        tensors=tuple(from_record(TensorInfo, r) for r in run.of("tensor")),
+        scalars=dict(rec.get("scalars") or {}),
+        optimizers=tuple(
+            from_record(OptimizerInfo, o, path=str(o.get("path") or ""))
+            for o in rec.get("optimizers") or ()
+        ),
+        totals={str(k): dict(v) for k, v in (rec.get("totals") or {}).items()},
+        dtypes={str(k): as_int(v) for k, v in (rec.get("dtypes") or {}).items()},
+    )
+
+
+def render_inspect(report: InspectReport) -> str:
+    """Header (format, size, step), optimizer groups with lr, then every tensor."""
+    head = f"{report.path}: {report.format or '?'}, {human_bytes(report.bytes)}"
+    head += f", step {report.global_step if report.global_step is not None else '?'}"
+    head += f", epoch {report.epoch if report.epoch is not None else '?'}"
+    lines = [head]
+    if report.error:
+        lines.append(f"error: {report.error}")
+    if report.top_keys:
+        lines.append("top-level keys: " + ", ".join(report.top_keys))
+    if report.scalars:
+        lines.append("scalars: " + ", ".join(f"{k}={v!r}" for k, v in report.scalars.items()))
+    for o in report.optimizers:
+        slots = ", ".join(f"{k} x{v}" for k, v in o.slots.items())
+        lines.append(
+            f"optimizer at {o.path or '<root>'}: state for {o.state_params} params ({slots}); "
+            f"step {o.step if o.step is not None else '?'}"
+        )
+        keys = sorted({k for g in o.groups for k in g.hyper})
+        rows = [
+            [g.index, short_float(g.lr), g.params, *[g.hyper.get(k) for k in keys]]
+            for g in o.groups
+        ]
+        lines.append(_indent(table(["GROUP", "LR", "PARAMS", *[k.upper() for k in keys]], rows)))
+    if report.tensors:
+        rows = [
+            [
+                t.name,
+                f"{t.section} ({t.kind})" if t.kind else t.section,
+                t.dtype,
+                "x".join(str(s) for s in t.shape) or "scalar",
+                t.numel,
+                human_bytes(t.bytes),
+                ", ".join(t.shared_with) or None,
+            ]
+            for t in report.tensors
+        ]
+        lines.append("")
+        lines.append(
+            table(["TENSOR", "SECTION", "DTYPE", "SHAPE", "NUMEL", "SIZE", "SHARED WITH"], rows)
+        )
+    for sec, t in report.totals.items():
+        of_kinds = f" ({kinds(report.other)})" if sec == "other" and report.other else ""
+        lines.append(
+            f"{sec}: {t.get('tensors', 0)} tensors{of_kinds}, {short_count(t.get('numel', 0))} "
+            f"values, {human_bytes(t.get('bytes', 0))}"
+        )
+    if report.dtypes:
+        lines.append(
+            "dtypes: " + ", ".join(f"{k} {short_count(v)}" for k, v in report.dtypes.items())
+        )
+    lines += [f"note: {n}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def _indent(text: str, by: str = "  ") -> str:
+    return "\n".join(by + line for line in text.splitlines())

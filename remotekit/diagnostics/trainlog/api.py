@@ -1,0 +1,230 @@
+"""train-log's API: the options as ``remote/trainlog.py``'s argv (:func:`script_args`), the
+analysis run there (:func:`analyze_train_log`), and its records made a report
+(:func:`build_report`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from remotekit.diagnostics.base import (
+    EXIT_FAILED,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Record,
+    from_record,
+    run_diagnostic,
+)
+from remotekit.diagnostics.trainlog.model import (
+    DEFAULT_PRESET,
+    PRESETS,
+    Composition,
+    Correlation,
+    Distribution,
+    Event,
+    Histogram,
+    LogSource,
+    MetricStats,
+    Periodicity,
+    Preset,
+    Series,
+    Spike,
+)
+from remotekit.diagnostics.trainlog.report import TrainLogReport, diagnosis
+from remotekit.quoting import join
+from remotekit.remote.protocol import FINAL, number
+
+if TYPE_CHECKING:
+    from remotekit.target import Target
+
+__all__ = ["SCRIPT", "analyze_train_log", "build_report", "no_loss_hints", "script_args"]
+
+SCRIPT = "trainlog.py"
+
+
+def _floats(vals: Sequence[Any]) -> tuple[float, ...]:
+    """Numbers of a record as floats (non-finite ones arrive as strings)."""
+    return tuple(float(n) if (n := number(v)) is not None else math.nan for v in vals)
+
+
+def _histogram(rec: Record) -> Histogram:
+    counts = {str(k): tuple(int(c) for c in v) for k, v in (rec.get("counts") or {}).items()}
+    edges, modes = _floats(rec.get("edges") or ()), _floats(rec.get("modes") or ())
+    return from_record(Histogram, rec, edges=edges, counts=counts, modes=modes)
+
+
+def _series(rec: Record) -> Series:
+    steps, values = _floats(rec.get("steps") or ()), _floats(rec.get("values") or ())
+    return from_record(Series, rec, steps=steps, values=values)
+
+
+#: record type -> (report field, converter): one record per report (_ONE_EACH), or every
+#: record of the type collected into a tuple field (_MANY)
+_ONE_EACH: dict[str, tuple[str, Callable[[Record], Any]]] = {
+    "source": ("source", lambda r: from_record(LogSource, r)),
+    "preset": ("preset", lambda r: from_record(Preset, r)),
+    "distribution": ("distribution", lambda r: from_record(Distribution, r)),
+    "periodicity": ("periodicity", lambda r: from_record(Periodicity, r)),
+    "composition": ("composition", lambda r: from_record(Composition, r)),
+    "histogram": ("histogram", _histogram),
+}
+_MANY: dict[str, tuple[str, Callable[[Record], Any]]] = {
+    "metric": ("metrics", lambda r: from_record(MetricStats, r)),
+    "event": ("events", lambda r: from_record(Event, r)),
+    "spike": ("spikes", lambda r: from_record(Spike, r)),
+    "correlation": ("correlations", lambda r: from_record(Correlation, r)),
+    "series": ("series", _series),
+    "warning": ("warnings", lambda r: str(r.get("message", ""))),
+    "error": ("errors", lambda r: str(r.get("message", ""))),
+}
+
+
+def build_report(
+    host: str, path: str, records: Sequence[Record], *, duration_s: float = 0.0
+) -> TrainLogReport:
+    """A :class:`TrainLogReport` from the script's records: the exit code is the final
+    record's (exit 2, and an error saying so, when the records end before it)."""
+    values: dict[str, Any] = {}
+    many: dict[str, list[Any]] = {name: [] for name, _ in _MANY.values()}
+    summary: Record = {}
+    final: Record | None = None
+    for rec in records:
+        t = str(rec.get("type"))
+        if t in _ONE_EACH:
+            name, make = _ONE_EACH[t]
+            values[name] = make(rec)
+        elif t in _MANY:
+            name, make = _MANY[t]
+            many[name].append(make(rec))
+        elif t == "summary":
+            summary = rec
+        elif t == FINAL:
+            final = rec
+        if t == "error" and rec.get("kind") == "no-loss":
+            numeric = tuple(str(k) for k in rec.get("numeric", ()))
+            values.update(numeric_columns=numeric, hints=no_loss_hints(host, path, numeric))
+    if final is None:
+        many["errors"].append("the analysis stopped before its final record")
+    code = _exit_code(final, many["errors"])
+    source = values.get("source")
+    tol = source.tolerance if source is not None else 0.0
+    many["spikes"] = [
+        replace(s, at_event=s.distance is not None and abs(s.distance) <= tol)
+        for s in many["spikes"]
+    ]
+    tuples: dict[str, Any] = {name: tuple(items) for name, items in many.items()}
+    rep = TrainLogReport(
+        host=host,
+        path=path,
+        duration_s=duration_s,
+        findings=tuple(str(f) for f in summary.get("findings", ())),
+        exit_code=code,
+        **values,
+        **tuples,
+    )
+    return replace(rep, diagnosis=tuple(diagnosis(rep)))
+
+
+def _exit_code(final: Record | None, errors: Sequence[str]) -> int:
+    """The final record's exit code; 2 without one, or when the script wrote errors."""
+    code = final.get("exit_code") if final is not None else EXIT_FAILED
+    if errors or code not in (EXIT_OK, EXIT_FINDINGS, EXIT_FAILED):
+        return EXIT_FAILED
+    return int(code)
+
+
+HINT_COLUMNS = 5  # command lines suggested when no loss series was found
+
+
+def no_loss_hints(host: str, path: str, numeric: Sequence[str]) -> tuple[str, ...]:
+    """``remotekit train-log`` command lines that name one of the numeric columns found with
+    ``--metric`` (the task's flag; tests run each through the task parser)."""
+    base = ["remotekit", "train-log"] + (["--host", host] if host else []) + ["--path", path]
+    return tuple(join([*base, "--metric", col]) for col in list(numeric)[:HINT_COLUMNS])
+
+
+def _csv(v: Sequence[Any] | str | None) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    return ",".join(str(x) for x in v)
+
+
+def script_args(
+    path: str,
+    *,
+    metrics: Sequence[str] | str | None = None,
+    preset: str = DEFAULT_PRESET,
+    ckpt_steps: Sequence[int] | str | None = None,
+    ckpt_dir: str | None = None,
+    steps_per_epoch: float | None = None,
+    tolerance: float | None = None,
+    points: int = 0,
+) -> list[str]:
+    """The argv of ``remote/trainlog.py`` for these options."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    args = [str(path), "--preset", preset]
+    if (m := _csv(metrics)) is not None and m.strip():
+        args += ["--metrics", m]
+    if (c := _csv(ckpt_steps)) is not None and c.strip():
+        args += ["--ckpt-steps", c]
+    if ckpt_dir:
+        args += ["--ckpt-dir", str(ckpt_dir)]
+    if steps_per_epoch:
+        args += ["--steps-per-epoch", f"{float(steps_per_epoch):g}"]
+    if tolerance is not None:
+        args += ["--tolerance", f"{float(tolerance):g}"]
+    if points > 0:
+        args += ["--points", str(int(points))]
+    return args
+
+
+def analyze_train_log(
+    target: Target,
+    path: str,
+    *,
+    metrics: Sequence[str] | str | None = None,
+    preset: str = DEFAULT_PRESET,
+    ckpt_steps: Sequence[int] | str | None = None,
+    ckpt_dir: str | None = None,
+    steps_per_epoch: float | None = None,
+    tolerance: float | None = None,
+    points: int = 0,
+    timeout: float | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> TrainLogReport:
+    """Analyse the training log at ``path`` *on* ``target``; only findings come back.
+
+    ``metrics`` names the columns to check (default: loss, acc, lr, grad_norm, found under
+    their usual names, e.g. ``train/loss``); ``preset`` picks the spike rule (see
+    :data:`PRESETS`); checkpoint saves come from the log's own lines plus ``ckpt_steps``
+    and the checkpoints in ``ckpt_dir`` there (their names, else their own step keys; a run
+    directory's ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
+    ``epoch`` field does); ``tolerance`` is how many steps from an event still count as
+    "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
+    series of each metric (for :func:`plot_report`).
+
+    A log that cannot be analysed gives a report with ``errors`` and exit code 2; a script
+    that stopped before its final record (killed, crashed) raises
+    :class:`~remotekit.DiagnosticError` naming host and step, and the engine's own errors
+    (connection, timeout, container, interpreter) are raised too.
+    """
+    args = script_args(
+        path,
+        metrics=metrics,
+        preset=preset,
+        ckpt_steps=ckpt_steps,
+        ckpt_dir=ckpt_dir,
+        steps_per_epoch=steps_per_epoch,
+        tolerance=tolerance,
+        points=points,
+    )
+    run = run_diagnostic(
+        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record
+    )
+    host = run.result.host or target.name
+    return build_report(host, str(path), run.records, duration_s=run.result.duration_s)
