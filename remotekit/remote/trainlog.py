@@ -76,14 +76,17 @@ import re
 import sys
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
+if not __package__:  # run as a file: its package imported by name (see remotekit.remote)
+    sys.modules.setdefault("remotekit", type(sys)("remotekit")).__dict__.setdefault(
+        "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    )
 
-from infile import open_regular
-from trainlog.analyze import analyze_log
-from trainlog.base import PRESETS, LogError, failed
-from trainlog.choose import NoLoss
-from trainlog.follow import FOLLOWED, NotFollowed, follow_log
-from trainlog.readers import READERS
+from remotekit.remote.infile import open_regular
+from remotekit.remote.trainlog.analyze import analyze_log
+from remotekit.remote.trainlog.base import PRESETS, LogError, failed
+from remotekit.remote.trainlog.choose import NoLoss
+from remotekit.remote.trainlog.follow import FOLLOWED, NotFollowed, follow_log
+from remotekit.remote.trainlog.readers import READERS
 
 
 def _csv_steps(text):

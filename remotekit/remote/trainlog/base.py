@@ -9,7 +9,7 @@ import math
 import re
 import struct
 
-from protocol import EXIT_FAILED, emit, finish
+from ..protocol import EXIT_FAILED, emit, finish
 
 COMMAND = "train-log"  # the command named in the final record
 
