@@ -83,7 +83,7 @@ if not __package__:  # run as a file: its package imported by name (see remoteki
 
 from remotekit.remote.infile import open_regular
 from remotekit.remote.trainlog.analyze import analyze_log
-from remotekit.remote.trainlog.base import PRESETS, LogError, failed
+from remotekit.remote.trainlog.base import DEFAULT_PRESET, PRESETS, LogError, failed
 from remotekit.remote.trainlog.choose import NoLoss
 from remotekit.remote.trainlog.follow import FOLLOWED, NotFollowed, follow_log
 from remotekit.remote.trainlog.readers import READERS
@@ -107,7 +107,7 @@ def parse_args(argv):
         default=[],
         help="a metric name (repeatable; adds to --metrics)",
     )
-    ap.add_argument("--preset", default="trend", choices=sorted(PRESETS))
+    ap.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
     ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
     ap.add_argument(
         "--checkpoints",

@@ -13,6 +13,9 @@ from ..protocol import EXIT_FAILED, emit, finish
 
 COMMAND = "train-log"  # the command named in the final record
 
+#: The preset a run takes unless told (the script's, the API's and the CLI's default).
+DEFAULT_PRESET = "trend"
+
 PRESETS = {
     "trend": {
         "window": 128,
