@@ -20,7 +20,6 @@ The blob is ``zlib(<manifest JSON>\\n<file bytes, in manifest order>)``, the man
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zlib
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from functools import cache, cached_property
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from remotekit.remote.runner import package_hash
 from remotekit.result import Script
 
 if TYPE_CHECKING:
@@ -62,11 +62,7 @@ class Package:
     @cached_property
     def hash(self) -> str:
         """The package's name there: a hash of every file's path and bytes."""
-        h = hashlib.sha256()
-        for name, data in self.files:
-            h.update(b"%s\0%d\0" % (name.encode(), len(data)))
-            h.update(data)
-        return h.hexdigest()[:32]
+        return package_hash(self.files)
 
     @cached_property
     def blob(self) -> bytes:

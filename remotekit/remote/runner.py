@@ -1144,26 +1144,97 @@ def main():
 
 PACKAGE_NAME = "0123456789abcdef"  # a package's name: hex digits of its hash
 KEEP_PACKAGES = 8  # packages kept, the most recently used (each ~0.7 MB, and its bytecode)
+# What the runner writes last into a package it unpacked, before the rename that puts it in
+# place: the manifest ([[path, size], ...]). An entry without it, or whose files are not the
+# sizes it says, is not trusted (a copy cut short, a truncated module).
+SEAL = ".manifest.json"
+
+
+def package_hash(files):
+    # type: (object) -> str
+    """The name of the package made of ``files`` ((path, bytes) pairs, in their order): the
+    laptop names the package it ships by it, the runner checks what came against it."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, data in files:  # type: ignore[attr-defined]
+        h.update(b"%s\0%d\0" % (name.encode(), len(data)))
+        h.update(data)
+    return h.hexdigest()[:32]
+
+
+def safe_above(folder):
+    """Whether no one but us and root can replace ``folder`` or a folder above it: each is
+    ours or root's, and no one else may write to it unless it is sticky (/tmp)."""
+    path = os.path.realpath(folder)
+    while True:
+        st = os.stat(path)
+        if st.st_uid not in (0, os.geteuid()):
+            return False
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return False
+        if path == os.path.dirname(path):
+            return True
+        path = os.path.dirname(path)
+
+
+def ours_alone(folder, private):
+    """Whether ``folder`` is a folder (not a link) of ours no one else may write to, nor
+    (``private``) enter; made (0700) when it is not there."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(folder)
+    mask = 0o077 if private else 0o022
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & mask
 
 
 def package_root():
     """The folder packages are kept in: ``$XDG_CACHE_HOME/remotekit/pkg`` (else under
-    ``~/.cache``), made 0700; None unless it and the two above it are ours and no one
-    else may write to them (what is read from there runs), as boot.CodeCache asks of its."""
+    ``~/.cache``); None unless it is ours alone (0700) and the folders above it are ours and
+    no one else's to write (what is read from there runs), as boot.CodeCache asks of its.
+    Each folder is checked before anything is made in it: an untrusted one gets nothing."""
     base = os.environ.get("XDG_CACHE_HOME") or ""
     if not os.path.isabs(base):
         base = os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.path.join(os.path.realpath(os.path.dirname(base)), os.path.basename(base))
     path = os.path.join(base, "remotekit", "pkg")
     try:
-        os.makedirs(path, 0o700, exist_ok=True)
-        for folder, private in ((path, True), (os.path.dirname(path), False), (base, False)):
-            st = os.lstat(folder)
-            mask = 0o077 if private else 0o022
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & mask:
+        if not safe_above(os.path.dirname(base)):
+            return None
+        for folder, private in ((base, False), (os.path.dirname(path), False), (path, True)):
+            if not ours_alone(folder, private):
                 return None
     except (OSError, ValueError):
         return None
     return path
+
+
+def sealed(kept):
+    """Whether ``kept`` is a package the runner unpacked whole: its seal, and every file it
+    names there, a regular file of the size it names."""
+    try:
+        with open(os.path.join(kept, SEAL), "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+        for rel, size in manifest:
+            st = os.lstat(os.path.join(kept, rel))
+            if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                return False
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def discard(root, name):
+    """Remove the entry ``name`` of ``root``: first out of its name (one rename), so no
+    runner ever finds a part of it there."""
+    gone = os.path.join(root, ".gone-" + os.urandom(6).hex())
+    try:
+        os.rename(os.path.join(root, name), gone)
+    except OSError:
+        return
+    remove_tree(gone)
 
 
 def package_dir(h, stdin):
@@ -1175,52 +1246,68 @@ def package_dir(h, stdin):
         fail("not a package name: %r" % (name,))
     root = package_root()
     kept = None if root is None else os.path.join(root, name)
-    if kept is not None and os.path.isdir(kept):
-        stdin.read_exact(size, "package")  # sent all the same: not needed
-        try:
-            os.utime(kept)  # the most recently used are the ones kept
-        except OSError:
-            pass
-        return kept, None
+    if kept is not None and os.path.lexists(kept):
+        if sealed(kept):
+            stdin.read_exact(size, "package")  # sent all the same: not needed
+            try:
+                os.utime(kept)  # the most recently used are the ones kept
+            except OSError:
+                pass
+            return kept, None
+        discard(root, name)  # not whole: it comes again
     if not size:
         control(MISSING, {"cache": root is not None})
         sys.exit(125)
     blob = stdin.read_exact(size, "package")
+    files = unpacked(blob, name)
     if kept is not None:
         try:
-            unpack(blob, root, kept)
+            unpack(files, root, kept)
             prune(root)
             control(PACKAGE, {"cached": True})
             return kept, None
         except OSError:  # a full disk: this step has it in its temp dir
             pass
     tmpdir = created(private_dir)
-    unpack(blob, tmpdir, os.path.join(tmpdir, "package"))
+    unpack(files, tmpdir, os.path.join(tmpdir, "package"))
     control(PACKAGE, {"cached": False})
     return os.path.join(tmpdir, "package"), tmpdir
 
 
-def unpack(blob, where, dest):
-    """The files of ``blob`` (remotekit.shipping.Package.blob) into ``dest``, whole: written
-    in a private folder in ``where``, then renamed (a step that unpacked it first wins)."""
+def unpacked(blob, name):
+    """The files of ``blob`` (remotekit.shipping.Package.blob) as (path, bytes) pairs, when
+    they are the package ``name``: else the step ends before anything ran."""
     import zlib
 
-    data = zlib.decompress(blob)
-    head, _, body = data.partition(b"\n")
+    try:
+        data = zlib.decompress(blob)
+        head, _, body = data.partition(b"\n")
+        files, at = [], 0
+        for rel, size in json.loads(head.decode("utf-8")):
+            parts = rel.split("/")
+            if rel.startswith("/") or any(p in ("", ".", "..") or p == SEAL for p in parts):
+                raise ValueError("a package file named %r" % rel)
+            files.append((rel, body[at : at + size]))
+            at += size
+        if at != len(body) or package_hash(files) != name:
+            raise ValueError("its files hash to another name")
+    except (zlib.error, ValueError, TypeError) as exc:
+        fail("what came as package %s is not the package: %s" % (name, exc))
+    return files
+
+
+def unpack(files, where, dest):
+    """``files`` into ``dest``, whole: written in a private folder in ``where``, sealed (the
+    seal last), then renamed into place (a step that unpacked it first wins)."""
     tmp = os.path.join(where, ".unpack-" + os.urandom(6).hex())
     os.mkdir(tmp, 0o700)
     try:
-        at = 0
-        for rel, size in json.loads(head.decode("utf-8")):
-            parts = rel.split("/")
-            if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-                raise ValueError("a package file named %r" % rel)
-            path = os.path.join(tmp, *parts)
+        for rel, data in files + [(SEAL, json.dumps([[r, len(d)] for r, d in files]).encode())]:
+            path = os.path.join(tmp, *rel.split("/"))
             os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
-                f.write(body[at : at + size])
-            at += size
+                f.write(data)
         try:
             os.rename(tmp, dest)
         except OSError:
@@ -1238,13 +1325,15 @@ def prune(root):
         when = {}
         for name in os.listdir(root):
             st = os.lstat(os.path.join(root, name))
-            if name.startswith(".unpack-"):
+            if name.startswith(".gone-"):
+                remove_tree(os.path.join(root, name))  # a removal cut short
+            elif name.startswith(".unpack-"):
                 if time.time() - st.st_mtime > 3600:
                     remove_tree(os.path.join(root, name))
             else:
                 when[name] = st.st_mtime
         for name in sorted(when, key=when.get)[: max(0, len(when) - KEEP_PACKAGES)]:
-            remove_tree(os.path.join(root, name))
+            discard(root, name)
     except OSError:
         pass
 
