@@ -86,7 +86,7 @@ process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one 
 time. A file that crashes the worker costs only itself: the files the worker had open are
 checked again alone in a fresh one. inspect and diff run in this process.
 
-Modules, shipped beside this file (``remotekit.remote.script`` follows the imports): the
+Modules of the package this file runs from (:mod:`remotekit.shipping` ships it whole): the
 siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
 safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
 ``base`` (constants, errors, torch on demand, page release), ``formats`` (one file: torch,

@@ -61,8 +61,8 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 
 Exit status (also the ``done`` record's): 0 nothing found, 1 findings, 2 could not run.
 
-Modules, shipped beside this file as the package ``trainlog/`` (``remotekit.remote.script``
-follows the imports; ``trainlog/__init__.py`` draws them as the pipeline they make: find,
+Modules, in the package ``trainlog/`` beside this file (:mod:`remotekit.shipping` ships
+the whole of remotekit.remote; ``trainlog/__init__.py`` draws them as the pipeline they make: find,
 read, choose, analyse, follow), with ``protocol`` (the record format, shared with the local
 side) and ``infile`` (the safe opener); this file parses the arguments and turns every
 failure into an ``error`` record.
