@@ -109,10 +109,11 @@ def write_log(path: Path, steps: int, seed: int = 0) -> None:
 
 
 def shipped(module: str) -> Any:
-    """A module of the shipped ``trainlog/`` package, imported as trainlog.py imports it."""
-    if str(SCRIPT.parent) not in sys.path:
-        sys.path.insert(0, str(SCRIPT.parent))
-    return importlib.import_module(module)
+    """A module of the shipped ``trainlog/`` package, by its name in the package (the
+    laptop imports the very modules that run there)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module("remotekit.remote." + module)
 
 
 def _losses(steps: int, seed: int = 1) -> list[float]:

@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from remotekit import remote
+from remotekit import shipping
 from remotekit.layers import Launch
 from remotekit.remote.agent import (
     FRAME,
@@ -76,14 +76,14 @@ _BEFORE = 4096
 def shipped() -> bytes:
     """What an agent's loader reads first: the boot (``remote/boot.py``), the agent's source
     behind it (``<length>\n<source>``, read by the boot) and the runner's frame."""
-    boot, agent = remote.source("boot.py"), remote.source("agent.py")
+    boot, agent = shipping.source("boot.py"), shipping.source("agent.py")
     return b"".join(
         [
             f"{len(boot)}\n".encode(),
             boot,
             f"{len(agent)}\n".encode(),
             agent,
-            frame(b"R", 0, remote.source("runner.py")),
+            frame(b"R", 0, shipping.source("runner.py")),
         ]
     )
 

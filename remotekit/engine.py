@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Callable
 
-from remotekit import remote
+from remotekit import shipping
 from remotekit.agent import Agent
 from remotekit.errors import (
     AgentUnavailable,
@@ -100,6 +100,24 @@ class Engine:
         self.use_agent = agent
         self._agent: Agent | None = None
         self._agent_lock = threading.Lock()
+        self._no_cache: set[str] = set()  # the launch chains whose runner keeps no package
+
+    # -- the shipped package -----------------------------------------------------------------
+
+    def sends_package(self, launch: Launch) -> bool:
+        """Whether a step through ``launch`` sends the package it runs from behind its header
+        (:mod:`remotekit.shipping`): only where the runner keeps none (a read-only home);
+        elsewhere it is sent when the runner says it is ``missing`` (once per host and
+        version, unless its cache is cleared)."""
+        return launch.chain in self._no_cache
+
+    def keeps_packages(self, launch: Launch, cache: bool) -> None:
+        """What the runner through ``launch`` said: whether it keeps the packages it gets."""
+        with self._lock:
+            if cache:
+                self._no_cache.discard(launch.chain)
+            else:
+                self._no_cache.add(launch.chain)
 
     # -- secrets -----------------------------------------------------------------------------
 
@@ -218,7 +236,7 @@ class Engine:
         held = self._ready_agent(launch, wait) if agent and self.use_agent else None
         if held is not None:
             return held.start(header, body)
-        runner = remote.source("runner.py")
+        runner = shipping.source("runner.py")
         first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(header)}\n".encode(), header])
         return self.transport.start(launch.argv, itertools.chain([first], body), wait=wait)
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from typing import Callable
 
-from remotekit import remote
+from remotekit import shipping
 from remotekit.engine import Engine
 from remotekit.errors import ForwardError, RemotekitError
 from remotekit.layers import LOADER
@@ -65,7 +65,7 @@ class _Link:
 
     def _stdin(self, request: bytes) -> Iterator[bytes]:
         """The relay, its request, then (once it is connected there) the client's bytes."""
-        relay = remote.source("relay.py")
+        relay = shipping.source("relay.py")
         yield f"{len(relay)}\n".encode() + relay + request
         self.ready.wait()
         try:

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
-from remotekit import remote
+from remotekit import shipping
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError, StepFailed
 from remotekit.follow import Resumable, Stopped
 from remotekit.layers import Launch, compose
@@ -330,16 +330,17 @@ def _refused(res: Result | None, run_id: str) -> str | None:
 
 
 def _with_supervisor(script: Script | None) -> Script:
-    """The supervisor as the step's script; a detached script and its files beside it."""
-    sup = remote.script(SUPERVISOR)
-    files = {f"{BESIDE}/{name}": data for name, data in sup.files.items()}
+    """The supervisor as the step's script (from the shipped package); a detached script and
+    its files in the step's folder."""
+    sup = shipping.script(SUPERVISOR)
+    files: dict[str, bytes] = {}
     if script is not None:
         theirs = {script.name: script.source, **script.files}
         clash = [n for n in theirs if n.split("/")[0] == BESIDE]
         if clash:
             raise ValueError(f"{clash[0]!r}: a detached script's files may not be under {BESIDE}/")
         files.update(theirs)
-    return Script(sup.source, name=f"{BESIDE}/{SUPERVISOR}", files=files)
+    return replace(sup, files=files)
 
 
 def _outside_hop(target: Target) -> int | None:
@@ -421,7 +422,7 @@ def _call(
             records.append(rec)
 
     res = target.run_python(
-        remote.script(SUPERVISOR),
+        shipping.script(SUPERVISOR),
         [mode, *args, *_runs_dir(target)],
         on_output=on_output,
         capture=False,

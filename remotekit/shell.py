@@ -34,7 +34,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
-from remotekit import remote
+from remotekit import shipping
 from remotekit.layers import Hop, Launch
 from remotekit.transports.base import Terminal
 
@@ -115,7 +115,7 @@ def request(
         "path_prepend": list(launch.path_prepend),
         "cwd": cwd or launch.cwd,
     }
-    return _blob(remote.source("shell.py")) + _blob(json.dumps(body).encode())
+    return _blob(shipping.source("shell.py")) + _blob(json.dumps(body).encode())
 
 
 def window_size(*fds: int) -> tuple[int, int]:

@@ -13,6 +13,7 @@ every error that leaves.
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 import sys
@@ -32,7 +33,9 @@ from remotekit.errors import (
     StepTimeout,
 )
 from remotekit.layers import Launch
+from remotekit.remote.runner import EXIT, FILE, MISSING, PACKAGE, READY
 from remotekit.result import Detached, Result, Script
+from remotekit.shipping import PackageScript, package
 from remotekit.transports.base import (
     Cancelled,
     ExecutableMissing,
@@ -164,10 +167,10 @@ class OutputStream:
         except ValueError:
             return None
         if not self.controls:
-            if word != "ready" or not isinstance(data, dict) or not data.get("key"):
+            if word != READY or not isinstance(data, dict) or not data.get("key"):
                 return None
             self.nonce = str(data["key"])
-        elif word == "ready" or (word == "exit" and self.has("exit")):
+        elif word == READY or (word == EXIT and self.has(EXIT)):
             return None  # one ready, one final record: a second is not the runner's
         return before, word, data
 
@@ -216,7 +219,9 @@ class StepHeader:
     ``cwd`` of the launch and the step, the runner's own deadline ``timeout`` (a backstop)
     and the ``grace`` between TERM and KILL. ``preload`` names modules (``torch``) the
     step wants to find imported: a resident agent forks it from a process that keeps them
-    imported (:mod:`remotekit.remote.agent`); the runner itself ignores it.
+    imported (:mod:`remotekit.remote.agent`); the runner itself ignores it. ``package``
+    names (by hash) the package :mod:`remotekit.remote` that ``script`` is a path in
+    (:mod:`remotekit.shipping`); ``package_size`` bytes of it come first when it is sent.
     """
 
     op: Literal["exec", "put", "get"] = "exec"
@@ -240,6 +245,8 @@ class StepHeader:
     timeout: float | None = None
     grace: float = 1.0
     preload: tuple[str, ...] = ()
+    package: str | None = None
+    package_size: int = 0
 
     def encode(self) -> bytes:
         """The header as the runner reads it: one JSON object. Its fields are read one level
@@ -275,13 +282,20 @@ class StepOptions:
     launch: Launch | None = None
 
 
+class PackageMissing(Exception):
+    """The runner there has not the step's package and ran nothing (:meth:`StepRun.note_package`)."""
+
+
 def run_step(
     engine: Engine, header: StepHeader, payload: Iterable[bytes], options: StepOptions
 ) -> Result:
     """One step (:class:`StepRun`); every error it raises leaves with the target's secrets
     masked (:meth:`Engine.redacted <remotekit.engine.Engine.redacted>`)."""
     try:
-        return StepRun(engine, header, payload, options).run()
+        try:
+            return StepRun(engine, header, payload, options).run()
+        except PackageMissing:  # nothing ran: once more, with the package
+            return StepRun(engine, header, payload, options, with_package=True).run()
     except RemotekitError as exc:
         engine.redacted(exc)
         raise
@@ -300,6 +314,7 @@ class StepRun:
         header: StepHeader,
         payload: Iterable[bytes],
         options: StepOptions,
+        with_package: bool = False,
     ):
         engine.remember_secrets(options.env)  # before anything can fail: errors are masked
         self.engine = engine
@@ -321,11 +336,14 @@ class StepRun:
         self.started = time.monotonic()
         self.lost = Lost("")
         self.launch = options.launch  # the target's, once the step starts, unless given
+        self.send_package = with_package  # whether the step's package goes behind its header
 
     def run(self) -> Result:
         engine = self.engine
         engine.dry(self.step, self.options.display, self.launch)
         launch = self.launch = self.launch or engine.launch_for(self.step)
+        if self.header.package is not None and not self.send_package:
+            self.send_package = engine.sends_package(launch)
         header = self.wire_header(launch)
         self.started = time.monotonic()
         if engine.cancelled:
@@ -354,6 +372,7 @@ class StepRun:
             cwd=self.options.cwd or launch.cwd,
             timeout=None if self.limit is None else self.limit + grace + REMOTE_BACKSTOP_S,
             grace=grace,
+            package_size=len(package().blob) if self.send_package else 0,
         )
         return header.encode()
 
@@ -361,8 +380,11 @@ class StepRun:
 
     def start(self, launch: Launch, header: bytes) -> Process:
         own = self.options.launch is not None  # another place in the chain than the agent's
+        body = self.body
+        if self.send_package:
+            body = itertools.chain(slices(package().blob), body)
         try:
-            return self.engine.start_step(launch, header, self.body, wait=self.limit, agent=not own)
+            return self.engine.start_step(launch, header, body, wait=self.limit, agent=not own)
         except ExecutableMissing as exc:
             raise self.engine.missing(exc.path, self.step, launch) from None
         except TimeoutError:
@@ -398,7 +420,7 @@ class StepRun:
             self.out.feed(data)
         elif self.sink_on:
             if info is not None and not info:  # the size, for get's on_progress
-                info.update(self.err.control("file") or {})
+                info.update(self.err.control(FILE) or {})
             sink(data)
         else:
             self.before_sink(data, sink)
@@ -446,11 +468,11 @@ class StepRun:
         """The Result of a step that ended, or the error that says how it ended."""
         if outcome == "cancelled":
             self.stop(proc)
-            raise StepCancelled(self.result(None), confirmed=self.err.has("exit"))
+            raise StepCancelled(self.result(None), confirmed=self.err.has(EXIT))
         if outcome == "timeout":
             self.stop(proc)
             assert self.limit is not None
-            raise StepTimeout(self.result(None), self.limit, confirmed=self.err.has("exit"))
+            raise StepTimeout(self.result(None), self.limit, confirmed=self.err.has(EXIT))
         if outcome == "lost":
             proc.terminate()
             if self.lost.violation:
@@ -468,23 +490,37 @@ class StepRun:
                 host=self.engine.name,
                 step=self.step,
             )
-        if not self.err.has("ready"):
+        if not self.err.has(READY):
             raise self.engine.not_started(code, self.result(code), self.step, self.launch)
-        trailer = self.err.control("exit")
+        if self.header.package is not None:
+            self.note_package()
+        trailer = self.err.control(EXIT)
         if isinstance(trailer, dict) and isinstance(trailer.get("code"), int):
             code = trailer["code"]
         if self.options.info is not None:
-            self.options.info.update(self.err.control("file") or {})
+            self.options.info.update(self.err.control(FILE) or {})
         res = self.result(code)
         if self.options.check and code != 0:
             raise StepFailed(res, command=self.header.op == "exec")
         return res
 
+    def note_package(self) -> None:
+        """What the runner said of the step's package: kept (later steps send none), or
+        ``missing`` (nothing ran: :class:`PackageMissing`, and the step goes once more, with
+        it)."""
+        assert self.launch is not None and self.header.package is not None
+        missing, kept = self.err.control(MISSING), self.err.control(PACKAGE)
+        if isinstance(kept, dict):
+            self.engine.keeps_packages(self.launch, bool(kept.get("cached")))
+        if isinstance(missing, dict) and not self.send_package:
+            self.engine.keeps_packages(self.launch, bool(missing.get("cache")))
+            raise PackageMissing(self.header.package)
+
     def result(self, code: int | None) -> Result:
         out, err = self.out, self.err
         out.flush()
         err.flush()
-        trailer = err.control("exit") or {}
+        trailer = err.control(EXIT) or {}
         detached = trailer.get("detached")
         return Result(
             host=self.engine.name,
@@ -517,6 +553,16 @@ def shipped(
     (views, no copies; a sequence, so a small payload goes out with the step's start)."""
     if files:
         script = replace(script, files={**script.files, **files})  # validates names, types
+    if isinstance(script, PackageScript):  # it is in the package, which the step names
+        manifest = tuple((name, len(data), 0o600) for name, data in script.files.items())
+        header = StepHeader(
+            argv=tuple(map(str, args)),
+            script=script.name,
+            files=manifest,
+            detach=detach,
+            package=script.package,
+        )
+        return header, tuple(piece for data in script.files.values() for piece in slices(data))
     all_files = {script.name: script.source, **script.files}
     manifest = tuple((name, len(data), 0o600) for name, data in all_files.items())
     header = StepHeader(

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remotekit import remote
+from remotekit import shipping
 from remotekit.engine import Engine
 from remotekit.errors import RemotekitError, quote_tool
 from remotekit.remote import sync as wire
@@ -203,7 +203,7 @@ def _records(
             stray.append(line)
 
     args = [command, dest]
-    header, payload = shipped(remote.script(SCRIPT), args, files)
+    header, payload = shipped(shipping.script(SCRIPT), args, files)
     options = StepOptions(
         display=engine.python_display(SCRIPT, args),
         step=step,
@@ -467,7 +467,7 @@ def _apply(
     errors: list[str] = []
     changed: list[str] = []
     batches = _batches(plan.send, here)
-    script = remote.source(SCRIPT)
+    script = shipping.source(SCRIPT)
     for i, batch in enumerate(batches):
         order, doc, pack_size = _batch_plan(batch, plan, here, i == 0, i == len(batches) - 1)
         plan_bytes = json.dumps(doc).encode()

@@ -33,15 +33,13 @@ from remotekit.engine import Engine
 from remotekit.errors import ConnectionLost, RemotekitError
 from remotekit.layers import Launch
 from remotekit.ping import Check, PingReport, ping
+from remotekit.remote.runner import kind_of
 from remotekit.result import Result, Script
 from remotekit.shell import NotStarted
+from remotekit.shipping import shown_name
 from remotekit.spec import LOCAL, HostSpec
-from remotekit.step import MAX_LINE as MAX_LINE  # these limits were defined here before step.py
-from remotekit.step import MAX_TIMEOUT_S as MAX_TIMEOUT_S
-from remotekit.step import REMOTE_BACKSTOP_S as REMOTE_BACKSTOP_S
 from remotekit.step import (
     OutputCallback,
-    OutputStream,
     StepHeader,
     StepOptions,
     file_chunks,
@@ -67,9 +65,6 @@ __all__ = [
     "Target",
     "local_target",
 ]
-
-#: The line splitter's name before it moved to :mod:`remotekit.step` (tests import it here).
-_Stream = OutputStream
 
 #: Bytes of each stream a Result keeps (the last ones); more is counted in ``*_dropped``.
 DEFAULT_CAPTURE_LIMIT = 16 << 20
@@ -397,7 +392,7 @@ class Target:
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
-        display = self.python_display(script.name, args)
+        display = self.python_display(shown_name(script), args)
         if detach:
             from remotekit.runs import start
 
@@ -450,7 +445,7 @@ class Target:
         self._engine.remember_secrets(env)
         header, payload = shipped(script, args)
         options = StepOptions(
-            display=(python, "-u", f"<shipped {script.name}>", *map(str, args)),
+            display=(python, "-u", f"<shipped {shown_name(script)}>", *map(str, args)),
             step=step,
             timeout=timeout,
             env=env,
@@ -528,7 +523,7 @@ class Target:
             st = src.stat()
             if not stat.S_ISREG(st.st_mode):  # a FIFO would block here, a device never end
                 raise RemotekitError(
-                    f"cannot put {src}: it is {_kind(st.st_mode)}, not a regular file",
+                    f"cannot put {src}: it is {kind_of(st.st_mode)}, not a regular file",
                     host=self.name,
                 )
             size = st.st_size
@@ -814,16 +809,6 @@ class Target:
         """
         self._engine.dry("ping", ("ping",))
         return ping(self._engine, on_check)
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
 
 
 def _land(tmp: Path, dest: Path, mode_there: int) -> None:

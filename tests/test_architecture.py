@@ -103,7 +103,7 @@ def test_the_graph_sees_the_real_edges() -> None:
     """A check of the reader itself: edges it must see, so an empty graph cannot pass."""
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
     assert "remotekit.spec" in graph["remotekit.inventory"]
-    assert "remotekit.remote" in graph["remotekit.engine"]  # from remotekit import remote
+    assert "remotekit.shipping" in graph["remotekit.engine"]  # from remotekit import shipping
     assert "remotekit.target" not in graph["remotekit.diagnostics.system"]  # TYPE_CHECKING
     system = MODULES["remotekit.diagnostics.system"]
     assert "remotekit.target" in imported_modules("remotekit.diagnostics.system", system, True)

@@ -30,7 +30,7 @@ TAG = f"{sys.implementation.cache_tag}.O{sys.flags.optimize}"
 
 
 def remote_source(name: str) -> str:
-    return remotekit.remote.source(name).decode()
+    return remotekit.shipping.source(name).decode()
 
 
 def entry(folder: Path, source: str) -> Path:

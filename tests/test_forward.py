@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import remotekit
-from remotekit import forward, remote
+from remotekit import forward, shipping
 from remotekit.transports.base import BACKLOG
 from tests import runtimes
 from tests.conftest import write_inventory
@@ -351,7 +351,7 @@ def test_bad_port_numbers(local: remotekit.Target) -> None:
 
 def test_relay_runs_on_python38_syntax() -> None:
     """The shipped relay compiles for the oldest Python we promise there (3.8)."""
-    src = remote.source("relay.py").decode()
+    src = shipping.source("relay.py").decode()
     ast.parse(src, feature_version=(3, 8))
     # the local side reads the relay's failure by these: they must be the relay's own
     assert f'PREFIX = "{forward.RELAY_PREFIX}"' in src

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 import remotekit
-from remotekit import remote
-from remotekit.target import _Stream
+from remotekit import shipping
+from remotekit.step import OutputStream as _Stream
 from tests.conftest import CT, held_with_python
 from tests.harness import FAKES, processes_with, wait_gone
 
@@ -506,7 +506,7 @@ def _umask() -> int:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signalled_put_leaves_no_temp_file(tmp_path: Path, sig: int) -> None:
-    runner = remote.source("runner.py")
+    runner = shipping.source("runner.py")
     header = json.dumps(
         {"nonce": "n", "op": "put", "dest": str(tmp_path / "f"), "name": "f", "size": 10 << 20}
     ).encode()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import remotekit
-from remotekit import remote
+from remotekit import shipping
 from remotekit.diagnostics import checkpoints as ck
 from remotekit.diagnostics import system
 from remotekit.diagnostics.base import Report, from_record, run_diagnostic
@@ -23,7 +23,7 @@ from remotekit.diagnostics.diagnose import DiagnoseReport
 from remotekit.errors import DiagnosticError
 from remotekit.remote import protocol
 
-REMOTE = Path(remote.__file__).parent
+REMOTE = Path(protocol.__file__).parent
 
 
 def _script(body: str, name: str = "diag.py") -> remotekit.Script:
@@ -102,18 +102,20 @@ def test_a_command_writes_one_final_record_with_its_exit_code(tmp_path: Path) ->
 # ----------------------------------------------------------------------------- shipping
 
 
-def test_a_script_ships_with_every_sibling_module_it_imports() -> None:
-    ckpt = remote.script("ckpt.py")
-    package = {p.relative_to(REMOTE).as_posix() for p in (REMOTE / "ckpt").glob("*.py")}
-    assert {"ckpt/__init__.py", "ckpt/base.py", "ckpt/dcp.py"} <= package  # dcp: relative only
-    assert set(ckpt.files) == package | {"protocol.py", "infile.py"}  # infile: the safe opener
-    assert ckpt.files["ckpt/base.py"] == (REMOTE / "ckpt" / "base.py").read_bytes()
-    assert set(remote.script("sysinfo.py").files) == {"protocol.py"}
-    assert set(remote.script("ckpt_samples.py").files) == {"protocol.py"}
-    # a package's modules named in an import list ship too: from .readers import mlflow
-    readers = remote.script("trainlog.py").files
-    assert {"trainlog/readers/__init__.py", "trainlog/readers/mlflow.py"} <= set(readers)
-    assert remote.script("runner.py").files == {}
+def test_a_script_runs_from_the_package_shipped_whole() -> None:
+    """No file is chosen: a diagnostic names the package (its hash), which holds every file
+    of remotekit/remote/ at its path, byte for byte, and nothing else."""
+    package = shipping.package()
+    ckpt = shipping.script("ckpt.py")
+    assert ckpt.name == "remotekit/remote/ckpt.py" and ckpt.files == {}
+    assert ckpt.package == package.hash == shipping.script("trainlog.py").package
+    here = {
+        "remotekit/remote/" + p.relative_to(REMOTE).as_posix(): p.read_bytes()
+        for p in REMOTE.rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert dict(package.files) == here
+    assert "remotekit/remote/trainlog/readers/mlflow.py" in here
 
 
 def test_every_shipped_file_says_what_it_is() -> None:

@@ -622,9 +622,9 @@ def _python38() -> str:
 def test_the_supervisor_parses_as_python_3_8() -> None:
     import ast
 
-    from remotekit import remote
+    from remotekit import shipping
 
-    ast.parse(remote.source("supervisor.py"), feature_version=(3, 8))
+    ast.parse(shipping.source("supervisor.py"), feature_version=(3, 8))
 
 
 @pytest.mark.timeout(60)

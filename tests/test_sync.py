@@ -415,7 +415,7 @@ def test_the_script_refuses_paths_that_leave_dest(local: remotekit.Target, tmp_p
 
 
 def wire_script() -> Script:
-    return remotekit.remote.script("sync.py")
+    return remotekit.shipping.script("sync.py")
 
 
 def test_a_symlink_there_is_replaced_not_followed(local: remotekit.Target, tmp_path: Path) -> None:

@@ -701,6 +701,6 @@ def test_disk_imports_only_what_it_uses(tmp_path: Path) -> None:
     )
     assert r.code == 0, r.stderr
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
-    assert "protocol" in imported  # what is read is the import list
+    assert "remotekit.remote.protocol" in imported  # what is read is the import list
     for name in ("threading", "subprocess", "socket", "csv", "platform", "shutil", "argparse"):
         assert name not in imported, name

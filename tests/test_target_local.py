@@ -573,7 +573,7 @@ def test_a_command_inherits_no_fd_the_runners_caller_left_open(tmp_path: Path) -
     """A hop may leave fds open in the interpreter it starts (the runner's stdin is then not
     the only thing it got). The command the runner starts gets fds 0-2 and nothing else, as
     Popen's close_fds gave it."""
-    runner = remotekit.remote.source("runner.py")
+    runner = remotekit.shipping.source("runner.py")
     header = StepHeader(argv=("sh", "-c", "ls /proc/$$/fd"), nonce="n", cwd=str(tmp_path))
     body = header.encode()
     left_r, left_w = os.pipe()

@@ -11,7 +11,6 @@ script runs as the container runs it (a subprocess, JSON lines out).
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import random
@@ -21,8 +20,7 @@ from typing import Any
 import pytest
 
 import remotekit.diagnostics.trainlog as tl
-from remotekit.cli import diagnostics as cli_diagnostics
-from tests.test_trainlog_script import SCRIPT, Run, run
+from tests.test_trainlog_script import Run, run
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -300,21 +298,3 @@ def test_the_first_values_say_their_own_rule(tmp_path: Path) -> None:
         _losses(tmp_path / "val.jsonl", [1.44, 7.4, 1.29] + [1.2 - 0.02 * i for i in range(14)])
     )
     assert [s["rule"] for s in r.all("spike")] == ["trend (first values: 2x the level)"]
-
-
-def test_the_default_is_one_name_in_api_cli_and_script() -> None:
-    """The CLI imports the diagnostics when a task runs (a quick --help): its default is
-    a literal that must say what the API's and the shipped script's do."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("trainlog_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert tl.DEFAULT_PRESET == "trend" and tl.PRESETS[0] == tl.DEFAULT_PRESET
-    assert script.parse_args(["x"]).preset == tl.DEFAULT_PRESET
-    cli = inspect.signature(cli_diagnostics.train_log.body).parameters["preset"].default
-    assert cli == tl.DEFAULT_PRESET
-    for fn in (tl.analyze_train_log, tl.script_args):
-        assert inspect.signature(fn).parameters["preset"].default == tl.DEFAULT_PRESET
-    assert set(tl.PRESETS) == set(script.PRESETS)

@@ -528,7 +528,7 @@ def test_a_run_directory_is_followed_through_its_log(
 def test_the_longest_timeout_a_step_takes_bounds_a_follow_too(
     local: remotekit.Target, tmp_path: Path
 ) -> None:
-    from remotekit.target import MAX_TIMEOUT_S
+    from remotekit.step import MAX_TIMEOUT_S
 
     class Enough(Exception):
         pass

@@ -23,7 +23,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remotekit import remote
 from tests import trainlog_factory as factory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,11 +96,11 @@ def homo_run(logs: dict[str, Path]) -> Run:
 
 
 def test_script_is_stdlib_only_python38() -> None:
-    # the script and every module shipped with it (remotekit.remote.script): its top-level
-    # siblings and the trainlog/ package, whose modules import each other relatively
-    shipped = [SCRIPT] + [SCRIPT.parent / f for f in remote.companions(SCRIPT.name)]
-    siblings = {f.split("/")[0].removesuffix(".py") for f in remote.companions(SCRIPT.name)}
-    assert "trainlog" in siblings and (SCRIPT.parent / "trainlog" / "spikes.py") in shipped
+    # the script, the trainlog/ package (its modules import each other relatively) and the
+    # modules of the shipped package it imports: the script imports them by name
+    shipped = [SCRIPT, *(SCRIPT.parent / "trainlog").rglob("*.py")]
+    shipped += [SCRIPT.parent / f for f in ("protocol.py", "infile.py", "runner.py")]
+    siblings = {"remotekit"}
     mods = set()
     for path in shipped:
         tree = ast.parse(path.read_text(), feature_version=(3, 8))
@@ -467,11 +466,9 @@ def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
 
 
 def shipped(module: str) -> Any:
-    """A module of the shipped ``trainlog/`` package (``"trainlog.base"``), imported as
-    trainlog.py imports it there: with the script's folder on sys.path."""
-    if str(SCRIPT.parent) not in sys.path:
-        sys.path.insert(0, str(SCRIPT.parent))
-    return importlib.import_module(module)
+    """A module of the shipped ``trainlog/`` package (``"trainlog.base"``): the one that runs
+    there, imported here by its name in the package."""
+    return importlib.import_module("remotekit.remote." + module)
 
 
 BASE = shipped("trainlog.base")

@@ -34,6 +34,7 @@ from remotekit.cli.selection import (
     split_option,
 )
 from remotekit.fleet import HostOutcome
+from remotekit.remote.trainlog.base import DEFAULT_PRESET
 from remotekit.render import Console
 
 
@@ -187,7 +188,7 @@ def train_log(
     c: Context,
     path: str = "",
     sel: Selection = OPTIONS_HERE,
-    preset: str = "trend",  # trainlog.DEFAULT_PRESET (imported when the task runs)
+    preset: str = DEFAULT_PRESET,
     metric: Any = None,
     ckpt_steps: str = "",
     ckpt_dir: str = "",

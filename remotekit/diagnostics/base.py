@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
-from remotekit import remote
+from remotekit import shipping
 from remotekit.errors import DiagnosticError
 from remotekit.remote.protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, FINAL, number, parse
 from remotekit.result import Result, Script, Shown
@@ -93,8 +93,10 @@ def _shipped(script: str | Script) -> Script:
     """``remote/<script>`` with the modules it imports, or a given Script with the protocol
     module beside it (a diagnostic of your own can ``from protocol import Out``)."""
     if isinstance(script, Script):
-        return replace(script, files={"protocol.py": remote.source("protocol.py"), **script.files})
-    return remote.script(script)
+        return replace(
+            script, files={"protocol.py": shipping.source("protocol.py"), **script.files}
+        )
+    return shipping.script(script)
 
 
 def _name(script: str | Script) -> str:
@@ -160,6 +162,8 @@ def _heavy(script: Script) -> tuple[str, ...]:
     """``("torch",)`` when the script or a module shipped beside it imports torch: with the
     agent on, it then starts with torch already imported."""
     sources = [script.source, *script.files.values()]
+    if isinstance(script, shipping.PackageScript):  # what the diagnostic it starts is made of
+        sources += shipping.slice_sources(script)
     return ("torch",) if any(b"import torch" in s for s in sources) else ()
 
 

@@ -86,7 +86,7 @@ process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one 
 time. A file that crashes the worker costs only itself: the files the worker had open are
 checked again alone in a fresh one. inspect and diff run in this process.
 
-Modules, shipped beside this file (``remotekit.remote.script`` follows the imports): the
+Modules of the package this file runs from (:mod:`remotekit.shipping` ships it whole): the
 siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
 safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
 ``base`` (constants, errors, torch on demand, page release), ``formats`` (one file: torch,
@@ -102,15 +102,24 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
+if not __package__:  # run as a file: its package imported by name (see remotekit.remote)
+    sys.modules.setdefault("remotekit", type(sys)("remotekit")).__dict__.setdefault(
+        "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    )
 
-from ckpt.base import DEFAULT_CHUNK, Fatal, _import_torch
-from ckpt.check import BIG_FILE, _collect_if_needed, check_entry, scan_item, step_from_name
-from ckpt.commands import cmd_bisect, cmd_diff, cmd_inspect, cmd_scan
-from ckpt.discover import _file_item, discover
-from ckpt.formats import Entry, _open_safetensors, _tensor_chunks
-from ckpt.workers import cmd_worker
-from protocol import EXIT_FAILED, fail
+from remotekit.remote.ckpt.base import DEFAULT_CHUNK, Fatal, _import_torch
+from remotekit.remote.ckpt.check import (
+    BIG_FILE,
+    _collect_if_needed,
+    check_entry,
+    scan_item,
+    step_from_name,
+)
+from remotekit.remote.ckpt.commands import cmd_bisect, cmd_diff, cmd_inspect, cmd_scan
+from remotekit.remote.ckpt.discover import _file_item, discover
+from remotekit.remote.ckpt.formats import Entry, _open_safetensors, _tensor_chunks
+from remotekit.remote.ckpt.workers import cmd_worker
+from remotekit.remote.protocol import EXIT_FAILED, fail
 
 # The names above that main() does not use are this script's API for in-process callers
 # (tests load ckpt.py by path and call discover, scan_item, check_entry ...).

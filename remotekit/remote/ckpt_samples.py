@@ -28,8 +28,11 @@ import os
 import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
-from protocol import emit, fail, finish  # the record protocol, shared with the local side
+if not __package__:  # run as a file: its package imported by name (see remotekit.remote)
+    sys.modules.setdefault("remotekit", type(sys)("remotekit")).__dict__.setdefault(
+        "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    )
+from remotekit.remote.protocol import emit, fail, finish
 
 
 def train(torch, steps, seed=0):

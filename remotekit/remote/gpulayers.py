@@ -28,9 +28,12 @@ import re
 import stat
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
-from protocol import Out  # the record protocol, shared with the local side
-from sysinfo import find_smi, read_text, run_tool, torch_view
+if not __package__:  # run as a file: its package imported by name (see remotekit.remote)
+    sys.modules.setdefault("remotekit", type(sys)("remotekit")).__dict__.setdefault(
+        "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    )
+from remotekit.remote.protocol import Out
+from remotekit.remote.sysinfo import find_smi, read_text, run_tool, torch_view
 
 ROOT_VAR = "REMOTEKIT_GPU_ROOT"
 #: The environment a layer passes on to CUDA: CUDA's own (CUDA programming guide, "CUDA

@@ -22,6 +22,8 @@ import os
 import stat
 import sys
 
+from .runner import kind_of  # the words a `get` of such a file says too
+
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 _FLAGS |= getattr(os, "O_CLOEXEC", 0)
 
@@ -36,21 +38,6 @@ class TooDeep(ValueError):
 
 class EscapingName(ValueError):
     """A name inside a checkpoint that points outside its directory."""
-
-
-def kind_of(mode):
-    # runner.kind_of says the same for `get`: the runner is shipped alone over stdin and
-    # cannot import this module, so the two stay in step by hand.
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def open_regular(path, mode="rb", encoding=None, errors=None):

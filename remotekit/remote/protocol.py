@@ -1,6 +1,6 @@
 """The record protocol of remotekit's diagnostics, written once and imported by both sides.
 
-Shipped *there* beside every diagnostic script (``remotekit.remote.script`` adds it), and
+Shipped *there* in the package every diagnostic runs from (:mod:`remotekit.shipping`), and
 imported *here* as :mod:`remotekit.remote.protocol` by the local halves. Standard library
 only, Python >= 3.8, no state but an output lock.
 

@@ -8,10 +8,17 @@
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
 #          "files": [[name, size, mode], ...], "timeout", "grace", "detach", "report",
+#          "package", "package_size",
 #          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes";
 #          "preload": read by the agent only}
-#   Its fields and their defaults are HEADER below, a copy of remotekit.step.StepHeader (the
-#   local definition, documented there; this file travels alone): a test holds them identical.
+#   Its fields and their defaults are HEADER below, their one definition: the laptop imports
+#   this file as remotekit.remote.runner and builds remotekit.step.StepHeader from it.
+#
+# "package" names (by hash) the package remotekit.remote a script step runs from ("script" is
+# then a path in it): kept in PACKAGES there, sent behind the header ("package_size" bytes,
+# before the files: remotekit.shipping says their format) only when this runner said it is
+# missing (a control line, below); without it the runner says so and ends (125) before
+# anything ran.
 #
 # After the payload, stdin stays open: EOF on it means the caller is gone (timeout, Ctrl-C,
 # lost connection) and the step's whole process tree is stopped: TERM, then KILL after
@@ -26,6 +33,9 @@
 #   <nonce> ready {"key": K}               the runner started (so the interpreter exists)
 #   <K> started {"pid": N}                 the step's process runs
 #   <K> file {"mode": M, "size": N}        get: the file about to be sent on stdout
+#   <K> missing {"cache": B}               the step's package is not there: send it (B: whether
+#                                          this runner keeps packages; else every step sends it)
+#   <K> package {"cached": B}              the package that came is kept for later steps
 #   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
 #                                          R: exit | deadline | eof | signal | detached
 #
@@ -50,12 +60,22 @@ try:  # the C module: signal's wrapper turns each handler and mask it returns in
 except ImportError:
     import signal
 
-STDIN = sys.stdin.buffer
+STDIN = getattr(sys.stdin, "buffer", None)  # None where imported with no stdin (the laptop)
 CHUNK = 1 << 20
 KEY = [""]
 
-# The step header's fields and defaults: remotekit.step.StepHeader's, field for field.
-HEADER = {
+# The control words of the lines above (remotekit.step reads them by these names).
+READY, STARTED, FILE, EXIT, MISSING, PACKAGE = (
+    "ready",
+    "started",
+    "file",
+    "exit",
+    "missing",
+    "package",
+)
+
+# The step header's fields and their defaults, as they travel (JSON): their one definition.
+HEADER = {  # type: dict[str, object]
     "op": "exec",
     "argv": [],
     "script": None,
@@ -77,6 +97,8 @@ HEADER = {
     "timeout": None,
     "grace": 1.0,
     "preload": [],
+    "package": None,
+    "package_size": 0,
 }
 
 
@@ -90,7 +112,7 @@ def read_header(raw):
 # What a signal must remove if it ends the runner before a step runs (a put's temp file, the
 # shipped files' dir). The handler removes them and exits at once: an exception raised from
 # a handler can land in a finalizer and be swallowed, leaving the runner blocked on stdin.
-TO_REMOVE = []
+TO_REMOVE = []  # type: list[str]
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
@@ -397,7 +419,8 @@ def stop_tree(child, grace, wait=time.sleep):
     return stopped, running
 
 
-PRCTL = []  # libc's prctl, looked up once (~0.2 ms a lookup); a forked step inherits it
+# libc's prctl, looked up once (~0.2 ms a lookup); a forked step inherits it
+PRCTL = []  # type: list[object]
 
 
 def prctl(option, value):
@@ -419,7 +442,9 @@ def become_subreaper():
 
 
 def kind_of(mode):
-    # infile.kind_of (the diagnostics' opener) is its twin: this file travels alone.
+    # type: (int) -> str
+    """What a file of this ``st_mode`` is, in words, when it is not a regular file (the
+    opener of the diagnostics and the laptop's ``get`` say it with these words too)."""
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -524,7 +549,7 @@ def do_get(h):
                 "cannot get %s: it is %d bytes, more than max_bytes=%d" % (src, st.st_size, limit),
                 1,
             )
-        control("file", {"mode": stat.S_IMODE(st.st_mode), "size": st.st_size})
+        control(FILE, {"mode": stat.S_IMODE(st.st_mode), "size": st.st_size})
         os.write(1, (h["nonce"] + "\n").encode())  # data starts after this line
         sent = 0
         while True:
@@ -963,24 +988,27 @@ def step_env(h):
     return env
 
 
-def step_argv(h, tmpdir):
+def step_argv(h, tmpdir, base=None):
+    """The step's argv, cwd and env; a script is run from ``base`` (its package's folder) when
+    given, else from ``tmpdir``."""
     env = step_env(h)
     argv = list(h["argv"])
     if h["script"]:
         env["PYTHONUNBUFFERED"] = "1"
-        env["REMOTEKIT_DIR"] = tmpdir
-        argv = [sys.executable, "-u", os.path.join(tmpdir, h["script"])] + argv
+        if tmpdir is not None:
+            env["REMOTEKIT_DIR"] = tmpdir
+        argv = [sys.executable, "-u", os.path.join(base or tmpdir, h["script"])] + argv
     cwd = h["cwd"]
     if cwd and not os.path.isdir(cwd):
         fail("cannot change to working directory %s: no such directory" % cwd)
     return argv, cwd, env
 
 
-def do_detach(h, tmpdir, zygote):
+def do_detach(h, tmpdir, zygote, base=None):
     """Start the command in its own session with its output in a log file, and return:
     the one way a process outlives its step. Its folder (log, shipped files) stays."""
     zygote.discard()
-    argv, cwd, env = step_argv(h, tmpdir)
+    argv, cwd, env = step_argv(h, tmpdir, base)
     log = os.path.join(tmpdir, "output.log")
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
     report_r = report_w = None
@@ -996,7 +1024,7 @@ def do_detach(h, tmpdir, zygote):
         if "error" in report:
             fail(report["error"] + tail_of(log), report.get("code", 125))
         info.update(report)
-    control("exit", {"code": 0, "reason": "detached", "detached": info})
+    control(EXIT, {"code": 0, "reason": "detached", "detached": info})
     return 0
 
 
@@ -1030,8 +1058,8 @@ def tail_of(log):
     return "; its output:\n" + text if text else ""
 
 
-def do_exec(h, tmpdir, zygote, outputs, stdin):
-    argv, cwd, env = step_argv(h, tmpdir)
+def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
+    argv, cwd, env = step_argv(h, tmpdir, base)
     reason = [None]
 
     def on_signal(signum, frame):
@@ -1045,7 +1073,7 @@ def do_exec(h, tmpdir, zygote, outputs, stdin):
     else:
         zygote.discard()
         child = spawn(argv, cwd, env, out=outputs.out_w, err=outputs.err_w)
-    control("started", {"pid": child.pid})
+    control(STARTED, {"pid": child.pid})
     relay = Relay(outputs, stdin)
     deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
     while child.poll() is None and reason[0] is None:
@@ -1067,7 +1095,7 @@ def do_exec(h, tmpdir, zygote, outputs, stdin):
     relay.done()
     code = child.returncode
     data["code"] = code = 128 - code if code < 0 else code
-    control("exit", data)
+    control(EXIT, data)
     return code
 
 
@@ -1081,7 +1109,7 @@ def main():
     stdin = Input(wake_r)
     header = read_header(stdin.read_exact(int(stdin.readline())))
     KEY[0] = "remotekit-" + os.urandom(16).hex()
-    control("ready", {"key": KEY[0]}, prefix=header["nonce"])
+    control(READY, {"key": KEY[0]}, prefix=header["nonce"])
     op = header["op"]
     if op in ("put", "get"):
         zygote.discard()
@@ -1090,8 +1118,12 @@ def main():
     tmpdir = None
     keep = False
     try:
-        if header["files"]:
+        base = None
+        if header["package"]:
+            base, tmpdir = package_dir(header, stdin)
+        if header["files"] and tmpdir is None:
             tmpdir = created(private_dir)
+        if header["files"]:
             for name, size, mode in header["files"]:
                 path = os.path.join(tmpdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -1102,12 +1134,208 @@ def main():
             tmpdir = tmpdir or private_dir()
             keep = True
             del TO_REMOVE[:]
-            return do_detach(header, tmpdir, zygote)
-        return do_exec(header, tmpdir, zygote, outputs, stdin)
+            return do_detach(header, tmpdir, zygote, base)
+        return do_exec(header, tmpdir, zygote, outputs, stdin, base)
     finally:
         zygote.discard()
         if tmpdir is not None and not keep:
             remove_tree(tmpdir)
+
+
+PACKAGE_NAME = "0123456789abcdef"  # a package's name: hex digits of its hash
+KEEP_PACKAGES = 8  # packages kept, the most recently used (each ~0.7 MB, and its bytecode)
+# What the runner writes last into a package it unpacked, before the rename that puts it in
+# place: the manifest ([[path, size], ...]). An entry without it, or whose files are not the
+# sizes it says, is not trusted (a copy cut short, a truncated module).
+SEAL = ".manifest.json"
+
+
+def package_hash(files):
+    # type: (object) -> str
+    """The name of the package made of ``files`` ((path, bytes) pairs, in their order): the
+    laptop names the package it ships by it, the runner checks what came against it."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, data in files:  # type: ignore[attr-defined]
+        h.update(b"%s\0%d\0" % (name.encode(), len(data)))
+        h.update(data)
+    return h.hexdigest()[:32]
+
+
+def safe_above(folder):
+    """Whether no one but us and root can replace ``folder`` or a folder above it: each is
+    ours or root's, and no one else may write to it unless it is sticky (/tmp)."""
+    path = os.path.realpath(folder)
+    while True:
+        st = os.stat(path)
+        if st.st_uid not in (0, os.geteuid()):
+            return False
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return False
+        if path == os.path.dirname(path):
+            return True
+        path = os.path.dirname(path)
+
+
+def ours_alone(folder, private):
+    """Whether ``folder`` is a folder (not a link) of ours no one else may write to, nor
+    (``private``) enter; made (0700) when it is not there."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(folder)
+    mask = 0o077 if private else 0o022
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & mask
+
+
+def package_root():
+    """The folder packages are kept in: ``$XDG_CACHE_HOME/remotekit/pkg`` (else under
+    ``~/.cache``); None unless it is ours alone (0700) and the folders above it are ours and
+    no one else's to write (what is read from there runs), as boot.CodeCache asks of its.
+    Each folder is checked before anything is made in it: an untrusted one gets nothing."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.path.join(os.path.realpath(os.path.dirname(base)), os.path.basename(base))
+    path = os.path.join(base, "remotekit", "pkg")
+    try:
+        if not safe_above(os.path.dirname(base)):
+            return None
+        for folder, private in ((base, False), (os.path.dirname(path), False), (path, True)):
+            if not ours_alone(folder, private):
+                return None
+    except (OSError, ValueError):
+        return None
+    return path
+
+
+def sealed(kept):
+    """Whether ``kept`` is a package the runner unpacked whole: its seal, and every file it
+    names there, a regular file of the size it names."""
+    try:
+        with open(os.path.join(kept, SEAL), "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+        for rel, size in manifest:
+            st = os.lstat(os.path.join(kept, rel))
+            if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                return False
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def discard(root, name):
+    """Remove the entry ``name`` of ``root``: first out of its name (one rename), so no
+    runner ever finds a part of it there."""
+    gone = os.path.join(root, ".gone-" + os.urandom(6).hex())
+    try:
+        os.rename(os.path.join(root, name), gone)
+    except OSError:
+        return
+    remove_tree(gone)
+
+
+def package_dir(h, stdin):
+    """(the folder the step's package is in, the step's temp dir or None): the kept one, or
+    the one that came behind the header, unpacked into the cache (else into a temp dir of
+    the step's). Neither: say ``missing`` and end, before anything ran."""
+    name, size = h["package"], h["package_size"]
+    if not isinstance(name, str) or not name or name.strip(PACKAGE_NAME):
+        fail("not a package name: %r" % (name,))
+    root = package_root()
+    kept = None if root is None else os.path.join(root, name)
+    if kept is not None and os.path.lexists(kept):
+        if sealed(kept):
+            stdin.read_exact(size, "package")  # sent all the same: not needed
+            try:
+                os.utime(kept)  # the most recently used are the ones kept
+            except OSError:
+                pass
+            return kept, None
+        discard(root, name)  # not whole: it comes again
+    if not size:
+        control(MISSING, {"cache": root is not None})
+        sys.exit(125)
+    blob = stdin.read_exact(size, "package")
+    files = unpacked(blob, name)
+    if kept is not None:
+        try:
+            unpack(files, root, kept)
+            prune(root)
+            control(PACKAGE, {"cached": True})
+            return kept, None
+        except OSError:  # a full disk: this step has it in its temp dir
+            pass
+    tmpdir = created(private_dir)
+    unpack(files, tmpdir, os.path.join(tmpdir, "package"))
+    control(PACKAGE, {"cached": False})
+    return os.path.join(tmpdir, "package"), tmpdir
+
+
+def unpacked(blob, name):
+    """The files of ``blob`` (remotekit.shipping.Package.blob) as (path, bytes) pairs, when
+    they are the package ``name``: else the step ends before anything ran."""
+    import zlib
+
+    try:
+        data = zlib.decompress(blob)
+        head, _, body = data.partition(b"\n")
+        files, at = [], 0
+        for rel, size in json.loads(head.decode("utf-8")):
+            parts = rel.split("/")
+            if rel.startswith("/") or any(p in ("", ".", "..") or p == SEAL for p in parts):
+                raise ValueError("a package file named %r" % rel)
+            files.append((rel, body[at : at + size]))
+            at += size
+        if at != len(body) or package_hash(files) != name:
+            raise ValueError("its files hash to another name")
+    except (zlib.error, ValueError, TypeError) as exc:
+        fail("what came as package %s is not the package: %s" % (name, exc))
+    return files
+
+
+def unpack(files, where, dest):
+    """``files`` into ``dest``, whole: written in a private folder in ``where``, sealed (the
+    seal last), then renamed into place (a step that unpacked it first wins)."""
+    tmp = os.path.join(where, ".unpack-" + os.urandom(6).hex())
+    os.mkdir(tmp, 0o700)
+    try:
+        for rel, data in files + [(SEAL, json.dumps([[r, len(d)] for r, d in files]).encode())]:
+            path = os.path.join(tmp, *rel.split("/"))
+            os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not os.path.isdir(dest):
+                raise
+    finally:
+        if os.path.isdir(tmp):
+            remove_tree(tmp)
+
+
+def prune(root):
+    """Past KEEP_PACKAGES, the least recently used packages go (and unpackings a killed
+    runner left, after an hour)."""
+    try:
+        when = {}
+        for name in os.listdir(root):
+            st = os.lstat(os.path.join(root, name))
+            if name.startswith(".gone-"):
+                remove_tree(os.path.join(root, name))  # a removal cut short
+            elif name.startswith(".unpack-"):
+                if time.time() - st.st_mtime > 3600:
+                    remove_tree(os.path.join(root, name))
+            else:
+                when[name] = st.st_mtime
+        for name in sorted(when, key=when.get)[: max(0, len(when) - KEEP_PACKAGES)]:
+            discard(root, name)
+    except OSError:
+        pass
 
 
 def entry():

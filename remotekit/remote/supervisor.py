@@ -81,11 +81,13 @@ import sys
 import threading
 import time
 
-import infile
-import protocol
-import runner
-import runrecord
-from runrecord import CORRUPT, ID_RE, STREAMS
+if not __package__:  # run as a file: its package imported by name (see remotekit.remote)
+    sys.modules.setdefault("remotekit", type(sys)("remotekit")).__dict__.setdefault(
+        "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    )
+
+from remotekit.remote import infile, protocol, runner, runrecord
+from remotekit.remote.runrecord import CORRUPT, ID_RE, STREAMS
 
 READ = 512 << 10  # bytes read at once for data records
 MAX_RECORD = 960 << 10  # a record line stays below the engine's 1 MiB line (else it is cut)

@@ -42,8 +42,11 @@ import time
 # procs): together ~8 ms a step, which the disk command, needing none, does not pay. The
 # command line is read without argparse (parse): its import and parsers cost a step ~4 ms.
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
-from protocol import Out, mask_argv  # the record protocol, shared with the local side
+if not __package__:  # run as a file: its package imported by name (see remotekit.remote)
+    sys.modules.setdefault("remotekit", type(sys)("remotekit")).__dict__.setdefault(
+        "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    )
+from remotekit.remote.protocol import Out, mask_argv
 
 GPU_QUERY = [
     "index",

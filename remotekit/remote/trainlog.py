@@ -61,8 +61,8 @@ sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
 
 Exit status (also the ``done`` record's): 0 nothing found, 1 findings, 2 could not run.
 
-Modules, shipped beside this file as the package ``trainlog/`` (``remotekit.remote.script``
-follows the imports; ``trainlog/__init__.py`` draws them as the pipeline they make: find,
+Modules, in the package ``trainlog/`` beside this file (:mod:`remotekit.shipping` ships
+the whole of remotekit.remote; ``trainlog/__init__.py`` draws them as the pipeline they make: find,
 read, choose, analyse, follow), with ``protocol`` (the record format, shared with the local
 side) and ``infile`` (the safe opener); this file parses the arguments and turns every
 failure into an ``error`` record.
@@ -76,14 +76,17 @@ import re
 import sys
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its shipped sibling modules
+if not __package__:  # run as a file: its package imported by name (see remotekit.remote)
+    sys.modules.setdefault("remotekit", type(sys)("remotekit")).__dict__.setdefault(
+        "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    )
 
-from infile import open_regular
-from trainlog.analyze import analyze_log
-from trainlog.base import PRESETS, LogError, failed
-from trainlog.choose import NoLoss
-from trainlog.follow import FOLLOWED, NotFollowed, follow_log
-from trainlog.readers import READERS
+from remotekit.remote.infile import open_regular
+from remotekit.remote.trainlog.analyze import analyze_log
+from remotekit.remote.trainlog.base import DEFAULT_PRESET, PRESETS, LogError, failed
+from remotekit.remote.trainlog.choose import NoLoss
+from remotekit.remote.trainlog.follow import FOLLOWED, NotFollowed, follow_log
+from remotekit.remote.trainlog.readers import READERS
 
 
 def _csv_steps(text):
@@ -104,7 +107,7 @@ def parse_args(argv):
         default=[],
         help="a metric name (repeatable; adds to --metrics)",
     )
-    ap.add_argument("--preset", default="trend", choices=sorted(PRESETS))
+    ap.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
     ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
     ap.add_argument(
         "--checkpoints",

@@ -28,7 +28,7 @@ from remotekit.errors import DiagnosticError, RemotekitError
 from remotekit.follow import Resumable, Stopped
 from remotekit.remote.protocol import FINAL, number
 from remotekit.result import Result, Shown
-from remotekit.target import MAX_TIMEOUT_S
+from remotekit.step import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
     from remotekit.target import Target

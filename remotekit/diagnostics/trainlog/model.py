@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from remotekit.remote.trainlog import base as wire
+from remotekit.remote.trainlog.base import DEFAULT_PRESET
+
 __all__ = [
     "DEFAULT_PRESET",
     "PRESETS",
@@ -23,8 +26,7 @@ __all__ = [
     "Spike",
 ]
 
-PRESETS = ("trend", "olmo2", "olmo-core", "megatron", "zclip")
-DEFAULT_PRESET = PRESETS[0]  # remote/trainlog.py's own default too (a test holds them equal)
+PRESETS = tuple(wire.PRESETS)  # the names, in the order the script there defines them
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ import mmap
 import os
 import time
 
-from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit
-
+from ..protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit
 from .base import (
     NAME_STEP,
     NONFINITE_KEYS,

@@ -14,8 +14,7 @@ import re
 import sys
 import time
 
-from protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish
-
+from ..protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish
 from .base import (
     COUNTER,
     NONFINITE_KEYS,

@@ -16,8 +16,7 @@ import re
 import struct
 import zipfile
 
-from infile import EscapingName, inside, open_regular
-
+from ..infile import EscapingName, inside, open_regular
 from .base import (
     STATE_CONTAINERS,
     STEP_KEYS,

@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 import re
 
-from infile import inside, load_json, open_regular
-from protocol import emit
-
+from ..infile import inside, load_json, open_regular
+from ..protocol import emit
 from .base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, _euid
 
 # ----------------------------------------------------------------------------- discovery

@@ -17,9 +17,8 @@ import re
 import struct
 import zipfile
 
-from infile import EscapingName, fd_path, inside, load_json, open_regular
-from protocol import is_secret_name, mask
-
+from ..infile import EscapingName, fd_path, inside, load_json, open_regular
+from ..protocol import is_secret_name, mask
 from .base import (
     COUNTER,
     EPOCH_KEYS,

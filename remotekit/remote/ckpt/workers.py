@@ -20,8 +20,7 @@ import sys
 import threading
 import time
 
-from protocol import EXIT_FAILED, EXIT_OK, emit, emit_line, flush
-
+from ..protocol import EXIT_FAILED, EXIT_OK, emit, emit_line, flush
 from .base import Fatal, _import_torch, uses_torch
 from .check import _empty_record, _meta_record, meta_item, scan_item
 from .formats import _allow_globals

@@ -11,8 +11,7 @@ from collections import Counter
 from itertools import islice
 from operator import sub
 
-from protocol import EXIT_FINDINGS, EXIT_OK
-
+from ..protocol import EXIT_FINDINGS, EXIT_OK
 from .base import (
     CLIFF_DROP,
     CLIFF_SIGMA,

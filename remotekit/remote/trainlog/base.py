@@ -9,9 +9,12 @@ import math
 import re
 import struct
 
-from protocol import EXIT_FAILED, emit, finish
+from ..protocol import EXIT_FAILED, emit, finish
 
 COMMAND = "train-log"  # the command named in the final record
+
+#: The preset a run takes unless told (the script's, the API's and the CLI's default).
+DEFAULT_PRESET = "trend"
 
 PRESETS = {
     "trend": {

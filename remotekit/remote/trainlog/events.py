@@ -17,8 +17,7 @@ from array import array
 from itertools import compress, islice, repeat
 from operator import gt, le, mul, sub
 
-from infile import load_json, open_regular
-
+from ..infile import load_json, open_regular
 from .base import DIR_STEP_RE, MAX_EVENTS, _fmt, _quantile, binom_sf
 from .source import MAX_DOC
 

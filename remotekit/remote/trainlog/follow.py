@@ -31,9 +31,8 @@ import os
 import time
 from collections import deque
 
-from infile import identity, moved, open_regular
-from protocol import EXIT_FINDINGS, EXIT_OK
-
+from ..infile import identity, moved, open_regular
+from ..protocol import EXIT_FINDINGS, EXIT_OK
 from .analyze import (
     _FINDING_OF,
     _bucket_codes,

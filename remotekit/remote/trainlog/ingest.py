@@ -8,8 +8,7 @@ from __future__ import annotations
 from array import array
 from operator import itemgetter
 
-from protocol import mask
-
+from ..protocol import mask
 from .base import (
     CKPT_RE,
     CODE_RE,

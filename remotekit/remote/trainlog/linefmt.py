@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from itertools import chain
 
-from protocol import mask
-
+from ..protocol import mask
 from .choose import HEAD_ROWS
 from .source import Lines, head_lines
 

@@ -10,8 +10,7 @@ import json
 import os
 from itertools import chain
 
-from infile import open_regular
-
+from ..infile import open_regular
 from .base import CODE_RE, LogError
 
 MAX_LINE = 1 << 20  # bytes: a longer line is skipped and counted, never held whole

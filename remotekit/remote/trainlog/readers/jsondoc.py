@@ -9,8 +9,7 @@ import io
 from collections import Counter
 from itertools import chain
 
-from infile import TooDeep, load_json
-
+from ...infile import TooDeep, load_json
 from ..base import LogError
 from ..choose import HEAD_ROWS
 from ..source import MAX_DOC, NotMine

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import os
 
-from infile import open_regular
-
+from ...infile import open_regular
 from ..source import Lines
 
 FORMAT = "mlflow"

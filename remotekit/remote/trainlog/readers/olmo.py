@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import re
 
-from protocol import mask
-
+from ...protocol import mask
 from ..source import Lines
 
 MARKER_RE = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?)(?:,epoch=(\d+))?(?:,eta=[^\]]*)?\]\s*$")

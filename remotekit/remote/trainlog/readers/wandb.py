@@ -8,8 +8,7 @@ import json
 import os
 import struct
 
-from infile import TooDeep, load_json, open_regular
-
+from ...infile import TooDeep, load_json, open_regular
 from ..base import LogError, _fmt
 from ..source import READ
 from ..wire import _pb_varint, _varint
