@@ -73,7 +73,7 @@ _BEFORE = 4096
 
 
 @functools.cache
-def shipped() -> bytes:
+def loader_bytes() -> bytes:
     """What an agent's loader reads first: the boot (``remote/boot.py``), the agent's source
     behind it (``<length>\n<source>``, read by the boot) and the runner's frame."""
     boot, agent = shipping.source("boot.py"), shipping.source("agent.py")
@@ -259,7 +259,7 @@ class Agent:
             # for its hello (one round trip less): the agent takes over what its loader's
             # buffered read took in beyond its source. A step waits for the hello (Engine._ready_agent), so
             # that it can still run without the agent when none answers.
-            yield shipped()
+            yield loader_bytes()
             ended = False
             while not ended and (data := self._out.get()) is not None:
                 data, ended = self._more(data)

@@ -14,7 +14,7 @@ from remotekit.engine import Engine
 from remotekit.errors import RemotekitError, StepCancelled
 from remotekit.layers import Hop
 from remotekit.result import Script, Shown
-from remotekit.step import StepOptions, run_step, shipped
+from remotekit.step import StepRequest, run_step
 
 __all__ = ["Check", "PingReport", "ping"]
 
@@ -135,11 +135,11 @@ def _looked_up(engine: Engine, exc: RemotekitError) -> Hop:
 def _interpreter(engine: Engine, add: _Add) -> bool:
     interpreter = engine.launch.interpreter or "python"
     script = Script(_PING_PY, name="remotekit_ping.py")
-    header, payload = shipped(script)
     timeout = max(30.0, engine.spec.timeouts.connect)
-    options = StepOptions(engine.python_display(script.name), step="ping", timeout=timeout)
+    display = engine.python_display(script.name)
+    request = StepRequest.script(script, display=display, step="ping", timeout=timeout)
     try:
-        res = run_step(engine, header, payload, options)
+        res = run_step(engine, request)
     except StepCancelled:
         raise
     except RemotekitError as exc:

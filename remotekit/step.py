@@ -1,14 +1,14 @@
 """One step on a target's :class:`~remotekit.engine.Engine`, in named phases.
 
-:class:`StepRun` runs one step: **header** (the step's op, completed with the launch's env,
-cwd and limits; the engine ships it behind the runner, with the step's bytes, as one stdin
-stream), **start** (:meth:`Engine.start_step <remotekit.engine.Engine.start_step>`),
-**pump** (events -> output lines until exit, timeout, cancel or a lost connection), **stop**
-(EOF to the runner, which stops the step's tree there; then close), **result** (a Result, or
-the error that says what went wrong and where). :class:`StepOptions` is how the step runs and
-what it shows; :class:`OutputStream` splits each stream into lines and recognises the
-runner's control lines. :func:`run_step` is the way in: it masks the target's secrets in
-every error that leaves.
+:class:`StepRequest` is one step as asked, built once by its caller: the runner's op, the bytes
+behind it, how it runs and what it shows. :class:`StepRun` runs it: **header** (the step's op,
+completed with the launch's env, cwd and limits; the engine ships it behind the runner, with
+the step's bytes, as one stdin stream), **start** (:meth:`Engine.start_step
+<remotekit.engine.Engine.start_step>`), **pump** (events -> output lines until exit, timeout,
+cancel or a lost connection), **stop** (EOF to the runner, which stops the step's tree there;
+then close), **result** (a Result, or the error that says what went wrong and where).
+:class:`OutputStream` splits each stream into lines and recognises the runner's control lines.
+:func:`run_step` is the way in: it masks the target's secrets in every error that leaves.
 """
 
 from __future__ import annotations
@@ -53,13 +53,12 @@ __all__ = [
     "OutputCallback",
     "OutputStream",
     "StepHeader",
-    "StepOptions",
+    "StepRequest",
     "StepRun",
     "checked_timeout",
     "echo",
     "file_chunks",
     "run_step",
-    "shipped",
     "slices",
 ]
 
@@ -258,19 +257,25 @@ class StepHeader:
 
 
 @dataclass(frozen=True)
-class StepOptions:
-    """How one step runs and what it shows: everything but its header and payload.
+class StepRequest:
+    """One step as asked: what the runner does there, the bytes that follow, and how the step
+    runs and shows here. Built once by its caller (:class:`~remotekit.target.Target`, sync,
+    ping), run by :func:`run_step`; :meth:`script` builds the one that runs a shipped script.
 
-    ``display`` is the command its Result and trace show, ``step`` its name in errors;
-    ``timeout`` None means the host's ``timeouts.step``. ``stdout_sink`` takes the raw stdout
-    after the runner's marker line (``get``); ``info`` receives the runner's ``file`` record
-    (``get``). ``launch``: where else in the chain the step runs
-    (:meth:`Engine.launch_at <remotekit.engine.Engine.launch_at>`), as a process of its own;
-    None: the target's launch.
+    ``header`` is the runner's op (:class:`StepHeader`) and ``payload`` the bytes behind it on
+    stdin (iterated once, as the step starts). ``display`` is the command its Result and trace
+    show, ``step`` its name in errors; ``timeout`` None means the host's ``timeouts.step``;
+    ``env`` and ``cwd`` go on top of the launch's; ``check``: a non-zero exit raises
+    :class:`StepFailed`. ``stdout_sink`` takes the raw stdout after the runner's marker line
+    (``get``); ``info`` receives the runner's ``file`` record (``get``). ``at``: run it with
+    ``python`` inside only the first ``at`` hops of the chain (:meth:`Engine.launch_at
+    <remotekit.engine.Engine.launch_at>`), as a process of its own; None: the target's launch.
     """
 
+    header: StepHeader
     display: tuple[str, ...]
     step: str
+    payload: Iterable[bytes] = ()
     timeout: float | None = None
     env: Mapping[str, str] | None = None
     cwd: str | None = None
@@ -279,23 +284,77 @@ class StepOptions:
     capture: bool = True
     stdout_sink: Callable[[bytes], Any] | None = None
     info: dict[str, Any] | None = None
-    launch: Launch | None = None
+    at: int | None = None
+    python: str = "python3"
+
+    @classmethod
+    def script(
+        cls,
+        script: Script,
+        args: Sequence[Any] = (),
+        *,
+        display: tuple[str, ...],
+        step: str,
+        files: Mapping[str, bytes] | None = None,
+        detach: bool = False,
+        report: bool = False,
+        preload: Sequence[str] = (),
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        check: bool = True,
+        on_output: OutputCallback | None = None,
+        capture: bool = True,
+        at: int | None = None,
+        python: str = "python3",
+    ) -> StepRequest:
+        """The step that runs ``script`` there with ``args``: the script and its files (and
+        ``files``) travel as the runner's shipped files, in bounded pieces (views, no copies;
+        a sequence, so a small payload goes out with the step's start)."""
+        if files:
+            script = replace(script, files={**script.files, **files})  # validates names, types
+        # a script of the package travels in it (the step names it): only the user's files
+        # come behind the header; any other script comes too
+        in_package = isinstance(script, PackageScript)
+        all_files = {**({} if in_package else {script.name: script.source}), **script.files}
+        header = StepHeader(
+            argv=tuple(map(str, args)),
+            script=script.name,
+            files=tuple((name, len(data), 0o600) for name, data in all_files.items()),
+            detach=detach,
+            report=report,
+            preload=tuple(map(str, preload)),
+            package=script.package if isinstance(script, PackageScript) else None,
+        )
+        payload = tuple(piece for data in all_files.values() for piece in slices(data))
+        return cls(
+            header,
+            display,
+            step,
+            payload,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            check=check,
+            on_output=on_output,
+            capture=capture,
+            at=at,
+            python=python,
+        )
 
 
 class PackageMissing(Exception):
     """The runner there has not the step's package and ran nothing (:meth:`StepRun.note_package`)."""
 
 
-def run_step(
-    engine: Engine, header: StepHeader, payload: Iterable[bytes], options: StepOptions
-) -> Result:
-    """One step (:class:`StepRun`); every error it raises leaves with the target's secrets
+def run_step(engine: Engine, request: StepRequest) -> Result:
+    """Run one step (:class:`StepRun`); every error it raises leaves with the target's secrets
     masked (:meth:`Engine.redacted <remotekit.engine.Engine.redacted>`)."""
     try:
         try:
-            return StepRun(engine, header, payload, options).run()
+            return StepRun(engine, request).run()
         except PackageMissing:  # nothing ran: once more, with the package
-            return StepRun(engine, header, payload, options, with_package=True).run()
+            return StepRun(engine, request, with_package=True).run()
     except RemotekitError as exc:
         engine.redacted(exc)
         raise
@@ -304,52 +363,47 @@ def run_step(
 class StepRun:
     """One step on ``engine``: :meth:`run` goes header -> start -> pump -> (stop) -> result.
 
-    ``header`` is the runner's op and its fields (:class:`StepHeader`); ``payload`` the
-    bytes that follow it on stdin; ``options`` the rest (:class:`StepOptions`).
+    ``request`` is the step as asked (:class:`StepRequest`): the runner's op and the bytes
+    behind it, and how it runs and shows here.
     """
 
-    def __init__(
-        self,
-        engine: Engine,
-        header: StepHeader,
-        payload: Iterable[bytes],
-        options: StepOptions,
-        with_package: bool = False,
-    ):
-        engine.remember_secrets(options.env)  # before anything can fail: errors are masked
+    def __init__(self, engine: Engine, request: StepRequest, with_package: bool = False):
+        engine.remember_secrets(request.env)  # before anything can fail: errors are masked
         self.engine = engine
-        self.header, self.body, self.options = header, payload, options
-        self.step = step = options.step
+        self.request = request
+        self.step = step = request.step
         self.limit = (
             engine.spec.timeouts.step
-            if options.timeout is None
-            else checked_timeout(options.timeout, engine.name, step)
+            if request.timeout is None
+            else checked_timeout(request.timeout, engine.name, step)
         )
         self.nonce = "remotekit-" + secrets.token_hex(8)
-        limit, capture = engine.capture_limit, options.capture
-        sink = options.stdout_sink
-        self.out = OutputStream("stdout", options.on_output, capture and sink is None, limit)
-        self.err = OutputStream("stderr", options.on_output, capture, limit, nonce=self.nonce)
+        limit, capture = engine.capture_limit, request.capture
+        sink = request.stdout_sink
+        self.out = OutputStream("stdout", request.on_output, capture and sink is None, limit)
+        self.err = OutputStream("stderr", request.on_output, capture, limit, nonce=self.nonce)
         # ``get`` streams file bytes on stdout after a line holding the nonce; whatever a
         # login shell printed before it is output, not data.
         self.sink_on = False
         self.started = time.monotonic()
         self.lost = Lost("")
-        self.launch = options.launch  # the target's, once the step starts, unless given
+        # the target's, once the step starts, unless it runs elsewhere in the chain
+        at = request.at
+        self.launch = None if at is None else engine.launch_at(at, request.python, step)
         self.send_package = with_package  # whether the step's package goes behind its header
 
     def run(self) -> Result:
         engine = self.engine
-        engine.dry(self.step, self.options.display, self.launch)
+        engine.dry(self.step, self.request.display, self.launch)
         launch = self.launch = self.launch or engine.launch_for(self.step)
-        if self.header.package is not None and not self.send_package:
+        if self.request.header.package is not None and not self.send_package:
             self.send_package = engine.sends_package(launch)
         header = self.wire_header(launch)
         self.started = time.monotonic()
         if engine.cancelled:
             raise StepCancelled(self.result(None), started=False)
         if engine.trace is not None:
-            engine.trace(self.step, engine.step_chain(self.options.display, launch))
+            engine.trace(self.step, engine.step_chain(self.request.display, launch))
         proc = self.start(launch, header)
         with engine.tracked(proc):
             try:
@@ -365,11 +419,11 @@ class StepRun:
         """The header the runner reads: the step's op, with env, cwd and limits."""
         grace = self.engine.spec.timeouts.kill_grace
         header = replace(
-            self.header,
+            self.request.header,
             nonce=self.nonce,
-            env={**launch.env, **(self.options.env or {})},
+            env={**launch.env, **(self.request.env or {})},
             path_prepend=tuple(launch.path_prepend),
-            cwd=self.options.cwd or launch.cwd,
+            cwd=self.request.cwd or launch.cwd,
             timeout=None if self.limit is None else self.limit + grace + REMOTE_BACKSTOP_S,
             grace=grace,
             package_size=len(package().blob) if self.send_package else 0,
@@ -379,8 +433,8 @@ class StepRun:
     # -- start -------------------------------------------------------------------------------
 
     def start(self, launch: Launch, header: bytes) -> Process:
-        own = self.options.launch is not None  # another place in the chain than the agent's
-        body = self.body
+        own = self.request.at is not None  # another place in the chain than the agent's
+        body = self.request.payload
         if self.send_package:
             body = itertools.chain(slices(package().blob), body)
         try:
@@ -413,7 +467,7 @@ class StepRun:
             self.handle(event)
 
     def handle(self, event: Output) -> None:
-        data, sink, info = event.data, self.options.stdout_sink, self.options.info
+        data, sink, info = event.data, self.request.stdout_sink, self.request.info
         if event.stream == "stderr":
             self.err.feed(data)
         elif sink is None:
@@ -492,29 +546,29 @@ class StepRun:
             )
         if not self.err.has(READY):
             raise self.engine.not_started(code, self.result(code), self.step, self.launch)
-        if self.header.package is not None:
+        if self.request.header.package is not None:
             self.note_package()
         trailer = self.err.control(EXIT)
         if isinstance(trailer, dict) and isinstance(trailer.get("code"), int):
             code = trailer["code"]
-        if self.options.info is not None:
-            self.options.info.update(self.err.control(FILE) or {})
+        if self.request.info is not None:
+            self.request.info.update(self.err.control(FILE) or {})
         res = self.result(code)
-        if self.options.check and code != 0:
-            raise StepFailed(res, command=self.header.op == "exec")
+        if self.request.check and code != 0:
+            raise StepFailed(res, command=self.request.header.op == "exec")
         return res
 
     def note_package(self) -> None:
         """What the runner said of the step's package: kept (later steps send none), or
         ``missing`` (nothing ran: :class:`PackageMissing`, and the step goes once more, with
         it)."""
-        assert self.launch is not None and self.header.package is not None
+        assert self.launch is not None and self.request.header.package is not None
         missing, kept = self.err.control(MISSING), self.err.control(PACKAGE)
         if isinstance(kept, dict):
             self.engine.keeps_packages(self.launch, bool(kept.get("cached")))
         if isinstance(missing, dict) and not self.send_package:
             self.engine.keeps_packages(self.launch, bool(missing.get("cache")))
-            raise PackageMissing(self.header.package)
+            raise PackageMissing(self.request.header.package)
 
     def result(self, code: int | None) -> Result:
         out, err = self.out, self.err
@@ -525,7 +579,7 @@ class StepRun:
         return Result(
             host=self.engine.name,
             step=self.step,
-            argv=self.options.display,
+            argv=self.request.display,
             exit_code=code,
             stdout=out.text,
             stderr=err.text,
@@ -540,35 +594,6 @@ class StepRun:
 
 
 # -- payload pieces --------------------------------------------------------------------------
-
-
-def shipped(
-    script: Script,
-    args: Sequence[Any] = (),
-    files: Mapping[str, bytes] | None = None,
-    detach: bool = False,
-) -> tuple[StepHeader, tuple[bytes, ...]]:
-    """The header and payload of a step that runs ``script`` there with ``args``: the script
-    and its files (and ``files``) travel as the runner's shipped files, in bounded pieces
-    (views, no copies; a sequence, so a small payload goes out with the step's start)."""
-    if files:
-        script = replace(script, files={**script.files, **files})  # validates names, types
-    if isinstance(script, PackageScript):  # it is in the package, which the step names
-        manifest = tuple((name, len(data), 0o600) for name, data in script.files.items())
-        header = StepHeader(
-            argv=tuple(map(str, args)),
-            script=script.name,
-            files=manifest,
-            detach=detach,
-            package=script.package,
-        )
-        return header, tuple(piece for data in script.files.values() for piece in slices(data))
-    all_files = {script.name: script.source, **script.files}
-    manifest = tuple((name, len(data), 0o600) for name, data in all_files.items())
-    header = StepHeader(
-        argv=tuple(map(str, args)), script=script.name, files=manifest, detach=detach
-    )
-    return header, tuple(piece for data in all_files.values() for piece in slices(data))
 
 
 def slices(data: bytes) -> Iterator[bytes]:

@@ -39,7 +39,7 @@ from remotekit.engine import Engine
 from remotekit.errors import RemotekitError, quote_tool
 from remotekit.remote import sync as wire
 from remotekit.result import Shown
-from remotekit.step import StepHeader, StepOptions, run_step, shipped
+from remotekit.step import StepHeader, StepRequest, run_step
 
 __all__ = ["BATCH_BYTES", "ProgressCallback", "SyncResult", "read_patterns", "sync"]
 
@@ -203,8 +203,10 @@ def _records(
             stray.append(line)
 
     args = [command, dest]
-    header, payload = shipped(shipping.script(SCRIPT), args, files)
-    options = StepOptions(
+    request = StepRequest.script(
+        shipping.script(SCRIPT),
+        args,
+        files=files,
         display=engine.python_display(SCRIPT, args),
         step=step,
         timeout=timeout,
@@ -212,7 +214,7 @@ def _records(
         on_output=sink,
         capture=False,
     )
-    result = run_step(engine, header, payload, options)
+    result = run_step(engine, request)
     if not records or records[-1].get("type") != "done":
         tail = quote_tool(stray)
         raise RemotekitError(
@@ -510,15 +512,16 @@ def _stream_step(
         if stream == "stdout" and line.startswith("{"):
             records.append(json.loads(line))
 
-    header = StepHeader(argv=("apply", dest), script=SCRIPT, files=tuple(manifest))
-    options = StepOptions(
+    request = StepRequest(
+        StepHeader(argv=("apply", dest), script=SCRIPT, files=tuple(manifest)),
         display=engine.python_display(SCRIPT, ["apply", dest]),
         step=step,
+        payload=payload,
         timeout=timeout,
         check=False,
         on_output=sink,
     )
-    result = run_step(engine, header, payload, options)
+    result = run_step(engine, request)
     if not records or records[-1].get("type") != "done":
         raise RemotekitError(
             f"sync apply to {dest} did not finish (exit {result.exit_code}):\n"

@@ -41,10 +41,9 @@ from remotekit.spec import LOCAL, HostSpec
 from remotekit.step import (
     OutputCallback,
     StepHeader,
-    StepOptions,
+    StepRequest,
     file_chunks,
     run_step,
-    shipped,
 )
 from remotekit.transports import for_spec
 from remotekit.transports.base import ExecutableMissing, Terminal, TerminalTransport, Transport
@@ -141,10 +140,6 @@ class Target:
         return self._engine.launch
 
     @property
-    def capture_limit(self) -> int:
-        return self._engine.capture_limit
-
-    @property
     def trace(self) -> Callable[[str, str], None] | None:
         """Called with (step, step_chain) as each step starts (``--verbose`` prints it)."""
         return self._engine.trace
@@ -196,14 +191,6 @@ class Target:
     def chain(self) -> str:
         """The layer chain, e.g. ``ssh root@kpro6 -> pct exec 200 -> /root/venv/bin/python``."""
         return self._engine.chain
-
-    def step_chain(self, argv: Sequence[str]) -> str:
-        """The chain a step runs through, ending in its own command (``-u <check.py>`` ...)."""
-        return self._engine.step_chain(argv)
-
-    def python_display(self, script_name: str, args: Sequence[Any] = ()) -> tuple[str, ...]:
-        """The command a shipped script's step shows (``python -u <shipped check.py> ...``)."""
-        return self._engine.python_display(script_name, args)
 
     def __repr__(self) -> str:
         return f"<Target {self.name}: {self.chain}>"
@@ -294,8 +281,8 @@ class Target:
 
             how = dict(timeout=timeout, env=env, cwd=cwd, on_output=on_output)
             return start(self, argv, argv=argv, step=step or _step_name(argv), options=how)
-        header = StepHeader(argv=tuple(argv))
-        options = StepOptions(
+        request = StepRequest(
+            StepHeader(argv=tuple(argv)),
             display=tuple(argv),
             step=step or _step_name(argv),
             timeout=timeout,
@@ -305,7 +292,7 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
-        return run_step(self._engine, header, [], options)
+        return run_step(self._engine, request)
 
     @overload
     def run_python(
@@ -392,7 +379,7 @@ class Target:
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
-        display = self.python_display(shown_name(script), args)
+        display = self._engine.python_display(shown_name(script), args)
         if detach:
             from remotekit.runs import start
 
@@ -403,10 +390,11 @@ class Target:
             return start(
                 self, display, argv=args, script=script, step=step or script.name, options=how
             )
-        header, payload = shipped(script, args, files)
-        if preload:
-            header = replace(header, preload=tuple(map(str, preload)))
-        options = StepOptions(
+        request = StepRequest.script(
+            script,
+            args,
+            files=files,
+            preload=preload,
             display=display,
             step=step or script.name,
             timeout=timeout,
@@ -416,9 +404,8 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
-        return run_step(self._engine, header, payload, options)
+        return run_step(self._engine, request)
 
-    @_redacts_errors
     def run_python_at(
         self,
         hops: int,
@@ -441,20 +428,20 @@ class Target:
 
         >>> t.run_python_at(0, Script(b"import os; print(os.listdir('/dev'))"))  # the node's
         """
-        step = step or script.name
-        self._engine.remember_secrets(env)
-        header, payload = shipped(script, args)
-        options = StepOptions(
+        request = StepRequest.script(
+            script,
+            args,
+            at=hops,
+            python=python,
             display=(python, "-u", f"<shipped {shown_name(script)}>", *map(str, args)),
-            step=step,
+            step=step or script.name,
             timeout=timeout,
             env=env,
             check=check,
             on_output=on_output,
             capture=capture,
-            launch=self._engine.launch_at(hops, python, step),
         )
-        return run_step(self._engine, header, payload, options)
+        return run_step(self._engine, request)
 
     def start_detached(
         self,
@@ -469,9 +456,10 @@ class Target:
         reported what it started (one JSON line on ``$REMOTEKIT_REPORT_FD``, into
         ``Result.detached``): the primitive under ``detach=True`` (:mod:`remotekit.runs`).
         ``options``: :meth:`run`'s ``timeout``, ``env``, ``cwd``, ``check``, ``on_output``."""
-        header, payload = shipped(script, args, detach=True)
-        header = replace(header, report=True)
-        return run_step(self._engine, header, payload, StepOptions(display, step, **options))
+        request = StepRequest.script(
+            script, args, detach=True, report=True, display=display, step=step, **options
+        )
+        return run_step(self._engine, request)
 
     @_redacts_errors
     def forward(
@@ -541,13 +529,15 @@ class Target:
             explicit_mode=mode is not None,
             parents=parents,
         )
-        options = StepOptions(
-            display=("put", str(src), remote_path),
-            step=step or f"put {remote_path}",
-            timeout=timeout,
-        )
         with fh:
-            return run_step(self._engine, header, file_chunks(fh, size, on_progress), options)
+            request = StepRequest(
+                header,
+                display=("put", str(src), remote_path),
+                step=step or f"put {remote_path}",
+                payload=file_chunks(fh, size, on_progress),
+                timeout=timeout,
+            )
+            return run_step(self._engine, request)
 
     def get(
         self,
@@ -661,15 +651,15 @@ class Target:
                 )
             sink(data)
 
-        header = StepHeader(op="get", src=remote_path, max_bytes=max_bytes)
-        options = StepOptions(
+        request = StepRequest(
+            StepHeader(op="get", src=remote_path, max_bytes=max_bytes),
             display=display or ("get", remote_path),
             step=name,
             timeout=timeout,
             stdout_sink=counted,
             info={} if info is None else info,
         )
-        return run_step(self._engine, header, [], options)
+        return run_step(self._engine, request)
 
     @_redacts_errors
     def sync(

@@ -27,7 +27,7 @@ import pytest
 
 import remotekit
 import remotekit.remote
-from remotekit.agent import shipped
+from remotekit.agent import loader_bytes
 from remotekit.layers import LOADER
 from remotekit.remote.agent import FRAME, MIN_PYTHON, TO_CALLER, WARMS, frame, frames
 from remotekit.step import StepHeader
@@ -194,7 +194,7 @@ def test_the_runner_and_a_step_sent_with_the_agents_source_are_taken(tmp_path: P
     header = StepHeader(argv=("echo", "hi"), nonce="n", cwd=str(tmp_path)).encode()
     sent = b"".join(
         [
-            shipped(),  # the boot, the agent's source and the runner's frame
+            loader_bytes(),  # the boot, the agent's source and the runner's frame
             frame(b"N", 0),  # a nudge (Launch.nudge): nothing to do, nothing said
             frame(b"S", 1, f"{len(header)}\n".encode() + header),
             frame(b"N", 0),
@@ -810,7 +810,7 @@ def test_the_agent_holds_its_caller_to_the_same_bounds(tmp_path: Path) -> None:
     )
     assert proc.stdin is not None and proc.stderr is not None
     try:
-        proc.stdin.write(shipped() + frame(b"S", 1, f"{len(header)}\n".encode() + header))
+        proc.stdin.write(loader_bytes() + frame(b"S", 1, f"{len(header)}\n".encode() + header))
         proc.stdin.flush()
         wait_seen(m)
         try:

@@ -320,10 +320,10 @@ def test_engine_modules_touch_no_other_objects_private_state() -> None:
 def test_step_options_are_a_frozen_record() -> None:
     import dataclasses
 
-    from remotekit.step import StepOptions
+    from remotekit.step import StepRequest
 
-    assert dataclasses.is_dataclass(StepOptions)
-    assert StepOptions.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert dataclasses.is_dataclass(StepRequest)
+    assert StepRequest.__dataclass_params__.frozen  # type: ignore[attr-defined]
 
 
 def test_only_a_transport_puts_events_on_its_queue() -> None:

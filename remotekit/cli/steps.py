@@ -211,11 +211,11 @@ def py(
     """Ship a Python file to targets and run it there with the target's interpreter
     (`py SCRIPT -- ARGS...`)."""
     try:
-        shipped = remotekit.Script.from_path(script)
+        program = remotekit.Script.from_path(script)
     except OSError as exc:
         raise Exit(f"remotekit: cannot read {script}: {exc.strerror}", code=2) from None
     argv = command_words(c, "args", args)
-    _run_live(sel, step, lambda t, **how: t.run_python(shipped, args=argv, **how))
+    _run_live(sel, step, lambda t, **how: t.run_python(program, args=argv, **how))
 
 
 @fleet_task(

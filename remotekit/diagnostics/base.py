@@ -4,7 +4,7 @@ A remote script (``remotekit/remote/<name>``) speaks the record protocol of
 :mod:`remotekit.remote.protocol` (imported here too: the format is written once): one JSON
 object per stdout line, ``warning`` / ``error`` / ``note`` records, and ONE final ``done``
 record with the exit code. :func:`run_diagnostic` ships the script (with the sibling modules it
-imports), hands each record to ``on_record`` as it arrives, and returns a :class:`Run`; a
+imports), hands each record to ``on_record`` as it arrives, and returns a :class:`DiagnosticRun`; a
 script that stopped before its final record is a :class:`~remotekit.DiagnosticError` naming
 host and step, with the last lines it wrote. :func:`from_record` turns a record into a frozen
 dataclass by the dataclass's field types, and every report satisfies :class:`Report`, which is
@@ -34,9 +34,9 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_FINDINGS",
     "EXIT_OK",
+    "DiagnosticRun",
     "OutputTail",
     "Report",
-    "Run",
     "from_record",
     "host_checkpoints",
     "run_diagnostic",
@@ -89,7 +89,7 @@ class OutputTail:
         return "\n".join("  " + line for line in self.lines)
 
 
-def _shipped(script: str | Script) -> Script:
+def _script_of(script: str | Script) -> Script:
     """``remote/<script>`` with the modules it imports, or a given Script with the protocol
     module beside it (a diagnostic of your own can ``from protocol import Out``)."""
     if isinstance(script, Script):
@@ -142,7 +142,7 @@ def run_records(
         elif on_output is not None:
             on_output(stream, line)
 
-    shipped = _shipped(script_name)
+    script = _script_of(script_name)
     how: dict[str, Any] = dict(
         args=list(args),
         step=step or _name(script_name).removesuffix(".py"),
@@ -153,9 +153,9 @@ def run_records(
         capture=False,
     )
     if at is not None:
-        return records, target.run_python_at(at, shipped, python=python, **how)
-    heavy = _heavy(shipped) if preload is None else tuple(preload)
-    return records, target.run_python(shipped, preload=heavy, **how)
+        return records, target.run_python_at(at, script, python=python, **how)
+    heavy = _heavy(script) if preload is None else tuple(preload)
+    return records, target.run_python(script, preload=heavy, **how)
 
 
 def _heavy(script: Script) -> tuple[str, ...]:
@@ -168,7 +168,7 @@ def _heavy(script: Script) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, repr=False)
-class Run(Shown):
+class DiagnosticRun(Shown):
     """One finished run of a diagnostic script: its records in order, its final ``done``
     record, the step's Result, and the messages of its warning / note / error records
     (``findings`` are the warnings', ``errors`` the errors', ``notes`` the notes')."""
@@ -235,9 +235,9 @@ def run_diagnostic(
     preload: Sequence[str] | None = None,
     at: int | None = None,
     python: str = "python3",
-) -> Run:
+) -> DiagnosticRun:
     """Run ``remote/<script_name> <args>`` on ``target``; each record goes to ``on_record`` as
-    it arrives; the :class:`Run` comes back once the script ended.
+    it arrives; the :class:`DiagnosticRun` comes back once the script ended.
 
     Raises ``error`` (a :class:`~remotekit.DiagnosticError`) when the script stopped before
     its final record, naming host, step, exit status and its last output lines; with
@@ -270,7 +270,7 @@ def run_diagnostic(
         if tail.lines:
             msg += "; last output:\n" + tail.indented()
         raise error(msg, result=result)
-    return Run(tuple(records), final, result)
+    return DiagnosticRun(tuple(records), final, result)
 
 
 def host_checkpoints(target: Target, path: str | None) -> str | None:

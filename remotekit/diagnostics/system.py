@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
+    DiagnosticRun,
     Record,
     Report,
-    Run,
     from_record,
     run_diagnostic,
 )
@@ -323,7 +323,7 @@ def _run(
     env: Mapping[str, str] | None,
     on_record: RecordCallback | None,
     preload: Sequence[str] = (),
-) -> Run:
+) -> DiagnosticRun:
     """Run ``sysinfo.py <args>``; a script that stopped before its final record raises
     :class:`~remotekit.DiagnosticError` with the last lines it wrote. ``preload``: ``TORCH``
     for the commands that import torch (gpu, env), so that only those ask the agent for it:
@@ -353,7 +353,7 @@ def _smi_timeout(timeout: float | None) -> float:
     return SMI_TIMEOUT_S if timeout is None else max(1.0, min(SMI_TIMEOUT_S, timeout / 4))
 
 
-def _report_fields(run: Run) -> dict[str, Any]:
+def _report_fields(run: DiagnosticRun) -> dict[str, Any]:
     """The fields every report of this module takes from its run's messages and exit code."""
     return {
         "findings": run.messages("warning"),

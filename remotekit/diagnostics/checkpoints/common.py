@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from remotekit.diagnostics.base import Record, Run, run_diagnostic
+from remotekit.diagnostics.base import DiagnosticRun, Record, run_diagnostic
 from remotekit.errors import DiagnosticError
 from remotekit.remote.protocol import number
 from remotekit.render import visible
@@ -85,7 +85,7 @@ def run_script(
     step: str,
     timeout: float | None,
     on_record: Callable[[Record], None] | None = None,
-) -> Run:
+) -> DiagnosticRun:
     """Run a checkpoint script; CheckpointError on a fatal record or a missing ``done``."""
     return run_diagnostic(
         target,
