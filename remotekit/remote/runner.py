@@ -1015,7 +1015,10 @@ def do_detach(h, tmpdir, zygote, base=None):
     if h["report"]:  # the command tells what it started (a run's id) on a pipe
         report_r, report_w = os.pipe()
         env["REMOTEKIT_REPORT_FD"] = str(report_w)
-    child = spawn(argv, cwd, env, out=fd, pass_fds=() if report_w is None else (report_w,))
+    # It runs from the package too (a run's supervisor): it holds the package's lock (HELD)
+    # for its life, by the descriptor it inherits, which it never needs to know.
+    passed = tuple(HELD) + (() if report_w is None else (report_w,))
+    child = spawn(argv, cwd, env, out=fd, pass_fds=passed)
     os.close(fd)
     info = {"pid": child.pid, "log": log, "dir": tmpdir}
     if report_r is not None:
@@ -1148,6 +1151,14 @@ KEEP_PACKAGES = 8  # packages kept, the most recently used (each ~0.7 MB, and it
 # place: the manifest ([[path, size], ...]). An entry without it, or whose files are not the
 # sizes it says, is not trusted (a copy cut short, a truncated module).
 SEAL = ".manifest.json"
+# A file in each entry that every process running from it holds a shared lock on (flock) for
+# its life: the runner from before it reads the entry until it exits, so its step and the
+# step's tree (stopped before the runner exits) are covered, and a detached step, the run's
+# supervisor, which inherits the lock's descriptor and so holds it as long as it lives.
+# Pruning takes it exclusively, without waiting, and skips an entry it cannot lock: an entry
+# in use is never taken from under what runs from it (a module it imports late).
+LOCK = ".lock"
+HELD = []  # type: list[int]  # the lock's descriptor, while this runner runs from an entry
 
 
 def package_hash(files):
@@ -1226,14 +1237,67 @@ def sealed(kept):
     return True
 
 
-def discard(root, name):
-    """Remove the entry ``name`` of ``root``: first out of its name (one rename), so no
-    runner ever finds a part of it there."""
-    gone = os.path.join(root, ".gone-" + os.urandom(6).hex())
+def lock_of(kept):
+    """A descriptor of the lock file of the entry ``kept`` (made when an older runner left
+    none); None when the entry is not there."""
     try:
-        os.rename(os.path.join(root, name), gone)
+        return os.open(os.path.join(kept, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
-        return
+        return None
+
+
+def hold(kept):
+    """Whether this runner may run from the entry ``kept``, holding its lock shared from now
+    until it exits (HELD). False when it is gone or being discarded (locked exclusively);
+    True, unlocked, where the filesystem has no locks (as before locks: pruning cannot tell
+    then either)."""
+    import fcntl
+
+    fd = lock_of(kept)
+    if fd is None:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except OSError:  # ENOLCK, EOPNOTSUPP: no locks here
+        os.close(fd)
+        return True
+    try:  # still the entry's own lock, not one a discard renamed away
+        ours = os.path.samestat(os.fstat(fd), os.lstat(os.path.join(kept, LOCK)))
+    except OSError:
+        ours = False
+    if not ours:
+        os.close(fd)
+        return False
+    HELD.append(fd)
+    return True
+
+
+def discard(root, name, in_use_too=True):
+    """Remove the entry ``name`` of ``root``: first out of its name (one rename), so no
+    runner ever finds a part of it there. Not one that something runs from (its lock held),
+    unless ``in_use_too`` (damaged: what runs from it fails however it goes)."""
+    import fcntl
+
+    fd = None if in_use_too else lock_of(os.path.join(root, name))
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            except OSError:  # no locks here: as before locks
+                pass
+        gone = os.path.join(root, ".gone-" + os.urandom(6).hex())
+        try:
+            os.rename(os.path.join(root, name), gone)
+        except OSError:
+            return
+    finally:
+        if fd is not None:
+            os.close(fd)
     remove_tree(gone)
 
 
@@ -1247,14 +1311,15 @@ def package_dir(h, stdin):
     root = package_root()
     kept = None if root is None else os.path.join(root, name)
     if kept is not None and os.path.lexists(kept):
-        if sealed(kept):
+        if not sealed(kept):
+            discard(root, name)  # not whole: it comes again
+        elif hold(kept):  # else discarded as we came: it comes again
             stdin.read_exact(size, "package")  # sent all the same: not needed
             try:
                 os.utime(kept)  # the most recently used are the ones kept
             except OSError:
                 pass
             return kept, None
-        discard(root, name)  # not whole: it comes again
     if not size:
         control(MISSING, {"cache": root is not None})
         sys.exit(125)
@@ -1263,6 +1328,8 @@ def package_dir(h, stdin):
     if kept is not None:
         try:
             unpack(files, root, kept)
+            if not hold(kept):
+                raise OSError("discarded as it was unpacked")
             prune(root)
             control(PACKAGE, {"cached": True})
             return kept, None
@@ -1319,8 +1386,8 @@ def unpack(files, where, dest):
 
 
 def prune(root):
-    """Past KEEP_PACKAGES, the least recently used packages go (and unpackings a killed
-    runner left, after an hour)."""
+    """Past KEEP_PACKAGES, the least recently used packages go, but those in use (LOCK),
+    and unpackings a killed runner left, after an hour."""
     try:
         when = {}
         for name in os.listdir(root):
@@ -1333,7 +1400,7 @@ def prune(root):
             else:
                 when[name] = st.st_mtime
         for name in sorted(when, key=when.get)[: max(0, len(when) - KEEP_PACKAGES)]:
-            discard(root, name)
+            discard(root, name, in_use_too=False)  # one in use stays, past the eight
     except OSError:
         pass
 
