@@ -30,14 +30,14 @@ import pytest
 
 import remotekit
 from remotekit import shipping
+from remotekit.layers import LOADER
 from remotekit.remote import runner
 from tests.conftest import held_with_python
-from tests.harness import NoMount, small_disk
+from tests.harness import NoMount, make_untrusted, small_disk, tree, untrusted_cache
 
 pytestmark = pytest.mark.timeout(120)
 
 CI = os.environ.get("CI") == "true"
-NOBODY = 65534
 HASH = shipping.package().hash
 ENTRY = shipping.script("trainlog.py")  # a diagnostic with a stdlib-only far side, quick
 
@@ -95,15 +95,6 @@ def analyze(t: remotekit.Target, log: Path) -> str:
     return res.stdout
 
 
-def tree(folder: Path) -> dict[str, tuple[int, int, int, int]]:
-    """Everything under ``folder``: path -> (mode, uid, size, mtime_ns), links not followed."""
-    out = {}
-    for path in [folder, *folder.rglob("*")]:
-        st = path.lstat()
-        out[str(path.relative_to(folder))] = (st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns)
-    return out
-
-
 def plant(entry: Path) -> None:
     """Make the entry point in a kept package say PLANTED, its size unchanged (an entry
     whose every file has the size it was kept with): a step that prints it ran from there."""
@@ -140,18 +131,7 @@ def test_a_cleared_cache_costs_one_resend_and_no_output(
 
 # -- folders that are not ours alone --------------------------------------------------------------
 
-UNTRUSTED = {
-    "pkg not ours": ("remotekit/pkg", None, NOBODY),
-    "pkg group-writable": ("remotekit/pkg", 0o770, None),
-    "pkg world-writable": ("remotekit/pkg", 0o707, None),
-    "pkg readable by others": ("remotekit/pkg", 0o755, None),
-    "remotekit/ not ours": ("remotekit", None, NOBODY),
-    "remotekit/ group-writable": ("remotekit", 0o775, None),
-    "the cache home world-writable": ("", 0o777, None),
-    "the cache home not ours": ("", None, NOBODY),
-    "a folder above it world-writable": ("..", 0o777, None),
-    "a folder above it not ours": ("..", None, NOBODY),
-}
+UNTRUSTED = untrusted_cache("pkg")
 
 
 @pytest.mark.parametrize("how", list(UNTRUSTED))
@@ -169,12 +149,7 @@ def test_a_cache_not_ours_alone_is_never_read_nor_written(
     assert res.stdout == "PLANTED\n"  # the test can fail: what is there runs when trusted
     t.close()
 
-    below, mode, owner = UNTRUSTED[how]
-    folder = home / below
-    if mode is not None:
-        folder.chmod(mode)
-    if owner is not None:
-        os.chown(folder, owner, -1)
+    make_untrusted(home, UNTRUSTED[how])
     before = tree(home / "remotekit" / "pkg")
     t = far("XDG_CACHE_HOME", str(home))
     starts = traced(t)
@@ -296,8 +271,8 @@ def run_runner(
 ) -> subprocess.CompletedProcess[bytes]:
     raw = json.dumps({"nonce": "n", **header}).encode()
     return subprocess.run(
-        [sys.executable, str(runner.__file__)],
-        input=b"%d\n%s%s" % (len(raw), raw, blob),
+        [sys.executable, "-c", LOADER],
+        input=b"%s%d\n%s%s" % (shipping.runner_first(), len(raw), raw, blob),
         capture_output=True,
         env={**os.environ, **env},
         timeout=60,
@@ -361,14 +336,14 @@ def start_runner(
     open (EOF on it stops the step)."""
     raw = json.dumps({"nonce": "n", **header}).encode()
     proc = subprocess.Popen(
-        [sys.executable, str(runner.__file__)],
+        [sys.executable, "-c", LOADER],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, **env},
     )
     assert proc.stdin is not None
-    proc.stdin.write(b"%d\n%s%s" % (len(raw), raw, blob))
+    proc.stdin.write(b"%s%d\n%s%s" % (shipping.runner_first(), len(raw), raw, blob))
     proc.stdin.flush()
     return proc
 

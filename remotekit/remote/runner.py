@@ -2,6 +2,9 @@
 #
 #   pct exec 200 -- /root/venv/bin/python -c 'import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))'
 #
+# behind the boot (remote/boot.py: the loader runs it, and it runs this runner), or in an agent
+# the boot started.
+#
 # Standard library only; Python >= 3.6 syntax. Protocol (all on stdin, after the runner itself):
 #
 #   <decimal length>\n<header: UTF-8 JSON>         then the bytes of header["files"], in order
@@ -1174,52 +1177,16 @@ def package_hash(files):
     return h.hexdigest()[:32]
 
 
-def safe_above(folder):
-    """Whether no one but us and root can replace ``folder`` or a folder above it: each is
-    ours or root's, and no one else may write to it unless it is sticky (/tmp)."""
-    path = os.path.realpath(folder)
-    while True:
-        st = os.stat(path)
-        if st.st_uid not in (0, os.geteuid()):
-            return False
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            return False
-        if path == os.path.dirname(path):
-            return True
-        path = os.path.dirname(path)
-
-
-def ours_alone(folder, private):
-    """Whether ``folder`` is a folder (not a link) of ours no one else may write to, nor
-    (``private``) enter; made (0700) when it is not there."""
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(folder)
-    mask = 0o077 if private else 0o022
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & mask
+# The rules a cache folder is held to (boot.cache_folder: what is read from it runs), given by
+# whoever ran this runner: the boot (one process per step) or the agent the boot started. A
+# runner run without them (``python runner.py``) keeps no packages.
+cache_folder = globals().get("cache_folder")
 
 
 def package_root():
     """The folder packages are kept in: ``$XDG_CACHE_HOME/remotekit/pkg`` (else under
-    ``~/.cache``); None unless it is ours alone (0700) and the folders above it are ours and
-    no one else's to write (what is read from there runs), as boot.CodeCache asks of its.
-    Each folder is checked before anything is made in it: an untrusted one gets nothing."""
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    base = os.path.join(os.path.realpath(os.path.dirname(base)), os.path.basename(base))
-    path = os.path.join(base, "remotekit", "pkg")
-    try:
-        if not safe_above(os.path.dirname(base)):
-            return None
-        for folder, private in ((base, False), (os.path.dirname(path), False), (path, True)):
-            if not ours_alone(folder, private):
-                return None
-    except (OSError, ValueError):
-        return None
-    return path
+    ``~/.cache``), when boot.cache_folder trusts it; else None."""
+    return None if cache_folder is None else cache_folder("pkg")
 
 
 def sealed(kept):
