@@ -236,8 +236,7 @@ class Engine:
         held = self._ready_agent(launch, wait) if agent and self.use_agent else None
         if held is not None:
             return held.start(header, body)
-        runner = shipping.source("runner.py")
-        first = b"".join([f"{len(runner)}\n".encode(), runner, f"{len(header)}\n".encode(), header])
+        first = b"".join([shipping.runner_first(), f"{len(header)}\n".encode(), header])
         return self.transport.start(launch.argv, itertools.chain([first], body), wait=wait)
 
     def agent(self, launch: Launch) -> Agent | None:

@@ -5,6 +5,7 @@ and how they find each other there). Two ways they travel:
 
 - **alone**, as source: :func:`source` gives the bytes of one file (the runner, the agent and
   its boot, the relay, the shell, ``sync.py``, ``protocol.py`` beside a script of your own);
+  :func:`runner_first` is the boot and the runner, what a step of its own starts with;
 - **the package**, whole: :func:`package` is every file of ``remotekit/remote/`` at its path
   under ``remotekit/remote/``, named by the hash of them all; :func:`script` is an entry point
   of it as a :class:`PackageScript`, whose step names the package in its header
@@ -33,7 +34,7 @@ from remotekit.result import Script
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-__all__ = ["Package", "PackageScript", "package", "script", "source"]
+__all__ = ["Package", "PackageScript", "package", "runner_first", "script", "source"]
 
 #: Where the package's files sit, under the folder the far side puts on its path.
 PREFIX = "remotekit/remote/"
@@ -51,6 +52,15 @@ def source(name: str) -> bytes:
     """The bytes of the file ``name`` of :mod:`remotekit.remote` (``"runner.py"``,
     ``"ckpt/base.py"``)."""
     return _resource(name).read_bytes()
+
+
+@cache
+def runner_first() -> bytes:
+    """What a loader reads first to run one step as a process of its own: the boot, which
+    holds the cache folders' rules, and behind it the runner, marked as the program it runs
+    (``remote/boot.py`` says how); then come the step's header and payload."""
+    boot, runner = source("boot.py"), source("runner.py")
+    return b"%d\n%s%d runner\n%s" % (len(boot), boot, len(runner), runner)
 
 
 @dataclass(frozen=True)

@@ -427,3 +427,47 @@ def fill(disk: Path) -> Path:
         except OSError as exc:
             assert exc.errno == errno.ENOSPC, exc
     return filler
+
+
+#: Ways a cache folder there (``<cache home>/remotekit/<name>``) is not ours alone, so that what
+#: is read from it could be someone else's: how -> (the folder, under the cache home, ``{name}``
+#: the cache's own; a mode to give it; an owner to give it).
+UNTRUSTED_CACHE = {
+    "{name} not ours": ("remotekit/{name}", None, 65534),
+    "{name} group-writable": ("remotekit/{name}", 0o770, None),
+    "{name} world-writable": ("remotekit/{name}", 0o707, None),
+    "{name} readable by others": ("remotekit/{name}", 0o755, None),
+    "remotekit/ not ours": ("remotekit", None, 65534),
+    "remotekit/ group-writable": ("remotekit", 0o775, None),
+    "the cache home world-writable": ("", 0o777, None),
+    "the cache home not ours": ("", None, 65534),
+    "a folder above it world-writable": ("..", 0o777, None),
+    "a folder above it not ours": ("..", None, 65534),
+}
+
+
+def untrusted_cache(name: str) -> dict[str, tuple[str, int | None, int | None]]:
+    """UNTRUSTED_CACHE for the cache folder ``name`` (``pkg``, ``code``)."""
+    return {
+        how.format(name=name): (below.format(name=name), mode, owner)
+        for how, (below, mode, owner) in UNTRUSTED_CACHE.items()
+    }
+
+
+def make_untrusted(home: Path, how: tuple[str, int | None, int | None]) -> None:
+    """Make the folder of an UNTRUSTED_CACHE case, under the cache home ``home``, so."""
+    below, mode, owner = how
+    folder = home / below
+    if mode is not None:
+        folder.chmod(mode)
+    if owner is not None:
+        os.chown(folder, owner, -1)
+
+
+def tree(folder: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Everything under ``folder``: path -> (mode, uid, size, mtime_ns), links not followed."""
+    out = {}
+    for path in [folder, *folder.rglob("*")]:
+        st = path.lstat()
+        out[str(path.relative_to(folder))] = (st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns)
+    return out

@@ -23,6 +23,7 @@ import pytest
 
 import remotekit
 from remotekit.result import Script
+from tests.harness import make_untrusted, tree, untrusted_cache
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -103,6 +104,36 @@ def test_a_cache_folder_that_is_not_ours_alone_is_never_read(
         cache.rename(real)
         cache.symlink_to(real)
     assert run(script_file(tmp_path)).stdout.startswith("compiled here")
+
+
+UNTRUSTED = untrusted_cache("code")
+
+
+@pytest.mark.parametrize("how", list(UNTRUSTED))
+def test_a_code_cache_not_ours_alone_is_never_read_nor_written(
+    cache: Path, tmp_path: Path, how: str
+) -> None:
+    """As the package cache: the folder and every one above it are checked, before
+    anything is made in them, by the one rule both keep to (boot.cache_folder)."""
+    assert run(script_file(tmp_path)).ok
+    plant(entry(cache, SCRIPT), "from the cache")
+    assert run(script_file(tmp_path)).stdout.startswith("from the cache")  # as it is: read
+    make_untrusted(cache.parent.parent, UNTRUSTED[how])
+    before = tree(cache)
+    assert run(script_file(tmp_path)).stdout.startswith("compiled here")
+    assert run(Script(b"print('another')")).stdout == "another\n"  # compiled, not kept
+    assert tree(cache) == before
+
+
+def test_an_empty_cache_home_that_others_may_write_gets_no_code_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "shared"
+    home.mkdir()
+    home.chmod(0o1777)  # even sticky (/tmp): it is the cache's own folder
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    assert run(script_file(tmp_path), args=["d"]).stdout == "compiled here ['d']\n"
+    assert list(home.iterdir()) == []
 
 
 def script_file(tmp_path: Path) -> str:

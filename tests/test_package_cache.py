@@ -30,14 +30,14 @@ import pytest
 
 import remotekit
 from remotekit import shipping
+from remotekit.layers import LOADER
 from remotekit.remote import runner
 from tests.conftest import held_with_python
-from tests.harness import NoMount, small_disk
+from tests.harness import NoMount, make_untrusted, small_disk, tree, untrusted_cache
 
 pytestmark = pytest.mark.timeout(120)
 
 CI = os.environ.get("CI") == "true"
-NOBODY = 65534
 HASH = shipping.package().hash
 ENTRY = shipping.script("trainlog.py")  # a diagnostic with a stdlib-only far side, quick
 
@@ -95,15 +95,6 @@ def analyze(t: remotekit.Target, log: Path) -> str:
     return res.stdout
 
 
-def tree(folder: Path) -> dict[str, tuple[int, int, int, int]]:
-    """Everything under ``folder``: path -> (mode, uid, size, mtime_ns), links not followed."""
-    out = {}
-    for path in [folder, *folder.rglob("*")]:
-        st = path.lstat()
-        out[str(path.relative_to(folder))] = (st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns)
-    return out
-
-
 def plant(entry: Path) -> None:
     """Make the entry point in a kept package say PLANTED, its size unchanged (an entry
     whose every file has the size it was kept with): a step that prints it ran from there."""
@@ -140,18 +131,7 @@ def test_a_cleared_cache_costs_one_resend_and_no_output(
 
 # -- folders that are not ours alone --------------------------------------------------------------
 
-UNTRUSTED = {
-    "pkg not ours": ("remotekit/pkg", None, NOBODY),
-    "pkg group-writable": ("remotekit/pkg", 0o770, None),
-    "pkg world-writable": ("remotekit/pkg", 0o707, None),
-    "pkg readable by others": ("remotekit/pkg", 0o755, None),
-    "remotekit/ not ours": ("remotekit", None, NOBODY),
-    "remotekit/ group-writable": ("remotekit", 0o775, None),
-    "the cache home world-writable": ("", 0o777, None),
-    "the cache home not ours": ("", None, NOBODY),
-    "a folder above it world-writable": ("..", 0o777, None),
-    "a folder above it not ours": ("..", None, NOBODY),
-}
+UNTRUSTED = untrusted_cache("pkg")
 
 
 @pytest.mark.parametrize("how", list(UNTRUSTED))
@@ -169,12 +149,7 @@ def test_a_cache_not_ours_alone_is_never_read_nor_written(
     assert res.stdout == "PLANTED\n"  # the test can fail: what is there runs when trusted
     t.close()
 
-    below, mode, owner = UNTRUSTED[how]
-    folder = home / below
-    if mode is not None:
-        folder.chmod(mode)
-    if owner is not None:
-        os.chown(folder, owner, -1)
+    make_untrusted(home, UNTRUSTED[how])
     before = tree(home / "remotekit" / "pkg")
     t = far("XDG_CACHE_HOME", str(home))
     starts = traced(t)
@@ -296,8 +271,8 @@ def run_runner(
 ) -> subprocess.CompletedProcess[bytes]:
     raw = json.dumps({"nonce": "n", **header}).encode()
     return subprocess.run(
-        [sys.executable, str(runner.__file__)],
-        input=b"%d\n%s%s" % (len(raw), raw, blob),
+        [sys.executable, "-c", LOADER],
+        input=b"%s%d\n%s%s" % (shipping.runner_first(), len(raw), raw, blob),
         capture_output=True,
         env={**os.environ, **env},
         timeout=60,
@@ -341,3 +316,128 @@ def test_the_eight_most_recently_used_packages_are_kept(
         os.utime(pkg / HASH, (now - 3600,) * 2)  # the oldest now, until it is used
         analyze(t, log)
         assert (pkg / HASH).stat().st_mtime > now - 60
+
+
+# -- an entry in use -------------------------------------------------------------------------------
+# A developer with an editable install ships a new package per edit: more than KEEP_PACKAGES
+# of them can be used while a run's supervisor, or a long step, still runs from an old one.
+
+
+def another_package(tag: str, extra: dict[str, bytes] | None = None) -> shipping.Package:
+    """The shipped package with one more module (``tag``), and ``extra`` files: another hash."""
+    files = {**dict(shipping.package().files), f"remotekit/remote/{tag}.py": b"pass\n"}
+    return shipping.Package(tuple({**files, **(extra or {})}.items()))
+
+
+def start_runner(
+    env: dict[str, str], header: dict[str, object], blob: bytes
+) -> subprocess.Popen[bytes]:
+    """A runner as the engine starts one, given ``header`` and ``blob``; its stdin stays
+    open (EOF on it stops the step)."""
+    raw = json.dumps({"nonce": "n", **header}).encode()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LOADER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env},
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b"%s%d\n%s%s" % (shipping.runner_first(), len(raw), raw, blob))
+    proc.stdin.flush()
+    return proc
+
+
+def use_newer_packages(env: dict[str, str], n: int = runner.KEEP_PACKAGES + 1) -> None:
+    """``n`` other packages used, one step each, each newer than what was used before."""
+    for i in range(n):
+        pkg = another_package(f"newer{i}_{time.monotonic_ns()}")
+        script = next(name for name, _ in pkg.files if "/newer" in name)
+        header = {"script": script, "package": pkg.hash, "package_size": len(pkg.blob)}
+        proc = start_runner(env, header, pkg.blob)
+        code, said = ended(proc)
+        assert code == 0, said
+
+
+def ended(proc: subprocess.Popen[bytes]) -> tuple[int, bytes]:
+    """A started runner's exit status and stderr, once its step ended by itself (its stdin
+    is closed only then: EOF before would stop the step)."""
+    assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+    proc.stdout.read()
+    said = proc.stderr.read()
+    proc.stdin.close()
+    code = proc.wait(timeout=30)
+    proc.stdout.close()
+    proc.stderr.close()
+    return code, said
+
+
+@pytest.mark.parametrize("end", ["exits", "is stopped"])
+def test_a_run_s_package_is_kept_while_its_supervisor_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    """The supervisor runs from the package for the run's whole life: newer packages used
+    meanwhile never take its entry from under it; once the run ended, it is an entry like
+    any other."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)  # the local target's, too
+    pkg = tmp_path / "xdg" / "remotekit" / "pkg"
+    go = tmp_path / "go"
+    with remotekit.local_target() as t:
+        run = t.run(
+            ["sh", "-c", f"until [ -e {go} ]; do sleep 0.05; done"], detach=True, timeout=30
+        )
+        assert isinstance(run, remotekit.runs.Run)
+        try:
+            use_newer_packages(env)
+            assert runner.sealed(str(pkg / HASH)), sorted(p.name for p in pkg.iterdir())
+            if end == "exits":
+                go.touch()
+                info = run.wait(timeout=30)
+                assert (info.state, info.exit_code) == ("exited", 0)
+            else:
+                info = run.stop(grace=1)
+                assert info.state == "stopped"
+        finally:
+            go.touch()  # a run left by a failure ends
+        assert (tmp_path / "state" / "remotekit" / "runs" / run.id / "exit.json").is_file()
+        run.rm()
+    use_newer_packages(env)
+    assert not (pkg / HASH).exists()  # its lock went with the supervisor
+
+
+def test_a_step_s_package_is_kept_while_the_step_runs(tmp_path: Path) -> None:
+    """A long step that imports a module of its package late finds it there, however many
+    newer packages were used since it started."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    go = tmp_path / "go"
+    old = another_package(
+        "longstep",
+        {
+            "remotekit/remote/longstep.py": b"import os, sys, time\n"
+            b"while not os.path.exists(sys.argv[1]):\n    time.sleep(0.05)\n"
+            b"import later\nprint(later.WORD)\n",
+            "remotekit/remote/later.py": b"WORD = 'imported later'\n",
+        },
+    )
+    header = {
+        "argv": [str(go)],
+        "script": "remotekit/remote/longstep.py",
+        "package": old.hash,
+        "package_size": len(old.blob),
+    }
+    entry = tmp_path / "xdg" / "remotekit" / "pkg" / old.hash
+    proc = start_runner(env, header, old.blob)
+    try:
+        end = time.monotonic() + 30
+        while not entry.is_dir() and time.monotonic() < end:
+            time.sleep(0.02)
+        use_newer_packages(env)
+        assert entry.is_dir()
+        go.touch()
+        assert proc.stdout is not None and proc.stdout.readline() == b"imported later\n"
+    finally:
+        go.touch()
+        code, said = ended(proc)
+    assert code == 0, said

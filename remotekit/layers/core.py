@@ -1,7 +1,8 @@
 """The launch and the layers every target has: interpreter, venv, env, workdir; and ``Hop``.
 
 A step there is started by one argv, the *launch*: the target's interpreter running a constant
-loader (``python -c LOADER``), which reads the runner and then the step's payload from stdin.
+loader (``python -c LOADER``), which reads the boot and the runner (or an agent) and then the
+step's payload from stdin.
 Layers wrap that argv from the inside out::
 
     Interpreter("/root/venv/bin/python")    ["/root/venv/bin/python", "-c", LOADER]

@@ -1,6 +1,6 @@
 # remotekit agent: one per open target, shipped over stdin and run THERE by boot.py, which the
 # same constant loader as the runner's (``python -c LOADER``) runs first: the boot compiles
-# this file through the code cache and calls ``main(cache)``. The agent then takes every step
+# this file through the code cache and calls ``main(cache, cache_folder)``. The agent then takes every step
 # of the target as framed messages on that one channel. Standard library only; it runs on every Python the
 # runner runs on (MIN_PYTHON; tests run it on real 3.6 and later); on an older one it says hello
 # with its version and leaves, and the caller runs each step without it.
@@ -322,11 +322,12 @@ class Warm(object):
 
 
 class Agent(object):
-    def __init__(self, cache):
+    def __init__(self, cache, cache_folder=None):
         self.inbuf = bytearray()
         self.outbox = []  # frames not yet written (flush)
         self.runner = None
         self.code = cache  # the boot's CodeCache: the runner's and the steps' code
+        self.cache_folder = cache_folder  # the boot's rules for a cache folder: the runner's
         self.steps = {}
         self.warm = {}  # key -> Warm (warm_for): forks that keep modules imported, oldest first
         self.closing = False
@@ -455,6 +456,7 @@ class Agent(object):
         a module, not run): the agent is a subreaper like a runner, and not dumpable."""
         self.code.hook()
         runner = {"__name__": "remotekit_runner", "__builtins__": __builtins__}
+        runner["cache_folder"] = self.cache_folder  # its packages' folder is held to them
         exec(self.code.compile(source, "<remotekit runner>"), runner)
         runner["become_subreaper"]()  # a step's orphans stay ours to reap
         runner["prctl"](4, 0)  # PR_SET_DUMPABLE 0: other processes cannot read our memory
@@ -741,13 +743,14 @@ class Agent(object):
                     del self.steps[sid]
 
 
-def main(cache):
-    """Run the agent (called by boot.py, which loaded it; ``cache``: its CodeCache)."""
+def main(cache, cache_folder=None):
+    """Run the agent (called by boot.py, which loaded it; ``cache``: its CodeCache;
+    ``cache_folder``: its rules for a cache folder, which the runner's packages keep to)."""
     if sys.version_info[:2] < MIN_PYTHON:  # say which Python this is, and leave: the caller
         write_all(1, frame(b"A", 0, hello()))  # then runs each step without an agent
         os._exit(0)
     try:
-        Agent(cache).run()
+        Agent(cache, cache_folder).run()
     except BrokenPipeError:
         pass  # the caller is gone
     os._exit(0)

@@ -1,9 +1,16 @@
-# remotekit boot: what the constant loader (``python -c LOADER``) runs first of an agent, and
-# the only part of it compiled every time. Right behind it on stdin comes the agent's source
-# (``<length>\n<source>``): the boot compiles it through CodeCache (the agent compiles in
-# ~5 ms on a fresh Python; its cached code loads in well under one) and calls its
-# ``main(cache)``, which keeps the cache for the runner's code and the steps' scripts. The
-# agent then takes what the loader's buffered read holds beyond its source.
+# remotekit boot: what the constant loader (``python -c LOADER``) runs first, and the only
+# part compiled every time. It holds the rules a cache folder there is held to (cache_folder:
+# what is read from one runs), written once for the code cache here and the runner's package
+# cache, and it runs what comes right behind it on stdin (``<length>[ runner]\n<source>``):
+#
+# - an agent's source: compiled through CodeCache (the agent compiles in ~5 ms on a fresh
+#   Python; its cached code loads in well under one), then its ``main(cache, cache_folder)``,
+#   which keeps the cache for the runner's code and the steps' scripts and hands the rules
+#   to the runner; the agent then takes what the loader's buffered read holds beyond it;
+# - marked ``runner`` (one process per step): the runner, as the program, given the rules,
+#   with no code cache (one step: nothing to gain from keeping its code).
+#
+# A runner run with no boot (``python runner.py``) keeps no packages: each step brings its own.
 #
 # Standard library only, and parsed by every Python the loader may meet: on one too old for
 # the cache it compiles as without it, and the agent's hello says the version.
@@ -22,14 +29,63 @@ def sha256():
     return None
 
 
+def safe_above(folder):
+    """Whether no one but us and root can replace ``folder`` or a folder above it: each is
+    ours or root's, and no one else may write to it unless it is sticky (/tmp)."""
+    path = os.path.realpath(folder)
+    while True:
+        st = os.stat(path)
+        if st.st_uid not in (0, os.geteuid()):
+            return False
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return False
+        if path == os.path.dirname(path):
+            return True
+        path = os.path.dirname(path)
+
+
+def ours_alone(folder, private):
+    """Whether ``folder`` is a folder (not a link) of ours no one else may write to, nor
+    (``private``) enter; made (0700) when it is not there."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(folder)
+    mask = 0o077 if private else 0o022
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & mask
+
+
+def cache_folder(name):
+    """The cache folder ``$XDG_CACHE_HOME/remotekit/<name>`` (else under ``~/.cache``), or
+    None unless it is ours alone (0700) and the folders above it are ours (or, above the
+    cache home, root's) and no one else's to write: what is read from there runs. Each
+    folder is checked before anything is made in it, so an untrusted one gets nothing."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.path.normpath(base)
+    base = os.path.join(os.path.realpath(os.path.dirname(base)), os.path.basename(base))
+    path = os.path.join(base, "remotekit", name)
+    try:
+        if not safe_above(os.path.dirname(base)):
+            return None
+        for folder, private in ((base, False), (os.path.dirname(path), False), (path, True)):
+            if not ours_alone(folder, private):
+                return None
+    except (OSError, ValueError):
+        return None
+    return path
+
+
 class CodeCache(object):
     """Code this Python compiled before, by the hash of its source: the runner, and the
     scripts and modules steps ship (``sysinfo.py`` compiles in ~9 ms, its code loads in
     ~0.2), kept across agents in ``$XDG_CACHE_HOME/remotekit/code`` (else
     ``~/.cache/remotekit/code``), as Python keeps ``__pycache__`` beside a module. The
-    folder is used only when it is ours and no one else's to read or write (0700, our uid:
-    what is read from it runs), through a descriptor, never by its name again; where there
-    is no such folder (a read-only home) every step compiles, as without a cache. Entries
+    folder is used only when cache_folder trusts it, through a descriptor, never by its
+    name again; where there is no such folder (a read-only home, a cache home others may
+    write to) every step compiles, as without a cache. Entries
     are written whole (a private temporary, then renamed) and the oldest are removed past
     ``KEEP``; an entry that does not load is compiled again and replaced."""
 
@@ -54,20 +110,13 @@ class CodeCache(object):
         self.sha256 = sha256()
         if self.sha256 is None or sys.implementation.cache_tag is None:
             return  # no hash to name entries by; a Python that caches no bytecode
-        base = os.environ.get("XDG_CACHE_HOME") or ""
-        if not os.path.isabs(base):
-            base = os.path.join(os.path.expanduser("~"), ".cache")
-        path = os.path.join(base, "remotekit", "code")
-        try:
-            os.makedirs(path, 0o700, exist_ok=True)
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        path = cache_folder("code")
+        if path is None:
+            return
+        try:  # no one else can replace it now that it is checked: the folders above are ours
+            self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except (OSError, ValueError):
             return
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            os.close(fd)
-            return
-        self.fd = fd
 
     def compile(self, source, path):
         """``compile(source, path, "exec")`` (``dont_inherit``), from the cache when this
@@ -167,11 +216,17 @@ class CodeCache(object):
 
 def main():
     stdin = sys.stdin.buffer
-    source = stdin.read(int(stdin.readline()))
+    size, _, kind = stdin.readline().partition(b" ")
+    source = stdin.read(int(size))
+    if kind.strip() == b"runner":
+        runner = {"__name__": "__main__", "__builtins__": __builtins__}
+        runner["cache_folder"] = cache_folder
+        exec(compile(source, "<remotekit runner>", "exec", dont_inherit=True), runner)
+        return
     cache = CodeCache()
     agent = {"__name__": "remotekit_agent", "__builtins__": __builtins__}
     exec(cache.compile(source, "<remotekit agent>"), agent)
-    agent["main"](cache)
+    agent["main"](cache, cache_folder)
 
 
 if __name__ == "__main__":

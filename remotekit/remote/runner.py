@@ -2,6 +2,9 @@
 #
 #   pct exec 200 -- /root/venv/bin/python -c 'import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))'
 #
+# behind the boot (remote/boot.py: the loader runs it, and it runs this runner), or in an agent
+# the boot started.
+#
 # Standard library only; Python >= 3.6 syntax. Protocol (all on stdin, after the runner itself):
 #
 #   <decimal length>\n<header: UTF-8 JSON>         then the bytes of header["files"], in order
@@ -1015,7 +1018,10 @@ def do_detach(h, tmpdir, zygote, base=None):
     if h["report"]:  # the command tells what it started (a run's id) on a pipe
         report_r, report_w = os.pipe()
         env["REMOTEKIT_REPORT_FD"] = str(report_w)
-    child = spawn(argv, cwd, env, out=fd, pass_fds=() if report_w is None else (report_w,))
+    # It runs from the package too (a run's supervisor): it holds the package's lock (HELD)
+    # for its life, by the descriptor it inherits, which it never needs to know.
+    passed = tuple(HELD) + (() if report_w is None else (report_w,))
+    child = spawn(argv, cwd, env, out=fd, pass_fds=passed)
     os.close(fd)
     info = {"pid": child.pid, "log": log, "dir": tmpdir}
     if report_r is not None:
@@ -1148,6 +1154,14 @@ KEEP_PACKAGES = 8  # packages kept, the most recently used (each ~0.7 MB, and it
 # place: the manifest ([[path, size], ...]). An entry without it, or whose files are not the
 # sizes it says, is not trusted (a copy cut short, a truncated module).
 SEAL = ".manifest.json"
+# A file in each entry that every process running from it holds a shared lock on (flock) for
+# its life: the runner from before it reads the entry until it exits, so its step and the
+# step's tree (stopped before the runner exits) are covered, and a detached step, the run's
+# supervisor, which inherits the lock's descriptor and so holds it as long as it lives.
+# Pruning takes it exclusively, without waiting, and skips an entry it cannot lock: an entry
+# in use is never taken from under what runs from it (a module it imports late).
+LOCK = ".lock"
+HELD = []  # type: list[int]  # the lock's descriptor, while this runner runs from an entry
 
 
 def package_hash(files):
@@ -1163,52 +1177,16 @@ def package_hash(files):
     return h.hexdigest()[:32]
 
 
-def safe_above(folder):
-    """Whether no one but us and root can replace ``folder`` or a folder above it: each is
-    ours or root's, and no one else may write to it unless it is sticky (/tmp)."""
-    path = os.path.realpath(folder)
-    while True:
-        st = os.stat(path)
-        if st.st_uid not in (0, os.geteuid()):
-            return False
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            return False
-        if path == os.path.dirname(path):
-            return True
-        path = os.path.dirname(path)
-
-
-def ours_alone(folder, private):
-    """Whether ``folder`` is a folder (not a link) of ours no one else may write to, nor
-    (``private``) enter; made (0700) when it is not there."""
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(folder)
-    mask = 0o077 if private else 0o022
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & mask
+# The rules a cache folder is held to (boot.cache_folder: what is read from it runs), given by
+# whoever ran this runner: the boot (one process per step) or the agent the boot started. A
+# runner run without them (``python runner.py``) keeps no packages.
+cache_folder = globals().get("cache_folder")
 
 
 def package_root():
     """The folder packages are kept in: ``$XDG_CACHE_HOME/remotekit/pkg`` (else under
-    ``~/.cache``); None unless it is ours alone (0700) and the folders above it are ours and
-    no one else's to write (what is read from there runs), as boot.CodeCache asks of its.
-    Each folder is checked before anything is made in it: an untrusted one gets nothing."""
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    base = os.path.join(os.path.realpath(os.path.dirname(base)), os.path.basename(base))
-    path = os.path.join(base, "remotekit", "pkg")
-    try:
-        if not safe_above(os.path.dirname(base)):
-            return None
-        for folder, private in ((base, False), (os.path.dirname(path), False), (path, True)):
-            if not ours_alone(folder, private):
-                return None
-    except (OSError, ValueError):
-        return None
-    return path
+    ``~/.cache``), when boot.cache_folder trusts it; else None."""
+    return None if cache_folder is None else cache_folder("pkg")
 
 
 def sealed(kept):
@@ -1226,14 +1204,67 @@ def sealed(kept):
     return True
 
 
-def discard(root, name):
-    """Remove the entry ``name`` of ``root``: first out of its name (one rename), so no
-    runner ever finds a part of it there."""
-    gone = os.path.join(root, ".gone-" + os.urandom(6).hex())
+def lock_of(kept):
+    """A descriptor of the lock file of the entry ``kept`` (made when an older runner left
+    none); None when the entry is not there."""
     try:
-        os.rename(os.path.join(root, name), gone)
+        return os.open(os.path.join(kept, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
-        return
+        return None
+
+
+def hold(kept):
+    """Whether this runner may run from the entry ``kept``, holding its lock shared from now
+    until it exits (HELD). False when it is gone or being discarded (locked exclusively);
+    True, unlocked, where the filesystem has no locks (as before locks: pruning cannot tell
+    then either)."""
+    import fcntl
+
+    fd = lock_of(kept)
+    if fd is None:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except OSError:  # ENOLCK, EOPNOTSUPP: no locks here
+        os.close(fd)
+        return True
+    try:  # still the entry's own lock, not one a discard renamed away
+        ours = os.path.samestat(os.fstat(fd), os.lstat(os.path.join(kept, LOCK)))
+    except OSError:
+        ours = False
+    if not ours:
+        os.close(fd)
+        return False
+    HELD.append(fd)
+    return True
+
+
+def discard(root, name, in_use_too=True):
+    """Remove the entry ``name`` of ``root``: first out of its name (one rename), so no
+    runner ever finds a part of it there. Not one that something runs from (its lock held),
+    unless ``in_use_too`` (damaged: what runs from it fails however it goes)."""
+    import fcntl
+
+    fd = None if in_use_too else lock_of(os.path.join(root, name))
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            except OSError:  # no locks here: as before locks
+                pass
+        gone = os.path.join(root, ".gone-" + os.urandom(6).hex())
+        try:
+            os.rename(os.path.join(root, name), gone)
+        except OSError:
+            return
+    finally:
+        if fd is not None:
+            os.close(fd)
     remove_tree(gone)
 
 
@@ -1247,14 +1278,15 @@ def package_dir(h, stdin):
     root = package_root()
     kept = None if root is None else os.path.join(root, name)
     if kept is not None and os.path.lexists(kept):
-        if sealed(kept):
+        if not sealed(kept):
+            discard(root, name)  # not whole: it comes again
+        elif hold(kept):  # else discarded as we came: it comes again
             stdin.read_exact(size, "package")  # sent all the same: not needed
             try:
                 os.utime(kept)  # the most recently used are the ones kept
             except OSError:
                 pass
             return kept, None
-        discard(root, name)  # not whole: it comes again
     if not size:
         control(MISSING, {"cache": root is not None})
         sys.exit(125)
@@ -1263,6 +1295,8 @@ def package_dir(h, stdin):
     if kept is not None:
         try:
             unpack(files, root, kept)
+            if not hold(kept):
+                raise OSError("discarded as it was unpacked")
             prune(root)
             control(PACKAGE, {"cached": True})
             return kept, None
@@ -1319,8 +1353,8 @@ def unpack(files, where, dest):
 
 
 def prune(root):
-    """Past KEEP_PACKAGES, the least recently used packages go (and unpackings a killed
-    runner left, after an hour)."""
+    """Past KEEP_PACKAGES, the least recently used packages go, but those in use (LOCK),
+    and unpackings a killed runner left, after an hour."""
     try:
         when = {}
         for name in os.listdir(root):
@@ -1333,7 +1367,7 @@ def prune(root):
             else:
                 when[name] = st.st_mtime
         for name in sorted(when, key=when.get)[: max(0, len(when) - KEEP_PACKAGES)]:
-            discard(root, name)
+            discard(root, name, in_use_too=False)  # one in use stays, past the eight
     except OSError:
         pass
 
