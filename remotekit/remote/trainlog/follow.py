@@ -34,13 +34,13 @@ from collections import deque
 from ..infile import identity, moved, open_regular
 from ..protocol import EXIT_FINDINGS, EXIT_OK
 from .analyze import (
-    _FINDING_OF,
-    _bucket_codes,
-    _columns,
-    _place,
-    _reading_caveats,
+    FINDING_OF,
+    bucket_codes,
     detect_all,
+    place,
+    prepare_columns,
     preset_for,
+    reading_caveats,
     stride_of,
 )
 from .base import PRESETS, LogError, conclude, send
@@ -288,12 +288,12 @@ class Follower:
             self.why = "no rows in it yet"
             return
         warnings = []
-        steps, cols, n, _ = _columns(ing, warnings)
+        steps, cols, n, _ = prepare_columns(ing, warnings)
         self.full = self.full or n >= 4 * PRESETS[self.args.preset]["window"]
         preset = preset_for(self.args.preset, 1 << 60 if self.full else n)
         incidents, compact, _ = detect_all(ing, cols, steps, n, preset)
         events = find_events(ing, steps, cols, self.args, {}, warnings)
-        _place(incidents, events, *_bucket_codes({}, ing, cols, n))
+        place(incidents, events, *bucket_codes({}, ing, cols, n))
         if not self.source_sent:
             self._send_source(ing, fmt, steps, n)
         # the first look: the backlog, up to --after-step when given (a follow taken up again)
@@ -330,7 +330,7 @@ class Follower:
             stride=stride,
             tolerance=tol,
         )
-        for w in _reading_caveats(ing, fmt, {}):
+        for w in reading_caveats(ing, fmt, {}):
             send("warning", message=w)
         self.source_sent = True
 
@@ -477,7 +477,7 @@ def follow_log(args):
         pass
     code = EXIT_FINDINGS if fol.sent else EXIT_OK
     events = {"resume": fol.resumes_sent} if fol.resumes_sent else {}
-    findings = [name for kind, name in _FINDING_OF if kind in fol.kinds]
+    findings = [name for kind, name in FINDING_OF if kind in fol.kinds]
     findings += ["resumes"] if fol.resumes_sent else []
     return conclude(
         code, rows=fol.rows, spikes=fol.sent - fol.resumes_sent, events=events, findings=findings
