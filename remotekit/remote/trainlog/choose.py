@@ -20,8 +20,7 @@ from .base import (
     STEP_KEYS,
     to_float,
 )
-
-HEAD_ROWS = 5000  # rows read before the columns are chosen
+from .source import HEAD_ROWS
 
 
 def _find_key(keys, aliases, bases=None):

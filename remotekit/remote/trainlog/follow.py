@@ -48,9 +48,8 @@ from .choose import NoLoss
 from .events import find_events
 from .find import find_log
 from .read import read_with
-from .readers import by_format, claimants, csvlog, tensorboard
-from .readers.tensorboard import tfrecord_data_length
-from .source import MAX_LINE, READ, Source
+from .readers import by_format, claimants
+from .source import READ, Source
 
 POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
 STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on
@@ -58,79 +57,14 @@ MIN_KEEP = 2000  # rows kept as the baseline at least (and two preset windows)
 START_BYTES = 1 << 24  # of a large log, the follow starts this far before its end (lines)
 READ_MAX = 1 << 23  # bytes read per poll at most: a status goes out between, well inside the
 # silence the local follower tolerates (remotekit.follow.SILENT_S) even on a starved CPU
-HARD_MAX = 1 << 26  # bytes the window holds at most, whatever the rows
 NOLOSS_AFTER = 200  # lines without a loss column after which that is an error, not a wait
 RATE_S = 10.0  # the rate is measured over this many seconds
 FOLLOWED = "JSON lines, CSV, text logs, TensorBoard event files"
-NOT_FOLLOWED = {
-    "wandb": "a W&B run file (.wandb)",
-    "json": "a JSON document (trainer_state.json, wandb-summary.json), rewritten whole",
-}
 INCIDENT_EVENTS = ("resume",)
 
 
 class NotFollowed(LogError):
     """A log that does not grow by appending lines or records."""
-
-
-class LineTail:
-    """The complete lines of a growing file, from an offset on; a partial last line waits
-    for its newline. ``header``: a CSV's header line when the window starts past it."""
-
-    def __init__(self, header=b""):
-        self.header = header
-        self.items = deque()
-        self.size = 0
-        self.carry = b""
-
-    def feed(self, data):
-        """Take new bytes; the number of complete lines they finished."""
-        buf = self.carry + data
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            self.carry = buf if len(buf) <= MAX_LINE else b""  # an endless line: dropped
-            return 0
-        self.carry = buf[cut + 1 :]
-        lines = buf[: cut + 1].splitlines(True)
-        self._add(lines)
-        return len(lines)
-
-    def _add(self, items):
-        self.items.extend(items)
-        self.size += sum(map(len, items))
-        while self.size > HARD_MAX and len(self.items) > 1:
-            self.size -= len(self.items.popleft())
-
-    def trim(self, share):
-        """Drop the oldest ``share`` of the window."""
-        self.keep_last(len(self.items) - int(len(self.items) * share))
-
-    def keep_last(self, n):
-        """Keep the latest ``n`` lines (records) only."""
-        while len(self.items) > n:
-            self.size -= len(self.items.popleft())
-
-    def window(self):
-        return self.header + b"".join(self.items)
-
-
-class RecordTail(LineTail):
-    """The complete TFRecords of a growing TensorBoard event file."""
-
-    def feed(self, data):
-        buf = self.carry + data
-        i, records = 0, []
-        while len(buf) - i >= 12:
-            n = tfrecord_data_length(buf[i : i + 12])
-            if n is None:
-                raise LogError("a corrupt TFRecord length in the event file: cannot follow it")
-            if len(buf) - i < 16 + n:
-                break
-            records.append(buf[i : i + 16 + n])
-            i += 16 + n
-        self.carry = buf[i:]
-        self._add(records)
-        return len(records)
 
 
 class Follower:
@@ -201,12 +135,9 @@ class Follower:
             self.f.close()
             self.f = None
             return False
-        records = self.reader is tensorboard
-        start = 0 if self.started or records else max(0, st.st_size - START_BYTES)
-        self.tail = RecordTail() if records else LineTail()
-        if self.reader is csvlog:  # the header stays in front of the window, however it moves
-            self.tail.header, end = _first_line(self.f)
-            start = max(start, end)
+        self.tail = self.reader.tail(self.f)
+        start = 0 if self.started or self.tail.from_start else max(0, st.st_size - START_BYTES)
+        start = max(start, self.tail.begin)
         self.f.seek(max(0, start - 1))
         if start > 0:
             self.f.readline()  # to the start of the next whole line
@@ -223,15 +154,15 @@ class Follower:
             except LogError:  # empty so far
                 self.why = "%s is empty so far" % self.path
                 return False
-        fmt = self.reader.FORMAT
-        if fmt in NOT_FOLLOWED or not getattr(self.reader, "FOLLOWS", False):
+        if getattr(self.reader, "tail", None) is None:
             raise NotFollowed(
                 "%s: not followed (train-log --follow follows logs that grow by appending: "
                 "%s); run train-log without --follow to analyse it whole"
-                % (NOT_FOLLOWED.get(fmt, "a " + self.reader.WHAT), FOLLOWED)
+                % (getattr(self.reader, "NOT_FOLLOWED", "a " + self.reader.WHAT), FOLLOWED)
             )
-        records = self.reader is tensorboard
-        self.sure = self.args.format != "auto" or records or self.offset >= 1 << 16
+        # a binary format's sniff is sure from its magic bytes; a text one's from enough lines
+        binary = getattr(self.reader, "BINARY", False)
+        self.sure = self.args.format != "auto" or binary or self.offset >= 1 << 16
         return True
 
     def _check_replaced(self):
@@ -439,17 +370,6 @@ def _last_step(inc, rows, steps):
         return steps[min(len(steps) - 1, inc["row"] + inc["flagged"] - 1)]
     j = max(inc["idx"], inc["end_idx"] - 1)
     return steps[rows[j] if rows is not None else j]
-
-
-def _first_line(f):
-    """``(line, offset after it)``: the first non-empty line of the file ``f`` (a CSV's
-    header), with its newline."""
-    f.seek(0)
-    for _ in range(1000):
-        line = f.readline(MAX_LINE)
-        if not line or line.strip():
-            return (line if line.endswith(b"\n") else line + b"\n"), f.tell()
-    return b"", f.tell()
 
 
 def _size(path):

@@ -20,6 +20,7 @@ from .base import (
     to_float,
 )
 from .choose import NoLoss, epoch_axis, hint_columns, resolve_columns
+from .source import number_column
 
 
 class Ingest:
@@ -165,6 +166,14 @@ class Ingest:
                 return self.text_event(v, None if step is MISSING else step)
         return False
 
+    def maybe_event(self, line):
+        """A line that may announce a save or a resume (a reader's line that is no row):
+        :meth:`text_event` for one that says so; False for the rest (a cheap test first)."""
+        low = line.lower()
+        if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+            return self.text_event(line)
+        return False
+
     def text_event(self, line, step=None):
         """A line that is not a metrics row: a checkpoint save or a resume, if it says so.
         Its step is one the line states (``step 500``, ``checkpoint-500``), else the step
@@ -188,28 +197,6 @@ class Ingest:
             step = self.last_step()
         self.events.append((kind, step, "log", mask(line.strip())[:160]))
         return True
-
-
-def number_column(cells):
-    """An ``array('d')`` of a column of numbers as text, or None when a cell is none (an
-    empty cell, a word, None). Whole numbers are read with ``int`` (a step column: a third faster
-    than ``float``), the rest with ``float``; an int too large for a double is read by
-    ``float`` as the infinity it is."""
-    try:
-        return array("d", map(int, cells))
-    except (ValueError, TypeError, OverflowError):  # TypeError: None, an optional group
-        pass
-    try:
-        return array("d", map(float, cells))
-    except (ValueError, TypeError):
-        return None
-
-
-def _maybe_event(ing, line):
-    low = line.lower()
-    if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
-        return ing.text_event(line)
-    return False
 
 
 def ingest_for(keys, wanted, head=(), step_key=None):

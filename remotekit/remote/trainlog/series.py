@@ -14,8 +14,8 @@ from array import array
 from collections import Counter
 from itertools import chain, islice
 
-from .choose import HEAD_ROWS
 from .ingest import ingest_for
+from .source import HEAD_ROWS
 
 
 class Read:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import struct
 
 from ..base import LogError
-from ..source import MAX_LINE
+from ..source import MAX_LINE, LineTail
 from ..wire import F32, F64, fields, masked_crc, varint
 
 FORMAT = "tensorboard"
 WHAT = "TensorBoard event file"
 BINARY = True  # a file without a loss is named as this, never read as text
-FOLLOWS = True  # written by appending records: --follow reads its new records
 NAMES = ((r"(?:^|/)events\.out\.tfevents\.[^/]*$", WHAT, 70),)
 
 
@@ -169,3 +168,30 @@ def _rows_of(f, counts):
         row["step"] = float(s or 0)
     if row:
         yield row
+
+
+class RecordTail(LineTail):
+    """The complete TFRecords of a growing TensorBoard event file (found only from its
+    first: the follow reads the file from its start)."""
+
+    from_start = True
+
+    def feed(self, data):
+        buf = self.carry + data
+        i, records = 0, []
+        while len(buf) - i >= 12:
+            n = tfrecord_data_length(buf[i : i + 12])
+            if n is None:
+                raise LogError("a corrupt TFRecord length in the event file: cannot follow it")
+            if len(buf) - i < 16 + n:
+                break
+            records.append(buf[i : i + 16 + n])
+            i += 16 + n
+        self.carry = buf[i:]
+        self._add(records)
+        return len(records)
+
+
+def tail(f):
+    """What ``--follow`` keeps of a growing event file: its latest complete records."""
+    return RecordTail()

@@ -16,6 +16,7 @@ from ..wire import pb_varint, varint
 FORMAT = "wandb"
 WHAT = "W&B run file"
 BINARY = True  # a file without a loss is named as this, never read as text
+NOT_FOLLOWED = "a W&B run file (.wandb)"  # what --follow says it cannot follow
 NAMES = ((r"(?:^|/)run-[^/]*\.wandb$", WHAT, 60),)
 
 
