@@ -114,7 +114,7 @@ class Console:
         self._colors = {h: _COLORS[i % len(_COLORS)] for i, h in enumerate(hosts)}
         self._lock = threading.Lock()
         self._status = ""
-        self._live = not quiet and _isatty(self.err)
+        self._live = not quiet and isatty(self.err)
 
     def tag(self, host: str, stream: str = "stdout") -> str:
         """``host`` padded to the widest name, coloured when ``stream`` goes to a terminal."""
@@ -198,11 +198,11 @@ class Console:
 def _wants_color(stream: TextIO) -> bool:
     """A terminal that shows colour (https://no-color.org: any non-empty NO_COLOR says no)."""
     return (
-        _isatty(stream) and not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
+        isatty(stream) and not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
     )
 
 
-def _isatty(stream: TextIO) -> bool:
+def isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome
-from remotekit.render import _isatty, visible
+from remotekit.render import isatty, visible
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -60,7 +60,7 @@ class Screen:
 
     def __init__(self, out: TextIO | None = None, *, live: bool | None = None) -> None:
         self.out = out or sys.stdout
-        self.live = _isatty(self.out) if live is None else live
+        self.live = isatty(self.out) if live is None else live
         self.frames = 0
 
     def show(self, header: str | None, body: str) -> None:

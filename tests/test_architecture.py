@@ -426,3 +426,46 @@ def test_the_step_header_is_built_in_one_place_and_read_in_one_way() -> None:
     comment = text[text.index("# header:") : text.index("# After the payload")]
     named = set(re.findall(r'"(\w+)"', comment)) - {"exec", "put", "get"}
     assert named and named <= set(runner_header_table()), named - set(runner_header_table())
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    """A module's ``_name`` is its own: a name another module imports is shared API, public
+    where it is defined (or moved to the module it belongs in). On both sides: the shipped
+    package ``remote/`` too, whose stages once imported 73 of each other's private names."""
+    found = [
+        f"{m} line {node.lineno}: from {'.' * node.level}{node.module or ''} import {a.name}"
+        for m, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__"
+        for a in node.names
+        if _private(a.name)
+    ]
+    assert found == []
+
+
+TRAINLOG = "remotekit.remote.trainlog"
+# What a reader may build on: the records and errors (base), what it reads (source), the line
+# and wire formats, its sibling readers, and the shipped package's own modules outside train-log.
+READ_STAGE = {f"{TRAINLOG}.{m}" for m in ("base", "source", "linefmt", "wire", "readers")}
+
+
+def test_a_train_log_reader_imports_no_later_stage() -> None:
+    """docs/extending.md: only the read stage knows a format, and a reader knows nothing of
+    what comes after it (choose, ingest, series, the analysis, follow, find): it fills the
+    ``out`` it is handed. Followed through every module a reader imports."""
+    readers = [m for m in MODULES if m.startswith(f"{TRAINLOG}.readers.")]
+    assert len(readers) >= 13
+    found = []
+    for reader in readers:
+        seen, todo = set(), [reader]
+        while todo:
+            mod = todo.pop()
+            for dep in imported_modules(mod, MODULES[mod]):
+                if dep in seen or not dep.startswith(TRAINLOG + "."):
+                    continue
+                seen.add(dep)
+                if dep in READ_STAGE or dep.startswith(f"{TRAINLOG}.readers."):
+                    todo.append(dep)
+                else:
+                    found.append(f"{reader} -> ... {mod} -> {dep}")
+    assert found == []

@@ -9,18 +9,19 @@ scanned "clean", a glob through two symlink loops never ended, and every file co
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from remotekit.remote.ckpt.base import import_torch
+from remotekit.remote.ckpt.check import BIG_FILE, _collect_if_needed, scan_item
+from remotekit.remote.ckpt.discover import _file_item
 from tests import ckpt_factory as cf
 from tests.test_ckpt_script import SCRIPT, Run, run
 
@@ -141,16 +142,12 @@ def test_a_directory_scan_with_loops_visits_each_file_once(looped: Path) -> None
 
 
 @pytest.fixture(scope="module")
-def ckpt() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("ckpt_hostile_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    mod._import_torch()
-    yield mod
+def ckpt_torch() -> None:
+    """The package's modules, in this process, with torch imported as ckpt.py imports it."""
+    import_torch()
 
 
-def test_small_files_do_not_each_cost_a_full_gc(tmp_path: Path, ckpt: ModuleType) -> None:
+def test_small_files_do_not_each_cost_a_full_gc(tmp_path: Path, ckpt_torch: None) -> None:
     """A full collection (~0.1 s with torch loaded) per file made 100,000 files take hours:
     collect only after a large checkpoint or when memory grew."""
     paths = []
@@ -167,14 +164,14 @@ def test_small_files_do_not_each_cost_a_full_gc(tmp_path: Path, ckpt: ModuleType
 
     gc.callbacks.append(count)
     try:
-        recs = [ckpt.scan_item(ckpt._file_item(str(p)), opts) for p in paths]
+        recs = [scan_item(_file_item(str(p)), opts) for p in paths]
     finally:
         gc.callbacks.remove(count)
     assert all(r["status"] == "clean" for r in recs)
     assert len(full) < 10, f"{len(full)} full collections for {len(paths)} small files"
 
 
-def test_a_large_checkpoint_is_unmapped_before_the_next(tmp_path: Path, ckpt: ModuleType) -> None:
+def test_a_large_checkpoint_is_unmapped_before_the_next(tmp_path: Path, ckpt_torch: None) -> None:
     """The other half of the gc rule: after a checkpoint of BIG_FILE bytes, collect."""
     full = []
 
@@ -184,7 +181,7 @@ def test_a_large_checkpoint_is_unmapped_before_the_next(tmp_path: Path, ckpt: Mo
 
     gc.callbacks.append(count)
     try:
-        ckpt._collect_if_needed(ckpt.BIG_FILE)
+        _collect_if_needed(BIG_FILE)
     finally:
         gc.callbacks.remove(count)
     assert full

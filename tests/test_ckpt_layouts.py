@@ -389,12 +389,6 @@ def test_dcp_scan_memory_stays_far_below_the_checkpoint_size(tmp_path: Path) -> 
     ],
 )
 def test_step_from_the_name(path: str, step: int | None) -> None:
-    import importlib.util
+    from remotekit.remote.ckpt.check import step_from_name
 
-    from tests.test_ckpt_script import SCRIPT
-
-    spec = importlib.util.spec_from_file_location("ckpt_names_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.step_from_name(path) == step
+    assert step_from_name(path) == step

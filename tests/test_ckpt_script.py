@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import glob
-import importlib.util
 import json
 import math
 import os
@@ -19,7 +18,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable
 
 import pytest
@@ -28,6 +26,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import remotekit.remote
+from remotekit.remote.ckpt import base as ckpt_base
+from remotekit.remote.ckpt.check import check_entry
+from remotekit.remote.ckpt.formats import Entry, _open_safetensors, tensor_chunks
 from tests import ckpt_factory as cf
 from tests.conftest import need_program
 
@@ -508,10 +509,11 @@ def test_script_runs_on_python_3_8_and_says_torch_is_missing(corpus: cf.Corpus) 
 
     # Discovery needs no torch: on 3.8 it finds exactly what it finds here.
     code = (
-        "import importlib.util, json, sys; "
-        "spec = importlib.util.spec_from_file_location('ckpt', sys.argv[1]); "
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-        "print(json.dumps(m.discover(sys.argv[2])))"
+        "import json, os, sys; "
+        "pkg = sys.modules.setdefault('remotekit', type(sys)('remotekit')); "
+        "pkg.__path__ = [os.path.dirname(os.path.dirname(sys.argv[1]))]; "
+        "from remotekit.remote.ckpt.discover import discover; "
+        "print(json.dumps(discover(sys.argv[2])))"
     )
     argv = ["-S", "-c", code, str(SCRIPT), str(corpus.root)]
     old = subprocess.run([py38, *argv], capture_output=True, text=True, check=True)
@@ -523,13 +525,9 @@ def test_script_runs_on_python_3_8_and_says_torch_is_missing(corpus: cf.Corpus) 
 
 
 @pytest.fixture(scope="module")
-def ckpt() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ckpt_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    mod._import_torch()
-    return mod
+def ckpt_torch() -> None:
+    """The package's modules, in this process, with torch imported as ckpt.py imports it."""
+    ckpt_base.import_torch()
 
 
 DTYPES = [
@@ -556,7 +554,7 @@ PLANTS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
     plants=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(sorted(PLANTS))), max_size=8),
 )
 def test_checker_counts_exactly_across_chunks_dtypes_and_layouts(
-    ckpt: ModuleType,
+    ckpt_torch: None,
     dtype: torch.dtype,
     rows: int,
     cols: int,
@@ -575,7 +573,7 @@ def test_checker_counts_exactly_across_chunks_dtypes_and_layouts(
     x = base.to(dtype)
     if transpose:
         x = x.t()  # a non-contiguous view: checked in row blocks
-    entry = ckpt.Entry(
+    entry = Entry(
         "t",
         "weights",
         None,
@@ -584,9 +582,9 @@ def test_checker_counts_exactly_across_chunks_dtypes_and_layouts(
         x.numel(),
         0,
         None,
-        lambda n: ckpt._tensor_chunks(x, n, None),
+        lambda n: tensor_chunks(x, n, None),
     )
-    got = ckpt.check_entry(entry, chunk)
+    got = check_entry(entry, chunk)
 
     ref = x.contiguous().view(-1)
     ref = ref.to(torch.complex64) if dtype.is_complex else ref.float()
@@ -609,7 +607,7 @@ def test_checker_counts_exactly_across_chunks_dtypes_and_layouts(
 
 @pytest.mark.filterwarnings("ignore:The given buffer is not writable")
 def test_safetensors_parser_agrees_with_the_safetensors_package(
-    ckpt: ModuleType, tmp_path: Path
+    ckpt_torch: None, tmp_path: Path
 ) -> None:
     from safetensors import safe_open
 
@@ -622,7 +620,7 @@ def test_safetensors_parser_agrees_with_the_safetensors_package(
     }
     path = tmp_path / "x.safetensors"
     cf.save_safetensors(tensors, path)
-    src = ckpt._open_safetensors(str(path), path.stat().st_size)
+    src = _open_safetensors(str(path), path.stat().st_size)
     try:
         assert not src.problems
         entries = {e.name: e for e in src.entries}

@@ -107,37 +107,10 @@ if not __package__:  # run as a file: its package imported by name (see remoteki
         "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     )
 
-from remotekit.remote.ckpt.base import DEFAULT_CHUNK, Fatal, _import_torch
-from remotekit.remote.ckpt.check import (
-    BIG_FILE,
-    _collect_if_needed,
-    check_entry,
-    scan_item,
-    step_from_name,
-)
+from remotekit.remote.ckpt.base import DEFAULT_CHUNK, Fatal
 from remotekit.remote.ckpt.commands import cmd_bisect, cmd_diff, cmd_inspect, cmd_scan
-from remotekit.remote.ckpt.discover import _file_item, discover
-from remotekit.remote.ckpt.formats import Entry, _open_safetensors, _tensor_chunks
 from remotekit.remote.ckpt.workers import cmd_worker
 from remotekit.remote.protocol import EXIT_FAILED, fail
-
-# The names above that main() does not use are this script's API for in-process callers
-# (tests load ckpt.py by path and call discover, scan_item, check_entry ...).
-__all__ = [
-    "BIG_FILE",
-    "Entry",
-    "_collect_if_needed",
-    "_file_item",
-    "_import_torch",
-    "_open_safetensors",
-    "_tensor_chunks",
-    "check_entry",
-    "discover",
-    "main",
-    "scan_item",
-    "step_from_name",
-]
-
 
 # ---------------------------------------------------------------------------------- main
 

@@ -3,7 +3,7 @@
 Part of ``ckpt.py`` (shipped beside it, imported by its sibling modules; see ckpt.py's
 docstring for the commands and records). torch is imported only when a command needs it
 (discovery needs none): every module that uses torch registers with :func:`uses_torch` and
-gets the module once :func:`_import_torch` ran.
+gets the module once :func:`import_torch` ran.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import re
 import sys
 import warnings
 
-torch = None  # set by _import_torch(): discovery needs no torch
+torch = None  # set by import_torch(): discovery needs no torch
 _TORCH_USERS = []  # the globals of every module that refers to torch
 
 
 def uses_torch(namespace):
     """Give the module whose ``globals()`` is ``namespace`` a ``torch`` global: None until
-    :func:`_import_torch` ran, torch after (so that discovery runs without torch)."""
+    :func:`import_torch` ran, torch after (so that discovery runs without torch)."""
     namespace["torch"] = torch
     _TORCH_USERS.append(namespace)
 
@@ -119,7 +119,7 @@ class Unscannable(Exception):
     """This torch cannot check values of this dtype on CPU."""
 
 
-def _short(exc, limit=300):
+def short(exc, limit=300):
     """One readable line out of an exception (torch's messages are long and colored)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
     m = re.search(r"WeightsUnpickler error:\s*(.+)", text, re.S)
@@ -130,14 +130,14 @@ def _short(exc, limit=300):
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
-def _euid():
+def euid():
     return os.geteuid() if hasattr(os, "geteuid") else -1
 
 
 # ------------------------------------------------------------------------------------ torch
 
 
-def _import_torch():
+def import_torch():
     global torch
     if torch is not None:
         return torch
@@ -150,7 +150,7 @@ def _import_torch():
     except Exception as e:  # ImportError, or a broken install raising anything
         raise Fatal(
             "cannot import torch with %s: %s; install torch >= 2.1 in the environment "
-            "that runs this script" % (sys.executable, _short(e))
+            "that runs this script" % (sys.executable, short(e))
         ) from e
     version = tuple(int(x) for x in re.findall(r"\d+", _torch.__version__)[:2])
     if version < (2, 1):
@@ -164,15 +164,15 @@ def _import_torch():
     return torch
 
 
-def _is_scalar_dtype(dtype):
+def is_scalar_dtype(dtype):
     return not dtype.is_complex and "float8" not in str(dtype)  # .item() gives a number
 
 
-def _is_checkable(dtype):
+def is_checkable(dtype):
     return dtype.is_floating_point or dtype.is_complex
 
 
-def _as_number(v):
+def as_number(v):
     """An int/float out of a step-like value (python number or 1-element tensor), else None."""
     if isinstance(v, bool):
         return None
@@ -194,7 +194,7 @@ def _as_number(v):
 RELEASE_MIN = 64 << 20  # files smaller than this keep their checked pages (the OS drops them)
 
 
-class _Releaser:
+class Releaser:
     """Hands checked pages of a torch mmap back to the kernel (Linux; a no-op elsewhere).
 
     Only ranges that /proc/self/maps shows as mapped from ``path`` are released, so heap
@@ -238,7 +238,7 @@ class _Releaser:
                 return
 
 
-def _advise_dontneed(mm, offset, length):
+def advise_dontneed(mm, offset, length):
     """Release pages of a Python mmap (safetensors) after they were checked."""
     if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
         return

@@ -26,13 +26,13 @@ from .base import (
     Fatal,
     LoadError,
     Unscannable,
-    _is_checkable,
-    _short,
+    is_checkable,
+    short,
     uses_torch,
 )
 from .layouts import open_source
 
-torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
+torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
 uses_torch(globals())
 
 
@@ -200,7 +200,7 @@ def check_entry(entry, chunk, progress=None):
     return st
 
 
-def _empty_record(path, fmt=None, nbytes=0):
+def empty_record(path, fmt=None, nbytes=0):
     rec = {
         "type": "checkpoint",
         "path": path,
@@ -242,7 +242,7 @@ def scan_source(src, rec, opts):
     for e in src.entries:
         if (
             e.section != OTHER
-            and _is_checkable(e.dtype)
+            and is_checkable(e.dtype)
             and e._chunks is not None
             and (e.key is None or e.key not in keys)
         ):
@@ -255,7 +255,7 @@ def scan_source(src, rec, opts):
         if e.section == OTHER:
             _count_other(e, rec, opts)
             continue
-        if not _is_checkable(e.dtype):
+        if not is_checkable(e.dtype):
             rec["skipped_tensors"] += 1
             continue
         if e._chunks is None:
@@ -315,7 +315,7 @@ def _count_other(e, rec, opts):
     kth_value is +inf until save_top_k checkpoints are kept) is a note, never a bad weight."""
     rec["other_tensors"] += 1
     rec["other"][e.kind] = rec["other"].get(e.kind, 0) + 1
-    if not _is_checkable(e.dtype):
+    if not is_checkable(e.dtype):
         rec["skipped_tensors"] += 1  # integer and bool values are not checked
         return
     if e._chunks is None:
@@ -361,7 +361,7 @@ def _collect_if_needed(nbytes):
 def scan_item(item, opts):
     """One "checkpoint" record for a discovered item; never raises for a bad file."""
     t0 = time.time()
-    rec = _empty_record(item["path"], item.get("format"), item.get("bytes", 0))
+    rec = empty_record(item["path"], item.get("format"), item.get("bytes", 0))
     kind = item["kind"]
     if kind == "unsupported":
         rec["status"] = "unsupported"
@@ -392,7 +392,7 @@ def scan_item(item, opts):
     except Fatal:
         raise
     except Exception as e:  # a bad file must never stop the scan: say what happened
-        rec["error"] = "unexpected %s while checking: %s" % (type(e).__name__, _short(e))
+        rec["error"] = "unexpected %s while checking: %s" % (type(e).__name__, short(e))
     finally:
         if src is not None:
             src.close()
@@ -409,7 +409,7 @@ def scan_item(item, opts):
     return rec
 
 
-def _meta_record(path, error=None):
+def meta_record(path, error=None):
     return {
         "type": "meta",
         "path": path,
@@ -443,7 +443,7 @@ def _name_step(src):
 
 def meta_item(item, opts):
     """A "meta" record (step, epoch) for ordering; reads no tensor data."""
-    rec = _meta_record(item["path"])
+    rec = meta_record(item["path"])
     if item["kind"] not in ("file", "hf-index", "dir"):
         rec["error"] = item.get("reason")
         return rec
@@ -459,7 +459,7 @@ def meta_item(item, opts):
     except Fatal:
         raise
     except Exception as e:
-        rec["error"] = "unexpected %s: %s" % (type(e).__name__, _short(e))
+        rec["error"] = "unexpected %s: %s" % (type(e).__name__, short(e))
     finally:
         if src is not None:
             src.close()

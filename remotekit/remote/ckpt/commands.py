@@ -24,19 +24,19 @@ from .base import (
     WEIGHTS,
     Fatal,
     LoadError,
-    _as_number,
-    _euid,
-    _import_torch,
-    _short,
+    as_number,
+    euid,
+    import_torch,
+    short,
     uses_torch,
 )
 from .check import exit_code_of, scan_item
 from .discover import MAX_LOGS, discover
-from .formats import _allow_globals, _import_global
+from .formats import allow_globals, import_global
 from .layouts import open_source
 from .workers import make_pool
 
-torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
+torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
 uses_torch(globals())
 
 
@@ -49,11 +49,11 @@ def _preflight(opts):
             {
                 "type": "warning",
                 "message": "--unsafe-pickle: checkpoints are loaded with weights_only=False; a "
-                "malicious file runs arbitrary code here as uid %d" % _euid(),
+                "malicious file runs arbitrary code here as uid %d" % euid(),
             }
         )
     for name in opts.allow_global or ():
-        _import_global(name)  # fail before any work when a name is wrong
+        import_global(name)  # fail before any work when a name is wrong
     if importlib.util.find_spec("torch") is None:
         raise Fatal(
             "torch is not installed for %s: install torch >= 2.1 in the environment that runs "
@@ -113,8 +113,8 @@ def _optimizer_info(src):
                     hyper[k] = v
                 elif isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v):
                     hyper[k] = list(v)
-                elif _as_number(v) is not None:
-                    hyper[k] = _as_number(v)
+                elif as_number(v) is not None:
+                    hyper[k] = as_number(v)
             lr = hyper.pop("lr", None)
             groups.append(
                 {"index": i, "lr": lr, "params": len(g.get("params") or []), "hyper": hyper}
@@ -128,7 +128,7 @@ def _optimizer_info(src):
         step = None
         for s in state.values() if isinstance(state, dict) else ():
             if isinstance(s, dict) and "step" in s:
-                step = _as_number(s["step"])
+                step = as_number(s["step"])
                 break
         out.append(
             {
@@ -145,8 +145,8 @@ def _optimizer_info(src):
 def cmd_inspect(opts):
     t0 = time.time()
     _preflight(opts)
-    _import_torch()
-    _allow_globals(opts.allow_global or ())
+    import_torch()
+    allow_globals(opts.allow_global or ())
     path = opts.path
     rec = {
         "type": "inspect",
@@ -309,8 +309,8 @@ def _lr_list(src):
 def cmd_diff(opts):
     t0 = time.time()
     _preflight(opts)
-    _import_torch()
-    _allow_globals(opts.allow_global or ())
+    import_torch()
+    allow_globals(opts.allow_global or ())
     rec = {"type": "diff", "a": opts.a, "b": opts.b, "ok": False, "error": None}
     srcs = []
     code = EXIT_FAILED
@@ -440,7 +440,7 @@ class _Comparison(object):
         try:
             d = _diff_entry(ea, eb, chunk)
         except (RuntimeError, NotImplementedError, TypeError) as e:
-            notes.append("%s: not compared (%s)" % (name, _short(e)))
+            notes.append("%s: not compared (%s)" % (name, short(e)))
             return
         sec = ea.section
         self.tot[sec][0] += d.pop("ss_a")
@@ -514,7 +514,7 @@ def _value_change(ea, eb, chunk):
         return 0, None
     if ea.numel != 1:
         return 1, None
-    a, b = _as_number(ca), _as_number(cb)
+    a, b = as_number(ca), as_number(cb)
     if a is None or b is None or not math.isfinite(b - a):
         return 1, None
     return 1, b - a

@@ -22,18 +22,18 @@ from .base import (
     STEP_KEYS,
     WEIGHTS,
     LoadError,
-    _is_scalar_dtype,
-    _short,
+    is_scalar_dtype,
+    short,
     uses_torch,
 )
 from .formats import (
     META_NAME,
     Entry,
     Source,
-    _is_int,
-    _section_for_name,
-    _st_chunks,
-    _tensor_chunks,
+    is_int,
+    section_for_name,
+    st_chunks,
+    tensor_chunks,
 )
 
 # ----------------------------------------------------------- torch.distributed.checkpoint
@@ -45,7 +45,7 @@ DCP_MODULES = (
     "torch.distributed.checkpoint.planner",
 )
 
-torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
+torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
 uses_torch(globals())
 
 
@@ -215,7 +215,7 @@ def _dcp_locate(f, start, length):
 
 
 # long: .metadata checks, then each storage file in turn; a split passes the same five locals.
-def _open_dcp(path, opts, header_only):
+def open_dcp(path, opts, header_only):
     """A torch.distributed.checkpoint directory, read shard by shard without a process group:
     .metadata lists every tensor chunk and where it lies (file, offset, length); each chunk is
     a torch.save'd tensor whose bytes are memory-mapped and checked in place."""
@@ -234,7 +234,7 @@ def _open_dcp(path, opts, header_only):
         TypeError,
         ValueError,
     ) as e:
-        raise LoadError("cannot read the DCP .metadata: %s" % _short(e), fmt="dcp") from e
+        raise LoadError("cannot read the DCP .metadata: %s" % short(e), fmt="dcp") from e
     try:
         for info in storage.values():
             inside(path, info.relative_path, os.path.join(path, ".metadata"))
@@ -256,7 +256,7 @@ def _open_dcp(path, opts, header_only):
         f = files[rel]
         if f is None:
             continue
-        if not (_is_int(info.offset) and _is_int(info.length)) or min(info.offset, info.length) < 0:
+        if not (is_int(info.offset) and is_int(info.length)) or min(info.offset, info.length) < 0:
             src.problems.append(
                 "%s: .metadata gives offset %r, length %r: the metadata is damaged"
                 % (idx.fqn, info.offset, info.length)
@@ -310,15 +310,15 @@ def _dcp_entry(src, f, name, fqn, dtype, shape, info, opts):
         return
     if loc is not None:
         mm = _dcp_map(src, f)
-        chunks = lambda n, s=loc[0]: _st_chunks(mm, s, dtype, itemsize, numel, shape, n)  # noqa: E731
+        chunks = lambda n, s=loc[0]: st_chunks(mm, s, dtype, itemsize, numel, shape, n)  # noqa: E731
     else:
 
         def chunks(n, start=info.offset, length=info.length):
             t = torch.load(_Window(f, start, length), map_location="cpu", weights_only=True)
-            return _tensor_chunks(t, n, None)
+            return tensor_chunks(t, n, None)
 
     depth = fqn.count(".")
-    section = _section_for_name(fqn)
+    section = section_for_name(fqn)
     slot = fqn.rsplit(".", 1)[-1]
     if (
         len(shape) == 0
@@ -327,7 +327,7 @@ def _dcp_entry(src, f, name, fqn, dtype, shape, info, opts):
         and (depth == 0 or fqn.split(".")[0] in STATE_CONTAINERS or META_NAME.search(fqn))
     ):
         value = next(chunks(1))[1]
-        x = float(value[0]) if _is_scalar_dtype(dtype) and not dtype.is_complex else None
+        x = float(value[0]) if is_scalar_dtype(dtype) and not dtype.is_complex else None
         x = int(x) if x is not None and x.is_integer() else x
         src.meta["scalars"][fqn] = x
         if slot in STEP_KEYS and src.meta["global_step"] is None:

@@ -12,7 +12,7 @@ import re
 
 from ..infile import inside, load_json, open_regular
 from ..protocol import emit
-from .base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, _euid
+from .base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, euid
 
 # ----------------------------------------------------------------------------- discovery
 
@@ -65,7 +65,7 @@ def _check_latest(dirpath, filenames, dirnames, items):
     """DeepSpeed's ``latest`` names the newest save: say so when that directory is missing."""
     if "latest" not in filenames or not any(d.startswith("global_step") for d in dirnames):
         return
-    tag = _ds_latest(dirpath)
+    tag = ds_latest(dirpath)
     if tag and tag not in dirnames:
         items.append(
             _error_item(
@@ -93,7 +93,7 @@ def _discover_dir(root, items, skipped, logs=None):
             items.append(
                 _error_item(
                     e.filename or root,
-                    "permission denied: cannot list this directory as uid %d" % _euid(),
+                    "permission denied: cannot list this directory as uid %d" % euid(),
                 )
             )
         else:
@@ -228,10 +228,10 @@ def discover(arg, logs=None):
         paths = glob_paths(arg)
         explicit = False
         if not paths:
-            raise Fatal("no files match %s (as seen by uid %d on this host)" % (arg, _euid()))
+            raise Fatal("no files match %s (as seen by uid %d on this host)" % (arg, euid()))
     else:
         raise Fatal(
-            "%s: no such file or directory (as seen by uid %d on this host)" % (arg, _euid())
+            "%s: no such file or directory (as seen by uid %d on this host)" % (arg, euid())
         )
     items, skipped = [], []
     for p in paths:
@@ -316,7 +316,7 @@ def classify_dir(path, names=None):
         files = [join(n) for n in names if DS_MODEL.match(n) or DS_OPTIM.match(n)]
         fmt = "deepspeed"
     elif "trainer_state.json" in names or HF_DIR.match(os.path.basename(path.rstrip("/"))):
-        weights = _hf_weights(names)
+        weights = hf_weights(names)
         if not weights:
             return None
         files = [join(n) for n in weights + [n for n in HF_OPTIMIZER if n in names][:1]]
@@ -336,7 +336,7 @@ def classify_dir(path, names=None):
     return {"kind": "dir", "format": fmt, "path": path, "bytes": size, "files": files}
 
 
-def _hf_weights(names):
+def hf_weights(names):
     """The weights files of an HF checkpoint directory: an index and its shards, or one file."""
     for w in HF_WEIGHTS:
         if w in names:
@@ -344,7 +344,7 @@ def _hf_weights(names):
     return [n for n in names if n.endswith(".safetensors")][:1]
 
 
-def _ds_latest(parent):
+def ds_latest(parent):
     """The tag in DeepSpeed's ``latest`` file in ``parent`` (None if there is none)."""
     try:
         with open_regular(os.path.join(parent, "latest"), "r") as f:

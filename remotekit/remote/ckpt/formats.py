@@ -40,17 +40,17 @@ from .base import (
     WEIGHTS,
     Fatal,
     LoadError,
-    _advise_dontneed,
-    _as_number,
-    _euid,
-    _is_checkable,
-    _is_scalar_dtype,
-    _Releaser,
-    _short,
+    Releaser,
+    advise_dontneed,
+    as_number,
+    euid,
+    is_checkable,
+    is_scalar_dtype,
+    short,
     uses_torch,
 )
 
-torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
+torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
 uses_torch(globals())
 
 
@@ -100,7 +100,7 @@ class Entry(object):
 def non_weight_kind(name, section, slot, dtype, numel):
     """Why the tensor ``name`` (in ``section``) is no param: COUNTER, SCORE, RNG or INTEGER;
     None when it is one."""
-    if not _is_checkable(dtype):
+    if not is_checkable(dtype):
         if RNG_NAME.search(name):
             return RNG
         return COUNTER if numel == 1 else INTEGER
@@ -151,7 +151,7 @@ class Source(object):
         self._close = []
 
 
-def _section_for_name(name):
+def section_for_name(name):
     return OPTIMIZER if any(OPTIM_KEY.search(p) for p in name.split(".")) else WEIGHTS
 
 
@@ -169,7 +169,7 @@ def _chunk_len(shape, n):
     return max(1, n // row) * row if row else n
 
 
-def _tensor_chunks(t, n, release):
+def tensor_chunks(t, n, release):
     numel = t.numel()
     if numel == 0:
         return
@@ -244,7 +244,7 @@ def _walk(obj, src, release):
                     numel,
                     numel * o.element_size(),
                     key,
-                    lambda n, t=data: _tensor_chunks(t, n, release),
+                    lambda n, t=data: tensor_chunks(t, n, release),
                 )
             )
             return
@@ -287,8 +287,8 @@ def _walk(obj, src, release):
 def _first_key(d, keys):
     """(value, key) of the first of ``keys`` in dict ``d`` holding a number, else (None, None)."""
     for k in keys:
-        if k in d and _as_number(d[k]) is not None:
-            return _as_number(d[k]), k
+        if k in d and as_number(d[k]) is not None:
+            return as_number(d[k]), k
     return None, None
 
 
@@ -333,7 +333,7 @@ def _fill_meta(src, obj):
             )
         for k, v in obj.items():
             if str(k) in meta:
-                x = meta[str(k)].item() if _is_scalar_dtype(meta[str(k)].dtype) else None
+                x = meta[str(k)].item() if is_scalar_dtype(meta[str(k)].dtype) else None
                 scalars[str(k)] = x
             elif isinstance(v, (bool, int, float)) or v is None:
                 scalars[str(k)] = v
@@ -355,7 +355,7 @@ def _fill_meta(src, obj):
         )
 
 
-def _sidecar_step(src, p=None):
+def sidecar_step(src, p=None):
     """HF Trainer writes trainer_state.json beside the weights: use its step and epoch."""
     if src.meta["global_step"] is not None:
         return
@@ -366,11 +366,11 @@ def _sidecar_step(src, p=None):
     except (OSError, ValueError):
         return
     if isinstance(state, dict):
-        if _as_number(state.get("global_step")) is not None:
-            src.meta["global_step"] = _as_number(state.get("global_step"))
+        if as_number(state.get("global_step")) is not None:
+            src.meta["global_step"] = as_number(state.get("global_step"))
             src.meta["step_key"] = "trainer_state.json:global_step"
-        if src.meta["epoch"] is None and _as_number(state.get("epoch")) is not None:
-            src.meta["epoch"] = _as_number(state.get("epoch"))
+        if src.meta["epoch"] is None and as_number(state.get("epoch")) is not None:
+            src.meta["epoch"] = as_number(state.get("epoch"))
 
 
 def _unsafe_globals(path, is_zip, exc):
@@ -432,14 +432,14 @@ def _open_torch_unchecked(path, size, is_zip, opts):
                 needs_globals=needs,
             ) from e
         raise LoadError(
-            "the pickle inside is damaged or not a torch checkpoint (%s)" % _short(e)
+            "the pickle inside is damaged or not a torch checkpoint (%s)" % short(e)
         ) from e
     except MemoryError:
         raise LoadError(
             "out of memory while loading (legacy files cannot be memory-mapped)"
         ) from None
     except Exception as e:  # torch raises RuntimeError/EOFError/KeyError... for damage
-        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, short(e))) from e
     return _adopt_loaded(path, src, obj, is_zip)
 
 
@@ -456,7 +456,7 @@ def _check_torch_zip(path, size):
             % (
                 "its central directory (at the end) is missing"
                 if "not a zip file" in str(e)
-                else _short(e),
+                else short(e),
                 size,
             )
         ) from e
@@ -481,7 +481,7 @@ def _adopt_loaded(path, src, obj, is_zip):
     src.obj = obj
     # Releasing pages pays off for large files only; finding the mapping reads /proc/self/maps
     # (~0.6 ms with torch loaded), which would dominate a scan of many small files.
-    release = _Releaser(path) if is_zip and src.bytes >= RELEASE_MIN else None
+    release = Releaser(path) if is_zip and src.bytes >= RELEASE_MIN else None
     _walk(obj, src, release)
     _fill_meta(src, obj)
     return src
@@ -494,7 +494,7 @@ def _load_again(path, src, is_zip):
                 fd_path(held, path), map_location="cpu", mmap=is_zip, weights_only=True
             )
     except Exception as e:
-        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, _short(e))) from e
+        raise LoadError("torch.load failed: %s: %s" % (type(e).__name__, short(e))) from e
     return _adopt_loaded(path, src, obj, is_zip)
 
 
@@ -535,7 +535,7 @@ def _st_dtype(code):
     return getattr(torch, name, None) if name else None
 
 
-def _st_chunks(mm, start, dtype, itemsize, numel, shape, n):
+def st_chunks(mm, start, dtype, itemsize, numel, shape, n):
     n = _chunk_len(shape, n)
     for i in range(0, numel, n):
         cnt = min(n, numel - i)
@@ -545,7 +545,7 @@ def _st_chunks(mm, start, dtype, itemsize, numel, shape, n):
             t = t.view(dtype)
         yield i, t
         del t
-        _advise_dontneed(mm, off, cnt * itemsize)
+        advise_dontneed(mm, off, cnt * itemsize)
 
 
 def _read_safetensors_header(path, size):
@@ -565,13 +565,13 @@ def _read_safetensors_header(path, size):
     try:
         header = load_json(raw.decode("utf-8"), "the safetensors header")
     except (UnicodeDecodeError, ValueError) as e:
-        raise LoadError("damaged safetensors header (not JSON: %s)" % _short(e)) from e
+        raise LoadError("damaged safetensors header (not JSON: %s)" % short(e)) from e
     if not isinstance(header, dict):
         raise LoadError("damaged safetensors header (not a JSON object)")
     return header, 8 + n
 
 
-def _is_int(v):
+def is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -580,11 +580,11 @@ def _st_invalid(info):
     if not isinstance(info, dict) or "data_offsets" not in info:
         return "not a tensor description"
     offs, shape = info.get("data_offsets"), info.get("shape", [])
-    if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+    if not (isinstance(offs, list) and len(offs) == 2 and all(is_int(o) for o in offs)):
         return "data_offsets %r are not two integers" % (offs,)
     if offs[0] < 0 or offs[1] < offs[0]:
         return "data_offsets %r are negative or end before they begin" % (offs,)
-    if not (isinstance(shape, list) and all(_is_int(d) for d in shape)):
+    if not (isinstance(shape, list) and all(is_int(d) for d in shape)):
         return "shape %r is not a list of integers" % (shape,)
     if any(d < 0 for d in shape):
         return "shape %r has a negative dimension" % (shape,)
@@ -692,12 +692,12 @@ def _st_entry(src, mm, data_start, item, itemsizes):
     if mm is not None:
 
         def chunks(n, s=data_start + begin, d=dtype, i=itemsize, c=numel, sh=shape):
-            return _st_chunks(mm, s, d, i, c, sh, n)
+            return st_chunks(mm, s, d, i, c, sh, n)
 
     src.entries.append(
         Entry(
             name,
-            _section_for_name(name),
+            section_for_name(name),
             name.rsplit(".", 1)[-1],
             dtype,
             shape,
@@ -735,7 +735,7 @@ def _sniff(path):
     except PermissionError:
         raise LoadError(
             "permission denied: uid %d cannot read it; fix the file's permissions or scan "
-            "as its owner" % _euid()
+            "as its owner" % euid()
         ) from None
     except FileNotFoundError:
         raise LoadError("no such file (removed while scanning, or a dangling symlink)") from None
@@ -770,7 +770,7 @@ def _lfs_pointer(path, size):
     )
 
 
-def _open_file(path, opts, header_only=False, sidecar=True):
+def open_file(path, opts, header_only=False, sidecar=True):
     size, head = _sniff(path)
     if size == 0:
         raise LoadError(
@@ -794,18 +794,18 @@ def _open_file(path, opts, header_only=False, sidecar=True):
             "(%d bytes, starting %r)" % (size, head[:8])
         )
     if sidecar:
-        _sidecar_step(src)
+        sidecar_step(src)
     return src
 
 
-def _open_index(path, opts, header_only=False):
+def open_index(path, opts, header_only=False):
     try:
         with open_regular(path, "r") as f:
             index = load_json(f, path)
     except PermissionError:
-        raise LoadError("permission denied: uid %d cannot read the index" % _euid()) from None
+        raise LoadError("permission denied: uid %d cannot read the index" % euid()) from None
     except (OSError, ValueError) as e:
-        raise LoadError("cannot read the shard index: %s" % _short(e)) from e
+        raise LoadError("cannot read the shard index: %s" % short(e)) from e
     wmap = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(wmap, dict):
         raise LoadError('not a Hugging Face shard index: no "weight_map" object')
@@ -824,7 +824,7 @@ def _open_index(path, opts, header_only=False):
             src.problems.append("shard %s is missing (%d tensors)" % (shard, len(expected)))
             continue
         try:
-            part = _open_file(p, opts, header_only=header_only)
+            part = open_file(p, opts, header_only=header_only)
         except LoadError as e:
             src.problems.append("shard %s: %s" % (shard, e.reason))
             src.needs_globals.extend(e.needs_globals)
@@ -837,7 +837,7 @@ def _open_index(path, opts, header_only=False):
                 % (shard, len(absent), absent[0])
             )
         _adopt(src, part, "shard " + shard)
-    _sidecar_step(src)
+    sidecar_step(src)
     if isinstance(index.get("metadata"), dict):
         src.meta["metadata"] = index["metadata"]
     return src
@@ -864,14 +864,14 @@ def _adopt(src, part, label, prefix="", section=None):
             src.meta["scalars"].setdefault(prefix + k, v)
 
 
-def _open_part(src, path, label, opts, header_only, prefix="", section=None):
+def open_part(src, path, label, opts, header_only, prefix="", section=None):
     """Open one file of a checkpoint directory into ``src``; a failure is a problem of src."""
     if not os.path.exists(path):
         src.problems.append("%s is missing" % label)
         return
     try:
-        part = _open_index(path, opts, header_only) if path.endswith(INDEX_SUFFIX) else None
-        part = part or _open_file(path, opts, header_only=header_only, sidecar=False)
+        part = open_index(path, opts, header_only) if path.endswith(INDEX_SUFFIX) else None
+        part = part or open_file(path, opts, header_only=header_only, sidecar=False)
     except LoadError as e:
         src.problems.append("%s: %s" % (label, e.reason))
         src.needs_globals.extend(e.needs_globals)
@@ -879,7 +879,7 @@ def _open_part(src, path, label, opts, header_only, prefix="", section=None):
     _adopt(src, part, label, prefix, section)
 
 
-def _import_global(name):
+def import_global(name):
     parts = name.split(".")
     err = None
     for i in range(len(parts) - 1, 0, -1):
@@ -891,7 +891,7 @@ def _import_global(name):
             continue
         except Exception as e:
             raise Fatal(
-                "--allow-global %s: importing %s failed: %s" % (name, modname, _short(e))
+                "--allow-global %s: importing %s failed: %s" % (name, modname, short(e))
             ) from e
         try:
             for a in parts[i:]:
@@ -903,14 +903,14 @@ def _import_global(name):
         return obj
     raise Fatal(
         "--allow-global %s: cannot import it%s; give the full dotted name, e.g. argparse.Namespace"
-        % (name, " (%s)" % _short(err) if err else "")
+        % (name, " (%s)" % short(err) if err else "")
     )
 
 
-def _allow_globals(names):
+def allow_globals(names):
     if not names:
         return
-    objs = [_import_global(n) for n in names]
+    objs = [import_global(n) for n in names]
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is None:
         raise Fatal(

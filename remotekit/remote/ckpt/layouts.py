@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 
-from .base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError, _import_torch
-from .dcp import _open_dcp
-from .discover import DS_MODEL, DS_OPTIM, HF_OPTIMIZER, _ds_latest, _hf_weights, classify_dir
-from .formats import Source, _open_file, _open_index, _open_part, _sidecar_step
+from .base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError, import_torch
+from .dcp import open_dcp
+from .discover import DS_MODEL, DS_OPTIM, HF_OPTIMIZER, classify_dir, ds_latest, hf_weights
+from .formats import Source, open_file, open_index, open_part, sidecar_step
 
 # ------------------------------------------------------------------- checkpoint directories
 
@@ -21,17 +21,17 @@ def _open_hf_trainer(path, opts, header_only):
     trainer_state.json (scheduler.pt, scaler.pt, rng_state*.pth hold no model state)."""
     src = Source(path, "hf-trainer", 0)
     names = sorted(os.listdir(path))
-    for w in _hf_weights(names):
-        _open_part(src, os.path.join(path, w), w, opts, header_only)
+    for w in hf_weights(names):
+        open_part(src, os.path.join(path, w), w, opts, header_only)
     opt = [n for n in HF_OPTIMIZER if n in names]
     if opt:
-        _open_part(
+        open_part(
             src, os.path.join(path, opt[0]), opt[0], opts, header_only, "optimizer.", OPTIMIZER
         )
     else:
         src.notes.append("no optimizer.pt: weights only (save_only_model?)")
     src.meta["global_step"] = src.meta["step_key"] = None  # the trainer's own count wins
-    _sidecar_step(src, os.path.join(path, "trainer_state.json"))
+    sidecar_step(src, os.path.join(path, "trainer_state.json"))
     return src
 
 
@@ -43,11 +43,11 @@ def _open_deepspeed(path, opts, header_only):
     names = sorted(os.listdir(path))
     for n in names:
         if DS_MODEL.match(n):
-            _open_part(src, os.path.join(path, n), n, opts, header_only)
+            open_part(src, os.path.join(path, n), n, opts, header_only)
     parts = [(int(DS_OPTIM.match(n).group(1)), n) for n in names if DS_OPTIM.match(n)]
     for rank, n in sorted(parts):
         prefix = "rank%d." % rank if len(parts) > 1 else ""
-        _open_part(src, os.path.join(path, n), n, opts, header_only, prefix, OPTIMIZER)
+        open_part(src, os.path.join(path, n), n, opts, header_only, prefix, OPTIMIZER)
     if parts:
         src.notes.append("%d ZeRO optimizer partition(s)" % len(parts))
         if not any(e.section == WEIGHTS and e.numel for e in src.entries):
@@ -55,7 +55,7 @@ def _open_deepspeed(path, opts, header_only):
                 "ZeRO-3: the model states hold no weights; the fp32 partitions "
                 "(fp32_flat_groups, optimizer section) are the model's values"
             )
-    latest = _ds_latest(os.path.dirname(os.path.abspath(path)))
+    latest = ds_latest(os.path.dirname(os.path.abspath(path)))
     if latest is not None and latest == os.path.basename(path.rstrip("/")):
         src.notes.append("`latest` names this checkpoint")
     return src
@@ -64,7 +64,7 @@ def _open_deepspeed(path, opts, header_only):
 def open_source(path, opts, header_only=False):
     """Open one checkpoint (a file, an HF index, or a checkpoint directory: DCP, DeepSpeed,
     HF Trainer) without reading tensor data; LoadError if it is none of them."""
-    _import_torch()
+    import_torch()
     if os.path.isdir(path):
         item = classify_dir(path)
         if item is None:
@@ -72,8 +72,8 @@ def open_source(path, opts, header_only=False):
                 "is a directory, not a checkpoint (no DCP .metadata, DeepSpeed "
                 "model/optimizer states, or HF Trainer weights in it)"
             )
-        opener = {"dcp": _open_dcp, "deepspeed": _open_deepspeed, "hf-trainer": _open_hf_trainer}
+        opener = {"dcp": open_dcp, "deepspeed": _open_deepspeed, "hf-trainer": _open_hf_trainer}
         return opener[item["format"]](path, opts, header_only)
     if path.endswith(INDEX_SUFFIX):
-        return _open_index(path, opts, header_only=header_only)
-    return _open_file(path, opts, header_only=header_only)
+        return open_index(path, opts, header_only=header_only)
+    return open_file(path, opts, header_only=header_only)

@@ -21,11 +21,11 @@ import threading
 import time
 
 from ..protocol import EXIT_FAILED, EXIT_OK, emit, emit_line, flush
-from .base import Fatal, _import_torch, uses_torch
-from .check import _empty_record, _meta_record, meta_item, scan_item
-from .formats import _allow_globals
+from .base import Fatal, import_torch, uses_torch
+from .check import empty_record, meta_item, meta_record, scan_item
+from .formats import allow_globals
 
-torch = None  # this module's torch: set by _import_torch() (discovery needs no torch)
+torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
 uses_torch(globals())
 
 
@@ -166,10 +166,10 @@ class WorkerPool(object):
             "that crashes torch" % (code, sig)
         )
         if item.get("op", "scan") == "scan":
-            rec = _empty_record(item["path"], None, item.get("bytes", 0))
+            rec = empty_record(item["path"], None, item.get("bytes", 0))
             rec["error"] = reason
             return rec
-        return _meta_record(item["path"], reason)
+        return meta_record(item["path"], reason)
 
     def close(self):
         proc, self.proc = self.proc, None
@@ -301,8 +301,8 @@ class InlinePool(object):
 
     def __init__(self, opts):
         self.opts = opts
-        _import_torch()
-        _allow_globals(opts.allow_global or ())
+        import_torch()
+        allow_globals(opts.allow_global or ())
 
     def run(self, items):
         out = []
@@ -334,9 +334,9 @@ def cmd_worker(opts):
     # No PR_SET_PDEATHSIG: it fires when the spawning *thread* ends. A worker whose parent
     # died reads EOF on stdin and exits; the runner stops the whole process group anyway.
     try:
-        _import_torch()
+        import_torch()
         torch.set_num_threads(max(1, opts.threads))
-        _allow_globals(opts.allow_global or ())
+        allow_globals(opts.allow_global or ())
     except Fatal as e:
         emit({"type": "error", "message": str(e)})
         return EXIT_FAILED

@@ -20,11 +20,11 @@ from .base import (
     MAX_SPIKES,
     PRESETS,
     LogError,
-    _is_missing,
-    _median,
-    _quantile,
     conclude,
     decimate,
+    is_missing,
+    median,
+    quantile,
     send,
 )
 from .choose import NoLoss
@@ -47,8 +47,8 @@ def analyze_log(args, wanted):
     except NoLoss as exc:
         exc.notes = warnings + exc.notes  # the choice's caveat explains the missing loss
         raise
-    warnings.extend(_reading_caveats(ing, fmt, extra))
-    steps, cols, n, derived = _columns(ing, warnings)
+    warnings.extend(reading_caveats(ing, fmt, extra))
+    steps, cols, n, derived = prepare_columns(ing, warnings)
     stride, tol = stride_of(steps, n, args.tolerance)
     _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol)
     preset = _send_preset(args.preset, n)
@@ -58,7 +58,7 @@ def analyze_log(args, wanted):
     events = find_events(ing, steps, cols, args, extra, warnings)
     counts = _send_events(events)
     comp = _composition(ing, compact, steps, incidents, cols, n, derived)
-    _place(incidents, events, *_bucket_codes(comp, ing, cols, n))
+    place(incidents, events, *bucket_codes(comp, ing, cols, n))
     _send_spikes(incidents, warnings)
     for c in correlate(incidents, events, tol, min(steps), max(steps)):
         send("correlation", **c)
@@ -79,7 +79,7 @@ def stride_of(steps, n, tolerance=None):
     2000 step differences), and the steps that still count as "at" an event (``tolerance``
     when given, else max(5, 2 strides))."""
     strides = sorted(map(sub, islice(steps, 1, min(n, 2001)), steps[: min(n, 2001) - 1]))
-    stride = _quantile([s for s in strides if s > 0], 0.5) if any(s > 0 for s in strides) else 1.0
+    stride = quantile([s for s in strides if s > 0], 0.5) if any(s > 0 for s in strides) else 1.0
     return stride, tolerance if tolerance is not None else max(5.0, 2 * stride)
 
 
@@ -96,7 +96,7 @@ def _log_path(args):
     return path, chosen, list(notes)
 
 
-def _reading_caveats(ing, fmt, extra):
+def reading_caveats(ing, fmt, extra):
     """The warnings about how the log was read."""
     out = []
     if extra.pop("summary_only", False):
@@ -117,7 +117,7 @@ def _reading_caveats(ing, fmt, extra):
     return out
 
 
-def _columns(ing, warnings):
+def prepare_columns(ing, warnings):
     """``(steps, {label: column}, rows, derived)``: the ingested columns by label, one row
     per step in order (see ``steps``), meta columns with NaN for a missing value."""
     n = ing.rows()
@@ -138,7 +138,7 @@ def _columns(ing, warnings):
     for name in [m for m, _ in ing.meta]:
         col = cols[name]
         if not math.isfinite(sum(col)):
-            cols[name] = array("d", (math.nan if _is_missing(v) else v for v in col))
+            cols[name] = array("d", (math.nan if is_missing(v) else v for v in col))
     derived = per_batch(ing, steps, cols, warnings)
     return steps, cols, n, derived
 
@@ -216,7 +216,7 @@ def detect_all(ing, cols, steps, n, preset):
                 flagged=flagged,
                 spike_share=(flagged / len(vals)) if len(vals) else 0.0,
                 nonfinite=sum(nf["flagged"] for nf in nonfinite),
-                median=_median(vals[-min(len(vals), 10000) :]) if len(vals) else None,
+                median=median(vals[-min(len(vals), 10000) :]) if len(vals) else None,
             )
         )
     return incidents, compact, stats
@@ -228,7 +228,7 @@ def _finite(col, n):
     if math.isfinite(sum(col)) and max(col, default=0.0) <= FMAX and min(col, default=0.0) >= -FMAX:
         return col, None, []
     rows = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
-    bad = [i for i, v in enumerate(col) if not -FMAX <= v <= FMAX and not _is_missing(v)]
+    bad = [i for i, v in enumerate(col) if not -FMAX <= v <= FMAX and not is_missing(v)]
     vals = array("d", (col[i] for i in rows))
     if len(rows) == n:
         rows = None
@@ -284,14 +284,14 @@ def _composition(ing, compact, steps, incidents, cols, n, derived):
     return composition(main, vals, rows, steps, incidents, ing, cols, n, derived)
 
 
-def _bucket_codes(comp, ing, cols, n):
+def bucket_codes(comp, ing, cols, n):
     codes, names = comp.get("codes", (None, None))
     if codes is None:
         _, codes, names = bucket_column(ing, cols, n)
     return codes, names
 
 
-def _place(incidents, events, codes, names):
+def place(incidents, events, codes, names):
     """Each incident (sorted by step) with its nearest event, and the bucket of its batch
     with how many same-bucket rows in a row led up to it."""
     ev_steps = [e[1] for e in events]
@@ -346,10 +346,10 @@ def _send_series(ing, compact, incidents, steps, points):
 
 def _findings(incidents, comp):
     kinds = set(i["kind"] for i in incidents)
-    findings = [name for kind, name in _FINDING_OF if kind in kinds]
+    findings = [name for kind, name in FINDING_OF if kind in kinds]
     if comp.get("composition", {}).get("finding"):
         findings.append("batch-composition")
     return findings
 
 
-_FINDING_OF = (("spike", "spikes"), ("cliff", "cliffs"), ("nonfinite", "nonfinite"))
+FINDING_OF = (("spike", "spikes"), ("cliff", "cliffs"), ("nonfinite", "nonfinite"))

@@ -203,11 +203,11 @@ def failed(message, **fields):
 # reading
 
 
-def _is_missing(x):
+def is_missing(x):
     return x != x and struct.pack("<d", x) == _MISSING_BYTES
 
 
-def _to_float(v):
+def to_float(v):
     if v is None:
         return MISSING
     if isinstance(v, (int, float)):
@@ -224,7 +224,7 @@ def _to_float(v):
 # arithmetic helpers (no numpy there)
 
 
-def _quantile(sorted_vals, q):
+def quantile(sorted_vals, q):
     n = len(sorted_vals)
     if n == 0:
         return math.nan
@@ -234,19 +234,19 @@ def _quantile(sorted_vals, q):
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
-def _median(vals):
-    return _quantile(sorted(vals), 0.5)
+def median(vals):
+    return quantile(sorted(vals), 0.5)
 
 
-def _robust_sigma(s):
+def robust_sigma(s):
     """A sigma from a sorted sample: IQR / 1.349, falling back to wider quantiles."""
-    sig = (_quantile(s, 0.75) - _quantile(s, 0.25)) / 1.349
+    sig = (quantile(s, 0.75) - quantile(s, 0.25)) / 1.349
     if sig <= 0:
-        sig = (_quantile(s, 0.9) - _quantile(s, 0.1)) / 2.563
+        sig = (quantile(s, 0.9) - quantile(s, 0.1)) / 2.563
     if sig <= 0:
         sig = (s[-1] - s[0]) / 6.0
     if sig <= 0:
-        sig = max(abs(_quantile(s, 0.5)) * 1e-3, 1e-12)
+        sig = max(abs(quantile(s, 0.5)) * 1e-3, 1e-12)
     return sig
 
 
@@ -287,7 +287,7 @@ def decimate(vals, points, keep=()):
     return sorted(out)
 
 
-def _fmt(v):
+def fmt_number(v):
     if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
         return str(int(v))
     if isinstance(v, float):

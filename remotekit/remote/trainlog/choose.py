@@ -18,10 +18,9 @@ from .base import (
     ROLE_NAMES,
     ROLES,
     STEP_KEYS,
-    _to_float,
+    to_float,
 )
-
-HEAD_ROWS = 5000  # rows read before the columns are chosen
+from .source import HEAD_ROWS
 
 
 def _find_key(keys, aliases, bases=None):
@@ -65,7 +64,7 @@ def _name_words(key):
     return parts, parts + [a + b for a, b in zip(parts, parts[1:])]
 
 
-def _loss_score(key):
+def loss_score(key):
     """How much a column's name says "the training loss", or None if it says no loss at all.
 
     Needs no list of exact names: a loss word anywhere (``train/CrossEntropyLoss``,
@@ -130,12 +129,12 @@ def _lr_score(key):
 def _val_loss_score(key):
     """How much a name says "the held-out loss" (``val_loss``, ``eval/loss``,
     ``validation/CrossEntropyLoss``, llm.c's ``tel``), or None: a loss by
-    :func:`_loss_score`'s words, held out by a part; validation over test (a test loss is
+    :func:`loss_score`'s words, held out by a part; validation over test (a test loss is
     often computed once), a total over its parts, per step over per epoch."""
     parts, words = _name_words(key)
     short = [SHORT_LOSSES[p] for p in parts if p in SHORT_LOSSES]
     if "eval" not in short:
-        if _loss_score(key) is None:
+        if loss_score(key) is None:
             return None
         held = [p for p in parts if p in HELD_OUT or p.startswith(HELD_OUT)]
         if not held:
@@ -151,7 +150,7 @@ def _val_loss_score(key):
 
 
 SCORES = {
-    "loss": _loss_score,
+    "loss": loss_score,
     "grad_norm": _grad_norm_score,
     "lr": _lr_score,
     "val_loss": _val_loss_score,
@@ -177,7 +176,7 @@ def _content(rows, key):
         v = d.get(key)
         if v is None or v == "":  # an empty CSV cell: missing, without a float() that fails
             continue
-        x = _to_float(v)
+        x = to_float(v)
         if x is MISSING:
             continue
         n += 1
@@ -253,7 +252,7 @@ def _shared_first(scored, rows):
     top = [c for c in scored if c[0] == scored[0][0]]
     if len(top) < 3 or not rows:
         return scored
-    values = [tuple(_to_float(d.get(c[2])) for d in rows[:HEAD_ROWS]) for c in top]
+    values = [tuple(to_float(d.get(c[2])) for d in rows[:HEAD_ROWS]) for c in top]
     shared = [sum(v == w for w in values) for v in values]
     order = sorted(range(len(top)), key=lambda i: -shared[i])
     return [top[i] for i in order] + scored[len(top) :]
@@ -284,7 +283,7 @@ def _step_score(key):
 
 def _present(rows, key):
     """``key``'s values in ``rows`` (the head's dicts), as floats, the missing ones left out."""
-    return [v for v in (_to_float(d.get(key)) for d in rows) if v is not MISSING]
+    return [v for v in (to_float(d.get(key)) for d in rows) if v is not MISSING]
 
 
 def _rising(vals):
@@ -326,7 +325,7 @@ def _meta_rule(name, key):
         return (
             "epoch" in parts
             and len(parts) <= 2
-            and not _loss_score(key)
+            and not loss_score(key)
             and not any(p in measure for p in parts)
         )
     if name == "seq_len":
@@ -509,7 +508,7 @@ def hint_columns(rows, step_key=None):
         for k, v in d.items():
             if k == step_key or isinstance(v, bool):
                 continue
-            x = v if isinstance(v, (int, float)) else _to_float(v) if isinstance(v, str) else None
+            x = v if isinstance(v, (int, float)) else to_float(v) if isinstance(v, str) else None
             if x is None or x is MISSING or x != x or x in (float("inf"), float("-inf")):
                 continue
             vals.setdefault(k, []).append(float(x))
@@ -565,14 +564,14 @@ def _monotone(xs):
     return all(b >= a for a, b in zip(xs, xs[1:]))
 
 
-def _epoch_axis(cols, head):
+def epoch_axis(cols, head):
     """The epoch key, when a log without a step key has one row per epoch (ultralytics'
     results.csv, Keras's CSVLogger): whole epochs, each one more than the row before."""
     step_key, _, meta, _, _, _, _ = cols
     key = dict(meta).get("epoch")
     if step_key is not None or key is None:
         return None
-    vals = [_to_float(d.get(key)) for d in head[:HEAD_ROWS] if isinstance(d, dict)]
+    vals = [to_float(d.get(key)) for d in head[:HEAD_ROWS] if isinstance(d, dict)]
     if len(vals) < 2 or any(v is MISSING for v in vals):
         return None
     if all(b - a == 1 for a, b in zip(vals, vals[1:])) and vals[0].is_integer():

@@ -12,7 +12,7 @@ from collections import Counter
 from itertools import compress, islice
 from operator import mul, ne
 
-from .base import STABLE_MAX, _fmt, _median, _quantile
+from .base import STABLE_MAX, fmt_number, median, quantile
 
 # --------------------------------------------------------------------------------------------
 # batch composition
@@ -23,7 +23,7 @@ def kde_modes(r, nbins=200):
     local maxima merged until each stands out. Returns (modes, grid, density)."""
     s = sorted(r)
     n = len(s)
-    lo, hi = _quantile(s, 0.005), _quantile(s, 0.995)
+    lo, hi = quantile(s, 0.005), quantile(s, 0.995)
     if not hi > lo:
         return [{"center": s[n // 2], "weight": 1.0, "lo": s[0], "hi": s[-1]}], [], []
     width = (hi - lo) / nbins
@@ -64,7 +64,7 @@ def _density(s, lo, width, nbins):
     n = len(s)
     mean = sum(s) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in s) / max(1, n - 1))
-    iqr = (_quantile(s, 0.75) - _quantile(s, 0.25)) / 1.349
+    iqr = (quantile(s, 0.75) - quantile(s, 0.25)) / 1.349
     spread = min(sd, iqr) if iqr > 0 else sd
     h = max(0.9 * spread * n ** (-0.2), width)
     counts = [0] * nbins
@@ -196,9 +196,9 @@ def quantisation(v, r, logscale):
     q = min(gaps) if gaps else 0.0
     if d > 12:
         rs = sorted(r)
-        spread = (_quantile(rs, 0.75) - _quantile(rs, 0.25)) / 1.349
+        spread = (quantile(rs, 0.75) - quantile(rs, 0.25)) / 1.349
         if logscale:
-            spread *= _quantile(sorted(v), 0.5)
+            spread *= quantile(sorted(v), 0.5)
         if not (q > 0 and spread < 3 * q):
             return None
     return {"distinct": d, "quantum": q}
@@ -207,7 +207,7 @@ def quantisation(v, r, logscale):
 def _row_stride(steps_of_rows):
     """The usual number of steps between consecutive log rows (1 when unknown)."""
     diffs = sorted(b - a for a, b in zip(steps_of_rows, steps_of_rows[1:]) if b > a)
-    return _quantile(diffs, 0.5) if diffs else 1.0
+    return quantile(diffs, 0.5) if diffs else 1.0
 
 
 def bucket_column(ing, cols, n):
@@ -224,7 +224,7 @@ def bucket_column(ing, cols, n):
             continue
         distinct = sorted(set(fin))
         if len(distinct) <= 16:
-            names = [_fmt(v) for v in distinct]
+            names = [fmt_number(v) for v in distinct]
             cmap = {v: i for i, v in enumerate(distinct)}
             codes = array("i", (cmap.get(v, -1) if v == v else -1 for v in col))
             return name, codes, names
@@ -363,7 +363,7 @@ def _histogram(r, rc, names, unscale, dist, key):
     8 commonest, the rest as "other"); None when the values have no spread."""
     hb = 40 if len(r) >= 400 else 20
     rs = sorted(r)
-    h_lo, h_hi = _quantile(rs, 0.002), _quantile(rs, 0.998)
+    h_lo, h_hi = quantile(rs, 0.002), quantile(rs, 0.998)
     if not h_hi > h_lo:
         return None
     w = (h_hi - h_lo) / hb
@@ -397,7 +397,10 @@ def _repeat_words(per, stride):
     """The words for a periodic loss, else None."""
     if not (per and per["periodic"]):
         return None
-    words = "it repeats every %s steps (autocorrelation %.2f)" % (_fmt(per["lag"]), per["acf"])
+    words = "it repeats every %s steps (autocorrelation %.2f)" % (
+        fmt_number(per["lag"]),
+        per["acf"],
+    )
     if stride != 1:
         words = words[:-1] + ", every %d log rows)" % per["lag_rows"]
     return words
@@ -409,7 +412,8 @@ def _coarse_words(label, quant):
         return None
     return (
         "%s takes only %d distinct values in steps of %s (rounded when logged): too coarse "
-        "to judge its shape or periodicity" % (label, quant["distinct"], _fmt(quant["quantum"]))
+        "to judge its shape or periodicity"
+        % (label, quant["distinct"], fmt_number(quant["quantum"]))
     )
 
 
@@ -443,7 +447,8 @@ def _without_batches(label, modes, bc, quant, dist, words, repeats):
         words.append(
             "modes %s"
             % ", ".join(
-                "%s (%d%%)" % (_fmt(m["center"]), round(100 * m["weight"])) for m in dist["modes"]
+                "%s (%d%%)" % (fmt_number(m["center"]), round(100 * m["weight"]))
+                for m in dist["modes"]
             )
         )
     finding = multimodal or repeats is not None
@@ -491,7 +496,7 @@ def _bucket_stats(key, codes, names, v, r, rc, derived):
             "bucket": names[c] if c >= 0 else "-",
             "batches": cnt,
             "share": cnt / total,
-            "loss_median": _median(by[c]) if c in by else None,
+            "loss_median": median(by[c]) if c in by else None,
             "max_run": runs.get(c, 0),
         }
         for c, cnt in allc.most_common()

@@ -18,7 +18,7 @@ from itertools import compress, islice, repeat
 from operator import gt, le, mul, sub
 
 from ..infile import load_json, open_regular
-from .base import DIR_STEP_RE, MAX_EVENTS, _fmt, _quantile, binom_sf
+from .base import DIR_STEP_RE, MAX_EVENTS, binom_sf, fmt_number, quantile
 from .source import MAX_DOC
 
 # --------------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def _resumes(steps, n):
                     "resume",
                     s,
                     "steps",
-                    "step counter %s from %s to %s" % (word, _fmt(prev), _fmt(s)),
+                    "step counter %s from %s to %s" % (word, fmt_number(prev), fmt_number(s)),
                 )
             )
     return events
@@ -224,7 +224,7 @@ def _saves(args, extra, steps, n, warnings):
             k = 1
             while k * every <= steps[-1] + 0.5 and k <= MAX_EVENTS:
                 events.append(
-                    ("checkpoint", k * every, "trainer_state", "save_steps %s" % _fmt(every))
+                    ("checkpoint", k * every, "trainer_state", "save_steps %s" % fmt_number(every))
                 )
                 k += 1
     return events
@@ -245,7 +245,7 @@ def _epochs(args, cols, steps, n):
                         "epoch",
                         s,
                         "steps-per-epoch",
-                        "epoch %d starts (%s steps each)" % (k, _fmt(spe)),
+                        "epoch %d starts (%s steps each)" % (k, fmt_number(spe)),
                     )
                 )
             k += 1
@@ -287,7 +287,7 @@ def _lr_events(cols, steps):
                         steps[r0],
                         "lr",
                         "lr at step %s is %s, already its peak %s: no warmup"
-                        % (_fmt(steps[r0]), _fmt(lv[0]), _fmt(peak)),
+                        % (fmt_number(steps[r0]), fmt_number(lv[0]), fmt_number(peak)),
                     )
                 )
             doubled = map(mul, lv, repeat(2.0))
@@ -301,7 +301,7 @@ def _lr_events(cols, steps):
                         "lr-jump",
                         steps[rows[i] if rows else i],
                         "lr",
-                        "lr jumped from %s to %s" % (_fmt(lv[i - 1]), _fmt(lv[i])),
+                        "lr jumped from %s to %s" % (fmt_number(lv[i - 1]), fmt_number(lv[i])),
                     )
                 )
                 shown += 1
@@ -318,7 +318,7 @@ def _pauses(cols, steps, n):
         dts = array("d", map(sub, islice(t, 1, None), t))
         fin = sorted(d for d in dts[:: max(1, len(dts) // 10000)] if d == d and d > 0)
         if fin:
-            typ = _quantile(fin, 0.5)
+            typ = quantile(fin, 0.5)
             lim = max(60.0, 20 * typ)
             gaps = list(compress(range(1, n), (d > lim for d in dts)))
             for i in gaps[:MAX_EVENTS]:

@@ -34,13 +34,13 @@ from collections import deque
 from ..infile import identity, moved, open_regular
 from ..protocol import EXIT_FINDINGS, EXIT_OK
 from .analyze import (
-    _FINDING_OF,
-    _bucket_codes,
-    _columns,
-    _place,
-    _reading_caveats,
+    FINDING_OF,
+    bucket_codes,
     detect_all,
+    place,
+    prepare_columns,
     preset_for,
+    reading_caveats,
     stride_of,
 )
 from .base import PRESETS, LogError, conclude, send
@@ -48,9 +48,8 @@ from .choose import NoLoss
 from .events import find_events
 from .find import find_log
 from .read import read_with
-from .readers import by_format, claimants, csvlog, tensorboard
-from .readers.tensorboard import tfrecord_data_length
-from .source import MAX_LINE, READ, Source
+from .readers import by_format, claimants
+from .source import READ, Source
 
 POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
 STATUS_S = 1.0  # a status record at least this often: also the heartbeat the local side stops on
@@ -58,79 +57,14 @@ MIN_KEEP = 2000  # rows kept as the baseline at least (and two preset windows)
 START_BYTES = 1 << 24  # of a large log, the follow starts this far before its end (lines)
 READ_MAX = 1 << 23  # bytes read per poll at most: a status goes out between, well inside the
 # silence the local follower tolerates (remotekit.follow.SILENT_S) even on a starved CPU
-HARD_MAX = 1 << 26  # bytes the window holds at most, whatever the rows
 NOLOSS_AFTER = 200  # lines without a loss column after which that is an error, not a wait
 RATE_S = 10.0  # the rate is measured over this many seconds
 FOLLOWED = "JSON lines, CSV, text logs, TensorBoard event files"
-NOT_FOLLOWED = {
-    "wandb": "a W&B run file (.wandb)",
-    "json": "a JSON document (trainer_state.json, wandb-summary.json), rewritten whole",
-}
 INCIDENT_EVENTS = ("resume",)
 
 
 class NotFollowed(LogError):
     """A log that does not grow by appending lines or records."""
-
-
-class LineTail:
-    """The complete lines of a growing file, from an offset on; a partial last line waits
-    for its newline. ``header``: a CSV's header line when the window starts past it."""
-
-    def __init__(self, header=b""):
-        self.header = header
-        self.items = deque()
-        self.size = 0
-        self.carry = b""
-
-    def feed(self, data):
-        """Take new bytes; the number of complete lines they finished."""
-        buf = self.carry + data
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            self.carry = buf if len(buf) <= MAX_LINE else b""  # an endless line: dropped
-            return 0
-        self.carry = buf[cut + 1 :]
-        lines = buf[: cut + 1].splitlines(True)
-        self._add(lines)
-        return len(lines)
-
-    def _add(self, items):
-        self.items.extend(items)
-        self.size += sum(map(len, items))
-        while self.size > HARD_MAX and len(self.items) > 1:
-            self.size -= len(self.items.popleft())
-
-    def trim(self, share):
-        """Drop the oldest ``share`` of the window."""
-        self.keep_last(len(self.items) - int(len(self.items) * share))
-
-    def keep_last(self, n):
-        """Keep the latest ``n`` lines (records) only."""
-        while len(self.items) > n:
-            self.size -= len(self.items.popleft())
-
-    def window(self):
-        return self.header + b"".join(self.items)
-
-
-class RecordTail(LineTail):
-    """The complete TFRecords of a growing TensorBoard event file."""
-
-    def feed(self, data):
-        buf = self.carry + data
-        i, records = 0, []
-        while len(buf) - i >= 12:
-            n = tfrecord_data_length(buf[i : i + 12])
-            if n is None:
-                raise LogError("a corrupt TFRecord length in the event file: cannot follow it")
-            if len(buf) - i < 16 + n:
-                break
-            records.append(buf[i : i + 16 + n])
-            i += 16 + n
-        self.carry = buf[i:]
-        self._add(records)
-        return len(records)
 
 
 class Follower:
@@ -201,12 +135,9 @@ class Follower:
             self.f.close()
             self.f = None
             return False
-        records = self.reader is tensorboard
-        start = 0 if self.started or records else max(0, st.st_size - START_BYTES)
-        self.tail = RecordTail() if records else LineTail()
-        if self.reader is csvlog:  # the header stays in front of the window, however it moves
-            self.tail.header, end = _first_line(self.f)
-            start = max(start, end)
+        self.tail = self.reader.tail(self.f)
+        start = 0 if self.started or self.tail.from_start else max(0, st.st_size - START_BYTES)
+        start = max(start, self.tail.begin)
         self.f.seek(max(0, start - 1))
         if start > 0:
             self.f.readline()  # to the start of the next whole line
@@ -223,15 +154,15 @@ class Follower:
             except LogError:  # empty so far
                 self.why = "%s is empty so far" % self.path
                 return False
-        fmt = self.reader.FORMAT
-        if fmt in NOT_FOLLOWED or not getattr(self.reader, "FOLLOWS", False):
+        if getattr(self.reader, "tail", None) is None:
             raise NotFollowed(
                 "%s: not followed (train-log --follow follows logs that grow by appending: "
                 "%s); run train-log without --follow to analyse it whole"
-                % (NOT_FOLLOWED.get(fmt, "a " + self.reader.WHAT), FOLLOWED)
+                % (getattr(self.reader, "NOT_FOLLOWED", "a " + self.reader.WHAT), FOLLOWED)
             )
-        records = self.reader is tensorboard
-        self.sure = self.args.format != "auto" or records or self.offset >= 1 << 16
+        # a binary format's sniff is sure from its magic bytes; a text one's from enough lines
+        binary = getattr(self.reader, "BINARY", False)
+        self.sure = self.args.format != "auto" or binary or self.offset >= 1 << 16
         return True
 
     def _check_replaced(self):
@@ -288,12 +219,12 @@ class Follower:
             self.why = "no rows in it yet"
             return
         warnings = []
-        steps, cols, n, _ = _columns(ing, warnings)
+        steps, cols, n, _ = prepare_columns(ing, warnings)
         self.full = self.full or n >= 4 * PRESETS[self.args.preset]["window"]
         preset = preset_for(self.args.preset, 1 << 60 if self.full else n)
         incidents, compact, _ = detect_all(ing, cols, steps, n, preset)
         events = find_events(ing, steps, cols, self.args, {}, warnings)
-        _place(incidents, events, *_bucket_codes({}, ing, cols, n))
+        place(incidents, events, *bucket_codes({}, ing, cols, n))
         if not self.source_sent:
             self._send_source(ing, fmt, steps, n)
         # the first look: the backlog, up to --after-step when given (a follow taken up again)
@@ -330,7 +261,7 @@ class Follower:
             stride=stride,
             tolerance=tol,
         )
-        for w in _reading_caveats(ing, fmt, {}):
+        for w in reading_caveats(ing, fmt, {}):
             send("warning", message=w)
         self.source_sent = True
 
@@ -441,17 +372,6 @@ def _last_step(inc, rows, steps):
     return steps[rows[j] if rows is not None else j]
 
 
-def _first_line(f):
-    """``(line, offset after it)``: the first non-empty line of the file ``f`` (a CSV's
-    header), with its newline."""
-    f.seek(0)
-    for _ in range(1000):
-        line = f.readline(MAX_LINE)
-        if not line or line.strip():
-            return (line if line.endswith(b"\n") else line + b"\n"), f.tell()
-    return b"", f.tell()
-
-
 def _size(path):
     try:
         return os.stat(path).st_size
@@ -477,7 +397,7 @@ def follow_log(args):
         pass
     code = EXIT_FINDINGS if fol.sent else EXIT_OK
     events = {"resume": fol.resumes_sent} if fol.resumes_sent else {}
-    findings = [name for kind, name in _FINDING_OF if kind in fol.kinds]
+    findings = [name for kind, name in FINDING_OF if kind in fol.kinds]
     findings += ["resumes"] if fol.resumes_sent else []
     return conclude(
         code, rows=fol.rows, spikes=fol.sent - fol.resumes_sent, events=events, findings=findings

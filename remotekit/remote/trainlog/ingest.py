@@ -17,9 +17,10 @@ from .base import (
     PATH_RE,
     RESUME_RE,
     SOURCE_LINE_RE,
-    _to_float,
+    to_float,
 )
-from .choose import NoLoss, _epoch_axis, hint_columns, resolve_columns
+from .choose import NoLoss, epoch_axis, hint_columns, resolve_columns
+from .source import number_column
 
 
 class Ingest:
@@ -104,7 +105,7 @@ class Ingest:
         if not isinstance(d, dict):
             self.skipped += 1
             return
-        vals = [_to_float(d.get(k)) for k in self.keys]
+        vals = [to_float(d.get(k)) for k in self.keys]
         if all(vals[i] is MISSING for i in range(self.m0, self.m1)):
             if not (self.dict_event(d) or quiet):
                 self.skipped += 1
@@ -161,8 +162,16 @@ class Ingest:
     def dict_event(self, d):
         for v in d.values():
             if isinstance(v, str) and ("heckpoint" in v or "ckpt" in v or "esum" in v):
-                step = _to_float(d.get(self.step_key)) if self.step_key else MISSING
+                step = to_float(d.get(self.step_key)) if self.step_key else MISSING
                 return self.text_event(v, None if step is MISSING else step)
+        return False
+
+    def maybe_event(self, line):
+        """A line that may announce a save or a resume (a reader's line that is no row):
+        :meth:`text_event` for one that says so; False for the rest (a cheap test first)."""
+        low = line.lower()
+        if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+            return self.text_event(line)
         return False
 
     def text_event(self, line, step=None):
@@ -190,35 +199,13 @@ class Ingest:
         return True
 
 
-def number_column(cells):
-    """An ``array('d')`` of a column of numbers as text, or None when a cell is none (an
-    empty cell, a word, None). Whole numbers are read with ``int`` (a step column: a third faster
-    than ``float``), the rest with ``float``; an int too large for a double is read by
-    ``float`` as the infinity it is."""
-    try:
-        return array("d", map(int, cells))
-    except (ValueError, TypeError, OverflowError):  # TypeError: None, an optional group
-        pass
-    try:
-        return array("d", map(float, cells))
-    except (ValueError, TypeError):
-        return None
-
-
-def _maybe_event(ing, line):
-    low = line.lower()
-    if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
-        return ing.text_event(line)
-    return False
-
-
-def _ingest_for(keys, wanted, head=(), step_key=None):
+def ingest_for(keys, wanted, head=(), step_key=None):
     """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys).
 
     Without a loss series (and no metric named), the log cannot answer the question: the
     error lists the numeric columns there are, for ``--metrics`` to name one."""
     cols = resolve_columns(keys, wanted, step_key, head)
-    epoch = _epoch_axis(cols, head)
+    epoch = epoch_axis(cols, head)
     if epoch is not None:
         cols = resolve_columns(keys, wanted, epoch, head)
         cols[5][:] = [g for g in cols[5] if not g.startswith("no step key")]

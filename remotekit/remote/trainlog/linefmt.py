@@ -10,8 +10,7 @@ from collections import Counter
 from itertools import chain
 
 from ..protocol import mask
-from .choose import HEAD_ROWS
-from .source import Lines, head_lines
+from .source import HEAD_ROWS, Lines, head_lines, line_tail
 
 #: A number as trainers print it, as one regex group (nan and inf too).
 NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))"
@@ -52,6 +51,10 @@ class LineFormat:
             return 0.0
         hits = sum(1 for ln in head.lines if self.parse(ln) is not None)
         return 0.5 * hits / len(head.lines)
+
+    def tail(self, f):
+        """What ``--follow`` keeps of the growing log ``f``: its latest complete lines."""
+        return line_tail(f)
 
     def read(self, src, out):
         out.fmt = self.name

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .choose import HELD_OUT, _loss_score
+from .choose import HELD_OUT, loss_score
 
 HELD_OUT_SCORE = -5  # a loss name scoring below this is a held-out (val/test) loss
 SAME = 0.05  # histories estimated from a file's start that differ by less are as long
@@ -21,7 +21,7 @@ def train_loss(lengths):
     (``{series: values logged}``), else ``(None, 0)``."""
     best = (None, 0)
     for key, n in lengths.items():
-        score = _loss_score(key)
+        score = loss_score(key)
         if score is None or score < HELD_OUT_SCORE:
             continue
         if n > best[1]:
@@ -36,7 +36,7 @@ def _held_out_path(label):
 
 
 def _held_out(lengths):
-    return [k for k in lengths if (_loss_score(k) or 0) < HELD_OUT_SCORE]
+    return [k for k in lengths if (loss_score(k) or 0) < HELD_OUT_SCORE]
 
 
 class Candidate:

@@ -14,8 +14,8 @@ from array import array
 from collections import Counter
 from itertools import chain, islice
 
-from .choose import HEAD_ROWS
-from .ingest import _ingest_for
+from .ingest import ingest_for
+from .source import HEAD_ROWS
 
 
 class Read:
@@ -69,7 +69,7 @@ class Read:
         keys); ``head``: the first rows (dicts), whose values the choice reads; ``step_key``:
         the key the format says is the step (else :mod:`.choose` looks for one). Raises
         NoLoss when the keys hold no loss series (and none was named)."""
-        self._table = _ingest_for(keys, self.wanted, head, step_key)
+        self._table = ingest_for(keys, self.wanted, head, step_key)
         return self._table
 
     def stream(self, rows, step_key=None, need=None):

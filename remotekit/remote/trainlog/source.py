@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import os
+from array import array
+from collections import deque
 from itertools import chain
 
 from ..infile import open_regular
@@ -22,6 +24,8 @@ READ = 1 << 22  # bytes read at a time where nothing is split into lines (a W&B 
 SNIFF_BYTES = 1 << 24  # the sniff looks at most this far for its first lines
 SNIFF_LINES = 200
 MAX_DOC = 1 << 28  # a whole-document JSON (trainer_state.json) larger than this is refused
+HEAD_ROWS = 5000  # rows a reader hands over before the columns are chosen
+HARD_MAX = 1 << 26  # bytes a followed log's window holds at most, whatever the rows
 
 
 class Source:
@@ -206,3 +210,82 @@ class NotMine(LogError):
     """A reader that looked closer: the source is not of its format after all (a file whose
     first line opens a JSON document that does not parse). The next reader that claimed
     it reads it; a format named with ``--format`` gives this error."""
+
+
+def number_column(cells):
+    """An ``array('d')`` of a column of numbers as text, or None when a cell is none (an
+    empty cell, a word, None). Whole numbers are read with ``int`` (a step column: a third faster
+    than ``float``), the rest with ``float``; an int too large for a double is read by
+    ``float`` as the infinity it is."""
+    try:
+        return array("d", map(int, cells))
+    except (ValueError, TypeError, OverflowError):  # TypeError: None, an optional group
+        pass
+    try:
+        return array("d", map(float, cells))
+    except (ValueError, TypeError):
+        return None
+
+
+class LineTail:
+    """The window ``--follow`` keeps of a growing log: its complete lines, from an offset
+    on; a partial last line waits for its newline. ``header``: a line kept in front of the
+    window however it moves (a CSV's header), ``begin``: the offset the follow begins at
+    the earliest (past that header); ``from_start``: the follow reads the file from its
+    start (records found only from the first), not from near its end."""
+
+    from_start = False
+
+    def __init__(self, header=b"", begin=0):
+        self.header = header
+        self.begin = begin
+        self.items = deque()
+        self.size = 0
+        self.carry = b""
+
+    def feed(self, data):
+        """Take new bytes; the number of complete lines they finished."""
+        buf = self.carry + data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            self.carry = buf if len(buf) <= MAX_LINE else b""  # an endless line: dropped
+            return 0
+        self.carry = buf[cut + 1 :]
+        lines = buf[: cut + 1].splitlines(True)
+        self._add(lines)
+        return len(lines)
+
+    def _add(self, items):
+        self.items.extend(items)
+        self.size += sum(map(len, items))
+        while self.size > HARD_MAX and len(self.items) > 1:
+            self.size -= len(self.items.popleft())
+
+    def trim(self, share):
+        """Drop the oldest ``share`` of the window."""
+        self.keep_last(len(self.items) - int(len(self.items) * share))
+
+    def keep_last(self, n):
+        """Keep the latest ``n`` lines (records) only."""
+        while len(self.items) > n:
+            self.size -= len(self.items.popleft())
+
+    def window(self):
+        return self.header + b"".join(self.items)
+
+
+def line_tail(f):
+    """The ``tail`` of a log of lines: its latest complete lines (the follow may begin
+    anywhere in the file, at the start of a line)."""
+    return LineTail()
+
+
+def first_line(f):
+    """``(line, offset after it)``: the first non-empty line of the file ``f`` (a CSV's
+    header), with its newline."""
+    f.seek(0)
+    for _ in range(1000):
+        line = f.readline(MAX_LINE)
+        if not line or line.strip():
+            return (line if line.endswith(b"\n") else line + b"\n"), f.tell()
+    return b"", f.tell()

@@ -16,8 +16,8 @@ from .base import (
     CLIFF_SIGMA,
     RECOVER_SIGMA,
     SKETCH,
-    _quantile,
-    _robust_sigma,
+    quantile,
+    robust_sigma,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -32,15 +32,15 @@ def _window_stats(pool):
     when the values form several modes (a frequent bucket with a higher loss is no spike).
     """
     m = len(pool)
-    med = _quantile(pool, 0.5)
-    sig = _robust_sigma(pool)
+    med = quantile(pool, 0.5)
+    sig = robust_sigma(pool)
     cut = m // 100
     core = pool[cut : m - cut] if m - 2 * cut >= 3 else pool
     mean = sum(core) / len(core)
     var = sum(map(mul, core, core)) / len(core) - mean * mean
     if var > 0:
         sig = max(sig, math.sqrt(var))
-    return med, sig, _quantile(pool, 0.02), pool[-1]
+    return med, sig, quantile(pool, 0.02), pool[-1]
 
 
 def _sketch(sorted_vals):
@@ -116,7 +116,7 @@ def _trend_line(cv, ci):
     noise = 0.0
     if m > 2:  # the differences' interquartile range: a trend only shifts them
         diffs = sorted(map(sub, cv[1:], cv[:-1]))
-        noise = (_quantile(diffs, 0.75) - _quantile(diffs, 0.25)) / 1.349 / math.sqrt(2)
+        noise = (quantile(diffs, 0.75) - quantile(diffs, 0.25)) / 1.349 / math.sqrt(2)
     spread = _halves_sigma(cv)
     if slope:
         spread = min(spread, _halves_sigma([v - slope * i for v, i in zip(cv, ci)]))
@@ -128,8 +128,8 @@ def _halves_sigma(xs):
     boundary, a drop after a spike) widens one half only, modes and cycles widen both."""
     h = len(xs) // 2
     if h < 4:
-        return _robust_sigma(sorted(xs))
-    return min(_robust_sigma(sorted(xs[:h])), _robust_sigma(sorted(xs[h:])))
+        return robust_sigma(sorted(xs))
+    return min(robust_sigma(sorted(xs[:h])), robust_sigma(sorted(xs[h:])))
 
 
 def _block_std(flat, blocks, meds):

@@ -10,7 +10,7 @@ from array import array
 from itertools import compress, islice
 from operator import ge, gt, le, lt, sub
 
-from .base import MAX_EVENTS, MISSING, _fmt, _is_missing, _quantile
+from .base import MAX_EVENTS, MISSING, fmt_number, is_missing, quantile
 
 
 def reconcile_steps(ing, steps, cols, warnings):
@@ -50,7 +50,7 @@ def reconcile_steps(ing, steps, cols, warnings):
                 steps[i],
                 "steps",
                 "step counter went back from %s to %s at row %d (a resumed run appended to "
-                "the same log)" % (_fmt(steps[j]), _fmt(steps[i]), i + 1),
+                "the same log)" % (fmt_number(steps[j]), fmt_number(steps[i]), i + 1),
             )
         )
     if backs:
@@ -82,9 +82,9 @@ def _merge_same_steps(steps, arrs):
         both = False
         for c in arrs:
             a, b = c[i], c[i + 1]
-            if _is_missing(b):
+            if is_missing(b):
                 c[i + 1] = a
-            elif not _is_missing(a) and a != b:
+            elif not is_missing(a) and a != b:
                 both = True
         twice += both
         keep[i] = 0
@@ -100,7 +100,7 @@ def per_epoch_steps(ing, steps, cols, warnings):
     fwd = sorted(d for d in map(sub, islice(steps, 1, None), steps) if d > 0)
     if not fwd:
         return steps
-    stride = _quantile(fwd, 0.5)
+    stride = quantile(fwd, 0.5)
     backs = [i for i in range(1, n) if steps[i] < steps[i - 1]]
     resets = [i for i in backs if steps[i] <= steps[0] + stride]
     if not resets or len(resets) != len(backs):
@@ -111,7 +111,7 @@ def per_epoch_steps(ing, steps, cols, warnings):
     same = max(full) - min(full) <= 0.1 * max(full) and spans[-1] <= 1.1 * max(full)
     ep = cols.get("epoch")
     by_field = ep is not None and all(
-        not _is_missing(ep[i]) and not _is_missing(ep[i - 1]) and ep[i] > ep[i - 1] for i in resets
+        not is_missing(ep[i]) and not is_missing(ep[i - 1]) and ep[i] > ep[i - 1] for i in resets
     )
     if not (by_field or (same and len(resets) >= 2)):
         return steps
@@ -122,11 +122,17 @@ def per_epoch_steps(ing, steps, cols, warnings):
             out[i] = steps[i] + k * period
         if k:
             ing.events.append(
-                ("epoch", out[a], "steps", "the step counter restarted at %s" % _fmt(steps[a]))
+                (
+                    "epoch",
+                    out[a],
+                    "steps",
+                    "the step counter restarted at %s" % fmt_number(steps[a]),
+                )
             )
     warnings.append(
         "the step counter restarts at %s %d times (a per-epoch count, %s steps an epoch): "
-        "made continuous, not taken as resumes" % (_fmt(steps[0]), len(resets), _fmt(period))
+        "made continuous, not taken as resumes"
+        % (fmt_number(steps[0]), len(resets), fmt_number(period))
     )
     return out
 
@@ -144,15 +150,15 @@ def merge_interleaved(ing, steps, cols, warnings):
     fwd = sorted(d for d in map(sub, islice(steps, 1, None), steps) if d > 0)
     if not fwd:
         return None
-    stride = _quantile(fwd, 0.5)
+    stride = quantile(fwd, 0.5)
     # the same metric again at the same step, on most rows: every rank printing in turn
     # (a sparse logger's rows at one step carry different metrics, and are merged instead)
     again = 0
     first = cols[next(iter(cols))] if cols else ()
     for i in range(n - 1):
-        if steps[i] == steps[i + 1] and not (_is_missing(first[i]) or _is_missing(first[i + 1])):
+        if steps[i] == steps[i + 1] and not (is_missing(first[i]) or is_missing(first[i + 1])):
             again += 1
-    shuffled = len(backs) >= max(3, n // 100) and _quantile(sorted(backs), 0.5) <= 4 * stride
+    shuffled = len(backs) >= max(3, n // 100) and quantile(sorted(backs), 0.5) <= 4 * stride
     if not shuffled and again < max(3, n // 4):
         return None
     order = sorted(range(n), key=steps.__getitem__)
@@ -171,7 +177,7 @@ def merge_interleaved(ing, steps, cols, warnings):
         most = max(most, z - a)
         out_steps.append(steps[group[0]])
         for k in names:
-            vals = [cols[k][i] for i in group if not _is_missing(cols[k][i])]
+            vals = [cols[k][i] for i in group if not is_missing(cols[k][i])]
             out[k].append(sum(vals) / len(vals) if vals else MISSING)
         if codes is not None:
             out_codes.append(codes[group[0]])
@@ -182,7 +188,7 @@ def merge_interleaved(ing, steps, cols, warnings):
         "lines of several writers are interleaved (up to %d lines a step; the step counter "
         "went back %d times%s): taken as ranks sharing one log, not as resumes; each step's "
         "values are the mean of its lines (log from rank 0 only to see one rank's own)"
-        % (most, len(backs), ", by %s steps at most" % _fmt(max(backs)) if backs else "")
+        % (most, len(backs), ", by %s steps at most" % fmt_number(max(backs)) if backs else "")
     )
     return out_steps, out, len(out_steps)
 
@@ -196,7 +202,7 @@ def _glitches(steps, ok):
     fwd = sorted(steps[b] - steps[a] for a, b in zip(ok, ok[1:]) if steps[b] > steps[a])
     if not fwd:
         return []
-    far = 4 * _quantile(fwd, 0.5)
+    far = 4 * quantile(fwd, 0.5)
     odd = []
     for j in range(1, len(ok) - 1):
         prev, cur = steps[ok[j - 1]], steps[ok[j]]
@@ -225,7 +231,7 @@ def drop_bad_steps(ing, steps, cols, warnings):
         first = next(i for i in range(n) if not keep[i])
         warnings.append(
             "%d rows with an impossible step (negative, non-finite or beyond 2**53; the "
-            "first: %s at row %d) set aside" % (bad, _fmt(steps[first]), first + 1)
+            "first: %s at row %d) set aside" % (bad, fmt_number(steps[first]), first + 1)
         )
     odd = _glitches(steps, [i for i in range(n) if keep[i]])
     if odd and len(odd) <= max(3, n // 200):
@@ -233,7 +239,7 @@ def drop_bad_steps(ing, steps, cols, warnings):
             keep[i] = 0
         warnings.append(
             "%d rows whose step is out of line with the rows around it set aside (the first: "
-            "step %s at row %d)" % (len(odd), _fmt(steps[odd[0]]), odd[0] + 1)
+            "step %s at row %d)" % (len(odd), fmt_number(steps[odd[0]]), odd[0] + 1)
         )
     elif not bad:
         return steps, cols

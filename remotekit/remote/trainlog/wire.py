@@ -22,7 +22,7 @@ def _crc32c_table():
 _CRC32C = _crc32c_table()
 
 
-def _masked_crc(data):
+def masked_crc(data):
     """TFRecord's masked CRC-32C (tensorflow/core/lib/hash/crc32c.h Mask)."""
     c = 0xFFFFFFFF
     for b in data:
@@ -31,7 +31,7 @@ def _masked_crc(data):
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def _varint(buf, i):
+def varint(buf, i):
     b = buf[i]
     if b < 0x80:
         return b, i + 1
@@ -45,17 +45,17 @@ def _varint(buf, i):
         shift += 7
 
 
-def _fields(buf):
+def fields(buf):
     """``(field number, wire type, value)`` of one protobuf message: varints as ints,
     fixed64/fixed32 as raw 8/4 bytes, length-delimited as a memoryview slice."""
     i, n = 0, len(buf)
     while i < n:
-        key, i = _varint(buf, i)
+        key, i = varint(buf, i)
         wt = key & 7
         if wt == 0:
-            v, i = _varint(buf, i)
+            v, i = varint(buf, i)
         elif wt == 2:
-            ln, i = _varint(buf, i)
+            ln, i = varint(buf, i)
             v = buf[i : i + ln]
             i += ln
         elif wt == 1:
@@ -71,11 +71,11 @@ def _fields(buf):
         yield key >> 3, wt, v
 
 
-_F32 = struct.Struct("<f").unpack
-_F64 = struct.Struct("<d").unpack
+F32 = struct.Struct("<f").unpack
+F64 = struct.Struct("<d").unpack
 
 
-def _pb_varint(n):
+def pb_varint(n):
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

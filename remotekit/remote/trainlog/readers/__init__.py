@@ -20,9 +20,17 @@ A reader is a module with:
                   raise :class:`~..source.NotMine` (then the next reader that claimed the
                   file reads it)
 
-and may say ``BINARY = True`` (a file that parses but has no loss is named as this format,
-never handed to the text reader), ``FOLLOWS = True`` (the format grows by appending:
-``--follow`` reads its new lines or records), ``DOCUMENT = True`` (read whole: its first
+``tail(f)``       only a format that grows by appending: the window ``--follow`` keeps of
+                  the growing file ``f`` (a :class:`~..source.LineTail`: its latest lines,
+                  :func:`~..source.line_tail`; a CSV's header in front; TensorBoard's
+                  records); without it ``--follow`` refuses the log, in the words of
+                  ``NOT_FOLLOWED`` when the module has them
+
+A reader imports nothing of the stages after it (choose, ingest, series, the analysis,
+follow, find): it fills the ``out`` it is handed, and what those stages need to know of a
+format they ask of the reader. It may say ``BINARY = True`` (a file that parses but has no
+loss is named as this format, never handed to the text reader; its sniff is sure from its
+magic bytes), ``DOCUMENT = True`` (read whole: its first
 bytes alone do not parse, so a large one is not measured on them) and ``DIRECTORY = True``
 (a directory is one log of this format: its ``sniff`` sees ``head.is_dir``).
 

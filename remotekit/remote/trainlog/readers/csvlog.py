@@ -13,13 +13,10 @@ from itertools import chain, compress, repeat
 from operator import itemgetter
 
 from ..base import MISSING, LogError
-from ..choose import HEAD_ROWS
-from ..ingest import _maybe_event, number_column
-from ..source import Lines, head_lines
+from ..source import HEAD_ROWS, Lines, LineTail, first_line, head_lines, number_column
 
 FORMAT = "csv"
 WHAT = "CSV"
-FOLLOWS = True
 NAMES = (
     (r"(?:^|/)metrics\.csv$", "Lightning metrics.csv", 50),
     (r"\.csv$", WHAT, 100),
@@ -46,6 +43,13 @@ def sniff(head):
         ):
             return WEAK
     return 0.0
+
+
+def tail(f):
+    """What ``--follow`` keeps of a growing CSV: its latest complete lines, its header line
+    in front of them however the window moves (the follow begins past it)."""
+    header, end = first_line(f)
+    return LineTail(header, end)
 
 
 def read(src, out):
@@ -138,7 +142,7 @@ def _read(src, out):
             except (ValueError, IndexError, TypeError):
                 vals = None
             if vals is None or (m0 and vals[0] is MISSING) or vals[m0:m1].count(MISSING) == nm:
-                if len(row) == 1 and _maybe_event(ing, row[0]):
+                if len(row) == 1 and ing.maybe_event(row[0]):
                     continue
                 ing.slow(dict(zip(header, row)))
                 continue

@@ -13,7 +13,6 @@ from ..linefmt import NUMBER, LineFormat
 
 FORMAT = "fairseq"
 WHAT = "fairseq output"
-FOLLOWS = True
 NAMES = ()  # whatever stdout was sent to: found as a text log
 _KV_RE = re.compile(r"([A-Za-z_][\w/.\-]*)=" + NUMBER)
 _SIMPLE_RE = re.compile(r"\bepoch \d+:\s+\d+ / \d+ ")
@@ -44,3 +43,4 @@ LINE = LineFormat(
 )
 sniff = LINE.sniff
 read = LINE.read
+tail = LINE.tail

@@ -11,12 +11,14 @@ from itertools import chain
 
 from ...infile import TooDeep, load_json
 from ..base import LogError
-from ..choose import HEAD_ROWS
-from ..source import MAX_DOC, NotMine
+from ..source import HEAD_ROWS, MAX_DOC, NotMine
 
 FORMAT = "json"
 WHAT = "JSON document"
 DOCUMENT = True  # read whole: its start alone does not parse
+NOT_FOLLOWED = (  # what --follow says it cannot follow
+    "a JSON document (trainer_state.json, wandb-summary.json), rewritten whole"
+)
 NAMES = (
     (r"^trainer_state\.json$", "HF trainer_state.json", 20),
     (

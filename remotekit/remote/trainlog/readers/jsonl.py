@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from ..choose import HEAD_ROWS
-from ..ingest import _maybe_event
-from ..source import Lines, head_lines
+from ..source import HEAD_ROWS, Lines, head_lines, line_tail
 
 FORMAT = "jsonl"
 WHAT = "JSON lines"
-FOLLOWS = True
+tail = line_tail  # --follow keeps its latest lines
 NAMES = (
     (r"(?:^|/)trainer_log\.jsonl$", "LLaMA-Factory trainer_log.jsonl", 10),
     # a run's own JSON lines at its top level over a checkpoint's copy of the history
@@ -97,7 +95,7 @@ def _read(src, out):
         if d is None:
             ing.bad += 1
         elif isinstance(d, str):
-            if not _maybe_event(ing, d):
+            if not ing.maybe_event(d):
                 ing.skipped += 1
         else:
             ing.add(d)
@@ -113,7 +111,7 @@ def _read(src, out):
         nlines += len(block)
         for line in block:
             if line[:1] != "{":
-                if line.strip() and not _maybe_event(ing, line):
+                if line.strip() and not ing.maybe_event(line):
                     ing.skipped += 1
                 continue
             try:

@@ -11,7 +11,6 @@ from ..linefmt import NUMBER, LineFormat, groups
 _N = NUMBER[1:-1]
 FORMAT = "llm.c"
 WHAT = "llm.c log file"
-FOLLOWS = True
 NAMES = ()  # main.log: found as a text log
 LINE = LineFormat(
     FORMAT,
@@ -25,3 +24,4 @@ LINE = LineFormat(
 )
 sniff = LINE.sniff
 read = LINE.read
+tail = LINE.tail

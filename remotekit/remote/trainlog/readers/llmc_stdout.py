@@ -12,7 +12,6 @@ from ..linefmt import NUMBER, LineFormat, groups
 _N = NUMBER[1:-1]
 FORMAT = "llm.c-stdout"
 WHAT = "llm.c train_gpt2 output"
-FOLLOWS = True
 NAMES = ()  # whatever stdout was sent to: found as a text log
 LINE = LineFormat(
     FORMAT,
@@ -32,3 +31,4 @@ LINE = LineFormat(
 )
 sniff = LINE.sniff
 read = LINE.read
+tail = LINE.tail

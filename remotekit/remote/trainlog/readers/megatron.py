@@ -12,7 +12,6 @@ from ..linefmt import NUMBER, LineFormat
 
 FORMAT = "megatron"
 WHAT = "Megatron-LM output"
-FOLLOWS = True
 NAMES = ()  # whatever stdout was sent to: found as a text log
 PIPE_PAIR_RE = re.compile(r"([A-Za-z][\w ./\-]*?)\s*:\s*" + NUMBER + r"\s*(?=\||$)", re.I)
 _ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
@@ -38,3 +37,4 @@ LINE = LineFormat(
 )
 sniff = LINE.sniff
 read = LINE.read
+tail = LINE.tail

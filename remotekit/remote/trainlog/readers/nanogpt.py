@@ -12,7 +12,6 @@ from ..linefmt import NUMBER, LineFormat, groups
 
 FORMAT = "nanogpt"
 WHAT = "nanoGPT train.py output"
-FOLLOWS = True
 NAMES = ()  # whatever stdout was sent to: found as a text log
 LINE = LineFormat(
     FORMAT,
@@ -26,3 +25,4 @@ LINE = LineFormat(
 )
 sniff = LINE.sniff
 read = LINE.read
+tail = LINE.tail

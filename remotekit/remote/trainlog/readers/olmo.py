@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 
 from ...protocol import mask
-from ..source import Lines
+from ..source import Lines, line_tail
 
 MARKER_RE = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?)(?:,epoch=(\d+))?(?:,eta=[^\]]*)?\]\s*$")
 METRIC_RE = re.compile(r"^ {4}([A-Za-z_][^=\t]*?)=(\S+)\s*$")
@@ -46,7 +46,7 @@ _CLAIM_RE = re.compile(
 )
 FORMAT = "olmo"
 WHAT = "OLMo console log"
-FOLLOWS = True
+tail = line_tail  # --follow keeps its latest lines
 NAMES = ()  # whatever the console was sent to: found as a text log
 SURE = 0.9  # a marker only OLMo writes: surer than a JSON document, not than JSON lines
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import struct
 
 from ..base import LogError
-from ..source import MAX_LINE
-from ..wire import _F32, _F64, _fields, _masked_crc, _varint
+from ..source import MAX_LINE, LineTail
+from ..wire import F32, F64, fields, masked_crc, varint
 
 FORMAT = "tensorboard"
 WHAT = "TensorBoard event file"
 BINARY = True  # a file without a loss is named as this, never read as text
-FOLLOWS = True  # written by appending records: --follow reads its new records
 NAMES = ((r"(?:^|/)events\.out\.tfevents\.[^/]*$", WHAT, 70),)
 
 
@@ -25,7 +24,7 @@ def sniff(head):
     magic = head.magic
     if len(magic) < 12:
         return 0.0
-    return 1.0 if _masked_crc(magic[:8]) == struct.unpack("<I", magic[8:12])[0] else 0.0
+    return 1.0 if masked_crc(magic[:8]) == struct.unpack("<I", magic[8:12])[0] else 0.0
 
 
 def read(src, out):
@@ -44,15 +43,15 @@ def _tensor_scalar(buf):
     image, a string): those are not scalar series."""
     dtype = 0
     val = None
-    for f, wt, v in _fields(buf):
+    for f, wt, v in fields(buf):
         if f == 1:
             dtype = v
         elif f == 2:
-            if any(sf == 2 for sf, _, _ in _fields(v)):
+            if any(sf == 2 for sf, _, _ in fields(v)):
                 dims = 1
-                for sf, _, dv in _fields(v):
+                for sf, _, dv in fields(v):
                     if sf == 2:
-                        for df, _, size in _fields(dv):
+                        for df, _, size in fields(dv):
                             if df == 1:
                                 dims *= size
                 if dims != 1:
@@ -60,16 +59,16 @@ def _tensor_scalar(buf):
         elif f == 4 and dtype in (1, 2):
             if len(v) != (4 if dtype == 1 else 8):
                 return None
-            val = (_F32 if dtype == 1 else _F64)(bytes(v))[0]
+            val = (F32 if dtype == 1 else F64)(bytes(v))[0]
         elif f == 5 and val is None:
-            val = _F32(bytes(v[:4]))[0]
+            val = F32(bytes(v[:4]))[0]
         elif f == 6 and val is None:
-            val = _F64(bytes(v[:8]))[0]
+            val = F64(bytes(v[:8]))[0]
         elif f in (7, 10) and val is None:
             if wt == 0:
                 val = float(v if v < 1 << 63 else v - (1 << 64))
             elif wt == 2 and len(v):
-                n, _ = _varint(v, 0)
+                n, _ = varint(v, 0)
                 val = float(n if n < 1 << 63 else n - (1 << 64))
         elif f == 8:
             return None  # string_val: text, not a number
@@ -80,19 +79,19 @@ def _event_scalars(buf, row):
     """One Event (tensorflow/core/util/event.proto: wall_time 1, step 2, summary 5) into
     ``row``; Summary.Value: tag 1, simple_value 2, tensor 8. Returns the step or None."""
     step = None
-    for f, _, v in _fields(buf):
+    for f, _, v in fields(buf):
         if f == 2:
             step = v
         elif f == 5:
-            for sf, _, sv in _fields(v):
+            for sf, _, sv in fields(v):
                 if sf != 1:
                     continue
                 tag, val = None, None
-                for vf, _, vv in _fields(sv):
+                for vf, _, vv in fields(sv):
                     if vf == 1:
                         tag = bytes(vv).decode("utf-8", "replace")
                     elif vf == 2:
-                        val = _F32(bytes(vv))[0]
+                        val = F32(bytes(vv))[0]
                     elif vf == 8:
                         val = _tensor_scalar(vv)
                 if tag is not None and val is not None:
@@ -107,7 +106,7 @@ def tfrecord_data_length(head):
     """The data length a TFRecord's first 12 bytes give (the record is 12 + it + 4 bytes
     long), or None when the length's masked CRC does not match (not a record boundary)."""
     n, crc = _TF_HEAD.unpack(head)
-    return n if _masked_crc(head[:8]) == crc else None
+    return n if masked_crc(head[:8]) == crc else None
 
 
 def _tfrecords(f, counts=None):
@@ -136,7 +135,7 @@ def _tfrecords(f, counts=None):
 
 def _intact(data):
     """Whether a record from :func:`_tfrecords` has the data its CRC was made of."""
-    return _masked_crc(memoryview(data)[:-4]) == _CRC.unpack_from(data, len(data) - 4)[0]
+    return masked_crc(memoryview(data)[:-4]) == _CRC.unpack_from(data, len(data) - 4)[0]
 
 
 _CRC = struct.Struct("<I")
@@ -169,3 +168,30 @@ def _rows_of(f, counts):
         row["step"] = float(s or 0)
     if row:
         yield row
+
+
+class RecordTail(LineTail):
+    """The complete TFRecords of a growing TensorBoard event file (found only from its
+    first: the follow reads the file from its start)."""
+
+    from_start = True
+
+    def feed(self, data):
+        buf = self.carry + data
+        i, records = 0, []
+        while len(buf) - i >= 12:
+            n = tfrecord_data_length(buf[i : i + 12])
+            if n is None:
+                raise LogError("a corrupt TFRecord length in the event file: cannot follow it")
+            if len(buf) - i < 16 + n:
+                break
+            records.append(buf[i : i + 16 + n])
+            i += 16 + n
+        self.carry = buf[i:]
+        self._add(records)
+        return len(records)
+
+
+def tail(f):
+    """What ``--follow`` keeps of a growing event file: its latest complete records."""
+    return RecordTail()

@@ -8,13 +8,11 @@ from __future__ import annotations
 from collections import Counter
 
 from ..base import CODE_RE, FAST_PAIR_RE, PAIR_RE, WORD_RE
-from ..choose import HEAD_ROWS
-from ..ingest import _maybe_event
-from ..source import Lines, head_lines
+from ..source import HEAD_ROWS, Lines, head_lines, line_tail
 
 FORMAT = "text"
 WHAT = "text log"
-FOLLOWS = True
+tail = line_tail  # --follow keeps its latest lines
 NAMES = ((r"(?:\.log|\.out|\.txt)$", WHAT, 90),)
 
 
@@ -87,7 +85,7 @@ def _read(src, out):
 def _text_line(ing, line, d):
     """A line off the fast path: an event, a row (only with the log's step key, when it has
     one: a number is a step only where the log says so), or skipped."""
-    event = _maybe_event(ing, line)
+    event = ing.maybe_event(line)
     if CODE_RE.match(line):
         d = None  # source code or a shell trace printed before the log: no row
     elif d is None:

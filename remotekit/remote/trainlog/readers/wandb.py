@@ -9,13 +9,14 @@ import os
 import struct
 
 from ...infile import TooDeep, load_json, open_regular
-from ..base import LogError, _fmt
+from ..base import LogError, fmt_number
 from ..source import READ
-from ..wire import _pb_varint, _varint
+from ..wire import pb_varint, varint
 
 FORMAT = "wandb"
 WHAT = "W&B run file"
 BINARY = True  # a file without a loss is named as this, never read as text
+NOT_FOLLOWED = "a W&B run file (.wandb)"  # what --follow says it cannot follow
 NAMES = ((r"(?:^|/)run-[^/]*\.wandb$", WHAT, 60),)
 
 
@@ -110,7 +111,7 @@ def _rows(path, counts, need=None):
                         (k, b"\x12" + tail, b"\x0a" + tail)
                         for k in need[0]
                         for tail in [
-                            _pb_varint(len(k.encode("utf-8"))) + k.encode("utf-8") + b"\x82\x01"
+                            pb_varint(len(k.encode("utf-8"))) + k.encode("utf-8") + b"\x82\x01"
                         ]
                     ]
                 )
@@ -128,10 +129,10 @@ def _record(rec, pats, loads, names):
     row = None
     i, n = 0, len(rec)
     while i < n:
-        key, i = _varint(rec, i)
+        key, i = varint(rec, i)
         wt = key & 7
         if wt == 2:
-            ln, i = _varint(rec, i)
+            ln, i = varint(rec, i)
             if i + ln > n:
                 raise ValueError("truncated field")
             if key == 0x12:  # field 2, history
@@ -141,7 +142,7 @@ def _record(rec, pats, loads, names):
                     row = _history(rec, i, i + ln, loads, names)
             i += ln
         elif wt == 0:
-            _, i = _varint(rec, i)
+            _, i = varint(rec, i)
         elif wt == 1:
             i += 8
         elif wt == 5:
@@ -163,7 +164,7 @@ def _find(rec, start, end, pats, loads):
             if j < 0:
                 continue
         k = j + len(pat)
-        vlen, v = _varint(rec, k)
+        vlen, v = varint(rec, k)
         if j - start < 2 or rec[j - 2] != 0x0A or rec[j - 1] != v + vlen - j:
             return None
         try:
@@ -178,24 +179,24 @@ def _history(buf, i, end, loads, names):
     row = {}
     step = None
     while i < end:
-        key, i = _varint(buf, i)
+        key, i = varint(buf, i)
         if key & 7 != 2:
             if key & 7 == 0:
-                _, i = _varint(buf, i)
+                _, i = varint(buf, i)
                 continue
             return row  # fixed-width fields are not in a HistoryRecord: stop here
-        ln, i = _varint(buf, i)
+        ln, i = varint(buf, i)
         stop = i + ln
         if key == 0x0A:  # item
             name, val = None, None
             while i < stop:
-                k, i = _varint(buf, i)
+                k, i = varint(buf, i)
                 if k & 7 != 2:
                     if k & 7 == 0:
-                        _, i = _varint(buf, i)
+                        _, i = varint(buf, i)
                         continue
                     break
-                ln, i = _varint(buf, i)
+                ln, i = varint(buf, i)
                 if k == 0x82:  # field 16, value_json
                     val = buf[i : i + ln]
                 elif k == 0x0A or k == 0x12:  # key, nested_key
@@ -212,7 +213,7 @@ def _history(buf, i, end, loads, names):
                     pass
         elif key == 0x12:  # step {num 1}
             if i < stop and buf[i] == 0x08:
-                step, _ = _varint(buf, i + 1)
+                step, _ = varint(buf, i + 1)
         i = stop
     if row and step is not None:
         row.setdefault("_step", step)
@@ -238,5 +239,5 @@ def _cut_short(path, ing, notes):
             "the W&B summary says the run reached %s %s, but the history in %s stops at %s: "
             "the file is cut short (a copy taken while the run was writing, or damaged); "
             "only the steps read are analysed"
-            % (key, _fmt(said), os.path.basename(path), _fmt(last))
+            % (key, fmt_number(said), os.path.basename(path), fmt_number(last))
         )
