@@ -35,6 +35,7 @@ from remotekit.cli.selection import (
 )
 from remotekit.fleet import HostOutcome
 from remotekit.remote.trainlog.base import DEFAULT_PRESET
+from remotekit.remote.trainlog.options import task_help
 from remotekit.render import Console
 
 
@@ -162,21 +163,10 @@ def diagnose(
 @fleet_task(
     iterable=["metric"],
     help={
-        "path": "the training log there, or its run directory (JSON lines, CSV, trainer_state.json, W&B .wandb, TensorBoard events, nanoGPT/llm.c/Megatron/fairseq or key=value text)",
-        "preset": "spike rule: trend (the default: 7 sigma off a line that follows the series; "
-        "a level shift is no spike), olmo2 (1000 steps, 7 sigma), olmo-core (128, 6), megatron "
-        "(10x running max), zclip (EMA z-score > 2.5)",
-        "metric": "a metric to analyse besides loss/acc/lr/grad_norm (repeatable)",
-        "ckpt_steps": "checkpoint steps, comma-separated (else found in the log or --checkpoints)",
+        **task_help(),
         "ckpt_dir": "the older name of --checkpoints",
-        "checkpoints": "the run's checkpoint directory there: its saves are checkpoint events (default: the host's `checkpoints:`)",
-        "steps_per_epoch": "steps per epoch, for epoch boundaries",
         "plot": "draw loss/accuracy with spikes and events into this PNG (needs remotekit[plot])",
         "timeout": TIMEOUT_HELP + "; with --follow: how long to follow (default: until Ctrl-C)",
-        "follow": "follow the log as it grows and report each new incident (spike, cliff, "
-        "NaN/Inf, resume) as it is written; Ctrl-C ends it (exit 0). Follows logs that grow by "
-        "appending: JSON lines, CSV, text logs, TensorBoard event files; not W&B .wandb files, "
-        "trainer_state.json or other JSON documents, MLflow stores",
         "on_incident": "with --follow: a command run here for each incident, the incident as "
         "JSON on its stdin (split like a shell would, run without one; a failure is a warning)",
         "run": "instead of --path: the output log of run ID (`remotekit runs`), on the selected "

@@ -6,10 +6,15 @@ The log is streamed once into compact ``array`` columns; only findings travel ba
 
 Usage::
 
-    trainlog.py PATH [--metrics loss,acc] [--metric NAME ...] [--preset trend|olmo2|olmo-core|megatron|zclip]
+    trainlog.py PATH --options '{"preset": "olmo2", "ckpt_steps": [2000, 4001]}'
+    trainlog.py PATH [--metric NAME ...] [--preset trend|olmo2|olmo-core|megatron|zclip]
                 [--ckpt-steps 2000,4001] [--checkpoints DIR] [--steps-per-epoch 1931]
                 [--tolerance STEPS] [--points 2000] [--format auto|jsonl|csv|json|text|...]
                 [--follow [--duration S] [--after-step STEP]]
+
+The options are one record, :class:`trainlog.options.TrainLogOptions` (the local side imports
+the same class and sends it as ``--options JSON``, the fields that differ from the defaults);
+by hand, each field is a flag of the same name too.
 
 Inputs (auto-detected by content): JSON lines (W&B history with ``_step``, LLaMA-Factory /
 TRL ``trainer_log.jsonl`` with ``current_steps``, or any ``step`` key), CSV with a header
@@ -70,9 +75,7 @@ failure into an ``error`` record.
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 import sys
 import traceback
 
@@ -83,87 +86,33 @@ if not __package__:  # run as a file: its package imported by name (see remoteki
 
 from remotekit.remote.infile import open_regular
 from remotekit.remote.trainlog.analyze import analyze_log
-from remotekit.remote.trainlog.base import DEFAULT_PRESET, PRESETS, LogError, failed
+from remotekit.remote.trainlog.base import LogError, failed
 from remotekit.remote.trainlog.choose import NoLoss
-from remotekit.remote.trainlog.follow import FOLLOWED, NotFollowed, follow_log
-from remotekit.remote.trainlog.readers import READERS
-
-
-def _csv_steps(text):
-    out = []
-    for part in re.split(r"[,\s]+", text.strip()):
-        if part:
-            out.append(float(part))
-    return out
-
-
-def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="trainlog.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("path")
-    ap.add_argument("--metrics", default="", help="comma-separated metric names")
-    ap.add_argument(
-        "--metric",
-        action="append",
-        default=[],
-        help="a metric name (repeatable; adds to --metrics)",
-    )
-    ap.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
-    ap.add_argument("--ckpt-steps", type=_csv_steps, default=None)
-    ap.add_argument(
-        "--checkpoints",
-        "--ckpt-dir",
-        dest="ckpt_dir",
-        default=None,
-        help="the run's checkpoint directory: its saves are checkpoint events",
-    )
-    ap.add_argument("--steps-per-epoch", type=float, default=None)
-    ap.add_argument(
-        "--tolerance", type=float, default=None, help="steps; default max(5, 2 strides)"
-    )
-    ap.add_argument("--points", type=int, default=0, help="send a decimated series (0: none)")
-    ap.add_argument("--format", default="auto", choices=["auto"] + [r.FORMAT for r in READERS])
-    ap.add_argument(
-        "--follow",
-        action="store_true",
-        help="follow the log as it grows (%s) and report each new incident" % FOLLOWED,
-    )
-    ap.add_argument(
-        "--duration", type=float, default=0.0, help="with --follow: stop after this many seconds"
-    )
-    ap.add_argument(
-        "--after-step",
-        type=float,
-        default=None,
-        help="with --follow: of what the log holds already, report the incidents after this "
-        "step (a follow taken up again; default: none of them)",
-    )
-    return ap.parse_args(argv)
+from remotekit.remote.trainlog.follow import NotFollowed, follow_log
+from remotekit.remote.trainlog.options import TrainLogOptions
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    names = args.metrics.split(",") + list(args.metric)
-    wanted = [m.strip() for m in names if m.strip()] or None
+    opts = TrainLogOptions.from_argv(argv, description=__doc__.split("\n\n")[0])
     try:
-        if args.follow:
-            args.wanted = wanted
-            return follow_log(args)
-        return analyze_log(args, wanted)
+        if opts.follow:
+            return follow_log(opts)
+        return analyze_log(opts)
     except NotFollowed as exc:
-        return failed("%s: %s" % (args.path, exc), kind="not-followed")
+        return failed("%s: %s" % (opts.path, exc), kind="not-followed")
     except NoLoss as exc:
-        return _no_loss(args.path, exc)
+        return _no_loss(opts.path, exc)
     except LogError as exc:
-        return failed("%s: %s" % (args.path, exc))
+        return failed("%s: %s" % (opts.path, exc))
     except OSError as exc:
-        return failed("cannot read %s: %s" % (args.path, exc.strerror or exc))
+        return failed("cannot read %s: %s" % (opts.path, exc.strerror or exc))
     except Exception as exc:  # a log that breaks the script still gets an answer, not a traceback
         where = traceback.extract_tb(exc.__traceback__)[-1]
         return failed(
             "%s: the analysis failed (%s: %s, at %s:%d in %s); this is a bug in trainlog.py: "
             "please report it with the log's first lines"
             % (
-                args.path,
+                opts.path,
                 type(exc).__name__,
                 str(exc)[:200],
                 os.path.basename(where.filename),

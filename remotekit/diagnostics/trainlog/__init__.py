@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from remotekit.diagnostics.trainlog.api import analyze_train_log
 from remotekit.diagnostics.trainlog.api import build_report as build_report
-from remotekit.diagnostics.trainlog.api import script_args as script_args
 from remotekit.diagnostics.trainlog.follow import (
     FollowStatus,
     Incident,

@@ -1,6 +1,6 @@
-"""train-log's API: the options as ``remote/trainlog.py``'s argv (:func:`script_args`), the
-analysis run there (:func:`analyze_train_log`), and its records made a report
-(:func:`build_report`)."""
+"""train-log's API: the analysis run there (:func:`analyze_train_log`: its keywords are the
+fields of :class:`~remotekit.remote.trainlog.options.TrainLogOptions`, which travels there as
+one record), and its records made a report (:func:`build_report`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from remotekit.diagnostics.base import (
 )
 from remotekit.diagnostics.trainlog.model import (
     DEFAULT_PRESET,
-    PRESETS,
     Composition,
     Correlation,
     Distribution,
@@ -35,11 +34,12 @@ from remotekit.diagnostics.trainlog.model import (
 from remotekit.diagnostics.trainlog.report import TrainLogReport, diagnosis
 from remotekit.quoting import join
 from remotekit.remote.protocol import FINAL, number
+from remotekit.remote.trainlog.options import TrainLogOptions
 
 if TYPE_CHECKING:
     from remotekit.target import Target
 
-__all__ = ["SCRIPT", "analyze_train_log", "build_report", "no_loss_hints", "script_args"]
+__all__ = ["SCRIPT", "analyze_train_log", "build_report", "no_loss_hints"]
 
 SCRIPT = "trainlog.py"
 
@@ -145,44 +145,6 @@ def no_loss_hints(host: str, path: str, numeric: Sequence[str]) -> tuple[str, ..
     return tuple(join([*base, "--metric", col]) for col in list(numeric)[:HINT_COLUMNS])
 
 
-def _csv(v: Sequence[Any] | str | None) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v
-    return ",".join(str(x) for x in v)
-
-
-def script_args(
-    path: str,
-    *,
-    metrics: Sequence[str] | str | None = None,
-    preset: str = DEFAULT_PRESET,
-    ckpt_steps: Sequence[int] | str | None = None,
-    ckpt_dir: str | None = None,
-    steps_per_epoch: float | None = None,
-    tolerance: float | None = None,
-    points: int = 0,
-) -> list[str]:
-    """The argv of ``remote/trainlog.py`` for these options."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    args = [str(path), "--preset", preset]
-    if (m := _csv(metrics)) is not None and m.strip():
-        args += ["--metrics", m]
-    if (c := _csv(ckpt_steps)) is not None and c.strip():
-        args += ["--ckpt-steps", c]
-    if ckpt_dir:
-        args += ["--ckpt-dir", str(ckpt_dir)]
-    if steps_per_epoch:
-        args += ["--steps-per-epoch", f"{float(steps_per_epoch):g}"]
-    if tolerance is not None:
-        args += ["--tolerance", f"{float(tolerance):g}"]
-    if points > 0:
-        args += ["--points", str(int(points))]
-    return args
-
-
 def analyze_train_log(
     target: Target,
     path: str,
@@ -213,7 +175,7 @@ def analyze_train_log(
     :class:`~remotekit.DiagnosticError` naming host and step, and the engine's own errors
     (connection, timeout, container, interpreter) are raised too.
     """
-    args = script_args(
+    options = TrainLogOptions.of(
         path,
         metrics=metrics,
         preset=preset,
@@ -224,7 +186,7 @@ def analyze_train_log(
         points=points,
     )
     run = run_diagnostic(
-        target, SCRIPT, args, step="train-log", timeout=timeout, on_record=on_record
+        target, SCRIPT, options.argv(), step="train-log", timeout=timeout, on_record=on_record
     )
     host = run.result.host or target.name
     return build_report(host, str(path), run.records, duration_s=run.result.duration_s)

@@ -21,12 +21,13 @@ from remotekit.diagnostics.base import (
     from_record,
     run_records,
 )
-from remotekit.diagnostics.trainlog.api import SCRIPT, script_args
+from remotekit.diagnostics.trainlog.api import SCRIPT
 from remotekit.diagnostics.trainlog.model import Event, LogSource, Spike
 from remotekit.diagnostics.trainlog.words import SPIKE_COLUMNS, event_line, num, spike_cells
 from remotekit.errors import DiagnosticError, RemotekitError
 from remotekit.follow import Resumable, Stopped
 from remotekit.remote.protocol import FINAL, number
+from remotekit.remote.trainlog.options import TrainLogOptions
 from remotekit.result import Result, Shown
 from remotekit.step import MAX_TIMEOUT_S
 
@@ -128,14 +129,13 @@ class LogFollow:
     def __init__(
         self,
         target: Target,
-        path: str,
-        args: list[str],
+        options: TrainLogOptions,
         *,
         timeout: float | None,
         on_status: Callable[[FollowStatus], None] | None,
         on_warning: Callable[[str], None] | None,
     ) -> None:
-        self.target, self.path = target, path
+        self.target, self.path = target, options.path
         self.on_status, self.on_warning = on_status, on_warning
         self.status: FollowStatus | None = None
         self.source: LogSource | None = None
@@ -152,27 +152,28 @@ class LogFollow:
         self._tail = OutputTail()
         self._after: float | None = None  # the last step a status named (-inf: none judged)
         self._thread = threading.Thread(
-            target=self._run, args=(args, timeout), name="train-log-follow", daemon=True
+            target=self._run, args=(options, timeout), name="train-log-follow", daemon=True
         )
         self._thread.start()
 
     # -- there (the step, in its own thread) ---------------------------------------------
 
-    def _run(self, args: list[str], timeout: float | None) -> None:
+    def _run(self, options: TrainLogOptions, timeout: float | None) -> None:
         """The follow there; after a lost or silent connection, again (the rules of
         :class:`remotekit.follow.Resumable`) from the last step a status named, so that an
         incident written meanwhile is reported and none twice."""
         end = None if timeout is None else time.monotonic() + timeout
         try:
-            result = self._stream.run(lambda: self._step(args, end))
+            result = self._stream.run(lambda: self._step(options, end))
             self._events.put(("end", result))
         except Stopped:
             self._events.put(("stopped", None))
         except BaseException as exc:  # the engine's errors, raised where the caller iterates
             self._events.put(("error", exc))
 
-    def _step(self, args: list[str], end: float | None) -> Result:
-        """One follow there, up to ``end``; the records to the caller's queue."""
+    def _step(self, options: TrainLogOptions, end: float | None) -> Result:
+        """One follow there, up to ``end``, after the last step judged (a follow taken up
+        again); the records to the caller's queue."""
 
         def record(rec: Record) -> None:
             self._stream.heard()
@@ -184,16 +185,16 @@ class LogFollow:
                 raise Stopped
             self._tail(stream, line)
 
-        more = [] if self._after is None else ["--after-step", repr(float(self._after))]
+        options = replace(options, after_step=self._after)
         step_timeout = MAX_TIMEOUT_S
         if end is not None:  # the follow ends by itself; the step a little later
             left = max(1.0, end - time.monotonic())
-            more += ["--duration", f"{left:.3f}"]
+            options = replace(options, duration=round(left, 3))
             step_timeout = min(MAX_TIMEOUT_S, left + TIMEOUT_MARGIN_S)
         _, result = run_records(
             self.target,
             SCRIPT,
-            [*args, *more],
+            options.argv(),
             step="train-log --follow",
             timeout=step_timeout,
             on_record=record,
@@ -349,7 +350,5 @@ def follow_train_log(
     """
     if "points" in options:
         raise TypeError("follow_train_log() takes no points: a followed log sends no series")
-    args = [*script_args(path, **options), "--follow"]
-    return LogFollow(
-        target, str(path), args, timeout=timeout, on_status=on_status, on_warning=on_warning
-    )
+    follow = TrainLogOptions.of(str(path), follow=True, **options)
+    return LogFollow(target, follow, timeout=timeout, on_status=on_status, on_warning=on_warning)

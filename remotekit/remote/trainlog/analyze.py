@@ -37,25 +37,28 @@ from .spikes import detect
 from .steps import drop_bad_steps, per_batch, reconcile_steps
 
 
-def analyze_log(args, wanted):
-    """Analyse the log ``args.path`` names (a file or a run directory) and write the
-    records; return the exit code (0 nothing found, 1 findings). Raises LogError, NoLoss and
-    OSError for a log that cannot be analysed (``trainlog.main`` says so in records)."""
-    path, chosen, warnings = _log_path(args)
+def analyze_log(opts):
+    """Analyse the log ``opts.path`` names (a file or a run directory; ``opts``: the
+    :class:`.options.TrainLogOptions`) and write the records; return the exit code (0 nothing
+    found, 1 findings). Raises LogError, NoLoss and OSError for a log that cannot be
+    analysed (``trainlog.main`` says so in records)."""
+    path, chosen, warnings, ckpt_dir = _log_path(opts)
     try:
-        ing, fmt, nlines, extra = read_log(path, args.format, wanted)
+        ing, fmt, nlines, extra = read_log(path, opts.format, opts.wanted)
     except NoLoss as exc:
         exc.notes = warnings + exc.notes  # the choice's caveat explains the missing loss
         raise
     warnings.extend(reading_caveats(ing, fmt, extra))
     steps, cols, n, derived = prepare_columns(ing, warnings)
-    stride, tol = stride_of(steps, n, args.tolerance)
+    stride, tol = stride_of(steps, n, opts.tolerance)
     _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol)
-    preset = _send_preset(args.preset, n)
+    preset = _send_preset(opts.preset, n)
     incidents, compact, stats = detect_all(ing, cols, steps, n, preset)
     for m in stats:
         send("metric", **m)
-    events = find_events(ing, steps, cols, args, extra, warnings)
+    events = find_events(
+        ing, steps, cols, extra, warnings, opts.ckpt_steps, ckpt_dir, opts.steps_per_epoch
+    )
     counts = _send_events(events)
     comp = _composition(ing, compact, steps, incidents, cols, n, derived)
     place(incidents, events, *bucket_codes(comp, ing, cols, n))
@@ -65,8 +68,8 @@ def analyze_log(args, wanted):
     for rtype in ("distribution", "periodicity", "composition", "histogram"):
         if comp.get(rtype):
             send(rtype, **comp[rtype])
-    if args.points > 0:
-        _send_series(ing, compact, incidents, steps, args.points)
+    if opts.points > 0:
+        _send_series(ing, compact, incidents, steps, opts.points)
     for w in warnings:
         send("warning", message=w)
     findings = _findings(incidents, comp)
@@ -83,17 +86,17 @@ def stride_of(steps, n, tolerance=None):
     return stride, tolerance if tolerance is not None else max(5.0, 2 * stride)
 
 
-def _log_path(args):
-    """``(file, why, notes)``: the log itself, or the one picked in a run directory (whose
-    checkpoints then give the saves, unless they were named) with the caveats of the pick."""
-    if not os.path.isdir(args.path):
-        return args.path, None, []
-    path, chosen, notes = find_log(args.path)
-    if args.ckpt_dir is None and not args.ckpt_steps:
-        ck = ckpt_dir_of(args.path)
-        if ck is not None:
-            args.ckpt_dir = ck
-    return path, chosen, list(notes)
+def _log_path(opts):
+    """``(file, why, notes, ckpt_dir)``: the log itself, or the one picked in a run
+    directory with the caveats of the pick; and the checkpoint directory whose saves are
+    events: the one named, else (no saves named) a run directory's own."""
+    if not os.path.isdir(opts.path):
+        return opts.path, None, [], opts.ckpt_dir
+    path, chosen, notes = find_log(opts.path)
+    ckpt_dir = opts.ckpt_dir
+    if ckpt_dir is None and not opts.ckpt_steps:
+        ckpt_dir = ckpt_dir_of(opts.path)
+    return path, chosen, list(notes), ckpt_dir
 
 
 def reading_caveats(ing, fmt, extra):

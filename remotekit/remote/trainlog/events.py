@@ -161,14 +161,18 @@ def _torch_zip_step(full):
     return None, None
 
 
-def find_events(ing, steps, cols, args, extra, warnings):
-    """Every event as ``(kind, step, source, detail)``, sorted by step, one per (kind, step)."""
+def find_events(
+    ing, steps, cols, extra, warnings, ckpt_steps=(), ckpt_dir=None, steps_per_epoch=None
+):
+    """Every event as ``(kind, step, source, detail)``, sorted by step, one per (kind, step):
+    the log's own, resumes, saves (also the ``ckpt_steps`` given and those in ``ckpt_dir``),
+    epoch starts (every ``steps_per_epoch``), lr jumps, pauses."""
     events = list(ing.events)
     n = len(steps)
     events += _resumes(steps, n)
-    events += _saves(args, extra, steps, n, warnings)
+    events += _saves(ckpt_steps, ckpt_dir, extra, steps, n, warnings)
     if n:
-        events += _epochs(args, cols, steps, n)
+        events += _epochs(steps_per_epoch, cols, steps, n)
     events += _lr_events(cols, steps)
     events += _pauses(cols, steps, n)
     events.sort(key=lambda e: (e[1], e[0]))
@@ -202,21 +206,20 @@ def _resumes(steps, n):
     return events
 
 
-def _saves(args, extra, steps, n, warnings):
+def _saves(ckpt_steps, ckpt_dir, extra, steps, n, warnings):
     """Checkpoint saves given (``--ckpt-steps``), found in ``--checkpoints``, or from HF
     ``save_steps``."""
     events = []
-    if args.ckpt_steps:
-        for s in args.ckpt_steps:
-            events.append(("checkpoint", float(s), "ckpt-steps", "given with --ckpt-steps"))
-    if args.ckpt_dir:
+    for s in ckpt_steps:
+        events.append(("checkpoint", float(s), "ckpt-steps", "given with --ckpt-steps"))
+    if ckpt_dir:
         try:
-            for s, detail in checkpoint_saves(args.ckpt_dir):
+            for s, detail in checkpoint_saves(ckpt_dir):
                 events.append(("checkpoint", s, "ckpt-dir", detail))
         except OSError as exc:
             warnings.append(
                 "cannot list the checkpoint directory %s (--checkpoints/--ckpt-dir): %s"
-                % (args.ckpt_dir, exc.strerror or exc)
+                % (ckpt_dir, exc.strerror or exc)
             )
     if extra.get("save_steps") and n:
         every = float(extra["save_steps"])
@@ -230,12 +233,12 @@ def _saves(args, extra, steps, n, warnings):
     return events
 
 
-def _epochs(args, cols, steps, n):
+def _epochs(steps_per_epoch, cols, steps, n):
     """Epoch starts: every ``--steps-per-epoch`` steps, else where the ``epoch`` field grows."""
     events = []
     lo, hi = min(steps), max(steps)
-    if args.steps_per_epoch:
-        spe = float(args.steps_per_epoch)
+    if steps_per_epoch:
+        spe = float(steps_per_epoch)
         k = 1
         while k * spe <= hi and k <= MAX_EVENTS:
             s = float(round(k * spe))

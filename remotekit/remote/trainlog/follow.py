@@ -70,9 +70,9 @@ class NotFollowed(LogError):
 class Follower:
     """The state of one follow: the open file, its window, what was sent."""
 
-    def __init__(self, args, wanted):
-        self.args, self.wanted = args, wanted
-        self.path = args.path
+    def __init__(self, opts, path, chosen_from=None):
+        self.opts, self.wanted = opts, opts.wanted
+        self.path, self.chosen_from = path, chosen_from
         self.f = None
         # what the file held when the follow began is the backlog: judged, never sent
         self.started = not _size(self.path)
@@ -146,8 +146,8 @@ class Follower:
 
     def _sniff(self):
         """The format, from the file's first lines (again, while they are few)."""
-        if self.args.format != "auto":
-            self.reader = by_format(self.args.format)
+        if self.opts.format != "auto":
+            self.reader = by_format(self.opts.format)
         else:
             try:
                 self.reader = claimants(Source(self.path))[0]
@@ -162,7 +162,7 @@ class Follower:
             )
         # a binary format's sniff is sure from its magic bytes; a text one's from enough lines
         binary = getattr(self.reader, "BINARY", False)
-        self.sure = self.args.format != "auto" or binary or self.offset >= 1 << 16
+        self.sure = self.opts.format != "auto" or binary or self.offset >= 1 << 16
         return True
 
     def _check_replaced(self):
@@ -204,7 +204,7 @@ class Follower:
         """Read the window, detect, send what is new (nothing from the first: the backlog)."""
         first, self.started = not self.started, True
         if first:  # a long backlog: its latest lines are baseline enough, and judged at once
-            self.tail.keep_last(8 * self._keep_rows(PRESETS[self.args.preset]["window"]))
+            self.tail.keep_last(8 * self._keep_rows(PRESETS[self.opts.preset]["window"]))
         if not self.sure:
             self._sniff()
         try:
@@ -220,17 +220,20 @@ class Follower:
             return
         warnings = []
         steps, cols, n, _ = prepare_columns(ing, warnings)
-        self.full = self.full or n >= 4 * PRESETS[self.args.preset]["window"]
-        preset = preset_for(self.args.preset, 1 << 60 if self.full else n)
+        self.full = self.full or n >= 4 * PRESETS[self.opts.preset]["window"]
+        preset = preset_for(self.opts.preset, 1 << 60 if self.full else n)
         incidents, compact, _ = detect_all(ing, cols, steps, n, preset)
-        events = find_events(ing, steps, cols, self.args, {}, warnings)
+        opts = self.opts
+        events = find_events(
+            ing, steps, cols, {}, warnings, opts.ckpt_steps, opts.ckpt_dir, opts.steps_per_epoch
+        )
         place(incidents, events, *bucket_codes({}, ing, cols, n))
         if not self.source_sent:
             self._send_source(ing, fmt, steps, n)
         # the first look: the backlog, up to --after-step when given (a follow taken up again)
         quiet = None
         if first:
-            quiet = math.inf if self.args.after_step is None else self.args.after_step
+            quiet = math.inf if self.opts.after_step is None else self.opts.after_step
         held = self._send_incidents(incidents, compact, steps, quiet)
         held += self._send_resumes(events, quiet)
         if first:
@@ -241,11 +244,11 @@ class Follower:
         self._measure(steps, compact)
 
     def _send_source(self, ing, fmt, steps, n):
-        stride, tol = stride_of(steps, n, self.args.tolerance)
+        stride, tol = stride_of(steps, n, self.opts.tolerance)
         send(
             "source",
             path=os.path.abspath(self.path),
-            chosen_from=getattr(self.args, "chosen_from", None),
+            chosen_from=self.chosen_from,
             format=fmt,
             dialect=ing.dialect,
             lines=self.lines,
@@ -379,15 +382,16 @@ def _size(path):
         return 0
 
 
-def follow_log(args):
-    """Follow ``args.path`` until stopped (or ``args.duration`` seconds); return the exit
+def follow_log(opts):
+    """Follow ``opts.path`` until stopped (or ``opts.duration`` seconds); return the exit
     code. Raises LogError, NoLoss and OSError for a log that cannot be followed."""
-    if os.path.isdir(args.path):
-        args.path, args.chosen_from, notes = find_log(args.path)
+    path, chosen_from = opts.path, None
+    if os.path.isdir(path):
+        path, chosen_from, notes = find_log(path)
         for note in notes:
             send("warning", message=note)
-    fol = Follower(args, args.wanted)
-    end = time.monotonic() + args.duration if args.duration else None
+    fol = Follower(opts, path, chosen_from)
+    end = time.monotonic() + opts.duration if opts.duration else None
     try:
         while end is None or time.monotonic() < end:
             fol.poll()
