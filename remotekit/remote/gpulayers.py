@@ -33,7 +33,9 @@ if not __package__:  # run as a file: its package imported by name (see remoteki
         "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     )
 from remotekit.remote.protocol import Out
-from remotekit.remote.sysinfo import find_smi, read_text, run_tool, torch_view
+from remotekit.remote.sysinfo.base import read_text, run_tool
+from remotekit.remote.sysinfo.smi import find_smi
+from remotekit.remote.sysinfo.torchview import torch_view
 
 ROOT_VAR = "REMOTEKIT_GPU_ROOT"
 #: The environment a layer passes on to CUDA: CUDA's own (CUDA programming guide, "CUDA
