@@ -20,8 +20,8 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from typing import IO, Any, Callable, Literal
+from dataclasses import dataclass, replace
+from typing import IO, Any, Callable
 
 from remotekit.engine import Engine
 from remotekit.errors import (
@@ -33,7 +33,7 @@ from remotekit.errors import (
     StepTimeout,
 )
 from remotekit.layers import Launch
-from remotekit.remote.runner import EXIT, FILE, MISSING, PACKAGE, READY
+from remotekit.remote.runner import EXIT, FILE, MISSING, PACKAGE, READY, StepHeader
 from remotekit.result import Detached, Result, Script
 from remotekit.shipping import PackageScript, package
 from remotekit.transports.base import (
@@ -197,63 +197,6 @@ def checked_timeout(timeout: float, host: str, step: str) -> float:
 
 
 # -- one step, in phases ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepHeader:
-    """The record a step's runner reads first on its stdin (after the runner itself): what
-    to do there. Its JSON is the wire format; ``remote/runner.py`` holds the same fields
-    and defaults in its ``HEADER`` table (it runs alone there and cannot import this), and
-    a test holds the two identical.
-
-    ``op`` is ``exec`` (run ``argv``; with ``script``, that shipped file with the target's
-    Python, ``argv`` its arguments; ``files`` are the ``(name, size, mode)`` of the bytes
-    that follow, written into a private temp dir; ``detach`` leaves it running; with ``report``, the command gets
-    ``$REMOTEKIT_REPORT_FD`` and the runner waits for the one JSON line it writes there, such
-    as a run's id), ``put``
-    (``size`` bytes follow, landing at ``dest``, or ``dest/name`` when ``dest`` is a
-    directory, with ``mode`` under the umask there unless ``explicit_mode``; ``parents``:
-    ``mkdir -p`` first) or ``get`` (stream ``src``, refusing more than ``max_bytes``). The
-    step fills in the rest for every op: its ``nonce``, the ``env``, ``path_prepend`` and
-    ``cwd`` of the launch and the step, the runner's own deadline ``timeout`` (a backstop)
-    and the ``grace`` between TERM and KILL. ``preload`` names modules (``torch``) the
-    step wants to find imported: a resident agent forks it from a process that keeps them
-    imported (:mod:`remotekit.remote.agent`); the runner itself ignores it. ``package``
-    names (by hash) the package :mod:`remotekit.remote` that ``script`` is a path in
-    (:mod:`remotekit.shipping`); ``package_size`` bytes of it come first when it is sent.
-    """
-
-    op: Literal["exec", "put", "get"] = "exec"
-    argv: tuple[str, ...] = ()
-    script: str | None = None
-    files: tuple[tuple[str, int, int], ...] = ()
-    detach: bool = False
-    report: bool = False
-    dest: str | None = None
-    name: str | None = None
-    size: int = 0
-    mode: int | None = None
-    explicit_mode: bool = False
-    parents: bool = False
-    src: str | None = None
-    max_bytes: int | None = None
-    nonce: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
-    path_prepend: tuple[str, ...] = ()
-    cwd: str | None = None
-    timeout: float | None = None
-    grace: float = 1.0
-    preload: tuple[str, ...] = ()
-    package: str | None = None
-    package_size: int = 0
-
-    def encode(self) -> bytes:
-        """The header as the runner reads it: one JSON object. Its fields are read one level
-        deep (tuples are JSON arrays as they are): asdict's deep copy of every value, the
-        env's included, cost each step ~0.3 ms here."""
-        record = {f.name: getattr(self, f.name) for f in fields(self)}
-        record["env"] = dict(self.env)
-        return json.dumps(record).encode()
 
 
 @dataclass(frozen=True)

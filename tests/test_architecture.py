@@ -374,35 +374,39 @@ def test_every_process_a_step_can_run_on_is_a_channel() -> None:
 RUNNER = PACKAGE / "remote" / "runner.py"
 
 
-def runner_header_table() -> dict[str, object]:
-    """The runner's ``HEADER`` (field -> default), read from its source: the runner runs
-    there alone and cannot import the local definition, so it holds a copy."""
-    for node in ast.parse(RUNNER.read_text()).body:
-        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "HEADER":
-            return dict(ast.literal_eval(node.value))
-    raise AssertionError("runner.py defines no HEADER table")
-
-
-def test_the_runner_reads_the_step_header_the_step_sends() -> None:
-    """``StepHeader`` is the header's one definition; the runner's table is its copy, field
-    for field and default for default (as they travel: JSON)."""
+def test_the_step_header_is_defined_once_for_both_ends() -> None:
+    """The laptop's ``StepHeader`` is the runner's own class, a frozen dataclass here whose
+    fields are the runner's ``HEADER``; there, run from its source, the class is only that
+    table: the runner imports neither dataclasses nor typing for it."""
     import dataclasses
 
+    from remotekit.remote import runner
     from remotekit.step import StepHeader
 
-    assert dataclasses.is_dataclass(StepHeader)
+    assert StepHeader is runner.StepHeader
     assert StepHeader.__dataclass_params__.frozen  # type: ignore[attr-defined]
-    local = {}
-    for f in dataclasses.fields(StepHeader):
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
-        local[f.name] = json.loads(json.dumps(default))
-    assert runner_header_table() == local
+    defaults = {
+        f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        for f in dataclasses.fields(StepHeader)
+    }
+    assert defaults == runner.HEADER
+    probe = (
+        "import sys\n"
+        "ns = {'__name__': 'remotekit_runner'}\n"
+        f"exec(compile(open({str(RUNNER)!r}).read(), 'runner', 'exec'), ns)\n"
+        "print(sorted(m for m in ('dataclasses', 'typing') if m in sys.modules),"
+        " hasattr(ns['StepHeader'], '__dataclass_fields__'), ns['HEADER']['grace'])"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True)
+    assert out.stdout.split() == ["[]", "False", "1.0"], out.stderr
 
 
 def test_the_step_header_is_built_in_one_place_and_read_in_one_way() -> None:
     """No local module spells the header as a dict (``{"op": ...}``), the runner and the
     agent read its fields through the runner's table (never ``.get`` with a default of their
     own), and the runner's comment names only fields there are."""
+    from remotekit.remote.runner import HEADER
+
     spelled = [
         f"{name} line {node.lineno}"
         for name, path in MODULES.items()
@@ -425,7 +429,7 @@ def test_the_step_header_is_built_in_one_place_and_read_in_one_way() -> None:
     text = RUNNER.read_text()
     comment = text[text.index("# header:") : text.index("# After the payload")]
     named = set(re.findall(r'"(\w+)"', comment)) - {"exec", "put", "get"}
-    assert named and named <= set(runner_header_table()), named - set(runner_header_table())
+    assert named and named <= set(HEADER), named - set(HEADER)
 
 
 def test_no_private_name_is_imported_across_modules() -> None:

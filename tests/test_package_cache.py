@@ -319,7 +319,7 @@ def test_the_eight_most_recently_used_packages_are_kept(
 
 
 # -- an entry in use -------------------------------------------------------------------------------
-# A developer with an editable install ships a new package per edit: more than KEEP_PACKAGES
+# A developer with an editable install ships a new package per edit: more than PackageCache.KEEP
 # of them can be used while a run's supervisor, or a long step, still runs from an old one.
 
 
@@ -348,7 +348,7 @@ def start_runner(
     return proc
 
 
-def use_newer_packages(env: dict[str, str], n: int = runner.KEEP_PACKAGES + 1) -> None:
+def use_newer_packages(env: dict[str, str], n: int = runner.PackageCache.KEEP + 1) -> None:
     """``n`` other packages used, one step each, each newer than what was used before."""
     for i in range(n):
         pkg = another_package(f"newer{i}_{time.monotonic_ns()}")
@@ -391,7 +391,9 @@ def test_a_run_s_package_is_kept_while_its_supervisor_runs(
         assert isinstance(run, remotekit.runs.Run)
         try:
             use_newer_packages(env)
-            assert runner.sealed(str(pkg / HASH)), sorted(p.name for p in pkg.iterdir())
+            assert runner.PackageCache.sealed(str(pkg / HASH)), sorted(
+                p.name for p in pkg.iterdir()
+            )
             if end == "exits":
                 go.touch()
                 info = run.wait(timeout=30)

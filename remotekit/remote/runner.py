@@ -14,8 +14,8 @@
 #          "package", "package_size",
 #          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes";
 #          "preload": read by the agent only}
-#   Its fields and their defaults are HEADER below, their one definition: the laptop imports
-#   this file as remotekit.remote.runner and builds remotekit.step.StepHeader from it.
+#   Its fields and their defaults are StepHeader below, their one definition: the laptop
+#   imports this file as remotekit.remote.runner, and that class as remotekit.step.StepHeader.
 #
 # "package" names (by hash) the package remotekit.remote a script step runs from ("script" is
 # then a path in it): kept in PACKAGES there, sent behind the header ("package_size" bytes,
@@ -77,32 +77,93 @@ READY, STARTED, FILE, EXIT, MISSING, PACKAGE = (
     "package",
 )
 
-# The step header's fields and their defaults, as they travel (JSON): their one definition.
-HEADER = {  # type: dict[str, object]
-    "op": "exec",
-    "argv": [],
-    "script": None,
-    "files": [],
-    "detach": False,
-    "report": False,
-    "dest": None,
-    "name": None,
-    "size": 0,
-    "mode": None,
-    "explicit_mode": False,
-    "parents": False,
-    "src": None,
-    "max_bytes": None,
-    "nonce": "",
-    "env": {},
-    "path_prepend": [],
-    "cwd": None,
-    "timeout": None,
-    "grace": 1.0,
-    "preload": [],
-    "package": None,
-    "package_size": 0,
-}
+# The step header's fields, their types (for the laptop's checker) and their defaults, as
+# they travel (JSON): their one definition, StepHeader below. The runner reads it as HEADER
+# (field -> default); the laptop imports this very class as remotekit.step.StepHeader, a
+# frozen dataclass there (record). typing and dataclasses only for the checker and the
+# laptop: importing them costs a step here ~3 ms and ~5.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from dataclasses import dataclass as record
+    from typing import Literal, Mapping
+else:
+
+    def record(frozen):
+        """The class as the table HEADER here; as a frozen dataclass where the laptop
+        imports this file as its module (remotekit.remote.runner)."""
+
+        def make(cls):
+            for name in cls.__annotations__:
+                HEADER[name] = getattr(cls, name)
+            if __name__ != "remotekit.remote.runner":
+                return cls
+            import dataclasses
+
+            for name, default in HEADER.items():
+                if isinstance(default, dict):  # a dataclass's defaults are immutable
+                    setattr(cls, name, dataclasses.field(default_factory=dict))
+            return dataclasses.dataclass(frozen=frozen)(cls)
+
+        return make
+
+
+HEADER = {}  # type: dict[str, object]
+
+
+@record(frozen=True)
+class StepHeader(object):
+    """The record a step's runner reads first on its stdin (after the runner itself): what
+    to do there. Its JSON is the wire format.
+
+    ``op`` is ``exec`` (run ``argv``; with ``script``, that shipped file with the target's
+    Python, ``argv`` its arguments; ``files`` are the ``(name, size, mode)`` of the bytes
+    that follow, written into a private temp dir; ``detach`` leaves it running; with
+    ``report``, the command gets ``$REMOTEKIT_REPORT_FD`` and the runner waits for the one
+    JSON line it writes there, such as a run's id), ``put`` (``size`` bytes follow, landing
+    at ``dest``, or ``dest/name`` when ``dest`` is a directory, with ``mode`` under the
+    umask there unless ``explicit_mode``; ``parents``: ``mkdir -p`` first) or ``get``
+    (stream ``src``, refusing more than ``max_bytes``). The step fills in the rest for every
+    op: its ``nonce``, the ``env``, ``path_prepend`` and ``cwd`` of the launch and the step,
+    the runner's own deadline ``timeout`` (a backstop) and the ``grace`` between TERM and
+    KILL. ``preload`` names modules (``torch``) the step wants to find imported: a resident
+    agent forks it from a process that keeps them imported (remotekit.remote.agent); the
+    runner itself ignores it. ``package`` names (by hash) the package remotekit.remote that
+    ``script`` is a path in (remotekit.shipping); ``package_size`` bytes of it come first
+    when it is sent.
+    """
+
+    op: "Literal['exec', 'put', 'get']" = "exec"
+    argv: "tuple[str, ...]" = ()
+    script: "str | None" = None
+    files: "tuple[tuple[str, int, int], ...]" = ()
+    detach: "bool" = False
+    report: "bool" = False
+    dest: "str | None" = None
+    name: "str | None" = None
+    size: "int" = 0
+    mode: "int | None" = None
+    explicit_mode: "bool" = False
+    parents: "bool" = False
+    src: "str | None" = None
+    max_bytes: "int | None" = None
+    nonce: "str" = ""
+    env: "Mapping[str, str]" = {}  # noqa: RUF012 (a dataclass field there: record)
+    path_prepend: "tuple[str, ...]" = ()
+    cwd: "str | None" = None
+    timeout: "float | None" = None
+    grace: "float" = 1.0
+    preload: "tuple[str, ...]" = ()
+    package: "str | None" = None
+    package_size: "int" = 0
+
+    def encode(self):
+        # type: () -> bytes
+        """The header as the runner reads it: one JSON object. Its fields are read one level
+        deep (tuples are JSON arrays as they are): asdict's deep copy of every value, the
+        env's included, cost each step ~0.3 ms on the laptop."""
+        fields = {name: getattr(self, name) for name in HEADER}
+        fields["env"] = dict(self.env)
+        return json.dumps(fields).encode()
 
 
 def read_header(raw):
@@ -1148,22 +1209,6 @@ def main():
             remove_tree(tmpdir)
 
 
-PACKAGE_NAME = "0123456789abcdef"  # a package's name: hex digits of its hash
-KEEP_PACKAGES = 8  # packages kept, the most recently used (each ~0.7 MB, and its bytecode)
-# What the runner writes last into a package it unpacked, before the rename that puts it in
-# place: the manifest ([[path, size], ...]). An entry without it, or whose files are not the
-# sizes it says, is not trusted (a copy cut short, a truncated module).
-SEAL = ".manifest.json"
-# A file in each entry that every process running from it holds a shared lock on (flock) for
-# its life: the runner from before it reads the entry until it exits, so its step and the
-# step's tree (stopped before the runner exits) are covered, and a detached step, the run's
-# supervisor, which inherits the lock's descriptor and so holds it as long as it lives.
-# Pruning takes it exclusively, without waiting, and skips an entry it cannot lock: an entry
-# in use is never taken from under what runs from it (a module it imports late).
-LOCK = ".lock"
-HELD = []  # type: list[int]  # the lock's descriptor, while this runner runs from an entry
-
-
 def package_hash(files):
     # type: (object) -> str
     """The name of the package made of ``files`` ((path, bytes) pairs, in their order): the
@@ -1181,91 +1226,195 @@ def package_hash(files):
 # whoever ran this runner: the boot (one process per step) or the agent the boot started. A
 # runner run without them (``python runner.py``) keeps no packages.
 cache_folder = globals().get("cache_folder")
+HELD = []  # type: list[int]  # the lock's descriptor, while this runner runs from an entry
 
 
-def package_root():
-    """The folder packages are kept in: ``$XDG_CACHE_HOME/remotekit/pkg`` (else under
-    ``~/.cache``), when boot.cache_folder trusts it; else None."""
-    return None if cache_folder is None else cache_folder("pkg")
+# The package cache is a class here, not a module of its own: the runner runs from source on
+# a loader's stdin (one process per step, or in an agent) with no package on the path, and
+# what it would import is the very package this cache installs.
+class PackageCache(object):
+    """The packages kept in ``root`` (``$XDG_CACHE_HOME/remotekit/pkg``, else under
+    ``~/.cache``, when boot.cache_folder trusts it; None: none kept), one entry a package,
+    named by its hash: unpacked whole and sealed (SEAL), held by whatever runs from it
+    (LOCK), the least recently used pruned past KEEP."""
 
+    DIGITS = "0123456789abcdef"  # a package's name: hex digits of its hash
+    KEEP = 8  # packages kept, the most recently used (each ~0.7 MB, and its bytecode)
+    # What the runner writes last into a package it unpacked, before the rename that puts it
+    # in place: the manifest ([[path, size], ...]). An entry without it, or whose files are
+    # not the sizes it says, is not trusted (a copy cut short, a truncated module).
+    SEAL = ".manifest.json"
+    # A file in each entry that every process running from it holds a shared lock on (flock)
+    # for its life: the runner from before it reads the entry until it exits, so its step and
+    # the step's tree (stopped before the runner exits) are covered, and a detached step, the
+    # run's supervisor, which inherits the lock's descriptor (HELD) and so holds it as long
+    # as it lives. Pruning takes it exclusively, without waiting, and skips an entry it
+    # cannot lock: an entry in use is never taken from under what runs from it.
+    LOCK = ".lock"
 
-def sealed(kept):
-    """Whether ``kept`` is a package the runner unpacked whole: its seal, and every file it
-    names there, a regular file of the size it names."""
-    try:
-        with open(os.path.join(kept, SEAL), "rb") as f:
-            manifest = json.loads(f.read().decode("utf-8"))
-        for rel, size in manifest:
-            st = os.lstat(os.path.join(kept, rel))
-            if not stat.S_ISREG(st.st_mode) or st.st_size != size:
-                return False
-    except (OSError, ValueError, TypeError):
-        return False
-    return True
+    def __init__(self, root):
+        self.root = root
 
+    @classmethod
+    def here(cls):
+        """This host's cache, by the rules this runner was given (none without them)."""
+        return cls(None if cache_folder is None else cache_folder("pkg"))
 
-def lock_of(kept):
-    """A descriptor of the lock file of the entry ``kept`` (made when an older runner left
-    none); None when the entry is not there."""
-    try:
-        return os.open(os.path.join(kept, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return None
-
-
-def hold(kept):
-    """Whether this runner may run from the entry ``kept``, holding its lock shared from now
-    until it exits (HELD). False when it is gone or being discarded (locked exclusively);
-    True, unlocked, where the filesystem has no locks (as before locks: pruning cannot tell
-    then either)."""
-    import fcntl
-
-    fd = lock_of(kept)
-    if fd is None:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    except OSError:  # ENOLCK, EOPNOTSUPP: no locks here
-        os.close(fd)
-        return True
-    try:  # still the entry's own lock, not one a discard renamed away
-        ours = os.path.samestat(os.fstat(fd), os.lstat(os.path.join(kept, LOCK)))
-    except OSError:
-        ours = False
-    if not ours:
-        os.close(fd)
-        return False
-    HELD.append(fd)
-    return True
-
-
-def discard(root, name, in_use_too=True):
-    """Remove the entry ``name`` of ``root``: first out of its name (one rename), so no
-    runner ever finds a part of it there. Not one that something runs from (its lock held),
-    unless ``in_use_too`` (damaged: what runs from it fails however it goes)."""
-    import fcntl
-
-    fd = None if in_use_too else lock_of(os.path.join(root, name))
-    try:
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return
-            except OSError:  # no locks here: as before locks
-                pass
-        gone = os.path.join(root, ".gone-" + os.urandom(6).hex())
+    def take(self, name):
+        """The entry of the package ``name``, held (hold) and marked the most recently
+        used; None when it is not kept whole (a damaged one is discarded: it comes again)
+        or is being discarded as we came."""
+        if self.root is None:
+            return None
+        kept = os.path.join(self.root, name)
+        if not os.path.lexists(kept):
+            return None
+        if not self.sealed(kept):
+            self.discard(name)
+            return None
+        if not self.hold(kept):
+            return None
         try:
-            os.rename(os.path.join(root, name), gone)
+            os.utime(kept)  # the most recently used are the ones kept
         except OSError:
-            return
-    finally:
-        if fd is not None:
+            pass
+        return kept
+
+    def add(self, name, files):
+        """``files`` kept as the package ``name``, its entry held; None where they cannot
+        be (no cache, a full disk: the step unpacks them into its temp dir)."""
+        if self.root is None:
+            return None
+        kept = os.path.join(self.root, name)
+        try:
+            self.unpack(files, self.root, kept)
+            if not self.hold(kept):
+                raise OSError("discarded as it was unpacked")
+        except OSError:
+            return None
+        self.prune()
+        return kept
+
+    @classmethod
+    def sealed(cls, kept):
+        """Whether ``kept`` is a package the runner unpacked whole: its seal, and every
+        file it names there, a regular file of the size it names."""
+        try:
+            with open(os.path.join(kept, cls.SEAL), "rb") as f:
+                manifest = json.loads(f.read().decode("utf-8"))
+            for rel, size in manifest:
+                st = os.lstat(os.path.join(kept, rel))
+                if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                    return False
+        except (OSError, ValueError, TypeError):
+            return False
+        return True
+
+    @classmethod
+    def unpack(cls, files, where, dest):
+        """``files`` into ``dest``, whole: written in a private folder in ``where``, sealed
+        (the seal last), then renamed into place (a step that unpacked it first wins)."""
+        tmp = os.path.join(where, ".unpack-" + os.urandom(6).hex())
+        os.mkdir(tmp, 0o700)
+        try:
+            seal = json.dumps([[r, len(d)] for r, d in files]).encode()
+            for rel, data in files + [(cls.SEAL, seal)]:
+                path = os.path.join(tmp, *rel.split("/"))
+                os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            try:
+                os.rename(tmp, dest)
+            except OSError:
+                if not os.path.isdir(dest):
+                    raise
+        finally:
+            if os.path.isdir(tmp):
+                remove_tree(tmp)
+
+    def lock_of(self, kept):
+        """A descriptor of the lock file of the entry ``kept`` (made when an older runner
+        left none); None when the entry is not there."""
+        try:
+            return os.open(
+                os.path.join(kept, self.LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600
+            )
+        except OSError:
+            return None
+
+    def hold(self, kept):
+        """Whether this runner may run from the entry ``kept``, holding its lock shared
+        from now until it exits (HELD). False when it is gone or being discarded (locked
+        exclusively); True, unlocked, where the filesystem has no locks (as before locks:
+        pruning cannot tell then either)."""
+        import fcntl
+
+        fd = self.lock_of(kept)
+        if fd is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
             os.close(fd)
-    remove_tree(gone)
+            return False
+        except OSError:  # ENOLCK, EOPNOTSUPP: no locks here
+            os.close(fd)
+            return True
+        try:  # still the entry's own lock, not one a discard renamed away
+            ours = os.path.samestat(os.fstat(fd), os.lstat(os.path.join(kept, self.LOCK)))
+        except OSError:
+            ours = False
+        if not ours:
+            os.close(fd)
+            return False
+        HELD.append(fd)
+        return True
+
+    def discard(self, name, in_use_too=True):
+        """Remove the entry ``name``: first out of its name (one rename), so no runner ever
+        finds a part of it there. Not one that something runs from (its lock held), unless
+        ``in_use_too`` (damaged: what runs from it fails however it goes)."""
+        import fcntl
+
+        fd = None if in_use_too else self.lock_of(os.path.join(self.root, name))
+        try:
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return
+                except OSError:  # no locks here: as before locks
+                    pass
+            gone = os.path.join(self.root, ".gone-" + os.urandom(6).hex())
+            try:
+                os.rename(os.path.join(self.root, name), gone)
+            except OSError:
+                return
+        finally:
+            if fd is not None:
+                os.close(fd)
+        remove_tree(gone)
+
+    def prune(self):
+        """Past KEEP, the least recently used packages go, but those in use (LOCK), and
+        unpackings a killed runner left, after an hour."""
+        try:
+            when = {}
+            for name in os.listdir(self.root):
+                path = os.path.join(self.root, name)
+                st = os.lstat(path)
+                if name.startswith(".gone-"):
+                    remove_tree(path)  # a removal cut short
+                elif name.startswith(".unpack-"):
+                    if time.time() - st.st_mtime > 3600:
+                        remove_tree(path)
+                else:
+                    when[name] = st.st_mtime
+            for name in sorted(when, key=when.get)[: max(0, len(when) - self.KEEP)]:
+                self.discard(name, in_use_too=False)  # one in use stays, past the KEEP
+        except OSError:
+            pass
 
 
 def package_dir(h, stdin):
@@ -1273,37 +1422,23 @@ def package_dir(h, stdin):
     the one that came behind the header, unpacked into the cache (else into a temp dir of
     the step's). Neither: say ``missing`` and end, before anything ran."""
     name, size = h["package"], h["package_size"]
-    if not isinstance(name, str) or not name or name.strip(PACKAGE_NAME):
+    if not isinstance(name, str) or not name or name.strip(PackageCache.DIGITS):
         fail("not a package name: %r" % (name,))
-    root = package_root()
-    kept = None if root is None else os.path.join(root, name)
-    if kept is not None and os.path.lexists(kept):
-        if not sealed(kept):
-            discard(root, name)  # not whole: it comes again
-        elif hold(kept):  # else discarded as we came: it comes again
-            stdin.read_exact(size, "package")  # sent all the same: not needed
-            try:
-                os.utime(kept)  # the most recently used are the ones kept
-            except OSError:
-                pass
-            return kept, None
-    if not size:
-        control(MISSING, {"cache": root is not None})
-        sys.exit(125)
-    blob = stdin.read_exact(size, "package")
-    files = unpacked(blob, name)
+    cache = PackageCache.here()
+    kept = cache.take(name)
     if kept is not None:
-        try:
-            unpack(files, root, kept)
-            if not hold(kept):
-                raise OSError("discarded as it was unpacked")
-            prune(root)
-            control(PACKAGE, {"cached": True})
-            return kept, None
-        except OSError:  # a full disk: this step has it in its temp dir
-            pass
+        stdin.read_exact(size, "package")  # sent all the same: not needed
+        return kept, None
+    if not size:
+        control(MISSING, {"cache": cache.root is not None})
+        sys.exit(125)
+    files = unpacked(stdin.read_exact(size, "package"), name)
+    kept = cache.add(name, files)
+    if kept is not None:
+        control(PACKAGE, {"cached": True})
+        return kept, None
     tmpdir = created(private_dir)
-    unpack(files, tmpdir, os.path.join(tmpdir, "package"))
+    PackageCache.unpack(files, tmpdir, os.path.join(tmpdir, "package"))
     control(PACKAGE, {"cached": False})
     return os.path.join(tmpdir, "package"), tmpdir
 
@@ -1319,7 +1454,9 @@ def unpacked(blob, name):
         files, at = [], 0
         for rel, size in json.loads(head.decode("utf-8")):
             parts = rel.split("/")
-            if rel.startswith("/") or any(p in ("", ".", "..") or p == SEAL for p in parts):
+            if rel.startswith("/") or any(
+                p in ("", ".", "..") or p == PackageCache.SEAL for p in parts
+            ):
                 raise ValueError("a package file named %r" % rel)
             files.append((rel, body[at : at + size]))
             at += size
@@ -1328,48 +1465,6 @@ def unpacked(blob, name):
     except (zlib.error, ValueError, TypeError) as exc:
         fail("what came as package %s is not the package: %s" % (name, exc))
     return files
-
-
-def unpack(files, where, dest):
-    """``files`` into ``dest``, whole: written in a private folder in ``where``, sealed (the
-    seal last), then renamed into place (a step that unpacked it first wins)."""
-    tmp = os.path.join(where, ".unpack-" + os.urandom(6).hex())
-    os.mkdir(tmp, 0o700)
-    try:
-        for rel, data in files + [(SEAL, json.dumps([[r, len(d)] for r, d in files]).encode())]:
-            path = os.path.join(tmp, *rel.split("/"))
-            os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            if not os.path.isdir(dest):
-                raise
-    finally:
-        if os.path.isdir(tmp):
-            remove_tree(tmp)
-
-
-def prune(root):
-    """Past KEEP_PACKAGES, the least recently used packages go, but those in use (LOCK),
-    and unpackings a killed runner left, after an hour."""
-    try:
-        when = {}
-        for name in os.listdir(root):
-            st = os.lstat(os.path.join(root, name))
-            if name.startswith(".gone-"):
-                remove_tree(os.path.join(root, name))  # a removal cut short
-            elif name.startswith(".unpack-"):
-                if time.time() - st.st_mtime > 3600:
-                    remove_tree(os.path.join(root, name))
-            else:
-                when[name] = st.st_mtime
-        for name in sorted(when, key=when.get)[: max(0, len(when) - KEEP_PACKAGES)]:
-            discard(root, name, in_use_too=False)  # one in use stays, past the eight
-    except OSError:
-        pass
 
 
 def entry():
