@@ -703,7 +703,9 @@ def _echoes(port: int, n: int) -> bool:
 def test_forward_reaches_a_port_in_the_targets_namespace(target: remotekit.Target) -> None:
     """The relay runs through every hop, so 127.0.0.1 there is the container's / job's own."""
     target.run(["ip", "link", "set", "lo", "up"], check=False)  # busybox's init leaves lo down
-    port = 20000 + uuid.uuid4().int % 20000
+    # below the ephemeral ports (32768-60999 on Linux): srun and ssh open those as they go,
+    # and a port taken by one of them (an srun I/O listener) answered in the server's place
+    port = 10000 + uuid.uuid4().int % 20000
     # the server is a step of its own (a detached process would not outlive a Slurm step)
     server = remotekit.Script(ECHO_SERVER, name="echo_server.py")
     with ThreadPoolExecutor(7) as pool:
@@ -713,8 +715,10 @@ def test_forward_reaches_a_port_in_the_targets_namespace(target: remotekit.Targe
             try:
                 fwd = target.forward(port)
                 break
-            except remotekit.ForwardError:
-                if time.monotonic() > end or ran.done():
+            except remotekit.ForwardError as exc:
+                if ran.done():  # the server's step ended: say how, not only "refused"
+                    raise AssertionError(f"the echo server ended: {ran.result()!r}") from exc
+                if time.monotonic() > end:
                     raise
                 time.sleep(0.1)
         with fwd:
