@@ -609,17 +609,7 @@ HOST_KEYS = frozenset(
         "jump",
         "hops",
         "sudo",
-        "venv",
-        "python",
-        "workdir",
-        "env",
-        "secret_env",
-        "checkpoints",
-        "runs_dir",
-        "gpu",
-        "gpus",
-        "timeouts",
-        "agent",
+        *MEMBER_KEYS,  # what a found group may set for its members: declared once, there
         *HOPS,
         *_HOP_OPTIONS,
     ]

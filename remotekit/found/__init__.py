@@ -54,7 +54,8 @@ __all__ = [
 FINDERS: dict[str, type[Finder]] = {f.key: f for f in (PctList, SlurmJob, KubeSelector)}
 
 #: The host keys a found group may set for its members (the rest is the via host's
-#: connection, or the hop the finder found).
+#: connection, or the hop the finder found). A declared host takes the same keys
+#: (``inventory.HOST_KEYS`` is built from this set).
 MEMBER_KEYS = frozenset(
     {
         "venv",
