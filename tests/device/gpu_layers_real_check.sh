@@ -18,20 +18,8 @@
 # Exit status: 0 all checks passed, 1 a check failed.
 set -u
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-py=${PYTHON:-$(command -v python3 || command -v python || true)}
-if [ -z "$py" ]; then
-    echo "FAIL: no python3 on PATH (set PYTHON=...)" >&2
-    exit 1
-fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 unset REMOTEKIT_GPU_ROOT
-
-echo "python:     $py ($("$py" -V 2>&1))"
-nvidia-smi -L >"$out/L" 2>&1
-echo "nvidia-smi -L (exit $?):"
-sed 's/^/  /' "$out/L"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$py" "$root/remotekit/remote/gpulayers.py" --torch >"$out/records" 2>"$out/err"
 echo "$?" >"$out/rc"
 echo "== gpulayers.py --torch (exit $(cat "$out/rc"))"

@@ -14,21 +14,8 @@
 # Exit status: 0 all checks passed, 1 a check failed.
 set -u
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 script="$root/remotekit/remote/sysinfo.py"
-py=${PYTHON:-$(command -v python3 || command -v python || true)}
-if [ -z "$py" ]; then
-    echo "FAIL: no python3 on PATH (set PYTHON=...)" >&2
-    exit 1
-fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-
-echo "python:     $py ($("$py" -V 2>&1))"
-echo "nvidia-smi: $(command -v nvidia-smi || echo 'NOT ON PATH')"
-nvidia-smi -L >"$out/L" 2>&1
-echo "nvidia-smi -L (exit $?):"
-sed 's/^/  /' "$out/L"
 
 failed=0
 for cmd in gpu env procs; do
