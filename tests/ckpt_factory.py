@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from tests.harness import DATA
+
 NAN, INF = float("nan"), float("inf")
 
 __all__ = [
@@ -521,8 +523,8 @@ def build_bisect_series(
 
 # ------------------------------------------------------------------ layouts of real trainers
 
-DEEPSPEED_DATA = Path(__file__).with_name("data") / "deepspeed"
-HF_TRAINER_DATA = Path(__file__).with_name("data") / "hf_trainer"
+DEEPSPEED_DATA = DATA / "deepspeed"
+HF_TRAINER_DATA = DATA / "hf_trainer"
 
 
 def nanogpt_checkpoint(path: Path, iter_num: int = 2000, best_val_loss: float = 2.875) -> None:

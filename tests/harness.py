@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import getpass
+import importlib
 import inspect
 import os
 import shutil
@@ -28,8 +29,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tests.runtimes import LxcContainer
 
-HERE = Path(__file__).resolve().parent
-FAKES = HERE / "fakes"
+#: Where things are, for every test file to import rather than walk up from its own
+#: ``__file__``: a test file moved into a subfolder of tests/ then needs no edit.
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+FAKES = TESTS / "fakes"
+DATA = TESTS / "data"
 
 
 def find_sshd() -> str | None:
@@ -363,6 +368,16 @@ def _is_fixture(obj: object) -> bool:
     except ImportError:  # before 8.4 the decorator marks the function itself
         return hasattr(obj, "_pytestfixturefunction")
     return isinstance(obj, FixtureFunctionDefinition)
+
+
+def suite(name: str) -> ModuleType:
+    """The test module ``name`` (``"test_runtimes"``) wherever it lies under tests/, imported
+    under the dotted name pytest gives it (``tests.engine.test_runtimes``): a module that
+    re-runs another's tests names it without its folder."""
+    found = [p for p in TESTS.rglob(f"{name}.py") if DATA not in p.parents]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} test modules named {name}.py under {TESTS}: {found}")
+    return importlib.import_module(".".join(found[0].relative_to(ROOT).with_suffix("").parts))
 
 
 def rerunnable(module: ModuleType, fixtures: set[str]) -> dict[str, Callable[..., Any]]:

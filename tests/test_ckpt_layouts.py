@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from tests import ckpt_factory as cf
+from tests.harness import DATA
 from tests.test_ckpt_script import run
 
 pytestmark = pytest.mark.timeout(120)
@@ -114,7 +115,7 @@ def test_allennlp_th_files_are_found_and_read(tmp_path: Path) -> None:
 
 #: AllenNLP's own checkpoints, copied unchanged from allenai/allennlp 80fb606 (Apache-2.0):
 #: tests/data/public/allennlp-simple-tagger/NOTICE.md names the source paths.
-ALLENNLP_DATA = Path(__file__).with_name("data") / "public" / "allennlp-simple-tagger"
+ALLENNLP_DATA = DATA / "public" / "allennlp-simple-tagger"
 
 
 def test_allennlp_checkpoints_written_by_allennlp(tmp_path: Path) -> None:

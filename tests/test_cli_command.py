@@ -22,8 +22,7 @@ from invoke.parser import Parser
 from remotekit.cli import ns as package_tasks
 from remotekit.cli.main import program
 from tests.conftest import need_program
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import ROOT
 
 
 def env_for(home: Path) -> dict[str, str]:

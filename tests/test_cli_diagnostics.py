@@ -2,7 +2,8 @@
 
 Only what the task layer adds is asserted here: the process's exit code, the host's report on
 stdout, ``--json``, an engine error as exit 2 (a message on stderr), ``--plot``. What the
-reports hold and how they render: tests/test_{checkpoints,system,trainlog}_api.py.
+reports hold and how they render: tests/test_checkpoints_api.py, tests/test_system_api.py and
+tests/test_trainlog_api.py.
 
 The fake nvidia-smi cannot be reached through the step's ``env=`` from the command line: these
 tests write a hosts.yaml (``--inventory``) whose ``local`` host sets ``PATH`` and the scenario.

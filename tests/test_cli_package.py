@@ -16,8 +16,7 @@ from invoke import Context
 import remotekit.tasks
 from remotekit.cli import selection
 from remotekit.cli.selection import OPTIONS_HERE, Selection, fleet_task
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import ROOT
 
 
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -16,8 +16,6 @@ from tests.conftest import write_inventory
 from tests.harness import SSHServer, fill
 from tests.runtimes import SlurmCluster
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def rk(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from remotekit.inventory import HOST_KEYS, TOP_KEYS
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-import gen_docs  # noqa: E402
+import gen_docs
 
 pytestmark = pytest.mark.timeout(120)
 

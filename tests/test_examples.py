@@ -45,9 +45,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CT, write_inventory
-from tests.harness import venv_prefix
+from tests.harness import ROOT, venv_prefix
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NAMES = ("kpro6", "ct")  # the host names the examples use; group gpu: [kpro6]
 

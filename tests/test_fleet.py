@@ -41,12 +41,11 @@ from remotekit.diagnostics import system
 from remotekit.fleet import DEFAULT_PARALLEL, FleetInterrupted
 from remotekit.render import Console
 from tests.conftest import write_inventory
-from tests.harness import FakeNode, SSHServer, free_port, processes_with, wait_gone
+from tests.harness import FAKES, ROOT, FakeNode, SSHServer, free_port, processes_with, wait_gone
 
 pytestmark = pytest.mark.sshd
 
-ROOT = Path(__file__).parents[1]
-FAKE_SMI = Path(__file__).with_name("fakes") / "nvidia-smi"
+FAKE_SMI = FAKES / "nvidia-smi"
 HANG_S = 4.0  # the hanging host's own timeouts.step; the others keep the default (600 s)
 CONTAINERS = {
     "zulu": 300,

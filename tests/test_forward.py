@@ -32,7 +32,7 @@ from remotekit import forward, shipping
 from remotekit.transports.base import BACKLOG
 from tests import runtimes
 from tests.conftest import write_inventory
-from tests.harness import SSHServer, free_port, processes_with, venv_prefix, wait_gone
+from tests.harness import ROOT, SSHServer, free_port, processes_with, venv_prefix, wait_gone
 
 pytestmark = pytest.mark.sshd
 
@@ -541,7 +541,6 @@ def test_ctrl_c_taken_by_another_thread_still_stops_the_wait() -> None:
     """The kernel may hand SIGINT to any thread of the process; Python's handler then only
     sets a flag for the main thread. An untimed wait there never looked at it: `forward`
     ignored a Ctrl-C now and then, with its connection threads running."""
-    root = Path(__file__).resolve().parents[1]
     code = """
 import signal, sys, threading, time
 import remotekit
@@ -556,6 +555,6 @@ with remotekit.local_target() as t, t.forward(1, check=False) as fwd:
         print("interrupted", flush=True)
 """
     r = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30
     )
     assert r.stdout == "interrupted\n", r.stderr

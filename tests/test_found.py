@@ -27,7 +27,15 @@ from remotekit.layers import Kubectl, Pct, Slurm, Sudo
 from remotekit.runs import home_of
 from tests import runtimes
 from tests.conftest import CT, STOPPED, write_inventory
-from tests.harness import FakeNode, SSHServer, free_port, processes_with, venv_prefix, wait_gone
+from tests.harness import (
+    ROOT,
+    FakeNode,
+    SSHServer,
+    free_port,
+    processes_with,
+    venv_prefix,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -643,7 +651,7 @@ def test_an_unknown_group_lists_the_found_ones_too(tmp_path: Path) -> None:
 
 def test_the_docs_found_groups_are_what_they_say() -> None:
     """docs/hosts-yaml.md's found-groups block loads, and each group asks what it says."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "hosts-yaml.md").read_text()
+    text = (ROOT / "docs" / "hosts-yaml.md").read_text()
     block = text.split("<!-- found groups: tests/test_found.py loads this block -->\n```yaml\n")
     inv = remotekit.parse_inventory(block[1].split("```", 1)[0], "hosts-yaml.md")
     assert {g: f.query for g, f in inv.found.items()} == {

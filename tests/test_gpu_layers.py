@@ -33,6 +33,7 @@ from remotekit.diagnostics.gpulayers import (
 )
 from remotekit.diagnostics.system import TorchDevice, TorchInfo
 from tests import gpuroot
+from tests.harness import ROOT
 
 PROBE = Path(remotekit.__file__).parent / "remote" / "gpulayers.py"
 UUIDS = [f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}" for i in range(8)]
@@ -525,7 +526,7 @@ def test_every_fix_is_a_template_that_formats() -> None:
 
 # -- docs/diagnostics.md shows this table ------------------------------------------------------
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "diagnostics.md"
+DOCS = ROOT / "docs" / "diagnostics.md"
 DOCS_MARK = "<!-- gpu --layers output: tests/test_gpu_layers.py::test_the_docs_table_is_what_render_prints -->"
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import remotekit
 from tests.conftest import need_program
+from tests.harness import ROOT
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -334,7 +335,6 @@ def test_a_group_writable_hosts_yaml_of_a_private_group_loads(tmp_path: Path) ->
 def test_the_repository_hosts_yaml_loads_from_a_fresh_clone(tmp_path: Path) -> None:
     import subprocess
 
-    root = Path(__file__).resolve().parents[1]
     clone = tmp_path / "clone"
     subprocess.run(
         [
@@ -342,7 +342,7 @@ def test_the_repository_hosts_yaml_loads_from_a_fresh_clone(tmp_path: Path) -> N
             "-c",
             'umask 002 && "$0" clone -q --no-hardlinks "$1" "$2"',
             need_program("git"),
-            root,
+            ROOT,
             clone,
         ],
         check=True,

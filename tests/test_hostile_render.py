@@ -30,8 +30,6 @@ from remotekit.render import clip, table, to_json, visible
 from remotekit.runs import RunInfo, render_runs
 from tests.conftest import open_local, write_inventory
 
-ROOT = Path(__file__).resolve().parents[1]
-
 #: OSC 52 (clipboard), OSC 0 (window title), clear screen, cursor home, a C1 CSI (colour).
 HOSTILE = "\x1b]52;c;cHduZWQ=\x07\x1b]0;pwned\x07\x1b[2J\x1b[1;1H\u009b31m"
 #: How it shows: the same text, each control as its escape.

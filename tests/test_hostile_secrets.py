@@ -18,7 +18,6 @@ import pytest
 import remotekit
 from tests.conftest import write_inventory
 
-ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_SeCrEt0123456789"
 MULTI = "first-line-of-the-key-AAAA\nsecond-line-of-the-key-BBBB"
 PIECES = (TOKEN, "first-line-of-the-key-AAAA", "second-line-of-the-key-BBBB")

@@ -10,6 +10,7 @@ import pytest
 import remotekit
 from remotekit.inventory import Timeouts
 from remotekit.layers import Docker, Kubectl, Lxc, Pct, Podman, Slurm, Sudo
+from tests.harness import ROOT
 
 
 def load(tmp_path: Path, text: str) -> remotekit.Inventory:
@@ -26,7 +27,7 @@ def bad(tmp_path: Path, text: str) -> remotekit.InventoryError:
 
 
 def test_the_shipped_example_loads() -> None:
-    inv = remotekit.load_inventory(Path(__file__).parents[1] / "hosts.yaml")
+    inv = remotekit.load_inventory(ROOT / "hosts.yaml")
     assert "local" in inv.hosts
 
 
@@ -277,7 +278,7 @@ def test_a_hop_in_defaults_is_reported_where_it_was_written(tmp_path: Path) -> N
 
 
 def test_the_docs_examples_of_each_hop_load(tmp_path: Path) -> None:
-    doc = (Path(__file__).parents[1] / "docs" / "hosts-yaml.md").read_text()
+    doc = (ROOT / "docs" / "hosts-yaml.md").read_text()
     block = doc.split("## Container hops: one example each", 1)[1].split("```yaml\n", 1)[1]
     inv = load(tmp_path, block.split("```", 1)[0])
     kinds = {type(s.hop) for s in inv if s.hop is not None}
@@ -385,7 +386,7 @@ def test_a_bad_jump_in_the_list_is_named_by_its_index(tmp_path: Path) -> None:
 
 
 def test_the_docs_chains_load_as_they_say(tmp_path: Path) -> None:
-    doc = (Path(__file__).parents[1] / "docs" / "hosts-yaml.md").read_text()
+    doc = (ROOT / "docs" / "hosts-yaml.md").read_text()
     section = doc.split("## Chains: hops of any depth", 1)[1]
     inv = load(tmp_path, section.split("```yaml\n", 1)[1].split("```", 1)[0])
     chain = remotekit.Target(inv.spec("trainer")).chain

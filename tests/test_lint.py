@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import ROOT
+
 #: What ruff looks at (the brief's pre-commit line): the package, its tests, benchmarks, tools.
 SOURCES = ("remotekit", "tests", "bench", "tools")
 #: The dev extra's parts, by the module each installs.

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from tests.conftest import CI, CT, write_inventory
-from tests.harness import FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
+from tests.harness import ROOT, FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
 
 try:
     import ipykernel  # noqa: F401
@@ -94,7 +94,7 @@ def test_a_notebook_streams_interrupts_and_displays(
     m = f"63{uuid.uuid4().int % 10**6:06d}.5"  # a unique `sleep` argument
     torch.save({"w": torch.tensor([1.0, float("nan")])}, where.here / "bad.pt")
     cells = [
-        cell(SETUP.format(root=str(Path(__file__).resolve().parents[1]), target=where.target)),
+        cell(SETUP.format(root=str(ROOT), target=where.target)),
         cell("""
             r = t.run(["sh", "-c", "echo out-1; echo err-1 >&2; sleep 0.5; echo out-2"],
                       on_output=remotekit.echo)

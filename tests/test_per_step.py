@@ -13,33 +13,23 @@ from __future__ import annotations
 
 import pytest
 
-from tests import (
-    test_fleet,
-    test_found,
-    test_hostile_render,
-    test_hostile_secrets,
-    test_hostile_steps,
-    test_runs,
-    test_ssh,
-    test_sync,
-    test_system_api,
-    test_target_local,
-    test_watch,
-)
-from tests.harness import rerunnable
+from tests.harness import rerunnable, suite
 
-SUITES = (
-    test_hostile_steps,
-    test_target_local,
-    test_ssh,
-    test_sync,
-    test_runs,
-    test_fleet,
-    test_watch,
-    test_system_api,
-    test_hostile_secrets,
-    test_hostile_render,
-    test_found,
+SUITES = tuple(
+    suite(name)
+    for name in (
+        "test_hostile_steps",
+        "test_target_local",
+        "test_ssh",
+        "test_sync",
+        "test_runs",
+        "test_fleet",
+        "test_watch",
+        "test_system_api",
+        "test_hostile_secrets",
+        "test_hostile_render",
+        "test_found",
+    )
 )
 FIXTURES = {"local", "target", "ct", "there", "agent"}
 #: Not re-run here, and why (CI time: what they check is not the step path's).
@@ -69,5 +59,5 @@ def test_the_re_run_covers_each_suite() -> None:
     """A check of the selection itself: it finds tests in every suite, not none."""
     for module in SUITES:
         tests = [name for name in rerunnable(module, FIXTURES) if name.startswith("test_")]
-        assert len(tests) >= (7 if module is test_hostile_secrets else 10), module.__name__
+        assert len(tests) >= (7 if module is suite("test_hostile_secrets") else 10), module.__name__
     assert set(NOT_HERE) <= set(_seen), "NOT_HERE names a test no suite has"

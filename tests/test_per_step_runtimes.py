@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests import test_runtimes
-from tests.harness import rerunnable
-from tests.test_runtimes import held, runtime, target, worlds  # noqa: F401  (its fixtures)
+from tests.harness import rerunnable, suite
+
+test_runtimes = suite("test_runtimes")
 
 #: Not re-run here, and why.
 NOT_HERE = {

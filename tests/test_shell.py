@@ -34,10 +34,9 @@ import remotekit
 from remotekit.layers import Docker, Kubectl, Launch, Lxc, Pct, Podman, Slurm, Sudo
 from remotekit.shell import READY, SHELL_LOADER, interactive
 from tests.conftest import STOPPED, need_program, write_inventory
-from tests.harness import SSHServer, processes_with, wait_gone
+from tests.harness import ROOT, SSHServer, processes_with, wait_gone
 from tests.test_runtimes import _hosts
 
-ROOT = Path(__file__).resolve().parents[1]
 VENV = sys.prefix
 
 # -- the pure argv of each hop's interactive form ----------------------------------------------

@@ -28,9 +28,10 @@ import pytest
 
 import remotekit.remote
 from remotekit.remote.sysinfo import disk
+from tests.harness import FAKES
 
 SCRIPT = Path(remotekit.remote.__file__).with_name("sysinfo.py")
-FAKE_SMI = Path(__file__).with_name("fakes") / "nvidia-smi"
+FAKE_SMI = FAKES / "nvidia-smi"
 STALE_PID = 4194301
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -27,9 +27,10 @@ from remotekit.diagnostics import diagnose as dg
 from remotekit.diagnostics import system
 from remotekit.render import to_json
 from tests.conftest import open_local
+from tests.harness import FAKES
 from tests.runtimes import wait_for
 
-FAKE_SMI = Path(__file__).with_name("fakes") / "nvidia-smi"
+FAKE_SMI = FAKES / "nvidia-smi"
 H100 = "NVIDIA H100 80GB HBM3"
 TORCH_NO_CUDA = "nvidia-smi sees 8 GPU(s) but torch {} (a CPU-only build) cannot use CUDA"
 

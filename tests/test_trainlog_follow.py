@@ -27,10 +27,9 @@ import remotekit
 import remotekit.diagnostics.trainlog as tl
 from remotekit.errors import DiagnosticError
 from tests.conftest import CT, write_inventory
-from tests.harness import FAKES, FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
+from tests.harness import FAKES, ROOT, FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
 
 WRITER = FAKES / "trainlog_writer.py"
-ROOT = Path(__file__).resolve().parent.parent
 REMOTEKIT = [str(Path(sys.executable).parent / "remotekit")]
 SPIKE = 340
 BOUND_S = 60.0  # every follow here ends by itself after this long at the latest

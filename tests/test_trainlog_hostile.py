@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import ROOT
+
 SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
 
 # Runs the script as its own __main__ and reports its peak resident memory on the way out.

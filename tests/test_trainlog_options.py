@@ -20,8 +20,8 @@ from remotekit.diagnostics.trainlog import analyze_train_log, follow_train_log
 from remotekit.remote.trainlog.base import DEFAULT_PRESET
 from remotekit.remote.trainlog.options import TrainLogOptions, parser
 from tests import trainlog_factory as factory
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
 FIELDS = dataclasses.fields(TrainLogOptions)
 

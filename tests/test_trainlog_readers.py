@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CI
+from tests.harness import DATA
 from tests.test_trainlog_script import SCRIPT, Run, run, shipped
 
 READERS = SCRIPT.parent / "trainlog" / "readers"
@@ -834,7 +835,7 @@ def test_a_per_epoch_log_without_a_step_has_the_epoch_for_its_steps(
 # REMOTEKIT_PUBLIC_RUNS=DIR is read before the committed one; the run too large to commit
 # (the whole iqu955sp, 2.9 MB) is read only from there, and its test skips without it.
 
-PUBLIC_COMMITTED = Path(__file__).with_name("data") / "public"
+PUBLIC_COMMITTED = DATA / "public"
 PUBLIC = [Path(d) for d in [os.environ.get("REMOTEKIT_PUBLIC_RUNS")] if d] + [PUBLIC_COMMITTED]
 
 

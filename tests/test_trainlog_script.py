@@ -24,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import trainlog_factory as factory
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
 
 SPIKES = (200, 330, 400)  # 200 and 400 are checkpoint saves; 330 is no event at all

@@ -41,7 +41,6 @@ from tests.conftest import open_local, write_inventory
 from tests.harness import SSHServer
 from tests.test_system_api import make_bin_dir, make_notorch, smi_env
 
-ROOT = Path(__file__).resolve().parent.parent
 REMOTEKIT = [sys.executable, "-m", "remotekit"]
 
 

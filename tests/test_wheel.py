@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import FAKES, ROOT
+
 pytestmark = pytest.mark.slow
 
 
@@ -237,7 +238,7 @@ def test_the_installed_command_hints_dry_runs_copies_and_counts_gpus(
     assert r.returncode == 0 and (tmp_path / "a" / "b" / "blob").read_bytes() == b"x" * 100
     smi = tmp_path / "smi"
     smi.mkdir()
-    shutil.copy2(ROOT / "tests" / "fakes" / "nvidia-smi", smi / "nvidia-smi")
+    shutil.copy2(FAKES / "nvidia-smi", smi / "nvidia-smi")
     (smi / "scenario").write_text("lost-gpu\n")
     r = remotekit(installed, "gpu", "--host", "local", cwd=tmp_path, path=str(smi))
     assert r.returncode == 1, r.stdout + r.stderr
