@@ -124,6 +124,7 @@ def test_they_cross_as_one_record_of_what_differs_from_the_defaults() -> None:
     worker = every[-1]
     assert isinstance(worker, WorkerOptions) and (worker.jobs, worker.threads) == (2, 5)
     assert worker.unsafe_pickle and worker.argv()[0] == "_worker"
+    assert ScanOptions.of("/c").worker(1, 4096).threads == 4096  # more CPUs than MAX_JOBS
 
 
 def test_the_command_line_by_hand_has_a_flag_per_field() -> None:

@@ -1,7 +1,7 @@
 """Checkpoint diagnostics: the subcommands scan, inspect, diff and bisect (and the worker's).
 
-Part of ``ckpt.py``: each ``cmd_*`` takes the parsed options, writes its records and returns
-the exit code.
+Part of ``ckpt.py``: each ``cmd_*`` takes its command's options (``options.py``: ``cmd_scan``
+a ``ScanOptions``, ...), writes its records and returns the exit code.
 """
 
 from __future__ import annotations

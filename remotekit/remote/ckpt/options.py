@@ -260,7 +260,7 @@ class WorkerOptions(CkptOptions):
     threads: int = option(
         1,
         "torch threads of each file's check",
-        _whole(1, MAX_JOBS),
+        _whole(1),  # the CPUs there: not bounded by MAX_JOBS on a machine with more
         why_not="the scan's: the CPUs there shared among the jobs",
     )
 
