@@ -546,7 +546,7 @@ DRY_RUNS = [
             SHIPS + "ckpt.py>' scan /ck ",
         ],
     ),
-    (["ckpt-scan", "--jobs", "3"], [SHIPS + "ckpt.py>' scan /ck --jobs 3"]),
+    (["ckpt-scan", "--jobs", "3"], [SHIPS + "ckpt.py>' scan /ck --options '{\"jobs\":3}'"]),
     (["ckpt-inspect", "--path", "/ck/a.pt"], [SHIPS + "ckpt.py>' inspect /ck/a.pt"]),
     (["ckpt-diff", "-a", "/a.pt", "-b", "/b.pt"], [SHIPS + "ckpt.py>' diff /a.pt /b.pt "]),
     (["ckpt-bisect"], [SHIPS + "ckpt.py>' bisect /ck "]),

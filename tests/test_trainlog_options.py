@@ -144,3 +144,16 @@ def test_a_bad_record_by_hand_is_a_usage_error() -> None:
         timeout=60,
     )
     assert proc.returncode == 2 and "unknown train-log option(s): presett" in proc.stderr
+
+
+def test_a_hostile_record_is_a_usage_error_too() -> None:
+    """A record nested past the parser's recursion, or not an object: refused as a usage
+    error naming --options, not a traceback (remote/options.py reads it, bounded)."""
+    for record, said in (("[" * 30_000 + "]" * 30_000, "nested too deeply"), ("[1]", "not list")):
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), "/l", "--options", record],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2 and "error: --options" in proc.stderr and said in proc.stderr

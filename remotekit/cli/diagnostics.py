@@ -34,6 +34,7 @@ from remotekit.cli.selection import (
     split_option,
 )
 from remotekit.fleet import HostOutcome
+from remotekit.remote.ckpt import options as ckpt_options
 from remotekit.remote.trainlog.base import DEFAULT_PRESET
 from remotekit.remote.trainlog.options import task_help
 from remotekit.render import Console
@@ -41,7 +42,8 @@ from remotekit.render import Console
 
 @dataclass(frozen=True)
 class Loading:
-    """How the checkpoint tasks load files there: weights_only unless --unsafe-pickle."""
+    """How the checkpoint tasks load files there: weights_only unless --unsafe-pickle (the
+    help of its flags is that of :class:`~remotekit.remote.ckpt.options.CkptOptions`)."""
 
     allow_global: Any = None
     unsafe_pickle: bool = False
@@ -59,11 +61,7 @@ class Loading:
 LOADING = OptionGroup(
     "load",
     Loading,
-    {
-        "allow_global": "a global a checkpoint may use under weights_only (module.Name; repeatable)",
-        "unsafe_pickle": "load with weights_only=False: RUNS ARBITRARY CODE from the file; only for files you trust",
-        "timeout": TIMEOUT_HELP,
-    },
+    {**ckpt_options.task_help(), "timeout": TIMEOUT_HELP},
     {"iterable": ("allow_global",)},
 )
 
@@ -438,11 +436,7 @@ def follow_log(
 
 @fleet_task(
     LOADING,
-    help={
-        "path": "a checkpoint file, a directory (searched recursively) or a glob (default: the host's `checkpoints:`)",
-        "jobs": "files scanned in parallel there",
-        "dry_run": DRY_RUN_HELP,
-    },
+    help={**ckpt_options.task_help(ckpt_options.ScanOptions), "dry_run": DRY_RUN_HELP},
 )
 def ckpt_scan(
     c: Context,
@@ -472,10 +466,7 @@ def ckpt_scan(
 
 @fleet_task(
     LOADING,
-    help={
-        "path": "a checkpoint file, an HF *.index.json, or a checkpoint directory (HF checkpoint-N/, DeepSpeed global_stepN/, DCP)",
-        "dry_run": DRY_RUN_HELP,
-    },
+    help={**ckpt_options.task_help(ckpt_options.InspectOptions), "dry_run": DRY_RUN_HELP},
 )
 def ckpt_inspect(
     c: Context,
@@ -503,12 +494,7 @@ def ckpt_inspect(
 
 @fleet_task(
     LOADING,
-    help={
-        "a": "the earlier checkpoint (a file or a checkpoint directory)",
-        "b": "the later checkpoint (a file or a checkpoint directory)",
-        "top": "tensors listed by relative change",
-        "dry_run": DRY_RUN_HELP,
-    },
+    help={**ckpt_options.task_help(ckpt_options.DiffOptions), "dry_run": DRY_RUN_HELP},
 )
 def ckpt_diff(
     c: Context,
@@ -539,9 +525,7 @@ def ckpt_diff(
 @fleet_task(
     LOADING,
     help={
-        "path": "a directory of checkpoints (default: the host's `checkpoints:`)",
-        "linear": "check every checkpoint instead of a binary search",
-        "jobs": "files scanned in parallel there",
+        **ckpt_options.task_help(ckpt_options.BisectOptions),
         "dry_run": DRY_RUN_HELP + " (the first step: which checkpoints follow depends on it)",
     },
 )

@@ -7,6 +7,11 @@ Standalone: the standard library and torch >= 2.1 only, Python >= 3.8. Subcomman
     ckpt.py inspect PATH [--allow-global NAME]... [--unsafe-pickle]
     ckpt.py diff A B [--top 10] [--allow-global NAME]... [--unsafe-pickle]
     ckpt.py bisect DIR [--linear] [--jobs N] [--allow-global NAME]... [--unsafe-pickle]
+    ckpt.py scan PATH --options '{"jobs": 4, "allow_globals": ["argparse.Namespace"]}'
+
+The options are one record a command, :mod:`ckpt.options` (``ScanOptions``, ...): the local
+side imports the same classes and sends ``COMMAND OPERAND... --options JSON``, the fields
+that differ from the defaults; by hand, each field is a flag too.
 
 PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt, *.th,
 *.safetensors, Hugging Face ``*.index.json`` shard indexes and checkpoint directories) or a
@@ -92,13 +97,12 @@ safe opener), and the package ``ckpt/``, each of its modules importing only thos
 ``base`` (constants, errors, torch on demand, page release), ``formats`` (one file: torch,
 safetensors, HF index, LFS; what is a param; the loading policy), ``dcp``, ``discover`` (no
 torch), ``layouts`` (directories that are one checkpoint; ``open_source``), ``check``
-(values; ``scan_item``), ``workers``, ``commands``. This file holds the format description,
-the argument parser and ``main``.
+(values; ``scan_item``), ``workers``, ``commands``; ``options`` (the commands' options and
+command line, no torch). This file holds the format description and ``main``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -107,56 +111,15 @@ if not __package__:  # run as a file: its package imported by name (see remoteki
         "__path__", [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     )
 
-from remotekit.remote.ckpt.base import DEFAULT_CHUNK, Fatal
+from remotekit.remote.ckpt.base import Fatal
 from remotekit.remote.ckpt.commands import cmd_bisect, cmd_diff, cmd_inspect, cmd_scan
+from remotekit.remote.ckpt.options import from_argv, parser
 from remotekit.remote.ckpt.workers import cmd_worker
 from remotekit.remote.protocol import EXIT_FAILED, fail
 
 # ---------------------------------------------------------------------------------- main
 
-
-def build_parser():
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--allow-global",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="allow-list a global for weights-only loading (imports its module)",
-    )
-    common.add_argument(
-        "--unsafe-pickle",
-        action="store_true",
-        help="load with weights_only=False: runs any code in the file",
-    )
-    common.add_argument("--max-bad", type=int, default=20, help="bad tensors listed per checkpoint")
-    common.add_argument("--chunk-elems", type=int, default=DEFAULT_CHUNK, help=argparse.SUPPRESS)
-    p = argparse.ArgumentParser(prog="ckpt.py", description="Checkpoint diagnostics (JSON lines).")
-    sub = p.add_subparsers(dest="command")
-    s = sub.add_parser("scan", parents=[common], help="check checkpoints for non-finite values")
-    s.add_argument("path")
-    s.add_argument("--jobs", type=int, default=1)
-    s = sub.add_parser(
-        "inspect", parents=[common], help="keys, dtypes, shapes; no tensor data read"
-    )
-    s.add_argument("path")
-    s = sub.add_parser("diff", parents=[common], help="compare two checkpoints tensor by tensor")
-    s.add_argument("a")
-    s.add_argument("b")
-    s.add_argument("--top", type=int, default=10)
-    s = sub.add_parser(
-        "bisect", parents=[common], help="find the first bad checkpoint in a directory"
-    )
-    s.add_argument("path")
-    s.add_argument(
-        "--linear", action="store_true", help="check every checkpoint, not a binary search"
-    )
-    s.add_argument("--jobs", type=int, default=1)
-    s = sub.add_parser("_worker", parents=[common])
-    s.add_argument("--jobs", type=int, default=1)
-    s.add_argument("--threads", type=int, default=1)
-    return p
-
+DESCRIPTION = "Checkpoint diagnostics (JSON lines)."
 
 COMMANDS = {
     "scan": cmd_scan,
@@ -168,18 +131,14 @@ COMMANDS = {
 
 
 def main(argv=None):
-    opts = build_parser().parse_args(argv)
-    if not opts.command:
-        build_parser().print_help(sys.stderr)
+    opts = from_argv(argv, description=DESCRIPTION)
+    if opts is None:
+        parser(description=DESCRIPTION).print_help(sys.stderr)
         return EXIT_FAILED
-    opts.chunk_elems = max(1, opts.chunk_elems)
-    opts.max_bad = max(0, opts.max_bad)
-    if hasattr(opts, "jobs"):
-        opts.jobs = max(1, opts.jobs)
     try:
-        return COMMANDS[opts.command](opts)
+        return COMMANDS[opts.COMMAND](opts)
     except Fatal as e:
-        return fail(opts.command, str(e))
+        return fail(opts.COMMAND, str(e))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from remotekit.diagnostics.checkpoints.common import (
     CheckpointError,
     display_paths,
     run_script,
-    safety_args,
 )
 from remotekit.diagnostics.checkpoints.scan import (
     BadTensor,
@@ -24,6 +23,7 @@ from remotekit.diagnostics.checkpoints.scan import (
     bad_tensor,
     counts_line,
 )
+from remotekit.remote.ckpt.options import BisectOptions
 from remotekit.render import table
 from remotekit.result import Shown
 
@@ -115,10 +115,8 @@ def bisect_checkpoints(
     clean checkpoints after the first bad one. Unreadable checkpoints are left out of the
     order and listed in ``unreadable`` (exit code 2).
     """
-    args = ["bisect", directory, "--jobs", str(max(1, jobs))]
-    if linear:
-        args.append("--linear")
-    args += safety_args(allow_globals, unsafe_pickle)
+    loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
+    args = BisectOptions.of(directory, linear=linear, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)
     run = run_script(
         target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=tracker.record

@@ -29,7 +29,6 @@ __all__ = [
     "display_paths",
     "kinds",
     "run_script",
-    "safety_args",
     "short_count",
     "short_float",
     "warn",
@@ -63,18 +62,6 @@ def as_float(v: Any) -> float | None:
     """A float from a record; the script writes non-finite floats as "nan", "inf", "-inf"."""
     n = number(v)
     return None if n is None else float(n)
-
-
-def safety_args(allow_globals: Sequence[str], unsafe_pickle: bool) -> list[str]:
-    """The script's flags for ``allow_globals`` (one name or several) and ``unsafe_pickle``."""
-    if isinstance(allow_globals, str):
-        allow_globals = [allow_globals]  # one name given bare: not its characters
-    args: list[str] = []
-    for name in allow_globals:
-        args += ["--allow-global", name]
-    if unsafe_pickle:
-        args.append("--unsafe-pickle")
-    return args
 
 
 def run_script(

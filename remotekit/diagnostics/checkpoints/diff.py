@@ -14,9 +14,9 @@ from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
     as_float,
     run_script,
-    safety_args,
     short_float,
 )
+from remotekit.remote.ckpt.options import DiffOptions
 from remotekit.render import table
 from remotekit.result import Shown
 
@@ -213,7 +213,8 @@ def diff_checkpoints(
     delta and lr per param group; the ``top`` tensors by relative change per section. Flags
     values that became non-finite, and negative or non-finite exp_avg_sq (exit code 1).
     """
-    args = ["diff", a, b, "--top", str(max(1, top)), *safety_args(allow_globals, unsafe_pickle)]
+    loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
+    args = DiffOptions.of(a, b, top=top, **loading).argv()
     rec = run_script(target, SCRIPT, args, step="ckpt-diff", timeout=timeout).first("diff")
     if rec is None:
         return DiffReport(a=a, b=b, ok=False, error="the script gave no diff record")

@@ -13,10 +13,10 @@ from remotekit.diagnostics.checkpoints.common import (
     as_int,
     kinds,
     run_script,
-    safety_args,
     short_count,
     short_float,
 )
+from remotekit.remote.ckpt.options import InspectOptions
 from remotekit.render import human_bytes, table
 from remotekit.result import Shown
 
@@ -123,7 +123,8 @@ def inspect_checkpoint(
     files; the safetensors header only). A checkpoint that cannot be read gives a report with
     ``ok`` False and ``error``; CheckpointError / engine errors as in :func:`scan_checkpoints`.
     """
-    args = ["inspect", path, *safety_args(allow_globals, unsafe_pickle)]
+    loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
+    args = InspectOptions.of(path, **loading).argv()
     run = run_script(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
     rec = run.first("inspect") or {}
     return from_record(

@@ -24,11 +24,11 @@ from remotekit.diagnostics.checkpoints.common import (
     display_paths,
     kinds,
     run_script,
-    safety_args,
     short_count,
     short_float,
     warn,
 )
+from remotekit.remote.ckpt.options import ScanOptions
 from remotekit.render import human_bytes, table
 from remotekit.result import Shown
 
@@ -349,7 +349,8 @@ def scan_checkpoints(
     no torch there, an ``allow_globals`` name that cannot be imported) and the engine's
     errors (timeout, connection, container, interpreter).
     """
-    args = ["scan", path, "--jobs", str(max(1, jobs)), *safety_args(allow_globals, unsafe_pickle)]
+    loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
+    args = ScanOptions.of(path, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)
     notes: list[str] = []
     plan: list[ScanPlan] = []

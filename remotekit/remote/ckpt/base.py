@@ -74,7 +74,6 @@ TRAINER_STATE = frozenset(
 RNG_NAME = re.compile(r"(?i)rng|random|generator")
 # The per-section counts of a "checkpoint" record: nan_weights, posinf_weights, ...
 NONFINITE_KEYS = tuple("%s_%s" % (w, s) for s in SECTIONS for w in ("nan", "posinf", "neginf"))
-DEFAULT_CHUNK = 1 << 22  # elements per checked chunk: 16 MiB of float32
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
 ST_DTYPES = {
     "F64": "float64",

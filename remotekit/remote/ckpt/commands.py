@@ -1,7 +1,7 @@
 """Checkpoint diagnostics: the subcommands scan, inspect, diff and bisect (and the worker's).
 
-Part of ``ckpt.py``: each ``cmd_*`` takes the parsed options, writes its records and returns
-the exit code.
+Part of ``ckpt.py``: each ``cmd_*`` takes its command's options (``options.py``: ``cmd_scan``
+a ``ScanOptions``, ...), writes its records and returns the exit code.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _preflight(opts):
                 "malicious file runs arbitrary code here as uid %d" % euid(),
             }
         )
-    for name in opts.allow_global or ():
+    for name in opts.allow_globals:
         import_global(name)  # fail before any work when a name is wrong
     if importlib.util.find_spec("torch") is None:
         raise Fatal(
@@ -146,7 +146,7 @@ def cmd_inspect(opts):
     t0 = time.time()
     _preflight(opts)
     import_torch()
-    allow_globals(opts.allow_global or ())
+    allow_globals(opts.allow_globals)
     path = opts.path
     rec = {
         "type": "inspect",
@@ -310,7 +310,7 @@ def cmd_diff(opts):
     t0 = time.time()
     _preflight(opts)
     import_torch()
-    allow_globals(opts.allow_global or ())
+    allow_globals(opts.allow_globals)
     rec = {"type": "diff", "a": opts.a, "b": opts.b, "ok": False, "error": None}
     srcs = []
     code = EXIT_FAILED
@@ -543,9 +543,9 @@ def _natural(s):
 def cmd_bisect(opts):
     t0 = time.time()
     _preflight(opts)
-    if not os.path.isdir(opts.path):
+    if not os.path.isdir(opts.directory):
         raise Fatal(
-            "%s is not a directory (bisect orders the checkpoints found under one)" % opts.path
+            "%s is not a directory (bisect orders the checkpoints found under one)" % opts.directory
         )
     work, unreadable = _bisect_plan(opts)
     pool = make_pool(opts.jobs if opts.linear else 1, opts) if work else None
@@ -562,7 +562,7 @@ def cmd_bisect(opts):
         emit(
             {
                 "type": "bisect",
-                "directory": opts.path,
+                "directory": opts.directory,
                 "order": order,
                 "mode": "linear" if opts.linear else "binary",
                 "checkpoints": len(cands),
@@ -587,7 +587,7 @@ def cmd_bisect(opts):
 def _bisect_plan(opts):
     """Discover the checkpoints under the directory: the readable-looking items, and the
     paths of those already known unreadable (their records are written here)."""
-    items, skipped = discover(opts.path)
+    items, skipped = discover(opts.directory)
     emit(
         {
             "type": "plan",
@@ -620,7 +620,7 @@ def _bisect_order(pool, work, opts, unreadable):
             emit(dict(scan_item(dict(it, kind="error", reason=m["error"]), opts)))
             continue
         cands.append((it, m.get("global_step")))
-    rel = lambda p: os.path.relpath(p, opts.path)  # noqa: E731
+    rel = lambda p: os.path.relpath(p, opts.directory)  # noqa: E731
     if cands and all(s is not None for _, s in cands):
         order = "global_step"
         cands.sort(key=lambda c: (c[1], _natural(rel(c[0]["path"]))))

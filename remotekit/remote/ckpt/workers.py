@@ -44,16 +44,6 @@ def _cpu_count():
         return os.cpu_count() or 1
 
 
-def _common_args(opts):
-    args = []
-    for g in opts.allow_global or ():
-        args += ["--allow-global", g]
-    if opts.unsafe_pickle:
-        args.append("--unsafe-pickle")
-    args += ["--max-bad", str(opts.max_bad), "--chunk-elems", str(opts.chunk_elems)]
-    return args
-
-
 class WorkerPool(object):
     """One worker process (this script's ``_worker`` mode) checking up to ``jobs`` files at a
     time on threads: one ``import torch``, and torch kernels and madvise release the GIL.
@@ -76,10 +66,10 @@ class WorkerPool(object):
 
     def _spawn(self, jobs):
         threads = max(1, _cpu_count() // jobs)
+        options = self.opts.worker(jobs, threads)
         if "torch" in sys.modules and hasattr(os, "fork"):
-            return ForkedWorker(_worker_opts(self.opts, jobs, threads))
-        argv = [sys.executable, _main_script(), "_worker"]
-        argv += ["--jobs", str(jobs), "--threads", str(threads)] + _common_args(self.opts)
+            return ForkedWorker(options)
+        argv = [sys.executable, _main_script(), *options.argv()]
         return subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True, bufsize=1
         )
@@ -186,19 +176,6 @@ class WorkerPool(object):
             proc.wait()
 
 
-def _worker_opts(opts, jobs, threads):
-    """The options a worker started with ``_common_args(opts)`` and these jobs and threads
-    would parse: what a forked worker gets."""
-    return type(opts)(
-        jobs=jobs,
-        threads=threads,
-        allow_global=list(opts.allow_global or ()),
-        unsafe_pickle=opts.unsafe_pickle,
-        max_bad=opts.max_bad,
-        chunk_elems=opts.chunk_elems,
-    )
-
-
 class ForkedWorker(object):
     """A worker forked from this process, with the Popen surface WorkerPool uses (stdin and
     stdout as line text, poll, wait, kill, returncode).
@@ -302,7 +279,7 @@ class InlinePool(object):
     def __init__(self, opts):
         self.opts = opts
         import_torch()
-        allow_globals(opts.allow_global or ())
+        allow_globals(opts.allow_globals)
 
     def run(self, items):
         out = []
@@ -336,7 +313,7 @@ def cmd_worker(opts):
     try:
         import_torch()
         torch.set_num_threads(max(1, opts.threads))
-        allow_globals(opts.allow_global or ())
+        allow_globals(opts.allow_globals)
     except Fatal as e:
         emit({"type": "error", "message": str(e)})
         return EXIT_FAILED

@@ -26,6 +26,7 @@ import json
 import re
 from dataclasses import MISSING, dataclass, field, fields
 
+from ..options import read_record
 from ..protocol import encode, number
 from .base import DEFAULT_PRESET, PRESETS
 
@@ -290,9 +291,7 @@ class TrainLogOptions:
         ap = parser(description=description)
         ns = vars(ap.parse_args(argv))
         try:
-            record = json.loads(ns.pop("options", None) or "{}")
-            if not isinstance(record, dict):
-                raise ValueError("--options takes a JSON object")
+            record = read_record(ns.pop("options", None))
             record.update(ns)
             return cls.from_dict(record)
         except ValueError as exc:
