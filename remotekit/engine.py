@@ -11,9 +11,7 @@ that run steps (:mod:`remotekit.step`, :mod:`remotekit.ping`, :mod:`remotekit.fo
 - cancellation: each running step's process is :meth:`Engine.tracked`, :meth:`Engine.cancel`
   wakes every one (:meth:`~remotekit.transports.base.Process.cancel`);
 - secrets: the values of the spec's and every step's ``secret_env``, and the one place they
-  are masked: :meth:`Engine.boundary`, which every error of a Target, a step, a transfer or a
-  run's handle leaves through (:func:`masks_errors` puts each public method of those classes
-  behind it);
+  are masked, :meth:`Engine.boundary`, that every error of a Target or a run leaves through;
 - :meth:`Engine.start_step`: the one place a step starts: with :attr:`Engine.use_agent` (the
   default), a message to the target's one resident agent (:mod:`remotekit.agent`), started
   there on the first step and again after it died; :meth:`Engine.close` stops it with its
@@ -22,8 +20,7 @@ that run steps (:mod:`remotekit.step`, :mod:`remotekit.ping`, :mod:`remotekit.fo
   is started through the whole chain, with its header and payload on stdin.
 
 It imports none of the modules that use it (``step``, ``ping``, ``forward``, ``sync``,
-``runs``, ``target``), not even for types: the arrows all point down to it. They name the
-Target by its base here, :class:`Facade` (an Engine's public face), never by a copy of its shape.
+``runs``, ``target``), not even for types: they name the Target by its base, :class:`Facade`.
 """
 
 from __future__ import annotations
@@ -152,9 +149,8 @@ class Engine:
         return mask(text, values)
 
     def redacted(self, exc: RemotekitError) -> RemotekitError:
-        """``exc`` with this target's secrets masked in its message (the same object): what
-        :meth:`boundary` does to an error that leaves, and what a thread that reports an
-        error instead of raising it does (a forward's connections)."""
+        """``exc`` with this target's secrets masked in its message (the same object): see
+        :meth:`boundary` (a thread that reports an error, not raising it, calls it itself)."""
         exc.message = self.redact(exc.message)
         exc.args = tuple(self.redact(a) if isinstance(a, str) else a for a in exc.args)
         return exc
@@ -496,11 +492,10 @@ _Facade = TypeVar("_Facade", bound="Facade")
 
 
 def masks_errors(cls: _Class) -> _Class:
-    """``cls`` with each public method it defines run inside ``self.engine``'s
-    :meth:`Engine.boundary` (a generator's whole iteration): every error one of its methods
-    raises leaves with the target's secrets masked, however it was raised, and a method added
-    later is masked without a word. The class decorator of :class:`Facade` (a Target), a run's
-    handle and its log stream (:mod:`remotekit.runs`) and a forward."""
+    """``cls`` with each public method it defines (and ``__iter__``, its whole iteration) run
+    inside ``self.engine``'s :meth:`Engine.boundary`: its errors leave masked however they were
+    raised, a method added later too. On :class:`Facade` (a Target), a run, its log stream, a
+    forward."""
     for name, method in list(vars(cls).items()):
         if (name.startswith("_") and name != "__iter__") or not inspect.isfunction(method):
             continue
