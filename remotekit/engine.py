@@ -10,8 +10,8 @@ that run steps (:mod:`remotekit.step`, :mod:`remotekit.ping`, :mod:`remotekit.fo
   wrong (:meth:`Engine.missing`, :meth:`Engine.not_started`, :meth:`Engine.probe`);
 - cancellation: each running step's process is :meth:`Engine.tracked`, :meth:`Engine.cancel`
   wakes every one (:meth:`~remotekit.transports.base.Process.cancel`);
-- secrets: the values of the spec's and every step's ``secret_env``, and the redaction of
-  every error that leaves (:meth:`Engine.redact`, :meth:`Engine.redacted`);
+- secrets: the values of the spec's and every step's ``secret_env``, and the one place they
+  are masked, :meth:`Engine.boundary`, that every error of a Target or a run leaves through;
 - :meth:`Engine.start_step`: the one place a step starts: with :attr:`Engine.use_agent` (the
   default), a message to the target's one resident agent (:mod:`remotekit.agent`), started
   there on the first step and again after it died; :meth:`Engine.close` stops it with its
@@ -20,21 +20,23 @@ that run steps (:mod:`remotekit.step`, :mod:`remotekit.ping`, :mod:`remotekit.fo
   is started through the whole chain, with its header and payload on stdin.
 
 It imports none of the modules that use it (``step``, ``ping``, ``forward``, ``sync``,
-``target``), not even for types: the arrows all point down to it.
+``runs``, ``target``), not even for types: they name the Target by its base, :class:`Facade`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import itertools
 import re
 import shlex
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from remotekit import shipping
 from remotekit.agent import Agent
@@ -61,7 +63,7 @@ from remotekit.transports.base import (
     next_event,
 )
 
-__all__ = ["MIN_SECRET_LINE", "Engine", "mask"]
+__all__ = ["MIN_SECRET_LINE", "Engine", "Facade", "mask", "masks_errors"]
 
 
 class Engine:
@@ -147,10 +149,23 @@ class Engine:
         return mask(text, values)
 
     def redacted(self, exc: RemotekitError) -> RemotekitError:
-        """``exc`` with this target's secrets masked in its message (the same object)."""
+        """``exc`` with this target's secrets masked in its message (the same object): see
+        :meth:`boundary` (a thread that reports an error, not raising it, calls it itself)."""
         exc.message = self.redact(exc.message)
         exc.args = tuple(self.redact(a) if isinstance(a, str) else a for a in exc.args)
         return exc
+
+    @contextlib.contextmanager
+    def boundary(self) -> Iterator[None]:
+        """Where every error leaves this target: a RemotekitError raised in the block (by a
+        step, a transfer, the far side's words read here, a check here) leaves with the
+        target's secrets masked (:meth:`redacted`). The one place they are: each public
+        method of a Target, a run's handle and a forward enters it (:func:`masks_errors`)."""
+        try:
+            yield
+        except RemotekitError as exc:
+            self.redacted(exc)
+            raise
 
     # -- the chain ---------------------------------------------------------------------------
 
@@ -177,7 +192,7 @@ class Engine:
         chain = self.step_chain(display, launch)
         if self.trace is not None:
             self.trace(step, chain)
-        raise self.redacted(DryRun(chain, host=self.name, step=step))
+        raise DryRun(chain, host=self.name, step=step)
 
     def python_display(self, script_name: str, args: Sequence[Any] = ()) -> tuple[str, ...]:
         """The command a shipped script's step shows (``python -u <shipped check.py> ...``)."""
@@ -468,6 +483,65 @@ class Engine:
                 return None, f"no answer within {timeout:g} s"
         finally:
             proc.terminate()
+
+
+# -- the public face of an engine ---------------------------------------------------------------
+
+_Class = TypeVar("_Class", bound=type)
+_Facade = TypeVar("_Facade", bound="Facade")
+
+
+def masks_errors(cls: _Class) -> _Class:
+    """``cls`` with each public method it defines (and ``__iter__``, its whole iteration) run
+    inside ``self.engine``'s :meth:`Engine.boundary`: its errors leave masked however they were
+    raised, a method added later too. On :class:`Facade` (a Target), a run, its log stream, a
+    forward."""
+    for name, method in list(vars(cls).items()):
+        if (name.startswith("_") and name != "__iter__") or not inspect.isfunction(method):
+            continue
+        setattr(cls, name, _behind_boundary(method))
+    return cls
+
+
+def _behind_boundary(method: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.isgeneratorfunction(method):
+
+        @functools.wraps(method)
+        def each(self: Any, *args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            with self.engine.boundary():
+                return (yield from method(self, *args, **kwargs))
+
+        return each
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self.engine.boundary():
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+@masks_errors
+class Facade:
+    """The public face of one :class:`Engine`: the base of :class:`~remotekit.target.Target`,
+    so that what the modules under the target hold and hand back (a run's handle,
+    :mod:`remotekit.runs`) is named by the class it is, not by a copy of its shape. ``engine``
+    is what its steps run on; ``name`` the host's name. Use it as a context manager."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.name = engine.name
+
+    def __enter__(self: _Facade) -> _Facade:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the agent, if one runs (and every step on it), and close the held connection
+        (a later step opens a new one)."""
+        self.engine.close()
 
 
 def _names(text: str, executable: str) -> bool:

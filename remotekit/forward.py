@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Callable
 
 from remotekit import shipping
-from remotekit.engine import Engine
+from remotekit.engine import Engine, masks_errors
 from remotekit.errors import ForwardError, RemotekitError
 from remotekit.layers import LOADER
 from remotekit.result import Result
@@ -171,6 +171,7 @@ class _Link:
         return fwd.engine.not_started(code, res, _STEP)
 
 
+@masks_errors
 class Forward:
     """``127.0.0.1:local_port`` here, relayed to ``remote_host:port`` in the target's namespace.
 
@@ -265,7 +266,7 @@ class Forward:
         finally:
             here.close()
         if error is not None:
-            raise self.engine.redacted(error)
+            raise error  # masked as it leaves (the engine's boundary)
 
     @property
     def url(self) -> str:

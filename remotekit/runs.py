@@ -14,7 +14,10 @@ both interleaved) and records its exit. It returns the run's handle, a :class:`R
     run.wait().exit_code
 
 Every operation is one step running the supervisor in another mode; nothing stays running
-there for it (Ctrl-C or a closed iterator stops that step).
+there for it (Ctrl-C or a closed iterator stops that step). The steps run on the target's
+:class:`~remotekit.engine.Engine` (a run's target is its :class:`~remotekit.engine.Facade`),
+and every error a run's handle raises leaves through its boundary, secrets masked, as the
+Target's own do.
 """
 
 from __future__ import annotations
@@ -29,20 +32,20 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+from typing import Any, Callable
 
 from remotekit import shipping
+from remotekit.engine import Engine, Facade, masks_errors
 from remotekit.errors import ConnectError, ConnectionLost, RemotekitError, StepFailed
 from remotekit.follow import Resumable, Stopped
 from remotekit.layers import Launch, compose
 from remotekit.remote import protocol, runrecord
 from remotekit.result import Result, Script, Shown, clip, table
-from remotekit.step import MAX_TIMEOUT_S
-
-if TYPE_CHECKING:
-    from remotekit.spec import HostSpec
+from remotekit.spec import HostSpec
+from remotekit.step import MAX_TIMEOUT_S, StepRequest, run_step, stream_file
+from remotekit.transports import for_spec
 
 __all__ = [
     "STATES",
@@ -59,54 +62,6 @@ __all__ = [
     "start",
 ]
 
-
-class Target(Protocol):
-    """What a run needs of the target it lives on: a :class:`remotekit.Target` (named by its
-    shape, not imported: the Target imports this module for ``detach=True``)."""
-
-    name: str
-
-    def __init__(self, spec: HostSpec) -> None: ...
-
-    def __enter__(self) -> Any: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-    def redact(self, text: str) -> str: ...
-
-    def close(self) -> None: ...
-
-    @property
-    def spec(self) -> HostSpec: ...
-
-    def run_python(
-        self,
-        script: Script,
-        args: Sequence[str] = (),
-        *,
-        timeout: float | None = None,
-        check: bool = True,
-        on_output: Callable[[str, str], None] | None = None,
-        step: str | None = None,
-        capture: bool = True,
-    ) -> Result: ...
-
-    def start_detached(
-        self,
-        script: Script,
-        args: Sequence[str],
-        *,
-        display: tuple[str, ...],
-        step: str,
-        **options: Any,
-    ) -> Result: ...
-
-    def stream_file(
-        self, remote_path: str, sink: Callable[[bytes], Any], *, step: str | None = None
-    ) -> Result: ...
-
-
-T = TypeVar("T", bound=Target)
 
 SUPERVISOR = "supervisor.py"
 #: Where the supervisor's own files go beside a detached script's, so no name of yours clashes.
@@ -259,64 +214,78 @@ def check_stream(stream: str) -> None:
         raise ValueError(f"not a log of a run: {stream!r} (output, stdout or stderr)")
 
 
-def start(
-    target: Target,
-    display: Sequence[str],
-    argv: Sequence[str] = (),
-    script: Script | None = None,
-    *,
-    step: str,
-    options: Mapping[str, Any],
-) -> Run:
-    """Start a run of ``argv`` (or of ``script`` with ``argv`` as its arguments) on ``target``:
-    what ``run(..., detach=True)`` and ``run_python(..., detach=True)`` do; ``options`` are
-    the step's (:meth:`Target.start_detached`). A run that did not start raises StepFailed
-    (its exit code and words): there is no run to hand back."""
-    home = home_of(target)
-    run_id = new_id()
-    command = list(argv)
-    args = ["start", run_id, "--host", target.name, "--display", json.dumps(list(display))]
-    args += ["--grace", str(target.spec.timeouts.kill_grace), *_runs_dir(target)]
-    at = _outside_hop(target)
-    if at is not None:
-        outside = target.spec.hops[at]
-        # through the hops inside the job's (sudo): they stay in its tree
-        inner = compose(reversed(target.spec.hops[at + 1 :]), Launch(argv=tuple(command)))
-        held = outside.held(inner.argv)  # a task the supervisor holds (a found group's rank)
-        job = outside.batch(inner.argv, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
-        if script is not None:
-            what = "a batch job" if job is not None else "a task the login node starts"
-            raise RemotekitError(
-                f"a detached run through {outside.label} is {what}, which runs a command: "
-                "put the script where the job's node can read it, and run it with run --detach",
-                host=target.name,
-                step=step,
-            )
-        if held is not None:
-            command = list(held)
-        else:
-            assert job is not None
-            command = list(job.submit)
-            there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
-            args += ["--batch", json.dumps(there)]
+def start(target: Facade, request: StepRequest, script: Script | None = None) -> Run:
+    """Start the run ``request`` asks for on ``target``: what ``run(..., detach=True)`` and
+    ``run_python(..., detach=True)`` do with the request they built. The run's command is the
+    request's argv; with ``script`` (the request's, its files in it), that script with those
+    arguments. The supervisor's step keeps the request's display, name, timeout, env, cwd and
+    ``on_output``, and is checked (the run's own exit code comes from ``wait``). A run that
+    did not start raises StepFailed (its exit code and words): there is no run to hand back."""
+    engine = target.engine
+    engine.remember_secrets(request.env)  # the run's later calls are masked with them too
+    spec, step, run_id = engine.spec, request.step, new_id()
+    args = ["start", run_id, "--host", engine.name, "--display", json.dumps(request.display)]
+    args += ["--grace", str(spec.timeouts.kill_grace), *_runs_dir(spec)]
+    command, batch = _command(engine, list(request.header.argv), script is not None, run_id, step)
     sup = _with_supervisor(script)
-    if script is not None:
-        args += ["--script", script.name]
-    args += ["--", *command]
-    how = {**options, "check": True}
-    told = options.get("on_output")
-    if told is not None:  # a refusal is raised as the error: not also shown as output
-        refusal = f"remotekit: run {run_id} on "
-        how["on_output"] = lambda s, line: None if line.startswith(refusal) else told(s, line)
+    args += [*batch, *(["--script", script.name] if script is not None else []), "--", *command]
+    told, refusal = request.on_output, f"remotekit: run {run_id} on "
+
+    def shown(stream: str, line: str) -> None:  # a refusal is raised as the error, not shown
+        if told is not None and not line.startswith(refusal):
+            told(stream, line)
+
+    supervised = StepRequest.script(
+        sup,
+        args,
+        detach=True,
+        report=True,
+        display=request.display,
+        step=step,
+        timeout=request.timeout,
+        env=request.env,
+        cwd=request.cwd,
+        on_output=None if told is None else shown,
+    )
     try:
-        res = home.start_detached(sup, args, display=tuple(display), step=step, **how)
+        res = run_step(home_of(target), supervised)
     except StepFailed as exc:
         refused = _refused(exc.result, run_id)
         if refused is None:
             raise
-        raise RemotekitError(refused, host=target.name, step=step) from None
+        raise RemotekitError(refused, host=engine.name, step=step) from None
     assert res.detached is not None and res.detached.id, res  # the supervisor reported it
     return Run(target, res.detached.id, result=res)
+
+
+def _command(
+    engine: Engine, command: list[str], script: bool, run_id: str, step: str
+) -> tuple[list[str], list[str]]:
+    """What the supervisor starts, and the arguments that say so: ``command``; or, where a
+    run is started from outside a hop (:func:`_outside_hop`), the task of that hop the
+    supervisor holds, or the batch job it submits (``--batch``: the job's files there)."""
+    hops = engine.spec.hops
+    at = _outside_hop(engine.spec)
+    if at is None:
+        return command, []
+    outside = hops[at]
+    # through the hops inside the job's (sudo): they stay in its tree
+    inner = compose(reversed(hops[at + 1 :]), Launch(argv=tuple(command)))
+    held = outside.held(inner.argv)  # a task the supervisor holds (a found group's rank)
+    job = outside.batch(inner.argv, f"remotekit-{run_id}")  # its env and cwd: sbatch's own
+    if script:
+        what = "a batch job" if job is not None else "a task the login node starts"
+        raise RemotekitError(
+            f"a detached run through {outside.label} is {what}, which runs a command: "
+            "put the script where the job's node can read it, and run it with run --detach",
+            host=engine.name,
+            step=step,
+        )
+    if held is not None:
+        return list(held), []
+    assert job is not None
+    there = {f.name: getattr(job, f.name) for f in fields(job) if f.name != "submit"}
+    return list(job.submit), ["--batch", json.dumps(there)]
 
 
 def _refused(res: Result | None, run_id: str) -> str | None:
@@ -343,13 +312,13 @@ def _with_supervisor(script: Script | None) -> Script:
     return replace(sup, files=files)
 
 
-def _outside_hop(target: Target) -> int | None:
+def _outside_hop(spec: HostSpec) -> int | None:
     """The index of the hop a detached run is started from outside of: as a batch job (a
     Slurm hop), or as a task the run's supervisor holds (a found group's rank:
     :meth:`~remotekit.layers.Hop.held`), when the run would stay in that hop's step: no hop
     inside it enters a tree of its own (a container inside the job keeps a run started in it
     alive, as on any container)."""
-    hops = target.spec.hops
+    hops = spec.hops
     for i in reversed(range(len(hops))):
         if hops[i].batch((), "") is not None or hops[i].held(()) is not None:
             return i
@@ -358,35 +327,41 @@ def _outside_hop(target: Target) -> int | None:
     return None
 
 
-#: The target a run's supervisor lives on, for a target whose hop runs detached runs as batch
+#: The engine a run's supervisor lives on, for a target whose hop runs detached runs as batch
 #: jobs: the same chain without that hop (the login node), opened once.
-_HOMES: weakref.WeakKeyDictionary[Target, Target] = weakref.WeakKeyDictionary()
+_HOMES: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
 _HOMES_LOCK = threading.Lock()
 
 
-def home_of(target: T) -> T:
-    """Where ``target``'s runs are recorded and supervised: itself, or for a Slurm target the
-    login node (its chain without the ``srun`` hop), where ``sbatch`` submits the job (or,
-    for a found group's rank, where the supervisor holds its ``srun``)."""
-    at = _outside_hop(target)
+def home_of(target: Facade) -> Engine:
+    """Where ``target``'s runs are recorded and supervised: its engine, or for a Slurm target
+    the login node's (its chain without the ``srun`` hop), where ``sbatch`` submits the job
+    (or, for a found group's rank, where the supervisor holds its ``srun``); that one is
+    opened as the target's is (its capture limit, agent as hosts.yaml says, dry run)."""
+    engine = target.engine
+    at = _outside_hop(engine.spec)
     if at is None:
-        return target
+        return engine
     with _HOMES_LOCK:
-        home = _HOMES.get(target)
-        if not isinstance(home, type(target)):  # none yet (a home is of its target's class)
-            outside = replace(target.spec, hops=target.spec.hops[:at])
-            home = type(target)(outside)  # the class, not imported
-            _HOMES[target] = home
+        home = _HOMES.get(engine)
+        if home is None:
+            outside = replace(engine.spec, hops=engine.spec.hops[:at])
+            limit, dry = engine.capture_limit, engine.dry_run
+            home = Engine(
+                outside, for_spec(outside), capture_limit=limit, agent=outside.agent, dry_run=dry
+            )
+            _HOMES[engine] = home
         return home
 
 
-def _runs_dir(target: Target) -> list[str]:
-    return ["--runs-dir", target.spec.runs_dir] if target.spec.runs_dir else []
+def _runs_dir(spec: HostSpec) -> list[str]:
+    return ["--runs-dir", spec.runs_dir] if spec.runs_dir else []
 
 
-def list_runs(target: Target, run_id: str = "") -> list[RunInfo]:
+def list_runs(target: Facade, run_id: str = "") -> list[RunInfo]:
     """Every run recorded on ``target`` (or only run ``run_id``), oldest first."""
-    records = _call(target, "list", [run_id] if run_id else [])
+    with target.engine.boundary():
+        records = _call(target, "list", [run_id] if run_id else [])
     found = [RunInfo.from_record(target.name, r) for r in records if r.get("type") == "run"]
     if "/" in target.name:  # a found group's member (remotekit.found) shares its via host's
         found = [r for r in found if r.host == target.name]  # runs dir: its own runs there
@@ -394,7 +369,7 @@ def list_runs(target: Target, run_id: str = "") -> list[RunInfo]:
 
 
 def _call(
-    target: Target,
+    target: Facade,
     mode: str,
     args: Sequence[str],
     *,
@@ -403,7 +378,7 @@ def _call(
 ) -> list[dict[str, Any]]:
     """The supervisor in ``mode``: its records (or each to ``on_record``); its error record
     raised as a RemotekitError; a step cut off before its final record as ConnectionLost."""
-    target = home_of(target)
+    home = home_of(target)
     records: list[dict[str, Any]] = []
     errors: list[str] = []
     said: list[str] = []
@@ -421,42 +396,47 @@ def _call(
         else:
             records.append(rec)
 
-    res = target.run_python(
-        shipping.script(SUPERVISOR),
-        [mode, *args, *_runs_dir(target)],
+    sup, argv = shipping.script(SUPERVISOR), [mode, *args, *_runs_dir(home.spec)]
+    request = StepRequest.script(
+        sup,
+        argv,
+        display=home.python_display(shipping.shown_name(sup), argv),
+        step=step,
+        timeout=timeout,
+        check=False,
         on_output=on_output,
         capture=False,
-        check=False,
-        timeout=timeout,
-        step=step,
     )
+    res = run_step(home, request)
     if errors:
-        raise RemotekitError("; ".join(errors), host=target.name, step=step)
+        raise RemotekitError("; ".join(errors), host=home.name, step=step)
     if not records or records[-1].get("type") != protocol.FINAL:
         if said:  # it said why (a traceback): the far side's error, not a lost connection
             raise RemotekitError(
                 f"the supervisor there failed (exit {res.exit_code}): " + " | ".join(said[-3:]),
-                host=target.name,
+                host=home.name,
                 step=step,
             )
         raise ConnectionLost(
             f"the {step} step ended (exit {res.exit_code}) before its final record, "
             "without a word: its process there is gone",
             result=res,
-            host=target.name,
+            host=home.name,
             step=step,
         )
     return records
 
 
-def prune(target: Target, older_than_s: float = 0.0) -> list[str]:
+def prune(target: Facade, older_than_s: float = 0.0) -> list[str]:
     """Remove the record of every run on ``target`` that ended (exited, stopped or lost) at
     least ``older_than_s`` seconds ago; the ids removed."""
     args = ["--finished", "--older-than", str(older_than_s)]
-    final = _call(target, "rm", args)[-1]
+    with target.engine.boundary():
+        final = _call(target, "rm", args)[-1]
     return [str(i) for i in final.get("removed") or ()]
 
 
+@masks_errors
 class Run(Shown):
     """The handle of run ``id`` on ``target``: what ``target.run(..., detach=True)`` returns,
     or ``target.run_handle(id)`` for a run found again.
@@ -470,11 +450,16 @@ class Run(Shown):
 
     repr_keys = ("id", "host")
 
-    def __init__(self, target: Target, run_id: str, *, result: Result | None = None):
+    def __init__(self, target: Facade, run_id: str, *, result: Result | None = None):
         check_id(run_id)
         self.target = target
         self.id = run_id
         self.result = result
+
+    @property
+    def engine(self) -> Engine:
+        """The target's engine: every error of the run's calls leaves through its boundary."""
+        return self.target.engine
 
     @property
     def host(self) -> str:
@@ -535,6 +520,7 @@ class Run(Shown):
         _call(self.target, "rm", [self.id])
 
 
+@masks_errors
 class LogStream:
     """An iterator of a run's output chunks (bytes). ``offset`` is where the chunks the
     reader took end in the log (a chunk is taken once the reader asks for the next one or
@@ -573,6 +559,11 @@ class LogStream:
         close = (lambda: home_of(run.target).close()) if follow else None  # the supervisor beats
         self._stream = Resumable(close, stop=self._closed)
 
+    @property
+    def engine(self) -> Engine:
+        """The run's target's engine: an error met while iterating leaves through it."""
+        return self.run.engine
+
     def __iter__(self) -> Iterator[bytes]:
         worker = threading.Thread(target=self._work, name=f"logs {self.run.id}", daemon=True)
         worker.start()
@@ -606,7 +597,7 @@ class LogStream:
     def _reset(self, message: str) -> None:
         self.offset = 0
         self.resets += 1
-        said = f"run {self.run.id} on {self.run.host}: {message}"
+        said = self.engine.redact(f"run {self.run.id} on {self.run.host}: {message}")
         self.warnings.append(said)
         if self.on_warning is not None:
             self.on_warning(said)
@@ -689,7 +680,7 @@ class LogStream:
             self._read = end
 
         try:
-            home_of(self.run.target).stream_file(path, sink, step=f"runs logs {self.run.id}")
+            stream_file(home_of(self.run.target), path, sink, step=f"runs logs {self.run.id}")
         except (ConnectionLost, ConnectError):
             return None
         lost = info.lost_bytes.get(self.stream, 0)

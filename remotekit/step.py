@@ -8,7 +8,8 @@ the step's bytes, as one stdin stream), **start** (:meth:`Engine.start_step
 cancel or a lost connection), **stop** (EOF to the runner, which stops the step's tree there;
 then close), **result** (a Result, or the error that says what went wrong and where).
 :class:`OutputStream` splits each stream into lines and recognises the runner's control lines.
-:func:`run_step` is the way in: it masks the target's secrets in every error that leaves.
+:func:`run_step` is the way in (:func:`stream_file`: a file's bytes, on it). Its errors are
+masked where they leave the target (:meth:`Engine.boundary <remotekit.engine.Engine.boundary>`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ __all__ = [
     "file_chunks",
     "run_step",
     "slices",
+    "stream_file",
 ]
 
 #: ``on_output(stream, line)``: stream is ``"stdout"`` or ``"stderr"``, line has no newline.
@@ -291,16 +293,52 @@ class PackageMissing(Exception):
 
 
 def run_step(engine: Engine, request: StepRequest) -> Result:
-    """Run one step (:class:`StepRun`); every error it raises leaves with the target's secrets
-    masked (:meth:`Engine.redacted <remotekit.engine.Engine.redacted>`)."""
+    """Run one step (:class:`StepRun`), once more with its package when the runner there had
+    not got it. Its secrets are remembered before anything runs; every error it raises is
+    masked where it leaves the target (:meth:`Engine.boundary
+    <remotekit.engine.Engine.boundary>`: the Target's and a run's methods)."""
     try:
-        try:
-            return StepRun(engine, request).run()
-        except PackageMissing:  # nothing ran: once more, with the package
-            return StepRun(engine, request, with_package=True).run()
-    except RemotekitError as exc:
-        engine.redacted(exc)
-        raise
+        return StepRun(engine, request).run()
+    except PackageMissing:  # nothing ran: once more, with the package
+        return StepRun(engine, request, with_package=True).run()
+
+
+def stream_file(
+    engine: Engine,
+    remote_path: str,
+    sink: Callable[[bytes], Any],
+    *,
+    timeout: float | None = None,
+    step: str | None = None,
+    max_bytes: int | None = None,
+    info: dict[str, Any] | None = None,
+    display: tuple[str, ...] | None = None,
+) -> Result:
+    """The step that hands the bytes of a regular file there to ``sink`` piece by piece (see
+    :meth:`Target.stream_file <remotekit.target.Target.stream_file>`): ``get``, a run's
+    whole log. ``max_bytes`` None: no limit."""
+    name = step or f"get {remote_path}"
+    got = [0]
+
+    def counted(data: bytes) -> None:
+        got[0] += len(data)
+        if max_bytes is not None and got[0] > max_bytes:
+            raise RemotekitError(
+                f"{remote_path} sent more than max_bytes={max_bytes}; stopped",
+                host=engine.name,
+                step=name,
+            )
+        sink(data)
+
+    request = StepRequest(
+        StepHeader(op="get", src=remote_path, max_bytes=max_bytes),
+        display=display or ("get", remote_path),
+        step=name,
+        timeout=timeout,
+        stdout_sink=counted,
+        info={} if info is None else info,
+    )
+    return run_step(engine, request)
 
 
 class StepRun:

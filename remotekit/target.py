@@ -3,7 +3,11 @@
 This module is the public facade: :class:`Target` (``run``, ``run_python``, ``put``, ``get``,
 ``ping``, ``cancel``; ``runs`` and ``run_handle`` for the runs ``detach=True`` starts, see
 :mod:`remotekit.runs`) and :func:`local_target`. What every step runs on (spec, transport,
-launch, cancellation, secrets) is the target's :class:`~remotekit.engine.Engine`; one step is
+launch, cancellation, secrets) is the target's :class:`~remotekit.engine.Engine`: each method
+builds its step's request once (:class:`~remotekit.step.StepRequest`; with ``detach=True``
+the same request starts a run: :func:`remotekit.runs.start`) and hands it to what runs it;
+every error leaves through the engine's boundary, the one place the target's secrets are
+masked (:func:`~remotekit.engine.masks_errors`). One step is
 :mod:`remotekit.step`, the layer checks :mod:`remotekit.ping`, the host spec
 :mod:`remotekit.spec`, the transport :func:`remotekit.transports.for_spec`.
 
@@ -19,17 +23,16 @@ into the Result, which keeps at most ``capture_limit`` bytes per stream (the las
 
 from __future__ import annotations
 
-import functools
 import os
 import secrets
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal, overload
 
 from remotekit import shell
-from remotekit.engine import Engine
+from remotekit.engine import Engine, Facade, masks_errors
 from remotekit.errors import ConnectionLost, RemotekitError
 from remotekit.layers import Launch
 from remotekit.ping import Check, PingReport, ping
@@ -44,6 +47,7 @@ from remotekit.step import (
     StepRequest,
     file_chunks,
     run_step,
+    stream_file,
 )
 from remotekit.transports import for_spec
 from remotekit.transports.base import ExecutableMissing, Terminal, TerminalTransport, Transport
@@ -71,28 +75,12 @@ DEFAULT_CAPTURE_LIMIT = 16 << 20
 DEFAULT_GET_MAX_BYTES = 1 << 40
 
 
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _redacts_errors(method: _Method) -> _Method:
-    """A Target method whose RemotekitErrors leave with the target's secrets masked."""
-
-    @functools.wraps(method)
-    def wrapper(self: Target, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except RemotekitError as exc:
-            self._engine.redacted(exc)
-            raise
-
-    return cast(_Method, wrapper)
-
-
 def _step_name(argv: Sequence[str]) -> str:
     return "run " + os.path.basename(argv[0]) if argv else "run"
 
 
-class Target:
+@masks_errors
+class Target(Facade):
     """One host from the inventory, opened on demand; use it as a context manager.
 
     >>> with remotekit.load_inventory().target("local") as t:
@@ -116,11 +104,10 @@ class Target:
                 f"Target() takes a HostSpec, not {type(spec).__name__} {spec!r}; a host by "
                 f"name: remotekit.load_inventory().target({spec!r})"
             )
-        self.name = spec.name
         transport = transport if transport is not None else for_spec(spec)
         use_agent = spec.agent if agent is None else agent
-        self._engine = Engine(
-            spec, transport, capture_limit=capture_limit, agent=use_agent, dry_run=dry_run
+        super().__init__(
+            Engine(spec, transport, capture_limit=capture_limit, agent=use_agent, dry_run=dry_run)
         )
 
     # -- the engine's state, as the public attributes it always was ---------------------------
@@ -128,25 +115,25 @@ class Target:
     @property
     def spec(self) -> HostSpec:
         """The host spec (a Slurm job given by name reads as its id once looked up)."""
-        return self._engine.spec
+        return self.engine.spec
 
     @property
     def transport(self) -> Transport:
-        return self._engine.transport
+        return self.engine.transport
 
     @property
     def launch(self) -> Launch:
         """The launch chain (argv, env, cwd) every step's runner goes through."""
-        return self._engine.launch
+        return self.engine.launch
 
     @property
     def trace(self) -> Callable[[str, str], None] | None:
         """Called with (step, step_chain) as each step starts (``--verbose`` prints it)."""
-        return self._engine.trace
+        return self.engine.trace
 
     @trace.setter
     def trace(self, value: Callable[[str, str], None] | None) -> None:
-        self._engine.trace = value
+        self.engine.trace = value
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value of this target replaced by ``***``.
@@ -156,20 +143,9 @@ class Target:
         least :data:`~remotekit.engine.MIN_SECRET_LINE` characters, so a lone ``}`` is not
         masked everywhere).
         """
-        return self._engine.redact(text)
+        return self.engine.redact(text)
 
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> Target:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the agent, if one runs (and every step on it), and close the held connection
-        (a later step opens a new one)."""
-        self._engine.close()
+    # -- lifecycle (a context manager; close: :class:`~remotekit.engine.Facade`) ----------------
 
     def cancel(self) -> None:
         """Stop every step running on this target (from any thread), and refuse new ones.
@@ -177,11 +153,11 @@ class Target:
         Each stopped step raises :class:`StepCancelled` in its own thread, after its process
         tree there was stopped, as on a timeout. :meth:`resume` allows steps again.
         """
-        self._engine.cancel()
+        self.engine.cancel()
 
     def resume(self) -> None:
         """Allow steps again after :meth:`cancel`."""
-        self._engine.resume()
+        self.engine.resume()
 
     def connect(self) -> None:
         """Open the connection now (otherwise the first step does)."""
@@ -190,7 +166,7 @@ class Target:
     @property
     def chain(self) -> str:
         """The layer chain, e.g. ``ssh root@kpro6 -> pct exec 200 -> /root/venv/bin/python``."""
-        return self._engine.chain
+        return self.engine.chain
 
     def __repr__(self) -> str:
         return f"<Target {self.name}: {self.chain}>"
@@ -276,11 +252,6 @@ class Target:
         argv = [str(a) for a in argv]
         if not argv:
             raise ValueError("argv is empty")
-        if detach:
-            from remotekit.runs import start
-
-            how = dict(timeout=timeout, env=env, cwd=cwd, on_output=on_output)
-            return start(self, argv, argv=argv, step=step or _step_name(argv), options=how)
         request = StepRequest(
             StepHeader(argv=tuple(argv)),
             display=tuple(argv),
@@ -292,7 +263,11 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
-        return run_step(self._engine, request)
+        if detach:
+            from remotekit.runs import start
+
+            return start(self, request)
+        return run_step(self.engine, request)
 
     @overload
     def run_python(
@@ -379,23 +354,13 @@ class Target:
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
-        display = self._engine.python_display(shown_name(script), args)
-        if detach:
-            from remotekit.runs import start
-
-            if files:
-                script = replace(script, files={**script.files, **files})  # validates
-            how = dict(timeout=timeout, env=env, cwd=cwd, on_output=on_output)
-            args = [str(a) for a in args]
-            return start(
-                self, display, argv=args, script=script, step=step or script.name, options=how
-            )
+        if files:
+            script = replace(script, files={**script.files, **files})  # validates
         request = StepRequest.script(
             script,
             args,
-            files=files,
             preload=preload,
-            display=display,
+            display=self.engine.python_display(shown_name(script), args),
             step=step or script.name,
             timeout=timeout,
             env=env,
@@ -404,7 +369,11 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
-        return run_step(self._engine, request)
+        if detach:
+            from remotekit.runs import start
+
+            return start(self, request, script)
+        return run_step(self.engine, request)
 
     def run_python_at(
         self,
@@ -441,27 +410,8 @@ class Target:
             on_output=on_output,
             capture=capture,
         )
-        return run_step(self._engine, request)
+        return run_step(self.engine, request)
 
-    def start_detached(
-        self,
-        script: Script,
-        args: Sequence[str],
-        *,
-        display: tuple[str, ...],
-        step: str,
-        **options: Any,
-    ) -> Result:
-        """Start ``script`` there in its own session, to outlive the step, and return once it
-        reported what it started (one JSON line on ``$REMOTEKIT_REPORT_FD``, into
-        ``Result.detached``): the primitive under ``detach=True`` (:mod:`remotekit.runs`).
-        ``options``: :meth:`run`'s ``timeout``, ``env``, ``cwd``, ``check``, ``on_output``."""
-        request = StepRequest.script(
-            script, args, detach=True, report=True, display=display, step=step, **options
-        )
-        return run_step(self._engine, request)
-
-    @_redacts_errors
     def forward(
         self,
         port: int,
@@ -482,8 +432,8 @@ class Target:
         """
         from remotekit.forward import Forward
 
-        self._engine.dry("forward", ("forward", str(port)))
-        fwd = Forward(self._engine, port, local_port=local_port, bind=bind, on_error=on_error)
+        self.engine.dry("forward", ("forward", str(port)))
+        fwd = Forward(self.engine, port, local_port=local_port, bind=bind, on_error=on_error)
         return fwd.start(check=check)
 
     def put(
@@ -537,7 +487,7 @@ class Target:
                 payload=file_chunks(fh, size, on_progress),
                 timeout=timeout,
             )
-            return run_step(self._engine, request)
+            return run_step(self.engine, request)
 
     def get(
         self,
@@ -562,7 +512,7 @@ class Target:
         called as bytes arrive, once the size there is known, and when the copy is complete.
         """
         # before the local side: a dry run makes no directory and no temp file here
-        self._engine.dry(step or f"get {remote_path}", ("get", remote_path, os.fspath(local)))
+        self.engine.dry(step or f"get {remote_path}", ("get", remote_path, os.fspath(local)))
         dest = self._local_dest(local, os.path.basename(remote_path), parents)
         tmp = dest.with_name(f".{dest.name}.remotekit-{secrets.token_hex(4)}")
         try:
@@ -638,30 +588,17 @@ class Target:
         its first byte to the end it had when read there, nothing else: after a failure, the
         bytes ``sink`` got are a prefix of it. ``info`` receives its ``mode`` and ``size``.
         Refused as :meth:`get` refuses; ``max_bytes`` None: no limit."""
-        name = step or f"get {remote_path}"
-        got = [0]
-
-        def counted(data: bytes) -> None:
-            got[0] += len(data)
-            if max_bytes is not None and got[0] > max_bytes:
-                raise RemotekitError(
-                    f"{remote_path} sent more than max_bytes={max_bytes}; stopped",
-                    host=self.name,
-                    step=name,
-                )
-            sink(data)
-
-        request = StepRequest(
-            StepHeader(op="get", src=remote_path, max_bytes=max_bytes),
-            display=display or ("get", remote_path),
-            step=name,
+        return stream_file(
+            self.engine,
+            remote_path,
+            sink,
             timeout=timeout,
-            stdout_sink=counted,
-            info={} if info is None else info,
+            step=step,
+            max_bytes=max_bytes,
+            info=info,
+            display=display,
         )
-        return run_step(self._engine, request)
 
-    @_redacts_errors
     def sync(
         self,
         src: str | os.PathLike[str],
@@ -681,7 +618,7 @@ class Target:
         from remotekit.sync import sync
 
         return sync(
-            self._engine,
+            self.engine,
             src,
             dest,
             delete=delete,
@@ -693,7 +630,6 @@ class Target:
 
     # -- runs --------------------------------------------------------------------------------
 
-    @_redacts_errors
     def runs(self) -> list[RunInfo]:
         """Every run (``detach=True``) recorded there: see :mod:`remotekit.runs`."""
         from remotekit.runs import list_runs
@@ -709,7 +645,6 @@ class Target:
 
     # -- shell -------------------------------------------------------------------------------
 
-    @_redacts_errors
     def shell(
         self,
         argv: Sequence[str] | None = None,
@@ -731,7 +666,7 @@ class Target:
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['python'], not one string")
         step = "shell"
-        engine = self._engine
+        engine = self.engine
         engine.remember_secrets(env)
         engine.dry(step, ("shell", *(argv or ())))
         opened = engine.launch_for(step)  # first: a hop looked up by name is then known
@@ -767,7 +702,7 @@ class Target:
         try:
             return transport.open_terminal(launch.argv, term=term_name, columns=columns, rows=rows)
         except ExecutableMissing as exc:
-            raise self._engine.missing(exc.path, step) from None
+            raise self.engine.missing(exc.path, step) from None
         except TimeoutError:
             raise RemotekitError(
                 f"no free SSH session for the shell ({transport.label})", host=self.name, step=step
@@ -788,7 +723,7 @@ class Target:
         text = exc.output.decode("utf-8", "replace").replace("\r\n", "\n")
         display = tuple(argv or ("<login shell>",))
         res = Result(self.name, "shell", display, exc.code, text, "", 0.0, chain=self.chain)
-        return self._engine.not_started(exc.code, res, "shell")
+        return self.engine.not_started(exc.code, res, "shell")
 
     # -- ping --------------------------------------------------------------------------------
 
@@ -797,8 +732,8 @@ class Target:
 
         Stops at the first layer that fails; that check says why (see :mod:`remotekit.ping`).
         """
-        self._engine.dry("ping", ("ping",))
-        return ping(self._engine, on_check)
+        self.engine.dry("ping", ("ping",))
+        return ping(self.engine, on_check)
 
 
 def _land(tmp: Path, dest: Path, mode_there: int) -> None:

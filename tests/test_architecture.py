@@ -327,6 +327,30 @@ def test_step_options_are_a_frozen_record() -> None:
     assert StepRequest.__dataclass_params__.frozen  # type: ignore[attr-defined]
 
 
+def test_every_public_call_of_a_target_or_a_run_leaves_through_the_engines_boundary() -> None:
+    """Secrets are masked in one place, ``Engine.boundary``: each public method of a Target,
+    a run's handle, its log stream and a forward is behind it (``engine.masks_errors``), so
+    an error raised after a step (a run's supervisor's words) is masked as a step's is."""
+    import inspect
+
+    from remotekit.forward import Forward
+    from remotekit.runs import LogStream, Run
+    from remotekit.target import Target
+
+    ours = ("remotekit.target", "remotekit.engine", "remotekit.runs", "remotekit.forward")
+    bare = [
+        f"{cls.__name__}.{name}"
+        for cls in (Target, Run, LogStream, Forward)
+        for owner in cls.__mro__
+        if owner.__module__ in ours
+        for name, fn in vars(owner).items()
+        if inspect.isfunction(fn)
+        and (not name.startswith("_") or name == "__iter__")
+        and not fn.__code__.co_qualname.startswith("_behind_boundary.")  # its wrapper
+    ]
+    assert bare == []
+
+
 def test_only_a_transport_puts_events_on_its_queue() -> None:
     """A process's events are its transport's to make: a step is cancelled through the
     process's own method, never by pushing a look-alike event into its queue. (The agent's

@@ -144,3 +144,58 @@ def test_masking_accepts_any_value_and_never_fails() -> None:
     text = "a 12345 b ['hf_x'] c hf_y d {'k': 'hf_z'}"
     out = mask(text, [12345, ["hf_x"], {"k": "hf_z"}, Hostile(), None, "", b"hf_y", "hf_y"])
     assert out == "a *** b *** c *** d ***", out
+
+
+@pytest.mark.timeout(60)
+def test_a_detached_runs_later_calls_mask_the_secrets_it_started_with(
+    tmp_path: Path, agent: bool | None
+) -> None:
+    """A run's wait, stop and logs (followed or not) are calls of their own, long after the
+    step that started it: the far side's words in their errors (here the supervisor's "no
+    run ... in DIR", a runs dir whose name holds the secret) leave masked, with the secret
+    the run was started with (``env=``), as every other error of the target."""
+    spec = remotekit.HostSpec(
+        name="box", secret_env=frozenset({"HF_TOKEN"}), runs_dir=str(tmp_path / f"runs-{TOKEN}")
+    )
+    with remotekit.Target(spec, agent=agent) as t:
+        run = t.run(["true"], env={"HF_TOKEN": TOKEN}, detach=True, timeout=30)
+        run.wait(timeout=30)
+        run.rm()  # what follows asks for a run the supervisor no longer has
+        calls = {
+            "wait": lambda: run.wait(timeout=30),
+            "stop": lambda: run.stop(grace=1),
+            "logs": lambda: list(run.logs(follow=True)),
+            "logs --offset": lambda: list(run.logs(offset=0)),
+        }
+        said = {}
+        for name, call in calls.items():
+            with pytest.raises(remotekit.RemotekitError) as info:
+                call()
+            said[name] = str(info.value)
+        assert {n: s for n, s in said.items() if TOKEN in s or "***" not in s} == {}
+
+
+@pytest.mark.timeout(60)
+def test_a_followed_runs_warning_masks_the_secret(tmp_path: Path, agent: bool | None) -> None:
+    """The warning a follow gives when the log is truncated there names the log's path (in
+    a runs dir whose name holds the secret): masked, as an error would be."""
+    spec = remotekit.HostSpec(
+        name="box", secret_env=frozenset({"HF_TOKEN"}), runs_dir=str(tmp_path / f"runs-{TOKEN}")
+    )
+    go = tmp_path / "go"
+    script = f"echo a-longer-first-line; while [ ! -e {go} ]; do sleep .05; done; echo b1"
+    warned: list[str] = []
+    with remotekit.Target(spec, agent=agent) as t:
+        run = t.run(["sh", "-c", script], env={"HF_TOKEN": TOKEN}, detach=True, timeout=30)
+        try:
+            chunks = iter(run.logs(follow=True, on_warning=warned.append))
+            assert next(chunks) == b"a-longer-first-line\n"  # then shorter than it was
+            t.run(["truncate", "-s", "0", run.info().log], timeout=20)
+            go.touch()
+            assert b"".join(chunks) == b"b1\n"
+        finally:
+            go.touch()
+            run.wait(timeout=30)
+            run.rm()
+    assert len(warned) == 1 and "was truncated" in warned[0], warned
+    assert TOKEN not in warned[0] and "***" in warned[0], warned

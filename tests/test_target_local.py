@@ -409,6 +409,9 @@ def test_a_dry_run_target_runs_and_connects_nothing(tmp_path: Path, agent: bool 
     job = remotekit.Target(inv.spec("job"), agent=agent, dry_run=True)  # its job is not looked up
     with pytest.raises(remotekit.DryRun, match="srun --job-name train -> true"):
         job.run(["true"])
+    with pytest.raises(remotekit.DryRun) as detached:  # its supervisor's step, on the login node
+        job.run(["true"], detach=True)
+    assert detached.value.chain == "ssh nobody@127.0.0.1:1 -> true"
 
 
 def test_ping_local(local: remotekit.Target) -> None:

@@ -86,12 +86,13 @@ def usage(check: Any, value: str) -> None:
 
 
 def act(run: Run, what: Any) -> Any:
-    """``what()`` with ``run``'s target open; its errors are a usage exit naming them."""
+    """``what()`` with ``run``'s target open; its errors (masked: they left the run's handle)
+    are a usage exit naming them."""
     try:
         with run.target:
             return what()
     except remotekit.RemotekitError as exc:
-        raise Exit(f"remotekit: {run.target.redact(str(exc))}", code=2) from None
+        raise Exit(f"remotekit: {exc}", code=2) from None
 
 
 @fleet_task(
@@ -135,7 +136,7 @@ def logs(
         print(_resume(run, shown.at, follow, stream, "interrupted"), file=sys.stderr)
         raise Exit(code=130) from None
     except remotekit.RemotekitError as exc:
-        said = f"remotekit: {run.target.redact(str(exc))}"
+        said = f"remotekit: {exc}"
         if shown.at is not None:
             said += "\n" + _resume(run, shown.at, follow, stream, "cut short")
         raise Exit(said, code=2) from None
