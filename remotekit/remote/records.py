@@ -174,6 +174,8 @@ class Record(object):
     only travels inside another)."""
 
     TYPE = None  # type: str | None
+    #: Keys the far side writes that the class does not read (each says why where it is set).
+    UNREAD = ()  # type: tuple[str, ...]
 
     @classmethod
     def from_dict(cls: type[R], rec: Mapping[str, Any] | None) -> R:
