@@ -498,3 +498,44 @@ def test_a_train_log_reader_imports_no_later_stage() -> None:
                 else:
                     found.append(f"{reader} -> ... {mod} -> {dep}")
     assert found == []
+
+
+def dataclasses_in(path: Path) -> dict[str, tuple[str, ...]]:
+    """The classes ``path`` declares with ``@dataclass``, each with its own fields' names."""
+    found = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and any(
+            "dataclass" in ast.unparse(d) for d in node.decorator_list
+        ):
+            found[node.name] = tuple(
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            )
+    return found
+
+
+def test_dataclasses_in_finds_names_and_fields(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("@dataclass(frozen=True)\nclass A(Record):\n    x: int\n    y: str = wire()\n")
+    assert dataclasses_in(src) == {"A": ("x", "y")}
+
+
+def test_no_record_that_crosses_is_written_twice() -> None:
+    """A record the far side sends is declared once, in ``remote/`` (``remote/records.py``'s
+    base, ``from_dict`` / ``to_dict``), and the local side imports it: no dataclass under
+    ``diagnostics/`` has the name of one in ``remote/``, or the same fields under another
+    name (a mirror class filled by matching annotations)."""
+    remote, local = {}, {}
+    for m, path in MODULES.items():
+        if m.startswith("remotekit.remote."):
+            remote.update({n: (m, f) for n, f in dataclasses_in(path).items()})
+        elif m.startswith("remotekit.diagnostics."):
+            local.update({n: (m, f) for n, f in dataclasses_in(path).items()})
+    assert len(remote) >= 14, sorted(remote)  # train-log's records and options at least
+    twice = sorted(f"{local[n][0]}.{n} (also {remote[n][0]})" for n in set(local) & set(remote))
+    fields_of = {f: f"{m}.{n}" for n, (m, f) in remote.items() if len(f) >= 3}
+    mirrors = sorted(
+        f"{m}.{n} mirrors {fields_of[f]}" for n, (m, f) in local.items() if f in fields_of
+    )
+    assert twice + mirrors == []

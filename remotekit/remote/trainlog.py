@@ -29,35 +29,12 @@ else plain text with ``key=value`` or ``key: value`` pairs: one reader each, in
 says which and why). Lines that announce checkpoint saves or resumes become events.
 
 Records, one JSON object per stdout line, each with a ``"type"``; non-finite numbers are
-sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``:
+sent as the strings ``"nan"``, ``"inf"``, ``"-inf"``. Their fields are declared once, in
+``trainlog/records.py`` (the local side reads them with the very classes; a test holds what
+this script writes to them): ``source``, ``preset``, ``metric``, ``event``, ``spike``,
+``correlation``, ``distribution``, ``periodicity``, ``composition``, ``histogram``,
+``series`` and, with ``--follow``, ``status``. Besides them:
 
-``source``       path, chosen_from, format, dialect (whose log: Lightning, LLaMA-Factory,
-                 HF, W&B), lines, rows, skipped, bad_lines, step_key, columns {label:
-                 key}, metrics, why {label: why that column, in words}, first_step,
-                 last_step, stride, tolerance (steps that still count as "at" an event);
-                 guesses and fallbacks come as ``warning``s
-``preset``       name, window (used), preset_window, sigma, ratio, cliff_sigma, cliff_drop,
-                 rule
-``metric``       label, key, direction ("up", "down", "none"), n, flagged, spike_share,
-                 nonfinite, median
-``event``        kind (checkpoint, resume, epoch, warmup, lr-jump, pause), step, source, detail
-``spike``        metric, kind (spike, cliff, nonfinite), step (the peak's), onset_step,
-                 peak_step, value (the peak's), baseline,
-                 scale, score, recovery_steps (None: not back by the end), flagged,
-                 event, event_step, distance, bucket, run_position, rule (which rule
-                 flagged it: the preset's name, and the clause when not its main one)
-``correlation``  kind, events, spikes, at_events, coverage, expected, p_value, beyond_chance
-``distribution`` metric, scale, first_step, last_step, n, shape, modes [{center, weight, lo,
-                 hi, bucket, purity}], bimodality, trend_slope, quantised ({distinct,
-                 quantum} when the values are too coarse to have a shape, else None)
-``periodicity``  lag and max_lag (in steps), lag_rows, stride, acf, periodic, quantised
-``composition``  key, buckets [{bucket, batches, share, loss_median, max_run}], explained,
-                 max_run, max_run_bucket, random_max_run, interleaved_max_run, homogeneous,
-                 long_runs, modes_match, finding, verdict, derived (how the batch key was
-                 derived from a running total, e.g. TRL's num_tokens, else None)
-``histogram``    metric, scale, key, edges, counts {bucket: [...]}, modes, first_step,
-                 last_step
-``series``       metric, steps, values (min/max per bin; every spike kept)
 ``warning``      message (a caveat of the reading: a guessed column, skipped lines; not a
                  finding, the exit code stays)
 ``error``        message, kind (then only ``summary`` and ``done`` follow; exit 2)

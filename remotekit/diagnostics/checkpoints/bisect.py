@@ -24,6 +24,7 @@ from remotekit.diagnostics.checkpoints.scan import (
     counts_line,
 )
 from remotekit.remote.ckpt.options import BisectOptions
+from remotekit.remote.ckpt.records import BisectPoint
 from remotekit.render import table
 from remotekit.result import Shown
 
@@ -31,13 +32,6 @@ if TYPE_CHECKING:
     from remotekit.target import Target
 
 __all__ = ["BisectPoint", "BisectReport", "bisect_checkpoints", "render_bisect"]
-
-
-@dataclass(frozen=True)
-class BisectPoint:
-    path: str
-    global_step: int | float | None
-    epoch: int | float | None = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -92,7 +86,7 @@ class BisectReport(Shown):
 
 
 def _point(rec: Mapping[str, Any] | None) -> BisectPoint | None:
-    return from_record(BisectPoint, rec, path=str(rec.get("path"))) if rec else None
+    return BisectPoint.from_dict(rec) if isinstance(rec, Mapping) and rec else None
 
 
 def bisect_checkpoints(

@@ -17,6 +17,14 @@ from remotekit.diagnostics.checkpoints.common import (
     short_float,
 )
 from remotekit.remote.ckpt.options import DiffOptions
+from remotekit.remote.ckpt.records import (
+    DiffFlag,
+    NonWeightChange,
+    NonWeightDiff,
+    TensorChange,
+    TensorDiff,
+)
+from remotekit.remote.records import items
 from remotekit.render import table
 from remotekit.result import Shown
 
@@ -33,93 +41,6 @@ __all__ = [
     "diff_checkpoints",
     "render_diff",
 ]
-
-
-@dataclass(frozen=True)
-class TensorDiff:
-    """B against A for one tensor: ``rel_change`` = ||B-A|| / ||A|| over the elements finite
-    in both; ``new_nonfinite`` counts elements finite in A and not in B."""
-
-    name: str
-    section: str
-    slot: str | None
-    dtype: str
-    numel: int
-    rel_change: float
-    max_abs_diff: float
-    cosine: float | None
-    nonfinite_a: int
-    nonfinite_b: int
-    new_nonfinite: int
-    negative_b: int
-
-
-@dataclass(frozen=True)
-class TensorChange:
-    """A tensor whose shape or dtype differs between A and B."""
-
-    name: str
-    shape_a: tuple[int, ...]
-    shape_b: tuple[int, ...]
-    dtype_a: str
-    dtype_b: str
-
-
-@dataclass(frozen=True)
-class DiffFlag:
-    """A finding of the diff: ``kind`` is "new_nonfinite", "nonfinite_exp_avg_sq" or
-    "negative_exp_avg_sq" (any second-moment slot); ``count`` elements."""
-
-    name: str
-    section: str
-    kind: str
-    count: int
-
-
-@dataclass(frozen=True)
-class NonWeightChange:
-    """The tensors of one kind and slot that are no weights (``name``: num_batches_tracked,
-    step, best_model_score), A against B: how many were compared, how many changed, and the
-    range of B - A over the one-value ones (None when none changed or a value is not finite)."""
-
-    name: str
-    kind: str
-    compared: int
-    changed: int
-    delta_min: int | float | None = None
-    delta_max: int | float | None = None
-
-    def describe(self) -> str:
-        """ "step +200 x6", "num_batches_tracked +4", "best_model_score" (no number)."""
-        text = self.name
-        lo, hi = self.delta_min, self.delta_max
-        if lo is not None and hi is not None:
-            text += f" {_signed(lo)}" if lo == hi else f" {_signed(lo)}..{_signed(hi)}"
-        return text + (f" x{self.changed}" if self.changed > 1 else "")
-
-
-@dataclass(frozen=True)
-class NonWeightDiff:
-    """How the non-weights of one class (counters, or every other kind) changed."""
-
-    compared: int
-    changed: int
-    by_name: tuple[NonWeightChange, ...] = ()
-
-    def line(self, title: str) -> str | None:
-        """ "counters: 7 changed (num_batches_tracked +200, step +200 x6)"; None for none."""
-        if not self.compared:
-            return None
-        count = (
-            f"{self.changed} changed"
-            if self.changed in (0, self.compared)
-            else (f"{self.changed} of {self.compared} changed")
-        )
-        if not self.changed:
-            return f"{title}: {self.compared} compared, none changed"
-        shown = [g.describe() for g in self.by_name if g.changed]
-        more = " ..." if len(shown) > 6 else ""
-        return f"{title}: {count} ({', '.join(shown[:6])}{more})"
 
 
 @dataclass(frozen=True, repr=False)
@@ -186,14 +107,8 @@ class DiffReport(Shown):
         return render_diff(self)
 
 
-def _tensor_diff(d: Mapping[str, Any]) -> TensorDiff:
-    rel = as_float(d.get("rel_change"))
-    return from_record(
-        TensorDiff,
-        d,
-        rel_change=math.nan if rel is None else rel,
-        max_abs_diff=as_float(d.get("max_abs_diff")) or 0.0,
-    )
+def _non_weights(rec: Any) -> NonWeightDiff | None:
+    return NonWeightDiff.from_dict(rec) if isinstance(rec, Mapping) else None
 
 
 def diff_checkpoints(
@@ -231,20 +146,18 @@ def diff_checkpoints(
         ok=bool(rec.get("ok")),
         lr_a=lrs(rec.get("lr_a")),
         lr_b=lrs(rec.get("lr_b")),
-        changes=tuple(from_record(TensorChange, c) for c in rec.get("changes") or ()),
-        top_weights=tuple(_tensor_diff(d) for d in rec.get("top_weights") or ()),
-        top_optimizer=tuple(_tensor_diff(d) for d in rec.get("top_optimizer") or ()),
-        flags=tuple(from_record(DiffFlag, f) for f in rec.get("flags") or ()),
+        changes=tuple(TensorChange.from_dict(c) for c in items(rec.get("changes"))),
+        top_weights=tuple(TensorDiff.from_dict(d) for d in items(rec.get("top_weights"))),
+        top_optimizer=tuple(TensorDiff.from_dict(d) for d in items(rec.get("top_optimizer"))),
+        flags=tuple(DiffFlag.from_dict(f) for f in items(rec.get("flags"))),
+        counters=_non_weights(rec.get("counters")),
+        other=_non_weights(rec.get("other")),
         rel_change_weights=as_float(rel.get("weights")),
         rel_change_optimizer=as_float(rel.get("optimizer")),
     )
 
 
 # --------------------------------------------------------------------------- text
-
-
-def _signed(x: float) -> str:
-    return f"{x:+}" if isinstance(x, int) else f"{x:+.3g}"
 
 
 def _pct(x: float | None) -> str | None:

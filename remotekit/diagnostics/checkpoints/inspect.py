@@ -17,6 +17,7 @@ from remotekit.diagnostics.checkpoints.common import (
     short_float,
 )
 from remotekit.remote.ckpt.options import InspectOptions
+from remotekit.remote.ckpt.records import OptimizerInfo, ParamGroup, TensorInfo
 from remotekit.render import human_bytes, table
 from remotekit.result import Shown
 
@@ -31,44 +32,6 @@ __all__ = [
     "inspect_checkpoint",
     "render_inspect",
 ]
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor of an inspected checkpoint (no data read). ``section`` is "weights" or
-    "optimizer" for a param, "other" for a tensor that is none, whose ``kind`` says why
-    ("counter", "score", "rng", "integer")."""
-
-    name: str
-    section: str
-    slot: str | None
-    dtype: str
-    shape: tuple[int, ...]
-    numel: int
-    bytes: int
-    shared_with: tuple[str, ...] = ()
-    kind: str | None = None
-
-
-@dataclass(frozen=True)
-class ParamGroup:
-    """An optimizer param group: its ``lr``, how many params, the other hyperparameters."""
-
-    index: int
-    lr: float | None
-    params: int
-    hyper: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class OptimizerInfo:
-    """An optimizer state dict found at ``path`` inside the checkpoint."""
-
-    path: str
-    groups: tuple[ParamGroup, ...]
-    state_params: int
-    slots: Mapping[str, int]
-    step: int | float | None
 
 
 @dataclass(frozen=True, repr=False)
@@ -134,12 +97,9 @@ def inspect_checkpoint(
         ok=bool(rec.get("ok")),
         error=rec.get("error") if rec else "the script gave no inspect record",
         bytes=as_int(rec.get("bytes")),
-        tensors=tuple(from_record(TensorInfo, r) for r in run.of("tensor")),
+        tensors=tuple(TensorInfo.from_dict(r) for r in run.of("tensor")),
         scalars=dict(rec.get("scalars") or {}),
-        optimizers=tuple(
-            from_record(OptimizerInfo, o, path=str(o.get("path") or ""))
-            for o in rec.get("optimizers") or ()
-        ),
+        optimizers=tuple(OptimizerInfo.from_dict(o) for o in rec.get("optimizers") or ()),
         totals={str(k): dict(v) for k, v in (rec.get("totals") or {}).items()},
         dtypes={str(k): as_int(v) for k, v in (rec.get("dtypes") or {}).items()},
     )

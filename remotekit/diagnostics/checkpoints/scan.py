@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.diagnostics.base import (
@@ -14,7 +14,6 @@ from remotekit.diagnostics.base import (
     EXIT_FINDINGS,
     EXIT_OK,
     Record,
-    from_record,
     worst_exit,
 )
 from remotekit.diagnostics.checkpoints.common import (
@@ -29,6 +28,7 @@ from remotekit.diagnostics.checkpoints.common import (
     warn,
 )
 from remotekit.remote.ckpt.options import ScanOptions
+from remotekit.remote.ckpt.records import BadTensor, Checkpoint, LogFile, ScanPlan
 from remotekit.render import human_bytes, table
 from remotekit.result import Shown
 
@@ -61,48 +61,8 @@ SHOW_BAD = 5
 BAR_WIDTH, PROGRESS_MAX = 24, 160
 
 
-@dataclass(frozen=True)
-class BadTensor:
-    """One tensor with non-finite values (or negative values in a second-moment slot).
-
-    ``section`` is "weights" or "optimizer"; ``slot`` the optimizer state name (exp_avg,
-    exp_avg_sq, ...). ``first_index`` is the flat index of the first bad value.
-    ``shared_with`` names the other keys that share this tensor's storage (tied weights):
-    their counts are the same values, counted once in the checkpoint's totals.
-    """
-
-    name: str
-    section: str
-    slot: str | None
-    dtype: str
-    numel: int
-    nan: int
-    posinf: int
-    neginf: int
-    negative: int
-    first_index: int | None
-    shared_with: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        """One line for people: the tensor, its section, dtype and size, what is wrong."""
-        parts = [
-            f"{n} {label}"
-            for n, label in ((self.nan, "NaN"), (self.posinf, "+Inf"), (self.neginf, "-Inf"))
-            if n
-        ]
-        if self.negative:
-            parts.append(f"{self.negative} negative")
-        text = f"{self.name} ({self.section}, {self.dtype}, {self.numel} values): "
-        text += ", ".join(parts) or "bad values"
-        if self.first_index is not None:
-            text += f"; first at flat index {self.first_index}"
-        if self.shared_with:
-            text += f"; same storage as {', '.join(self.shared_with)}"
-        return text
-
-
 @dataclass(frozen=True, repr=False)
-class CheckpointReport(Shown):
+class CheckpointReport(Shown, Checkpoint):
     """The scan of one checkpoint: a file, an HF index with its shards, or a checkpoint
     directory (HF Trainer ``checkpoint-N/``, DeepSpeed ``global_stepN/``, a DCP directory).
 
@@ -119,35 +79,6 @@ class CheckpointReport(Shown):
     as Lightning's best_model_score; "rng"; "integer"): never params, never "bad".
     ``needs_globals`` lists what weights-only loading refused (see ``allow_globals``).
     """
-
-    path: str
-    status: str
-    error: str | None = None
-    format: str | None = None
-    global_step: int | float | None = None
-    step_key: str | None = None
-    epoch: int | float | None = None
-    scalars: Mapping[str, Any] = field(default_factory=dict)
-    params: int = 0
-    tensors: int = 0
-    skipped_tensors: int = 0
-    bytes: int = 0
-    nan_weights: int = 0
-    posinf_weights: int = 0
-    neginf_weights: int = 0
-    nan_optimizer: int = 0
-    posinf_optimizer: int = 0
-    neginf_optimizer: int = 0
-    negative_exp_avg_sq: int = 0
-    max_abs_weights: float | None = None
-    max_abs_optimizer: float | None = None
-    other_tensors: int = 0
-    other: Mapping[str, int] = field(default_factory=dict)
-    bad_tensors: tuple[BadTensor, ...] = ()
-    bad_tensors_total: int = 0
-    needs_globals: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -179,31 +110,11 @@ class CheckpointReport(Shown):
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> CheckpointReport:
-        return from_record(cls, rec, status=str(rec.get("status") or "error"))
+        """The report of a ``checkpoint`` record (:meth:`from_dict`)."""
+        return cls.from_dict(rec)
 
 
 ReportCallback = Callable[[CheckpointReport], None]
-
-
-@dataclass(frozen=True)
-class LogFile:
-    """A file met while walking the scanned directories that may be a training log."""
-
-    path: str
-    bytes: int
-    mtime: int
-
-
-@dataclass(frozen=True)
-class ScanPlan:
-    """What the scan found before it started: files (checkpoints), their bytes, skipped files,
-    and the files that may be training logs (``logs``: what ``diagnose --run`` reads)."""
-
-    files: int
-    bytes: int
-    jobs: int
-    skipped: tuple[str, ...] = ()
-    logs: tuple[LogFile, ...] = ()
 
 
 @dataclass(frozen=True, repr=False)
@@ -278,8 +189,7 @@ class CheckpointScan(Shown, list[CheckpointReport]):
 
 def bad_tensor(b: Mapping[str, Any]) -> BadTensor:
     """A :class:`BadTensor` from its record (``first_index`` None unless a number)."""
-    first = b.get("first_index")
-    return from_record(BadTensor, b, first_index=first if isinstance(first, int) else None)
+    return BadTensor.from_dict(b)
 
 
 class Tracker:
@@ -358,7 +268,7 @@ def scan_checkpoints(
     def on_record(rec: Record) -> None:
         kind = rec.get("type")
         if kind == "plan":
-            plan.append(from_record(ScanPlan, rec))
+            plan.append(ScanPlan.from_dict(rec))
         elif kind == "warning":
             notes.append(str(rec.get("message")))
             warn(on_warning, str(rec.get("message")))

@@ -4,7 +4,6 @@ one record), and its records made a report (:func:`build_report`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,6 @@ from remotekit.diagnostics.base import (
     EXIT_FINDINGS,
     EXIT_OK,
     Record,
-    from_record,
     run_diagnostic,
 )
 from remotekit.diagnostics.trainlog.model import (
@@ -33,7 +31,7 @@ from remotekit.diagnostics.trainlog.model import (
 )
 from remotekit.diagnostics.trainlog.report import TrainLogReport, diagnosis
 from remotekit.quoting import join
-from remotekit.remote.protocol import FINAL, number
+from remotekit.remote.protocol import FINAL
 from remotekit.remote.trainlog.options import TrainLogOptions
 
 if TYPE_CHECKING:
@@ -44,38 +42,30 @@ __all__ = ["SCRIPT", "analyze_train_log", "build_report", "no_loss_hints"]
 SCRIPT = "trainlog.py"
 
 
-def _floats(vals: Sequence[Any]) -> tuple[float, ...]:
-    """Numbers of a record as floats (non-finite ones arrive as strings)."""
-    return tuple(float(n) if (n := number(v)) is not None else math.nan for v in vals)
-
-
-def _histogram(rec: Record) -> Histogram:
-    counts = {str(k): tuple(int(c) for c in v) for k, v in (rec.get("counts") or {}).items()}
-    edges, modes = _floats(rec.get("edges") or ()), _floats(rec.get("modes") or ())
-    return from_record(Histogram, rec, edges=edges, counts=counts, modes=modes)
-
-
-def _series(rec: Record) -> Series:
-    steps, values = _floats(rec.get("steps") or ()), _floats(rec.get("values") or ())
-    return from_record(Series, rec, steps=steps, values=values)
-
-
 #: record type -> (report field, converter): one record per report (_ONE_EACH), or every
-#: record of the type collected into a tuple field (_MANY)
+#: record of the type collected into a tuple field (_MANY); the classes read their records
 _ONE_EACH: dict[str, tuple[str, Callable[[Record], Any]]] = {
-    "source": ("source", lambda r: from_record(LogSource, r)),
-    "preset": ("preset", lambda r: from_record(Preset, r)),
-    "distribution": ("distribution", lambda r: from_record(Distribution, r)),
-    "periodicity": ("periodicity", lambda r: from_record(Periodicity, r)),
-    "composition": ("composition", lambda r: from_record(Composition, r)),
-    "histogram": ("histogram", _histogram),
+    cls.TYPE: (name, cls.from_dict)
+    for name, cls in (
+        ("source", LogSource),
+        ("preset", Preset),
+        ("distribution", Distribution),
+        ("periodicity", Periodicity),
+        ("composition", Composition),
+        ("histogram", Histogram),
+    )
 }
 _MANY: dict[str, tuple[str, Callable[[Record], Any]]] = {
-    "metric": ("metrics", lambda r: from_record(MetricStats, r)),
-    "event": ("events", lambda r: from_record(Event, r)),
-    "spike": ("spikes", lambda r: from_record(Spike, r)),
-    "correlation": ("correlations", lambda r: from_record(Correlation, r)),
-    "series": ("series", _series),
+    **{
+        cls.TYPE: (name, cls.from_dict)
+        for name, cls in (
+            ("metrics", MetricStats),
+            ("events", Event),
+            ("spikes", Spike),
+            ("correlations", Correlation),
+            ("series", Series),
+        )
+    },
     "warning": ("warnings", lambda r: str(r.get("message", ""))),
     "error": ("errors", lambda r: str(r.get("message", ""))),
 }

@@ -18,7 +18,6 @@ from remotekit.diagnostics.base import (
     EXIT_OK,
     OutputTail,
     Record,
-    from_record,
     run_records,
 )
 from remotekit.diagnostics.trainlog.api import SCRIPT
@@ -28,6 +27,7 @@ from remotekit.errors import DiagnosticError, RemotekitError
 from remotekit.follow import Resumable, Stopped
 from remotekit.remote.protocol import FINAL, number
 from remotekit.remote.trainlog.options import TrainLogOptions
+from remotekit.remote.trainlog.records import FollowState
 from remotekit.result import Result, Shown
 from remotekit.step import MAX_TIMEOUT_S
 
@@ -44,25 +44,14 @@ TIMEOUT_MARGIN_S = 30.0
 
 
 @dataclass(frozen=True, repr=False)
-class FollowStatus(Shown):
-    """Where a followed log stands (one a second): ``state`` "waiting" (``why``: no file
-    yet, empty, no rows) or "following"; the latest ``step`` and ``loss``, ``rate`` in steps
-    a second, the ``rows`` judged, ``lines`` and ``bytes`` read, ``idle_s`` since the last
-    new line, ``incidents`` reported; ``backlog``, once: the incidents already in the log
-    when the follow began (not reported: ``train-log`` without ``--follow`` lists them).
-    Its ``str()`` is :meth:`line`, the status line ``train-log --follow`` shows."""
-
-    state: str
-    step: float | None = None
-    loss: float | None = None
-    rate: float | None = None
-    rows: int = 0
-    lines: int = 0
-    bytes: int = 0
-    idle_s: float | None = None
-    incidents: int = 0
-    why: str | None = None
-    backlog: int | None = None
+class FollowStatus(Shown, FollowState):
+    """Where a followed log stands (one a second; its fields: the ``status`` record,
+    :class:`~remotekit.remote.trainlog.records.FollowState`): ``state`` "waiting" (``why``:
+    no file yet, empty, no rows) or "following"; the latest ``step`` and ``loss``, ``rate``
+    in steps a second, the ``rows`` judged, ``lines`` and ``bytes`` read, ``idle_s`` since
+    the last new line, ``incidents`` reported; ``backlog``, once: the incidents already in
+    the log when the follow began (not reported: ``train-log`` without ``--follow`` lists
+    them). Its ``str()`` is :meth:`line`, the status line ``train-log --follow`` shows."""
 
     repr_keys = ("state", "step", "incidents")
 
@@ -252,11 +241,11 @@ class LogFollow:
         """A record from there: an incident to return, or news to keep (and call back)."""
         t = rec.get("type")
         if t == "status":
-            self.status = from_record(FollowStatus, rec)
+            self.status = FollowStatus.from_dict(rec)
             if self.on_status is not None:
                 self.on_status(self.status)
         elif t == "source":
-            self.source = from_record(LogSource, rec)
+            self.source = LogSource.from_dict(rec)
         elif t in ("warning", "error"):
             msg = str(rec.get("message", ""))
             (self.warnings if t == "warning" else self._errors).append(msg)
@@ -264,11 +253,11 @@ class LogFollow:
                 self.on_warning(msg)
         elif t == "spike":
             tol = self.source.tolerance if self.source is not None else 0.0
-            sp = from_record(Spike, rec)
+            sp = Spike.from_dict(rec)
             sp = replace(sp, at_event=sp.distance is not None and abs(sp.distance) <= tol)
             return self._incident(sp.kind, sp.step, sp.metric, spike=sp)
         elif t == "event":
-            ev = from_record(Event, rec)
+            ev = Event.from_dict(rec)
             return self._incident(ev.kind, ev.step, None, event=ev)
         elif t == FINAL:
             self._final = True

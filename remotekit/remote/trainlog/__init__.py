@@ -19,8 +19,9 @@ docstring has the arguments and the records), in the order of the pipeline::
     follow.py           5. follow: the log followed as it grows, each new incident as found
 
 ``options.py`` is what a run is asked (one frozen dataclass, imported by the local side
-too, that crosses as one JSON record); ``base.py`` holds what every stage shares (presets,
-number marks, the records, small statistics); ``read.py`` joins the stages up to the columns (a path in, an Ingest out). The
+too, that crosses as one JSON record); ``records.py`` is what it sends back (one frozen
+dataclass per record type, read by the local side with the same classes); ``base.py`` holds
+what every stage shares (presets, number marks, writing a record, small statistics); ``read.py`` joins the stages up to the columns (a path in, an Ingest out). The
 imports run one way, without a cycle (tests/test_architecture.py holds it).
 
 Runs *there*: the standard library only, Python >= 3.8; the modules import each other

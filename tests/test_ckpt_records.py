@@ -1,0 +1,148 @@
+"""The checkpoint diagnostics' records, declared once (remote/ckpt/records.py): what
+``ckpt.py`` writes is what the classes declare, they read back what they write, and the
+local side's names are these very classes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remotekit.diagnostics.checkpoints as checkpoints
+from remotekit.remote.ckpt import records as R
+from remotekit.remote.records import Record
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "remotekit" / "remote" / "ckpt.py"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three saves of a model with its Adam state; the last has a NaN weight."""
+    d = tmp_path_factory.mktemp("ckpt-records") / "run"
+    d.mkdir()
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    for step in (100, 200, 300):
+        sd = {k: v.clone() for k, v in model.state_dict().items()}
+        if step == 300:
+            sd["weight"][0, 0] = float("nan")
+        save = {"model": sd, "optimizer": opt.state_dict(), "step": step, "epoch": 1}
+        torch.save(save, d / f"ckpt-{step}.pt")
+    return d
+
+
+def script(*args: Any) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def written(run_dir: Path) -> list[tuple[type[Record], dict[str, Any]]]:
+    """Each record (and nested record) the four commands write, with its class."""
+    out: list[tuple[type[Record], dict[str, Any]]] = []
+    for rec in script("scan", run_dir):
+        if rec["type"] == "checkpoint":
+            out.append((R.Checkpoint, rec))
+            out += [(R.BadTensor, b) for b in rec["bad_tensors"]]
+        elif rec["type"] == "plan":
+            out.append((R.ScanPlan, rec))
+    for rec in script("inspect", run_dir / "ckpt-100.pt"):
+        if rec["type"] == "tensor":
+            out.append((R.TensorInfo, rec))
+        elif rec["type"] == "inspect":
+            for o in rec["optimizers"]:
+                out += [(R.OptimizerInfo, o)] + [(R.ParamGroup, g) for g in o["groups"]]
+    for rec in script("diff", run_dir / "ckpt-100.pt", run_dir / "ckpt-300.pt"):
+        if rec["type"] == "diff":
+            out += [(R.TensorDiff, d) for d in rec["top_weights"] + rec["top_optimizer"]]
+            out += [(R.DiffFlag, f) for f in rec["flags"]]
+            out += [(R.TensorChange, c) for c in rec["changes"]]
+            for part in (rec["counters"], rec["other"]):
+                out += [(R.NonWeightDiff, part)]
+                out += [(R.NonWeightChange, c) for c in part["by_name"]]
+    for rec in script("bisect", run_dir):
+        if rec["type"] == "bisect":
+            out.append((R.BadTensor, rec["first_bad"]["tensor"]))
+    return out
+
+
+def test_every_class_is_written(written: list[tuple[type[Record], dict[str, Any]]]) -> None:
+    found = {cls for cls, _ in written}
+    expected = {R.Checkpoint, R.BadTensor, R.ScanPlan, R.TensorInfo, R.OptimizerInfo}
+    expected |= {R.ParamGroup, R.TensorDiff, R.DiffFlag, R.NonWeightDiff, R.NonWeightChange}
+    assert expected <= found, expected - found
+
+
+def test_the_script_writes_exactly_the_declared_fields(
+    written: list[tuple[type[Record], dict[str, Any]]],
+) -> None:
+    """Every key written is a field (or named in the class's UNREAD, with its reason), and
+    every field without a default is written."""
+    for cls, rec in written:
+        declared = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        required = {
+            f.name
+            for f in fields(cls)  # type: ignore[arg-type]
+            if f.default is MISSING and f.default_factory is MISSING
+        }
+        keys = set(rec) - {"type"}
+        assert keys - set(cls.UNREAD) <= declared, (cls.__name__, keys - declared)
+        assert required <= keys, (cls.__name__, required - keys)
+
+
+def test_what_is_read_is_written_back_the_same(
+    written: list[tuple[type[Record], dict[str, Any]]],
+) -> None:
+    for cls, rec in written:
+        value = cls.from_dict(rec)
+        if cls is R.TensorDiff and value.rel_change != value.rel_change:  # NaN: not equal
+            continue
+        assert cls.from_dict(value.to_dict()) == value, cls.__name__
+
+
+def test_a_record_of_a_script_that_failed_early_loads_as_before() -> None:
+    c = R.Checkpoint.from_dict({"path": "/c.pt"})
+    assert (c.status, c.bad_tensors, c.scalars, c.params, c.max_abs_weights) == (
+        "error",
+        (),
+        {},
+        0,
+        None,
+    )
+    assert R.BadTensor.from_dict({"name": "w"}).shared_with == ()
+    assert R.TensorInfo.from_dict({}).shape == ()
+    assert R.OptimizerInfo.from_dict({}).path == ""
+    d = R.TensorDiff.from_dict({"name": "w"})
+    assert d.rel_change != d.rel_change and d.max_abs_diff == 0.0
+
+
+def test_hostile_values_are_bounded() -> None:
+    b = R.BadTensor.from_dict({"name": "w", "nan": "1e999", "first_index": "x", "numel": True})
+    assert (b.nan, b.first_index, b.numel) == (0, None, 0)
+    c = R.Checkpoint.from_dict({"path": 1, "status": "", "scalars": [1], "bad_tensors": "abc"})
+    assert (c.status, c.scalars, c.bad_tensors) == ("error", {}, ())
+    n = R.NonWeightDiff.from_dict({"compared": 2, "changed": 1, "by_name": [7]})
+    assert n.by_name == (R.NonWeightChange(None, None, None, None),)  # type: ignore[arg-type]
+
+
+def test_the_local_names_are_the_shared_classes() -> None:
+    for name in R.__all__:
+        if name == "Checkpoint":
+            assert issubclass(checkpoints.CheckpointReport, R.Checkpoint)
+        elif hasattr(checkpoints, name):
+            assert getattr(checkpoints, name) is getattr(R, name), name
+    assert checkpoints.NonWeightChange("step", "counter", 6, 6, 200, 200).describe() == (
+        "step +200 x6"
+    )
