@@ -479,7 +479,7 @@ def test_a_train_log_reader_is_one_module_that_no_other_stage_names() -> None:
     """docs/extending.md: a new format is one module of readers/, defining one ``Reader``.
     No module outside readers/ imports a reader module (they ask the registry, ``readers``,
     and each reader through its hooks), and the stages around the read (find, read,
-    follow) hold no format's name or words as a value."""
+    follow, the analysis) hold no format's name or words as a value."""
     from remotekit.remote.trainlog.readers import READERS
 
     readers = [m for m in MODULES if m.startswith(f"{TRAINLOG}.readers.")]
@@ -502,7 +502,7 @@ def test_a_train_log_reader_is_one_module_that_no_other_stage_names() -> None:
     assert named == []
     formats, whats = {r.FORMAT for r in READERS}, {r.WHAT for r in READERS}
     found = []
-    for stage in ("find", "read", "follow"):
+    for stage in ("find", "read", "follow", "analyze"):
         tree = ast.parse(MODULES[f"{TRAINLOG}.{stage}"].read_text())
         docs = {
             id(node.body[0].value)

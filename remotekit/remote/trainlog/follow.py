@@ -264,7 +264,7 @@ class Follower:
             stride=stride,
             tolerance=tol,
         )
-        for w in reading_caveats(ing, fmt, {}):
+        for w in reading_caveats(ing):
             send("warning", message=w)
         self.source_sent = True
 

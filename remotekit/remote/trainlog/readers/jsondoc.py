@@ -79,7 +79,10 @@ class JsonDocument(Reader):
             # wandb-summary.json: the last value of each key, one row (no history)
             rows = [doc]
             out.fmt = "wandb-summary"
-            out.extra["summary_only"] = True
+            out.caveats.append(
+                "a W&B summary holds only the last value of each key, not the history: read "
+                "the run's .wandb file (wandb/run-*/run-*.wandb) for spikes"
+            )
         else:
             raise LogError("a JSON document without log_history (not a trainer_state.json)")
         rows = [r for r in rows if isinstance(r, dict)]

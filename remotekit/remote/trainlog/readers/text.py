@@ -21,6 +21,10 @@ class Text(Reader):
     NAMES = ((r"(?:\.log|\.out|\.txt)$", WHAT, 90),)
 
     def read(self, src, out):
+        out.caveats.append(
+            "no known trainer line format (nanoGPT, llm.c, Megatron, fairseq): every line's "
+            "key=value / key: value pairs were read as data"
+        )
         with src.open() as f:
             lines = Lines(f)
             _read(lines, out)
