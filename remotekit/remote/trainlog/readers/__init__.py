@@ -69,7 +69,8 @@ class Reader(object):
     def read(self, src, out):
         """The series (and events) of ``src`` (a :class:`~..source.Source`) into ``out``
         (a :class:`~..series.Read`): ``out.add(name, step, value)`` per value, or
-        ``out.table(keys, head)`` for rows sharing one step axis. It may raise
+        ``out.table(keys, head)`` for rows sharing one step axis; ``out.notes`` for caveats
+        of this log, ``out.caveats`` for what is said of any log read so. It may raise
         :class:`~..source.NotMine` (then the next reader that claimed the file reads it)."""
         raise NotImplementedError
 
