@@ -325,10 +325,9 @@ def bare_findall(rx: Any) -> Any:
 
 def _line_regex(name: str) -> Any:
     """The compiled data regex of a text format (the first one its parser runs)."""
-    reader = shipped("trainlog.readers").by_format(name)
     if name == "megatron":
-        return reader.PIPE_PAIR_RE
-    return reader.LINE.parse.rx
+        return shipped("trainlog.readers.megatron").PIPE_PAIR_RE
+    return shipped("trainlog.readers").by_format(name).LINE.parse.rx
 
 
 def bare_fairseq(path: Path) -> int:

@@ -539,3 +539,49 @@ def test_no_record_that_crosses_is_written_twice() -> None:
         f"{m}.{n} mirrors {fields_of[f]}" for n, (m, f) in local.items() if f in fields_of
     )
     assert twice + mirrors == []
+
+
+def test_a_train_log_reader_is_one_module_that_no_other_stage_names() -> None:
+    """docs/extending.md: a new format is one module of readers/, defining one ``Reader``.
+    No module outside readers/ imports a reader module (they ask the registry, ``readers``,
+    and each reader through its hooks), and the stages around the read (find, read,
+    follow, the analysis) hold no format's name or words as a value."""
+    from remotekit.remote.trainlog.readers import READERS
+
+    readers = [m for m in MODULES if m.startswith(f"{TRAINLOG}.readers.")]
+    for reader in readers:
+        tree = ast.parse(MODULES[reader].read_text())
+        defined = [
+            node.name
+            for node in tree.body
+            if isinstance(node, ast.ClassDef)
+            and any(isinstance(b, ast.Name) and b.id == "Reader" for b in node.bases)
+        ]
+        assert len(defined) == 1, (reader, defined)
+    named = [
+        f"{m} -> {dep}"
+        for m, path in MODULES.items()
+        if not m.startswith(f"{TRAINLOG}.readers")
+        for dep in imported_modules(m, path, typing=True)
+        if dep.startswith(f"{TRAINLOG}.readers.")
+    ]
+    assert named == []
+    formats, whats = {r.FORMAT for r in READERS}, {r.WHAT for r in READERS}
+    found = []
+    for stage in ("find", "read", "follow", "analyze"):
+        tree = ast.parse(MODULES[f"{TRAINLOG}.{stage}"].read_text())
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        found += [
+            f"{stage} line {node.lineno}: {node.value!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            if id(node) not in docs
+            and (node.value in formats or any(w in node.value for w in whats))
+        ]
+    assert found == []

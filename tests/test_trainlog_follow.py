@@ -27,7 +27,7 @@ import remotekit
 import remotekit.diagnostics.trainlog as tl
 from remotekit.errors import DiagnosticError
 from tests.conftest import CT, write_inventory
-from tests.harness import FAKES, ROOT, FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
+from tests.harness import FAKES, FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
 
 WRITER = FAKES / "trainlog_writer.py"
 REMOTEKIT = [str(Path(sys.executable).parent / "remotekit")]
@@ -721,25 +721,14 @@ def test_cli_ctrl_c_during_an_incident_hook_leaves_no_process_of_its_tree(
 
 
 def test_the_help_names_what_the_follower_follows_and_refuses() -> None:
-    """The formats are named in two places (the follower's error there, the task's help):
-    the help says each of the follower's words."""
-    import ast
-
+    """The formats are named in two places (the follower's error there, from the readers'
+    registry, and the task's help): the help says each of the follower's words."""
     from remotekit.cli.diagnostics import train_log
+    from remotekit.remote.trainlog.readers import FOLLOWED, READERS
 
-    source = (ROOT / "remotekit" / "remote" / "trainlog" / "follow.py").read_text()
-    consts = {
-        t.id: ast.literal_eval(node.value)
-        for node in ast.parse(source).body
-        if isinstance(node, ast.Assign)
-        for t in node.targets
-        if isinstance(t, ast.Name) and t.id in ("FOLLOWED", "NOT_FOLLOWED")
-    }
     helptext = " ".join(train_log.help["follow"].split())
-    assert all(part in helptext for part in consts["FOLLOWED"].split(", "))
-    from remotekit.remote.trainlog.readers import READERS
-
-    refused = {r.FORMAT for r in READERS if getattr(r, "NOT_FOLLOWED", None)}
+    assert all(part in helptext for part in FOLLOWED.split(", "))
+    refused = {r.FORMAT for r in READERS if r.NOT_FOLLOWED}
     assert refused == {"wandb", "json"}
     assert "W&B .wandb" in helptext and "trainer_state.json" in helptext
 

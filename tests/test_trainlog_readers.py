@@ -29,44 +29,112 @@ from tests.test_trainlog_script import SCRIPT, Run, run, shipped
 READERS = SCRIPT.parent / "trainlog" / "readers"
 
 
-def test_docs_adding_a_reader_example_runs(tmp_path: Path) -> None:
-    """docs/extending.md's example reader, saved as one module in a copy of the shipped
-    files and listed in READERS, reads its format: a new format is that module and that
-    line. The log: a Keras 3 fit(verbose=2) of 12 epochs, to the shape the docstring cites."""
-    docs = (SCRIPT.parents[2] / "docs" / "extending.md").read_text()
-    section = docs[docs.index("## Adding a train-log reader") :]
-    module = re.findall(r"```python\n(.*?)```", section, re.S)[0]
-    remote = tmp_path / "remote"
-    shutil.copytree(SCRIPT.parent, remote, ignore=shutil.ignore_patterns("__pycache__"))
-    (remote / "trainlog" / "readers" / "keras.py").write_text(module)
-    registry = remote / "trainlog" / "readers" / "__init__.py"
-    src = registry.read_text()
-    src = src.replace("    jsonl,\n    llmc,\n", "    jsonl,\n    keras,\n    llmc,\n", 1)
-    src = src.replace("    csvlog,\n    text,\n)", "    keras,\n    csvlog,\n    text,\n)", 1)
-    registry.write_text(src)
+def _keras_log(path: Path) -> Path:
+    """A Keras 3 fit(verbose=2) of 12 epochs, to the shape docs/extending.md's reader cites."""
     lines = []
     for e, v in enumerate([2.31, 1.62, 1.21, 0.97, 0.84, 0.75, 0.69, 0.66, 2.9, 0.62, 0.6, 0.59]):
         lines += [f"Epoch {e + 1}/12", f"1875/1875 - 3s - 2ms/step - accuracy: {0.5 + e / 30:.4f}"]
         lines[-1] += f" - loss: {v:.4f} - val_accuracy: 0.8{e}00 - val_loss: {v + 0.1:.4f}"
-    log = tmp_path / "fit.log"
-    log.write_text("\n".join(["Using PyTorch backend.", *lines]) + "\n")
+    path.write_text("\n".join(["Using PyTorch backend.", *lines]) + "\n")
+    return path
+
+
+def _docs_reader() -> str:
+    docs = (SCRIPT.parents[2] / "docs" / "extending.md").read_text()
+    section = docs[docs.index("## Adding a train-log reader") :]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[0]
+
+
+def test_docs_adding_a_reader_example_runs(tmp_path: Path) -> None:
+    """docs/extending.md's example reader, saved as one module in a copy of the shipped
+    files, and no other file touched, reads its format: a new format is that module."""
+    remote = tmp_path / "remote"
+    shutil.copytree(SCRIPT.parent, remote, ignore=shutil.ignore_patterns("__pycache__"))
+    (remote / "trainlog" / "readers" / "keras.py").write_text(_docs_reader())
+    log = _keras_log(tmp_path / "fit.log")
     r = run(log, script=remote / "trainlog.py")
     src_rec = r.one("source")
     assert (src_rec["format"], src_rec["rows"], src_rec["first_step"]) == ("keras", 12, 1)
     assert src_rec["columns"]["loss"] == "loss" and src_rec["last_step"] == 12
     assert "keras" not in {rec["format"] for rec in run(log).all("source")}  # not shipped
+    helptext = subprocess.run(
+        [sys.executable, str(remote / "trainlog.py"), "--help"], capture_output=True, text=True
+    ).stdout
+    assert "keras" in helptext  # --format offers it
 
 
-def test_every_reader_module_is_registered_and_keeps_the_contract() -> None:
-    """A reader module left out of READERS would never read anything; one without a part of
-    the contract breaks the registry when it is asked."""
+_THROUGH_A_TARGET = """
+import json, sys
+import remotekit
+from remotekit import shipping
+
+assert remotekit.__file__.startswith(sys.argv[1]), remotekit.__file__  # the copy's
+with remotekit.local_target(agent=sys.argv[2] == "agent") as t:
+    for _ in range(2):  # the package sent, then the one kept there
+        res = t.run_python(shipping.script("trainlog.py"), [sys.argv[3]], timeout=60, check=False)
+        recs = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+        print(json.dumps([r["format"] for r in recs if r.get("type") == "source"]))
+"""
+
+
+@pytest.mark.parametrize("agent", ["agent", "per-step"])
+def test_a_new_reader_module_is_all_a_host_needs(tmp_path: Path, agent: str) -> None:
+    """The same module in a copy of remotekit (nothing else changed) through a real step:
+    the package it ships holds the module, and the registry finds it there, run from the
+    package the step sent and from the one kept in the cache (on the agent, compiled
+    through its code cache)."""
+    src = tmp_path / "src"
+    shutil.copytree(
+        SCRIPT.parents[1], src / "remotekit", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (src / "remotekit" / "remote" / "trainlog" / "readers" / "keras.py").write_text(_docs_reader())
+    log = _keras_log(tmp_path / "fit.log")
+    env = {**os.environ, "PYTHONPATH": str(src), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _THROUGH_A_TARGET, str(src), agent, str(log)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # not the checkout: its remotekit/ would come first on the path
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ['["keras"]', '["keras"]'], proc.stdout
+    kept = [p for p in (tmp_path / "xdg" / "remotekit" / "pkg").iterdir() if p.name[0] != "."]
+    assert len(kept) == 1  # the second step ran from there
+    assert (kept[0] / "remotekit" / "remote" / "trainlog" / "readers" / "keras.py").is_file()
+
+
+def test_every_reader_module_defines_one_registered_reader_that_keeps_the_contract() -> None:
+    """Each module of readers/ is found, its one Reader registered in the claim order (which
+    breaks ties between readers as sure: tests/test_trainlog_formats.py proves it on
+    logs); one without a part of the contract breaks the registry when it is asked."""
     registry = shipped("trainlog.readers")
     modules = {p.stem for p in READERS.glob("*.py")} - {"__init__"}
-    assert {r.__name__.rpartition(".")[2] for r in registry.READERS} == modules
+    found = sorted(type(r).__module__.rpartition(".")[2] for r in registry.READERS)
+    assert found == sorted(modules)
     formats = [r.FORMAT for r in registry.READERS]
-    assert len(set(formats)) == len(formats) and registry.FALLBACK is registry.READERS[-1]
+    assert formats == [
+        "wandb",
+        "tensorboard",
+        "mlflow",
+        "olmo",
+        "jsonl",
+        "json",
+        "nanogpt",
+        "llm.c",
+        "llm.c-stdout",
+        "megatron",
+        "fairseq",
+        "csv",
+        "text",
+    ]
+    assert len({r.ORDER for r in registry.READERS}) == len(formats)
+    assert registry.FALLBACK is registry.READERS[-1]
     for reader in registry.READERS:
-        assert isinstance(reader.WHAT, str) and callable(reader.sniff) and callable(reader.read)
+        assert isinstance(reader, registry.Reader) and reader.WHAT, reader.FORMAT
+        assert type(reader).sniff is not registry.Reader.sniff or reader.FALLBACK
+        assert type(reader).read is not registry.Reader.read, reader.FORMAT
         assert all(len(name) == 3 for name in reader.NAMES), reader.FORMAT
         assert registry.by_format(reader.FORMAT) is reader
     # --format offers every reader's format, from the registry

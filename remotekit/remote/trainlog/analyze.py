@@ -48,7 +48,7 @@ def analyze_log(opts):
     except NoLoss as exc:
         exc.notes = warnings + exc.notes  # the choice's caveat explains the missing loss
         raise
-    warnings.extend(reading_caveats(ing, fmt, extra))
+    warnings.extend(reading_caveats(ing))
     steps, cols, n, derived = prepare_columns(ing, warnings)
     stride, tol = stride_of(steps, n, opts.tolerance)
     _send_source(path, chosen, fmt, nlines, ing, steps, n, stride, tol)
@@ -99,19 +99,9 @@ def _log_path(opts):
     return path, chosen, list(notes), ckpt_dir
 
 
-def reading_caveats(ing, fmt, extra):
-    """The warnings about how the log was read."""
-    out = []
-    if extra.pop("summary_only", False):
-        out.append(
-            "a W&B summary holds only the last value of each key, not the history: read the "
-            "run's .wandb file (wandb/run-*/run-*.wandb) for spikes"
-        )
-    if fmt == "text":
-        out.append(
-            "no known trainer line format (nanoGPT, llm.c, Megatron, fairseq): every line's "
-            "key=value / key: value pairs were read as data"
-        )
+def reading_caveats(ing):
+    """The warnings about how the log was read: its reader's caveats first."""
+    out = list(getattr(ing, "caveats", []))
     out.extend(getattr(ing, "guesses", []))
     if getattr(ing, "long", 0):
         out.append("%d lines longer than %d bytes skipped (not read)" % (ing.long, MAX_LINE))

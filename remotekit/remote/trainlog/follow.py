@@ -1,11 +1,12 @@
 """``trainlog.py --follow``: follow a training log as it grows and report each new incident
 as it is found, with the detector and event code of the whole-log analysis.
 
-The follower keeps a window of the log's latest complete lines (or TensorBoard records): at
-least :data:`MIN_KEEP` rows and two preset windows, so every new value is judged against a
-full baseline. Whenever lines arrived it reads that window with the readers of
-``read`` (the reader that claimed the file, over the window's bytes), repairs the
-steps, detects and places events as :func:`.analyze.analyze_log` does, and sends:
+The follower keeps a window of the log's latest complete lines (or records: what its
+reader's ``tail`` keeps): at least :data:`MIN_KEEP` rows and two preset windows, so every
+new value is judged against a full baseline. Whenever lines arrived it reads that window
+with the readers of ``read`` (the reader that claimed the file, over the window's bytes),
+repairs the steps, detects and places events as :func:`.analyze.analyze_log` does, and
+sends:
 
 ``source``    once the log's columns are known (again after a rotation): as ``train-log``
 ``spike``     one per new spike, cliff or non-finite run (the fields of ``train-log``'s)
@@ -48,7 +49,7 @@ from .choose import NoLoss
 from .events import find_events
 from .find import find_log
 from .read import read_with
-from .readers import by_format, claimants
+from .readers import FOLLOWED, by_format, claimants
 from .source import READ, Source
 
 POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
@@ -59,7 +60,6 @@ READ_MAX = 1 << 23  # bytes read per poll at most: a status goes out between, we
 # silence the local follower tolerates (remotekit.follow.SILENT_S) even on a starved CPU
 NOLOSS_AFTER = 200  # lines without a loss column after which that is an error, not a wait
 RATE_S = 10.0  # the rate is measured over this many seconds
-FOLLOWED = "JSON lines, CSV, text logs, TensorBoard event files"
 INCIDENT_EVENTS = ("resume",)
 
 
@@ -154,14 +154,14 @@ class Follower:
             except LogError:  # empty so far
                 self.why = "%s is empty so far" % self.path
                 return False
-        if getattr(self.reader, "tail", None) is None:
+        if not self.reader.FOLLOWS:
             raise NotFollowed(
                 "%s: not followed (train-log --follow follows logs that grow by appending: "
                 "%s); run train-log without --follow to analyse it whole"
-                % (getattr(self.reader, "NOT_FOLLOWED", "a " + self.reader.WHAT), FOLLOWED)
+                % (self.reader.NOT_FOLLOWED or "a " + self.reader.WHAT, FOLLOWED)
             )
         # a binary format's sniff is sure from its magic bytes; a text one's from enough lines
-        binary = getattr(self.reader, "BINARY", False)
+        binary = self.reader.BINARY
         self.sure = self.opts.format != "auto" or binary or self.offset >= 1 << 16
         return True
 
@@ -264,7 +264,7 @@ class Follower:
             stride=stride,
             tolerance=tol,
         )
-        for w in reading_caveats(ing, fmt, {}):
+        for w in reading_caveats(ing):
             send("warning", message=w)
         self.source_sent = True
 

@@ -10,7 +10,7 @@ from collections import Counter
 from itertools import chain
 
 from ..protocol import mask
-from .source import HEAD_ROWS, Lines, head_lines, line_tail
+from .source import HEAD_ROWS, Lines, head_lines
 
 #: A number as trainers print it, as one regex group (nan and inf too).
 NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))"
@@ -36,7 +36,8 @@ class LineFormat:
     ``(kind, regex)`` whose first group, if any, is the step the line states (kind None: a
     line that names the step of what follows, as nanoGPT's eval line before a save).
 
-    A reader module of one line format assigns ``sniff = LINE.sniff`` and ``read = LINE.read``."""
+    The reader of one line format holds it as ``LINE`` and takes ``sniff, read = LINE.sniff,
+    LINE.read`` (its ``tail``, the latest lines, is every reader's)."""
 
     def __init__(self, name, parse, step_key, events=()):
         self.name = name
@@ -51,10 +52,6 @@ class LineFormat:
             return 0.0
         hits = sum(1 for ln in head.lines if self.parse(ln) is not None)
         return 0.5 * hits / len(head.lines)
-
-    def tail(self, f):
-        """What ``--follow`` keeps of the growing log ``f``: its latest complete lines."""
-        return line_tail(f)
 
     def read(self, src, out):
         out.fmt = self.name

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .base import LogError
 from .choose import NoLoss
-from .readers import by_format, claimants
+from .readers import READERS, by_format, claimants
 from .series import Read
 from .source import NotMine, Source
 
@@ -27,7 +27,8 @@ def read_source(src, fmt, wanted):
         return read_with(reader, src, wanted)
     tried = claimants(src)
     if not tried:
-        raise LogError("a directory no reader claims (not an MLflow run)")
+        kinds = ", ".join(r.WHAT for r in READERS if r.DIRECTORY)
+        raise LogError("a directory no reader claims (formats that are one: %s)" % kinds)
     for reader in tried[:-1]:
         try:
             return read_with(reader, src, wanted)
@@ -42,7 +43,7 @@ def read_with(reader, src, wanted):
     try:
         reader.read(src, out)
     except NoLoss as exc:
-        if getattr(reader, "BINARY", False):
+        if reader.BINARY:
             exc.what = reader.WHAT  # it parsed: its own series are listed, it is no text log
         raise
     return out.ingest(), out.fmt, out.lines, out.extra

@@ -30,7 +30,8 @@ class Read:
       :meth:`stream` does it for an iterator of row dicts.
 
     ``events``: ``(kind, step, detail)``; ``notes``: caveats of the reading, in words (they
-    become warnings); ``lines``: units read (lines, records); ``skipped``: lines that were
+    become warnings); ``caveats``: what is to be said of any log read so (a summary that
+    holds no history), the first warnings; ``lines``: units read (lines, records); ``skipped``: lines that were
     neither data nor an event; ``bad``: lines of the format that did not parse; ``long``:
     lines over the length limit, skipped; ``extra``: what the format states about the run
     (HF's ``save_steps``: saves for the events); ``dialect``: whose log it is, when a
@@ -42,6 +43,7 @@ class Read:
         self.series = {}
         self.events = []
         self.notes = []
+        self.caveats = []
         self.lines = 0
         self.skipped = 0
         self.bad = 0
@@ -117,6 +119,7 @@ class Read:
         ing.bad += self.bad
         ing.long = self.long
         ing.dialect = self.dialect
+        ing.caveats = self.caveats
         return ing
 
 

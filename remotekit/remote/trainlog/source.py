@@ -280,6 +280,14 @@ def line_tail(f):
     return LineTail()
 
 
+def mtime(path):
+    """When the file ``path`` was last written (0 when it cannot be looked at)."""
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
 def first_line(f):
     """``(line, offset after it)``: the first non-empty line of the file ``f`` (a CSV's
     header), with its newline."""

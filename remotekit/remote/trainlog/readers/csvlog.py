@@ -14,49 +14,52 @@ from operator import itemgetter
 
 from ..base import MISSING, LogError
 from ..source import HEAD_ROWS, Lines, LineTail, first_line, head_lines, number_column
+from . import Reader
 
-FORMAT = "csv"
-WHAT = "CSV"
-NAMES = (
-    (r"(?:^|/)metrics\.csv$", "Lightning metrics.csv", 50),
-    (r"\.csv$", WHAT, 100),
-)
 #: A header cell as trainers name their columns: train/box_loss, metrics/mAP50-95(B), lr-AdamW@0
 _NAME_RE = re.compile(r"^[A-Za-z_][\w./\-()\[\]@:%+ ]*$")
 WEAK = 0.001  # a header could be a CSV's: unless a trainer's lines or a JSON array say otherwise
 MAX_QUOTED_LINES = 1000  # a quoted cell over more lines is a stray quote: not held on to
 
 
-def sniff(head):
-    """Weak: a first line of names, split by commas or tabs, as wide as the next line."""
-    lines = head.lines
-    if not lines:
+class Csv(Reader):
+    FORMAT = "csv"
+    WHAT = "CSV"
+    ORDER = 120
+    FOLLOWS = True
+    NAMES = (
+        (r"(?:^|/)metrics\.csv$", "Lightning metrics.csv", 50),
+        (r"\.csv$", WHAT, 100),
+    )
+
+    def sniff(self, head):
+        """Weak: a first line of names, split by commas or tabs, as wide as the next line."""
+        lines = head.lines
+        if not lines:
+            return 0.0
+        first = lines[0]
+        for delim in (",", "\t"):
+            cells = [c.strip().strip('"') for c in first.split(delim)]
+            if (
+                len(cells) >= 2
+                and "=" not in first
+                and all(_NAME_RE.match(c) for c in cells if c)
+                and (len(lines) < 2 or len(lines[1].split(delim)) == len(first.split(delim)))
+            ):
+                return WEAK
         return 0.0
-    first = lines[0]
-    for delim in (",", "\t"):
-        cells = [c.strip().strip('"') for c in first.split(delim)]
-        if (
-            len(cells) >= 2
-            and "=" not in first
-            and all(_NAME_RE.match(c) for c in cells if c)
-            and (len(lines) < 2 or len(lines[1].split(delim)) == len(first.split(delim)))
-        ):
-            return WEAK
-    return 0.0
 
+    def read(self, src, out):
+        with src.open() as f:
+            lines = Lines(f)
+            _read(lines, out)
+            out.long = lines.long
 
-def tail(f):
-    """What ``--follow`` keeps of a growing CSV: its latest complete lines, its header line
-    in front of them however the window moves (the follow begins past it)."""
-    header, end = first_line(f)
-    return LineTail(header, end)
-
-
-def read(src, out):
-    with src.open() as f:
-        lines = Lines(f)
-        _read(lines, out)
-        out.long = lines.long
+    def tail(self, f):
+        """What ``--follow`` keeps of a growing CSV: its latest complete lines, its header line
+        in front of them however the window moves (the follow begins past it)."""
+        header, end = first_line(f)
+        return LineTail(header, end)
 
 
 def _dialect(keys):

@@ -10,10 +10,8 @@ import json
 import re
 
 from ..linefmt import NUMBER, LineFormat
+from . import Reader
 
-FORMAT = "fairseq"
-WHAT = "fairseq output"
-NAMES = ()  # whatever stdout was sent to: found as a text log
 _KV_RE = re.compile(r"([A-Za-z_][\w/.\-]*)=" + NUMBER)
 _SIMPLE_RE = re.compile(r"\bepoch \d+:\s+\d+ / \d+ ")
 
@@ -32,15 +30,19 @@ def parse(line):
     return None
 
 
-LINE = LineFormat(
-    FORMAT,
-    parse,
-    "num_updates",
-    (
-        ("checkpoint", re.compile(r"\bsaved checkpoint .*?\(epoch \d+ @ (\d+) updates")),
-        ("resume", re.compile(r"\bloaded checkpoint .*?\(epoch \d+ @ (\d+) updates")),
-    ),
-)
-sniff = LINE.sniff
-read = LINE.read
-tail = LINE.tail
+class Fairseq(Reader):
+    FORMAT = "fairseq"
+    WHAT = "fairseq output"
+    ORDER = 110
+    FOLLOWS = True
+    NAMES = ()  # whatever stdout was sent to: found as a text log
+    LINE = LineFormat(
+        FORMAT,
+        parse,
+        "num_updates",
+        (
+            ("checkpoint", re.compile(r"\bsaved checkpoint .*?\(epoch \d+ @ (\d+) updates")),
+            ("resume", re.compile(r"\bloaded checkpoint .*?\(epoch \d+ @ (\d+) updates")),
+        ),
+    )
+    sniff, read = LINE.sniff, LINE.read

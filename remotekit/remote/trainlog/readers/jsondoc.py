@@ -12,76 +12,82 @@ from itertools import chain
 from ...infile import TooDeep, load_json
 from ..base import LogError
 from ..source import HEAD_ROWS, MAX_DOC, NotMine
+from . import Reader
 
-FORMAT = "json"
-WHAT = "JSON document"
-DOCUMENT = True  # read whole: its start alone does not parse
-NOT_FOLLOWED = (  # what --follow says it cannot follow
-    "a JSON document (trainer_state.json, wandb-summary.json), rewritten whole"
-)
-NAMES = (
-    (r"^trainer_state\.json$", "HF trainer_state.json", 20),
-    (
-        r"(?:^|/)checkpoint-(\d+)/trainer_state\.json$",
-        "HF trainer_state.json of the last checkpoint",
-        40,
-    ),
-)
 SURE = 0.8  # a document: surer than a trainer's lines, not than a marker only OLMo writes
 WEAK = 0.001  # a first line "[...": a JSON array, unless a trainer's lines begin so
 
 
-def sniff(head):
-    lines = head.lines
-    if not lines:
-        return SURE if head.long and head.magic.lstrip()[:1] in (b"{", b"[") else 0.0
-    first = lines[0]
-    if first.startswith("{"):
-        obj = head.json(first)
-        if isinstance(obj, Exception):
-            # a document over several lines ("{" then its keys), not a Python dict's repr
-            return SURE if first[1:].lstrip()[:1] in ("", '"') else 0.0
-        if not isinstance(obj, dict) or "log_history" in obj:
-            return SURE
-        return SURE if "_wandb" in obj and len(lines) == 1 else 0.0
-    if first.startswith("["):
-        return SURE if first == "[" else WEAK
-    return 0.0
+class JsonDocument(Reader):
+    FORMAT = "json"
+    WHAT = "JSON document"
+    ORDER = 60
+    NOT_FOLLOWED = (  # what --follow says it cannot follow
+        "a JSON document (trainer_state.json, wandb-summary.json), rewritten whole"
+    )
+    DOCUMENT = True  # read whole: its start alone does not parse
+    NAMES = (
+        (r"^trainer_state\.json$", "HF trainer_state.json", 20),
+        (
+            r"(?:^|/)checkpoint-(\d+)/trainer_state\.json$",
+            "HF trainer_state.json of the last checkpoint",
+            40,
+        ),
+    )
 
+    def sniff(self, head):
+        lines = head.lines
+        if not lines:
+            return SURE if head.long and head.magic.lstrip()[:1] in (b"{", b"[") else 0.0
+        first = lines[0]
+        if first.startswith("{"):
+            obj = head.json(first)
+            if isinstance(obj, Exception):
+                # a document over several lines ("{" then its keys), not a Python dict's repr
+                return SURE if first[1:].lstrip()[:1] in ("", '"') else 0.0
+            if not isinstance(obj, dict) or "log_history" in obj:
+                return SURE
+            return SURE if "_wandb" in obj and len(lines) == 1 else 0.0
+        if first.startswith("["):
+            return SURE if first == "[" else WEAK
+        return 0.0
 
-def read(src, out):
-    size = src.size()
-    if size > MAX_DOC:
-        raise LogError(
-            "a %d MiB JSON document; over %d MiB is not read whole (is it JSON lines?)"
-            % (size >> 20, MAX_DOC >> 20)
-        )
-    with src.open() as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
-        try:
-            doc = load_json(f, "the JSON document")
-        except TooDeep as exc:
-            raise LogError(str(exc)) from None
-        except ValueError as exc:
-            raise NotMine("not valid JSON (%s)" % exc) from None
-    if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
-        rows = doc["log_history"]
-        out.fmt = "trainer_state"
-        out.dialect = "HF Trainer trainer_state.json log_history"
-        for k in ("save_steps", "max_steps", "num_train_epochs", "global_step"):
-            if isinstance(doc.get(k), (int, float)):
-                out.extra[k] = doc[k]
-    elif isinstance(doc, list):
-        rows = doc
-    elif isinstance(doc, dict) and ("_step" in doc or "_wandb" in doc):
-        # wandb-summary.json: the last value of each key, one row (no history)
-        rows = [doc]
-        out.fmt = "wandb-summary"
-        out.extra["summary_only"] = True
-    else:
-        raise LogError("a JSON document without log_history (not a trainer_state.json)")
-    rows = [r for r in rows if isinstance(r, dict)]
-    head = rows[:HEAD_ROWS]
-    ing = out.table(Counter(chain.from_iterable(r.keys() for r in head)), head)
-    for r in rows:
-        ing.add(r)
-    out.lines = len(rows)
+    def read(self, src, out):
+        size = src.size()
+        if size > MAX_DOC:
+            raise LogError(
+                "a %d MiB JSON document; over %d MiB is not read whole (is it JSON lines?)"
+                % (size >> 20, MAX_DOC >> 20)
+            )
+        with src.open() as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
+            try:
+                doc = load_json(f, "the JSON document")
+            except TooDeep as exc:
+                raise LogError(str(exc)) from None
+            except ValueError as exc:
+                raise NotMine("not valid JSON (%s)" % exc) from None
+        if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
+            rows = doc["log_history"]
+            out.fmt = "trainer_state"
+            out.dialect = "HF Trainer trainer_state.json log_history"
+            for k in ("save_steps", "max_steps", "num_train_epochs", "global_step"):
+                if isinstance(doc.get(k), (int, float)):
+                    out.extra[k] = doc[k]
+        elif isinstance(doc, list):
+            rows = doc
+        elif isinstance(doc, dict) and ("_step" in doc or "_wandb" in doc):
+            # wandb-summary.json: the last value of each key, one row (no history)
+            rows = [doc]
+            out.fmt = "wandb-summary"
+            out.caveats.append(
+                "a W&B summary holds only the last value of each key, not the history: read "
+                "the run's .wandb file (wandb/run-*/run-*.wandb) for spikes"
+            )
+        else:
+            raise LogError("a JSON document without log_history (not a trainer_state.json)")
+        rows = [r for r in rows if isinstance(r, dict)]
+        head = rows[:HEAD_ROWS]
+        ing = out.table(Counter(chain.from_iterable(r.keys() for r in head)), head)
+        for r in rows:
+            ing.add(r)
+        out.lines = len(rows)

@@ -8,34 +8,43 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from ..source import HEAD_ROWS, Lines, head_lines, line_tail
-
-FORMAT = "jsonl"
-WHAT = "JSON lines"
-tail = line_tail  # --follow keeps its latest lines
-NAMES = (
-    (r"(?:^|/)trainer_log\.jsonl$", "LLaMA-Factory trainer_log.jsonl", 10),
-    # a run's own JSON lines at its top level over a checkpoint's copy of the history
-    (r"^[^/]*\.jsonl$", WHAT, 30),
-    (r"\.jsonl$", WHAT, 80),
-)
+from ..source import HEAD_ROWS, Lines, head_lines
+from . import Reader
 
 
-def sniff(head):
-    """Sure when most of the first lines are JSON objects (a banner or a stray print may
-    come first), or the first line is an object that is no document of its own."""
-    lines = head.lines
-    if not lines:
+class JsonLines(Reader):
+    FORMAT = "jsonl"
+    WHAT = "JSON lines"
+    ORDER = 50
+    FOLLOWS = True
+    NAMES = (
+        (r"(?:^|/)trainer_log\.jsonl$", "LLaMA-Factory trainer_log.jsonl", 10),
+        # a run's own JSON lines at its top level over a checkpoint's copy of the history
+        (r"^[^/]*\.jsonl$", WHAT, 30),
+        (r"\.jsonl$", WHAT, 80),
+    )
+
+    def sniff(self, head):
+        """Sure when most of the first lines are JSON objects (a banner or a stray print may
+        come first), or the first line is an object that is no document of its own."""
+        lines = head.lines
+        if not lines:
+            return 0.0
+        first = lines[0]
+        if not first.startswith(("{", "[")) and _mostly_json_objects(lines):
+            return 1.0
+        if first.startswith("{"):
+            obj = head.json(first)
+            if isinstance(obj, dict) and "log_history" not in obj:
+                # wandb-summary.json: one document, one line (the JSON document reader's)
+                return 0.0 if "_wandb" in obj and len(lines) == 1 else 1.0
         return 0.0
-    first = lines[0]
-    if not first.startswith(("{", "[")) and _mostly_json_objects(lines):
-        return 1.0
-    if first.startswith("{"):
-        obj = head.json(first)
-        if isinstance(obj, dict) and "log_history" not in obj:
-            # wandb-summary.json: one document, one line (the JSON document reader's)
-            return 0.0 if "_wandb" in obj and len(lines) == 1 else 1.0
-    return 0.0
+
+    def read(self, src, out):
+        with src.open() as f:
+            lines = Lines(f)
+            _read(lines, out)
+            out.long = lines.long
 
 
 def _mostly_json_objects(lines):
@@ -48,13 +57,6 @@ def _mostly_json_objects(lines):
             except ValueError:
                 pass
     return objs * 2 > len(lines)
-
-
-def read(src, out):
-    with src.open() as f:
-        lines = Lines(f)
-        _read(lines, out)
-        out.long = lines.long
 
 
 def _dialect(keys):

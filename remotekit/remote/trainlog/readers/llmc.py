@@ -7,21 +7,25 @@ from __future__ import annotations
 import re
 
 from ..linefmt import NUMBER, LineFormat, groups
+from . import Reader
 
 _N = NUMBER[1:-1]
-FORMAT = "llm.c"
-WHAT = "llm.c log file"
-NAMES = ()  # main.log: found as a text log
-LINE = LineFormat(
-    FORMAT,
-    groups(
-        re.compile(
-            r"^s:(?P<s>\d+) trl:(?P<trl>" + _N + r")"
-            r"(?: lr:(?P<lr>" + _N + r"))?(?: norm:(?P<norm>" + _N + r"))?"
-        )
-    ),
-    "s",
-)
-sniff = LINE.sniff
-read = LINE.read
-tail = LINE.tail
+
+
+class LlmC(Reader):
+    FORMAT = "llm.c"
+    WHAT = "llm.c log file"
+    ORDER = 80
+    FOLLOWS = True
+    NAMES = ()  # main.log: found as a text log
+    LINE = LineFormat(
+        FORMAT,
+        groups(
+            re.compile(
+                r"^s:(?P<s>\d+) trl:(?P<trl>" + _N + r")"
+                r"(?: lr:(?P<lr>" + _N + r"))?(?: norm:(?P<norm>" + _N + r"))?"
+            )
+        ),
+        "s",
+    )
+    sniff, read = LINE.sniff, LINE.read

@@ -8,27 +8,31 @@ from __future__ import annotations
 import re
 
 from ..linefmt import NUMBER, LineFormat, groups
+from . import Reader
 
 _N = NUMBER[1:-1]
-FORMAT = "llm.c-stdout"
-WHAT = "llm.c train_gpt2 output"
-NAMES = ()  # whatever stdout was sent to: found as a text log
-LINE = LineFormat(
-    FORMAT,
-    groups(
-        re.compile(
-            r"^step\s+(?P<step>\d+)(?:/\d+)?\s*[|:]\s*(?:train )?loss (?P<loss>"
-            + _N
-            + r")(?:.*?\bnorm (?P<norm>"
-            + _N
-            + r"))?(?:.*?\blr (?P<lr>"
-            + _N
-            + r"))?"
-        )
-    ),
-    "step",
-    (("checkpoint", re.compile(r"^[Ww]riting (?:model|state) .*?(?:step|_)(\d+)")),),
-)
-sniff = LINE.sniff
-read = LINE.read
-tail = LINE.tail
+
+
+class LlmCStdout(Reader):
+    FORMAT = "llm.c-stdout"
+    WHAT = "llm.c train_gpt2 output"
+    ORDER = 90
+    FOLLOWS = True
+    NAMES = ()  # whatever stdout was sent to: found as a text log
+    LINE = LineFormat(
+        FORMAT,
+        groups(
+            re.compile(
+                r"^step\s+(?P<step>\d+)(?:/\d+)?\s*[|:]\s*(?:train )?loss (?P<loss>"
+                + _N
+                + r")(?:.*?\bnorm (?P<norm>"
+                + _N
+                + r"))?(?:.*?\blr (?P<lr>"
+                + _N
+                + r"))?"
+            )
+        ),
+        "step",
+        (("checkpoint", re.compile(r"^[Ww]riting (?:model|state) .*?(?:step|_)(\d+)")),),
+    )
+    sniff, read = LINE.sniff, LINE.read

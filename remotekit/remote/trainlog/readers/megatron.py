@@ -9,10 +9,8 @@ from __future__ import annotations
 import re
 
 from ..linefmt import NUMBER, LineFormat
+from . import Reader
 
-FORMAT = "megatron"
-WHAT = "Megatron-LM output"
-NAMES = ()  # whatever stdout was sent to: found as a text log
 PIPE_PAIR_RE = re.compile(r"([A-Za-z][\w ./\-]*?)\s*:\s*" + NUMBER + r"\s*(?=\||$)", re.I)
 _ITERATION_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
 
@@ -26,15 +24,19 @@ def parse(line):
     return d
 
 
-LINE = LineFormat(
-    FORMAT,
-    parse,
-    "iteration",
-    (
-        ("checkpoint", re.compile(r"saving checkpoint at iteration\s+(\d+)")),
-        ("resume", re.compile(r"successfully loaded checkpoint from .*? at iteration\s+(\d+)")),
-    ),
-)
-sniff = LINE.sniff
-read = LINE.read
-tail = LINE.tail
+class Megatron(Reader):
+    FORMAT = "megatron"
+    WHAT = "Megatron-LM output"
+    ORDER = 100
+    FOLLOWS = True
+    NAMES = ()  # whatever stdout was sent to: found as a text log
+    LINE = LineFormat(
+        FORMAT,
+        parse,
+        "iteration",
+        (
+            ("checkpoint", re.compile(r"saving checkpoint at iteration\s+(\d+)")),
+            ("resume", re.compile(r"successfully loaded checkpoint from .*? at iteration\s+(\d+)")),
+        ),
+    )
+    sniff, read = LINE.sniff, LINE.read

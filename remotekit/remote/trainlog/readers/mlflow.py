@@ -16,13 +16,51 @@ import os
 
 from ...infile import open_regular
 from ..source import Lines
+from . import Reader
 
-FORMAT = "mlflow"
-WHAT = "MLflow run"
-DIRECTORY = True  # a run is a directory of metric files
-NAMES = ()  # a store's runs are found by runs_of
 MAX_RUNS = 2000  # runs looked at in one store
 MAX_METRICS = 5000  # metric files read in one run
+
+
+class MLflow(Reader):
+    FORMAT = "mlflow"
+    WHAT = "MLflow run"
+    ORDER = 30
+    DIRECTORY = True  # a run is a directory of metric files
+    NAMES = ()  # a store's runs are found by stored_runs
+
+    def sniff(self, head):
+        """Sure of a directory that is an MLflow run (``metrics/`` and ``meta.yaml``)."""
+        return 1.0 if head.is_dir and is_run(head.path) else 0.0
+
+    def stored_runs(self, path):
+        """The live runs of the store, experiment or run ``path``, or of the ``mlruns/``
+        beside a project's code in it."""
+        runs = runs_of(path) or runs_of(os.path.join(path, "mlruns"))
+        return [
+            (
+                r,
+                lengths(r),
+                _float(m.get("start_time")),
+                "MLflow run %s" % (m.get("run_name") or os.path.basename(r)),
+            )
+            for r, m in runs
+        ]
+
+    def read(self, src, out):
+        """The metrics of one run: a series per key, on the steps MLflow stored. A metric file
+        that cannot be read (not a regular file, unreadable) is skipped and said."""
+        for key, full in metric_files(src.path).items():
+            try:
+                unstepped = _read_metric(out, key, full)
+            except OSError as exc:
+                out.notes.append("metric %r not read: %s" % (key, exc.strerror or exc))
+                continue
+            if unstepped:
+                out.notes.append(
+                    "metric %r has no step field (an MLflow store older than 1.0): its %d values "
+                    "are numbered in the order logged" % (key, unstepped)
+                )
 
 
 def _meta(path):
@@ -37,11 +75,6 @@ def _meta(path):
     except OSError:
         pass
     return out
-
-
-def sniff(head):
-    """Sure of a directory that is an MLflow run (``metrics/`` and ``meta.yaml``)."""
-    return 1.0 if head.is_dir and is_run(head.path) else 0.0
 
 
 def is_run(path):
@@ -65,6 +98,13 @@ def runs_of(path):
             break
     runs = [(r, _meta(r)) for r in out[:MAX_RUNS]]
     return [(r, m) for r, m in runs if m.get("lifecycle_stage") != "deleted"]
+
+
+def _float(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _subdirs(path):
@@ -99,22 +139,6 @@ def lengths(run):
         except OSError:
             out[key] = 0
     return out
-
-
-def read(src, out):
-    """The metrics of one run: a series per key, on the steps MLflow stored. A metric file
-    that cannot be read (not a regular file, unreadable) is skipped and said."""
-    for key, full in metric_files(src.path).items():
-        try:
-            unstepped = _read_metric(out, key, full)
-        except OSError as exc:
-            out.notes.append("metric %r not read: %s" % (key, exc.strerror or exc))
-            continue
-        if unstepped:
-            out.notes.append(
-                "metric %r has no step field (an MLflow store older than 1.0): its %d values "
-                "are numbered in the order logged" % (key, unstepped)
-            )
 
 
 def _read_metric(out, key, full):

@@ -9,20 +9,23 @@ from __future__ import annotations
 import re
 
 from ..linefmt import NUMBER, LineFormat, groups
+from . import Reader
 
-FORMAT = "nanogpt"
-WHAT = "nanoGPT train.py output"
-NAMES = ()  # whatever stdout was sent to: found as a text log
-LINE = LineFormat(
-    FORMAT,
-    groups(re.compile(r"^iter (?P<iter>\d+): loss (?P<loss>" + NUMBER[1:-1] + r"), time ")),
-    "iter",
-    (
-        # the eval line before a save names its step (kind None: the step of what follows)
-        (None, re.compile(r"^step (\d+): train loss ")),
-        ("checkpoint", re.compile(r"^saving checkpoint to ")),
-    ),
-)
-sniff = LINE.sniff
-read = LINE.read
-tail = LINE.tail
+
+class NanoGPT(Reader):
+    FORMAT = "nanogpt"
+    WHAT = "nanoGPT train.py output"
+    ORDER = 70
+    FOLLOWS = True
+    NAMES = ()  # whatever stdout was sent to: found as a text log
+    LINE = LineFormat(
+        FORMAT,
+        groups(re.compile(r"^iter (?P<iter>\d+): loss (?P<loss>" + NUMBER[1:-1] + r"), time ")),
+        "iter",
+        (
+            # the eval line before a save names its step (kind None: the step of what follows)
+            (None, re.compile(r"^step (\d+): train loss ")),
+            ("checkpoint", re.compile(r"^saving checkpoint to ")),
+        ),
+    )
+    sniff, read = LINE.sniff, LINE.read

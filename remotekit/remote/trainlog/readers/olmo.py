@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 
 from ...protocol import mask
-from ..source import Lines, line_tail
+from ..source import Lines
+from . import Reader
 
 MARKER_RE = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?)(?:,epoch=(\d+))?(?:,eta=[^\]]*)?\]\s*$")
 METRIC_RE = re.compile(r"^ {4}([A-Za-z_][^=\t]*?)=(\S+)\s*$")
@@ -44,16 +45,64 @@ CLAIM_BYTES = 1 << 22  # a long preamble (the config printed whole) may come fir
 _CLAIM_RE = re.compile(
     rb"\[step=\d+/(?:\d+|\?\?\?)(?:,epoch=\d+)?(?:,eta=[^\]\n]*)?\]\r?\n {4}[A-Za-z_][^=\n]*=\S"
 )
-FORMAT = "olmo"
-WHAT = "OLMo console log"
-tail = line_tail  # --follow keeps its latest lines
-NAMES = ()  # whatever the console was sent to: found as a text log
 SURE = 0.9  # a marker only OLMo writes: surer than a JSON document, not than JSON lines
 
 
-def sniff(head):
-    """A step marker followed by a metric line, in the first :data:`CLAIM_BYTES`."""
-    return SURE if _CLAIM_RE.search(head.raw(CLAIM_BYTES)) is not None else 0.0
+class Olmo(Reader):
+    FORMAT = "olmo"
+    WHAT = "OLMo console log"
+    ORDER = 40
+    FOLLOWS = True
+    NAMES = ()  # whatever the console was sent to: found as a text log
+
+    def sniff(self, head):
+        """A step marker followed by a metric line, in the first :data:`CLAIM_BYTES`."""
+        return SURE if _CLAIM_RE.search(head.raw(CLAIM_BYTES)) is not None else 0.0
+
+    def read(self, src, out):
+        """The series of an OLMo console log and the saves and resumes it states."""
+        step = None  # the step of the block being read (None: not in a block with a step)
+        block = False
+        resume = None  # a resume whose checkpoint path names no step: at the next marker
+        metric, marker = METRIC_RE.match, MARKER_RE.search
+        series = out.series
+        with src.open() as f:
+            src_lines = Lines(f)
+            for lines in src_lines:
+                out.lines += len(lines)
+                for line in lines:
+                    if block:
+                        m = metric(line)
+                        if m is not None:
+                            name, text = m.groups()
+                            try:  # most values: a plain float, of a series already seen
+                                v = float(text.replace(",", "") if "," in text else text)
+                                s = series[name]
+                                s[0].append(step)  # a TypeError before any step: nothing added
+                            except (KeyError, ValueError, TypeError):
+                                _value(out, step, name, text)
+                                continue
+                            s[1].append(v)
+                            continue
+                        block = False
+                    m = marker(line)
+                    if m is not None:
+                        step = float(m.group(1))
+                        block = True
+                        if m.group(2) is not None:
+                            out.add("epoch", step, float(m.group(2)))
+                        if resume is not None:
+                            out.event("resume", step, resume)
+                            resume = None
+                        continue
+                    kind = _event(out, line, step)
+                    if kind == "resume-pending":
+                        resume = mask(line.strip())
+                    elif kind is None and line.strip():
+                        out.skipped += 1
+                    # a log record's first line may head a block (an evaluator's, at this step)
+                    block = not line.startswith(" ")
+            out.long = src_lines.long
 
 
 def number(text):
@@ -63,52 +112,6 @@ def number(text):
     if mult is not None and text[-2:-1].isdigit():
         return float(text[:-1]) * mult
     return float(text)
-
-
-def read(src, out):
-    """The series of an OLMo console log and the saves and resumes it states."""
-    step = None  # the step of the block being read (None: not in a block with a step)
-    block = False
-    resume = None  # a resume whose checkpoint path names no step: at the next marker
-    metric, marker = METRIC_RE.match, MARKER_RE.search
-    series = out.series
-    with src.open() as f:
-        src_lines = Lines(f)
-        for lines in src_lines:
-            out.lines += len(lines)
-            for line in lines:
-                if block:
-                    m = metric(line)
-                    if m is not None:
-                        name, text = m.groups()
-                        try:  # most values: a plain float, of a series already seen
-                            v = float(text.replace(",", "") if "," in text else text)
-                            s = series[name]
-                            s[0].append(step)  # a TypeError before any step: nothing added
-                        except (KeyError, ValueError, TypeError):
-                            _value(out, step, name, text)
-                            continue
-                        s[1].append(v)
-                        continue
-                    block = False
-                m = marker(line)
-                if m is not None:
-                    step = float(m.group(1))
-                    block = True
-                    if m.group(2) is not None:
-                        out.add("epoch", step, float(m.group(2)))
-                    if resume is not None:
-                        out.event("resume", step, resume)
-                        resume = None
-                    continue
-                kind = _event(out, line, step)
-                if kind == "resume-pending":
-                    resume = mask(line.strip())
-                elif kind is None and line.strip():
-                    out.skipped += 1
-                # a log record's first line may head a block (an evaluator's, at this step)
-                block = not line.startswith(" ")
-        out.long = src_lines.long
 
 
 def _value(out, step, name, text):

@@ -11,29 +11,36 @@ import struct
 from ..base import LogError
 from ..source import MAX_LINE, LineTail
 from ..wire import F32, F64, fields, masked_crc, varint
-
-FORMAT = "tensorboard"
-WHAT = "TensorBoard event file"
-BINARY = True  # a file without a loss is named as this, never read as text
-NAMES = ((r"(?:^|/)events\.out\.tfevents\.[^/]*$", WHAT, 70),)
+from . import Reader
 
 
-def sniff(head):
-    """Sure when the file starts with a TFRecord: a little-endian uint64 length and the
-    masked CRC of it."""
-    magic = head.magic
-    if len(magic) < 12:
-        return 0.0
-    return 1.0 if masked_crc(magic[:8]) == struct.unpack("<I", magic[8:12])[0] else 0.0
+class TensorBoard(Reader):
+    FORMAT = "tensorboard"
+    WHAT = "TensorBoard event file"
+    ORDER = 20
+    FOLLOWS = True
+    BINARY = True  # a file without a loss is named as this, never read as text
+    NAMES = ((r"(?:^|/)events\.out\.tfevents\.[^/]*$", WHAT, 70),)
 
+    def sniff(self, head):
+        """Sure when the file starts with a TFRecord: a little-endian uint64 length and the
+        masked CRC of it."""
+        magic = head.magic
+        if len(magic) < 12:
+            return 0.0
+        return 1.0 if masked_crc(magic[:8]) == struct.unpack("<I", magic[8:12])[0] else 0.0
 
-def read(src, out):
-    """The scalars of the event file, one row per step."""
-    counts = [0, 0, None]
-    with src.open() as f:
-        out.stream(_rows_of(f, counts), "step")
-    out.lines = counts[0]
-    out.damage(counts, "event file")
+    def read(self, src, out):
+        """The scalars of the event file, one row per step."""
+        counts = [0, 0, None]
+        with src.open() as f:
+            out.stream(_rows_of(f, counts), "step")
+        out.lines = counts[0]
+        out.damage(counts, "event file")
+
+    def tail(self, f):
+        """What ``--follow`` keeps of a growing event file: its latest complete records."""
+        return RecordTail()
 
 
 def _tensor_scalar(buf):
@@ -190,8 +197,3 @@ class RecordTail(LineTail):
         self.carry = buf[i:]
         self._add(records)
         return len(records)
-
-
-def tail(f):
-    """What ``--follow`` keeps of a growing event file: its latest complete records."""
-    return RecordTail()

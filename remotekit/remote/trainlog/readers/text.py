@@ -8,24 +8,27 @@ from __future__ import annotations
 from collections import Counter
 
 from ..base import CODE_RE, FAST_PAIR_RE, PAIR_RE, WORD_RE
-from ..source import HEAD_ROWS, Lines, head_lines, line_tail
-
-FORMAT = "text"
-WHAT = "text log"
-tail = line_tail  # --follow keeps its latest lines
-NAMES = ((r"(?:\.log|\.out|\.txt)$", WHAT, 90),)
+from ..source import HEAD_ROWS, Lines, head_lines
+from . import Reader
 
 
-def sniff(head):
-    """Never sure: the registry reads with this reader what no other claims."""
-    return 0.0
+class Text(Reader):
+    FORMAT = "text"
+    WHAT = "text log"
+    ORDER = 130
+    FALLBACK = True  # never sure (its sniff says 0): it reads what no other reader claims
+    FOLLOWS = True
+    NAMES = ((r"(?:\.log|\.out|\.txt)$", WHAT, 90),)
 
-
-def read(src, out):
-    with src.open() as f:
-        lines = Lines(f)
-        _read(lines, out)
-        out.long = lines.long
+    def read(self, src, out):
+        out.caveats.append(
+            "no known trainer line format (nanoGPT, llm.c, Megatron, fairseq): every line's "
+            "key=value / key: value pairs were read as data"
+        )
+        with src.open() as f:
+            lines = Lines(f)
+            _read(lines, out)
+            out.long = lines.long
 
 
 def _text_row(line):

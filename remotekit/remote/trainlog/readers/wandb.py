@@ -6,36 +6,92 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
+from itertools import islice
 
 from ...infile import TooDeep, load_json, open_regular
 from ..base import LogError, fmt_number
-from ..source import READ
+from ..source import READ, mtime
 from ..wire import pb_varint, varint
+from . import Reader
+from .text import Text
 
-FORMAT = "wandb"
-WHAT = "W&B run file"
-BINARY = True  # a file without a loss is named as this, never read as text
-NOT_FOLLOWED = "a W&B run file (.wandb)"  # what --follow says it cannot follow
-NAMES = ((r"(?:^|/)run-[^/]*\.wandb$", WHAT, 60),)
-
-
-def sniff(head):
-    """Sure when the file starts with the W&B datastore header."""
-    magic = head.magic
-    return 1.0 if magic[:3] == b":W&" or magic[:4] == b"W&B\x00" else 0.0
+RUN_DIR_RE = re.compile(r"(?:^|/)(?:offline-)?run-\d{8}_\d{6}-\w+$")
+OUTPUT_LOG = "files/output.log"  # the console output W&B captures in a run directory
 
 
-def read(src, out):
-    """History of a W&B run file, and a note when its summary says the run went further."""
-    counts = [0, 0, None]
-    # a trainer's own step (HF: train/global_step, Lightning: trainer/global_step) over W&B's
-    # row counter _step, which counts log calls, not optimizer steps
-    need = [None]
-    out.stream(_rows(src.path, counts, need), None, need)
-    out.lines = counts[0]
-    out.damage(counts, WHAT)
-    _cut_short(src.path, out._table, out.notes)
+class Wandb(Reader):
+    FORMAT = "wandb"
+    WHAT = "W&B run file"
+    ORDER = 10
+    BINARY = True  # a file without a loss is named as this, never read as text
+    NOT_FOLLOWED = "a W&B run file (.wandb)"  # what --follow says it cannot follow
+    NAMES = ((r"(?:^|/)run-[^/]*\.wandb$", WHAT, 60),)
+
+    def sniff(self, head):
+        """Sure when the file starts with the W&B datastore header."""
+        magic = head.magic
+        return 1.0 if magic[:3] == b":W&" or magic[:4] == b"W&B\x00" else 0.0
+
+    def read(self, src, out):
+        """History of a W&B run file, and a note when its summary says the run went further."""
+        counts = [0, 0, None]
+        # a trainer's own step (HF: train/global_step, Lightning: trainer/global_step) over W&B's
+        # row counter _step, which counts log calls, not optimizer steps
+        need = [None]
+        out.stream(_rows(src.path, counts, need), None, need)
+        out.lines = counts[0]
+        out.damage(counts, self.WHAT)
+        _cut_short(src.path, out._table, out.notes)
+
+    def sift(self, top, found, notes):
+        """W&B run directories seen to. One without its ``run-*.wandb`` file (the only
+        history W&B keeps there) has side files only: its own debug logs are no candidates,
+        and its ``files/output.log`` (the console output W&B captured: what the script
+        printed) is, with a note that says the history is missing. When nothing else is
+        left to read, a LogError names what there is."""
+        top = top.rstrip("/")
+        bare = []
+        for root, dirs, _files in os.walk(top):
+            if root[len(top) :].count("/") > 2:
+                dirs[:] = []
+            if not RUN_DIR_RE.search(root):
+                continue
+            dirs[:] = []
+            inside = root + "/"
+            if any(f[4] == self.WHAT and f[3].startswith(inside) for f in found):
+                continue
+            found = [f for f in found if not f[3].startswith(inside)]
+            held = _without_history(os.path.relpath(root, top), root)
+            out = os.path.join(root, OUTPUT_LOG)
+            if not os.path.isfile(out):
+                bare.append(held)
+                continue
+            pref = Text.NAMES[0][2]  # read as a text log is
+            found.append((pref, -mtime(out), out[len(top) + 1 :], out, "W&B console"))
+            notes[out] = [
+                held + ": read %s, the console output W&B captured (what the script printed, "
+                "not what it logged), instead; copy the run's .wandb file for its history"
+                % OUTPUT_LOG
+            ]
+        if bare and not found:
+            raise LogError(
+                bare[0] + "; copy the run's .wandb file too, or name a log of the trainer's own"
+            )
+        found.sort()
+        return found
+
+
+def _without_history(rel, root):
+    """What a W&B run directory without its .wandb file holds, in words."""
+    names = (os.path.relpath(os.path.join(r, n), root) for r, _, ns in os.walk(root) for n in ns)
+    there = sorted(islice(names, 1000))  # a media-heavy run folder is not listed whole
+    return (
+        "a W&B run directory without its run-*.wandb file (the run's history): %s holds only %s"
+        % (rel, ", ".join(there[:8]) or "nothing")
+        + (" and %d more" % (len(there) - 8) if len(there) > 8 else "")
+    )
 
 
 # wandb/sdk/internal/datastore.py: a 7-byte file header ":W&B", magic 0xBEE1, version 0;
