@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..records import AS_IS, DICT, FLOAT, INT, NUMBER, STRS, Kind, Record, freeze, records, wire
+from ..records import AS_IS, DICT, FLOAT, INT, NUMBER, STRS, TUPLE, Kind, Record, records, wire
 
 # typing only for the checker: importing it costs a diagnostic step ~3 ms there.
 TYPE_CHECKING = False
@@ -39,8 +39,6 @@ __all__ = [
 
 #: A flat index: an int as it came, anything else None.
 INDEX = Kind("index", lambda value: value if isinstance(value, int) else None)
-#: A tuple of whatever it holds (a shape), lists inside as tuples; missing: ().
-TUPLE = Kind("tuple", freeze, tuple)
 #: A text (made a ``str``); missing: "".
 TEXT = Kind("text", str, str)
 
