@@ -41,9 +41,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def script(*args: Any) -> list[dict[str, Any]]:
+def script(*args: Any, path: Path = SCRIPT) -> list[dict[str, Any]]:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300
+        [sys.executable, str(path), *map(str, args)], capture_output=True, text=True, timeout=300
     )
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
@@ -75,6 +75,10 @@ def written(run_dir: Path) -> list[tuple[type[Record], dict[str, Any]]]:
     for rec in script("bisect", run_dir):
         if rec["type"] == "bisect":
             out.append((R.BadTensor, rec["first_bad"]["tensor"]))
+    samples = SCRIPT.with_name("ckpt_samples.py")
+    for rec in script(run_dir.with_name("samples"), "--steps", 2, path=samples):
+        if rec["type"] == "sample":
+            out.append((R.SampleCheckpoint, rec))
     return out
 
 
@@ -82,6 +86,7 @@ def test_every_class_is_written(written: list[tuple[type[Record], dict[str, Any]
     found = {cls for cls, _ in written}
     expected = {R.Checkpoint, R.BadTensor, R.ScanPlan, R.TensorInfo, R.OptimizerInfo}
     expected |= {R.ParamGroup, R.TensorDiff, R.DiffFlag, R.NonWeightDiff, R.NonWeightChange}
+    expected |= {R.SampleCheckpoint}
     assert expected <= found, expected - found
 
 
@@ -141,6 +146,8 @@ def test_the_local_names_are_the_shared_classes() -> None:
     for name in R.__all__:
         if name == "Checkpoint":
             assert issubclass(checkpoints.CheckpointReport, R.Checkpoint)
+        elif name == "SampleCheckpoint":
+            assert issubclass(checkpoints.Sample, R.SampleCheckpoint)
         elif hasattr(checkpoints, name):
             assert getattr(checkpoints, name) is getattr(R, name), name
     assert checkpoints.NonWeightChange("step", "counter", 6, 6, 200, 200).describe() == (

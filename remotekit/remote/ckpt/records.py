@@ -31,6 +31,7 @@ __all__ = [
     "NonWeightDiff",
     "OptimizerInfo",
     "ParamGroup",
+    "SampleCheckpoint",
     "ScanPlan",
     "TensorChange",
     "TensorDiff",
@@ -299,3 +300,19 @@ class BisectPoint(Record):
     path: str = wire(TEXT)
     global_step: int | float | None = wire(NUMBER)
     epoch: int | float | None = wire(NUMBER, default=None)
+
+
+@dataclass(frozen=True)
+class SampleCheckpoint(Record):
+    """A sample checkpoint ``ckpt_samples.py`` made for the demo (the local side's
+    ``Sample``): its name and path, the status a scan must give it, what is in it in words."""
+
+    TYPE = "sample"
+    #: Written there, not read here: the tensors a fault was planted in (the scan that the
+    #: demo runs finds them itself).
+    UNREAD = ("planted",)
+
+    name: str
+    path: str
+    expect: str
+    detail: str
