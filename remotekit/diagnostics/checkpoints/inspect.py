@@ -21,6 +21,11 @@ from remotekit.render import human_bytes, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
+    # the names the fields InspectReport inherits from the record are annotated with, for
+    # whoever resolves them here (the API reference)
+    from collections.abc import Mapping  # noqa: F401
+    from typing import Any  # noqa: F401
+
     from remotekit.target import Target
 
 __all__ = [
