@@ -41,9 +41,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def script(*args: Any) -> list[dict[str, Any]]:
+def script(*args: Any, path: Path = SCRIPT) -> list[dict[str, Any]]:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300
+        [sys.executable, str(path), *map(str, args)], capture_output=True, text=True, timeout=300
     )
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
@@ -62,6 +62,7 @@ def written(run_dir: Path) -> list[tuple[type[Record], dict[str, Any]]]:
         if rec["type"] == "tensor":
             out.append((R.TensorInfo, rec))
         elif rec["type"] == "inspect":
+            out.append((R.Inspect, rec))
             for o in rec["optimizers"]:
                 out += [(R.OptimizerInfo, o)] + [(R.ParamGroup, g) for g in o["groups"]]
     for rec in script("diff", run_dir / "ckpt-100.pt", run_dir / "ckpt-300.pt"):
@@ -75,6 +76,10 @@ def written(run_dir: Path) -> list[tuple[type[Record], dict[str, Any]]]:
     for rec in script("bisect", run_dir):
         if rec["type"] == "bisect":
             out.append((R.BadTensor, rec["first_bad"]["tensor"]))
+    samples = SCRIPT.with_name("ckpt_samples.py")
+    for rec in script(run_dir.with_name("samples"), "--steps", 2, path=samples):
+        if rec["type"] == "sample":
+            out.append((R.SampleCheckpoint, rec))
     return out
 
 
@@ -82,6 +87,7 @@ def test_every_class_is_written(written: list[tuple[type[Record], dict[str, Any]
     found = {cls for cls, _ in written}
     expected = {R.Checkpoint, R.BadTensor, R.ScanPlan, R.TensorInfo, R.OptimizerInfo}
     expected |= {R.ParamGroup, R.TensorDiff, R.DiffFlag, R.NonWeightDiff, R.NonWeightChange}
+    expected |= {R.SampleCheckpoint, R.Inspect}
     assert expected <= found, expected - found
 
 
@@ -89,13 +95,14 @@ def test_the_script_writes_exactly_the_declared_fields(
     written: list[tuple[type[Record], dict[str, Any]]],
 ) -> None:
     """Every key written is a field (or named in the class's UNREAD, with its reason), and
-    every field without a default is written."""
+    every field without a default is written; a field the local side fills in
+    (``sent=False``: inspect's tensors, gathered from the tensor records) never is."""
     for cls, rec in written:
-        declared = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        declared = {f.name for f in fields(cls) if f.metadata.get("sent", True)}  # type: ignore[arg-type]
         required = {
             f.name
             for f in fields(cls)  # type: ignore[arg-type]
-            if f.default is MISSING and f.default_factory is MISSING
+            if f.name in declared and f.default is MISSING and f.default_factory is MISSING
         }
         keys = set(rec) - {"type"}
         assert keys - set(cls.UNREAD) <= declared, (cls.__name__, keys - declared)
@@ -128,6 +135,22 @@ def test_a_record_of_a_script_that_failed_early_loads_as_before() -> None:
     assert d.rel_change != d.rel_change and d.max_abs_diff == 0.0
 
 
+def test_an_inspect_record_reads_as_before() -> None:
+    """Missing: no flag, no bytes, metadata not known; counts made whole, totals dicts
+    (where from_record's given values raised on a float NaN or a section that is no mapping)."""
+    i = R.Inspect.from_dict({"path": "/c.pt"})
+    assert (i.ok, i.bytes, i.metadata, i.scalars, i.dtypes, i.tensors) == (
+        False,
+        0,
+        None,
+        {},
+        {},
+        (),
+    )
+    i = R.Inspect.from_dict({"dtypes": {"f32": float("nan"), 1: 2.0}, "totals": {"w": 1}})
+    assert (i.dtypes, i.totals) == ({"f32": 0, "1": 2}, {"w": {}})
+
+
 def test_hostile_values_are_bounded() -> None:
     b = R.BadTensor.from_dict({"name": "w", "nan": "1e999", "first_index": "x", "numel": True})
     assert (b.nan, b.first_index, b.numel) == (0, None, 0)
@@ -141,6 +164,10 @@ def test_the_local_names_are_the_shared_classes() -> None:
     for name in R.__all__:
         if name == "Checkpoint":
             assert issubclass(checkpoints.CheckpointReport, R.Checkpoint)
+        elif name == "SampleCheckpoint":
+            assert issubclass(checkpoints.Sample, R.SampleCheckpoint)
+        elif name == "Inspect":
+            assert issubclass(checkpoints.InspectReport, R.Inspect)
         elif hasattr(checkpoints, name):
             assert getattr(checkpoints, name) is getattr(R, name), name
     assert checkpoints.NonWeightChange("step", "counter", 6, 6, 200, 200).describe() == (

@@ -22,18 +22,27 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
     EXIT_OK,
-    from_record,
     run_diagnostic,
 )
-from remotekit.diagnostics.system import TorchInfo
 from remotekit.errors import DryRun, RemotekitError, StepCancelled
+from remotekit.remote.gpulayers.records import (
+    NVIDIA_MAJOR,
+    CgroupView,
+    DeviceNode,
+    DriverView,
+    LayerView,
+    LxcConfig,
+    SmiGpu,
+    SmiView,
+)
+from remotekit.remote.sysinfo.records import TorchInfo
 from remotekit.render import clip, table
 from remotekit.result import Shown
 
@@ -60,10 +69,6 @@ SCRIPT = "gpulayers.py"
 #: the driver is healthy; a hung one is cut off there after SMI_TIMEOUT_S).
 LAYER_TIMEOUT_S = 60.0
 SMI_TIMEOUT_S = 10.0
-#: The character devices' major of /dev/nvidia<N>, /dev/nvidiactl and /dev/nvidia-modeset
-#: (the kernel's Documentation/admin-guide/devices.txt, "195 char Nvidia graphics devices");
-#: nvidia-uvm and nvidia-caps get a dynamic major (/proc/devices).
-NVIDIA_MAJOR = 195
 #: What a hop's hosts.yaml key says about how GPUs reach inside it: the fixes differ.
 GROUPS = {
     "container": "lxc",  # Proxmox pct: LXC underneath
@@ -78,121 +83,13 @@ GROUPS = {
 # --------------------------------------------------------------------------- values
 
 
-@dataclass(frozen=True)
-class SmiGpu:
-    """One line of ``nvidia-smi -L`` there (its index is that level's own numbering)."""
-
-    index: int
-    name: str | None
-    uuid: str | None
-    bus_id: str | None = None
-    driver: str | None = None
-
-
-@dataclass(frozen=True)
-class SmiView:
-    """``nvidia-smi -L`` at one level; ``problem`` names why it listed nothing (``no_nvidia_smi``,
-    ``no_driver``, ``nvml_mismatch``, ``nvml_blocked``, ``no_nvml_library``, ``no_devices``,
-    ``no_permission``, ``timeout``, ``failed``), ``said`` its words."""
-
-    path: str | None
-    exit_code: int | None
-    said: str | None
-    problem: str | None
-    gpus: tuple[SmiGpu, ...]
-
-
-@dataclass(frozen=True)
-class DeviceNode:
-    """A ``/dev/nvidia*`` entry: ``kind`` char (a device node), file (a test's stand-in), dir,
-    other or broken; ``access``: this process may open it for reading and writing."""
-
-    path: str
-    kind: str
-    major: int | None = None
-    minor: int | None = None
-    mode: str | None = None
-    uid: int | None = None
-    gid: int | None = None
-    access: bool | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class CgroupView:
-    """The device rules of the level's cgroup: v1's ``devices.list`` lines (``rules``); v2's
-    count of attached device programs (``bpf_programs``); ``note`` says why unknown."""
-
-    version: int | None
-    path: str | None = None
-    rules: tuple[str, ...] = ()
-    bpf_programs: int | None = None
-    note: str | None = None
-
-    @property
-    def allows_gpus(self) -> bool | None:
-        """Whether c 195:* may be read and written here: None when it cannot be told."""
-        if self.version == 2:
-            return True if self.bpf_programs == 0 else None  # no program: nothing filtered
-        if self.version != 1 or not self.rules:
-            return None
-        for rule in self.rules:
-            words = rule.split()
-            if len(words) != 3 or "r" not in words[2] or "w" not in words[2]:
-                continue
-            major = words[1].split(":")[0]
-            if words[0] == "a" or (words[0] == "c" and major in ("*", str(NVIDIA_MAJOR))):
-                return True
-        return False
-
-
-@dataclass(frozen=True)
-class DriverView:
-    """The kernel module's version and the GPUs it knows (``/proc/driver/nvidia``), and the
-    versions of ``libnvidia-ml.so`` installed at this level."""
-
-    kernel: str | None
-    kernel_gpus: tuple[str, ...]
-    nvml: tuple[str, ...]
-
-    @property
-    def mismatch(self) -> bool:
-        """NVML here is not the module's version: "Driver/library version mismatch"."""
-        return bool(self.kernel and self.nvml and self.kernel not in self.nvml)
-
-
-@dataclass(frozen=True)
-class LxcConfig:
-    """The GPU lines of the config of the LXC container entered next, read from outside."""
-
-    path: str
-    readable: bool
-    lines: tuple[str, ...]
-    error: str | None = None
-
-
 @dataclass(frozen=True, repr=False)
-class Layer(Shown):
-    """What one level of the chain sees. ``kind``: ``node``, the hop's hosts.yaml key
-    (``container``, ``lxc``, ``podman``, ``slurm`` ...) or ``python`` (the target's own
-    interpreter, with its env and torch); ``hops``: how many hops were entered. ``error``:
-    why the probe could not run there (then the rest is empty)."""
-
-    name: str
-    kind: str
-    hops: int
-    error: str | None = None
-    uid: int | None = None
-    groups: tuple[int, ...] = ()
-    root: str | None = None
-    smi: SmiView | None = None
-    devices: tuple[DeviceNode, ...] = ()
-    cgroup: CgroupView | None = None
-    driver: DriverView | None = None
-    env: Mapping[str, str | None] = field(default_factory=dict)
-    slurm_gres: str | None = None
-    lxc_config: LxcConfig | None = None
-    torch: TorchInfo | None = None
+class Layer(Shown, LayerView):
+    """What one level of the chain sees (its fields: the ``layer`` record,
+    :class:`~remotekit.remote.gpulayers.records.LayerView`). ``kind``: ``node``, the hop's
+    hosts.yaml key (``container``, ``lxc``, ``podman``, ``slurm`` ...) or ``python`` (the
+    target's own interpreter, with its env and torch); ``hops``: how many hops were entered.
+    ``error``: why the probe could not run there (then the rest is empty)."""
 
     @property
     def gpu_count(self) -> int | None:
@@ -338,16 +235,15 @@ def layer_of(
     name: str, kind: str, hops: int, rec: Mapping[str, Any], torch: Mapping[str, Any] | None
 ) -> Layer:
     """A :class:`Layer` from the probe's ``layer`` (and ``torch``) records."""
-    driver = rec.get("driver") or {}
-    return from_record(
-        Layer,
-        rec,
+    layer = Layer.from_dict(rec)
+    return replace(
+        layer,
         name=name,
         kind=kind,
         hops=hops,
-        root=None if rec.get("root") in (None, "/") else str(rec["root"]),
-        driver=from_record(DriverView, driver, kernel_gpus=tuple(driver.get("kernel_gpus") or ())),
-        torch=None if torch is None else from_record(TorchInfo, torch),
+        root=None if layer.root in (None, "/") else str(layer.root),
+        driver=layer.driver or DriverView.from_dict(None),  # a probe that read none: empty
+        torch=None if torch is None else TorchInfo.from_dict(torch),
     )
 
 

@@ -20,7 +20,7 @@ container, interpreter).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from remotekit.diagnostics.base import (
@@ -29,8 +29,21 @@ from remotekit.diagnostics.base import (
     DiagnosticRun,
     Record,
     Report,
-    from_record,
     run_diagnostic,
+)
+from remotekit.remote.sysinfo.records import (
+    CheckpointSize,
+    ContainerInfo,
+    Environment,
+    FileEntry,
+    Filesystem,
+    Gpu,
+    GpuProcess,
+    ProcInfo,
+    SmiInfo,
+    TorchDevice,
+    TorchInfo,
+    WalkStats,
 )
 from remotekit.render import clip, human_bytes, table
 from remotekit.result import Shown
@@ -86,71 +99,6 @@ class _Hosted(Report, Protocol):
 # --------------------------------------------------------------------------- values
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """One GPU as nvidia-smi reports it; ``None`` where it said ``[N/A]``."""
-
-    index: int
-    uuid: str | None
-    name: str | None
-    pstate: str | None
-    utilization_pct: int | None
-    memory_used_mib: int | None
-    memory_total_mib: int | None
-    temperature_c: int | None
-    power_draw_w: float | None
-    power_limit_w: float | None
-    clocks_sm_mhz: int | None
-    throttle_mask: int | None
-    throttle_reasons: tuple[str, ...]
-    ecc_uncorrected_volatile: int | None
-    ecc_uncorrected_aggregate: int | None
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """A compute app holding GPU memory; ``visible`` is whether its pid is in /proc there.
-
-    Inside a container nvidia-smi may report pids of another pid namespace, so an invisible
-    pid is "not visible here", not necessarily dead.
-    """
-
-    gpu_uuid: str | None
-    gpu_index: int | None
-    pid: int
-    process_name: str
-    used_memory_mib: int | None
-    visible: bool
-
-
-@dataclass(frozen=True)
-class TorchDevice:
-    """One CUDA device as torch enumerates it; ``uuid`` (as nvidia-smi writes it) and
-    ``pci_bus_id`` where this torch says them."""
-
-    index: int
-    name: str
-    total_memory_mib: int | None
-    capability: str | None
-    uuid: str | None = None
-    pci_bus_id: str | None = None
-
-
-@dataclass(frozen=True)
-class TorchInfo:
-    """What the target's torch is and sees; ``importable`` is False when torch is missing."""
-
-    importable: bool
-    version: str | None
-    cuda: str | None
-    cudnn: str | None
-    nccl: str | None
-    cuda_available: bool | None
-    device_count: int | None
-    devices: tuple[TorchDevice, ...]
-    error: str | None
-
-
 @dataclass(frozen=True, repr=False)
 class GpuReport(Shown):
     host: str
@@ -168,95 +116,21 @@ class GpuReport(Shown):
         return render_gpu(self)
 
 
-@dataclass(frozen=True)
-class ContainerInfo:
-    """Whether the host is a container; ``evidence`` lists what was checked and found."""
-
-    detected: bool | None
-    kind: str | None
-    evidence: tuple[str, ...]
-
-
 @dataclass(frozen=True, repr=False)
-class EnvReport(Shown):
-    """The interpreter, torch stack and host facts; fields are None if the script failed."""
+class EnvReport(Shown, Environment):
+    """The interpreter, torch stack and host facts (the ``env`` record,
+    :class:`~remotekit.remote.sysinfo.records.Environment`); fields are None if the script
+    failed."""
 
-    host: str
-    python: str | None
-    python_executable: str | None
-    venv: bool | None
-    hostname: str | None
-    kernel: str | None
-    os: str | None
-    cpu_count: int | None
-    cpu_usable: int | None
-    mem_total_mib: int | None
-    mem_available_mib: int | None
-    cgroup_memory_limit_mib: int | None
-    cuda_visible_devices: str | None
-    container: ContainerInfo | None
-    torch: TorchInfo | None
-    findings: tuple[str, ...]
-    notes: tuple[str, ...]
-    errors: tuple[str, ...]
-    exit_code: int
+    # mypy takes the record's wire(...) fields for ones with defaults; they have none (and
+    # these are required as they always were), hence the ignores.
+    findings: tuple[str, ...]  # type: ignore[misc]
+    notes: tuple[str, ...]  # type: ignore[misc]
+    errors: tuple[str, ...]  # type: ignore[misc]
+    exit_code: int  # type: ignore[misc]
 
     def render(self) -> str:
         return render_env(self)
-
-
-@dataclass(frozen=True)
-class Filesystem:
-    """statvfs of one asked-for path; ``checked`` is the nearest existing path when it is missing.
-
-    ``free_bytes`` is what an unprivileged writer can use (``f_bavail``).
-    """
-
-    path: str
-    exists: bool
-    checked: str | None
-    mount: str | None = None
-    fstype: str | None = None
-    total_bytes: int | None = None
-    free_bytes: int | None = None
-    used_bytes: int | None = None
-    free_pct: float | None = None
-    inodes_total: int | None = None
-    inodes_free: int | None = None
-    inodes_free_pct: float | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class WalkStats:
-    """The bounded walk of one path; ``inside`` names the walked path that already covers it."""
-
-    root: str
-    inside: str | None = None
-    files: int | None = None
-    dirs: int | None = None
-    bytes: int | None = None
-    truncated: str | None = None  # "max_entries" / "max_seconds": sizes are a lower bound
-    errors: int | None = None
-    other_filesystems: int | None = None
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    path: str
-    size_bytes: int
-    mtime: int
-    checkpoint: bool
-
-
-@dataclass(frozen=True)
-class CheckpointSize:
-    """The largest checkpoint found on one filesystem (a file, or a checkpoint directory)."""
-
-    path: str
-    size_bytes: int
-    kind: str  # "file" | "dir"
-    mount: str | None
 
 
 @dataclass(frozen=True, repr=False)
@@ -273,28 +147,6 @@ class DiskReport(Shown):
 
     def render(self) -> str:
         return render_disk(self)
-
-
-@dataclass(frozen=True)
-class ProcInfo:
-    """A Python process, or one that holds GPU memory or /dev/nvidia* (``gpu_fds``).
-
-    ``gpu_fds`` is None where /proc/<pid>/fd was not readable; ``gpus`` / ``gpu_memory_mib``
-    come from nvidia-smi and are empty / None when it lists no memory for the pid.
-    """
-
-    pid: int
-    ppid: int
-    uid: int | None
-    state: str
-    comm: str
-    cmdline: str  # secret-looking option values are *** already there
-    age_s: float
-    rss_mib: int | None
-    python: bool
-    gpu_fds: bool | None
-    gpus: tuple[int | None, ...]
-    gpu_memory_mib: int | None
 
 
 @dataclass(frozen=True, repr=False)
@@ -342,10 +194,7 @@ def _run(
 
 
 def _torch(rec: Record | None) -> TorchInfo | None:
-    if rec is None:
-        return None
-    devices = tuple(from_record(TorchDevice, d) for d in rec.get("devices") or [])
-    return from_record(TorchInfo, rec, devices=devices)
+    return None if rec is None else TorchInfo.from_dict(rec)
 
 
 def _smi_timeout(timeout: float | None) -> float:
@@ -405,17 +254,17 @@ def gpu_status(
         on_record=on_record,
         preload=TORCH,
     )
-    smi = run.first("smi") or {}
+    smi = SmiInfo.from_dict(run.first("smi"))
     fields = _report_fields(run)
     lost = {r.get("code") for r in run.records if r.get("type") in ("warning", "error")}
     if lost & LOST_GPU:
         fields["notes"] = (*fields["notes"], LAYERS_HINT)
     return GpuReport(
         host=target.name,
-        nvidia_smi=smi.get("path"),
-        throttle_field=smi.get("throttle_field"),
-        gpus=tuple(from_record(Gpu, r) for r in run.of("gpu")),
-        processes=tuple(from_record(GpuProcess, r) for r in run.of("gpu_process")),
+        nvidia_smi=smi.path,
+        throttle_field=smi.throttle_field,
+        gpus=tuple(Gpu.from_dict(r) for r in run.of("gpu")),
+        processes=tuple(GpuProcess.from_dict(r) for r in run.of("gpu_process")),
         torch=_torch(run.first("torch")),
         **fields,
     )
@@ -454,18 +303,9 @@ def environment(
     run = _run(
         target, ["env"], step="env", timeout=timeout, env=env, on_record=on_record, preload=TORCH
     )
-    rec = run.first("env")
-    container = None
-    if rec and rec.get("container"):
-        container = from_record(ContainerInfo, rec["container"])
-    return from_record(
-        EnvReport,
-        rec,
-        host=target.name,
-        container=container,
-        torch=_torch(run.first("torch")),
-        **_report_fields(run),
-    )
+    report = EnvReport.from_dict(run.first("env"))
+    fields = _report_fields(run)
+    return replace(report, host=target.name, torch=_torch(run.first("torch")), **fields)
 
 
 def disk_usage(
@@ -508,10 +348,10 @@ def disk_usage(
     run = _run(target, args, step="disk", timeout=timeout, env=env, on_record=on_record)
     return DiskReport(
         host=target.name,
-        filesystems=tuple(from_record(Filesystem, r) for r in run.of("fs")),
-        walks=tuple(from_record(WalkStats, r) for r in run.of("walk")),
-        largest_files=tuple(from_record(FileEntry, r) for r in run.of("file")),
-        checkpoints=tuple(from_record(CheckpointSize, r) for r in run.of("checkpoint")),
+        filesystems=tuple(Filesystem.from_dict(r) for r in run.of("fs")),
+        walks=tuple(WalkStats.from_dict(r) for r in run.of("walk")),
+        largest_files=tuple(FileEntry.from_dict(r) for r in run.of("file")),
+        checkpoints=tuple(CheckpointSize.from_dict(r) for r in run.of("checkpoint")),
         **_report_fields(run),
     )
 
@@ -536,8 +376,8 @@ def processes(
     run = _run(target, args, step="procs", timeout=timeout, env=env, on_record=on_record)
     return ProcReport(
         host=target.name,
-        processes=tuple(from_record(ProcInfo, r) for r in run.of("proc")),
-        gpu_processes=tuple(from_record(GpuProcess, r) for r in run.of("gpu_process")),
+        processes=tuple(ProcInfo.from_dict(r) for r in run.of("proc")),
+        gpu_processes=tuple(GpuProcess.from_dict(r) for r in run.of("gpu_process")),
         **_report_fields(run),
     )
 

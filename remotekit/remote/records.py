@@ -107,6 +107,9 @@ STRS = Kind("strs", lambda value: tuple(str(x) for x in items(value)), tuple)
 #: A tuple of floats, non-finite strings decoded, anything not a number as NaN (a value
 #: that is not a list: none).
 FLOATS = Kind("floats", _floats, tuple)
+#: A tuple of whatever it holds (a shape, numbers that may be None), lists inside as tuples;
+#: missing: ().
+TUPLE = Kind("tuple", freeze, tuple)
 #: A mapping, copied as a dict (a value that is not a mapping: an empty one).
 DICT = Kind("dict", lambda value: dict(value) if _is_map(value) else {}, dict)
 

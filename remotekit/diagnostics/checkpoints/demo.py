@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from remotekit.diagnostics.base import EXIT_FINDINGS, EXIT_OK, from_record
+from remotekit.diagnostics.base import EXIT_FINDINGS, EXIT_OK
 from remotekit.diagnostics.checkpoints.common import SAMPLES_SCRIPT, run_script
 from remotekit.diagnostics.checkpoints.scan import (
     CheckpointScan,
@@ -14,6 +14,7 @@ from remotekit.diagnostics.checkpoints.scan import (
     render_scan,
     scan_checkpoints,
 )
+from remotekit.remote.ckpt.records import SampleCheckpoint
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -23,14 +24,10 @@ __all__ = ["DemoReport", "Sample", "make_samples", "render_demo", "run_demo"]
 
 
 @dataclass(frozen=True, repr=False)
-class Sample(Shown):
-    """A sample checkpoint made by :func:`make_samples`; ``expect`` is the status a scan
-    must give it. Its ``str()`` is its line in ``ckpt-demo``'s list of samples."""
-
-    name: str
-    path: str
-    expect: str
-    detail: str
+class Sample(Shown, SampleCheckpoint):
+    """A sample checkpoint made by :func:`make_samples` (the ``sample`` record,
+    :class:`~remotekit.remote.ckpt.records.SampleCheckpoint`); ``expect`` is the status a
+    scan must give it. Its ``str()`` is its line in ``ckpt-demo``'s list of samples."""
 
     repr_keys = ("name", "expect")
 
@@ -85,7 +82,7 @@ def make_samples(
         step="ckpt-samples",
         timeout=timeout,
     )
-    return [from_record(Sample, r) for r in run.of("sample")]
+    return [Sample.from_dict(r) for r in run.of(Sample.TYPE)]
 
 
 def run_demo(

@@ -3,25 +3,29 @@ without reading tensor data (:func:`inspect_checkpoint`, :func:`render_inspect`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_OK, from_record
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_OK
 from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
-    as_int,
     kinds,
     run_script,
     short_count,
     short_float,
 )
 from remotekit.remote.ckpt.options import InspectOptions
-from remotekit.remote.ckpt.records import OptimizerInfo, ParamGroup, TensorInfo
+from remotekit.remote.ckpt.records import Inspect, OptimizerInfo, ParamGroup, TensorInfo
 from remotekit.render import human_bytes, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
+    # the names the fields InspectReport inherits from the record are annotated with, for
+    # whoever resolves them here (the API reference)
+    from collections.abc import Mapping  # noqa: F401
+    from typing import Any  # noqa: F401
+
     from remotekit.target import Target
 
 __all__ = [
@@ -35,27 +39,11 @@ __all__ = [
 
 
 @dataclass(frozen=True, repr=False)
-class InspectReport(Shown):
-    """Structure of one checkpoint: tensors, step/epoch, top-level scalars, optimizers;
-    ``totals`` per section ("weights", "optimizer", "other") and ``other`` per kind."""
-
-    path: str
-    ok: bool
-    error: str | None
-    format: str | None
-    bytes: int
-    global_step: int | float | None
-    epoch: int | float | None
-    tensors: tuple[TensorInfo, ...]
-    top_keys: tuple[str, ...]
-    scalars: Mapping[str, Any]
-    optimizers: tuple[OptimizerInfo, ...]
-    totals: Mapping[str, Mapping[str, int]]
-    dtypes: Mapping[str, int]
-    metadata: Mapping[str, Any] | None
-    needs_globals: tuple[str, ...]
-    notes: tuple[str, ...]
-    other: Mapping[str, int] = field(default_factory=dict)
+class InspectReport(Shown, Inspect):
+    """Structure of one checkpoint (the ``inspect`` record,
+    :class:`~remotekit.remote.ckpt.records.Inspect`): tensors, step/epoch, top-level
+    scalars, optimizers; ``totals`` per section ("weights", "optimizer", "other") and
+    ``other`` per kind."""
 
     @property
     def exit_code(self) -> int:
@@ -89,19 +77,13 @@ def inspect_checkpoint(
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
     args = InspectOptions.of(path, **loading).argv()
     run = run_script(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
-    rec = run.first("inspect") or {}
-    return from_record(
-        InspectReport,
-        rec,
-        path=str(rec.get("path", path)),
-        ok=bool(rec.get("ok")),
-        error=rec.get("error") if rec else "the script gave no inspect record",
-        bytes=as_int(rec.get("bytes")),
-        tensors=tuple(TensorInfo.from_dict(r) for r in run.of("tensor")),
-        scalars=dict(rec.get("scalars") or {}),
-        optimizers=tuple(OptimizerInfo.from_dict(o) for o in rec.get("optimizers") or ()),
-        totals={str(k): dict(v) for k, v in (rec.get("totals") or {}).items()},
-        dtypes={str(k): as_int(v) for k, v in (rec.get("dtypes") or {}).items()},
+    rec = run.first(Inspect.TYPE)
+    report = InspectReport.from_dict(rec)
+    return replace(
+        report,
+        path=report.path if rec and "path" in rec else path,
+        error=report.error if rec else "the script gave no inspect record",
+        tensors=tuple(TensorInfo.from_dict(r) for r in run.of(TensorInfo.TYPE)),
     )
 
 

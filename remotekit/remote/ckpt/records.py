@@ -14,7 +14,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..records import AS_IS, DICT, FLOAT, INT, NUMBER, STRS, Kind, Record, freeze, records, wire
+from ..records import (
+    AS_IS,
+    DICT,
+    FLOAT,
+    INT,
+    NUMBER,
+    STRS,
+    TUPLE,
+    Kind,
+    Record,
+    records,
+    whole,
+    wire,
+)
 
 # typing only for the checker: importing it costs a diagnostic step ~3 ms there.
 TYPE_CHECKING = False
@@ -26,11 +39,13 @@ __all__ = [
     "BisectPoint",
     "Checkpoint",
     "DiffFlag",
+    "Inspect",
     "LogFile",
     "NonWeightChange",
     "NonWeightDiff",
     "OptimizerInfo",
     "ParamGroup",
+    "SampleCheckpoint",
     "ScanPlan",
     "TensorChange",
     "TensorDiff",
@@ -39,8 +54,6 @@ __all__ = [
 
 #: A flat index: an int as it came, anything else None.
 INDEX = Kind("index", lambda value: value if isinstance(value, int) else None)
-#: A tuple of whatever it holds (a shape), lists inside as tuples; missing: ().
-TUPLE = Kind("tuple", freeze, tuple)
 #: A text (made a ``str``); missing: "".
 TEXT = Kind("text", str, str)
 
@@ -57,6 +70,20 @@ def _float_or(default):
 FLOAT_NAN = Kind("float or nan", _float_or(float("nan")), lambda: float("nan"))
 #: A float; what is no number (or missing): 0.0.
 FLOAT_0 = Kind("float or 0", lambda value: _float_or(0.0)(value) or 0.0, float)
+#: A flag: the truth of what came; missing: False.
+FLAG = Kind("flag", bool, bool)
+#: A count (a whole number, as INT); missing: 0.
+COUNT = Kind("count", whole, int)
+#: A mapping, as DICT; missing: None (not known, rather than empty).
+MAPPING = Kind("mapping or none", DICT.parse)
+#: Names -> counts (each a whole number); no mapping: an empty one.
+COUNTS = Kind(
+    "counts", lambda value: {str(k): whole(v) for k, v in DICT.parse(value).items()}, dict
+)
+#: Section -> its totals, each a mapping as it came (one that is none: empty).
+TOTALS = Kind(
+    "totals", lambda value: {str(k): DICT.parse(v) for k, v in DICT.parse(value).items()}, dict
+)
 #: A status word; missing or empty: "error" (a record that says nothing read nothing).
 STATUS = Kind("status", lambda value: str(value or "error"), lambda: "error")
 
@@ -204,6 +231,33 @@ class OptimizerInfo(Record):
 
 
 @dataclass(frozen=True)
+class Inspect(Record):
+    """The ``inspect`` record: the structure of one checkpoint (the local side's
+    ``InspectReport`` is this record with its text; its docstring says each field).
+    ``tensors`` are the ``tensor`` records that came before it, gathered here."""
+
+    TYPE = "inspect"
+
+    path: str = wire(TEXT)
+    ok: bool = wire(FLAG)
+    error: str | None = wire()
+    format: str | None = wire()
+    bytes: int = wire(COUNT)
+    global_step: int | float | None = wire(NUMBER)
+    epoch: int | float | None = wire(NUMBER)
+    tensors: tuple[TensorInfo, ...] = wire(records(TensorInfo), sent=False)
+    top_keys: tuple[str, ...] = wire(STRS)
+    scalars: Mapping[str, Any] = wire(DICT)
+    optimizers: tuple[OptimizerInfo, ...] = wire(records(OptimizerInfo))
+    totals: Mapping[str, Mapping[str, int]] = wire(TOTALS)
+    dtypes: Mapping[str, int] = wire(COUNTS)
+    metadata: Mapping[str, Any] | None = wire(MAPPING)
+    needs_globals: tuple[str, ...] = wire(STRS)
+    notes: tuple[str, ...] = wire(STRS)
+    other: Mapping[str, int] = wire(DICT, factory=dict)
+
+
+@dataclass(frozen=True)
 class TensorDiff(Record):
     """B against A for one tensor: ``rel_change`` = ||B-A|| / ||A|| over the elements finite
     in both; ``new_nonfinite`` counts elements finite in A and not in B."""
@@ -301,3 +355,19 @@ class BisectPoint(Record):
     path: str = wire(TEXT)
     global_step: int | float | None = wire(NUMBER)
     epoch: int | float | None = wire(NUMBER, default=None)
+
+
+@dataclass(frozen=True)
+class SampleCheckpoint(Record):
+    """A sample checkpoint ``ckpt_samples.py`` made for the demo (the local side's
+    ``Sample``): its name and path, the status a scan must give it, what is in it in words."""
+
+    TYPE = "sample"
+    #: Written there, not read here: the tensors a fault was planted in (the scan that the
+    #: demo runs finds them itself).
+    UNREAD = ("planted",)
+
+    name: str
+    path: str
+    expect: str
+    detail: str
