@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import remotekit.diagnostics.trainlog as tl
-from tests.test_trainlog_script import Run, run
+from tests.trainlog_kit import Run, run
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:

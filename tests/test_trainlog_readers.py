@@ -24,7 +24,8 @@ import pytest
 
 from tests.conftest import CI
 from tests.harness import DATA
-from tests.test_trainlog_script import SCRIPT, Run, run, shipped
+from tests.smi import make_bin_dir, smi_env
+from tests.trainlog_kit import SCRIPT, Run, run, shipped
 
 READERS = SCRIPT.parent / "trainlog" / "readers"
 
@@ -717,7 +718,6 @@ def test_diagnose_run_reads_the_file_train_log_reads(
 ) -> None:
     import remotekit
     from remotekit.diagnostics import diagnose as dg
-    from tests.test_system_api import make_bin_dir, smi_env
 
     with remotekit.local_target() as t:
         rep = dg.diagnose(
