@@ -3,22 +3,30 @@
 ``SSHServer`` starts a real ``sshd`` with generated host and client keys, its own config and
 known_hosts, polls it until it answers and stops it in ``stop()``. ``FakeNode`` installs the
 `pct` stand-in (tests/fakes/pct), whose CTs are real LXC containers (tests/runtimes.py). Used by
-tests/conftest.py and by bench/.
+tests/conftest.py and by bench/. Beside them, what many test modules share: the command line
+run as a user runs it (``cli``, ``rk``, ``Tty`` on a pty) and the other Pythons found here
+(``PYTHONS``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import getpass
+import glob
 import importlib
 import inspect
+import json
 import os
+import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -486,3 +494,118 @@ def tree(folder: Path) -> dict[str, tuple[int, int, int, int]]:
         st = path.lstat()
         out[str(path.relative_to(folder))] = (st.st_mode, st.st_uid, st.st_size, st.st_mtime_ns)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line, as a user runs it: `remotekit TASK ...` in a subprocess, or on a pty
+
+REMOTEKIT = [sys.executable, "-m", "remotekit"]
+PNG = b"\x89PNG\r\n\x1a\n"  # how a ``--plot`` file starts
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "remotekit", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def rk(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "remotekit", *args], cwd=cwd, capture_output=True, timeout=60
+    )
+
+
+def only_host(stdout: str) -> dict[str, Any]:
+    doc = json.loads(stdout)
+    [host] = doc["hosts"]
+    assert host["host"] == "local" and host["exit_code"] == doc["exit_code"]
+    return host
+
+
+class Tty:
+    """`remotekit ARGS` with stdout and stderr on a new pty (or stderr alone: ``stdout=PIPE``),
+    in its own session and process group; what it writes to the pty is read into ``seen``."""
+
+    def __init__(
+        self,
+        args: list[str],
+        cwd: Path,
+        *,
+        pipe_stdout: bool = False,
+        size: tuple[int, int] = (60, 200),
+    ) -> None:
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))  # rows, cols
+        self.proc = subprocess.Popen(
+            [*REMOTEKIT, *args],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipe_stdout else slave,
+            stderr=slave,
+            start_new_session=True,
+        )
+        os.close(slave)
+        self.seen = b""
+
+    def read_until(self, done: object, timeout: float = 60.0) -> bytes:
+        """Read until ``done(seen)`` is true or the pty closes; the bytes seen."""
+        end = time.monotonic() + timeout
+        while not done(self.seen) and time.monotonic() < end:  # type: ignore[operator]
+            ready, _, _ = select.select([self.master], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(self.master, 65536)
+                except OSError:  # EIO: every writer has closed the pty
+                    break
+                if not data:
+                    break
+                self.seen += data
+        return self.seen
+
+    def finish(self, timeout: float = 60.0) -> int:
+        self.read_until(lambda _: False, timeout=0.1)
+        rc = self.proc.wait(timeout=timeout)
+        self.read_until(lambda _: False, timeout=0.5)
+        os.close(self.master)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# the other Pythons on this machine
+
+
+def _interpreters() -> dict[tuple[int, int], str]:
+    found: dict[tuple[int, int], str] = {}
+    candidates = [shutil.which(f"python3.{m}") for m in range(6, 15)] + [shutil.which("python2.7")]
+    candidates += sorted(glob.glob(str(Path.home() / ".pyenv/versions/*/bin/python")))
+    for path in filter(None, candidates):
+        try:
+            out = subprocess.run(
+                [path, "-c", "import sys; sys.stdout.write('%d %d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.split()
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if len(out) == 2:
+            found.setdefault((int(out[0]), int(out[1])), path)
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    """``PYTHONS``: (major, minor) -> the path of each other Python found here, looked for on
+    first use (each candidate is run), not by every module that imports this one."""
+    if name == "PYTHONS":
+        globals()["PYTHONS"] = pythons = _interpreters()
+        return pythons
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

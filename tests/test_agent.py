@@ -32,8 +32,7 @@ from remotekit.layers import LOADER
 from remotekit.remote.agent import FRAME, MIN_PYTHON, TO_CALLER, WARMS, frame, frames
 from remotekit.step import StepHeader
 from tests.conftest import CT, held_with_python, write_inventory
-from tests.harness import FAKES, ancestors, processes_with, venv_prefix, wait_gone
-from tests.test_interpreters import PYTHONS
+from tests.harness import FAKES, PYTHONS, ancestors, processes_with, venv_prefix, wait_gone
 
 pytestmark = pytest.mark.timeout(90)
 

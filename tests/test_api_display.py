@@ -31,7 +31,8 @@ from remotekit.diagnostics import checkpoints, system
 from remotekit.diagnostics.base import Report
 from remotekit.result import Shown
 from tests.conftest import write_inventory
-from tests.test_cli import cli
+from tests.harness import cli, rk
+from tests.trainlog_kit import append, follow, once_started, until
 
 
 def reports(t: remotekit.Target, tmp_path: Path) -> list[Report]:
@@ -346,8 +347,6 @@ def test_a_run_its_record_and_its_start_show_themselves_as_the_cli_does(
 ) -> None:
     """``runs`` lists a run's record with the row its str() holds; ``run --detach`` says
     what a Detached's str() says; the handle's faces ask nothing of the host."""
-    from tests.test_cli_runs import rk
-
     run = local.run(["sh", "-c", "echo '<b>'; exit 3"], detach=True)
     assert run.result is not None and run.result.detached is not None
     d = run.result.detached
@@ -391,7 +390,6 @@ def test_a_followed_incident_prints_the_line_the_cli_prints(
     """``train-log --follow`` prints ``incident.render(tolerance)``: the incident keeps the
     log's tolerance, so its str() is that line (a spike 2 steps after a save is at it)."""
     from remotekit.diagnostics import trainlog
-    from tests.test_trainlog_follow import _append, follow, once_started, until
 
     log = tmp_path / "log.jsonl"
     log.write_text("")
@@ -403,7 +401,7 @@ def test_a_followed_incident_prints_the_line_the_cli_prints(
         statuses.append(status)
         start(status)
 
-    start = once_started(lambda: _append(log, [*rows, *spike]))
+    start = once_started(lambda: append(log, [*rows, *spike]))
     with follow(local, str(log), ckpt_steps=[299], tolerance=5, on_status=on_status) as live:
         inc = until(live, lambda i: i.kind == "spike")
         assert live.source is not None and live.source.tolerance == 5

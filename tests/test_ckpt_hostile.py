@@ -23,7 +23,7 @@ from remotekit.remote.ckpt.base import import_torch
 from remotekit.remote.ckpt.check import BIG_FILE, _collect_if_needed, scan_item
 from remotekit.remote.ckpt.discover import _file_item
 from tests import ckpt_factory as cf
-from tests.test_ckpt_script import SCRIPT, Run, run
+from tests.ckpt_kit import SCRIPT, Run, run
 
 pytestmark = pytest.mark.timeout(90)
 

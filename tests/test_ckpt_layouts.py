@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from tests import ckpt_factory as cf
+from tests.ckpt_kit import SCRIPT, run
 from tests.harness import DATA
-from tests.test_ckpt_script import run
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -354,8 +354,6 @@ def test_dcp_scan_memory_stays_far_below_the_checkpoint_size(tmp_path: Path) -> 
     import warnings
 
     import torch.distributed.checkpoint as dcp
-
-    from tests.test_ckpt_script import SCRIPT
 
     def peak_rss(path: Path) -> int:
         proc = subprocess.Popen(

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from tests import ckpt_factory as cf
-from tests.test_ckpt_script import run
+from tests.ckpt_kit import run
 
 pytestmark = pytest.mark.timeout(180)
 

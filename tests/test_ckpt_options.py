@@ -34,7 +34,7 @@ from remotekit.remote.ckpt.options import (
 )
 from remotekit.remote.options import MAX_RECORD
 from tests import ckpt_factory as cf
-from tests.test_cli import cli
+from tests.harness import cli
 
 SCRIPT = Path(remotekit.remote.__file__).with_name("ckpt.py")
 

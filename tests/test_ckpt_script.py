@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 import torch
@@ -30,9 +30,9 @@ from remotekit.remote.ckpt import base as ckpt_base
 from remotekit.remote.ckpt.check import check_entry
 from remotekit.remote.ckpt.formats import Entry, _open_safetensors, tensor_chunks
 from tests import ckpt_factory as cf
+from tests.ckpt_kit import SCRIPT, Run, run
 from tests.conftest import need_program
 
-SCRIPT = Path(remotekit.remote.__file__).with_name("ckpt.py")
 SAMPLES = Path(remotekit.remote.__file__).with_name("ckpt_samples.py")  # run by the API tests
 
 # Every case build_corpus makes, relative to its root (test_corpus_cases_are_all_listed).
@@ -67,38 +67,6 @@ COUNT_KEYS = [
     "neginf_optimizer",
     "negative_exp_avg_sq",
 ]
-
-
-class Run:
-    """One finished run of the script: its records, exit code and stderr."""
-
-    def __init__(self, proc: subprocess.CompletedProcess[str]):
-        self.code = proc.returncode
-        self.stderr = proc.stderr
-        self.lines = proc.stdout.splitlines()
-        self.records = [json.loads(line) for line in self.lines]
-
-    def of(self, type_: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["type"] == type_]
-
-    def one(self, type_: str) -> dict[str, Any]:
-        found = self.of(type_)
-        assert len(found) == 1, (type_, self.records, self.stderr)
-        return found[0]
-
-    @property
-    def by_path(self) -> dict[str, dict[str, Any]]:
-        return {r["path"]: r for r in self.of("checkpoint")}
-
-
-def run(*args: str, script: Path = SCRIPT, prefix: tuple[str, ...] = ()) -> Run:
-    proc = subprocess.run(
-        [*prefix, sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    return Run(proc)
 
 
 #: ckpt.py in a Python that imported torch first, as the agent runs it for a step that asks

@@ -11,10 +11,8 @@ tests write a hosts.yaml (``--inventory``) whose ``local`` host sets ``PATH`` an
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,10 +20,8 @@ import remotekit
 from tests import ckpt_factory as cf
 from tests import trainlog_factory as factory
 from tests.conftest import write_inventory
-from tests.test_cli import cli
-from tests.test_system_api import H100, make_bin_dir, make_notorch, smi_env
-
-PNG = b"\x89PNG\r\n\x1a\n"
+from tests.harness import PNG, cli, only_host
+from tests.smi import H100, make_bin_dir, make_notorch, smi_env, smi_hosts
 
 
 @pytest.fixture(scope="module")
@@ -49,22 +45,6 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("trainlog-cli")
     rows = factory.cached("homogeneous", 600, (200, 330, 400))
     return factory.write_jsonl(rows, d / "homo.jsonl", checkpoints=(200, 400, 500))
-
-
-def smi_hosts(tmp_path: Path, bin_dir: Path, scenario: str, target: remotekit.Target) -> str:
-    """A hosts.yaml whose ``local`` runs ``target``'s interpreter in its workdir (the disk
-    section walks it) and sees the fake nvidia-smi in ``scenario``; its path."""
-    local = {"python": target.spec.python, "workdir": target.spec.workdir}
-    path = tmp_path / f"hosts-{scenario}.yaml"
-    write_inventory(path, {"local": {**local, "env": smi_env(bin_dir, scenario)}})
-    return str(path)
-
-
-def only_host(stdout: str) -> dict[str, Any]:
-    doc = json.loads(stdout)
-    [host] = doc["hosts"]
-    assert host["host"] == "local" and host["exit_code"] == doc["exit_code"]
-    return host
 
 
 # --------------------------------------------------------------------------- checkpoints

@@ -13,14 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_inventory
-from tests.harness import SSHServer, fill
+from tests.harness import SSHServer, fill, rk
 from tests.runtimes import SlurmCluster
-
-
-def rk(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "remotekit", *args], cwd=cwd, capture_output=True, timeout=60
-    )
 
 
 def started(cwd: Path, *argv: str) -> str:

@@ -19,9 +19,8 @@ from remotekit.diagnostics import diagnose as dg
 from remotekit.diagnostics import trainlog
 from tests import ckpt_factory as cf
 from tests import trainlog_factory as factory
-from tests.test_cli import cli
-from tests.test_cli_diagnostics import PNG, only_host, smi_hosts
-from tests.test_system_api import make_bin_dir, smi_env
+from tests.harness import PNG, cli, only_host
+from tests.smi import make_bin_dir, smi_env, smi_hosts
 
 pytestmark = pytest.mark.timeout(240)
 

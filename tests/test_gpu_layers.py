@@ -557,7 +557,7 @@ def test_the_task_prints_the_table_and_its_json(tmp_path: Path) -> None:
     """hosts.yaml's env reaches the interpreter's level only (the target's env is the
     innermost level's): there the planted GPUs, on the node none, and a CPU torch."""
     from tests.conftest import write_inventory
-    from tests.test_cli import cli
+    from tests.harness import cli
 
     root = gpuroot.plant(tmp_path / "root", gpus=2)
     hosts = tmp_path / "hosts.yaml"

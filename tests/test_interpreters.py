@@ -6,38 +6,15 @@ each is a real interpreter running the real shipped files through the local targ
 
 from __future__ import annotations
 
-import glob
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 import remotekit
 from remotekit.diagnostics import system, trainlog
+from tests.harness import PYTHONS
 
-
-def _interpreters() -> dict[tuple[int, int], str]:
-    found: dict[tuple[int, int], str] = {}
-    candidates = [shutil.which(f"python3.{m}") for m in range(6, 15)] + [shutil.which("python2.7")]
-    candidates += sorted(glob.glob(str(Path.home() / ".pyenv/versions/*/bin/python")))
-    for path in filter(None, candidates):
-        try:
-            out = subprocess.run(
-                [path, "-c", "import sys; sys.stdout.write('%d %d' % sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.split()
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if len(out) == 2:
-            found.setdefault((int(out[0]), int(out[1])), path)
-    return found
-
-
-PYTHONS = _interpreters()
 OLD = sorted(v for v in PYTHONS if (3, 6) <= v < (3, 11))
 
 

@@ -35,7 +35,7 @@ from remotekit.layers import Docker, Kubectl, Launch, Lxc, Pct, Podman, Slurm, S
 from remotekit.shell import READY, SHELL_LOADER, interactive
 from tests.conftest import STOPPED, need_program, write_inventory
 from tests.harness import ROOT, SSHServer, processes_with, wait_gone
-from tests.test_runtimes import _hosts
+from tests.runtime_hosts import hosts_for
 
 VENV = sys.prefix
 
@@ -207,7 +207,7 @@ def shells(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             if runtime in ("local", "ssh"):
                 host["workdir"] = str(workdir)
             else:
-                hop, _, _ = _hosts(runtime, request.getfixturevalue)
+                hop, _, _ = hosts_for(runtime, request.getfixturevalue)
                 host.update(hop, workdir="/tmp")
             if kind in ("ssh", "pct") or kind.startswith("sudo-") or kind.endswith("-ssh"):
                 host.update(sshd())  # pct: the node is reached through the real sshd

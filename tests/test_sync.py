@@ -31,7 +31,7 @@ from remotekit.remote import sync as wire
 from remotekit.result import Script
 from remotekit.sync import SyncResult
 from tests.conftest import held_per_agent, need_program, open_local, write_inventory
-from tests.test_cli import cli
+from tests.harness import cli
 
 SNAPSHOT = """\
 import hashlib, json, os, stat, sys
@@ -489,7 +489,7 @@ def test_cli_sync_prints_a_summary_and_json(tmp_path: Path) -> None:
 
 
 def test_the_script_runs_on_python_3_8(tmp_path: Path, agent: bool | None) -> None:
-    from tests.test_interpreters import PYTHONS
+    from tests.harness import PYTHONS
 
     old = sorted(v for v in PYTHONS if (3, 8) <= v < (3, 9))
     if not old:

@@ -29,11 +29,11 @@ import pytest
 import remotekit.remote
 from remotekit.remote.sysinfo import disk
 from tests.harness import FAKES
+from tests.smi import H100
 
 SCRIPT = Path(remotekit.remote.__file__).with_name("sysinfo.py")
 FAKE_SMI = FAKES / "nvidia-smi"
 STALE_PID = 4194301
-H100 = "NVIDIA H100 80GB HBM3"
 
 
 class Run:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import types
@@ -27,38 +26,10 @@ from remotekit.diagnostics import diagnose as dg
 from remotekit.diagnostics import system
 from remotekit.render import to_json
 from tests.conftest import open_local
-from tests.harness import FAKES
 from tests.runtimes import wait_for
+from tests.smi import H100, make_bin_dir, make_notorch, smi_env
 
-FAKE_SMI = FAKES / "nvidia-smi"
-H100 = "NVIDIA H100 80GB HBM3"
 TORCH_NO_CUDA = "nvidia-smi sees 8 GPU(s) but torch {} (a CPU-only build) cannot use CUDA"
-
-
-def make_bin_dir(folder: Path) -> Path:
-    """``folder`` as a PATH folder: the fake nvidia-smi, and ``python3`` for its shebang."""
-    folder.mkdir(exist_ok=True)
-    shutil.copy2(FAKE_SMI, folder / "nvidia-smi")
-    py = folder / "python3"
-    py.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
-    py.chmod(0o755)
-    return folder
-
-
-def make_notorch(folder: Path, agent: bool | None = None) -> remotekit.Target:
-    """The local target with an interpreter that runs this Python without site-packages,
-    and a small workdir (the disk section walks it), both in ``folder``; its steps on the
-    agent or not, as ``agent`` says (None: the default)."""
-    py = folder / "python-S"
-    py.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
-    py.chmod(0o755)
-    work = folder / "work"
-    work.mkdir()
-    return open_local(agent, python=str(py), workdir=str(work))
-
-
-def smi_env(bin_dir: Path, scenario: str = "healthy", **extra: str) -> dict[str, str]:
-    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_NVIDIA_SMI_SCENARIO": scenario, **extra}
 
 
 @pytest.fixture

@@ -26,9 +26,8 @@ import remotekit.diagnostics.trainlog as tl
 from remotekit.diagnostics import diagnose as dg
 from tests import trainlog_factory as factory
 from tests.conftest import write_inventory
-from tests.harness import ROOT
-from tests.test_cli import cli
-from tests.test_system_api import make_bin_dir, smi_env
+from tests.harness import ROOT, cli
+from tests.smi import make_bin_dir, smi_env
 
 SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
 

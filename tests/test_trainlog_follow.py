@@ -27,12 +27,12 @@ import remotekit
 import remotekit.diagnostics.trainlog as tl
 from remotekit.errors import DiagnosticError
 from tests.conftest import CT, write_inventory
-from tests.harness import FAKES, FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
+from tests.harness import FAKES, FakeNode, SSHServer, Tty, processes_with, venv_prefix, wait_gone
+from tests.trainlog_kit import BOUND_S, append, follow, once_started, until
 
 WRITER = FAKES / "trainlog_writer.py"
 REMOTEKIT = [str(Path(sys.executable).parent / "remotekit")]
 SPIKE = 340
-BOUND_S = 60.0  # every follow here ends by itself after this long at the latest
 
 
 class Writer:
@@ -118,18 +118,6 @@ def gone(log: Path, *but: int, timeout: float = 15.0) -> list[int]:
     while (left := holders(log, *but)) and time.monotonic() < end:
         time.sleep(0.1)
     return left
-
-
-def follow(t: remotekit.Target, path: str, **kw: object) -> tl.LogFollow:
-    kw.setdefault("timeout", BOUND_S)
-    return tl.follow_train_log(t, path, **kw)  # type: ignore[arg-type]
-
-
-def until(live: tl.LogFollow, pred: Callable[[tl.Incident], bool]) -> tl.Incident:
-    for incident in live:
-        if pred(incident):
-            return incident
-    raise AssertionError(f"the follow ended without it; warnings: {live.warnings}")
 
 
 def go_once_following(writer: Writer) -> Callable[[tl.FollowStatus], None]:
@@ -295,10 +283,10 @@ def test_nan_and_a_resume_are_incidents(local: remotekit.Target, tmp_path: Path)
     rows = [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 301)]
     nan = [{"step": 301, "loss": "nan"}, {"step": 302, "loss": 2.0}]
     with follow(
-        local, str(log), on_status=once_started(lambda: _append(log, [*rows, *nan]))
+        local, str(log), on_status=once_started(lambda: append(log, [*rows, *nan]))
     ) as live:
         assert until(live, lambda i: True).kind == "nonfinite"
-        _append(log, [{"step": s, "loss": 2.0 + 0.01 * (s % 5)} for s in range(250, 320)])
+        append(log, [{"step": s, "loss": 2.0 + 0.01 * (s % 5)} for s in range(250, 320)])
         inc = until(live, lambda i: True)
         assert (inc.kind, inc.step) == ("resume", 250)
         assert inc.event is not None and "went back" in inc.render()
@@ -318,11 +306,6 @@ def test_a_cancel_stops_the_follower_there_and_ends_the_iteration(
             next(live)  # over, and stays over
     local.resume()
     assert gone(log, w.proc.pid) == []
-
-
-def _append(log: Path, rows: list[dict[str, object]]) -> None:
-    with log.open("a") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def once_following(action: Callable[[], None]) -> Callable[[tl.FollowStatus], None]:
@@ -354,14 +337,14 @@ def test_a_truncated_or_replaced_log_is_read_again_from_its_start(
     local: remotekit.Target, tmp_path: Path, change: Callable[[Path], int], words: str
 ) -> None:
     log = tmp_path / "log.jsonl"
-    _append(log, [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 400)])
+    append(log, [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 400)])
     spike = [0]
 
     def new_run() -> None:
         first = change(log)
         rows = [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(first, first + 300)]
         spike[0] = first + 300
-        _append(log, [*rows, {"step": spike[0], "loss": 30.0}, {"step": spike[0] + 1, "loss": 2.0}])
+        append(log, [*rows, {"step": spike[0], "loss": 30.0}, {"step": spike[0] + 1, "loss": 2.0}])
 
     warned: list[str] = []
     with follow(
@@ -375,7 +358,7 @@ def test_a_log_replaced_by_an_empty_file_is_read_once_it_has_lines(
     local: remotekit.Target, tmp_path: Path
 ) -> None:
     log = tmp_path / "log.jsonl"
-    _append(log, [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 400)])
+    append(log, [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 400)])
     rotated: list[int] = []
     count = [0]
 
@@ -387,7 +370,7 @@ def test_a_log_replaced_by_an_empty_file_is_read_once_it_has_lines(
             rotated.append(count[0])
         elif rotated and count[0] == rotated[0] + 2:  # two looks at the empty file
             rows = [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(400, 700)]
-            _append(log, [*rows, {"step": 700, "loss": 30.0}, {"step": 701, "loss": 2.0}])
+            append(log, [*rows, {"step": 700, "loss": 30.0}, {"step": 701, "loss": 2.0}])
 
     with follow(local, str(log), on_status=on_status) as live:
         assert until(live, lambda i: True).step == 700
@@ -428,24 +411,12 @@ def test_an_endless_line_is_dropped_and_the_follow_goes_on(
                 f.flush()
                 time.sleep(0.1)
             f.write("\n")
-        _append(log, [*rows, {"step": 300, "loss": 30.0}, {"step": 301, "loss": 2.0}])
+        append(log, [*rows, {"step": 300, "loss": 30.0}, {"step": 301, "loss": 2.0}])
 
     log.write_text("")
     with follow(local, str(log), on_status=once_started(write)) as live:
         inc = until(live, lambda i: True)
         assert (inc.step, inc.kind) == (300, "spike")
-
-
-def once_started(action: Callable[[], None]) -> Callable[[tl.FollowStatus], None]:
-    """An on_status that runs ``action`` once, at the first status (the follower runs)."""
-    done: list[bool] = []
-
-    def on_status(status: tl.FollowStatus) -> None:
-        if not done:
-            done.append(True)
-            action()
-
-    return on_status
 
 
 def _size(path: Path) -> int:
@@ -549,7 +520,7 @@ def test_a_missing_log_is_waited_for(local: remotekit.Target, tmp_path: Path) ->
         seen.append(s)
         if len(seen) == 2:
             rows = [{"step": s, "loss": 2.0 + 0.01 * (s % 7)} for s in range(1, 300)]
-            _append(log, [*rows, {"step": 300, "loss": 30.0}])
+            append(log, [*rows, {"step": 300, "loss": 30.0}])
 
     with follow(local, str(log), on_status=on_status) as live:
         assert until(live, lambda i: True).step == 300
@@ -758,8 +729,6 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, args: list[str], words: bytes) 
 def test_cli_on_a_terminal_shows_a_live_status_line_and_ctrl_c_exits_0(
     tmp_path: Path, writers: Callable[..., Writer]
 ) -> None:
-    from tests.test_watch import Tty
-
     log = tmp_path / "log.jsonl"
     w = writers(log, "--spike-at", str(SPIKE)).started()
     hosts = tmp_path / "hosts.yaml"

@@ -39,7 +39,10 @@ import remotekit
 import remotekit.diagnostics.trainlog as tl
 from remotekit.cli import ns as package_tasks
 from remotekit.render import to_json
-from tests.test_trainlog_script import Run, run
+from tests.harness import cli
+from tests.trainlog_kit import Run, run, shipped
+
+pytest.importorskip("torch")  # as before: this suite runs where torch is (some inputs need it)
 
 N = 300
 SPIKE_ROW = 150
@@ -187,8 +190,6 @@ def tensor_value(e: Any) -> Any:
 
 
 def _reader(name: str) -> Any:
-    from tests.test_trainlog_script import shipped
-
     return shipped(f"trainlog.readers.{name}")
 
 
@@ -673,8 +674,6 @@ def test_no_loss_exit_2_hints_are_real_command_lines(
 
 
 def test_no_loss_hints_printed_by_the_task_run_as_printed(tmp_path: Path) -> None:
-    from tests.test_cli import cli
-
     p = tmp_path / "log.jsonl"
     p.write_text(
         "".join(json.dumps({"iter": i, "objective": loss}) + "\n" for i, loss, _, _ in curve())
@@ -1125,8 +1124,6 @@ def test_a_quoted_newline_at_a_block_boundary_stays_in_its_cell(tmp_path: Path) 
     block goes on in the next block, and its row is read whole (not a row and a stray
     ``b"`` counted as skipped). The first rows (the head the columns are chosen from) are
     read at once, so the boundary is a later block's."""
-    from tests.test_trainlog_script import shipped
-
     block = 4 * shipped("trainlog.source").BLOCK  # the 4th block's end: past the first rows
     lines, size, s = ["step,loss,note"], len("step,loss,note") + 1, 0
     while size < block - 64:

@@ -9,66 +9,23 @@ checkpoint steps and at one step with no event.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import math
-import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import trainlog_factory as factory
-from tests.harness import ROOT
-
-SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
+from tests.trainlog_kit import SCRIPT, Run, run, shipped
 
 SPIKES = (200, 330, 400)  # 200 and 400 are checkpoint saves; 330 is no event at all
 CKPTS = (200, 400, 500)
 
 pytest.importorskip("torch")
-
-
-@dataclass
-class Run:
-    code: int
-    records: list[dict[str, Any]]
-    stderr: str
-
-    def all(self, rtype: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["type"] == rtype]
-
-    def one(self, rtype: str) -> dict[str, Any]:
-        found = self.all(rtype)
-        assert len(found) == 1, (rtype, self.records)
-        return found[0]
-
-    def spikes(self, metric: str = "loss", kind: str | None = None) -> dict[int, dict[str, Any]]:
-        """By onset step (where a spike was planted; ``step`` is the peak's own)."""
-        return {
-            int(s["onset_step"]): s
-            for s in self.all("spike")
-            if s["metric"] == metric and (kind is None or s["kind"] == kind)
-        }
-
-
-def run(path: Path | str, *args: Any, script: Path = SCRIPT) -> Run:
-    proc = subprocess.run(
-        [sys.executable, str(script), str(path), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    records = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert all("type" in r for r in records)
-    assert records and records[-1]["type"] == "done"
-    assert records[-1]["exit_code"] == proc.returncode
-    return Run(proc.returncode, records, proc.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -463,12 +420,6 @@ def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # pieces, as properties (the shipped package's modules)
-
-
-def shipped(module: str) -> Any:
-    """A module of the shipped ``trainlog/`` package (``"trainlog.base"``): the one that runs
-    there, imported here by its name in the package."""
-    return importlib.import_module("remotekit.remote." + module)
 
 
 BASE = shipped("trainlog.base")

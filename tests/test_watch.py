@@ -8,17 +8,12 @@ the transfers go through the local target and the real sshd fixture. Counts, not
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import io
 import json
 import os
-import select
 import signal
-import struct
 import subprocess
-import sys
-import termios
 import time
 import uuid
 from collections.abc import Callable
@@ -38,66 +33,10 @@ from remotekit.watch import (
     watch,
 )
 from tests.conftest import open_local, write_inventory
-from tests.harness import SSHServer
-from tests.test_system_api import make_bin_dir, make_notorch, smi_env
-
-REMOTEKIT = [sys.executable, "-m", "remotekit"]
-
+from tests.harness import REMOTEKIT, SSHServer, Tty
+from tests.smi import make_bin_dir, make_notorch, smi_env
 
 # --------------------------------------------------------------------------- helpers
-
-
-class Tty:
-    """`remotekit ARGS` with stdout and stderr on a new pty (or stderr alone: ``stdout=PIPE``),
-    in its own session and process group; what it writes to the pty is read into ``seen``."""
-
-    def __init__(
-        self,
-        args: list[str],
-        cwd: Path,
-        *,
-        pipe_stdout: bool = False,
-        size: tuple[int, int] = (60, 200),
-    ) -> None:
-        self.master, slave = os.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))  # rows, cols
-        self.proc = subprocess.Popen(
-            [*REMOTEKIT, *args],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if pipe_stdout else slave,
-            stderr=slave,
-            start_new_session=True,
-        )
-        os.close(slave)
-        self.seen = b""
-
-    def read_until(self, done: object, timeout: float = 60.0) -> bytes:
-        """Read until ``done(seen)`` is true or the pty closes; the bytes seen."""
-        end = time.monotonic() + timeout
-        while not done(self.seen) and time.monotonic() < end:  # type: ignore[operator]
-            ready, _, _ = select.select([self.master], [], [], 0.2)
-            if ready:
-                try:
-                    data = os.read(self.master, 65536)
-                except OSError:  # EIO: every writer has closed the pty
-                    break
-                if not data:
-                    break
-                self.seen += data
-        return self.seen
-
-    def finish(self, timeout: float = 60.0) -> int:
-        self.read_until(lambda _: False, timeout=0.1)
-        rc = self.proc.wait(timeout=timeout)
-        self.read_until(lambda _: False, timeout=0.5)
-        os.close(self.master)
-        return rc
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
 
 
 def pipe(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

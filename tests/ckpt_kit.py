@@ -1,0 +1,48 @@
+"""``remotekit/remote/ckpt.py`` run as it runs there: a subprocess, JSON lines out, an exit
+code. A plain module (no tests, no fixtures), shared by the checkpoint test modules; the
+checkpoints themselves come from tests/ckpt_factory.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import remotekit.remote
+
+SCRIPT = Path(remotekit.remote.__file__).with_name("ckpt.py")
+
+
+class Run:
+    """One finished run of the script: its records, exit code and stderr."""
+
+    def __init__(self, proc: subprocess.CompletedProcess[str]):
+        self.code = proc.returncode
+        self.stderr = proc.stderr
+        self.lines = proc.stdout.splitlines()
+        self.records = [json.loads(line) for line in self.lines]
+
+    def of(self, type_: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["type"] == type_]
+
+    def one(self, type_: str) -> dict[str, Any]:
+        found = self.of(type_)
+        assert len(found) == 1, (type_, self.records, self.stderr)
+        return found[0]
+
+    @property
+    def by_path(self) -> dict[str, dict[str, Any]]:
+        return {r["path"]: r for r in self.of("checkpoint")}
+
+
+def run(*args: str, script: Path = SCRIPT, prefix: tuple[str, ...] = ()) -> Run:
+    proc = subprocess.run(
+        [*prefix, sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    return Run(proc)

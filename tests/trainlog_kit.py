@@ -1,0 +1,104 @@
+"""Driving the train-log diagnostics in tests: ``remotekit/remote/trainlog.py`` run as the
+container runs it (a standalone script, JSON lines out), the shipped ``trainlog/`` package's
+modules imported here, and a log followed through the API until an incident.
+
+A plain module (no tests, no fixtures), shared by the train-log test modules; the logs
+themselves come from tests/trainlog_factory.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import remotekit
+import remotekit.diagnostics.trainlog as tl
+from tests.harness import ROOT
+
+SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
+BOUND_S = 60.0  # every follow ends by itself after this long at the latest
+
+# ---------------------------------------------------------------------------------------------
+# running the script there
+
+
+@dataclass
+class Run:
+    code: int
+    records: list[dict[str, Any]]
+    stderr: str
+
+    def all(self, rtype: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["type"] == rtype]
+
+    def one(self, rtype: str) -> dict[str, Any]:
+        found = self.all(rtype)
+        assert len(found) == 1, (rtype, self.records)
+        return found[0]
+
+    def spikes(self, metric: str = "loss", kind: str | None = None) -> dict[int, dict[str, Any]]:
+        """By onset step (where a spike was planted; ``step`` is the peak's own)."""
+        return {
+            int(s["onset_step"]): s
+            for s in self.all("spike")
+            if s["metric"] == metric and (kind is None or s["kind"] == kind)
+        }
+
+
+def run(path: Path | str, *args: Any, script: Path = SCRIPT) -> Run:
+    proc = subprocess.run(
+        [sys.executable, str(script), str(path), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert all("type" in r for r in records)
+    assert records and records[-1]["type"] == "done"
+    assert records[-1]["exit_code"] == proc.returncode
+    return Run(proc.returncode, records, proc.stderr)
+
+
+def shipped(module: str) -> Any:
+    """A module of the shipped ``trainlog/`` package (``"trainlog.base"``): the one that runs
+    there, imported here by its name in the package."""
+    return importlib.import_module("remotekit.remote." + module)
+
+
+# ---------------------------------------------------------------------------------------------
+# following a log (the API's ``follow_train_log``)
+
+
+def follow(t: remotekit.Target, path: str, **kw: object) -> tl.LogFollow:
+    kw.setdefault("timeout", BOUND_S)
+    return tl.follow_train_log(t, path, **kw)  # type: ignore[arg-type]
+
+
+def until(live: tl.LogFollow, pred: Callable[[tl.Incident], bool]) -> tl.Incident:
+    for incident in live:
+        if pred(incident):
+            return incident
+    raise AssertionError(f"the follow ended without it; warnings: {live.warnings}")
+
+
+def append(log: Path, rows: list[dict[str, object]]) -> None:
+    with log.open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def once_started(action: Callable[[], None]) -> Callable[[tl.FollowStatus], None]:
+    """An on_status that runs ``action`` once, at the first status (the follower runs)."""
+    done: list[bool] = []
+
+    def on_status(status: tl.FollowStatus) -> None:
+        if not done:
+            done.append(True)
+            action()
+
+    return on_status
