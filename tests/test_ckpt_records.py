@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 import remotekit.diagnostics.checkpoints as checkpoints
 from remotekit.remote.ckpt import records as R
 from remotekit.remote.records import Record
+from remotekit.render import to_jsonable
 
 torch = pytest.importorskip("torch")
 
@@ -67,15 +68,24 @@ def written(run_dir: Path) -> list[tuple[type[Record], dict[str, Any]]]:
                 out += [(R.OptimizerInfo, o)] + [(R.ParamGroup, g) for g in o["groups"]]
     for rec in script("diff", run_dir / "ckpt-100.pt", run_dir / "ckpt-300.pt"):
         if rec["type"] == "diff":
+            out.append((R.Diff, rec))
             out += [(R.TensorDiff, d) for d in rec["top_weights"] + rec["top_optimizer"]]
             out += [(R.DiffFlag, f) for f in rec["flags"]]
             out += [(R.TensorChange, c) for c in rec["changes"]]
             for part in (rec["counters"], rec["other"]):
                 out += [(R.NonWeightDiff, part)]
                 out += [(R.NonWeightChange, c) for c in part["by_name"]]
+    for rec in script("diff", run_dir / "ckpt-100.pt", run_dir / "gone.pt"):  # fails early
+        if rec["type"] == "diff":
+            out.append((R.Diff, rec))
     for rec in script("bisect", run_dir):
         if rec["type"] == "bisect":
+            out.append((R.Bisect, rec))
+            out += [(R.BisectPoint, rec["last_clean"]), (R.BisectPoint, rec["first_bad"])]
             out.append((R.BadTensor, rec["first_bad"]["tensor"]))
+        elif rec["type"] == "order":
+            out.append((R.BisectOrder, rec))
+            out += [(R.BisectPoint, c) for c in rec["checkpoints"]]
     samples = SCRIPT.with_name("ckpt_samples.py")
     for rec in script(run_dir.with_name("samples"), "--steps", 2, path=samples):
         if rec["type"] == "sample":
@@ -87,7 +97,7 @@ def test_every_class_is_written(written: list[tuple[type[Record], dict[str, Any]
     found = {cls for cls, _ in written}
     expected = {R.Checkpoint, R.BadTensor, R.ScanPlan, R.TensorInfo, R.OptimizerInfo}
     expected |= {R.ParamGroup, R.TensorDiff, R.DiffFlag, R.NonWeightDiff, R.NonWeightChange}
-    expected |= {R.SampleCheckpoint, R.Inspect}
+    expected |= {R.SampleCheckpoint, R.Inspect, R.Diff, R.Bisect, R.BisectOrder, R.BisectPoint}
     assert expected <= found, expected - found
 
 
@@ -114,9 +124,48 @@ def test_what_is_read_is_written_back_the_same(
 ) -> None:
     for cls, rec in written:
         value = cls.from_dict(rec)
-        if cls is R.TensorDiff and value.rel_change != value.rel_change:  # NaN: not equal
-            continue
-        assert cls.from_dict(value.to_dict()) == value, cls.__name__
+        back = cls.from_dict(value.to_dict())
+        if back != value:  # a NaN (rel_change) is not equal to itself: as its wire form
+            assert back.to_dict() == value.to_dict(), cls.__name__
+
+
+def test_what_diff_and_bisect_write_reads_as_their_reports(
+    written: list[tuple[type[Record], dict[str, Any]]],
+) -> None:
+    """The nested sections of the wire land on the report's own fields (``rel_change`` on
+    ``rel_change_*``, ``first_bad``'s tensor on ``first_bad_tensor``), and the reports keep
+    their fields, so ``--json``'s keys, in their order."""
+    diff = next(rec for cls, rec in written if cls is R.Diff and rec["ok"])
+    d = checkpoints.DiffReport.from_dict(diff)
+    assert (d.rel_change_weights, d.rel_change_optimizer) == (
+        diff["rel_change"]["weights"],
+        diff["rel_change"]["optimizer"],
+    )
+    assert d.lr_a == tuple(map(tuple, diff["lr_a"])) and d.counters is not None
+    assert list(to_jsonable(d)) == [
+        *("a", "b", "ok", "error", "format_a", "format_b", "step_a", "step_b", "step_delta"),
+        *("epoch_a", "epoch_b", "lr_a", "lr_b", "tensors_a", "tensors_b", "compared"),
+        *("identical", "only_a", "only_b", "only_a_total", "only_b_total", "changes"),
+        *("changes_total", "top_weights", "top_optimizer", "flags", "flags_total"),
+        *("rel_change_weights", "rel_change_optimizer", "counters", "other"),
+        *("needs_globals", "notes"),
+    ]
+    bisect = next(rec for cls, rec in written if cls is R.Bisect)
+    order = next(rec for cls, rec in written if cls is R.BisectOrder)
+    b = replace(
+        checkpoints.BisectReport.from_dict(bisect),
+        ordered=R.BisectOrder.from_dict(order).checkpoints,
+        reports=(),
+    )
+    assert b.first_bad == R.BisectPoint.from_dict(bisect["first_bad"])
+    assert b.first_bad_tensor == R.BadTensor.from_dict(bisect["first_bad"]["tensor"])
+    assert [p.global_step for p in b.ordered] == [100, 200, 300]
+    assert list(to_jsonable(b)) == [
+        *("directory", "order", "mode", "checkpoints", "scanned", "last_clean", "first_bad"),
+        *("first_bad_tensor", "unreadable", "bad", "later_clean", "assumption", "ordered"),
+        "reports",
+    ]
+    assert list(to_jsonable(b.first_bad)) == ["path", "global_step", "epoch"]
 
 
 def test_a_record_of_a_script_that_failed_early_loads_as_before() -> None:
@@ -133,6 +182,30 @@ def test_a_record_of_a_script_that_failed_early_loads_as_before() -> None:
     assert R.OptimizerInfo.from_dict({}).path == ""
     d = R.TensorDiff.from_dict({"name": "w"})
     assert d.rel_change != d.rel_change and d.max_abs_diff == 0.0
+    diff = R.Diff.from_dict({"a": "/a", "b": "/b", "ok": False, "error": "B: gone"})
+    assert diff == R.Diff("/a", "/b", False, "B: gone")
+    assert (diff.lr_a, diff.only_a, diff.counters, diff.rel_change_weights) == ((), (), None, None)
+    b = R.Bisect.from_dict({"directory": "/d"})
+    assert (b.order, b.checkpoints, b.last_clean, b.first_bad, b.first_bad_tensor) == ((None,) * 5)
+    assert (b.unreadable, b.bad, b.later_clean, b.ordered, b.assumption) == ((),) * 4 + (None,)
+    assert R.BisectOrder.from_dict(None).checkpoints == ()
+
+
+def test_a_diff_and_a_bisect_record_read_as_before() -> None:
+    """As from_record's given values read them: lr per group with None for no number, no
+    rel_change section for one that is missing, a point only from a non-empty mapping."""
+    d = R.Diff.from_dict(
+        {"lr_a": [[1e-3, "nan", None]], "rel_change": {"weights": "inf"}, "counters": {}}
+    )
+    assert d.lr_a[0][0] == 1e-3 and d.lr_a[0][1] != d.lr_a[0][1] and d.lr_a[0][2] is None
+    assert (d.rel_change_weights, d.rel_change_optimizer) == (float("inf"), None)
+    assert d.counters == R.NonWeightDiff(None, None)  # type: ignore[arg-type]
+    b = R.Bisect.from_dict({"first_bad": {}, "last_clean": {"path": "/c", "global_step": 5}})
+    assert (b.first_bad, b.last_clean) == (None, R.BisectPoint("/c", 5))
+    b = R.Bisect.from_dict({"first_bad": {"path": "/c", "tensor": None}})
+    assert b.first_bad == R.BisectPoint("/c", None) and b.first_bad_tensor is None
+    o = R.BisectOrder.from_dict({"checkpoints": [{}, 7, {"path": "/c", "global_step": 1}]})
+    assert o.checkpoints == (R.BisectPoint("/c", 1),)
 
 
 def test_an_inspect_record_reads_as_before() -> None:
@@ -158,6 +231,17 @@ def test_hostile_values_are_bounded() -> None:
     assert (c.status, c.scalars, c.bad_tensors) == ("error", {}, ())
     n = R.NonWeightDiff.from_dict({"compared": 2, "changed": 1, "by_name": [7]})
     assert n.by_name == (R.NonWeightChange(None, None, None, None),)  # type: ignore[arg-type]
+    # where from_record's given values raised (a group, a nested record or a rel_change that
+    # is no mapping or list) or read a text as one name per character
+    d = R.Diff.from_dict(
+        {"lr_a": [5], "changes": [7], "rel_change": "x", "only_a": "ab", "notes": 3}
+    )
+    assert (d.lr_a, d.rel_change_weights, d.only_a, d.notes) == (((),), None, (), ())
+    assert d.changes == (R.TensorChange(None, (), (), None, None),)  # type: ignore[arg-type]
+    b = R.Bisect.from_dict({"first_bad": "abc", "unreadable": "ab"})
+    assert (b.first_bad, b.first_bad_tensor, b.unreadable) == (None, None, ())
+    b = R.Bisect.from_dict({"first_bad": {"path": "/c", "tensor": "x"}})
+    assert b.first_bad == R.BisectPoint("/c", None) and b.first_bad_tensor is None
 
 
 def test_the_local_names_are_the_shared_classes() -> None:
@@ -168,6 +252,10 @@ def test_the_local_names_are_the_shared_classes() -> None:
             assert issubclass(checkpoints.Sample, R.SampleCheckpoint)
         elif name == "Inspect":
             assert issubclass(checkpoints.InspectReport, R.Inspect)
+        elif name == "Diff":
+            assert issubclass(checkpoints.DiffReport, R.Diff)
+        elif name == "Bisect":
+            assert issubclass(checkpoints.BisectReport, R.Bisect)
         elif hasattr(checkpoints, name):
             assert getattr(checkpoints, name) is getattr(R, name), name
     assert checkpoints.NonWeightChange("step", "counter", 6, 6, 200, 200).describe() == (

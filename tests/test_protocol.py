@@ -1,6 +1,7 @@
 """The record protocol (remotekit/remote/protocol.py), written once for both sides, and the
 local wrapper that runs a diagnostic script (diagnostics.base): shipping, the final record,
-from_record and the Report every diagnostic's report satisfies."""
+and the Report every diagnostic's report satisfies (records read by their class:
+tests/test_records.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import math
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ import remotekit
 from remotekit import shipping
 from remotekit.diagnostics import checkpoints as ck
 from remotekit.diagnostics import system
-from remotekit.diagnostics.base import Report, from_record, run_diagnostic
+from remotekit.diagnostics.base import Report, run_diagnostic
 from remotekit.diagnostics.diagnose import DiagnoseReport
 from remotekit.errors import DiagnosticError
 from remotekit.remote import protocol
@@ -183,52 +184,18 @@ def test_a_run_keeps_records_messages_and_the_exit_code(local: remotekit.Target)
     assert run.final["command"] == "probe"
 
 
-# ----------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True)
-class _Inner:
-    name: str
-    size: int = 0
-
-
-@dataclass(frozen=True)
-class _Outer:
-    path: str
-    loss: float | None
-    step: int | float | None
-    count: int = 0
-    tags: tuple[str, ...] = ()
-    inner: tuple[_Inner, ...] = ()
-    best: _Inner | None = None
-    shape: tuple[int, ...] = ()
-
-
-def test_from_record_converts_by_the_field_types() -> None:
-    rec = {
-        "path": "/a",
-        "loss": "nan",
-        "step": 2000,
-        "count": 3.0,
-        "tags": ["x", 1],
-        "inner": [{"name": "w", "size": 4}, {"name": "b"}],
-        "best": {"name": "w", "size": 4},
-        "shape": [2, 3],
-        "extra": "ignored",
-    }
-    out = from_record(_Outer, rec)
-    assert out.loss is not None and math.isnan(out.loss)
-    assert (out.step, out.count, out.tags, out.shape) == (2000, 3, ("x", "1"), (2, 3))
-    assert out.inner == (_Inner("w", 4), _Inner("b", 0)) and out.best == _Inner("w", 4)
-    short = from_record(_Outer, {"path": "/b"}, step=7)
-    assert short == _Outer("/b", None, 7)
+# ----------------------------------------------------------------------------- reports
 
 
 def test_every_report_satisfies_report() -> None:
     common = {"findings": (), "notes": (), "errors": (), "exit_code": 0, "host": "h"}
-    reports = [
-        from_record(cls, {}, **common)
-        for cls in (system.GpuReport, system.EnvReport, system.DiskReport, system.ProcReport)
+    reports: list[Any] = [
+        system.GpuReport(
+            nvidia_smi=None, throttle_field=None, gpus=(), processes=(), torch=None, **common
+        ),
+        system.EnvReport.from_dict(common),
+        system.DiskReport(filesystems=(), walks=(), largest_files=(), checkpoints=(), **common),
+        system.ProcReport(processes=(), gpu_processes=(), **common),
     ]
     rep = ck.CheckpointReport.from_record({"path": "/c.pt", "status": "bad", "nan_weights": 2})
     reports += [rep, ck.CheckpointScan([rep])]
@@ -261,7 +228,6 @@ def test_docs_adding_a_diagnostic_example_runs(local: remotekit.Target) -> None:
         "dataclass": dataclass_,
         "Target": remotekit.Target,
         "run_diagnostic": run_diagnostic,
-        "from_record": from_record,
         "__name__": "readme_uptime",
     }
     code = "from __future__ import annotations\n" + here.replace('"uptime.py"', "UPTIME")

@@ -6,25 +6,24 @@ object per stdout line, ``warning`` / ``error`` / ``note`` records, and ONE fina
 record with the exit code. :func:`run_diagnostic` ships the script (with the sibling modules it
 imports), hands each record to ``on_record`` as it arrives, and returns a :class:`DiagnosticRun`; a
 script that stopped before its final record is a :class:`~remotekit.DiagnosticError` naming
-host and step, with the last lines it wrote. :func:`from_record` turns a record into a frozen
-dataclass by the dataclass's field types, and every report satisfies :class:`Report`, which is
-all that renderers, ``diagnose``, ``--json`` and fleet summaries rely on.
+host and step, with the last lines it wrote. A record becomes a value through its class
+(:class:`remotekit.remote.records.Record`, declared once, in ``remote/``), and every report
+satisfies :class:`Report`, which is all that renderers, ``diagnose``, ``--json`` and fleet
+summaries rely on.
 
 Exit codes of every diagnostic: 0 OK, 1 findings, 2 could not run.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from remotekit import shipping
 from remotekit.errors import DiagnosticError
-from remotekit.remote.protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, FINAL, number, parse
+from remotekit.remote.protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, FINAL, parse
 from remotekit.result import Result, Script, Shown
 
 if TYPE_CHECKING:
@@ -37,7 +36,6 @@ __all__ = [
     "DiagnosticRun",
     "OutputTail",
     "Report",
-    "from_record",
     "host_checkpoints",
     "run_diagnostic",
     "run_records",
@@ -45,7 +43,6 @@ __all__ = [
 ]
 
 Record = dict[str, Any]
-_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -282,61 +279,3 @@ def host_checkpoints(target: Target, path: str | None) -> str | None:
 def worst_exit(codes: Sequence[int]) -> int:
     """The exit code of several reports: the worst (highest) one; 0 for none."""
     return max(codes, default=EXIT_OK)
-
-
-# --------------------------------------------------------------------------- records -> values
-
-
-def from_record(cls: type[_T], rec: Mapping[str, Any] | None, **given: Any) -> _T:
-    """The frozen dataclass ``cls`` from a record: each field from ``given``, else from the
-    record converted by the field's declared type, else its default (when it has none: ``()``
-    for a tuple, else None; a record of a script that failed early lacks fields).
-
-    Conversions: ``int`` from any number; ``float`` / ``float | None`` / ``int | float | None``
-    with ``"nan"``/``"inf"``/``"-inf"`` decoded; ``tuple[str, ...]``; a dataclass, or a tuple
-    of them, from nested records; a ``Mapping`` as a dict; lists as tuples otherwise.
-    """
-    rec = rec or {}
-    module = vars(sys.modules[cls.__module__])
-    kw: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in given:
-            kw[f.name] = given[f.name]
-        elif rec.get(f.name) is not None:
-            kw[f.name] = _convert(str(f.type), rec[f.name], module)
-        elif f.default is not dataclasses.MISSING:
-            kw[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            kw[f.name] = f.default_factory()
-        else:  # a record of a script that failed early lacks fields
-            kw[f.name] = () if str(f.type).startswith("tuple[") else None
-    return cls(**kw)
-
-
-def _convert(kind: str, value: Any, module: Mapping[str, Any]) -> Any:
-    """``value`` (not None) as the annotation ``kind`` (a string) says; see from_record."""
-    if kind == "int":
-        n = number(value)
-        return int(n) if n is not None and n == n and abs(n) != float("inf") else 0
-    if kind in ("float", "float | None"):
-        n = number(value)
-        return None if n is None else float(n)
-    if kind == "int | float | None":
-        return number(value)
-    if kind == "tuple[str, ...]":
-        return tuple(str(x) for x in value)
-    if kind.startswith("Mapping["):
-        return dict(value)
-    inner = kind[len("tuple[") : -len(", ...]")] if kind.startswith("tuple[") else ""
-    nested = module.get(inner or kind.removesuffix(" | None"))
-    if dataclasses.is_dataclass(nested) and isinstance(nested, type):
-        if inner:
-            return tuple(from_record(nested, v) for v in value)
-        return from_record(nested, value) if isinstance(value, Mapping) else None
-    return _freeze(value)
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value

@@ -3,11 +3,11 @@ step (:func:`bisect_checkpoints`, :func:`render_bisect`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, from_record, worst_exit
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, worst_exit
 from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
     CheckpointError,
@@ -15,28 +15,31 @@ from remotekit.diagnostics.checkpoints.common import (
     run_script,
 )
 from remotekit.diagnostics.checkpoints.scan import (
-    BadTensor,
     CheckpointReport,
     ProgressCallback,
     ReportCallback,
     Tracker,
-    bad_tensor,
     counts_line,
 )
 from remotekit.remote.ckpt.options import BisectOptions
-from remotekit.remote.ckpt.records import BisectPoint
+from remotekit.remote.ckpt.records import Bisect, BisectOrder, BisectPoint
 from remotekit.render import table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
+    # the name a field BisectReport inherits from the record is annotated with, for whoever
+    # resolves it here (the API reference)
+    from remotekit.remote.ckpt.records import BadTensor  # noqa: F401
     from remotekit.target import Target
 
 __all__ = ["BisectPoint", "BisectReport", "bisect_checkpoints", "render_bisect"]
 
 
 @dataclass(frozen=True, repr=False)
-class BisectReport(Shown):
-    """Where a run went bad: ``last_clean`` and ``first_bad`` in ``order`` ("global_step",
+class BisectReport(Shown, Bisect):
+    """Where a run went bad (the ``bisect`` record,
+    :class:`~remotekit.remote.ckpt.records.Bisect`, with ``reports``, those of the
+    checkpoints it scanned): ``last_clean`` and ``first_bad`` in ``order`` ("global_step",
     or "name" when some checkpoint has no step), with the first bad tensor and its section.
 
     ``mode`` "binary" checks about log2(n) checkpoints and assumes that once one is bad every
@@ -44,20 +47,9 @@ class BisectReport(Shown):
     first bad (an isolated corrupt save rather than a divergence).
     """
 
-    directory: str
-    order: str
-    mode: str
-    checkpoints: int
-    scanned: int
-    last_clean: BisectPoint | None
-    first_bad: BisectPoint | None
-    first_bad_tensor: BadTensor | None
-    unreadable: tuple[str, ...]
-    bad: tuple[str, ...]
-    later_clean: tuple[str, ...]
-    assumption: str | None
-    ordered: tuple[BisectPoint, ...]
-    reports: tuple[CheckpointReport, ...]
+    # mypy takes the record's wire(...) fields for ones with defaults; they have none (and
+    # this one is required as it always was), hence the ignore.
+    reports: tuple[CheckpointReport, ...]  # type: ignore[misc]
 
     @property
     def exit_code(self) -> int:
@@ -83,10 +75,6 @@ class BisectReport(Shown):
 
     def render(self) -> str:
         return render_bisect(self)
-
-
-def _point(rec: Mapping[str, Any] | None) -> BisectPoint | None:
-    return BisectPoint.from_dict(rec) if isinstance(rec, Mapping) and rec else None
 
 
 def bisect_checkpoints(
@@ -115,22 +103,13 @@ def bisect_checkpoints(
     run = run_script(
         target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=tracker.record
     )
-    rec = run.first("bisect")
+    rec = run.first(Bisect.TYPE)
     if rec is None:
         raise CheckpointError("ckpt.py bisect gave no bisect record", result=run.result)
-    order = run.first("order") or {}
-    first_bad = rec.get("first_bad") or None
-    return from_record(
-        BisectReport,
-        rec,
-        directory=directory,
-        last_clean=_point(rec.get("last_clean")),
-        first_bad=_point(first_bad),
-        first_bad_tensor=bad_tensor(first_bad["tensor"])
-        if first_bad and first_bad.get("tensor")
-        else None,
-        ordered=tuple(p for p in (_point(c) for c in order.get("checkpoints") or ()) if p),
-        reports=tuple(tracker.reports),
+    order = BisectOrder.from_dict(run.first(BisectOrder.TYPE))
+    report = BisectReport.from_dict(rec)
+    return replace(
+        report, directory=directory, ordered=order.checkpoints, reports=tuple(tracker.reports)
     )
 
 

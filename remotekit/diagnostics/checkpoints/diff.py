@@ -5,26 +5,21 @@ the tensors that are no weights (:func:`diff_checkpoints`, :func:`render_diff`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, from_record
-from remotekit.diagnostics.checkpoints.common import (
-    SCRIPT,
-    as_float,
-    run_script,
-    short_float,
-)
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK
+from remotekit.diagnostics.checkpoints.common import SCRIPT, run_script, short_float
 from remotekit.remote.ckpt.options import DiffOptions
 from remotekit.remote.ckpt.records import (
+    Diff,
     DiffFlag,
     NonWeightChange,
     NonWeightDiff,
     TensorChange,
     TensorDiff,
 )
-from remotekit.remote.records import items
 from remotekit.render import table
 from remotekit.result import Shown
 
@@ -44,47 +39,14 @@ __all__ = [
 
 
 @dataclass(frozen=True, repr=False)
-class DiffReport(Shown):
-    """Checkpoint B compared with checkpoint A (see :func:`diff_checkpoints`).
+class DiffReport(Shown, Diff):
+    """Checkpoint B compared with checkpoint A (see :func:`diff_checkpoints`; the ``diff``
+    record, :class:`~remotekit.remote.ckpt.records.Diff`).
 
     ``rel_change_*`` are over the params (floating weights and optimizer state) only;
     ``counters`` (num_batches_tracked, optimizer steps) and ``other`` (scores, RNG states,
     integer tensors) say on their own what changed among the tensors that are no weights.
     """
-
-    a: str
-    b: str
-    ok: bool
-    error: str | None
-    format_a: str | None = None
-    format_b: str | None = None
-    step_a: int | float | None = None
-    step_b: int | float | None = None
-    step_delta: int | float | None = None
-    epoch_a: int | float | None = None
-    epoch_b: int | float | None = None
-    lr_a: tuple[tuple[float | None, ...], ...] = ()
-    lr_b: tuple[tuple[float | None, ...], ...] = ()
-    tensors_a: int = 0
-    tensors_b: int = 0
-    compared: int = 0
-    identical: int = 0
-    only_a: tuple[str, ...] = ()
-    only_b: tuple[str, ...] = ()
-    only_a_total: int = 0
-    only_b_total: int = 0
-    changes: tuple[TensorChange, ...] = ()
-    changes_total: int = 0
-    top_weights: tuple[TensorDiff, ...] = ()
-    top_optimizer: tuple[TensorDiff, ...] = ()
-    flags: tuple[DiffFlag, ...] = ()
-    flags_total: int = 0
-    rel_change_weights: float | None = None
-    rel_change_optimizer: float | None = None
-    counters: NonWeightDiff | None = None
-    other: NonWeightDiff | None = None
-    needs_globals: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -107,10 +69,6 @@ class DiffReport(Shown):
         return render_diff(self)
 
 
-def _non_weights(rec: Any) -> NonWeightDiff | None:
-    return NonWeightDiff.from_dict(rec) if isinstance(rec, Mapping) else None
-
-
 def diff_checkpoints(
     target: Target,
     a: str,
@@ -130,31 +88,10 @@ def diff_checkpoints(
     """
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
     args = DiffOptions.of(a, b, top=top, **loading).argv()
-    rec = run_script(target, SCRIPT, args, step="ckpt-diff", timeout=timeout).first("diff")
+    rec = run_script(target, SCRIPT, args, step="ckpt-diff", timeout=timeout).first(Diff.TYPE)
     if rec is None:
         return DiffReport(a=a, b=b, ok=False, error="the script gave no diff record")
-    rel = rec.get("rel_change") or {}
-
-    def lrs(v: Any) -> tuple[tuple[float | None, ...], ...]:
-        return tuple(tuple(as_float(x) for x in group) for group in v or ())
-
-    return from_record(
-        DiffReport,
-        rec,
-        a=a,
-        b=b,
-        ok=bool(rec.get("ok")),
-        lr_a=lrs(rec.get("lr_a")),
-        lr_b=lrs(rec.get("lr_b")),
-        changes=tuple(TensorChange.from_dict(c) for c in items(rec.get("changes"))),
-        top_weights=tuple(TensorDiff.from_dict(d) for d in items(rec.get("top_weights"))),
-        top_optimizer=tuple(TensorDiff.from_dict(d) for d in items(rec.get("top_optimizer"))),
-        flags=tuple(DiffFlag.from_dict(f) for f in items(rec.get("flags"))),
-        counters=_non_weights(rec.get("counters")),
-        other=_non_weights(rec.get("other")),
-        rel_change_weights=as_float(rel.get("weights")),
-        rel_change_optimizer=as_float(rel.get("optimizer")),
-    )
+    return replace(DiffReport.from_dict(rec), a=a, b=b)
 
 
 # --------------------------------------------------------------------------- text

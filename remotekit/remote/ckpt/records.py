@@ -3,15 +3,16 @@ local side (:mod:`remotekit.diagnostics.checkpoints`) reads back, as frozen data
 :class:`~remotekit.remote.records.Record` (``from_dict`` / ``to_dict``; each field's kind
 says how its wire value is read).
 
-The records of one checkpoint and its tensors (``checkpoint``, ``tensor``, ``plan``), and
-those nested in the ``inspect``, ``diff`` and ``bisect`` records; the reports that hold
-them (with their text) are the local side's.
+The records of one checkpoint and its tensors (``checkpoint``, ``tensor``, ``plan``), of
+the ``inspect``, ``diff``, ``order`` and ``bisect`` commands, and those nested in them; the
+reports that are these records with their text are the local side's.
 
 Runs *there*: the standard library only, Python >= 3.8.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..records import (
@@ -24,6 +25,8 @@ from ..records import (
     TUPLE,
     Kind,
     Record,
+    items,
+    record,
     records,
     whole,
     wire,
@@ -32,12 +35,17 @@ from ..records import (
 # typing only for the checker: importing it costs a diagnostic step ~3 ms there.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from typing import Any
+
+    from ..records import R
 
 __all__ = [
     "BadTensor",
+    "Bisect",
+    "BisectOrder",
     "BisectPoint",
     "Checkpoint",
+    "Diff",
     "DiffFlag",
     "Inspect",
     "LogFile",
@@ -86,6 +94,18 @@ TOTALS = Kind(
 )
 #: A status word; missing or empty: "error" (a record that says nothing read nothing).
 STATUS = Kind("status", lambda value: str(value or "error"), lambda: "error")
+
+
+def _lr(value):
+    return None if value is None else FLOAT.parse(value)
+
+
+#: Per optimizer, the lr of each param group: floats, None where one is no number.
+LRS = Kind(
+    "lr per group",
+    lambda value: tuple(tuple(_lr(x) for x in items(g)) for g in items(value)),
+    tuple,
+)
 
 
 @dataclass(frozen=True)
@@ -349,12 +369,142 @@ class NonWeightDiff(Record):
 
 
 @dataclass(frozen=True)
+class Diff(Record):
+    """The ``diff`` record: checkpoint B against checkpoint A (the local side's
+    ``DiffReport`` is this record with its text; its docstring says each field).
+
+    The far side writes the relative change of each section as one mapping, ``rel_change``
+    (``{"weights": x, "optimizer": y}``); it is read here as ``rel_change_weights`` and
+    ``rel_change_optimizer`` (:meth:`from_dict`)."""
+
+    TYPE = "diff"
+    #: Written there as one mapping, read here as the two ``rel_change_*`` fields.
+    UNREAD = ("rel_change",)
+
+    a: str
+    b: str
+    ok: bool = wire(FLAG)
+    error: str | None = wire()
+    format_a: str | None = None
+    format_b: str | None = None
+    step_a: int | float | None = wire(NUMBER, default=None)
+    step_b: int | float | None = wire(NUMBER, default=None)
+    step_delta: int | float | None = wire(NUMBER, default=None)
+    epoch_a: int | float | None = wire(NUMBER, default=None)
+    epoch_b: int | float | None = wire(NUMBER, default=None)
+    lr_a: tuple[tuple[float | None, ...], ...] = wire(LRS, default=())
+    lr_b: tuple[tuple[float | None, ...], ...] = wire(LRS, default=())
+    tensors_a: int = wire(INT, default=0)
+    tensors_b: int = wire(INT, default=0)
+    compared: int = wire(INT, default=0)
+    identical: int = wire(INT, default=0)
+    only_a: tuple[str, ...] = wire(STRS, default=())
+    only_b: tuple[str, ...] = wire(STRS, default=())
+    only_a_total: int = wire(INT, default=0)
+    only_b_total: int = wire(INT, default=0)
+    changes: tuple[TensorChange, ...] = wire(records(TensorChange), default=())
+    changes_total: int = wire(INT, default=0)
+    top_weights: tuple[TensorDiff, ...] = wire(records(TensorDiff), default=())
+    top_optimizer: tuple[TensorDiff, ...] = wire(records(TensorDiff), default=())
+    flags: tuple[DiffFlag, ...] = wire(records(DiffFlag), default=())
+    flags_total: int = wire(INT, default=0)
+    rel_change_weights: float | None = wire(FLOAT, default=None, sent=False)
+    rel_change_optimizer: float | None = wire(FLOAT, default=None, sent=False)
+    counters: NonWeightDiff | None = wire(record(NonWeightDiff), default=None)
+    other: NonWeightDiff | None = wire(record(NonWeightDiff), default=None)
+    needs_globals: tuple[str, ...] = wire(STRS, default=())
+    notes: tuple[str, ...] = wire(STRS, default=())
+
+    @classmethod
+    def from_dict(cls: type[R], rec: Mapping[str, Any] | None) -> R:
+        """As :meth:`Record.from_dict`, ``rel_change``'s two sections read as the
+        ``rel_change_*`` fields (a ``rel_change`` that is no mapping: none)."""
+        rel = rec.get("rel_change") if rec else None
+        if isinstance(rel, Mapping):
+            rec = dict(
+                rec or {},
+                rel_change_weights=rel.get("weights"),
+                rel_change_optimizer=rel.get("optimizer"),
+            )
+        return super().from_dict(rec)
+
+
+@dataclass(frozen=True)
 class BisectPoint(Record):
     """A checkpoint in the bisect's order: its path, global step and epoch."""
+
+    #: Written in the bisect record's ``first_bad`` only, not read here: its ``tensor`` is
+    #: read as the bisect's ``first_bad_tensor``; its counts are the checkpoint record's.
+    UNREAD = (
+        "tensor",
+        "nan_weights",
+        "posinf_weights",
+        "neginf_weights",
+        "nan_optimizer",
+        "posinf_optimizer",
+        "neginf_optimizer",
+        "negative_exp_avg_sq",
+    )
 
     path: str = wire(TEXT)
     global_step: int | float | None = wire(NUMBER)
     epoch: int | float | None = wire(NUMBER, default=None)
+
+
+def _point(value: Any) -> BisectPoint | None:
+    return BisectPoint.from_dict(value) if isinstance(value, Mapping) and value else None
+
+
+#: A checkpoint of the bisect's order; None for what is no mapping or an empty one.
+POINT = Kind("point", _point)
+#: The checkpoints in order, each one that is no mapping or an empty one left out.
+POINTS = Kind(
+    "points", lambda value: tuple(p for p in map(_point, items(value)) if p is not None), tuple
+)
+
+
+@dataclass(frozen=True)
+class BisectOrder(Record):
+    """The ``order`` record: how the bisect ordered the checkpoints (``"global_step"``, or
+    ``"name"`` when some has none), before it scans any."""
+
+    TYPE = "order"
+
+    order: str | None
+    checkpoints: tuple[BisectPoint, ...] = wire(POINTS)
+
+
+@dataclass(frozen=True)
+class Bisect(Record):
+    """The ``bisect`` record: the last clean and the first bad checkpoint (the local side's
+    ``BisectReport`` is this record with its text and the checkpoint reports of the scans;
+    its docstring says each field). ``first_bad_tensor`` is read from ``first_bad``'s
+    ``tensor`` (:meth:`from_dict`); ``ordered`` is the order record's checkpoints."""
+
+    TYPE = "bisect"
+
+    directory: str
+    order: str
+    mode: str
+    checkpoints: int = wire(INT)
+    scanned: int = wire(INT)
+    last_clean: BisectPoint | None = wire(POINT)
+    first_bad: BisectPoint | None = wire(POINT)
+    first_bad_tensor: BadTensor | None = wire(record(BadTensor), sent=False)
+    unreadable: tuple[str, ...] = wire(STRS)
+    bad: tuple[str, ...] = wire(STRS)
+    later_clean: tuple[str, ...] = wire(STRS)
+    assumption: str | None = wire()
+    ordered: tuple[BisectPoint, ...] = wire(POINTS, sent=False)
+
+    @classmethod
+    def from_dict(cls: type[R], rec: Mapping[str, Any] | None) -> R:
+        """As :meth:`Record.from_dict`, ``first_bad``'s ``tensor`` read as
+        ``first_bad_tensor`` (one that is none or empty: None)."""
+        bad = rec.get("first_bad") if rec else None
+        if isinstance(bad, Mapping) and "tensor" in bad:
+            rec = dict(rec or {}, first_bad_tensor=bad["tensor"] or None)
+        return super().from_dict(rec)
 
 
 @dataclass(frozen=True)
