@@ -29,7 +29,7 @@ Target: reader <= 3x the bare parse; TensorBoard and W&B faster than the officia
 The TensorBoard file is written by tensorboard's own EventFileWriter (simple_value loss,
 float tensor lr, as tensorboard.summary writes); the W&B file with wandb's protobuf classes
 and the LevelDB-log framing of wandb's datastore (1M wandb.log calls take ~17 min here:
-~1,000 rows/s measured; tests/test_trainlog_formats.py uses wandb.log itself).
+~1,000 rows/s measured; tests/diagnostics/trainlog/test_trainlog_formats.py uses wandb.log itself).
 
 Run: .venv/bin/python bench/bench_trainlog.py [--steps 1000000] [--repeat 3] [--quick]
      (--quick: 100,000 steps, one repeat; writes bench/results/trainlog.json)

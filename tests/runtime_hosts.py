@@ -1,6 +1,6 @@
 """What a hosts.yaml says to reach each real runtime's container, job or pod, and the broken
 ones beside it (stopped, missing, pending ...) with the words their error must quote: the
-runtime suite (tests/test_runtimes.py) and the shell tests (tests/test_shell.py) build their
+runtime suite (tests/engine/test_runtimes.py) and the shell tests (tests/engine/test_shell.py) build their
 hosts from it. ``fx(name)`` gives the session fixture ``name`` (the runtime, started on first
 use: ``request.getfixturevalue``).
 """

@@ -11,7 +11,8 @@ SSH exec request. hosts.yaml's single keys make the chain ``[sudo] [container ho
 Adding a hop: write ``remotekit/layers/<name>.py`` with a :class:`Hop` subclass (its keys,
 argv, interactive argv when the tool must be asked for a pty, and probe as code; its tool's
 words as data: ``up``, ``says``, ``failures``), add it to :data:`HOPS`, test it in
-tests/test_layers.py, then run ``python tools/gen_docs.py`` (docs/extending.md, "Adding a layer").
+tests/layers/test_layers.py, then run ``python tools/gen_docs.py`` (docs/extending.md, "Adding a
+layer").
 """
 
 from __future__ import annotations

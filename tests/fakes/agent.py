@@ -1,5 +1,5 @@
-"""A far side gone wrong, for the tests of the caller's frame reader (tests/test_agent.py) and
-of a step's control lines (tests/test_hostile_steps.py): run as the target's Python, instead
+"""A far side gone wrong, for the tests of the caller's frame reader (tests/engine/test_agent.py) and
+of a step's control lines (tests/engine/test_hostile_steps.py): run as the target's Python, instead
 of the loader that would start remotekit's agent or runner (``python agent.py MODE``).
 
 Every mode but ``flood-stdout`` and ``flood-stderr`` plays the resident agent

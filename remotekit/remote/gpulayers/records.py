@@ -6,7 +6,7 @@ writes at each level of a chain, and those nested in it, as frozen dataclasses o
 :class:`LayerView` with its text, and :func:`layer_findings` there compares the levels.
 
 Runs *there*: the standard library only, Python >= 3.8 (the probe writes its dicts;
-``tests/test_gpu_layers_records.py`` holds them to these classes).
+``tests/diagnostics/system/test_gpu_layers_records.py`` holds them to these classes).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 checkpoints; findings: low space or inodes, a checkpoint that would not fit again.
 
 A fleet asks this of every host: it imports nothing beyond what it uses (no subprocess, no
-regex; tests/test_sysinfo_script.py holds it).
+regex; tests/diagnostics/system/test_sysinfo_script.py holds it).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ protocol's). The reports that hold these records (with their text) are the local
 (``host``, ``torch``), as the local ``EnvReport`` is it with its findings and text.
 
 Runs *there*: the standard library only, Python >= 3.8 (the far side writes its dicts;
-``tests/test_sysinfo_records.py`` holds them to these classes).
+``tests/diagnostics/system/test_sysinfo_records.py`` holds them to these classes).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Only what the task layer adds is asserted here: the process's exit code, the host's report on
 stdout, ``--json``, an engine error as exit 2 (a message on stderr), ``--plot``. What the
-reports hold and how they render: tests/test_checkpoints_api.py, tests/test_system_api.py and
-tests/test_trainlog_api.py.
+reports hold and how they render: tests/diagnostics/checkpoints/test_checkpoints_api.py, tests/diagnostics/system/test_system_api.py and
+tests/diagnostics/trainlog/test_trainlog_api.py.
 
 The fake nvidia-smi cannot be reached through the step's ``env=`` from the command line: these
 tests write a hosts.yaml (``--inventory``) whose ``local`` host sets ``PATH`` and the scenario.
@@ -41,7 +41,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> cf.Corpus:
 
 @pytest.fixture(scope="module")
 def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The homogeneous-batches log of tests/test_trainlog_api.py: spikes at 200, 330, 400."""
+    """The homogeneous-batches log of tests/diagnostics/trainlog/test_trainlog_api.py: spikes at 200, 330, 400."""
     d = tmp_path_factory.mktemp("trainlog-cli")
     rows = factory.cached("homogeneous", 600, (200, 330, 400))
     return factory.write_jsonl(rows, d / "homo.jsonl", checkpoints=(200, 400, 500))

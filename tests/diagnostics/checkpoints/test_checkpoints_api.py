@@ -2,8 +2,8 @@
 
 ``scan_checkpoints`` and friends ship ``remote/ckpt.py`` with ``run_python``, parse its records
 into frozen reports and give exit codes; the ``render_*`` functions turn them into text (the
-invoke tasks that print them: tests/test_cli_diagnostics.py). The same corpus as
-tests/test_ckpt_script.py (tests/ckpt_factory.py), so the exact expectations are shared; the
+invoke tasks that print them: tests/cli/test_cli_diagnostics.py). The same corpus as
+tests/diagnostics/checkpoints/test_ckpt_script.py (tests/ckpt_factory.py), so the exact expectations are shared; the
 sshd -> fake pct -> venv tests reuse them too.
 """
 

@@ -3,7 +3,7 @@ sshd (ssh -> fake pct exec -> a real LXC container -> venv Python): its lifetime
 (``close()``, SIGKILL mid-step, a dropped connection, the local process gone), many steps at
 once, a flooding step, secrets, warm imports, the hops' words when it cannot start, and the
 interpreters it runs on (or falls back from). The engine's own suites run on it as the
-default; tests/test_per_step.py re-runs them with ``agent: false``.
+default; tests/engine/test_per_step.py re-runs them with ``agent: false``.
 """
 
 from __future__ import annotations

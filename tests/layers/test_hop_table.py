@@ -1,6 +1,6 @@
 """A hop states its tool's words as data (``Failure`` rows, ``says``, ``up``); ``Hop`` reads them.
 
-The per-tool rows are tested against the tools' real texts in tests/test_layers.py; this checks
+The per-tool rows are tested against the tools' real texts in tests/layers/test_layers.py; this checks
 the table's own rules with a hop that has nothing but the table: first row wins, ``code=``
 and ``status=`` narrow a row, the message template, the fallback to "command not found".
 """

@@ -1,5 +1,5 @@
 """The engine's guarantees against every real runtime on the one-process-per-step path
-(hosts.yaml ``agent: false``): the runtime suite's tests (tests/test_runtimes.py) that take
+(hosts.yaml ``agent: false``): the runtime suite's tests (tests/engine/test_runtimes.py) that take
 a target, or open one with ``agent``, run here again unchanged with ``agent`` False, over
 [pct-over-lxc, lxc, podman, docker (engine=podman), slurm, kubectl (fake)] x [local, ssh].
 """

@@ -3,7 +3,7 @@
 The fake nvidia-smi (tests/fakes) is found through the ``PATH`` the step sets there. Most
 tests use a target whose interpreter runs ``python -S`` (no torch: quick, and the "torch is
 missing" path); the ones about torch use the plain ``remotekit.local_target()``. What only the
-invoke tasks do (exit code, ``--json``, an engine error as exit 2): tests/test_cli_diagnostics.py.
+invoke tasks do (exit code, ``--json``, an engine error as exit 2): tests/cli/test_cli_diagnostics.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """train-log through the engine: the local target ships remote/trainlog.py and runs it with
 our own interpreter; the local half returns frozen dataclasses, text, JSON and a picture. What
 only the invoke task does (exit code, ``--json``, ``--plot`` without matplotlib):
-tests/test_cli_diagnostics.py."""
+tests/cli/test_cli_diagnostics.py."""
 
 from __future__ import annotations
 

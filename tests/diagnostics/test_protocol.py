@@ -1,7 +1,7 @@
 """The record protocol (remotekit/remote/protocol.py), written once for both sides, and the
 local wrapper that runs a diagnostic script (diagnostics.base): shipping, the final record,
 and the Report every diagnostic's report satisfies (records read by their class:
-tests/test_records.py)."""
+tests/diagnostics/test_records.py)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ it must carry none of them raw, and show each as its escape (``\\x1b``). The out
 user's own command is the exception: it reaches the terminal as ssh leaves it.
 
 Each test runs the CLI as a user would, through a hosts.yaml whose ``local`` target takes
-the ``agent`` fixture, so tests/test_per_step.py runs them again without the agent.
+the ``agent`` fixture, so tests/engine/test_per_step.py runs them again without the agent.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def cluster_inv(
     agent: bool | None,
 ) -> remotekit.Inventory:
     """A hosts.yaml with one found group of each kind, and broken ones; every host and
-    member's steps on the agent or not (``agent``: tests/test_per_step.py runs these again)."""
+    member's steps on the agent or not (``agent``: tests/engine/test_per_step.py runs these again)."""
     venv, pct = venv_prefix(), pve_cts[1]
     job = int(slurm_cluster.running)
     pods = {"namespace": kube.namespace, "context": kube.context, "bin": str(kube.bin)}
@@ -652,7 +652,9 @@ def test_an_unknown_group_lists_the_found_ones_too(tmp_path: Path) -> None:
 def test_the_docs_found_groups_are_what_they_say() -> None:
     """docs/hosts-yaml.md's found-groups block loads, and each group asks what it says."""
     text = (ROOT / "docs" / "hosts-yaml.md").read_text()
-    block = text.split("<!-- found groups: tests/test_found.py loads this block -->\n```yaml\n")
+    block = text.split(
+        "<!-- found groups: tests/found/test_found.py loads this block -->\n```yaml\n"
+    )
     inv = remotekit.parse_inventory(block[1].split("```", 1)[0], "hosts-yaml.md")
     assert {g: f.query for g, f in inv.found.items()} == {
         "cts": "pct list on pve1 (name 'train-*', tag gpu)",

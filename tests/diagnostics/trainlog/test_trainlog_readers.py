@@ -110,7 +110,7 @@ def test_a_new_reader_module_is_all_a_host_needs(tmp_path: Path, agent: str) -> 
 
 def test_every_reader_module_defines_one_registered_reader_that_keeps_the_contract() -> None:
     """Each module of readers/ is found, its one Reader registered in the claim order (which
-    breaks ties between readers as sure: tests/test_trainlog_formats.py proves it on
+    breaks ties between readers as sure: tests/diagnostics/trainlog/test_trainlog_formats.py proves it on
     logs); one without a part of the contract breaks the registry when it is asked."""
     registry = shipped("trainlog.readers")
     modules = {p.stem for p in READERS.glob("*.py")} - {"__init__"}

@@ -6,7 +6,7 @@ takes a target from a fixture (``local``, ``target``, ``ct``, ``there``) or open
 ``hosts``, ``notorch``, ``slurm`` ...), runs here again, unchanged, with ``agent`` False: on
 this machine and through the real sshd (ssh -> fake pct exec -> a real LXC container -> venv).
 NOT_HERE names what is left out, and why. The runtimes' suite does the same in
-tests/test_per_step_runtimes.py.
+tests/engine/test_per_step_runtimes.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``gpu --layers`` without a runtime: the findings from rows made by hand (pure), the probe
 (remotekit/remote/gpulayers.py) and the fake nvidia-smi on planted roots, the rendering.
 
-The same walk through real LXC, Podman and Slurm levels: tests/test_gpu_layers_runtimes.py.
+The same walk through real LXC, Podman and Slurm levels: tests/diagnostics/system/test_gpu_layers_runtimes.py.
 """
 
 from __future__ import annotations
@@ -525,7 +525,7 @@ def test_every_fix_is_a_template_that_formats() -> None:
 # -- docs/diagnostics.md shows this table ------------------------------------------------------
 
 DOCS = ROOT / "docs" / "diagnostics.md"
-DOCS_MARK = "<!-- gpu --layers output: tests/test_gpu_layers.py::test_the_docs_table_is_what_render_prints -->"
+DOCS_MARK = "<!-- gpu --layers output: tests/diagnostics/system/test_gpu_layers.py::test_the_docs_table_is_what_render_prints -->"
 
 
 def docs_report() -> Any:

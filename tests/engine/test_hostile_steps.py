@@ -535,7 +535,7 @@ def test_signalled_put_leaves_no_temp_file(tmp_path: Path, sig: int) -> None:
 @pytest.mark.timeout(60)
 def test_step_that_never_got_a_session_says_so(inventory: remotekit.Inventory) -> None:
     """One process per step: each step is an SSH session (on the agent they are messages on
-    one, and 64 run at once: tests/test_agent.py)."""
+    one, and 64 run at once: tests/engine/test_agent.py)."""
     secs = f"4.{uuid.uuid4().int % 10**6:06d}"  # a unique `sleep N` to count
     with inventory.target("node", agent=False) as t:
         slots = t.transport.max_sessions  # type: ignore[attr-defined]
