@@ -1,15 +1,17 @@
 """A diagnostic's options, declared once: the machinery its options dataclass is built on.
 
-A diagnostic's options are one frozen dataclass that both sides import (the checkpoint
-commands' in ``ckpt/options.py``). Each field is an :func:`option`: its default, its help
-(the task's flag and the script's), how a value given loosely (a flag's text, a list for a
-tuple, a keyword of the API) becomes the field's value and what is refused (``parse``:
-raises ValueError or TypeError). :class:`Options` applies every field's parse in the
-constructor, so each way in (keywords, the JSON record, flags by hand) is checked alike and
-a refusal names its option. The options cross as one JSON record (:meth:`Options.to_dict`),
+A diagnostic's options are one frozen dataclass that both sides import (train-log's in
+``trainlog/options.py``, the checkpoint commands' in ``ckpt/options.py``). Each field is an
+:func:`option`: its default, its help (the task's flag and the script's), how a value given
+loosely (a flag's text, a list for a tuple, a keyword of the API) becomes the field's value
+and what is refused (``parse``: raises ValueError or TypeError). :class:`Options` applies
+every field's parse in the constructor, so each way in (keywords, the JSON record, flags by
+hand) is checked alike and a refusal names its option (:meth:`Options.names_option`: how a
+class's messages name it). The options cross as one JSON record (:meth:`Options.to_dict`),
 read back there by :func:`read_record` (bounded: it is text from the other side) and
 :meth:`Options.from_dict` (an unknown key is refused); :func:`add_flags` gives a script's
-parser a flag per field for use by hand.
+parser a flag per field for use by hand, and :meth:`Options.from_command_line` reads that
+command line back.
 
 Runs *there*: the standard library only, Python >= 3.8.
 """
@@ -56,11 +58,18 @@ class Options(object):
             try:
                 value = f.metadata["parse"](getattr(self, f.name))
             except (TypeError, ValueError) as exc:
-                what = str(exc)  # named by its option, unless it starts with its name
-                if not re.match(r"(unknown )?%s\b" % re.escape(f.name), what):
+                what = str(exc)
+                if not self.names_option(f.name, what):
                     what = "%s: %s" % (f.name, what)
                 raise ValueError(what) from None
             object.__setattr__(self, f.name, value)
+
+    @staticmethod
+    def names_option(name, message):
+        """Whether ``message``, a parse's refusal of option ``name``, names it already; if
+        not, it is shown as ``name: message``. Here: it starts with ``name`` (or ``unknown
+        name``); a class whose messages name their option otherwise says so by its own."""
+        return re.match(r"(unknown )?%s\b" % re.escape(name), message) is not None
 
     def to_dict(self, changed=False):
         """The fields as JSON values (tuples as lists, non-finite floats as the protocol's
@@ -86,6 +95,19 @@ class Options(object):
         if missing:
             raise ValueError("missing %s option(s): %s" % (cls.WHAT, ", ".join(missing)))
         return cls(**record)
+
+    @classmethod
+    def from_command_line(cls, given, ap):
+        """The options of a parsed command line, ``given`` (its namespace as a dict): the
+        ``--options`` record (:func:`read_record`) with the flags given on top; a bad record
+        or value ends it as a usage error of ``ap``, the parser that named the flags."""
+        try:
+            record = read_record(given.pop("options", None))
+            record.update(given)
+            return cls.from_dict(record)
+        except ValueError as exc:
+            ap.error(str(exc))
+            raise  # not reached: error() exits
 
 
 def read_record(text):

@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, fields
 
 from .. import options as generic
-from ..options import Options, add_flags, option, read_record
+from ..options import Options, add_flags, option
 
 # typing only for the checker: importing it costs a diagnostic step ~3 ms there.
 TYPE_CHECKING = False
@@ -303,13 +303,7 @@ def from_argv(argv: list[str] | None = None, description: str = "") -> CkptOptio
     command = given.pop("command", None)
     if command is None:
         return None
-    try:
-        record = read_record(given.pop("options", None))
-        record.update(given)
-        return COMMANDS[command].from_dict(record)
-    except ValueError as exc:
-        parsers[command].error(str(exc))
-        raise  # not reached: error() exits
+    return COMMANDS[command].from_command_line(given, parsers[command])
 
 
 def task_help(cls: type = CkptOptions) -> dict[str, str]:

@@ -9,7 +9,9 @@ then ``--options`` and the fields that differ from their defaults; the defaults 
 module's on both sides, shipped in the same package). ``trainlog.py PATH --preset olmo2 ...``
 by hand parses flags made from the same fields (:func:`parser`).
 
-Each field says, in its metadata (:func:`option`), how a value given loosely (a
+Each field is an :func:`~remotekit.remote.options.option` and the class an
+:class:`~remotekit.remote.options.Options`, the machinery the checkpoint commands' options
+share: what is train-log's own is here. Each field says how a value given loosely (a
 comma-separated string, a list, a number as text, ``"inf"``) becomes the field's value, and
 what is refused (``ValueError`` naming the option): the constructor applies it, so every way
 in (keywords, JSON, flags) is checked alike. Adding an option is one field here, its help
@@ -24,10 +26,11 @@ import argparse
 import importlib
 import json
 import re
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass
 
-from ..options import read_record
-from ..protocol import encode, number
+from .. import options as generic
+from ..options import Options, add_flags, option
+from ..protocol import number
 from .base import DEFAULT_PRESET, PRESETS
 
 # typing only for the checker: importing it costs a diagnostic step ~3 ms there.
@@ -132,26 +135,16 @@ def _dir(value):
     return str(value) if value else None
 
 
-def option(default, help, parse, task=None, why_not=None, flags=(), choices=None):
-    """A field of :class:`TrainLogOptions`: its ``default``, its ``help`` (the ``train-log``
-    task's and ``trainlog.py``'s), ``parse`` (a loose value -> the field's; raises
-    ValueError). ``task``: the ``train-log`` flag that sets it (its parameter's name), or
-    ``why_not``: why there is none. ``flags``: ``trainlog.py``'s own, when not ``--name``
-    (the first a repeatable one's when several); ``choices``: a callable listing the values
-    its help names."""
-    meta = {"help": help, "parse": parse, "task": task, "why_not": why_not}
-    meta.update(flags=tuple(flags), choices=choices)
-    return field(default=default, metadata=meta)
-
-
 # ------------------------------------------------------------------------------- the options
 
 
 @dataclass(frozen=True)
-class TrainLogOptions:
+class TrainLogOptions(Options):
     """What ``train-log`` is asked: one log, how to judge it, and (``follow``) whether to
     follow it as it grows. Built with loose values (``metrics="loss,acc"``): each field's
     parse makes them the declared types, or raises ValueError naming the option."""
+
+    WHAT = "train-log"
 
     path: str = option(
         MISSING,
@@ -235,15 +228,11 @@ class TrainLogOptions:
         why_not="the follower's own, when it follows again after a lost connection",
     )
 
-    def __post_init__(self):
-        for f in fields(self):
-            try:
-                value = f.metadata["parse"](getattr(self, f.name))
-            except (TypeError, ValueError) as exc:
-                what = str(exc)  # named by its option, unless it names it already
-                what = what if f.name in what else "%s: %s" % (f.name, what)
-                raise ValueError(what) from None
-            object.__setattr__(self, f.name, value)
+    @staticmethod
+    def names_option(name: str, message: str) -> bool:
+        """A refusal names its option when the name is anywhere in it ("a path is
+        needed"), not only at its start as :meth:`Options.names_option` asks."""
+        return name in message
 
     @classmethod
     def of(cls, path: str, **given: Any) -> TrainLogOptions:
@@ -255,27 +244,6 @@ class TrainLogOptions:
     def wanted(self) -> list[str] | None:
         """The metrics asked for, or None: the usual ones, found by their names."""
         return list(self.metrics) or None
-
-    # -- as one JSON record ------------------------------------------------------------
-
-    def to_dict(self, changed: bool = False) -> dict[str, Any]:
-        """The fields as JSON values (tuples as lists, non-finite floats as the protocol's
-        strings); ``changed``: only those that differ from their defaults."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not changed or f.default is MISSING or value != f.default:
-                out[f.name] = encode(list(value) if isinstance(value, tuple) else value)
-        return out
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> TrainLogOptions:
-        """The options from their record (:meth:`to_dict`); an unknown key is a ValueError."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(record) - known)
-        if unknown:
-            raise ValueError("unknown train-log option(s): %s" % ", ".join(unknown))
-        return cls(**record)
 
     def argv(self) -> list[str]:
         """``trainlog.py``'s arguments for these options: the path, then ``--options`` and
@@ -289,14 +257,7 @@ class TrainLogOptions:
         """The options of ``trainlog.py``'s command line (:func:`parser`): ``--options``'s
         record, then the flags given by hand on top; bad values end it as a usage error."""
         ap = parser(description=description)
-        ns = vars(ap.parse_args(argv))
-        try:
-            record = read_record(ns.pop("options", None))
-            record.update(ns)
-            return cls.from_dict(record)
-        except ValueError as exc:
-            ap.error(str(exc))
-            raise  # not reached: error() exits
+        return cls.from_command_line(vars(ap.parse_args(argv)), ap)
 
 
 def parser(prog: str = "trainlog.py", description: str = "") -> argparse.ArgumentParser:
@@ -305,31 +266,9 @@ def parser(prog: str = "trainlog.py", description: str = "") -> argparse.Argumen
     not given leaves its field to ``--options`` or the default."""
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("path", help=TrainLogOptions.__dataclass_fields__["path"].metadata["help"])
-    ap.add_argument(
-        "--options",
-        default=None,
-        help="the options as one JSON object (what the local side sends); flags go on top",
-    )
-    for f in fields(TrainLogOptions):
-        if f.name == "path":
-            continue
-        meta = f.metadata
-        names = list(meta["flags"]) or ["--" + f.name.replace("_", "-")]
-        kw = {"dest": f.name, "default": argparse.SUPPRESS, "help": meta["help"]}
-        if meta["choices"] is not None:
-            kw["choices"] = meta["choices"]()
-        if f.default is False:
-            kw["action"] = "store_true"
-        elif isinstance(f.default, tuple):
-            kw["action"] = "append"
-        ap.add_argument(*names, **kw)
-    return ap
+    return add_flags(ap, TrainLogOptions, skip=("path",))
 
 
 def task_help() -> dict[str, str]:
     """The ``train-log`` task's help for the flags that set an option: the fields' help."""
-    return {
-        f.metadata["task"]: f.metadata["help"]
-        for f in fields(TrainLogOptions)
-        if f.metadata["task"]
-    }
+    return generic.task_help(TrainLogOptions)

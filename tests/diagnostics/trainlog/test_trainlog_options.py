@@ -85,6 +85,15 @@ def test_a_bad_value_is_refused_naming_its_option() -> None:
         TrainLogOptions.of("/l", metric="loss")  # a keyword the API does not take
 
 
+def test_a_record_is_read_as_the_checkpoint_commands_records_are() -> None:
+    """train-log's options stand on the shared base (remote/options.py): a record without
+    the path, or not an object, is a ValueError naming train-log, as for ckpt's."""
+    with pytest.raises(ValueError, match=r"^missing train-log option\(s\): path$"):
+        TrainLogOptions.from_dict({"preset": "olmo2"})
+    with pytest.raises(ValueError, match=r"^the train-log options are a JSON object, not list$"):
+        TrainLogOptions.from_dict([])  # type: ignore[arg-type]
+
+
 def test_they_cross_as_one_record_of_what_differs_from_the_defaults() -> None:
     opts = TrainLogOptions.of(
         "/run dir/log.jsonl", preset="olmo2", ckpt_steps="1000", after_step=float("-inf")
