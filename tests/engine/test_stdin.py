@@ -21,7 +21,9 @@ import remotekit
 from tests.harness import wait_gone
 
 #: What the step prints of what it read on stdin (until EOF): its length and its sha256.
-DIGEST = "import hashlib,sys; d=sys.stdin.buffer.read(); print(len(d), hashlib.sha256(d).hexdigest())"
+DIGEST = (
+    "import hashlib,sys; d=sys.stdin.buffer.read(); print(len(d), hashlib.sha256(d).hexdigest())"
+)
 
 
 @pytest.fixture(params=[None, False], ids=["agent", "per-step"])
