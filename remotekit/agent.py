@@ -143,6 +143,7 @@ class AgentStep(Channel):
         self._lock = threading.Condition()
         self._in_flight = 0  # stdin bytes sent, not yet written into the runner there
         self._eof = False
+        self._ended = False  # it exited (or its agent is gone): the agent takes no more for it
         self._gone = False
 
     def _credit(self, n: int) -> None:
@@ -156,8 +157,10 @@ class AgentStep(Channel):
             for at in range(0, len(view), _PIECE):
                 piece = bytes(view[at : at + _PIECE])
                 with self._lock:
-                    self._lock.wait_for(lambda: self._in_flight < WINDOW or self._eof)
-                    if self._eof:
+                    self._lock.wait_for(
+                        lambda: self._in_flight < WINDOW or self._eof or self._ended
+                    )
+                    if self._eof or self._ended:
                         return
                     self._in_flight += len(piece)
                 self._agent.send(b"D", self.sid, piece)
@@ -168,6 +171,10 @@ class AgentStep(Channel):
             self._lock.notify_all()
 
     def deliver(self, event: Event) -> None:
+        if isinstance(event, (Exit, Lost)):  # what it has not written there never will be:
+            with self._lock:  # a sender waiting for room (its stdin, unread) stops
+                self._ended = True
+                self._lock.notify_all()
         if not self._gone:
             self.events.put(event)
         elif isinstance(event, Output):

@@ -14,15 +14,18 @@ masked where they leave the target (:meth:`Engine.boundary <remotekit.engine.Eng
 
 from __future__ import annotations
 
+import functools
+import io
 import itertools
 import json
 import secrets
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Union
 
 from remotekit.engine import Engine
 from remotekit.errors import (
@@ -34,7 +37,18 @@ from remotekit.errors import (
     StepTimeout,
 )
 from remotekit.layers import Launch
-from remotekit.remote.runner import EXIT, FILE, MISSING, PACKAGE, READY, StepHeader
+from remotekit.remote.runner import (
+    EXIT,
+    FILE,
+    MISSING,
+    PACKAGE,
+    READY,
+    STARTED,
+    STDIN_PIECE,
+    STDIN_WINDOW,
+    TAKEN,
+    StepHeader,
+)
 from remotekit.result import Detached, Result, Script
 from remotekit.shipping import PackageScript, package
 from remotekit.transports.base import (
@@ -53,19 +67,24 @@ __all__ = [
     "REMOTE_BACKSTOP_S",
     "OutputCallback",
     "OutputStream",
+    "Stdin",
     "StepHeader",
     "StepRequest",
     "StepRun",
+    "StepStdin",
     "checked_timeout",
     "echo",
     "file_chunks",
     "run_step",
     "slices",
+    "stdin_source",
     "stream_file",
 ]
 
 #: ``on_output(stream, line)``: stream is ``"stdout"`` or ``"stderr"``, line has no newline.
 OutputCallback = Callable[[str, str], None]
+#: What a step's ``stdin=`` takes: bytes, a binary file object, or an iterable of bytes.
+Stdin = Union[bytes, bytearray, memoryview, IO[bytes], Iterable[bytes]]
 
 
 def echo(stream: str, line: str) -> None:
@@ -108,6 +127,8 @@ class OutputStream:
         self.kept_bytes = 0
         self.dropped = 0
         self.controls: list[tuple[str, Any]] = []
+        #: Control words also handed to a function as they come (their data).
+        self.hooks: dict[str, Callable[[Any], None]] = {}
         self.lines_seen = 0
 
     def feed(self, data: bytes) -> None:
@@ -136,7 +157,11 @@ class OutputStream:
         record = self._control(text)
         if record is not None:
             before, word, data = record
-            self.controls.append((word, data))
+            hook = self.hooks.get(word)
+            if hook is not None:
+                hook(data)
+            if word != TAKEN:  # one a piece of a step's stdin: not kept
+                self.controls.append((word, data))
             if not before:
                 return
             text, newline = before, False
@@ -215,6 +240,8 @@ class StepRequest:
     (``get``); ``info`` receives the runner's ``file`` record (``get``). ``at``: run it with
     ``python`` inside only the first ``at`` hops of the chain (:meth:`Engine.launch_at
     <remotekit.engine.Engine.launch_at>`), as a process of its own; None: the target's launch.
+    ``stdin``: what the step reads on its stdin (pieces of bytes, :func:`stdin_source`: sent
+    once the step started, as it takes them); None: /dev/null.
     """
 
     header: StepHeader
@@ -231,6 +258,7 @@ class StepRequest:
     info: dict[str, Any] | None = None
     at: int | None = None
     python: str = "python3"
+    stdin: Iterable[bytes] | None = None
 
     @classmethod
     def script(
@@ -252,6 +280,7 @@ class StepRequest:
         capture: bool = True,
         at: int | None = None,
         python: str = "python3",
+        stdin: Stdin | None = None,
     ) -> StepRequest:
         """The step that runs ``script`` there with ``args``: the script and its files (and
         ``files``) travel as the runner's shipped files, in bounded pieces (views, no copies;
@@ -285,7 +314,108 @@ class StepRequest:
             capture=capture,
             at=at,
             python=python,
+            stdin=stdin_source(stdin, detach),
         )
+
+
+def stdin_source(stdin: Stdin | None, detach: bool = False) -> Iterable[bytes] | None:
+    """A step's ``stdin=`` as pieces of bytes (None: none), refused before anything runs
+    unless it is bytes, a binary file object (read as its data comes: ``read1``) or an
+    iterable of bytes; a detached step has no caller to read it from."""
+    if stdin is None:
+        return None
+    if detach:
+        raise ValueError("stdin= cannot go to a detached run (it outlives the step): give none")
+    if isinstance(stdin, (str, io.TextIOBase)):
+        what = "str" if isinstance(stdin, str) else "a text file"
+        raise TypeError(
+            f"stdin must be bytes, a binary file or an iterable of bytes, not {what}: "
+            "pass text.encode(), a file opened with 'rb', or sys.stdin.buffer"
+        )
+    if isinstance(stdin, (bytes, bytearray, memoryview)):
+        return slices(stdin)  # type: ignore[arg-type]
+    read = getattr(stdin, "read1", None) or getattr(stdin, "read", None)
+    if callable(read):
+        return iter(functools.partial(read, STDIN_PIECE), b"")
+    if isinstance(stdin, Iterable):
+        return stdin
+    raise TypeError(
+        f"stdin must be bytes, a binary file or an iterable of bytes, not {type(stdin).__name__}"
+    )
+
+
+class StepStdin:
+    """The caller's stdin of one step, as the runner reads it behind the payload: pieces of
+    at most STDIN_PIECE (``<length>\n<bytes>``), ``0\n`` at its end. Nothing is taken from
+    ``source`` before the step started (:meth:`start`: a step that never ran, such as one
+    sent again with its package, consumed none of it), and never more than STDIN_WINDOW is
+    sent beyond what the runner said its step took (:meth:`took`): a large stdin is held in
+    neither place, and the runner reads its own stdin all the time, so the stop (EOF) is
+    seen at once. An error of ``source`` is kept (:attr:`error`) and wakes the step
+    (``wake``), which stops there and says it."""
+
+    def __init__(self, source: Iterable[bytes]):
+        self.source = source
+        self.error: BaseException | None = None
+        self.wake: Callable[[], None] = lambda: None
+        self._cond = threading.Condition()
+        self._started = False
+        self._done = False  # the step ended, or closed its stdin: nothing more is sent
+        self._sent = 0  # sent, not yet taken there
+
+    def pieces(self) -> Iterator[bytes]:
+        with self._cond:
+            self._cond.wait_for(lambda: self._started or self._done)
+        try:
+            for chunk in self.source:
+                if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                    raise TypeError(f"stdin gave {type(chunk).__name__}, not bytes")
+                view = memoryview(chunk).cast("B")
+                for at in range(0, len(view), STDIN_PIECE):
+                    piece = view[at : at + STDIN_PIECE]
+                    if not self._room(len(piece)):
+                        return
+                    yield b"%d\n" % len(piece) + piece.tobytes()
+                if self._done:
+                    return
+        except Exception as exc:  # the caller's source: the step stops and says it
+            self.error = exc
+            self.wake()
+            return
+        yield b"0\n"
+
+    def _room(self, n: int) -> bool:
+        """Wait until ``n`` more bytes keep within the window: False once nothing is sent."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._sent + n <= STDIN_WINDOW or self._done)
+            self._sent += n
+            return not self._done
+
+    def start(self, _data: Any = None) -> None:
+        """The runner said the step started: its stdin may flow."""
+        with self._cond:
+            self._started = True
+            self._cond.notify_all()
+
+    def took(self, data: Any) -> None:
+        """The runner's ``stdin`` record: how much it took, and whether the step's stdin
+        closed (then no more is sent). Far-side words: a bad one is ignored, and a count
+        is held to what was sent."""
+        if not isinstance(data, dict):
+            return
+        taken = data.get("taken")
+        with self._cond:
+            if isinstance(taken, int) and not isinstance(taken, bool) and taken > 0:
+                self._sent = max(0, self._sent - taken)
+            if data.get("closed") is True:
+                self._done = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """The step ended: nothing more is sent (a sender waiting for room returns)."""
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
 
 
 class PackageMissing(Exception):
@@ -372,6 +502,10 @@ class StepRun:
         at = request.at
         self.launch = None if at is None else engine.launch_at(at, request.python, step)
         self.send_package = with_package  # whether the step's package goes behind its header
+        source = request.stdin
+        self.stdin = None if source is None else StepStdin(source)
+        if self.stdin is not None:
+            self.err.hooks = {STARTED: self.stdin.start, TAKEN: self.stdin.took}
 
     def run(self) -> Result:
         engine = self.engine
@@ -385,14 +519,18 @@ class StepRun:
             raise StepCancelled(self.result(None), started=False)
         if engine.trace is not None:
             engine.trace(self.step, engine.step_chain(self.request.display, launch))
-        proc = self.start(launch, header)
-        with engine.tracked(proc):
-            try:
-                outcome, code = self.pump(proc)
-            except BaseException:
-                self.stop(proc)
-                raise
-        return self.finish(proc, outcome, code)
+        try:
+            proc = self.start(launch, header)
+            with engine.tracked(proc):
+                try:
+                    outcome, code = self.pump(proc)
+                except BaseException:
+                    self.stop(proc)
+                    raise
+            return self.finish(proc, outcome, code)
+        finally:
+            if self.stdin is not None:
+                self.stdin.close()
 
     # -- header ------------------------------------------------------------------------------
 
@@ -408,6 +546,7 @@ class StepRun:
             timeout=None if self.limit is None else self.limit + grace + REMOTE_BACKSTOP_S,
             grace=grace,
             package_size=len(package().blob) if self.send_package else 0,
+            stdin=self.stdin is not None,
         )
         return header.encode()
 
@@ -418,8 +557,13 @@ class StepRun:
         body = self.request.payload
         if self.send_package:
             body = itertools.chain(slices(package().blob), body)
+        if self.stdin is not None:
+            body = itertools.chain(body, self.stdin.pieces())
         try:
-            return self.engine.start_step(launch, header, body, wait=self.limit, agent=not own)
+            proc = self.engine.start_step(launch, header, body, wait=self.limit, agent=not own)
+            if self.stdin is not None:
+                self.stdin.wake = proc.cancel
+            return proc
         except ExecutableMissing as exc:
             raise self.engine.missing(exc.path, self.step, launch) from None
         except TimeoutError:
@@ -503,6 +647,14 @@ class StepRun:
         """The Result of a step that ended, or the error that says how it ended."""
         if outcome == "cancelled":
             self.stop(proc)
+            error = self.stdin.error if self.stdin is not None else None
+            if error is not None:  # reading the step's stdin here failed: it was stopped
+                raise RemotekitError(
+                    f"reading the step's stdin here failed ({type(error).__name__}: {error}); "
+                    "the step was stopped there",
+                    host=self.engine.name,
+                    step=self.step,
+                ) from error
             raise StepCancelled(self.result(None), confirmed=self.err.has(EXIT))
         if outcome == "timeout":
             self.stop(proc)

@@ -43,10 +43,12 @@ from remotekit.shipping import shown_name
 from remotekit.spec import LOCAL, HostSpec
 from remotekit.step import (
     OutputCallback,
+    Stdin,
     StepHeader,
     StepRequest,
     file_chunks,
     run_step,
+    stdin_source,
     stream_file,
 )
 from remotekit.transports import for_spec
@@ -185,6 +187,7 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
         detach: Literal[False] = False,
     ) -> Result: ...
 
@@ -200,6 +203,7 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
         detach: Literal[True],
     ) -> Run: ...
 
@@ -215,6 +219,7 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
         detach: bool,
     ) -> Result | Run: ...
 
@@ -229,6 +234,7 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
         detach: bool = False,
     ) -> Result | Run:
         """Run ``argv`` there (no shell: pass ``["bash", "-c", ...]`` if you want one).
@@ -246,6 +252,11 @@ class Target(Facade):
         is the starting step's Result, ``.result.detached`` its pid, log and dir). A run
         that could not start (command not found) raises :class:`StepFailed` whatever
         ``check`` says: there is no run to hand back; its own exit code comes from ``wait``.
+
+        ``stdin``: what the command reads on its stdin, as ``ssh host cmd`` passes its own
+        (bytes, a binary file object such as ``sys.stdin.buffer`` or ``open(p, "rb")``, or
+        an iterable of bytes), streamed as the command takes it, then EOF; None (default):
+        /dev/null. Not with ``detach``.
         """
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['ls', '-l'], not one string")
@@ -262,6 +273,7 @@ class Target(Facade):
             check=check,
             on_output=on_output,
             capture=capture,
+            stdin=stdin_source(stdin, detach),
         )
         if detach:
             from remotekit.runs import start
@@ -283,6 +295,7 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
         detach: Literal[False] = False,
         preload: Sequence[str] = (),
     ) -> Result: ...
@@ -301,6 +314,7 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
         detach: Literal[True],
         preload: Sequence[str] = (),
     ) -> Run: ...
@@ -319,6 +333,7 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
         detach: bool,
         preload: Sequence[str] = (),
     ) -> Result | Run: ...
@@ -336,6 +351,7 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
         detach: bool = False,
         preload: Sequence[str] = (),
     ) -> Result | Run:
@@ -350,7 +366,7 @@ class Target(Facade):
         ``run.result.detached.dir`` names it). ``preload``: modules
         the script imports that are slow to import (``["torch"]``): with the agent on, the step
         is forked from a process there that keeps them imported (the first such step pays
-        the import); without it, nothing changes.
+        the import); without it, nothing changes. ``stdin``: as for :meth:`run`.
         """
         if not isinstance(script, Script):
             script = Script.from_path(script)
@@ -368,6 +384,8 @@ class Target(Facade):
             check=check,
             on_output=on_output,
             capture=capture,
+            stdin=stdin,
+            detach=detach,
         )
         if detach:
             from remotekit.runs import start

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from invoke import Context, Exit, task
 
 import remotekit
+from remotekit.spec import HostSpec
 
 SELECT_HELP = {
     "host": "target name(s) from hosts.yaml, comma-separated (default: hosts.yaml's "
@@ -67,6 +68,10 @@ class Selection:
             self.host, self.group, self.all, self.inventory, dry_run, agent=self.agent
         )
 
+    def size(self) -> int:
+        """How many targets are selected (none opened; a bad selection ends the task)."""
+        return len(_selected(self.host, self.group, self.all, self.inventory)[1])
+
 
 def select_targets(
     host: str,
@@ -80,16 +85,7 @@ def select_targets(
     """Targets by name, group or all; none of them: hosts.yaml's ``default:``, else ``local``
     (said once on stderr when hosts.yaml declares other hosts), from ``inventory``; with
     ``agent`` False, none of them uses the resident agent."""
-    try:
-        inv = remotekit.load_inventory(inventory or None)
-        if host or group or all:
-            specs = inv.select(hosts=host or None, group=group or None, all=all)
-        else:
-            specs = inv.select_default()
-    except remotekit.RemotekitError as exc:
-        raise Exit(f"remotekit: {exc}", code=2) from None
-    if not specs:
-        raise Exit("remotekit: no targets selected", code=2)
+    inv, specs = _selected(host, group, all, inventory)
     others = [h for h in inv.hosts if h != "local"]
     if not (host or group or all or inv.default) and others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
@@ -100,6 +96,23 @@ def select_targets(
             flush=True,
         )
     return [remotekit.Target(s, agent=None if agent else False, dry_run=dry_run) for s in specs]
+
+
+def _selected(
+    host: str, group: str, all: bool, inventory: str
+) -> tuple[remotekit.Inventory, list[HostSpec]]:
+    """The inventory and the specs selected from it; a bad one or none ends the task (2)."""
+    try:
+        inv = remotekit.load_inventory(inventory or None)
+        if host or group or all:
+            specs = inv.select(hosts=host or None, group=group or None, all=all)
+        else:
+            specs = inv.select_default()
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    if not specs:
+        raise Exit("remotekit: no targets selected", code=2)
+    return inv, list(specs)
 
 
 def one_target(

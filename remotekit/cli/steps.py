@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from invoke import Context, Exit, task
 
@@ -153,6 +155,28 @@ STEP = OptionGroup(
 )
 
 
+def piped_stdin(hosts: int) -> IO[bytes] | None:
+    """This process's stdin for the step, as ``ssh host cmd`` passes its own: when it is a
+    pipe, a file or a socket (not a terminal, not /dev/null), the step reads it, then EOF;
+    else its stdin is /dev/null (``< /dev/null`` turns it off, as ``ssh -n`` does). One
+    stream goes to one host: with several, none gets it (held whole here it could go to
+    each; it is not), and a note says so."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no stdin, or not a file descriptor
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)):
+        return None  # a terminal, /dev/null: nothing is read from it
+    if hosts > 1:
+        print(
+            f"remotekit: stdin is not passed on: it goes to one host, and {hosts} are selected",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return sys.stdin.buffer
+
+
 def _run_live(sel: Selection, step: StepOptions, start: Callable[..., Any]) -> None:
     """``start(target, **how)`` on every selected host, its output live with host prefixes,
     then what the engine did beside it (a started run, stopped leftovers); with --dry-run,
@@ -163,8 +187,12 @@ def _run_live(sel: Selection, step: StepOptions, start: Callable[..., Any]) -> N
         targets = sel.targets(dry_run=True)
         return dry_run_steps(targets, lambda t, console: start(t, check=False, detach=False))
 
+    stdin = None if step.detach else piped_stdin(sel.size())
+
     def on_host(t: remotekit.Target, console: Console) -> remotekit.Result:
-        how = {"timeout": step.timeout or None, "on_output": console.output(t.name)}
+        how: dict[str, Any] = {"timeout": step.timeout or None, "on_output": console.output(t.name)}
+        if stdin is not None:
+            how["stdin"] = stdin
         # with --detach, the step that started the run (one that did not start raises
         # StepFailed: the host failed)
         r: remotekit.Result = (
@@ -185,7 +213,7 @@ def _run_live(sel: Selection, step: StepOptions, start: Callable[..., Any]) -> N
 )
 def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
     """Run a command on targets (`-- PROGRAM ARGS...` or --cmd), output streamed live with host
-    prefixes."""
+    prefixes; a piped stdin goes to the command (one host), as with ssh."""
     argv = command_words(c, "cmd", cmd)
     if not argv:
         raise Exit("remotekit: give the command after -- (or --cmd)", code=2)

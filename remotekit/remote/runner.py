@@ -11,7 +11,7 @@
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
 #          "files": [[name, size, mode], ...], "timeout", "grace", "detach", "report",
-#          "package", "package_size",
+#          "package", "package_size", "stdin",
 #          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes";
 #          "preload": read by the agent only}
 #   Its fields and their defaults are StepHeader below, their one definition: the laptop
@@ -22,6 +22,12 @@
 # before the files: remotekit.shipping says their format) only when this runner said it is
 # missing (a control line, below); without it the runner says so and ends (125) before
 # anything ran.
+#
+# With "stdin" (exec, not detached), the step's own stdin follows the payload, in pieces
+# "<decimal length>\n<bytes>" (each at most STDIN_PIECE), and "0\n" where it ends (the step
+# then reads EOF); without it the step's stdin is /dev/null. The caller never has more than
+# STDIN_WINDOW of it sent beyond what this runner said it took (the "stdin" control line), so
+# the runner reads its stdin all the time, holds at most that much, and still sees EOF at once.
 #
 # After the payload, stdin stays open: EOF on it means the caller is gone (timeout, Ctrl-C,
 # lost connection) and the step's whole process tree is stopped: TERM, then KILL after
@@ -39,6 +45,8 @@
 #   <K> missing {"cache": B}               the step's package is not there: send it (B: whether
 #                                          this runner keeps packages; else every step sends it)
 #   <K> package {"cached": B}              the package that came is kept for later steps
+#   <K> stdin {"taken": N, "closed": B}    N more bytes of the step's stdin taken (written into
+#                                          its pipe, or dropped once the step closed it: B)
 #   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
 #                                          R: exit | deadline | eof | signal | detached
 #
@@ -66,15 +74,20 @@ except ImportError:
 STDIN = getattr(sys.stdin, "buffer", None)  # None where imported with no stdin (the laptop)
 CHUNK = 1 << 20
 KEY = [""]
+#: The most of the step's stdin one piece carries, and the most the caller has sent beyond
+#: what the runner said it took (the "stdin" control line): what the runner holds at most.
+STDIN_PIECE = 1 << 16
+STDIN_WINDOW = 1 << 20
 
 # The control words of the lines above (remotekit.step reads them by these names).
-READY, STARTED, FILE, EXIT, MISSING, PACKAGE = (
+READY, STARTED, FILE, EXIT, MISSING, PACKAGE, TAKEN = (
     "ready",
     "started",
     "file",
     "exit",
     "missing",
     "package",
+    "stdin",
 )
 
 # The step header's fields, their types (for the laptop's checker) and their defaults, as
@@ -129,7 +142,8 @@ class StepHeader(object):
     agent forks it from a process that keeps them imported (remotekit.remote.agent); the
     runner itself ignores it. ``package`` names (by hash) the package remotekit.remote that
     ``script`` is a path in (remotekit.shipping); ``package_size`` bytes of it come first
-    when it is sent.
+    when it is sent. ``stdin``: the step's stdin comes behind the payload, in pieces (see
+    the protocol above), instead of /dev/null.
     """
 
     op: "Literal['exec', 'put', 'get']" = "exec"
@@ -155,6 +169,7 @@ class StepHeader(object):
     preload: "tuple[str, ...]" = ()
     package: "str | None" = None
     package_size: "int" = 0
+    stdin: "bool" = False
 
     def encode(self):
         # type: () -> bytes
@@ -245,10 +260,14 @@ def created(make, path_of=lambda made: made):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def control(word, data=None, prefix=None):
+def control_line(word, data=None, prefix=None):
     line = (prefix or KEY[0]) + " " + word + ("" if data is None else " " + json.dumps(data))
+    return (line + "\n").encode()
+
+
+def control(word, data=None, prefix=None):
     try:
-        os.write(2, (line + "\n").encode())
+        os.write(2, control_line(word, data, prefix))
     except OSError:
         pass
 
@@ -676,6 +695,7 @@ class Zygote(object):
         pid = os.fork()
         if not pid:
             os.close(w)
+            os.dup2(outputs.in_r, 0)  # the step's stdin, if it takes one (the order says)
             os.dup2(outputs.out_w, 1)
             os.dup2(outputs.err_w, 2)
             outputs.close()
@@ -683,8 +703,8 @@ class Zygote(object):
         os.close(r)
         self.pid, self.pipe = pid, w
 
-    def run(self, path, args, cwd, env):
-        data = json.dumps([path, list(args), cwd, env]).encode()
+    def run(self, path, args, cwd, env, stdin=False):
+        data = json.dumps([path, list(args), cwd, env, stdin]).encode()
         view = memoryview(data)
         while view:
             view = view[os.write(self.pipe, view) :]
@@ -705,9 +725,6 @@ class Zygote(object):
 def zygote_main(pipe):
     code = 1
     try:
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
         parts = []
         while True:
             b = os.read(pipe, CHUNK)
@@ -716,14 +733,18 @@ def zygote_main(pipe):
             parts.append(b)
         if not parts:
             os._exit(0)
-        path, args, cwd, env = json.loads(b"".join(parts).decode("utf-8"))
+        path, args, cwd, env, stdin = json.loads(b"".join(parts).decode("utf-8"))
+        if not stdin:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
         code = run_script(path, args, cwd, env)
     finally:
         os._exit(code & 0xFF)
 
 
 def run_script(path, args, cwd, env):
-    """In the zygote: the child's own session, /dev/null as stdin, unbuffered stdout/stderr,
+    """In the zygote: the child's own session, its stdin (/dev/null or the caller's), unbuffered stdout/stderr,
     the step's env and cwd, and the script as ``__main__``. Returns the exit status."""
     code = 1
     try:
@@ -834,19 +855,108 @@ def fork_safe(env):
 
 
 class Outputs(object):
-    """The step's stdout and stderr: pipes whose read ends the runner relays to its own."""
+    """The step's stdin, stdout and stderr: pipes; the runner writes the caller's stdin into
+    the first when the step takes it (StepInput), and relays the others' read ends to its own."""
 
     def __init__(self):
+        self.in_r, self.in_w = os.pipe()
         self.out_r, self.out_w = os.pipe()
         self.err_r, self.err_w = os.pipe()
 
     def close(self):
-        for fd in (self.out_r, self.out_w, self.err_r, self.err_w):
+        for fd in (self.in_r, self.in_w, self.out_r, self.out_w, self.err_r, self.err_w):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
+
+
+class StepInput(object):
+    """The caller's stdin for the step (header "stdin"): the pieces that come on ours after
+    the payload, written into the step's stdin pipe ``fd`` as the step takes them, and what
+    it took said back (``news``: the "stdin" control line), so the caller sends more. At most
+    STDIN_WINDOW of it is held here (the caller keeps to it); once the step closed its stdin
+    (or ended), what still comes is dropped, and the caller is told to stop sending."""
+
+    def __init__(self, fd):
+        os.set_blocking(fd, False)
+        self.fd = fd  # None once closed
+        self.raw = bytearray()  # come, not yet parsed
+        self.data = bytearray()  # parsed, not yet written
+        self.left = 0  # bytes of the piece being read still to come
+        self.ended = False  # its end ("0\n") came: the step reads EOF once data is written
+        self.taken = 0  # taken since last said
+        self.closed = False  # the step's stdin is closed: no more is written
+        self.told = False  # that it closed was said
+
+    def take(self, chunk):
+        self.raw += chunk
+        while self.raw and not self.ended:
+            if self.left:
+                n = min(self.left, len(self.raw))
+                self.data += self.raw[:n]
+                del self.raw[:n]
+                self.left -= n
+                continue
+            nl = self.raw.find(b"\n", 0, 12)
+            if nl < 0 and len(self.raw) < 12:
+                break
+            head = bytes(self.raw[: max(nl, 0)])
+            if nl < 0 or not head.isdigit() or int(head) > STDIN_PIECE:
+                self.ended = True  # not a piece: the caller's bug; the step reads EOF
+                break
+            del self.raw[: nl + 1]
+            self.left = int(head)
+            self.ended = not self.left
+        if self.ended:
+            del self.raw[:]
+        if len(self.data) > STDIN_WINDOW + STDIN_PIECE:  # past its window: the caller's bug
+            self.close()
+        self.write()
+
+    def write(self):
+        while self.data and self.fd is not None:
+            try:
+                n = os.write(self.fd, self.data)
+            except BlockingIOError:
+                return
+            except OSError:  # EPIPE: the step closed its stdin
+                self.close()
+                return
+            del self.data[:n]
+            self.taken += n
+        if self.closed:
+            self.taken += len(self.data)
+            del self.data[:]
+        elif self.ended and not self.data:
+            self.close()
+
+    def close(self):
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+        self.closed = True
+        self.taken += len(self.data)
+        del self.data[:]
+
+    def wants_room(self):
+        return self.fd is not None and bool(self.data)
+
+    def news(self):
+        """The "stdin" control line to send now (bytes), or None: what the step took, once
+        a piece of it or all that was here, and that its stdin closed (said once)."""
+        closed = self.closed and not self.ended and not self.told
+        if not closed and (not self.taken or (self.data and self.taken < STDIN_PIECE)):
+            return None
+        data = {"taken": self.taken}
+        if closed:
+            data["closed"] = self.told = True
+        self.taken = 0
+        return control_line(TAKEN, data)
 
 
 class Relay(object):
@@ -859,12 +969,16 @@ class Relay(object):
     read holds back the step (its pipe fills: what is waiting to go out stops the reading
     of that pipe), never the loop, which still sees EOF, the deadline and the stop."""
 
-    def __init__(self, outputs, stdin):
+    def __init__(self, outputs, stdin, takes_stdin=False):
         import select
 
         os.close(outputs.out_w)  # the step holds them now: EOF once every writer is gone
         os.close(outputs.err_w)
-        outputs.out_w = outputs.err_w = None
+        os.close(outputs.in_r)
+        self.input = StepInput(outputs.in_w) if takes_stdin else None
+        if self.input is None:
+            os.close(outputs.in_w)  # the step's stdin is /dev/null (this pipe unused)
+        outputs.in_r = outputs.in_w = outputs.out_w = outputs.err_w = None
         self.poll = select.poll
         self.sources = {outputs.out_r: 1, outputs.err_r: 2}
         self.waiting = {1: b"", 2: b""}  # read, not yet written
@@ -874,6 +988,9 @@ class Relay(object):
         for fd in (1, 2):
             os.set_blocking(fd, False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: so it wakes us
+        if self.input is not None and stdin.buf:  # what came behind the payload, read already
+            self.input.take(bytes(stdin.buf))
+            del stdin.buf[:]
 
     def pump(self, timeout):
         """Wait up to ``timeout`` seconds for something to happen, and do what came."""
@@ -887,6 +1004,9 @@ class Relay(object):
         for dst, data in self.waiting.items():
             if data:
                 poller.register(dst, POLLOUT)
+        step_in = self.input
+        if step_in is not None and step_in.wants_room():
+            poller.register(step_in.fd, POLLOUT)
         for fd, _ in poller.poll(max(0, int(timeout * 1000))):
             if fd == 0:
                 self.read_stdin()
@@ -894,18 +1014,39 @@ class Relay(object):
                 drain(self.wake_r)
             elif fd in self.sources:
                 self.read(fd)
-            else:
+            elif step_in is not None and fd == step_in.fd:
+                step_in.write()
+            elif fd in self.waiting:
                 self.write(fd)
+        if step_in is not None:
+            self.say_taken(step_in)
 
     def read_stdin(self):
         try:
-            if os.read(0, CHUNK):
-                return  # nothing is sent after the payload but EOF
+            data = os.read(0, CHUNK)
         except BlockingIOError:  # its description shared with a non-blocking stdout
             return
         except OSError:
-            pass
-        self.eof = True
+            data = b""
+        if not data:
+            self.eof = True
+        elif self.input is not None:
+            self.input.take(data)
+        # else: nothing is sent after the payload but EOF (or the step's stdin)
+
+    def say_taken(self, step_in):
+        """The "stdin" control line, in order with the step's stderr (a line of which it may
+        split: the caller's reader takes what came before it as output)."""
+        news = step_in.news()
+        if news is not None and 2 not in self.dead:
+            self.waiting[2] += news
+            self.write(2)
+
+    def end_input(self):
+        """The step ended: its stdin pipe closes, what still comes on ours is dropped."""
+        if self.input is not None:
+            self.input.close()
+            self.input = None
 
     def read(self, src):
         try:
@@ -918,7 +1059,7 @@ class Relay(object):
             return
         dst = self.sources[src]
         if dst not in self.dead:
-            self.waiting[dst] = data
+            self.waiting[dst] += data  # a "stdin" control line may be waiting before it
             self.write(dst)
 
     def write(self, dst):
@@ -955,8 +1096,8 @@ POLLIN = 0x001  # select.POLLIN, POLLOUT on Linux and the BSDs (not imported for
 POLLOUT = 0x004
 
 
-def spawn(argv, cwd, env, out=None, err=None, pass_fds=()):
-    """Start ``argv`` in its own session: stdin /dev/null, ``out`` and ``err`` as its stdout
+def spawn(argv, cwd, env, out=None, err=None, pass_fds=(), inp=None):
+    """Start ``argv`` in its own session: stdin ``inp`` (None: /dev/null), ``out`` and ``err`` as its stdout
     and stderr (err None: ``out``), in ``cwd``, found on ``env``'s PATH as execvpe would,
     with no fd of ours open in it but ``pass_fds``. A Forked, or a Popen on a Python with
     no ``posix_spawn(setsid=)`` (< 3.8): posix_spawn neither copies this process (vfork)
@@ -965,8 +1106,8 @@ def spawn(argv, cwd, env, out=None, err=None, pass_fds=()):
         os.chdir(cwd)  # ours is no one else's: paths after this point are absolute
     try:
         if sys.version_info < (3, 8) or not hasattr(os, "posix_spawn"):
-            return popen(argv, env, out, err, pass_fds)
-        return posix_spawned(argv, env, out, err, pass_fds)
+            return popen(argv, env, out, err, pass_fds, inp)
+        return posix_spawned(argv, env, out, err, pass_fds, inp)
     except FileNotFoundError:
         fail("command not found: %s" % argv[0], 127)
     except PermissionError:
@@ -975,14 +1116,17 @@ def spawn(argv, cwd, env, out=None, err=None, pass_fds=()):
         fail("cannot run %s: %s" % (argv[0], e), 126)
 
 
-def posix_spawned(argv, env, out, err, pass_fds):
+def posix_spawned(argv, env, out, err, pass_fds, inp=None):
     err = out if err is None else err
-    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    if inp is None:
+        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    else:
+        actions = [(os.POSIX_SPAWN_DUP2, inp, 0)]
     for fd, to in ((out, 1), (err, 2)):
         if fd is not None:
             actions.append((os.POSIX_SPAWN_DUP2, fd, to))
     for fd in inherited():
-        if fd not in pass_fds and fd not in (out, err):
+        if fd not in pass_fds and fd not in (out, err, inp):
             actions.append((os.POSIX_SPAWN_CLOSE, fd))
     for fd in pass_fds:
         os.set_inheritable(fd, True)
@@ -1027,12 +1171,12 @@ def find(name, env):
     raise FileNotFoundError(2, "No such file or directory", name)
 
 
-def popen(argv, env, out, err, pass_fds):
+def popen(argv, env, out, err, pass_fds, inp=None):
     import subprocess
 
     return subprocess.Popen(
         argv,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if inp is None else inp,
         stdout=out,
         stderr=err if err is not None else out,
         env=env,
@@ -1135,13 +1279,15 @@ def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(s, on_signal)
     become_subreaper()
+    takes = bool(h["stdin"])
     if runs_script(h) and zygote.pid is not None:
-        child = zygote.run(argv[2], argv[3:], cwd, env)
+        child = zygote.run(argv[2], argv[3:], cwd, env, takes)
     else:
         zygote.discard()
-        child = spawn(argv, cwd, env, out=outputs.out_w, err=outputs.err_w)
+        inp = outputs.in_r if takes else None
+        child = spawn(argv, cwd, env, out=outputs.out_w, err=outputs.err_w, inp=inp)
     control(STARTED, {"pid": child.pid})
-    relay = Relay(outputs, stdin)
+    relay = Relay(outputs, stdin, takes)
     deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
     while child.poll() is None and reason[0] is None:
         if relay.eof:
@@ -1154,6 +1300,7 @@ def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
         relay.pump(left)
     if child.returncode is not None:
         reason[0] = "exit"
+    relay.end_input()
     reap_others(child)
     data = {"reason": reason[0]}
     if child.returncode is None or alive(child):

@@ -186,6 +186,28 @@ def test_run_takes_the_command_after_dashes_untouched(tmp_path: Path) -> None:
     assert r.returncode == 2 and "not both" in r.stderr
 
 
+def test_a_piped_stdin_goes_to_the_command_as_with_ssh(tmp_path: Path) -> None:
+    def piped(*args: str, data: bytes | None) -> subprocess.CompletedProcess[bytes]:
+        argv = [sys.executable, "-m", "remotekit", *args]
+        stdin = subprocess.DEVNULL if data is None else None
+        env = env_for(tmp_path)
+        return subprocess.run(
+            argv, cwd=tmp_path, env=env, input=data, stdin=stdin, capture_output=True, timeout=120
+        )
+
+    r = piped("run", "--", "cat", data=b"hi\nno newline")  # echo hi | remotekit run -- cat
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().splitlines() == ["local | hi", "local | no newline"]
+    script = "import sys; print(repr(sys.stdin.read()))"
+    (tmp_path / "reads.py").write_text(script)
+    assert piped("py", "reads.py", data=b"x\n").stdout == b"local | 'x\\n'\n"
+    assert piped("run", "--", "cat", data=None).stdout == b""  # < /dev/null: nothing read
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  a: {}\n  b: {}\n")
+    r = piped("run", "--host", "a,b", "--", "cat", data=b"hi\n")
+    assert r.returncode == 0 and b"| hi" not in r.stdout
+    assert b"stdin is not passed on: it goes to one host, and 2 are selected" in r.stderr
+
+
 def test_py_takes_the_script_and_its_args_as_typed(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("import sys\nprint(sys.argv[1:])\n")
     r = remotekit("py", "--host", "local", "train.py", "--", "--lr", "3e-4", "a b", cwd=tmp_path)

@@ -18,6 +18,7 @@ whose rootfs is mounted ``ro`` (tests/runtimes.py), each with /tmp and /workspac
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -232,6 +233,15 @@ def test_run_python_is_byte_exact(target: remotekit.Target) -> None:
     )
     assert r.stdout == want
     assert r.ok and r.exit_code == 0
+
+
+def test_stdin_streams_through_the_chain(target: remotekit.Target) -> None:
+    """A step's stdin passes every hop's tool (pct exec, lxc-attach, podman exec -i, srun,
+    kubectl exec -i), byte-exact, then EOF."""
+    data = bytes(range(256)) * 5000 + b"no newline"  # > 1 MB
+    digest = "import hashlib,sys; d=sys.stdin.buffer.read(); print(len(d), hashlib.sha256(d).hexdigest())"
+    r = target.run(["sh", "-c", 'cat | python -c "$0"', digest], stdin=data)
+    assert r.stdout == f"{len(data)} {hashlib.sha256(data).hexdigest()}\n"
 
 
 # -- runs ----------------------------------------------------------------------------------------
