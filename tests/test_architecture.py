@@ -585,3 +585,20 @@ def test_a_train_log_reader_is_one_module_that_no_other_stage_names() -> None:
             and (node.value in formats or any(w in node.value for w in whats))
         ]
     assert found == []
+
+
+def test_a_test_module_finds_the_repository_through_the_harness() -> None:
+    """tests/ mirrors the package, and a test file may move with its module: it finds the
+    repository, tests/data and tests/fakes through tests.harness (ROOT, DATA, FAKES), never by
+    counting its own folder's parents, and imports no other test module."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "tests/harness.py" or rel.startswith(("tests/fakes/", "tests/data/")):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(
+                r"Path\(__file__\)|from tests\.(\w+\.)*test_\w+ import|import tests\..*test_", line
+            ):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == []

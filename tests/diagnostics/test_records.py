@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 from dataclasses import FrozenInstanceError, dataclass
-from pathlib import Path
 
 import pytest
 
@@ -27,8 +26,7 @@ from remotekit.remote.records import (
     records,
     wire,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import ROOT
 
 
 @dataclass(frozen=True)

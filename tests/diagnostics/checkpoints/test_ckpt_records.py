@@ -17,10 +17,10 @@ import remotekit.diagnostics.checkpoints as checkpoints
 from remotekit.remote.ckpt import records as R
 from remotekit.remote.records import Record
 from remotekit.render import to_jsonable
+from tests.harness import ROOT
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "remotekit" / "remote" / "ckpt.py"
 
 

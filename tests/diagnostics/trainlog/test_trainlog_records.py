@@ -21,8 +21,8 @@ from remotekit.remote import protocol
 from remotekit.remote.trainlog import records
 from remotekit.remote.trainlog.records import RECORDS, Histogram, Series, Spike
 from remotekit.render import to_json
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
 BY_TYPE = {cls.TYPE: cls for cls in RECORDS}
 
