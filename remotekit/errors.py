@@ -198,7 +198,9 @@ class InterpreterNotFound(RemotekitError):
 
 
 class ForwardError(RemotekitError):
-    """A forwarded port could not be reached there (``port``: the port there)."""
+    """A forwarded port could not be reached there (``port``: the port there). ``refused``:
+    the hops worked and nothing accepts connections on that port there (else a hop, the relay
+    or the port here failed)."""
 
     def __init__(
         self,
@@ -207,8 +209,10 @@ class ForwardError(RemotekitError):
         port: int | None = None,
         host: str | None = None,
         step: str | None = None,
+        refused: bool = False,
     ):
         self.port = port
+        self.refused = refused
         super().__init__(message, host=host, step=step)
 
 
