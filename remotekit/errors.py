@@ -121,14 +121,17 @@ class InventoryError(RemotekitError):
 
 
 class UnknownHost(RemotekitError):
-    """The inventory has no target of that name; ``known`` lists the ones it has."""
+    """The inventory has no target of that name; ``known`` lists the ones it has. ``looked``:
+    where hosts.yaml was looked for and which one was read (when it was not named)."""
 
-    def __init__(self, name: str, known: list[str], *, path: str | None = None):
+    def __init__(self, name: str, known: list[str], *, path: str | None = None, looked: str = ""):
         self.name = name
         self.known = list(known)
         where = f" in {path}" if path else ""
+        after = f"; {looked}" if looked else ""
         super().__init__(
-            f"unknown target {name!r}{where}; known targets: {', '.join(self.known) or '(none)'}"
+            f"unknown target {name!r}{where}; known targets: "
+            f"{', '.join(self.known) or '(none)'}{after}"
         )
 
 
@@ -195,7 +198,9 @@ class InterpreterNotFound(RemotekitError):
 
 
 class ForwardError(RemotekitError):
-    """A forwarded port could not be reached there (``port``: the port there)."""
+    """A forwarded port could not be reached there (``port``: the port there). ``refused``:
+    the hops worked and nothing accepts connections on that port there (else a hop, the relay
+    or the port here failed)."""
 
     def __init__(
         self,
@@ -204,8 +209,10 @@ class ForwardError(RemotekitError):
         port: int | None = None,
         host: str | None = None,
         step: str | None = None,
+        refused: bool = False,
     ):
         self.port = port
+        self.refused = refused
         super().__init__(message, host=host, step=step)
 
 

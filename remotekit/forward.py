@@ -81,7 +81,7 @@ class _Link:
         """Relay until either end closes; the error when the relay could not connect."""
         fwd = self.fwd
         hosts = [fwd.remote_host, *(["::1"] if fwd.remote_host == "127.0.0.1" else [])]
-        request = json.dumps({"hosts": hosts, "port": fwd.port, "nonce": self.nonce})
+        request = json.dumps({"hosts": hosts, "port": fwd.remote_port, "nonce": self.nonce})
         try:
             argv = [RELAY_LOADER if a == LOADER else a for a in fwd.engine.launch_for(_STEP).argv]
             self.proc = fwd.engine.transport.start(
@@ -92,7 +92,7 @@ class _Link:
         except TimeoutError:
             return fwd.error(
                 f"no free SSH session within {SLOT_WAIT_S:g} s for a connection to port "
-                f"{fwd.port} (sshd's MaxSessions): close other connections"
+                f"{fwd.remote_port} (sshd's MaxSessions): close other connections"
             )
         except RemotekitError as exc:
             exc.step = exc.step or _STEP
@@ -144,7 +144,7 @@ class _Link:
         """Why the relay never connected: nothing listens there, or a hop refused."""
         fwd = self.fwd
         text = self.err.decode(errors="replace")
-        where = f"{fwd.remote_host}:{fwd.port}"
+        where = f"{fwd.remote_host}:{fwd.remote_port}"
         said = (
             text.split(RELAY_PREFIX, 1)[1].strip().splitlines()[0] if RELAY_PREFIX in text else ""
         )
@@ -154,7 +154,8 @@ class _Link:
             why = said.rsplit(": ", 1)[-1]
             return fwd.error(
                 f"nothing accepts connections on {where} there ({why}), via {fwd.engine.chain}: "
-                f"is the server running in that namespace, on that port?"
+                f"is the server running in that namespace, on that port?",
+                refused=True,
             )
         if lost is not None:
             return fwd.error(f"the relay to {where} was cut: {lost}")
@@ -173,11 +174,12 @@ class _Link:
 
 @masks_errors
 class Forward:
-    """``127.0.0.1:local_port`` here, relayed to ``remote_host:port`` in the target's namespace.
+    """``bind:local_port`` here, relayed to ``remote_host:remote_port`` in the target's namespace.
 
     Use it as a context manager (or call :meth:`close`)::
 
         with target.forward(6006) as fwd:
+            print(fwd.mapping)      # 127.0.0.1:43817 -> 127.0.0.1:6006 there
             print(fwd.url)          # http://127.0.0.1:43817/
             fwd.wait()              # until Ctrl-C
 
@@ -189,23 +191,23 @@ class Forward:
     def __init__(
         self,
         engine: Engine,
-        port: int,
+        remote_port: int,
         *,
         local_port: int = 0,
         bind: str = "127.0.0.1",
         remote_host: str = "127.0.0.1",
         on_error: Callable[[RemotekitError], None] | None = None,
     ):
-        for name, value, low in (("port", port, 1), ("local_port", local_port, 0)):
+        for name, value, low in (("remote_port", remote_port, 1), ("local_port", local_port, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 65536:
                 raise ForwardError(
                     f"{name} must be a TCP port number ({low}-65535), got {value!r}",
                     host=engine.name,
                     step=_STEP,
-                    port=port if isinstance(port, int) else None,
+                    port=remote_port if isinstance(remote_port, int) else None,
                 )
         self.engine = engine
-        self.port = port
+        self.remote_port = remote_port
         self.bind = bind
         self.remote_host = remote_host
         self.on_error = on_error or _log
@@ -219,9 +221,16 @@ class Forward:
         self._listener: socket.socket | None = None
         self.local_port = local_port
 
-    def error(self, message: str) -> ForwardError:
-        """A :class:`ForwardError` about this forward (its host, step and port)."""
-        return ForwardError(message, host=self.engine.name, step=_STEP, port=self.port)
+    @property
+    def port(self) -> int:
+        """:attr:`remote_port` (its old name)."""
+        return self.remote_port
+
+    def error(self, message: str, *, refused: bool = False) -> ForwardError:
+        """A :class:`ForwardError` about this forward (its host, step and port there)."""
+        return ForwardError(
+            message, host=self.engine.name, step=_STEP, port=self.remote_port, refused=refused
+        )
 
     def hold(self, proc: Process) -> bool:
         """Keep ``proc`` (a connection's relay) for :meth:`close` to stop; False when close()
@@ -272,8 +281,14 @@ class Forward:
     def url(self) -> str:
         """``http://127.0.0.1:<local_port>/`` (what to open in a browser)."""
         host = "127.0.0.1" if self.bind in ("", "0.0.0.0") else self.bind
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.local_port}/"
+        return f"http://{_hostport(host, self.local_port)}/"
+
+    @property
+    def mapping(self) -> str:
+        """Which way it goes, the port here first as in ``ssh -L`` and ``kubectl
+        port-forward``: ``127.0.0.1:16007 -> 127.0.0.1:6006 there``."""
+        here = _hostport(self.bind or "0.0.0.0", self.local_port)
+        return f"{here} -> {_hostport(self.remote_host, self.remote_port)} there"
 
     @property
     def active(self) -> int:
@@ -360,6 +375,10 @@ class Forward:
                 return
             self._said.add(text)
         self.on_error(error)
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _log(error: RemotekitError) -> None:

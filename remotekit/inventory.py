@@ -63,9 +63,12 @@ from remotekit.target import Target
 __all__ = [
     "HostSpec",
     "Inventory",
+    "Looked",
     "SSHSpec",
     "Timeouts",
+    "config_inventory",
     "find_inventory",
+    "init_inventory",
     "load_inventory",
     "parse_inventory",
 ]
@@ -655,13 +658,21 @@ class Inventory:
     #: hosts.yaml's ``default:``, a host or group name; None: ``local``.
     default: str | None = None
     found: Mapping[str, FoundGroup] = field(default_factory=dict)
+    #: Where :func:`load_inventory` looked for hosts.yaml, in order (empty: it was named).
+    looked: tuple[Looked, ...] = ()
 
     def spec(self, name: str) -> HostSpec:
         """The declared host ``name``; an :class:`UnknownHost` listing the known ones if none."""
         try:
             return self.hosts[name]
         except KeyError:
-            raise UnknownHost(name, list(self.hosts), path=self.path) from None
+            raise self._unknown(name, list(self.hosts)) from None
+
+    def _unknown(self, name: str, known: list[str]) -> UnknownHost:
+        """An :class:`UnknownHost` that says which hosts.yaml was read, and where it was
+        looked for: a target missing from the file the user edited is most often a file
+        that was not read (another folder, or one found before it)."""
+        return UnknownHost(name, known, path=self.path, looked=looked_text(self.looked))
 
     def target(self, name: str, *, agent: bool | None = None) -> Target:
         """An open-on-demand :class:`~remotekit.target.Target`; use it as a context manager.
@@ -680,7 +691,7 @@ class Inventory:
         """
         if group not in self.found:
             known = [f"group:{g}" for g in self.found]
-            raise UnknownHost(f"group:{group}", known, path=self.path)
+            raise self._unknown(f"group:{group}", known)
         return resolve(self.found[group])
 
     def select(
@@ -700,7 +711,7 @@ class Inventory:
                 names += self.groups[group]
             else:
                 known = [f"group:{g}" for g in (*self.groups, *self.found)]
-                raise UnknownHost(f"group:{group}", known, path=self.path)
+                raise self._unknown(f"group:{group}", known)
         if hosts:
             items = hosts.split(",") if isinstance(hosts, str) else hosts
             names += [h.strip() for h in items if h.strip()]
@@ -718,7 +729,7 @@ class Inventory:
             group, _, member = name.partition("/")
             if group not in self.found:
                 known = [*self.hosts, *(f"{g}/..." for g in self.found)]
-                raise UnknownHost(name, known, path=self.path)
+                raise self._unknown(name, known)
             have = wanted.setdefault(group, set())
             if have is not None:
                 wanted[group] = None if not member else {*have, member}
@@ -882,34 +893,120 @@ def _check_name(doc: _Doc, key: tuple[str, ...], what: str) -> None:
         )
 
 
-def find_inventory() -> Path | None:
-    """$REMOTEKIT_HOSTS, else ./hosts.yaml, else ~/.config/remotekit/hosts.yaml, else None."""
-    env = os.environ.get("REMOTEKIT_HOSTS")
+#: The environment variable that names the hosts.yaml to read, before any other.
+HOSTS_ENV = "REMOTEKIT_HOSTS"
+#: The starting hosts.yaml that ``remotekit hosts --init`` writes (it loads as is).
+STARTER = Path(__file__).with_name("hosts_starter.yaml")
+
+
+@dataclass(frozen=True)
+class Looked:
+    """One place hosts.yaml is looked for, in :func:`find_inventory`'s order, and what was
+    there: ``read``, ``no file``, ``not set`` (the variable), ``also there, not read`` (a
+    file after the one read: the first one found wins)."""
+
+    place: str  # $REMOTEKIT_HOSTS or a path (absolute: ./hosts.yaml depends on the folder)
+    state: str
+
+    def __str__(self) -> str:
+        return f"{self.place} ({self.state})"
+
+
+def config_inventory() -> Path:
+    """The user's own hosts.yaml: ``$XDG_CONFIG_HOME/remotekit/hosts.yaml``, else under
+    ``~/.config`` (a relative ``$XDG_CONFIG_HOME`` is ignored, as the XDG spec says)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".config"
+    return root / "remotekit" / "hosts.yaml"
+
+
+def _places() -> list[Path]:
+    """The files looked for after $REMOTEKIT_HOSTS: ./hosts.yaml, the config one, and
+    ``~/.config/remotekit/hosts.yaml`` too where $XDG_CONFIG_HOME moves the config one (a file
+    written there before remotekit read $XDG_CONFIG_HOME is still read)."""
+    places = [Path.cwd() / "hosts.yaml", config_inventory()]
+    home = Path.home() / ".config" / "remotekit" / "hosts.yaml"
+    return places if home in places else [*places, home]
+
+
+def search_inventory() -> tuple[Path | None, tuple[Looked, ...]]:
+    """The hosts.yaml to read (None: none anywhere) and every place looked at, in order."""
+    env = os.environ.get(HOSTS_ENV)
     if env:
-        return Path(env)
-    for p in (Path("hosts.yaml"), Path.home() / ".config" / "remotekit" / "hosts.yaml"):
+        return Path(env), (Looked(f"${HOSTS_ENV}={env}", "read"),)
+    looked = [Looked(f"${HOSTS_ENV}", "not set")]
+    chosen: Path | None = None
+    for p in _places():
         if p.is_file():
-            return p
-    return None
+            looked.append(Looked(str(p), "also there, not read" if chosen else "read"))
+            chosen = chosen or p
+        elif chosen is None:
+            looked.append(Looked(str(p), "no file"))
+    return chosen, tuple(looked)
+
+
+def find_inventory() -> Path | None:
+    """$REMOTEKIT_HOSTS, else ./hosts.yaml, else ``$XDG_CONFIG_HOME/remotekit/hosts.yaml``
+    (``~/.config``), else None."""
+    return search_inventory()[0]
+
+
+def looked_text(looked: Iterable[Looked]) -> str:
+    """``looked`` as one clause for a message; empty when hosts.yaml was named."""
+    looked = tuple(looked)
+    if not looked:
+        return ""
+    if not any(x.state == "read" for x in looked):
+        return (
+            f"no hosts.yaml found, looked for: {', '.join(map(str, looked))}; "
+            f"`remotekit hosts --init` writes a starting one to {config_inventory()}"
+        )
+    return f"hosts.yaml looked for: {', '.join(map(str, looked))}"
 
 
 def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
-    """Read hosts.yaml (see :func:`find_inventory` when ``path`` is None).
+    """Read hosts.yaml (see :func:`find_inventory` when ``path`` is None; the inventory's
+    ``looked`` then says where it looked).
 
     With no file anywhere, the inventory holds just the embedded ``local`` target.
     """
-    p = Path(path) if path is not None else find_inventory()
+    looked: tuple[Looked, ...] = ()
+    p = Path(path) if path is not None else None
     if p is None:
-        return Inventory(hosts={"local": LOCAL})
+        p, looked = search_inventory()
+    if p is None:
+        return Inventory(hosts={"local": LOCAL}, looked=looked)
     try:
         with open(p, "rb") as f:
             _check_writers(str(p), os.fstat(f.fileno()))
             text = f.read().decode("utf-8")
     except FileNotFoundError:
-        raise InventoryError("file not found", path=str(p)) from None
+        named = f" (named by ${HOSTS_ENV})" if path is None else ""
+        raise InventoryError(f"file not found{named}", path=str(p)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"cannot read: {exc}", path=str(p)) from exc
-    return parse_inventory(text, str(p))
+    return replace(parse_inventory(text, str(p)), looked=looked)
+
+
+def init_inventory(path: str | os.PathLike[str] | None = None) -> Path:
+    """Write the starting hosts.yaml (:data:`STARTER`: ``local``, and commented examples of
+    every hop) to ``path``, else :func:`config_inventory`; its folders are made private
+    (0700) and the file too (0600), as ssh keeps ``~/.ssh``. An existing file is never
+    overwritten: :class:`InventoryError` says so. Returns the path written."""
+    p = Path(path) if path is not None else config_inventory()
+    try:
+        p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise InventoryError(
+            "already exists; remotekit leaves it as it is: edit it, or move it away first",
+            path=str(p),
+        ) from None
+    except OSError as exc:
+        raise InventoryError(f"cannot write: {exc.strerror or exc}", path=str(p)) from exc
+    with os.fdopen(fd, "wb") as f:
+        f.write(STARTER.read_bytes())
+    return p
 
 
 def _check_writers(path: str, st: os.stat_result) -> None:

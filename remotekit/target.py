@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -432,26 +433,33 @@ class Target(Facade):
 
     def forward(
         self,
-        port: int,
+        remote_port: int | None = None,
+        *old: Any,
         local_port: int = 0,
         bind: str = "127.0.0.1",
-        *,
         check: bool = True,
         on_error: Callable[[RemotekitError], None] | None = None,
+        port: int | None = None,
     ) -> Forward:
-        """Reach ``127.0.0.1:port`` in the target's own network namespace from here.
+        """Reach ``127.0.0.1:remote_port`` in the target's own network namespace from here.
 
-        Listens on ``bind:local_port`` here (0: a free port; see ``.local_port``, ``.url``);
-        each connection is relayed over its own channel through every layer of the target
-        (see :mod:`remotekit.forward`). With ``check``, a port nothing listens on there raises
-        :class:`~remotekit.errors.ForwardError` now. Close it (or leave the ``with``) to end
-        every connection; nothing stays running there. ``on_error`` hears each distinct failure
-        of a later connection once (default: logged on ``remotekit.forward``).
+        Listens on ``bind:local_port`` here (0: a free port; see ``.local_port``, ``.url``,
+        ``.mapping``); each connection is relayed over its own channel through every layer of
+        the target (see :mod:`remotekit.forward`). With ``check``, a port nothing listens on
+        there raises :class:`~remotekit.errors.ForwardError` (``refused``) now. Close it (or
+        leave the ``with``) to end every connection; nothing stays running there. ``on_error``
+        hears each distinct failure of a later connection once (default: logged on
+        ``remotekit.forward``).
+
+        The ports are named, not placed: ``t.forward(6006, local_port=16006)``. The old
+        names still work for one release, with a DeprecationWarning: ``port=`` for
+        ``remote_port``, and ``local_port`` and ``bind`` given by position after it.
         """
         from remotekit.forward import Forward
 
-        self.engine.dry("forward", ("forward", str(port)))
-        fwd = Forward(self.engine, port, local_port=local_port, bind=bind, on_error=on_error)
+        remote_port, local_port, bind = _forward_ports(remote_port, old, port, local_port, bind)
+        self.engine.dry("forward", ("forward", str(remote_port)))
+        fwd = Forward(self.engine, remote_port, local_port=local_port, bind=bind, on_error=on_error)
         return fwd.start(check=check)
 
     def put(
@@ -773,3 +781,28 @@ def _umask() -> int:
 def local_target(**overrides: Any) -> Target:
     """The ``local`` target (this machine, our own interpreter), optionally with overrides."""
     return Target(replace(LOCAL, **overrides) if overrides else LOCAL)
+
+
+def _forward_ports(
+    remote_port: int | None, old: tuple[Any, ...], port: int | None, local_port: int, bind: str
+) -> tuple[Any, int, str]:
+    """``Target.forward``'s ports, from the old names too (``port=``; the local port
+    and the bind address by position): warned, for one release. Positional ports were
+    (REMOTE, LOCAL) there and LOCAL:REMOTE on the command line (as ``ssh -L``): names end that."""
+    if old or port is not None:
+        if (port is not None and remote_port is not None) or len(old) > 2:
+            raise TypeError("forward() takes remote_port, then local_port= and bind= by name")
+        remote_port = port if port is not None else remote_port
+        local_port = old[0] if old else local_port
+        bind = old[1] if len(old) > 1 else bind
+        named = [repr(remote_port), *([f"local_port={local_port!r}"] if local_port else [])]
+        named += [f"bind={bind!r}"] if len(old) > 1 else []
+        warnings.warn(
+            f"forward() takes its ports by name now (port= and the local port by position "
+            f"go in the next release): t.forward({', '.join(named)})",
+            DeprecationWarning,
+            stacklevel=4,  # the caller's line (past this helper, forward and masks_errors)
+        )
+    if remote_port is None:
+        raise TypeError("forward() needs remote_port: the port there")
+    return remote_port, local_port, bind

@@ -133,6 +133,7 @@ def test_the_wheel_ships_every_remote_script(wheel: Path) -> None:
     assert "remotekit/remote/runner.py" in names  # the wheel's own list, not the source tree
     assert sorted(shipped - names) == []
     assert "remotekit/cli/main.py" in names and "remotekit/tasks.py" in names
+    assert "remotekit/hosts_starter.yaml" in names  # what `hosts --init` writes
 
 
 def test_the_installed_command_lists_its_tasks_anywhere(
@@ -159,6 +160,8 @@ def test_the_installed_command_runs_the_engine_without_torch(
     r = remotekit(installed, "hosts", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "(embedded default)" in r.stdout and "local" in r.stdout
+    r = remotekit(installed, "hosts", "--init", cwd=tmp_path)  # the starter is in the wheel
+    assert r.returncode == 0 and (tmp_path / ".config/remotekit/hosts.yaml").is_file(), r.stderr
     no_torch = subprocess.run(
         [str(installed / "python"), "-c", "import torch"], capture_output=True
     )

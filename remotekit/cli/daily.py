@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from invoke import Context, Exit, task
 
@@ -20,6 +20,8 @@ from remotekit.cli.selection import (
     required,
 )
 from remotekit.render import Console
+
+OnError = Callable[[remotekit.RemotekitError], None]
 
 
 @task(
@@ -47,19 +49,59 @@ def shell(c: Context, host: str = "", cmd: str = "", inventory: str = "") -> Non
 
 
 def _ports(spec: str) -> tuple[int, int]:
-    """``PORT`` or ``PORT:LOCAL`` (no LOCAL: a free port here)."""
-    there, _, here = spec.partition(":")
+    """``LOCAL:REMOTE``, the order of ``ssh -L`` and ``kubectl port-forward``; ``REMOTE`` or
+    ``:REMOTE`` alone: a free port here."""
+    here, _, there = spec.rpartition(":")
     try:
-        return int(there), int(here or 0)
+        return int(here or 0), int(there)
     except ValueError:
-        raise Exit(f"remotekit: --port wants PORT or PORT:LOCAL, got {spec!r}", code=2) from None
+        raise Exit(
+            f"remotekit: --port wants REMOTE or LOCAL:REMOTE (as ssh -L), got {spec!r}", code=2
+        ) from None
+
+
+def _open(
+    t: remotekit.Target, spec: str, bind: str, check: bool, said: OnError
+) -> remotekit.Forward:
+    """The forward ``--port spec`` asks for. For this release only, the old order
+    (REMOTE:LOCAL) is still read where it is unambiguous: LOCAL:REMOTE cannot work (nothing
+    accepts on REMOTE there, found by the check) while REMOTE:LOCAL can (something accepts on
+    LOCAL there, and REMOTE is free here). Then a note says so. Anything else reads LOCAL:REMOTE:
+    with both ports open there (or --no-check: nothing was asked there) ssh's order wins."""
+    here, there = _ports(spec)
+    try:
+        return t.forward(there, local_port=here, bind=bind, check=check, on_error=said)
+    except remotekit.ForwardError as exc:
+        if not (exc.refused and here and here != there):
+            raise
+        try:
+            fwd = t.forward(here, local_port=there, bind=bind, check=True, on_error=said)
+        except remotekit.RemotekitError:
+            raise remotekit.ForwardError(
+                f"{exc.message} (--port {spec} is LOCAL:REMOTE, as in ssh -L and kubectl "
+                "port-forward)",
+                host=exc.host,
+                step=exc.step,
+                port=exc.port,
+                refused=True,
+            ) from None
+    print(
+        f"remotekit: --port {spec} is LOCAL:REMOTE now, as in ssh -L and kubectl "
+        f"port-forward; nothing accepts connections on {there} there and {here} does, so it "
+        f"is read the old way round (REMOTE:LOCAL), for this release only: type --port "
+        f"{there}:{here}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return fwd
 
 
 @task(
     auto_shortflags=False,
     help={
         "host": "one target (default: hosts.yaml's `default:`, else local)",
-        "port": "PORT there (e.g. 6006), or PORT:LOCAL to choose the port here",
+        "port": "REMOTE, the port there (e.g. 6006), or LOCAL:REMOTE as in ssh -L "
+        "(LOCAL: the port here; left out, a free one)",
         "bind": "address to listen on here (default 127.0.0.1: only this machine)",
         "check": "connect once first, so a port nothing listens on fails now (--no-check: later)",
         "inventory": SELECT_HELP["inventory"],
@@ -75,7 +117,7 @@ def forward(
 ) -> None:
     """Reach a port inside the target (TensorBoard, Jupyter) at a local URL, until Ctrl-C."""
     required(port=port)
-    there, here = _ports(port)
+    _ports(port)  # a bad spelling exits 2 before any connection
     t = one_target(host, inventory, "forward")
 
     def said(exc: remotekit.RemotekitError) -> None:
@@ -83,11 +125,12 @@ def forward(
 
     with t:
         try:
-            fwd = t.forward(there, here, bind, check=check, on_error=said)
+            fwd = _open(t, port, bind, check, said)
         except remotekit.RemotekitError as exc:
             raise Exit(f"remotekit: {exc}", code=2) from None
         with fwd:
-            print(f"{fwd.url} -> 127.0.0.1:{there} on {t.name} ({t.chain}); Ctrl-C to stop")
+            print(f"forwarding {fwd.mapping} ({t.name}: {t.chain})")
+            print(f"{fwd.url}  (Ctrl-C to stop)")
             sys.stdout.flush()
             try:
                 fwd.wait()

@@ -33,7 +33,8 @@ SELECT_HELP = {
     "parallel": "hosts worked on at once (default 64)",
     "json": "machine-readable output only (JSON on stdout)",
     "verbose": "show each host's layer chain, and each step's full chain as it starts",
-    "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, ~/.config/remotekit/hosts.yaml)",
+    "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, "
+    "~/.config/remotekit/hosts.yaml or under $XDG_CONFIG_HOME)",
     "agent": "--no-agent: one process per step on every host, as hosts.yaml `agent: false` "
     "(default: each host as hosts.yaml says; the resident agent unless it says false)",
 }

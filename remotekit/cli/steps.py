@@ -32,6 +32,7 @@ from remotekit.cli.selection import (
     one_target,
     required,
 )
+from remotekit.inventory import find_inventory, init_inventory, looked_text
 from remotekit.render import Console, human_bytes, table, to_json
 
 DETACH_HELP = (
@@ -56,11 +57,18 @@ RESOLVE_HELP = (
         "inventory": SELECT_HELP["inventory"],
         "json": SELECT_HELP["json"],
         "resolve": RESOLVE_HELP,
+        "init": "write a starting hosts.yaml to ~/.config/remotekit/hosts.yaml "
+        "($XDG_CONFIG_HOME; or to --inventory), never over an existing file",
     },
 )
-def hosts(c: Context, inventory: str = "", json: bool = False, resolve: bool = False) -> None:
-    """List the targets in hosts.yaml with their layer chains and groups; with --resolve,
-    the members of each found group too (a group that cannot be resolved: exit 2)."""
+def hosts(
+    c: Context, inventory: str = "", json: bool = False, resolve: bool = False, init: bool = False
+) -> None:
+    """List the targets in hosts.yaml with their layer chains and groups, and which hosts.yaml
+    was read; with --resolve, the members of each found group too (a group that cannot be
+    resolved: exit 2); with --init, write a starting hosts.yaml."""
+    if init:
+        return _init(inventory)
     try:
         inv = remotekit.load_inventory(inventory or None)
     except remotekit.RemotekitError as exc:
@@ -73,6 +81,8 @@ def hosts(c: Context, inventory: str = "", json: bool = False, resolve: bool = F
         print(to_json([*(dict(zip(keys, r)) for r in rows), *found], indent=2))
     else:
         print(f"inventory: {inv.path or '(embedded default)'}")
+        if inv.looked:
+            print(looked_text(inv.looked))
         print(
             f"default: {inv.default or 'local'} (what a task runs on without --host/--group/--all)"
         )
@@ -82,6 +92,22 @@ def hosts(c: Context, inventory: str = "", json: bool = False, resolve: bool = F
         print(f"remotekit: {error}", file=sys.stderr)
     if failed:
         raise Exit(code=2)
+
+
+def _init(inventory: str) -> None:
+    """``hosts --init``: the starting hosts.yaml, and a note when it is not the one read here."""
+    try:
+        path = init_inventory(inventory or None)
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    print(f"wrote {path}: a starting hosts.yaml (only `local`); edit it, then `remotekit hosts`")
+    read = find_inventory()
+    if not inventory and read is not None and read.resolve() != path.resolve():
+        print(
+            f"remotekit: note: in this folder {read} is read, not {path}: "
+            f"$REMOTEKIT_HOSTS and ./hosts.yaml come first",
+            file=sys.stderr,
+        )
 
 
 def _found_rows(inv: remotekit.Inventory) -> tuple[list[dict[str, Any]], list[str]]:

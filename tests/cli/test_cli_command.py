@@ -603,3 +603,45 @@ def test_dry_run_copies_nothing_here_either(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blob"]
     r = remotekit("ckpt-scan", "--dry-run", cwd=tmp_path)  # no --path, no checkpoints:
     assert r.returncode == 2 and "no --path given" in r.stderr and r.stdout == ""
+
+
+def test_hosts_says_which_hosts_yaml_it_read_and_init_writes_one(tmp_path: Path) -> None:
+    """From a project folder with no hosts.yaml: `hosts` and an unknown --host say where
+    hosts.yaml was looked for; `hosts --init` writes the user's own, once."""
+    home, proj = tmp_path / "home", tmp_path / "proj"
+    proj.mkdir()
+    env = env_for(home)
+    env.pop("XDG_CONFIG_HOME", None)
+    config = home / ".config" / "remotekit" / "hosts.yaml"
+    r = remotekit("hosts", cwd=proj, env=env)
+    assert r.returncode == 0 and "inventory: (embedded default)" in r.stdout
+    assert f"{proj}/hosts.yaml (no file), {config} (no file)" in r.stdout
+    assert f"`remotekit hosts --init` writes a starting one to {config}" in r.stdout
+    r = remotekit("ping", "--host", "kpro6", cwd=proj, env=env)
+    assert r.returncode == 2 and f"{proj}/hosts.yaml (no file)" in r.stderr
+    r = remotekit("hosts", "--init", cwd=proj, env=env)
+    assert r.returncode == 0 and r.stdout.startswith(f"wrote {config}: "), r.stderr
+    r = remotekit("hosts", cwd=proj, env=env)
+    assert f"inventory: {config}\n" in r.stdout and f"{config} (read)" in r.stdout
+    r = remotekit("hosts", "--init", cwd=proj, env=env)
+    assert r.returncode == 2 and f"{config}: already exists" in r.stderr
+    config.unlink()
+    (proj / "hosts.yaml").write_text("hosts: {}\n")  # found first, here: --init says so
+    r = remotekit("hosts", "--init", cwd=proj, env=env)
+    assert r.returncode == 0 and f"in this folder {proj}/hosts.yaml is read" in r.stderr
+
+
+def test_the_commands_hosts_yaml_names_parse() -> None:
+    """The clone's hosts.yaml and the one `hosts --init` writes name commands that work (the
+    clone's said `invoke hosts`: "No idea what 'hosts' is!")."""
+    for path in (ROOT / "hosts.yaml", ROOT / "remotekit" / "hosts_starter.yaml"):
+        comments = "\n".join(ln for ln in path.read_text().splitlines() if ln.startswith("#"))
+        commands = re.findall(r"`((?:remotekit|invoke) [^`]*)`", comments)
+        assert any(c.startswith("remotekit hosts") for c in commands), path
+        for command in commands:
+            assert command.startswith("remotekit "), f"{path}: {command}"
+            core = Parser(initial=program.initial_context, ignore_unknown=True)
+            parser = Parser(
+                initial=program.initial_context, contexts=fresh(package_tasks).to_contexts()
+            )
+            parser.parse_argv(core.parse_argv(words_of(command)).unparsed)

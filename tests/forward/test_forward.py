@@ -32,7 +32,15 @@ from remotekit import forward, shipping
 from remotekit.transports.base import BACKLOG
 from tests import runtimes
 from tests.conftest import write_inventory
-from tests.harness import ROOT, SSHServer, free_port, processes_with, venv_prefix, wait_gone
+from tests.harness import (
+    ROOT,
+    SSHServer,
+    cli,
+    free_port,
+    processes_with,
+    venv_prefix,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.sshd
 
@@ -281,7 +289,7 @@ def test_refused_port_is_a_clear_error(ct: remotekit.Target, served: Served) -> 
     text = str(info.value)
     assert "host 'ct'" in text and f"127.0.0.1:{port}" in text and "refused" in text
     assert "pct exec 200" in text
-    assert info.value.port == port
+    assert info.value.port == port and info.value.refused
     assert _wait_no_relays(served) == []
 
 
@@ -307,6 +315,21 @@ def test_refused_connection_is_closed_and_logged_once(
 def test_stopped_container_names_the_hop(inventory: remotekit.Inventory) -> None:
     with inventory.target("stopped") as t, pytest.raises(remotekit.ContainerNotRunning):
         t.forward(6006)
+
+
+def test_cli_with_both_ports_open_there_reads_local_colon_remote(
+    inventory: remotekit.Inventory, served: Served
+) -> None:
+    """`--port A:B` where both A and B accept connections in the container: either order
+    could be meant, so ssh's wins (A here, B there), with no note. The old order (B here, A
+    there) would have reached the hold server: GET on A would not answer."""
+    here, there = served.port + 1, served.port  # the hold server's port, here: free on the host
+    assert inventory.path is not None
+    argv = ["forward", "--inventory", inventory.path, "--host", "ct", "--port", f"{here}:{there}"]
+    with _cli(*argv) as (proc, first):
+        assert first.startswith(f"forwarding 127.0.0.1:{here} -> 127.0.0.1:{there} there (ct: ")
+        assert _get(here, "/hello/both") == (200, b"hello both")
+    assert "LOCAL:REMOTE" not in proc.stderr_text, proc.stderr_text
 
 
 @contextlib.contextmanager
@@ -358,19 +381,45 @@ def test_relay_runs_on_python38_syntax() -> None:
     assert f"EXIT_CONNECT = {forward.RELAY_EXIT_CONNECT}" in src
 
 
-def test_cli_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    """`remotekit forward --port P:L` as a user runs it: the URL first, then serves until SIGINT."""
+class _Cli(subprocess.Popen[str]):
+    stderr_text = ""
+
+
+@contextlib.contextmanager
+def _cli(*args: str, cwd: Path = ROOT) -> Iterator[tuple[_Cli, str]]:
+    """`remotekit ARGS` (a forward) started, with its first line; Ctrl-C at the end, which
+    it must take as a clean stop (exit 0, "forward stopped"); its stderr in ``stderr_text``."""
+    proc = _Cli(
+        [sys.executable, "-m", "remotekit", *args],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        if not first:
+            _, proc.stderr_text = proc.communicate(timeout=60)
+            raise AssertionError(f"no first line: {proc.stderr_text}")
+        yield proc, first
+        proc.send_signal(signal.SIGINT)
+        _, proc.stderr_text = proc.communicate(timeout=60)  # generous: 2 cores under load
+        assert proc.returncode == 0, proc.stderr_text
+        assert "forward stopped" in proc.stderr_text
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cli_forward_prints_the_mapping_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """`remotekit forward --port LOCAL:REMOTE` as a user runs it, in ssh -L's order: the
+    mapping first, then the URL, then it serves until SIGINT."""
     with _http_server() as port:
         local_port = free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "remotekit", "forward", "--port",
-             f"{port}:{local_port}"],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
+        with _cli("forward", "--port", f"{local_port}:{port}", cwd=tmp_path) as (proc, first):
+            assert first.startswith(
+                f"forwarding 127.0.0.1:{local_port} -> 127.0.0.1:{port} there (local: local -> "
+            )
             assert proc.stdout is not None
-            first = proc.stdout.readline()
-            assert first.startswith(f"http://127.0.0.1:{local_port}/ -> 127.0.0.1:{port} on local")
+            assert proc.stdout.readline() == f"http://127.0.0.1:{local_port}/  (Ctrl-C to stop)\n"
             assert _get(local_port, "/x") == (200, b"/x")
             # that connection's relay gone first: the relay waited for below is the held one's
             # (else the held connection may still sit unaccepted when Ctrl-C closes the
@@ -381,21 +430,64 @@ def test_cli_forward_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> None:
             while not processes_with("# remotekit-relay"):  # its relay is up
                 assert time.monotonic() < end, "no relay for the held connection"
                 time.sleep(0.05)
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=60)  # generous: 2 cores under load
-            assert proc.returncode == 0, err
-            assert "forward stopped" in err
-            with held:
-                assert held.recv(1) == b""  # Ctrl-C closed the open connection ...
-            assert wait_gone("# remotekit-relay") == []  # ... and its relay
-        finally:
-            proc.kill()
-            proc.wait()
+        assert "LOCAL:REMOTE" not in proc.stderr_text  # no note: the order typed worked
+        with held:
+            assert held.recv(1) == b""  # Ctrl-C closed the open connection ...
+        assert wait_gone("# remotekit-relay") == []  # ... and its relay
     r = subprocess.run(
-        [sys.executable, "-m", "remotekit", "forward", "--port", "6006:x"],
+        [sys.executable, "-m", "remotekit", "forward", "--port", "x:6006"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert r.returncode == 2 and "PORT or PORT:LOCAL, got '6006:x'" in r.stderr
+    assert r.returncode == 2 and "REMOTE or LOCAL:REMOTE (as ssh -L), got 'x:6006'" in r.stderr
+
+
+def test_cli_forward_reads_the_old_order_where_only_it_works_with_a_note(tmp_path: Path) -> None:
+    """`--port REMOTE:LOCAL`, the order before: nothing accepts on LOCAL there and REMOTE
+    does, so it is read the old way round for one release, and a note says what to type."""
+    with _http_server() as port:
+        local_port = free_port()
+        with _cli("forward", "--port", f"{port}:{local_port}", cwd=tmp_path) as (proc, first):
+            assert first.startswith(f"forwarding 127.0.0.1:{local_port} -> 127.0.0.1:{port} there")
+            assert _get(local_port, "/old") == (200, b"/old")
+    note = proc.stderr_text.splitlines()[0]
+    assert note.startswith(f"remotekit: --port {port}:{local_port} is LOCAL:REMOTE now")
+    assert f"nothing accepts connections on {local_port} there and {port} does" in note
+    assert note.endswith(f"type --port {local_port}:{port}")
+
+
+def test_cli_forward_with_neither_order_working_says_the_order(tmp_path: Path) -> None:
+    """Neither port accepts there: the error is about the order typed (ssh's) and says it.
+    --no-check asks nothing there first, so nothing tells the orders apart: ssh's order."""
+    a, b = free_port(), free_port()
+    r = cli("forward", "--port", f"{a}:{b}", cwd=tmp_path)
+    assert r.returncode == 2
+    assert f"nothing accepts connections on 127.0.0.1:{b} there" in r.stderr
+    assert f"(--port {a}:{b} is LOCAL:REMOTE, as in ssh -L and kubectl port-forward)" in r.stderr
+    with _http_server() as port:  # busy here: REMOTE:LOCAL would have worked
+        r = cli("forward", "--no-check", "--port", f"{port}:{b}", cwd=tmp_path)
+    assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port} here" in r.stderr
+
+
+def test_the_api_names_its_ports(local: remotekit.Target) -> None:
+    """`remote_port` and `local_port` by name; `.mapping` says which way it goes. The old
+    spellings (port=, the local port by position) still work for one release, warned."""
+    with _http_server() as port:
+        here = free_port()
+        with local.forward(remote_port=port, local_port=here) as fwd:
+            assert (fwd.remote_port, fwd.local_port) == (port, here)
+            assert fwd.mapping == f"127.0.0.1:{here} -> 127.0.0.1:{port} there"
+            assert _get(here, "/named") == (200, b"/named")
+        with pytest.warns(DeprecationWarning, match=rf"t.forward\({port}, local_port={here}\)"):
+            old = local.forward(port, here)
+        with old:
+            assert (old.remote_port, old.local_port) == (port, here)
+        with pytest.warns(DeprecationWarning, match=rf"t.forward\({port}\)"):
+            local.forward(port=port).close()
+        with pytest.raises(TypeError, match="remote_port"):
+            local.forward()
+    with pytest.raises(remotekit.ForwardError) as info:
+        local.forward(free_port())
+    assert info.value.refused
 
 
 def test_a_busy_local_port_is_named(local: remotekit.Target) -> None:
@@ -404,7 +496,7 @@ def test_a_busy_local_port_is_named(local: remotekit.Target) -> None:
         try:
             taken = busy.getsockname()[1]
             with pytest.raises(remotekit.ForwardError, match=f"cannot listen on 127.0.0.1:{taken}"):
-                local.forward(port, taken)
+                local.forward(port, local_port=taken)
         finally:
             busy.close()
 
@@ -526,7 +618,7 @@ def test_a_closed_forward_leaves_no_descriptor_behind_for_the_next_one(
             busy = socket.create_server(("127.0.0.1", 0))
             try:
                 with pytest.raises(remotekit.RemotekitError) as info:
-                    t.forward(port, busy.getsockname()[1])
+                    t.forward(port, local_port=busy.getsockname()[1])
             finally:
                 busy.close()
             bad_fd = [

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import stat
 import sys
 from pathlib import Path
 
 import pytest
 
 import remotekit
-from remotekit.inventory import Timeouts
+from remotekit.inventory import STARTER, Timeouts, config_inventory, init_inventory
 from remotekit.layers import Docker, Kubectl, Lxc, Pct, Podman, Slurm, Sudo
 from tests.harness import ROOT
 
@@ -398,3 +399,114 @@ def test_the_docs_chains_load_as_they_say(tmp_path: Path) -> None:
     )
     said = doc.split("an item of a chain by its place (`", 1)[1].split("`)", 1)[0]
     assert str(e).endswith(said.split("hosts.yaml", 1)[1].replace(":9:", ":5:"))
+
+
+# -- where hosts.yaml is looked for, and the starting one -----------------------------------
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """(home, project folder): run from a project folder with a home of its own, no
+    $REMOTEKIT_HOSTS and no $XDG_CONFIG_HOME."""
+    home, proj = tmp_path / "home", tmp_path / "proj"
+    home.mkdir()
+    proj.mkdir()
+    monkeypatch.chdir(proj)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("REMOTEKIT_HOSTS", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    return home, proj
+
+
+def test_unknown_target_says_where_hosts_yaml_was_looked_for(elsewhere: tuple[Path, Path]) -> None:
+    """The issue's case: the hosts.yaml edited is not the one read. The error names every
+    place looked at, what each held, and which was read."""
+    home, proj = elsewhere
+    config = home / ".config" / "remotekit" / "hosts.yaml"
+    with pytest.raises(remotekit.UnknownHost) as info:
+        remotekit.load_inventory().target("kpro6")
+    assert str(info.value) == (
+        "unknown target 'kpro6'; known targets: local; no hosts.yaml found, looked for: "
+        f"$REMOTEKIT_HOSTS (not set), {proj}/hosts.yaml (no file), {config} (no file); "
+        f"`remotekit hosts --init` writes a starting one to {config}"
+    )
+    config.parent.mkdir(parents=True)
+    config.write_text("hosts:\n  kpro6: {ssh: a}\n")
+    (proj / "hosts.yaml").write_text("hosts:\n  ct: {ssh: b}\n")  # found first
+    inv = remotekit.load_inventory()
+    with pytest.raises(remotekit.UnknownHost) as info:
+        inv.select(hosts="kpro6")
+    assert str(info.value) == (
+        f"unknown target 'kpro6' in {proj}/hosts.yaml; known targets: local, ct; hosts.yaml "
+        f"looked for: $REMOTEKIT_HOSTS (not set), {proj}/hosts.yaml (read), {config} "
+        "(also there, not read)"
+    )
+    with pytest.raises(remotekit.UnknownHost, match=r"in .*/proj/hosts.yaml; known targets: "):
+        inv.select(group="gpu")
+    named = remotekit.load_inventory(config)  # named: nothing was looked for
+    assert named.looked == ()
+    with pytest.raises(remotekit.UnknownHost) as info:
+        named.target("ct")
+    assert str(info.value) == f"unknown target 'ct' in {config}; known targets: local, kpro6"
+
+
+def test_a_missing_file_named_by_the_variable_says_so(
+    elsewhere: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REMOTEKIT_HOSTS", "/nonexistent/hosts.yaml")
+    with pytest.raises(remotekit.InventoryError, match=r"not found \(named by \$REMOTEKIT_HOSTS\)"):
+        remotekit.load_inventory()
+
+
+def test_the_users_hosts_yaml_follows_xdg_config_home(
+    elsewhere: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, _ = elsewhere
+    xdg = home / "xdg" / "remotekit" / "hosts.yaml"
+    old = home / ".config" / "remotekit" / "hosts.yaml"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "xdg"))
+    for p, name in ((xdg, "x"), (old, "o")):
+        p.parent.mkdir(parents=True)
+        p.write_text(f"hosts:\n  {name}: {{}}\n")
+    assert config_inventory() == xdg
+    assert list(remotekit.load_inventory().hosts) == ["local", "x"]
+    xdg.unlink()  # one written under ~/.config before $XDG_CONFIG_HOME was read: still read
+    inv = remotekit.load_inventory()
+    assert list(inv.hosts) == ["local", "o"]
+    assert [str(x) for x in inv.looked[1:]] == [
+        f"{Path.cwd()}/hosts.yaml (no file)",
+        f"{xdg} (no file)",
+        f"{old} (read)",
+    ]
+    monkeypatch.setenv("XDG_CONFIG_HOME", "relative/cfg")  # not absolute: ignored, as XDG says
+    assert config_inventory() == old
+
+
+def test_init_writes_a_private_starting_file_that_loads_as_is(
+    elsewhere: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, _ = elsewhere
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "cfg"))
+    path = init_inventory()
+    assert path == home / "cfg" / "remotekit" / "hosts.yaml"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    inv = remotekit.load_inventory()  # the file just written is the one found, and loads
+    assert inv.path == str(path) and list(inv.hosts) == ["local"]
+    text = path.read_text()
+    assert "# kpro6:" in text and "remotekit hosts" in text  # a commented starting point
+    path.write_text("hosts:\n  mine: {}\n")
+    with pytest.raises(remotekit.InventoryError, match="already exists") as info:
+        init_inventory()
+    assert str(path) in str(info.value)
+    assert path.read_text() == "hosts:\n  mine: {}\n"  # never overwritten
+    there = init_inventory(home / "named.yaml")
+    assert there == home / "named.yaml" and list(remotekit.load_inventory(there).hosts) == ["local"]
+
+
+def test_the_clones_hosts_yaml_is_the_starter_with_its_own_header() -> None:
+    """One text: the examples a clone shows are the ones `hosts --init` writes."""
+    clone, starter = (ROOT / "hosts.yaml").read_text(), STARTER.read_text()
+    body = "\ndefaults:"
+    assert clone[clone.index(body) :] == starter[starter.index(body) :]
+    assert "invoke hosts" not in clone  # `invoke` has no such task: "No idea what 'hosts' is!"
