@@ -5,19 +5,21 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from invoke import Context, Exit, task
+from invoke import Context, Exit
 
 import remotekit
 from remotekit.cli.output import fan_out, shared_progress_line
 from remotekit.cli.selection import (
+    CMD_HELP,
     OPTIONS_HERE,
     SELECT_HELP,
     TIMEOUT_HELP,
     Selection,
-    command_words,
     fleet_task,
     one_target,
     required,
+    shell_line,
+    task,
 )
 from remotekit.render import Console
 
@@ -25,18 +27,17 @@ OnError = Callable[[remotekit.RemotekitError], None]
 
 
 @task(
-    auto_shortflags=False,
     help={
         "host": "the target: one name from hosts.yaml (default: its `default:`, else local)",
-        "cmd": "run this instead of the login shell, split like a shell would here "
-        "(or give the program and its arguments after --)",
+        "cmd": CMD_HELP + ", instead of the login shell (or give the program and its "
+        "arguments after --: no shell)",
         "inventory": SELECT_HELP["inventory"],
     },
 )
 def shell(c: Context, host: str = "", cmd: str = "", inventory: str = "") -> None:
     """A shell (or `-- PROGRAM ARGS...`) inside the target on a terminal, venv active, in its
     workdir. Exits with the program's status (2 when the target cannot be entered)."""
-    argv = command_words(c, "cmd", cmd)
+    argv = shell_line(c, cmd)
     try:
         with one_target(host, inventory, "shell") as t:
             code = t.shell(argv or None)
@@ -97,7 +98,6 @@ def _open(
 
 
 @task(
-    auto_shortflags=False,
     help={
         "host": "one target (default: hosts.yaml's `default:`, else local)",
         "port": "REMOTE, the port there (e.g. 6006), or LOCAL:REMOTE as in ssh -L "

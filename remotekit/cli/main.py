@@ -156,16 +156,27 @@ class RemotekitProgram(Program):
             )
         if context is None:
             return ""
+        flags = list(context.flags.values())
         usages = dict.fromkeys(
-            _usage(a) for a in context.flags.values() if str(a.name).startswith(word[1])
+            [
+                *(_usage(a) for a in flags if str(a.name).startswith(word[1])),
+                *(_usage(a) for a in flags if a.name in HABITS.get(word, ())),
+            ]
         )
         if not usages:
             return ""
         return f"{word} is no short flag of {context.name}: use {' or '.join(usages)}{after}"
 
 
+#: Short flags from other tools' habits, and the options they mean here (beside the options
+#: that start with the letter): Fabric's ``-H HOST`` (``fab -H a,b task``) is --host, and
+#: its ``-e`` (echo each command) is --verbose; docker's and kubectl's ``-e K=V`` is --env,
+#: which the letter finds.
+HABITS = {"-H": ("host",), "-e": ("verbose",)}
+
+
 #: How :func:`_usage` shows a flag's value, where its name upper-cased would not read well.
-VALUE_NAMES = {"inventory": "FILE"}
+VALUE_NAMES = {"inventory": "FILE", "env": "NAME=VALUE", "workdir": "DIR"}
 
 
 def _usage(arg: Argument) -> str:

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
-from invoke import Context, Exit, task
+import invoke
+from invoke import Context, Exit
 
 import remotekit
 from remotekit.spec import HostSpec
@@ -172,6 +173,57 @@ def command_words(c: Context, name: str, value: str) -> list[str]:
     return words or split_option(name, value)
 
 
+#: The shell a ``--cmd`` line is given to there: POSIX sh, which every image has (bash is
+#: not in alpine's or busybox's); ``--cmd LINE`` is ``-- sh -c LINE``.
+SHELL = ("sh", "-c")
+CMD_HELP = (
+    "a shell line, run there by sh -c as typed (pipes, &&, cd, $VARS, globs: "
+    "--cmd 'cd /data && ls | wc -l')"
+)
+
+
+def shell_line(c: Context, cmd: str) -> list[str]:
+    """The argv of ``--cmd LINE`` or of the words after ``--``: ``sh -c LINE`` (the line one
+    argument, as typed: never split nor quoted; it travels in the step's header as bytes,
+    as the words after ``--`` do), else the words untouched; both at once is a usage error.
+
+    Why a shell for one string: it is how ssh (``ssh host 'ls | wc -l'``) and Fabric
+    (``c.run("...")``) take a command, and both give it to a shell there; kubectl's
+    ``exec -- ARGV`` runs none, and neither do the words after ``--`` here."""
+    words = after_dashes(c)
+    if cmd and words:
+        raise Exit("remotekit: give --cmd or the words after --, not both", code=2)
+    return [*SHELL, cmd] if cmd else words
+
+
+#: The short flags remotekit keeps, on every task that has the option: rsync's, make's and
+#: ``git clean``'s ``-n`` for a dry run. (No other short flags: invoke's automatic ones gave
+#: ``-l`` three meanings across tasks.)
+SHORT_FLAGS = {"dry_run": "n"}
+
+
+class RemotekitTask(invoke.Task):  # type: ignore[type-arg]
+    """A task whose options have :data:`SHORT_FLAGS`' short names where it takes them (and
+    no automatic short flags): ``@task(klass=RemotekitTask)``, which :func:`task` and
+    :func:`fleet_task` pass."""
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
+        short = SHORT_FLAGS.get(name)
+        if short is not None and short not in taken_names:
+            opts["names"] = [*opts["names"], short]
+        return opts
+
+
+def task(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """invoke's ``@task(**options)`` making a :class:`RemotekitTask` (no automatic short
+    flags)."""
+    made: Callable[[Callable[..., Any]], Any] = invoke.task(
+        **{"klass": RemotekitTask, "auto_shortflags": False, **options}
+    )
+    return made
+
+
 @dataclass(frozen=True)
 class OptionGroup:
     """Options that several tasks take, declared once.
@@ -212,7 +264,8 @@ def fleet_task(*groups: OptionGroup, **options: Any) -> Callable[[Callable[..., 
     them as one :class:`Selection`; the same for each further group. ``options`` are
     ``@task``'s (``help`` for the task's own options, ``iterable``, ``optional``, ...).
     No automatic short flags: invoke's gave ``-l`` three meanings across tasks (``--linear``,
-    ``--all``, ``--allow-global``); a one-letter option (``-a``) is its own short flag.
+    ``--all``, ``--allow-global``); a one-letter option (``-a``) is its own short flag, and
+    ``--dry-run`` is also ``-n`` (:data:`SHORT_FLAGS`).
     """
     groups = (SELECTION, *groups)
 
@@ -242,6 +295,6 @@ def fleet_task(*groups: OptionGroup, **options: Any) -> Callable[[Callable[..., 
         for g in groups:
             for key, names in g.task_lists.items():
                 merged[key] = [*merged.get(key, ()), *names]
-        return task(run_task, **merged)
+        return task(**merged)(run_task)
 
     return wrap

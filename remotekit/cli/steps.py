@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 import stat
 import sys
 import time
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from invoke import Context, Exit, task
+from invoke import Context, Exit
 
 import remotekit
 from remotekit.cli.output import (
@@ -21,6 +23,7 @@ from remotekit.cli.output import (
     step_notes,
 )
 from remotekit.cli.selection import (
+    CMD_HELP,
     DRY_RUN_HELP,
     OPTIONS_HERE,
     SELECT_HELP,
@@ -31,6 +34,8 @@ from remotekit.cli.selection import (
     fleet_task,
     one_target,
     required,
+    shell_line,
+    task,
 )
 from remotekit.inventory import find_inventory, init_inventory, looked_text
 from remotekit.render import Console, human_bytes, table, to_json
@@ -52,7 +57,6 @@ RESOLVE_HELP = (
 
 
 @task(
-    auto_shortflags=False,
     help={
         "inventory": SELECT_HELP["inventory"],
         "json": SELECT_HELP["json"],
@@ -159,6 +163,18 @@ def ping(c: Context, sel: Selection) -> None:
     fan_out(sel, check_hops)
 
 
+ENV_HELP = (
+    "NAME=VALUE set for this step only, on top of hosts.yaml's env: (repeatable; sent with "
+    "the step, never on a command line there; a secret_env name's value is masked as "
+    "hosts.yaml's are)"
+)
+WORKDIR_HELP = (
+    "an absolute directory there to run this step in, instead of hosts.yaml's workdir: "
+    "(as docker run -w)"
+)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 @dataclass(frozen=True)
 class StepOptions:
     """How ``run`` and ``py`` run their step."""
@@ -167,6 +183,26 @@ class StepOptions:
     detach: bool = False
     mask_output: bool = False
     dry_run: bool = False
+    env: Any = None  # the NAME=VALUE words of each --env (invoke's list), None: none given
+    workdir: str = ""
+
+    def where(self) -> dict[str, Any]:
+        """``env=`` and ``cwd=`` as Target.run takes them: the same layers as hosts.yaml's
+        ``env:`` and ``workdir:``, for this step only; a bad one ends the task (exit 2)."""
+        env: dict[str, str] = {}
+        for word in self.env or ():
+            name, eq, value = word.partition("=")
+            if not eq or not ENV_NAME.fullmatch(name):
+                # the name alone: a value is never quoted back (it may be a secret)
+                raise Exit(
+                    f"remotekit: --env wants NAME=VALUE, got {name!r}{eq and '=...'}", code=2
+                )
+            env[name] = value
+        if self.workdir and not posixpath.isabs(self.workdir):
+            raise Exit(
+                f"remotekit: --workdir wants an absolute path there, got {self.workdir!r}", code=2
+            )
+        return {"env": env or None, "cwd": self.workdir or None}
 
 
 STEP = OptionGroup(
@@ -177,7 +213,10 @@ STEP = OptionGroup(
         "detach": DETACH_HELP,
         "mask_output": MASK_OUTPUT_HELP,
         "dry_run": DRY_RUN_HELP,
+        "env": ENV_HELP,
+        "workdir": WORKDIR_HELP,
     },
+    {"iterable": ("env",)},
 )
 
 
@@ -209,14 +248,21 @@ def _run_live(sel: Selection, step: StepOptions, start: Callable[..., Any]) -> N
     each host's chain ending in the command instead (as it would run, detached or not). A
     host's value is the step's Result (with --detach: the one that started the run, which
     names it)."""
+    where = step.where()
     if step.dry_run:
         targets = sel.targets(dry_run=True)
-        return dry_run_steps(targets, lambda t, console: start(t, check=False, detach=False))
+        return dry_run_steps(
+            targets, lambda t, console: start(t, check=False, detach=False, **where)
+        )
 
     stdin = None if step.detach else piped_stdin(sel.size())
 
     def on_host(t: remotekit.Target, console: Console) -> remotekit.Result:
-        how: dict[str, Any] = {"timeout": step.timeout or None, "on_output": console.output(t.name)}
+        how: dict[str, Any] = {
+            "timeout": step.timeout or None,
+            "on_output": console.output(t.name),
+            **where,
+        }
         if stdin is not None:
             how["stdin"] = stdin
         # with --detach, the step that started the run (one that did not start raises
@@ -233,14 +279,15 @@ def _run_live(sel: Selection, step: StepOptions, start: Callable[..., Any]) -> N
 @fleet_task(
     STEP,
     help={
-        "cmd": "the command, split like a shell would here (no shell runs there); "
-        "or give its words after --: remotekit run --host H -- nvidia-smi -L"
+        "cmd": CMD_HELP + "; or the words of a command after --, run with no shell: "
+        "remotekit run --host H -- nvidia-smi -L"
     },
 )
 def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
-    """Run a command on targets (`-- PROGRAM ARGS...` or --cmd), output streamed live with host
-    prefixes; a piped stdin goes to the command (one host), as with ssh."""
-    argv = command_words(c, "cmd", cmd)
+    """Run a command on targets (`-- PROGRAM ARGS...`, or --cmd "a shell line"), output
+    streamed live with host prefixes; a piped stdin goes to the command (one host), as with
+    ssh."""
+    argv = shell_line(c, cmd)
     if not argv:
         raise Exit("remotekit: give the command after -- (or --cmd)", code=2)
     _run_live(sel, step, lambda t, **how: t.run(argv, **how))
@@ -325,7 +372,6 @@ class Moved:
 
 
 @task(
-    auto_shortflags=False,
     help={
         "src": "path there",
         "dest": "local path",
