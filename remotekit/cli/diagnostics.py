@@ -168,7 +168,7 @@ def diagnose(
         "on_incident": "with --follow: a command run here for each incident, the incident as "
         "JSON on its stdin (split like a shell would, run without one; a failure is a warning)",
         "run": "instead of --path: the output log of run ID (`remotekit runs`), on the selected "
-        "host that has it",
+        "host that has it; with --follow, until the run ends (exit: the run's code if it failed)",
         "dry_run": DRY_RUN_HELP,
     },
 )
@@ -211,6 +211,7 @@ def train_log(
             "ckpt_steps": ckpt_steps or None,
             "steps_per_epoch": steps_per_epoch or None,
             "timeout": timeout or None,
+            "run": run or None,  # its log (path), followed until the run ends
         }
         hook = split_option("on-incident", on_incident) if on_incident else None
         if dry_run:
@@ -379,7 +380,9 @@ def follow_log(
 ) -> None:
     """``train-log --follow``: one host; each incident a line (``--json``: a JSON object a
     line, flushed), the status on a terminal's progress line, ``hook`` run per incident;
-    Ctrl-C ends it with exit 0."""
+    Ctrl-C ends it with exit 0. Of a run (``options["run"]``), it ends with the run and
+    says how: the exit code is the run's when it failed (``logs --follow``'s: 128+N for
+    signal N, 2 for a lost run), else train-log's own (1: incidents were reported)."""
     from remotekit.diagnostics import trainlog
     from remotekit.diagnostics.base import host_checkpoints
     from remotekit.render import to_json
@@ -405,7 +408,12 @@ def follow_log(
     with t:
         ckpt = host_checkpoints(t, checkpoints)
         live = trainlog.follow_train_log(
-            t, path, ckpt_dir=ckpt, on_status=on_status, on_warning=warn, **options
+            t,
+            None if options["run"] else path,
+            ckpt_dir=ckpt,
+            on_status=on_status,
+            on_warning=warn,
+            **options,
         )
         try:
             for incident in live:
@@ -417,6 +425,13 @@ def follow_log(
                 if notify is not None:
                     notify(to_json(incident))
             code = live.exit_code or 0
+            if (ended := live.run_ended()) is not None:  # said with --json too, as a warning
+                console.done()
+                if sel.json:
+                    print(f"{t.name}: {ended}", file=sys.stderr, flush=True)
+                else:
+                    console.line(t.name, "stderr", ended)
+                code = live.run_exit() or code  # a failed run says more than its spikes
         except KeyboardInterrupt:  # how a follow is meant to end: exit 0
             if notify is not None:
                 notify.interrupt()
