@@ -28,6 +28,7 @@ import posixpath
 import queue
 import secrets
 import shlex
+import signal
 import threading
 import time
 import warnings
@@ -55,6 +56,8 @@ __all__ = [
     "RunInfo",
     "check_id",
     "check_stream",
+    "ended_code",
+    "ended_words",
     "home_of",
     "list_runs",
     "prune",
@@ -195,6 +198,32 @@ def _took(seconds: float) -> str:
 
 def _short(text: str, n: int = 60) -> str:
     return clip(text, n, "...")
+
+
+def ended_code(state: str | None, exit_code: int | None) -> int:
+    """The exit code ``logs --follow`` ends with for a run that ended so: its own (128+N for
+    signal N), 2 when there is none to give (lost, its record corrupt or gone)."""
+    if state in ("exited", "stopped"):
+        return exit_code or 0
+    return 2
+
+
+def ended_words(state: str | None, exit_code: int | None) -> str:
+    """How a run ended, in words: ``exited with code 3``, ``was stopped: exit 143 (signal
+    15, SIGTERM)``, ``was lost (its supervisor vanished)``."""
+    if state not in ("exited", "stopped"):
+        return {
+            "lost": "was lost (its supervisor vanished)",
+            runrecord.CORRUPT: "has a corrupt record there",
+            None: "is gone: its record was removed",
+        }.get(state, f"is {state}")
+    code = exit_code or 0
+    said = "was stopped: exit" if state == "stopped" else "exited with code"
+    if code > 128:
+        with contextlib.suppress(ValueError):
+            said += f" {code} (signal {code - 128}, {signal.Signals(code - 128).name})"
+            return said
+    return f"{said} {code}"
 
 
 def new_id() -> str:

@@ -20,7 +20,7 @@ def test_readme_has_the_two_commands_near_the_top() -> None:
     text = (ROOT / "README.md").read_text()
     assert text.index("```bash") < 600
     setup_and_main, setup_and_test = readme_commands()
-    # the first installs only what the demo needs: `.ci/setup demo` (torch and remotekit)
+    # the first installs only what the demo and --plot need: `.ci/setup demo`
     assert (
         setup_and_main.startswith("bash .ci/setup demo && ") and "remotekit demo" in setup_and_main
     )
@@ -50,9 +50,9 @@ def setup_installs(tmp_path: Path, *args: str) -> list[str]:
     return [line for line in log.read_text().splitlines() if " install " in line]
 
 
-def test_readmes_first_command_installs_only_what_the_demo_needs(tmp_path: Path) -> None:
+def test_readmes_first_command_installs_only_what_the_demo_and_plot_need(tmp_path: Path) -> None:
     demo = setup_installs(tmp_path / "demo", "demo")
-    assert [line.split()[-1] for line in demo] == ["pip", "torch==2.13.0", "."]
+    assert [line.split()[-1] for line in demo] == ["pip", "torch==2.13.0", ".[plot]"]
     full = setup_installs(tmp_path / "full")
     assert full[-1].split()[-1] == ".[test,dev,plot]"
     r = subprocess.run(

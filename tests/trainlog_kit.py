@@ -102,3 +102,30 @@ def once_started(action: Callable[[], None]) -> Callable[[tl.FollowStatus], None
             action()
 
     return on_status
+
+
+# ---------------------------------------------------------------------------------------------
+# a training run (``run --detach``) whose output is its log
+
+#: A training run's script, run detached: ``RUN_SCRIPT GO HOW``. It prints 300 rows of a
+#: JSON-lines log at once, waits for the file ``GO`` (at most a minute), prints 40 more with
+#: a loss spike at :data:`RUN_SPIKE`, then ends as ``HOW`` says: an exit code, or ``kill`` (it
+#: SIGKILLs itself: exit 137, as a run killed by the OOM killer).
+RUN_SCRIPT = """\
+import json, math, os, signal, sys, time
+go, how = sys.argv[1], sys.argv[2]
+def row(s):
+    loss = 20.5 if s == 320 else 2.0 + 0.02 * math.sin(s * 1.7) + 0.01 * math.cos(s * 0.37)
+    print(json.dumps({"step": s, "loss": loss}), flush=True)
+for s in range(1, 301):
+    row(s)
+end = time.monotonic() + 60
+while not os.path.exists(go) and time.monotonic() < end:
+    time.sleep(0.02)
+for s in range(301, 341):
+    row(s)
+if how == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(int(how))
+"""
+RUN_SPIKE = 320

@@ -7,6 +7,7 @@ runs, so ``--list`` and ``--help`` stay quick and need no torch).
 
 from __future__ import annotations
 
+import importlib
 import os
 import queue
 import signal
@@ -89,6 +90,24 @@ def scan_progress(console: Console, host: str) -> Callable[[Any], None]:
     return lambda p: show.update("", p.bytes_done, p.bytes_total, _checkpoints().progress_line(p))
 
 
+#: How to get what ``--plot`` needs: no package index has remotekit, so from its clone or
+#: wheel (the ``plot`` extra), into a pipx install, or matplotlib alone into this Python.
+PLOT_NEEDS = (
+    "--plot needs matplotlib, which this Python ({exe}) cannot import. Install it: in a clone "
+    "of remotekit, `pip install '.[plot]'` (or `bash .ci/setup demo`); with pipx, `pipx "
+    "inject remotekit matplotlib`; else (a wheel, a venv) `{exe} -m pip install matplotlib`"
+)
+
+
+def need_matplotlib() -> None:
+    """``--plot``'s check, before anything runs there: exit 2 saying how to install
+    matplotlib, rather than after the whole analysis ran."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        raise Exit("remotekit: " + PLOT_NEEDS.format(exe=sys.executable), code=2) from None
+
+
 def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts: int) -> int:
     """Draw each host's train-log report into ``plot`` (``plot-HOST.png`` each when ``hosts``
     is more than one); the exit code: 2 if one could not be drawn."""
@@ -99,10 +118,8 @@ def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts
         dest = plot if hosts == 1 else str(Path(plot).with_stem(f"{Path(plot).stem}-{host}"))
         try:
             trainlog.plot_report(rep, dest)
-        except ImportError:
-            print(
-                "remotekit: --plot needs matplotlib: pip install 'remotekit[plot]'", file=sys.stderr
-            )
+        except ImportError:  # installed, but broken since need_matplotlib() looked
+            print("remotekit: " + PLOT_NEEDS.format(exe=sys.executable), file=sys.stderr)
             return 2
         except (OSError, ValueError) as exc:
             print(f"remotekit: could not draw {dest}: {exc}", file=sys.stderr)
@@ -116,7 +133,7 @@ def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts
     help={
         "path": "checkpoints to scan (default: --run, else the host's `checkpoints:`)",
         "run": "a training run's directory there: its checkpoints, its log, and one verdict",
-        "plot": "with --run: draw the log with spikes and saves into this PNG (needs remotekit[plot])",
+        "plot": "with --run: draw the log with spikes and saves into this PNG (needs matplotlib: the plot extra)",
         "dry_run": DRY_RUN_HELP,
     }
 )
@@ -135,6 +152,8 @@ def diagnose(
 
     if plot and not run:
         raise Exit("remotekit: --plot needs --run (it draws the run's log)", code=2)
+    if plot:
+        need_matplotlib()
 
     def diagnose_host(t: remotekit.Target, console: Console) -> Any:
         def show(section: Any) -> None:
@@ -163,12 +182,12 @@ def diagnose(
     help={
         **task_help(),
         "ckpt_dir": "the older name of --checkpoints",
-        "plot": "draw loss/accuracy with spikes and events into this PNG (needs remotekit[plot])",
+        "plot": "draw loss/accuracy with spikes and events into this PNG (needs matplotlib: the plot extra)",
         "timeout": TIMEOUT_HELP + "; with --follow: how long to follow (default: until Ctrl-C)",
         "on_incident": "with --follow: a command run here for each incident, the incident as "
         "JSON on its stdin (split like a shell would, run without one; a failure is a warning)",
         "run": "instead of --path: the output log of run ID (`remotekit runs`), on the selected "
-        "host that has it",
+        "host that has it; with --follow, until the run ends (exit: the run's code if it failed)",
         "dry_run": DRY_RUN_HELP,
     },
 )
@@ -190,6 +209,8 @@ def train_log(
     dry_run: bool = False,
 ) -> None:
     """What happened to this run: spikes, cliffs, events, and batch composition."""
+    if plot and not follow:  # before --run looks the run up there
+        need_matplotlib()
     if run and path:
         raise Exit("remotekit: --path or --run, not both", code=2)
     if run and dry_run:
@@ -211,6 +232,7 @@ def train_log(
             "ckpt_steps": ckpt_steps or None,
             "steps_per_epoch": steps_per_epoch or None,
             "timeout": timeout or None,
+            "run": run or None,  # its log (path), followed until the run ends
         }
         hook = split_option("on-incident", on_incident) if on_incident else None
         if dry_run:
@@ -379,7 +401,9 @@ def follow_log(
 ) -> None:
     """``train-log --follow``: one host; each incident a line (``--json``: a JSON object a
     line, flushed), the status on a terminal's progress line, ``hook`` run per incident;
-    Ctrl-C ends it with exit 0."""
+    Ctrl-C ends it with exit 0. Of a run (``options["run"]``), it ends with the run and
+    says how: the exit code is the run's when it failed (``logs --follow``'s: 128+N for
+    signal N, 2 for a lost run), else train-log's own (1: incidents were reported)."""
     from remotekit.diagnostics import trainlog
     from remotekit.diagnostics.base import host_checkpoints
     from remotekit.render import to_json
@@ -405,7 +429,12 @@ def follow_log(
     with t:
         ckpt = host_checkpoints(t, checkpoints)
         live = trainlog.follow_train_log(
-            t, path, ckpt_dir=ckpt, on_status=on_status, on_warning=warn, **options
+            t,
+            None if options["run"] else path,
+            ckpt_dir=ckpt,
+            on_status=on_status,
+            on_warning=warn,
+            **options,
         )
         try:
             for incident in live:
@@ -417,6 +446,13 @@ def follow_log(
                 if notify is not None:
                     notify(to_json(incident))
             code = live.exit_code or 0
+            if (ended := live.run_ended()) is not None:  # said with --json too, as a warning
+                console.done()
+                if sel.json:
+                    print(f"{t.name}: {ended}", file=sys.stderr, flush=True)
+                else:
+                    console.line(t.name, "stderr", ended)
+                code = live.run_exit() or code  # a failed run says more than its spikes
         except KeyboardInterrupt:  # how a follow is meant to end: exit 0
             if notify is not None:
                 notify.interrupt()

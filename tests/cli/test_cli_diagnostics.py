@@ -11,7 +11,10 @@ tests write a hosts.yaml (``--inventory``) whose ``local`` host sets ``PATH`` an
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,21 +270,49 @@ def test_train_log_plot(log: Path, tmp_path: Path) -> None:
     assert f"plot: {png}" in r.stderr
 
 
-def test_train_log_plot_without_matplotlib_keeps_the_analysis_and_says_how(
-    log: Path, tmp_path: Path
+#: A sitecustomize that makes matplotlib unimportable in the process it starts in: what a
+#: Python without it installed says (the code under test is not touched).
+NO_MATPLOTLIB = """\
+import sys
+
+
+class NoMatplotlib:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "matplotlib":
+            raise ModuleNotFoundError("No module named 'matplotlib'", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoMatplotlib())
+"""
+
+
+@pytest.mark.parametrize("task", ["train-log", "diagnose"])
+def test_plot_without_matplotlib_exits_2_before_anything_runs_and_says_how(
+    task: str, log: Path, tmp_path: Path
 ) -> None:
-    # `python -m remotekit` puts its working directory first on sys.path: a package there named
-    # matplotlib that fails to import is matplotlib not being installed, for that process.
-    (tmp_path / "matplotlib").mkdir()
-    (tmp_path / "matplotlib" / "__init__.py").write_text(
-        "raise ImportError(\"No module named 'matplotlib'\")\n"
-    )
+    """--plot without matplotlib once ran the whole analysis (diagnose: every section) and
+    then said `pip install 'remotekit[plot]'`, which no package index answers."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_MATPLOTLIB)
     png = tmp_path / "run.png"
-    r = cli("train-log", "--path", str(log), "--plot", str(png), cwd=tmp_path)
-    assert r.returncode == 2
-    assert "Verdict:" in r.stdout
-    assert "pip install 'remotekit[plot]'" in r.stderr
-    assert not png.exists()
+    where = ["--path", str(log)] if task == "train-log" else ["--run", str(log.parent)]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    r = subprocess.run(
+        [sys.executable, "-m", "remotekit", task, *where, "--plot", str(png)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == ""  # no analysis ran, no section was shown
+    assert "--plot needs matplotlib" in r.stderr
+    assert "pip install '.[plot]'" in r.stderr and "pipx inject remotekit matplotlib" in r.stderr
+    assert f"{sys.executable} -m pip install matplotlib" in r.stderr
+    assert "remotekit[plot]" not in r.stderr and not png.exists()
 
 
 def test_train_log_plot_of_a_log_that_cannot_be_read_exits_2(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import write_inventory
 from tests.harness import SSHServer, fill, rk
 from tests.runtimes import SlurmCluster
+from tests.trainlog_kit import RUN_SCRIPT, RUN_SPIKE
 
 
 def started(cwd: Path, *argv: str) -> str:
@@ -284,3 +285,45 @@ def test_a_full_runs_disk_is_said_in_one_line_and_lost_output_is_shown(
     assert r.stderr.count(b"\n") == 1 and b"No space left on device" in r.stderr, r.stderr
     assert re.search(rb"run \w+ on local: cannot record it in ", r.stderr), r.stderr
     assert rk("rm", run_id, cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("how", "code", "said"),
+    [
+        ("3", 3, "exited with code 3"),  # the run failed: its code, as `logs --follow` gives it
+        ("kill", 137, "exited with code 137 (signal 9, SIGKILL)"),
+        ("0", 1, "exited with code 0"),  # it succeeded: train-log's own (1: a spike was found)
+    ],
+)
+def test_train_log_run_follow_ends_with_the_run_and_says_how(
+    tmp_path: Path, how: str, code: int, said: str
+) -> None:
+    """`train-log --run ID --follow` ends when the run ends (it once followed until its
+    --timeout), says how the run ended, and exits with the run's code when it failed."""
+    go = tmp_path / "go"
+    (tmp_path / "train.py").write_text(RUN_SCRIPT)
+    r = rk("py", "--detach", "--json", "train.py", "--", str(go), how, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run_id = str(json.loads(r.stdout)["hosts"][0]["id"])
+    argv = ["train-log", "--run", run_id, "--follow", "--timeout", "90"]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "remotekit", *argv],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert follow.stderr is not None
+        first = follow.stderr.readline()  # `following LOG: ...`: its first rows are judged
+        assert b"following " in first, first
+        go.touch()
+        out, err = follow.communicate(timeout=60)
+        assert follow.returncode == code, err
+        assert f"run {run_id} {said}".encode() in err, err
+        assert out.decode().startswith(f"local | step {RUN_SPIKE}: loss spike"), out
+    finally:
+        follow.kill()
+        go.touch()
+        rk("logs", run_id, "--follow", cwd=tmp_path)
+        rk("rm", run_id, cwd=tmp_path)

@@ -5,6 +5,7 @@ an iterator of :class:`Incident`, with a :class:`FollowStatus` a second)."""
 from __future__ import annotations
 
 import math
+import posixpath
 import queue
 import threading
 import time
@@ -29,9 +30,11 @@ from remotekit.remote.protocol import FINAL, number
 from remotekit.remote.trainlog.options import TrainLogOptions
 from remotekit.remote.trainlog.records import FollowState
 from remotekit.result import Result, Shown
+from remotekit.runs import STATES, ended_code, ended_words
 from remotekit.step import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
+    from remotekit.runs import Run
     from remotekit.target import Target
 
 __all__ = ["FollowStatus", "Incident", "LogFollow", "follow_train_log"]
@@ -113,7 +116,9 @@ class Incident(Shown):
 class LogFollow:
     """The incidents of a log followed there, an iterator of :class:`Incident`; see
     :func:`follow_train_log`. ``status`` / ``source`` / ``warnings``: the latest word from
-    there; ``exit_code`` once the follow ended by itself (None while it runs, or stopped)."""
+    there; ``exit_code`` once the follow ended by itself (None while it runs, or stopped).
+    Following a run's log (``run``, its handle): the follow ends with the run, and then
+    ``run_state`` / ``run_exit_code`` are how it ended (:meth:`run_ended` in words)."""
 
     def __init__(
         self,
@@ -123,8 +128,11 @@ class LogFollow:
         timeout: float | None,
         on_status: Callable[[FollowStatus], None] | None,
         on_warning: Callable[[str], None] | None,
+        run: Run | None = None,
     ) -> None:
-        self.target, self.path = target, options.path
+        self.target, self.path, self.run = target, options.path, run
+        self.run_state: str | None = None
+        self.run_exit_code: int | None = None
         self.on_status, self.on_warning = on_status, on_warning
         self.status: FollowStatus | None = None
         self.source: LogSource | None = None
@@ -263,7 +271,24 @@ class LogFollow:
             self._final = True
             code = rec.get("exit_code")
             self.exit_code = code if code in (EXIT_OK, EXIT_FINDINGS) else EXIT_FAILED
+            state, code = rec.get("run_state"), rec.get("run_exit_code")
+            self.run_state = state if state in STATES else None
+            self.run_exit_code = code if type(code) is int else None
         return None
+
+    def run_ended(self) -> str | None:
+        """``run ID exited with code 3`` (:func:`~remotekit.runs.ended_words`), once the
+        follow of a run ended with it; else None."""
+        if self.run is None or not self._final:
+            return None
+        return f"run {self.run.id} {ended_words(self.run_state, self.run_exit_code)}"
+
+    def run_exit(self) -> int | None:
+        """The exit code ``logs --follow`` gives the run that ended (None: no run followed,
+        or not to its end)."""
+        if self.run is None or not self._final:
+            return None
+        return ended_code(self.run_state, self.run_exit_code)
 
     def _incident(self, kind: str, step: float, metric: str | None, **what: Any) -> Incident:
         host = self.target.name
@@ -304,8 +329,9 @@ class LogFollow:
 
 def follow_train_log(
     target: Target,
-    path: str,
+    path: str | None = None,
     *,
+    run: str | Run | None = None,
     timeout: float | None = None,
     on_status: Callable[[FollowStatus], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -336,8 +362,21 @@ def follow_train_log(
     warning: the follow starts again there (:data:`~remotekit.follow.RECONNECTS` tries in a
     row) after the last step it had judged, so an incident written meanwhile is still reported, once.
     The engine's other errors are raised by the iteration.
+
+    ``run`` (instead of ``path``: an id, as ``remotekit runs`` lists them, or a
+    :class:`~remotekit.runs.Run`): the output log of that run on ``target``, followed until
+    the run ends, as ``logs --follow`` is: its last lines are judged, then the iteration
+    ends, and :meth:`LogFollow.run_ended` says how the run ended.
     """
     if "points" in options:
         raise TypeError("follow_train_log() takes no points: a followed log sends no series")
+    if (path is None) == (run is None):
+        raise TypeError("follow_train_log() takes a path or a run, one of them")
+    handle = target.run_handle(run) if isinstance(run, str) else run
+    if handle is not None:
+        log = handle.info().log
+        path, options = log, {**options, "run_dir": posixpath.dirname(log)}
     follow = TrainLogOptions.of(str(path), follow=True, **options)
-    return LogFollow(target, follow, timeout=timeout, on_status=on_status, on_warning=on_warning)
+    return LogFollow(
+        target, follow, timeout=timeout, on_status=on_status, on_warning=on_warning, run=handle
+    )

@@ -187,10 +187,11 @@ def send(rtype, **fields):
     emit(rec)
 
 
-def conclude(code, rows=0, spikes=0, events=None, findings=()):
-    """The ``summary`` record (what was found, in counts), then the one final record."""
+def conclude(code, rows=0, spikes=0, events=None, findings=(), **final):
+    """The ``summary`` record (what was found, in counts), then the one final record (with
+    the ``final`` fields)."""
     send("summary", rows=rows, spikes=spikes, events=events or {}, findings=list(findings))
-    return finish(COMMAND, code)
+    return finish(COMMAND, code, **final)
 
 
 def failed(message, **fields):

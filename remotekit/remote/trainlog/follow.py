@@ -21,8 +21,10 @@ sends:
 An incident is sent once: per metric and kind, the steps its incidents covered are marked,
 and one whose onset lies within them is the same incident seen again (still going, or seen
 from a window that moved). A partial last line waits for its newline. The follow ends when
-the step is stopped (Ctrl-C, a cancel, a lost connection: the runner stops it) or after
-``--duration`` seconds, with a ``summary`` and ``done`` (exit 1 if incidents were sent).
+the step is stopped (Ctrl-C, a cancel, a lost connection: the runner stops it), after
+``--duration`` seconds, or (``--run-dir``) once the run that writes the log ended and its
+last lines were judged, with a ``summary`` and ``done`` (exit 1 if incidents were sent;
+after a run, ``run_state`` and ``run_exit_code``: the run's, as ``logs --follow`` has them).
 """
 
 from __future__ import annotations
@@ -123,6 +125,17 @@ class Follower:
             self._judge()
             # at most a fifth of a core: a slow analysis (a large window) runs less often
             self.next_judge = t0 + 5 * (time.monotonic() - t0)
+
+    def drain(self):
+        """The log's last lines, all of them, judged: the run that wrote it ended."""
+        if self.f is None:
+            return
+        while self._read():
+            self.pending = True
+            self.status()
+        if self.pending:
+            self.pending = False
+            self._judge()
 
     def _open(self):
         try:
@@ -392,9 +405,14 @@ def follow_log(opts):
             send("warning", message=note)
     fol = Follower(opts, path, chosen_from)
     end = time.monotonic() + opts.duration if opts.duration else None
+    run = RunWatch(opts.run_dir) if opts.run_dir else None
     try:
         while end is None or time.monotonic() < end:
+            ended = run is not None and run.ended()  # before reading: then all of it is read
             fol.poll()
+            if ended:
+                fol.drain()
+                break
             fol.status()
             time.sleep(POLL_S)
     except KeyboardInterrupt:  # stopped by hand there: the same end as after --duration
@@ -404,5 +422,38 @@ def follow_log(opts):
     findings = [name for kind, name in FINDING_OF if kind in fol.kinds]
     findings += ["resumes"] if fol.resumes_sent else []
     return conclude(
-        code, rows=fol.rows, spikes=fol.sent - fol.resumes_sent, events=events, findings=findings
+        code,
+        rows=fol.rows,
+        spikes=fol.sent - fol.resumes_sent,
+        events=events,
+        findings=findings,
+        **(run.end() if run is not None else {}),
     )
+
+
+class RunWatch:
+    """Whether the run whose record folder is ``folder`` ended, as the supervisor itself
+    judges it (:func:`..supervisor.info`: its exit, a stop, its batch job's end, a vanished
+    supervisor), asked once every :data:`STATUS_S`: what ``logs --follow`` ends on."""
+
+    def __init__(self, folder):
+        from .. import supervisor  # only a follow of a run needs it
+
+        self.info = supervisor.info
+        self.folder = folder
+        self.next = 0.0
+        self.rec = None
+
+    def ended(self):
+        now = time.monotonic()
+        if now < self.next:
+            return False
+        self.next = now + STATUS_S
+        self.rec = self.info(self.folder)
+        return self.rec is None or self.rec["state"] != "running"
+
+    def end(self):
+        """The final record's fields: the run's state (None: its record is gone) and exit
+        code (128+N for signal N; None while it runs, and for a lost run)."""
+        rec = self.rec or {}
+        return {"run_state": rec.get("state"), "run_exit_code": rec.get("exit_code")}

@@ -220,6 +220,13 @@ class TrainLogOptions(Options):
         _seconds,
         why_not="the follower's: --timeout with --follow bounds the whole follow",
     )
+    run_dir: str | None = option(
+        None,
+        "with follow: the record folder there of the run that writes the log: the follow "
+        "ends once that run ended (as `logs --follow` does), after the log's last lines",
+        _dir,
+        why_not="the API's follow_train_log(run=) and the task's --run: the run's own folder",
+    )
     after_step: float | None = option(
         None,
         "with follow: of what the log holds already, report the incidents after this step (a "

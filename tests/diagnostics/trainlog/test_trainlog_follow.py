@@ -28,7 +28,15 @@ import remotekit.diagnostics.trainlog as tl
 from remotekit.errors import DiagnosticError
 from tests.conftest import CT, write_inventory
 from tests.harness import FAKES, FakeNode, SSHServer, Tty, processes_with, venv_prefix, wait_gone
-from tests.trainlog_kit import BOUND_S, append, follow, once_started, until
+from tests.trainlog_kit import (
+    BOUND_S,
+    RUN_SCRIPT,
+    RUN_SPIKE,
+    append,
+    follow,
+    once_started,
+    until,
+)
 
 WRITER = FAKES / "trainlog_writer.py"
 REMOTEKIT = [str(Path(sys.executable).parent / "remotekit")]
@@ -747,3 +755,41 @@ def test_cli_on_a_terminal_shows_a_live_status_line_and_ctrl_c_exits_0(
     assert b"\r\x1b[K" in seen and b"local | step " in seen  # the line redrawn in place
     assert "following " in text and "format jsonl" in text and "Traceback" not in text
     assert gone(log, w.proc.pid) == []
+
+
+@pytest.mark.parametrize(("how", "state", "code"), [("3", "exited", 3), ("kill", "exited", 137)])
+def test_a_runs_log_is_followed_until_the_run_ends_and_says_how(
+    local: remotekit.Target, tmp_path: Path, how: str, state: str, code: int
+) -> None:
+    """follow_train_log(run=ID) ends with the run, as `logs --follow` does: the run's last
+    lines judged (the spike it wrote just before it ended is reported), then its end."""
+    script, go = tmp_path / "train.py", tmp_path / "go"
+    script.write_text(RUN_SCRIPT)
+    run = local.run_python(str(script), [str(go), how], detach=True, timeout=30)
+    try:
+
+        def on_status(status: tl.FollowStatus) -> None:  # the rows so far judged: go on
+            if status.state == "following":
+                go.touch()
+
+        live = tl.follow_train_log(local, run=run.id, timeout=BOUND_S, on_status=on_status)
+        with live:
+            found = [(i.kind, i.step) for i in live]  # ends by itself, with the run
+        assert ("spike", RUN_SPIKE) in found, live.warnings
+        assert (live.run_state, live.run_exit_code) == (state, code)
+        assert live.exit_code == 1 and live.run_exit() == code
+        said = live.run_ended()
+        assert said is not None and said.startswith(f"run {run.id} exited with code {code}")
+        if how == "kill":
+            assert said.endswith("(signal 9, SIGKILL)")
+    finally:
+        go.touch()
+        run.wait(timeout=30)
+        run.rm()
+
+
+def test_a_follow_takes_a_path_or_a_run(local: remotekit.Target) -> None:
+    with pytest.raises(TypeError, match="a path or a run"):
+        tl.follow_train_log(local)
+    with pytest.raises(TypeError, match="a path or a run"):
+        tl.follow_train_log(local, "x.log", run="ab12")
