@@ -27,6 +27,8 @@ from tests.harness import DATA
 from tests.smi import make_bin_dir, smi_env
 from tests.trainlog_kit import SCRIPT, Run, run, shipped
 
+pytest.importorskip("torch")  # as before: this suite runs where torch is (some inputs need it)
+
 READERS = SCRIPT.parent / "trainlog" / "readers"
 
 
@@ -67,8 +69,6 @@ def test_docs_adding_a_reader_example_runs(tmp_path: Path) -> None:
 _THROUGH_A_TARGET = """
 import json, sys
 import remotekit
-
-pytest.importorskip("torch")  # as before: this suite runs where torch is (some inputs need it)
 from remotekit import shipping
 
 assert remotekit.__file__.startswith(sys.argv[1]), remotekit.__file__  # the copy's
