@@ -35,9 +35,9 @@ from ..records import (
 # typing only for the checker: importing it costs a diagnostic step ~3 ms there.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
 
-    from ..records import R
+    R = TypeVar("R", bound="Record")  # the class from_dict is called on (as records.py's)
 
 __all__ = [
     "BadTensor",
