@@ -5,6 +5,7 @@ real sshd for a line that crosses a hop."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def test_a_secret_given_with_env_is_masked(tmp_path: Path) -> None:
 def test_n_is_dry_run_on_every_task_that_has_dry_run() -> None:
     with_dry_run = []
     for name, t in ns.tasks.items():
-        for arg in t.get_arguments():
+        for arg in copy.deepcopy(t).get_arguments():  # invoke pops the task's help dict
             if arg.name == "dry_run":
                 with_dry_run.append(name)
                 assert "n" in arg.names, name
