@@ -57,6 +57,7 @@ from remotekit.engine import mask
 from remotekit.errors import InventoryError, UnknownHost
 from remotekit.found import FINDERS, MEMBER_KEYS, FoundGroup, Resolved, resolve
 from remotekit.layers import HOPS, Fields, Hop, Sudo
+from remotekit.layers.core import is_env_name
 from remotekit.spec import HOST_KEY_POLICIES, LOCAL, HostSpec, SSHSpec, Timeouts
 from remotekit.target import Target
 
@@ -525,7 +526,7 @@ class _HostReader:
             self.fail("env", f"expected a mapping of NAME: value, got {type(raw).__name__}")
         for var, value in raw.items():
             where = (*self.where("env"), str(var))
-            if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+            if not is_env_name(var):
                 self.fail_at(where, "not a valid environment variable name")
             if not isinstance(value, (str, int, float, bool)):
                 got = f"{type(value).__name__} {value!r}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 import stat
 import sys
 import time
@@ -38,6 +37,7 @@ from remotekit.cli.selection import (
     task,
 )
 from remotekit.inventory import find_inventory, init_inventory, looked_text
+from remotekit.layers.core import is_env_name
 from remotekit.render import Console, human_bytes, table, to_json
 
 DETACH_HELP = (
@@ -172,7 +172,6 @@ WORKDIR_HELP = (
     "an absolute directory there to run this step in, instead of hosts.yaml's workdir: "
     "(as docker run -w)"
 )
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,7 @@ class StepOptions:
         env: dict[str, str] = {}
         for word in self.env or ():
             name, eq, value = word.partition("=")
-            if not eq or not ENV_NAME.fullmatch(name):
+            if not eq or not is_env_name(name):
                 # the name alone: a value is never quoted back (it may be a secret)
                 raise Exit(
                     f"remotekit: --env wants NAME=VALUE, got {name!r}{eq and '=...'}", code=2

@@ -45,6 +45,7 @@ __all__ = [
     "Venv",
     "Workdir",
     "compose",
+    "is_env_name",
 ]
 
 #: The only code that crosses a shell: it reads ``<len>\n<runner source>`` from stdin and runs it.
@@ -168,6 +169,12 @@ def is_whole(v: Any, low: int, high: int | None = None) -> bool:
     if not isinstance(v, int) or isinstance(v, bool):
         return False
     return low <= v and (high is None or v <= high)
+
+
+def is_env_name(v: Any) -> bool:
+    """A name an environment variable may have (hosts.yaml's ``env:``, ``--env``, LXC's
+    ``keep_env``): a letter or ``_``, then letters, digits, ``_``."""
+    return isinstance(v, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) is not None
 
 
 def is_container_name(v: Any) -> bool:

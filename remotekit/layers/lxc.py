@@ -16,17 +16,23 @@ stdin is a terminal and passes window size changes on to it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
 from remotekit.errors import ContainerError, ContainerNotFound, ContainerNotRunning
-from remotekit.layers.core import Failure, Fields, Hop, Launch, is_container_name, tool_beside
+from remotekit.layers.core import (
+    Failure,
+    Fields,
+    Hop,
+    Launch,
+    is_container_name,
+    is_env_name,
+    tool_beside,
+)
 
 __all__ = ["Lxc"]
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NO_INIT_PID = "failed to get init pid"
 
 
@@ -77,10 +83,7 @@ class Lxc(Hop):
             sub.fail("name", "`lxc:` needs `name:`")
         keep = sub.get(
             "keep_env",
-            lambda v: (
-                isinstance(v, list)
-                and all(isinstance(x, str) and _ENV_NAME.fullmatch(x) for x in v)
-            ),
+            lambda v: isinstance(v, list) and all(is_env_name(x) for x in v),
             "a list of environment variable names",
         )
         return cls(name, sub.text("bin") or "lxc-attach", tuple(keep or ()))
