@@ -33,11 +33,10 @@ from remotekit import shipping
 from remotekit.layers import LOADER
 from remotekit.remote import runner
 from tests.conftest import held_with_python
-from tests.harness import NoMount, make_untrusted, small_disk, tree, untrusted_cache
+from tests.harness import make_untrusted, tree, untrusted_cache
 
 pytestmark = pytest.mark.timeout(120)
 
-CI = os.environ.get("CI") == "true"
 HASH = shipping.package().hash
 ENTRY = shipping.script("trainlog.py")  # a diagnostic with a stdlib-only far side, quick
 
@@ -192,21 +191,12 @@ def test_a_link_in_place_of_the_cache_is_not_followed(
 
 
 @pytest.fixture
-def read_only_home(tmp_path: Path) -> Iterator[Path]:
-    """A real read-only filesystem (a tmpfs remounted ro: root writes through modes)."""
-    disk = small_disk(tmp_path / "home")
-    try:
-        path = disk.__enter__()
-    except NoMount as exc:
-        if CI:
-            pytest.fail(f"CI=true but {exc}")
-        pytest.skip(str(exc))
-    try:
-        r = subprocess.run(["mount", "-o", "remount,ro", str(path)], capture_output=True)
-        assert r.returncode == 0, r.stderr
-        yield path
-    finally:
-        disk.__exit__(None, None, None)
+def read_only_home(small_runs: Path) -> Iterator[Path]:
+    """A real read-only filesystem: conftest's small tmpfs, remounted ro (root writes through
+    modes)."""
+    r = subprocess.run(["mount", "-o", "remount,ro", str(small_runs)], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    yield small_runs
 
 
 def test_a_read_only_home_sends_the_package_with_every_step(
