@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.diagnostics import defaults, system
 from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, Report, worst_exit
-from remotekit.errors import RemotekitError
+from remotekit.errors import DiagnosticError, RemotekitError
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def _scan_checkpoints(target: Target, places: Sequence[str], timeout: float) -> 
     # Imported here: the checkpoint scanner is its own module, and diagnose must still run
     # (with a failed ckpt-scan section) where it is missing or broken.
     try:
-        from remotekit.diagnostics.checkpoints import CheckpointError, scan_checkpoints
+        from remotekit.diagnostics.checkpoints import scan_checkpoints
     except ImportError as exc:
         raise RemotekitError(
             f"checkpoint scanner unavailable: {exc}", host=target.name, step="ckpt-scan"
@@ -161,7 +161,7 @@ def _scan_checkpoints(target: Target, places: Sequence[str], timeout: float) -> 
     for place in places:
         try:
             return scan_checkpoints(target, place, timeout=timeout)
-        except CheckpointError as exc:
+        except DiagnosticError as exc:  # the scan's own "could not run": CheckpointError
             if place == places[-1] and not said:
                 raise
             said.append(exc.message)
