@@ -11,7 +11,6 @@ import os
 import re
 
 from ..infile import inside, load_json, open_regular
-from ..protocol import emit
 from .base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, euid
 
 # ----------------------------------------------------------------------------- discovery
@@ -219,7 +218,7 @@ def _log_entry(dirpath, name):
 
 
 def discover(arg, logs=None):
-    """(items, skipped) for a file, directory or glob; Fatal when nothing is there at all.
+    """(items, skipped) for a file, directory or glob; Fatal when it holds no checkpoint.
     ``logs``, a list, collects the training-log candidates met in directory walks."""
     if os.path.lexists(arg):
         paths = [arg]
@@ -266,9 +265,7 @@ def discover(arg, logs=None):
             ", ".join("*" + e for e in CKPT_EXTS),
             INDEX_SUFFIX,
         )
-        if not logs:
-            raise Fatal(why)
-        emit({"type": "warning", "message": why})  # a run directory with a log only
+        raise Fatal(why)  # a run directory with a log only too: no checkpoints is no "ok"
     return out, skipped
 
 
