@@ -284,7 +284,10 @@ def discover(arg, logs=None):
             seen.add(real)
             out.append(it)
     if not out:
-        why = "no checkpoints under %s (looked for %s, *%s and checkpoint directories)" % (
+        why = (
+            "no checkpoints under %s (looked for %s, *%s, checkpoint directories and *.zip "
+            "saves of torch files)"
+        ) % (
             arg,
             ", ".join("*" + e for e in CKPT_EXTS),
             INDEX_SUFFIX,
