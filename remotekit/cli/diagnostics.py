@@ -499,14 +499,16 @@ def ckpt_inspect(
     path: str = "",
     sel: Selection = OPTIONS_HERE,
     load: Loading = OPTIONS_HERE,
+    resume: bool = False,
     dry_run: bool = False,
 ) -> None:
-    """Keys, dtypes, shapes, step/epoch and lr per param group, without reading tensor data."""
+    """Keys, dtypes, shapes, step/epoch, lr per param group, and whether a run can resume
+    from it with nothing lost (--resume: exit 1 if not), without reading tensor data."""
     required(path=path)
     ck = _checkpoints()
 
     def inspect(t: remotekit.Target, console: Console) -> Any:
-        return ck.inspect_checkpoint(t, path, **load.kwargs())
+        return ck.inspect_checkpoint(t, path, resume=resume, **load.kwargs())
 
     if dry_run:
         return dry_run_steps(sel.targets(dry_run=True), inspect)

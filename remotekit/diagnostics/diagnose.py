@@ -371,6 +371,7 @@ def _log_verdict(section: Section | None, log: str | None) -> list[str]:
         )
     if spikes and not saves:
         out.append("spikes at saves: no save steps known (no checkpoint with a step was found)")
+    out += [line for line in (s.resume_line() for s in spikes) if line]
     comp = getattr(rep, "composition", None)
     if comp is not None and getattr(comp, "verdict", None):
         out.append(f"batches: {comp.verdict}")
