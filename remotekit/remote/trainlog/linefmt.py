@@ -15,7 +15,7 @@ from .source import HEAD_ROWS, SNIFF_BYTES, SNIFF_LINES, Lines, head_lines
 #: How far into a file a line format looks for its first data line past a preamble, and how
 #: many of its anchor's places there it tries (a JSON log with an ``iteration`` key has one a
 #: line: a few tries tell it is no such format).
-PREAMBLE_BYTES = SNIFF_BYTES >> 2
+PREAMBLE_BYTES = SNIFF_BYTES >> 4  # 1 MiB: ~10,000 lines of trace or arguments
 PREAMBLE_TRIES = 32
 
 #: A number as trainers print it, as one regex group (nan and inf too).
