@@ -19,6 +19,7 @@ from .base import (
     ROLE_NAMES,
     ROLES,
     STEP_KEYS,
+    median,
     to_float,
 )
 from .source import HEAD_ROWS
@@ -280,6 +281,7 @@ MAXIMISED_PARTS += ("bonus", "advantage", "advantages")
 PLAIN_PARTS = ("loss", "total", "train", "training", "trn", "avg", "mean", "batch", "step")
 PLAIN_PARTS += ("sum", "overall", "all", "running", "smoothed", "objective", "full")
 FIT_ROWS = 200  # head rows a total is fitted on
+HOVER = 0.25  # a signed part's median within this share of its range of 0: it hovers there
 MAX_FIT_PARTS = 6  # candidate parts tried in sums (2^6 subsets at most)
 
 
@@ -317,14 +319,14 @@ def _loss_evidence(scored, rows):
         if any(p in MAXIMISED_PARTS for p in parts):
             sign = "; its values negative" if hi < 0 else ""
             said[k], tier[k] = "maximised: an %s term%s" % (_maxword(parts), sign), 2
-        elif len(xs) >= 3 and lo < 0 < hi:
-            said[k] = "signed: values from %s to %s, a loss no minimum bounds" % (
+        elif len(xs) >= 3 and lo < 0 < hi and abs(median(xs)) <= HOVER * (hi - lo):
+            # both signs around 0 (a policy-gradient loss); a loss that falls through 0
+            # (a continuous NLL) or stays below it is a loss still
+            said[k] = "signed: values from %s to %s around 0, a loss no minimum bounds" % (
                 _short(lo),
                 _short(hi),
             )
             tier[k] = 1
-        elif len(xs) >= 3 and hi < 0:
-            said[k], tier[k] = "negative throughout (%s to %s)" % (_short(lo), _short(hi)), 1
     if len(tier) == len(keys):
         tier = {}  # none is minimised: the name decides, the values still said
 

@@ -55,7 +55,7 @@ def test_a_critics_value_loss_is_a_train_side_part_not_a_held_out_loss(tmp_path:
     assert "val_loss" not in src["columns"]
     why = src["why"]["loss"]
     assert "'train/entropy_loss' (maximised: an entropy term; its values negative)" in why
-    assert "'train/policy_loss' (signed: values from -" in why
+    assert "'train/policy_loss' (signed: values from -" in why and "around 0" in why
 
 
 def test_a_total_is_the_loss_and_says_the_parts_it_sums(tmp_path: Path) -> None:
@@ -135,3 +135,15 @@ def test_held_out_names_still_read_as_held_out() -> None:
         assert choose._val_loss_score(name) is not None, name
     for name in ("value_loss", "train/value_loss", "values_loss", "device_loss"):
         assert choose._val_loss_score(name) is None, name
+
+
+def test_a_loss_that_falls_through_zero_is_no_signed_part(tmp_path: Path) -> None:
+    """A continuous reconstruction NLL falls from 0.5 to -2 (a density's log-likelihood has
+    no floor at 0): both signs, but not around 0, so it is no signed part set behind its
+    always-positive KL term; the two are analysed as the parts of a loss with no total."""
+    cols = ["step", "train/recon_loss", "train/kl_loss"]
+    rows = [[i + 1.0, 0.5 - 2.5 * i / 59, 0.2 + 0.001 * (i % 4)] for i in range(60)]
+    src = run(_write_csv(tmp_path / "metrics.csv", cols, rows)).one("source")
+    assert src["columns"]["loss"] == "train/recon_loss", src["why"]
+    assert src["metrics"] == ["loss", "train/kl_loss"]
+    assert "signed" not in src["why"]["loss"]
