@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import chain
 
 from ..infile import open_regular
 from .base import FMAX, fmt_number, is_missing, median
@@ -87,84 +88,97 @@ def onset(label, key, col, steps, chance=None, chance_from=None):
     """The ``onset`` record's fields of metric ``label`` (column ``key``, values ``col`` at
     ``steps``, missing values left out), or None when there is nothing to say: no chance
     level and a finite first value. ``chance`` (ln V or ln C) is scaled to the loss's own
-    units: a perplexity is compared with the count itself, bits with log2."""
-    rows = [i for i, v in enumerate(col) if not is_missing(v)]
-    if not rows:
+    units: a perplexity is compared with the count itself, bits with log2. Reads the start
+    of the column only (and counts its finite values when a stretch is long enough)."""
+    rows = (i for i, v in enumerate(col) if v == v or not is_missing(v))
+    first = next(rows, None)
+    if first is None:
         return None
     rec = dict(metric=label, key=key, chance=None, chance_from=chance_from)
-    bad = [i for i in rows if not -FMAX <= col[i] <= FMAX]
-    if bad and bad[0] == rows[0]:
-        k = 0
-        while k < len(rows) and not -FMAX <= col[rows[k]] <= FMAX:
-            k += 1
-        back = steps[rows[k]] if k < len(rows) else None
-        return dict(
-            rec,
-            kind="nonfinite",
-            unhealthy=True,
-            first_step=steps[rows[0]],
-            last_step=steps[rows[k - 1]],
-            values=k,
-            recovered_step=back,
-            start=None,
-            verdict="non-finite from its first logged value (%s at step %s): %d value(s)%s"
-            % (
-                col[rows[0]],
-                fmt_number(steps[rows[0]]),
-                k,
-                ", finite from step %s" % fmt_number(back)
-                if back is not None
-                else ", never finite",
-            ),
-        )
+    if not -FMAX <= col[first] <= FMAX:
+        return dict(rec, **_nonfinite(col, steps, first, rows))
     if chance is None:
         return None
     level = _in_units(key, chance)
     rec["chance"] = level
-    vals = [(steps[i], col[i]) for i in rows if math.isfinite(col[i])]
-    k = _stretch(vals, level)
-    start = median([v for _, v in vals[: max(1, min(k, MIN_STRETCH))]])
-    rec.update(first_step=vals[0][0], start=start, values=k)
-    stuck = k >= max(MIN_STRETCH, MIN_SHARE * len(vals)) and _sits(vals[:k], level)
+    vals = ((steps[i], col[i]) for i in chain([first], rows) if -FMAX <= col[i] <= FMAX)
+    stretch, back = _stretch(vals, level)
+    k = len(stretch)
+    start = median([v for _, v in stretch[:MIN_STRETCH]] or [col[first]])
+    rec.update(first_step=steps[first], start=start, values=k)
+    stuck = k >= MIN_STRETCH and k >= MIN_SHARE * _finite_count(col) and _sits(stretch, level)
+    back = back[0] if back is not None else None
+    chance_said = fmt_number(round(level, 4))
     if not stuck:
-        first = fmt_number(round(vals[0][1], 4))
-        if k == 0:
-            said = "starts at %s, below chance (%s)" % (first, fmt_number(round(level, 4)))
-        else:
+        said = "starts at %s, below chance (%s)" % (fmt_number(round(col[first], 4)), chance_said)
+        if k:
             said = (
                 "starts at %s, above chance (%s), and is below it from step %s: a usual start"
                 % (
-                    first,
-                    fmt_number(round(level, 4)),
-                    fmt_number(vals[k][0]) if k < len(vals) else "-",
+                    fmt_number(round(col[first], 4)),
+                    chance_said,
+                    fmt_number(back) if back is not None else "-",
                 )
             )
         return dict(
             rec,
             kind="healthy",
             unhealthy=False,
-            last_step=vals[0][0],
+            last_step=steps[first],
             recovered_step=None,
             verdict=said,
         )
-    back = vals[k][0] if k < len(vals) else None
     return dict(
         rec,
         kind="above-chance",
         unhealthy=True,
-        last_step=vals[k - 1][0],
+        last_step=stretch[-1][0],
         recovered_step=back,
         verdict="above chance (%s) from the start: %d values from step %s to %s%s"
         % (
-            fmt_number(round(level, 4)),
+            chance_said,
             k,
-            fmt_number(vals[0][0]),
-            fmt_number(vals[k - 1][0]),
+            fmt_number(stretch[0][0]),
+            fmt_number(stretch[-1][0]),
             "; below it from step %s" % fmt_number(back)
             if back is not None
             else "; never below it",
         ),
     )
+
+
+def _nonfinite(col, steps, first, rows):
+    """The fields of a loss non-finite from its first value (at index ``first``; ``rows``:
+    the indices of the values after it): how many in a row, and where it turned finite."""
+    k, last, back = 1, first, None
+    for i in rows:
+        if -FMAX <= col[i] <= FMAX:
+            back = steps[i]
+            break
+        k, last = k + 1, i
+    return dict(
+        kind="nonfinite",
+        unhealthy=True,
+        first_step=steps[first],
+        last_step=steps[last],
+        values=k,
+        recovered_step=back,
+        start=None,
+        verdict="non-finite from its first logged value (%s at step %s): %d value(s)%s"
+        % (
+            col[first],
+            fmt_number(steps[first]),
+            k,
+            ", finite from step %s" % fmt_number(back) if back is not None else ", never finite",
+        ),
+    )
+
+
+def _finite_count(col):
+    """How many of ``col``'s values are finite (all of them, when their sum is)."""
+    if math.isfinite(sum(col)):
+        return len(col)
+    return sum(1 for v in col if -FMAX <= v <= FMAX)
 
 
 def _in_units(key, chance):
@@ -178,13 +192,20 @@ def _in_units(key, chance):
 
 
 def _stretch(vals, level):
-    """How many of the first ``vals`` lie above ``level`` before :data:`SETTLE` in a row
-    (or the rest, fewer) are at or below it."""
-    n = len(vals)
-    for i in range(n):
-        if all(v <= level for _, v in vals[i : i + SETTLE]):
-            return i
-    return n
+    """``(stretch, settled)``: the first of ``vals`` (``(step, value)``, an iterator, read
+    only as far as needed) that lie above ``level`` before :data:`SETTLE` in a row (or the
+    rest, fewer) are at or below it, and the first of those (None: never)."""
+    out, below = [], []
+    for sv in vals:
+        if sv[1] <= level:
+            below.append(sv)
+            if len(below) == SETTLE:
+                break
+        else:
+            out.extend(below)
+            out.append(sv)
+            below = []
+    return out, (below[0] if below else None)
 
 
 def _sits(stretch, level):
