@@ -25,6 +25,7 @@ from remotekit.diagnostics.trainlog.model import (
     Histogram,
     LogSource,
     MetricStats,
+    Onset,
     Periodicity,
     Preset,
     Series,
@@ -50,6 +51,7 @@ _ONE_EACH: dict[str, tuple[str, Callable[[Record], Any]]] = {
     for name, cls in (
         ("source", LogSource),
         ("preset", Preset),
+        ("onset", Onset),
         ("distribution", Distribution),
         ("periodicity", Periodicity),
         ("composition", Composition),

@@ -27,6 +27,7 @@ __all__ = [
     "LogSource",
     "MetricStats",
     "Mode",
+    "Onset",
     "Periodicity",
     "Preset",
     "Series",
@@ -102,6 +103,31 @@ class MetricStats(Record):
     spike_share: float = wire(FLOAT)
     nonfinite: int = wire(INT)
     median: float | None = wire(FLOAT)
+
+
+@dataclass(frozen=True)
+class Onset(Record):
+    """How the loss started (:mod:`.onset`): ``kind`` "nonfinite" (NaN or inf from its
+    first logged value), "above-chance" (above ``chance``, ln V or ln C of the count the
+    log states, from the start and staying there) or "healthy"; ``unhealthy`` for the
+    first two, over ``values`` values from ``first_step`` to ``last_step``, and
+    ``recovered_step`` where it came back (None: never). ``chance_from`` says where the
+    count was read; ``verdict`` says it all in words."""
+
+    TYPE = "onset"
+
+    metric: str
+    key: str
+    kind: str
+    unhealthy: bool = wire()
+    first_step: float = wire(FLOAT)
+    last_step: float = wire(FLOAT)
+    values: int = wire(INT)
+    recovered_step: float | None = wire(FLOAT)
+    start: float | None = wire(FLOAT)
+    chance: float | None = wire(FLOAT)
+    verdict: str = wire()
+    chance_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -337,6 +363,7 @@ RECORDS = (
     LogSource,
     Preset,
     MetricStats,
+    Onset,
     Event,
     Spike,
     Correlation,
