@@ -120,6 +120,29 @@ def test_demo_agrees_and_exits_0(tmp_path: Path) -> None:
     assert "5/5 samples as expected" in r.stdout
     assert "--allow-global argparse.Namespace" in r.stdout  # the unsafe sample says how
     assert (where / "clean" / "checkpoint.pt").is_file()  # a --dir of yours is kept
+    from remotekit.cli.diagnostics import DEMO_NEXT
+
+    tail = r.stdout.rstrip().splitlines()[-len(DEMO_NEXT) - 1 :]  # it ends with what to try
+    assert tail[0] == "next:" and [ln.split("#")[0].strip() for ln in tail[1:]] == [
+        cmd for cmd, _ in DEMO_NEXT
+    ], r.stdout
+
+
+def test_what_the_demo_suggests_parses_with_the_real_parser() -> None:
+    from invoke.parser import Parser
+
+    from remotekit.cli import ns as package_tasks
+    from remotekit.cli.diagnostics import DEMO_NEXT
+    from remotekit.cli.main import program
+    from tests.cli.test_cli_command import fresh, words_of
+
+    assert any("hosts --init" in cmd for cmd, _ in DEMO_NEXT)
+    for command, _ in DEMO_NEXT:
+        core = Parser(initial=program.initial_context, ignore_unknown=True)
+        parser = Parser(
+            initial=program.initial_context, contexts=fresh(package_tasks).to_contexts()
+        )
+        parser.parse_argv(core.parse_argv(words_of(command)).unparsed)
 
 
 def test_demo_json_and_its_temp_dir_is_removed(tmp_path: Path) -> None:
