@@ -47,6 +47,7 @@ from remotekit.errors import (
     RemotekitError,
     StepCancelled,
     caller_level,
+    interrupted,
     quote_tool,
 )
 from remotekit.layers import Interpreter, Launch, compose
@@ -166,6 +167,10 @@ class Engine:
         except RemotekitError as exc:
             self.redacted(exc)
             raise
+        except KeyboardInterrupt as exc:
+            if type(exc) is not KeyboardInterrupt or hasattr(exc, "_render_traceback_"):
+                raise  # a fleet's own, or one already said
+            raise interrupted(self.name) from None
 
     # -- the chain ---------------------------------------------------------------------------
 
