@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import wait_gone
+from tests.harness import FakeNode, SSHServer, wait_gone
 
 
 def marker() -> str:
@@ -84,3 +84,50 @@ def test_an_unknown_run_says_so_and_points_to_runs(tmp_path: Path, task: str) ->
     assert r.returncode == 2 and r.stderr.decode().strip().endswith(
         "(a, b); `remotekit runs --host a,b` lists theirs"
     ), r.stderr
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(180)
+def test_a_wrong_pct_path_and_a_missing_ct_are_said_once_in_our_words(
+    sshd: SSHServer, node: FakeNode, tmp_path: Path
+) -> None:
+    """Over a real sshd with the fake pct: a wrong `pct:` is "pct not found at PATH on NODE
+    (hosts.yaml:LINE)" in `run` and `ping`, not bash's text; pct's own "does not exist" is
+    said once (in the error), not streamed as output and then quoted again."""
+    from tests.conftest import CT, write_inventory
+    from tests.harness import rk, venv_prefix
+
+    hosts = tmp_path / "hosts.yaml"
+    write_inventory(
+        hosts,
+        {
+            "badpct": sshd.host_yaml(container=CT, pct="/usr/sbin/pct", venv=venv_prefix()),
+            "noct": sshd.host_yaml(container=999, pct=str(node.pct), venv=venv_prefix()),
+        },
+    )
+    line = hosts.read_text().splitlines().index("    pct: /usr/sbin/pct") + 1
+    said = f"pct not found at /usr/sbin/pct on 127.0.0.1 ({hosts}:{line})"
+    for task in ("run", "ping"):
+        r = rk(task, "--host", "badpct", *(["--", "true"] if task == "run" else []), cwd=tmp_path)
+        err = (r.stdout + r.stderr).decode()
+        assert r.returncode == 2 and said in err, err
+        assert "bash" not in err and "No such file" not in err, err
+    r = rk("run", "--host", "noct", "--", "true", cwd=tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.count("'nodes/pve/lxc/999.conf' does not exist") == 1, err
+    assert "container 999 cannot be entered; pct says:" in err, err
+
+
+def test_every_tasks_list_line_is_a_whole_sentence() -> None:
+    """`remotekit --list` (and --help) shows each task's first docstring line (invoke's
+    helpline): it must be the whole first sentence, never cut mid-sentence by the wrap."""
+    from invoke.util import helpline
+
+    from remotekit.cli import TASKS
+
+    for task in TASKS:
+        doc = (task.__doc__ or "").strip().splitlines()
+        first = helpline(task)
+        assert first is not None and first == doc[0].strip(), task.name
+        assert first.endswith((".", "?", "!")), f"{task.name}: {first!r} is cut mid-sentence"
+        assert len(doc) == 1 or not doc[1].strip(), f"{task.name}: its first sentence goes on"
