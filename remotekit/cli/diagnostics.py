@@ -146,6 +146,7 @@ def diagnose(
     dry_run: bool = False,
 ) -> None:
     """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary.
+
     With --run DIR: also the run's log, spikes at the saves found, batches, and a verdict."""
     from remotekit.diagnostics.diagnose import diagnose as run_diagnose
     from remotekit.diagnostics.diagnose import render_section, render_summary

@@ -45,9 +45,10 @@ ID_HELP = "the run's id (what run --detach printed; see `remotekit runs`)"
     }
 )
 def runs(c: Context, sel: Selection, clean: bool = False, older_than: float = 0.0) -> None:
-    """List the runs (run --detach / py --detach) on targets: id, (Slurm) job, state, exit
-    code, started, duration, command, log (--clean [--older-than DAYS]: remove the finished
-    ones first)."""
+    """List the runs (run --detach / py --detach) on targets.
+
+    Id, (Slurm) job, state, exit code, started, duration, command, log (--clean
+    [--older-than DAYS]: remove the finished ones first)."""
     if older_than and not clean:
         raise Exit("remotekit: --older-than goes with --clean", code=2)
 
@@ -129,8 +130,9 @@ def logs(
     offset: int = -1,
     stream: str = "output",
 ) -> None:
-    """A run's output, byte for byte (`logs ID --follow`: until it ends, reconnecting; cut
-    short, it says the --offset that goes on from there)."""
+    """A run's output, byte for byte: `logs ID`, `logs ID --follow` until it ends.
+
+    A follow reconnects; cut short, it says the --offset that goes on from there."""
     if tail >= 0 and offset >= 0:
         raise Exit("remotekit: give --tail or --offset, not both", code=2)
     usage(check_stream, stream)
