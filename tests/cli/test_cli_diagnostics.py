@@ -128,23 +128,6 @@ def test_demo_agrees_and_exits_0(tmp_path: Path) -> None:
     ], r.stdout
 
 
-def test_what_the_demo_suggests_parses_with_the_real_parser() -> None:
-    from invoke.parser import Parser
-
-    from remotekit.cli import ns as package_tasks
-    from remotekit.cli.diagnostics import DEMO_NEXT
-    from remotekit.cli.main import program
-    from tests.cli.test_cli_command import fresh, words_of
-
-    assert any("hosts --init" in cmd for cmd, _ in DEMO_NEXT)
-    for command, _ in DEMO_NEXT:
-        core = Parser(initial=program.initial_context, ignore_unknown=True)
-        parser = Parser(
-            initial=program.initial_context, contexts=fresh(package_tasks).to_contexts()
-        )
-        parser.parse_argv(core.parse_argv(words_of(command)).unparsed)
-
-
 def test_demo_json_and_its_temp_dir_is_removed(tmp_path: Path) -> None:
     r = cli("demo", "--json", cwd=tmp_path)
     host = only_host(r.stdout)
