@@ -47,6 +47,7 @@ from remotekit.errors import (
     RemotekitError,
     StepCancelled,
     caller_level,
+    interrupted,
     quote_tool,
 )
 from remotekit.layers import Interpreter, Launch, compose
@@ -166,6 +167,10 @@ class Engine:
         except RemotekitError as exc:
             self.redacted(exc)
             raise
+        except KeyboardInterrupt as exc:
+            if type(exc) is not KeyboardInterrupt or hasattr(exc, "_render_traceback_"):
+                raise  # a fleet's own, or one already said
+            raise interrupted(self.name) from None
 
     # -- the chain ---------------------------------------------------------------------------
 
@@ -394,10 +399,20 @@ class Engine:
             return InterpreterNotFound(
                 f"interpreter {path} not found ({chain})", path=path, host=self.name, step=step
             )
-        for hop in self.spec.hops:
+        for i, hop in enumerate(self.spec.hops):
             if path == hop.executable:
-                return hop.missing(self.name, step)
+                return hop.missing(self.name, step, *self.hop_place(i))
         return RemotekitError(f"{path!r} not found ({chain})", host=self.name, step=step)
+
+    def hop_place(self, i: int) -> tuple[str, str]:
+        """Where hop ``i``'s tool is looked for (the node: the SSH host or this machine; or
+        the hop it runs in, ``container 200``; sudo enters nothing) and where hosts.yaml sets
+        it (``path:line``): what its "not found" says."""
+        hops, spec = self.spec.hops, self.spec
+        inside = [h for h in hops[:i] if h.own_tree]
+        node = spec.ssh.host if spec.ssh is not None else "this machine"
+        where = inside[-1].what if inside else node
+        return where, spec.hop_sources[i] if i < len(spec.hop_sources) else spec.source
 
     def not_started(
         self, code: int | None, res: Result, step: str, launch: Launch | None = None
@@ -414,10 +429,13 @@ class Engine:
         hops = self.spec.hops
         said: list[tuple[int, RemotekitError]] = []
         for i, hop in enumerate(hops):
-            error = hop.explain(code, text, self.name, step)
+            place, source = self.hop_place(i)
+            error = hop.explain(code, text, self.name, step, where=place, source=source)
             if error is not None and hop.confirm:
                 status = self.probe(self.inside(i, hop.probe()))
-                error = hop.explain(code, text, self.name, step, status=status)
+                error = hop.explain(
+                    code, text, self.name, step, status=status, where=place, source=source
+                )
             if error is not None:
                 said.append((i, error))
         if said:
@@ -426,7 +444,7 @@ class Engine:
         if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:
             for i, hop in enumerate(hops[1:], 1):  # a tool inside: the outer hop's words name it
                 if _names(text, hop.executable):
-                    return hop.missing(self.name, step, where=hops[i - 1].what)
+                    return hop.missing(self.name, step, *self.hop_place(i))
         launch = launch or self.launch
         interp = launch.interpreter or "python"
         if exec_failed or code in (126, 127, 255) or "no such file" in low or "not found" in low:

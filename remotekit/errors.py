@@ -73,9 +73,20 @@ __all__ = [
     "StepFailed",
     "StepTimeout",
     "UnknownHost",
+    "interrupted",
 ]
 
 _TAIL_LINES = 20
+
+
+def interrupted(host: str) -> KeyboardInterrupt:
+    """Ctrl-C (a notebook's stop button) as it leaves a target's public method: a plain
+    KeyboardInterrupt, raised after what ran there was stopped, that Jupyter shows as one
+    line (IPython's ``_render_traceback_``) instead of a traceback through our waits."""
+    said = f"interrupted; what ran on {host} was stopped there, and {host} stays usable"
+    exc = KeyboardInterrupt(said)
+    exc._render_traceback_ = lambda: [f"KeyboardInterrupt: {visible(said)}"]  # type: ignore[attr-defined]
+    return exc
 
 
 class RemotekitError(Exception):

@@ -389,6 +389,23 @@ class _HostReader:
             chain.append(hop)
         return tuple(chain)
 
+    def hop_sources(self, chain: tuple[Hop, ...]) -> tuple[str, ...]:
+        """``path:line`` where each hop of ``chain`` has its executable set (its ``pct:``
+        key, else the hop's own key: the default tool was meant)."""
+
+        def own(hop: Hop) -> tuple[str, ...]:  # `pct:` beside `container:`; `lxc: {bin: ...}`
+            top = hop.exe_key in hop.options or hop.exe_key == hop.key
+            return (hop.exe_key,) if top else (hop.key, hop.exe_key)
+
+        if self.raw.get("hops") is None:
+            keys = [
+                (*self.where(own(h)[0]), *own(h)[1:]) if self.has(own(h)[0]) else self.where(h.key)
+                for h in chain
+            ]
+        else:
+            keys = [(*self.where("hops"), str(i), *own(h)) for i, h in enumerate(chain)]
+        return tuple(f"{self.doc.path}:{self.doc.line(k)}" for k in keys)
+
     def chain_item(self, i: int, item: Any) -> Hop:
         """Item ``i`` of ``hops:``: one hop mapping, read by its hop as a host's keys are."""
         where = (*self.where("hops"), str(i))
@@ -489,10 +506,12 @@ class _HostReader:
             "a list of env variable names",
         )
         env = self.env()
+        chain = self.hops(ssh) if hops else ()
         return HostSpec(
             name=self.name,
             ssh=ssh,
-            hops=self.hops(ssh) if hops else (),
+            hops=chain,
+            hop_sources=self.hop_sources(chain),
             venv=self.text("venv"),
             python=self.text("python"),
             workdir=self.text("workdir"),

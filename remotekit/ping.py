@@ -120,7 +120,10 @@ def _hops(engine: Engine, add: _Add) -> bool:
             raise
         except RemotekitError as exc:  # e.g. ConnectionLost: the connection went during the check
             return add(hop.label, False, exc.message)
-        if not add(hop.label, *hop.verdict(code, text)):
+        up, shown = hop.verdict(code, text)
+        if not up and hop.tool_missing(code, text):  # our words, not the shell's
+            shown = hop.not_found(*engine.hop_place(i))
+        if not add(hop.label, up, shown):
             return False
     return True
 

@@ -75,6 +75,9 @@ class HostSpec:
     #: says ``agent: false``: then each step is a process of its own, started through the chain.
     agent: bool = True
     source: str = "<embedded>"
+    #: Where each hop's executable is set in hosts.yaml (``path:line`` of ``pct:``, or of
+    #: the hop's own key when its tool is the default), for "not found" messages.
+    hop_sources: tuple[str, ...] = ()
 
     @property
     def interpreter(self) -> str:

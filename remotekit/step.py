@@ -102,6 +102,9 @@ MAX_LINE = 1 << 20
 REMOTE_BACKSTOP_S = 5.0
 #: The longest per-call timeout (as for ``timeouts.step`` in hosts.yaml): every wait takes it as is.
 MAX_TIMEOUT_S = 30 * 86400.0
+#: Lines of the hops' words held before the runner is ready (each shorter than
+#: MAX_HELD_LINE): past these, what is held is shown and nothing more is held.
+MAX_HELD, MAX_HELD_LINE = 200, 4096
 #: Bytes of payload handed to a transport in one piece.
 PAYLOAD_CHUNK = 1 << 20
 
@@ -130,6 +133,10 @@ class OutputStream:
         #: Control words also handed to a function as they come (their data).
         self.hooks: dict[str, Callable[[Any], None]] = {}
         self.lines_seen = 0
+        #: The runner's stream (it has a nonce): what comes before its ``ready`` is the hops'
+        #: words (a shell's, pct's). Held, not shown: shown when the step starts, or quoted
+        #: once by the error of a launch that never started (never both).
+        self.held: list[str] | None = [] if nonce is not None else None
 
     def feed(self, data: bytes) -> None:
         self.buf += data
@@ -162,11 +169,16 @@ class OutputStream:
                 hook(data)
             if word != TAKEN:  # one a piece of a step's stdin: not kept
                 self.controls.append((word, data))
+            if word == READY:
+                self.release()
             if not before:
                 return
             text, newline = before, False
         self.lines_seen += 1
-        if self.on_output is not None:
+        if self.held is not None and len(self.held) < MAX_HELD and len(text) < MAX_HELD_LINE:
+            self.held.append(text)
+        elif self.on_output is not None:
+            self.release()
             self.on_output(self.name, text)
         if self.capture:
             piece = text + ("\n" if newline else "")
@@ -176,6 +188,13 @@ class OutputStream:
                 old = self.kept.popleft()
                 self.kept_bytes -= len(old)
                 self.dropped += len(old)
+
+    def release(self) -> None:
+        """Show the lines held before the runner's ``ready`` (from then on, none is held)."""
+        held, self.held = self.held or [], None
+        if self.on_output is not None:
+            for line in held:
+                self.on_output(self.name, line)
 
     def _control(self, text: str) -> tuple[str, str, Any] | None:
         """``(output before it, word, data)`` for a runner's control line, else None.

@@ -27,7 +27,7 @@ import os
 import secrets
 import stat
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, overload
@@ -43,6 +43,7 @@ from remotekit.shell import NotStarted
 from remotekit.shipping import shown_name
 from remotekit.spec import LOCAL, HostSpec
 from remotekit.step import (
+    MAX_TIMEOUT_S,
     OutputCallback,
     Stdin,
     StepHeader,
@@ -407,12 +408,13 @@ class Target(Facade):
         on_output: OutputCallback | None = None,
         step: str | None = None,
         capture: bool = True,
+        stdin: Stdin | None = None,
     ) -> Result:
         """Run ``script`` with ``python`` inside only the first ``hops`` hops of the chain
         (0: on the node itself, before any hop; ``len(target.spec.hops)``: where the target's
         interpreter runs), as a process of its own (never on the agent). What runs there is
         what that level sees: none of the target's env, workdir or venv, which are the
-        innermost level's; ``env`` is set. The rest as for :meth:`run_python`.
+        innermost level's; ``env`` is set. The rest (``stdin`` too) as for :meth:`run_python`.
 
         >>> t.run_python_at(0, Script(b"import os; print(os.listdir('/dev'))"))  # the node's
         """
@@ -428,6 +430,7 @@ class Target(Facade):
             check=check,
             on_output=on_output,
             capture=capture,
+            stdin=stdin,
         )
         return run_step(self.engine, request)
 
@@ -680,6 +683,7 @@ class Target(Facade):
         stdin: int = 0,
         stdout: int = 1,
         start_timeout: float = 60.0,
+        terminal: bool = True,
     ) -> int:
         """Run ``argv`` (default: the login shell there) on a terminal inside the target, attached
         to ours (file descriptors ``stdin``/``stdout``), and return its exit status.
@@ -688,9 +692,14 @@ class Target(Facade):
         the venv active, the target's env and ``env``, in ``cwd`` or the workdir (else the
         home directory). See :mod:`remotekit.shell`. ``start_timeout`` bounds the wait for
         the program there to start; a hop that cannot be entered raises its own error.
+        ``terminal=False`` (``remotekit shell`` when its input is not a terminal, as
+        ``ssh -T``): no pty anywhere; ``stdin`` is read to its end as the program's input, and
+        its output comes as it is (no ``\\r``, no echo, no ^D for the end).
         """
         if isinstance(argv, str):
             raise TypeError("argv must be a list of strings, e.g. ['python'], not one string")
+        if not terminal:  # ssh -T: the input is a pipe or a file
+            return self._shell_piped(argv, env, cwd, stdin, stdout)
         step = "shell"
         engine = self.engine
         engine.remember_secrets(env)
@@ -713,6 +722,43 @@ class Target(Facade):
                 step=step,
             )
         return code
+
+    def _shell_piped(
+        self,
+        argv: Sequence[str] | None,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        stdin: int,
+        stdout: int,
+    ) -> int:
+        """:meth:`shell` for an input that is not a terminal (a pipe, a file): as ``ssh`` does
+        then, no terminal there (no ``\\r``, no echo, EOF is the end of the input, not ^D): a
+        step with the input as its stdin, its output to ``stdout`` (stderr to ours), and the
+        program's status. No program: the login shell there reads the input."""
+
+        def source() -> Iterator[bytes]:
+            while chunk := os.read(stdin, 1 << 16):
+                yield chunk
+
+        def shown(stream: str, line: str) -> None:
+            fd = stdout if stream == "stdout" else 2
+            data = (line + "\n").encode("utf-8", "surrogateescape")
+            while data:
+                data = data[os.write(fd, data) :]
+
+        program = list(argv) if argv else ["sh", "-c", 'exec "${SHELL:-/bin/sh}"']
+        res = self.run(
+            program,
+            env=env,
+            cwd=cwd,
+            check=False,
+            on_output=shown,
+            capture=False,
+            stdin=source(),
+            timeout=MAX_TIMEOUT_S,
+            step="shell",
+        )
+        return res.exit_code if res.exit_code is not None else 255
 
     def _terminal(self, launch: Launch, size: tuple[int, int], step: str) -> Terminal:
         """A terminal of ``size`` (columns, rows) running ``launch`` there."""

@@ -132,7 +132,7 @@ def _nested(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str
             pods.running,
             {
                 "no-engine": (chain(c.running, pods.running, "/no/such/podman"), "ContainerError",
-                              f"'/no/such/podman' not found on job {c.running}", pods.running),
+                              f"podman not found at /no/such/podman on job {c.running}", pods.running),
                 "inner-stopped": (chain(c.running, pods.stopped), "ContainerNotRunning",
                                   "container state improper", pods.stopped),
                 "inner-missing": (chain(c.running, gone), "ContainerNotFound",
@@ -156,7 +156,7 @@ def _nested(runtime: str, fx: Callable[[str], Any]) -> tuple[dict[str, Any], str
         pods.running,
         {
             "no-engine": (hops(NESTED_CT, pods.running, "/no/such/podman"), "ContainerError",
-                          f"'/no/such/podman' not found on container {NESTED_CT}", pods.running),
+                          f"podman not found at /no/such/podman on container {NESTED_CT}", pods.running),
             "inner-stopped": (hops(NESTED_CT, pods.stopped), "ContainerNotRunning",
                               "container state improper", pods.stopped),
             "inner-missing": (hops(NESTED_CT, gone), "ContainerNotFound", "no such container",

@@ -144,6 +144,11 @@ def test_a_notebook_streams_interrupts_and_displays(
 
     errors = outputs_of(nb.cells[2], "error")
     assert errors and errors[0].ename == "KeyboardInterrupt", nb.cells[2].outputs
+    host = "box" if where.server is not None else "local"
+    assert errors[0].traceback == [  # one line, not a traceback through our waits (queue.py)
+        f"KeyboardInterrupt: interrupted; what ran on {host} was stopped there, and {host} "
+        "stays usable"
+    ], errors[0].traceback
     assert "started" in text_of(nb.cells[2], "stdout")
     assert wait_gone(m, 30) == [], "the interrupted step is still running there"
 

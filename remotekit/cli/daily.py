@@ -35,12 +35,13 @@ OnError = Callable[[remotekit.RemotekitError], None]
     },
 )
 def shell(c: Context, host: str = "", cmd: str = "", inventory: str = "") -> None:
-    """A shell (or `-- PROGRAM ARGS...`) inside the target on a terminal, venv active, in its
-    workdir. Exits with the program's status (2 when the target cannot be entered)."""
+    """A shell (or `-- PROGRAM ARGS...`) inside the target, venv active, in its workdir.
+
+    Exits with the program's status (2 when the target cannot be entered)."""
     argv = shell_line(c, cmd)
     try:
         with one_target(host, inventory, "shell") as t:
-            code = t.shell(argv or None)
+            code = t.shell(argv or None, terminal=sys.stdin.isatty())  # ssh: -T unless a tty
     except remotekit.RemotekitError as exc:
         raise Exit(f"remotekit: {exc}", code=2) from None
     except KeyboardInterrupt:  # Ctrl-C before the program there started (then it is theirs)

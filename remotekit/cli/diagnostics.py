@@ -135,6 +135,7 @@ def diagnose(
     dry_run: bool = False,
 ) -> None:
     """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary.
+
     With --run DIR: also the run's log, spikes at the saves found, batches, and a verdict."""
     from remotekit.diagnostics.diagnose import diagnose as run_diagnose
     from remotekit.diagnostics.diagnose import render_section, render_summary
@@ -591,9 +592,32 @@ def demo(c: Context, sel: Selection, dir: str = "") -> None:
     """The main job in a minute, no server needed: make sample checkpoints and scan them."""
     from remotekit.diagnostics.demo import demo as run_demo
 
+    def next_steps(outcomes: list[HostOutcome], console: Console) -> int:
+        if outcomes and all(o.ok for o in outcomes):
+            console.say(demo_next())
+        return 0
+
     fan_out(
         sel,
         lambda t, console: run_demo(t, dir or None, on_progress=scan_progress(console, t.name)),
         render=_checkpoints().render_demo,
         title="demo",
+        after=next_steps,
     )
+
+
+#: What to try after the demo: (command, why). Each command is parsed by the real parser
+#: in the tests, so what the demo suggests is always typeable.
+DEMO_NEXT = (
+    ("remotekit ckpt-scan --path DIR", "the same scan on your own checkpoints, here"),
+    ("remotekit hosts --init", "declare your machines (~/.config/remotekit/hosts.yaml)"),
+    ("remotekit ping --host NAME", "check each hop to one: ssh, container, python"),
+    ("remotekit ckpt-scan --host NAME", "scan its `checkpoints:` there"),
+    ("remotekit train-log --host NAME --path LOG", "a training log's spikes, and why"),
+)
+
+
+def demo_next() -> str:
+    """The demo's last lines: the commands to try next, aligned, each with why."""
+    width = max(len(cmd) for cmd, _ in DEMO_NEXT)
+    return "\nnext:\n" + "\n".join(f"  {cmd:<{width}}  # {why}" for cmd, why in DEMO_NEXT)

@@ -85,14 +85,16 @@ def fan_out(
         doc["hosts"] = [outcome_json(o, mask, mask_output) for o in outcomes]
         doc["hosts"] += [{"host": h, "status": "not run", "exit_code": None} for h in missing]
         print(to_json(doc, indent=2))
-    elif len(targets) == 1 and not interrupted:
+    elif interrupted:
+        pass  # each cancelled step said so as it ended; the last line counts them
+    elif len(targets) == 1:
         _say_failed_step(outcomes, console)
     else:
         rows = [(o.host, o.status, f"{o.duration_s:.1f}s", host_finding(o)) for o in outcomes]
         rows += [(h, "not run", "-", "interrupted") for h in missing]
         console.say("\n" + table(["host", "status", "time", "finding"], rows))
     if interrupted:
-        raise Exit("remotekit: interrupted; every running step was stopped", code=130)
+        raise Exit(interrupted_line(outcomes, missing), code=130)
     if after is not None:
         code = max(code, after(outcomes, console))
     if code:
@@ -150,6 +152,8 @@ def _run_on_fleet(
             console.say(
                 f"== {o.host}{' ' + title if title else ''} ==\n{section}" if total > 1 else section
             )
+        elif isinstance(o.error, remotekit.StepCancelled):  # Ctrl-C: said once, as itself
+            console.line(o.host, "stderr", visible(o.error.message))
         elif o.error is not None and not isinstance(o.error, BrokenPipeError):
             console.line(o.host, "stderr", f"error: {o.error}")
         console.progress(f"[{done[0]}/{total} hosts done, {failed[0]} failed]")
@@ -162,6 +166,18 @@ def _run_on_fleet(
             outcomes, interrupted = exc.outcomes, True
     console.done()
     return outcomes, interrupted
+
+
+def interrupted_line(outcomes: list[HostOutcome], missing: list[str]) -> str:
+    """Ctrl-C's last line, with how many hosts had finished first or never started (each
+    cancelled step said so once, on its own line)."""
+    cancelled = sum(isinstance(o.error, remotekit.StepCancelled) for o in outcomes)
+    counts = (
+        [f"{len(outcomes) - cancelled} host(s) had finished"] if len(outcomes) > cancelled else []
+    )
+    if missing:
+        counts.append(f"{len(missing)} never started")
+    return "remotekit: interrupted" + (f"; {', '.join(counts)}" if counts else "")
 
 
 def _say_failed_step(outcomes: list[HostOutcome], console: Console) -> None:

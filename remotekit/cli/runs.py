@@ -30,6 +30,7 @@ from remotekit.runs import (
     RunInfo,
     check_id,
     check_stream,
+    list_runs,
     prune,
     render_runs,
 )
@@ -44,9 +45,10 @@ ID_HELP = "the run's id (what run --detach printed; see `remotekit runs`)"
     }
 )
 def runs(c: Context, sel: Selection, clean: bool = False, older_than: float = 0.0) -> None:
-    """List the runs (run --detach / py --detach) on targets: id, (Slurm) job, state, exit
-    code, started, duration, command, log (--clean [--older-than DAYS]: remove the finished
-    ones first)."""
+    """List the runs (run --detach / py --detach) on targets.
+
+    Id, (Slurm) job, state, exit code, started, duration, command, log (--clean
+    [--older-than DAYS]: remove the finished ones first)."""
     if older_than and not clean:
         raise Exit("remotekit: --older-than goes with --clean", code=2)
 
@@ -73,8 +75,22 @@ def find_run(sel: Selection, run_id: str) -> Run:
     if len(having) != 1:
         where = "none of " if not having else "several of "
         hosts = ", ".join(t.name for t in (having or targets))
-        raise Exit(f"remotekit: run {run_id}: on {where}the selected hosts ({hosts})", code=2)
+        said = f"remotekit: run {run_id}: on {where}the selected hosts ({hosts})"
+        listed = f"; `remotekit runs --host {shlex.quote(hosts.replace(', ', ','))}` lists theirs"
+        raise Exit(said + ("" if having else listed), code=2)
     return having[0].run_handle(run_id)
+
+
+def failed(run: Run, exc: remotekit.RemotekitError) -> str:
+    """What to say when a run's call failed: for a run that its host does not have (a typo,
+    or removed), that, and where the runs are listed (as `kubectl logs` of an unknown pod
+    says NotFound); else the error."""
+    with contextlib.suppress(remotekit.RemotekitError):
+        if not list_runs(run.target, run.id):
+            host = run.target.name
+            listed = f"`remotekit runs --host {shlex.quote(host)}` lists its runs"
+            return f"remotekit: no run {run.id} on {host}; {listed}"
+    return f"remotekit: {exc}"
 
 
 def usage(check: Any, value: str) -> None:
@@ -92,7 +108,7 @@ def act(run: Run, what: Any) -> Any:
         with run.target:
             return what()
     except remotekit.RemotekitError as exc:
-        raise Exit(f"remotekit: {exc}", code=2) from None
+        raise Exit(failed(run, exc), code=2) from None
 
 
 @fleet_task(
@@ -114,8 +130,9 @@ def logs(
     offset: int = -1,
     stream: str = "output",
 ) -> None:
-    """A run's output, byte for byte (`logs ID --follow`: until it ends, reconnecting; cut
-    short, it says the --offset that goes on from there)."""
+    """A run's output, byte for byte: `logs ID`, `logs ID --follow` until it ends.
+
+    A follow reconnects; cut short, it says the --offset that goes on from there."""
     if tail >= 0 and offset >= 0:
         raise Exit("remotekit: give --tail or --offset, not both", code=2)
     usage(check_stream, stream)
@@ -136,7 +153,7 @@ def logs(
         print(_resume(run, shown.at, follow, stream, "interrupted"), file=sys.stderr)
         raise Exit(code=130) from None
     except remotekit.RemotekitError as exc:
-        said = f"remotekit: {exc}"
+        said = failed(run, exc) if shown.at is None else f"remotekit: {exc}"
         if shown.at is not None:
             said += "\n" + _resume(run, shown.at, follow, stream, "cut short")
         raise Exit(said, code=2) from None

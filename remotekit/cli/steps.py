@@ -68,9 +68,10 @@ RESOLVE_HELP = (
 def hosts(
     c: Context, inventory: str = "", json: bool = False, resolve: bool = False, init: bool = False
 ) -> None:
-    """List the targets in hosts.yaml with their layer chains and groups, and which hosts.yaml
-    was read; with --resolve, the members of each found group too (a group that cannot be
-    resolved: exit 2); with --init, write a starting hosts.yaml."""
+    """List the targets in hosts.yaml, their layer chains and groups.
+
+    Says which hosts.yaml was read; with --resolve, the members of each found group too (a
+    group that cannot be resolved: exit 2); with --init, write a starting hosts.yaml."""
     if init:
         return _init(inventory)
     try:
@@ -283,9 +284,10 @@ def _run_live(sel: Selection, step: StepOptions, start: Callable[..., Any]) -> N
     },
 )
 def run(c: Context, sel: Selection, cmd: str = "", step: StepOptions = OPTIONS_HERE) -> None:
-    """Run a command on targets (`-- PROGRAM ARGS...`, or --cmd "a shell line"), output
-    streamed live with host prefixes; a piped stdin goes to the command (one host), as with
-    ssh."""
+    """Run a command on targets: `-- PROGRAM ARGS...`, or --cmd "a shell line".
+
+    Output streamed live with host prefixes; a piped stdin goes to the command (one host), as
+    with ssh."""
     argv = shell_line(c, cmd)
     if not argv:
         raise Exit("remotekit: give the command after -- (or --cmd)", code=2)
@@ -308,8 +310,9 @@ def py(
     sel: Selection = OPTIONS_HERE,
     step: StepOptions = OPTIONS_HERE,
 ) -> None:
-    """Ship a Python file to targets and run it there with the target's interpreter
-    (`py SCRIPT -- ARGS...`)."""
+    """Ship a Python file to targets and run it there: `py SCRIPT -- ARGS...`.
+
+    The target's interpreter (its venv's) runs it."""
     try:
         program = remotekit.Script.from_path(script)
     except OSError as exc:

@@ -350,13 +350,17 @@ class Hop(ABC):
         host: str,
         step: str,
         status: tuple[int | None, str] | None = None,
+        *,
+        where: str = "the node",
+        source: str = "",
     ) -> RemotekitError | None:
         """The error for a launch that never started, from the tool's exit code and texts.
 
         None when the words are not this hop's (the next hop, or the interpreter, is asked).
         ``status`` is the probe's (exit code, output) when the target ran it (``confirm``).
         The first row of :attr:`failures` that matches names the error; then a shell's
-        "command not found" for the hop's own tool (:meth:`missing`).
+        "command not found" for the hop's own tool (:meth:`missing`, ``where`` and
+        ``source`` passed on).
         """
         for row in self.failures:
             if row.matches(code, text, status):
@@ -367,7 +371,7 @@ class Hop(ABC):
                     return row.error(message, host=host, step=step, container=self.name)
                 return row.error(message, host=host, step=step)
         if self.tool_missing(code, text):
-            return self.missing(host, step)
+            return self.missing(host, step, where, source)
         return None
 
     def exec_failed(self, code: int | None, text: str) -> bool:
@@ -380,13 +384,28 @@ class Hop(ABC):
         said = (f"{exe}: command not found", f"{exe}: not found", f"{exe}: No such file or dir")
         return code == 127 and (any(s in text for s in said) or f"command not found: {exe}" in text)
 
-    def missing(self, host: str, step: str, where: str = "the node") -> RemotekitError:
+    #: What to check when the hop's tool is not found (a template over ``hop`` and ``name``).
+    missing_hint: ClassVar[str] = (
+        "is {name} installed there? (`{hop.exe_key}:` in hosts.yaml sets its path)"
+    )
+
+    def not_found(self, where: str = "the node", source: str = "") -> str:
+        """``pct not found at /usr/sbin/pct on kpro6 (hosts.yaml:7)``: this hop's tool, where
+        it was looked for, and where hosts.yaml sets it (``source``, ``path:line``)."""
+        exe = self.executable
+        at = f"at {exe}" if "/" in exe else "on the PATH"
+        said = f"{os.path.basename(exe)} not found {at} on {where}"
+        return f"{said} ({source})" if source else said
+
+    def missing(
+        self, host: str, step: str, where: str = "the node", source: str = ""
+    ) -> RemotekitError:
         """The error for this hop's own tool not found ``where`` (the node, or the outer hop
-        it runs in: ``container 200``)."""
+        it runs in: ``container 200``), set in hosts.yaml at ``source``: one message for
+        every hop (:meth:`not_found`, then :attr:`missing_hint`)."""
+        hint = self.missing_hint.format(hop=self, name=os.path.basename(self.executable))
         return ContainerError(
-            f"{self.executable!r} not found on {where} (to enter {self.what}): is "
-            f"{os.path.basename(self.executable)} installed there? (`{self.exe_key}:` in "
-            "hosts.yaml sets its path)",
+            f"{self.not_found(where, source)}, to enter {self.what}: {hint}",
             host=host,
             step=step,
             container=self.name,

@@ -38,6 +38,7 @@ class Pct(Hop):
     options: ClassVar[tuple[str, ...]] = ("pct",)
     exe_key: ClassVar[str] = "pct"
     up: ClassVar[str] = "status: running"
+    missing_hint: ClassVar[str] = "is it a Proxmox node? (`pct:` in hosts.yaml sets its path)"
     says: ClassVar[str] = "container {hop.vmid} cannot be entered; pct says:\n{words}"
     failures: ClassVar[tuple[Failure, ...]] = (
         Failure("not running", ContainerNotRunning),
@@ -72,11 +73,3 @@ class Pct(Hop):
         # /etc/pve/lxc is pmxcfs's link to the local node's nodes/<node>/lxc (pve-cluster);
         # the CT's GPU lines (lxc.cgroup2.devices.allow, lxc.mount.entry, devN) live there
         return f"/etc/pve/lxc/{self.vmid}.conf"
-
-    def missing(self, host: str, step: str, where: str = "the node") -> ContainerError:
-        return ContainerError(
-            f"{self.pct!r} not found on {where}: is it a Proxmox node? (`pct:` in hosts.yaml)",
-            host=host,
-            step=step,
-            container=self.name,
-        )

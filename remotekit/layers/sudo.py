@@ -97,9 +97,12 @@ class Sudo(Hop):
     def verdict(self, code: int | None, text: str) -> tuple[bool, str]:
         return code == 0, "passwordless sudo works" if code == 0 else text or f"exit {code}"
 
-    def missing(self, host: str, step: str, where: str = "the node") -> RemotekitError:
+    def missing(
+        self, host: str, step: str, where: str = "the node", source: str = ""
+    ) -> RemotekitError:
         return RemotekitError(
-            f"sudo is not installed on {where} (`sudo:` in hosts.yaml asks for it)",
+            f"{self.not_found(where, source)}: is sudo installed there? (`sudo:` in hosts.yaml "
+            "asks for it)",
             host=host,
             step=step,
         )

@@ -101,6 +101,49 @@ def _bannerless(conn: Connection) -> str | None:
     return None
 
 
+def _refusing_hop(conn: Connection) -> Connection:
+    """The first hop of ``conn`` (gateway first) that is connected but not authenticated:
+    the one whose server refused our credentials (``conn`` itself when none is)."""
+    hops: list[Connection] = []
+    hop: object = conn
+    while isinstance(hop, Connection):
+        hops.insert(0, hop)
+        hop = hop.gateway
+    for h in hops:
+        transport = h.client.get_transport()
+        if transport is not None and not transport.is_authenticated():
+            return h
+    return conn
+
+
+def _keys_offered(hop: Connection) -> list[str]:
+    """The keys paramiko offers ``hop`` (its ``SSHClient._auth`` order): the identity files
+    (ours and ~/.ssh/config's), the ssh-agent's keys, then the default ~/.ssh/id_* files."""
+    kwargs = hop.connect_kwargs
+    offered = [os.path.expanduser(name) for name in kwargs.get("key_filename") or ()]
+    if kwargs.get("allow_agent", True) and os.environ.get("SSH_AUTH_SOCK"):
+        try:
+            agent_keys = paramiko.Agent().get_keys()
+        except (paramiko.SSHException, OSError):
+            agent_keys = ()
+        offered += [f"agent key {key.fingerprint}" for key in agent_keys]
+    if kwargs.get("look_for_keys", True):
+        for kind in ("rsa", "dsa", "ecdsa", "ed25519"):
+            for folder in ("~/.ssh", "~/ssh"):
+                path = os.path.expanduser(f"{folder}/id_{kind}")
+                if os.path.isfile(path) and path not in offered:
+                    offered.append(path)
+    return offered
+
+
+def _auth_refused(conn: Connection) -> str:
+    """Who was refused where, and with which keys, in words for :class:`AuthError`."""
+    hop = _refusing_hop(conn)
+    keys = _keys_offered(hop)
+    tried = ", ".join(keys) if keys else "none (no identity file, no ssh-agent key, no ~/.ssh/id_*)"
+    return f"the server {hop.host}:{hop.port} refused user {hop.user!r}; keys tried: {tried}"
+
+
 def _fingerprint(key: paramiko.PKey) -> str:
     return key.fingerprint  # "SHA256:..." as OpenSSH prints it
 
@@ -334,6 +377,16 @@ class SSHTransport:
             conn.open()
         except BaseException as exc:
             mute = _bannerless(conn)  # asked before close() drops the transports
+            if isinstance(exc, paramiko.AuthenticationException):
+                refused = _auth_refused(conn)
+                _shut(conn)
+                said = "" if str(exc).startswith("Authentication failed") else f" ({exc})"
+                raise AuthError(
+                    f"{self.spec.display}: authentication failed: {refused}{said}. Check "
+                    "`ssh:` (user@host) and `identity:` for this host in hosts.yaml, or load "
+                    "the key into ssh-agent",
+                    host=self.host,
+                ) from exc
             _shut(conn)  # and the jump hosts opened so far
             if mute is not None and isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
                 raise ConnectError(
@@ -391,9 +444,6 @@ class SSHTransport:
                 "at a file).",
                 host=host,
             )
-        if isinstance(exc, paramiko.AuthenticationException):
-            ident = f" with key {spec.identity}" if spec.identity else ""
-            return AuthError(f"{where}: authentication failed{ident}: {exc}", host=host)
         if isinstance(exc, socket.gaierror):
             return ConnectError(f"{where}: cannot resolve {spec.host}: {exc.strerror}", host=host)
         if isinstance(exc, (socket.timeout, TimeoutError)):

@@ -631,6 +631,18 @@ def test_hosts_says_which_hosts_yaml_it_read_and_init_writes_one(tmp_path: Path)
     assert r.returncode == 0 and f"in this folder {proj}/hosts.yaml is read" in r.stderr
 
 
+def test_what_the_demo_suggests_parses_with_the_real_parser() -> None:
+    from remotekit.cli.diagnostics import DEMO_NEXT
+
+    assert any("hosts --init" in cmd for cmd, _ in DEMO_NEXT)
+    for command, _ in DEMO_NEXT:
+        core = Parser(initial=program.initial_context, ignore_unknown=True)
+        parser = Parser(
+            initial=program.initial_context, contexts=fresh(package_tasks).to_contexts()
+        )
+        parser.parse_argv(core.parse_argv(words_of(command)).unparsed)
+
+
 def test_the_commands_hosts_yaml_names_parse() -> None:
     """The clone's hosts.yaml and the one `hosts --init` writes name commands that work (the
     clone's said `invoke hosts`: "No idea what 'hosts' is!")."""

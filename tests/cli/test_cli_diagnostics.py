@@ -120,6 +120,12 @@ def test_demo_agrees_and_exits_0(tmp_path: Path) -> None:
     assert "5/5 samples as expected" in r.stdout
     assert "--allow-global argparse.Namespace" in r.stdout  # the unsafe sample says how
     assert (where / "clean" / "checkpoint.pt").is_file()  # a --dir of yours is kept
+    from remotekit.cli.diagnostics import DEMO_NEXT
+
+    tail = r.stdout.rstrip().splitlines()[-len(DEMO_NEXT) - 1 :]  # it ends with what to try
+    assert tail[0] == "next:" and [ln.split("#")[0].strip() for ln in tail[1:]] == [
+        cmd for cmd, _ in DEMO_NEXT
+    ], r.stdout
 
 
 def test_demo_json_and_its_temp_dir_is_removed(tmp_path: Path) -> None:

@@ -433,3 +433,19 @@ def test_input_that_ended_reaches_a_program_that_reads_late(
         code, text = _shell(t, argv)
     assert code == 0, text
     assert "end of input seen" in text if late == "raw reader" else "ash> " in text, text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["local", "pct"])
+def test_cli_shell_with_piped_input_has_no_terminal_as_ssh_T(kind: str, shells: Any) -> None:
+    """`echo hello | remotekit shell -- cat`: the input is not a terminal, so none is made
+    there (ssh's -T habit): the bytes come back as they went, no \\r, no echo, no ^D, and
+    the program's status is ours; the login shell reads a piped script."""
+    inv, host = shells(kind)
+    argv = [sys.executable, "-m", "remotekit", "shell", "--host", host, "--inventory", inv.path]
+    data = b"hello\nsecond line\n"
+    r = subprocess.run([*argv, "--", "cat"], input=data, capture_output=True, timeout=90)
+    assert (r.returncode, r.stdout) == (0, data), r.stderr
+    script = b"echo from the shell; exit 4\n"
+    r = subprocess.run(argv, input=script, capture_output=True, timeout=90)
+    assert (r.returncode, r.stdout) == (4, b"from the shell\n"), r.stderr

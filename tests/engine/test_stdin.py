@@ -76,6 +76,16 @@ def test_run_python_reads_stdin(target: remotekit.Target) -> None:
     assert target.run_python(script, stdin=b"hello\n").stdout == "'hello\\n'\nb''\n"
 
 
+def test_run_python_at_each_level_reads_stdin(target: remotekit.Target) -> None:
+    """`run_python_at` takes `stdin=` as `run_python` does, at every level of the chain
+    (on the node, before any hop; where the target's interpreter runs)."""
+    data = blob((1 << 20) + 3)
+    script = remotekit.Script(DIGEST.encode(), name="digest.py")
+    for level in range(len(target.spec.hops) + 1):
+        r = target.run_python_at(level, script, stdin=data)
+        assert r.stdout == said(data), level
+
+
 def test_without_stdin_the_step_reads_dev_null(target: remotekit.Target) -> None:
     r = target.run(["python", "-c", "import os; print(os.path.realpath('/proc/self/fd/0'))"])
     assert r.stdout == "/dev/null\n"

@@ -510,3 +510,35 @@ def test_the_clones_hosts_yaml_is_the_starter_with_its_own_header() -> None:
     body = "\ndefaults:"
     assert clone[clone.index(body) :] == starter[starter.index(body) :]
     assert "invoke hosts" not in clone  # `invoke` has no such task: "No idea what 'hosts' is!"
+
+
+def test_each_hop_knows_the_hosts_yaml_line_that_sets_its_tool(tmp_path: Path) -> None:
+    """`pct:` (or the hop's own key when its tool is the default), a nested `bin:`, an item
+    of `hops:`: the line a "not found" message points to."""
+    text = (
+        "hosts:\n"  # 1
+        "  dflt:\n"  # 2
+        "    container: 201\n"  # 3
+        "  box:\n"  # 4
+        "    ssh: a@b\n"  # 5
+        "    container: 200\n"  # 6
+        "    pct: /usr/sbin/pct\n"  # 7
+        "  other:\n"  # 8
+        "    ssh: a@b\n"  # 9
+        "  l:\n"  # 10
+        "    lxc: {name: c1,\n"  # 11
+        "          bin: /x/lxc-attach}\n"  # 12
+        "  chain:\n"  # 13
+        "    ssh: a@b\n"  # 14
+        "    hops:\n"  # 15
+        "      - sudo: true\n"  # 16
+        "      - container: 200\n"  # 17
+        "        pct: /p\n"  # 18
+        "      - lxc: c2\n"  # 19
+    )
+    inv = load(tmp_path, text)
+    path = str(tmp_path / "hosts.yaml")
+    lines = {name: [int(s.rsplit(":", 1)[1]) for s in inv.spec(name).hop_sources]
+             for name in ("box", "dflt", "l", "chain")}  # fmt: skip
+    assert all(s.startswith(path + ":") for s in inv.spec("chain").hop_sources)
+    assert lines == {"box": [7], "dflt": [3], "l": [12], "chain": [16, 18, 19]}

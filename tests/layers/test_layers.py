@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from remotekit.errors import (
@@ -340,7 +342,13 @@ LXC_NO_PID = (
             REFUSED,
             "is lxc-attach installed there? (`bin:` in hosts.yaml",
         ),
-        (Kubectl("p"), 127, "zsh:1: command not found: kubectl", REFUSED, "'kubectl' not found"),
+        (
+            Kubectl("p"),
+            127,
+            "zsh:1: command not found: kubectl",
+            REFUSED,
+            "kubectl not found on the PATH",
+        ),
         (Lxc("c1"), 1, LXC_NO_PID, REFUSED, "stopped or missing"),
         (
             Podman("w"),
@@ -475,7 +483,7 @@ def test_sudo_that_wants_a_password_names_the_user() -> None:
 
 def test_sudo_missing_on_the_node() -> None:
     exc = Sudo().explain(127, "bash: line 1: sudo: command not found", "h", "s")
-    assert type(exc) is RemotekitError and "sudo is not installed on the node" in str(exc)
+    assert type(exc) is RemotekitError and "sudo not found on the PATH on the node" in str(exc)
 
 
 def test_slurm_and_kubectl_exec_failures_are_the_interpreters() -> None:
@@ -524,3 +532,30 @@ def test_slurm_job_by_name_that_is_not_running(
         Slurm(job_name="train-llama").resolved(0, text, "h")
     assert type(info.value) is error and words in str(info.value)
     assert info.value.container == "train-llama"
+
+
+MISSING_TOOLS = [
+    Pct(200, "/usr/sbin/pct"),
+    Lxc("c1", "/opt/lxc/bin/lxc-attach"),
+    Podman("w", "/opt/bin/podman"),
+    Docker("w", "/opt/bin/docker"),
+    Kubectl("p", bin="/opt/bin/kubectl"),
+    Slurm(job=4242, bin="/opt/slurm/bin/srun"),
+    Sudo("/opt/bin/sudo"),
+]
+
+
+@pytest.mark.parametrize("hop", MISSING_TOOLS, ids=lambda h: type(h).__name__)
+def test_every_hops_tool_not_found_says_where_and_the_hosts_yaml_line(hop: Hop) -> None:
+    """One message for every hop kind: "pct not found at /usr/sbin/pct on NODE
+    (hosts.yaml:LINE)", never the shell's own words; a bare name is looked for on the PATH."""
+    assert {type(h) for h in MISSING_TOOLS} >= {*HOPS.values(), Sudo}  # every kind is here
+    exe = hop.executable
+    name = exe.rsplit("/", 1)[1]
+    shell = f"bash: line 1: {exe}: No such file or directory"
+    exc = hop.explain(127, shell, "h", "s", where="kpro6", source="hosts.yaml:7")
+    assert exc is not None
+    assert exc.message.startswith(f"{name} not found at {exe} on kpro6 (hosts.yaml:7)"), exc
+    assert "bash" not in exc.message and "No such file" not in exc.message, exc
+    bare = replace(hop, **{hop.exe_key: name})
+    assert bare.not_found("kpro6") == f"{name} not found on the PATH on kpro6"

@@ -456,6 +456,30 @@ def test_wrong_key_is_an_auth_error(sshd: SSHServer, tmp_path: Path) -> None:
     assert str(key) in str(info.value) and info.value.host == "h"
 
 
+def test_an_auth_failure_names_the_user_and_every_key_tried(
+    sshd: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `ssh -v` would tell: the user the server refused, and each key offered (the
+    identity file, then the default ~/.ssh/id_* keys)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    default, stranger = home / ".ssh" / "id_ed25519", tmp_path / "stranger"
+    for key in (default, stranger):
+        subprocess.run(
+            [need_program("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+            check=True,
+        )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    settings = sshd.host_yaml(identity=str(stranger), ssh=f"nobody-here@127.0.0.1:{sshd.port}")
+    inv = write_inventory(tmp_path / "hosts.yaml", {"h": settings})
+    with inv.target("h") as t, pytest.raises(remotekit.AuthError) as info:
+        t.run(["true"])
+    msg = str(info.value)
+    assert "refused user 'nobody-here'" in msg and "failed.)" not in msg, msg
+    assert f"keys tried: {stranger}, {default}" in msg, msg
+
+
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o602, 0o644, 0o660])
 def test_a_key_others_can_read_or_write_is_refused_like_openssh(
     sshd: SSHServer, tmp_path: Path, mode: int

@@ -24,7 +24,13 @@ from remotekit.diagnostics.base import (
 )
 from remotekit.diagnostics.trainlog.api import SCRIPT
 from remotekit.diagnostics.trainlog.model import Event, LogSource, Spike
-from remotekit.diagnostics.trainlog.words import SPIKE_COLUMNS, event_line, num, spike_cells
+from remotekit.diagnostics.trainlog.words import (
+    NOT_BACK,
+    SPIKE_COLUMNS,
+    event_line,
+    num,
+    spike_cells,
+)
 from remotekit.errors import DiagnosticError, RemotekitError
 from remotekit.follow import Resumable, Stopped
 from remotekit.remote.protocol import FINAL, number
@@ -108,10 +114,16 @@ class Incident(Shown):
         if self.spike is not None:
             tol = self.tolerance if tolerance is None else tolerance
             cells = spike_cells(self.spike, tol)
-            pairs = [f"{h} {c}" for h, c in zip(SPIKE_COLUMNS[3:], cells[3:]) if c != "-"]
+            pairs = [_pair(h, c) for h, c in zip(SPIKE_COLUMNS[3:], cells[3:]) if c != "-"]
             return f"step {cells[0]}: {cells[1]} {cells[2]}: " + ", ".join(pairs)
         assert self.event is not None
         return event_line(self.event)
+
+
+def _pair(header: str, cell: str) -> str:
+    """A column's header and cell as words: ``back after 12 steps``, but ``not back``
+    alone (never "back after not back")."""
+    return cell if header == "back after" and cell == NOT_BACK else f"{header} {cell}"
 
 
 class LogFollow:

@@ -9,6 +9,7 @@ from remotekit.diagnostics.trainlog.model import Event, Onset, Spike
 
 __all__ = [
     "KIND_WORDS",
+    "NOT_BACK",
     "SPIKE_COLUMNS",
     "event_line",
     "event_phrase",
@@ -63,6 +64,9 @@ def event_phrase(s: Spike, tol: float) -> str:
     return f"none within ±{num(tol)} (nearest: {where}, {num(abs(s.distance))} steps {side})"
 
 
+#: The "back after" cell of a spike that was not back at its baseline by the log's end.
+NOT_BACK = "not back"
+
 SPIKE_COLUMNS = (
     "step",
     "metric",
@@ -82,7 +86,7 @@ def spike_cells(s: Spike, tol: float) -> tuple[str, ...]:
     back = (
         "-"
         if s.kind == "nonfinite"
-        else (f"{num(s.recovery_steps)} steps" if s.recovery_steps is not None else "not back")
+        else (f"{num(s.recovery_steps)} steps" if s.recovery_steps is not None else NOT_BACK)
     )
     return (
         num(s.step),

@@ -745,7 +745,9 @@ def _sniff(path):
             "as its owner" % euid()
         ) from None
     except FileNotFoundError:
-        raise LoadError("no such file (removed while scanning, or a dangling symlink)") from None
+        if os.path.islink(path):
+            raise LoadError("a dangling symlink (to %r)" % os.readlink(path)) from None
+        raise LoadError("no such file (removed while scanning)") from None
     except OSError as e:
         raise LoadError("cannot read: %s" % (e.strerror or e)) from e
     return size, head

@@ -75,6 +75,8 @@ def open_source(path, opts, header_only=False):
     """Open one checkpoint (a file, an HF index, or a checkpoint directory: DCP, DeepSpeed,
     HF Trainer) without reading tensor data; LoadError if it is none of them."""
     import_torch()
+    if not os.path.lexists(path):  # a path typed by hand: never there, not "removed"
+        raise LoadError("no such file or directory")
     if os.path.isdir(path):
         item = classify_dir(path)
         if item is None:

@@ -189,6 +189,21 @@ def test_diff(target: remotekit.Target, corpus: cf.Corpus) -> None:
     assert "step delta: +2" in text and "negative_exp_avg_sq" in text and "(exit 1)" in text
 
 
+def test_diff_of_a_path_that_never_existed_says_so(
+    target: remotekit.Target, corpus: cf.Corpus, tmp_path: Path
+) -> None:
+    """A typo'd path is "no such file or directory", not "removed while scanning"; a
+    dangling symlink is named as one."""
+    gone = tmp_path / "no-such-ckpt.pt"
+    report = ck.diff_checkpoints(target, str(corpus.clean), str(gone))
+    assert not report.ok and report.exit_code == 2
+    assert report.error == f"B ({gone}): no such file or directory", report.error
+    link = tmp_path / "link.pt"
+    link.symlink_to(gone)
+    report = ck.diff_checkpoints(target, str(link), str(corpus.clean))
+    assert report.error == f"A ({link}): a dangling symlink (to {str(gone)!r})", report.error
+
+
 def test_bisect(target: remotekit.Target, tmp_path: Path) -> None:
     steps = [10, 20, 30, 40, 50]
     paths = cf.build_bisect_series(tmp_path, steps, {40, 50}, ["r1", "r2", "r3", "r4", "r5"])

@@ -793,3 +793,33 @@ def test_a_follow_takes_a_path_or_a_run(local: remotekit.Target) -> None:
         tl.follow_train_log(local)
     with pytest.raises(TypeError, match="a path or a run"):
         tl.follow_train_log(local, "x.log", run="ab12")
+
+
+@pytest.mark.parametrize(("recovery", "said"), [(None, "not back"), (12.0, "back after 12 steps")])
+def test_a_followed_spikes_line_says_back_after_n_steps_or_not_back(
+    recovery: float | None, said: str
+) -> None:
+    """The follow line pairs each column's header with its cell; a spike not back at its
+    baseline says "not back", never "back after not back"."""
+    from remotekit.diagnostics.trainlog.follow import Incident
+    from remotekit.diagnostics.trainlog.model import Spike
+
+    spike = Spike(
+        metric="loss",
+        kind="spike",
+        step=200,
+        peak_step=200,
+        value=8.0,
+        baseline=1.0,
+        scale=0.1,
+        score=7.0,
+        recovery_steps=recovery,
+        flagged=1,
+        event=None,
+        event_step=None,
+        distance=None,
+        bucket=None,
+        run_position=None,
+    )
+    line = Incident("h", "/log", "spike", 200, "loss", spike=spike).render()
+    assert said in line and "back after not back" not in line, line
