@@ -73,14 +73,17 @@ def _checkpoints() -> ModuleType:
     return checkpoints
 
 
-def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
-    """``--path``, else the host's ``checkpoints:``; neither is an error naming the host."""
+def _checkpoints_path(t: remotekit.Target, checkpoints: str, step: str) -> str:
+    """``--checkpoints``, else the host's ``checkpoints:``; neither is an error naming the
+    host."""
     from remotekit.diagnostics.base import host_checkpoints
 
-    if (where := host_checkpoints(t, path)) is not None:
+    if (where := host_checkpoints(t, checkpoints)) is not None:
         return where
     raise remotekit.RemotekitError(
-        "no --path given and no `checkpoints:` for this host in hosts.yaml", host=t.name, step=step
+        "no --checkpoints given and no `checkpoints:` for this host in hosts.yaml",
+        host=t.name,
+        step=step,
     )
 
 
@@ -131,27 +134,28 @@ def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts
 
 @fleet_task(
     help={
-        "path": "checkpoints to scan (default: --run, else the host's `checkpoints:`)",
-        "run": "a training run's directory there: its checkpoints, its log, and one verdict",
-        "plot": "with --run: draw the log with spikes and saves into this PNG (needs matplotlib: the plot extra)",
+        "checkpoints": "the checkpoints to scan (default: --run-dir, else the host's "
+        "`checkpoints:`)",
+        "run_dir": "a training run's directory there: its checkpoints, its log, and one verdict",
+        "plot": "with --run-dir: draw the log with spikes and saves into this PNG (needs matplotlib: the plot extra)",
         "dry_run": DRY_RUN_HELP,
     }
 )
 def diagnose(
     c: Context,
     sel: Selection,
-    path: str = "",
-    run: str = "",
+    checkpoints: str = "",
+    run_dir: str = "",
     plot: str = "",
     dry_run: bool = False,
 ) -> None:
     """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary.
-    With --run DIR: also the run's log, spikes at the saves found, batches, and a verdict."""
+    With --run-dir DIR: also the run's log, spikes at the saves found, batches, a verdict."""
     from remotekit.diagnostics.diagnose import diagnose as run_diagnose
     from remotekit.diagnostics.diagnose import render_section, render_summary
 
-    if plot and not run:
-        raise Exit("remotekit: --plot needs --run (it draws the run's log)", code=2)
+    if plot and not run_dir:
+        raise Exit("remotekit: --plot needs --run-dir (it draws the run's log)", code=2)
     if plot:
         need_matplotlib()
 
@@ -160,7 +164,11 @@ def diagnose(
             console.say(f"[{t.name}] {render_section(section)}\n\n")
 
         return run_diagnose(
-            t, path=path or None, run=run or None, on_section=show, points=2000 if plot else 0
+            t,
+            checkpoints=checkpoints or None,
+            run_dir=run_dir or None,
+            on_section=show,
+            points=2000 if plot else 0,
         )
 
     if dry_run:  # each section is its own step: each prints
@@ -181,24 +189,22 @@ def diagnose(
     iterable=["metric"],
     help={
         **task_help(),
-        "ckpt_dir": "the older name of --checkpoints",
         "plot": "draw loss/accuracy with spikes and events into this PNG (needs matplotlib: the plot extra)",
         "timeout": TIMEOUT_HELP + "; with --follow: how long to follow (default: until Ctrl-C)",
         "on_incident": "with --follow: a command run here for each incident, the incident as "
         "JSON on its stdin (split like a shell would, run without one; a failure is a warning)",
-        "run": "instead of --path: the output log of run ID (`remotekit runs`), on the selected "
+        "run": "instead of --log: the output log of run ID (`remotekit runs`), on the selected "
         "host that has it; with --follow, until the run ends (exit: the run's code if it failed)",
         "dry_run": DRY_RUN_HELP,
     },
 )
 def train_log(
     c: Context,
-    path: str = "",
+    log: str = "",
     sel: Selection = OPTIONS_HERE,
     preset: str = DEFAULT_PRESET,
     metric: Any = None,
     ckpt_steps: str = "",
-    ckpt_dir: str = "",
     steps_per_epoch: float = 0.0,
     plot: str = "",
     timeout: float = 0.0,
@@ -211,13 +217,13 @@ def train_log(
     """What happened to this run: spikes, cliffs, events, and batch composition."""
     if plot and not follow:  # before --run looks the run up there
         need_matplotlib()
-    if run and path:
-        raise Exit("remotekit: --path or --run, not both", code=2)
+    if run and log:
+        raise Exit("remotekit: --log or --run, not both", code=2)
     if run and dry_run:
-        raise Exit("remotekit: --dry-run takes --path (--run looks the run up there)", code=2)
+        raise Exit("remotekit: --dry-run takes --log (--run looks the run up there)", code=2)
     if run:
-        sel, path = run_log(sel, run)
-    required(path=path)
+        sel, log = run_log(sel, run)
+    required(log=log)
     from remotekit.diagnostics import trainlog
     from remotekit.diagnostics.base import host_checkpoints
 
@@ -232,24 +238,24 @@ def train_log(
             "ckpt_steps": ckpt_steps or None,
             "steps_per_epoch": steps_per_epoch or None,
             "timeout": timeout or None,
-            "run": run or None,  # its log (path), followed until the run ends
+            "run": run or None,  # its log (--log), followed until the run ends
         }
         hook = split_option("on-incident", on_incident) if on_incident else None
         if dry_run:
             return dry_run_steps(
                 sel.targets(dry_run=True),
-                lambda t, console: follow_once(t, path, checkpoints or ckpt_dir, options),
+                lambda t, console: follow_once(t, log, checkpoints, options),
             )
-        return follow_log(sel, path, checkpoints or ckpt_dir, options, hook)
+        return follow_log(sel, log, checkpoints, options, hook)
 
     def analyze(t: remotekit.Target, console: Console) -> Any:
         return trainlog.analyze_train_log(
             t,
-            path,
+            log,
             metrics=list(metric or ()) or None,
             preset=preset,
             ckpt_steps=ckpt_steps or None,
-            ckpt_dir=host_checkpoints(t, checkpoints or ckpt_dir),
+            checkpoints=host_checkpoints(t, checkpoints),
             steps_per_epoch=steps_per_epoch or None,
             points=2000 if plot else 0,
             timeout=timeout or None,
@@ -266,14 +272,14 @@ def train_log(
     fan_out(sel, analyze, render=trainlog.render_report, title="train-log", after=draw)
 
 
-def follow_once(t: remotekit.Target, path: str, checkpoints: str, options: dict[str, Any]) -> None:
+def follow_once(t: remotekit.Target, log: str, checkpoints: str, options: dict[str, Any]) -> None:
     """The follow ``train-log --follow`` starts on ``t``, iterated to its end (on a dry-run
     target: its one step, reported)."""
     from remotekit.diagnostics import trainlog
     from remotekit.diagnostics.base import host_checkpoints
 
     ckpt = host_checkpoints(t, checkpoints)
-    with trainlog.follow_train_log(t, path, ckpt_dir=ckpt, **options) as live:
+    with trainlog.follow_train_log(t, log, checkpoints=ckpt, **options) as live:
         for _ in live:
             pass
 
@@ -397,7 +403,7 @@ def run_log(sel: Selection, run_id: str) -> tuple[Selection, str]:
 
 
 def follow_log(
-    sel: Selection, path: str, checkpoints: str, options: dict[str, Any], hook: list[str] | None
+    sel: Selection, log: str, checkpoints: str, options: dict[str, Any], hook: list[str] | None
 ) -> None:
     """``train-log --follow``: one host; each incident a line (``--json``: a JSON object a
     line, flushed), the status on a terminal's progress line, ``hook`` run per incident;
@@ -420,7 +426,7 @@ def follow_log(
     def on_status(status: Any) -> None:
         if live.source is not None and not said:
             said.extend(live.source.describe())
-            console.line(t.name, "stderr", f"following {path}: " + "; ".join(said))
+            console.line(t.name, "stderr", f"following {log}: " + "; ".join(said))
         if (backlog := status.backlog_line()) is not None:
             console.line(t.name, "stderr", backlog)
         console.progress(f"{t.name} | {status.line()}")
@@ -430,8 +436,8 @@ def follow_log(
         ckpt = host_checkpoints(t, checkpoints)
         live = trainlog.follow_train_log(
             t,
-            None if options["run"] else path,
-            ckpt_dir=ckpt,
+            None if options["run"] else log,
+            checkpoints=ckpt,
             on_status=on_status,
             on_warning=warn,
             **options,
@@ -476,7 +482,7 @@ def follow_log(
 )
 def ckpt_scan(
     c: Context,
-    path: str = "",
+    checkpoints: str = "",
     sel: Selection = OPTIONS_HERE,
     jobs: int = 1,
     load: Loading = OPTIONS_HERE,
@@ -488,7 +494,7 @@ def ckpt_scan(
     def scan(t: remotekit.Target, console: Console) -> Any:
         return ck.scan_checkpoints(
             t,
-            _checkpoints_path(t, path, "ckpt-scan"),
+            _checkpoints_path(t, checkpoints, "ckpt-scan"),
             jobs=jobs,
             **load.kwargs(),
             on_progress=scan_progress(console, t.name),
@@ -506,17 +512,17 @@ def ckpt_scan(
 )
 def ckpt_inspect(
     c: Context,
-    path: str = "",
+    checkpoint: str = "",
     sel: Selection = OPTIONS_HERE,
     load: Loading = OPTIONS_HERE,
     dry_run: bool = False,
 ) -> None:
     """Keys, dtypes, shapes, step/epoch and lr per param group, without reading tensor data."""
-    required(path=path)
+    required(checkpoint=checkpoint)
     ck = _checkpoints()
 
     def inspect(t: remotekit.Target, console: Console) -> Any:
-        return ck.inspect_checkpoint(t, path, **load.kwargs())
+        return ck.inspect_checkpoint(t, checkpoint, **load.kwargs())
 
     if dry_run:
         return dry_run_steps(sel.targets(dry_run=True), inspect)
@@ -567,7 +573,7 @@ def ckpt_diff(
 )
 def ckpt_bisect(
     c: Context,
-    path: str = "",
+    checkpoints: str = "",
     sel: Selection = OPTIONS_HERE,
     linear: bool = False,
     jobs: int = 1,
@@ -580,7 +586,7 @@ def ckpt_bisect(
     def bisect(t: remotekit.Target, console: Console) -> Any:
         return ck.bisect_checkpoints(
             t,
-            _checkpoints_path(t, path, "ckpt-bisect"),
+            _checkpoints_path(t, checkpoints, "ckpt-bisect"),
             linear=linear,
             jobs=jobs,
             **load.kwargs(),

@@ -37,6 +37,7 @@ from remotekit.diagnostics.base import (
     EXIT_OK,
     Report,
     host_checkpoints,
+    renamed,
     worst_exit,
 )
 from remotekit.errors import RemotekitError
@@ -57,7 +58,7 @@ __all__ = [
 ]
 
 SECTIONS = ("env", "gpu", "disk", "ckpt-scan")
-#: The sections of ``diagnose(run=DIR)``: the log is read after the scan, with its save steps.
+#: The sections of ``diagnose(run_dir=DIR)``: the log is read after the scan, with its save steps.
 RUN_SECTIONS = (*SECTIONS, "train-log")
 #: Seconds each section may run (its step's timeout); ``timeouts=`` overrides by name.
 DEFAULT_TIMEOUTS: Mapping[str, float] = MappingProxyType(
@@ -176,7 +177,7 @@ def _train_log(
     # checkpoint-2000 / global_step2000 / iter_0002000, and the files' own step keys): a
     # scan that failed, or found checkpoints whose step it could not read, still gives them
     report = trainlog.analyze_train_log(
-        target, run, ckpt_steps=steps or None, ckpt_dir=run, points=points, timeout=timeout
+        target, run, ckpt_steps=steps or None, checkpoints=run, points=points, timeout=timeout
     )
     src = getattr(report, "source", None)
     return report, getattr(src, "path", None)
@@ -193,23 +194,25 @@ def _save_steps(scan: Any) -> list[int]:
 
 
 # long: for its docstring; the body is the section table, then one loop over it.
+@renamed(path="checkpoints", run="run_dir")
 def diagnose(
     target: Target,
     *,
-    path: str | None = None,
-    run: str | None = None,
+    checkpoints: str | None = None,
+    run_dir: str | None = None,
     include_ckpt: bool = True,
     timeouts: Mapping[str, float] | None = None,
     on_section: Callable[[Section], None] | None = None,
     env: Mapping[str, str] | None = None,
     points: int = 0,
 ) -> DiagnoseReport:
-    """Run env, gpu, disk and (with ``path``, ``run`` or the host's ``checkpoints:``)
-    ckpt-scan; with ``run`` also train-log on the run's log, and the run's verdict.
+    """Run env, gpu, disk and (with ``checkpoints``, ``run_dir`` or the host's
+    ``checkpoints:``) ckpt-scan; with ``run_dir`` also train-log on the run's log, and the
+    run's verdict.
 
-    ``path`` is the checkpoint directory to scan (default: ``run``, else the host's
-    ``checkpoints:``); the disk section measures the host's ``workdir`` (else ``~``) and that
-    directory. ``run`` is a training run's directory there: its checkpoints are scanned, its
+    ``checkpoints`` is the checkpoint directory to scan (default: ``run_dir``, else the
+    host's ``checkpoints:``); the disk section measures the host's ``workdir`` (else ``~``)
+    and that directory. ``run_dir`` is a training run's directory there: its checkpoints are scanned, its
     log (the one ``train-log`` on the directory chooses) is analysed with the steps of those
     checkpoints as save events. ``points`` > 0 fetches that many points of each log series
     (for a plot). ``timeouts`` overrides :data:`DEFAULT_TIMEOUTS` by section name (unknown
@@ -221,7 +224,7 @@ def diagnose(
     if unknown:
         raise ValueError(f"unknown section(s) in timeouts: {', '.join(sorted(unknown))}")
     limits = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
-    ckpt = host_checkpoints(target, path or run)
+    ckpt = host_checkpoints(target, checkpoints or run_dir)
     disk_paths = [target.spec.workdir or "~", *([ckpt] if ckpt else [])]
 
     runs: dict[str, Callable[[], Any]] = {
@@ -238,12 +241,12 @@ def diagnose(
         ckpt_path = ckpt
         runs["ckpt-scan"] = lambda: _scan_checkpoints(target, ckpt_path, limits["ckpt-scan"])
     logs: list[str] = []
-    if run:
-        run_dir = run
+    if run_dir:
+        run = run_dir
 
         def read_log() -> Any:
             scan = done.get("ckpt-scan")
-            report, log = _train_log(target, run_dir, scan, limits["train-log"], points)
+            report, log = _train_log(target, run, scan, limits["train-log"], points)
             logs.append(log or "")
             return report
 
@@ -251,7 +254,7 @@ def diagnose(
 
     sections: list[Section] = []
     done: dict[str, Any] = {}
-    for name in RUN_SECTIONS if run else SECTIONS:
+    for name in RUN_SECTIONS if run_dir else SECTIONS:
         section = _run_section(name, runs.get(name), skip.get(name, ""))
         done[name] = section.report
         sections.append(section)
@@ -264,8 +267,8 @@ def diagnose(
         exit_code=worst_exit([s.exit_code for s in sections]),
         findings=tuple(f"[{s.name}] {f}" for s in sections for f in s.findings),
         summary=tuple(_summary_line(s) for s in sections),
-        run=run,
-        verdict=tuple(_verdict(sections, logs[0] if logs else None)) if run else (),
+        run=run_dir,
+        verdict=tuple(_verdict(sections, logs[0] if logs else None)) if run_dir else (),
     )
 
 

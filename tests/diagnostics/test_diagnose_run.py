@@ -44,7 +44,7 @@ def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def report(run_dir: Path, bin_dir: Path) -> Iterator[dg.DiagnoseReport]:
     with remotekit.local_target() as t:
-        yield dg.diagnose(t, run=str(run_dir), env=smi_env(bin_dir, "healthy"))
+        yield dg.diagnose(t, run_dir=str(run_dir), env=smi_env(bin_dir, "healthy"))
 
 
 def test_a_run_gets_checkpoints_log_and_verdict(report: dg.DiagnoseReport, run_dir: Path) -> None:
@@ -86,7 +86,7 @@ def test_a_run_without_a_log_fails_only_that_section(tmp_path: Path, bin_dir: Pa
     cf.hf_trainer_dir(tmp_path, 100)
     (tmp_path / "checkpoint-100" / "trainer_state.json").unlink()
     with remotekit.local_target() as t:
-        rep = dg.diagnose(t, run=str(tmp_path), env=smi_env(bin_dir, "healthy"))
+        rep = dg.diagnose(t, run_dir=str(tmp_path), env=smi_env(bin_dir, "healthy"))
     log = rep.section("train-log")
     assert log is not None and log.status == "failed" and "no training log under" in str(log.error)
     assert rep.section("ckpt-scan").status == "ok"  # type: ignore[union-attr]
@@ -103,7 +103,7 @@ def test_cli_diagnose_run_text_json_and_plot(run_dir: Path, bin_dir: Path, tmp_p
     work = tmp_path / "work"
     work.mkdir()
     hosts = smi_hosts(tmp_path, bin_dir, "healthy", remotekit.local_target(workdir=str(work)))
-    r = cli("diagnose", "--inventory", hosts, "--run", str(run_dir), cwd=tmp_path)
+    r = cli("diagnose", "--inventory", hosts, "--run-dir", str(run_dir), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     text = r.stdout
     assert text.index("== ckpt-scan: findings") < text.index("== train-log: findings")
@@ -115,7 +115,7 @@ def test_cli_diagnose_run_text_json_and_plot(run_dir: Path, bin_dir: Path, tmp_p
         "diagnose",
         "--inventory",
         hosts,
-        "--run",
+        "--run-dir",
         str(run_dir),
         "--json",
         "--plot",
@@ -133,4 +133,4 @@ def test_cli_diagnose_run_text_json_and_plot(run_dir: Path, bin_dir: Path, tmp_p
 
 def test_cli_diagnose_plot_without_run_exits_2(tmp_path: Path) -> None:
     r = cli("diagnose", "--plot", str(tmp_path / "x.png"), cwd=tmp_path)
-    assert r.returncode == 2 and "--plot needs --run" in r.stderr
+    assert r.returncode == 2 and "--plot needs --run-dir" in r.stderr

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, worst_exit
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, renamed, worst_exit
 from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
     CheckpointError,
@@ -77,9 +77,10 @@ class BisectReport(Shown, Bisect):
         return render_bisect(self)
 
 
+@renamed(directory="checkpoints")
 def bisect_checkpoints(
     target: Target,
-    directory: str,
+    checkpoints: str,
     *,
     linear: bool = False,
     jobs: int = 1,
@@ -89,7 +90,7 @@ def bisect_checkpoints(
     on_report: ReportCallback | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> BisectReport:
-    """Order the checkpoints under ``directory`` by global step (or by name, naturally sorted,
+    """Order the checkpoints under ``checkpoints`` (a directory there) by global step (or by name, naturally sorted,
     when some has none) and find the last clean and the first bad one.
 
     By default a binary search (about log2(n) scans; assumes that once a checkpoint is bad,
@@ -98,7 +99,7 @@ def bisect_checkpoints(
     order and listed in ``unreadable`` (exit code 2).
     """
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
-    args = BisectOptions.of(directory, linear=linear, jobs=jobs, **loading).argv()
+    args = BisectOptions.of(checkpoints, linear=linear, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)
     run = run_script(
         target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=tracker.record
@@ -109,7 +110,7 @@ def bisect_checkpoints(
     order = BisectOrder.from_dict(run.first(BisectOrder.TYPE))
     report = BisectReport.from_dict(rec)
     return replace(
-        report, directory=directory, ordered=order.checkpoints, reports=tuple(tracker.reports)
+        report, directory=checkpoints, ordered=order.checkpoints, reports=tuple(tracker.reports)
     )
 
 

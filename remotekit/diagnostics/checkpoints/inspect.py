@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_OK
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_OK, renamed
 from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
     kinds,
@@ -61,9 +61,10 @@ class InspectReport(Shown, Inspect):
         return render_inspect(self)
 
 
+@renamed(path="checkpoint")
 def inspect_checkpoint(
     target: Target,
-    path: str,
+    checkpoint: str,
     *,
     allow_globals: Sequence[str] = (),
     unsafe_pickle: bool = False,
@@ -75,13 +76,13 @@ def inspect_checkpoint(
     ``ok`` False and ``error``; CheckpointError / engine errors as in :func:`scan_checkpoints`.
     """
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
-    args = InspectOptions.of(path, **loading).argv()
+    args = InspectOptions.of(checkpoint, **loading).argv()
     run = run_script(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
     rec = run.first(Inspect.TYPE)
     report = InspectReport.from_dict(rec)
     return replace(
         report,
-        path=report.path if rec and "path" in rec else path,
+        path=report.path if rec and "path" in rec else checkpoint,
         error=report.error if rec else "the script gave no inspect record",
         tensors=tuple(TensorInfo.from_dict(r) for r in run.of(TensorInfo.TYPE)),
     )

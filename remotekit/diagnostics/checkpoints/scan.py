@@ -14,6 +14,7 @@ from remotekit.diagnostics.base import (
     EXIT_FINDINGS,
     EXIT_OK,
     Record,
+    renamed,
     worst_exit,
 )
 from remotekit.diagnostics.checkpoints.common import (
@@ -233,9 +234,10 @@ class Tracker:
             )
 
 
+@renamed(path="checkpoints")
 def scan_checkpoints(
     target: Target,
-    path: str,
+    checkpoints: str,
     *,
     jobs: int = 1,
     allow_globals: Sequence[str] = (),
@@ -245,7 +247,7 @@ def scan_checkpoints(
     on_progress: ProgressCallback | None = None,
     on_warning: WarningCallback | None = None,
 ) -> CheckpointScan:
-    """Check every checkpoint at ``path`` there (a file, a directory searched recursively,
+    """Check every checkpoint at ``checkpoints`` there (a file, a directory searched recursively,
     or a glob) for NaN / +Inf / -Inf, in weights and in optimizer state.
 
     ``jobs`` checkpoints are checked in parallel (one worker process each, one checkpoint at
@@ -255,12 +257,12 @@ def scan_checkpoints(
     be read never stops the scan: it gets a report with status "error" and the reason.
 
     Returns a :class:`CheckpointScan` (a list of reports sorted by path, with ``exit_code``).
-    Raises :class:`CheckpointError` when the scan cannot run at all (nothing at ``path``,
+    Raises :class:`CheckpointError` when the scan cannot run at all (nothing at ``checkpoints``,
     no torch there, an ``allow_globals`` name that cannot be imported) and the engine's
     errors (timeout, connection, container, interpreter).
     """
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
-    args = ScanOptions.of(path, jobs=jobs, **loading).argv()
+    args = ScanOptions.of(checkpoints, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)
     notes: list[str] = []
     plan: list[ScanPlan] = []

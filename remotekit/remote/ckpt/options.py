@@ -190,7 +190,7 @@ class ScanOptions(CkptOptions):
         "a checkpoint file, a directory (searched recursively) or a glob (default: the host's "
         "`checkpoints:`)",
         _path,
-        task="path",
+        task="checkpoints",
     )
     jobs: int = _jobs()
 
@@ -208,7 +208,7 @@ class InspectOptions(CkptOptions):
         "a checkpoint file, an HF *.index.json, or a checkpoint directory (HF checkpoint-N/, "
         "DeepSpeed global_stepN/, DCP)",
         _path,
-        task="path",
+        task="checkpoint",
     )
 
 
@@ -236,7 +236,10 @@ class BisectOptions(CkptOptions):
     OPERANDS = ("directory",)
 
     directory: str = option(
-        "", "a directory of checkpoints (default: the host's `checkpoints:`)", _path, task="path"
+        "",
+        "a directory of checkpoints (default: the host's `checkpoints:`)",
+        _path,
+        task="checkpoints",
     )
     linear: bool = option(
         False, "check every checkpoint instead of a binary search", _switch, task="linear"

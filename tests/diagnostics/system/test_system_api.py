@@ -259,7 +259,7 @@ def test_diagnose_runs_every_section_in_order(
         report.summary[3]
         == "ckpt-scan: skipped (no checkpoints: configured for local and no path given)"
     )
-    off = dg.diagnose(t, path=str(tmp_path), include_ckpt=False, env=smi_env(bin_dir))
+    off = dg.diagnose(t, checkpoints=str(tmp_path), include_ckpt=False, env=smi_env(bin_dir))
     assert off.section("ckpt-scan").error == "not requested"  # type: ignore[union-attr]
 
 
@@ -318,7 +318,7 @@ def test_diagnose_ckpt_scan_contract(
     assert "[ckpt-scan] step_100: 3 NaN in fc.weight" in report.findings
 
     fake_scanner.error = RuntimeError("boom")
-    broken = dg.diagnose(t, path="/elsewhere", env=smi_env(bin_dir))
+    broken = dg.diagnose(t, checkpoints="/elsewhere", env=smi_env(bin_dir))
     assert fake_scanner.calls[-1]["path"] == "/elsewhere"
     ckpt = broken.section("ckpt-scan")
     assert ckpt is not None and (ckpt.status, ckpt.error) == ("failed", "RuntimeError: boom")
