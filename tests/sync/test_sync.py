@@ -894,3 +894,45 @@ def test_a_folder_copy_refuses_as_a_file_copy_does(local: remotekit.Target, tmp_
     with pytest.raises(remotekit.RemotekitError, match="mode= is for one file"):
         local.put(src, str(tmp_path / "m"), mode=0o600)
     assert not (tmp_path / "no").exists() and not (tmp_path / "m").exists()
+
+
+def test_a_pull_refuses_what_a_hostile_far_side_sends(tmp_path: Path) -> None:
+    """What a pull writes here comes from there: a listing's entries are checked field by
+    field, and bodies must come in the order asked and never past the listed size; one that
+    came short is padded (the pack's offsets) and flagged, never installed."""
+    import base64
+
+    from remotekit.sync import Entry, _Bodies, _entry
+
+    assert _entry(["f", 3, 1, 0o644]) == Entry("f", 3, 1, 0o644)
+    assert _entry(["l", 0, 1, 0o777, "../x"]).link == "../x"  # a link as a link, never followed
+    for bad in (["f", -1, 0, 0], ["x", 1, 1, 1], ["f", "1", 0, 0], ["l", 0, 0, 0, "a\0b"]):
+        with pytest.raises(ValueError):
+            _entry(bad)
+
+    def body(n: int, data: bytes) -> dict[str, Any]:
+        return {"type": "body", "n": n, "b": base64.b64encode(data).decode()}
+
+    there = {"a": Entry("f", 3), "b": Entry("f", 2)}
+    progress = type("P", (), {"add": lambda self, n: None})()
+    for i, records in enumerate(
+        [
+            [body(0, b"abcd")],  # more bytes than listed
+            [body(1, b"xy")],  # not the file asked next
+            [body(0, b"abc"), {"type": "read", "n": 0, "ok": True}, body(2, b"")],  # none asked
+        ]
+    ):
+        (tmp_path / str(i)).mkdir()
+        got = _Bodies(tmp_path / str(i), ["a", "b"], there, packed=2)
+        with pytest.raises(ValueError):
+            for r in records:
+                got.record(r, progress)
+        got.close()
+    (tmp_path / "short").mkdir()
+    got = _Bodies(tmp_path / "short", ["a", "b"], there, packed=2)
+    for r in (body(0, b"a"), {"type": "read", "n": 0, "ok": True}, body(1, b"xy")):
+        assert got.record(r, progress)
+    assert got.record({"type": "read", "n": 1, "ok": True}, progress)
+    got.close()
+    assert bytes(got.ok) == b"01"  # the short one is flagged whatever the far side says
+    assert (tmp_path / "short" / "pack").read_bytes() == b"a\0\0xy"
