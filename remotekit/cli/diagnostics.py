@@ -73,20 +73,6 @@ def _checkpoints() -> ModuleType:
     return checkpoints
 
 
-def _checkpoints_path(t: remotekit.Target, checkpoints: str, step: str) -> str:
-    """``--checkpoints``, else the host's ``checkpoints:``; neither is an error naming the
-    host."""
-    from remotekit.diagnostics.base import host_checkpoints
-
-    if (where := host_checkpoints(t, checkpoints)) is not None:
-        return where
-    raise remotekit.RemotekitError(
-        "no --checkpoints given and no `checkpoints:` for this host in hosts.yaml",
-        host=t.name,
-        step=step,
-    )
-
-
 def scan_progress(console: Console, host: str) -> Callable[[Any], None]:
     """A checkpoint scan's progress (files, bytes) on ``console``'s progress line."""
     show = progress_line(console, f"{host}:")
@@ -134,8 +120,8 @@ def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts
 
 @fleet_task(
     help={
-        "checkpoints": "the checkpoints to scan (default: --run-dir, else the host's "
-        "`checkpoints:`)",
+        "checkpoints": "the checkpoints to scan (default: --run-dir, then the host's "
+        "`checkpoints:`: the first holding some)",
         "run_dir": "a training run's directory there: its checkpoints, its log, and one verdict",
         "plot": "with --run-dir: draw the log with spikes and saves into this PNG (needs matplotlib: the plot extra)",
         "dry_run": DRY_RUN_HELP,
@@ -225,7 +211,6 @@ def train_log(
         sel, log = run_log(sel, run)
     required(log=log)
     from remotekit.diagnostics import trainlog
-    from remotekit.diagnostics.base import host_checkpoints
 
     if on_incident and not follow:
         raise Exit("remotekit: --on-incident goes with --follow", code=2)
@@ -244,9 +229,9 @@ def train_log(
         if dry_run:
             return dry_run_steps(
                 sel.targets(dry_run=True),
-                lambda t, console: follow_once(t, log, checkpoints, options),
+                lambda t, console: follow_once(t, log, checkpoints or None, options),
             )
-        return follow_log(sel, log, checkpoints, options, hook)
+        return follow_log(sel, log, checkpoints or None, options, hook)
 
     def analyze(t: remotekit.Target, console: Console) -> Any:
         return trainlog.analyze_train_log(
@@ -255,7 +240,7 @@ def train_log(
             metrics=list(metric or ()) or None,
             preset=preset,
             ckpt_steps=ckpt_steps or None,
-            checkpoints=host_checkpoints(t, checkpoints),
+            checkpoints=checkpoints or None,
             steps_per_epoch=steps_per_epoch or None,
             points=2000 if plot else 0,
             timeout=timeout or None,
@@ -272,14 +257,14 @@ def train_log(
     fan_out(sel, analyze, render=trainlog.render_report, title="train-log", after=draw)
 
 
-def follow_once(t: remotekit.Target, log: str, checkpoints: str, options: dict[str, Any]) -> None:
+def follow_once(
+    t: remotekit.Target, log: str, checkpoints: str | None, options: dict[str, Any]
+) -> None:
     """The follow ``train-log --follow`` starts on ``t``, iterated to its end (on a dry-run
     target: its one step, reported)."""
     from remotekit.diagnostics import trainlog
-    from remotekit.diagnostics.base import host_checkpoints
 
-    ckpt = host_checkpoints(t, checkpoints)
-    with trainlog.follow_train_log(t, log, checkpoints=ckpt, **options) as live:
+    with trainlog.follow_train_log(t, log, checkpoints=checkpoints, **options) as live:
         for _ in live:
             pass
 
@@ -403,7 +388,11 @@ def run_log(sel: Selection, run_id: str) -> tuple[Selection, str]:
 
 
 def follow_log(
-    sel: Selection, log: str, checkpoints: str, options: dict[str, Any], hook: list[str] | None
+    sel: Selection,
+    log: str,
+    checkpoints: str | None,
+    options: dict[str, Any],
+    hook: list[str] | None,
 ) -> None:
     """``train-log --follow``: one host; each incident a line (``--json``: a JSON object a
     line, flushed), the status on a terminal's progress line, ``hook`` run per incident;
@@ -411,7 +400,6 @@ def follow_log(
     says how: the exit code is the run's when it failed (``logs --follow``'s: 128+N for
     signal N, 2 for a lost run), else train-log's own (1: incidents were reported)."""
     from remotekit.diagnostics import trainlog
-    from remotekit.diagnostics.base import host_checkpoints
     from remotekit.render import to_json
 
     targets = sel.targets()
@@ -433,11 +421,10 @@ def follow_log(
 
     code = 0
     with t:
-        ckpt = host_checkpoints(t, checkpoints)
         live = trainlog.follow_train_log(
             t,
             None if options["run"] else log,
-            checkpoints=ckpt,
+            checkpoints=checkpoints,
             on_status=on_status,
             on_warning=warn,
             **options,
@@ -494,7 +481,7 @@ def ckpt_scan(
     def scan(t: remotekit.Target, console: Console) -> Any:
         return ck.scan_checkpoints(
             t,
-            _checkpoints_path(t, checkpoints, "ckpt-scan"),
+            checkpoints or None,
             jobs=jobs,
             **load.kwargs(),
             on_progress=scan_progress(console, t.name),
@@ -515,14 +502,16 @@ def ckpt_inspect(
     checkpoint: str = "",
     sel: Selection = OPTIONS_HERE,
     load: Loading = OPTIONS_HERE,
+    resume: bool = False,
     dry_run: bool = False,
 ) -> None:
-    """Keys, dtypes, shapes, step/epoch and lr per param group, without reading tensor data."""
+    """Keys, dtypes, shapes, step/epoch, lr per param group, and whether a run can resume
+    from it with nothing lost (--resume: exit 1 if not), without reading tensor data."""
     required(checkpoint=checkpoint)
     ck = _checkpoints()
 
     def inspect(t: remotekit.Target, console: Console) -> Any:
-        return ck.inspect_checkpoint(t, checkpoint, **load.kwargs())
+        return ck.inspect_checkpoint(t, checkpoint, resume=resume, **load.kwargs())
 
     if dry_run:
         return dry_run_steps(sel.targets(dry_run=True), inspect)
@@ -586,7 +575,7 @@ def ckpt_bisect(
     def bisect(t: remotekit.Target, console: Console) -> Any:
         return ck.bisect_checkpoints(
             t,
-            _checkpoints_path(t, checkpoints, "ckpt-bisect"),
+            checkpoints or None,
             linear=linear,
             jobs=jobs,
             **load.kwargs(),

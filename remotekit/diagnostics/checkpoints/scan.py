@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from remotekit.diagnostics import defaults
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
@@ -237,7 +238,7 @@ class Tracker:
 @renamed(path="checkpoints")
 def scan_checkpoints(
     target: Target,
-    checkpoints: str,
+    checkpoints: str | None = None,
     *,
     jobs: int = 1,
     allow_globals: Sequence[str] = (),
@@ -247,8 +248,9 @@ def scan_checkpoints(
     on_progress: ProgressCallback | None = None,
     on_warning: WarningCallback | None = None,
 ) -> CheckpointScan:
-    """Check every checkpoint at ``checkpoints`` there (a file, a directory searched recursively,
-    or a glob) for NaN / +Inf / -Inf, in weights and in optimizer state.
+    """Check every checkpoint at ``checkpoints`` there (a file, a directory searched
+    recursively, or a glob; default: the host's ``checkpoints:``) for NaN / +Inf / -Inf, in
+    weights and in optimizer state.
 
     ``jobs`` checkpoints are checked in parallel (one worker process each, one checkpoint at
     a time per worker). ``on_report`` gets each :class:`CheckpointReport` as soon as its
@@ -257,12 +259,13 @@ def scan_checkpoints(
     be read never stops the scan: it gets a report with status "error" and the reason.
 
     Returns a :class:`CheckpointScan` (a list of reports sorted by path, with ``exit_code``).
-    Raises :class:`CheckpointError` when the scan cannot run at all (nothing at ``checkpoints``,
-    no torch there, an ``allow_globals`` name that cannot be imported) and the engine's
-    errors (timeout, connection, container, interpreter).
+    Raises :class:`CheckpointError` when the scan cannot run at all (nothing at
+    ``checkpoints``, no checkpoint there, no torch there, an ``allow_globals`` name that cannot
+    be imported) and the engine's errors (timeout, connection, container, interpreter).
     """
+    where = defaults.need_checkpoints(target, checkpoints, "ckpt-scan")
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
-    args = ScanOptions.of(checkpoints, jobs=jobs, **loading).argv()
+    args = ScanOptions.of(where, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)
     notes: list[str] = []
     plan: list[ScanPlan] = []

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from remotekit.diagnostics import defaults
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
@@ -343,7 +344,8 @@ def follow_train_log(
     new :class:`Incident` (spike, cliff, non-finite run, resume) as it is found there, by
     the detector of :func:`analyze_train_log` over the log's latest rows. ``options``: those
     of :func:`analyze_train_log` (``metrics``, ``preset``, ``ckpt_steps``, ``checkpoints``,
-    ``steps_per_epoch``, ``tolerance``; not ``points``)::
+    ``steps_per_epoch``, ``tolerance``; not ``points``; ``checkpoints`` defaults to the host's
+    ``checkpoints:`` there too)::
 
         with follow_train_log(t, "/workspace/run/log.jsonl") as live:
             for incident in live:
@@ -374,13 +376,13 @@ def follow_train_log(
         raise TypeError("follow_train_log() takes no points: a followed log sends no series")
     if (log is None) == (run is None):
         raise TypeError("follow_train_log() takes a log or a run, one of them")
-    if "checkpoints" in options:  # the options' own name for it: ckpt_dir
-        options["ckpt_dir"] = options.pop("checkpoints")
     handle = target.run_handle(run) if isinstance(run, str) else run
     if handle is not None:
         log = handle.info().log
         options = {**options, "run_dir": posixpath.dirname(log)}
-    follow = TrainLogOptions.of(str(log), follow=True, **options)
+    # the API's name for it (ckpt_dir= is @renamed to it); the options' own: ckpt_dir
+    ckpt_dir = defaults.checkpoints(target, options.pop("checkpoints", None))
+    follow = TrainLogOptions.of(str(log), follow=True, ckpt_dir=ckpt_dir, **options)
     return LogFollow(
         target, follow, timeout=timeout, on_status=on_status, on_warning=on_warning, run=handle
     )
