@@ -25,9 +25,12 @@ pass its lines (``read_patterns(".gitignore")``) or ``--exclude-from .gitignore`
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import shutil
 import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,10 +41,18 @@ from remotekit import shipping
 from remotekit.engine import Engine
 from remotekit.errors import RemotekitError, quote_tool
 from remotekit.remote import sync as wire
-from remotekit.result import Shown
+from remotekit.result import Shown, clip
 from remotekit.step import StepHeader, StepRequest, run_step
 
-__all__ = ["BATCH_BYTES", "ProgressCallback", "SyncResult", "read_patterns", "sync"]
+__all__ = [
+    "BATCH_BYTES",
+    "ProgressCallback",
+    "SyncResult",
+    "host_path",
+    "pull",
+    "read_patterns",
+    "sync",
+]
 
 #: ``on_progress(bytes_done, bytes_total)`` of the file bodies being sent.
 ProgressCallback = Callable[[int, int], None]
@@ -97,6 +108,8 @@ class SyncResult(Shown):
     dry_run: bool = False
     duration_s: float = 0.0
     errors: tuple[str, ...] = field(default=())
+    #: The files came from there to here (``src`` is the path there, ``dest`` the local one).
+    pulled: bool = False
 
     @property
     def partial(self) -> tuple[str, ...]:
@@ -123,10 +136,14 @@ class SyncResult(Shown):
         return "\n".join([self.summary(), *(f"skipped {s}" for s in self.skipped), *self.partial])
 
     def summary(self) -> str:
-        verb = "would send" if self.dry_run else "sent"
+        verb = (
+            ("would get" if self.dry_run else "got")
+            if self.pulled
+            else ("would send" if self.dry_run else "sent")
+        )
         parts = [
             f"{verb} {len(self.sent)} file(s) ({_size(self.bytes_sent)})",
-            f"{len(self.deleted)} deleted",
+            f"{len(self.deleted)} deleted" + (" here" if self.pulled else ""),
             f"{self.unchanged} unchanged",
         ]
         if self.touched:
@@ -144,6 +161,13 @@ class SyncResult(Shown):
         if self.delete_refused:
             parts.append("deletion refused (the listing had errors)")
         return f"{', '.join(parts)} in {self.steps} step(s), {self.duration_s:.2f} s"
+
+
+def host_path(path: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """``(NAME, PATH)`` when ``path`` is written ``NAME:PATH`` as rsync and scp read it (a
+    colon before any slash, after a name); else None: a local path (``./a:b`` is one)."""
+    name, colon, rest = os.fspath(path).partition(":")
+    return (name, rest) if colon and name and "/" not in name else None
 
 
 def read_patterns(path: str | os.PathLike[str]) -> list[str]:
@@ -192,13 +216,28 @@ def _records(
     files: dict[str, bytes],
     step: str,
     timeout: float | None,
+    on_record: Callable[[dict[str, Any]], bool] | None = None,
 ) -> list[dict[str, Any]]:
+    """The records of one step of the shipped script; those ``on_record`` takes (returns
+    True for) are handed to it as they come and not kept. A line that is no record of
+    the script's ends the step with an error naming it."""
     records: list[dict[str, Any]] = []
     stray: list[str] = []
 
     def sink(stream: str, line: str) -> None:
         if stream == "stdout" and line.startswith("{"):
-            records.append(json.loads(line))
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise RemotekitError(
+                    f"sync {command} of {dest}: not a record of sync.py: {clip(line, 80)!r}",
+                    host=engine.name,
+                    step=step,
+                ) from None
+            if not isinstance(record, dict):
+                record = {"type": "?"}
+            if on_record is None or not on_record(record):
+                records.append(record)
         elif stream == "stderr":
             stray.append(line)
 
@@ -239,11 +278,37 @@ def remote_tree(
         raise RemotekitError(
             f"{dest} exists there and is not a directory", host=engine.name, step=step
         )
-    tree = {
-        row[0]: Entry(*row[1:]) for r in records if r.get("type") == "entries" for row in r["e"]
-    }
+    try:
+        tree = {
+            wire.check_rel(row[0]): _entry(row[1:])
+            for r in records
+            if r.get("type") == "entries"
+            for row in r["e"]
+        }
+    except (wire.Unsafe, TypeError, ValueError, IndexError, KeyError) as exc:
+        raise RemotekitError(
+            f"the listing of {dest} there is not one sync.py makes: {clip(str(exc), 200)}",
+            host=engine.name,
+            step=step,
+        ) from None
     unlisted = [f"{r['p']}: {r['message']}" for r in records if r.get("type") == "error"]
     return bool(root.get("exists")), tree, unlisted
+
+
+def _entry(row: Sequence[Any]) -> Entry:
+    """A listed path's :class:`Entry`, its fields checked (a pull writes by them here)."""
+    kind, size, mtime_ns, mode, *link = row
+    ints = (size, mtime_ns, mode)
+    if kind not in ("f", "d", "l", "o") or not all(type(i) is int and i >= 0 for i in ints):
+        raise ValueError(f"bad entry {row!r}")
+    if link and not (len(link) == 1 and isinstance(link[0], str) and "\0" not in link[0]):
+        raise ValueError(f"bad link target in {row!r}")
+    return Entry(kind, size, mtime_ns, mode, link[0] if link else "")
+
+
+def remote_root(engine: Engine, path: str, timeout: float | None) -> dict[str, Any]:
+    """What the path there is: ``{"exists", "dir", "parent"}`` (one step)."""
+    return _records(engine, "stat", path, {}, f"stat {path}", timeout)[0]
 
 
 def remote_hashes(
@@ -562,21 +627,44 @@ def sync(
     if (not exists or any(work)) and not dry_run:
         errors, changed = _apply(engine, root, dest, plan, here, progress, timeout)
         steps += len(_batches(plan.send, here))
+    result = _result(
+        engine, plan, here, (str(root), dest), changed, errors, steps, dry_run, started
+    )
+    if errors:
+        _unwritten(engine, dest, errors)
+    return result
+
+
+def _result(
+    engine: Engine,
+    plan: Plan,
+    tree: dict[str, Entry],
+    sides: tuple[str, str],
+    changed: list[str],
+    errors: list[str],
+    steps: int,
+    dry_run: bool,
+    started: float,
+    pulled: bool = False,
+) -> SyncResult:
+    """The :class:`SyncResult` of a sync (or a pull: ``pulled``) that carried out ``plan``
+    from the source ``tree``; ``changed``: the files not sent as they changed while read."""
     not_sent = set(changed)
     sent = tuple(rel for rel in plan.send if rel not in not_sent)
-    result = SyncResult(
+    where = " there" if pulled else ""
+    return SyncResult(
         host=engine.name,
-        src=str(root),
-        dest=dest,
+        src=sides[0],
+        dest=sides[1],
         sent=sent,
         deleted=tuple(plan.deleted),
         unchanged=plan.unchanged,
-        bytes_sent=sum(here[rel].size for rel in sent),
+        bytes_sent=sum(tree[rel].size for rel in sent),
         touched=tuple(plan.meta),
         links=tuple(plan.links),
         dirs_created=tuple(plan.mkdir),
         kept=tuple(plan.kept),
-        skipped=(*plan.skipped, *(f"{rel}: changed while it was read" for rel in changed)),
+        skipped=(*plan.skipped, *(f"{rel}: changed while it was read{where}" for rel in changed)),
         unlisted=tuple(plan.unlisted),
         delete_refused=plan.delete_refused,
         hashed=len(plan.maybe),
@@ -584,10 +672,8 @@ def sync(
         dry_run=dry_run,
         duration_s=time.monotonic() - started,
         errors=tuple(errors),
+        pulled=pulled,
     )
-    if errors:
-        _unwritten(engine, dest, errors)
-    return result
 
 
 def _plan(
@@ -614,11 +700,13 @@ def _plan(
     return plan, here, exists, 2
 
 
-def _partial(unread: list[str], unlisted: list[str]) -> str:
+def _partial(
+    unread: list[str], unlisted: list[str], sides: tuple[str, str] = ("SRC here", "DEST there")
+) -> str:
     """Why a listing is partial ("" if both are whole): the first error of each side."""
     parts = [
         f"{side} could not be read in full ({len(errs)} error(s), first: {errs[0]})"
-        for side, errs in (("SRC here", unread), ("DEST there", unlisted))
+        for side, errs in zip(sides, (unread, unlisted))
         if errs
     ]
     return " and ".join(parts)
@@ -634,11 +722,203 @@ def _checked(engine: Engine, src: str | os.PathLike[str], dest: str) -> Path:
     return root
 
 
-def _unwritten(engine: Engine, dest: str, errors: list[str]) -> None:
+def _unwritten(engine: Engine, dest: str, errors: list[str], here: bool = False) -> None:
     shown = "\n".join("  " + e for e in errors[:20])
     more = f"\n  (+{len(errors) - 20} more)" if len(errors) > 20 else ""
+    side = "here" if here else "there"
     raise RemotekitError(
-        f"sync to {dest}: {len(errors)} path(s) could not be written there:\n{shown}{more}",
+        f"sync to {dest}: {len(errors)} path(s) could not be written {side}:\n{shown}{more}",
         host=engine.name,
         step=f"sync apply {dest}",
     )
+
+
+# -- the other way: a pull -----------------------------------------------------------------------
+
+
+def pull(
+    engine: Engine,
+    src: str,
+    dest: str | os.PathLike[str],
+    *,
+    delete: bool = False,
+    exclude: Iterable[str] = (),
+    dry_run: bool = False,
+    on_progress: ProgressCallback | None = None,
+    timeout: float | None = None,
+) -> SyncResult:
+    """Make the local directory ``dest`` hold the contents of ``src`` there: a sync the other
+    way, by the same rules (module doc), written here by the same code the far side writes
+    with (:func:`remotekit.remote.sync.apply_plan`: atomic files, no symlink followed on the
+    way, modes without setuid/setgid/sticky). ``dest`` and its missing parents are created.
+
+    The far side is not trusted: its listing is checked entry by entry (paths relative and
+    clean, fields of their kind), its bodies must come in the order asked and no longer
+    than listed; a file that changed while read there is not installed (in ``skipped``).
+    """
+    started = time.monotonic()
+    root = Path(dest)
+    if not isinstance(src, str) or not src:
+        raise RemotekitError("sync: the path there must be a non-empty path", host=engine.name)
+    if root.exists() and not root.is_dir():
+        raise RemotekitError(f"sync: {dest} is not a local directory", host=engine.name)
+    plan, there, steps = _pull_plan(engine, src, root, list(exclude), delete, timeout)
+    progress = _Progress(sum(there[rel].size for rel in plan.send), on_progress)
+    changed: list[str] = []
+    errors: list[str] = []
+    work = (plan.remove, plan.mkdir, plan.send, plan.links, plan.meta, plan.dirmodes)
+    if not dry_run and (not root.is_dir() or any(work)):
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RemotekitError(f"cannot create {root}: {exc.strerror}", host=engine.name) from exc
+        batches = _batches(plan.send, there)
+        for i, batch in enumerate(batches):
+            ends = (i == 0, i == len(batches) - 1)
+            errors += _fetch_and_apply(
+                engine, src, root, plan, there, batch, ends, progress, changed, timeout
+            )
+        steps += len(batches) if plan.send else 0
+    sides = (src, str(root))
+    result = _result(engine, plan, there, sides, changed, errors, steps, dry_run, started, True)
+    if errors:
+        _unwritten(engine, str(root), errors, here=True)
+    return result
+
+
+def _pull_plan(
+    engine: Engine, src: str, root: Path, patterns: list[str], delete: bool, timeout: float | None
+) -> tuple[Plan, dict[str, Entry], int]:
+    """List both trees (and hash where needed) for a pull: (the plan, the tree there without
+    what cannot be copied, the steps run). A listing with errors turns ``delete`` off."""
+    exists, listed, unlisted = remote_tree(engine, src, patterns, timeout)
+    if not exists:
+        raise RemotekitError(f"{src} does not exist there", host=engine.name, step=f"sync {src}")
+    there = {rel: e for rel, e in listed.items() if e.kind != "o"}
+    skipped = [
+        f"{rel}: not a regular file, directory or symlink" for rel in listed if rel not in there
+    ]
+    unread: list[str] = []
+    here = local_tree(root, wire.Excludes(patterns), [], unread) if root.is_dir() else {}
+    refused = _partial(unlisted, unread, ("SRC there", "DEST here")) if delete else ""
+    plan = diff(there, here, delete and not refused, str(root), engine.name, refused)
+    plan.skipped, plan.unlisted, plan.delete_refused = skipped, unlisted, refused
+    if not plan.maybe:
+        return plan, there, 1
+    _decide_hashed(plan, root, remote_hashes(engine, src, plan.maybe, timeout), there)
+    return plan, there, 2
+
+
+class _Bodies:
+    """The ``body``/``read`` records of one read step, written to the staging directory as
+    :func:`_batch_plan` lays them out (small ones one after the other in ``pack``, large ones
+    each in ``d/<n>``), checked: in the order asked, never more bytes than listed; a file
+    that came short is padded and flagged, as a push flags one (``ok``)."""
+
+    def __init__(self, staging: Path, order: list[str], there: dict[str, Entry], packed: int):
+        self.staging, self.order, self.there, self.packed = staging, order, there, packed
+        self.ok = bytearray(b"0" * len(order))
+        self.n, self.left = 0, there[order[0]].size if order else 0
+        (staging / "d").mkdir()
+        self.pack = (staging / "pack").open("wb")
+        self.out = self.pack if packed else None
+
+    def record(self, r: dict[str, Any], progress: _Progress) -> bool:
+        kind = r.get("type")
+        if kind not in ("body", "read"):
+            return False
+        if r.get("n") != self.n or self.n >= len(self.order):
+            raise ValueError(f"a {kind} record for file {r.get('n')!r}, not {self.n}")
+        if kind == "body":
+            data = base64.b64decode(r["b"], validate=True)
+            if len(data) > self.left:
+                raise ValueError(f"more bytes than listed for {self.order[self.n]}")
+            self._write(data)
+            progress.add(len(data))
+            return True
+        whole = self.left == 0 and r.get("ok") is True
+        progress.add(self.left)
+        if self.n < self.packed:  # came short: padded (the pack's offsets), never installed
+            self._write(bytes(self.left))
+        self.ok[self.n] = ord("1") if whole else ord("0")
+        self.n += 1
+        if self.n < len(self.order):
+            self.left = self.there[self.order[self.n]].size
+            if self.n >= self.packed:
+                self._next_file()
+        return True
+
+    def _next_file(self) -> None:
+        if self.out is not None and self.out is not self.pack:
+            self.out.close()
+        self.out = (self.staging / "d" / str(self.n)).open("wb")
+
+    def _write(self, data: bytes) -> None:
+        if self.out is None:
+            self._next_file()
+        assert self.out is not None
+        self.out.write(data)
+        self.left -= len(data)
+
+    def close(self) -> None:
+        if self.out is not None and self.out is not self.pack:
+            self.out.close()
+        self.pack.close()
+
+
+def _fetch_and_apply(
+    engine: Engine,
+    src: str,
+    root: Path,
+    plan: Plan,
+    there: dict[str, Entry],
+    batch: list[str],
+    first_last: tuple[bool, bool],
+    progress: _Progress,
+    changed: list[str],
+    timeout: float | None,
+) -> list[str]:
+    """One batch of a pull: its bodies read there (one step) into a staging directory in
+    ``root`` (renamed into place: same filesystem), then the batch's plan applied here."""
+    order, doc, _ = _batch_plan(batch, plan, there, *first_last)
+    packed = sum(1 for f in doc["files"] if len(f) == 6)
+    staging = Path(tempfile.mkdtemp(prefix=wire.TEMP_PREFIX, dir=root))
+    try:
+        bodies = _Bodies(staging, order, there, packed)
+        try:
+            if order:
+                asked = [[rel, there[rel].size, there[rel].mtime_ns] for rel in order]
+                _records(
+                    engine,
+                    "read",
+                    src,
+                    {"paths.json": json.dumps(asked).encode()},
+                    f"sync read {src}",
+                    timeout,
+                    on_record=lambda r: bodies.record(r, progress),
+                )
+                if bodies.n != len(order):
+                    raise ValueError(f"{len(order) - bodies.n} file(s) never sent")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RemotekitError(
+                f"sync read of {src}: the bodies sent are not the ones asked ({clip(str(exc), 200)})",
+                host=engine.name,
+                step=f"sync read {src}",
+            ) from None
+        finally:
+            bodies.close()
+        flags = bytes(bodies.ok)
+        changed += [rel for n, rel in enumerate(order) if flags[n] != ord("1")]
+        doc["files"] = [f for f in doc["files"] if flags[f[1]] == ord("1")]
+        kept: list[dict[str, Any]] = []
+        dest = wire.Dest(str(root))
+        try:
+            errors = wire.apply_plan(dest, doc, flags, str(staging), say=kept.append)
+        finally:
+            dest.close()
+        plan.kept += sorted(r["p"] for r in kept)
+        gone = set(plan.kept)
+        plan.deleted = [rel for rel in plan.deleted if rel not in gone]
+        return [f"{r['p']}: {r['message']}" for r in errors]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

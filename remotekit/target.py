@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, overload
 
 from remotekit import shell
 from remotekit.engine import Engine, Facade, masks_errors
-from remotekit.errors import ConnectionLost, RemotekitError
+from remotekit.errors import ConnectionLost, RemotekitError, StepFailed
 from remotekit.layers import Launch
 from remotekit.ping import Check, PingReport, ping
-from remotekit.remote.runner import kind_of
+from remotekit.remote.runner import GET_IS_A_DIRECTORY, kind_of
 from remotekit.result import Result, Script
 from remotekit.shell import NotStarted
 from remotekit.shipping import shown_name
@@ -475,7 +475,7 @@ class Target(Facade):
         timeout: float | None = None,
         step: str | None = None,
         on_progress: ProgressCallback | None = None,
-    ) -> Result:
+    ) -> Result | SyncResult:
         """Copy a local file there (atomically: a temp file beside it, then rename).
 
         ``parents`` creates the missing directories there first (``mkdir -p``): the one that
@@ -484,8 +484,32 @@ class Target(Facade):
         The file there gets the local file's mode (under the umask there), never wider than
         the mode of a file it replaces; ``mode=`` sets it exactly instead. ``on_progress(done,
         total)`` is called as bytes leave (``done`` never decreases; ``total`` is the size).
+
+        A local directory is copied with all it holds, as ``scp -r`` and ``cp -r`` do: into
+        ``remote_path`` under its own name when that is a directory there (or ends with
+        ``/``), else as ``remote_path`` itself; a ``/`` at the end of ``local`` changes
+        nothing (``rsync``'s "contents of" is :meth:`sync`'s). Files travel as a sync sends
+        them (only those that differ; nothing there is removed), and the
+        :class:`~remotekit.sync.SyncResult` is returned.
         """
         src = Path(local)
+        if src.is_dir():
+            if mode is not None:
+                raise RemotekitError(f"put {src}: mode= is for one file", host=self.name)
+            return self._put_tree(src, remote_path, parents, timeout, step, on_progress)
+        return self._put_file(src, remote_path, mode, parents, timeout, step, on_progress)
+
+    def _put_file(
+        self,
+        src: Path,
+        remote_path: str,
+        mode: int | None,
+        parents: bool,
+        timeout: float | None,
+        step: str | None,
+        on_progress: ProgressCallback | None,
+    ) -> Result:
+        """:meth:`put` of a regular file."""
         try:
             st = src.stat()
             if not stat.S_ISREG(st.st_mode):  # a FIFO would block here, a device never end
@@ -528,20 +552,49 @@ class Target(Facade):
         step: str | None = None,
         max_bytes: int = DEFAULT_GET_MAX_BYTES,
         on_progress: ProgressCallback | None = None,
-    ) -> Result:
+    ) -> Result | SyncResult:
         """Copy a regular file from there to ``local`` (a temp file, renamed when complete).
 
         ``local`` may be a directory (the file keeps its name); one ending with ``/`` must be.
         ``parents`` creates the missing local directories first (``mkdir -p``): the one that
         holds ``local``, or ``local`` itself when it ends with ``/``.
 
-        FIFOs, devices, directories and sockets are refused, as is a file larger than
-        ``max_bytes``. The local file gets the remote file's mode under our umask, never
-        wider than the mode of a local file it replaces. ``on_progress(done, total)`` is
-        called as bytes arrive, once the size there is known, and when the copy is complete.
+        FIFOs, devices and sockets are refused, as is a file larger than ``max_bytes``. The
+        local file gets the remote file's mode under our umask, never wider than the mode of
+        a local file it replaces. ``on_progress(done, total)`` is called as bytes arrive,
+        once the size there is known, and when the copy is complete.
+
+        A directory there is copied with all it holds, as ``scp -r`` does, by :meth:`put`'s
+        rule the other way round (into ``local`` under its own name when ``local`` is a
+        directory, else as ``local``); files travel as a pull sends them (:meth:`sync`), and
+        the :class:`~remotekit.sync.SyncResult` is returned (``max_bytes`` is per file).
         """
         # before the local side: a dry run makes no directory and no temp file here
         self.engine.dry(step or f"get {remote_path}", ("get", remote_path, os.fspath(local)))
+        try:
+            return self._get_file(
+                remote_path, local, parents, timeout, step, max_bytes, on_progress
+            )
+        except StepFailed as exc:
+            if exc.result is None or exc.result.exit_code != GET_IS_A_DIRECTORY:
+                raise
+        name = os.path.basename(remote_path.rstrip("/")) or remote_path
+        dest = self._local_dest(local, name, parents)
+        from remotekit.sync import pull
+
+        return pull(self.engine, remote_path, dest, timeout=timeout, on_progress=on_progress)
+
+    def _get_file(
+        self,
+        remote_path: str,
+        local: str | os.PathLike[str],
+        parents: bool,
+        timeout: float | None,
+        step: str | None,
+        max_bytes: int,
+        on_progress: ProgressCallback | None,
+    ) -> Result:
+        """:meth:`get` of a regular file."""
         dest = self._local_dest(local, os.path.basename(remote_path), parents)
         tmp = dest.with_name(f".{dest.name}.remotekit-{secrets.token_hex(4)}")
         try:
@@ -577,6 +630,43 @@ class Target(Facade):
         finally:
             if not ok:
                 tmp.unlink(missing_ok=True)
+
+    def _put_tree(
+        self,
+        src: Path,
+        remote_path: str,
+        parents: bool,
+        timeout: float | None,
+        step: str | None,
+        on_progress: ProgressCallback | None,
+    ) -> SyncResult:
+        """:meth:`put` of a directory: where it goes (one ``stat`` step), then a sync there."""
+        from remotekit.sync import remote_root, sync
+
+        name = step or f"put {remote_path}"
+        self.engine.dry(name, ("put", "-r", str(src), remote_path))
+        there = remote_root(self.engine, remote_path, timeout)
+        into = remote_path.endswith("/")
+        if there.get("exists") and not there.get("dir"):
+            raise RemotekitError(
+                f"cannot put directory {src} to {remote_path}: it exists there and is not a "
+                "directory",
+                host=self.name,
+                step=name,
+            )
+        folder_missing = not there.get("exists") if into else not there.get("parent")
+        if folder_missing and not parents:
+            folder = remote_path if into else os.path.dirname(remote_path.rstrip("/"))
+            raise RemotekitError(
+                f"cannot put {src} to {remote_path}: directory {folder} does not exist there "
+                "(put --parents creates it)",
+                host=self.name,
+                step=name,
+            )
+        dest = remote_path
+        if into or there.get("exists"):
+            dest = remote_path.rstrip("/") + "/" + (src.resolve().name or src.name)
+        return sync(self.engine, src, dest, timeout=timeout, on_progress=on_progress)
 
     def _local_dest(self, local: str | os.PathLike[str], name: str, parents: bool) -> Path:
         """The local file a ``get`` writes: ``local``, or ``name`` in it when it is a directory;
@@ -631,7 +721,7 @@ class Target(Facade):
     def sync(
         self,
         src: str | os.PathLike[str],
-        dest: str,
+        dest: str | os.PathLike[str],
         *,
         delete: bool = False,
         exclude: Iterable[str] = (),
@@ -642,20 +732,59 @@ class Target(Facade):
         """Make ``dest`` there hold the contents of the local directory ``src``: only changed
         files travel (size + mtime, then content hash), in a few steps; see :mod:`remotekit.sync`.
 
+        The side written ``NAME:PATH`` with this target's name is the one there, as rsync's
+        ``HOST:PATH``: ``t.sync("gpu1:/workspace/out", "./out")`` pulls (makes the local
+        ``./out`` hold what ``/workspace/out`` holds there, by the same rules); a plain
+        ``dest`` is a path there, as before.
+
         ``on_progress(bytes_done, bytes_total)`` is called as file bodies are sent.
         """
-        from remotekit.sync import sync
+        from remotekit.sync import pull, sync
 
+        there_src, there_dest = self._there(src), self._there(dest)
+        if there_src is not None and there_dest is not None:
+            raise RemotekitError(
+                f"sync {os.fspath(src)} {dest}: both sides are there; one must be here",
+                host=self.name,
+            )
+        if there_src is not None:
+            return pull(
+                self.engine,
+                there_src,
+                dest,
+                delete=delete,
+                exclude=exclude,
+                dry_run=dry_run,
+                on_progress=on_progress,
+                timeout=timeout,
+            )
         return sync(
             self.engine,
             src,
-            dest,
+            there_dest if there_dest is not None else os.fspath(dest),
             delete=delete,
             exclude=exclude,
             dry_run=dry_run,
             on_progress=on_progress,
             timeout=timeout,
         )
+
+    def _there(self, path: str | os.PathLike[str]) -> str | None:
+        """The path there that ``path`` names as ``NAME:PATH`` with this target's name
+        (rsync's and scp's ``HOST:PATH``), else None: a local path (``./gpu1:x`` is one).
+        Another target's name is an error: it names no path of this one."""
+        from remotekit.sync import host_path
+
+        named = host_path(path)
+        if named is None:
+            return None
+        if named[0] != self.name:
+            raise RemotekitError(
+                f"{os.fspath(path)} names the target {named[0]!r}, not this one; a local path "
+                f"with a colon is written ./{os.fspath(path)}",
+                host=self.name,
+            )
+        return named[1]
 
     # -- runs --------------------------------------------------------------------------------
 

@@ -463,7 +463,7 @@ def test_a_diagnose_report_of_a_run_in_jupyter_shows_the_plot_diagnose_draws(
     log.parent.mkdir()
     rows = [{"step": s, "loss": 2.0 - s / 400 + (5.0 if s == 300 else 0.0)} for s in range(400)]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report = remotekit.diagnose(local, run=str(log.parent), include_ckpt=False, points=500)
+    report = remotekit.diagnose(local, run_dir=str(log.parent), include_ckpt=False, points=500)
     page = report._repr_html_()
     assert report.findings, report.render()
     assert (
@@ -471,5 +471,5 @@ def test_a_diagnose_report_of_a_run_in_jupyter_shows_the_plot_diagnose_draws(
     )
     png = base64.b64decode(page.split("data:image/png;base64,", 1)[1].split('"', 1)[0])
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
-    without = remotekit.diagnose(local, run=str(log.parent), include_ckpt=False)
+    without = remotekit.diagnose(local, run_dir=str(log.parent), include_ckpt=False)
     assert "<img" not in without._repr_html_()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Any, Callable
 
 from invoke import Context, Exit
@@ -16,6 +17,8 @@ from remotekit.cli.selection import (
     TIMEOUT_HELP,
     Selection,
     fleet_task,
+    host_of,
+    named_side,
     one_target,
     required,
     shell_line,
@@ -143,8 +146,9 @@ def forward(
     positional=["src", "dest"],
     iterable=["exclude"],
     help={
-        "src": "the local directory whose contents are pushed",
-        "dest": "the directory there (created if missing)",
+        "src": "the local directory whose contents are pushed, or NAME:DIR there to pull "
+        "from target NAME (rsync's HOST:PATH)",
+        "dest": "the directory there (created if missing), or here when SRC is NAME:DIR",
         "delete": "also remove what is there but not here (never excluded paths)",
         "exclude": "a .gitignore-style pattern to leave out (repeatable)",
         "exclude_from": "a file of such patterns, e.g. .gitignore (not read unless named)",
@@ -163,8 +167,11 @@ def sync(
     dry_run: bool = False,
     timeout: float = 0.0,
 ) -> None:
-    """Push a local directory into targets: only changed files travel (size+mtime, then hash)."""
+    """Push a local directory into targets, or pull one (`sync NAME:SRC DEST`, as rsync):
+    only changed files travel (size+mtime, then hash)."""
     from remotekit.sync import SyncResult, read_patterns
+
+    sel = _remote_side(sel, src, dest)
 
     patterns = list(exclude or ())
     if exclude_from:
@@ -190,14 +197,38 @@ def sync(
     fan_out(sel, push, render=lambda r: r.summary(), title="sync")
 
 
+def _remote_side(sel: Selection, src: str, dest: str) -> Selection:
+    """The selection a ``sync`` works on: rsync's reading of its two sides. The side written
+    ``NAME:PATH`` (NAME a target of hosts.yaml) is there, on that one target; a pull
+    (``NAME:SRC DEST``) works on it alone. With no such side, DEST is there, on every
+    selected target, as before."""
+    pulled, pushed = named_side(src, sel.inventory), named_side(dest, sel.inventory)
+    if pulled and pushed:
+        raise Exit(f"remotekit: sync {src} {dest}: both sides are there; one must be here", code=2)
+    named = pulled or pushed
+    if named is None:
+        return sel
+    if sel.group or sel.all:
+        raise Exit(
+            f"remotekit: {src if pulled else dest} names one target: not with --group/--all", code=2
+        )
+    return replace(sel, host=host_of(src if pulled else dest, sel.host, named[0]))
+
+
 def _show_changes(host: str, r: Any, console: Console, *, listed: bool, dry_run: bool) -> None:
-    """Each file sent and deleted (``listed``: --verbose or --dry-run); what was skipped."""
+    """Each file sent (got) and deleted (``listed``: --verbose or --dry-run); what was
+    skipped."""
     if listed:
-        verb = "would send" if dry_run else "sent"
+        verb = (
+            ("would get" if dry_run else "got")
+            if r.pulled
+            else ("would send" if dry_run else "sent")
+        )
+        gone = ("would delete" if dry_run else "deleted") + (" here" if r.pulled else "")
         for rel in r.sent:
             console.line(host, "stdout", f"{verb} {rel}")
         for rel in r.deleted:
-            console.line(host, "stdout", f"{'would delete' if dry_run else 'deleted'} {rel}")
+            console.line(host, "stdout", f"{gone} {rel}")
     for what in r.skipped:
         console.line(host, "stderr", f"skipped {what}")
     for line in r.partial:

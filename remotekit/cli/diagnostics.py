@@ -120,28 +120,29 @@ def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts
 
 @fleet_task(
     help={
-        "path": "checkpoints to scan (default: --run, then the host's `checkpoints:`: the first holding some)",
-        "run": "a training run's directory there: its checkpoints, its log, and one verdict",
-        "plot": "with --run: draw the log with spikes and saves into this PNG (needs matplotlib: the plot extra)",
+        "checkpoints": "the checkpoints to scan (default: --run-dir, then the host's "
+        "`checkpoints:`: the first holding some)",
+        "run_dir": "a training run's directory there: its checkpoints, its log, and one verdict",
+        "plot": "with --run-dir: draw the log with spikes and saves into this PNG (needs matplotlib: the plot extra)",
         "dry_run": DRY_RUN_HELP,
     }
 )
 def diagnose(
     c: Context,
     sel: Selection,
-    path: str = "",
-    run: str = "",
+    checkpoints: str = "",
+    run_dir: str = "",
     plot: str = "",
     dry_run: bool = False,
 ) -> None:
     """Everything at once: env, gpu, disk and ckpt-scan, each its own step; a summary.
 
-    With --run DIR: also the run's log, spikes at the saves found, batches, and a verdict."""
+    With --run-dir DIR: also the run's log, spikes at the saves found, batches, and a verdict."""
     from remotekit.diagnostics.diagnose import diagnose as run_diagnose
     from remotekit.diagnostics.diagnose import render_section, render_summary
 
-    if plot and not run:
-        raise Exit("remotekit: --plot needs --run (it draws the run's log)", code=2)
+    if plot and not run_dir:
+        raise Exit("remotekit: --plot needs --run-dir (it draws the run's log)", code=2)
     if plot:
         need_matplotlib()
 
@@ -150,7 +151,11 @@ def diagnose(
             console.say(f"[{t.name}] {render_section(section)}\n\n")
 
         return run_diagnose(
-            t, path=path or None, run=run or None, on_section=show, points=2000 if plot else 0
+            t,
+            checkpoints=checkpoints or None,
+            run_dir=run_dir or None,
+            on_section=show,
+            points=2000 if plot else 0,
         )
 
     if dry_run:  # each section is its own step: each prints
@@ -171,24 +176,22 @@ def diagnose(
     iterable=["metric"],
     help={
         **task_help(),
-        "ckpt_dir": "the older name of --checkpoints",
         "plot": "draw loss/accuracy with spikes and events into this PNG (needs matplotlib: the plot extra)",
         "timeout": TIMEOUT_HELP + "; with --follow: how long to follow (default: until Ctrl-C)",
         "on_incident": "with --follow: a command run here for each incident, the incident as "
         "JSON on its stdin (split like a shell would, run without one; a failure is a warning)",
-        "run": "instead of --path: the output log of run ID (`remotekit runs`), on the selected "
+        "run": "instead of --log: the output log of run ID (`remotekit runs`), on the selected "
         "host that has it; with --follow, until the run ends (exit: the run's code if it failed)",
         "dry_run": DRY_RUN_HELP,
     },
 )
 def train_log(
     c: Context,
-    path: str = "",
+    log: str = "",
     sel: Selection = OPTIONS_HERE,
     preset: str = DEFAULT_PRESET,
     metric: Any = None,
     ckpt_steps: str = "",
-    ckpt_dir: str = "",
     steps_per_epoch: float = 0.0,
     plot: str = "",
     timeout: float = 0.0,
@@ -201,13 +204,13 @@ def train_log(
     """What happened to this run: spikes, cliffs, events, and batch composition."""
     if plot and not follow:  # before --run looks the run up there
         need_matplotlib()
-    if run and path:
-        raise Exit("remotekit: --path or --run, not both", code=2)
+    if run and log:
+        raise Exit("remotekit: --log or --run, not both", code=2)
     if run and dry_run:
-        raise Exit("remotekit: --dry-run takes --path (--run looks the run up there)", code=2)
+        raise Exit("remotekit: --dry-run takes --log (--run looks the run up there)", code=2)
     if run:
-        sel, path = run_log(sel, run)
-    required(path=path)
+        sel, log = run_log(sel, run)
+    required(log=log)
     from remotekit.diagnostics import trainlog
 
     if on_incident and not follow:
@@ -221,24 +224,24 @@ def train_log(
             "ckpt_steps": ckpt_steps or None,
             "steps_per_epoch": steps_per_epoch or None,
             "timeout": timeout or None,
-            "run": run or None,  # its log (path), followed until the run ends
+            "run": run or None,  # its log (--log), followed until the run ends
         }
         hook = split_option("on-incident", on_incident) if on_incident else None
         if dry_run:
             return dry_run_steps(
                 sel.targets(dry_run=True),
-                lambda t, console: follow_once(t, path, checkpoints or ckpt_dir or None, options),
+                lambda t, console: follow_once(t, log, checkpoints or None, options),
             )
-        return follow_log(sel, path, checkpoints or ckpt_dir or None, options, hook)
+        return follow_log(sel, log, checkpoints or None, options, hook)
 
     def analyze(t: remotekit.Target, console: Console) -> Any:
         return trainlog.analyze_train_log(
             t,
-            path,
+            log,
             metrics=list(metric or ()) or None,
             preset=preset,
             ckpt_steps=ckpt_steps or None,
-            ckpt_dir=checkpoints or ckpt_dir or None,
+            checkpoints=checkpoints or None,
             steps_per_epoch=steps_per_epoch or None,
             points=2000 if plot else 0,
             timeout=timeout or None,
@@ -256,13 +259,13 @@ def train_log(
 
 
 def follow_once(
-    t: remotekit.Target, path: str, checkpoints: str | None, options: dict[str, Any]
+    t: remotekit.Target, log: str, checkpoints: str | None, options: dict[str, Any]
 ) -> None:
     """The follow ``train-log --follow`` starts on ``t``, iterated to its end (on a dry-run
     target: its one step, reported)."""
     from remotekit.diagnostics import trainlog
 
-    with trainlog.follow_train_log(t, path, ckpt_dir=checkpoints, **options) as live:
+    with trainlog.follow_train_log(t, log, checkpoints=checkpoints, **options) as live:
         for _ in live:
             pass
 
@@ -387,7 +390,7 @@ def run_log(sel: Selection, run_id: str) -> tuple[Selection, str]:
 
 def follow_log(
     sel: Selection,
-    path: str,
+    log: str,
     checkpoints: str | None,
     options: dict[str, Any],
     hook: list[str] | None,
@@ -412,7 +415,7 @@ def follow_log(
     def on_status(status: Any) -> None:
         if live.source is not None and not said:
             said.extend(live.source.describe())
-            console.line(t.name, "stderr", f"following {path}: " + "; ".join(said))
+            console.line(t.name, "stderr", f"following {log}: " + "; ".join(said))
         if (backlog := status.backlog_line()) is not None:
             console.line(t.name, "stderr", backlog)
         console.progress(f"{t.name} | {status.line()}")
@@ -421,8 +424,8 @@ def follow_log(
     with t:
         live = trainlog.follow_train_log(
             t,
-            None if options["run"] else path,
-            ckpt_dir=checkpoints,
+            None if options["run"] else log,
+            checkpoints=checkpoints,
             on_status=on_status,
             on_warning=warn,
             **options,
@@ -467,7 +470,7 @@ def follow_log(
 )
 def ckpt_scan(
     c: Context,
-    path: str = "",
+    checkpoints: str = "",
     sel: Selection = OPTIONS_HERE,
     jobs: int = 1,
     load: Loading = OPTIONS_HERE,
@@ -479,7 +482,7 @@ def ckpt_scan(
     def scan(t: remotekit.Target, console: Console) -> Any:
         return ck.scan_checkpoints(
             t,
-            path or None,
+            checkpoints or None,
             jobs=jobs,
             **load.kwargs(),
             on_progress=scan_progress(console, t.name),
@@ -497,19 +500,21 @@ def ckpt_scan(
 )
 def ckpt_inspect(
     c: Context,
-    path: str = "",
+    checkpoint: str = "",
     sel: Selection = OPTIONS_HERE,
     load: Loading = OPTIONS_HERE,
     resume: bool = False,
     dry_run: bool = False,
 ) -> None:
-    """Keys, dtypes, shapes, step/epoch, lr per param group, and whether a run can resume
-    from it with nothing lost (--resume: exit 1 if not), without reading tensor data."""
-    required(path=path)
+    """What a checkpoint holds: keys, dtypes, shapes, step/epoch, lr per param group.
+
+    Whether a run can resume from it with nothing lost (--resume: exit 1 if not); no tensor
+    data is read."""
+    required(checkpoint=checkpoint)
     ck = _checkpoints()
 
     def inspect(t: remotekit.Target, console: Console) -> Any:
-        return ck.inspect_checkpoint(t, path, resume=resume, **load.kwargs())
+        return ck.inspect_checkpoint(t, checkpoint, resume=resume, **load.kwargs())
 
     if dry_run:
         return dry_run_steps(sel.targets(dry_run=True), inspect)
@@ -560,7 +565,7 @@ def ckpt_diff(
 )
 def ckpt_bisect(
     c: Context,
-    path: str = "",
+    checkpoints: str = "",
     sel: Selection = OPTIONS_HERE,
     linear: bool = False,
     jobs: int = 1,
@@ -573,7 +578,7 @@ def ckpt_bisect(
     def bisect(t: remotekit.Target, console: Console) -> Any:
         return ck.bisect_checkpoints(
             t,
-            path or None,
+            checkpoints or None,
             linear=linear,
             jobs=jobs,
             **load.kwargs(),

@@ -54,7 +54,33 @@ class RemotekitProgram(Program):
 
     def normalize_argv(self, argv: list[str] | None) -> None:
         super().normalize_argv(argv)
-        self.argv = self._help_as_a_flag(list(self.argv))
+        self.argv = self._old_names(self._help_as_a_flag(list(self.argv)))
+
+    def _old_names(self, argv: list[str]) -> list[str]:
+        """Each old option name of :data:`OLD_NAMES` typed after its task, as its new name
+        (``--path=X`` too), with a note saying the new one; not after ``--``."""
+        end = argv.index("--") if "--" in argv else len(argv)
+        tasks = {n: n for n in self._tasks()}
+        tasks.update({a: n for n, aliases in self._tasks().items() for a in aliases})
+        out, renames, said = list(argv), {}, set()
+        for i in range(1, end):
+            if argv[i] in tasks:
+                task = tasks[argv[i]]
+                renames = OLD_NAMES.get(task, {})
+                continue
+            flag, eq, value = argv[i].partition("=")
+            if (new := renames.get(flag)) is None:
+                continue
+            out[i] = new + eq + value
+            if (task, flag) not in said:
+                said.add((task, flag))
+                print(
+                    f"remotekit: {task} {flag} is {new} now (one name per meaning across the "
+                    f"tasks); {flag} goes after this release",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        return out
 
     def _help_as_a_flag(self, argv: list[str]) -> list[str]:
         """``TASK ... --help`` (or ``-h`` last) as invoke's ``--help TASK``: invoke reads a
@@ -173,6 +199,19 @@ class RemotekitProgram(Program):
 #: its ``-e`` (echo each command) is --verbose; docker's and kubectl's ``-e K=V`` is --env,
 #: which the letter finds.
 HABITS = {"-H": ("host",), "-e": ("verbose",)}
+
+
+#: Option names given up for one name per meaning across the tasks (a log is ``--log``, a
+#: folder of checkpoints ``--checkpoints``, one checkpoint ``--checkpoint``, a training
+#: run's folder ``--run-dir``; ``--run`` is a run's id, ``--path`` disk's path), by task: for
+#: this release the old name still works, with a note; --help and the docs show the new one.
+OLD_NAMES = {
+    "train-log": {"--path": "--log", "--ckpt-dir": "--checkpoints"},
+    "diagnose": {"--path": "--checkpoints", "--run": "--run-dir"},
+    "ckpt-scan": {"--path": "--checkpoints"},
+    "ckpt-inspect": {"--path": "--checkpoint"},
+    "ckpt-bisect": {"--path": "--checkpoints"},
+}
 
 
 #: How :func:`_usage` shows a flag's value, where its name upper-cased would not read well.

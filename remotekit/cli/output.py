@@ -104,7 +104,7 @@ def fan_out(
 def dry_run_steps(targets: list[remotekit.Target], fn: OnHost) -> None:
     """``--dry-run``: ``fn(target, console)`` on each of ``targets`` (made with
     ``dry_run=True``: they run no step and connect nowhere) in turn; each step it would run
-    prints as ``host: chain``. A host whose steps cannot even be named (no --path and no
+    prints as ``host: chain``. A host whose steps cannot even be named (no --checkpoints and no
     ``checkpoints:``, a local file that cannot be read) says why on stderr, and the exit code
     is then 2."""
     quiet, code = Console(quiet=True), 0

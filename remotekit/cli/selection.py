@@ -127,6 +127,36 @@ def one_target(
     return targets[0]
 
 
+def named_side(path: str, inventory: str) -> tuple[str, str] | None:
+    """``(NAME, PATH)`` when ``path`` is written ``NAME:PATH``, rsync's and scp's remote side
+    (a colon before any slash), with NAME a target of hosts.yaml; None for a local path. A
+    NAME hosts.yaml lacks ends the task (2), saying how a local path with a colon is typed."""
+    from remotekit.sync import host_path
+
+    named = host_path(path)
+    if named is None:
+        return None
+    try:
+        inv = remotekit.load_inventory(inventory or None)
+    except remotekit.RemotekitError as exc:
+        raise Exit(f"remotekit: {exc}", code=2) from None
+    if named[0] not in inv.hosts:
+        raise Exit(
+            f"remotekit: {path}: no target {named[0]!r} in {inv.path or 'hosts.yaml'} (known: "
+            f"{', '.join(inv.hosts)}; a local path with a colon is written ./{path})",
+            code=2,
+        )
+    return named
+
+
+def host_of(path: str, host: str, name: str) -> str:
+    """The one host a ``NAME:PATH`` side (``path``) names, where ``--host`` (``host``) was
+    also given it must be the same one."""
+    if host and host != name:
+        raise Exit(f"remotekit: {path} names {name}, --host names {host}: give one", code=2)
+    return name
+
+
 def required(**values: Any) -> None:
     """Options a task cannot do without (options, not positionals: so --help stays help)."""
     for name, value in values.items():

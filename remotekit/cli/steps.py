@@ -7,7 +7,7 @@ import posixpath
 import stat
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -31,8 +31,9 @@ from remotekit.cli.selection import (
     Selection,
     command_words,
     fleet_task,
+    host_of,
+    named_side,
     one_target,
-    required,
     shell_line,
     task,
 )
@@ -322,26 +323,33 @@ def py(
 
 
 @fleet_task(
+    positional=["src", "dest"],
     help={
-        "src": "local file",
-        "dest": "path there (a directory keeps the name)",
-        "parents": "create the missing directories of --dest there first (mkdir -p; a --dest "
+        "src": "a local file, or a directory: copied with all it holds, as scp -r (a / at its "
+        "end changes nothing)",
+        "dest": "the path there; an existing directory (or one ending in /) gets SRC under "
+        "its own name, as with scp; NAME:DEST picks the target, as --host NAME",
+        "parents": "create the missing directories of DEST there first (mkdir -p; a DEST "
         "ending in / is one)",
         "timeout": TIMEOUT_HELP,
         "dry_run": DRY_RUN_HELP,
-    }
+    },
 )
 def put(
     c: Context,
-    src: str = "",
-    dest: str = "",
+    src: str,
+    dest: str,
     sel: Selection = OPTIONS_HERE,
     parents: bool = False,
     timeout: float = 0.0,
     dry_run: bool = False,
 ) -> None:
-    """Copy a local file to targets (atomic: written beside, then renamed)."""
-    required(src=src, dest=dest)
+    """Copy a local file or directory to targets, as scp: `put SRC DEST` (each file
+    atomic: written beside, then renamed)."""
+    if named_side(src, sel.inventory) is not None:
+        raise Exit(f"remotekit: put copies from here to there; {src} is there: use get", code=2)
+    if (named := named_side(dest, sel.inventory)) is not None:
+        sel, dest = replace(sel, host=host_of(dest, sel.host, named[0])), named[1]
     if dry_run:
         targets = sel.targets(dry_run=True)
         return dry_run_steps(targets, lambda t, console: t.put(src, dest, parents=parents))
@@ -351,9 +359,16 @@ def put(
         moved = Moved(shown(console).part(t.name))
         r = t.put(src, dest, parents=parents, timeout=timeout or None, on_progress=moved)
         moved.say(console, t.name, f"put {src} -> {dest}")
+        tree_findings(t.name, r, console)
         return r
 
     fan_out(sel, put_file)
+
+
+def tree_findings(host: str, r: Any, console: Console) -> None:
+    """What a ``put``/``get`` of a directory left out (skipped, unlisted), a line each."""
+    for line in getattr(r, "findings", ()):
+        console.line(host, "stderr", line)
 
 
 class Moved:
@@ -374,12 +389,15 @@ class Moved:
 
 
 @task(
+    positional=["src", "dest"],
     help={
-        "src": "path there",
-        "dest": "local path",
+        "src": "the path there, a file or a directory (copied with all it holds, as scp -r); "
+        "NAME:SRC picks the target, as --host NAME",
+        "dest": "the local path; an existing directory (or one ending in /) gets SRC under "
+        "its own name, as with scp",
         "host": "one target (default: hosts.yaml's `default:`, else local)",
         "inventory": SELECT_HELP["inventory"],
-        "parents": "create the missing local directories of --dest first (mkdir -p; a --dest "
+        "parents": "create the missing local directories of DEST first (mkdir -p; a DEST "
         "ending in / is one)",
         "timeout": TIMEOUT_HELP,
         "dry_run": DRY_RUN_HELP,
@@ -387,16 +405,19 @@ class Moved:
 )
 def get(
     c: Context,
-    src: str = "",
-    dest: str = "",
+    src: str,
+    dest: str,
     host: str = "",
     inventory: str = "",
     parents: bool = False,
     timeout: float = 0.0,
     dry_run: bool = False,
 ) -> None:
-    """Copy a file from one target to here."""
-    required(src=src, dest=dest)
+    """Copy a file or directory from one target to here, as scp: `get SRC DEST`."""
+    if named_side(dest, inventory) is not None:
+        raise Exit(f"remotekit: get copies from there to here; {dest} is there: use put", code=2)
+    if (named := named_side(src, inventory)) is not None:
+        host, src = host_of(src, host, named[0]), named[1]
     t = one_target(host, inventory, "get", dry_run=dry_run)
     if dry_run:
         return dry_run_steps([t], lambda t, console: t.get(src, dest, parents=parents))
@@ -404,9 +425,12 @@ def get(
     moved = Moved(progress_line(console, f"get {src}"))
     with t:
         try:
-            t.get(src, dest, parents=parents, timeout=timeout or None, on_progress=moved)
+            r = t.get(src, dest, parents=parents, timeout=timeout or None, on_progress=moved)
         except remotekit.RemotekitError as exc:
             raise Exit(f"remotekit: {exc}", code=2) from None
         finally:
             console.done()
     moved.say(console, t.name, f"get {src} -> {dest}")
+    tree_findings(t.name, r, console)
+    if getattr(r, "findings", ()):
+        raise Exit(code=1)

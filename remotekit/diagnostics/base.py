@@ -16,10 +16,12 @@ Exit codes of every diagnostic: 0 OK, 1 findings, 2 could not run.
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, cast, runtime_checkable
 
 from remotekit import shipping
 from remotekit.errors import DiagnosticError
@@ -267,6 +269,37 @@ def run_diagnostic(
             msg += "; last output:\n" + tail.indented()
         raise error(msg, result=result)
     return DiagnosticRun(tuple(records), final, result)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def renamed(**old_to_new: str) -> Callable[[_F], _F]:
+    """For one release, a function still takes the old names of its renamed keywords (one
+    name per meaning, the CLI's too: ``checkpoints`` for a checkpoint directory, ``log`` for
+    a log): called with one, it warns (DeprecationWarning, at the caller's line) and passes
+    the value on under the new name; both at once is a TypeError."""
+
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for old, new in old_to_new.items():
+                if old not in kwargs:
+                    continue
+                if new in kwargs:
+                    raise TypeError(f"{fn.__name__}() takes {new}= (the new name of {old}=)")
+                kwargs[new] = kwargs.pop(old)
+                warnings.warn(
+                    f"{fn.__name__}({old}=) is {fn.__name__}({new}=) now; {old}= goes in the "
+                    "next release",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+            return fn(*args, **kwargs)
+
+        return cast(_F, call)
+
+    return wrap
 
 
 def worst_exit(codes: Sequence[int]) -> int:

@@ -5,7 +5,7 @@ reads ``target.spec`` for a default on its own.
 
 - checkpoints (``ckpt-scan``, ``ckpt-bisect``, ``train-log``'s saves, ``disk``,
   ``diagnose``): the path given, else the host's ``checkpoints:``
-  (:func:`checkpoints`); a run's (``diagnose --run DIR``): DIR, then the host's
+  (:func:`checkpoints`); a run's (``diagnose --run-dir DIR``): DIR, then the host's
   ``checkpoints:`` (:func:`run_checkpoints`: the first that holds any);
 - the folders ``disk`` measures: the host's ``workdir`` (else ``~``) and its checkpoints
   (:func:`disk_paths`);
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: What a checkpoint diagnostic given no path says on a host without ``checkpoints:``.
-NO_CHECKPOINTS = "no path given (--path) and no `checkpoints:` for this host in hosts.yaml"
+NO_CHECKPOINTS = "no path given (--checkpoints) and no `checkpoints:` for this host in hosts.yaml"
 
 
 def checkpoints(target: Target, path: str | None = None) -> str | None:

@@ -1,16 +1,16 @@
 """``diagnose``: one host's env, GPUs, disk and checkpoints, each section its own step; with
-``run=DIR`` also the run's training log, and one answer for the whole run.
+``run_dir=DIR`` also the run's training log, and one answer for the whole run.
 
-Sections run in the order of :data:`SECTIONS` (plus ``train-log`` with ``run``), each with
+Sections run in the order of :data:`SECTIONS` (plus ``train-log`` with ``run_dir``), each with
 its own timeout (:data:`DEFAULT_TIMEOUTS`, overridable per name). A section that raises (a
 :class:`~remotekit.RemotekitError` such as a timeout, or any other exception) becomes a
 *failed* section and the others still run; ``ckpt-scan`` is *skipped* when the host has no
-``checkpoints:`` and no ``path`` or ``run`` is given, and *failed* where it finds no
+``checkpoints:`` and no ``checkpoints`` or ``run_dir`` is given, and *failed* where it finds no
 checkpoint, as ``ckpt-scan`` is (where to look: :mod:`~remotekit.diagnostics.defaults`,
 for both faces). The report's exit code is the worst section's: 0 OK, 1 findings, 2 a
 section could not run.
 
-``run=DIR`` answers "what happened to this run?" in one go: the checkpoints under DIR (clean
+``run_dir=DIR`` answers "what happened to this run?" in one go: the checkpoints under DIR (clean
 or not, the first bad one by step), the training log found in DIR (format, spikes, whether
 they sit at the checkpoint saves the scan found, with the chance estimate) and the
 batch-composition verdict; :attr:`DiagnoseReport.verdict` says it in a few lines.
@@ -33,7 +33,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
 
 from remotekit.diagnostics import defaults, system
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, Report, worst_exit
+from remotekit.diagnostics.base import (
+    EXIT_FAILED,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Report,
+    renamed,
+    worst_exit,
+)
 from remotekit.errors import DiagnosticError, RemotekitError
 from remotekit.result import Shown
 
@@ -52,7 +59,7 @@ __all__ = [
 ]
 
 SECTIONS = ("env", "gpu", "disk", "ckpt-scan")
-#: The sections of ``diagnose(run=DIR)``: the log is read after the scan, with its save steps.
+#: The sections of ``diagnose(run_dir=DIR)``: the log is read after the scan, with its save steps.
 RUN_SECTIONS = (*SECTIONS, "train-log")
 #: Seconds each section may run (its step's timeout); ``timeouts=`` overrides by name.
 DEFAULT_TIMEOUTS: Mapping[str, float] = MappingProxyType(
@@ -181,7 +188,7 @@ def _train_log(
     # checkpoint-2000 / global_step2000 / iter_0002000, and the files' own step keys): a
     # scan that failed, or found checkpoints whose step it could not read, still gives them
     report = trainlog.analyze_train_log(
-        target, run, ckpt_steps=steps or None, ckpt_dir=run, points=points, timeout=timeout
+        target, run, ckpt_steps=steps or None, checkpoints=run, points=points, timeout=timeout
     )
     src = getattr(report, "source", None)
     return report, getattr(src, "path", None)
@@ -198,27 +205,30 @@ def _save_steps(scan: Any) -> list[int]:
 
 
 # long: for its docstring; the body is the section table, then one loop over it.
+@renamed(path="checkpoints", run="run_dir")
 def diagnose(
     target: Target,
     *,
-    path: str | None = None,
-    run: str | None = None,
+    checkpoints: str | None = None,
+    run_dir: str | None = None,
     include_ckpt: bool = True,
     timeouts: Mapping[str, float] | None = None,
     on_section: Callable[[Section], None] | None = None,
     env: Mapping[str, str] | None = None,
     points: int = 0,
 ) -> DiagnoseReport:
-    """Run env, gpu, disk and (with ``path``, ``run`` or the host's ``checkpoints:``)
-    ckpt-scan; with ``run`` also train-log on the run's log, and the run's verdict.
+    """Run env, gpu, disk and (with ``checkpoints``, ``run_dir`` or the host's
+    ``checkpoints:``) ckpt-scan; with ``run_dir`` also train-log on the run's log, and the
+    run's verdict.
 
-    ``path`` is the checkpoint directory to scan (default: ``run``, then the host's
-    ``checkpoints:``, the first holding checkpoints: :func:`~remotekit.diagnostics.defaults.
-    run_checkpoints`); no checkpoint there is a failed section, as ``ckpt-scan`` says it. The
-    disk section measures the host's ``workdir`` (else ``~``) and the first of those
-    directories. ``run`` is a training run's directory there: its checkpoints are scanned,
-    its log (the one ``train-log`` on the directory chooses) is analysed with the steps of
-    those checkpoints as save events. ``points`` > 0 fetches that many points of each log series
+    ``checkpoints`` is the checkpoint directory to scan (default: ``run_dir``, then the
+    host's ``checkpoints:``, the first holding checkpoints: :func:`~remotekit.diagnostics.
+    defaults.run_checkpoints`); no checkpoint there is a failed section, as ``ckpt-scan``
+    says it. The disk section measures the host's ``workdir`` (else ``~``) and the first of
+    those directories. ``run_dir`` is a training run's directory there: its checkpoints are
+    scanned, its log (the one ``train-log`` on the directory chooses) is analysed with the
+    steps of those checkpoints as save events. ``points`` > 0 fetches that many points of
+    each log series
     (for a plot). ``timeouts`` overrides :data:`DEFAULT_TIMEOUTS` by section name (unknown
     names raise ValueError). ``env`` is set for the env, gpu and disk scripts there.
     ``on_section`` is called with each section as it completes, skipped ones included. Never
@@ -228,7 +238,7 @@ def diagnose(
     if unknown:
         raise ValueError(f"unknown section(s) in timeouts: {', '.join(sorted(unknown))}")
     limits = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
-    places = defaults.run_checkpoints(target, path, run)
+    places = defaults.run_checkpoints(target, checkpoints, run_dir)
     disk_paths = defaults.disk_paths(target, places[0] if places else None)
 
     runs: dict[str, Callable[[], Any]] = {
@@ -244,12 +254,12 @@ def diagnose(
     else:
         runs["ckpt-scan"] = lambda: _scan_checkpoints(target, places, limits["ckpt-scan"])
     logs: list[str] = []
-    if run:
-        run_dir = run
+    if run_dir:
+        run = run_dir
 
         def read_log() -> Any:
             scan = done.get("ckpt-scan")
-            report, log = _train_log(target, run_dir, scan, limits["train-log"], points)
+            report, log = _train_log(target, run, scan, limits["train-log"], points)
             logs.append(log or "")
             return report
 
@@ -257,7 +267,7 @@ def diagnose(
 
     sections: list[Section] = []
     done: dict[str, Any] = {}
-    for name in RUN_SECTIONS if run else SECTIONS:
+    for name in RUN_SECTIONS if run_dir else SECTIONS:
         section = _run_section(name, runs.get(name), skip.get(name, ""))
         done[name] = section.report
         sections.append(section)
@@ -270,8 +280,8 @@ def diagnose(
         exit_code=worst_exit([s.exit_code for s in sections]),
         findings=tuple(f"[{s.name}] {f}" for s in sections for f in s.findings),
         summary=tuple(_summary_line(s) for s in sections),
-        run=run,
-        verdict=tuple(_verdict(sections, logs[0] if logs else None)) if run else (),
+        run=run_dir,
+        verdict=tuple(_verdict(sections, logs[0] if logs else None)) if run_dir else (),
     )
 
 

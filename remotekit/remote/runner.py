@@ -609,9 +609,15 @@ def current_umask():
     return mask
 
 
+#: ``get``'s exit status for a directory (EISDIR's number): the laptop then copies it as a
+#: tree (``Target.get`` of a folder), where any other refusal is exit 1.
+GET_IS_A_DIRECTORY = 21
+
+
 def refuse_odd(src, st):
     if not stat.S_ISREG(st.st_mode):
-        fail("cannot get %s: it is %s, not a regular file" % (src, kind_of(st.st_mode)), 1)
+        code = GET_IS_A_DIRECTORY if stat.S_ISDIR(st.st_mode) else 1
+        fail("cannot get %s: it is %s, not a regular file" % (src, kind_of(st.st_mode)), code)
 
 
 def do_get(h):

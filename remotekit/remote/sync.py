@@ -4,8 +4,11 @@ Runs *there* (standard library only, Python >= 3.8); the local half (``remotekit
 also imports this file as a module, so the exclude rules and the path checks are written
 once and mean the same on both sides::
 
+    python sync.py stat  PATH     the root record of list only
     python sync.py list  DEST     excludes in $REMOTEKIT_DIR/excludes.json (list of patterns)
     python sync.py hash  DEST     relative paths in $REMOTEKIT_DIR/paths.json
+    python sync.py read  SRC      the files [[rel, size, mtime_ns], ...] in $REMOTEKIT_DIR/
+                                  paths.json, sent back as ``body`` lines (a pull)
     python sync.py apply DEST     the plan in $REMOTEKIT_DIR/plan.json; small file bodies one
                                   after the other in $REMOTEKIT_DIR/pack (plan: offset, size),
                                   large ones each in $REMOTEKIT_DIR/d/<n>; one byte per body in
@@ -13,10 +16,14 @@ once and mean the same on both sides::
 
 Every stdout line is one JSON object with a ``"type"``:
 
-    {"type": "root", "exists": bool, "dir": bool}                 list: first
+    {"type": "root", "exists": bool, "dir": bool, "parent": bool} list: first ("parent":
+                                  the directory that holds it exists)
     {"type": "entries", "e": [[rel, kind, size, mtime_ns, mode(, link target)], ...]}
                                   list: kind "f" file, "d" dir, "l" symlink, "o" other
     {"type": "hash", "p": rel, "h": sha256 hex | null}            hash: one per path
+    {"type": "body", "n": n, "b": base64}  read: the next bytes of file n (at most BODY_BYTES)
+    {"type": "read", "n": n, "ok": bool}   read: file n ended; ok: its listed size was read
+                                  whole and it did not change while read
     {"type": "kept", "p": rel}    apply: a directory to remove that holds unlisted entries
     {"type": "error", "p": rel, "message": ...}                   a path that could not be done
     {"type": "done", "command": ..., "errors": n}                 last; exit 1 if errors
@@ -43,7 +50,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: this file runs on Python >= 3.8 with the stdlib
-    from typing import Callable, Iterable
+    from typing import Any, Callable, Iterable
 
 CHUNK = 1 << 20
 #: Files staged, fsynced (in parallel) and renamed as one group during apply.
@@ -51,6 +58,8 @@ GROUP = 256
 FSYNC_THREADS = 16
 #: A listing line holds entries up to about this many bytes (the caller splits lines at 1 MiB).
 LINE_BYTES = 256 << 10
+#: Bytes of a file per ``body`` line of ``read`` (base64: 4/3 of it, under LINE_BYTES).
+BODY_BYTES = 144 << 10
 #: Temp files of a sync in progress start with this; listings skip them.
 TEMP_PREFIX = ".remotekit-sync-"
 #: Permission bits a synced file or directory may get (never setuid, setgid or sticky).
@@ -151,7 +160,7 @@ class Unsafe(ValueError):
     """A relative path that would leave the destination (or reach it through a symlink)."""
 
 
-def check_rel(rel):
+def check_rel(rel: str) -> str:
     """``rel`` if it is a safe relative path (``a/b``), else raise :class:`Unsafe`."""
     if not isinstance(rel, str) or not rel:
         raise Unsafe("empty path")
@@ -181,11 +190,11 @@ class Dest(object):
     swaps a directory of DEST for a symlink in between would get the write. Resolved this
     way, a swapped directory is an :class:`Unsafe` error naming it, never followed."""
 
-    def __init__(self, root):
+    def __init__(self, root: str) -> None:
         self.root = root
         self.fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | CLOEXEC)
 
-    def close(self):
+    def close(self) -> None:
         os.close(self.fd)
 
     def parent(self, rel):
@@ -312,16 +321,26 @@ def walk(
         todo.extend(reversed(subdirs))
 
 
-def do_list(root, here):
-    with open(os.path.join(here, "excludes.json")) as f:
-        excludes = Excludes(json.load(f))
+def do_stat(root, here):
+    """The root record alone: whether the path exists, is a directory, has its parent."""
+    return do_list(root, here, walk_too=False)
+
+
+def do_list(root, here, walk_too=True):
+    excludes = None
+    if walk_too:
+        with open(os.path.join(here, "excludes.json")) as f:
+            excludes = Excludes(json.load(f))
     errors = []
     try:
         st = os.stat(root)
     except OSError:
-        emit({"type": "root", "exists": False, "dir": False})
+        st = None
+    is_dir = st is not None and stat.S_ISDIR(st.st_mode)
+    parent = os.path.isdir(os.path.dirname(root))
+    emit({"type": "root", "exists": st is not None, "dir": is_dir, "parent": parent})
+    if st is None or not walk_too:
         return errors
-    emit({"type": "root", "exists": True, "dir": stat.S_ISDIR(st.st_mode)})
     if stat.S_ISDIR(st.st_mode):
         out = Batched()
         walk(
@@ -366,6 +385,44 @@ def do_hash(root, here):
     finally:
         dest.close()
     return []
+
+
+# -- read (a pull) ------------------------------------------------------------------------------
+
+
+def do_read(root, here):
+    """Send the bytes of each listed file: exactly its listed size (the caller pads a file
+    that came short), each reached from SRC without following a symlink on the way."""
+    import base64
+
+    with open(os.path.join(here, "paths.json")) as f:
+        files = json.load(f)
+    src = Dest(root)
+    errors = []
+    try:
+        for n, (rel, size, mtime_ns) in enumerate(files):
+            ok = False
+            try:
+                fd = src.open(rel, os.O_RDONLY | NONBLOCK)
+            except (OSError, Unsafe) as e:
+                errors.append(error(rel, str(e) if isinstance(e, Unsafe) else e.strerror))
+                emit({"type": "read", "n": n, "ok": False})
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+                left = size if regular else 0
+                while left > 0:
+                    block = fh.read(min(BODY_BYTES, left))
+                    if not block:
+                        break
+                    left -= len(block)
+                    emit({"type": "body", "n": n, "b": base64.b64encode(block).decode()})
+                st = os.fstat(fd)
+                ok = regular and left == 0 and st.st_size == size and st.st_mtime_ns == mtime_ns
+            emit({"type": "read", "n": n, "ok": ok})
+    finally:
+        src.close()
+    return errors
 
 
 # -- apply ---------------------------------------------------------------------------------------
@@ -564,7 +621,15 @@ def do_apply(root, here):
         dest.close()
 
 
-def apply_plan(dest, plan, ok, here):
+def apply_plan(
+    dest: Dest,
+    plan: dict[str, Any],
+    ok: bytes,
+    here: str,
+    say: Callable[[dict[str, Any]], object] = emit,
+) -> list[dict[str, Any]]:
+    """Carry out ``plan`` in ``dest`` (there for a push, here for a pull: the near side
+    calls it with its own ``say``); the error records of the paths that failed."""
     errors = []
 
     def each(key, fn):
@@ -587,7 +652,7 @@ def apply_plan(dest, plan, ok, here):
         return true
 
     for rel in each("remove", remove):  # a directory that still holds unlisted entries
-        emit({"type": "kept", "p": rel})
+        say({"type": "kept", "p": rel})
     each("mkdir", lambda dir_fd, name, mode: os.mkdir(name, 0o700, dir_fd=dir_fd))
     bodies = []
     for rel, n, mode, mtime_ns, *slice_ in plan.get("files", ()):
@@ -618,7 +683,13 @@ def main(argv):
     command, dest = argv[0], argv[1]
     root = os.path.abspath(os.path.expanduser(dest))
     here = os.environ.get("REMOTEKIT_DIR") or os.path.dirname(os.path.abspath(__file__))
-    errors = {"list": do_list, "hash": do_hash, "apply": do_apply}[command](root, here)
+    errors = {
+        "stat": do_stat,
+        "list": do_list,
+        "hash": do_hash,
+        "read": do_read,
+        "apply": do_apply,
+    }[command](root, here)
     for e in errors:
         emit(e)
     emit({"type": "done", "command": command, "errors": len(errors)})

@@ -117,19 +117,23 @@ PAIRS: dict[str, list[Case]] = {
     ],
     "diagnose": [
         Case(lambda w: [], lambda t, w: dg.diagnose(t)),
-        Case(lambda w: ["--run", str(w.run)], lambda t, w: dg.diagnose(t, run=str(w.run))),
+        Case(lambda w: ["--run-dir", str(w.run)], lambda t, w: dg.diagnose(t, run_dir=str(w.run))),
     ],
     "train-log": [
         Case(
-            lambda w: ["--path", str(w.log)], lambda t, w: trainlog.analyze_train_log(t, str(w.log))
+            lambda w: ["--log", str(w.log)], lambda t, w: trainlog.analyze_train_log(t, str(w.log))
         )
     ],
     "ckpt-scan": [Case(lambda w: [], lambda t, w: ck.scan_checkpoints(t))],
     "ckpt-inspect": [
         Case(
-            lambda w: ["--path", str(w.ckpt / "checkpoint-400" / "optimizer.pt")],
+            lambda w: ["--checkpoint", str(w.ckpt / "checkpoint-400" / "optimizer.pt")],
             lambda t, w: ck.inspect_checkpoint(t, str(w.ckpt / "checkpoint-400" / "optimizer.pt")),
-        )
+        ),
+        Case(
+            lambda w: ["--checkpoint", str(w.ckpt / "checkpoint-400"), "--resume"],
+            lambda t, w: ck.inspect_checkpoint(t, str(w.ckpt / "checkpoint-400"), resume=True),
+        ),
     ],
     "ckpt-diff": [
         Case(
@@ -151,8 +155,8 @@ NOT_DIAGNOSTICS = {
     "ping": "a reachability check of each hop: the engine's (tests/engine/), no report",
     "run": "runs the user's command: its output is the answer, passed through",
     "py": "runs the user's script: its output is the answer, passed through",
-    "put": "copies a file: tests/sync/",
-    "get": "copies a file: tests/sync/",
+    "put": "copies a file or a folder: tests/sync/",
+    "get": "copies a file or a folder: tests/sync/",
     "runs": "lists detached runs: tests/runs/ (Target.runs is the API, the same object)",
     "logs": "a run's output as written: tests/runs/",
     "stop": "stops a run: tests/runs/",

@@ -569,11 +569,11 @@ DRY_RUNS = [
         ],
     ),
     (["ckpt-scan", "--jobs", "3"], [SHIPS + "ckpt.py>' scan /ck --options '{\"jobs\":3}'"]),
-    (["ckpt-inspect", "--path", "/ck/a.pt"], [SHIPS + "ckpt.py>' inspect /ck/a.pt"]),
+    (["ckpt-inspect", "--checkpoint", "/ck/a.pt"], [SHIPS + "ckpt.py>' inspect /ck/a.pt"]),
     (["ckpt-diff", "-a", "/a.pt", "-b", "/b.pt"], [SHIPS + "ckpt.py>' diff /a.pt /b.pt "]),
     (["ckpt-bisect"], [SHIPS + "ckpt.py>' bisect /ck "]),
-    (["train-log", "--path", "/run/log.jsonl"], [SHIPS + "trainlog.py>' /run/log.jsonl "]),
-    (["train-log", "--path", "/run/l.csv", "--follow"], [SHIPS + "trainlog.py>' /run/l.csv "]),
+    (["train-log", "--log", "/run/log.jsonl"], [SHIPS + "trainlog.py>' /run/log.jsonl "]),
+    (["train-log", "--log", "/run/l.csv", "--follow"], [SHIPS + "trainlog.py>' /run/l.csv "]),
     (["put", "--src", "blob", "--dest", "/x/", "--parents"], [FAR + "put blob /x/"]),
     (["get", "--src", "/x", "--dest", "back/", "--parents"], [FAR + "get /x back/"]),
 ]
@@ -601,8 +601,8 @@ def test_dry_run_copies_nothing_here_either(tmp_path: Path) -> None:
     r = remotekit("get", "--src", "blob", "--dest", "a/b/", "--parents", "--dry-run", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == "local: local -> get blob a/b/\n", r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blob"]
-    r = remotekit("ckpt-scan", "--dry-run", cwd=tmp_path)  # no --path, no checkpoints:
-    assert r.returncode == 2 and "no path given (--path)" in r.stderr and r.stdout == ""
+    r = remotekit("ckpt-scan", "--dry-run", cwd=tmp_path)  # no --checkpoints, no checkpoints:
+    assert r.returncode == 2 and "no path given (--checkpoints)" in r.stderr and r.stdout == ""
 
 
 def test_hosts_says_which_hosts_yaml_it_read_and_init_writes_one(tmp_path: Path) -> None:

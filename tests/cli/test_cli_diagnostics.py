@@ -54,7 +54,7 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_ckpt_scan_prints_the_table_and_exits_1(corpus: cf.Corpus, tmp_path: Path) -> None:
-    r = cli("ckpt-scan", "--path", str(corpus.root / "nan_weights"), cwd=tmp_path)
+    r = cli("ckpt-scan", "--checkpoints", str(corpus.root / "nan_weights"), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "checkpoint.pt" in r.stdout and "bad" in r.stdout and "2/1/2" in r.stdout
     assert "model_state_dict.fc1.weight (weights, float32, 128 values): 2 NaN" in r.stdout
@@ -63,36 +63,40 @@ def test_ckpt_scan_prints_the_table_and_exits_1(corpus: cf.Corpus, tmp_path: Pat
 
 
 def test_ckpt_scan_json_and_unsafe_warning(corpus: cf.Corpus, tmp_path: Path) -> None:
-    r = cli("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path)
+    r = cli(
+        "ckpt-scan", "--checkpoints", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path
+    )
     host = only_host(r.stdout)
     assert r.returncode == host["exit_code"] == 0
     assert [c["status"] for c in host["result"]["checkpoints"]] == ["clean"]
     assert host["result"]["warnings"] and host["result"]["plan"]["files"] == 1
-    r = cli("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", cwd=tmp_path)
+    r = cli("ckpt-scan", "--checkpoints", str(corpus.unsafe), "--unsafe-pickle", cwd=tmp_path)
     assert r.returncode == 0
     assert "local | warning: --unsafe-pickle" in r.stderr and "arbitrary code" in r.stderr
 
 
 def test_ckpt_scan_json_still_warns_about_unsafe_pickle(corpus: cf.Corpus, tmp_path: Path) -> None:
-    r = cli("ckpt-scan", "--path", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path)
+    r = cli(
+        "ckpt-scan", "--checkpoints", str(corpus.unsafe), "--unsafe-pickle", "--json", cwd=tmp_path
+    )
     assert r.returncode == 0
     assert "--unsafe-pickle" in r.stderr and "arbitrary code" in r.stderr
 
 
 def test_ckpt_scan_error_exits_2(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing")
-    r = cli("ckpt-scan", "--path", missing, cwd=tmp_path)
+    r = cli("ckpt-scan", "--checkpoints", missing, cwd=tmp_path)
     assert r.returncode == 2
     assert f"local | error: [host 'local', step 'ckpt-scan'] {missing}: no such file" in r.stderr
     assert "CHECKPOINT" not in r.stdout  # no scan table: the error above names the failure
     assert r.stdout == "" and r.stderr.count("no such file") == 1  # one host: said once
-    r = cli("ckpt-scan", "--path", missing, "--json", cwd=tmp_path)
+    r = cli("ckpt-scan", "--checkpoints", missing, "--json", cwd=tmp_path)
     assert r.returncode == 2
     assert "no such file" in only_host(r.stdout)["error"]["message"]
 
 
 def test_ckpt_inspect_of_an_unreadable_file_exits_2(corpus: cf.Corpus, tmp_path: Path) -> None:
-    r = cli("ckpt-inspect", "--path", str(corpus.root / "bad/empty.pt"), cwd=tmp_path)
+    r = cli("ckpt-inspect", "--checkpoint", str(corpus.root / "bad/empty.pt"), cwd=tmp_path)
     assert r.returncode == 2
     assert "empty file" in r.stdout
 
@@ -108,7 +112,7 @@ def test_ckpt_diff_reports_counters_on_their_own_line(tmp_path: Path) -> None:
 def test_ckpt_bisect_exits_1(tmp_path: Path) -> None:
     series = tmp_path / "run"
     cf.build_bisect_series(series, [10, 20, 30, 40, 50], {40, 50}, ["r1", "r2", "r3", "r4", "r5"])
-    r = cli("ckpt-bisect", "--path", str(series), cwd=tmp_path)
+    r = cli("ckpt-bisect", "--checkpoints", str(series), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "first bad:" in r.stdout and "<- last clean" in r.stdout
 
@@ -229,7 +233,7 @@ def test_diagnose_shows_the_checkpoint_scan_table(
     torch = remotekit.local_target(workdir=str(work))  # our own Python: the scan needs torch
     hosts = smi_hosts(tmp_path, bin_dir, "healthy", torch)
     nan = str(corpus.root / "nan_weights")
-    r = cli("diagnose", "--inventory", hosts, "--path", nan, cwd=tmp_path)
+    r = cli("diagnose", "--inventory", hosts, "--checkpoints", nan, cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     scan = r.stdout[r.stdout.index("== ckpt-scan: findings") :]
     assert "CHECKPOINT" in scan and "2/1/2" in scan and "(exit 1)" in scan
@@ -240,13 +244,13 @@ def test_diagnose_shows_the_checkpoint_scan_table(
 
 
 def test_train_log_unknown_preset_exits_2(log: Path, tmp_path: Path) -> None:
-    r = cli("train-log", "--path", str(log), "--preset", "olmo3", cwd=tmp_path)
+    r = cli("train-log", "--log", str(log), "--preset", "olmo3", cwd=tmp_path)
     assert r.returncode == 2
     assert "local | error: unknown preset 'olmo3'" in r.stderr
 
 
 def test_train_log_text_exits_1(log: Path, tmp_path: Path) -> None:
-    r = cli("train-log", "--path", str(log), "--steps-per-epoch", "150", cwd=tmp_path)
+    r = cli("train-log", "--log", str(log), "--steps-per-epoch", "150", cwd=tmp_path)
     text = r.stdout
     assert r.returncode == 1, text + r.stderr
     assert "Verdict: loss is " in text and "interleave buckets" in text
@@ -258,7 +262,7 @@ def test_train_log_text_exits_1(log: Path, tmp_path: Path) -> None:
 
 def test_train_log_json(log: Path, tmp_path: Path) -> None:
     args = ("--metric", "loss", "--metric", "acc", "--json")
-    r = cli("train-log", "--path", str(log), *args, cwd=tmp_path)
+    r = cli("train-log", "--log", str(log), *args, cwd=tmp_path)
     host = only_host(r.stdout)
     assert r.returncode == host["exit_code"] == host["result"]["exit_code"] == 1
     report = host["result"]
@@ -270,7 +274,7 @@ def test_train_log_json(log: Path, tmp_path: Path) -> None:
 def test_train_log_plot(log: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "run.png"
-    r = cli("train-log", "--path", str(log), "--plot", str(png), cwd=tmp_path)
+    r = cli("train-log", "--log", str(log), "--plot", str(png), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert png.read_bytes()[:8] == PNG
     assert f"plot: {png}" in r.stderr
@@ -303,7 +307,7 @@ def test_plot_without_matplotlib_exits_2_before_anything_runs_and_says_how(
     site.mkdir()
     (site / "sitecustomize.py").write_text(NO_MATPLOTLIB)
     png = tmp_path / "run.png"
-    where = ["--path", str(log)] if task == "train-log" else ["--run", str(log.parent)]
+    where = ["--log", str(log)] if task == "train-log" else ["--run-dir", str(log.parent)]
     env = {**os.environ, "PYTHONPATH": str(site)}
     r = subprocess.run(
         [sys.executable, "-m", "remotekit", task, *where, "--plot", str(png)],
@@ -323,7 +327,7 @@ def test_plot_without_matplotlib_exits_2_before_anything_runs_and_says_how(
 
 def test_train_log_plot_of_a_log_that_cannot_be_read_exits_2(tmp_path: Path) -> None:
     png = tmp_path / "run.png"
-    r = cli("train-log", "--path", str(tmp_path / "nope.jsonl"), "--plot", str(png), cwd=tmp_path)
+    r = cli("train-log", "--log", str(tmp_path / "nope.jsonl"), "--plot", str(png), cwd=tmp_path)
     assert r.returncode == 2
     assert "cannot read" in r.stdout
     assert "Traceback" not in r.stderr and not png.exists()

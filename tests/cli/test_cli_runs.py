@@ -121,8 +121,8 @@ def test_train_log_run_reads_the_runs_own_log(tmp_path: Path) -> None:
     report = json.loads(a.stdout)["hosts"][0]["result"]
     assert report["path"].endswith(f"/{run_id}/output.log"), report["path"]
     assert 200 in [s["step"] for s in report["spikes"]], a.stdout[-2000:]
-    both = rk("train-log", "--run", run_id, "--path", "x.log", cwd=tmp_path)
-    assert both.returncode == 2 and b"--path or --run" in both.stderr
+    both = rk("train-log", "--run", run_id, "--log", "x.log", cwd=tmp_path)
+    assert both.returncode == 2 and b"--log or --run" in both.stderr
     missing = rk("train-log", "--run", "nope1234", cwd=tmp_path)
     assert missing.returncode == 2 and b"nope1234" in missing.stderr
 

@@ -423,7 +423,7 @@ def test_ckpt_scan_shows_rate_and_eta_on_a_terminal(tmp_path: Path) -> None:
     ck.mkdir()
     for i in range(3):
         torch.save({"w": torch.randn(256, 256)}, ck / f"step{i}.pt")
-    args = ["ckpt-scan", "--path", str(ck)]
+    args = ["ckpt-scan", "--checkpoints", str(ck)]
     tty = Tty(args, tmp_path, pipe_stdout=True)
     try:
         rc = tty.finish()

@@ -1,4 +1,4 @@
-"""``diagnose(run=DIR)`` / ``remotekit diagnose --run DIR``: one answer for a training run.
+"""``diagnose(run_dir=DIR)`` / ``remotekit diagnose --run-dir DIR``: one answer for a training run.
 
 The run directory is the seed's afternoon in miniature: a JSON-lines log from a real (tiny)
 training loop with homogeneous length-bucketed batches and spikes planted at steps 200, 330
@@ -44,7 +44,7 @@ def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def report(run_dir: Path, bin_dir: Path) -> Iterator[dg.DiagnoseReport]:
     with remotekit.local_target() as t:
-        yield dg.diagnose(t, run=str(run_dir), env=smi_env(bin_dir, "healthy"))
+        yield dg.diagnose(t, run_dir=str(run_dir), env=smi_env(bin_dir, "healthy"))
 
 
 def test_a_run_gets_checkpoints_log_and_verdict(report: dg.DiagnoseReport, run_dir: Path) -> None:
@@ -86,7 +86,7 @@ def test_a_run_without_a_log_fails_only_that_section(tmp_path: Path, bin_dir: Pa
     cf.hf_trainer_dir(tmp_path, 100)
     (tmp_path / "checkpoint-100" / "trainer_state.json").unlink()
     with remotekit.local_target() as t:
-        rep = dg.diagnose(t, run=str(tmp_path), env=smi_env(bin_dir, "healthy"))
+        rep = dg.diagnose(t, run_dir=str(tmp_path), env=smi_env(bin_dir, "healthy"))
     log = rep.section("train-log")
     assert log is not None and log.status == "failed" and "no training log under" in str(log.error)
     assert rep.section("ckpt-scan").status == "ok"  # type: ignore[union-attr]
@@ -112,7 +112,7 @@ def test_a_run_without_checkpoints_takes_the_hosts(
     # the scan finds them there, as plain diagnose does, and the log is read with their saves
     ckpt = str(run_dir / "checkpoints")
     with remotekit.local_target(checkpoints=ckpt) as t:
-        rep = dg.diagnose(t, run=str(log_only), env=smi_env(bin_dir, "healthy"))
+        rep = dg.diagnose(t, run_dir=str(log_only), env=smi_env(bin_dir, "healthy"))
         plain = dg.diagnose(t, env=smi_env(bin_dir, "healthy"))
     scan, alone = rep.section("ckpt-scan"), plain.section("ckpt-scan")
     assert scan is not None and alone is not None
@@ -129,7 +129,7 @@ def test_no_checkpoints_is_said_as_ckpt_scan_says_it(
     # not "ok, 0 checkpoint(s)": the section failed, in ckpt-scan's own words, and ckpt-scan
     # of the same folder (a log in it or not) exits 2 with them
     with remotekit.local_target() as t:
-        rep = dg.diagnose(t, run=str(log_only), env=smi_env(bin_dir, "healthy"))
+        rep = dg.diagnose(t, run_dir=str(log_only), env=smi_env(bin_dir, "healthy"))
     scan = rep.section("ckpt-scan")
     assert scan is not None and scan.status == "failed" and scan.report is None
     assert str(scan.error).startswith(
@@ -142,7 +142,7 @@ def test_no_checkpoints_is_said_as_ckpt_scan_says_it(
         )
         for v in rep.verdict
     )
-    r = cli("ckpt-scan", "--path", str(log_only), cwd=tmp_path)
+    r = cli("ckpt-scan", "--checkpoints", str(log_only), cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"local | error: {scan.error}" in r.stderr
 
@@ -153,7 +153,7 @@ def test_no_checkpoints_anywhere_names_each_place(
     empty = tmp_path / "ckpt"
     empty.mkdir()
     with remotekit.local_target(checkpoints=str(empty)) as t:
-        rep = dg.diagnose(t, run=str(log_only), env=smi_env(bin_dir, "healthy"))
+        rep = dg.diagnose(t, run_dir=str(log_only), env=smi_env(bin_dir, "healthy"))
     scan = rep.section("ckpt-scan")
     assert scan is not None and scan.status == "failed"
     said = str(scan.error)
@@ -169,7 +169,7 @@ def test_cli_diagnose_run_text_json_and_plot(run_dir: Path, bin_dir: Path, tmp_p
     work = tmp_path / "work"
     work.mkdir()
     hosts = smi_hosts(tmp_path, bin_dir, "healthy", remotekit.local_target(workdir=str(work)))
-    r = cli("diagnose", "--inventory", hosts, "--run", str(run_dir), cwd=tmp_path)
+    r = cli("diagnose", "--inventory", hosts, "--run-dir", str(run_dir), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     text = r.stdout
     assert text.index("== ckpt-scan: findings") < text.index("== train-log: findings")
@@ -181,7 +181,7 @@ def test_cli_diagnose_run_text_json_and_plot(run_dir: Path, bin_dir: Path, tmp_p
         "diagnose",
         "--inventory",
         hosts,
-        "--run",
+        "--run-dir",
         str(run_dir),
         "--json",
         "--plot",
@@ -199,4 +199,4 @@ def test_cli_diagnose_run_text_json_and_plot(run_dir: Path, bin_dir: Path, tmp_p
 
 def test_cli_diagnose_plot_without_run_exits_2(tmp_path: Path) -> None:
     r = cli("diagnose", "--plot", str(tmp_path / "x.png"), cwd=tmp_path)
-    assert r.returncode == 2 and "--plot needs --run" in r.stderr
+    assert r.returncode == 2 and "--plot needs --run-dir" in r.stderr

@@ -176,12 +176,12 @@ def test_ckpt_scan_shows_a_tensor_key_visibly(inventory_file: Path, tmp_path: Pa
     ck.mkdir()
     key = f"fc{HOSTILE}.weight"
     torch.save({"model": {key: torch.tensor([1.0, float("nan"), 2.0])}}, ck / f"s{HOSTILE}.pt")
-    r = rk("ckpt-scan", "--path", str(ck), hosts=inventory_file, cwd=tmp_path)
+    r = rk("ckpt-scan", "--checkpoints", str(ck), hosts=inventory_file, cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"fc{SHOWN}.weight" in r.stdout and "1 NaN" in r.stdout, r.stdout
     assert f"s{SHOWN}.pt" in r.stdout
     assert no_raw(r.stdout) and no_raw(r.stderr), r.stdout
-    j = rk("ckpt-scan", "--path", str(ck), "--json", hosts=inventory_file, cwd=tmp_path)
+    j = rk("ckpt-scan", "--checkpoints", str(ck), "--json", hosts=inventory_file, cwd=tmp_path)
     assert no_raw(j.stdout) and any(key in text for text in strings(json.loads(j.stdout)))
 
 
@@ -203,7 +203,7 @@ def test_train_log_shows_a_metric_name_and_the_suggested_line_visibly(
     rows = [{"step": i, f"err{HOSTILE}": 1.0 / (i + 1), "lr": 0.1 * i} for i in range(60)]
     log = tmp_path / "train.jsonl"
     log.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    r = rk("train-log", "--path", str(log), hosts=inventory_file, cwd=tmp_path)
+    r = rk("train-log", "--log", str(log), hosts=inventory_file, cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     said = r.stdout + r.stderr
     assert f"--metric 'err{SHOWN}'" in said, said

@@ -1,4 +1,5 @@
-"""`Target.sync` / `remotekit sync`: a local tree pushed into a target through its layers.
+"""`Target.sync` / `remotekit sync`: a local tree pushed into a target through its layers,
+and pulled back (`sync NAME:SRC DEST`); `Target.put`/`get` of a folder (as `scp -r`).
 
 The same guarantees are checked on this machine (``local``), through the real sshd into a real
 LXC container via the pct stand-in (``ct``), and into a real podman container (``pod``, the
@@ -32,25 +33,7 @@ from remotekit.result import Script
 from remotekit.sync import SyncResult
 from tests.conftest import held_per_agent, need_program, open_local, write_inventory
 from tests.harness import cli
-
-SNAPSHOT = """\
-import hashlib, json, os, stat, sys
-root = sys.argv[1]
-out = {}
-for d, dirs, files in os.walk(root):
-    for n in dirs + files:
-        p = os.path.join(d, n)
-        st = os.lstat(p)
-        rel = os.path.relpath(p, root)
-        if stat.S_ISLNK(st.st_mode):
-            out[rel] = ["l", os.readlink(p)]
-        elif stat.S_ISDIR(st.st_mode):
-            out[rel] = ["d", stat.S_IMODE(st.st_mode)]
-        else:
-            with open(p, "rb") as f:
-                out[rel] = ["f", stat.S_IMODE(st.st_mode), hashlib.sha256(f.read()).hexdigest()]
-print(json.dumps(out, sort_keys=True))
-"""
+from tests.tree_kit import SNAPSHOT, expected, local_snapshot, make_tree
 
 
 @dataclass
@@ -66,13 +49,6 @@ class Where:
 
     def sync(self, src: Path, **kw: Any) -> SyncResult:
         return self.target.sync(src, self.dest, **kw)
-
-
-def local_snapshot(root: Path) -> dict[str, list[Any]]:
-    out = subprocess.run(
-        [sys.executable, "-c", SNAPSHOT, str(root)], capture_output=True, text=True, check=True
-    )
-    return dict(json.loads(out.stdout))
 
 
 @pytest.fixture(scope="module")
@@ -121,33 +97,6 @@ def _where(request: pytest.FixtureRequest, tmp_path: Path, agent: bool | None) -
             shutil.rmtree(request.getfixturevalue("lxc_ct").workspace / name, ignore_errors=True)
         else:
             t.run(["rm", "-rf", w.dest], check=False)
-
-
-def make_tree(root: Path) -> Path:
-    (root / "pkg" / "sub dir").mkdir(parents=True)
-    (root / "empty").mkdir()
-    (root / "pkg" / "__init__.py").write_text("x = 1\n")
-    (root / "pkg" / "sub dir" / "naïve café ü.txt").write_text("unicode and spaces\n")
-    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
-    (root / "run.sh").chmod(0o755)
-    (root / "secret.key").write_text("k")
-    (root / "secret.key").chmod(0o600)
-    (root / "suid").write_text("s")
-    (root / "suid").chmod(0o4755)
-    (root / "empty.txt").write_bytes(b"")
-    (root / "blob.bin").write_bytes(os.urandom(3 << 20))
-    (root / "pkg" / "link").symlink_to("../run.sh")
-    (root / "abs-link").symlink_to("/etc/hostname")
-    (root / "pkg").chmod(0o750)
-    return root
-
-
-def expected(src: Path) -> dict[str, list[Any]]:
-    snap = local_snapshot(src)
-    for v in snap.values():
-        if v[0] in ("f", "d"):
-            v[1] &= 0o777  # setuid, setgid, sticky are never set there
-    return snap
 
 
 # -- behaviour on every target -------------------------------------------------------------------
@@ -813,3 +762,177 @@ def test_a_replacement_that_needs_deletion_is_refused_when_deletion_is_off(
     assert "x is a directory there but not here" in out.stderr
     assert "not replaced: deletion is off because SRC here could not be read" in out.stderr
     assert (dest / "x" / "inner" / "keep").read_text() == "there"
+
+
+# -- the other way (a pull) and folders as scp -r ------------------------------------------------
+
+
+def there_with_tree(where: Where, tmp_path: Path) -> Path:
+    """``make_tree`` here, pushed to ``where.dest``; the local source."""
+    src = make_tree(tmp_path / "src")
+    where.sync(src)
+    assert where.snapshot() == expected(src)
+    return src
+
+
+# -- sync pulls ------------------------------------------------------------------------------------
+
+
+def test_a_pull_copies_the_tree_byte_exact_and_a_second_gets_nothing(
+    where: Where, tmp_path: Path
+) -> None:
+    src = there_with_tree(where, tmp_path)
+    here = tmp_path / "pulled" / "deep"  # missing parents are made, as a push makes them there
+    seen: list[tuple[int, int]] = []
+    t = where.target
+    first = t.sync(f"{t.name}:{where.dest}", here, on_progress=lambda d, n: seen.append((d, n)))
+    assert first.pulled and first.summary().startswith("got 7 file(s)")
+    assert local_snapshot(here) == where.snapshot() == expected(src)
+    assert set(first.links) == {"pkg/link", "abs-link"} and first.steps == 2  # list, read
+    assert seen and seen[-1] == (first.bytes_sent, first.bytes_sent)
+    assert not list(here.rglob(".remotekit-sync-*"))  # the staging folder is gone
+
+    second = t.sync(f"{t.name}:{where.dest}", here)
+    assert (second.sent, second.links, second.deleted, second.steps) == ((), (), (), 1)
+    assert second.unchanged == 9
+
+
+def test_a_pull_sends_what_changed_and_deletes_only_when_asked(
+    where: Where, tmp_path: Path
+) -> None:
+    there_with_tree(where, tmp_path)
+    t, here = where.target, tmp_path / "here"
+    t.sync(f"{t.name}:{where.dest}", here)
+    (here / "only-here.txt").write_text("mine")
+    t.run(["sh", "-c", f'cd "{where.dest}" && printf changed > run.sh && rm empty.txt'])
+    r = t.sync(f"{t.name}:{where.dest}", here)
+    assert r.sent == ("run.sh",) and r.deleted == ()
+    assert (here / "run.sh").read_text() == "changed" and (here / "empty.txt").exists()
+    assert (here / "only-here.txt").exists()
+    r = t.sync(f"{t.name}:{where.dest}", here, delete=True, exclude=["only-here.txt"])
+    assert r.deleted == ("empty.txt",) and (here / "only-here.txt").exists()
+    mine = local_snapshot(here)
+    assert mine.pop("only-here.txt")[0] == "f" and mine == where.snapshot()
+
+
+def test_a_pull_dry_run_changes_nothing_here(local: remotekit.Target, tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src")
+    r = local.sync(f"local:{src}", tmp_path / "dest", dry_run=True)
+    assert r.dry_run and r.pulled and len(r.sent) == 7 and r.steps == 1
+    assert r.summary().startswith("would get 7 file(s)")
+    assert not (tmp_path / "dest").exists()
+
+
+def test_the_side_there_is_named_as_rsync_names_it(local: remotekit.Target, tmp_path: Path) -> None:
+    from remotekit.sync import host_path
+
+    assert host_path("gpu1:/workspace/out") == ("gpu1", "/workspace/out")
+    assert host_path("gpu1:out") == ("gpu1", "out")
+    assert host_path("./gpu1:out") is None and host_path("/a/b:c") is None
+    assert host_path(":x") is None and host_path("plain") is None
+    with pytest.raises(remotekit.RemotekitError, match=r"names the target 'gpu2'.*\./gpu2:/x"):
+        local.sync("gpu2:/x", tmp_path / "d")
+    with pytest.raises(remotekit.RemotekitError, match="both sides are there"):
+        local.sync("local:/x", "local:/y")
+    with pytest.raises(remotekit.RemotekitError, match="does not exist there"):
+        local.sync(f"local:{tmp_path / 'nope'}", tmp_path / "d")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(remotekit.RemotekitError, match="not a local directory"):
+        local.sync(f"local:{tmp_path}", tmp_path / "file")
+
+
+def test_a_pull_skips_what_it_cannot_copy(local: remotekit.Target, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    os.mkfifo(src / "pipe")
+    (src / "ok").write_text("ok")
+    r = local.sync(f"local:{src}", tmp_path / "dest")
+    assert r.sent == ("ok",) and r.exit_code == 1
+    assert r.skipped == ("pipe: not a regular file, directory or symlink",)
+    assert sorted(p.name for p in (tmp_path / "dest").iterdir()) == ["ok"]
+
+
+# -- get and put of a folder, as scp -r --------------------------------------------------------------
+
+
+def test_put_and_get_of_a_folder_follow_scp(where: Where, tmp_path: Path) -> None:
+    """DEST missing: it becomes the copy; DEST an existing directory (or ending in /): the
+    copy goes in it under its own name; a / at the end of SRC changes nothing (scp, cp -r)."""
+    t, src = where.target, make_tree(tmp_path / "src")
+    r = t.put(src, where.dest, parents=True)  # its parent is missing on the local target
+    assert isinstance(r, SyncResult) and len(r.sent) == 7
+    assert where.snapshot() == expected(src)
+    t.put(f"{src}/", where.dest)  # exists now: into it, as src
+    assert where.snapshot(f"{where.dest}/src") == expected(src)
+    t.put(src, f"{where.dest}/fresh/", parents=True)
+    assert where.snapshot(f"{where.dest}/fresh/src") == expected(src)
+
+    got = tmp_path / "got"
+    g = t.get(where.dest + "/src", got)
+    assert isinstance(g, SyncResult) and g.pulled
+    assert local_snapshot(got) == expected(src)
+    t.get(where.dest + "/src/", got)  # exists now: into it, under the name there
+    assert local_snapshot(got / "src") == expected(src)
+    one = t.get(where.dest + "/run.sh", tmp_path / "one.sh")  # a file: as before
+    assert (
+        isinstance(one, remotekit.Result)
+        and (tmp_path / "one.sh").read_text() == (src / "run.sh").read_text()
+    )
+
+
+def test_a_folder_copy_refuses_as_a_file_copy_does(local: remotekit.Target, tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src")
+    with pytest.raises(remotekit.RemotekitError, match=r"does not exist there \(put --parents"):
+        local.put(src, str(tmp_path / "no" / "such" / "dir"))
+    with pytest.raises(remotekit.RemotekitError, match=r"does not exist there \(put --parents"):
+        local.put(src, str(tmp_path / "nodir") + "/")
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(remotekit.RemotekitError, match="exists there and is not a directory"):
+        local.put(src, str(tmp_path / "afile"))
+    with pytest.raises(remotekit.RemotekitError, match=r"get --parents creates it"):
+        local.get(str(src), tmp_path / "no" / "such")
+    with pytest.raises(remotekit.RemotekitError, match="mode= is for one file"):
+        local.put(src, str(tmp_path / "m"), mode=0o600)
+    assert not (tmp_path / "no").exists() and not (tmp_path / "m").exists()
+
+
+def test_a_pull_refuses_what_a_hostile_far_side_sends(tmp_path: Path) -> None:
+    """What a pull writes here comes from there: a listing's entries are checked field by
+    field, and bodies must come in the order asked and never past the listed size; one that
+    came short is padded (the pack's offsets) and flagged, never installed."""
+    import base64
+
+    from remotekit.sync import Entry, _Bodies, _entry
+
+    assert _entry(["f", 3, 1, 0o644]) == Entry("f", 3, 1, 0o644)
+    assert _entry(["l", 0, 1, 0o777, "../x"]).link == "../x"  # a link as a link, never followed
+    for bad in (["f", -1, 0, 0], ["x", 1, 1, 1], ["f", "1", 0, 0], ["l", 0, 0, 0, "a\0b"]):
+        with pytest.raises(ValueError):
+            _entry(bad)
+
+    def body(n: int, data: bytes) -> dict[str, Any]:
+        return {"type": "body", "n": n, "b": base64.b64encode(data).decode()}
+
+    there = {"a": Entry("f", 3), "b": Entry("f", 2)}
+    progress = type("P", (), {"add": lambda self, n: None})()
+    for i, records in enumerate(
+        [
+            [body(0, b"abcd")],  # more bytes than listed
+            [body(1, b"xy")],  # not the file asked next
+            [body(0, b"abc"), {"type": "read", "n": 0, "ok": True}, body(2, b"")],  # none asked
+        ]
+    ):
+        (tmp_path / str(i)).mkdir()
+        got = _Bodies(tmp_path / str(i), ["a", "b"], there, packed=2)
+        with pytest.raises(ValueError):
+            for r in records:
+                got.record(r, progress)
+        got.close()
+    (tmp_path / "short").mkdir()
+    got = _Bodies(tmp_path / "short", ["a", "b"], there, packed=2)
+    for r in (body(0, b"a"), {"type": "read", "n": 0, "ok": True}, body(1, b"xy")):
+        assert got.record(r, progress)
+    assert got.record({"type": "read", "n": 1, "ok": True}, progress)
+    got.close()
+    assert bytes(got.ok) == b"01"  # the short one is flagged whatever the far side says
+    assert (tmp_path / "short" / "pack").read_bytes() == b"a\0\0xy"

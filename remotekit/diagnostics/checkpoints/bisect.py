@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from remotekit.diagnostics import defaults
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, worst_exit
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, renamed, worst_exit
 from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
     CheckpointError,
@@ -78,9 +78,10 @@ class BisectReport(Shown, Bisect):
         return render_bisect(self)
 
 
+@renamed(directory="checkpoints")
 def bisect_checkpoints(
     target: Target,
-    directory: str | None = None,
+    checkpoints: str | None = None,
     *,
     linear: bool = False,
     jobs: int = 1,
@@ -90,16 +91,16 @@ def bisect_checkpoints(
     on_report: ReportCallback | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> BisectReport:
-    """Order the checkpoints under ``directory`` (default: the host's ``checkpoints:``) by
-    global step (or by name, naturally sorted, when some has none) and find the last clean
-    and the first bad one.
+    """Order the checkpoints under ``checkpoints`` (a directory there; default: the host's
+    ``checkpoints:``) by global step (or by name, naturally sorted, when some has none) and
+    find the last clean and the first bad one.
 
     By default a binary search (about log2(n) scans; assumes that once a checkpoint is bad,
     every later one is too); ``linear=True`` scans all (with ``jobs`` workers) and reports
     clean checkpoints after the first bad one. Unreadable checkpoints are left out of the
     order and listed in ``unreadable`` (exit code 2).
     """
-    where = defaults.need_checkpoints(target, directory, "ckpt-bisect")
+    where = defaults.need_checkpoints(target, checkpoints, "ckpt-bisect")
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
     args = BisectOptions.of(where, linear=linear, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)

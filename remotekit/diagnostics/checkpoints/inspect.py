@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, renamed
 from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
     kinds,
@@ -72,9 +72,10 @@ class InspectReport(Shown, Inspect):
         return render_inspect(self)
 
 
+@renamed(path="checkpoint")
 def inspect_checkpoint(
     target: Target,
-    path: str,
+    checkpoint: str,
     *,
     allow_globals: Sequence[str] = (),
     unsafe_pickle: bool = False,
@@ -90,13 +91,13 @@ def inspect_checkpoint(
     lost, always; with ``resume=True`` what it would lose is a finding (``exit_code`` 1).
     """
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
-    args = InspectOptions.of(path, resume=resume, **loading).argv()
+    args = InspectOptions.of(checkpoint, resume=resume, **loading).argv()
     run = run_script(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
     rec = run.first(Inspect.TYPE)
     report = InspectReport.from_dict(rec)
     return replace(
         report,
-        path=report.path if rec and "path" in rec else path,
+        path=report.path if rec and "path" in rec else checkpoint,
         error=report.error if rec else "the script gave no inspect record",
         tensors=tuple(TensorInfo.from_dict(r) for r in run.of(TensorInfo.TYPE)),
     )

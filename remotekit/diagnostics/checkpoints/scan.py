@@ -15,6 +15,7 @@ from remotekit.diagnostics.base import (
     EXIT_FINDINGS,
     EXIT_OK,
     Record,
+    renamed,
     worst_exit,
 )
 from remotekit.diagnostics.checkpoints.common import (
@@ -234,9 +235,10 @@ class Tracker:
             )
 
 
+@renamed(path="checkpoints")
 def scan_checkpoints(
     target: Target,
-    path: str | None = None,
+    checkpoints: str | None = None,
     *,
     jobs: int = 1,
     allow_globals: Sequence[str] = (),
@@ -246,9 +248,9 @@ def scan_checkpoints(
     on_progress: ProgressCallback | None = None,
     on_warning: WarningCallback | None = None,
 ) -> CheckpointScan:
-    """Check every checkpoint at ``path`` there (a file, a directory searched recursively,
-    or a glob; default: the host's ``checkpoints:``) for NaN / +Inf / -Inf, in weights and
-    in optimizer state.
+    """Check every checkpoint at ``checkpoints`` there (a file, a directory searched
+    recursively, or a glob; default: the host's ``checkpoints:``) for NaN / +Inf / -Inf, in
+    weights and in optimizer state.
 
     ``jobs`` checkpoints are checked in parallel (one worker process each, one checkpoint at
     a time per worker). ``on_report`` gets each :class:`CheckpointReport` as soon as its
@@ -257,11 +259,11 @@ def scan_checkpoints(
     be read never stops the scan: it gets a report with status "error" and the reason.
 
     Returns a :class:`CheckpointScan` (a list of reports sorted by path, with ``exit_code``).
-    Raises :class:`CheckpointError` when the scan cannot run at all (nothing at ``path``,
-    no checkpoint there, no torch there, an ``allow_globals`` name that cannot be imported) and the engine's
-    errors (timeout, connection, container, interpreter).
+    Raises :class:`CheckpointError` when the scan cannot run at all (nothing at
+    ``checkpoints``, no checkpoint there, no torch there, an ``allow_globals`` name that cannot
+    be imported) and the engine's errors (timeout, connection, container, interpreter).
     """
-    where = defaults.need_checkpoints(target, path, "ckpt-scan")
+    where = defaults.need_checkpoints(target, checkpoints, "ckpt-scan")
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
     args = ScanOptions.of(where, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)

@@ -6,7 +6,7 @@ findings, a decimated series and a histogram. This package turns those records i
 dataclasses (:class:`TrainLogReport`), renders them as text (:func:`render_report`), and
 draws the optional picture (matplotlib, the ``plot`` extra)::
 
-    report = analyze_train_log(target, "/workspace/run/log.jsonl", ckpt_dir="/workspace/ckpt")
+    report = analyze_train_log(target, "/workspace/run/log.jsonl", checkpoints="/workspace/ckpt")
     report.exit_code            # 0 OK, 1 findings, 2 could not run
     report.composition.verdict  # "loss is trimodal; modes match length buckets; ..."
 
@@ -17,7 +17,7 @@ no event, and a trimodal loss from homogeneous length-bucketed batches):
   default: a line that follows the series, a level shift is no spike) or a published rule
   (``olmo2``, ``olmo-core``, ``megatron``, ``zclip``); onset, peak, baseline, score, the
   steps it took to get back, and which rule flagged it;
-- events: checkpoint saves (log lines, ``ckpt_dir``, ``ckpt_steps``, HF ``save_steps``),
+- events: checkpoint saves (log lines, ``checkpoints``, ``ckpt_steps``, HF ``save_steps``),
   resumes (the step counter goes back), epoch starts, a missing warmup, lr jumps, pauses;
   for each spike the nearest event, and per kind whether spikes sit at events more often
   than chance (binomial test on the share of steps near an event);

@@ -14,6 +14,7 @@ from remotekit.diagnostics.base import (
     EXIT_FINDINGS,
     EXIT_OK,
     Record,
+    renamed,
     run_diagnostic,
 )
 from remotekit.diagnostics.trainlog.model import (
@@ -134,32 +135,34 @@ HINT_COLUMNS = 5  # command lines suggested when no loss series was found
 def no_loss_hints(host: str, path: str, numeric: Sequence[str]) -> tuple[str, ...]:
     """``remotekit train-log`` command lines that name one of the numeric columns found with
     ``--metric`` (the task's flag; tests run each through the task parser)."""
-    base = ["remotekit", "train-log"] + (["--host", host] if host else []) + ["--path", path]
+    base = ["remotekit", "train-log"] + (["--host", host] if host else []) + ["--log", path]
     return tuple(join([*base, "--metric", col]) for col in list(numeric)[:HINT_COLUMNS])
 
 
+@renamed(path="log", ckpt_dir="checkpoints")
 def analyze_train_log(
     target: Target,
-    path: str,
+    log: str,
     *,
     metrics: Sequence[str] | str | None = None,
     preset: str = DEFAULT_PRESET,
     ckpt_steps: Sequence[int] | str | None = None,
-    ckpt_dir: str | None = None,
+    checkpoints: str | None = None,
     steps_per_epoch: float | None = None,
     tolerance: float | None = None,
     points: int = 0,
     timeout: float | None = None,
     on_record: Callable[[Record], None] | None = None,
 ) -> TrainLogReport:
-    """Analyse the training log at ``path`` *on* ``target``; only findings come back.
+    """Analyse the training log ``log`` *on* ``target`` (a file, or a run directory: its log
+    is picked); only findings come back.
 
     ``metrics`` names the columns to check (default: loss, acc, lr, grad_norm, found under
     their usual names, e.g. ``train/loss``); ``preset`` picks the spike rule (see
     :data:`PRESETS`); checkpoint saves come from the log's own lines plus ``ckpt_steps``
-    and the checkpoints in ``ckpt_dir`` there (default: the host's ``checkpoints:``, as for
-    ``remotekit train-log``; their names, else their own step keys; a run directory's
-    ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
+    and the checkpoints in ``checkpoints`` (a directory) there (default: the host's
+    ``checkpoints:``, as for ``remotekit train-log``; their names, else their own step keys; a
+    run directory's ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
     ``epoch`` field does); ``tolerance`` is how many steps from an event still count as
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
@@ -170,11 +173,11 @@ def analyze_train_log(
     (connection, timeout, container, interpreter) are raised too.
     """
     options = TrainLogOptions.of(
-        path,
+        log,
         metrics=metrics,
         preset=preset,
         ckpt_steps=ckpt_steps,
-        ckpt_dir=defaults.checkpoints(target, ckpt_dir),
+        ckpt_dir=defaults.checkpoints(target, checkpoints),
         steps_per_epoch=steps_per_epoch,
         tolerance=tolerance,
         points=points,
@@ -183,4 +186,4 @@ def analyze_train_log(
         target, SCRIPT, options.argv(), step="train-log", timeout=timeout, on_record=on_record
     )
     host = run.result.host or target.name
-    return build_report(host, str(path), run.records, duration_s=run.result.duration_s)
+    return build_report(host, str(log), run.records, duration_s=run.result.duration_s)

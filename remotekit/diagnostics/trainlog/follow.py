@@ -20,6 +20,7 @@ from remotekit.diagnostics.base import (
     EXIT_OK,
     OutputTail,
     Record,
+    renamed,
     run_records,
 )
 from remotekit.diagnostics.trainlog.api import SCRIPT
@@ -340,9 +341,10 @@ class LogFollow:
         self.close()
 
 
+@renamed(path="log", ckpt_dir="checkpoints")
 def follow_train_log(
     target: Target,
-    path: str | None = None,
+    log: str | None = None,
     *,
     run: str | Run | None = None,
     timeout: float | None = None,
@@ -350,11 +352,11 @@ def follow_train_log(
     on_warning: Callable[[str], None] | None = None,
     **options: Any,
 ) -> LogFollow:
-    """Follow the training log at ``path`` *on* ``target`` as it grows: an iterator of each
+    """Follow the training log ``log`` *on* ``target`` as it grows: an iterator of each
     new :class:`Incident` (spike, cliff, non-finite run, resume) as it is found there, by
     the detector of :func:`analyze_train_log` over the log's latest rows. ``options``: those
-    of :func:`analyze_train_log` (``metrics``, ``preset``, ``ckpt_steps``, ``ckpt_dir``,
-    ``steps_per_epoch``, ``tolerance``; not ``points``; ``ckpt_dir`` defaults to the host's
+    of :func:`analyze_train_log` (``metrics``, ``preset``, ``ckpt_steps``, ``checkpoints``,
+    ``steps_per_epoch``, ``tolerance``; not ``points``; ``checkpoints`` defaults to the host's
     ``checkpoints:`` there too)::
 
         with follow_train_log(t, "/workspace/run/log.jsonl") as live:
@@ -377,21 +379,22 @@ def follow_train_log(
     row) after the last step it had judged, so an incident written meanwhile is still reported, once.
     The engine's other errors are raised by the iteration.
 
-    ``run`` (instead of ``path``: an id, as ``remotekit runs`` lists them, or a
+    ``run`` (instead of ``log``: an id, as ``remotekit runs`` lists them, or a
     :class:`~remotekit.runs.Run`): the output log of that run on ``target``, followed until
     the run ends, as ``logs --follow`` is: its last lines are judged, then the iteration
     ends, and :meth:`LogFollow.run_ended` says how the run ended.
     """
     if "points" in options:
         raise TypeError("follow_train_log() takes no points: a followed log sends no series")
-    if (path is None) == (run is None):
-        raise TypeError("follow_train_log() takes a path or a run, one of them")
+    if (log is None) == (run is None):
+        raise TypeError("follow_train_log() takes a log or a run, one of them")
     handle = target.run_handle(run) if isinstance(run, str) else run
     if handle is not None:
         log = handle.info().log
-        path, options = log, {**options, "run_dir": posixpath.dirname(log)}
-    ckpt_dir = defaults.checkpoints(target, options.pop("ckpt_dir", None))
-    follow = TrainLogOptions.of(str(path), follow=True, ckpt_dir=ckpt_dir, **options)
+        options = {**options, "run_dir": posixpath.dirname(log)}
+    # the API's name for it (ckpt_dir= is @renamed to it); the options' own: ckpt_dir
+    ckpt_dir = defaults.checkpoints(target, options.pop("checkpoints", None))
+    follow = TrainLogOptions.of(str(log), follow=True, ckpt_dir=ckpt_dir, **options)
     return LogFollow(
         target, follow, timeout=timeout, on_status=on_status, on_warning=on_warning, run=handle
     )

@@ -190,7 +190,7 @@ class ScanOptions(CkptOptions):
         "a checkpoint file, a directory (searched recursively) or a glob (default: the host's "
         "`checkpoints:`)",
         _path,
-        task="path",
+        task="checkpoints",
     )
     jobs: int = _jobs()
 
@@ -208,7 +208,7 @@ class InspectOptions(CkptOptions):
         "a checkpoint file, an HF *.index.json, a checkpoint directory (HF checkpoint-N/, "
         "DeepSpeed global_stepN/, DCP) or a zip of torch files (stable-baselines3's save)",
         _path,
-        task="path",
+        task="checkpoint",
     )
     resume: bool = option(
         False,
@@ -243,7 +243,10 @@ class BisectOptions(CkptOptions):
     OPERANDS = ("directory",)
 
     directory: str = option(
-        "", "a directory of checkpoints (default: the host's `checkpoints:`)", _path, task="path"
+        "",
+        "a directory of checkpoints (default: the host's `checkpoints:`)",
+        _path,
+        task="checkpoints",
     )
     linear: bool = option(
         False, "check every checkpoint instead of a binary search", _switch, task="linear"

@@ -200,7 +200,7 @@ class LogFile(Record):
 @dataclass(frozen=True)
 class ScanPlan(Record):
     """What the scan found before it started: files (checkpoints), their bytes, skipped files,
-    and the files that may be training logs (``logs``: what ``diagnose --run`` reads)."""
+    and the files that may be training logs (``logs``: what ``diagnose --run-dir`` reads)."""
 
     TYPE = "plan"
 

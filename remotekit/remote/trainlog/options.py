@@ -151,7 +151,7 @@ class TrainLogOptions(Options):
         "the training log there, or its run directory (JSON lines, CSV, trainer_state.json, "
         "W&B .wandb, TensorBoard events, nanoGPT/llm.c/Megatron/fairseq or key=value text)",
         _path,
-        task="path",
+        task="log",
     )
     metrics: tuple[str, ...] = option(
         (),

@@ -3,7 +3,7 @@ the longest history of a train-side loss, then the kind of log preferred for as 
 history (a run's own log over a checkpoint's copy), then the newest; and why, in words,
 with what else was there. One rule for every place a choice is made (the logs of a run
 directory of any kinds, the runs of an MLflow store, the event files of a Lightning
-``version_0/``), and the one ``diagnose --run`` follows.
+``version_0/``), and the one ``diagnose --run-dir`` follows.
 """
 
 from __future__ import annotations

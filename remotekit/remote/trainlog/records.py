@@ -54,7 +54,7 @@ class LogSource(Record):
     last_step: float = wire(FLOAT)
     stride: float = wire(FLOAT)
     tolerance: float = wire(FLOAT)
-    chosen_from: str | None = None  # the file picked when ``--path`` was a run directory, and why
+    chosen_from: str | None = None  # the file picked when ``--log`` was a run directory, and why
     dialect: str | None = None  # whose log this is (Lightning CSVLogger, LLaMA-Factory, ...)
     #: Why each metric's column is the one, in words ("loss <- 'train/loss': the train-side
     #: loss by name; also seen: 'val/loss' ...; passed over: 'loss_scale' (an AMP loss scale)")

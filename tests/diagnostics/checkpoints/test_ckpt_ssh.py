@@ -121,7 +121,7 @@ def test_scan_task_over_ssh_exits_1_with_a_table(
             "ckpt-scan",
             "--host",
             "ct",
-            "--path",
+            "--checkpoints",
             path,
             "--inventory",
             str(inv),

@@ -254,13 +254,13 @@ def test_diagnose_runs_every_section_in_order(
     assert (
         skipped is not None
         and skipped.error
-        == "no path given (--path) and no `checkpoints:` for this host in hosts.yaml"
+        == "no path given (--checkpoints) and no `checkpoints:` for this host in hosts.yaml"
     )
     assert (
         report.summary[3]
-        == "ckpt-scan: skipped (no path given (--path) and no `checkpoints:` for this host in hosts.yaml)"
+        == "ckpt-scan: skipped (no path given (--checkpoints) and no `checkpoints:` for this host in hosts.yaml)"
     )
-    off = dg.diagnose(t, path=str(tmp_path), include_ckpt=False, env=smi_env(bin_dir))
+    off = dg.diagnose(t, checkpoints=str(tmp_path), include_ckpt=False, env=smi_env(bin_dir))
     assert off.section("ckpt-scan").error == "not requested"  # type: ignore[union-attr]
 
 
@@ -319,7 +319,7 @@ def test_diagnose_ckpt_scan_contract(
     assert "[ckpt-scan] step_100: 3 NaN in fc.weight" in report.findings
 
     fake_scanner.error = RuntimeError("boom")
-    broken = dg.diagnose(t, path="/elsewhere", env=smi_env(bin_dir))
+    broken = dg.diagnose(t, checkpoints="/elsewhere", env=smi_env(bin_dir))
     assert fake_scanner.calls[-1]["path"] == "/elsewhere"
     ckpt = broken.section("ckpt-scan")
     assert ckpt is not None and (ckpt.status, ckpt.error) == ("failed", "RuntimeError: boom")
@@ -336,7 +336,7 @@ def test_diagnose_sections_render_and_json(notorch: remotekit.Target, bin_dir: P
     text = "\n".join(shown)
     assert report.exit_code == 1
     assert text.index("== env: ok") < text.index("== gpu: findings") < text.index("== ckpt-scan")
-    assert "== ckpt-scan: skipped\nno path given (--path) and no `checkpoints:`" in text
+    assert "== ckpt-scan: skipped\nno path given (--checkpoints) and no `checkpoints:`" in text
     assert "warning: GPU 3: temperature 88 C >= 85 C" in text  # the gpu section's own table
 
     broken = dg.diagnose(notorch, env=smi_env(bin_dir, "no-driver"))

@@ -361,7 +361,7 @@ def test_train_log_takes_the_hosts_checkpoints(tmp_path: Path) -> None:
     ckpts = _layout(tmp_path / "ckpts", "hf")
     hosts = tmp_path / "hosts.yaml"
     write_inventory(hosts, {"local": {"python": sys.executable, "checkpoints": str(ckpts)}})
-    r = cli("train-log", "--inventory", str(hosts), "--path", str(log), cwd=tmp_path)
+    r = cli("train-log", "--inventory", str(hosts), "--log", str(log), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "checkpoint 200 (+0)" in r.stdout and "2 of 3" in r.stdout
     assert "more than chance" in r.stdout
@@ -380,7 +380,7 @@ def test_diagnose_run_reads_the_saves_off_checkpoints_the_scan_cannot_read(
     factory.write_jsonl(rows, run_dir / "train_log.jsonl")
     env = smi_env(make_bin_dir(tmp_path / "bin"), "healthy")
     with remotekit.local_target() as t:
-        report = dg.diagnose(t, run=str(run_dir), env=env)
+        report = dg.diagnose(t, run_dir=str(run_dir), env=env)
     log = report.section("train-log")
     assert log is not None and log.report is not None
     saves = sorted(e.step for e in log.report.events if e.kind == "checkpoint")

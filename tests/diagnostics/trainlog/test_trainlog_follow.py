@@ -576,7 +576,7 @@ def test_cli_json_lines_then_ctrl_c_exits_0_and_leaves_no_follower(
 ) -> None:
     log = tmp_path / "log.jsonl"
     w = writers(log, "--spike-at", str(SPIKE), "--nan-at", str(SPIKE + 20)).started()
-    args = ["--path", str(log), "--follow", "--json", "--timeout", str(BOUND_S)]
+    args = ["--log", str(log), "--follow", "--json", "--timeout", str(BOUND_S)]
     proc = _cli(tmp_path, *args)
     try:
         go_once_holding(w)
@@ -608,7 +608,7 @@ def test_cli_on_incident_gets_the_json_and_a_failing_hook_is_a_warning(
     w = writers(log, "--spike-at", str(SPIKE), "--spike-at", str(SPIKE + 40)).started()
     proc = _cli(
         tmp_path,
-        "--path",
+        "--log",
         str(log),
         "--follow",
         "--on-incident",
@@ -680,7 +680,7 @@ def test_cli_ctrl_c_during_an_incident_hook_leaves_no_process_of_its_tree(
     log = tmp_path / "log.jsonl"
     hook, m = _hook_leaving_a_tree(tmp_path)
     w = writers(log, "--spike-at", str(SPIKE)).started()
-    args = ["--path", str(log), "--follow", "--on-incident", f"'{hook}' hang {m}"]
+    args = ["--log", str(log), "--follow", "--on-incident", f"'{hook}' hang {m}"]
     proc = _cli(tmp_path, *args, "--timeout", "60")
     try:
         go_once_holding(w)
@@ -714,7 +714,7 @@ def test_the_help_names_what_the_follower_follows_and_refuses() -> None:
 
 def test_cli_refuses_a_wandb_file_with_exit_2(tmp_path: Path) -> None:
     (tmp_path / "run-x.wandb").write_bytes(b":W&B\xe1\xbe\x00" + b"\x00" * 64)
-    proc = _cli(tmp_path, "--path", str(tmp_path / "run-x.wandb"), "--follow")
+    proc = _cli(tmp_path, "--log", str(tmp_path / "run-x.wandb"), "--follow")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert b"not followed" in err and b"TensorBoard event files" in err
@@ -729,7 +729,7 @@ def test_cli_refuses_a_wandb_file_with_exit_2(tmp_path: Path) -> None:
     ],
 )
 def test_cli_usage_errors_exit_2(tmp_path: Path, args: list[str], words: bytes) -> None:
-    proc = _cli(tmp_path, "--path", "x.jsonl", *args)
+    proc = _cli(tmp_path, "--log", "x.jsonl", *args)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and words in err, err
 
@@ -741,7 +741,7 @@ def test_cli_on_a_terminal_shows_a_live_status_line_and_ctrl_c_exits_0(
     w = writers(log, "--spike-at", str(SPIKE)).started()
     hosts = tmp_path / "hosts.yaml"
     write_inventory(hosts, {"local": {"python": sys.executable}})
-    tty = Tty(["train-log", "--inventory", str(hosts), "--path", str(log), "--follow"], tmp_path)
+    tty = Tty(["train-log", "--inventory", str(hosts), "--log", str(log), "--follow"], tmp_path)
     try:
         go_once_holding(w)
         seen = tty.read_until(lambda seen: b"step 340: loss spike" in seen)
@@ -788,10 +788,10 @@ def test_a_runs_log_is_followed_until_the_run_ends_and_says_how(
         run.rm()
 
 
-def test_a_follow_takes_a_path_or_a_run(local: remotekit.Target) -> None:
-    with pytest.raises(TypeError, match="a path or a run"):
+def test_a_follow_takes_a_log_or_a_run(local: remotekit.Target) -> None:
+    with pytest.raises(TypeError, match="a log or a run"):
         tl.follow_train_log(local)
-    with pytest.raises(TypeError, match="a path or a run"):
+    with pytest.raises(TypeError, match="a log or a run"):
         tl.follow_train_log(local, "x.log", run="ab12")
 
 

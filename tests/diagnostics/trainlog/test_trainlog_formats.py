@@ -678,10 +678,10 @@ def test_no_loss_hints_printed_by_the_task_run_as_printed(tmp_path: Path) -> Non
     p.write_text(
         "".join(json.dumps({"iter": i, "objective": loss}) + "\n" for i, loss, _, _ in curve())
     )
-    r = cli("train-log", "--path", str(p), cwd=tmp_path)
+    r = cli("train-log", "--log", str(p), cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     hints = [ln.split("try: ", 1)[1] for ln in r.stdout.splitlines() if "try: " in ln]
-    assert hints == [f"remotekit train-log --host local --path {p} --metric objective"]
+    assert hints == [f"remotekit train-log --host local --log {p} --metric objective"]
     again = cli(*shlex.split(hints[0])[1:], cwd=tmp_path)
     assert again.returncode in (0, 1), again.stdout + again.stderr
     assert "columns: objective <- 'objective'" in again.stdout

@@ -723,7 +723,7 @@ def test_diagnose_run_reads_the_file_train_log_reads(
 
     with remotekit.local_target() as t:
         rep = dg.diagnose(
-            t, run=str(lightning_version), env=smi_env(make_bin_dir(tmp_path), "healthy")
+            t, run_dir=str(lightning_version), env=smi_env(make_bin_dir(tmp_path), "healthy")
         )
     log = rep.section("train-log")
     assert log is not None and log.report is not None and log.report.source is not None

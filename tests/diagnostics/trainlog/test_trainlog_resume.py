@@ -92,7 +92,7 @@ def target() -> Iterator[remotekit.Target]:
 
 def test_the_api_says_it_in_the_diagnosis(target: remotekit.Target, run_dir: Path) -> None:
     rep = tl.analyze_train_log(
-        target, str(run_dir / "train.log"), ckpt_dir=str(run_dir / "checkpoints")
+        target, str(run_dir / "train.log"), checkpoints=str(run_dir / "checkpoints")
     )
     assert "spike-at-resume" in rep.findings
     line = next(x for x in rep.diagnosis if "at the resume" in x)
@@ -104,7 +104,7 @@ def test_diagnose_run_joins_the_log_and_the_checkpoints(
     target: remotekit.Target, run_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     bin_dir = make_bin_dir(tmp_path_factory.mktemp("bin"))
-    rep = dg.diagnose(target, run=str(run_dir), env=smi_env(bin_dir, "healthy"))
+    rep = dg.diagnose(target, run_dir=str(run_dir), env=smi_env(bin_dir, "healthy"))
     v = "\n".join(rep.verdict)
     assert "loss spike at the resume from step 1000: " in v
     assert "no optimizer state for 2 of 4 parameters (model.fc2.weight, model.fc2.bias)" in v
