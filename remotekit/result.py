@@ -120,15 +120,15 @@ def _fitted(
     headers: Sequence[str], cells: list[list[str]], widths: list[int], fit: int
 ) -> list[int]:
     """``widths`` narrowed until the table is ``fit`` wide: the widest long column first,
-    none below its header or :data:`_SHORT_COLUMN`; as narrow as they go if that is not
-    enough (the terminal then wraps the rest)."""
-    widths = list(widths)
+    none below its header or :data:`_SHORT_COLUMN`; unchanged if that is not enough (a cut
+    that still leaves the terminal to wrap the rows would lose text for nothing)."""
+    whole, widths = widths, list(widths)
     floor = [max(len(h), _SHORT_COLUMN) for h in headers]
     while sum(widths) + 2 * (len(widths) - 1) > fit:
         over = sum(widths) + 2 * (len(widths) - 1) - fit
         long = [i for i, w in enumerate(widths) if w > floor[i]]
         if not long:
-            break
+            return whole
         i = max(long, key=lambda j: widths[j])
         second = max([widths[j] for j in long if j != i] + [floor[i]])
         widths[i] -= min(over, max(1, widths[i] - second))

@@ -48,3 +48,9 @@ def test_short_columns_stay_whole_when_nothing_else_can_give() -> None:
     assert table(["NAME", "STATUS", "SIZE", "WEIGHTS NaN/+Inf/-Inf"], rows, width=10) == table(
         ["NAME", "STATUS", "SIZE", "WEIGHTS NaN/+Inf/-Inf"], rows
     )
+
+
+def test_a_table_that_cannot_fit_is_left_whole_rather_than_cut_for_nothing() -> None:
+    headers = ["CHECKPOINT", *(f"COLUMN{i}" for i in range(12))]
+    rows = [(PATH, *(f"v{i}" for i in range(12)))]
+    assert table(headers, rows, width=80) == table(headers, rows)
