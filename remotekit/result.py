@@ -5,17 +5,18 @@ from the far side safe to show on a terminal."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import html
 import os
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-__all__ = ["Detached", "Result", "Script", "Shown", "clip", "table", "visible"]
+__all__ = ["Detached", "Result", "Script", "Shown", "clip", "table", "tables_fit", "visible"]
 
 #: What a terminal acts on instead of showing: C0 controls (ESC, BEL, CR, BS ...), DEL and
 #: C1 controls (U+0080-U+009F: U+009B is a CSI of its own), the bidi overrides and isolates
@@ -62,19 +63,145 @@ def clip(text: str, width: int, mark: str = "") -> str:
     return text if len(text) <= width else text[: width - len(mark)] + mark
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+#: The width tables fit in where a caller names none (:func:`tables_fit`): None, every cell
+#: whole. A process-wide value, not a ContextVar: the fleet's worker threads render too.
+_FIT: list[int | None] = [None]
+
+
+@contextlib.contextmanager
+def tables_fit(width: int | None) -> Iterator[None]:
+    """Within it, every :func:`table` that names no width fits in ``width`` columns (None:
+    cells whole). The CLI says how wide the terminal is (:func:`remotekit.render.
+    terminal_width`); the API sets none, so a notebook's ``str(report)`` keeps everything."""
+    before, _FIT[0] = _FIT[0], width
+    try:
+        yield
+    finally:
+        _FIT[0] = before
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: int | None = None) -> str:
     """A left-aligned text table; ``None`` cells print as ``-`` (the CLI's tables, and the
     ``str()`` of the results that print as one). Every cell is :func:`visible`, a tab or a
-    newline in it included (it would break the columns)."""
+    newline in it included (it would break the columns).
+
+    ``width`` (default: the one :func:`tables_fit` set, else none): a table wider than it is
+    fitted as kubectl's and rich's are: the long columns give up width, widest first, the
+    others stay whole; a column with spaces (a reason, a finding) wraps within its cell, one
+    without (a path, a name) is shortened in the middle (``/work/.../step_400/model.pt``).
+    Cells are escaped before they are cut, and a cut never splits an escape (``\\x1b``)."""
     cells = [[("-" if c is None else visible(str(c), keep="")) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):
             widths[i] = max(widths[i], len(c))
+    fit = _FIT[0] if width is None else width
+    if fit is not None:
+        widths = _fitted(headers, cells, widths, fit)
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    prose = [any(" " in row[i] for row in cells if i < len(row)) for i in range(len(widths))]
+    for row in cells:
+        parts = [_cell_lines(c, w, p) for c, w, p in zip(row, widths, prose)]
+        for k in range(max(len(p) for p in parts) if parts else 1):
+            line = [(p[k] if k < len(p) else "").ljust(w) for p, w in zip(parts, widths)]
+            lines.append("  ".join(line).rstrip())
     return "\n".join(lines)
+
+
+#: A column narrower than this is never shortened (statuses, sizes, times, counts).
+_SHORT_COLUMN = 16
+#: One unit of escaped text: a shown escape (``\\x1b``, ``\\u202e``, ``\\n``) or a character.
+_UNIT = re.compile(r"\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\[tnr]|.", re.DOTALL)
+_ELIDED = "..."
+
+
+def _fitted(
+    headers: Sequence[str], cells: list[list[str]], widths: list[int], fit: int
+) -> list[int]:
+    """``widths`` narrowed until the table is ``fit`` wide: the widest long column first,
+    none below its header or :data:`_SHORT_COLUMN`; unchanged if that is not enough (a cut
+    that still leaves the terminal to wrap the rows would lose text for nothing)."""
+    whole, widths = widths, list(widths)
+    floor = [max(len(h), _SHORT_COLUMN) for h in headers]
+    while sum(widths) + 2 * (len(widths) - 1) > fit:
+        over = sum(widths) + 2 * (len(widths) - 1) - fit
+        long = [i for i, w in enumerate(widths) if w > floor[i]]
+        if not long:
+            return whole
+        i = max(long, key=lambda j: widths[j])
+        second = max([widths[j] for j in long if j != i] + [floor[i]])
+        widths[i] -= min(over, max(1, widths[i] - second))
+    return widths
+
+
+def _units(text: str) -> list[str]:
+    return _UNIT.findall(text)
+
+
+def _cell_lines(text: str, width: int, prose: bool) -> list[str]:
+    """One cell in ``width`` columns: whole if it fits; else wrapped at spaces (``prose``,
+    a column with spaces) or shortened in the middle."""
+    if len(text) <= width:
+        return [text]
+    return _wrapped(text, width) if prose else [_middle_cut(text, width)]
+
+
+def _middle_cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters with its middle left out: a path keeps its first
+    part and as many of its last parts as fit (``/work/.../step_400/model.pt``), anything
+    else its head and tail; an escape is kept whole or left out."""
+    room = width - len(_ELIDED)
+    if room < 2:
+        return "".join(_cut(_units(text), width))
+    parts = text.split("/")
+    if len(parts) > 2:
+        head = parts[0] + "/" if parts[0] else "/" + parts[1] + "/"
+        rest = parts[1:] if parts[0] else parts[2:]
+        tail: list[str] = []
+        while rest and len(head) + len("/".join([rest[-1], *tail])) + len(_ELIDED) + 1 <= width:
+            tail.insert(0, rest.pop())
+        if tail and len(head) + len(_ELIDED) + 1 + len("/".join(tail)) <= width:
+            return head + _ELIDED + "/" + "/".join(tail)
+    units = _units(text)
+    front = _cut(units, (room + 1) // 2)
+    back = _cut(units[::-1], room - len("".join(front)))[::-1]
+    return "".join(front) + _ELIDED + "".join(back)
+
+
+def _cut(units: list[str], width: int) -> list[str]:
+    """The first of ``units`` that fit in ``width`` characters (an escape whole or not)."""
+    kept: list[str] = []
+    used = 0
+    for u in units:
+        if used + len(u) > width:
+            break
+        kept.append(u)
+        used += len(u)
+    return kept
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width``, broken at spaces; a longer word is broken
+    where it must be, between escapes, never inside one."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        candidate = f"{line} {word}" if line else word
+        if len(candidate) <= width:
+            line = candidate
+            continue
+        if line:
+            lines.append(line)
+        units = _units(word)
+        while len("".join(units)) > width:
+            piece = _cut(units, width) or units[:1]
+            lines.append("".join(piece))
+            units = units[len(piece) :]
+        line = "".join(units)
+    if line or not lines:
+        lines.append(line)
+    return lines
 
 
 class Shown:

@@ -645,3 +645,45 @@ def test_the_commands_hosts_yaml_names_parse() -> None:
                 initial=program.initial_context, contexts=fresh(package_tasks).to_contexts()
             )
             parser.parse_argv(core.parse_argv(words_of(command)).unparsed)
+
+
+def stdout_on_terminal(*args: str, cwd: Path, columns: int) -> str:
+    """What ``remotekit ARGS`` writes to stdout when stdout is a terminal with $COLUMNS."""
+    master, slave = pty.openpty()
+    env = {**env_for(cwd), "COLUMNS": str(columns)}
+    argv = [sys.executable, "-m", "remotekit", *args]
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=slave, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    shown = b""
+    while chunk := _read_terminal(master):
+        shown += chunk
+    os.close(master)
+    p.wait(timeout=60)
+    return shown.decode(errors="replace").replace("\r\n", "\n")
+
+
+def _read_terminal(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: the command has closed the terminal
+        return b""
+
+
+LONG_LINE = (
+    "the last words of a step that failed, long enough to pass the edge of a narrow terminal"
+)
+
+
+def test_tables_fit_the_terminal_and_keep_everything_when_piped_or_wide(tmp_path: Path) -> None:
+    """The summary table of two hosts: on a terminal $COLUMNS wide, its finding wraps
+    within its column; piped (scripts) or with --wide, each row is whole on one line."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  a: {}\n  b: {}\n")
+    failing = ["run", "--host", "a,b", "--", "sh", "-c", f"echo '{LONG_LINE}'; exit 3"]
+    wide_failing = [*failing[:3], "--wide", *failing[3:]]
+    shown = stdout_on_terminal(*failing, cwd=tmp_path, columns=60)
+    table = shown[shown.index("host  ") :].splitlines()
+    assert len(table) > 4 and max(len(line) for line in table) <= 60, shown
+    piped = remotekit(*failing, cwd=tmp_path).stdout
+    assert next(line for line in piped.splitlines() if line.startswith("a  ")).endswith(LONG_LINE)
+    wide = stdout_on_terminal(*wide_failing, cwd=tmp_path, columns=60)
+    assert next(line for line in wide.splitlines() if line.startswith("a  ")).endswith(LONG_LINE)

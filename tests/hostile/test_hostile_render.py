@@ -104,6 +104,19 @@ def test_a_long_cell_is_cut_after_it_is_made_visible() -> None:
     assert table(["A"], [["a\x1b[2Jb\nc"]]).splitlines()[-1] == "a\\x1b[2Jb\\nc"
 
 
+def test_a_fitted_table_never_splits_an_escape() -> None:
+    """Fitting a table to the terminal cuts paths in the middle and wraps reasons: it works
+    on the escaped text, and keeps each escape (``\\x1b``) whole or leaves it out."""
+    path = "/data/" + "d" * 30 + HOSTILE + "e" * 30 + "/model.pt"
+    reason = "n" * 7 + HOSTILE + " and then some words " + HOSTILE
+    for width in range(30, 90):
+        text = table(["CHECKPOINT", "REASON"], [(path, reason)], width=width)
+        assert no_raw(text)
+        body = "".join(text.splitlines()[2:])
+        for at in (i for i in range(len(body)) if body.startswith("\\x", i)):
+            assert body[at : at + 4] in SHOWN, (width, body[at : at + 4])
+
+
 def test_json_stays_json_with_every_control_escaped() -> None:
     value = {f"k{HOSTILE}": [f"v\x7f{HOSTILE}", "größe"]}
     text = to_json(value, indent=2)
