@@ -12,11 +12,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
-from remotekit.result import clip, table, tables_fit, visible
+from remotekit.result import clip, fit_lines, table, tables_fit, visible
 
 __all__ = [
     "Console",
     "clip",
+    "fit_lines",
     "human_bytes",
     "mask_strings",
     "table",

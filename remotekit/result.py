@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-__all__ = ["Detached", "Result", "Script", "Shown", "clip", "table", "tables_fit", "visible"]
+__all__ = [
+    "Detached",
+    "Result",
+    "Script",
+    "Shown",
+    "clip",
+    "fit_lines",
+    "table",
+    "tables_fit",
+    "visible",
+]
 
 #: What a terminal acts on instead of showing: C0 controls (ESC, BEL, CR, BS ...), DEL and
 #: C1 controls (U+0080-U+009F: U+009B is a CSI of its own), the bidi overrides and isolates
@@ -80,33 +90,76 @@ def tables_fit(width: int | None) -> Iterator[None]:
         _FIT[0] = before
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: int | None = None) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    width: int | None = None,
+    *,
+    optional: Sequence[str] = (),
+    indent: str = "",
+) -> str:
     """A left-aligned text table; ``None`` cells print as ``-`` (the CLI's tables, and the
-    ``str()`` of the results that print as one). Every cell is :func:`visible`, a tab or a
-    newline in it included (it would break the columns).
+    ``str()`` of the results that print as one). Every cell and header is :func:`visible`, a
+    tab or a newline in it included (it would break the columns).
 
     ``width`` (default: the one :func:`tables_fit` set, else none): a table wider than it is
-    fitted as kubectl's and rich's are: the long columns give up width, widest first, the
-    others stay whole; a column with spaces (a reason, a finding) wraps within its cell, one
-    without (a path, a name) is shortened in the middle (``/work/.../step_400/model.pt``).
-    Cells are escaped before they are cut, and a cut never splits an escape (``\\x1b``)."""
+    fitted as kubectl's and rich's are. First a header wraps at its spaces. Then the
+    ``optional`` columns (headers, the first named left out first) are left out, as kubectl
+    shows its default columns and ``-o wide`` the rest; a line under the table names them.
+    Then a column with spaces (a reason, a finding) wraps within its cell, and last a column
+    without (a path, a name) longer than :data:`_SHORT_COLUMN` is shortened in the middle
+    (``/work/.../step_400/model.pt``). A table that cannot fit even
+    so keeps its cells whole (a cut the terminal wraps anyway would lose text for nothing).
+    Cells are escaped before they are cut, and a cut never splits an escape (``\\x1b``).
+    ``indent`` starts every line (and counts in the width)."""
+    heads = [visible(str(h), keep="") for h in headers]
     cells = [[("-" if c is None else visible(str(c), keep="")) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, c in enumerate(row):
-            widths[i] = max(widths[i], len(c))
     fit = _FIT[0] if width is None else width
-    if fit is not None:
-        widths = _fitted(headers, cells, widths, fit)
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    fit = None if fit is None else fit - len(indent)
+    cols = list(range(len(heads)))
+    widths = [_natural(heads, cells, i) for i in cols]
+    if fit is not None and _span(widths) > fit:
+        cols, widths = _layout(heads, cells, fit, [visible(h, keep="") for h in optional])
+    prose = [any(_BREAKS.search(row[i]) for row in cells if i < len(row)) for i in cols]
+    lines = _row_lines([heads[i] for i in cols], widths, [True] * len(cols))
     lines.append("  ".join("-" * w for w in widths))
-    prose = [any(" " in row[i] for row in cells if i < len(row)) for i in range(len(widths))]
     for row in cells:
-        parts = [_cell_lines(c, w, p) for c, w, p in zip(row, widths, prose)]
-        for k in range(max(len(p) for p in parts) if parts else 1):
-            line = [(p[k] if k < len(p) else "").ljust(w) for p, w in zip(parts, widths)]
-            lines.append("  ".join(line).rstrip())
-    return "\n".join(lines)
+        lines += _row_lines([row[i] for i in cols if i < len(row)], widths, prose)
+    left_out = [h for i, h in enumerate(heads) if i not in cols]
+    if left_out and fit is not None:
+        lines += _wrapped(f"(--wide adds {', '.join(left_out)})", fit)
+    return "\n".join(indent + line for line in lines)
+
+
+def fit_lines(lines: Iterable[str], width: int | None = None) -> list[str]:
+    """Lines of prose under a table (findings, reasons, errors), fitted as its cells are:
+    where a width is set (``width``, else :func:`tables_fit`'s) each is made :func:`visible`
+    and one longer than the width wraps at spaces, its next lines indented two more than it
+    (an escape never split); where none is, ``lines`` as they are."""
+    fit = _FIT[0] if width is None else width
+    if fit is None:
+        return list(lines)
+    out = []
+    for line in lines:
+        line = visible(line, keep="")
+        body = line.lstrip(" ")
+        hang = " " * (len(line) - len(body) + 2)
+        if len(line) <= fit or fit - len(hang) < _SHORT_COLUMN:
+            out.append(line)
+            continue
+        first, *rest = _wrapped(body, fit - len(hang))
+        out += [hang[:-2] + first, *(hang + piece for piece in rest)]
+    return out
+
+
+def _row_lines(cells: Sequence[str], widths: Sequence[int], prose: Sequence[bool]) -> list[str]:
+    """One row of the table: a line, or several where a cell wraps."""
+    parts = [_cell_lines(c, w, p) for c, w, p in zip(cells, widths, prose)]
+    lines = []
+    for k in range(max(len(p) for p in parts) if parts else 1):
+        line = [(p[k] if k < len(p) else "").ljust(w) for p, w in zip(parts, widths)]
+        lines.append("  ".join(line).rstrip())
+    return lines
 
 
 #: A column narrower than this is never shortened (statuses, sizes, times, counts).
@@ -114,25 +167,75 @@ _SHORT_COLUMN = 16
 #: One unit of escaped text: a shown escape (``\\x1b``, ``\\u202e``, ``\\n``) or a character.
 _UNIT = re.compile(r"\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\[tnr]|.", re.DOTALL)
 _ELIDED = "..."
+#: Where a cell's text may wrap (a space, or after a comma), and its parts between them.
+_BREAKS = re.compile(r" |,.")
+_PARTS = re.compile(r"[^ ,]*,|[^ ,]+")
 
 
-def _fitted(
-    headers: Sequence[str], cells: list[list[str]], widths: list[int], fit: int
-) -> list[int]:
-    """``widths`` narrowed until the table is ``fit`` wide: the widest long column first,
-    none below its header or :data:`_SHORT_COLUMN`; unchanged if that is not enough (a cut
-    that still leaves the terminal to wrap the rows would lose text for nothing)."""
-    whole, widths = widths, list(widths)
-    floor = [max(len(h), _SHORT_COLUMN) for h in headers]
-    while sum(widths) + 2 * (len(widths) - 1) > fit:
-        over = sum(widths) + 2 * (len(widths) - 1) - fit
-        long = [i for i, w in enumerate(widths) if w > floor[i]]
+def _natural(heads: Sequence[str], cells: list[list[str]], i: int) -> int:
+    return max([len(heads[i]), *(len(row[i]) for row in cells if i < len(row))])
+
+
+def _span(widths: Sequence[int]) -> int:
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def _layout(
+    heads: Sequence[str], cells: list[list[str]], fit: int, optional: Sequence[str]
+) -> tuple[list[int], list[int]]:
+    """The columns shown and their widths in ``fit``: every column, its headers wrapped;
+    else without the optional ones, one at a time; else with cells wrapped, then long names
+    cut; else (it cannot fit) every cell of the columns left whole."""
+    cols = list(range(len(heads)))
+    drop = [heads.index(h) for h in optional if h in heads]
+    while True:
+        widths = _narrowed(heads, cells, cols, fit, _HEADERS)
+        if widths is not None:
+            return cols, widths
+        if not drop:
+            break
+        cols.remove(drop.pop(0))
+    widths = _narrowed(heads, cells, cols, fit, _CUT)
+    return cols, widths or [_natural(heads, cells, i) for i in cols]
+
+
+#: How far :func:`_narrowed` goes: headers wrap; cells with spaces wrap too; names are cut.
+_HEADERS, _WRAP, _CUT = 0, 1, 2
+
+
+def _narrowed(
+    heads: Sequence[str], cells: list[list[str]], cols: Sequence[int], fit: int, most: int
+) -> list[int] | None:
+    """The widths of ``cols`` narrowed to ``fit``, a step at a time up to ``most`` (what
+    loses nothing first), the widest column first: none below its header's longest word,
+    a short column (:data:`_SHORT_COLUMN`) not at all, a long one with spaces not below its
+    longest word (it wraps between words), then a long one not below :data:`_SHORT_COLUMN`
+    (it is cut; its words too); None if that is not enough."""
+    widths = [_natural(heads, cells, i) for i in cols]
+    for step in range(most + 1):
+        floor = []
+        for i, w in zip(cols, widths):
+            column = [row[i] for row in cells if i < len(row)]
+            least = max((len(c) for c in column), default=0)
+            if step == _CUT:
+                least = min(least, _SHORT_COLUMN)
+            elif step == _WRAP and least > _SHORT_COLUMN and any(map(_BREAKS.search, column)):
+                least = max(len(part) for c in column for part in _PARTS.findall(c))
+            floor.append(min(w, max(least, *(len(word) for word in heads[i].split(" ")))))
+        _narrow(widths, floor, fit)
+    return widths if _span(widths) <= fit else None
+
+
+def _narrow(widths: list[int], floor: Sequence[int], fit: int) -> None:
+    """Narrow ``widths`` towards ``fit``, the widest first, none below its ``floor``."""
+    while _span(widths) > fit:
+        over = _span(widths) - fit
+        long = [k for k, w in enumerate(widths) if w > floor[k]]
         if not long:
-            return whole
-        i = max(long, key=lambda j: widths[j])
-        second = max([widths[j] for j in long if j != i] + [floor[i]])
-        widths[i] -= min(over, max(1, widths[i] - second))
-    return widths
+            return
+        k = max(long, key=lambda j: widths[j])
+        second = max([widths[j] for j in long if j != k] + [floor[k]])
+        widths[k] -= min(over, max(1, widths[k] - second))
 
 
 def _units(text: str) -> list[str]:
@@ -182,23 +285,25 @@ def _cut(units: list[str], width: int) -> list[str]:
 
 
 def _wrapped(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width``, broken at spaces; a longer word is broken
-    where it must be, between escapes, never inside one."""
+    """``text`` in lines of at most ``width``, broken at spaces and after commas (a list
+    such as ``sw_thermal_slowdown,hw_slowdown``); a longer word is broken where it must be,
+    between escapes, never inside one."""
     lines: list[str] = []
     line = ""
-    for word in text.split(" "):
-        candidate = f"{line} {word}" if line else word
-        if len(candidate) <= width:
-            line = candidate
-            continue
-        if line:
-            lines.append(line)
-        units = _units(word)
-        while len("".join(units)) > width:
-            piece = _cut(units, width) or units[:1]
-            lines.append("".join(piece))
-            units = units[len(piece) :]
-        line = "".join(units)
+    for n, word in enumerate(text.split(" ")):
+        for k, part in enumerate(_PARTS.findall(word) or [""]):
+            candidate = f"{line}{' ' if n and not k else ''}{part}" if line else part
+            if len(candidate) <= width:
+                line = candidate
+                continue
+            if line:
+                lines.append(line)
+            units = _units(part)
+            while len("".join(units)) > width:
+                piece = _cut(units, width) or units[:1]
+                lines.append("".join(piece))
+                units = units[len(piece) :]
+            line = "".join(units)
     if line or not lines:
         lines.append(line)
     return lines

@@ -3,6 +3,8 @@ free-text column wrapped within its cell, the other columns whole; no width, eve
 
 from __future__ import annotations
 
+import re
+
 from remotekit.result import table, tables_fit
 
 HEADERS = ["CHECKPOINT", "STATUS", "SIZE", "REASON"]
@@ -18,8 +20,8 @@ def test_a_wide_table_fits_with_paths_cut_in_the_middle_and_reasons_wrapped() ->
     assert max(len(line) for line in table(HEADERS, ROWS).splitlines()) > 80
     lines = table(HEADERS, ROWS, width=80).splitlines()
     assert max(len(line) for line in lines) <= 80, "\n".join(lines)
-    assert lines[2].startswith("/work/.../step_400/model.pt "), lines[2]
-    assert lines[3].startswith("/work/.../step_300/model.pt ") or lines[3].startswith(" ")
+    # the path keeps its first part and its last ones: what a long reason leaves room for
+    assert re.match(r"/work/\.\.\./(\S+/)?step_400/model\.pt ", lines[2]), lines[2]
     assert "bad" in lines[2] and "12.0 MiB" in lines[2] and "clean" in "\n".join(lines)
     # the reason, wrapped in its column under the first row: every word, in order, none cut
     col = lines[0].index("REASON")

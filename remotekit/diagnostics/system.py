@@ -438,6 +438,11 @@ def _torch_line(torch: TorchInfo | None) -> str | None:
     return line
 
 
+#: The GPU table's columns a narrow terminal goes without, the first first (--wide: all): what
+#: says a GPU is busy, full, hot, slowed down or failing stays.
+GPU_SPARE_COLUMNS = ("SM MHz", "PSTATE", "POWER W")
+
+
 def render_gpu(report: GpuReport) -> str:
     """The GPU table, the processes holding GPU memory, torch's view and the findings."""
     out: list[str] = []
@@ -460,7 +465,7 @@ def render_gpu(report: GpuReport) -> str:
                 ]
             )
         headers = ["GPU", "NAME", "PSTATE", "UTIL", "MEM MiB", "TEMP", "POWER W", "SM MHz"]
-        out.append(table([*headers, "THROTTLE", "ECC vol/agg"], rows))
+        out.append(table([*headers, "THROTTLE", "ECC vol/agg"], rows, optional=GPU_SPARE_COLUMNS))
     if report.processes:
         rows = [
             [

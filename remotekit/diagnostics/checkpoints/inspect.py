@@ -17,7 +17,7 @@ from remotekit.diagnostics.checkpoints.common import (
 )
 from remotekit.remote.ckpt.options import InspectOptions
 from remotekit.remote.ckpt.records import Inspect, OptimizerInfo, ParamGroup, TensorInfo
-from remotekit.render import human_bytes, table
+from remotekit.render import fit_lines, human_bytes, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ __all__ = [
     "inspect_checkpoint",
     "render_inspect",
 ]
+
+#: The optimizer hyperparameters a narrow terminal still shows (the others: --wide).
+GROUP_COLUMNS_KEPT = ("BETAS", "EPS", "WEIGHT_DECAY", "MOMENTUM")
 
 
 @dataclass(frozen=True, repr=False)
@@ -99,18 +102,23 @@ def render_inspect(report: InspectReport) -> str:
         lines.append("top-level keys: " + ", ".join(report.top_keys))
     if report.scalars:
         lines.append("scalars: " + ", ".join(f"{k}={v!r}" for k, v in report.scalars.items()))
+    lines = fit_lines(lines)
     for o in report.optimizers:
         slots = ", ".join(f"{k} x{v}" for k, v in o.slots.items())
-        lines.append(
-            f"optimizer at {o.path or '<root>'}: state for {o.state_params} params ({slots}); "
-            f"step {o.step if o.step is not None else '?'}"
+        lines += fit_lines(
+            [
+                f"optimizer at {o.path or '<root>'}: state for {o.state_params} params "
+                f"({slots}); step {o.step if o.step is not None else '?'}"
+            ]
         )
         keys = sorted({k for g in o.groups for k in g.hyper})
         rows = [
             [g.index, short_float(g.lr), g.params, *[g.hyper.get(k) for k in keys]]
             for g in o.groups
         ]
-        lines.append(_indent(table(["GROUP", "LR", "PARAMS", *[k.upper() for k in keys]], rows)))
+        heads = ["GROUP", "LR", "PARAMS", *[k.upper() for k in keys]]
+        rare = [h for h in reversed(heads[3:]) if h not in GROUP_COLUMNS_KEPT]
+        lines.append(table(heads, rows, optional=rare, indent="  "))
     if report.tensors:
         rows = [
             [
@@ -126,7 +134,11 @@ def render_inspect(report: InspectReport) -> str:
         ]
         lines.append("")
         lines.append(
-            table(["TENSOR", "SECTION", "DTYPE", "SHAPE", "NUMEL", "SIZE", "SHARED WITH"], rows)
+            table(
+                ["TENSOR", "SECTION", "DTYPE", "SHAPE", "NUMEL", "SIZE", "SHARED WITH"],
+                rows,
+                optional=("SHARED WITH", "NUMEL"),
+            )
         )
     for sec, t in report.totals.items():
         of_kinds = f" ({kinds(report.other)})" if sec == "other" and report.other else ""
@@ -140,7 +152,3 @@ def render_inspect(report: InspectReport) -> str:
         )
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
-
-
-def _indent(text: str, by: str = "  ") -> str:
-    return "\n".join(by + line for line in text.splitlines())

@@ -25,6 +25,7 @@ from remotekit.diagnostics.trainlog.model import (
 from remotekit.diagnostics.trainlog.words import (
     KIND_WORDS,
     SPIKE_COLUMNS,
+    SPIKE_SPARE_COLUMNS,
     event_line,
     num,
     p_value,
@@ -232,7 +233,8 @@ def _spikes(rep: TrainLogReport) -> list[str]:
     tol = rep.source.tolerance if rep.source else 0.0
     if rep.spikes:
         lines += ["", f"Spikes and cliffs ({len(rep.spikes)})"]
-        lines.append(table(list(SPIKE_COLUMNS), [spike_cells(s, tol) for s in rep.spikes]))
+        cells = [spike_cells(s, tol) for s in rep.spikes]
+        lines.append(table(list(SPIKE_COLUMNS), cells, optional=SPIKE_SPARE_COLUMNS))
     return lines
 
 

@@ -10,6 +10,7 @@ from remotekit.diagnostics.trainlog.model import Event, Spike
 __all__ = [
     "KIND_WORDS",
     "SPIKE_COLUMNS",
+    "SPIKE_SPARE_COLUMNS",
     "event_line",
     "event_phrase",
     "num",
@@ -74,6 +75,8 @@ SPIKE_COLUMNS = (
     "bucket (run)",
     "rule",
 )
+#: The spike table's columns a narrow terminal goes without, the first first (--wide: all).
+SPIKE_SPARE_COLUMNS = ("rule", "score", "baseline")
 
 
 def spike_cells(s: Spike, tol: float) -> tuple[str, ...]:
