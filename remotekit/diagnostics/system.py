@@ -45,7 +45,7 @@ from remotekit.remote.sysinfo.records import (
     TorchInfo,
     WalkStats,
 )
-from remotekit.render import clip, human_bytes, table
+from remotekit.render import clip, fit_lines, human_bytes, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -418,7 +418,7 @@ def _footer(name: str, report: _Hosted) -> list[str]:
     else:
         status = "OK"
     lines.append(f"{name} on {report.host}: {status}")
-    return lines
+    return fit_lines(lines)
 
 
 def _torch_line(torch: TorchInfo | None) -> str | None:
@@ -481,8 +481,7 @@ def render_gpu(report: GpuReport) -> str:
         out.append(table(["PID", "GPU", "MEM MiB", "HERE", "PROCESS"], rows))
     torch = _torch_line(report.torch)
     if torch:
-        out.append("")
-        out.append(torch)
+        out += ["", *fit_lines([torch])]
     return "\n".join([*out, *_footer("gpu", report)])
 
 
