@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from remotekit.result import table, tables_fit
+from remotekit.result import fit_lines, table, tables_fit
 
 HEADERS = ["CHECKPOINT", "STATUS", "SIZE", "REASON"]
 PATH = "/work/runs/experiment_2026_12_07_long_name/checkpoints/step_400/model.pt"
@@ -56,3 +56,48 @@ def test_a_table_that_cannot_fit_is_left_whole_rather_than_cut_for_nothing() -> 
     headers = ["CHECKPOINT", *(f"COLUMN{i}" for i in range(12))]
     rows = [(PATH, *(f"v{i}" for i in range(12)))]
     assert table(headers, rows, width=80) == table(headers, rows)
+
+
+SCAN = ["CHECKPOINT", "STATUS", "STEP", "WEIGHTS NaN/+Inf/-Inf", "EPOCH", "SECONDS"]
+SCAN_ROWS = [("clean/checkpoint.pt", "clean", 5, "0/0/0", 0, "0.1")]
+
+
+def test_headers_wrap_at_their_spaces_before_any_column_goes() -> None:
+    lines = table(SCAN, SCAN_ROWS, width=66, optional=("SECONDS", "EPOCH")).splitlines()
+    assert lines[0].split() == ["CHECKPOINT", "STATUS", "STEP", "WEIGHTS", "EPOCH", "SECONDS"]
+    assert lines[1].split() == ["NaN/+Inf/-Inf"] and lines[3].split()[-1] == "0.1"
+    assert max(len(line) for line in lines) <= 66
+
+
+def test_spare_columns_go_one_at_a_time_the_first_named_first_and_a_line_names_them() -> None:
+    spare = ("SECONDS", "EPOCH")
+    one = table(SCAN, SCAN_ROWS, width=56, optional=spare).splitlines()
+    assert "SECONDS" not in one[0] and "EPOCH" in one[0], one
+    assert one[-1] == "(--wide adds SECONDS)"
+    two = table(SCAN, SCAN_ROWS, width=48, optional=spare).splitlines()
+    assert two[0].split() == ["CHECKPOINT", "STATUS", "STEP", "WEIGHTS"], two
+    assert two[-1] == "(--wide adds EPOCH, SECONDS)" and two[-2].split()[-1] == "0/0/0"
+    for lines, width in ((one, 56), (two, 48)):
+        assert max(len(line) for line in lines) <= width
+    # nothing goes where it fits, nor where no width is set (a pipe, the API)
+    assert "--wide" not in table(SCAN, SCAN_ROWS, width=200, optional=spare)
+    assert table(SCAN, SCAN_ROWS, optional=spare) == table(SCAN, SCAN_ROWS)
+
+
+def test_an_indented_table_counts_its_indent_in_the_width() -> None:
+    rows = [(f"name_{i}", "x" * 30, "y" * 30) for i in range(2)]
+    lines = table(["NAME", "A", "B"], rows, width=70, optional=("B",), indent="  ").splitlines()
+    assert all(line.startswith("  ") and len(line) <= 70 for line in lines), lines
+    assert lines[0].split() == ["NAME", "A"] and lines[-1] == "  (--wide adds B)"
+    assert table(["A"], [("a",)], indent="  ") == "  A\n  -\n  a"
+
+
+def test_prose_lines_wrap_under_their_first_word_only_where_a_width_is_set() -> None:
+    line = "  truncated/checkpoint.pt: " + REASON
+    assert fit_lines([line, "short"]) == [line, "short"]
+    fitted = fit_lines([line, "short"], width=40)
+    assert fitted[0].startswith("  truncated/checkpoint.pt:") and fitted[-1] == "short"
+    assert all(len(x) <= 40 for x in fitted) and all(x.startswith("    ") for x in fitted[1:-1])
+    assert " ".join(x.strip() for x in fitted[:-1]) == line.strip()
+    with tables_fit(40):
+        assert fit_lines([line, "short"]) == fitted

@@ -72,7 +72,7 @@ def on_terminal(*args: str, cwd: Path, columns: int, set_columns: bool = True) -
         shown += chunk
     os.close(master)
     err = p.communicate(timeout=120)[1]
-    assert p.returncode in (0, 1, 2) and b"No idea" not in err, err.decode(errors="replace")
+    assert p.returncode in (0, 1, 2, 3) and b"No idea" not in err, err.decode(errors="replace")
     return shown.decode(errors="replace").replace("\r\n", "\n")
 
 
@@ -92,7 +92,7 @@ def piped(*args: str, cwd: Path, **extra: str) -> str:
         text=True,
         timeout=120,
     )
-    assert r.returncode in (0, 1, 2), r.stderr
+    assert r.returncode in (0, 1, 2, 3), r.stderr
     return r.stdout
 
 
@@ -218,3 +218,25 @@ def test_a_hostile_name_stays_escaped_and_whole_where_a_narrow_terminal_cuts_it(
             escape = re.match(r"\\x[0-9a-f]{2}|\\u[0-9a-f]{4}", line[at:])
             assert escape, (line[at : at + 6], shown)
     assert "plain/model.pt" in shown and "Could not check:" in shown
+
+
+LONG_LINE = (
+    "the last words of a step that failed, long enough to pass the edge of a narrow terminal"
+)
+
+
+def test_the_hosts_summary_fits_the_terminal_and_keeps_everything_when_piped_or_wide(
+    tmp_path: Path,
+) -> None:
+    """The summary table of two hosts: on a terminal $COLUMNS wide, its finding wraps
+    within its column; piped (scripts) or with --wide, each row is whole on one line."""
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  a: {}\n  b: {}\n")
+    failing = ["run", "--host", "a,b", "--", "sh", "-c", f"echo '{LONG_LINE}'; exit 3"]
+    wide_failing = [*failing[:3], "--wide", *failing[3:]]
+    shown = on_terminal(*failing, cwd=tmp_path, columns=60)
+    table = shown[shown.index("host  ") :].splitlines()
+    assert len(table) > 4 and max(len(line) for line in table) <= 60, shown
+    pipe = piped(*failing, cwd=tmp_path, COLUMNS="60")
+    assert next(line for line in pipe.splitlines() if line.startswith("a  ")).endswith(LONG_LINE)
+    wide = on_terminal(*wide_failing, cwd=tmp_path, columns=60)
+    assert next(line for line in wide.splitlines() if line.startswith("a  ")).endswith(LONG_LINE)
