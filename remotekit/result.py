@@ -121,6 +121,13 @@ def table(
     if fit is not None and _span(widths) > fit:
         cols, widths = _layout(heads, cells, fit, [visible(h, keep="") for h in optional])
     prose = [any(_BREAKS.search(row[i]) for row in cells if i < len(row)) for i in cols]
+    widths = [  # as wide as what a wrap or a cut left in it, no wider
+        max(
+            [len(x) for x in _cell_lines(heads[i], w, True)]
+            + [len(x) for row in cells if i < len(row) for x in _cell_lines(row[i], w, p)]
+        )
+        for i, w, p in zip(cols, widths, prose)
+    ]
     lines = _row_lines([heads[i] for i in cols], widths, [True] * len(cols))
     lines.append("  ".join("-" * w for w in widths))
     for row in cells:

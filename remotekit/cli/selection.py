@@ -34,8 +34,9 @@ SELECT_HELP = {
     "all": "every target in hosts.yaml",
     "parallel": "hosts worked on at once (default 64)",
     "json": "machine-readable output only (JSON on stdout)",
-    "wide": "tables keep every cell whole (on a terminal they fit its width: long paths "
-    "shortened in the middle, reasons wrapped; piped output is never cut)",
+    "wide": "tables show every column, every cell whole (without it, on a terminal they fit "
+    "its width: spare columns left out, reasons wrapped, long paths shortened in the middle; "
+    "piped output is never cut)",
     "verbose": "show each host's layer chain, and each step's full chain as it starts",
     "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, "
     "~/.config/remotekit/hosts.yaml or under $XDG_CONFIG_HOME)",
@@ -58,8 +59,9 @@ class Selection:
     all: bool = False
     parallel: int = 0
     json: bool = False
-    #: ``--wide``: tables as wide as their cells, not fitted to the terminal (kubectl's
-    #: ``-o wide``); --json and a stdout that is no terminal keep every cell anyway.
+    #: ``--wide``: tables with every column, as wide as their cells, not fitted to the
+    #: terminal (kubectl's ``-o wide``); --json and a stdout that is no terminal keep every
+    #: column and cell anyway.
     wide: bool = False
     verbose: bool = False
     inventory: str = ""

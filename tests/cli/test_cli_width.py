@@ -240,3 +240,13 @@ def test_the_hosts_summary_fits_the_terminal_and_keeps_everything_when_piped_or_
     assert next(line for line in pipe.splitlines() if line.startswith("a  ")).endswith(LONG_LINE)
     wide = on_terminal(*wide_failing, cwd=tmp_path, columns=60)
     assert next(line for line in wide.splitlines() if line.startswith("a  ")).endswith(LONG_LINE)
+
+
+def test_the_docs_show_the_demos_scan_as_an_80_column_terminal_does(
+    samples: Path, tmp_path: Path
+) -> None:
+    docs = (ROOT / "docs" / "tasks.md").read_text()
+    section = docs[docs.index("## Tables on a narrow terminal") :]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
+    shown = on_terminal("ckpt-scan", "--path", str(samples), cwd=tmp_path, columns=80)
+    assert shown.startswith(block), shown
