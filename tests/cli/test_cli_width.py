@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import remotekit
+from tests import trainlog_factory as factory
 from tests.harness import ROOT
 from tests.smi import make_bin_dir, make_notorch, smi_hosts
 
@@ -110,9 +111,12 @@ def columns_of(line: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo's sample checkpoints, made once by the demo itself (``--dir``)."""
+    """The demo's sample checkpoints, made once by the demo itself (``--dir``), and beside
+    them a training log with two spikes at checkpoint saves (``train.jsonl``)."""
     folder = tmp_path_factory.mktemp("samples")
     piped("demo", "--dir", str(folder / "d"), cwd=folder)
+    rows = factory.cached("homogeneous", spikes=(200, 400))
+    factory.write_jsonl(rows, folder / "train.jsonl", checkpoints=(200, 400))
     return folder / "d"
 
 
@@ -175,7 +179,11 @@ TASKS = {
         str(d / "nan_weights/checkpoint.pt"),
     ],
     "gpu": lambda d, hosts: ["gpu", "--inventory", hosts],
+    "ckpt-bisect": lambda d, hosts: ["ckpt-bisect", "--path", str(d)],
+    "train-log": lambda d, hosts: ["train-log", "--path", str(d.parent / "train.jsonl")],
 }
+#: The tasks whose tables have more short columns than 80 columns hold.
+SPARING = {"ckpt-scan", "ckpt-inspect", "ckpt-diff", "gpu", "train-log"}
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -183,13 +191,14 @@ def test_the_diagnostics_tables_fit_80_columns_and_wide_keeps_them_whole(
     task: str, samples: Path, gpu_hosts: str, tmp_path: Path
 ) -> None:
     """Tables too wide for 80 columns from many short columns (the optimizer's settings, a
-    diff's dtype and numel, a GPU's clocks and power) go without their spare ones there."""
+    diff's dtype and numel, a GPU's clocks and power, a spike's rule and score) go without
+    their spare ones there; the reasons and findings under them wrap."""
     args = TASKS[task](samples, gpu_hosts)
     shown = on_terminal(*args, cwd=tmp_path, columns=80)
     assert not too_long(shown, 80), shown
     wide = on_terminal(*args, "--wide", cwd=tmp_path, columns=80)
-    assert too_long(wide, 80), wide  # every column: wider than the terminal
-    assert "--wide adds" in shown and "--wide adds" not in wide
+    assert too_long(wide, 80), wide  # every column, every line whole: wider than the terminal
+    assert ("--wide adds" in shown) == (task in SPARING) and "--wide adds" not in wide
 
 
 #: A far side's names: an OSC 52 (set the clipboard), a screen clear, a bell and a bidi

@@ -32,7 +32,7 @@ from remotekit.diagnostics.trainlog.words import (
     pct,
     spike_cells,
 )
-from remotekit.render import table
+from remotekit.render import fit_lines, table
 from remotekit.result import Shown
 
 __all__ = ["TrainLogReport", "diagnosis", "plot_report", "render_report"]
@@ -166,9 +166,10 @@ def diagnosis(rep: TrainLogReport) -> list[str]:
 def render_report(rep: TrainLogReport) -> str:
     """The report as text for people: what was read, then one part per kind of finding."""
     parts = (_head, _metrics, _spikes, _events, _correlations, _distribution, _periodicity)
-    lines: list[str] = [f"train-log  {rep.host}:{rep.path}"]
+    lines = fit_lines([f"train-log  {rep.host}:{rep.path}"])
     for part in (*parts, _composition, _ending):
-        lines += part(rep)
+        for item in part(rep):  # a line of prose fits the terminal; a table fits itself
+            lines += [item] if "\n" in item else fit_lines([item])
     return "\n".join(lines)
 
 
