@@ -103,15 +103,16 @@ def table(
     tab or a newline in it included (it would break the columns).
 
     ``width`` (default: the one :func:`tables_fit` set, else none): a table wider than it is
-    fitted as kubectl's and rich's are. First a header wraps at its spaces. Then the
-    ``optional`` columns (headers, the first named left out first) are left out, as kubectl
-    shows its default columns and ``-o wide`` the rest; a line under the table names them.
-    Then a column with spaces (a reason, a finding) wraps within its cell, and last a column
-    without (a path, a name) longer than :data:`_SHORT_COLUMN` is shortened in the middle
-    (``/work/.../step_400/model.pt``). A table that cannot fit even
-    so keeps its cells whole (a cut the terminal wraps anyway would lose text for nothing).
-    Cells are escaped before they are cut, and a cut never splits an escape (``\\x1b``).
-    ``indent`` starts every line (and counts in the width)."""
+    fitted as kubectl's and rich's are, what loses nothing first. A header wraps at its
+    spaces. Then the ``optional`` columns (headers; the first named goes first) are left out
+    one at a time, as kubectl shows its default columns and ``-o wide`` the rest; a line
+    under the table names them. Then a long column with spaces (a reason, a finding) wraps
+    within its cell, and last one without (a path, a name) is shortened in the middle
+    (``/work/.../step_400/model.pt``); a column of at most :data:`_SHORT_COLUMN` never
+    gives. A table that cannot fit even so keeps its cells whole (a cut the terminal wraps
+    anyway would lose text for nothing). Cells are escaped before they are cut, and a cut
+    never splits an escape (``\\x1b``). ``indent`` starts every line (and counts in the
+    width)."""
     heads = [visible(str(h), keep="") for h in headers]
     cells = [[("-" if c is None else visible(str(c), keep="")) for c in row] for row in rows]
     fit = _FIT[0] if width is None else width
