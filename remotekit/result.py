@@ -217,8 +217,8 @@ def _narrowed(
     """The widths of ``cols`` narrowed to ``fit``, a step at a time up to ``most`` (what
     loses nothing first), the widest column first: none below its header's longest word,
     a short column (:data:`_SHORT_COLUMN`) not at all, a long one with spaces not below its
-    longest word (it wraps between words), then a long one not below :data:`_SHORT_COLUMN`
-    (it is cut; its words too); None if that is not enough."""
+    longest word nor that (it wraps between words), then a long one not below
+    :data:`_SHORT_COLUMN` (it is cut; its words too); None if that is not enough."""
     widths = [_natural(heads, cells, i) for i in cols]
     for step in range(most + 1):
         floor = []
@@ -228,7 +228,8 @@ def _narrowed(
             if step == _CUT:
                 least = min(least, _SHORT_COLUMN)
             elif step == _WRAP and least > _SHORT_COLUMN and any(map(_BREAKS.search, column)):
-                least = max(len(part) for c in column for part in _PARTS.findall(c))
+                words = max(len(part) for c in column for part in _PARTS.findall(c))
+                least = max(words, _SHORT_COLUMN)
             floor.append(min(w, max(least, *(len(word) for word in heads[i].split(" ")))))
         _narrow(widths, floor, fit)
     return widths if _span(widths) <= fit else None
