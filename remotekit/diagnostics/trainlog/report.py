@@ -128,6 +128,7 @@ def diagnosis(rep: TrainLogReport) -> list[str]:
                     f"(±{num(tol)} steps), more than chance ({num(c.expected, 2)} expected, "
                     f"p={p_value(c.p_value)})."
                 )
+        out += [f"{line}." for line in filter(None, (s.resume_line() for s in rep.spikes))]
         loose = [g for g in groups if not any(s.at_event for s in g)]
         if loose:
             worst = [max(g, key=lambda s: s.score or 0.0) for g in loose[:5]]  # the peak's step

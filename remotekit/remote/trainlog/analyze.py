@@ -32,6 +32,7 @@ from .composition import bucket_column, composition
 from .events import correlate, find_events, nearest_event
 from .find import ckpt_dir_of, find_log
 from .read import read_log
+from .resumes import check_resumes
 from .source import MAX_LINE
 from .spikes import detect
 from .steps import drop_bad_steps, per_batch, reconcile_steps
@@ -62,6 +63,7 @@ def analyze_log(opts):
     counts = _send_events(events)
     comp = _composition(ing, compact, steps, incidents, cols, n, derived)
     place(incidents, events, *bucket_codes(comp, ing, cols, n))
+    lost = check_resumes(incidents, ckpt_dir, tol)
     _send_spikes(incidents, warnings)
     for c in correlate(incidents, events, tol, min(steps), max(steps)):
         send("correlation", **c)
@@ -72,7 +74,7 @@ def analyze_log(opts):
         _send_series(ing, compact, incidents, steps, opts.points)
     for w in warnings:
         send("warning", message=w)
-    findings = _findings(incidents, comp)
+    findings = _findings(incidents, comp) + (["spike-at-resume"] if lost else [])
     code = EXIT_FINDINGS if findings else EXIT_OK
     return conclude(code, rows=n, spikes=len(incidents), events=dict(counts), findings=findings)
 

@@ -148,6 +148,24 @@ class Spike(Record):
     at_event: bool = wire(default=False, sent=False)
     onset_step: float | None = wire(FLOAT, default=None)
     rule: str | None = None
+    #: At a resume, with the checkpoints given: the step of the checkpoint resumed from, and
+    #: what it lacked for the resume (or why it was not checked); ``resumes.py``.
+    resume_from: float | None = wire(FLOAT, default=None)
+    resume_check: str | None = None
+
+    def resume_line(self) -> str | None:
+        """ "loss spike at the resume from step 1000: <what the checkpoint lacked>"; None
+        for an incident at no resume (or with no checkpoints given)."""
+        if not self.resume_check:
+            return None
+        where = (
+            f"the resume from step {self.resume_from:g}"
+            if self.resume_from is not None
+            else f"the resume at step {self.event_step:g}"
+            if self.event_step is not None
+            else "a resume"
+        )
+        return f"{self.metric} {self.kind} at {where}: {self.resume_check}"
 
 
 @dataclass(frozen=True)
