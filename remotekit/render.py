@@ -6,19 +6,23 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, Callable, TextIO
 
-from remotekit.result import clip, table, visible
+from remotekit.result import clip, fit_lines, table, tables_fit, visible
 
 __all__ = [
     "Console",
     "clip",
+    "fit_lines",
     "human_bytes",
     "mask_strings",
     "table",
+    "tables_fit",
+    "terminal_width",
     "to_json",
     "to_jsonable",
     "visible",
@@ -200,6 +204,15 @@ def _wants_color(stream: TextIO) -> bool:
     return (
         isatty(stream) and not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
     )
+
+
+def terminal_width(stream: TextIO | None = None) -> int | None:
+    """How wide the CLI's tables may be on ``stream`` (default stdout): $COLUMNS where set,
+    else the terminal's width; None (every cell whole) where ``stream`` is no terminal: a
+    pipe or a file gets everything, as kubectl's and ls's output does for scripts."""
+    if not isatty(sys.stdout if stream is None else stream):
+        return None
+    return shutil.get_terminal_size(fallback=(0, 0)).columns or None
 
 
 def isatty(stream: TextIO) -> bool:

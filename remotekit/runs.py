@@ -153,6 +153,11 @@ class RunInfo(Shown):
         return render_runs([self])
 
 
+#: The runs table's columns a narrow terminal goes without, the first first (--wide: all):
+#: ``remotekit logs ID`` reads the log, and the duration says how long ago a run began.
+SPARE_COLUMNS = ("log", "started")
+
+
 def render_runs(runs: Sequence[RunInfo]) -> str:
     """Runs as the table ``remotekit runs`` prints: id, state, exit code, started, duration,
     command, log (``no runs`` for none), and a ``job`` column (the batch job's id) when any
@@ -175,7 +180,8 @@ def render_runs(runs: Sequence[RunInfo]) -> str:
         for r in runs
     ]
     head = ["id", *(["job"] if jobs else []), "state", "exit", "started", "duration"]
-    return table([*head, *(["bytes lost"] if lost else []), "command", "log"], rows)
+    heads = [*head, *(["bytes lost"] if lost else []), "command", "log"]
+    return table(heads, rows, optional=SPARE_COLUMNS)
 
 
 def _times(r: RunInfo) -> tuple[str | None, str | None]:

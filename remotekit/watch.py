@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from remotekit.fleet import Fleet, FleetInterrupted, HostOutcome
-from remotekit.render import isatty, visible
+from remotekit.render import isatty, tables_fit, visible
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -122,7 +122,8 @@ def watch(
     try:
         while count is None or shown < count:
             started = time.monotonic()
-            body = frame()
+            with tables_fit(None):  # the screen cuts each line, as watch(1): no wrapping
+                body = frame()  # that would make the frame taller than the window
             now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
             head = f"Every {interval:g}s: {title}" if title else f"Every {interval:g}s"
             screen.show(f"{head}    {now}" if header else None, body)

@@ -1,9 +1,9 @@
 """Which targets a task works on: the selection options, declared once.
 
 Every fleet task takes ``--host a,b`` / ``--group g`` / ``--all`` (default: hosts.yaml's
-``default:``, else ``local``), ``--parallel N``, ``--json``, ``--verbose``,
+``default:``, else ``local``), ``--parallel N``, ``--json``, ``--wide``, ``--verbose``,
 ``--inventory FILE`` and ``--no-agent``. A task says so by one
-parameter, ``sel: Selection``; :func:`fleet_task` puts the eight options in its place in the
+parameter, ``sel: Selection``; :func:`fleet_task` puts the nine options in its place in the
 signature invoke reads (``__signature__``), adds their help, and hands the task one
 :class:`Selection`. Other options that several tasks share (a step's ``--timeout/--detach/
 --mask-output``, the checkpoint loading options, ``--watch/--count``) are an
@@ -24,6 +24,7 @@ import invoke
 from invoke import Context, Exit
 
 import remotekit
+from remotekit.render import tables_fit, terminal_width
 from remotekit.spec import HostSpec
 
 SELECT_HELP = {
@@ -33,6 +34,9 @@ SELECT_HELP = {
     "all": "every target in hosts.yaml",
     "parallel": "hosts worked on at once (default 64)",
     "json": "machine-readable output only (JSON on stdout)",
+    "wide": "tables show every column, every cell whole (without it, on a terminal they fit "
+    "its width: spare columns left out, reasons wrapped, long paths shortened in the middle; "
+    "piped output is never cut)",
     "verbose": "show each host's layer chain, and each step's full chain as it starts",
     "inventory": "hosts.yaml to use (default: $REMOTEKIT_HOSTS, ./hosts.yaml, "
     "~/.config/remotekit/hosts.yaml or under $XDG_CONFIG_HOME)",
@@ -55,6 +59,10 @@ class Selection:
     all: bool = False
     parallel: int = 0
     json: bool = False
+    #: ``--wide``: tables with every column, as wide as their cells, not fitted to the
+    #: terminal (kubectl's ``-o wide``); --json and a stdout that is no terminal keep every
+    #: column and cell anyway.
+    wide: bool = False
     verbose: bool = False
     inventory: str = ""
     #: False (``--no-agent``): no host's steps run on the resident agent. A choice for this
@@ -316,7 +324,9 @@ def fleet_task(*groups: OptionGroup, **options: Any) -> Callable[[Callable[..., 
             given.apply_defaults()
             values = dict(given.arguments)
             made = {group.param: group.take(values) for group in groups}
-            return body(**values, **made)
+            sel = made[SELECTION.param]
+            with tables_fit(None if sel.wide or sel.json else terminal_width()):
+                return body(**values, **made)
 
         run_task.__signature__ = outer  # type: ignore[attr-defined]
         merged = {"auto_shortflags": False, **options}

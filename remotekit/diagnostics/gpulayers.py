@@ -671,11 +671,14 @@ HEADERS = (
     "CUDA_DEVICE_ORDER",
     "SLURM",
 )
+#: The columns a narrow terminal goes without, the first first (--wide: all); the findings
+#: below the table name what they show when it matters.
+SPARE_COLUMNS = ("CUDA_DEVICE_ORDER", "SLURM", "CUDA_VISIBLE_DEVICES")
 
 
 def render_gpu_layers(report: GpuLayersReport) -> str:
     """One row a level, the UUID -> index map, the LXC configs read, the findings with fixes."""
-    out = [table(HEADERS, [_row(layer) for layer in report.layers])]
+    out = [table(HEADERS, [_row(layer) for layer in report.layers], optional=SPARE_COLUMNS)]
     mapping = _mapping(report.layers)
     if mapping:
         out += ["", mapping]

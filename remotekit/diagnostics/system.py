@@ -46,7 +46,7 @@ from remotekit.remote.sysinfo.records import (
     TorchInfo,
     WalkStats,
 )
-from remotekit.render import clip, human_bytes, table
+from remotekit.render import clip, fit_lines, human_bytes, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -416,7 +416,7 @@ def _footer(name: str, report: _Hosted) -> list[str]:
     else:
         status = "OK"
     lines.append(f"{name} on {report.host}: {status}")
-    return lines
+    return fit_lines(lines)
 
 
 def _torch_line(torch: TorchInfo | None) -> str | None:
@@ -434,6 +434,11 @@ def _torch_line(torch: TorchInfo | None) -> str | None:
     if torch.error:
         line += f"; {torch.error}"
     return line
+
+
+#: The GPU table's columns a narrow terminal goes without, the first first (--wide: all): what
+#: says a GPU is busy, full, hot, slowed down or failing stays.
+GPU_SPARE_COLUMNS = ("SM MHz", "PSTATE", "POWER W")
 
 
 def render_gpu(report: GpuReport) -> str:
@@ -458,7 +463,7 @@ def render_gpu(report: GpuReport) -> str:
                 ]
             )
         headers = ["GPU", "NAME", "PSTATE", "UTIL", "MEM MiB", "TEMP", "POWER W", "SM MHz"]
-        out.append(table([*headers, "THROTTLE", "ECC vol/agg"], rows))
+        out.append(table([*headers, "THROTTLE", "ECC vol/agg"], rows, optional=GPU_SPARE_COLUMNS))
     if report.processes:
         rows = [
             [
@@ -474,8 +479,7 @@ def render_gpu(report: GpuReport) -> str:
         out.append(table(["PID", "GPU", "MEM MiB", "HERE", "PROCESS"], rows))
     torch = _torch_line(report.torch)
     if torch:
-        out.append("")
-        out.append(torch)
+        out += ["", *fit_lines([torch])]
     return "\n".join([*out, *_footer("gpu", report)])
 
 

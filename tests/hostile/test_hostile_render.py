@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -102,6 +103,33 @@ def test_a_long_cell_is_cut_after_it_is_made_visible() -> None:
     [row] = [line for line in render_runs([run]).splitlines() if line.startswith("r1")]
     assert f"sh -c '{'x' * 40}{SHOWN[:10]}... " in row and no_raw(row), row
     assert table(["A"], [["a\x1b[2Jb\nc"]]).splitlines()[-1] == "a\\x1b[2Jb\\nc"
+
+
+def test_a_fitted_table_never_splits_an_escape() -> None:
+    """Fitting a table to the terminal cuts paths in the middle and wraps reasons: it works
+    on the escaped text, and keeps each escape (``\\x1b``) whole or leaves it out."""
+    path = "/data/" + "d" * 30 + HOSTILE + "e" * 30 + "/model.pt"
+    reason = "n" * 7 + HOSTILE + " and then some words " + HOSTILE
+    for width in range(30, 90):
+        text = table(["CHECKPOINT", "REASON"], [(path, reason)], width=width)
+        assert no_raw(text)
+        body = "".join(text.splitlines()[2:])
+        for at in (i for i in range(len(body)) if body.startswith("\\x", i)):
+            assert re.fullmatch(r"\\x[0-9a-f]{2}", body[at : at + 4]), (width, body)
+
+
+def test_fitted_lines_stay_escaped_and_never_split_an_escape() -> None:
+    """The prose under a table (a reason, an error from the far side) wraps on a narrow
+    terminal: it is escaped first, and each escape ends up whole on one line."""
+    from remotekit.result import fit_lines
+
+    line = "  " + "r" * 9 + HOSTILE + " could not load " + HOSTILE * 3 + " and more words"
+    for width in range(20, 90):
+        fitted = fit_lines([line], width=width)
+        assert all(no_raw(x) and len(x) <= width for x in fitted), (width, fitted)
+        for x in fitted:
+            for at in (i for i in range(len(x)) if x.startswith("\\x", i)):
+                assert re.fullmatch(r"\\x[0-9a-f]{2}", x[at : at + 4]), (width, x)
 
 
 def test_json_stays_json_with_every_control_escaped() -> None:

@@ -1073,3 +1073,21 @@ def test_a_follow_goes_on_from_the_start_of_a_log_truncated_or_replaced(
     finally:
         target.run(["rm", "-f", go + "1", go + "2"], timeout=20)
         _tidy(run)
+
+
+def test_the_runs_table_on_a_narrow_terminal_spares_the_start_and_the_log() -> None:
+    """`remotekit runs` on 80 columns: id, state, exit, duration and the command (wrapped);
+    the start time and the log path (`logs ID` reads it) with --wide, or in a pipe."""
+    from remotekit.result import tables_fit
+    from remotekit.runs import RunInfo, render_runs
+
+    command = ("sh", "-c", "echo a long command line with many words in it; sleep 1")
+    log = "/root/.local/state/remotekit/runs/14baa34f/output.log"
+    run = RunInfo("14baa34f", "h", "exited", 0, 1.7e9, 1.7e9 + 1.1, command, log)
+    with tables_fit(80):
+        narrow = render_runs([run]).splitlines()
+    assert narrow[0].split() == ["id", "state", "exit", "duration", "command"], narrow
+    assert narrow[-1] == "(--wide adds started, log)" and max(map(len, narrow)) <= 80
+    assert narrow[2].startswith("14baa34f  exited  0     1.1s      sh -c 'echo a long")
+    whole = render_runs([run])
+    assert log in whole and "--wide" not in whole and len(whole.splitlines()) == 3

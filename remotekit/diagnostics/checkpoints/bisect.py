@@ -3,7 +3,7 @@ step (:func:`bisect_checkpoints`, :func:`render_bisect`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ from remotekit.diagnostics.checkpoints.scan import (
 )
 from remotekit.remote.ckpt.options import BisectOptions
 from remotekit.remote.ckpt.records import Bisect, BisectOrder, BisectPoint
-from remotekit.render import table
+from remotekit.render import fit_lines, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -140,11 +140,21 @@ def render_bisect(report: BisectReport) -> str:
             ]
         )
     lines = [
-        f"{report.checkpoints} checkpoint(s) under {report.directory}, ordered by {report.order}; "
-        f"scanned {report.scanned} ({report.mode} search)",
+        *fit_lines(
+            [
+                f"{report.checkpoints} checkpoint(s) under {report.directory}, ordered by "
+                f"{report.order}; scanned {report.scanned} ({report.mode} search)"
+            ]
+        ),
         table(["#", "CHECKPOINT", "STEP", "STATUS", "BAD VALUES", ""], rows),
         "",
     ]
+    return "\n".join(lines + fit_lines(_bisect_answer(report, by_path)))
+
+
+def _bisect_answer(report: BisectReport, by_path: Mapping[str, CheckpointReport]) -> list[str]:
+    """Last clean and first bad, what else was found, the exit code: a line each."""
+    lines = []
     if report.first_bad is None:
         lines.append("no bad checkpoint found" + (" (all clean)" if not report.unreadable else ""))
     else:
@@ -168,4 +178,4 @@ def render_bisect(report: BisectReport) -> str:
         r = by_path.get(path)
         lines.append(f"could not check {path}: {r.error if r else 'unreadable'}")
     lines.append(f"bisect: exit {report.exit_code}")
-    return "\n".join(lines)
+    return lines

@@ -15,6 +15,7 @@ from remotekit.diagnostics.checkpoints.scan import (
     scan_checkpoints,
 )
 from remotekit.remote.ckpt.records import SampleCheckpoint
+from remotekit.render import fit_lines
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -112,15 +113,15 @@ def run_demo(
 def render_demo(report: DemoReport) -> str:
     """The samples planted, the scan table, and whether the scan found what was planted."""
     n = len(report.samples)
-    lines = [f"Made {n} sample checkpoints in {report.directory} on {report.host}:"]
-    lines += [f"  {s.render()}" for s in report.samples]
-    lines += ["", render_scan(report.scan, plan=report.scan.plan), ""]
+    made = [f"Made {n} sample checkpoints in {report.directory} on {report.host}:"]
+    made += [f"  {s.render()}" for s in report.samples]
     if report.mismatches:
-        lines.append(f"demo: the scan disagrees with what was planted (exit {report.exit_code}):")
-        lines += [f"  {m}" for m in report.mismatches]
+        verdict = [f"demo: the scan disagrees with what was planted (exit {report.exit_code}):"]
+        verdict += [f"  {m}" for m in report.mismatches]
     else:
-        lines.append(
+        verdict = [
             f"demo: the scan found every planted fault, {n}/{n} samples as expected "
             f"(exit {report.exit_code})"
-        )
-    return "\n".join(lines)
+        ]
+    lines = [*fit_lines(made), "", render_scan(report.scan, plan=report.scan.plan), ""]
+    return "\n".join([*lines, *fit_lines(verdict)])

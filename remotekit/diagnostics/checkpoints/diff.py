@@ -20,7 +20,7 @@ from remotekit.remote.ckpt.records import (
     TensorChange,
     TensorDiff,
 )
-from remotekit.render import table
+from remotekit.render import fit_lines, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -114,9 +114,9 @@ def render_diff(report: DiffReport) -> str:
     if report.error:
         lines.append(f"error: {report.error}")
         if not report.compared:
-            return "\n".join(lines)
-    lines += _diff_summary(report) + _diff_tables(report)
-    lines += [f"note: {n}" for n in report.notes]
+            return "\n".join(fit_lines(lines))
+    lines = fit_lines([*lines, *_diff_summary(report)]) + _diff_tables(report)
+    lines += fit_lines(f"note: {n}" for n in report.notes)
     verdict = {
         EXIT_OK: "no new non-finite values",
         EXIT_FINDINGS: f"{report.flags_total} finding(s)",
@@ -190,6 +190,7 @@ def _diff_tables(report: DiffReport) -> list[str]:
             table(
                 ["TENSOR", "REL CHANGE", "MAX|B-A|", "COSINE", "DTYPE", "NUMEL", "NEW NON-FINITE"],
                 rows,
+                optional=("NUMEL", "DTYPE"),
             )
         )
     if report.flags:

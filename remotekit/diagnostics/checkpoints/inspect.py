@@ -23,7 +23,7 @@ from remotekit.remote.ckpt.records import (
     ResumeCheck,
     TensorInfo,
 )
-from remotekit.render import human_bytes, table
+from remotekit.render import fit_lines, human_bytes, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -43,6 +43,9 @@ __all__ = [
     "inspect_checkpoint",
     "render_inspect",
 ]
+
+#: The optimizer hyperparameters a narrow terminal still shows (the others: --wide).
+GROUP_COLUMNS_KEPT = ("BETAS", "EPS", "WEIGHT_DECAY", "MOMENTUM")
 
 
 @dataclass(frozen=True, repr=False)
@@ -115,18 +118,23 @@ def render_inspect(report: InspectReport) -> str:
         lines.append("top-level keys: " + ", ".join(report.top_keys))
     if report.scalars:
         lines.append("scalars: " + ", ".join(f"{k}={v!r}" for k, v in report.scalars.items()))
+    lines = fit_lines(lines)
     for o in report.optimizers:
         slots = ", ".join(f"{k} x{v}" for k, v in o.slots.items())
-        lines.append(
-            f"optimizer at {o.path or '<root>'}: state for {o.state_params} params ({slots}); "
-            f"step {o.step if o.step is not None else '?'}"
+        lines += fit_lines(
+            [
+                f"optimizer at {o.path or '<root>'}: state for {o.state_params} params "
+                f"({slots}); step {o.step if o.step is not None else '?'}"
+            ]
         )
         keys = sorted({k for g in o.groups for k in g.hyper})
         rows = [
             [g.index, short_float(g.lr), g.params, *[g.hyper.get(k) for k in keys]]
             for g in o.groups
         ]
-        lines.append(_indent(table(["GROUP", "LR", "PARAMS", *[k.upper() for k in keys]], rows)))
+        heads = ["GROUP", "LR", "PARAMS", *[k.upper() for k in keys]]
+        rare = [h for h in reversed(heads[3:]) if h not in GROUP_COLUMNS_KEPT]
+        lines.append(table(heads, rows, optional=rare, indent="  "))
     if report.tensors:
         rows = [
             [
@@ -142,7 +150,11 @@ def render_inspect(report: InspectReport) -> str:
         ]
         lines.append("")
         lines.append(
-            table(["TENSOR", "SECTION", "DTYPE", "SHAPE", "NUMEL", "SIZE", "SHARED WITH"], rows)
+            table(
+                ["TENSOR", "SECTION", "DTYPE", "SHAPE", "NUMEL", "SIZE", "SHARED WITH"],
+                rows,
+                optional=("SHARED WITH", "NUMEL"),
+            )
         )
     for sec, t in report.totals.items():
         of_kinds = f" ({kinds(report.other)})" if sec == "other" and report.other else ""
@@ -156,7 +168,7 @@ def render_inspect(report: InspectReport) -> str:
         )
     lines += [f"note: {n}" for n in report.notes]
     if report.resume is not None:
-        lines += _resume_lines(report.resume)
+        lines += fit_lines(_resume_lines(report.resume))
     return "\n".join(lines)
 
 
@@ -168,7 +180,3 @@ def _resume_lines(r: ResumeCheck) -> list[str]:
     if r.optimizer_missing > len(r.missing_params):
         lines.append(f"  (first {len(r.missing_params)} of {r.optimizer_missing} listed)")
     return lines
-
-
-def _indent(text: str, by: str = "  ") -> str:
-    return "\n".join(by + line for line in text.splitlines())

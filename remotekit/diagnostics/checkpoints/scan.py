@@ -31,7 +31,7 @@ from remotekit.diagnostics.checkpoints.common import (
 )
 from remotekit.remote.ckpt.options import ScanOptions
 from remotekit.remote.ckpt.records import BadTensor, Checkpoint, LogFile, ScanPlan
-from remotekit.render import human_bytes, table
+from remotekit.render import fit_lines, human_bytes, table
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -332,9 +332,14 @@ def _metadata_line(r: CheckpointReport, most: int = 6) -> str:
 def render_scan(reports: Sequence[CheckpointReport], *, plan: ScanPlan | None = None) -> str:
     """The scan table (counts are NaN/+Inf/-Inf), then findings, errors and a summary line."""
     shown = display_paths([r.path for r in reports])
-    lines = [_scan_table(reports, shown), *_scan_details(reports, shown)]
-    lines += ["", _scan_summary(reports, plan)]
+    lines = [_scan_table(reports, shown), *fit_lines(_scan_details(reports, shown))]
+    lines += ["", *fit_lines([_scan_summary(reports, plan)])]
     return "\n".join(lines)
+
+
+#: The scan table's columns a narrow terminal goes without, the first first (kubectl's default
+#: columns; --wide shows them all): what says whether a checkpoint is sound stays.
+SPARE_COLUMNS = ("SECONDS", "MAX|OPT|", "MAX|W|", "EPOCH", "FORMAT", "PARAMS", "SIZE")
 
 
 def _scan_table(reports: Sequence[CheckpointReport], shown: Mapping[str, str]) -> str:
@@ -369,7 +374,7 @@ def _scan_table(reports: Sequence[CheckpointReport], shown: Mapping[str, str]) -
         "MAX|OPT|",
         "SECONDS",
     ]
-    return table(headers, rows)
+    return table(headers, rows, optional=SPARE_COLUMNS)
 
 
 def _scan_details(reports: Sequence[CheckpointReport], shown: Mapping[str, str]) -> list[str]:

@@ -26,6 +26,7 @@ from remotekit.diagnostics.trainlog.model import (
 from remotekit.diagnostics.trainlog.words import (
     KIND_WORDS,
     SPIKE_COLUMNS,
+    SPIKE_SPARE_COLUMNS,
     event_line,
     num,
     onset_line,
@@ -33,7 +34,7 @@ from remotekit.diagnostics.trainlog.words import (
     pct,
     spike_cells,
 )
-from remotekit.render import table
+from remotekit.render import fit_lines, table
 from remotekit.result import Shown
 
 __all__ = ["TrainLogReport", "diagnosis", "plot_report", "render_report"]
@@ -180,9 +181,10 @@ START_ADVICE = {
 def render_report(rep: TrainLogReport) -> str:
     """The report as text for people: what was read, then one part per kind of finding."""
     parts = (_head, _metrics, _spikes, _events, _correlations, _distribution, _periodicity)
-    lines: list[str] = [f"train-log  {rep.host}:{rep.path}"]
+    lines = fit_lines([f"train-log  {rep.host}:{rep.path}"])
     for part in (*parts, _composition, _ending):
-        lines += part(rep)
+        for item in part(rep):  # a line of prose fits the terminal; a table fits itself
+            lines += [item] if "\n" in item else fit_lines([item])
     return "\n".join(lines)
 
 
@@ -249,7 +251,8 @@ def _spikes(rep: TrainLogReport) -> list[str]:
     tol = rep.source.tolerance if rep.source else 0.0
     if rep.spikes:
         lines += ["", f"Spikes and cliffs ({len(rep.spikes)})"]
-        lines.append(table(list(SPIKE_COLUMNS), [spike_cells(s, tol) for s in rep.spikes]))
+        cells = [spike_cells(s, tol) for s in rep.spikes]
+        lines.append(table(list(SPIKE_COLUMNS), cells, optional=SPIKE_SPARE_COLUMNS))
     return lines
 
 

@@ -11,6 +11,7 @@ __all__ = [
     "KIND_WORDS",
     "NOT_BACK",
     "SPIKE_COLUMNS",
+    "SPIKE_SPARE_COLUMNS",
     "event_line",
     "event_phrase",
     "num",
@@ -79,6 +80,8 @@ SPIKE_COLUMNS = (
     "bucket (run)",
     "rule",
 )
+#: The spike table's columns a narrow terminal goes without, the first first (--wide: all).
+SPIKE_SPARE_COLUMNS = ("rule", "score", "baseline")
 
 
 def spike_cells(s: Spike, tol: float) -> tuple[str, ...]:
