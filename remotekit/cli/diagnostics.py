@@ -200,6 +200,7 @@ def train_log(
     ckpt_steps: str = "",
     ckpt_dir: str = "",
     steps_per_epoch: float = 0.0,
+    run_part: int = 0,
     plot: str = "",
     timeout: float = 0.0,
     checkpoints: str = "",
@@ -251,6 +252,7 @@ def train_log(
             ckpt_steps=ckpt_steps or None,
             ckpt_dir=host_checkpoints(t, checkpoints or ckpt_dir),
             steps_per_epoch=steps_per_epoch or None,
+            run_part=run_part or None,
             points=2000 if plot else 0,
             timeout=timeout or None,
         )

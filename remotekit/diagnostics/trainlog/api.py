@@ -144,6 +144,7 @@ def analyze_train_log(
     ckpt_steps: Sequence[int] | str | None = None,
     ckpt_dir: str | None = None,
     steps_per_epoch: float | None = None,
+    run_part: int | None = None,
     tolerance: float | None = None,
     points: int = 0,
     timeout: float | None = None,
@@ -156,7 +157,8 @@ def analyze_train_log(
     :data:`PRESETS`); checkpoint saves come from the log's own lines plus ``ckpt_steps``
     and the checkpoints in ``ckpt_dir`` there (their names, else their own step keys; a run
     directory's ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
-    ``epoch`` field does); ``tolerance`` is how many steps from an event still count as
+    ``epoch`` field does); ``run_part`` picks the run of a file that holds several (a step
+    counter that falls and climbs again: 1 the first, -1 the last, the default); ``tolerance`` is how many steps from an event still count as
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
 
@@ -172,6 +174,7 @@ def analyze_train_log(
         ckpt_steps=ckpt_steps,
         ckpt_dir=ckpt_dir,
         steps_per_epoch=steps_per_epoch,
+        run_part=run_part,
         tolerance=tolerance,
         points=points,
     )
