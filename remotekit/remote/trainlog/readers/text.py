@@ -7,6 +7,7 @@ at a time; else each line's ``key=value`` and ``key: value`` pairs (and words as
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 
 from ..base import CODE_RE, FAST_PAIR_RE, PAIR_RE, WORD_RE
@@ -30,11 +31,20 @@ class Text(Reader):
             events = []
             table = mine(head, 0, None, events)
             if worth(table):
-                n, fast = len(head), most(table)
-                for block in blocks:
-                    mine(block, n, table, events, fast)
-                    n += len(block)
-                read_kinds(table, events, out, out.run_part)
+                # millions of field strings and matches, none in a cycle: the cyclic
+                # collector's passes over them cost ~40% of the reading (1M lines: 1.6 s
+                # with it, 0.9 s without), so it rests until they are columns
+                collecting = gc.isenabled()
+                gc.disable()
+                try:
+                    n, fast = len(head), most(table)
+                    for block in blocks:
+                        mine(block, n, table, events, fast)
+                        n += len(block)
+                    read_kinds(table, events, out, out.run_part)
+                finally:
+                    if collecting:
+                        gc.enable()
                 out.lines = n
             else:
                 out.caveats.append(
