@@ -291,7 +291,6 @@ def worth(table):
     return any(k.progress is not None for k in kinds)
 
 
-# long: the whole reading of a templated log, its phases in order, one screen each below
 def read_kinds(table, events, out, run_part=None):
     """The data templates of ``table`` into ``out`` (a :class:`~.series.Read`): each its own
     series, on the steps its lines state, the run part chosen (``run_part``: 1-based; None
