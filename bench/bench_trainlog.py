@@ -18,6 +18,8 @@ Then each reader alone (in this process, the shipped package imported: ``read_lo
   csv (Lightning metrics.csv) csv.reader over the file
   nanogpt, llm.c, megatron,   the format's own compiled data regex, .search per line
   fairseq, key=value text     (key=value: FAST_PAIR_RE.findall per line)
+  templates (a console no      a regex of its train line per line (the regex a user would
+  trainer format claims)       write for that one file); the reader mines the templates
   olmo (OLMo console log)     its metric-line and step-marker regexes, one per line
   mlflow (a FileStore run)    split + float/int per metric line, over its metric files
   tensorboard                 tensorboard's EventAccumulator (scalars + tensors kept whole)
@@ -43,6 +45,7 @@ import importlib.util
 import json
 import math
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -341,6 +344,32 @@ def bare_fairseq(path: Path) -> int:
     return n
 
 
+#: A console no trainer format claims (pytorch/examples word_language_model's lines): read by
+#: its line templates; a validation line after each 1,000 train lines.
+CONSOLE_TRAIN = (
+    "| epoch {e:3d} | {b:5d}/{n:5d} batches | lr 20.00 | ms/batch 12.10 | loss {v:5.2f} | "
+    "ppl {p:8.2f}\n"
+)
+CONSOLE_VALID = "| end of epoch {e:3d} | time: 36.93s | valid loss {v:5.2f} | valid ppl {p:8.2f}\n"
+CONSOLE_RE = re.compile(
+    r"\| epoch +(\d+) \| +(\d+)/ *(\d+) batches \| lr ([\d.]+) \| ms/batch +([\d.]+) \| "
+    r"loss +([\d.]+) \| ppl +([\d.]+)"
+)
+
+
+def make_console(path: Path, steps: int) -> None:
+    n = 1000
+
+    def lines() -> Any:
+        for s, v in enumerate(_losses(steps)):
+            e, b = divmod(s, n)
+            yield CONSOLE_TRAIN.format(e=e + 1, b=b + 1, n=n, v=v, p=min(math.exp(v), 1e6))
+            if b == n - 1:
+                yield CONSOLE_VALID.format(e=e + 1, v=v + 0.1, p=min(math.exp(v + 0.1), 1e6))
+
+    _write_lines(path, lines())
+
+
 def make_olmo(path: Path, steps: int) -> None:
     """An OLMo console log: a ``[step=N/M,epoch=0]`` marker and four metric lines a step."""
     losses = _losses(steps)
@@ -421,6 +450,10 @@ def bench_readers(work: Path, steps: int, repeat: int, only: str) -> dict[str, A
         )
     )
     cases.append(("olmo", make_olmo, bare_olmo(), "its two regexes per line", "log"))
+    if importlib.util.find_spec("remotekit.remote.trainlog.templates") is not None:
+        cases.append(
+            ("templates", make_console, bare_regex(CONSOLE_RE), "its train line's regex", "log")
+        )
     cases.append(("mlflow", make_mlflow, bare_mlflow, "split + float per line", "run"))
     cases.append(("tensorboard", make_tfevents, bare_tensorboard, "EventAccumulator", "tb"))
     cases.append(("wandb", make_wandb, bare_wandb, "wandb protobuf Record", "wandb"))

@@ -474,8 +474,10 @@ def test_no_private_name_is_imported_across_modules() -> None:
 
 TRAINLOG = "remotekit.remote.trainlog"
 # What a reader may build on: the records and errors (base), what it reads (source), the line
-# and wire formats, its sibling readers, and the shipped package's own modules outside train-log.
-READ_STAGE = {f"{TRAINLOG}.{m}" for m in ("base", "source", "linefmt", "wire", "readers")}
+# and wire formats, a text log's line templates, its sibling readers, and the shipped package's
+# own modules outside train-log.
+READ_STAGE = {f"{TRAINLOG}.{m}" for m in ("base", "source", "linefmt", "templates", "wire")}
+READ_STAGE.add(f"{TRAINLOG}.readers")
 
 
 def test_a_train_log_reader_imports_no_later_stage() -> None:

@@ -193,6 +193,7 @@ def train_log(
     metric: Any = None,
     ckpt_steps: str = "",
     steps_per_epoch: float = 0.0,
+    run_part: int = 0,
     plot: str = "",
     timeout: float = 0.0,
     checkpoints: str = "",
@@ -243,6 +244,7 @@ def train_log(
             ckpt_steps=ckpt_steps or None,
             checkpoints=checkpoints or None,
             steps_per_epoch=steps_per_epoch or None,
+            run_part=run_part or None,
             points=2000 if plot else 0,
             timeout=timeout or None,
         )

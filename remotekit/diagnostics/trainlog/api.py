@@ -149,6 +149,7 @@ def analyze_train_log(
     ckpt_steps: Sequence[int] | str | None = None,
     checkpoints: str | None = None,
     steps_per_epoch: float | None = None,
+    run_part: int | None = None,
     tolerance: float | None = None,
     points: int = 0,
     timeout: float | None = None,
@@ -163,7 +164,9 @@ def analyze_train_log(
     and the checkpoints in ``checkpoints`` (a directory) there (default: the host's
     ``checkpoints:``, as for ``remotekit train-log``; their names, else their own step keys; a
     run directory's ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
-    ``epoch`` field does); ``tolerance`` is how many steps from an event still count as
+    ``epoch`` field does); ``run_part`` picks the run of a file that holds several (a step
+    counter that falls and climbs again: 1 the first, -1 the last, the default);
+    ``tolerance`` is how many steps from an event still count as
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
 
@@ -179,6 +182,7 @@ def analyze_train_log(
         ckpt_steps=ckpt_steps,
         ckpt_dir=defaults.checkpoints(target, checkpoints),
         steps_per_epoch=steps_per_epoch,
+        run_part=run_part,
         tolerance=tolerance,
         points=points,
     )

@@ -46,7 +46,7 @@ def analyze_log(opts):
     analysed (``trainlog.main`` says so in records)."""
     path, chosen, warnings, ckpt_dir = _log_path(opts)
     try:
-        ing, fmt, nlines, extra = read_log(path, opts.format, opts.wanted)
+        ing, fmt, nlines, extra = read_log(path, opts.format, opts.wanted, opts.run_part)
     except NoLoss as exc:
         exc.notes = warnings + exc.notes  # the choice's caveat explains the missing loss
         raise

@@ -484,6 +484,25 @@ def _scored_step(keys, rows):
     return min(scored)[2] if scored else None
 
 
+def _counter_step(keys, rows):
+    """The step key by its values alone, for a counter whose name says nothing we know
+    (``Samples Seen``): whole numbers that rise by one stride (most steps the same; a fall
+    and a climb again is a second run, said later), no epoch, no clock, no metric."""
+    for k in keys:
+        if not _name_words(k)[0] or any(score(k) is not None for score in SCORES.values()):
+            continue
+        if any(_meta_rule(m, k) for m in META) or "epoch" in _name_words(k)[0]:
+            continue
+        if "time" in _name_words(k)[0] or not _counts_up(rows, k):
+            continue
+        vals = _present(rows, k)
+        fwd = [b - a for a, b in zip(vals, vals[1:]) if b > a]
+        stride = sorted(fwd)[len(fwd) // 2]
+        if sum(d == stride for d in fwd) >= 0.8 * len(fwd):
+            return k
+    return None
+
+
 def _meta_rule(name, key):
     """Whether ``key``'s name says meta field ``name`` (:data:`META`'s, beyond its names):
     the epoch (``cur_epoch``, ``epoch_idx``), the sequence length of the batch
@@ -570,6 +589,14 @@ def resolve_columns(keys, wanted, step_key=None, head=()):
                 guesses.append(
                     "step key %r chosen by its name and values (whole numbers that rise)" % step_key
                 )
+            else:
+                step_key = _counter_step(keys, rows)
+                exact = True
+                if step_key is not None:
+                    guesses.append(
+                        "step key %r chosen by its values: whole numbers that rise by one "
+                        "stride (a counter; no name we know says step)" % step_key
+                    )
         if step_key is None:
             guesses.append(
                 "no step key found (looked for %s): row numbers are used as steps"

@@ -104,6 +104,16 @@ def _seconds(value):
     return n if n is not None and n > 0 else 0.0
 
 
+def _part(value):
+    """A run part: a whole number, 0 or None for the last."""
+    n = _float_or_none(value)
+    if n is None or n == 0:
+        return None
+    if n != int(n):
+        raise ValueError("not a run part: %r" % (value,))
+    return int(n)
+
+
 def _preset(value):
     if value not in PRESETS:
         raise ValueError("unknown preset %r; choose one of %s" % (value, ", ".join(PRESETS)))
@@ -204,6 +214,14 @@ class TrainLogOptions(Options):
         _format,
         why_not="trainlog.py's by hand: the task always lets the content decide",
         choices=formats,
+    )
+    run_part: int | None = option(
+        None,
+        "a file holding several runs (a step counter that falls and climbs again: a second "
+        "run or a restart appended): which part to analyse, 1 the first, -1 the last "
+        "(default: the last)",
+        _part,
+        task="run_part",
     )
     follow: bool = option(
         False,

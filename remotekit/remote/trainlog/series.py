@@ -50,6 +50,7 @@ class Read:
         self.long = 0
         self.extra = {}
         self.dialect = None
+        self.run_part = None  # which run of a file holding several (None: the last)
         self._table = None
 
     def add(self, name, step, value):
@@ -120,6 +121,7 @@ class Read:
         ing.long = self.long
         ing.dialect = self.dialect
         ing.caveats = self.caveats
+        ing.run_part = self.run_part
         return ing
 
 

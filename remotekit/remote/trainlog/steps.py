@@ -28,6 +28,9 @@ def reconcile_steps(ing, steps, cols, warnings):
     merged = merge_interleaved(ing, steps, cols, warnings)
     if merged is not None:
         return merged
+    steps, cols, n = run_part(ing, steps, cols, warnings)
+    if n < 2 or all(map(lt, steps, islice(steps, 1, None))):
+        return steps, cols, n
     names = list(cols)
     arrs = [cols[k] for k in names]
     keep, twice = _merge_same_steps(steps, arrs)
@@ -66,6 +69,39 @@ def reconcile_steps(ing, steps, cols, warnings):
     steps = array("d", compress(steps, keep))
     cols = {k: array("d", compress(c, keep)) for k, c in zip(names, arrs)}
     return steps, cols, len(steps)
+
+
+def run_part(ing, steps, cols, warnings):
+    """``(steps, cols, n)`` of one run of a file that holds several: where the counter falls
+    to its first value or below and climbs again, a second run (or a restart from scratch)
+    was appended; each is said, and the part ``ing.run_part`` names is kept (1 the first,
+    -1 the last; None: the last). A counter that falls part of the way is a resume
+    (:func:`reconcile_steps`)."""
+    n = len(steps)
+    cuts = [i for i in range(1, n - 1) if steps[i] < steps[i - 1] and steps[i] <= steps[0]]
+    cuts = [i for i in cuts if steps[i + 1] > steps[i]]  # it climbs again
+    if not cuts:
+        return steps, cols, n
+    for i in cuts:
+        warnings.append(
+            "the step counter falls from %s to %s at row %d and climbs again: a second run "
+            "(or a restart from scratch) appended to the same file"
+            % (fmt_number(steps[i - 1]), fmt_number(steps[i]), i + 1)
+        )
+    bounds = [0, *cuts, n]
+    want = getattr(ing, "run_part", None)
+    k = len(cuts) + 1 if not want else want if want > 0 else len(cuts) + 2 + want
+    if not 1 <= k <= len(cuts) + 1:
+        warnings.append("run part %s does not exist: the last is analysed" % want)
+        k = len(cuts) + 1
+    a, b = bounds[k - 1], bounds[k]
+    warnings.append(
+        "run part %d of %d analysed (rows %d-%d; --run-part chooses another)"
+        % (k, len(cuts) + 1, a + 1, b)
+    )
+    if len(ing.codes) == n:
+        ing.codes = ing.codes[a:b]
+    return steps[a:b], {name: c[a:b] for name, c in cols.items()}, b - a
 
 
 def _merge_same_steps(steps, arrs):

@@ -33,10 +33,21 @@ class TensorBoard(Reader):
     def read(self, src, out):
         """The scalars of the event file, one row per step."""
         counts = [0, 0, None]
+        own = {}
         with src.open() as f:
-            out.stream(_rows_of(f, counts), "step")
+            out.stream(_rows_of(f, counts, own), "step")
         out.lines = counts[0]
         out.damage(counts, "event file")
+        if own:
+            out.notes.append(
+                "%s carr%s a step counter of its own (%s, ...: not the global step): each "
+                "value is placed at the global step logged before it, no resume"
+                % (
+                    ", ".join(map(repr, sorted(own))),
+                    "ies" if len(own) == 1 else "y",
+                    ", ".join("%g" % v for v in sorted(set().union(*own.values()))[:3]),
+                )
+            )
 
     def tail(self, f):
         """What ``--follow`` keeps of a growing event file: its latest complete records."""
@@ -148,9 +159,31 @@ def _intact(data):
 _CRC = struct.Struct("<I")
 
 
-def _rows_of(f, counts):
-    """The rows of the event file open as ``f``: the scalars of each step."""
-    row, step = {}, None
+def _own_counter(cur, s, last, top, own):
+    """Whether the scalars ``cur`` logged at step ``s``, below the highest step ``top`` so
+    far, carry a counter of their own (a validation loss logged at its epoch 0, 1, 2 ...
+    beside a train loss at the global step) rather than a step gone back (a resume): each
+    of its tags rises by itself, by 1 from its own last step (or starts at 0 or 1), far
+    below the global step; a tag known to have one only rises."""
+    if s >= top / 2 and not all(t in own for t in cur):
+        return False
+    for tag in cur:
+        prev = last.get(tag)
+        if tag in own:
+            if s <= prev:
+                return False
+        elif not (s - prev == 1 if prev is not None else s <= 1):
+            return False
+    return True
+
+
+def _rows_of(f, counts, own=None):
+    """The rows of the event file open as ``f``: the scalars of each step. A tag with a
+    step counter of its own (:func:`_own_counter`) is placed at the step logged before it
+    and named in ``own`` (``{tag: its own steps, the first few}``)."""
+    own = {} if own is None else own
+    last = {}  # tag -> the step it was last logged at, its own
+    row, step, top = {}, None, None
     for data in _tfrecords(f, counts):
         counts[0] += 1
         cur = {}
@@ -167,12 +200,24 @@ def _rows_of(f, counts):
         if not _intact(data):
             counts[1] += 1  # a scalar whose bytes changed after writing: skipped
             continue
+        s = float(s or 0)
+        if top is not None and s < top and _own_counter(cur, s, last, top, own):
+            for tag in cur:
+                seen = own.setdefault(tag, [])
+                if len(seen) < 3:
+                    seen.append(s)
+                last[tag] = s
+            s = top
+        else:
+            for tag in cur:
+                last[tag] = s
+            top = s if top is None else max(top, s)
         if s != step and row:
             yield row
             row = {}
         step = s
         row.update(cur)
-        row["step"] = float(s or 0)
+        row["step"] = s
     if row:
         yield row
 

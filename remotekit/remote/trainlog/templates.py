@@ -1,0 +1,535 @@
+"""Line templates of a text log no trainer format claims, mined as log-template miners
+(Drain, He et al. 2017) do: a line's constant words and separators are its template, its
+numbers the fields. Each line kind is read as its own table, never merged with another:
+
+- a template that recurs is a series family, its fields named by the words before them
+  (``loss: 0.5``, ``loss 0.5``, ``loss, 0.5``, ``loss=0.5`` alike);
+- train, validation and test lines are told apart by their template's own words (``train``,
+  ``valid``, ``val``, ``eval``, ``test``): a held-out line's series are named so
+  (``val/loss``), the train lines' ``train/...``; a template once per epoch beside a finer
+  one of its kind is an epoch-level series (``epoch/...``);
+- the step comes from the line itself: a global step where the line states one; else
+  epoch x batches-per-epoch + batch where it states ``batch i/N``, ``[i/N]`` or ``i/N
+  batches``; a line with neither takes the step of the train line before it (so a
+  validation line sits at the step it was computed at); else the row. It is said which;
+- the counter is checked: one that falls and climbs again is a second run (or a restart)
+  appended to the same file, and a step logged again with other values a restart: each is
+  said, and the last part is read unless ``run_part`` chooses another;
+- text lines (source code, a shell trace, a traceback, a config printed once) are no data:
+  a template seen once is no series, and code or a traceback frame never is one.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from bisect import bisect_right
+from itertools import chain, compress, islice, repeat
+from operator import add, ge, is_not, lt, mul, not_, sub
+
+from ..protocol import mask
+from .base import (
+    CKPT_RE,
+    CODE_RE,
+    EVENT_STEP_RE,
+    MISSING,
+    PATH_RE,
+    RESUME_RE,
+    SOURCE_LINE_RE,
+    to_float,
+)
+from .source import HEAD_ROWS, number_column
+
+# A number as a field: not inside a word (``resnet110``, ``fc1``), with the blanks around it
+# (padding that changes with the number's width is no part of the template).
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
+SPLIT_RE = re.compile(r"\s*(?<![A-Za-z_\d.])(" + _NUM + r")\s*", re.I)
+# the separators between a field's name and the field before it
+_SEGMENT_RE = re.compile(r"[|,;\t\[\](){}<>]+|\s-+\s|={2,}>?|-{2,}>?")
+_WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_/.]*")
+
+HELD_OUT = {"val": "val", "valid": "val", "validation": "val", "eval": "val", "dev": "val"}
+HELD_OUT.update({"evaluation": "val", "test": "test", "testing": "test"})
+TRAIN_WORDS = ("train", "training")
+EPOCH_WORDS = ("epoch", "epochs")
+STEP_WORDS = ("step", "global_step", "globalstep", "iter", "iteration", "it", "update", "updates")
+BATCH_WORDS = ("batch", "batches", "iter", "iters", "iteration", "step", "steps", "it")
+EVENT_WORDS = ("checkpoint", "ckpt", "resum", "restor")
+EVENT_RE = re.compile("|".join(EVENT_WORDS), re.I)
+GROUPS = type(re.match("", "")).groups  # Match.groups, mapped over a block's matches
+
+
+def kind_of(words):
+    """``"val"``, ``"test"``, ``"train"`` or None: the first word of ``words`` that says."""
+    for w in words:
+        lw = w.lower()
+        if lw in HELD_OUT:
+            return HELD_OUT[lw]
+        if lw in TRAIN_WORDS:
+            return "train"
+    return None
+
+
+class Template:
+    """One line kind: its constant parts, the lines (their index in the file) and the fields
+    as text, ``width`` cells a line."""
+
+    __slots__ = ("at", "cells", "columns", "consts", "first", "rx", "width")
+
+    def __init__(self, consts, first):
+        self.consts = consts
+        self.width = len(consts) - 1
+        self.at = array("l")
+        self.cells = []  # the fields of its lines as text, ``width`` a line
+        self.first = first  # the first line of this kind (what a note quotes)
+        self.columns = {}
+        self.rx = None  # its regex, once it is the template most lines are of
+
+    def texts(self, j):
+        """Field ``j`` of every line, as text."""
+        return self.cells[j :: self.width]
+
+    def cell(self, i, j):
+        """Field ``j`` of line ``i`` (of this kind), as text."""
+        return self.cells[i * self.width + j]
+
+    def column(self, j):
+        """Field ``j`` of every line, as numbers (once)."""
+        out = self.columns.get(j)
+        if out is None:
+            cells = self.texts(j)
+            out = number_column(cells)
+            if out is None:  # "nan", "Inf" as a trainer prints them; a word: missing
+                out = array("d", (to_float(c) for c in cells))
+            self.columns[j] = out
+        return out
+
+    def varies(self, j):
+        """Whether field ``j`` takes more than one value: a field that never changes is a
+        constant of the template (a logger's source line, a date), as Drain merges it."""
+        w = self.width
+        head = self.cells[j : j + w * HEAD_ROWS : w]
+        if head.count(head[0]) != len(head):
+            return True
+        cells = self.cells[j::w]
+        return cells.count(cells[0]) != len(cells)
+
+
+def mine(lines, start=0, table=None, events=None, fast=None):
+    """Lines into templates (``{key: Template}``), in one pass: one regex split a line, the
+    template's key its constants joined. ``events``: ``[(index, line)]`` of the lines that
+    may announce a save or a resume. ``fast``: a data :class:`Template` most lines are of,
+    matched first by its own regex (:func:`compiled`: as a trainer format's data regex,
+    one C call a line), the split only for the others. Returns the table."""
+    table = {} if table is None else table
+    rest = range(start, start + len(lines))
+    if fast is not None:
+        # the block's lines of the fast template at C speed, the others one by one
+        if fast.rx is None:
+            fast.rx = compiled(fast)
+        found = list(map(fast.rx.match, lines))
+        if None not in found:  # a block of train lines only: the most of them
+            fast.cells.extend(chain.from_iterable(map(GROUPS, found)))
+            fast.at.extend(rest)
+            return table
+        hit = list(map(is_not, found, repeat(None)))
+        fast.cells.extend(chain.from_iterable(map(GROUPS, compress(found, hit))))
+        fast.at.extend(compress(rest, hit))
+        if all(hit):
+            return table
+        rest = list(compress(rest, map(not_, hit)))
+        lines = [lines[i - start] for i in rest]
+    split = SPLIT_RE.split
+    get = table.get
+    event = EVENT_RE.search
+    for i, line in zip(rest, lines):
+        parts = split(line)
+        if len(parts) > 1:
+            consts = parts[0::2]
+            key = "\x00".join(consts)
+            t = get(key)
+            if t is None:
+                t = table[key] = Template(consts, line)
+            t.at.append(i)
+            t.cells.extend(parts[1::2])
+        if events is not None and event(line):
+            events.append((i, line))
+    return table
+
+
+def compiled(t):
+    """The regex of template ``t``: its constants as they are, a number group between each
+    two, the blanks around a number free (``SPLIT_RE``'s template of the same line)."""
+    # a loose number (what is no number reads as missing): the constants decide the match,
+    # and a class is 1.5x faster than SPLIT_RE's exact alternatives here
+    num = r"\s*([-+\d.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))\s*"
+    return re.compile(num.join(re.escape(c) for c in t.consts) + r"\Z")
+
+
+def most(table):
+    """The data template most lines are of, or None."""
+    data = [t for t in table.values() if is_data(t)]
+    return max(data, key=lambda t: len(t.at)) if data else None
+
+
+def _name(before):
+    """A field's name from the constant text before it: the words of its last segment (up
+    to three, ``valid loss`` -> ``valid_loss``); a counter word ends the name (``end of
+    epoch`` -> ``epoch``); "" when no word is there (``[640/``)."""
+    segs = [s for s in _SEGMENT_RE.split(before) if s.strip(" :=#/")]
+    if not segs:
+        return ""
+    words = _WORD_RE.findall(segs[-1])
+    words = [w.strip("./").lower() for w in words if w.strip("./")]
+    if not words:
+        return ""
+    if words[-1] in EPOCH_WORDS or words[-1] in STEP_WORDS or words[-1] in BATCH_WORDS:
+        return words[-1]
+    return "_".join(words[-3:])
+
+
+class Kind:
+    """A data template read: its kind (train/val/test), field names, counters, steps."""
+
+    def __init__(self, t):
+        self.t = t
+        c = t.consts
+        self.names = [_name(c[j]) for j in range(t.width)]
+        self.kind = kind_of(_WORD_RE.findall(" ".join(c))) or "train"
+        n = self.names
+        self.epoch = next((j for j in range(t.width) if n[j] in EPOCH_WORDS), None)
+        self.step = next((j for j in range(t.width) if n[j] in STEP_WORDS[:5]), None)
+        # ``i/N``: a field the next one follows after a "/" (``[640/60000``, ``200/ 2983
+        # batches``, ``batch: 3/100``), unless it is the epoch's own (``epoch 3/10``)
+        self.progress = None
+        for j in range(t.width - 1):
+            if c[j + 1].startswith("/") and j != self.epoch and n[j] in ("",) + BATCH_WORDS:
+                self.progress = j
+                if n[j] == "step" and self.step == j:
+                    self.step = None  # ``step 3/100``: per epoch or in all, the total says
+                break
+        self.counters = {self.epoch, self.step, self.progress}
+        if self.progress is not None:
+            self.counters.add(self.progress + 1)
+        self.steps = None
+        self.how = ""
+        self._fields = None
+
+    def fields(self):
+        """``[(j, name)]``: the fields that are series (named, no counter, not constant)."""
+        if self._fields is None:
+            self._fields = self._series_fields()
+        return self._fields
+
+    def _series_fields(self):
+        out, seen = [], {}
+        for j, name in enumerate(self.names):
+            if not name or j in self.counters or not self.t.varies(j):
+                continue
+            k = seen[name] = seen.get(name, 0) + 1
+            out.append((j, name if k == 1 else "%s_%d" % (name, k)))
+        return out
+
+    def own_steps(self, e0):
+        """The steps the lines state, and how, or None (the line states no counter)."""
+        t = self.t
+        if self.step is not None:
+            self.how = "the step each line states (%r)" % self.names[self.step]
+            return t.column(self.step)
+        if self.progress is None:
+            return None
+        i = t.column(self.progress)
+        if self.epoch is not None:
+            ep = t.column(self.epoch)
+            if not t.varies(self.progress + 1):  # one N throughout: not converted
+                m = to_float(t.cell(0, self.progress + 1))
+                self.how = "epoch x %s + i, from the epoch and the 'i/N' each line states" % _fmt(m)
+                # (e - e0) * m + i, mapped in C: a generator costs 3x over 1M lines
+                return array("d", map(add, map(mul, map(sub, ep, repeat(e0)), repeat(m)), i))
+            n = t.column(self.progress + 1)
+            self.how = "epoch x N + i, from the epoch and the 'i/N' each line states"
+            return array("d", map(add, map(mul, map(sub, ep, repeat(e0)), n), i))
+        n = t.column(self.progress + 1)
+        # no epoch: each time i starts again is a new epoch
+        out, base = array("d"), 0.0
+        for k in range(len(i)):
+            if k and i[k] < i[k - 1]:
+                base += n[k - 1]
+            out.append(base + i[k])
+        self.how = "epochs x N + i, from the 'i/N' each line states (its restarts count epochs)"
+        return out
+
+
+def _fmt(v):
+    return str(int(v)) if v == int(v) else "%g" % v
+
+
+def is_data(t):
+    """A template whose lines are data: recurring, a field with a name, no source code or
+    traceback frame."""
+    if len(t.at) < 2:
+        return False
+    line = t.first.lstrip()
+    if CODE_RE.match(t.first) or line.startswith(('File "', "Traceback", "at ")):
+        return False
+    low = line.lower()
+    if any(w in low for w in EVENT_WORDS):
+        return False  # a save or a resume announced: an event, not a series
+    return any(_name(t.consts[j]) for j in range(t.width))
+
+
+def worth(table):
+    """Whether the line kinds say more than key=value pairs read line by line would: two
+    kinds of data line (train and validation, per batch and per epoch), or one that states
+    its progress as ``i/N``. A log of one line kind reads as it always did."""
+    kinds = [Kind(t) for t in table.values() if is_data(t)]
+    kinds = [k for k in kinds if k.fields()]
+    # lines that differ in a word only (``[rank0]:``, ``[rank1]:``) are one kind, as Drain
+    # merges templates a token apart: what differs is the kind or the fields
+    if len({(k.kind, tuple(name for _, name in k.fields())) for k in kinds}) >= 2:
+        return True
+    return any(k.progress is not None for k in kinds)
+
+
+def read_kinds(table, events, out, run_part=None):
+    """The data templates of ``table`` into ``out`` (a :class:`~.series.Read`): each its own
+    series, on the steps its lines state, the run part chosen (``run_part``: 1-based; None
+    or 0: the last; negative: from the end)."""
+    kinds = [Kind(t) for t in table.values() if is_data(t)]
+    kinds = [k for k in kinds if k.fields()]
+    once = sum(1 for t in table.values() if len(t.at) == 1)
+    primary = _primary(kinds)
+    e0 = _first_epoch(kinds)
+    for k in kinds:
+        k.steps = k.own_steps(e0)
+    if primary is not None and primary.steps is None:
+        primary.steps = array("d", range(len(primary.t.at)))
+        primary.how = "the row (the line states no step)"
+    lo, hi = _run_part(primary, run_part, out)
+    for k in kinds:
+        _align(k, primary, e0)
+    _name_series(kinds, primary)
+    if not _as_table(kinds, primary, lo, hi, out):
+        for k in kinds:
+            a, b = _span(k, lo, hi)
+            steps = k.steps[a:b]
+            for j, name in k.series:
+                for s, v in zip(steps, k.t.column(j)[a:b]):
+                    out.add(name, s, v)
+    _events(events, primary, lo, hi, out)
+    out.caveats.append(_said(kinds, primary, once))
+
+
+def _span(k, lo, hi):
+    """The range of a kind's lines that lie in the lines ``lo`` to ``hi``."""
+    return bisect_right(k.t.at, lo - 1), bisect_right(k.t.at, hi - 1)
+
+
+def _as_table(kinds, primary, lo, hi, out):
+    """The series as one table on the primary kind's rows, column by column (no dict a row):
+    each other kind's value goes to the row of its step, or of the train line before it.
+    False (nothing done) when a value has no row of its own there: two lines at one row,
+    a step the train lines never logged; then each series is added on its own axis."""
+    if primary is None:
+        return False
+    pa, pb = _span(primary, lo, hi)
+    steps = primary.steps[pa:pb]
+    n = len(steps)
+    if n < 2 or any(map(ge, steps, islice(steps, 1, None))):
+        return False
+    # a column is converted only when the table keeps it (ppl, ms/batch: never): the
+    # choice reads the head, converted on its own
+    cols = {"step": steps}
+    for j, name in primary.series:
+        cols[name] = (primary, j, pa, pb)
+    index = None
+    for k in kinds:
+        if k is primary:
+            continue
+        a, b = _span(k, lo, hi)
+        if a >= b:
+            continue
+        if k.how.startswith("the step of the train line"):
+            rows = [bisect_right(primary.t.at, line) - 1 - pa for line in k.t.at[a:b]]
+        else:
+            index = index or {s: i for i, s in enumerate(steps)}
+            rows = [index.get(s, -1) for s in k.steps[a:b]]
+        if min(rows) < 0 or len(set(rows)) < len(rows):
+            return False
+        for j, name in k.series:
+            if name in cols:
+                return False
+            col = cols[name] = array("d", [MISSING]) * n
+            for i, v in zip(rows, k.t.column(j)[a:b]):
+                col[i] = v
+    keys = list(cols)
+    head = [dict(zip(keys, vals)) for vals in zip(*(_head(c) for c in cols.values()))]
+    ing = out.table(dict.fromkeys(keys, n), head, "step")
+    if ing.bucket_key is not None or ing.step_key != "step":
+        out._table = None  # a bucket column: each series on its own axis, as a Read adds them
+        return False
+    ing.cols = [_whole(cols[key]) for key in ing.keys]
+    return True
+
+
+def _head(col):
+    """The first rows of a table column: an array, or ``(kind, field, first, end)``."""
+    if isinstance(col, array):
+        return col[:HEAD_ROWS]
+    k, j, a, b = col
+    return array("d", (to_float(k.t.cell(i, j)) for i in range(a, min(b, a + HEAD_ROWS))))
+
+
+def _whole(col):
+    if isinstance(col, array):
+        return col
+    k, j, a, b = col
+    return k.t.column(j)[a:b]
+
+
+def _primary(kinds):
+    """The train line kind the run's step comes from: one with a counter of its own, the
+    most lines; else the most lines."""
+    train = [k for k in kinds if k.kind == "train"]
+    if not train:
+        return None
+    counted = [k for k in train if k.step is not None or k.progress is not None]
+    return max(counted or train, key=lambda k: len(k.t.at))
+
+
+def _first_epoch(kinds):
+    firsts = [(k.t.at[0], to_float(k.t.cell(0, k.epoch))) for k in kinds if k.epoch is not None]
+    return min(firsts)[1] if firsts else 0.0
+
+
+def _run_part(primary, run_part, out):
+    """``(first line, end line)`` of the run part read: the file is cut where the primary
+    counter falls (or a step comes again with other values); each cut is said."""
+    end = 1 << 62
+    if primary is None or primary.steps is None:
+        return 0, end
+    steps, at = primary.steps, primary.t.at
+    if all(map(lt, steps, islice(steps, 1, None))):
+        return 0, end
+    vals = [primary.t.texts(j) for j, _ in primary.fields()]
+    cuts = []
+    for i in range(1, len(steps)):
+        if steps[i] < steps[i - 1] or (
+            steps[i] == steps[i - 1] and any(v[i] != v[i - 1] for v in vals)
+        ):
+            cuts.append(i)
+    if not cuts:
+        return 0, end
+    bounds = [0] + cuts + [len(steps)]
+    parts = list(zip(bounds, bounds[1:]))
+    for c in cuts:
+        again = steps[c] == steps[c - 1]
+        first = steps[c] <= steps[0]
+        what = (
+            "step %s logged again with other values: a restart" % _fmt(steps[c])
+            if again
+            else "a second run (or a restart from scratch) appended to the same file"
+            if first
+            else "a restart from step %s (a resume)" % _fmt(steps[c])
+        )
+        out.notes.append(
+            "the step counter falls from %s to %s at line %d: %s"
+            % (_fmt(steps[c - 1]), _fmt(steps[c]), at[c] + 1, what)
+            if not again
+            else "line %d: %s" % (at[c] + 1, what)
+        )
+    k = len(parts) if not run_part else run_part if run_part > 0 else len(parts) + 1 + run_part
+    if not 1 <= k <= len(parts):
+        k = len(parts)
+        out.notes.append("run part %s does not exist: the last is read" % run_part)
+    a, b = parts[k - 1]
+    out.notes.append(
+        "run part %d of %d read (lines %d-%d; run_part / --run-part chooses another)"
+        % (k, len(parts), at[a] + 1, at[b - 1] + 1)
+    )
+    lo = 0 if a == 0 else at[a - 1] + 1
+    hi = end if b == len(steps) else at[b - 1] + 1
+    # the lines after the part's last train line up to the next part belong to it
+    if b < len(steps):
+        hi = at[b]
+    return lo, hi
+
+
+def _align(k, primary, e0):
+    """The steps of a kind with no counter of its own: the step of the train line before
+    each (a validation line after the batches it followed); else the epoch; else the row."""
+    if k.steps is not None:
+        return
+    n = len(k.t.at)
+    if primary is not None and primary is not k and primary.steps is not None:
+        pat, ps = primary.t.at, primary.steps
+        out = array("d")
+        for line in k.t.at:
+            i = bisect_right(pat, line) - 1
+            out.append(ps[i] if i >= 0 else ps[0])
+        k.steps = out
+        k.how = "the step of the train line before each"
+    elif k.epoch is not None:
+        k.steps = k.t.column(k.epoch)
+        k.how = "the epoch each line states"
+    else:
+        k.steps = array("d", range(n))
+        k.how = "the row"
+
+
+def _name_series(kinds, primary):
+    """Each field's series name: ``train/``, ``val/``, ``test/`` unless its name says its
+    kind itself; ``epoch/`` for a kind once per epoch beside a finer one of its kind."""
+    fine = {k.kind for k in kinds if k.step is not None or k.progress is not None}
+    for k in kinds:
+        coarse = k.kind in fine and k.step is None and k.progress is None
+        k.series = []
+        for j, name in k.fields():
+            own = kind_of(re.split(r"[_/.]", name))
+            full = name if own else "%s/%s" % (k.kind, name)
+            if coarse:
+                full = "epoch/" + full
+            k.series.append((j, full))
+
+
+def _events(events, primary, lo, hi, out):
+    """The save and resume lines of the run part read, at the step they state, else at the
+    step of the train line before them."""
+    for i, line in events:
+        if not lo <= i < hi or CODE_RE.match(line):
+            continue
+        words = PATH_RE.sub(" ", SOURCE_LINE_RE.sub(" ", line))
+        kind = (
+            "resume" if RESUME_RE.search(words) else "checkpoint" if CKPT_RE.search(words) else None
+        )
+        if kind is None:
+            continue
+        m = EVENT_STEP_RE.search(line)
+        if m:
+            step = float(m.group(1))
+        elif primary is not None and primary.steps is not None:
+            j = bisect_right(primary.t.at, i) - 1
+            step = primary.steps[j] if j >= 0 else 0.0
+        else:
+            continue
+        out.event(kind, step, mask(line.strip()))
+
+
+def _said(kinds, primary, once):
+    """The reading in words: each line kind, its series and its steps."""
+    parts = []
+    for k in sorted(kinds, key=lambda k: k.t.at[0]):
+        parts.append(
+            "%s lines like %r (%d): %s, at %s"
+            % (
+                k.kind,
+                mask(k.t.first.strip())[:80],
+                len(k.t.at),
+                ", ".join(name for _, name in k.series),
+                k.how + (" (the run's step)" if k is primary else ""),
+            )
+        )
+    text = "no known trainer line format: its line kinds were read apart, " + "; ".join(parts)
+    if once:
+        text += "; %d line(s) of a kind seen once (a config, a summary) are no series" % once
+    return text
