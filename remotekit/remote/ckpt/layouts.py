@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from .base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError, import_torch
+from .base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError
 from .dcp import open_dcp
 from .discover import DS_MODEL, DS_OPTIM, HF_OPTIMIZER, classify_dir, ds_latest, hf_weights
 from .formats import Source, open_file, open_index, open_part, sidecar_step
@@ -63,8 +63,8 @@ def _open_deepspeed(path, opts, header_only):
 
 def open_source(path, opts, header_only=False):
     """Open one checkpoint (a file, an HF index, or a checkpoint directory: DCP, DeepSpeed,
-    HF Trainer) without reading tensor data; LoadError if it is none of them."""
-    import_torch()
+    HF Trainer) without reading tensor data; LoadError if it is none of them. torch is
+    imported by the readers that need it (torch.save files, DCP), not for safetensors."""
     if os.path.isdir(path):
         item = classify_dir(path)
         if item is None:
