@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checkpoint diagnostics, run *there*: "are my checkpoints corrupt?"
 
-Standalone: the standard library and torch >= 2.1 only, Python >= 3.8. Subcommands::
+Standalone: the standard library and torch >= 2.1 only, Python >= 3.8; a scan of safetensors
+files needs no torch (NumPy is used where it imports, else the standard library). Subcommands::
 
     ckpt.py scan PATH [--jobs N] [--allow-global NAME]... [--unsafe-pickle] [--max-bad 20]
     ckpt.py inspect PATH [--allow-global NAME]... [--unsafe-pickle]
@@ -84,17 +85,20 @@ module and allow-lists it, ``--unsafe-pickle`` loads plain pickle (arbitrary cod
 record says so). Memory: zip checkpoints are memory-mapped and each checked chunk's pages are
 released again (``madvise(MADV_DONTNEED)``), so resident memory stays far below the file size.
 Speed: one ``aminmax`` per chunk of 4M values tells a clean chunk (it propagates NaN and shows
-+-Inf as min or max); only chunks with bad values are counted element by element.
++-Inf as min or max); only chunks with bad values are counted element by element. safetensors
+values are checked without torch (``values``): NumPy's min/max for float32/64, and for bf16,
+fp16 and fp8 one max of the sign-cleared bits (NaN/Inf is the exponent field all ones).
 
 Processes: scan and bisect discover files here (no torch) and check them in one worker
 process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one file each at a
-time. A file that crashes the worker costs only itself: the files the worker had open are
+time, and imports torch at the first file that needs it (none for safetensors). A file that crashes the worker costs only itself: the files the worker had open are
 checked again alone in a fresh one. inspect and diff run in this process.
 
 Modules of the package this file runs from (:mod:`remotekit.shipping` ships it whole): the
 siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
 safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
-``base`` (constants, errors, torch on demand, page release), ``formats`` (one file: torch,
+``base`` (constants, errors, torch on demand, page release), ``values`` (safetensors values
+checked without torch: NumPy or the standard library), ``formats`` (one file: torch,
 safetensors, HF index, LFS; what is a param; the loading policy), ``dcp``, ``discover`` (no
 torch), ``layouts`` (directories that are one checkpoint; ``open_source``), ``check``
 (values; ``scan_item``), ``workers``, ``commands``; ``options`` (the commands' options and

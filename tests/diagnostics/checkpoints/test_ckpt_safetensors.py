@@ -1,0 +1,243 @@
+"""A safetensors scan without torch: remote/ckpt.py run as it runs there, with torch made
+unimportable (a ``torch`` module on PYTHONPATH that raises, as a missing install does), and
+once more with NumPy made unimportable too (the standard library's path).
+
+The files are written by the safetensors package itself (tests/ckpt_factory.py); the expected
+counts are computed here with torch from the same tensors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests import ckpt_factory as cf
+from tests.ckpt_kit import SCRIPT, Run, run
+
+PATHS = ["numpy", "stdlib"]  # the value checker's two ways: with NumPy, or without it
+
+
+def _blocked(tmp_path: Path, *modules: str) -> str:
+    """A directory for PYTHONPATH whose modules ``modules`` fail to import as absent ones do."""
+    d = tmp_path / ("no-" + "-".join(modules))
+    d.mkdir(exist_ok=True)
+    for m in modules:
+        (d / (m + ".py")).write_text(
+            f"raise ModuleNotFoundError({f'No module named {m!r} (test)'!r}, name={m!r})\n"
+        )
+    return str(d)
+
+
+def scan_without(tmp_path: Path, modules: tuple[str, ...], *args: str) -> Run:
+    """``ckpt.py scan ARGS`` (its worker too) in a Python where ``modules`` cannot be imported."""
+    path = [_blocked(tmp_path, *modules), os.environ.get("PYTHONPATH") or ""]
+    return run("scan", *args, prefix=("env", "PYTHONPATH=" + os.pathsep.join(filter(None, path))))
+
+
+def blocked_for(path: str) -> tuple[str, ...]:
+    if path == "numpy":
+        pytest.importorskip("numpy", reason="the NumPy path needs numpy in this venv")
+        return ("torch",)
+    return ("torch", "numpy")
+
+
+def expected(tensors: dict[str, torch.Tensor], nonneg: set[str]) -> dict[str, Any]:
+    """What a scan reports, computed with torch: totals and one bad_tensors entry per tensor."""
+    out: dict[str, Any] = {"nan": 0, "posinf": 0, "neginf": 0, "negative": 0, "bad": {}}
+    maxabs: dict[str, float | None] = {"weights": None, "optimizer": None}
+    for name, t in tensors.items():
+        x = t.float().reshape(-1)
+        nan, pos, neg = torch.isnan(x), x == math.inf, x == -math.inf
+        negative = (x < 0) if name in nonneg else torch.zeros_like(nan)
+        bad = nan | pos | neg | negative
+        counts = [int(m.sum()) for m in (nan, pos, neg, negative)]
+        for key, n in zip(("nan", "posinf", "neginf", "negative"), counts):
+            out[key] += n
+        if bool(bad.any()):
+            out["bad"][name] = {
+                "dtype": str(t.dtype).replace("torch.", ""),
+                "nan": counts[0],
+                "posinf": counts[1],
+                "neginf": counts[2],
+                "negative": counts[3],
+                "first_index": int(bad.nonzero()[0]),
+            }
+        fin = torch.isfinite(x)
+        if bool(fin.any()):
+            sec = "optimizer" if name.startswith("optimizer.") else "weights"
+            m = float(x[fin].abs().max())
+            maxabs[sec] = m if maxabs[sec] is None else max(maxabs[sec], m)  # type: ignore[type-var]
+    out["max_abs"] = maxabs
+    return out
+
+
+def assert_record_matches(rec: dict[str, Any], want: dict[str, Any]) -> None:
+    for key in ("nan", "posinf", "neginf"):
+        assert rec[key + "_weights"] + rec[key + "_optimizer"] == want[key], (key, rec)
+    assert rec["negative_exp_avg_sq"] == want["negative"]
+    got = {
+        b["name"]: {
+            k: b[k] for k in ("dtype", "nan", "posinf", "neginf", "negative", "first_index")
+        }
+        for b in rec["bad_tensors"]
+    }
+    assert got == want["bad"]
+    assert rec["max_abs_weights"] == want["max_abs"]["weights"]
+    assert rec["max_abs_optimizer"] == want["max_abs"]["optimizer"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_safetensors_scan_finds_nan_and_inf_without_torch(tmp_path: Path, path: str) -> None:
+    """float32, float16 and bfloat16 (no NumPy type: read as bits), and a bad value in the
+    last chunk of a tensor; torch cannot be imported, so the scan must not need it."""
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        "clean.weight": torch.randn(40, 8, generator=g),
+        "f32.weight": torch.randn(40, 8, generator=g),
+        "f16.weight": torch.randn(40, 8, generator=g).half(),
+        "bf16.weight": torch.randn(40, 8, generator=g).bfloat16(),
+        "last.weight": torch.randn(1000, generator=g),
+        "optimizer.state.0.exp_avg_sq": torch.rand(64, generator=g).bfloat16(),
+    }
+    tensors["f32.weight"][3, 4] = math.nan
+    tensors["f16.weight"][0, 1] = math.inf
+    tensors["bf16.weight"][39, 7] = -math.inf
+    tensors["bf16.weight"][20, 0] = math.nan
+    tensors["last.weight"][999] = math.nan  # chunks of 64 values: index 999 is in the last
+    tensors["optimizer.state.0.exp_avg_sq"][5] = -1.0
+    p = tmp_path / "model.safetensors"
+    cf.save_safetensors(tensors, p)
+
+    r = scan_without(tmp_path, blocked_for(path), str(p), "--options", '{"chunk_elems": 64}')
+    rec = r.by_path[str(p)]
+    assert rec["status"] == "bad" and rec["error"] is None, (rec, r.stderr)
+    assert r.code == 1
+    assert_record_matches(rec, expected(tensors, {"optimizer.state.0.exp_avg_sq"}))
+    assert rec["bad_tensors"][0]["section"] in ("weights", "optimizer")
+
+
+FLOATS = [
+    torch.float64,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_torchless_checker_agrees_with_torch_on_every_float_dtype(
+    tmp_path: Path, path: str
+) -> None:
+    """Random tensors of every float dtype safetensors has, NaN / +-Inf / negative values and
+    -0.0 planted, second-moment slots among them, chunks that split tensors unevenly: the
+    counts, first indexes and largest magnitudes are torch's, exactly."""
+    rnd = random.Random(7)
+    g = torch.Generator().manual_seed(7)
+    tensors: dict[str, torch.Tensor] = {}
+    nonneg = set()
+    for i in range(36):
+        dtype = FLOATS[i % len(FLOATS)]
+        n = rnd.choice([1, 5, 97, 300, 2500])
+        x = torch.randn(n, generator=g) * rnd.choice([1e-3, 1.0, 50.0])
+        if i % 5 == 0:
+            x = -x.abs()
+        if i % 9 == 0:
+            x[:] = -0.0
+        for _ in range(rnd.choice([0, 0, 1, 3])):
+            x[rnd.randrange(n)] = rnd.choice([math.nan, math.inf, -math.inf, -1.0, -0.0])
+        name = f"w{i}"
+        if i % 3 == 0:
+            name = f"optimizer.state.{i}.exp_avg_sq"
+            nonneg.add(name)
+        tensors[name] = x.to(dtype)
+    p = tmp_path / "all.safetensors"
+    cf.save_safetensors(tensors, p)
+    r = scan_without(
+        tmp_path, blocked_for(path), str(p), "--max-bad", "100", "--options", '{"chunk_elems": 96}'
+    )
+    rec = r.by_path[str(p)]
+    assert rec["error"] is None, (rec, r.stderr)
+    assert_record_matches(rec, expected(tensors, nonneg))
+
+
+def test_an_index_of_safetensors_shards_needs_no_torch(tmp_path: Path) -> None:
+    cf.save_safetensors({"a": torch.ones(4)}, tmp_path / "model-00001.safetensors")
+    cf.save_safetensors({"b": torch.full((4,), math.inf)}, tmp_path / "model-00002.safetensors")
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(
+        '{"weight_map": {"a": "model-00001.safetensors", "b": "model-00002.safetensors"}}'
+    )
+    rec = scan_without(tmp_path, ("torch",), str(index)).by_path[str(index)]
+    assert (rec["status"], rec["posinf_weights"]) == ("bad", 4), rec
+
+
+ST_F32 = {"dtype": "F32"}
+
+
+@pytest.mark.parametrize(
+    ("header", "data_len", "reason"),
+    [
+        (
+            {
+                "a": {**ST_F32, "shape": [4], "data_offsets": [0, 16]},
+                "b": {**ST_F32, "shape": [4], "data_offsets": [8, 24]},
+            },
+            24,
+            "b [8, 24) overlaps a",
+        ),
+        (
+            {"w": {**ST_F32, "shape": [1 << 20], "data_offsets": [0, 4 << 20]}},
+            64,
+            "past the end of the file",
+        ),
+        ({"w": {**ST_F32, "shape": [4], "data_offsets": [0, 8]}}, 8, "w: header gives 8 bytes"),
+    ],
+    ids=["overlap", "past-the-end", "size-mismatch"],
+)
+def test_lying_safetensors_headers_are_refused_without_torch(
+    tmp_path: Path, header: dict[str, Any], data_len: int, reason: str
+) -> None:
+    p = cf.write_safetensors_header(tmp_path / "m.safetensors", header, data_len)
+    rec = scan_without(tmp_path, ("torch",), str(p)).by_path[str(p)]
+    assert rec["status"] == "error" and reason in rec["error"], rec
+
+
+def test_a_header_length_past_the_end_is_refused_naming_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "cut.safetensors"
+    p.write_bytes((1000).to_bytes(8, "little") + b'{"w": {"dtype": "F32"')
+    rec = scan_without(tmp_path, ("torch",), str(p)).by_path[str(p)]
+    assert rec["status"] == "error" and "header needs 1008 bytes" in rec["error"], rec
+    assert rec["path"] == str(p)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PATHS)
+def test_a_safetensors_scan_keeps_memory_flat(tmp_path: Path, path: str) -> None:
+    """Chunks out of a memory map, pages released after each: 128 MiB of values add far less
+    than 128 MiB to the scan's peak RSS (worker included), with NumPy and without."""
+    env = dict(os.environ, PYTHONPATH=_blocked(tmp_path, *blocked_for(path)))
+
+    def peak_rss(p: Path) -> int:
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "scan", str(p)], stdout=subprocess.DEVNULL, env=env
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        return usage.ru_maxrss * 1024  # KiB on Linux; includes the worker (a waited child)
+
+    small, big = tmp_path / "small.safetensors", tmp_path / "big.safetensors"
+    cf.save_safetensors({"w": torch.zeros(16)}, small)
+    size = 128 << 20
+    cf.save_safetensors({"w": torch.zeros(size // 8), "v": torch.ones(size // 8)}, big)
+    extra = peak_rss(big) - peak_rss(small)
+    assert extra < size // 4, f"scanning {size >> 20} MiB added {extra >> 20} MiB of RSS"
