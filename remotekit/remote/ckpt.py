@@ -16,10 +16,12 @@ that differ from the defaults; by hand, each field is a flag too.
 
 PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt, *.th,
 *.safetensors, Hugging Face ``*.index.json`` shard indexes and checkpoint directories) or a
-glob (``**`` too; each real directory is entered once, so symlink loops end). Formats:
+glob (``**`` too; each real directory is entered once, so symlink loops end), and *.gguf.
+Formats:
 torch.save files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors
 (parsed and validated here: 8-byte little-endian header length, JSON header, raw data; no
-safetensors package needed) and HF sharded checkpoints (``weight_map``). Directories that are
+safetensors package needed), GGUF (llama.cpp; float tensors checked, quantized ones named in
+a note) and HF sharded checkpoints (``weight_map``). Directories that are
 ONE checkpoint each: HF Trainer ``checkpoint-N/`` (weights + optimizer.pt + trainer_state.json),
 DeepSpeed ``global_stepN/`` (model states + every ZeRO optimizer partition; ``latest`` is
 checked), torch.distributed.checkpoint (``.metadata`` + ``__R_N.distcp``, read chunk by chunk
@@ -91,18 +93,19 @@ fp16 and fp8 one max of the sign-cleared bits (NaN/Inf is the exponent field all
 
 Processes: scan and bisect discover files here (no torch) and check them in one worker
 process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one file each at a
-time, and imports torch at the first file that needs it (none for safetensors). A file that crashes the worker costs only itself: the files the worker had open are
-checked again alone in a fresh one. inspect and diff run in this process.
+time, and imports torch at the first file that needs one (none for safetensors or GGUF). A
+file that crashes the worker costs only itself: the files the worker had open are checked
+again alone in a fresh one. inspect and diff run in this process.
 
 Modules of the package this file runs from (:mod:`remotekit.shipping` ships it whole): the
 siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
 safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
-``base`` (constants, errors, torch on demand, page release), ``values`` (safetensors values
+``base`` (constants, errors, torch on demand, page release), ``values`` (raw float values
 checked without torch: NumPy or the standard library), ``formats`` (one file: torch,
-safetensors, HF index, LFS; what is a param; the loading policy), ``dcp``, ``discover`` (no
-torch), ``layouts`` (directories that are one checkpoint; ``open_source``), ``check``
-(values; ``scan_item``), ``workers``, ``commands``; ``options`` (the commands' options and
-command line, no torch). This file holds the format description and ``main``.
+safetensors, HF index, LFS; what is a param; the loading policy), ``gguf`` (GGUF files; imported
+by ``formats`` when it meets one), ``dcp``, ``discover`` (no torch), ``layouts`` (directories
+that are one checkpoint; ``open_source``), ``check`` (values; ``scan_item``), ``workers``,
+``commands``; ``options`` (the commands' options and command line, no torch). This file holds the format description and ``main``.
 """
 
 from __future__ import annotations

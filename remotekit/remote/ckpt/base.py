@@ -32,7 +32,7 @@ def uses_torch(namespace):
     _TORCH_USERS.append(namespace)
 
 
-CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".th", ".safetensors")  # .th: AllenNLP
+CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".th", ".safetensors", ".gguf")  # .th: AllenNLP
 INDEX_SUFFIX = ".index.json"
 # Files an HF Trainer writes beside the weights that are not model/optimizer state.
 AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
@@ -93,11 +93,13 @@ def looks_like_safetensors(head):
     return head[8:9] == b"{" and 0 < n <= SAFETENSORS_MAX_HEADER
 
 
-def is_safetensors_file(path):
-    """True when the file at ``path`` starts like a safetensors file (read without torch)."""
+def is_torchless_file(path):
+    """True when the file at ``path`` starts like a safetensors or GGUF file: read without
+    torch."""
     try:
         with open_regular(path) as f:  # never blocks on a FIFO named *.safetensors
-            return looks_like_safetensors(f.read(9))
+            head = f.read(9)
+            return looks_like_safetensors(head) or head.startswith(b"GGUF")
     except OSError:  # NotRegularFile too: opening it later says why
         return False
 

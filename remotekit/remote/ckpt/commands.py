@@ -26,7 +26,7 @@ from .base import (
     as_number,
     euid,
     import_torch,
-    is_safetensors_file,
+    is_torchless_file,
     short,
     uses_torch,
 )
@@ -66,13 +66,13 @@ def _preflight(opts, items=None):
 
 def _needs_torch(item):
     """Whether checking a discovered item imports torch: safetensors files (alone or as an
-    index's shards) are read without it."""
+    index's shards) and GGUF files are read without it."""
     if item["kind"] in ("unsupported", "error"):
         return False
     if item["kind"] == "file":
-        return not is_safetensors_file(item["path"])
+        return not is_torchless_file(item["path"])
     if item["kind"] == "hf-index":
-        return not all(is_safetensors_file(p) for p in item.get("files", ()))
+        return not all(is_torchless_file(p) for p in item.get("files", ()))
     return True
 
 

@@ -4,7 +4,7 @@ Part of ``ckpt.py``. A :class:`Source` is a checkpoint opened for checking: its 
 (:class:`Entry`, one per tensor, read chunk by chunk) and its metadata (step, epoch, top-level
 scalars). Readers: torch.save zip files (memory-mapped) and legacy pickles, safetensors (parsed
 and validated here, read without torch: its entries carry ``raw`` bytes for
-:func:`values.check_raw`), Hugging Face ``*.index.json`` shard indexes, Git LFS pointers.
+:func:`values.check_raw`), GGUF (``gguf.py``, alike), Hugging Face ``*.index.json`` shard indexes, Git LFS pointers.
 """
 
 from __future__ import annotations
@@ -689,7 +689,7 @@ def _st_entry(src, mm, data_start, item):
         raw = (mm, data_start + begin)
 
         def chunks(n, s=data_start + begin, d=dtype, i=itemsize, c=numel, sh=shape):
-            return st_chunks(mm, s, _torch_dtype(d), i, c, sh, n)
+            return st_chunks(mm, s, torch_dtype(d), i, c, sh, n)
 
     src.entries.append(
         Entry(
@@ -708,7 +708,7 @@ def _st_entry(src, mm, data_start, item):
     return None
 
 
-def _torch_dtype(dtype):
+def torch_dtype(dtype):
     """The torch dtype of a safetensors :class:`values.Dtype` (diff and complex values read
     through torch; a scan of real floats does not)."""
     found = getattr(import_torch(), dtype.name, None)
@@ -784,13 +784,21 @@ def open_file(path, opts, header_only=False, sidecar=True):
         except LoadError as e:
             e.fmt = "safetensors"
             raise
+    elif head.startswith(b"GGUF"):
+        from .gguf import open_gguf  # here: gguf builds on this module's Entry and Source
+
+        try:
+            src = open_gguf(path, size)
+        except LoadError as e:
+            e.fmt = "gguf"
+            raise
     elif head.startswith(b"\x80"):
         src = _open_torch(path, size, False, opts)
     elif head.startswith(LFS_POINTER[:14]) and size < 1024:
         raise _lfs_pointer(path, size)
     else:
         raise LoadError(
-            "not a checkpoint: neither a torch.save zip, a legacy torch pickle nor safetensors "
+            "not a checkpoint: neither a torch.save zip, a legacy torch pickle, safetensors nor GGUF "
             "(%d bytes, starting %r)" % (size, head[:8])
         )
     if sidecar:

@@ -1,9 +1,10 @@
-"""A safetensors scan without torch: remote/ckpt.py run as it runs there, with torch made
-unimportable (a ``torch`` module on PYTHONPATH that raises, as a missing install does), and
-once more with NumPy made unimportable too (the standard library's path).
+"""Scans of safetensors and GGUF files without torch: remote/ckpt.py run as it runs there,
+with torch made unimportable (a ``torch`` module on PYTHONPATH that raises, as a missing
+install does), and once more with NumPy made unimportable too (the standard library's path).
 
-The files are written by the safetensors package itself (tests/ckpt_factory.py); the expected
-counts are computed here with torch from the same tensors.
+The files are written by the safetensors package itself (tests/ckpt_factory.py) and by the
+``gguf`` package (llama.cpp's writer; skipped without it), damaged ones by the documented
+layouts; the expected counts are computed here with torch from the same tensors.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -241,3 +243,102 @@ def test_a_safetensors_scan_keeps_memory_flat(tmp_path: Path, path: str) -> None
     cf.save_safetensors({"w": torch.zeros(size // 8), "v": torch.ones(size // 8)}, big)
     extra = peak_rss(big) - peak_rss(small)
     assert extra < size // 4, f"scanning {size >> 20} MiB added {extra >> 20} MiB of RSS"
+
+
+# ------------------------------------------------------------------------------------ GGUF
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_gguf_scan_finds_nan_and_inf_without_torch(tmp_path: Path, path: str) -> None:
+    """A GGUF written by llama.cpp's own writer: float32, float16 and bfloat16 tensors
+    checked exactly, an integer tensor "other", a quantized one named in a note."""
+    gguf = pytest.importorskip("gguf", reason="the gguf package writes the real file")
+    np = pytest.importorskip("numpy")
+    g = torch.Generator().manual_seed(3)
+    tensors = {
+        "blk.0.attn_q.weight": torch.randn(64, 32, generator=g),
+        "blk.0.ffn_up.weight": torch.randn(16, 32, generator=g).half(),
+        "blk.0.ffn_down.weight": torch.randn(300, generator=g).bfloat16(),
+        "output_norm.weight": torch.randn(8, generator=g),
+    }
+    tensors["blk.0.attn_q.weight"][3, 4] = math.nan
+    tensors["blk.0.ffn_up.weight"][15, 31] = math.inf
+    tensors["blk.0.ffn_down.weight"][299] = -math.inf
+    p = tmp_path / "model.gguf"
+    w = gguf.GGUFWriter(str(p), "llama")
+    for name, t in tensors.items():
+        if t.dtype == torch.bfloat16:
+            bits = t.view(torch.int16).numpy().view(np.uint8)
+            # raw_shape is in bytes: the writer turns it into values by the type's size
+            w.add_tensor(name, bits, raw_shape=bits.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(name, t.numpy())
+    w.add_tensor("token_ids", np.arange(10, dtype=np.int32))
+    rows = np.random.default_rng(0).standard_normal((4, 256)).astype(np.float32)
+    q8 = gguf.quants.quantize(rows, gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor(
+        "blk.1.q8.weight", q8, raw_shape=q8.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0
+    )
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    r = scan_without(tmp_path, blocked_for(path), str(p), "--options", '{"chunk_elems": 64}')
+    rec = r.by_path[str(p)]
+    assert (rec["status"], rec["format"], rec["error"]) == ("bad", "gguf", None), (rec, r.stderr)
+    assert_record_matches(rec, expected(tensors, set()))
+    assert rec["other"] == {"integer": 1}
+    assert any("quantized" in n and "Q8_0" in n for n in rec["notes"]), rec["notes"]
+
+
+def gguf_bytes(
+    tensors: list[tuple[str, list[int], int, int]], data: bytes, n_tensors: int = -1
+) -> bytes:
+    """A GGUF v3 file by the documented layout: no metadata, ``tensors`` as (name, dims,
+    ggml type, offset), padding to 32, then ``data``; ``n_tensors`` may lie."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors) if n_tensors < 0 else n_tensors, 0)
+    for name, dims, gtype, offset in tensors:
+        raw = name.encode()
+        out += struct.pack("<Q", len(raw)) + raw + struct.pack("<I", len(dims))
+        out += struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", gtype, offset)
+    return out + b"\0" * (-len(out) % 32) + data
+
+
+F32 = 0
+
+
+@pytest.mark.parametrize(
+    ("tensors", "data_len", "n_tensors", "reason"),
+    [
+        ([("a", [4], F32, 0), ("b", [4], F32, 0)], 16, -1, "b [96, 112) overlaps a"),
+        ([("w", [1 << 40], F32, 0)], 64, -1, "past the end of the file"),
+        ([("w", [4], F32, 0)], 16, 1 << 60, "tensors in"),
+        ([("w", [4], F32, 8)], 64, -1, "not aligned"),
+        ([("w", [4], 99, 0)], 64, -1, None),
+    ],
+    ids=["overlap", "past-the-end", "lying-count", "unaligned", "unknown-type"],
+)
+def test_lying_gguf_headers_are_refused_without_torch(
+    tmp_path: Path,
+    tensors: list[tuple[str, list[int], int, int]],
+    data_len: int,
+    n_tensors: int,
+    reason: str | None,
+) -> None:
+    p = tmp_path / "m.gguf"
+    p.write_bytes(gguf_bytes(tensors, b"\0" * data_len, n_tensors))
+    rec = scan_without(tmp_path, ("torch",), str(p)).by_path[str(p)]
+    if reason is None:  # a type this scan does not know: named in a note, nothing to check
+        assert "w: ggml type 99" in " ".join(rec["notes"]), rec
+        return
+    assert rec["status"] == "error" and reason in rec["error"], rec
+    assert rec["format"] == "gguf"
+
+
+def test_a_gguf_string_longer_than_the_file_is_refused_naming_the_tensor(tmp_path: Path) -> None:
+    p = tmp_path / "m.gguf"
+    good = gguf_bytes([("weight", [4], F32, 0)], b"\0" * 16)
+    p.write_bytes(good[:24] + struct.pack("<Q", 1 << 50) + good[32:])
+    rec = scan_without(tmp_path, ("torch",), str(p)).by_path[str(p)]
+    assert rec["status"] == "error" and "tensor info 0 needs" in rec["error"], rec
