@@ -101,9 +101,9 @@ Modules of the package this file runs from (:mod:`remotekit.shipping` ships it w
 siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
 safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
 ``base`` (constants, errors, torch on demand, page release), ``values`` (raw float values
-checked without torch: NumPy or the standard library), ``formats`` (one file: torch,
-safetensors, HF index, LFS; what is a param; the loading policy), ``gguf`` (GGUF files; imported
-by ``formats`` when it meets one), ``dcp``, ``discover`` (no torch), ``layouts`` (directories
+checked without torch: NumPy or the standard library), ``gguf`` (a GGUF header, checked),
+``formats`` (one file: torch, safetensors, GGUF, HF index, LFS; what is a param; the loading
+policy), ``dcp``, ``discover`` (no torch), ``layouts`` (directories
 that are one checkpoint; ``open_source``), ``check`` (values; ``scan_item``), ``workers``,
 ``commands``; ``options`` (the commands' options and command line, no torch). This file holds the format description and ``main``.
 """

@@ -4,7 +4,7 @@ Part of ``ckpt.py``. A :class:`Source` is a checkpoint opened for checking: its 
 (:class:`Entry`, one per tensor, read chunk by chunk) and its metadata (step, epoch, top-level
 scalars). Readers: torch.save zip files (memory-mapped) and legacy pickles, safetensors (parsed
 and validated here, read without torch: its entries carry ``raw`` bytes for
-:func:`values.check_raw`), GGUF (``gguf.py``, alike), Hugging Face ``*.index.json`` shard indexes, Git LFS pointers.
+:func:`values.check_raw`), GGUF (its header read by ``gguf``; entries alike), Hugging Face ``*.index.json`` shard indexes, Git LFS pointers.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from .base import (
     short,
     uses_torch,
 )
+from .gguf import read_gguf
 from .values import DTYPES
 
 torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
@@ -717,6 +718,38 @@ def torch_dtype(dtype):
     return found
 
 
+def _open_gguf(path, size):
+    """A GGUF file as a :class:`Source`: its float and integer tensors as entries read like
+    safetensors' (no torch); quantized ones and the header's lies as :func:`gguf.read_gguf`
+    names them."""
+    src = Source(path, "gguf", size)
+    mm = _st_map(src, path, size, 0)
+    head = read_gguf(mm, size)
+    src.problems.extend(head.problems)
+    src.notes.extend(head.notes)
+    for name, shape, code, numel, nbytes, begin in head.tensors:
+        dtype = DTYPES[code]
+
+        def chunks(n, s=begin, d=dtype, c=numel, sh=shape):  # diff reads values through torch
+            return st_chunks(mm, s, torch_dtype(d), d.itemsize, c, sh, n)
+
+        src.entries.append(
+            Entry(
+                name,
+                section_for_name(name),
+                name.rsplit(".", 1)[-1],
+                dtype,
+                shape,
+                numel,
+                nbytes,
+                None,
+                chunks,
+                (mm, begin),
+            )
+        )
+    return src
+
+
 def _st_metadata(src, meta):
     """The header's ``__metadata__`` (strings only, by the format): kept, and a step key read."""
     if not isinstance(meta, dict):
@@ -785,10 +818,8 @@ def open_file(path, opts, header_only=False, sidecar=True):
             e.fmt = "safetensors"
             raise
     elif head.startswith(b"GGUF"):
-        from .gguf import open_gguf  # here: gguf builds on this module's Entry and Source
-
         try:
-            src = open_gguf(path, size)
+            src = _open_gguf(path, size)
         except LoadError as e:
             e.fmt = "gguf"
             raise

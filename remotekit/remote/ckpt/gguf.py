@@ -1,6 +1,7 @@
 """Checkpoint diagnostics: GGUF files (llama.cpp's), read without torch.
 
-Part of ``ckpt.py``; opened by ``formats.open_file``. The layout (ggml's docs/gguf.md): magic
+Part of ``ckpt.py``; imports only ``base``: :func:`read_gguf` gives ``formats`` (which makes
+the entries) the tensors of a mapped file. The layout (ggml's docs/gguf.md): magic
 ``GGUF``, version, tensor and metadata counts, the metadata key/value pairs, one info per tensor
 (name, dimensions, ggml type, offset from the data start), padding to ``general.alignment``
 (default 32), the data. Every length and count is checked against the file's size before it is
@@ -12,13 +13,9 @@ Float tensors (F32, F16, BF16, F64) are checked by :func:`values.check_raw`; int
 
 from __future__ import annotations
 
-import mmap
 import struct
 
-from ..infile import open_regular
 from .base import LoadError
-from .formats import Entry, Source, section_for_name, st_chunks, torch_dtype
-from .values import DTYPES
 
 MAGIC = b"GGUF"
 # ggml types: (name, values per block, bytes per block); floats and integers name a Dtype code.
@@ -105,30 +102,32 @@ class _Reader(object):
             raise LoadError("damaged GGUF header: %s has unknown value type %d" % (what, vtype))
 
 
-def open_gguf(path, size):
-    """A GGUF file as a :class:`formats.Source`; LoadError when its header cannot be read."""
-    src = Source(path, "gguf", size)
-    f = open_regular(path)
-    try:
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    finally:
-        f.close()
-    src._close.append(mm.close)
+class Header(object):
+    """What :func:`read_gguf` found: ``tensors`` as (name, shape, ggml type name, numel,
+    nbytes, absolute offset), each inside the file and none overlapping another; ``problems``
+    (the header's lies, by tensor) and ``notes``."""
+
+    def __init__(self):
+        self.tensors, self.problems, self.notes = [], [], []
+
+
+def read_gguf(mm, size):
+    """The header of the GGUF file mapped as ``mm``; LoadError when it cannot be read."""
     r = _Reader(mm, size)
     r.take(4, "the magic")
     version, n_tensors, n_kv = r.unpack("<IQQ", "the counts")
     if version < 2:
         raise LoadError("GGUF version %d is not read here (2 and later are)" % version)
-    alignment = _metadata(r, n_kv, src)
+    alignment = _metadata(r, n_kv)
     infos = _tensor_infos(r, n_tensors)
-    data_start = -(-r.pos // alignment) * alignment
-    _entries(src, mm, infos, data_start, alignment)
+    head = Header()
+    _layout(head, infos, -(-r.pos // alignment) * alignment, alignment, size)
     if not infos:
-        src.problems.append("the GGUF header lists no tensors")
-    return src
+        head.problems.append("the GGUF header lists no tensors")
+    return head
 
 
-def _metadata(r, n_kv, src):
+def _metadata(r, n_kv):
     """Skip the metadata pairs (each bounds-checked); returns general.alignment (default 32)."""
     if n_kv > r.size:  # a pair takes more than one byte
         raise LoadError("damaged GGUF header: %d metadata pairs in %d bytes" % (n_kv, r.size))
@@ -161,8 +160,9 @@ def _tensor_infos(r, n_tensors):
     return infos
 
 
-def _entries(src, mm, infos, data_start, alignment):
-    """One Entry per float or integer tensor; the layout's lies become problems, by name."""
+def _layout(head, infos, data_start, alignment, size):
+    """The tensors that lie whole inside the file into ``head``; the layout's lies become
+    problems naming the tensor."""
     spans, quantized, missing = [], {}, []
     for name, shape, gtype, offset in infos:
         numel = 1
@@ -170,64 +170,45 @@ def _entries(src, mm, infos, data_start, alignment):
             numel *= d
         kind = GGML_TYPES.get(gtype)
         if kind is None:
-            src.notes.append(
+            head.notes.append(
                 "%s: ggml type %d is none this scan reads: not checked" % (name, gtype)
             )
             continue
         code, block, block_bytes = kind
         if numel % block or offset % alignment:
-            src.problems.append(
+            head.problems.append(
                 "%s: %s %s does not fill whole blocks of %d, or its offset %d is not aligned to "
                 "%d: the header is damaged" % (name, code, list(shape), block, offset, alignment)
             )
             continue
         nbytes = numel // block * block_bytes
         begin = data_start + offset
-        if begin + nbytes > src.bytes:
+        if begin + nbytes > size:
             missing.append(name)
             continue
         spans.append((begin, begin + nbytes, name))
-        dtype = DTYPES.get(code)
-        if dtype is None:
+        if block > 1:
             quantized[code] = quantized.get(code, 0) + 1
             continue
-        src.entries.append(_entry(mm, name, dtype, shape, numel, nbytes, begin))
-    _check_overlaps(src, spans)
+        head.tensors.append((name, shape, code, numel, nbytes, begin))
+    _check_overlaps(head, spans)
     if missing:
-        src.problems.append(
+        head.problems.append(
             "truncated: %d of %d tensors lie past the end of the file (%d bytes); first "
-            "missing: %s" % (len(missing), len(infos), src.bytes, missing[0])
+            "missing: %s" % (len(missing), len(infos), size, missing[0])
         )
     if quantized:
-        src.notes.append(
+        head.notes.append(
             "%d quantized tensor(s) (%s) not checked: their values are scaled per block"
             % (sum(quantized.values()), ", ".join(sorted(quantized)))
         )
 
 
-def _entry(mm, name, dtype, shape, numel, nbytes, begin):
-    def chunks(n):  # diff reads values through torch
-        return st_chunks(mm, begin, torch_dtype(dtype), dtype.itemsize, numel, shape, n)
-
-    return Entry(
-        name,
-        section_for_name(name),
-        name.rsplit(".", 1)[-1],
-        dtype,
-        shape,
-        numel,
-        nbytes,
-        None,
-        chunks,
-        (mm, begin),
-    )
-
-
-def _check_overlaps(src, spans):
+def _check_overlaps(head, spans):
     spans.sort()
     for (_, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
         if b1 < e0:
-            src.problems.append(
+            head.problems.append(
                 "%s [%d, %d) overlaps %s (ends at %d): the header is damaged" % (n1, b1, e1, n0, e0)
             )
             return

@@ -138,11 +138,12 @@ def _numpy():
 _LOCAL = threading.local()  # per check thread: a scratch array for the magnitude bits
 
 
-def check_raw(mm, start, dtype, numel, n, nonneg=False, progress=None):
+def check_raw(mm, start, dtype, numel, n, nonneg=False, progress=None, use_numpy=True):
     """Exact counts of the ``numel`` values of ``dtype`` at byte ``start`` of the map ``mm``,
     ``n`` values at a time (``nonneg``: a negative value is a finding too, as in exp_avg_sq);
-    each checked chunk's pages go back to the kernel."""
-    np = _numpy()
+    each checked chunk's pages go back to the kernel. ``use_numpy=False`` takes the standard
+    library's path, as a Python without NumPy does."""
+    np = _numpy() if use_numpy else None
     st = Stats(numel)
     size = dtype.itemsize
     for i in range(0, numel, n):
@@ -226,18 +227,23 @@ def _top_table(d):
 
 def _py_block(raw, d, base, st, nonneg):
     """One block with the standard library: a C-speed scan of the top bytes finds the blocks
-    that may hold NaN/Inf; a clean one needs only its min and max as signed integers
-    (sign-magnitude: a positive value is its magnitude, a negative one magnitude - sign)."""
+    that may hold NaN/Inf; a clean one needs only maxima of its bits (sign-magnitude: read as
+    signed integers, a positive value is its magnitude and the largest is the max; read as
+    unsigned, every negative one lies above the sign bit and the largest magnitude is the max
+    less the sign bit)."""
     size = d.itemsize
     if b"\x01" not in raw[size - 1 :: size].translate(_top_table(d)):
+        count = len(raw) // size
         if size == 1:
             top = max(raw.translate(bytes(b & _mask(d) for b in range(256))))
-            lo = -1 if d.sign and nonneg and max(raw) > d.sign else 0
+            negative = d.sign and max(raw) > d.sign
         else:
-            ints = struct.unpack("<%d%s" % (len(raw) // size, _INT_FORMATS[size]), raw)
-            hi, lo = max(ints), min(ints)
-            top = max(hi, lo + d.sign if lo < 0 else 0)
-        if not (nonneg and lo < 0):  # -0.0 reads as negative here: the exact pass tells
+            signed = struct.unpack("<%d%s" % (count, _INT_FORMATS[size]), raw)
+            top, negative = max(max(signed), 0), min(signed) < 0
+            if negative:
+                unsigned = struct.unpack("<%d%s" % (count, _INT_FORMATS[size].upper()), raw)
+                top = max(top, max(unsigned) - d.sign)
+        if not (nonneg and negative):  # -0.0 reads as negative here: the exact pass tells
             st.fold_abs(d.decode(top))
             return
     _py_exact(raw, d, base, st, nonneg)

@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from remotekit.remote.ckpt.values import DTYPES, check_raw
 from tests import ckpt_factory as cf
 from tests.ckpt_kit import SCRIPT, Run, run
 
@@ -342,3 +345,52 @@ def test_a_gguf_string_longer_than_the_file_is_refused_naming_the_tensor(tmp_pat
     p.write_bytes(good[:24] + struct.pack("<Q", 1 << 50) + good[32:])
     rec = scan_without(tmp_path, ("torch",), str(p)).by_path[str(p)]
     assert rec["status"] == "error" and "tensor info 0 needs" in rec["error"], rec
+
+
+# ------------------------------------------------------------------------------ in-process
+
+RAW_FLOATS = {t: ["F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"][i] for i, t in enumerate(FLOATS)}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    dtype=st.sampled_from(FLOATS),
+    n=st.integers(1, 300),
+    chunk=st.integers(1, 70),
+    sign=st.sampled_from(["mixed", "negative", "positive"]),
+    nonneg=st.booleans(),
+    seed=st.integers(0, 2**16),
+    plants=st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from([math.nan, math.inf, -math.inf, -0.0])),
+        max_size=4,
+    ),
+)
+@pytest.mark.parametrize("path", PATHS)
+def test_the_raw_checker_matches_torch_per_tensor(
+    path: str,
+    dtype: torch.dtype,
+    n: int,
+    chunk: int,
+    sign: str,
+    nonneg: bool,
+    seed: int,
+    plants: list[tuple[int, float]],
+) -> None:
+    """Per tensor and per chunk size: counts, first index and the largest finite magnitude
+    (the records only hold a section's, which can hide one tensor's error) are torch's."""
+    if path == "numpy":
+        pytest.importorskip("numpy")
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed)) * 3
+    x = {"negative": -x.abs(), "positive": x.abs(), "mixed": x}[sign]
+    for i, v in plants:
+        x[i % n] = v
+    t = x.to(dtype)
+    raw = t.contiguous().view(torch.uint8).numpy().tobytes()  # the bytes a file stores
+    got = check_raw(raw, 0, DTYPES[RAW_FLOATS[dtype]], n, chunk, nonneg, None, path == "numpy")
+    want = expected({"w": t}, {"w"} if nonneg else set())
+    bad = want["bad"].get("w")
+    assert (got.nan, got.posinf, got.neginf, got.negative) == (
+        (bad["nan"], bad["posinf"], bad["neginf"], bad["negative"]) if bad else (0, 0, 0, 0)
+    )
+    assert got.first_bad == (bad["first_index"] if bad else None)
+    assert got.max_abs == want["max_abs"]["weights"]
