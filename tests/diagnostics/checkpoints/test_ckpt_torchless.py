@@ -349,7 +349,7 @@ def test_a_gguf_string_longer_than_the_file_is_refused_naming_the_tensor(tmp_pat
 
 # ------------------------------------------------------------------------------ in-process
 
-RAW_FLOATS = {t: ["F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"][i] for i, t in enumerate(FLOATS)}
+RAW_FLOATS = dict(zip(FLOATS, ["F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"]))
 
 
 @settings(max_examples=80, deadline=None)
