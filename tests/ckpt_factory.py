@@ -788,3 +788,70 @@ def lightning_run(root: Path, epochs: int = 2) -> list[Path]:
     )
     trainer.fit(Module(), loader, loader)
     return sorted(root.glob("*.ckpt"), key=lambda p: p.name)
+
+
+# ------------------------------------------------------------------ zip archives of torch files
+
+
+def sb3_available() -> bool:
+    """stable-baselines3 is importable here (it is no dependency of the tests)."""
+    import importlib.util
+
+    return importlib.util.find_spec("stable_baselines3") is not None
+
+
+def sb3_real_save(path: Path, timesteps: int = 128) -> Path:
+    """A PPO on CartPole-v1 trained ``timesteps`` steps and saved by stable-baselines3's own
+    ``model.save`` (only where it is installed: :func:`sb3_available`)."""
+    from stable_baselines3 import PPO
+
+    model = PPO(
+        "MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu"
+    )
+    model.learn(timesteps)
+    model.save(str(path))
+    return path if str(path).endswith(".zip") else Path(str(path) + ".zip")
+
+
+def sb3_layout_save(
+    path: Path,
+    num_timesteps: int = 128,
+    *,
+    drop_state: int = 0,
+    nan_weight: bool = False,
+    extra: dict[str, bytes] | None = None,
+) -> Path:
+    """A zip in the layout of stable-baselines3's ``save_to_zip_file`` (save_util.py, 2.x):
+    ``data`` (JSON: counters, and cloudpickled values as ``{":type:", ":serialized:"}``
+    text), ``pytorch_variables.pth``, ``policy.pth`` and ``policy.optimizer.pth``, each
+    written by torch.save into a stored member opened with ``force_zip64``, and
+    ``_stable_baselines3_version``. Written with torch + zipfile (stable-baselines3 is no
+    dependency). ``drop_state``: that many parameters' optimizer state left out (the last
+    ones); ``nan_weight``: a NaN in the first weight; ``extra``: more members, as given."""
+    import zipfile
+
+    model, opt = train_tiny(3)
+    sd = {f"mlp_extractor.{k}": v.detach().clone() for k, v in model.state_dict().items()}
+    if nan_weight:
+        plant(next(iter(sd.values())), [0], NAN)
+    osd = opt.state_dict()
+    for i in sorted(osd["state"])[len(osd["state"]) - drop_state :]:
+        del osd["state"][i]
+    data = {
+        "policy_class": {":type:": "<class 'abc.ABCMeta'>", ":serialized:": "gAWVOwAAAAAAAACM"},
+        "num_timesteps": num_timesteps,
+        "_total_timesteps": num_timesteps,
+        "_n_updates": 4,
+        "n_envs": 1,
+        "learning_rate": 0.0003,
+        "_last_obs": {":type:": "<class 'numpy.ndarray'>", ":serialized:": "gAWVlQAAAAAAAACM"},
+    }
+    with zipfile.ZipFile(path, mode="w") as archive:
+        archive.writestr("data", json.dumps(data, indent=4))
+        for name, obj in (("pytorch_variables", {}), ("policy", sd), ("policy.optimizer", osd)):
+            with archive.open(name + ".pth", mode="w", force_zip64=True) as f:
+                torch.save(obj, f)
+        archive.writestr("_stable_baselines3_version", "2.3.2")
+        for name, raw in (extra or {}).items():
+            archive.writestr(name, raw)
+    return path

@@ -73,17 +73,6 @@ def _checkpoints() -> ModuleType:
     return checkpoints
 
 
-def _checkpoints_path(t: remotekit.Target, path: str, step: str) -> str:
-    """``--path``, else the host's ``checkpoints:``; neither is an error naming the host."""
-    from remotekit.diagnostics.base import host_checkpoints
-
-    if (where := host_checkpoints(t, path)) is not None:
-        return where
-    raise remotekit.RemotekitError(
-        "no --path given and no `checkpoints:` for this host in hosts.yaml", host=t.name, step=step
-    )
-
-
 def scan_progress(console: Console, host: str) -> Callable[[Any], None]:
     """A checkpoint scan's progress (files, bytes) on ``console``'s progress line."""
     show = progress_line(console, f"{host}:")
@@ -131,7 +120,7 @@ def draw_logs(plot: str, reports: list[tuple[str, Any]], console: Console, hosts
 
 @fleet_task(
     help={
-        "path": "checkpoints to scan (default: --run, else the host's `checkpoints:`)",
+        "path": "checkpoints to scan (default: --run, then the host's `checkpoints:`: the first holding some)",
         "run": "a training run's directory there: its checkpoints, its log, and one verdict",
         "plot": "with --run: draw the log with spikes and saves into this PNG (needs matplotlib: the plot extra)",
         "dry_run": DRY_RUN_HELP,
@@ -219,7 +208,6 @@ def train_log(
         sel, path = run_log(sel, run)
     required(path=path)
     from remotekit.diagnostics import trainlog
-    from remotekit.diagnostics.base import host_checkpoints
 
     if on_incident and not follow:
         raise Exit("remotekit: --on-incident goes with --follow", code=2)
@@ -238,9 +226,9 @@ def train_log(
         if dry_run:
             return dry_run_steps(
                 sel.targets(dry_run=True),
-                lambda t, console: follow_once(t, path, checkpoints or ckpt_dir, options),
+                lambda t, console: follow_once(t, path, checkpoints or ckpt_dir or None, options),
             )
-        return follow_log(sel, path, checkpoints or ckpt_dir, options, hook)
+        return follow_log(sel, path, checkpoints or ckpt_dir or None, options, hook)
 
     def analyze(t: remotekit.Target, console: Console) -> Any:
         return trainlog.analyze_train_log(
@@ -249,7 +237,7 @@ def train_log(
             metrics=list(metric or ()) or None,
             preset=preset,
             ckpt_steps=ckpt_steps or None,
-            ckpt_dir=host_checkpoints(t, checkpoints or ckpt_dir),
+            ckpt_dir=checkpoints or ckpt_dir or None,
             steps_per_epoch=steps_per_epoch or None,
             points=2000 if plot else 0,
             timeout=timeout or None,
@@ -266,14 +254,14 @@ def train_log(
     fan_out(sel, analyze, render=trainlog.render_report, title="train-log", after=draw)
 
 
-def follow_once(t: remotekit.Target, path: str, checkpoints: str, options: dict[str, Any]) -> None:
+def follow_once(
+    t: remotekit.Target, path: str, checkpoints: str | None, options: dict[str, Any]
+) -> None:
     """The follow ``train-log --follow`` starts on ``t``, iterated to its end (on a dry-run
     target: its one step, reported)."""
     from remotekit.diagnostics import trainlog
-    from remotekit.diagnostics.base import host_checkpoints
 
-    ckpt = host_checkpoints(t, checkpoints)
-    with trainlog.follow_train_log(t, path, ckpt_dir=ckpt, **options) as live:
+    with trainlog.follow_train_log(t, path, ckpt_dir=checkpoints, **options) as live:
         for _ in live:
             pass
 
@@ -397,7 +385,11 @@ def run_log(sel: Selection, run_id: str) -> tuple[Selection, str]:
 
 
 def follow_log(
-    sel: Selection, path: str, checkpoints: str, options: dict[str, Any], hook: list[str] | None
+    sel: Selection,
+    path: str,
+    checkpoints: str | None,
+    options: dict[str, Any],
+    hook: list[str] | None,
 ) -> None:
     """``train-log --follow``: one host; each incident a line (``--json``: a JSON object a
     line, flushed), the status on a terminal's progress line, ``hook`` run per incident;
@@ -405,7 +397,6 @@ def follow_log(
     says how: the exit code is the run's when it failed (``logs --follow``'s: 128+N for
     signal N, 2 for a lost run), else train-log's own (1: incidents were reported)."""
     from remotekit.diagnostics import trainlog
-    from remotekit.diagnostics.base import host_checkpoints
     from remotekit.render import to_json
 
     targets = sel.targets()
@@ -427,11 +418,10 @@ def follow_log(
 
     code = 0
     with t:
-        ckpt = host_checkpoints(t, checkpoints)
         live = trainlog.follow_train_log(
             t,
             None if options["run"] else path,
-            ckpt_dir=ckpt,
+            ckpt_dir=checkpoints,
             on_status=on_status,
             on_warning=warn,
             **options,
@@ -488,7 +478,7 @@ def ckpt_scan(
     def scan(t: remotekit.Target, console: Console) -> Any:
         return ck.scan_checkpoints(
             t,
-            _checkpoints_path(t, path, "ckpt-scan"),
+            path or None,
             jobs=jobs,
             **load.kwargs(),
             on_progress=scan_progress(console, t.name),
@@ -509,14 +499,16 @@ def ckpt_inspect(
     path: str = "",
     sel: Selection = OPTIONS_HERE,
     load: Loading = OPTIONS_HERE,
+    resume: bool = False,
     dry_run: bool = False,
 ) -> None:
-    """Keys, dtypes, shapes, step/epoch and lr per param group, without reading tensor data."""
+    """Keys, dtypes, shapes, step/epoch, lr per param group, and whether a run can resume
+    from it with nothing lost (--resume: exit 1 if not), without reading tensor data."""
     required(path=path)
     ck = _checkpoints()
 
     def inspect(t: remotekit.Target, console: Console) -> Any:
-        return ck.inspect_checkpoint(t, path, **load.kwargs())
+        return ck.inspect_checkpoint(t, path, resume=resume, **load.kwargs())
 
     if dry_run:
         return dry_run_steps(sel.targets(dry_run=True), inspect)
@@ -580,7 +572,7 @@ def ckpt_bisect(
     def bisect(t: remotekit.Target, console: Console) -> Any:
         return ck.bisect_checkpoints(
             t,
-            _checkpoints_path(t, path, "ckpt-bisect"),
+            path or None,
             linear=linear,
             jobs=jobs,
             **load.kwargs(),

@@ -36,7 +36,6 @@ __all__ = [
     "DiagnosticRun",
     "OutputTail",
     "Report",
-    "host_checkpoints",
     "run_diagnostic",
     "run_records",
     "worst_exit",
@@ -268,12 +267,6 @@ def run_diagnostic(
             msg += "; last output:\n" + tail.indented()
         raise error(msg, result=result)
     return DiagnosticRun(tuple(records), final, result)
-
-
-def host_checkpoints(target: Target, path: str | None) -> str | None:
-    """Where a checkpoint diagnostic looks: ``path``, else the host's ``checkpoints:``, else
-    None (the one place that default is decided)."""
-    return path or target.spec.checkpoints or None
 
 
 def worst_exit(codes: Sequence[int]) -> int:

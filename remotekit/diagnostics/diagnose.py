@@ -5,8 +5,10 @@ Sections run in the order of :data:`SECTIONS` (plus ``train-log`` with ``run``),
 its own timeout (:data:`DEFAULT_TIMEOUTS`, overridable per name). A section that raises (a
 :class:`~remotekit.RemotekitError` such as a timeout, or any other exception) becomes a
 *failed* section and the others still run; ``ckpt-scan`` is *skipped* when the host has no
-``checkpoints:`` and no ``path`` or ``run`` is given. The report's exit code is the worst
-section's: 0 OK, 1 findings, 2 a section could not run.
+``checkpoints:`` and no ``path`` or ``run`` is given, and *failed* where it finds no
+checkpoint, as ``ckpt-scan`` is (where to look: :mod:`~remotekit.diagnostics.defaults`,
+for both faces). The report's exit code is the worst section's: 0 OK, 1 findings, 2 a
+section could not run.
 
 ``run=DIR`` answers "what happened to this run?" in one go: the checkpoints under DIR (clean
 or not, the first bad one by step), the training log found in DIR (format, spikes, whether
@@ -30,16 +32,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
 
-from remotekit.diagnostics import system
-from remotekit.diagnostics.base import (
-    EXIT_FAILED,
-    EXIT_FINDINGS,
-    EXIT_OK,
-    Report,
-    host_checkpoints,
-    worst_exit,
-)
-from remotekit.errors import RemotekitError
+from remotekit.diagnostics import defaults, system
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, Report, worst_exit
+from remotekit.errors import DiagnosticError, RemotekitError
 from remotekit.result import Shown
 
 if TYPE_CHECKING:
@@ -151,7 +146,9 @@ def _from_report(name: str, report: Report, started: float) -> Section:
     return Section(name, _STATUS[code], code, findings, error, time.monotonic() - started, report)
 
 
-def _scan_checkpoints(target: Target, path: str, timeout: float) -> Any:
+def _scan_checkpoints(target: Target, places: Sequence[str], timeout: float) -> Any:
+    """The scan of the first of ``places`` that holds checkpoints; where none does, ckpt-scan's
+    own error for each (a run's folder, then the host's ``checkpoints:``)."""
     # Imported here: the checkpoint scanner is its own module, and diagnose must still run
     # (with a failed ckpt-scan section) where it is missing or broken.
     try:
@@ -160,7 +157,15 @@ def _scan_checkpoints(target: Target, path: str, timeout: float) -> Any:
         raise RemotekitError(
             f"checkpoint scanner unavailable: {exc}", host=target.name, step="ckpt-scan"
         ) from exc
-    return scan_checkpoints(target, path, timeout=timeout)
+    said: list[str] = []
+    for place in places:
+        try:
+            return scan_checkpoints(target, place, timeout=timeout)
+        except DiagnosticError as exc:  # the scan's own "could not run": CheckpointError
+            if place == places[-1] and not said:
+                raise
+            said.append(exc.message)
+    raise RemotekitError("; ".join(dict.fromkeys(said)), host=target.name, step="ckpt-scan")
 
 
 def _train_log(
@@ -207,11 +212,13 @@ def diagnose(
     """Run env, gpu, disk and (with ``path``, ``run`` or the host's ``checkpoints:``)
     ckpt-scan; with ``run`` also train-log on the run's log, and the run's verdict.
 
-    ``path`` is the checkpoint directory to scan (default: ``run``, else the host's
-    ``checkpoints:``); the disk section measures the host's ``workdir`` (else ``~``) and that
-    directory. ``run`` is a training run's directory there: its checkpoints are scanned, its
-    log (the one ``train-log`` on the directory chooses) is analysed with the steps of those
-    checkpoints as save events. ``points`` > 0 fetches that many points of each log series
+    ``path`` is the checkpoint directory to scan (default: ``run``, then the host's
+    ``checkpoints:``, the first holding checkpoints: :func:`~remotekit.diagnostics.defaults.
+    run_checkpoints`); no checkpoint there is a failed section, as ``ckpt-scan`` says it. The
+    disk section measures the host's ``workdir`` (else ``~``) and the first of those
+    directories. ``run`` is a training run's directory there: its checkpoints are scanned,
+    its log (the one ``train-log`` on the directory chooses) is analysed with the steps of
+    those checkpoints as save events. ``points`` > 0 fetches that many points of each log series
     (for a plot). ``timeouts`` overrides :data:`DEFAULT_TIMEOUTS` by section name (unknown
     names raise ValueError). ``env`` is set for the env, gpu and disk scripts there.
     ``on_section`` is called with each section as it completes, skipped ones included. Never
@@ -221,8 +228,8 @@ def diagnose(
     if unknown:
         raise ValueError(f"unknown section(s) in timeouts: {', '.join(sorted(unknown))}")
     limits = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
-    ckpt = host_checkpoints(target, path or run)
-    disk_paths = [target.spec.workdir or "~", *([ckpt] if ckpt else [])]
+    places = defaults.run_checkpoints(target, path, run)
+    disk_paths = defaults.disk_paths(target, places[0] if places else None)
 
     runs: dict[str, Callable[[], Any]] = {
         "env": lambda: system.environment(target, timeout=limits["env"], env=env),
@@ -232,11 +239,10 @@ def diagnose(
     skip: dict[str, str] = {}
     if not include_ckpt:
         skip["ckpt-scan"] = "not requested"
-    elif not ckpt:
-        skip["ckpt-scan"] = f"no checkpoints: configured for {target.name} and no path given"
+    elif not places:
+        skip["ckpt-scan"] = defaults.NO_CHECKPOINTS
     else:
-        ckpt_path = ckpt
-        runs["ckpt-scan"] = lambda: _scan_checkpoints(target, ckpt_path, limits["ckpt-scan"])
+        runs["ckpt-scan"] = lambda: _scan_checkpoints(target, places, limits["ckpt-scan"])
     logs: list[str] = []
     if run:
         run_dir = run
@@ -298,9 +304,7 @@ def _ckpt_verdict(section: Section | None) -> list[str]:
     if section is None or section.report is None:
         why = section.error if section is not None else "not run"
         return [f"checkpoints: not checked ({(why or '').splitlines()[0] if why else ''})"]
-    reports = list(section.report)
-    if not reports:
-        return ["checkpoints: none found in the run directory"]
+    reports = list(section.report)  # never empty: a scan that finds none is an error
     order = sorted(reports, key=lambda r: (r.global_step is None, r.global_step or 0, r.path))
     readable = [r for r in order if r.status in ("clean", "bad")]
     bad = [r for r in readable if r.status == "bad"]
@@ -367,6 +371,7 @@ def _log_verdict(section: Section | None, log: str | None) -> list[str]:
         )
     if spikes and not saves:
         out.append("spikes at saves: no save steps known (no checkpoint with a step was found)")
+    out += [line for line in (s.resume_line() for s in spikes) if line]
     comp = getattr(rep, "composition", None)
     if comp is not None and getattr(comp, "verdict", None):
         out.append(f"batches: {comp.verdict}")

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from remotekit.diagnostics import defaults
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
@@ -235,8 +236,7 @@ def gpu_status(
     ``gpu_expected`` (default: hosts.yaml's ``gpus: N`` / ``gpu: true`` for the host), then
     exit 2.
     """
-    expected = target.spec.has_gpu if gpu_expected is None else gpu_expected
-    declared = target.spec.gpus if gpus_declared is None else gpus_declared
+    expected, declared = defaults.gpus(target, gpu_expected, gpus_declared)
     run = _run(
         target,
         [
@@ -328,9 +328,7 @@ def disk_usage(
     that does not exist (its nearest existing parent is measured instead).
     """
     if not paths:
-        paths = [target.spec.workdir or "~"]
-        if target.spec.checkpoints:
-            paths = [*paths, target.spec.checkpoints]
+        paths = defaults.disk_paths(target)
     walk_s = WALK_SECONDS if timeout is None else max(1.0, min(WALK_SECONDS, timeout * 0.6))
     args = [
         "disk",

@@ -5,7 +5,7 @@ Standalone: the standard library and torch >= 2.1 only, Python >= 3.8; a scan of
 files needs no torch (NumPy is used where it imports, else the standard library). Subcommands::
 
     ckpt.py scan PATH [--jobs N] [--allow-global NAME]... [--unsafe-pickle] [--max-bad 20]
-    ckpt.py inspect PATH [--allow-global NAME]... [--unsafe-pickle]
+    ckpt.py inspect PATH [--resume] [--allow-global NAME]... [--unsafe-pickle]
     ckpt.py diff A B [--top 10] [--allow-global NAME]... [--unsafe-pickle]
     ckpt.py bisect DIR [--linear] [--jobs N] [--allow-global NAME]... [--unsafe-pickle]
     ckpt.py scan PATH --options '{"jobs": 4, "allow_globals": ["argparse.Namespace"]}'
@@ -25,7 +25,10 @@ a note) and HF sharded checkpoints (``weight_map``). Directories that are
 ONE checkpoint each: HF Trainer ``checkpoint-N/`` (weights + optimizer.pt + trainer_state.json),
 DeepSpeed ``global_stepN/`` (model states + every ZeRO optimizer partition; ``latest`` is
 checked), torch.distributed.checkpoint (``.metadata`` + ``__R_N.distcp``, read chunk by chunk
-without a process group). Git LFS pointer files are named as such.
+without a process group). A zip of torch files that is no torch.save (stable-baselines3's
+``model.save``: ``policy.pth``, ``policy.optimizer.pth``, JSON ``data``) is read member by
+member, its step from the JSON (``ckpt/archive.py``: bounded, names that climb out refused);
+a directory scan takes a ``*.zip`` only when it is one. Git LFS pointer files are named as such.
 
 Steps: the most specific key in the file (global_step, step, iter_num, iteration, num_updates,
 DeepSpeed's global_steps; one level down in train_state/trainer_state/extra_state; fairseq's
@@ -53,7 +56,9 @@ Output: one JSON object per stdout line, flushed as it is made, each with a ``"t
                  shared_with}
     inspect     {path, ok, error, format, bytes, global_step, epoch, top_keys, scalars,
                  optimizers, totals, dtypes, other: {kind: tensors}, metadata,
-                 needs_globals, notes}
+                 needs_globals, notes, resume: {ready, gaps, not_saved, present,
+                 optimizer_params, optimizer_missing, missing_params, scheduler_step,
+                 asked}}                                          (ckpt/resume.py)
     diff        {a, b, ok, error, format_a/b, step_a/b, step_delta, epoch_a/b, lr_a/b,
                  tensors_a/b, compared, identical, only_a/b(_total), changes(_total),
                  top_weights, top_optimizer, flags(_total), rel_change,
@@ -79,7 +84,8 @@ stored value once, and ``bad_tensors`` lists every key (with ``shared_with``). I
 bool tensors are not checked (``skipped_tensors``). Float values that JSON cannot hold are
 written as the strings "nan", "inf", "-inf".
 
-Exit status: 0 all clean, 1 findings (non-finite values), 2 something could not be read.
+Exit status: 0 all clean, 1 findings (non-finite values; for ``inspect --resume``, what a
+resume from it would lose), 2 something could not be read.
 
 Safety: files are loaded with ``weights_only=True`` (no code from the file runs). When that
 refuses a file, the record names the globals it needs; ``--allow-global NAME`` imports NAME's
@@ -103,9 +109,10 @@ safe opener), and the package ``ckpt/``, each of its modules importing only thos
 ``base`` (constants, errors, torch on demand, page release), ``values`` (raw float values
 checked without torch: NumPy or the standard library), ``gguf`` (a GGUF header, checked),
 ``formats`` (one file: torch, safetensors, GGUF, HF index, LFS; what is a param; the loading
-policy), ``dcp``, ``discover`` (no torch), ``layouts`` (directories
-that are one checkpoint; ``open_source``), ``check`` (values; ``scan_item``), ``workers``,
-``commands``; ``options`` (the commands' options and command line, no torch). This file holds the format description and ``main``.
+policy), ``dcp``, ``discover`` (no torch), ``archive`` (a zip of torch files), ``layouts``
+(directories that are one checkpoint; ``open_source``), ``resume`` (can a run resume from it),
+``check`` (values; ``scan_item``), ``workers``, ``commands``; ``options`` (the commands'
+options and command line, no torch). This file holds the format description and ``main``.
 """
 
 from __future__ import annotations

@@ -602,7 +602,7 @@ def test_dry_run_copies_nothing_here_either(tmp_path: Path) -> None:
     assert r.returncode == 0 and r.stdout == "local: local -> get blob a/b/\n", r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blob"]
     r = remotekit("ckpt-scan", "--dry-run", cwd=tmp_path)  # no --path, no checkpoints:
-    assert r.returncode == 2 and "no --path given" in r.stderr and r.stdout == ""
+    assert r.returncode == 2 and "no path given (--path)" in r.stderr and r.stdout == ""
 
 
 def test_hosts_says_which_hosts_yaml_it_read_and_init_writes_one(tmp_path: Path) -> None:

@@ -96,6 +96,72 @@ def test_a_run_without_a_log_fails_only_that_section(tmp_path: Path, bin_dir: Pa
     )
 
 
+@pytest.fixture(scope="module")
+def log_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run's folder holding its log and no checkpoint (they are kept elsewhere)."""
+    run = tmp_path_factory.mktemp("log-only")
+    rows = factory.cached("homogeneous", 600, (200, 330, 400))
+    factory.write_jsonl(rows, run / "train_log.jsonl")
+    return run
+
+
+def test_a_run_without_checkpoints_takes_the_hosts(
+    log_only: Path, run_dir: Path, bin_dir: Path
+) -> None:
+    # the run keeps its log here and its checkpoints where hosts.yaml's `checkpoints:` says:
+    # the scan finds them there, as plain diagnose does, and the log is read with their saves
+    ckpt = str(run_dir / "checkpoints")
+    with remotekit.local_target(checkpoints=ckpt) as t:
+        rep = dg.diagnose(t, run=str(log_only), env=smi_env(bin_dir, "healthy"))
+        plain = dg.diagnose(t, env=smi_env(bin_dir, "healthy"))
+    scan, alone = rep.section("ckpt-scan"), plain.section("ckpt-scan")
+    assert scan is not None and alone is not None
+    assert scan.status == alone.status == "findings" and scan.findings == alone.findings
+    assert any(f"first bad: {run_dir / 'checkpoints' / 'checkpoint-500'}" in v for v in rep.verdict)
+    log = rep.section("train-log")
+    assert log is not None and log.report is not None
+    assert sorted(e.step for e in log.report.events if e.kind == "checkpoint") == [200, 400, 500]
+
+
+def test_no_checkpoints_is_said_as_ckpt_scan_says_it(
+    log_only: Path, bin_dir: Path, tmp_path: Path
+) -> None:
+    # not "ok, 0 checkpoint(s)": the section failed, in ckpt-scan's own words, and ckpt-scan
+    # of the same folder (a log in it or not) exits 2 with them
+    with remotekit.local_target() as t:
+        rep = dg.diagnose(t, run=str(log_only), env=smi_env(bin_dir, "healthy"))
+    scan = rep.section("ckpt-scan")
+    assert scan is not None and scan.status == "failed" and scan.report is None
+    assert str(scan.error).startswith(
+        f"[host 'local', step 'ckpt-scan'] no checkpoints under {log_only} (looked for *.pt"
+    )
+    assert rep.exit_code == 2
+    assert any(
+        v.startswith(
+            f"checkpoints: not checked ([host 'local', step 'ckpt-scan'] no checkpoints under {log_only}"
+        )
+        for v in rep.verdict
+    )
+    r = cli("ckpt-scan", "--path", str(log_only), cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"local | error: {scan.error}" in r.stderr
+
+
+def test_no_checkpoints_anywhere_names_each_place(
+    log_only: Path, bin_dir: Path, tmp_path: Path
+) -> None:
+    empty = tmp_path / "ckpt"
+    empty.mkdir()
+    with remotekit.local_target(checkpoints=str(empty)) as t:
+        rep = dg.diagnose(t, run=str(log_only), env=smi_env(bin_dir, "healthy"))
+    scan = rep.section("ckpt-scan")
+    assert scan is not None and scan.status == "failed"
+    said = str(scan.error)
+    assert (
+        f"no checkpoints under {log_only} (" in said and f"; no checkpoints under {empty} (" in said
+    )
+
+
 # --------------------------------------------------------------------------- the task
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from remotekit.diagnostics import defaults
 from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, worst_exit
 from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
@@ -79,7 +80,7 @@ class BisectReport(Shown, Bisect):
 
 def bisect_checkpoints(
     target: Target,
-    directory: str,
+    directory: str | None = None,
     *,
     linear: bool = False,
     jobs: int = 1,
@@ -89,16 +90,18 @@ def bisect_checkpoints(
     on_report: ReportCallback | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> BisectReport:
-    """Order the checkpoints under ``directory`` by global step (or by name, naturally sorted,
-    when some has none) and find the last clean and the first bad one.
+    """Order the checkpoints under ``directory`` (default: the host's ``checkpoints:``) by
+    global step (or by name, naturally sorted, when some has none) and find the last clean
+    and the first bad one.
 
     By default a binary search (about log2(n) scans; assumes that once a checkpoint is bad,
     every later one is too); ``linear=True`` scans all (with ``jobs`` workers) and reports
     clean checkpoints after the first bad one. Unreadable checkpoints are left out of the
     order and listed in ``unreadable`` (exit code 2).
     """
+    where = defaults.need_checkpoints(target, directory, "ckpt-bisect")
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
-    args = BisectOptions.of(directory, linear=linear, jobs=jobs, **loading).argv()
+    args = BisectOptions.of(where, linear=linear, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)
     run = run_script(
         target, SCRIPT, args, step="ckpt-bisect", timeout=timeout, on_record=tracker.record
@@ -109,7 +112,7 @@ def bisect_checkpoints(
     order = BisectOrder.from_dict(run.first(BisectOrder.TYPE))
     report = BisectReport.from_dict(rec)
     return replace(
-        report, directory=directory, ordered=order.checkpoints, reports=tuple(tracker.reports)
+        report, directory=where, ordered=order.checkpoints, reports=tuple(tracker.reports)
     )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from remotekit.diagnostics.base import EXIT_FAILED, EXIT_OK
+from remotekit.diagnostics.base import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK
 from remotekit.diagnostics.checkpoints.common import (
     SCRIPT,
     kinds,
@@ -16,7 +16,13 @@ from remotekit.diagnostics.checkpoints.common import (
     short_float,
 )
 from remotekit.remote.ckpt.options import InspectOptions
-from remotekit.remote.ckpt.records import Inspect, OptimizerInfo, ParamGroup, TensorInfo
+from remotekit.remote.ckpt.records import (
+    Inspect,
+    OptimizerInfo,
+    ParamGroup,
+    ResumeCheck,
+    TensorInfo,
+)
 from remotekit.render import human_bytes, table
 from remotekit.result import Shown
 
@@ -32,6 +38,7 @@ __all__ = [
     "InspectReport",
     "OptimizerInfo",
     "ParamGroup",
+    "ResumeCheck",
     "TensorInfo",
     "inspect_checkpoint",
     "render_inspect",
@@ -47,11 +54,15 @@ class InspectReport(Shown, Inspect):
 
     @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.ok else EXIT_FAILED
+        if not self.ok:
+            return EXIT_FAILED
+        return EXIT_FINDINGS if self.findings else EXIT_OK
 
     @property
     def findings(self) -> tuple[str, ...]:
-        return ()
+        """What a resume would lose, when the inspect was asked (``resume=True``)."""
+        r = self.resume
+        return tuple(f"{self.path}: {g}" for g in r.gaps) if r is not None and r.asked else ()
 
     @property
     def errors(self) -> tuple[str, ...]:
@@ -67,15 +78,19 @@ def inspect_checkpoint(
     *,
     allow_globals: Sequence[str] = (),
     unsafe_pickle: bool = False,
+    resume: bool = False,
     timeout: float | None = None,
 ) -> InspectReport:
     """Keys, dtypes, shapes, sizes, step/epoch and optimizer hyperparameters of one checkpoint
     (a file or an HF ``*.index.json``), without reading tensor data (memory-mapped torch
     files; the safetensors header only). A checkpoint that cannot be read gives a report with
     ``ok`` False and ``error``; CheckpointError / engine errors as in :func:`scan_checkpoints`.
+
+    ``resume`` (:class:`ResumeCheck`) says whether a run could resume from it with nothing
+    lost, always; with ``resume=True`` what it would lose is a finding (``exit_code`` 1).
     """
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
-    args = InspectOptions.of(path, **loading).argv()
+    args = InspectOptions.of(path, resume=resume, **loading).argv()
     run = run_script(target, SCRIPT, args, step="ckpt-inspect", timeout=timeout)
     rec = run.first(Inspect.TYPE)
     report = InspectReport.from_dict(rec)
@@ -139,7 +154,19 @@ def render_inspect(report: InspectReport) -> str:
             "dtypes: " + ", ".join(f"{k} {short_count(v)}" for k, v in report.dtypes.items())
         )
     lines += [f"note: {n}" for n in report.notes]
+    if report.resume is not None:
+        lines += _resume_lines(report.resume)
     return "\n".join(lines)
+
+
+def _resume_lines(r: ResumeCheck) -> list[str]:
+    """The resume check: its verdict, then what is there and what is not saved."""
+    lines = [r.line()]
+    lines += [f"  has: {p}" for p in r.present]
+    lines += [f"  not saved: {n}" for n in r.not_saved]
+    if r.optimizer_missing > len(r.missing_params):
+        lines.append(f"  (first {len(r.missing_params)} of {r.optimizer_missing} listed)")
+    return lines
 
 
 def _indent(text: str, by: str = "  ") -> str:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from remotekit.diagnostics import defaults
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
@@ -235,7 +236,7 @@ class Tracker:
 
 def scan_checkpoints(
     target: Target,
-    path: str,
+    path: str | None = None,
     *,
     jobs: int = 1,
     allow_globals: Sequence[str] = (),
@@ -246,7 +247,8 @@ def scan_checkpoints(
     on_warning: WarningCallback | None = None,
 ) -> CheckpointScan:
     """Check every checkpoint at ``path`` there (a file, a directory searched recursively,
-    or a glob) for NaN / +Inf / -Inf, in weights and in optimizer state.
+    or a glob; default: the host's ``checkpoints:``) for NaN / +Inf / -Inf, in weights and
+    in optimizer state.
 
     ``jobs`` checkpoints are checked in parallel (one worker process each, one checkpoint at
     a time per worker). ``on_report`` gets each :class:`CheckpointReport` as soon as its
@@ -256,11 +258,12 @@ def scan_checkpoints(
 
     Returns a :class:`CheckpointScan` (a list of reports sorted by path, with ``exit_code``).
     Raises :class:`CheckpointError` when the scan cannot run at all (nothing at ``path``,
-    no torch there, an ``allow_globals`` name that cannot be imported) and the engine's
+    no checkpoint there, no torch there, an ``allow_globals`` name that cannot be imported) and the engine's
     errors (timeout, connection, container, interpreter).
     """
+    where = defaults.need_checkpoints(target, path, "ckpt-scan")
     loading = {"allow_globals": allow_globals, "unsafe_pickle": unsafe_pickle}
-    args = ScanOptions.of(path, jobs=jobs, **loading).argv()
+    args = ScanOptions.of(where, jobs=jobs, **loading).argv()
     tracker = Tracker(on_progress, on_report)
     notes: list[str] = []
     plan: list[ScanPlan] = []

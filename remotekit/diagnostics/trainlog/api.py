@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from remotekit.diagnostics import defaults
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
@@ -24,6 +25,7 @@ from remotekit.diagnostics.trainlog.model import (
     Histogram,
     LogSource,
     MetricStats,
+    Onset,
     Periodicity,
     Preset,
     Series,
@@ -49,6 +51,7 @@ _ONE_EACH: dict[str, tuple[str, Callable[[Record], Any]]] = {
     for name, cls in (
         ("source", LogSource),
         ("preset", Preset),
+        ("onset", Onset),
         ("distribution", Distribution),
         ("periodicity", Periodicity),
         ("composition", Composition),
@@ -154,8 +157,9 @@ def analyze_train_log(
     ``metrics`` names the columns to check (default: loss, acc, lr, grad_norm, found under
     their usual names, e.g. ``train/loss``); ``preset`` picks the spike rule (see
     :data:`PRESETS`); checkpoint saves come from the log's own lines plus ``ckpt_steps``
-    and the checkpoints in ``ckpt_dir`` there (their names, else their own step keys; a run
-    directory's ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
+    and the checkpoints in ``ckpt_dir`` there (default: the host's ``checkpoints:``, as for
+    ``remotekit train-log``; their names, else their own step keys; a run directory's
+    ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
     ``epoch`` field does); ``tolerance`` is how many steps from an event still count as
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
@@ -170,7 +174,7 @@ def analyze_train_log(
         metrics=metrics,
         preset=preset,
         ckpt_steps=ckpt_steps,
-        ckpt_dir=ckpt_dir,
+        ckpt_dir=defaults.checkpoints(target, ckpt_dir),
         steps_per_epoch=steps_per_epoch,
         tolerance=tolerance,
         points=points,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from remotekit.diagnostics import defaults
 from remotekit.diagnostics.base import (
     EXIT_FAILED,
     EXIT_FINDINGS,
@@ -341,7 +342,8 @@ def follow_train_log(
     new :class:`Incident` (spike, cliff, non-finite run, resume) as it is found there, by
     the detector of :func:`analyze_train_log` over the log's latest rows. ``options``: those
     of :func:`analyze_train_log` (``metrics``, ``preset``, ``ckpt_steps``, ``ckpt_dir``,
-    ``steps_per_epoch``, ``tolerance``; not ``points``)::
+    ``steps_per_epoch``, ``tolerance``; not ``points``; ``ckpt_dir`` defaults to the host's
+    ``checkpoints:`` there too)::
 
         with follow_train_log(t, "/workspace/run/log.jsonl") as live:
             for incident in live:
@@ -376,7 +378,8 @@ def follow_train_log(
     if handle is not None:
         log = handle.info().log
         path, options = log, {**options, "run_dir": posixpath.dirname(log)}
-    follow = TrainLogOptions.of(str(path), follow=True, **options)
+    ckpt_dir = defaults.checkpoints(target, options.pop("ckpt_dir", None))
+    follow = TrainLogOptions.of(str(path), follow=True, ckpt_dir=ckpt_dir, **options)
     return LogFollow(
         target, follow, timeout=timeout, on_status=on_status, on_warning=on_warning, run=handle
     )

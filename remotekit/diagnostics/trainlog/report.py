@@ -17,6 +17,7 @@ from remotekit.diagnostics.trainlog.model import (
     Histogram,
     LogSource,
     MetricStats,
+    Onset,
     Periodicity,
     Preset,
     Series,
@@ -27,6 +28,7 @@ from remotekit.diagnostics.trainlog.words import (
     SPIKE_COLUMNS,
     event_line,
     num,
+    onset_line,
     p_value,
     pct,
     spike_cells,
@@ -45,6 +47,7 @@ class TrainLogReport(Shown):
     path: str
     source: LogSource | None = None
     preset: Preset | None = None
+    onset: Onset | None = None
     metrics: tuple[MetricStats, ...] = ()
     spikes: tuple[Spike, ...] = ()
     events: tuple[Event, ...] = ()
@@ -115,6 +118,8 @@ def diagnosis(rep: TrainLogReport) -> list[str]:
     if rep.errors:
         return []
     out: list[str] = []
+    if rep.onset is not None and rep.onset.unhealthy:
+        out.append(onset_line(rep.onset) + "." + START_ADVICE.get(rep.onset.kind, ""))
     tol = rep.source.tolerance if rep.source else 0.0
     groups = _onsets(rep.spikes, tol)
     if groups:
@@ -127,6 +132,7 @@ def diagnosis(rep: TrainLogReport) -> list[str]:
                     f"(±{num(tol)} steps), more than chance ({num(c.expected, 2)} expected, "
                     f"p={p_value(c.p_value)})."
                 )
+        out += [f"{line}." for line in filter(None, (s.resume_line() for s in rep.spikes))]
         loose = [g for g in groups if not any(s.at_event for s in g)]
         if loose:
             worst = [max(g, key=lambda s: s.score or 0.0) for g in loose[:5]]  # the peak's step
@@ -162,6 +168,15 @@ def diagnosis(rep: TrainLogReport) -> list[str]:
     return out
 
 
+#: What to look at first for each way of being unhealthy from the start.
+START_ADVICE = {
+    "above-chance": " Worse than a uniform guess: look at the lr (too high for the init), the"
+    " targets (shifted or mislabelled) and the loss's reduction before the spikes.",
+    "nonfinite": " Broken before the first log line: look at the init, the data's first"
+    " batches and the loss scale.",
+}
+
+
 def render_report(rep: TrainLogReport) -> str:
     """The report as text for people: what was read, then one part per kind of finding."""
     parts = (_head, _metrics, _spikes, _events, _correlations, _distribution, _periodicity)
@@ -195,6 +210,8 @@ def _head(rep: TrainLogReport) -> list[str]:
             else ""
         )
         lines.append(f"  preset {p.name}: {p.rule}{short}")
+    if rep.onset is not None:
+        lines.append(f"  start: {onset_line(rep.onset)}")
     for w in rep.warnings:
         lines.append(f"  warning: {w}")
     return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from remotekit.diagnostics.trainlog.model import Event, Spike
+from remotekit.diagnostics.trainlog.model import Event, Onset, Spike
 
 __all__ = [
     "KIND_WORDS",
@@ -13,6 +13,7 @@ __all__ = [
     "event_line",
     "event_phrase",
     "num",
+    "onset_line",
     "p_value",
     "pct",
     "spike_cells",
@@ -95,6 +96,14 @@ def spike_cells(s: Spike, tol: float) -> tuple[str, ...]:
         f"{s.bucket} ({s.run_position})" if s.bucket is not None else "-",
         s.rule or "-",
     )
+
+
+def onset_line(o: Onset) -> str:
+    """How the loss started, in one line: unhealthy from the start (and where it
+    recovered), or how it stands against chance; where the chance level came from."""
+    head = f"{o.metric} unhealthy from the start: " if o.unhealthy else f"{o.metric} "
+    where = f" (chance from {o.chance_from})" if o.chance_from and o.chance is not None else ""
+    return head + o.verdict + where
 
 
 def event_line(e: Event) -> str:

@@ -34,6 +34,7 @@ from .check import exit_code_of, scan_item
 from .discover import MAX_LOGS, discover
 from .formats import allow_globals, import_global
 from .layouts import open_source
+from .resume import check as resume_check
 from .workers import make_pool
 
 torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
@@ -181,6 +182,7 @@ def cmd_inspect(opts):
         "metadata": None,
         "needs_globals": [],
         "notes": [],
+        "resume": None,
     }
     src = None
     try:
@@ -197,6 +199,7 @@ def cmd_inspect(opts):
             optimizers=_optimizer_info(src),
         )
         rec["totals"], rec["dtypes"] = _emit_tensors(src)
+        rec["resume"] = dict(resume_check(src, path), asked=opts.resume)
         for e in src.entries:
             if e.section == OTHER:
                 rec["other"][e.kind] = rec["other"].get(e.kind, 0) + 1
@@ -212,6 +215,8 @@ def cmd_inspect(opts):
     rec["ok"] = rec["error"] is None
     emit(rec)
     code = EXIT_OK if rec["ok"] else EXIT_FAILED
+    if code == EXIT_OK and opts.resume and rec["resume"] and not rec["resume"]["ready"]:
+        code = EXIT_FINDINGS  # asked "can it resume?", and it cannot with nothing lost
     return finish("inspect", code, seconds=round(time.time() - t0, 3))
 
 

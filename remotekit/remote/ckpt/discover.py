@@ -9,12 +9,31 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 
 from ..infile import inside, load_json, open_regular
-from ..protocol import emit
 from .base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, euid
 
 # ----------------------------------------------------------------------------- discovery
+
+
+def is_torch_name(name):
+    return name.endswith(CKPT_EXTS) and not name.endswith(".safetensors")
+
+
+def torch_members(path):
+    """The names of the torch files in the zip archive ``path``, if it is a container of
+    them (no torch needed); None for a torch.save zip (it has a ``data.pkl`` record), for a
+    zip with no torch member and for what is no zip."""
+    try:
+        with open_regular(path) as f, zipfile.ZipFile(f) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, RuntimeError):
+        return None
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return None
+    found = [n for n in names if is_torch_name(n)]
+    return found or None
 
 
 def _file_item(path):
@@ -121,6 +140,9 @@ def _discover_dir(root, items, skipped, logs=None):
                 taken.update(it["files"])
         for f in filenames:
             p = os.path.join(dirpath, f)
+            if f.endswith(".zip") and p not in taken and torch_members(p):
+                items.append(_file_item(p))  # a zip of torch files (stable-baselines3's save)
+                continue
             if f.endswith(INDEX_SUFFIX) or p in taken or not f.endswith(CKPT_EXTS):
                 continue
             if AUX_FILES.match(f) or (whole is not None and f in HF_AUX):
@@ -219,7 +241,7 @@ def _log_entry(dirpath, name):
 
 
 def discover(arg, logs=None):
-    """(items, skipped) for a file, directory or glob; Fatal when nothing is there at all.
+    """(items, skipped) for a file, directory or glob; Fatal when it holds no checkpoint.
     ``logs``, a list, collects the training-log candidates met in directory walks."""
     if os.path.lexists(arg):
         paths = [arg]
@@ -261,14 +283,15 @@ def discover(arg, logs=None):
             seen.add(real)
             out.append(it)
     if not out:
-        why = "no checkpoints under %s (looked for %s, *%s and checkpoint directories)" % (
+        why = (
+            "no checkpoints under %s (looked for %s, *%s, checkpoint directories and *.zip "
+            "saves of torch files)"
+        ) % (
             arg,
             ", ".join("*" + e for e in CKPT_EXTS),
             INDEX_SUFFIX,
         )
-        if not logs:
-            raise Fatal(why)
-        emit({"type": "warning", "message": why})  # a run directory with a log only
+        raise Fatal(why)  # a run directory with a log only too: no checkpoints is no "ok"
     return out, skipped
 
 

@@ -147,10 +147,12 @@ class Source(object):
         self.needs_globals = []
         self._close = []
         self.obj = None
+        self.trees = []  # (name prefix, loaded object) of every torch file read: resume.py
 
     def close(self):
         self.entries = []
         self.obj = None
+        self.trees = []
         for fn in reversed(self._close):
             try:
                 fn()
@@ -226,7 +228,7 @@ KEY_LIKE = re.compile(r"^[A-Za-z_][\w.]*$")
 
 
 # long: the nested ``rec`` closure is the walk; it shares seen/meta_keys/src.
-def _walk(obj, src, release):
+def walk_tensors(obj, src, release):
     """Collect every tensor in a loaded object as an Entry, with its section and slot.
 
     Top-level scalars (:func:`top_scalars`) are left out: they are metadata."""
@@ -324,7 +326,7 @@ def find_step(obj):
     return step, key, epoch
 
 
-def _fill_meta(src, obj):
+def fill_meta(src, obj):
     if isinstance(obj, dict):
         keys = [str(k) for k in obj]
         src.meta["top_keys"] = keys[:50]
@@ -470,7 +472,11 @@ def _check_torch_zip(path, size):
             )
         ) from e
     if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-        raise LoadError("a zip archive, but not a torch.save checkpoint (no data.pkl inside)")
+        raise LoadError(
+            "a zip archive, but not a torch.save checkpoint (no data.pkl inside) and no "
+            "torch file among its members",
+            fmt="zip",
+        )
     packed = [i for i in infos if i.compress_type != zipfile.ZIP_STORED]
     if packed:
         raise LoadError(
@@ -488,11 +494,12 @@ def _check_torch_zip(path, size):
 
 def _adopt_loaded(path, src, obj, is_zip):
     src.obj = obj
+    src.trees.append(("", obj))
     # Releasing pages pays off for large files only; finding the mapping reads /proc/self/maps
     # (~0.6 ms with torch loaded), which would dominate a scan of many small files.
     release = Releaser(path) if is_zip and src.bytes >= RELEASE_MIN else None
-    _walk(obj, src, release)
-    _fill_meta(src, obj)
+    walk_tensors(obj, src, release)
+    fill_meta(src, obj)
     return src
 
 
@@ -875,14 +882,14 @@ def open_index(path, opts, header_only=False):
                 "shard %s lacks %d tensors the index puts there (first: %s)"
                 % (shard, len(absent), absent[0])
             )
-        _adopt(src, part, "shard " + shard)
+        adopt_part(src, part, "shard " + shard)
     sidecar_step(src)
     if isinstance(index.get("metadata"), dict):
         src.meta["metadata"] = index["metadata"]
     return src
 
 
-def _adopt(src, part, label, prefix="", section=None):
+def adopt_part(src, part, label, prefix="", section=None):
     """Make ``part`` (an opened file) a part of the composite checkpoint ``src``."""
     src.bytes += part.bytes
     src._close.append(part.close)
@@ -895,6 +902,7 @@ def _adopt(src, part, label, prefix="", section=None):
             e.place(section)
         src.entries.append(e)
     src.optimizers.extend((prefix + p, o) for p, o in part.optimizers)
+    src.trees.extend((prefix + p, o) for p, o in part.trees)
     for k in ("global_step", "step_key", "epoch"):
         if src.meta[k] is None:
             src.meta[k] = part.meta[k]
@@ -915,7 +923,7 @@ def open_part(src, path, label, opts, header_only, prefix="", section=None):
         src.problems.append("%s: %s" % (label, e.reason))
         src.needs_globals.extend(e.needs_globals)
         return
-    _adopt(src, part, label, prefix, section)
+    adopt_part(src, part, label, prefix, section)
 
 
 def import_global(name):

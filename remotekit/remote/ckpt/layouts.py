@@ -1,16 +1,26 @@
 """Checkpoint diagnostics: directories that are ONE checkpoint, and the one entry point to open any.
 
 Part of ``ckpt.py``. HF Trainer ``checkpoint-N/``, DeepSpeed ``global_stepN/`` (every ZeRO
-partition), torch.distributed.checkpoint; :func:`open_source` opens a file or such a directory.
+partition), torch.distributed.checkpoint; :func:`open_source` opens a file, such a directory,
+or a zip archive of torch files (:mod:`.archive`).
 """
 
 from __future__ import annotations
 
 import os
 
+from .archive import open_archive
 from .base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError
 from .dcp import open_dcp
-from .discover import DS_MODEL, DS_OPTIM, HF_OPTIMIZER, classify_dir, ds_latest, hf_weights
+from .discover import (
+    DS_MODEL,
+    DS_OPTIM,
+    HF_OPTIMIZER,
+    classify_dir,
+    ds_latest,
+    hf_weights,
+    torch_members,
+)
 from .formats import Source, open_file, open_index, open_part, sidecar_step
 
 # ------------------------------------------------------------------- checkpoint directories
@@ -76,4 +86,12 @@ def open_source(path, opts, header_only=False):
         return opener[item["format"]](path, opts, header_only)
     if path.endswith(INDEX_SUFFIX):
         return open_index(path, opts, header_only=header_only)
-    return open_file(path, opts, header_only=header_only)
+    try:
+        return open_file(path, opts, header_only=header_only)
+    except LoadError as e:
+        # a zip that is no torch.save: a container of torch files (stable-baselines3's save)?
+        if e.fmt != "zip" or torch_members(path) is None:
+            raise
+    src = open_archive(path, os.path.getsize(path), opts)
+    sidecar_step(src)
+    return src

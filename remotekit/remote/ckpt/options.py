@@ -205,10 +205,17 @@ class InspectOptions(CkptOptions):
 
     path: str = option(
         "",
-        "a checkpoint file, an HF *.index.json, or a checkpoint directory (HF checkpoint-N/, "
-        "DeepSpeed global_stepN/, DCP)",
+        "a checkpoint file, an HF *.index.json, a checkpoint directory (HF checkpoint-N/, "
+        "DeepSpeed global_stepN/, DCP) or a zip of torch files (stable-baselines3's save)",
         _path,
         task="path",
+    )
+    resume: bool = option(
+        False,
+        "a resume from it would lose state (optimizer moments missing, scheduler at another "
+        "step, no scaler for fp16) is a finding: exit 1",
+        _switch,
+        task="resume",
     )
 
 

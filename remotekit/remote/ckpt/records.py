@@ -53,6 +53,7 @@ __all__ = [
     "NonWeightDiff",
     "OptimizerInfo",
     "ParamGroup",
+    "ResumeCheck",
     "SampleCheckpoint",
     "ScanPlan",
     "TensorChange",
@@ -251,6 +252,34 @@ class OptimizerInfo(Record):
 
 
 @dataclass(frozen=True)
+class ResumeCheck(Record):
+    """Can a run resume from the checkpoint with nothing lost (``resume.py`` says how each is
+    told from the files): ``gaps`` a resume would lose for sure (optimizer moments missing,
+    a scheduler at another step, no scaler for an fp16 run), ``not_saved`` what the files
+    lack and a trainer may need (RNG states, a data position), ``present`` what is there.
+    ``optimizer_missing`` of ``optimizer_params`` parameters have no optimizer state;
+    ``missing_params`` names the first of them (or "param 7" by index). ``asked``: the
+    inspect was asked the question (``--resume``), so that gaps are findings (exit 1)."""
+
+    ready: bool = wire(FLAG)
+    gaps: tuple[str, ...] = wire(STRS, default=())
+    not_saved: tuple[str, ...] = wire(STRS, default=())
+    present: tuple[str, ...] = wire(STRS, default=())
+    optimizer_params: int = wire(COUNT, default=0)
+    optimizer_missing: int = wire(COUNT, default=0)
+    missing_params: tuple[str, ...] = wire(STRS, default=())
+    scheduler_step: int | float | None = wire(NUMBER, default=None)
+    asked: bool = wire(FLAG, default=False)
+
+    def line(self) -> str:
+        """ "resume: ready ..." or "resume: would lose state: <first gap>"."""
+        if self.ready:
+            lacking = f" (not saved: {', '.join(n.split(':')[0] for n in self.not_saved)})"
+            return "resume: nothing a resume needs is missing" + (lacking if self.not_saved else "")
+        return "resume: would lose state: " + "; ".join(self.gaps)
+
+
+@dataclass(frozen=True)
 class Inspect(Record):
     """The ``inspect`` record: the structure of one checkpoint (the local side's
     ``InspectReport`` is this record with its text; its docstring says each field).
@@ -275,6 +304,7 @@ class Inspect(Record):
     needs_globals: tuple[str, ...] = wire(STRS)
     notes: tuple[str, ...] = wire(STRS)
     other: Mapping[str, int] = wire(DICT, factory=dict)
+    resume: ResumeCheck | None = wire(record(ResumeCheck), default=None)
 
 
 @dataclass(frozen=True)

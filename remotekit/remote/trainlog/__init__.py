@@ -14,6 +14,7 @@ docstring has the arguments and the records), in the order of the pipeline::
     steps.py            4. analyse: rows per step (resumes, repeats, counters),
     spikes.py              the detector (trend and the published presets),
     events.py              saves, resumes and other events, and their correlation,
+    resumes.py             a spike at a resume joined to the checkpoint resumed from,
     composition.py         modes, periodicity and batch composition;
     analyze.py             the whole-log analysis in its phases
     follow.py           5. follow: the log followed as it grows, each new incident as found

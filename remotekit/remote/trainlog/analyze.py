@@ -31,7 +31,9 @@ from .choose import NoLoss
 from .composition import bucket_column, composition
 from .events import correlate, find_events, nearest_event
 from .find import ckpt_dir_of, find_log
+from .onset import chance_level, onset
 from .read import read_log
+from .resumes import check_resumes
 from .source import MAX_LINE
 from .spikes import detect
 from .steps import drop_bad_steps, per_batch, reconcile_steps
@@ -56,12 +58,14 @@ def analyze_log(opts):
     incidents, compact, stats = detect_all(ing, cols, steps, n, preset)
     for m in stats:
         send("metric", **m)
+    start = _send_onset(path, ing, cols, steps)
     events = find_events(
         ing, steps, cols, extra, warnings, opts.ckpt_steps, ckpt_dir, opts.steps_per_epoch
     )
     counts = _send_events(events)
     comp = _composition(ing, compact, steps, incidents, cols, n, derived)
     place(incidents, events, *bucket_codes(comp, ing, cols, n))
+    lost = check_resumes(incidents, ckpt_dir, tol)
     _send_spikes(incidents, warnings)
     for c in correlate(incidents, events, tol, min(steps), max(steps)):
         send("correlation", **c)
@@ -72,7 +76,9 @@ def analyze_log(opts):
         _send_series(ing, compact, incidents, steps, opts.points)
     for w in warnings:
         send("warning", message=w)
-    findings = _findings(incidents, comp)
+    findings = _findings(incidents, comp) + (["spike-at-resume"] if lost else [])
+    if start is not None and start["unhealthy"]:
+        findings.append("unhealthy-start")
     code = EXIT_FINDINGS if findings else EXIT_OK
     return conclude(code, rows=n, spikes=len(incidents), events=dict(counts), findings=findings)
 
@@ -254,6 +260,18 @@ def _nonfinite_incident(label, nf, steps):
         "flagged": nf["flagged"],
         "rule": "non-finite",
     }
+
+
+def _send_onset(path, ing, cols, steps):
+    """The ``onset`` record of the loss (:mod:`.onset`), when there is one; its fields."""
+    key = dict(ing.metrics).get("loss")
+    if key is None:
+        return None
+    chance, said = chance_level(path) if not os.path.isdir(path) else (None, None)
+    rec = onset("loss", key, cols["loss"], steps, chance, said)
+    if rec is not None:
+        send("onset", **rec)
+    return rec
 
 
 def _send_events(events):

@@ -134,6 +134,18 @@ RESUME_RE = re.compile(
     r"\bresum(?:e|ed|ing)\b|\brestor(?:e|ed|ing)\b.{0,30}?(?:checkpoint|ckpt|state)|\bload(?:ed|ing)?\b.{0,20}?(?:checkpoint|ckpt)",
     re.I,
 )
+# A line that says there is nothing to resume from or that no save happened: "no checkpoint
+# found, starting from random weights", "not resuming", "training from scratch", "resume:
+# None". Neither a save nor a resume comes from it.
+NO_EVENT_RE = re.compile(
+    r"\b(?:no|not|without|never|skip(?:ping|ped)?|nothing\s+to)\b.{0,30}?(?:checkpoint|ckpt|resum|restor)"
+    r"|\bfrom\s+scratch\b|\brandom(?:ly)?[\s_-]*(?:init\w*|weights|parameters)\b"
+    r"|(?:resum\w*|restor\w*|checkpoint\w*|ckpt\w*)['\"]?\s*[=:]\s*['\"]?(?:none|false|null|no|off)\b",
+    re.I,
+)
+# A setting printed before the log (``always_save_checkpoint = True # save a checkpoint after
+# each eval``, nanoGPT's config): its comment says what the setting does, not what happened.
+SETTING_COMMENT_RE = re.compile(r"^(\s*[\w.\-\[\]'\"]+\s*=\s*[^#]*?)\s#.*$")
 EVENT_STEP_RE = re.compile(
     r"(?:global[_ ]?step|\bstep|\biter(?:ation)?|checkpoint|ckpt)[\s_\-=:#]*(\d+)", re.I
 )

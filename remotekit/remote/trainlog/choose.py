@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import combinations
 
 from .base import (
     BUCKET_KEYS,
@@ -18,6 +19,7 @@ from .base import (
     ROLE_NAMES,
     ROLES,
     STEP_KEYS,
+    median,
     to_float,
 )
 from .source import HEAD_ROWS
@@ -48,12 +50,23 @@ LOSS_WORDS = ("loss", "nll", "crossentropy", "perplexity", "ppl")
 #: A trainer's own short names for its losses: llm.c logs "trl" (train) and "tel" (eval).
 SHORT_LOSSES = {"trl": "train", "tel": "eval"}
 HELD_OUT = ("val", "valid", "validation", "eval", "test", "dev")
+#: How a name part that says "held out" may begin (``validation``, ``evaluation``,
+#: ``testset``): a prefix that no train-side word shares. ``val`` and ``dev`` are none: a
+#: critic's ``value_loss`` is a train-side part of an actor-critic's objective, and
+#: ``device`` or ``deviation`` say nothing held out (``val2``, ``dev1``: numbered sets).
+HELD_OUT_STEMS = ("valid", "eval", "test", "heldout")
+_NUMBERED_SET = re.compile(r"(?:val|dev)\d+$")
 #: Name parts of an AMP loss scale (``loss_scale``, ``loss_scaler``, ``scaler``): the factor
 #: the loss is multiplied by before backward (65536, halved on overflow), never a loss.
 SCALE_PARTS = ("scale", "scaler", "scaling")
 #: Name parts that qualify a learning rate as a setting, not the rate of each step.
 LR_SETTINGS = ("min", "max", "base", "init", "initial", "peak", "final", "warmup", "decay")
 LR_SETTINGS += ("mult", "multiplier", "scale", "scheduler", "factor")
+
+
+def held_out_part(part):
+    """Whether a name's part (lower case) says validation, evaluation or test."""
+    return part in HELD_OUT or part.startswith(HELD_OUT_STEMS) or bool(_NUMBERED_SET.match(part))
 
 
 def _name_words(key):
@@ -78,7 +91,7 @@ def loss_score(key):
     if any(p in SCALE_PARTS for p in parts):
         return None
     score = 0
-    if "eval" in short or any(p in HELD_OUT or p.startswith(HELD_OUT) for p in parts[:2]):
+    if "eval" in short or any(held_out_part(p) for p in parts[:2]):
         score -= 10
     if "train" in short or any(p in ("train", "training", "trn") for p in parts):
         score += 3
@@ -136,7 +149,7 @@ def _val_loss_score(key):
     if "eval" not in short:
         if loss_score(key) is None:
             return None
-        held = [p for p in parts if p in HELD_OUT or p.startswith(HELD_OUT)]
+        held = [p for p in parts if held_out_part(p)]
         if not held:
             return None
     score = 3 if "test" not in parts else 1
@@ -201,9 +214,11 @@ def _pick(role, keys, taken, rows):
     """``(key, parts, why)``: the column ``role`` ("loss", "grad_norm", "lr") is read from,
     chosen by what names say (:data:`SCORES`, no list of exact names) and what the values
     are: a constant or set-once series is never chosen (a constant lr is still the lr,
-    said so). ``parts``: for the loss, the others that score as well (the parts of a loss
-    with no total, as YOLO's ``box_loss``, ``cls_loss``, ``dfl_loss``: each is analysed).
-    ``why`` says it in words, with what else was seen and what was passed over, and why."""
+    said so); the loss by its values too (:func:`_loss_evidence`: a total before its parts,
+    a maximised or signed part last). ``parts``: for the loss, the others that score as
+    well (the parts of a loss with no total, as YOLO's ``box_loss``, ``cls_loss``,
+    ``dfl_loss``: each is analysed). ``why`` says it in words, with what else was seen and
+    what was passed over, and why."""
     scored, passed, note = [], [], ""
     for i, k in enumerate(keys):
         if k in taken:
@@ -220,28 +235,186 @@ def _pick(role, keys, taken, rows):
         scored.append((-s, i, k, bad))
     if not scored:
         return None, [], "" if not passed else "no %s: passed over %s" % (role, ", ".join(passed))
-    scored.sort()
+    said = {}
+    if role == "loss":
+        scored, said = _loss_evidence(scored, rows)
+    else:
+        scored.sort()
     first = scored[0][2]
     if role == "lr":
         scored = _shared_first(scored, rows)
     best, note = scored[0][2], scored[0][3]
     if best != first:
         note = "the schedule most of the param groups share"
-    parts = [k for s, _, k, _ in scored[1:] if s == scored[0][0]] if role == "loss" else []
+    total = said.get(best, "").startswith("a total")
+    parts = []
+    if role == "loss" and not total:
+        parts = [k for s, _, k, _ in scored[1:] if s == scored[0][0] and k not in said]
     others = [k for s, _, k, _ in scored[1:] if k not in parts]
     what = SAYS[role] + " by name"
     if role == "loss" and -scored[0][0] < -5:
         what = "a held-out loss: no train-side loss found"
     elif role == "loss" and "epoch" in _name_words(best)[0]:
         what = "only the per-epoch column %r was found" % best
+    if best in said:
+        what += "; " + said[best]
     why = "%s <- %r: %s" % (role, best, what + ("; " + note if note else ""))
     if parts:
         why += "; its parts %s are analysed too (no total found)" % ", ".join(map(repr, parts))
+    demoted = [k for k in others if k in said and not said[k].startswith("a total")]
+    others = [k for k in others if k not in demoted]
     if others:
-        why += "; also seen: %s (--metric NAME to choose)" % ", ".join(map(repr, others[:6]))
+        seen = ["%r%s" % (k, " (%s)" % said[k] if k in said else "") for k in others[:6]]
+        why += "; also seen: %s (--metric NAME to choose)" % ", ".join(seen)
+    if demoted:
+        why += "; not the loss: %s" % ", ".join("%r (%s)" % (k, said[k]) for k in demoted[:6])
     if passed:
         why += "; passed over: %s" % ", ".join(passed[:6])
     return best, parts, why
+
+
+#: Name parts of a quantity a trainer maximises, logged as a "loss" term all the same
+#: (SB3's ``entropy_loss``: an entropy bonus, negative; a ``reward_loss``).
+MAXIMISED_PARTS = ("entropy", "reward", "rewards", "return", "returns", "acc", "accuracy")
+MAXIMISED_PARTS += ("bonus", "advantage", "advantages")
+#: Name parts that qualify no loss: a loss named with nothing else is the objective itself.
+PLAIN_PARTS = ("loss", "total", "train", "training", "trn", "avg", "mean", "batch", "step")
+PLAIN_PARTS += ("sum", "overall", "all", "running", "smoothed", "objective", "full")
+FIT_ROWS = 200  # head rows a total is fitted on
+HOVER = 0.25  # a signed part's median within this share of its range of 0: it hovers there
+MAX_FIT_PARTS = 6  # candidate parts tried in sums (2^6 subsets at most)
+
+
+def _loss_evidence(scored, rows):
+    """``(scored, said)``: the loss candidates (``(-score, index, key, note)``) in the
+    order the values say, and ``{key: words}`` for each whose values spoke.
+
+    A total comes first: a column that is a weighted sum of two or more of the others in
+    every head row (:func:`_sum_of`; SB3's ``loss`` = pg + vf_coef * value + ent_coef *
+    entropy). A part that is maximised (an entropy, a reward: its name says which, its
+    values are often negative) or signed (values of both signs: a policy-gradient loss
+    hovers around 0) comes last while a minimised one exists. Of equals, a loss whose name
+    names nothing else (``loss``) before one of a named part (``discriminator loss``)."""
+    keys = [k for _, _, k, _ in scored]
+    said, tier, bonus = {}, {}, {}
+    for k in keys:
+        of = _sum_of(k, [c for c in keys if c != k], rows)
+        if of:
+            said[k] = "a total: a weighted sum of %s in every row" % ", ".join(map(repr, of))
+            bonus[k] = 2
+    named = {k: [p for p in _name_words(k)[0] if p not in PLAIN_PARTS] for k in keys}
+    for k in keys:
+        if k in bonus:
+            continue  # a total of signed parts may dip below 0: it is the objective still
+        if not named[k] and any(named.values()):
+            # a loss that names nothing beside others that name a part (SB3's train/loss,
+            # logged from the last batch, so no exact sum of the means of its parts)
+            said[k] = "the total by its name: the others name parts (%s)" % ", ".join(
+                repr(k) for k in keys if named[k]
+            )
+            continue
+        parts = _name_words(k)[0]
+        xs = [x for x in _present(rows, k) if math.isfinite(x)]
+        lo, hi = (min(xs), max(xs)) if xs else (0.0, 0.0)
+        if any(p in MAXIMISED_PARTS for p in parts):
+            sign = "; its values negative" if hi < 0 else ""
+            said[k], tier[k] = "maximised: an %s term%s" % (_maxword(parts), sign), 2
+        elif len(xs) >= 3 and lo < 0 < hi and abs(median(xs)) <= HOVER * (hi - lo):
+            # both signs around 0 (a policy-gradient loss); a loss that falls through 0
+            # (a continuous NLL) or stays below it is a loss still
+            said[k] = "signed: values from %s to %s around 0, a loss no minimum bounds" % (
+                _short(lo),
+                _short(hi),
+            )
+            tier[k] = 1
+    if len(tier) == len(keys):
+        tier = {}  # none is minimised: the name decides, the values still said
+
+    def order(c):
+        s, i, k, _ = c
+        return (tier.get(k, 0), s - bonus.get(k, 0), bool(named[k]), i)
+
+    ranked = sorted(scored, key=order)
+    return [(s - bonus.get(k, 0), i, k, n) for s, i, k, n in ranked], said
+
+
+def _maxword(parts):
+    return next(p for p in parts if p in MAXIMISED_PARTS)
+
+
+def _sum_of(key, others, rows):
+    """The fewest of ``others`` (two at least) whose weighted sum is ``key``'s value in every
+    head row where all have one (unexplained variance under 0.1%: values printed with four
+    digits still fit), each part weighing in (1% of the total's spread at least), with a
+    positive weight unless its name says it is maximised (an entropy bonus is subtracted):
+    a part is never a total of the total and the other parts. Else None."""
+    others = others[:MAX_FIT_PARTS]
+    if len(others) < 2 or not rows:
+        return None
+    table = []
+    for d in rows[:FIT_ROWS]:
+        row = [to_float(d.get(c)) for c in [key] + others]
+        if all(x is not MISSING and math.isfinite(x) for x in row):
+            table.append(row)
+    if len(table) < len(others) + 3 or not _fits(
+        [r[0] for r in table], [r[1:] for r in table], [True] * len(others), 0.0
+    ):
+        return None  # not even all of them sum to it: no fewer do (one fit, the usual case)
+    for size in range(2, len(others) + 1):
+        for combo in combinations(range(len(others)), size):
+            y = [r[0] for r in table]
+            x = [[r[1 + j] for j in combo] for r in table]
+            free = [any(p in MAXIMISED_PARTS for p in _name_words(others[j])[0]) for j in combo]
+            if _fits(y, x, free) and not any(
+                _fits(y, [[r[j]] for r in x], [True], 0.0, 1e-6) for j in range(size)
+            ):  # one part alone is it (to rounding): a copy or a rescale of it, no sum
+                return [others[j] for j in combo]
+    return None
+
+
+def _fits(y, x, free, weigh=0.01, tol=1e-3):
+    """Whether ``y`` is a linear combination of ``x``'s columns (least squares, no
+    intercept) leaving under ``tol`` of its variance unexplained, each column weighing in
+    (``weigh`` of ``y``'s spread) with a positive weight, or any weight where ``free``."""
+    m = len(x[0])
+    a = [[sum(r[i] * r[j] for r in x) for j in range(m)] for i in range(m)]
+    b = [sum(r[i] * t for r, t in zip(x, y)) for i in range(m)]
+    ridge = 1e-9 * sum(a[i][i] for i in range(m)) / m  # columns that sum to each other
+    for i in range(m):
+        a[i][i] += ridge
+    w = _solve(a, b)
+    if w is None:
+        return False
+    sd = _spread(y)
+    for j in range(m):
+        if (w[j] <= 0 and not free[j]) or abs(w[j]) * _spread([r[j] for r in x]) < weigh * sd:
+            return False
+    res = sum((t - sum(wi * xi for wi, xi in zip(w, r))) ** 2 for r, t in zip(x, y))
+    # and within 0.1% of the values themselves: a logged total is a sum to print precision;
+    # smooth curves of one shape (losses decaying together) fit one another only roughly
+    top = max(abs(t) for t in y)
+    return sd > 0 and res <= tol * sd * sd * len(y) and res <= (tol * top) ** 2 * len(y)
+
+
+def _spread(v):
+    mean = sum(v) / len(v)
+    return math.sqrt(sum((t - mean) ** 2 for t in v) / len(v))
+
+
+def _solve(a, b):
+    """``a w = b`` by Gaussian elimination with partial pivoting; None when singular."""
+    m = len(b)
+    a = [row[:] + [v] for row, v in zip(a, b)]
+    for c in range(m):
+        piv = max(range(c, m), key=lambda r: abs(a[r][c]))
+        if abs(a[piv][c]) < 1e-12 * max(1.0, max(abs(v) for row in a for v in row[:m])):
+            return None
+        a[c], a[piv] = a[piv], a[c]
+        for r in range(m):
+            if r != c:
+                f = a[r][c] / a[c][c]
+                a[r] = [u - f * v for u, v in zip(a[r], a[c])]
+    return [a[i][m] / a[i][i] for i in range(m)]
 
 
 def _shared_first(scored, rows):

@@ -180,7 +180,10 @@ def periodicity(r, stride=1.0, quantised=None):
     if not peaks:
         return out
     top = max(p[1] for p in peaks)
-    lag, a, bump = next(p for p in peaks if p[1] >= 0.9 * top)
+    # the first peak within 10% of the top (its multiples give way to it); "10% of the top"
+    # as a distance, not 0.9 x top: every peak of a sawtooth longer than the lags looked at
+    # (an epoch-long cycle over a few epochs) is below 0, and 0.9 x top is above them all
+    lag, a, bump = next(p for p in peaks if p[1] >= top - 0.1 * abs(top))
     periodic = a >= max(0.3, 4.0 / math.sqrt(n)) and bump >= 0.2 and not quantised
     out.update(lag=lag * stride, lag_rows=lag, acf=a, periodic=periodic)
     return out

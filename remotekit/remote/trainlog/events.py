@@ -41,12 +41,17 @@ def checkpoint_saves(path):
     opcodes, nothing is unpickled) and a safetensors header's metadata. A run directory
     whose checkpoints sit in ``checkpoints/``, ``ckpt/`` or ``ckpts/`` is looked into too.
     Only directories and files a checkpoint can be count (``samples_step1000.png`` is none)."""
-    found = dict(_saves_in(path))
-    for child in ("checkpoints", "ckpt", "ckpts"):
-        if os.path.isdir(os.path.join(path, child)):
-            for step, detail in _saves_in(os.path.join(path, child)):
-                found.setdefault(step, detail)
-    return sorted(found.items())
+    return [(step, detail) for step, detail, _ in checkpoint_entries(path)]
+
+
+def checkpoint_entries(path):
+    """``[(step, detail, entry path)]``: :func:`checkpoint_saves` with the path of each."""
+    found = {}
+    for d in [path] + [os.path.join(path, c) for c in ("checkpoints", "ckpt", "ckpts")]:
+        if d == path or os.path.isdir(d):
+            for step, detail, full in _saves_in(d):
+                found.setdefault(step, (detail, full))
+    return [(step, detail, full) for step, (detail, full) in sorted(found.items())]
 
 
 CKPT_EXTS = (
@@ -74,16 +79,16 @@ def _saves_in(path):
                 continue
         m = DIR_STEP_RE.search(name)
         if m:
-            found.setdefault(float(m.group(1)), "%s in %s" % (name, path))
+            found.setdefault(float(m.group(1)), ("%s in %s" % (name, path), full))
         elif re.fullmatch(r"\d+(?:\.\w+)*", name) or LLMC_CKPT_RE.match(name):
             m = LLMC_CKPT_RE.match(name)
             step = float(m.group(1)) if m else float(name.split(".")[0])
-            found.setdefault(step, "%s in %s" % (name, path))
+            found.setdefault(step, ("%s in %s" % (name, path), full))
         else:
-            step, key = _own_step(os.path.join(path, name))
+            step, key = _own_step(full)
             if step is not None:
-                found.setdefault(step, "%s of %s" % (key, os.path.join(path, name)))
-    return sorted(found.items())
+                found.setdefault(step, ("%s of %s" % (key, full), full))
+    return [(step, detail, entry) for step, (detail, entry) in sorted(found.items())]
 
 
 def _own_step(full):

@@ -1,5 +1,6 @@
 """Which log of a path ``trainlog.py`` reads: the log of a run directory (:func:`find_log`):
-its candidates by the file names the readers claim, each measured by its reader, and of
+its candidates by the file names the readers claim and those common trainers give their
+logs (:data:`CONVENTIONAL`), each measured by the reader that claims its content, and of
 several the one :func:`.rank.choose` prefers, with why and what else was there; and the
 run's checkpoint directory (:func:`ckpt_dir_of`).
 """
@@ -17,6 +18,34 @@ from .readers import READERS, claimants, names
 from .source import Source, mtime
 
 CKPT_NAME_RE = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_]?(\d+)(?:\.\w+)*$", re.I)
+
+# The names common trainers give their logs, whatever reader reads them (by their content):
+# ``(regex on the path below the run directory, what, preference)``, as a reader's NAMES. A
+# name here is a candidate and says whose it is; no reader is chosen by it.
+CONVENTIONAL = (
+    # detectron2's JSONWriter: one JSON object an iteration ("iteration", "total_loss", ...)
+    (r"(?:^|/)metrics\.json$", "detectron2 metrics.json", 25),
+    # MMEngine's LocalVisBackend, MMCV's TextLoggerHook (``<timestamp>.log.json``)
+    (r"(?:^|/)vis_data/scalars\.json$", "MMEngine vis_data/scalars.json", 20),
+    (r"\.log\.json$", "MMCV / MMDetection *.log.json", 25),
+    # stable-baselines3's and rllab's CSV output, Spinning Up's progress.txt (tab-separated)
+    (r"(?:^|/)progress\.csv$", "stable-baselines3 / rllab progress.csv", 35),
+    (r"(?:^|/)progress\.txt$", "Spinning Up progress.txt", 35),
+    (r"(?:^|/)results\.csv$", "ultralytics results.csv", 40),
+    (r"(?:^|/)summary\.csv$", "timm summary.csv", 40),
+    # DETR and its kin: one JSON object an epoch in log.txt
+    (r"(?:^|/)log\.txt$", "log.txt (DETR and kin, or a console)", 85),
+    # stable-baselines3's Monitor: episode rewards and lengths, no loss: the last resort
+    (r"(?:^|/)(?:\d+\.)?monitor\.csv$", "stable-baselines3 Monitor monitor.csv", 95),
+)
+
+
+def _patterns():
+    """``[(regex, what, preference)]`` of every log name, the readers' and the trainers'
+    conventional ones, the preferred first (a reader's name before a conventional one of
+    the same preference)."""
+    found = [(rx, what, pref) for rx, what, pref, _ in names()]
+    return sorted(found + list(CONVENTIONAL), key=lambda n: n[2])
 
 
 MEASURE_BYTES = 1 << 20  # a larger candidate is measured on its first MiB, scaled to its size
@@ -41,7 +70,7 @@ def find_log(run_dir, max_entries=20000):
     if not found:
         raise LogError(
             "no training log under it (looked for %s)"
-            % ", ".join(sorted(set(what for _, what, _, _ in names())))
+            % ", ".join(sorted(set(what for _, what, _ in _patterns())))
         )
     if len(found) == 1:
         _, _, rel, full, what = found[0]
@@ -70,7 +99,7 @@ def _candidates(run_dir, max_entries):
     copy of the run's log saved at step N: the highest N stands for them all."""
     found, copies = [], {}
     seen = 0
-    patterns = sorted(names(), key=lambda n: n[2])
+    patterns = _patterns()
     base = len(run_dir.rstrip("/")) + 1
     for root, dirs, files in os.walk(run_dir):
         depth = root[base:].count("/") + (1 if len(root) >= base else 0)
@@ -83,7 +112,7 @@ def _candidates(run_dir, max_entries):
                 break
             full = os.path.join(root, name)
             rel = full[base:]
-            for pat, what, pref, _ in patterns:
+            for pat, what, pref in patterns:
                 m = re.search(pat, rel)
                 if m and m.groups():
                     copies.setdefault(pat, []).append((float(m.group(1)), rel, full, what, pref))

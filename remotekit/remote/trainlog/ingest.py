@@ -14,8 +14,10 @@ from .base import (
     CODE_RE,
     EVENT_STEP_RE,
     MISSING,
+    NO_EVENT_RE,
     PATH_RE,
     RESUME_RE,
+    SETTING_COMMENT_RE,
     SOURCE_LINE_RE,
     to_float,
 )
@@ -179,8 +181,9 @@ class Ingest:
         Its step is one the line states (``step 500``, ``checkpoint-500``), else the step
         of the last row (the save follows it); a logger's source line (``olmo.checkpoint:
         669``) is no step, and a path says where something was saved, not what."""
-        if CODE_RE.match(line):
+        if CODE_RE.match(line) or NO_EVENT_RE.search(line):
             return False
+        line = SETTING_COMMENT_RE.sub(r"\1", line)
         line = SOURCE_LINE_RE.sub(" ", line)
         words = PATH_RE.sub(" ", line)
         kind = None

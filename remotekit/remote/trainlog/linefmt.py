@@ -10,7 +10,13 @@ from collections import Counter
 from itertools import chain
 
 from ..protocol import mask
-from .source import HEAD_ROWS, Lines, head_lines
+from .source import HEAD_ROWS, SNIFF_BYTES, SNIFF_LINES, Lines, head_lines
+
+#: How far into a file a line format looks for its first data line past a preamble, and how
+#: many of its anchor's places there it tries (a JSON log with an ``iteration`` key has one a
+#: line: a few tries tell it is no such format).
+PREAMBLE_BYTES = SNIFF_BYTES >> 4  # 1 MiB: ~10,000 lines of trace or arguments
+PREAMBLE_TRIES = 32
 
 #: A number as trainers print it, as one regex group (nan and inf too).
 NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))"
@@ -39,18 +45,24 @@ class LineFormat:
     The reader of one line format holds it as ``LINE`` and takes ``sniff, read = LINE.sniff,
     LINE.read`` (its ``tail``, the latest lines, is every reader's)."""
 
-    def __init__(self, name, parse, step_key, events=()):
+    def __init__(self, name, parse, step_key, events=(), anchor=None):
         self.name = name
         self.parse = parse
         self.step_key = step_key
         self.events = events
+        self.anchor = anchor
 
     def sniff(self, head):
         """Half the share of the file's first lines that are this format's data: a line
-        format is never surer than the syntax of a whole file (JSON, a marker)."""
+        format is never surer than the syntax of a whole file (JSON, a marker). A format
+        with an ``anchor`` (bytes every data line holds) whose first lines hold none looks
+        past them: a log behind a long preamble (a shell trace, a dump of 500 arguments)
+        is judged by the lines from its first data line on (:func:`_past_preamble`)."""
         if not head.lines:
             return 0.0
         hits = sum(1 for ln in head.lines if self.parse(ln) is not None)
+        if hits == 0 and self.anchor is not None and len(head.lines) >= SNIFF_LINES:
+            return _past_preamble(self, head)
         return 0.5 * hits / len(head.lines)
 
     def read(self, src, out):
@@ -59,6 +71,31 @@ class LineFormat:
             lines = Lines(f)
             _read_lines(self, lines, out)
             out.long = lines.long
+
+
+def _past_preamble(lf, head):
+    """:meth:`LineFormat.sniff` of the :data:`SNIFF_LINES` lines from the first that holds
+    ``lf.anchor`` and parses as data, within the file's first :data:`PREAMBLE_BYTES`
+    (found by a bytes search, not a regex per line); 0 when there is none. Half the score
+    of the same lines at the top: a preamble is some doubt."""
+    raw = head.raw(PREAMBLE_BYTES)
+    at = raw.find(lf.anchor)
+    for _ in range(PREAMBLE_TRIES):
+        if at < 0:
+            break
+        start = raw.rfind(b"\n", 0, at) + 1
+        end = raw.find(b"\n", at)
+        line = raw[start : end if end >= 0 else len(raw)].decode("utf-8", "replace").strip()
+        if lf.parse(line) is not None:
+            text = raw[start : start + (1 << 16)].decode("utf-8", "replace")
+            lines = [ln.strip() for ln in text.splitlines()]
+            lines = [ln for ln in lines if ln][:SNIFF_LINES]
+            if len(lines) > 1:
+                lines = lines[:-1]  # the last may be cut short
+            hits = sum(1 for ln in lines if lf.parse(ln) is not None)
+            return 0.25 * hits / len(lines)
+        at = raw.find(lf.anchor, at + 1) if end >= 0 else -1
+    return 0.0
 
 
 # long: the per-line loop of every trainer format, names bound locally (a call costs > a regex)

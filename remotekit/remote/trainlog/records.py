@@ -27,6 +27,7 @@ __all__ = [
     "LogSource",
     "MetricStats",
     "Mode",
+    "Onset",
     "Periodicity",
     "Preset",
     "Series",
@@ -105,6 +106,31 @@ class MetricStats(Record):
 
 
 @dataclass(frozen=True)
+class Onset(Record):
+    """How the loss started (:mod:`.onset`): ``kind`` "nonfinite" (NaN or inf from its
+    first logged value), "above-chance" (above ``chance``, ln V or ln C of the count the
+    log states, from the start and staying there) or "healthy"; ``unhealthy`` for the
+    first two, over ``values`` values from ``first_step`` to ``last_step``, and
+    ``recovered_step`` where it came back (None: never). ``chance_from`` says where the
+    count was read; ``verdict`` says it all in words."""
+
+    TYPE = "onset"
+
+    metric: str
+    key: str
+    kind: str
+    unhealthy: bool = wire()
+    first_step: float = wire(FLOAT)
+    last_step: float = wire(FLOAT)
+    values: int = wire(INT)
+    recovered_step: float | None = wire(FLOAT)
+    start: float | None = wire(FLOAT)
+    chance: float | None = wire(FLOAT)
+    verdict: str = wire()
+    chance_from: str | None = None
+
+
+@dataclass(frozen=True)
 class Event(Record):
     """Something that happened at ``step``: checkpoint, resume, epoch, warmup, lr-jump, pause."""
 
@@ -148,6 +174,24 @@ class Spike(Record):
     at_event: bool = wire(default=False, sent=False)
     onset_step: float | None = wire(FLOAT, default=None)
     rule: str | None = None
+    #: At a resume, with the checkpoints given: the step of the checkpoint resumed from, and
+    #: what it lacked for the resume (or why it was not checked); ``resumes.py``.
+    resume_from: float | None = wire(FLOAT, default=None)
+    resume_check: str | None = None
+
+    def resume_line(self) -> str | None:
+        """ "loss spike at the resume from step 1000: <what the checkpoint lacked>"; None
+        for an incident at no resume (or with no checkpoints given)."""
+        if not self.resume_check:
+            return None
+        where = (
+            f"the resume from step {self.resume_from:g}"
+            if self.resume_from is not None
+            else f"the resume at step {self.event_step:g}"
+            if self.event_step is not None
+            else "a resume"
+        )
+        return f"{self.metric} {self.kind} at {where}: {self.resume_check}"
 
 
 @dataclass(frozen=True)
@@ -319,6 +363,7 @@ RECORDS = (
     LogSource,
     Preset,
     MetricStats,
+    Onset,
     Event,
     Spike,
     Correlation,

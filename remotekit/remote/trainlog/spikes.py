@@ -75,6 +75,11 @@ SHIFT_AFTER = 24  # not back after this many values (or half the window): a leve
 EARLY = 5  # fewer values before it: only a doubling is a spike
 BACK_SIGMA = 2.0  # back: 3 values in a row within 2 scales (a quarter of the margin) of the line
 BLOWUP = 2.0  # a rise to twice the line (a fall to half of it) that stays is still flagged
+# While the window still holds the log's first values (a short log: all of them), its later
+# half alone sets the scale too, the smaller one counting: the learning phase (a grad norm
+# decaying from 4.5 to 0.5 in 20 steps) is no noise, and it made a 5x step of a grad norm
+# settled at 0.5 (2% noise) look like one. At least this many values in that half.
+LATER = 12
 
 
 def _trend_line(cv, ci):
@@ -228,7 +233,10 @@ def detect_trend(label, vals, rows, steps, direction, preset):
         # refreshes change nothing (no slope, the scale within 10%), less and less often
         if len(cv) >= EARLY and (fresh >= every or len(cv) < 2 * window):
             was = scale
-            slope, scale = _trend_line(cv[-window:], ci[-window:])
+            wv, wi = cv[-window:], ci[-window:]
+            slope, scale = _trend_line(wv, wi)
+            if wi[0] == 0 and len(wv) >= 2 * LATER:  # the window holds the log's first values
+                scale = min(scale, _trend_line(wv[len(wv) // 2 :], wi[len(wi) // 2 :])[1])
             steady = not slope and abs(scale - was) <= 0.1 * scale
             every = min(4 * window, 2 * every) if steady else window
             fresh = 0

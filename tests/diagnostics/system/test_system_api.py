@@ -253,11 +253,12 @@ def test_diagnose_runs_every_section_in_order(
     skipped = report.section("ckpt-scan")
     assert (
         skipped is not None
-        and skipped.error == "no checkpoints: configured for local and no path given"
+        and skipped.error
+        == "no path given (--path) and no `checkpoints:` for this host in hosts.yaml"
     )
     assert (
         report.summary[3]
-        == "ckpt-scan: skipped (no checkpoints: configured for local and no path given)"
+        == "ckpt-scan: skipped (no path given (--path) and no `checkpoints:` for this host in hosts.yaml)"
     )
     off = dg.diagnose(t, path=str(tmp_path), include_ckpt=False, env=smi_env(bin_dir))
     assert off.section("ckpt-scan").error == "not requested"  # type: ignore[union-attr]
@@ -335,7 +336,7 @@ def test_diagnose_sections_render_and_json(notorch: remotekit.Target, bin_dir: P
     text = "\n".join(shown)
     assert report.exit_code == 1
     assert text.index("== env: ok") < text.index("== gpu: findings") < text.index("== ckpt-scan")
-    assert "== ckpt-scan: skipped\nno checkpoints: configured for local" in text
+    assert "== ckpt-scan: skipped\nno path given (--path) and no `checkpoints:`" in text
     assert "warning: GPU 3: temperature 88 C >= 85 C" in text  # the gpu section's own table
 
     broken = dg.diagnose(notorch, env=smi_env(bin_dir, "no-driver"))

@@ -57,9 +57,14 @@ def script(*args: Any) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """The records of one analysis (with a series) and of one short follow."""
+    """The records of one analysis (with a series), of one whose loss is NaN from its first
+    value, and of one short follow."""
     log = write_log(tmp_path_factory.mktemp("records") / "log.jsonl")
     out = script(log, "--points", 100, "--ckpt-steps", "200,400")
+    start = log.with_name("nan_start.jsonl")  # an onset record: the loss NaN from its start
+    rows = [{"step": s, "loss": "NaN" if s < 5 else 2.0 - 0.01 * s} for s in range(40)]
+    start.write_text("".join(json.dumps(r).replace('"NaN"', "NaN") + "\n" for r in rows))
+    out += script(start)
     out += script(log, "--follow", "--duration", 1.5)
     out += script(log.with_name("later.jsonl"), "--follow", "--duration", 1.5)  # waits
     return out

@@ -38,5 +38,6 @@ class Megatron(Reader):
             ("checkpoint", re.compile(r"saving checkpoint at iteration\s+(\d+)")),
             ("resume", re.compile(r"successfully loaded checkpoint from .*? at iteration\s+(\d+)")),
         ),
+        anchor=b"iteration",  # behind a shell trace or the 500-line arguments dump too
     )
     sniff, read = LINE.sniff, LINE.read

@@ -1,0 +1,205 @@
+"""Checkpoint diagnostics: a zip archive that holds torch files (a container, not a torch.save).
+
+Part of ``ckpt.py``. stable-baselines3's ``model.save`` writes one: ``policy.pth`` (the
+policy's state dict), ``policy.optimizer.pth`` (its optimizer's), ``pytorch_variables.pth``,
+each a torch.save zip of its own, stored as a member, and ``data``, a JSON object with the
+run's counters (``num_timesteps``, ``_n_updates``) and values that cloudpickle wrote as
+base64 text (never decoded here). A torch.save file is a zip too; it is told apart by its
+``data.pkl`` record (:func:`.discover.torch_members` is None for it).
+
+Each torch member is loaded as the files are (``weights_only``, no pickle run), from its bytes
+(a member cannot be memory-mapped), and its tensors become the archive's: ``policy.`` +
+their names, in the optimizer section when the member's name says ``optim``. The step comes
+from a JSON member. Bounds: at most :data:`MAX_MEMBERS` members, each torch member at most
+:data:`MAX_MEMBER_BYTES` unpacked and no more than :data:`MAX_RATIO` times its packed size
+(a zip bomb is refused before a byte is unpacked), a JSON member at most
+:data:`MAX_JSON_BYTES`; a member whose name climbs out (``..``, an absolute path) or holds a
+control character is refused, its name shown escaped.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+import zipfile
+
+from ..infile import load_json, open_regular
+from .base import OPTIMIZER, STEP_KEYS, LoadError, as_number, import_torch, short, uses_torch
+from .discover import is_torch_name
+from .formats import Source, adopt_part, fill_meta, walk_tensors
+
+torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
+uses_torch(globals())
+
+MAX_MEMBERS = 1000
+MAX_MEMBER_BYTES = 4 << 30  # one torch member, unpacked: held in memory to be loaded
+MAX_RATIO = 200  # unpacked / packed: deflate reaches ~1000 only on data made to (a bomb)
+MAX_JSON_BYTES = 16 << 20
+BOMB_FLOOR = 1 << 20  # a smaller member may pack as tightly as it likes
+# The archive's own counters: stable-baselines3 counts environment steps (its logs' x axis,
+# ``time/total_timesteps``) in num_timesteps and gradient updates in _n_updates.
+ARCHIVE_STEP_KEYS = ("num_timesteps",) + STEP_KEYS + ("_n_updates",)
+SCALAR_KEYS = ("num_timesteps", "_n_updates", "_total_timesteps", "n_envs", "n_steps", "seed")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+FORMAT = "zip"
+
+
+def refused_name(name):
+    """Why a member's name is not followed (None when it is fine): it climbs out of the
+    archive or holds a control character. The name is shown escaped (``%r``)."""
+    if _CONTROL.search(name):
+        return "member %r: a control character in its name: refused" % name
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or ".." in parts or re.match(r"^[A-Za-z]:", name):
+        return "member %r: a path that leaves the archive: refused" % name
+    return None
+
+
+def bomb(info):
+    """Why a member is too large to unpack (None when it is not): its declared size, or its
+    unpacked / packed ratio (a zip bomb)."""
+    if info.file_size > MAX_MEMBER_BYTES:
+        return "member %r unpacks to %d bytes, over the %d this reads: refused" % (
+            info.filename,
+            info.file_size,
+            MAX_MEMBER_BYTES,
+        )
+    packed = max(info.compress_size, 1)
+    if info.file_size > BOMB_FLOOR and info.file_size > MAX_RATIO * packed:
+        return "member %r unpacks %d bytes into %d (%dx): a zip bomb, refused" % (
+            info.filename,
+            packed,
+            info.file_size,
+            info.file_size // packed,
+        )
+    return None
+
+
+def open_archive(path, size, opts):
+    """The zip archive ``path`` of torch files as one :class:`Source` (format "zip"): every
+    torch member's tensors, the step from a JSON member; refused and damaged members are
+    problems (the verdict is "error"), the others still read."""
+    import_torch()  # open_source imports no torch: its members are torch.save files
+    src = Source(path, FORMAT, size)
+    try:
+        with open_regular(path) as f, zipfile.ZipFile(f) as zf:
+            infos = zf.infolist()
+            if len(infos) > MAX_MEMBERS:
+                raise LoadError(
+                    "a zip archive of %d members, over the %d this reads"
+                    % (len(infos), MAX_MEMBERS)
+                )
+            for info in infos:
+                _member(src, zf, info, opts)
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise LoadError("damaged zip archive: %s" % short(e), fmt=FORMAT) from e
+    torch_parts = [i.filename for i in infos if is_torch_name(i.filename)]
+    src.notes.insert(
+        0,
+        "a zip archive of %d torch file%s (%s), not a torch.save checkpoint: each member read "
+        "on its own"
+        % (len(torch_parts), "" if len(torch_parts) == 1 else "s", ", ".join(torch_parts[:6])),
+    )
+    if not src.entries and not src.problems:
+        src.problems.append("no member holds a tensor")
+    return src
+
+
+def _member(src, zf, info, opts):
+    name = info.filename
+    if info.is_dir():
+        return
+    why = refused_name(name)
+    if why is None and (is_torch_name(name) or _is_json(name)):
+        why = bomb(info)
+    if why:
+        src.problems.append(why)
+        return
+    if is_torch_name(name):
+        _torch_member(src, zf, info, opts)
+    elif _is_json(name) and info.file_size > MAX_JSON_BYTES:
+        src.notes.append(
+            "%s: %d bytes of JSON, over %d: not read" % (name, info.file_size, MAX_JSON_BYTES)
+        )
+    elif _is_json(name):
+        _json_member(src, zf, info)
+
+
+def _is_json(name):
+    base = name.rsplit("/", 1)[-1]
+    return base == "data" or base.endswith(".json")
+
+
+def _torch_member(src, zf, info, opts):
+    name = info.filename
+    raw = zf.read(info)  # bounded: zipfile stops at the declared size (checked above)
+    try:
+        obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=not opts.unsafe_pickle)
+    except pickle.UnpicklingError as e:
+        globs = re.findall(r"GLOBAL ([\w.]+) was not an allowed global", str(e))
+        src.needs_globals.extend(globs)
+        src.problems.append("member %s: weights-only load refused: %s" % (name, short(e)))
+        return
+    except Exception as e:  # torch raises RuntimeError/EOFError/KeyError... for damage
+        src.problems.append(
+            "member %s: torch.load failed: %s: %s" % (name, type(e).__name__, short(e))
+        )
+        return
+    del raw
+    stem = os.path.splitext(name)[0]
+    part = Source(name, "torch", 0)  # its bytes are the archive's
+    part.trees.append(("", obj))
+    walk_tensors(obj, part, None)
+    try:
+        fill_meta(part, obj)
+    except LoadError:
+        src.notes.append("%s: no tensors" % name)
+        return
+    part.notes = [n for n in part.notes if not n.startswith("top-level scalar")]
+    section = OPTIMIZER if "optim" in stem.lower() else None
+    adopt_part(src, part, name, stem + ".", section)
+    if section == OPTIMIZER:
+        # the walker names an optimizer found at the top of a member "" (its path there)
+        src.optimizers = [(p if p != stem + "." else stem, o) for p, o in src.optimizers]
+
+
+def _json_member(src, zf, info):
+    """A JSON member's counters (``num_timesteps``, ...) as the step and scalars; values
+    that cloudpickle wrote (``{":serialized:": ...}``) are counted, never decoded."""
+    try:
+        doc = load_json(zf.read(info).decode("utf-8"), info.filename)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        src.notes.append("%s: not JSON, not read" % info.filename)
+        return
+    if not isinstance(doc, dict):
+        return
+    if src.meta["global_step"] is None:
+        for k in ARCHIVE_STEP_KEYS:
+            v = as_number(doc.get(k))
+            if v is not None:
+                src.meta["global_step"], src.meta["step_key"] = v, "%s:%s" % (info.filename, k)
+                break
+    if src.meta["epoch"] is None:
+        src.meta["epoch"] = as_number(doc.get("epoch"))
+    for k in SCALAR_KEYS:
+        v = doc.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            src.meta["scalars"].setdefault(k, v)
+    pickled = sorted(str(k) for k, v in doc.items() if isinstance(v, dict) and ":serialized:" in v)
+    if pickled:
+        src.notes.append(
+            "%s: %d value%s pickled by cloudpickle (%s): not decoded (that would run code)"
+            % (
+                info.filename,
+                len(pickled),
+                "" if len(pickled) == 1 else "s",
+                ", ".join(pickled[:5]) + (", ..." if len(pickled) > 5 else ""),
+            )
+        )
+    src.meta["metadata"] = {
+        str(k): v
+        for k, v in list(doc.items())[:40]
+        if isinstance(v, (int, float, str, bool)) and len(str(v)) <= 200
+    }

@@ -1,0 +1,105 @@
+"""A run that never learned, or broke at once (issue 35, item 5): a loss above chance (ln V,
+ln C of the count the log states) from the start, or non-finite from its first value, is
+"unhealthy from the start", with the step where it came back; a usual start is said so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from remotekit.diagnostics.trainlog.api import build_report
+from tests.trainlog_kit import run, shipped
+
+# -- a run unhealthy from the start --------------------------------------------------------------
+
+
+def _lm_log(path: Path, stuck_epochs: int, vocab_line: str | None) -> Path:
+    """A JSON-lines LM log, 14 rows an epoch: the loss sits at ~10.9 (above ln 33278 =
+    10.41) for ``stuck_epochs`` epochs, then falls after an lr cut."""
+    rng = random.Random(2)
+    lines = [vocab_line] if vocab_line else []
+    step = 0
+    for ep in range(6):
+        for _ in range(14):
+            step += 200
+            if ep < stuck_epochs:
+                loss = 10.9 + rng.gauss(0, 0.05)
+            else:
+                loss = 7.5 * 0.98 ** (step / 200 - 14 * stuck_epochs) + 1 + rng.gauss(0, 0.05)
+            lr = 20.0 if ep < stuck_epochs else 5.0
+            lines.append(json.dumps({"step": step, "epoch": ep, "loss": round(loss, 3), "lr": lr}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_loss_above_chance_from_the_start_is_unhealthy_until_it_falls(tmp_path: Path) -> None:
+    r = run(_lm_log(tmp_path / "log.jsonl", 3, '{"vocab_size": 33278, "bptt": 35}'))
+    start = r.one("onset")
+    assert start["unhealthy"] and start["kind"] == "above-chance"
+    assert start["chance"] == pytest.approx(math.log(33278), abs=1e-3)
+    assert start["first_step"] == 200 and start["last_step"] == 42 * 200
+    assert start["recovered_step"] == 43 * 200
+    assert "vocab_size=33278 at line 1" in start["chance_from"]
+    assert "unhealthy-start" in r.records[-2]["findings"] and r.code == 1
+    rep = build_report("local", "log.jsonl", r.records)
+    assert rep.onset is not None and rep.onset.unhealthy
+    assert rep.diagnosis[0].startswith("loss unhealthy from the start: above chance (10.41)")
+    assert "  start: loss unhealthy from the start: " in rep.render()
+
+
+def test_a_usual_start_at_chance_is_not_unhealthy(tmp_path: Path) -> None:
+    """A loss that starts near ln V and falls at once is how training starts: said, not
+    flagged; nor is any loss when the log states no count (nothing to judge it by)."""
+    rng = random.Random(4)
+    rows = ['{"vocab_size": 50257}']
+    for s in range(1, 61):
+        loss = 9.0 * 0.93**s + 2 + rng.gauss(0, 0.02)  # 10.4 at step 1, ln 50257 = 10.82
+        rows.append(json.dumps({"step": s, "loss": round(loss + 0.9 * (s < 4), 4)}))
+    (tmp_path / "log.jsonl").write_text("\n".join(rows) + "\n")
+    r = run(tmp_path / "log.jsonl")
+    start = r.one("onset")
+    assert not start["unhealthy"] and start["kind"] == "healthy"
+    assert "a usual start" in start["verdict"] and r.code == 0
+    r = run(_lm_log(tmp_path / "nocount.jsonl", 3, None))
+    assert r.all("onset") == [] and r.code == 0
+
+
+def test_a_count_stated_with_several_values_is_no_chance_level(tmp_path: Path) -> None:
+    """``ntokens`` per batch is a series, not a vocabulary: no chance level from it."""
+    lines = []
+    for s in range(1, 41):
+        lines.append(f"step={s} loss={12 - 0.01 * s:.3f} ntokens={4000 + 37 * (s % 5)}")
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    assert run(tmp_path / "train.log").all("onset") == []
+
+
+def test_a_loss_nan_from_its_first_value_is_unhealthy_counted_without_held_out_rows(
+    tmp_path: Path,
+) -> None:
+    rows = []
+    for s in range(1, 41):
+        loss = "NaN" if s <= 15 else f"{6 - 0.05 * s:.4f}"
+        rows.append(f'{{"step": {s}, "loss": {loss}}}')
+        if s % 10 == 0:
+            rows.append(f'{{"step": {s}, "val_loss": {"NaN" if s <= 15 else "5.0"}}}')
+    (tmp_path / "log.jsonl").write_text("\n".join(rows) + "\n")
+    r = run(tmp_path / "log.jsonl")
+    start = r.one("onset")
+    assert start["kind"] == "nonfinite" and start["unhealthy"]
+    assert start["values"] == 15 and start["recovered_step"] == 16
+    assert "non-finite from its first logged value (nan at step 1): 15 value(s)" in start["verdict"]
+    loss = next(m for m in r.all("metric") if m["label"] == "loss")
+    assert loss["nonfinite"] == 15  # the val rows' NaN is the val_loss's own
+    assert "unhealthy-start" in r.records[-2]["findings"]
+
+
+def test_chance_in_the_units_of_a_perplexity_or_bits() -> None:
+    onset = shipped("trainlog.onset")
+    assert onset._in_units("train/ppl", math.log(100)) == pytest.approx(100)
+    assert onset._in_units("bpb", math.log(256)) == pytest.approx(8)
+    assert onset._in_units("loss", 2.0) == 2.0

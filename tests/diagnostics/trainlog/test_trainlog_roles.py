@@ -1,0 +1,149 @@
+"""train-log's roles by evidence (issue 35, item 3): the loss analysed is the train-side
+objective (a total before its parts, a maximised or signed part never the loss while a
+minimised one exists, a critic's value loss no held-out loss), and every pick says why.
+
+Public runs: tests/data/public/gail-ppo-progress (MIT) and jobshop-sb3-ppo (MIT), see
+tests/public_runs.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+from tests.harness import DATA
+from tests.trainlog_kit import run, shipped
+
+PUBLIC = DATA / "public"
+
+# -- roles: the loss is the train-side objective, chosen by what the values say too -------------
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[list[float]]) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        w.writerows(rows)
+    return path
+
+
+def _a2c(path: Path, total: bool) -> Path:
+    """An actor-critic's progress.csv as stable-baselines3 writes it (A2C: no total; PPO
+    with ``total``: ``train/loss`` = pg + 0.5 value + 0.01 entropy)."""
+    rng = random.Random(1)
+    cols = ["time/total_timesteps", "train/entropy_loss", "train/learning_rate"]
+    cols += ["train/n_updates", "train/policy_loss", "train/value_loss", "rollout/ep_rew_mean"]
+    cols += ["train/loss"] if total else []
+    rows = []
+    for i in range(60):
+        ent = -1.38 + 0.005 * i + rng.gauss(0, 0.01)
+        pg = rng.gauss(0, 0.02)
+        vl = 0.5 * 0.97**i + abs(rng.gauss(0, 0.02))
+        row = [500.0 * (i + 1), ent, 0.0007, i + 1.0, pg, vl, 10.0 + i]
+        rows.append(row + ([pg + 0.5 * vl + 0.01 * ent] if total else []))
+    return _write_csv(path, cols, rows)
+
+
+def test_a_critics_value_loss_is_a_train_side_part_not_a_held_out_loss(tmp_path: Path) -> None:
+    """A2C logs no total: its policy-gradient loss is signed, its entropy loss maximised (an
+    entropy bonus, negative), its value loss the one minimised part: that is the loss, and
+    no held-out loss is named at all (``value`` is no ``val``)."""
+    r = run(_a2c(tmp_path / "progress.csv", total=False))
+    src = r.one("source")
+    assert src["columns"]["loss"] == "train/value_loss"
+    assert "val_loss" not in src["columns"]
+    why = src["why"]["loss"]
+    assert "'train/entropy_loss' (maximised: an entropy term; its values negative)" in why
+    assert "'train/policy_loss' (signed: values from -" in why and "around 0" in why
+
+
+def test_a_total_is_the_loss_and_says_the_parts_it_sums(tmp_path: Path) -> None:
+    r = run(_a2c(tmp_path / "progress.csv", total=True))
+    src = r.one("source")
+    assert src["columns"]["loss"] == "train/loss" and "val_loss" not in src["columns"]
+    assert src["metrics"] == ["loss", "lr"]  # the parts are in the total: none analysed apart
+    assert (
+        "a total: a weighted sum of 'train/entropy_loss', 'train/policy_loss', "
+        in (src["why"]["loss"])
+    )
+
+
+def test_a_plain_named_total_is_the_loss_though_it_dips_below_zero(tmp_path: Path) -> None:
+    """SB3's ``train/loss`` is the last batch's total, no exact sum of its parts' means, and
+    goes below 0 as the entropy bonus grows: a loss that names nothing beside losses that
+    name their part is the total all the same."""
+    rng = random.Random(3)
+    cols = ["step", "train/loss", "train/value_loss", "train/policy_gradient_loss"]
+    cols.append("train/entropy_loss")
+    rows = []
+    for i in range(40):
+        vl, pg, ent = 2 * 0.9**i + 0.01, rng.gauss(-0.01, 0.02), -1.3 + 0.02 * i
+        rows.append([i + 1.0, pg + 0.5 * vl + 0.01 * ent + rng.gauss(0, 0.05), vl, pg, ent])
+    src = run(_write_csv(tmp_path / "progress.csv", cols, rows)).one("source")
+    assert src["columns"]["loss"] == "train/loss"
+    assert "the total by its name: the others name parts" in src["why"]["loss"]
+
+
+def test_yolo_parts_with_no_total_are_still_each_analysed(tmp_path: Path) -> None:
+    """Unchanged: parts that are all minimised and sum to nothing logged are analysed each."""
+    cols = ["epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss"]
+    rows = [
+        [float(i), 1.5 - 0.01 * i, 2.0 - 0.02 * i + 0.01 * (i % 3), 1.2 - 0.005 * i]
+        for i in range(60)
+    ]
+    src = run(_write_csv(tmp_path / "results.csv", cols, rows)).one("source")
+    assert src["metrics"] == ["loss", "train/cls_loss", "train/dfl_loss"]
+
+
+def test_public_gail_ppo_progress_loss_is_the_policys_total() -> None:
+    """morikatron/GAIL_PPO (MIT) logs two objectives with names that hold spaces: the policy's
+    ``loss`` (= policy loss + 0.5 value loss - 0.01 entropy loss, to 6 digits) and the
+    discriminator's ``discriminator loss total`` (= agent + demo). The policy's loss is the
+    one analysed, said to be a total; ``value loss`` is no held-out loss; the signed policy
+    loss and the entropy term are said not to be the loss."""
+    for part in ("ppo", "human"):
+        r = run(PUBLIC / "gail-ppo-progress" / "sample_result" / part / "progress.csv")
+        src = r.one("source")
+        assert src["columns"] == {"loss": "loss"}, src["columns"]
+        why = src["why"]["loss"]
+        assert "a total: a weighted sum of 'policy loss', 'value loss' in every row" in why
+        assert "'discriminator loss total' (a total: a weighted sum of " in why
+        assert "'policy loss' (signed: values from " in why
+        assert "'entropy loss' (maximised: an entropy term)" in why
+    spikes = run(PUBLIC / "gail-ppo-progress" / "sample_result" / "ppo" / "progress.csv").spikes()
+    assert set(spikes) == {53, 72}  # the two largest (63 and 70 against a median of 1.8)
+
+
+def test_public_jobshop_sb3_ppo_value_loss_is_no_held_out_loss() -> None:
+    """gbencheikh/RL_Job_Shop_Problem (MIT): stable-baselines3 PPO's progress.csv. Before,
+    ``train/value_loss`` was "the held-out loss"; it is the critic's part of the total."""
+    src = run(PUBLIC / "jobshop-sb3-ppo" / "logs" / "progress.csv").one("source")
+    assert src["columns"]["loss"] == "train/loss"
+    assert "val_loss" not in src["columns"]
+    assert (
+        "'train/entropy_loss' (maximised: an entropy term; its values negative)"
+        in (src["why"]["loss"])
+    )
+
+
+def test_held_out_names_still_read_as_held_out() -> None:
+    choose = shipped("trainlog.choose")
+    for name in ("val_loss", "valid/loss", "validation_loss", "eval/loss", "test_loss"):
+        assert choose._val_loss_score(name) is not None, name
+    for name in ("val2_loss", "evaluation/nll", "testset_loss"):
+        assert choose._val_loss_score(name) is not None, name
+    for name in ("value_loss", "train/value_loss", "values_loss", "device_loss"):
+        assert choose._val_loss_score(name) is None, name
+
+
+def test_a_loss_that_falls_through_zero_is_no_signed_part(tmp_path: Path) -> None:
+    """A continuous reconstruction NLL falls from 0.5 to -2 (a density's log-likelihood has
+    no floor at 0): both signs, but not around 0, so it is no signed part set behind its
+    always-positive KL term; the two are analysed as the parts of a loss with no total."""
+    cols = ["step", "train/recon_loss", "train/kl_loss"]
+    rows = [[i + 1.0, 0.5 - 2.5 * i / 59, 0.2 + 0.001 * (i % 4)] for i in range(60)]
+    src = run(_write_csv(tmp_path / "metrics.csv", cols, rows)).one("source")
+    assert src["columns"]["loss"] == "train/recon_loss", src["why"]
+    assert src["metrics"] == ["loss", "train/kl_loss"]
+    assert "signed" not in src["why"]["loss"]
