@@ -24,7 +24,18 @@ checkpoints of about ``--layout-gb`` (default 1.1) built under ``--tmp`` and del
   DeepSpeed's layout, as tests/data/deepspeed shows it): scan vs ``torch.load`` of every file,
   held together as zero_to_fp32.py does, then a NaN count.
 
-Targets: scan wall time and peak RSS <= 0.5x the naive load's. ``--suite small`` scans
+Targets: scan wall time and peak RSS <= 0.5x the naive load's. ``--suite formats`` (issue 34)
+writes one model of about ``--formats-gb`` (default 1.0; fp32 tensors of 4096 columns, NaN and
++-Inf planted, one in the last chunk of the last tensor) twice, as safetensors (by the
+``safetensors`` package) and as a torch.save file, and measures each whole command:
+
+- ``ckpt.py scan`` of the safetensors file vs a plain safetensors + NumPy script
+  (``safe_open(framework="np")``, ``np.isnan`` / ``np.isinf`` per tensor): target <= 1.0x
+  (the scan imports no torch for it);
+- ``ckpt.py scan`` of the torch file vs a plain ``torch.load(mmap=True)`` + ``isnan`` /
+  ``isinf`` script: target <= 0.5x.
+
+Peak RSS of each is reported; every tool must find the planted values. ``--suite small`` scans
 ``--small-files`` (default 20,000) tiny checkpoints and reports files per second (target >=
 1,000) next to a bare ``torch.load`` loop over the same files in one process.
 
@@ -185,6 +196,8 @@ def scan(path: Path, jobs: int = 1) -> dict[str, Any]:
         "exit_code": code,
         "file_s": sum(c["seconds"] for c in cps),
         "nan_weights": sum(c["nan_weights"] for c in cps),
+        "posinf_weights": sum(c["posinf_weights"] for c in cps),
+        "neginf_weights": sum(c["neginf_weights"] for c in cps),
         "nan_optimizer": sum(c["nan_optimizer"] for c in cps),
         "posinf_optimizer": sum(c["posinf_optimizer"] for c in cps),
         "statuses": sorted({c["status"] for c in cps}),
@@ -322,6 +335,79 @@ print(len(files) / (time.perf_counter() - t0))
 """
 
 
+MAKE_FORMATS = r"""
+import sys, torch
+from safetensors.torch import save_file
+st_path, pt_path, nbytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cols, n = 4096, 16
+rows = max(1, nbytes // (4 * cols * n))
+g = torch.Generator().manual_seed(0)
+sd = {"layers.%d.weight" % i: torch.randn(rows, cols, generator=g) * 0.02 for i in range(n)}
+sd["layers.0.weight"][5, 7] = float("nan")
+sd["layers.7.weight"][1, 1] = float("inf")
+sd["layers.%d.weight" % (n - 1)][-1, -1] = float("-inf")  # the last chunk of the last tensor
+save_file(sd, st_path)
+torch.save(sd, pt_path)
+"""
+
+# The plain ways to answer "any NaN/Inf in here?" that a user would type.
+ST_NUMPY = r"""
+import sys, numpy as np
+from safetensors import safe_open
+bad = 0
+with safe_open(sys.argv[1], framework="np") as f:
+    for k in f.keys():
+        t = f.get_tensor(k)
+        bad += int(np.isnan(t).sum()) + int(np.isinf(t).sum())
+print(bad)
+"""
+
+TORCH_MMAP = r"""
+import sys, torch
+sd = torch.load(sys.argv[1], map_location="cpu", mmap=True, weights_only=True)
+print(sum(int(torch.isnan(t).sum()) + int(torch.isinf(t).sum()) for t in sd.values()))
+"""
+
+
+def formats_suite(tmp: Path, nbytes: int, repeat: int) -> list[tuple[str, float, str, float]]:
+    st, pt = tmp / "model.safetensors", tmp / "model.pt"
+    t0 = time.perf_counter()
+    child(MAKE_FORMATS, str(st), str(pt), str(nbytes))
+    os.sync()
+    cat_s = cat_seconds([st], repeat=1)  # also warms the page cache
+    cat_seconds([pt], repeat=1)
+    print(
+        f"made {gib(st.stat().st_size)} safetensors + torch.save files in "
+        f"{time.perf_counter() - t0:.0f} s; cat of the safetensors file {cat_s:.2f} s",
+        flush=True,
+    )
+    rows: list[tuple[str, float, str, float]] = []
+    for name, path, code, limit in (
+        ("safetensors", st, ST_NUMPY, 1.0),
+        ("torch.save", pt, TORCH_MMAP, 0.5),
+    ):
+        runs = []
+        for _ in range(repeat):  # interleaved, so that drift on a shared host hits both
+            runs.append((scan(path), child(code, str(path))))
+        ours = best([r[0] for r in runs])
+        base = min((r[1] for r in runs), key=lambda r: r[0])
+        found = ours["nan_weights"] + ours["posinf_weights"] + ours["neginf_weights"]
+        assert found == int(base[2].split()[-1]) == 3, (ours, base[2])
+        label = "safetensors + numpy" if name == "safetensors" else "torch.load(mmap) + isnan"
+        print(
+            f"  {name}: scan {ours['wall_s']:.2f} s / {gib(ours['peak_rss'])}; {label} "
+            f"{base[0]:.2f} s / {gib(base[1])}; both find {found} NaN/Inf",
+            flush=True,
+        )
+        rows.append((f"{name} scan wall time vs {label}", ours["wall_s"] / base[0], "<=", limit))
+        rows.append(
+            (f"{name} scan peak RSS vs {label} (info)", ours["peak_rss"] / base[1], "<=", 99)
+        )
+    st.unlink()
+    pt.unlink()
+    return rows
+
+
 def child(code: str, *args: str) -> tuple[float, int, str]:
     """Run ``code`` in a fresh Python: (wall seconds, peak RSS, stdout)."""
     wall, rss, out, err, rc = timed([sys.executable, "-c", code, *args])
@@ -395,6 +481,8 @@ def run_suites(opts: argparse.Namespace) -> int:
         tmp = Path(tmp_name)
         if opts.suite in ("layouts", "all"):
             targets += layout_suite(tmp, int(opts.layout_gb * (1 << 30)), opts.repeat)
+        if opts.suite in ("formats", "all"):
+            targets += formats_suite(tmp, int(opts.formats_gb * (1 << 30)), opts.repeat)
         if opts.suite in ("small", "all"):
             targets += small_suite(tmp, opts.small_files)
     ok_all = True
@@ -420,9 +508,12 @@ def main() -> int:
     ap.add_argument("--size-gb", type=float, default=2.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool (the fastest counts)")
     ap.add_argument("--tmp", default=tempfile.gettempdir())
-    ap.add_argument("--suite", choices=["seed", "layouts", "small", "all"], default="seed")
+    ap.add_argument(
+        "--suite", choices=["seed", "layouts", "formats", "small", "all"], default="seed"
+    )
     ap.add_argument("--layout-gb", type=float, default=1.1)
     ap.add_argument("--small-files", type=int, default=20000)
+    ap.add_argument("--formats-gb", type=float, default=1.0)
     opts = ap.parse_args()
     if opts.suite != "seed":
         return run_suites(opts)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checkpoint diagnostics, run *there*: "are my checkpoints corrupt?"
 
-Standalone: the standard library and torch >= 2.1 only, Python >= 3.8. Subcommands::
+Standalone: the standard library and torch >= 2.1 only, Python >= 3.8; a scan of safetensors
+files needs no torch (NumPy is used where it imports, else the standard library). Subcommands::
 
     ckpt.py scan PATH [--jobs N] [--allow-global NAME]... [--unsafe-pickle] [--max-bad 20]
     ckpt.py inspect PATH [--resume] [--allow-global NAME]... [--unsafe-pickle]
@@ -15,10 +16,12 @@ that differ from the defaults; by hand, each field is a flag too.
 
 PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt, *.th,
 *.safetensors, Hugging Face ``*.index.json`` shard indexes and checkpoint directories) or a
-glob (``**`` too; each real directory is entered once, so symlink loops end). Formats:
+glob (``**`` too; each real directory is entered once, so symlink loops end), and *.gguf.
+Formats:
 torch.save files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors
 (parsed and validated here: 8-byte little-endian header length, JSON header, raw data; no
-safetensors package needed) and HF sharded checkpoints (``weight_map``). Directories that are
+safetensors package needed), GGUF (llama.cpp; float tensors checked, quantized ones named in
+a note) and HF sharded checkpoints (``weight_map``). Directories that are
 ONE checkpoint each: HF Trainer ``checkpoint-N/`` (weights + optimizer.pt + trainer_state.json),
 DeepSpeed ``global_stepN/`` (model states + every ZeRO optimizer partition; ``latest`` is
 checked), torch.distributed.checkpoint (``.metadata`` + ``__R_N.distcp``, read chunk by chunk
@@ -90,22 +93,26 @@ module and allow-lists it, ``--unsafe-pickle`` loads plain pickle (arbitrary cod
 record says so). Memory: zip checkpoints are memory-mapped and each checked chunk's pages are
 released again (``madvise(MADV_DONTNEED)``), so resident memory stays far below the file size.
 Speed: one ``aminmax`` per chunk of 4M values tells a clean chunk (it propagates NaN and shows
-+-Inf as min or max); only chunks with bad values are counted element by element.
++-Inf as min or max); only chunks with bad values are counted element by element. safetensors
+values are checked without torch (``values``): NumPy's min/max for float32/64, and for bf16,
+fp16 and fp8 one max of the sign-cleared bits (NaN/Inf is the exponent field all ones).
 
 Processes: scan and bisect discover files here (no torch) and check them in one worker
 process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one file each at a
-time. A file that crashes the worker costs only itself: the files the worker had open are
-checked again alone in a fresh one. inspect and diff run in this process.
+time, and imports torch at the first file that needs one (none for safetensors or GGUF). A
+file that crashes the worker costs only itself: the files the worker had open are checked
+again alone in a fresh one. inspect and diff run in this process.
 
 Modules of the package this file runs from (:mod:`remotekit.shipping` ships it whole): the
 siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
 safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
-``base`` (constants, errors, torch on demand, page release), ``formats`` (one file: torch,
-safetensors, HF index, LFS; what is a param; the loading policy), ``dcp``, ``discover`` (no
-torch), ``archive`` (a zip of torch files), ``layouts`` (directories that are one
-checkpoint; ``open_source``), ``resume`` (can a run resume from it), ``check``
-(values; ``scan_item``), ``workers``, ``commands``; ``options`` (the commands' options and
-command line, no torch). This file holds the format description and ``main``.
+``base`` (constants, errors, torch on demand, page release), ``values`` (raw float values
+checked without torch: NumPy or the standard library), ``gguf`` (a GGUF header, checked),
+``formats`` (one file: torch, safetensors, GGUF, HF index, LFS; what is a param; the loading
+policy), ``dcp``, ``discover`` (no torch), ``archive`` (a zip of torch files), ``layouts``
+(directories that are one checkpoint; ``open_source``), ``resume`` (can a run resume from it),
+``check`` (values; ``scan_item``), ``workers``, ``commands``; ``options`` (the commands'
+options and command line, no torch). This file holds the format description and ``main``.
 """
 
 from __future__ import annotations

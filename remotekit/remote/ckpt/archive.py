@@ -26,7 +26,7 @@ import re
 import zipfile
 
 from ..infile import load_json, open_regular
-from .base import OPTIMIZER, STEP_KEYS, LoadError, as_number, short, uses_torch
+from .base import OPTIMIZER, STEP_KEYS, LoadError, as_number, import_torch, short, uses_torch
 from .discover import is_torch_name
 from .formats import Source, adopt_part, fill_meta, walk_tensors
 
@@ -81,6 +81,7 @@ def open_archive(path, size, opts):
     """The zip archive ``path`` of torch files as one :class:`Source` (format "zip"): every
     torch member's tensors, the step from a JSON member; refused and damaged members are
     problems (the verdict is "error"), the others still read."""
+    import_torch()  # open_source imports no torch: its members are torch.save files
     src = Source(path, FORMAT, size)
     try:
         with open_regular(path) as f, zipfile.ZipFile(f) as zf:

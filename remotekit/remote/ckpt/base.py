@@ -12,11 +12,17 @@ import ctypes
 import mmap
 import os
 import re
+import struct
 import sys
+import threading
 import warnings
 
-torch = None  # set by import_torch(): discovery needs no torch
+from ..infile import open_regular
+
+torch = None  # set by import_torch(): discovery and safetensors need no torch
 _TORCH_USERS = []  # the globals of every module that refers to torch
+_TORCH_SETUP = []  # what runs once torch is imported (the worker's threads, allowed globals)
+_TORCH_LOCK = threading.Lock()  # a worker's threads may meet their first torch file together
 
 
 def uses_torch(namespace):
@@ -26,7 +32,7 @@ def uses_torch(namespace):
     _TORCH_USERS.append(namespace)
 
 
-CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".th", ".safetensors")  # .th: AllenNLP
+CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".th", ".safetensors", ".gguf")  # .th: AllenNLP
 INDEX_SUFFIX = ".index.json"
 # Files an HF Trainer writes beside the weights that are not model/optimizer state.
 AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
@@ -75,27 +81,28 @@ RNG_NAME = re.compile(r"(?i)rng|random|generator")
 # The per-section counts of a "checkpoint" record: nan_weights, posinf_weights, ...
 NONFINITE_KEYS = tuple("%s_%s" % (w, s) for s in SECTIONS for w in ("nan", "posinf", "neginf"))
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
-ST_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E8M0": "float8_e8m0fnu",
-    "C64": "complex64",
-    "C128": "complex128",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U64": "uint64",
-    "U32": "uint32",
-    "U16": "uint16",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
 PROGRESS_EVERY_S = 0.5
+
+
+def looks_like_safetensors(head):
+    """True when ``head`` (a file's first bytes, at least 9) starts a safetensors file: a
+    plausible little-endian header length, then the header's JSON object."""
+    if len(head) < 9:
+        return False
+    (n,) = struct.unpack("<Q", head[:8])
+    return head[8:9] == b"{" and 0 < n <= SAFETENSORS_MAX_HEADER
+
+
+def is_torchless_file(path):
+    """True when the file at ``path`` starts like a safetensors or GGUF file: read without
+    torch."""
+    try:
+        with open_regular(path) as f:  # never blocks on a FIFO named *.safetensors
+            head = f.read(9)
+            return looks_like_safetensors(head) or head.startswith(b"GGUF")
+    except OSError:  # NotRegularFile too: opening it later says why
+        return False
+
 
 # ------------------------------------------------------------------------------------ output
 
@@ -136,10 +143,28 @@ def euid():
 # ------------------------------------------------------------------------------------ torch
 
 
+def on_torch(fn):
+    """Run ``fn()`` once torch is imported: now if it is, else right after :func:`import_torch`
+    imports it (a Fatal from ``fn`` is that call's)."""
+    _TORCH_SETUP.append(fn)
+    if torch is not None:
+        fn()
+
+
 def import_torch():
+    """torch, imported on the first call (only files that need it call this: torch.save files
+    and DCP; safetensors is read without it); Fatal when it cannot be imported."""
     global torch
     if torch is not None:
         return torch
+    with _TORCH_LOCK:
+        if torch is None:
+            _import_torch()
+    return torch
+
+
+def _import_torch():
+    global torch
     warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
     # safetensors data is mapped read-only on purpose: nothing here writes to it
     warnings.filterwarnings("ignore", message=".*given buffer is not writable.*")
@@ -157,10 +182,11 @@ def import_torch():
             "torch %s is too old: checkpoint diagnostics need torch >= 2.1 (mmap loading)"
             % _torch.__version__
         )
-    torch = _torch
     for namespace in _TORCH_USERS:
         namespace["torch"] = _torch
-    return torch
+    for fn in _TORCH_SETUP:
+        fn()
+    torch = _torch  # last: other threads use it only once it is set up
 
 
 def is_scalar_dtype(dtype):

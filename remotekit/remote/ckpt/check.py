@@ -1,7 +1,8 @@
 """Checkpoint diagnostics: checking values (NaN, +-Inf, negative second moments) and scanning.
 
 Part of ``ckpt.py``. One ``aminmax`` per chunk tells a clean chunk; only chunks with bad values
-are counted element by element. :func:`scan_item` turns one discovered item into its
+are counted element by element. Values a file stores as raw floats (safetensors) are checked
+without torch (:mod:`values`). :func:`scan_item` turns one discovered item into its
 ``checkpoint`` record; :func:`meta_item` reads only its step (bisect's ordering).
 """
 
@@ -31,34 +32,13 @@ from .base import (
     uses_torch,
 )
 from .layouts import open_source
+from .values import Stats, check_raw, raw_checkable
 
 torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
 uses_torch(globals())
 
 
 # ------------------------------------------------------------------------------ checking
-
-
-class Stats(object):
-    """Exact counts for one tensor; ``max_abs``/``min`` are over its finite values."""
-
-    __slots__ = ("first_bad", "max_abs", "min", "nan", "negative", "neginf", "numel", "posinf")
-
-    def __init__(self, numel):
-        self.numel = numel
-        self.nan = self.posinf = self.neginf = self.negative = 0
-        self.max_abs = None
-        self.min = None
-        self.first_bad = None
-
-    @property
-    def nonfinite(self):
-        return self.nan + self.posinf + self.neginf
-
-    def minmax(self, mn, mx):
-        a = max(abs(mn), abs(mx))
-        self.max_abs = a if self.max_abs is None else max(self.max_abs, a)
-        self.min = mn if self.min is None else min(self.min, mn)
 
 
 _UPCAST = {}  # dtype -> True when this torch cannot reduce it natively (float8, ...)
@@ -190,8 +170,11 @@ class _Progress(object):
 
 def check_entry(entry, chunk, progress=None):
     """Exact non-finite counts of one entry, reading it once in bounded chunks."""
-    st = Stats(entry.numel)
     nonneg = entry.section == OPTIMIZER and entry.slot in NONNEG_SLOTS
+    if entry.raw is not None and raw_checkable(entry.dtype):
+        mm, start = entry.raw
+        return check_raw(mm, start, entry.dtype, entry.numel, chunk, nonneg, progress)
+    st = Stats(entry.numel)
     for off, c in entry.chunks(chunk):
         _check_chunk(c, off, st, nonneg)
         if progress is not None:

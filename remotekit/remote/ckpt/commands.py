@@ -6,7 +6,6 @@ a ``ScanOptions``, ...), writes its records and returns the exit code.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import math
 import os
@@ -27,6 +26,7 @@ from .base import (
     as_number,
     euid,
     import_torch,
+    is_torchless_file,
     short,
     uses_torch,
 )
@@ -44,7 +44,9 @@ uses_torch(globals())
 # ------------------------------------------------------------------------------ commands
 
 
-def _preflight(opts):
+def _preflight(opts, items=None):
+    """Before any work: the warning --unsafe-pickle owes, the --allow-global names, and torch
+    when some of ``items`` needs it (all of them: None)."""
     if opts.unsafe_pickle:
         emit(
             {
@@ -55,18 +57,31 @@ def _preflight(opts):
         )
     for name in opts.allow_globals:
         import_global(name)  # fail before any work when a name is wrong
-    if importlib.util.find_spec("torch") is None:
-        raise Fatal(
-            "torch is not installed for %s: install torch >= 2.1 in the environment that runs "
-            "this script" % sys.executable
-        )
+    if items is None or any(_needs_torch(it) for it in items):
+        if importlib.util.find_spec("torch") is None:
+            raise Fatal(
+                "torch is not installed for %s: install torch >= 2.1 in the environment that "
+                "runs this script" % sys.executable
+            )
+
+
+def _needs_torch(item):
+    """Whether checking a discovered item imports torch: safetensors files (alone or as an
+    index's shards) and GGUF files are read without it."""
+    if item["kind"] in ("unsupported", "error"):
+        return False
+    if item["kind"] == "file":
+        return not is_torchless_file(item["path"])
+    if item["kind"] == "hf-index":
+        return not all(is_torchless_file(p) for p in item.get("files", ()))
+    return True
 
 
 def cmd_scan(opts):
     t0 = time.time()
-    _preflight(opts)
     logs = []
     items, skipped = discover(opts.path, logs)
+    _preflight(opts, items)
     total = sum(int(it.get("bytes", 0)) for it in items)
     jobs = max(1, min(opts.jobs, len(items)))
     emit(
@@ -547,7 +562,6 @@ def _natural(s):
 
 def cmd_bisect(opts):
     t0 = time.time()
-    _preflight(opts)
     if not os.path.isdir(opts.directory):
         raise Fatal(
             "%s is not a directory (bisect orders the checkpoints found under one)" % opts.directory
@@ -593,6 +607,7 @@ def _bisect_plan(opts):
     """Discover the checkpoints under the directory: the readable-looking items, and the
     paths of those already known unreadable (their records are written here)."""
     items, skipped = discover(opts.directory)
+    _preflight(opts, items)
     emit(
         {
             "type": "plan",

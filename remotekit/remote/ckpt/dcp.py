@@ -22,6 +22,7 @@ from .base import (
     STEP_KEYS,
     WEIGHTS,
     LoadError,
+    import_torch,
     is_scalar_dtype,
     short,
     uses_torch,
@@ -219,6 +220,7 @@ def open_dcp(path, opts, header_only):
     """A torch.distributed.checkpoint directory, read shard by shard without a process group:
     .metadata lists every tensor chunk and where it lies (file, offset, length); each chunk is
     a torch.save'd tensor whose bytes are memory-mapped and checked in place."""
+    import_torch()
     src = Source(path, "dcp", 0)
     try:
         with open_regular(os.path.join(path, ".metadata")) as f:

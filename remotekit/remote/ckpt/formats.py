@@ -3,7 +3,8 @@
 Part of ``ckpt.py``. A :class:`Source` is a checkpoint opened for checking: its entries
 (:class:`Entry`, one per tensor, read chunk by chunk) and its metadata (step, epoch, top-level
 scalars). Readers: torch.save zip files (memory-mapped) and legacy pickles, safetensors (parsed
-and validated here), Hugging Face ``*.index.json`` shard indexes, Git LFS pointers.
+and validated here, read without torch: its entries carry ``raw`` bytes for
+:func:`values.check_raw`), GGUF (its header read by ``gguf``; entries alike), Hugging Face ``*.index.json`` shard indexes, Git LFS pointers.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from .base import (
     RNG_NAME,
     SAFETENSORS_MAX_HEADER,
     SCORE,
-    ST_DTYPES,
     STATE_CONTAINERS,
     STEP_KEYS,
     TRAINER_STATE,
@@ -41,14 +41,19 @@ from .base import (
     Fatal,
     LoadError,
     Releaser,
+    Unscannable,
     advise_dontneed,
     as_number,
     euid,
+    import_torch,
     is_checkable,
     is_scalar_dtype,
+    looks_like_safetensors,
     short,
     uses_torch,
 )
+from .gguf import read_gguf
+from .values import DTYPES
 
 torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
 uses_torch(globals())
@@ -62,7 +67,8 @@ class Entry(object):
 
     ``section`` is WEIGHTS or OPTIMIZER for a param (a floating tensor of the model or the
     optimizer state) and OTHER for any other tensor, whose ``kind`` says why
-    (:func:`non_weight_kind`; None for a param)."""
+    (:func:`non_weight_kind`; None for a param). ``raw`` is (memory map, byte offset) where
+    the values lie as the file stores them (safetensors: checked without torch), else None."""
 
     __slots__ = (
         "_chunks",
@@ -72,12 +78,14 @@ class Entry(object):
         "name",
         "nbytes",
         "numel",
+        "raw",
         "section",
         "shape",
         "slot",
     )
 
-    def __init__(self, name, section, slot, dtype, shape, numel, nbytes, key, chunks):
+    def __init__(self, name, section, slot, dtype, shape, numel, nbytes, key, chunks, raw=None):
+        self.raw = raw
         self.name = name
         self.slot = slot
         self.dtype = dtype
@@ -397,6 +405,7 @@ def _open_torch(path, size, is_zip, opts):
 
 
 def _open_torch_unchecked(path, size, is_zip, opts):
+    import_torch()
     src = Source(path, "torch" if is_zip else "torch-legacy", size)
     if is_zip:
         _check_torch_zip(path, size)
@@ -537,11 +546,6 @@ def _inert_globals(names):
     return True
 
 
-def _st_dtype(code):
-    name = ST_DTYPES.get(code)
-    return getattr(torch, name, None) if name else None
-
-
 def st_chunks(mm, start, dtype, itemsize, numel, shape, n):
     n = _chunk_len(shape, n)
     for i in range(0, numel, n):
@@ -626,12 +630,7 @@ def _open_safetensors(path, size, header_only=False):
     mm = None if header_only else _st_map(src, path, size, data_start)
     items = _st_items(src, header)
     _st_check_layout(src, items)
-    itemsizes = {}
-    missing = [
-        item[2]
-        for item in items
-        if _st_entry(src, mm, data_start, item, itemsizes) == "past the end"
-    ]
+    missing = [item[2] for item in items if _st_entry(src, mm, data_start, item) == "past the end"]
     if missing:
         need = max(data_start + end for _, end, _, _ in items)
         src.problems.append(
@@ -670,23 +669,21 @@ def _st_items(src, header):
     return items
 
 
-def _st_entry(src, mm, data_start, item, itemsizes):
+def _st_entry(src, mm, data_start, item):
     """One header entry into ``src.entries`` (or a note / problem); "past the end" when its
     bytes lie beyond the end of the file (the caller sums those up in one problem)."""
     begin, end, name, info = item
-    dtype = _st_dtype(info.get("dtype"))
+    dtype = DTYPES.get(info.get("dtype"))
     shape = tuple(info.get("shape", ()))
     if dtype is None:
         src.notes.append(
-            "%s: dtype %s unknown to this torch: not checked" % (name, info.get("dtype"))
+            "%s: dtype %s is none this scan reads: not checked" % (name, info.get("dtype"))
         )
         return None
     numel = 1
     for s in shape:
         numel *= s
-    if dtype not in itemsizes:
-        itemsizes[dtype] = torch.empty((), dtype=dtype).element_size()
-    itemsize = itemsizes[dtype]
+    itemsize = dtype.itemsize
     if end - begin != numel * itemsize:
         src.problems.append(
             "%s: header gives %d bytes, but %s %s needs %d"
@@ -695,11 +692,12 @@ def _st_entry(src, mm, data_start, item, itemsizes):
         return None
     if data_start + end > src.bytes:
         return "past the end"
-    chunks = None
+    chunks = raw = None
     if mm is not None:
+        raw = (mm, data_start + begin)
 
         def chunks(n, s=data_start + begin, d=dtype, i=itemsize, c=numel, sh=shape):
-            return st_chunks(mm, s, d, i, c, sh, n)
+            return st_chunks(mm, s, torch_dtype(d), i, c, sh, n)
 
     src.entries.append(
         Entry(
@@ -712,9 +710,51 @@ def _st_entry(src, mm, data_start, item, itemsizes):
             numel * itemsize,
             None,
             chunks,
+            raw,
         )
     )
     return None
+
+
+def torch_dtype(dtype):
+    """The torch dtype of a safetensors :class:`values.Dtype` (diff and complex values read
+    through torch; a scan of real floats does not)."""
+    found = getattr(import_torch(), dtype.name, None)
+    if found is None:
+        raise Unscannable("dtype %s is unknown to torch %s" % (dtype, torch.__version__))
+    return found
+
+
+def _open_gguf(path, size):
+    """A GGUF file as a :class:`Source`: its float and integer tensors as entries read like
+    safetensors' (no torch); quantized ones and the header's lies as :func:`gguf.read_gguf`
+    names them."""
+    src = Source(path, "gguf", size)
+    mm = _st_map(src, path, size, 0)
+    head = read_gguf(mm, size)
+    src.problems.extend(head.problems)
+    src.notes.extend(head.notes)
+    for name, shape, code, numel, nbytes, begin in head.tensors:
+        dtype = DTYPES[code]
+
+        def chunks(n, s=begin, d=dtype, c=numel, sh=shape):  # diff reads values through torch
+            return st_chunks(mm, s, torch_dtype(d), d.itemsize, c, sh, n)
+
+        src.entries.append(
+            Entry(
+                name,
+                section_for_name(name),
+                name.rsplit(".", 1)[-1],
+                dtype,
+                shape,
+                numel,
+                nbytes,
+                None,
+                chunks,
+                (mm, begin),
+            )
+        )
+    return src
 
 
 def _st_metadata(src, meta):
@@ -753,13 +793,6 @@ def _sniff(path):
     return size, head
 
 
-def _looks_like_safetensors(head, size):
-    if len(head) < 9:
-        return False
-    (n,) = struct.unpack("<Q", head[:8])
-    return head[8:9] == b"{" and 0 < n <= SAFETENSORS_MAX_HEADER
-
-
 def _lfs_pointer(path, size):
     """LoadError for a Git LFS pointer file (a clone without ``git lfs pull``)."""
     try:
@@ -787,11 +820,17 @@ def open_file(path, opts, header_only=False, sidecar=True):
         )
     if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
         src = _open_torch(path, size, True, opts)
-    elif _looks_like_safetensors(head, size):  # before pickle: a header length may start 0x80
+    elif looks_like_safetensors(head):  # before pickle: a header length may start 0x80
         try:
             src = _open_safetensors(path, size, header_only=header_only)
         except LoadError as e:
             e.fmt = "safetensors"
+            raise
+    elif head.startswith(b"GGUF"):
+        try:
+            src = _open_gguf(path, size)
+        except LoadError as e:
+            e.fmt = "gguf"
             raise
     elif head.startswith(b"\x80"):
         src = _open_torch(path, size, False, opts)
@@ -799,7 +838,7 @@ def open_file(path, opts, header_only=False, sidecar=True):
         raise _lfs_pointer(path, size)
     else:
         raise LoadError(
-            "not a checkpoint: neither a torch.save zip, a legacy torch pickle nor safetensors "
+            "not a checkpoint: neither a torch.save zip, a legacy torch pickle, safetensors nor GGUF "
             "(%d bytes, starting %r)" % (size, head[:8])
         )
     if sidecar:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from .archive import open_archive
-from .base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError, import_torch
+from .base import INDEX_SUFFIX, OPTIMIZER, WEIGHTS, LoadError
 from .dcp import open_dcp
 from .discover import (
     DS_MODEL,
@@ -73,8 +73,8 @@ def _open_deepspeed(path, opts, header_only):
 
 def open_source(path, opts, header_only=False):
     """Open one checkpoint (a file, an HF index, or a checkpoint directory: DCP, DeepSpeed,
-    HF Trainer) without reading tensor data; LoadError if it is none of them."""
-    import_torch()
+    HF Trainer) without reading tensor data; LoadError if it is none of them. torch is
+    imported by the readers that need it (torch.save files, DCP), not for safetensors."""
     if not os.path.lexists(path):  # a path typed by hand: never there, not "removed"
         raise LoadError("no such file or directory")
     if os.path.isdir(path):

@@ -21,7 +21,7 @@ import threading
 import time
 
 from ..protocol import EXIT_FAILED, EXIT_OK, emit, emit_line, flush
-from .base import Fatal, import_torch, uses_torch
+from .base import Fatal, on_torch, uses_torch
 from .check import empty_record, meta_item, meta_record, scan_item
 from .formats import allow_globals
 
@@ -278,8 +278,7 @@ class InlinePool(object):
 
     def __init__(self, opts):
         self.opts = opts
-        import_torch()
-        allow_globals(opts.allow_globals)
+        on_torch(lambda: allow_globals(opts.allow_globals))
 
     def run(self, items):
         out = []
@@ -306,17 +305,17 @@ def make_pool(jobs, opts):
     return InlinePool(opts)
 
 
+def _torch_setup(opts):
+    torch.set_num_threads(max(1, opts.threads))
+    allow_globals(opts.allow_globals)
+
+
 def cmd_worker(opts):
     """Check the items read from stdin on ``--jobs`` threads; "started" then the record."""
     # No PR_SET_PDEATHSIG: it fires when the spawning *thread* ends. A worker whose parent
     # died reads EOF on stdin and exits; the runner stops the whole process group anyway.
-    try:
-        import_torch()
-        torch.set_num_threads(max(1, opts.threads))
-        allow_globals(opts.allow_globals)
-    except Fatal as e:
-        emit({"type": "error", "message": str(e)})
-        return EXIT_FAILED
+    # torch is imported by the first file that needs it (a safetensors-only scan never does)
+    on_torch(lambda: _torch_setup(opts))
     q = queue.Queue()
 
     def work():
@@ -325,7 +324,11 @@ def cmd_worker(opts):
             if item is None:
                 return
             emit({"type": "started", "path": item["path"]})
-            rec = meta_item(item, opts) if item.get("op") == "meta" else scan_item(item, opts)
+            try:
+                rec = meta_item(item, opts) if item.get("op") == "meta" else scan_item(item, opts)
+            except Fatal as e:  # no torch here: the pool ends the command with this
+                emit({"type": "error", "message": str(e)})
+                continue
             emit(rec)
 
     threads = [threading.Thread(target=work) for _ in range(max(1, opts.jobs))]
