@@ -487,7 +487,10 @@ def _scored_step(keys, rows):
 def _counter_step(keys, rows):
     """The step key by its values alone, for a counter whose name says nothing we know
     (``Samples Seen``): whole numbers that rise by one stride (most steps the same; a fall
-    and a climb again is a second run, said later), no epoch, no clock, no metric."""
+    and a climb again is a second run, said later), no epoch, no clock, no metric. A
+    counter that only repeats an epoch column (pandas' ``index`` of a per-epoch CSV) is not
+    one: the epoch column is that axis, by its name."""
+    epochs = [_present(rows, e) for e in keys if _meta_rule("epoch", e)]
     for k in keys:
         if not _name_words(k)[0] or any(score(k) is not None for score in SCORES.values()):
             continue
@@ -496,6 +499,8 @@ def _counter_step(keys, rows):
         if "time" in _name_words(k)[0] or not _counts_up(rows, k):
             continue
         vals = _present(rows, k)
+        if vals in epochs:
+            continue
         fwd = [b - a for a, b in zip(vals, vals[1:]) if b > a]
         stride = sorted(fwd)[len(fwd) // 2]
         if sum(d == stride for d in fwd) >= 0.8 * len(fwd):
