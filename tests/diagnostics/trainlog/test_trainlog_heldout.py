@@ -139,11 +139,6 @@ def test_heldout_gail_ppo_csv_steps_by_row_and_reward_is_healthy() -> None:
     assert not UNHEALTHY_SAID.search(said(r))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main chooses 'discriminator loss total' (the GAIL discriminator's loss) as the loss "
-    "and says 'no total found' though a column named 'loss' (PPO's total) is there",
-)
 def test_heldout_gail_ppo_csv_analyses_the_ppo_total() -> None:
     r = run(held(GAIL + "progress.csv"))
     source(r)
@@ -152,11 +147,6 @@ def test_heldout_gail_ppo_csv_analyses_the_ppo_total() -> None:
     assert not any("discriminator" in m["key"] for m in chosen), chosen
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main labels the critic's 'value loss' the held-out loss (a name fragment); it is a "
-    "train-side part of PPO's loss",
-)
 def test_heldout_gail_ppo_csv_value_loss_is_not_held_out() -> None:
     src = source(run(held(GAIL + "progress.csv")))
     assert src["columns"].get("val_loss") is None
@@ -202,11 +192,6 @@ def test_heldout_sb3_total_loss_no_spike() -> None:
     assert r.all("spike") == []
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main labels 'train/value_loss' (the critic's loss, a train-side part) the held-out "
-    "loss by its name",
-)
 def test_heldout_sb3_value_loss_is_train_side() -> None:
     src = source(run(held(SB3)))
     assert src["columns"].get("val_loss") is None
@@ -243,11 +228,6 @@ def test_heldout_detectron2_metrics_json_total_loss_by_iteration() -> None:
     assert r.all("spike") == []
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main: 'no training log under it' for the directory that holds detectron2's "
-    "metrics.json (a conventional name of a common trainer)",
-)
 def test_heldout_detectron2_output_dir_finds_metrics_json() -> None:
     r = run(held(D2))
     src = source(r)
@@ -262,11 +242,6 @@ def test_heldout_detectron2_output_dir_finds_metrics_json() -> None:
 R110 = "resnet110-stochdepth/results/train_resnet110_log.md"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main reads every line's 'Loss: x' / 'loss: x' into one table (5,600 rows): the "
-    "validation and test losses are not series of their own",
-)
 def test_heldout_resnet110_validation_and_test_are_their_own_series() -> None:
     truth = _resnet110()
     r = run(held(R110))
@@ -296,11 +271,6 @@ def test_heldout_resnet110_validation_and_test_are_their_own_series() -> None:
     assert not any(m["n"] in n_mixed for m in r.all("metric")), "train and held-out lines merged"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main uses row numbers as steps though every train line states its epoch and "
-    "'[n/45000 (p%)]'",
-)
 def test_heldout_resnet110_steps_from_epoch_and_batch() -> None:
     assert_steps_from_the_lines(run(held(R110)))
 
@@ -331,11 +301,6 @@ def test_heldout_resnet110_healthy_not_called_unhealthy() -> None:
 MRI = "mri-unet/report/2-train_10_epochs.md"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main exits 2 'no rows with val_loss': train lines are 'step N, loss_train, x' "
-    "(name and value as comma fields), validation lines 'epoch E | val_loss: x'",
-)
 def test_heldout_mri_train_and_val_series_with_the_stated_step() -> None:
     text = held(MRI).read_text("utf-8")
     train = [float(x) for x in re.findall(r"loss_train, ([\d.]+)", text)]
@@ -401,11 +366,6 @@ def test_heldout_mt5_trainer_state_loss_and_eval_loss_by_step() -> None:
 THREE = "resnet-three-runs/docs/resnet/log-resnet_18-vs-34-vs-50.md"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main reads 'train Loss' and 'test Loss' lines into one 'Loss' series of 600 rows "
-    "with row numbers as steps",
-)
 def test_heldout_three_runs_train_and_test_apart_by_epoch() -> None:
     runs = _three_runs()
     r = run(held(THREE))
