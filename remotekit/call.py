@@ -130,7 +130,14 @@ def bundle_of(fn: Any) -> Bundle:
     find by its name is refused here, saying what to do instead."""
     name = getattr(fn, "__qualname__", None)
     module = getattr(fn, "__module__", None)
-    if not (inspect.isfunction(fn) or inspect.isbuiltin(fn)) or inspect.ismethod(fn):
+    owner = getattr(fn, "__self__", None)
+    if inspect.ismethod(fn) or (inspect.isbuiltin(fn) and not _is_module(owner)):
+        raise TypeError(
+            f"call() cannot send a bound method ({fn!r}): its object does not travel. "
+            "Define a function at the top level of a module that takes what it needs as "
+            "arguments"
+        )
+    if not (inspect.isfunction(fn) or inspect.isbuiltin(fn)):
         raise TypeError(
             f"call() takes a function defined at the top level of a module, not "
             f"{type(fn).__name__} {fn!r}: define a def in a .py file (or a notebook cell) "
@@ -138,8 +145,9 @@ def bundle_of(fn: Any) -> Bundle:
         )
     if not isinstance(name, str) or not isinstance(module, str):
         raise TypeError(f"call(): {fn!r} has no module and qualname to find it by there")
-    if name == "<lambda>" or "<" in name:
-        what = "a lambda" if name == "<lambda>" else "a nested function (or closure)"
+    if "<" in name:
+        lam = getattr(fn, "__name__", "") == "<lambda>"
+        what = "a lambda" if lam else "a nested function (or closure)"
         raise TypeError(
             f"call() cannot send {what} ({module}.{name}): the far side finds a function by "
             "its module and name, and this one has none it can import. Define it with def at "
@@ -154,6 +162,10 @@ def bundle_of(fn: Any) -> Bundle:
     files, there = _own_files(fn, module)
     pkg = Package(tuple(sorted([(ENTRY, source("call.py")), *files])))
     return Bundle(there, name, pkg)
+
+
+def _is_module(obj: Any) -> bool:
+    return obj is None or inspect.ismodule(obj)
 
 
 def _reach(obj: Any, qualname: str) -> Any:
