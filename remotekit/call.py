@@ -186,7 +186,7 @@ def _own_files(fn: Any, module: str) -> tuple[list[tuple[str, bytes]], str]:
     folder = getattr(top, "__path__", None)
     if not folder:  # one module: its file
         return [(module + ".py", _read(Path(origin)))], module
-    root = Path(list(folder)[0])  # a package of one's own: all of it
+    root = Path(next(iter(folder)))  # a package of one's own: all of it
     files = [
         (f"{root.name}/{p.relative_to(root).as_posix()}", p)
         for p in sorted(root.rglob("*.py"))

@@ -148,7 +148,6 @@ class Fleet:
         on_done = kwargs.pop("on_done", None)
         return self.map(lambda t: t.run_python(script, args, **kwargs), on_done=on_done)
 
-
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> list[HostOutcome]:
         """:meth:`Target.call` on every host: each outcome's ``value`` is that host's
         value, its ``error`` what went wrong there (a ``RemoteError`` for an exception)."""

@@ -301,8 +301,7 @@ class StepRequest:
         a sequence, so a small payload goes out with the step's start)."""
         if files:
             script = replace(script, files={**script.files, **files})  # validates names, types
-        # a script of the package travels in it (the step names it): only the user's files
-        # come behind the header; any other script comes too
+        # a package's script travels in it (named): only the files come; any other script too
         in_package = isinstance(script, PackageScript)
         all_files = {**({} if in_package else {script.name: script.source}), **script.files}
         header = StepHeader(

@@ -103,7 +103,7 @@ def agent(request: pytest.FixtureRequest) -> bool | None:
 def test_a_value_round_trips_as_json(target: remotekit.Target, checks: ModuleType) -> None:
     lines: list[tuple[str, str]] = []
     value = target.call(
-        checks.add, 2, b=5, scale=3, timeout=60, on_output=lambda s, l: lines.append((s, l))
+        checks.add, 2, b=5, scale=3, timeout=60, on_output=lambda s, line: lines.append((s, line))
     )
     assert value == {"sum": 21, "args": [2, 5], "none": None, "ok": True, "pi": 3.5}
     # what it printed streamed as output, apart from the value
@@ -196,15 +196,15 @@ def test_what_cannot_travel_is_refused_before_any_step(
     def nested() -> int:
         return 1
 
-    with pytest.raises(TypeError, match="cannot send a lambda.*top level"):
+    with pytest.raises(TypeError, match=r"cannot send a lambda.*top level"):
         local.call(lambda: 1)
-    with pytest.raises(TypeError, match="nested function.*as arguments"):
+    with pytest.raises(TypeError, match=r"nested function.*as arguments"):
         local.call(nested)
     with pytest.raises(TypeError, match=r"argument 2\[1\] is a set.*pickle=True"):
         local.call(checks.echo, 1, [2, {3}])
     with pytest.raises(TypeError, match=r"argument k=\['x'\] is a bytes"):
         local.call(checks.echo, k={"x": b"raw"})
-    with pytest.raises(TypeError, match="key 1 .*JSON keys are str"):
+    with pytest.raises(TypeError, match=r"key 1 .*JSON keys are str"):
         local.call(checks.echo, {1: 2})
     with pytest.raises(TypeError, match="cannot send a bound method"):
         local.call("x".upper)
@@ -256,7 +256,7 @@ def test_a_pickle_never_loads_without_pickle_true(
     target: remotekit.Target, checks: ModuleType, tmp_path: Path
 ) -> None:
     mark = tmp_path / "loaded"
-    with pytest.raises(remotekit.RemoteError, match="sent a pickle.*never loads"):
+    with pytest.raises(remotekit.RemoteError, match=r"sent a pickle.*never loads"):
         target.call(checks.forge, "pickle", str(mark), timeout=60)
     assert not mark.exists()
 
