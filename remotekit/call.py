@@ -15,9 +15,11 @@ What travels:
   one's own, whole) goes in the call's *bundle*, with ``call.py`` at its root, named by the
   hash of its files and kept in the runner's package cache there as the shipped package is
   (:mod:`remotekit.shipping`): it travels only when the runner says it lacks it. The far side
-  imports it from there, before its own path. A function of a notebook cell (``__main__``
-  with no file) travels as its source (``inspect.getsource``), alone: the names it uses from
-  other cells are not there. The standard library and installed packages are the far side's.
+  imports it from there, before its own path. A function of ``__main__`` (a script's, a
+  notebook cell's) travels as its own source (``inspect.getsource``), alone: it imports what
+  it uses inside itself, as the names it would take from the rest of ``__main__`` (other
+  cells, the script's imports) are not there. The standard library and installed packages
+  are the far side's.
 - **the arguments and the value**: JSON (``tuple``, ``list``, ``dict`` with ``str`` keys,
   ``str``, ``int``, ``float``, ``bool``, ``None``; a tuple arrives as a list), checked here
   before anything runs; or, with ``pickle=True``, pickles both ways. Without it nothing from
@@ -203,18 +205,15 @@ def _own_files(fn: Any, module: str) -> tuple[list[tuple[str, bytes]], str]:
 
 
 def _main_files(fn: Any) -> tuple[list[tuple[str, bytes]], str]:
-    """A ``__main__`` function: its script whole (its ``if __name__ == "__main__"`` block
-    does not run there), or a notebook cell's function alone, by its source."""
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    if path and str(path).endswith(".py") and os.path.isfile(path):
-        return [(MAIN + ".py", _read(Path(path)))], MAIN
+    """A ``__main__`` function (a script's, a notebook cell's) travels as its own source:
+    the rest of ``__main__`` (its imports of remotekit, its work) is the caller's."""
     try:
         text = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as exc:
         raise TypeError(
-            f"call(): the source of {fn.__qualname__} (defined in __main__ with no file) "
-            f"cannot be found ({exc}); put it in a .py file beside the notebook and import "
-            "it from there"
+            f"call(): the source of {fn.__qualname__} (defined in __main__) cannot be found "
+            f"({exc}); put it in a .py file beside the notebook or script and import it "
+            "from there"
         ) from None
     return [(MAIN + ".py", text.encode())], MAIN
 

@@ -213,9 +213,9 @@ def test_what_cannot_travel_is_refused_before_any_step(
     assert starts == []
 
 
-def test_a_notebook_function_without_source_is_a_clear_error(tmp_path: Path) -> None:
-    """``__main__`` with no file (``python -c``, as a kernel whose cells have no source):
-    the error says where to put the function."""
+def test_a_main_function_without_source_is_a_clear_error(tmp_path: Path) -> None:
+    """``__main__`` whose source cannot be found (``python -c``, as a kernel whose cells
+    keep none): the error says where to put the function."""
     code = textwrap.dedent(
         """
         import remotekit
@@ -231,22 +231,25 @@ def test_a_notebook_function_without_source_is_a_clear_error(tmp_path: Path) -> 
     assert "source of f" in out.stdout and "put it in a .py file" in out.stdout, out
 
 
-def test_a_script_s_main_module_is_shipped_without_its_main_block(tmp_path: Path) -> None:
+def test_a_main_function_travels_as_its_own_source(tmp_path: Path) -> None:
+    """A script's (or a notebook cell's) function: its source alone, not the script's top
+    level (which would start the work again there)."""
     script = tmp_path / "job.py"
     script.write_text(
         textwrap.dedent(
             """
             import remotekit
+            print("top level", flush=True)
             def double(x):
+                print("doubling")
                 return 2 * x
-            if __name__ == "__main__":
-                with remotekit.local_target() as t:
-                    print(t.call(double, 21, timeout=60))
+            with remotekit.local_target() as t:
+                print(t.call(double, 21, timeout=60, on_output=remotekit.echo))
             """
         )
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT)
-    assert out.stdout == "42\n", out
+    assert out.stdout == "top level\ndoubling\n42\n", out
 
 
 # -- the far side is hostile ---------------------------------------------------------------
