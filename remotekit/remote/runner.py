@@ -11,7 +11,7 @@
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
 #          "files": [[name, size, mode], ...], "timeout", "grace", "detach", "report",
-#          "package", "package_size", "stdin",
+#          "package", "package_size", "stdin", "value",
 #          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes";
 #          "preload": read by the agent only}
 #   Its fields and their defaults are StepHeader below, their one definition: the laptop
