@@ -11,8 +11,9 @@ What travels:
 - **the function's name**, never its code: ``module`` and ``qualname``. A lambda, a closure, a
   nested function or a bound method has none the far side could find: refused here.
 - **the caller's own module**: a module this Python did not get from its standard library or
-  an installed package (``checks.py`` beside a notebook, a script's ``__main__``, a package of
-  one's own, whole) goes in the call's *bundle*, with ``call.py`` at its root, named by the
+  an installed package (``checks.py`` beside a notebook, a package of
+  one's own, whole), with the modules of one's own imported here from its folder (what it
+  imports beside it), goes in the call's *bundle*, with ``call.py`` at its root, named by the
   hash of its files and kept in the runner's package cache there as the shipped package is
   (:mod:`remotekit.shipping`): it travels only when the runner says it lacks it. The far side
   imports it from there, before its own path. A function of ``__main__`` (a script's, a
@@ -120,9 +121,8 @@ def _installed_roots() -> tuple[str, ...]:
     return tuple(os.path.realpath(r) + os.sep for r in roots)
 
 
-def _is_installed(path: str | None) -> bool:
-    if path is None:
-        return True  # a built-in module
+@cache
+def _is_installed(path: str) -> bool:
     real = os.path.realpath(path)
     return any(real.startswith(root) for root in _installed_roots())
 
@@ -177,31 +177,51 @@ def _reach(obj: Any, qualname: str) -> Any:
 
 
 def _own_files(fn: Any, module: str) -> tuple[list[tuple[str, bytes]], str]:
-    """The caller's files the call ships, and the name the module has there."""
+    """The caller's files the call ships, and the name the module has there: the function's
+    module (its top package, whole), and the modules of one's own imported here from the
+    same folder (what it imports beside it: ``helpers.py`` next to ``checks.py``)."""
     if module == "__main__":
         return _main_files(fn)
-    top = sys.modules.get(module.split(".")[0])
-    origin = getattr(top, "__file__", None)
-    if top is None or _is_installed(origin):
-        return [], module
-    assert origin is not None
-    folder = getattr(top, "__path__", None)
-    if not folder:  # one module: its file
-        return [(module + ".py", _read(Path(origin)))], module
-    root = Path(next(iter(folder)))  # a package of one's own: all of it
+    where = _own_folder(sys.modules.get(module.split(".")[0]))
+    if where is None:
+        return [], module  # the standard library or an installed package: the far side's
     files = [
-        (f"{root.name}/{p.relative_to(root).as_posix()}", p)
-        for p in sorted(root.rglob("*.py"))
-        if "__pycache__" not in p.parts
+        pair
+        for name, mod in sorted(sys.modules.copy().items())
+        if "." not in name and name != "__main__" and _own_folder(mod) == where
+        for pair in _files_of(name, mod)
     ]
     total = sum(p.stat().st_size for _, p in files)
     if total > MAX_SHIPPED:
         raise RemotekitError(
-            f"call(): the package {root.name} ({root}) is {total} bytes of Python, more than "
-            f"a call ships ({MAX_SHIPPED}); install it there, or call a function of a "
-            "smaller module"
+            f"call(): the modules of {where} a call of {module} ships are {total} bytes, "
+            f"more than a call ships ({MAX_SHIPPED}); install them there, or call a "
+            "function of a smaller module"
         )
     return [(rel, _read(p)) for rel, p in files], module
+
+
+def _own_folder(mod: Any) -> Path | None:
+    """The folder a top-level module of one's own was imported from; None for the standard
+    library, an installed package, a built-in one."""
+    origin = getattr(mod, "__file__", None)
+    if mod is None or not isinstance(origin, str) or _is_installed(origin):
+        return None
+    path = Path(origin)
+    return path.parent.parent if getattr(mod, "__path__", None) else path.parent
+
+
+def _files_of(name: str, mod: Any) -> list[tuple[str, Path]]:
+    """A top-level module's source files, by their paths there: a package's, all of them."""
+    path = Path(mod.__file__)
+    if not getattr(mod, "__path__", None):
+        return [(name + ".py", path)] if path.suffix == ".py" else []
+    root = path.parent
+    return [
+        (f"{root.name}/{p.relative_to(root).as_posix()}", p)
+        for p in sorted(root.rglob("*.py"))
+        if "__pycache__" not in p.parts
+    ]
 
 
 def _main_files(fn: Any) -> tuple[list[tuple[str, bytes]], str]:

@@ -139,6 +139,24 @@ def test_a_module_the_far_side_lacks_is_shipped_once(
     assert shipped == 2 and starts == ["call pid"]  # missing, then sent; then kept
 
 
+def test_a_module_it_imports_beside_it_ships_too(target: remotekit.Target, tmp_path: Path) -> None:
+    """``checks.py`` importing ``helpers.py`` from its folder: both are the caller's own,
+    loaded here, and go with the call."""
+    tag = uuid.uuid4().hex[:8]
+    (tmp_path / f"helpers_{tag}.py").write_text("def twice(v):\n    return 2 * v\n")
+    (tmp_path / f"user_{tag}.py").write_text(
+        f"import helpers_{tag}\ndef go(v):\n    return helpers_{tag}.twice(v)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        user = importlib.import_module(f"user_{tag}")
+        assert target.call(user.go, 21, timeout=60) == 42
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(f"user_{tag}", None)
+        sys.modules.pop(f"helpers_{tag}", None)
+
+
 def test_an_exception_there_is_a_remote_error_with_its_traceback(
     target: remotekit.Target, checks: ModuleType
 ) -> None:
