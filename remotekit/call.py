@@ -11,12 +11,12 @@ What travels:
 - **the function's name**, never its code: ``module`` and ``qualname``. A lambda, a closure, a
   nested function or a bound method has none the far side could find: refused here.
 - **the caller's own module**: a module this Python did not get from its standard library or
-  an installed package (``checks.py`` beside a notebook, a package of
-  one's own, whole), with the modules of one's own imported here from its folder (what it
-  imports beside it), goes in the call's *bundle*, with ``call.py`` at its root, named by the
-  hash of its files and kept in the runner's package cache there as the shipped package is
-  (:mod:`remotekit.shipping`): it travels only when the runner says it lacks it. The far side
-  imports it from there, before its own path. A function of ``__main__`` (a script's, a
+  an installed package (``checks.py`` beside a notebook, a package of one's own, whole),
+  with the modules of one's own imported here from its folder (what it imports beside it),
+  goes in the call's *bundle*, with ``call.py`` at its root, named by the hash of its files
+  and kept in the runner's package cache there as the shipped package is
+  (:mod:`remotekit.shipping`): it travels only when the runner says it lacks it. The far
+  side imports it from there, before its own path. A function of ``__main__`` (a script's, a
   notebook cell's) travels as its own source (``inspect.getsource``), alone: it imports what
   it uses inside itself, as the names it would take from the rest of ``__main__`` (other
   cells, the script's imports) are not there. The standard library and installed packages
