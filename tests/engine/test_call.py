@@ -197,6 +197,21 @@ def test_cancel_stops_a_call(local: remotekit.Target, checks: ModuleType) -> Non
     assert wait_gone(marker) == []
 
 
+def test_ctrl_c_stops_a_call(target: remotekit.Target, checks: ModuleType) -> None:
+    """A KeyboardInterrupt here while the call runs (Ctrl-C; raised from ``on_output`` as
+    the function prints): its tree there is stopped, and the target takes the next call."""
+    marker = f"rk-call-{uuid.uuid4().hex}"
+
+    def interrupt(stream: str, line: str) -> None:
+        if line == "started":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        target.call(checks.sleeper, marker, timeout=60, on_output=interrupt)
+    assert wait_gone(marker) == []
+    assert target.call(checks.echo, 1, timeout=60) == [[1], {}]
+
+
 # -- refused here, before any step -------------------------------------------------------
 
 
