@@ -13,6 +13,8 @@ Through local -> sshd (127.0.0.1) -> pct stand-in -> real LXC container -> venv 
   6. 100 trivial steps in a loop, with and without the agent: per-step p50 and p99 (reported)
   7. a warm step that imports torch, with the agent (``preload=["torch"]``)  vs
      ControlMaster + pct exec + python -c 'import torch'                 target: ratio <= 0.3
+  8. a warm call returning a value (``t.call(fn)``)  vs  the warm run_python printing it, with
+     the agent, taking turns in one run                                  (ratio reported)
 
 Run: .venv/bin/python bench/bench_engine.py [--runs 20]   (writes bench/results/engine.json)
 """
@@ -40,6 +42,9 @@ import remotekit  # noqa: E402
 from remotekit.quoting import join  # noqa: E402
 from tests.harness import FakeNode, SSHServer, venv_prefix  # noqa: E402
 from tests.runtimes import LxcContainer  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+import call_target  # noqa: E402  (the caller's own module: a call ships it)
 
 SEED_SCRIPT = (
     'import os\nd = "x"\nckpt = {"global_step": 1}\nprint(f\'{d}: step={ckpt["global_step"]}\')\n'
@@ -230,6 +235,15 @@ def main() -> int:
             ta.run_python(trivial)  # warm: the agent runs
             figures["agent_run_python_s"] = median_time(lambda: ta.run_python(trivial), args.runs)
             agent_loop = loop_times(lambda: ta.run_python(trivial), args.loop)
+            printed = remotekit.Script('print({"answer": 42})\n', name="answer.py")
+            warm = interleaved_medians(
+                {
+                    "agent_call_value_s": lambda: ta.call(call_target.answer),
+                    "agent_run_python_print_s": lambda: ta.run_python(printed),
+                },
+                args.runs,
+            )
+            figures.update(warm)
             uses_torch = remotekit.Script("import torch\n", name="uses_torch.py")
             figures["agent_torch_step_s"] = median_time(
                 lambda: ta.run_python(uses_torch, preload=["torch"], timeout=300), args.torch_runs
@@ -252,6 +266,7 @@ def main() -> int:
     speedup_seed = figures["seed_two_ssh_heredoc_s"] / figures["remotekit_seed_script_s"]
     ratio_agent = figures["agent_run_python_s"] / figures["openssh_controlmaster_s"]
     ratio_torch = figures["agent_torch_step_s"] / figures["openssh_controlmaster_torch_s"]
+    ratio_call = figures["agent_call_value_s"] / figures["agent_run_python_print_s"]
     checks = [
         ("run_python / OpenSSH ControlMaster", f"{ratio_cm:.2f}x", "<= 1.5x", ratio_cm <= 1.5),
         (
@@ -265,6 +280,13 @@ def main() -> int:
             f"{ratio_torch:.2f}x",
             "<= 0.3x",
             ratio_torch <= 0.3,
+        ),
+        (
+            "warm call returning a value / run_python printing it, agent",
+            f"{ratio_call:.2f}x ({figures['agent_call_value_s'] * 1000:.1f} ms / "
+            f"{figures['agent_run_python_print_s'] * 1000:.1f} ms)",
+            "(reported)",
+            True,
         ),
         (
             "seed two-ssh heredoc / run_python",
@@ -296,6 +318,7 @@ def main() -> int:
                 "ratio_vs_controlmaster": ratio_cm,
                 "agent_ratio_vs_controlmaster": ratio_agent,
                 "agent_torch_ratio_vs_controlmaster": ratio_torch,
+                "agent_call_ratio_vs_run_python_print": ratio_call,
                 "speedup_vs_seed": speedup_seed,
                 "pass": all(c[3] for c in checks),
             },

@@ -22,6 +22,8 @@
         ├── StepTimeout             the step passed its timeout; it was stopped there
         ├── StepCancelled           Target.cancel() (e.g. Ctrl-C on a fleet) stopped it there
         ├── StepFailed              the step exited non-zero (with check=True)
+        ├── RemoteError             a function called there (Target.call) raised, or gave a
+        │                           value that cannot come back; its type, message, traceback
         └── DiagnosticError         a diagnostic script there could not run, or stopped
                                     before its final record (diagnostics.base)
 
@@ -67,6 +69,7 @@ __all__ = [
     "InventoryError",
     "ProtocolViolation",
     "Reconnected",
+    "RemoteError",
     "RemotekitError",
     "StepCancelled",
     "StepError",
@@ -384,6 +387,29 @@ class StepFailed(StepError):
 
     def __init__(self, result: Result, *, command: bool = True):
         super().__init__(exit_message(result, command=command), result=result)
+
+
+class RemoteError(StepError):
+    """A function called there (:meth:`Target.call <remotekit.target.Target.call>`) raised,
+    or what it gave back cannot come back (not JSON, too large, nested too deep, a pickle
+    not asked for). ``remote_type`` (``"builtins.ValueError"``), ``remote_message`` and
+    ``remote_traceback`` are the far side's words, bounded (they may be anything: shown
+    escaped, as every error's ``str()``); ``result`` is the step's (its output)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        result: Result,
+        remote_type: str = "",
+        remote_message: str = "",
+        remote_traceback: str = "",
+    ):
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+        tail = _tail(remote_traceback)
+        super().__init__(message + (f"; traceback there:\n{tail}" if tail else ""), result=result)
 
 
 def exit_message(result: Result, *, command: bool = True) -> str:

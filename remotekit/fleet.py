@@ -148,6 +148,12 @@ class Fleet:
         on_done = kwargs.pop("on_done", None)
         return self.map(lambda t: t.run_python(script, args, **kwargs), on_done=on_done)
 
+    def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> list[HostOutcome]:
+        """:meth:`Target.call` on every host: each outcome's ``value`` is that host's
+        value, its ``error`` what went wrong there (a ``RemoteError`` for an exception)."""
+        on_done = kwargs.pop("on_done", None)
+        return self.map(lambda t: t.call(fn, *args, **kwargs), on_done=on_done)
+
 
 def fleet(targets: Iterable[Target | HostSpec], parallel: int | None = None) -> Fleet:
     """A :class:`Fleet` of ``targets`` (Targets, or HostSpecs from ``Inventory.select``)."""

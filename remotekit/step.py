@@ -47,10 +47,11 @@ from remotekit.remote.runner import (
     STDIN_PIECE,
     STDIN_WINDOW,
     TAKEN,
+    VALUE,
     StepHeader,
 )
 from remotekit.result import Detached, Result, Script
-from remotekit.shipping import PackageScript, package
+from remotekit.shipping import Package, PackageScript, package
 from remotekit.transports.base import (
     Cancelled,
     ExecutableMissing,
@@ -167,7 +168,7 @@ class OutputStream:
             hook = self.hooks.get(word)
             if hook is not None:
                 hook(data)
-            if word != TAKEN:  # one a piece of a step's stdin: not kept
+            if word not in (TAKEN, VALUE):  # pieces (of stdin taken, of a value): not kept
                 self.controls.append((word, data))
             if word == READY:
                 self.release()
@@ -260,7 +261,10 @@ class StepRequest:
     ``python`` inside only the first ``at`` hops of the chain (:meth:`Engine.launch_at
     <remotekit.engine.Engine.launch_at>`), as a process of its own; None: the target's launch.
     ``stdin``: what the step reads on its stdin (pieces of bytes, :func:`stdin_source`: sent
-    once the step started, as it takes them); None: /dev/null.
+    once the step started, as it takes them); None: /dev/null. ``shipped``: the package the
+    script runs from, when not :func:`remotekit.shipping.package` (a call's bundle).
+    ``on_value``: handed each ``value`` control record (a piece of what the step wrote on
+    its value pipe, header ``value``), as it comes.
     """
 
     header: StepHeader
@@ -278,6 +282,13 @@ class StepRequest:
     at: int | None = None
     python: str = "python3"
     stdin: Iterable[bytes] | None = None
+    shipped: Package | None = None
+    on_value: Callable[[Any], None] | None = None
+
+    @property
+    def package(self) -> Package:
+        """The package the step's script runs from (sent when the runner lacks it)."""
+        return self.shipped or package()
 
     @classmethod
     def script(
@@ -300,14 +311,16 @@ class StepRequest:
         at: int | None = None,
         python: str = "python3",
         stdin: Stdin | None = None,
+        shipped: Package | None = None,
+        value: int = 0,
+        on_value: Callable[[Any], None] | None = None,
     ) -> StepRequest:
         """The step that runs ``script`` there with ``args``: the script and its files (and
         ``files``) travel as the runner's shipped files, in bounded pieces (views, no copies;
         a sequence, so a small payload goes out with the step's start)."""
         if files:
             script = replace(script, files={**script.files, **files})  # validates names, types
-        # a script of the package travels in it (the step names it): only the user's files
-        # come behind the header; any other script comes too
+        # a package's script travels in it (named): only the files come; any other script too
         in_package = isinstance(script, PackageScript)
         all_files = {**({} if in_package else {script.name: script.source}), **script.files}
         header = StepHeader(
@@ -318,6 +331,7 @@ class StepRequest:
             report=report,
             preload=tuple(map(str, preload)),
             package=script.package if isinstance(script, PackageScript) else None,
+            value=value,
         )
         payload = tuple(piece for data in all_files.values() for piece in slices(data))
         return cls(
@@ -334,6 +348,8 @@ class StepRequest:
             at=at,
             python=python,
             stdin=stdin_source(stdin, detach),
+            shipped=shipped,
+            on_value=on_value,
         )
 
 
@@ -525,6 +541,8 @@ class StepRun:
         self.stdin = None if source is None else StepStdin(source)
         if self.stdin is not None:
             self.err.hooks = {STARTED: self.stdin.start, TAKEN: self.stdin.took}
+        if request.on_value is not None:
+            self.err.hooks[VALUE] = request.on_value
 
     def run(self) -> Result:
         engine = self.engine
@@ -564,7 +582,7 @@ class StepRun:
             cwd=self.request.cwd or launch.cwd,
             timeout=None if self.limit is None else self.limit + grace + REMOTE_BACKSTOP_S,
             grace=grace,
-            package_size=len(package().blob) if self.send_package else 0,
+            package_size=len(self.request.package.blob) if self.send_package else 0,
             stdin=self.stdin is not None,
         )
         return header.encode()
@@ -575,7 +593,7 @@ class StepRun:
         own = self.request.at is not None  # another place in the chain than the agent's
         body = self.request.payload
         if self.send_package:
-            body = itertools.chain(slices(package().blob), body)
+            body = itertools.chain(slices(self.request.package.blob), body)
         if self.stdin is not None:
             body = itertools.chain(body, self.stdin.pieces())
         try:

@@ -395,6 +395,54 @@ class Target(Facade):
             return start(self, request, script)
         return run_step(self.engine, request)
 
+    def call(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        pickle: bool = False,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_output: OutputCallback | None = None,
+        step: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` there and return its value.
+
+        ``fn`` is found there by its module and name: a function at the top level of a
+        module (or a notebook cell); a lambda, closure or nested function is refused here.
+        Its module, when it is the caller's own (not the standard library or an installed
+        package), is shipped by the hash of its files and kept there (see
+        :mod:`remotekit.call`). Arguments and the value are JSON (a tuple arrives as a list),
+        checked here before anything runs; ``pickle=True`` pickles both ways instead
+        (without it, nothing from there is ever unpickled here). An exception there raises
+        :class:`~remotekit.errors.RemoteError` with its type, message and traceback.
+
+        The call is a step named ``call <qualname>``: ``timeout``, Ctrl-C and
+        :meth:`cancel` stop its process tree there as any step's; what it prints goes to
+        ``on_output``, apart from the value. Each call is a fresh process there: nothing it
+        keeps (globals, imports) lasts until the next. The keywords above are the call's;
+        the function gets every other one.
+
+        >>> t.call(os.cpu_count)
+        64
+        """
+        from remotekit.call import call
+
+        return call(
+            self.engine,
+            fn,
+            args,
+            kwargs,
+            pickle=pickle,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            on_output=on_output,
+            step=step,
+        )
+
     def run_python_at(
         self,
         hops: int,

@@ -171,3 +171,25 @@ def test_a_notebook_streams_interrupts_and_displays(
 
 def text_of(c: Any, stream: str) -> str:
     return "".join(o.text for o in outputs_of(c, "stream") if o.name == stream)
+
+
+@pytest.mark.timeout(120)
+def test_a_function_of_a_cell_is_called_there(tmp_path: Path) -> None:
+    """``t.call`` of a function defined in a cell (``__main__`` with no file): it travels as
+    its source, which the kernel keeps for its cells; its output streams into the cell."""
+    cells = [
+        cell(SETUP.format(root=str(ROOT), target="remotekit.local_target()")),
+        cell("""
+            def square(x):
+                print("squaring", x)
+                return x * x
+            """),
+        cell("""
+            print(t.call(square, 7, timeout=60, on_output=remotekit.echo))
+            """),
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=90, allow_errors=True)
+    client.execute()
+    assert outputs_of(nb.cells[2], "error") == [], nb.cells[2].outputs
+    assert text_of(nb.cells[2], "stdout") == "squaring 7\n49\n", nb.cells[2].outputs

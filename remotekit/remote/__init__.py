@@ -26,5 +26,6 @@ it imports) never runs there, then imports ``remotekit.remote.*`` absolutely.
 
 The runner (``runner.py``), the agent (``agent.py``) and its boot (``boot.py``), the relay
 (``relay.py``) and the shell (``shell.py``) travel alone, as source on a loader's stdin, and
-import nothing of this package; ``sync.py`` runs alone beside the files it syncs.
+import nothing of this package; ``sync.py`` runs alone beside the files it syncs, and
+``call.py`` at the root of a call's bundle, beside the caller's modules (remotekit.call).
 """

@@ -11,7 +11,7 @@
 #
 # header: {"nonce", "op": "exec"|"put"|"get", "argv", "script", "env", "path_prepend", "cwd",
 #          "files": [[name, size, mode], ...], "timeout", "grace", "detach", "report",
-#          "package", "package_size", "stdin",
+#          "package", "package_size", "stdin", "value",
 #          put: "dest", "name", "size", "mode", "explicit_mode", "parents";  get: "src", "max_bytes";
 #          "preload": read by the agent only}
 #   Its fields and their defaults are StepHeader below, their one definition: the laptop
@@ -47,6 +47,9 @@
 #   <K> package {"cached": B}              the package that came is kept for later steps
 #   <K> stdin {"taken": N, "closed": B}    N more bytes of the step's stdin taken (written into
 #                                          its pipe, or dropped once the step closed it: B)
+#   <K> value "B64"                        a piece (base64) of what the step wrote on its
+#                                          $REMOTEKIT_VALUE_FD (header "value": at most that
+#                                          many bytes; more is not sent: {"over": N}), before exit
 #   <K> exit {"code": N, "reason": R, "stopped": [...], "running": [...], "detached": {...}}
 #                                          R: exit | deadline | eof | signal | detached
 #
@@ -80,7 +83,7 @@ STDIN_PIECE = 1 << 16
 STDIN_WINDOW = 1 << 20
 
 # The control words of the lines above (remotekit.step reads them by these names).
-READY, STARTED, FILE, EXIT, MISSING, PACKAGE, TAKEN = (
+READY, STARTED, FILE, EXIT, MISSING, PACKAGE, TAKEN, VALUE = (
     "ready",
     "started",
     "file",
@@ -88,7 +91,11 @@ READY, STARTED, FILE, EXIT, MISSING, PACKAGE, TAKEN = (
     "missing",
     "package",
     "stdin",
+    "value",
 )
+#: Raw bytes of a step's value one "value" control line carries (base64: 4/3 of it, well
+#: within the caller's longest line).
+VALUE_PIECE = 3 << 16
 
 # The step header's fields, their types (for the laptop's checker) and their defaults, as
 # they travel (JSON): their one definition, StepHeader below. The runner reads it as HEADER
@@ -143,7 +150,10 @@ class StepHeader(object):
     runner itself ignores it. ``package`` names (by hash) the package remotekit.remote that
     ``script`` is a path in (remotekit.shipping); ``package_size`` bytes of it come first
     when it is sent. ``stdin``: the step's stdin comes behind the payload, in pieces (see
-    the protocol above), instead of /dev/null.
+    the protocol above), instead of /dev/null. ``value`` (exec, not detached): the step gets
+    a pipe's write end as ``$REMOTEKIT_VALUE_FD``, and what it writes there (at most
+    ``value`` bytes) comes back on its own control lines, apart from its output (a call's
+    returned value, remotekit.call).
     """
 
     op: "Literal['exec', 'put', 'get']" = "exec"
@@ -170,6 +180,7 @@ class StepHeader(object):
     package: "str | None" = None
     package_size: "int" = 0
     stdin: "bool" = False
+    value: "int" = 0
 
     def encode(self):
         # type: () -> bytes
@@ -704,8 +715,8 @@ class Zygote(object):
             os.dup2(outputs.in_r, 0)  # the step's stdin, if it takes one (the order says)
             os.dup2(outputs.out_w, 1)
             os.dup2(outputs.err_w, 2)
-            outputs.close()
-            zygote_main(r)
+            outputs.close(keep=outputs.val_w)
+            zygote_main(r, outputs.val_w)
         os.close(r)
         self.pid, self.pipe = pid, w
 
@@ -728,7 +739,7 @@ class Zygote(object):
             self.pid = None
 
 
-def zygote_main(pipe):
+def zygote_main(pipe, value_fd):
     code = 1
     try:
         parts = []
@@ -740,6 +751,8 @@ def zygote_main(pipe):
         if not parts:
             os._exit(0)
         path, args, cwd, env, stdin = json.loads(b"".join(parts).decode("utf-8"))
+        if env.get(VALUE_FD) != str(value_fd):
+            os.close(value_fd)  # the step wants no value: nothing of ours stays open in it
         if not stdin:
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
@@ -868,9 +881,14 @@ class Outputs(object):
         self.in_r, self.in_w = os.pipe()
         self.out_r, self.out_w = os.pipe()
         self.err_r, self.err_w = os.pipe()
+        # the step's value (header "value"): made with the others, before the zygote forks
+        self.val_r, self.val_w = os.pipe()
 
-    def close(self):
-        for fd in (self.in_r, self.in_w, self.out_r, self.out_w, self.err_r, self.err_w):
+    def close(self, keep=None):
+        fds = (self.in_r, self.in_w, self.out_r, self.out_w, self.err_r, self.err_w)
+        for fd in fds + (self.val_r, self.val_w):
+            if fd == keep:
+                continue
             if fd is not None:
                 try:
                     os.close(fd)
@@ -975,18 +993,26 @@ class Relay(object):
     read holds back the step (its pipe fills: what is waiting to go out stops the reading
     of that pipe), never the loop, which still sees EOF, the deadline and the stop."""
 
-    def __init__(self, outputs, stdin, takes_stdin=False):
+    def __init__(self, outputs, stdin, takes_stdin=False, value=0):
         import select
 
         os.close(outputs.out_w)  # the step holds them now: EOF once every writer is gone
         os.close(outputs.err_w)
         os.close(outputs.in_r)
+        os.close(outputs.val_w)
         self.input = StepInput(outputs.in_w) if takes_stdin else None
         if self.input is None:
             os.close(outputs.in_w)  # the step's stdin is /dev/null (this pipe unused)
-        outputs.in_r = outputs.in_w = outputs.out_w = outputs.err_w = None
+        outputs.in_r = outputs.in_w = outputs.out_w = outputs.err_w = outputs.val_w = None
         self.poll = select.poll
         self.sources = {outputs.out_r: 1, outputs.err_r: 2}
+        # the step's value (VALUE_PIPE), kept here up to ``value`` bytes; past it, counted
+        self.value, self.value_max, self.value_over = bytearray(), value, 0
+        if value:
+            self.sources[outputs.val_r] = VALUE_PIPE
+        else:
+            os.close(outputs.val_r)
+        outputs.val_r = None
         self.waiting = {1: b"", 2: b""}  # read, not yet written
         self.dead = set()  # of ours, the ones a write failed on: drained, never written
         self.eof = stdin.eof
@@ -1005,7 +1031,7 @@ class Relay(object):
             poller.register(0, POLLIN)
         poller.register(self.wake_r, POLLIN)
         for src, dst in self.sources.items():
-            if not self.waiting[dst]:
+            if not self.waiting.get(dst):
                 poller.register(src, POLLIN)
         for dst, data in self.waiting.items():
             if data:
@@ -1064,9 +1090,18 @@ class Relay(object):
             del self.sources[src]
             return
         dst = self.sources[src]
-        if dst not in self.dead:
+        if dst == VALUE_PIPE:
+            self.take_value(data)
+        elif dst not in self.dead:
             self.waiting[dst] += data  # a "stdin" control line may be waiting before it
             self.write(dst)
+
+    def take_value(self, data):
+        if not self.value_over and len(self.value) + len(data) <= self.value_max:
+            self.value += data
+            return
+        self.value_over = (self.value_over or len(self.value)) + len(data)
+        del self.value[:]
 
     def write(self, dst):
         data = self.waiting[dst]
@@ -1098,6 +1133,8 @@ class Relay(object):
                 pass
 
 
+VALUE_PIPE = 3  # Relay.sources: the step's value pipe (not relayed: kept for send_value)
+VALUE_FD = "REMOTEKIT_VALUE_FD"  # the variable that names its write end to the step
 POLLIN = 0x001  # select.POLLIN, POLLOUT on Linux and the BSDs (not imported for them)
 POLLOUT = 0x004
 
@@ -1277,6 +1314,8 @@ def tail_of(log):
 
 def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
     argv, cwd, env = step_argv(h, tmpdir, base)
+    if h["value"]:
+        env[VALUE_FD] = str(outputs.val_w)
     reason = [None]
 
     def on_signal(signum, frame):
@@ -1291,9 +1330,12 @@ def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
     else:
         zygote.discard()
         inp = outputs.in_r if takes else None
-        child = spawn(argv, cwd, env, out=outputs.out_w, err=outputs.err_w, inp=inp)
+        passed = (outputs.val_w,) if h["value"] else ()
+        child = spawn(
+            argv, cwd, env, out=outputs.out_w, err=outputs.err_w, pass_fds=passed, inp=inp
+        )
     control(STARTED, {"pid": child.pid})
-    relay = Relay(outputs, stdin, takes)
+    relay = Relay(outputs, stdin, takes, h["value"])
     deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
     while child.poll() is None and reason[0] is None:
         if relay.eof:
@@ -1313,10 +1355,25 @@ def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
         data["stopped"], data["running"] = stop_tree(child, float(h["grace"]), relay.pump)
     relay.drain(2.0)  # all output before the final record (unless a survivor holds a pipe)
     relay.done()
+    if h["value"]:
+        send_value(relay.value, relay.value_over)
     code = child.returncode
     data["code"] = code = 128 - code if code < 0 else code
     control(EXIT, data)
     return code
+
+
+def send_value(data, over):
+    """The step's value on control lines of its own, in pieces (base64), or that it was
+    larger than the header allowed (``over``: the bytes it wrote)."""
+    import binascii  # a C module: base64's pure-Python wrapper costs a step ~1 ms
+
+    if over:
+        control(VALUE, {"over": over})
+        return
+    for at in range(0, len(data), VALUE_PIECE):
+        piece = binascii.b2a_base64(bytes(data[at : at + VALUE_PIECE]), newline=False)
+        control(VALUE, piece.decode("ascii"))
 
 
 def main():

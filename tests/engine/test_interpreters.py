@@ -7,6 +7,7 @@ each is a real interpreter running the real shipped files through the local targ
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,38 @@ def test_stdlib_diagnostics_on_older_pythons(
         )
         report = trainlog.analyze_train_log(t, str(log))
         assert report.source is not None and report.source.rows == 300
+
+
+@pytest.mark.parametrize(
+    "version", [v for v in OLD if v >= (3, 8)] or [None], ids=lambda v: ids(v) if v else "none"
+)
+def test_a_call_on_older_pythons(version: tuple[int, int] | None, tmp_path: Path) -> None:
+    """``call.py`` (the far side of Target.call) and the runner's value pipe on Python >= 3.8:
+    a value, an exception with its traceback, a timeout."""
+    if version is None:
+        pytest.skip("no other Python >= 3.8 on this machine")
+    (tmp_path / "old_checks.py").write_text(
+        "import sys, time\n"
+        "def version():\n"
+        "    return list(sys.version_info[:2])\n"
+        "def boom():\n"
+        "    raise OSError('no')\n"
+        "def nap():\n"
+        "    time.sleep(30)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import old_checks  # type: ignore[import-not-found]
+
+        with remotekit.local_target(python=PYTHONS[version]) as t:
+            assert t.call(old_checks.version, timeout=60) == list(version)
+            with pytest.raises(remotekit.RemoteError, match="OSError: no"):
+                t.call(old_checks.boom, timeout=60)
+            with pytest.raises(remotekit.StepTimeout):
+                t.call(old_checks.nap, timeout=1)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("old_checks", None)
 
 
 def test_python2_gets_a_clear_error() -> None:

@@ -666,3 +666,38 @@ def test_a_stopped_run_leaves_nothing_at_any_level(target: remotekit.Target) -> 
         assert wait_gone(m, 10) == []
     finally:
         run.rm()
+
+
+# -- calls -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", [("lxc", "ssh"), ("podman", "ssh")], indirect=True, ids="-".join)
+def test_a_call_returns_its_value_through_a_container(
+    target: remotekit.Target, tmp_path: Path
+) -> None:
+    """Target.call through ssh -> a real container's own Python: the caller's module (which
+    the container lacks) ships, the value comes back, and an exception's traceback with it."""
+    name = f"rk_calls_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "import sys\n"
+        "def where(x):\n"
+        "    print('there', flush=True)\n"
+        "    return {'x': x, 'version': list(sys.version_info[:2])}\n"
+        "def boom():\n"
+        "    raise KeyError('missing')\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        mod = __import__(name)
+        lines: list[str] = []
+        value = target.call(
+            mod.where, [1, "é"], timeout=120, on_output=lambda s, line: lines.append(line)
+        )
+        assert value["x"] == [1, "é"] and lines == ["there"]
+        with pytest.raises(remotekit.RemoteError) as info:
+            target.call(mod.boom, timeout=120)
+        assert info.value.remote_type == "builtins.KeyError"
+        assert "raise KeyError('missing')" in info.value.remote_traceback
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)

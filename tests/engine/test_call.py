@@ -1,0 +1,334 @@
+"""``Target.call``: a function run there, its value back here (:mod:`remotekit.call`).
+
+Each test writes the caller's own module into a temp folder here (on this process's path, on
+no path of the far side's: the far side lacks it), on this machine and through the real sshd
+-> the fake ``pct exec 200`` -> the venv, on the resident agent and one process per step.
+The hostile far side is a function that rewrites ``call.py``'s own record before it goes
+(it runs in that process): what comes back is then anything a broken or hostile host sends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import remotekit
+from remotekit import call as calls
+from tests.harness import ROOT, wait_gone
+
+pytestmark = pytest.mark.timeout(180)
+
+CHECKS = '''
+import os, sys
+
+def add(a, b=0, *, scale=1):
+    print("adding", a, b)
+    print("to stderr", file=sys.stderr)
+    return {"sum": (a + b) * scale, "args": [a, b], "none": None, "ok": True, "pi": 3.5}
+
+def echo(*args, **kwargs):
+    return [list(args), kwargs]
+
+def boom(text):
+    raise ValueError("bad " + text)
+
+def not_json():
+    return {1, 2}
+
+def sleeper(marker):
+    import subprocess
+    subprocess.Popen(["sleep", "600", marker])
+    print("started", flush=True)
+    import time
+    time.sleep(600)
+
+def pid():
+    return os.getpid()
+
+def forge(kind, path=""):
+    """A hostile far side: rewrites call.py's record (this runs in its process, __main__;
+    its json.dumps writes the record)."""
+    import __main__, base64, pickle
+    if kind == "pickle":
+        data = base64.b64encode(pickle.dumps(Mark(path))).decode()
+        __main__.json.dumps = lambda obj: '{"ok": true, "pickle": "%s"}' % data
+    elif kind == "deep":
+        __main__.json.dumps = lambda obj: "[" * 200000 + "]" * 200000
+    elif kind == "huge":
+        return "x" * (65 << 20)
+    elif kind == "noise":
+        __main__.json.dumps = lambda obj: '{"ok": false, "type": "T\\u001b]52;c;AAAA\\u0007", ' \
+            '"message": "' + "m" * 100000 + '\\u001b[2J", "traceback": "' + "t\\\\n" * 50000 + '"}'
+    return None
+
+class Mark:
+    """Loading this here (unpickling) writes a file: the proof a pickle was loaded."""
+    def __init__(self, path):
+        self.path = path
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+'''
+
+
+@pytest.fixture
+def checks(tmp_path: Path) -> Iterator[ModuleType]:
+    """The caller's own module, ``checks_<id>``, importable here only."""
+    name = f"checks_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(CHECKS)
+    sys.path.insert(0, str(folder))
+    try:
+        yield importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture(params=[None, False], ids=["agent", "per-step"])
+def agent(request: pytest.FixtureRequest) -> bool | None:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_a_value_round_trips_as_json(target: remotekit.Target, checks: ModuleType) -> None:
+    lines: list[tuple[str, str]] = []
+    value = target.call(
+        checks.add, 2, b=5, scale=3, timeout=60, on_output=lambda s, line: lines.append((s, line))
+    )
+    assert value == {"sum": 21, "args": [2, 5], "none": None, "ok": True, "pi": 3.5}
+    # what it printed streamed as output, apart from the value
+    assert ("stdout", "adding 2 5") in lines and ("stderr", "to stderr") in lines
+    nasty = ["a b", "'\\''", "$(x)", "\x1b[31m", "é\u202e", "", "\n"]
+    assert target.call(checks.echo, (1, [2.5, None]), nasty, k={"x": [True]}, timeout=60) == [
+        [[1, [2.5, None]], nasty],  # a tuple arrives as a list
+        {"k": {"x": [True]}},
+    ]
+
+
+def test_the_function_runs_there_in_a_process_of_its_own(
+    target: remotekit.Target, checks: ModuleType
+) -> None:
+    first, second = (target.call(checks.pid, timeout=60) for _ in range(2))
+    assert first != second != os.getpid()  # each call a fresh process today
+
+
+def test_a_module_the_far_side_lacks_is_shipped_once(
+    target: remotekit.Target, checks: ModuleType
+) -> None:
+    """The first call of a module's version finds it missing there and sends it; the next
+    finds it kept (one start, no bundle behind it)."""
+    starts: list[str] = []
+    target.trace = lambda step, chain: starts.append(step)
+    try:
+        assert target.call(checks.pid, timeout=60)
+        shipped = len(starts)
+        starts.clear()
+        target.call(checks.pid, timeout=60)
+    finally:
+        target.trace = None
+    assert shipped == 2 and starts == ["call pid"]  # missing, then sent; then kept
+
+
+def test_a_module_it_imports_beside_it_ships_too(target: remotekit.Target, tmp_path: Path) -> None:
+    """``checks.py`` importing ``helpers.py`` from its folder: both are the caller's own,
+    loaded here, and go with the call."""
+    tag = uuid.uuid4().hex[:8]
+    (tmp_path / f"helpers_{tag}.py").write_text("def twice(v):\n    return 2 * v\n")
+    (tmp_path / f"user_{tag}.py").write_text(
+        f"import helpers_{tag}\ndef go(v):\n    return helpers_{tag}.twice(v)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        user = importlib.import_module(f"user_{tag}")
+        assert target.call(user.go, 21, timeout=60) == 42
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(f"user_{tag}", None)
+        sys.modules.pop(f"helpers_{tag}", None)
+
+
+def test_an_exception_there_is_a_remote_error_with_its_traceback(
+    target: remotekit.Target, checks: ModuleType
+) -> None:
+    with pytest.raises(remotekit.RemoteError) as info:
+        target.call(checks.boom, "\x1b]0;title\x07 value", timeout=60)
+    e = info.value
+    assert e.remote_type == "builtins.ValueError" and e.step == "call boom"
+    assert e.remote_message == "bad \x1b]0;title\x07 value"
+    assert 'raise ValueError("bad " + text)' in e.remote_traceback
+    assert "call.py" not in e.remote_traceback  # the caller's frames, not the machinery's
+    assert "\x1b" not in str(e) and "\\x1b]0;title" in str(e)  # shown escaped
+
+
+def test_a_value_that_is_not_json_there_names_its_type(
+    local: remotekit.Target, checks: ModuleType
+) -> None:
+    with pytest.raises(remotekit.RemoteError, match=r"not JSON \(set\).*pickle=True"):
+        local.call(checks.not_json, timeout=60)
+    assert local.call(checks.not_json, pickle=True, timeout=60) == {1, 2}
+
+
+def test_a_timeout_leaves_no_process(target: remotekit.Target, checks: ModuleType) -> None:
+    marker = f"rk-call-{uuid.uuid4().hex}"
+    with pytest.raises(remotekit.StepTimeout) as info:
+        target.call(checks.sleeper, marker, timeout=2)
+    assert info.value.step == "call sleeper" and "started" in info.value.result.stdout
+    assert wait_gone(marker) == []
+
+
+def test_cancel_stops_a_call(local: remotekit.Target, checks: ModuleType) -> None:
+    marker = f"rk-call-{uuid.uuid4().hex}"
+    threading.Timer(1.0, local.cancel).start()
+    try:
+        with pytest.raises(remotekit.StepCancelled):
+            local.call(checks.sleeper, marker, timeout=60)
+    finally:
+        local.resume()
+    assert wait_gone(marker) == []
+
+
+def test_ctrl_c_stops_a_call(target: remotekit.Target, checks: ModuleType) -> None:
+    """A KeyboardInterrupt here while the call runs (Ctrl-C; raised from ``on_output`` as
+    the function prints): its tree there is stopped, and the target takes the next call."""
+    marker = f"rk-call-{uuid.uuid4().hex}"
+
+    def interrupt(stream: str, line: str) -> None:
+        if line == "started":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        target.call(checks.sleeper, marker, timeout=60, on_output=interrupt)
+    assert wait_gone(marker) == []
+    assert target.call(checks.echo, 1, timeout=60) == [[1], {}]
+
+
+# -- refused here, before any step -------------------------------------------------------
+
+
+def _no_step(t: remotekit.Target) -> list[str]:
+    starts: list[str] = []
+    t.trace = lambda step, chain: starts.append(step)
+    return starts
+
+
+def test_what_cannot_travel_is_refused_before_any_step(
+    local: remotekit.Target, checks: ModuleType
+) -> None:
+    starts = _no_step(local)
+
+    def nested() -> int:
+        return 1
+
+    with pytest.raises(TypeError, match=r"cannot send a lambda.*top level"):
+        local.call(lambda: 1)
+    with pytest.raises(TypeError, match=r"nested function.*as arguments"):
+        local.call(nested)
+    with pytest.raises(TypeError, match=r"argument 2\[1\] is a set.*pickle=True"):
+        local.call(checks.echo, 1, [2, {3}])
+    with pytest.raises(TypeError, match=r"argument k=\['x'\] is a bytes"):
+        local.call(checks.echo, k={"x": b"raw"})
+    with pytest.raises(TypeError, match=r"key 1 .*JSON keys are str"):
+        local.call(checks.echo, {1: 2})
+    with pytest.raises(TypeError, match="cannot send a bound method"):
+        local.call("x".upper)
+    with pytest.raises(TypeError, match="takes a function defined at the top level"):
+        local.call(remotekit.Target)  # type: ignore[arg-type]
+    assert starts == []
+
+
+def test_a_main_function_without_source_is_a_clear_error(tmp_path: Path) -> None:
+    """``__main__`` whose source cannot be found (``python -c``, as a kernel whose cells
+    keep none): the error says where to put the function."""
+    code = textwrap.dedent(
+        """
+        import remotekit
+        def f():
+            return 1
+        try:
+            remotekit.local_target().call(f)
+        except TypeError as e:
+            print(e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "source of f" in out.stdout and "put it in a .py file" in out.stdout, out
+
+
+def test_a_main_function_travels_as_its_own_source(tmp_path: Path) -> None:
+    """A script's (or a notebook cell's) function: its source alone, not the script's top
+    level (which would start the work again there)."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import remotekit
+            print("top level", flush=True)
+            def double(x):
+                print("doubling")
+                return 2 * x
+            with remotekit.local_target() as t:
+                print(t.call(double, 21, timeout=60, on_output=remotekit.echo))
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout == "top level\ndoubling\n42\n", out
+
+
+# -- the far side is hostile ---------------------------------------------------------------
+
+
+def test_a_pickle_never_loads_without_pickle_true(
+    target: remotekit.Target, checks: ModuleType, tmp_path: Path
+) -> None:
+    mark = tmp_path / "loaded"
+    with pytest.raises(remotekit.RemoteError, match=r"sent a pickle.*never loads"):
+        target.call(checks.forge, "pickle", str(mark), timeout=60)
+    assert not mark.exists()
+
+
+def test_a_hostile_value_is_bounded(local: remotekit.Target, checks: ModuleType) -> None:
+    with pytest.raises(remotekit.RemoteError, match="nested too deep"):
+        local.call(checks.forge, "deep", timeout=60)
+    with pytest.raises(remotekit.RemoteError, match=r"more than \d+"):
+        local.call(checks.forge, "huge", timeout=120)
+    with pytest.raises(remotekit.RemoteError) as info:
+        local.call(checks.forge, "noise", timeout=60)
+    e = info.value
+    assert len(e.remote_message) <= calls.MAX_MESSAGE
+    assert len(e.remote_traceback) <= calls.MAX_TRACEBACK
+    assert "\x1b" not in str(e) and "\x07" not in str(e)
+
+
+def test_pieces_past_the_bound_are_dropped_here() -> None:
+    """A far side that ignores the header's bound is held to it here too."""
+    got = calls._Value(10)
+    got.take("QUFBQUFB")  # 6 bytes
+    got.take("QUFBQUFB")
+    assert got.bad.startswith("the value there is more than 10") and got.parts == []
+    bad = calls._Value(10)
+    bad.take({"not": "base64"})
+    assert bad.bad
+
+
+# -- a fleet -----------------------------------------------------------------------------
+
+
+def test_a_fleet_calls_every_host(checks: ModuleType) -> None:
+    hosts = [remotekit.local_target(), remotekit.local_target()]
+    with remotekit.Fleet(hosts) as f:
+        outcomes = f.call(checks.add, 1, b=2, timeout=60)
+        failed = f.call(checks.boom, "x", timeout=60)
+    assert [o.value["sum"] for o in outcomes] == [3, 3]
+    assert all(isinstance(o.error, remotekit.RemoteError) for o in failed)
+    assert all(o.status == "failed" and "bad x" in o.reason for o in failed)
