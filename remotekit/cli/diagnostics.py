@@ -616,11 +616,11 @@ def demo(c: Context, sel: Selection, dir: str = "") -> None:
 #: What to try after the demo: (command, why). Each command is parsed by the real parser
 #: in the tests, so what the demo suggests is always typeable.
 DEMO_NEXT = (
-    ("remotekit ckpt-scan --path DIR", "the same scan on your own checkpoints, here"),
+    ("remotekit ckpt-scan --checkpoints DIR", "the same scan on your own checkpoints, here"),
     ("remotekit hosts --init", "declare your machines (~/.config/remotekit/hosts.yaml)"),
     ("remotekit ping --host NAME", "check each hop to one: ssh, container, python"),
     ("remotekit ckpt-scan --host NAME", "scan its `checkpoints:` there"),
-    ("remotekit train-log --host NAME --path LOG", "a training log's spikes, and why"),
+    ("remotekit train-log --host NAME --log LOG", "a training log's spikes, and why"),
 )
 
 
