@@ -167,8 +167,9 @@ def sync(
     dry_run: bool = False,
     timeout: float = 0.0,
 ) -> None:
-    """Push a local directory into targets, or pull one (`sync NAME:SRC DEST`, as rsync):
-    only changed files travel (size+mtime, then hash)."""
+    """Push a local directory into targets, or pull one: `sync NAME:SRC DEST`, as rsync.
+
+    Only changed files travel (size+mtime, then hash)."""
     from remotekit.sync import SyncResult, read_patterns
 
     sel = _remote_side(sel, src, dest)

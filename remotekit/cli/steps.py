@@ -344,8 +344,9 @@ def put(
     timeout: float = 0.0,
     dry_run: bool = False,
 ) -> None:
-    """Copy a local file or directory to targets, as scp: `put SRC DEST` (each file
-    atomic: written beside, then renamed)."""
+    """Copy a local file or directory to targets, as scp: `put SRC DEST`.
+
+    Each file is atomic: written beside, then renamed."""
     if named_side(src, sel.inventory) is not None:
         raise Exit(f"remotekit: put copies from here to there; {src} is there: use get", code=2)
     if (named := named_side(dest, sel.inventory)) is not None:
