@@ -90,6 +90,11 @@ def tables_fit(width: int | None) -> Iterator[None]:
         _FIT[0] = before
 
 
+def fit_width() -> int | None:
+    """The width text is fitted to now (within :func:`tables_fit`), or None: kept whole."""
+    return _FIT[0]
+
+
 def table(
     headers: Sequence[str],
     rows: Iterable[Sequence[Any]],

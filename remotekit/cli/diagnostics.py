@@ -625,6 +625,14 @@ DEMO_NEXT = (
 
 
 def demo_next() -> str:
-    """The demo's last lines: the commands to try next, aligned, each with why."""
+    """The demo's last lines: the commands to try next, aligned, each with why; on a
+    terminal too narrow for that, each why on its own line above its command (a command is
+    never wrapped: it is there to be copied)."""
+    from remotekit.result import fit_width
+
     width = max(len(cmd) for cmd, _ in DEMO_NEXT)
-    return "\nnext:\n" + "\n".join(f"  {cmd:<{width}}  # {why}" for cmd, why in DEMO_NEXT)
+    lines = [f"  {cmd:<{width}}  # {why}" for cmd, why in DEMO_NEXT]
+    fit = fit_width()
+    if fit is not None and max(len(line) for line in lines) > fit:
+        lines = [f"  # {why}\n  {cmd}" for cmd, why in DEMO_NEXT]
+    return "\nnext:\n" + "\n".join(lines)
