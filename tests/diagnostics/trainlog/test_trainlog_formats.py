@@ -661,11 +661,11 @@ def test_no_loss_exit_2_hints_are_real_command_lines(
         assert f"try: {hint}" in text
         (ctx,) = parse_task_line(hint)
         assert ctx.name == "train-log"
-        assert ctx.args["path"].value == str(p)
+        assert ctx.args["log"].value == str(p)
         assert ctx.args["metric"].value in (["objective"], ["score"])
         # and the named column then analyses: exit 0/1, not 2
         again = tl.analyze_train_log(
-            target, ctx.args["path"].value, metrics=ctx.args["metric"].value, timeout=60
+            target, ctx.args["log"].value, metrics=ctx.args["metric"].value, timeout=60
         )
         assert again.exit_code in (0, 1) and again.source is not None
     # the parser is strict: the old hint's flag does not exist (so this test can fail)
