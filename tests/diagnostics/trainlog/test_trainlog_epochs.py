@@ -174,3 +174,23 @@ def test_public_keras_console_read_on_its_epochs() -> None:
     said = _warnings(r)
     assert "follows ('Epoch i/N' on a line of its own)" in said
     assert "restart" not in said
+
+
+def test_model_name_then_epoch_of_n_two_runs_said_no_spike(tmp_path: Path) -> None:
+    """``resnet-50 - Epoch 3/30 - loss: ...``, two runs: before, the pairs of each line on row
+    numbers, the second run's first loss a spike at row 30, nothing said."""
+    lines = [
+        f"resnet-50 - Epoch {e}/30 - loss: {1.5 / e + 0.3 * r:.4f} - lr: 0.1"
+        for r in range(2)
+        for e in range(1, 31)
+    ]
+    log = tmp_path / "resnet.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = run(log)
+    assert r.code in (0, 1), r.records
+    src = r.one("source")
+    assert (src["first_step"], src["last_step"]) == (1, 30)
+    said = _warnings(r)
+    assert "the epoch counter falls from 30 to 1 at line 31: a second run" in said
+    assert "the step is the epoch" in said
+    assert not r.all("spike")
