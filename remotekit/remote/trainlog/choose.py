@@ -444,6 +444,12 @@ def _step_score(key):
     ``num_updates``), or None: a step/iteration/update word and no epoch; a setting, a rate
     or a total (``max_steps``, ``steps_per_sec``, ``warmup_steps``) scores low."""
     parts, words = _name_words(key)
+    if parts[-1:] == ["timesteps"] and "per" not in parts:
+        # the environment steps so far (stable-baselines3's ``time/total_timesteps``,
+        # baselines' ``total_timesteps``): an RL run's own axis, its logger's x-axis;
+        # ``total`` is the count so far here (the values must rise), no setting: over a
+        # count of one environment's steps (baselines' ``serial_timesteps``)
+        return 4 if "total" in parts else 3
     if not any(w in STEP_WORDS for w in words) or "epoch" in parts or "epochs" in parts:
         return None
     score = 3 - max(0, len(parts) - 2)

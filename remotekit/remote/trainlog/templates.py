@@ -198,6 +198,10 @@ class Kind:
         self.kind = kind_of(_WORD_RE.findall(" ".join(c))) or "train"
         n = self.names
         self.epoch = next((j for j in range(t.width) if n[j] in EPOCH_WORDS), None)
+        # ``Epoch 3/100``, ``Epoch [3/100]``: the epoch and the number of epochs
+        self.of = None
+        if self.epoch is not None and self.epoch + 1 < t.width:
+            self.of = self.epoch + 1 if c[self.epoch + 1].lstrip().startswith("/") else None
         self.step = next((j for j in range(t.width) if n[j] in STEP_WORDS[:5]), None)
         # ``i/N``: a field the next one follows after a "/" (``[640/60000``, ``200/ 2983
         # batches``, ``batch: 3/100``), unless it is the epoch's own (``epoch 3/10``)
@@ -208,11 +212,13 @@ class Kind:
                 if n[j] == "step" and self.step == j:
                     self.step = None  # ``step 3/100``: per epoch or in all, the total says
                 break
-        self.counters = {self.epoch, self.step, self.progress}
+        self.counters = {self.epoch, self.step, self.progress, self.of}
         if self.progress is not None:
             self.counters.add(self.progress + 1)
         self.steps = None
         self.how = ""
+        self.counter = "step"  # what the run's counter counts, as the notes say it
+        self.marked = None  # a line kind stating no epoch: the epoch of the marker before each
         self._fields = None
 
     def fields(self):
@@ -230,6 +236,13 @@ class Kind:
             out.append((j, name if k == 1 else "%s_%d" % (name, k)))
         return out
 
+    def epochs(self):
+        """The epoch of each line: the one it states, else the one of the ``Epoch i/N``
+        line before it (Keras prints the epoch on a line of its own), else None."""
+        if self.epoch is not None:
+            return self.t.column(self.epoch)
+        return self.marked
+
     def own_steps(self, e0):
         """The steps the lines state, and how, or None (the line states no counter)."""
         t = self.t
@@ -239,8 +252,8 @@ class Kind:
         if self.progress is None:
             return None
         i = t.column(self.progress)
-        if self.epoch is not None:
-            ep = t.column(self.epoch)
+        ep = self.epochs()
+        if ep is not None:
             if not t.varies(self.progress + 1):  # one N throughout: not converted
                 m = to_float(t.cell(0, self.progress + 1))
                 self.how = "epoch x %s + i, from the epoch and the 'i/N' each line states" % _fmt(m)
@@ -288,7 +301,42 @@ def worth(table):
     # merges templates a token apart: what differs is the kind or the fields
     if len({(k.kind, tuple(name for _, name in k.fields())) for k in kinds}) >= 2:
         return True
-    return any(k.progress is not None for k in kinds)
+    if _marks(table) is not None:
+        return bool(kinds)  # ``Epoch 3/100`` on a line of its own, data lines after it
+    return any(k.progress is not None or k.of is not None for k in kinds)
+
+
+def _marks(table):
+    """``(lines, epochs)`` of the lines that state the epoch as ``i/N`` and nothing else
+    (Keras's ``Epoch 3/100`` before each epoch's line), or None when the log has none."""
+    found = []
+    for t in table.values():
+        if not is_data(t):
+            continue
+        k = Kind(t)
+        if k.of is not None and not k.fields():
+            found.append((t.at, t.column(k.epoch)))
+    if not found:
+        return None
+    pairs = sorted(p for at, ep in found for p in zip(at, ep))
+    return array("l", (p[0] for p in pairs)), array("d", (p[1] for p in pairs))
+
+
+def _mark(kinds, marks):
+    """The epoch of the marker line before each line, for the kinds that state none (all
+    their lines after the first marker); a line that states ``i/N`` with i = N on every
+    line is a finished progress bar, one line an epoch: no batch counter then."""
+    if marks is None:
+        return
+    at, ep = marks
+    for k in kinds:
+        if k.epoch is not None or k.t.at[0] < at[0]:
+            continue
+        k.marked = array("d", (ep[bisect_right(at, line) - 1] for line in k.t.at))
+    for k in kinds:
+        if k.progress is not None and k.epochs() is not None:
+            if k.t.texts(k.progress) == k.t.texts(k.progress + 1):
+                k.progress = None  # ``1875/1875 [======] - loss: ...``: the epoch's summary
 
 
 def read_kinds(table, events, out, run_part=None):
@@ -298,13 +346,13 @@ def read_kinds(table, events, out, run_part=None):
     kinds = [Kind(t) for t in table.values() if is_data(t)]
     kinds = [k for k in kinds if k.fields()]
     once = sum(1 for t in table.values() if len(t.at) == 1)
+    _mark(kinds, _marks(table))
     primary = _primary(kinds)
     e0 = _first_epoch(kinds)
     for k in kinds:
         k.steps = k.own_steps(e0)
     if primary is not None and primary.steps is None:
-        primary.steps = array("d", range(len(primary.t.at)))
-        primary.how = "the row (the line states no step)"
+        _epoch_steps(primary)
     lo, hi = _run_part(primary, run_part, out)
     for k in kinds:
         _align(k, primary, e0)
@@ -398,8 +446,22 @@ def _primary(kinds):
 
 
 def _first_epoch(kinds):
-    firsts = [(k.t.at[0], to_float(k.t.cell(0, k.epoch))) for k in kinds if k.epoch is not None]
+    firsts = [(k.t.at[0], k.epochs()[0]) for k in kinds if k.epochs() is not None]
     return min(firsts)[1] if firsts else 0.0
+
+
+def _epoch_steps(primary):
+    """The run's steps when its train lines state no step and no batch: the epoch they
+    state (``Epoch [3/100]``) or follow (Keras's ``Epoch 3/100`` line), else the row."""
+    ep = primary.epochs()
+    if ep is None:
+        primary.steps = array("d", range(len(primary.t.at)))
+        primary.how = "the row (the line states no step)"
+        return
+    primary.steps = ep
+    primary.counter = "epoch"
+    said = "states" if primary.epoch is not None else "follows ('Epoch i/N' on a line of its own)"
+    primary.how = "the epoch each line %s (no step or batch counter: the step is the epoch)" % said
 
 
 def _run_part(primary, run_part, out):
@@ -426,15 +488,15 @@ def _run_part(primary, run_part, out):
         again = steps[c] == steps[c - 1]
         first = steps[c] <= steps[0]
         what = (
-            "step %s logged again with other values: a restart" % _fmt(steps[c])
+            "%s %s logged again with other values: a restart" % (primary.counter, _fmt(steps[c]))
             if again
             else "a second run (or a restart from scratch) appended to the same file"
             if first
-            else "a restart from step %s (a resume)" % _fmt(steps[c])
+            else "a restart from %s %s (a resume)" % (primary.counter, _fmt(steps[c]))
         )
         out.notes.append(
-            "the step counter falls from %s to %s at line %d: %s"
-            % (_fmt(steps[c - 1]), _fmt(steps[c]), at[c] + 1, what)
+            "the %s counter falls from %s to %s at line %d: %s"
+            % (primary.counter, _fmt(steps[c - 1]), _fmt(steps[c]), at[c] + 1, what)
             if not again
             else "line %d: %s" % (at[c] + 1, what)
         )

@@ -122,6 +122,7 @@ def test_every_reader_module_defines_one_registered_reader_that_keeps_the_contra
         "tensorboard",
         "mlflow",
         "olmo",
+        "kvtable",
         "jsonl",
         "json",
         "nanogpt",
