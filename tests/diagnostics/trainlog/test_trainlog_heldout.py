@@ -162,11 +162,6 @@ def test_heldout_gail_ppo_csv_value_loss_bursts_are_noise() -> None:
     assert flagged <= {9, 27, 53, 55, 72} and len(flagged) <= 2, flagged
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main exits 2 'no loss series found': the baselines console table "
-    "('| key | value |' rows between dashed lines) is read as no data",
-)
 def test_heldout_gail_ppo_console_table_reads_as_the_csv() -> None:
     r = run(held(GAIL + "log.txt"))
     src = source(r)
@@ -386,12 +381,6 @@ def test_heldout_three_runs_train_and_test_apart_by_epoch() -> None:
     ), held_out
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main says nothing of three runs (the epoch counter falls from 100 to 1 twice, "
-    "'train resnet-50 done' between them) and flags each new run's first loss as a spike "
-    "(rows 202 and 404)",
-)
 def test_heldout_three_runs_said_and_their_starts_are_not_spikes() -> None:
     r = run(held(THREE))
     assert RUNS_SAID.search(said(r))
