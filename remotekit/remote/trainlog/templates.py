@@ -86,7 +86,7 @@ class Template:
         self.segs = [self.rows]
         self.first = first  # the first line of this kind (what a note quotes)
         self.columns = {}
-        self.rx = None  # its block regex, once it is the template most lines are of
+        self.rx = None  # its block regexes (any text, ASCII text), once it is the fast one
         self._at_row = None  # (rows, starts of the segments), for cell()
 
     def add_block(self, text, cols):
@@ -115,7 +115,7 @@ class Template:
         if isinstance(seg, list):
             return seg
         w = self.width
-        return [r for r in self.rx.findall(seg.text) if not r[w]]
+        return [r for r in self.rx[0].findall(seg.text) if not r[w]]
 
     def texts(self, j):
         """Field ``j`` of every line, as text."""
@@ -228,7 +228,7 @@ def mine(lines, start=0, table=None, events=None, fast=None):
         if fast.rx is None:
             fast.rx = compiled(fast)
         text = "\n".join(lines) + "\n"
-        found = fast.rx.findall(text)  # a tuple a line, whatever its kind
+        found = fast.rx[text.isascii()].findall(text)  # a tuple a line, whatever its kind
         cols = list(zip(*found))
         # a line of another kind: its text in the last group (with its newline, never "")
         miss = cols[fast.width]
@@ -261,14 +261,19 @@ def mine(lines, start=0, table=None, events=None, fast=None):
 
 
 def compiled(t):
-    """The block regex of template ``t``: a line of it (its constants as they are, a number
-    group between each two, the blanks around a number free: ``SPLIT_RE``'s template of the
-    same line) and its newline, or else any line, whole, in one more group."""
+    r"""The block regexes of template ``t``: a line of it (its constants as they are, a
+    number group between each two, the blanks around a number free: ``SPLIT_RE``'s template
+    of the same line) and its newline, or else any line, whole, in one more group. Two of
+    them: for any text, and for ASCII text (``str.isascii``), where ``\d`` and ``\s`` are
+    the ASCII characters they match spelled out (a class without a category: 1.4x faster)."""
     # a loose number (what is no number reads as missing): the constants decide the match,
     # and a class is 1.5x faster than SPLIT_RE's exact alternatives here. Blanks stop at
     # the newline: a match is one line, as a line's own match was
-    num = r"[^\S\n]*([-+\d.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))[^\S\n]*"
-    return re.compile(num.join(re.escape(c) for c in t.consts) + r"\n|(.*\n)")
+    out = []
+    for blank, digit in ((r"[^\S\n]", r"\d"), (r"[\t\x0b\x0c\r\x1c-\x1f ]", "0-9")):
+        num = r"%s*([-+%s.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))%s*" % (blank, digit, blank)
+        out.append(re.compile(num.join(re.escape(c) for c in t.consts) + r"\n|(.*\n)"))
+    return tuple(out)
 
 
 def most(table):
