@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_right
-from itertools import chain, compress, islice, repeat
-from operator import add, ge, is_not, lt, mul, not_, sub
+from itertools import compress, islice, repeat
+from operator import add, ge, itemgetter, lt, mul, not_, sub
 
 from ..protocol import mask
 from .base import (
@@ -38,7 +38,7 @@ from .base import (
     SOURCE_LINE_RE,
     to_float,
 )
-from .source import HEAD_ROWS, number_column
+from .source import HEAD_ROWS
 
 # A number as a field: not inside a word (``resnet110``, ``fc1``), with the blanks around it
 # (padding that changes with the number's width is no part of the template).
@@ -56,7 +56,6 @@ STEP_WORDS = ("step", "global_step", "globalstep", "iter", "iteration", "it", "u
 BATCH_WORDS = ("batch", "batches", "iter", "iters", "iteration", "step", "steps", "it")
 EVENT_WORDS = ("checkpoint", "ckpt", "resum", "restor")
 EVENT_RE = re.compile("|".join(EVENT_WORDS), re.I)
-GROUPS = type(re.match("", "")).groups  # Match.groups, mapped over a block's matches
 
 
 def kind_of(words):
@@ -72,73 +71,177 @@ def kind_of(words):
 
 class Template:
     """One line kind: its constant parts, the lines (their index in the file) and the fields
-    as text, ``width`` cells a line."""
+    as text, in segments in line order: lists of rows (a line's fields, split one by one)
+    and :class:`Block` s (a block's lines of the template most lines are of, read by its
+    regex at once and kept as numbers, its text kept for the rare reader of a field's
+    text)."""
 
-    __slots__ = ("at", "cells", "columns", "consts", "first", "rx", "width")
+    __slots__ = ("_at_row", "at", "columns", "consts", "first", "rows", "rx", "segs", "width")
 
     def __init__(self, consts, first):
         self.consts = consts
         self.width = len(consts) - 1
         self.at = array("l")
-        self.cells = []  # the fields of its lines as text, ``width`` a line
+        self.rows = []  # the last segment when it is a list: where the next split row goes
+        self.segs = [self.rows]
         self.first = first  # the first line of this kind (what a note quotes)
         self.columns = {}
-        self.rx = None  # its regex, once it is the template most lines are of
+        self.rx = None  # its block regexes (any text, ASCII text), once it is the fast one
+        self._at_row = None  # (rows, starts of the segments), for cell()
+
+    def add_block(self, text, cols):
+        """The block ``text``'s lines of this template, ``cols`` their fields as text, a
+        tuple a field: each field kept as numbers only where it is not the first line's own
+        text throughout (a constant field costs a count, no conversion)."""
+        first = self.segs[0][0]
+        n = len(cols[0])
+        vals = []
+        for j in range(self.width):
+            c = cols[j]
+            # (the ends first: a field that changes within the block is told in two looks)
+            if c[0] == first[j] == c[-1] and c.count(first[j]) == n:
+                vals.append(None)
+            elif c[0] == c[-1] and c.count(c[0]) == n:  # one text in the block (an epoch)
+                v, state, alt = _convert(c[:1])
+                vals.append((v * n, state, alt and alt * n))
+            else:  # read while the block's texts are in the caches (later: 3x slower)
+                vals.append(_convert(c))
+        self.segs.append(Block(text, n, vals))
+        self.rows = []
+        self.segs.append(self.rows)
+
+    def _rows(self, seg):
+        """A segment's rows of text."""
+        if isinstance(seg, list):
+            return seg
+        w = self.width
+        return [r for r in self.rx[0].findall(seg.text) if not r[w]]
 
     def texts(self, j):
         """Field ``j`` of every line, as text."""
-        return self.cells[j :: self.width]
+        out = []
+        for seg in self.segs:
+            out.extend(map(itemgetter(j), self._rows(seg)))
+        return out
 
     def cell(self, i, j):
         """Field ``j`` of line ``i`` (of this kind), as text."""
-        return self.cells[i * self.width + j]
+        if self._at_row is None or self._at_row[0] != len(self.at):
+            starts, n = [], 0
+            for seg in self.segs:
+                starts.append(n)
+                n += len(seg) if isinstance(seg, list) else seg.n
+            self._at_row = (len(self.at), starts, {})
+        _, starts, cache = self._at_row
+        k = bisect_right(starts, i) - 1
+        while not (self.segs[k] if isinstance(self.segs[k], list) else self.segs[k].n):
+            k -= 1  # an empty list segment starts where the next one does
+        rows = cache.get(k)
+        if rows is None:
+            rows = cache[k] = self._rows(self.segs[k])
+        return rows[i - starts[k]][j]
 
     def column(self, j):
-        """Field ``j`` of every line, as numbers (once)."""
+        """Field ``j`` of every line, as numbers (once): as :func:`~.source.number_column`
+        reads the whole column (whole numbers by ``int`` where all are, else ``float``),
+        "nan", "Inf" as a trainer prints them, a word missing."""
         out = self.columns.get(j)
         if out is None:
-            cells = self.texts(j)
-            out = number_column(cells)
-            if out is None:  # "nan", "Inf" as a trainer prints them; a word: missing
-                out = array("d", (to_float(c) for c in cells))
+            first = self.segs[0][0][j]
+            parts = []
+            for seg in self.segs:
+                if isinstance(seg, list):
+                    if seg:
+                        parts.append(_convert(list(map(itemgetter(j), seg))))
+                elif seg.vals[j] is None:
+                    v, state, alt = _convert([first])
+                    parts.append((v * seg.n, state, alt and alt * seg.n))
+                else:
+                    parts.append(seg.vals[j])
+            state = min(p[1] for p in parts)
+            out = array("d")
+            for v, s, alt in parts:
+                out.extend(alt if s > state and alt is not None else v)
             self.columns[j] = out
         return out
 
     def varies(self, j):
         """Whether field ``j`` takes more than one value: a field that never changes is a
         constant of the template (a logger's source line, a date), as Drain merges it."""
-        w = self.width
-        head = self.cells[j : j + w * HEAD_ROWS : w]
-        if head.count(head[0]) != len(head):
-            return True
-        cells = self.cells[j::w]
-        return cells.count(cells[0]) != len(cells)
+        first = self.segs[0][0][j]
+        for seg in self.segs:
+            if isinstance(seg, list):
+                c = list(map(itemgetter(j), seg))
+                if c.count(first) != len(c):
+                    return True
+            elif seg.vals[j] is not None:
+                return True
+        return False
+
+
+class Block:
+    """A block's lines of the fast template: its text, how many lines of the template it
+    holds, and each field as :func:`_convert` read it (None: the first line's text
+    throughout)."""
+
+    __slots__ = ("n", "text", "vals")
+
+    def __init__(self, text, n, vals):
+        self.text = text
+        self.n = n
+        self.vals = vals
+
+
+def _convert(cells):
+    """``(values, how, alt)`` of cells of text: ``how`` 2 read by ``int`` (all whole), 1 by
+    ``float``, 0 by ``to_float`` (a word: missing), as :func:`~.source.number_column` and
+    :meth:`Template.column` read a column; ``alt``: the values as ``float`` reads them where
+    they differ from ``int``'s (``-0``), for a column read by ``float`` after all."""
+    try:
+        v = array("d", map(int, cells))
+    except (ValueError, TypeError, OverflowError):
+        pass
+    else:
+        alt = None
+        if 0.0 in v:
+            f = array("d", map(float, cells))
+            if f.tobytes() != v.tobytes():
+                alt = f
+        return v, 2, alt
+    try:
+        return array("d", map(float, cells)), 1, None
+    except (ValueError, TypeError):
+        return array("d", map(to_float, cells)), 0, None
 
 
 def mine(lines, start=0, table=None, events=None, fast=None):
     """Lines into templates (``{key: Template}``), in one pass: one regex split a line, the
     template's key its constants joined. ``events``: ``[(index, line)]`` of the lines that
     may announce a save or a resume. ``fast``: a data :class:`Template` most lines are of,
-    matched first by its own regex (:func:`compiled`: as a trainer format's data regex,
-    one C call a line), the split only for the others. Returns the table."""
+    matched first by its own regex (:func:`compiled`: one ``findall`` over the block, a
+    row a line, its fields kept as numbers), the split only for the others. Returns the
+    table."""
     table = {} if table is None else table
     rest = range(start, start + len(lines))
-    if fast is not None:
+    if fast is not None and lines:
         # the block's lines of the fast template at C speed, the others one by one
         if fast.rx is None:
             fast.rx = compiled(fast)
-        found = list(map(fast.rx.match, lines))
-        if None not in found:  # a block of train lines only: the most of them
-            fast.cells.extend(chain.from_iterable(map(GROUPS, found)))
+        text = "\n".join(lines) + "\n"
+        found = fast.rx[text.isascii()].findall(text)  # a tuple a line, whatever its kind
+        cols = list(zip(*found))
+        # a line of another kind: its text in the last group (with its newline, never "")
+        miss = cols[fast.width]
+        if miss.count("") == len(miss):  # a block of train lines only: the most of them
+            fast.add_block(text, cols)
             fast.at.extend(rest)
             return table
-        hit = list(map(is_not, found, repeat(None)))
-        fast.cells.extend(chain.from_iterable(map(GROUPS, compress(found, hit))))
-        fast.at.extend(compress(rest, hit))
-        if all(hit):
-            return table
+        hit = list(map(not_, miss))
+        if any(hit):
+            fast.add_block(text, list(zip(*compress(found, hit))))
+            fast.at.extend(compress(rest, hit))
         rest = list(compress(rest, map(not_, hit)))
-        lines = [lines[i - start] for i in rest]
+        lines = [m[:-1] for m in compress(miss, map(not_, hit))]
     split = SPLIT_RE.split
     get = table.get
     event = EVENT_RE.search
@@ -151,19 +254,26 @@ def mine(lines, start=0, table=None, events=None, fast=None):
             if t is None:
                 t = table[key] = Template(consts, line)
             t.at.append(i)
-            t.cells.extend(parts[1::2])
+            t.rows.append(parts[1::2])
         if events is not None and event(line):
             events.append((i, line))
     return table
 
 
 def compiled(t):
-    """The regex of template ``t``: its constants as they are, a number group between each
-    two, the blanks around a number free (``SPLIT_RE``'s template of the same line)."""
+    r"""The block regexes of template ``t``: a line of it (its constants as they are, a
+    number group between each two, the blanks around a number free: ``SPLIT_RE``'s template
+    of the same line) and its newline, or else any line, whole, in one more group. Two of
+    them: for any text, and for ASCII text (``str.isascii``), where ``\d`` and ``\s`` are
+    the ASCII characters they match spelled out (a class without a category: 1.4x faster)."""
     # a loose number (what is no number reads as missing): the constants decide the match,
-    # and a class is 1.5x faster than SPLIT_RE's exact alternatives here
-    num = r"\s*([-+\d.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))\s*"
-    return re.compile(num.join(re.escape(c) for c in t.consts) + r"\Z")
+    # and a class is 1.5x faster than SPLIT_RE's exact alternatives here. Blanks stop at
+    # the newline: a match is one line, as a line's own match was
+    out = []
+    for blank, digit in ((r"[^\S\n]", r"\d"), (r"[\t\x0b\x0c\r\x1c-\x1f ]", "0-9")):
+        num = r"%s*([-+%s.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))%s*" % (blank, digit, blank)
+        out.append(re.compile(num.join(re.escape(c) for c in t.consts) + r"\n|(.*\n)"))
+    return tuple(out)
 
 
 def most(table):

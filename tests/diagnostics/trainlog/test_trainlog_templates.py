@@ -239,3 +239,57 @@ def test_tensorboard_series_with_their_own_counter_keep_their_points(tmp_path: P
     )
     series = {s["metric"]: s for s in run(tmp_path, "--points", "2000").all("series")}
     assert series["val_loss"]["steps"][:3] == [49, 99, 149]
+
+
+def _console_lines(rng: random.Random, n: int) -> list[str]:
+    """A console of train lines and a validation line a 700, whose fields take every shape
+    a number is printed in: nan and infinities, signs, ``-0``, a column of whole numbers
+    that turns to decimals, CR line ends, digits of another script, a non-ASCII word."""
+    out = []
+    for s in range(n):
+        loss = (
+            rng.choice(["nan", "-inf", "Infinity", "+2.5", "1e-3", "-0"])
+            if s % 97 == 3
+            else f"{2 + 1 / (1 + s):.5f}"
+        )
+        grad = rng.choice(["-0", "+3", "0", "12"]) if s < 9000 else f"{rng.random():.3f}"
+        whole = rng.choice(["-0", "0", "7", "-12"])
+        line = f"step {s} | epoch {s // 1000} | loss {loss} | grad {grad} | k {whole} | lr 0.0003"
+        if s % 1234 == 5:
+            line = line.replace(f"step {s}", f"step {'١٢'}")  # Arabic-Indic digits
+        if s % 1500 == 7:
+            line += " | note µ"
+        out.append(line + ("\r" if s % 811 == 9 else ""))
+        if s % 700 == 699:
+            out.append(f"valid | step {s} | loss {2.1 + 1 / (1 + s):.4f}")
+    return out
+
+
+def test_the_block_regex_reads_what_the_line_split_reads() -> None:
+    """The template most lines are of is read a block at a time by its own regex and kept
+    as numbers; every field's text, number, constancy and every event must be what the
+    line-by-line split gives for the same lines (a speed path, never another answer)."""
+    from remotekit.remote.trainlog.templates import mine, most
+
+    lines = _console_lines(random.Random(35), 16000)
+    ev_split: list[tuple[int, str]] = []
+    split = mine(lines, 0, None, ev_split)
+    ev_fast: list[tuple[int, str]] = []
+    fast_table = mine(lines[:5000], 0, None, ev_fast)
+    fast = most(fast_table)
+    n = 5000
+    while n < len(lines):
+        block = lines[n : n + 700]
+        mine(block, n, fast_table, ev_fast, fast)
+        n += len(block)
+    assert fast is not None and fast.rx is not None  # the block path ran
+    assert sorted(split) == sorted(fast_table) and ev_split == ev_fast
+    for key, a in split.items():
+        b = fast_table[key]
+        assert list(a.at) == list(b.at) and a.first == b.first, key
+        for j in range(a.width):
+            assert a.texts(j) == b.texts(j), (key, j)
+            assert a.column(j).tobytes() == b.column(j).tobytes(), (key, j)  # -0.0, nan alike
+            assert a.varies(j) == b.varies(j), (key, j)
+            for i in (0, 1, len(a.at) // 2, len(a.at) - 1):
+                assert a.cell(i, j) == b.cell(i, j), (key, i, j)

@@ -94,11 +94,16 @@ def _read(src, out):
     app = ing.codes.append
     for block in blocks:
         nlines += len(block)
+        # a word a save or a resume is said in lies within a line: a block without one
+        # (most) spares each line its look
+        low = "\n".join(block).lower()
+        said = "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low
         for line in block:
-            low = line.lower()
-            if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
-                _text_line(ing, line, None)
-                continue
+            if said:
+                low = line.lower()
+                if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+                    _text_line(ing, line, None)
+                    continue
             d = dict(pairs(line))
             if words is not None:
                 for k, v in words(line):
