@@ -84,15 +84,20 @@ def _shut(conn: Connection) -> None:
         hop = gateway
 
 
-def _bannerless(conn: Connection) -> str | None:
-    """``host:port`` of the first hop of ``conn`` (gateway first) whose TCP connection is up
-    but whose server never sent its SSH banner, if any."""
+def _hops(conn: Connection) -> list[Connection]:
+    """The hops of ``conn``, its gateways first (the order they were connected in)."""
     hops: list[Connection] = []
     hop: object = conn
     while isinstance(hop, Connection):
         hops.insert(0, hop)
         hop = hop.gateway
-    for h in hops:
+    return hops
+
+
+def _bannerless(conn: Connection) -> str | None:
+    """``host:port`` of the first hop of ``conn`` (gateway first) whose TCP connection is up
+    but whose server never sent its SSH banner, if any."""
+    for h in _hops(conn):
         transport = h.client.get_transport()
         if transport is None:
             continue
@@ -104,12 +109,7 @@ def _bannerless(conn: Connection) -> str | None:
 def _refusing_hop(conn: Connection) -> Connection:
     """The first hop of ``conn`` (gateway first) that is connected but not authenticated:
     the one whose server refused our credentials (``conn`` itself when none is)."""
-    hops: list[Connection] = []
-    hop: object = conn
-    while isinstance(hop, Connection):
-        hops.insert(0, hop)
-        hop = hop.gateway
-    for h in hops:
+    for h in _hops(conn):
         transport = h.client.get_transport()
         if transport is not None and not transport.is_authenticated():
             return h
