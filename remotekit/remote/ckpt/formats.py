@@ -692,28 +692,24 @@ def _st_entry(src, mm, data_start, item):
         return None
     if data_start + end > src.bytes:
         return "past the end"
-    chunks = raw = None
-    if mm is not None:
-        raw = (mm, data_start + begin)
-
-        def chunks(n, s=data_start + begin, d=dtype, i=itemsize, c=numel, sh=shape):
-            return st_chunks(mm, s, torch_dtype(d), i, c, sh, n)
-
     src.entries.append(
-        Entry(
-            name,
-            section_for_name(name),
-            name.rsplit(".", 1)[-1],
-            dtype,
-            shape,
-            numel,
-            numel * itemsize,
-            None,
-            chunks,
-            raw,
-        )
+        _mapped_entry(mm, data_start + begin, name, dtype, shape, numel, numel * itemsize)
     )
     return None
+
+
+def _mapped_entry(mm, offset, name, dtype, shape, numel, nbytes):
+    """An :class:`Entry` for a tensor whose raw values lie at ``offset`` of the map ``mm``
+    (safetensors, GGUF; None: the file is not mapped, its values are not read)."""
+    chunks = raw = None
+    if mm is not None:
+        raw = (mm, offset)
+
+        def chunks(n, s=offset, d=dtype, c=numel, sh=shape):  # diff reads values through torch
+            return st_chunks(mm, s, torch_dtype(d), d.itemsize, c, sh, n)
+
+    kind = name.rsplit(".", 1)[-1]
+    return Entry(name, section_for_name(name), kind, dtype, shape, numel, nbytes, None, chunks, raw)
 
 
 def torch_dtype(dtype):
@@ -735,25 +731,7 @@ def _open_gguf(path, size):
     src.problems.extend(head.problems)
     src.notes.extend(head.notes)
     for name, shape, code, numel, nbytes, begin in head.tensors:
-        dtype = DTYPES[code]
-
-        def chunks(n, s=begin, d=dtype, c=numel, sh=shape):  # diff reads values through torch
-            return st_chunks(mm, s, torch_dtype(d), d.itemsize, c, sh, n)
-
-        src.entries.append(
-            Entry(
-                name,
-                section_for_name(name),
-                name.rsplit(".", 1)[-1],
-                dtype,
-                shape,
-                numel,
-                nbytes,
-                None,
-                chunks,
-                (mm, begin),
-            )
-        )
+        src.entries.append(_mapped_entry(mm, begin, name, DTYPES[code], shape, numel, nbytes))
     return src
 
 
