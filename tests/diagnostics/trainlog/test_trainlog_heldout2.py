@@ -15,8 +15,9 @@ import re
 import statistics
 from pathlib import Path
 
+import pytest
+
 from tests.diagnostics.trainlog.test_trainlog_heldout import (
-    RUNS_SAID,
     UNHEALTHY_SAID,
     close,
     said,
@@ -28,6 +29,9 @@ from tests.trainlog_kit import Run, run
 
 HELDOUT2 = DATA / "public" / "heldout2"
 NEVER_LEARNED = re.compile(r"unhealthy|never learn|did not learn|not learning", re.I)
+# narrower than the first set's RUNS_SAID, which also matches the reader's own words for a
+# line template ("its restarts count epochs")
+TWO_RUNS_SAID = re.compile(r"second run|appended|run[- ]part|new run", re.I)
 
 
 def held(rel: str) -> Path:
@@ -48,6 +52,12 @@ def loss_spikes(r: Run) -> list[dict[str, object]]:
 # llm.c's GPT-2 baseline: `s:N trl:x lr:y norm:z` each step, `s:N tel:x` every 250
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="main's llm.c reader reads trl (2,001 values by s), lr and norm (and flags the "
+    "grad-norm excursion at 1901, 0.86 against 0.31, which is real), but drops the eval lines: "
+    "no val_loss from tel's 9 points",
+)
 def test_heldout2_llmc_train_and_eval_lines_by_their_step() -> None:
     """``trl`` is the train loss (2,001 steps, 11.0 -> 3.8), ``tel`` the eval loss (9 points,
     11.0 -> 3.86), ``lr`` warms up to 6e-4 by step 700, ``norm`` the grad norm (15 -> 0.3).
@@ -69,12 +79,20 @@ def test_heldout2_llmc_train_and_eval_lines_by_their_step() -> None:
 # modded-nanogpt record: 547 lines of the script's source, nvidia-smi, then the run's lines
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="main reads the 1,000 train losses by the printed step, but val_loss has 8 of 9 "
+    "points (the step-0 line, 'step_avg:nanms', is missed) and a checkpoint event at step 0 is "
+    "invented from the source's 'save_every : int = 0 # ... checkpoint' line",
+)
 def test_heldout2_modded_source_then_log_read_on_the_log() -> None:
     """``step:N/3200 train_loss:x`` (1,000 values, 10.83 -> 3.74) and ``step:N/3200
     val_loss:x`` every 125 steps (9 values, 10.83 -> 3.63), the step as printed (0..1000). The
     source printed first (``val_loss_every``, ``vocab_size : int = 50304``, checkpoint code)
     is no data: no checkpoint or resume invented from it. Starts at ln 50304 = 10.83 (a
-    uniform guess) and falls at once: healthy; no spike."""
+    uniform guess) and falls at once: healthy. Corrected after the run (missed by hand): two
+    one-batch excursions, 4.96 at step 919 and 5.20 at 947 against ~3.7, back the next step;
+    a detector may flag those two, no other."""
     path = held("modded-code-log/042f9e87-07e6-4504-bb04-4ec59a380211.txt")
     train = numbers(path, r"^step:\d+/3200 train_loss:([\d.]+)")
     val = numbers(path, r"^step:\d+/3200 val_loss:([\d.]+)")
@@ -87,7 +105,7 @@ def test_heldout2_modded_source_then_log_read_on_the_log() -> None:
     assert held_out["n"] == len(val) == 9
     assert [e for e in r.all("event") if e["kind"] in ("checkpoint", "resume")] == []
     assert not NEVER_LEARNED.search(said(r))
-    assert loss_spikes(r) == []
+    assert {s["peak_step"] for s in loss_spikes(r)} <= {919, 947}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,6 +134,12 @@ def test_heldout2_modded_eval_loss_alone() -> None:
 # IQN on CartPole: episode lines overwritten with carriage returns, a score and no loss
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="main exits 2: 'no loss series found; numeric series: Score, out_features' (the "
+    "model print's Linear(out_features=...) read as data); the episodes are not read as rows "
+    "and the agent that never learned is not said",
+)
 def test_heldout2_iqn_agent_that_never_learned_is_said() -> None:
     """502 episodes (``Episode N\\tFrame F \\tAverage100 Score: S`` joined by ``\\r``, a full
     line again every 100): the 100-episode mean score stays 20..31 over 11,509 frames, a
@@ -153,6 +177,11 @@ def test_heldout2_ssd_iter_lines_between_warnings() -> None:
 # detectron2 consoles: a fine-tune from trained weights, behind ~830 lines of preamble
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="main reads train/total_loss by iter (right length, no spike), but invents a resume "
+    "at step 0 from 'resume=False' in detectron2's printed Namespace line",
+)
 def test_heldout2_d2_console_total_loss_by_iter() -> None:
     """98 ``d2.utils.events`` lines (iter 19..1979 by 20): ``total_loss`` (0.142..0.179,
     flat: the weights were loaded from a trained model, "Starting training from iteration
@@ -163,14 +192,20 @@ def test_heldout2_d2_console_total_loss_by_iter() -> None:
     r = run(path)
     src = source(r)
     assert src["step_key"] is not None and (src["first_step"], src["last_step"]) == (19, 1979)
-    assert src["columns"]["loss"] == "total_loss"
+    assert src["columns"]["loss"].split("/")[-1] == "total_loss"
+    assert [e for e in r.all("event") if e["kind"] == "resume"] == []
     (loss,) = series(r, "loss")
     assert loss["n"] == len(total) == 98 and close(loss["median"], statistics.median(total))
-    assert not RUNS_SAID.search(said(r).replace(str(src["path"]), ""))
+    assert not TWO_RUNS_SAID.search(said(r).replace(str(src["path"]), ""))
     assert not NEVER_LEARNED.search(said(r))
     assert loss_spikes(r) == []
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="main reads train/total_loss by iter (right length, no spike), but invents a resume "
+    "at step 0 from 'resume=False' in detectron2's printed Namespace line",
+)
 def test_heldout2_d2_semi_console_total_loss_by_iter() -> None:
     """50 lines (iter 19..999): ``total_loss`` 0.125..0.165 at a constant lr 0.004, from a
     loaded semi-supervised model; one evaluation. One run, no spike."""
@@ -179,7 +214,8 @@ def test_heldout2_d2_semi_console_total_loss_by_iter() -> None:
     r = run(path)
     src = source(r)
     assert src["step_key"] is not None and (src["first_step"], src["last_step"]) == (19, 999)
-    assert src["columns"]["loss"] == "total_loss"
+    assert src["columns"]["loss"].split("/")[-1] == "total_loss"
+    assert [e for e in r.all("event") if e["kind"] == "resume"] == []
     (loss,) = series(r, "loss")
     assert loss["n"] == len(total) == 50
     assert not NEVER_LEARNED.search(said(r))
@@ -190,6 +226,12 @@ def test_heldout2_d2_semi_console_total_loss_by_iter() -> None:
 # char-rnn learning-rate sweep: four runs' train losses side by side, named after their lr
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="main exits 2: 'found only learning_rate_0.005, no loss series; numeric series: "
+    "learning_rate_0.005, ..., name the one to analyse with --metric': the four loss columns "
+    "are not taken as losses (nor read as lr)",
+)
 def test_heldout2_charrnn_sweep_columns_are_losses_not_lrs() -> None:
     """Four columns ``learning_rate_0.005`` .. ``learning_rate_0.1``, 500 rows (epochs): each
     the train loss of one run of the sweep (all start at 4.60 = ln 100, the uniform guess over
