@@ -26,8 +26,10 @@ What travels:
   before anything runs; or, with ``pickle=True``, pickles both ways. Without it nothing from
   there is ever unpickled here: a pickle that comes is refused unread.
 
-Each call is a fresh process there today (state between calls does not persist); its
-timeout, Ctrl-C and cancel are any step's, named ``call <qualname>``.
+With the agent, a call step (header ``worker``) runs in a warm worker there
+(:class:`remotekit.remote.agent.Worker`), whose process keeps what calls import and set until
+a stop kills its tree; one process per step without the agent. Its timeout, Ctrl-C and
+cancel are any step's, named ``call <qualname>``.
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ import sys
 import sysconfig
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remotekit.errors import RemoteError, RemotekitError, StepFailed
+from remotekit.remote.call import ORDER
 from remotekit.shipping import Package, PackageScript, source
 from remotekit.step import OutputCallback, StepRequest, run_step
 
@@ -309,6 +312,7 @@ def call(
         value=MAX_VALUE,
         on_value=got.take,
     )
+    req = replace(req, header=replace(req.header, worker=True))  # a warm worker may run it
     result = run_step(engine, req)
     if got.bad:
         raise RemoteError(f"call {bundle.qualname}: {got.bad}", result=result)
@@ -322,7 +326,7 @@ def call(
 def _request(
     bundle: Bundle, args: Sequence[Any], kwargs: Mapping[str, Any], use_pickle: bool, step: str
 ) -> dict[str, bytes]:
-    """``call.json``, the far side's order; arguments that cannot go refused here."""
+    """``call.json`` (ORDER), the far side's order; arguments that cannot go refused here."""
     order: dict[str, Any] = {
         "module": bundle.module,
         "qualname": bundle.qualname,
@@ -342,7 +346,7 @@ def _request(
         for key, arg in kwargs.items():
             check_json(arg, f"{step}: argument {key}=")
         order["args"], order["kwargs"] = list(args), dict(kwargs)
-    return {"call.json": json.dumps(order).encode()}
+    return {ORDER: json.dumps(order).encode()}
 
 
 def _decode(raw: bytes, use_pickle: bool, qualname: str, result: Any) -> Any:

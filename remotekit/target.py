@@ -421,8 +421,10 @@ class Target(Facade):
 
         The call is a step named ``call <qualname>``: ``timeout``, Ctrl-C and
         :meth:`cancel` stop its process tree there as any step's; what it prints goes to
-        ``on_output``, apart from the value. Each call is a fresh process there: nothing it
-        keeps (globals, imports) lasts until the next. The keywords above are the call's;
+        ``on_output``, apart from the value. With the agent, calls run in a warm worker
+        there that keeps its imports and globals until a stop (timeout, Ctrl-C, cancel)
+        kills its tree; a call whose ``env``/``cwd`` differ gets a worker of its own
+        (docs/api.md). The keywords above are the call's;
         the function gets every other one.
 
         >>> t.call(os.cpu_count)

@@ -89,6 +89,9 @@ MIN_PYTHON = (3, 6)
 #: environment none has gets a new one, in place of the least recently used idle one; with
 #: none idle, it is forked from the agent and imports its modules itself.
 WARMS = 2
+#: Warm workers for calls at most (Worker): a call none idle of its key can take gets a new
+#: one, in place of the least recently used idle one; with all busy, it runs as any step.
+WORKERS = 4
 
 
 def frame(kind, sid, payload=b""):
@@ -180,6 +183,7 @@ class Step(object):
         self.unacked = 0
         self.status = None
         self.warm = None  # the key of the Warm it was forked from (Agent.warm_for)
+        self.worker = None  # the Worker that runs it (Agent.to_worker)
         self.grace = 1.0  # the runner's TERM -> KILL grace
 
     def close_stdin(self):
@@ -321,6 +325,67 @@ class Warm(object):
                 sock.sendall(b"X %d %d\n" % (children.pop(pid), 128 - code if code < 0 else code))
 
 
+class Worker(object):
+    """A warm worker: a fork of the agent, in its own session, that runs the steps of calls
+    (header ``worker``) one at a time, each on the pipes the agent hands it over a socket,
+    with the runner's code (``worker_step``): their functions run in its Executor, a process
+    that stays between calls, so what one call imports or sets the next one finds. A stop
+    (the deadline, EOF: timeout, Ctrl-C, cancel) kills the Executor's tree, and the next
+    call gets a fresh one. It answers ``X sid status`` when a step ended, and ends when its
+    socket closes (the agent gone, or it closed it), its Executor with it. ``key``: what it
+    was started with (Agent.worker_key): a call of another key never runs in it."""
+
+    def __init__(self, agent, key):
+        self.key, self.buf = key, b""
+        import socket
+
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if not pid:
+            ours.close()
+            self.serve(agent, theirs)
+        theirs.close()
+        self.pid, self.sock = pid, ours
+
+    def close(self):
+        self.sock.close()
+
+    def order(self, sid, fds):
+        send_fds(self.sock, struct.pack("!I", sid), fds)
+
+    def serve(self, agent, sock):
+        code = 0
+        executor = None
+        try:
+            agent.forget()
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # never hold the channel open
+                os.dup2(null, fd)
+            runner = agent.runner
+            runner["become_subreaper"]()  # what a call leaves behind stays ours to stop
+            runner["COMPILE"] = agent.code.compile
+            executor = runner["Executor"](send_fds, recv_fds)
+            while True:
+                data, fds = recv_fds(sock, 4, 3)
+                if len(data) != 4 or len(fds) != 3:
+                    break
+                for fd, to in zip(fds, (0, 1, 2)):
+                    os.dup2(fd, to)
+                    os.close(fd)
+                os.set_blocking(0, True)
+                status = runner["worker_step"](executor)
+                for fd in (0, 1, 2):  # the step's pipes close here: its EOF for the agent
+                    os.dup2(null, fd)
+                sock.sendall(b"X %d %d\n" % (struct.unpack("!I", data)[0], status & 0xFF))
+        except BaseException:
+            code = 1
+        finally:
+            if executor is not None:
+                executor.forget()
+            os._exit(code)
+
+
 class Agent(object):
     def __init__(self, cache, cache_folder=None):
         self.inbuf = bytearray()
@@ -330,6 +395,7 @@ class Agent(object):
         self.cache_folder = cache_folder  # the boot's rules for a cache folder: the runner's
         self.steps = {}
         self.warm = {}  # key -> Warm (warm_for): forks that keep modules imported, oldest first
+        self.workers = []  # Worker (worker_for): warm workers for calls, least recently used first
         self.closing = False
         self.watched = {}
         self.wake_r, self.wake_w = os.pipe()
@@ -379,7 +445,7 @@ class Agent(object):
         for fd in self.watched:
             poller.unregister(fd)
         fds = {0: select.POLLIN, self.wake_r: select.POLLIN}
-        for warm in self.warm.values():
+        for warm in list(self.warm.values()) + self.workers:
             fds[warm.sock.fileno()] = select.POLLIN
         for step in self.steps.values():
             if step.unacked < WINDOW:
@@ -401,7 +467,7 @@ class Agent(object):
             except OSError:
                 pass
         else:
-            for warm in list(self.warm.values()):
+            for warm in list(self.warm.values()) + self.workers:
                 if fd == warm.sock.fileno():
                     self.hear(warm)
             for step in list(self.steps.values()):
@@ -480,6 +546,8 @@ class Agent(object):
     def start(self, sid, first):
         header = self.header_of(first)
         zygote = self.runs_script(header)
+        if zygote and header["worker"] and self.to_worker(sid, header, first):
+            return
         # A step that starts a new interpreter (no zygote: not a script, or PYTHON* set) has
         # no use for a Warm's imports.
         key = self.warm_key(header) if zygote else None
@@ -524,6 +592,58 @@ class Agent(object):
                 os.close(fd)
         return pid, (in_w, out_r, err_r)
 
+    def to_worker(self, sid, header, first):
+        """Hand the call step ``sid`` to a warm worker of its key (worker_for); False when
+        none can take it (all WORKERS busy): it then runs as any step."""
+        worker = self.worker_for(self.worker_key(header))
+        if worker is None:
+            return False
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            worker.order(sid, (in_r, out_w, err_w))
+        except OSError:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            return False
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        for fd in (in_w, out_r, err_r):
+            os.set_blocking(fd, False)
+        step = self.steps[sid] = Step(sid, worker.pid, in_w, out_r, err_r)
+        step.worker = worker
+        step.grace = float(header["grace"] or 1.0)
+        step.pending.append(first)
+        self.feed(step)
+        return True
+
+    def worker_key(self, header):
+        """What a warm worker is started with and serves only: the call's package (its
+        modules, as the worker imported them), its cwd and its whole environment (what a
+        module reads as it is imported, OMP_NUM_THREADS, is read once there), as warm_key."""
+        env = self.step_env(header)
+        return (header["package"], header["cwd"], tuple(sorted(env.items())))
+
+    def worker_for(self, key):
+        """An idle warm worker of ``key``, started if there is none (in place of the least
+        recently used idle one, past WORKERS); None when WORKERS are all busy."""
+        busy = set(id(step.worker) for step in self.steps.values())
+        idle = [w for w in self.workers if id(w) not in busy]
+        worker = next((w for w in idle if w.key == key), None)
+        if worker is not None:
+            self.workers.remove(worker)
+        else:
+            if len(self.workers) >= WORKERS:
+                if not idle:
+                    return None
+                self.workers.remove(idle[0])
+                idle[0].close()
+            worker = Worker(self, key)
+        self.workers.append(worker)  # the most recently used last
+        return worker
+
     def forget(self):
         """In a fork: close every fd of the agent's (steps' pipes, wake pipe, warm sockets)
         and drop its handlers, so this process holds nothing that keeps a step or the
@@ -535,12 +655,13 @@ class Agent(object):
             for fd in [step.stdin] + list(step.outputs):
                 if fd is not None:
                     os.close(fd)
-        for warm in self.warm.values():
+        for warm in list(self.warm.values()) + self.workers:
             warm.sock.close()
         for fd in (self.wake_r, self.wake_w):
             if fd is not None:
                 os.close(fd)
         self.steps, self.warm, self.wake_r, self.wake_w = {}, {}, None, None
+        self.workers = []
         self.inbuf, self.outbox = bytearray(), []
 
     def child(self, fds, zygote):
@@ -628,9 +749,14 @@ class Agent(object):
         if not data:  # it died: its steps' runners see EOF as ours close; report them
             if self.warm.get(warm.key) is warm:
                 del self.warm[warm.key]
+            if warm in self.workers:
+                self.workers.remove(warm)
             warm.sock.close()
             for step in list(self.steps.values()):
-                if step.warm == warm.key and step.status is None:
+                if step.worker is warm and step.status is None:
+                    step.status = 125
+                    self.finish(step)
+                elif step.warm == warm.key and step.status is None:
                     step.status = 125 if step.pid is None else step.status
                     self.finish(step)
             return
@@ -725,7 +851,7 @@ class Agent(object):
                     os.killpg(step.pid, signal.SIGKILL)
                 except OSError:
                     pass
-        for warm in self.warm.values():
+        for warm in list(self.warm.values()) + self.workers:
             warm.sock.close()
         self.reap_quietly()
 

@@ -5,7 +5,7 @@
 # bundle's root, beside the caller's modules it ships: so they import as they do there), and
 # imports nothing of remotekit. Standard library only; Python >= 3.8.
 #
-# Its request is $REMOTEKIT_DIR/call.json: {"module", "qualname", "pickle", "args",
+# Its request is $REMOTEKIT_DIR/call.json (ORDER): {"module", "qualname", "pickle", "args",
 # "kwargs"} (with "pickle": base64 of pickle.dumps((args, kwargs)) in "args"). What it writes,
 # one JSON object (ENVELOPE below): {"ok": true, "json": V} or {"ok": true, "pickle": B64},
 # or {"ok": false, "type", "message", "traceback"}. The laptop reads it with bounds, and
@@ -18,7 +18,10 @@ import sys
 
 #: The most characters of an exception's message and traceback written back (the rest cut).
 MAX_TEXT = 64 * 1024
+#: The variable naming the value pipe's write end (the runner's VALUE_FD: a test holds them
+#: equal), and the name of the call's order in $REMOTEKIT_DIR (remotekit.call writes it).
 VALUE_FD = "REMOTEKIT_VALUE_FD"
+ORDER = "call.json"
 
 
 def find(module, qualname):
@@ -90,9 +93,18 @@ def write_all(fd, data):
 
 
 def main():
+    """A call in a process of its own: the order in $REMOTEKIT_DIR, the value pipe's fd in
+    $REMOTEKIT_VALUE_FD."""
     fd = int(os.environ.pop(VALUE_FD))
     os.set_inheritable(fd, False)  # what the function starts does not get it
-    with open(os.path.join(os.environ["REMOTEKIT_DIR"], "call.json"), "rb") as f:
+    return run(os.environ["REMOTEKIT_DIR"], fd)
+
+
+def run(folder, fd):
+    """One call: its order ``folder``/ORDER, what came of it written on ``fd`` (then closed).
+    Returns its exit status: 0, or 1 when the function raised. A warm worker's Executor
+    (the runner's) calls it for each call, this module loaded once."""
+    with open(os.path.join(folder, ORDER), "rb") as f:
         request = json.loads(f.read().decode("utf-8"))
     try:
         envelope = call(request)

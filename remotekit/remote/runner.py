@@ -153,7 +153,9 @@ class StepHeader(object):
     the protocol above), instead of /dev/null. ``value`` (exec, not detached): the step gets
     a pipe's write end as ``$REMOTEKIT_VALUE_FD``, and what it writes there (at most
     ``value`` bytes) comes back on its own control lines, apart from its output (a call's
-    returned value, remotekit.call).
+    returned value, remotekit.call). ``worker``: the step is a call an agent may run in a
+    warm worker that stays between calls (remotekit.remote.agent.Worker); a runner of its own
+    runs it as any script.
     """
 
     op: "Literal['exec', 'put', 'get']" = "exec"
@@ -181,6 +183,7 @@ class StepHeader(object):
     package_size: "int" = 0
     stdin: "bool" = False
     value: "int" = 0
+    worker: "bool" = False
 
     def encode(self):
         # type: () -> bytes
@@ -1014,6 +1017,7 @@ class Relay(object):
             os.close(outputs.val_r)
         outputs.val_r = None
         self.waiting = {1: b"", 2: b""}  # read, not yet written
+        self.finished = bytearray()  # what came on a warm worker's done pipe (DONE_PIPE)
         self.dead = set()  # of ours, the ones a write failed on: drained, never written
         self.eof = stdin.eof
         self.wake_r = stdin.wake_r
@@ -1092,6 +1096,8 @@ class Relay(object):
         dst = self.sources[src]
         if dst == VALUE_PIPE:
             self.take_value(data)
+        elif dst == DONE_PIPE:
+            self.finished += data
         elif dst not in self.dead:
             self.waiting[dst] += data  # a "stdin" control line may be waiting before it
             self.write(dst)
@@ -1135,6 +1141,7 @@ class Relay(object):
 
 VALUE_PIPE = 3  # Relay.sources: the step's value pipe (not relayed: kept for send_value)
 VALUE_FD = "REMOTEKIT_VALUE_FD"  # the variable that names its write end to the step
+DONE_PIPE = 4  # Relay.sources: a warm worker's call ended (its status: Executor)
 POLLIN = 0x001  # select.POLLIN, POLLOUT on Linux and the BSDs (not imported for them)
 POLLOUT = 0x004
 
@@ -1689,6 +1696,317 @@ def entry():
         fail("runner error: %s: %s" % (type(e).__name__, e))
     sys.stdout.flush()
     os._exit(code)
+
+
+# -- a warm worker's calls ---------------------------------------------------------------
+#
+# An agent runs a call step (header "worker") in a Worker (remotekit.remote.agent): a process
+# of its own session that takes one step at a time on fds 0-2, as a runner does, and runs the
+# call in its Executor, a process it forked that stays between calls with what they imported
+# and set. The step's supervision is the runner's: the key drawn after the Executor exists,
+# the deadline, EOF on stdin (the caller gone), TERM then KILL of the Executor's whole tree.
+# A call that is stopped, or that ended its process or left one running, ends the Executor
+# with it: the next call gets a fresh one.
+
+
+class Executor(object):
+    """A warm worker's process for calls: forked by ``start`` (before a step's key is
+    drawn), in its own session, dying with the worker (PR_SET_PDEATHSIG). Each call is an
+    order on a socket with the call's pipes attached (SCM_RIGHTS: ``send``/``recv``, the
+    agent's send_fds/recv_fds): it runs ``call.py``'s ``run`` there (the bundle's own copy,
+    loaded once) and writes the call's status on the done pipe. The Popen surface for
+    ``stop_tree``: ``pid``, ``returncode``, ``poll``, ``wait``, for the call under way."""
+
+    def __init__(self, send, recv):
+        self.send, self.recv = send, recv
+        self.pid = None
+        self.sock = None
+        self.returncode = None
+        self.relay = None  # the call under way's Relay: its done pipe says the call ended
+        self.dead = False
+        self.wake_r, self.wake_w = os.pipe()  # the steps' wake pipe (wake_pipe), kept
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+
+    def start(self, env, cwd):
+        """The Executor, forked now when there is none: ``env`` and ``cwd`` are the worker's
+        key's (remotekit.remote.agent.Agent.worker_key), set once."""
+        if self.pid is not None:
+            return
+        import socket
+
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if not pid:
+            ours.close()
+            executor_main(theirs, self.recv, env, cwd)
+        theirs.close()
+        self.pid, self.sock = pid, ours
+
+    def run(self, base, folder, fds):
+        """Order a call: the bundle in ``base``, its order in ``folder``; ``fds``: its
+        stdout, stderr, value and done pipes' write ends."""
+        self.returncode, self.dead = None, False
+        self.send(self.sock, json.dumps([base, folder]).encode(), fds)
+        return self
+
+    def poll(self):
+        if self.returncode is None and self.relay is not None and self.relay.finished:
+            self.returncode = int(bytes(self.relay.finished).strip() or b"1")
+        if self.returncode is None:
+            self._wait(os.WNOHANG)
+        return self.returncode
+
+    def wait(self):
+        if self.returncode is None or not self.dead:
+            self._wait(0)
+        return self.returncode
+
+    def _wait(self, flags):
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:
+            pid, status = self.pid, 0
+        if pid:
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            self.returncode = code if self.returncode is None else self.returncode
+            self.dead = True
+
+    def left(self):
+        """Processes the call left running: the Executor's children and orphans re-parented
+        to the worker (a subreaper), zombies aside; read from /proc/PID/task/TID/children,
+        or the whole /proc where that is missing."""
+        try:
+            pids = []
+            for pid in (os.getpid(), self.pid):
+                for tid in os.listdir("/proc/%d/task" % pid):
+                    with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
+                        pids += [int(p) for p in f.read().split() if int(p) != self.pid]
+        except (OSError, ValueError):
+            return [p for p in alive(None) if p != self.pid]
+        return alive_among(pids)
+
+    def forget(self):
+        """The Executor is gone (stopped, or it ended): the next call forks a fresh one."""
+        if self.sock is not None:
+            self.sock.close()
+        if self.pid is not None and not self.dead:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self._wait(0)
+        self.pid = self.sock = None
+
+
+def alive_among(pids):
+    """Those of ``pids`` that run (not zombies)."""
+    out = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                st = f.read()
+            if st[st.rindex(b")") + 2 :].split()[0] != b"Z":
+                out.append(pid)
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def executor_main(sock, recv, env, cwd):
+    """In the Executor: its own session, nothing of the worker's open but its order socket
+    (and the package locks it holds, HELD), then each call as it is ordered."""
+    code = 1
+    try:
+        os.setsid()
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the worker gone, it goes too
+        signal.set_wakeup_fd(-1)
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # the worker's fds 0-2 are the step's: never held here
+            os.dup2(null, fd)
+        keep = sorted(set([sock.fileno(), null] + HELD))
+        low = 3
+        for fd in keep:
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, 1 << 16)
+        if cwd:
+            os.chdir(cwd)
+        set_environ(env)
+        import io
+
+        enc = sys.stdout.encoding if sys.stdout else "utf-8"
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding=enc, write_through=True
+        )
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False),
+            encoding=enc,
+            errors="backslashreplace",
+            write_through=True,
+        )
+        run = None
+        while True:
+            data, fds = recv(sock, 1 << 16, 4)
+            if not data or len(fds) != 4:
+                break
+            out, err, val, done = fds
+            for fd in fds:  # what the call starts gets none of them (SCM_RIGHTS: inheritable)
+                os.set_inheritable(fd, False)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            os.close(out)
+            os.close(err)
+            base, folder = json.loads(data.decode("utf-8"))
+            os.environ["REMOTEKIT_DIR"] = folder
+            if run is None:
+                run = load_call(base)
+            try:
+                status = run(folder, val)
+            except SystemExit as e:  # the function ended its process: so does the Executor
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                break
+            for fd in (1, 2):  # the call's output ends here (its EOF), before its status
+                os.dup2(null, fd)
+            os.write(done, b"%d" % status)
+            os.close(done)
+        else:
+            code = 0
+    finally:
+        os._exit(code & 0xFF)
+
+
+def load_call(base):
+    """``call.py``'s ``run``, from the bundle in ``base`` (its entry point, at its root),
+    loaded once as the module ``__main__`` (what a call's function finds as a fresh
+    process's), with the bundle first on the path."""
+    path = os.path.join(base, "__remotekit_call__.py")
+    sys.path.insert(0, base)
+    with open(path, "rb") as f:
+        code = COMPILE(f.read(), path)
+    module = type(sys)("__remotekit_call__")
+    module.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__="")
+    sys.modules["__main__"] = sys.modules[module.__name__] = module
+    exec(code, module.__dict__)
+    return module.run
+
+
+def worker_step(executor):
+    """In a warm worker: the call step on fds 0-2 (its pipes from the agent), as ``main``
+    runs a step, its call run by ``executor``. Returns its exit status (never exits)."""
+    global STDIN
+    import io
+
+    STDIN = io.BufferedReader(io.FileIO(0, "r", closefd=False))
+    held = len(HELD)
+    try:
+        return call_step(executor)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    except EOFError as e:
+        return fail_code(str(e))
+    except BaseException as e:
+        return fail_code("runner error: %s: %s" % (type(e).__name__, e))
+    finally:
+        del TO_REMOVE[:]
+        # the package's lock: the Executor holds the one it was forked with; ours go
+        for fd in HELD[held:] if executor.pid is not None else HELD[:]:
+            os.close(fd)
+        del HELD[held if executor.pid is not None else 0 :]
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_DFL)
+
+
+def fail_code(message):
+    try:
+        fail(message)
+    except SystemExit as e:
+        return e.code
+
+
+def call_step(executor):
+    for s in STOP_SIGNALS:
+        signal.signal(s, on_stop_signal)
+    signal.set_wakeup_fd(executor.wake_w)
+    stdin = Input(executor.wake_r)
+    header = read_header(stdin.read_exact(int(stdin.readline())))
+    env = step_env(header)
+    env["PYTHONUNBUFFERED"] = "1"
+    cwd = header["cwd"]
+    bad = cwd and not os.path.isdir(cwd)
+    if not bad:
+        executor.start(env, cwd)  # before the key: it is in no process but this one
+    KEY[0] = "remotekit-" + os.urandom(16).hex()
+    control(READY, {"key": KEY[0]}, prefix=header["nonce"])
+    if bad:
+        fail("cannot change to working directory %s: no such directory" % cwd)
+    tmpdir = None
+    try:
+        base, tmpdir = package_dir(header, stdin)
+        once = tmpdir is not None  # a package not kept (no cache): its Executor ends with it
+        tmpdir = tmpdir or created(private_dir)
+        for name, size, mode in header["files"]:
+            path = os.path.join(tmpdir, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                stdin.copy_to(f, size)
+            os.chmod(path, mode)
+        return do_call(header, base, tmpdir, executor, stdin, once)
+    finally:
+        if tmpdir is not None:
+            remove_tree(tmpdir)
+
+
+def do_call(h, base, folder, executor, stdin, once=False):
+    """The call of ``h`` in ``executor``, supervised as ``do_exec`` supervises a step's
+    process: its output relayed, its value kept, EOF and the deadline stop its tree."""
+    reason = [None]
+
+    def on_signal(signum, frame):
+        reason[0] = "signal"
+
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(s, on_signal)
+    outputs = Outputs()
+    done_r, done_w = os.pipe()
+    try:
+        child = executor.run(base, folder, (outputs.out_w, outputs.err_w, outputs.val_w, done_w))
+    finally:
+        os.close(done_w)
+    control(STARTED, {"pid": child.pid})
+    relay = executor.relay = Relay(outputs, stdin, False, h["value"])
+    relay.sources[done_r] = DONE_PIPE
+    deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
+    while child.poll() is None and reason[0] is None:
+        if relay.eof:
+            reason[0] = "eof"
+            break
+        left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+        if left <= 0:
+            reason[0] = "deadline"
+            break
+        relay.pump(left)
+    if child.returncode is not None:
+        reason[0] = "exit"
+    data = {"reason": reason[0]}
+    code = child.returncode
+    if code is None or child.dead or once or executor.left():
+        child.returncode = None if not child.dead else child.returncode
+        data["stopped"], data["running"] = stop_tree(child, float(h["grace"]), relay.pump)
+        executor.forget()
+        code = child.returncode if code is None else code
+    relay.drain(2.0)
+    relay.done()
+    executor.relay = None
+    if h["value"]:
+        send_value(relay.value, relay.value_over)
+    data["code"] = code = 128 - code if code < 0 else code
+    control(EXIT, data)
+    return code
 
 
 if __name__ == "__main__":

@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
 import remotekit
 from remotekit import call as calls
-from tests.harness import ROOT, wait_gone
+from tests.harness import ROOT, ancestors, processes_with, wait_gone
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -55,20 +58,44 @@ def sleeper(marker):
 def pid():
     return os.getpid()
 
+STATE = []  # a call's state: it lives as long as the worker
+THREADS = os.environ.get("OMP_NUM_THREADS")  # read once, as a module reads it at import
+
+def keep(value):
+    STATE.append(value)
+    return [STATE, os.getpid()]
+
+def threads():
+    return [THREADS, os.environ.get("OMP_NUM_THREADS"), os.getpid()]
+
+def tell(name):
+    raise ValueError("the value is " + os.environ[name])
+
+def parent():
+    return os.getppid()
+
 def forge(kind, path=""):
     """A hostile far side: rewrites call.py's record (this runs in its process, __main__;
     its json.dumps writes the record)."""
     import __main__, base64, pickle
+    real = __main__.json.dumps
+    def once(text):  # this call's record only: a warm worker serves the next call too
+        def forged(obj):
+            if not (isinstance(obj, dict) and "ok" in obj):
+                return real(obj)  # call.py's check of the value
+            __main__.json.dumps = real
+            return text
+        return forged
     if kind == "pickle":
         data = base64.b64encode(pickle.dumps(Mark(path))).decode()
-        __main__.json.dumps = lambda obj: '{"ok": true, "pickle": "%s"}' % data
+        __main__.json.dumps = once('{"ok": true, "pickle": "%s"}' % data)
     elif kind == "deep":
-        __main__.json.dumps = lambda obj: "[" * 200000 + "]" * 200000
+        __main__.json.dumps = once("[" * 200000 + "]" * 200000)
     elif kind == "huge":
         return "x" * (65 << 20)
     elif kind == "noise":
-        __main__.json.dumps = lambda obj: '{"ok": false, "type": "T\\u001b]52;c;AAAA\\u0007", ' \
-            '"message": "' + "m" * 100000 + '\\u001b[2J", "traceback": "' + "t\\\\n" * 50000 + '"}'
+        __main__.json.dumps = once('{"ok": false, "type": "T\\u001b]52;c;AAAA\\u0007", '
+            '"message": "' + "m" * 100000 + '\\u001b[2J", "traceback": "' + "t\\\\n" * 50000 + '"}')
     return None
 
 class Mark:
@@ -78,6 +105,12 @@ class Mark:
     def __reduce__(self):
         return (open, (self.path, "w"))
 '''
+
+
+def number() -> str:
+    """A unique ``sleep`` argument (the sleeper sleeps 600 + it seconds): its process is
+    found by it, and a stop that missed it is seen."""
+    return f"{700 + uuid.uuid4().int % 200}.{uuid.uuid4().int % 10**6:06d}"
 
 
 @pytest.fixture
@@ -115,11 +148,47 @@ def test_a_value_round_trips_as_json(target: remotekit.Target, checks: ModuleTyp
     ]
 
 
-def test_the_function_runs_there_in_a_process_of_its_own(
-    target: remotekit.Target, checks: ModuleType
+def test_state_lives_in_the_worker_until_a_timeout_ends_it(
+    target: remotekit.Target, checks: ModuleType, agent: bool | None
 ) -> None:
-    first, second = (target.call(checks.pid, timeout=60) for _ in range(2))
-    assert first != second != os.getpid()  # each call a fresh process today
+    """With the agent, calls run in a warm worker there: a module global one call set the
+    next one sees, in the same process; a timeout kills it, its tree too, and the next call
+    gets a fresh one. One process per step: every call fresh."""
+    (one, pid1), (two, pid2) = (target.call(checks.keep, n, timeout=60) for n in (1, 2))
+    assert pid1 != os.getpid()
+    if agent is False:
+        assert (one, two, pid1 != pid2) == ([1], [2], True)
+        return
+    assert (one, two, pid2) == ([1], [1, 2], pid1)
+    marker = number()
+    with pytest.raises(remotekit.StepTimeout) as info:
+        target.call(checks.sleeper, marker, timeout=2)
+    assert info.value.step == "call sleeper" and info.value.host == target.name
+    assert wait_gone(marker) == []
+    three, pid3 = target.call(checks.keep, 3, timeout=60)
+    assert three == [3] and pid3 != pid1  # a fresh worker: the state went with the old one
+
+
+def test_a_worker_serves_only_calls_of_its_environment(
+    target: remotekit.Target, checks: ModuleType, agent: bool | None
+) -> None:
+    """What a module reads at import (OMP_NUM_THREADS) it read under the worker's
+    environment: a call whose environment differs gets a worker of its own; one that is
+    the same takes the idle worker of its environment again."""
+    plain, _, pid = target.call(checks.threads, timeout=60)
+    three = target.call(checks.threads, env={"OMP_NUM_THREADS": "3"}, timeout=60)
+    again = target.call(checks.threads, timeout=60)
+    assert three[:2] == ["3", "3"] and three[2] != pid
+    assert again[0] == plain and (again[2] == pid) == (agent is not False)
+
+
+def test_a_calls_env_secret_is_masked(checks: ModuleType) -> None:
+    """A ``secret_env`` value given in a call's ``env=`` reaches the function, and never
+    the error its exception raises here."""
+    t = remotekit.local_target(secret_env=frozenset({"RK_TOKEN"}))
+    with t, pytest.raises(remotekit.RemoteError) as info:
+        t.call(checks.tell, "RK_TOKEN", env={"RK_TOKEN": "s3cret-9f2"}, timeout=60)
+    assert "s3cret-9f2" not in str(info.value) and "the value is ***" in str(info.value)
 
 
 def test_a_module_the_far_side_lacks_is_shipped_once(
@@ -179,7 +248,7 @@ def test_a_value_that_is_not_json_there_names_its_type(
 
 
 def test_a_timeout_leaves_no_process(target: remotekit.Target, checks: ModuleType) -> None:
-    marker = f"rk-call-{uuid.uuid4().hex}"
+    marker = number()
     with pytest.raises(remotekit.StepTimeout) as info:
         target.call(checks.sleeper, marker, timeout=2)
     assert info.value.step == "call sleeper" and "started" in info.value.result.stdout
@@ -187,7 +256,7 @@ def test_a_timeout_leaves_no_process(target: remotekit.Target, checks: ModuleTyp
 
 
 def test_cancel_stops_a_call(local: remotekit.Target, checks: ModuleType) -> None:
-    marker = f"rk-call-{uuid.uuid4().hex}"
+    marker = number()
     threading.Timer(1.0, local.cancel).start()
     try:
         with pytest.raises(remotekit.StepCancelled):
@@ -200,7 +269,7 @@ def test_cancel_stops_a_call(local: remotekit.Target, checks: ModuleType) -> Non
 def test_ctrl_c_stops_a_call(target: remotekit.Target, checks: ModuleType) -> None:
     """A KeyboardInterrupt here while the call runs (Ctrl-C; raised from ``on_output`` as
     the function prints): its tree there is stopped, and the target takes the next call."""
-    marker = f"rk-call-{uuid.uuid4().hex}"
+    marker = number()
 
     def interrupt(stream: str, line: str) -> None:
         if line == "started":
@@ -332,3 +401,64 @@ def test_a_fleet_calls_every_host(checks: ModuleType) -> None:
     assert [o.value["sum"] for o in outcomes] == [3, 3]
     assert all(isinstance(o.error, remotekit.RemoteError) for o in failed)
     assert all(o.status == "failed" and "bad x" in o.reason for o in failed)
+
+
+# -- the link or the agent gone in the middle of a call ------------------------------------
+
+
+def _running(look: remotekit.Target, pid: int) -> bool:
+    r = look.run(["cat", f"/proc/{pid}/stat"], check=False, timeout=20)
+    return r.ok and r.stdout.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _catch(out: list[object], fn: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        out.append(fn(*args, **kwargs))
+    except BaseException as exc:
+        out.append(exc)
+
+
+@pytest.mark.parametrize("how", ["dropped link", "agent killed"])
+def test_a_call_in_a_worker_dies_with_its_link_or_agent(
+    inventory: remotekit.Inventory, checks: ModuleType, how: str
+) -> None:
+    """A dropped connection (the sshd process serving it killed) or SIGKILL of the agent
+    while a call runs in a warm worker: the call is a ConnectionLost naming the host, and
+    nothing of it stays there: its tree, its worker, the worker's process that ran it."""
+    with inventory.target("ct", agent=True) as t, inventory.target("ct", agent=False) as look:
+        worker = t.call(checks.parent, timeout=60)  # the worker: its executor's parent
+        pid = int(t.run(["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"], timeout=20).stdout)
+        marker = number()  # sleep's own argument (600 + it seconds): a process to look for
+        out: list[object] = []
+        th = threading.Thread(
+            target=lambda: _catch(out, t.call, checks.sleeper, marker, timeout=60)
+        )
+        th.start()
+        end = time.monotonic() + 20
+        while not processes_with(marker):
+            assert time.monotonic() < end, ("the call never started", out)
+            time.sleep(0.05)
+        if how == "dropped link":
+            here = processes_with(marker)[0]
+            session = next(p for p, cmd in ancestors(here) if cmd.startswith("sshd:"))
+            os.kill(session, signal.SIGKILL)
+        else:
+            look.run(["kill", "-9", str(pid)], timeout=20)
+        th.join(30)
+        assert out and isinstance(out[0], remotekit.ConnectionLost), out
+        assert out[0].host == "ct" and out[0].step == "call sleeper"
+        assert wait_gone(marker, 8) == []
+        end = time.monotonic() + 8  # its pid is the container's: looked at from there
+        while _running(look, worker):
+            assert time.monotonic() < end, "the worker outlived its agent"
+            time.sleep(0.1)
+        assert t.call(checks.echo, 1, timeout=60) == [[1], {}]
+
+
+def test_both_sides_name_the_value_pipe_and_the_order_alike() -> None:
+    """``call.py`` travels alone (it imports nothing of remotekit): its names for the value
+    pipe's variable and the order's file are held equal to the runner's and the laptop's."""
+    from remotekit.remote import call as far
+    from remotekit.remote import runner
+
+    assert far.VALUE_FD == runner.VALUE_FD and calls.ORDER == far.ORDER
