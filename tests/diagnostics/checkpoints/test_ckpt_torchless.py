@@ -25,33 +25,7 @@ from hypothesis import strategies as st
 
 from remotekit.remote.ckpt.values import DTYPES, check_raw
 from tests import ckpt_factory as cf
-from tests.ckpt_kit import SCRIPT, Run, run
-
-PATHS = ["numpy", "stdlib"]  # the value checker's two ways: with NumPy, or without it
-
-
-def _blocked(tmp_path: Path, *modules: str) -> str:
-    """A directory for PYTHONPATH whose modules ``modules`` fail to import as absent ones do."""
-    d = tmp_path / ("no-" + "-".join(modules))
-    d.mkdir(exist_ok=True)
-    for m in modules:
-        (d / (m + ".py")).write_text(
-            f"raise ModuleNotFoundError({f'No module named {m!r} (test)'!r}, name={m!r})\n"
-        )
-    return str(d)
-
-
-def scan_without(tmp_path: Path, modules: tuple[str, ...], *args: str) -> Run:
-    """``ckpt.py scan ARGS`` (its worker too) in a Python where ``modules`` cannot be imported."""
-    path = [_blocked(tmp_path, *modules), os.environ.get("PYTHONPATH") or ""]
-    return run("scan", *args, prefix=("env", "PYTHONPATH=" + os.pathsep.join(filter(None, path))))
-
-
-def blocked_for(path: str) -> tuple[str, ...]:
-    if path == "numpy":
-        pytest.importorskip("numpy", reason="the NumPy path needs numpy in this venv")
-        return ("torch",)
-    return ("torch", "numpy")
+from tests.ckpt_kit import PATHS, SCRIPT, blocked, blocked_for, scan_without, without
 
 
 def expected(tensors: dict[str, torch.Tensor], nonneg: set[str]) -> dict[str, Any]:
@@ -230,7 +204,7 @@ def test_a_header_length_past_the_end_is_refused_naming_the_file(tmp_path: Path)
 def test_a_safetensors_scan_keeps_memory_flat(tmp_path: Path, path: str) -> None:
     """Chunks out of a memory map, pages released after each: 128 MiB of values add far less
     than 128 MiB to the scan's peak RSS (worker included), with NumPy and without."""
-    env = dict(os.environ, PYTHONPATH=_blocked(tmp_path, *blocked_for(path)))
+    env = dict(os.environ, PYTHONPATH=blocked(tmp_path, *blocked_for(path)))
 
     def peak_rss(p: Path) -> int:
         proc = subprocess.Popen(
@@ -397,12 +371,6 @@ def test_the_raw_checker_matches_torch_per_tensor(
 
 
 # ------------------------------------------------------------------------- inspect and diff
-
-
-def without(tmp_path: Path, modules: tuple[str, ...], *args: str) -> Run:
-    """``ckpt.py ARGS`` in a Python where ``modules`` cannot be imported."""
-    path = [_blocked(tmp_path, *modules), os.environ.get("PYTHONPATH") or ""]
-    return run(*args, prefix=("env", "PYTHONPATH=" + os.pathsep.join(filter(None, path))))
 
 
 @pytest.mark.parametrize("path", PATHS)
