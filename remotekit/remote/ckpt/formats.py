@@ -756,7 +756,11 @@ def _open_npz(path, size, header_only):
     src = Source(path, "npz", size)
     f = open_regular(path)
     src._close.append(f.close)
-    zf, members = npz_members(f, size)
+    try:
+        zf, members = npz_members(f, size)
+    except LoadError:
+        src.close()
+        raise
     mm = _st_map(src, path, size, 0)
     for m in members:
         if m.start is not None:
