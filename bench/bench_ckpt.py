@@ -35,7 +35,10 @@ writes one model of about ``--formats-gb`` (default 1.0; fp32 tensors of 4096 co
 - ``ckpt.py scan`` of the torch file vs a plain ``torch.load(mmap=True)`` + ``isnan`` /
   ``isinf`` script: target <= 0.5x.
 
-Peak RSS of each is reported; every tool must find the planted values. ``--suite small`` scans
+Peak RSS of each is reported; every tool must find the planted values. The safetensors file
+is also checked on the scan's standard-library path (NumPy made unimportable, as on a Python
+without it) in turns with its NumPy path: MB/s of each (the records' ``seconds``) and the
+ratio, as information. ``--suite small`` scans
 ``--small-files`` (default 20,000) tiny checkpoints and reports files per second (target >=
 1,000) next to a bare ``torch.load`` loop over the same files in one process.
 

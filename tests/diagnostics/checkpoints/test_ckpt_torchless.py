@@ -455,3 +455,34 @@ def test_diff_of_safetensors_needs_no_torch_and_agrees_with_torch(
     step = d["counters"]["by_name"][0]
     assert (step["name"], step["changed"], step["delta_min"]) == ("step", 1, 2), d["counters"]
     assert r.code == 1
+
+
+def test_inspect_and_diff_of_gguf_files_need_no_torch(tmp_path: Path) -> None:
+    """Two GGUF files written by llama.cpp's own writer: inspect names the float tensors and
+    the quantized one's note; diff compares the float tensors, torch unimportable."""
+    gguf = pytest.importorskip("gguf", reason="the gguf package writes the real file")
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((16, 32)).astype(np.float32)
+    b = a + np.float32(0.5)
+    paths = []
+    for name, w in (("a", a), ("b", b)):
+        p = tmp_path / f"{name}.gguf"
+        writer = gguf.GGUFWriter(str(p), "llama")
+        writer.add_tensor("blk.0.attn_q.weight", w)
+        writer.add_tensor("blk.0.ffn_up.weight", w[:4].astype(np.float16))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        paths.append(str(p))
+    r = without(tmp_path, ("torch",), "inspect", paths[0])
+    assert (r.one("inspect")["ok"], r.one("inspect")["format"]) == (True, "gguf"), r.stderr
+    assert {t["name"]: (t["dtype"], t["shape"]) for t in r.of("tensor")} == {
+        "blk.0.attn_q.weight": ("float32", [16, 32]),
+        "blk.0.ffn_up.weight": ("float16", [4, 32]),
+    }
+    d = without(tmp_path, ("torch",), "diff", *paths).one("diff")
+    assert (d["error"], d["compared"]) == (None, 2), d
+    top = {t["name"]: t for t in d["top_weights"]}
+    assert top["blk.0.attn_q.weight"]["max_abs_diff"] == pytest.approx(0.5, abs=1e-6)
