@@ -243,7 +243,7 @@ def _py_top(raw, d, clear):
     masked[size - 1 :: size] = masked[size - 1 :: size].translate(clear)
     if LITTLE:
         return max(memoryview(masked).cast(_CASTS[size]))
-    values = array.array({8: "Q", 4: "L", 2: "H"}[size])  # pragma: no cover - big-endian hosts
+    values = array.array(_CASTS[size])  # pragma: no cover - big-endian hosts
     values.frombytes(bytes(masked))
     values.byteswap()
     return max(values)
