@@ -35,7 +35,10 @@ writes one model of about ``--formats-gb`` (default 1.0; fp32 tensors of 4096 co
 - ``ckpt.py scan`` of the torch file vs a plain ``torch.load(mmap=True)`` + ``isnan`` /
   ``isinf`` script: target <= 0.5x.
 
-Peak RSS of each is reported; every tool must find the planted values. ``--suite small`` scans
+Peak RSS of each is reported; every tool must find the planted values. The safetensors file
+is also checked on the scan's standard-library path (NumPy made unimportable, as on a Python
+without it) in turns with its NumPy path: MB/s of each (the records' ``seconds``) and the
+ratio, as information. ``--suite small`` scans
 ``--small-files`` (default 20,000) tiny checkpoints and reports files per second (target >=
 1,000) next to a bare ``torch.load`` loop over the same files in one process.
 
@@ -182,9 +185,9 @@ def cat_seconds(files: list[Path], repeat: int = 3) -> float:
     return best
 
 
-def scan(path: Path, jobs: int = 1) -> dict[str, Any]:
+def scan(path: Path, jobs: int = 1, prefix: tuple[str, ...] = ()) -> dict[str, Any]:
     wall, rss, out, err, code = timed(
-        [sys.executable, str(SCRIPT), "scan", str(path), "--jobs", str(jobs)]
+        [*prefix, sys.executable, str(SCRIPT), "scan", str(path), "--jobs", str(jobs)]
     )
     records = [json.loads(line) for line in out.splitlines()]
     cps = [r for r in records if r["type"] == "checkpoint"]
@@ -403,9 +406,34 @@ def formats_suite(tmp: Path, nbytes: int, repeat: int) -> list[tuple[str, float,
         rows.append(
             (f"{name} scan peak RSS vs {label} (info)", ours["peak_rss"] / base[1], "<=", 99)
         )
+    rows += stdlib_rows(tmp, st, repeat)
     st.unlink()
     pt.unlink()
     return rows
+
+
+def stdlib_rows(tmp: Path, st: Path, repeat: int) -> list[tuple[str, float, str, float]]:
+    """The safetensors scan on its standard-library path (NumPy made unimportable, as on a
+    Python without it) against its NumPy path, in turns: MB/s of the check (the records'
+    ``seconds``: open + check, without interpreter start) and the ratio."""
+    blocked = tmp / "no-numpy"
+    blocked.mkdir(exist_ok=True)
+    (blocked / "numpy.py").write_text("raise ModuleNotFoundError('numpy blocked', name='numpy')\n")
+    no_numpy = ("env", f"PYTHONPATH={blocked}")
+    runs = [(scan(st), scan(st, prefix=no_numpy)) for _ in range(repeat)]
+    with_np = min(r[0]["file_s"] for r in runs)
+    stdlib = min(r[1]["file_s"] for r in runs)
+    assert {
+        r[1]["nan_weights"] + r[1]["posinf_weights"] + r[1]["neginf_weights"] for r in runs
+    } == {3}
+    mb = st.stat().st_size / 1e6
+    print(
+        f"  safetensors check: NumPy path {mb / with_np:.0f} MB/s, standard library "
+        f"{mb / stdlib:.0f} MB/s ({stdlib / with_np:.1f}x the NumPy path's time); load "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    return [("safetensors stdlib check time vs NumPy path (info)", stdlib / with_np, "<=", 99)]
 
 
 def child(code: str, *args: str) -> tuple[float, int, str]:

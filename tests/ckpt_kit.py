@@ -6,10 +6,13 @@ checkpoints themselves come from tests/ckpt_factory.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import remotekit.remote
 
@@ -46,3 +49,37 @@ def run(*args: str, script: Path = SCRIPT, prefix: tuple[str, ...] = ()) -> Run:
         timeout=240,
     )
     return Run(proc)
+
+
+# ------------------------------------------------------ the far side without torch or NumPy
+
+PATHS = ["numpy", "stdlib"]  # the value checker's two ways: with NumPy, or without it
+
+
+def blocked(tmp_path: Path, *modules: str) -> str:
+    """A directory for PYTHONPATH whose modules ``modules`` fail to import as absent ones do."""
+    d = tmp_path / ("no-" + "-".join(modules))
+    d.mkdir(exist_ok=True)
+    for m in modules:
+        (d / (m + ".py")).write_text(
+            f"raise ModuleNotFoundError({f'No module named {m!r} (test)'!r}, name={m!r})\n"
+        )
+    return str(d)
+
+
+def scan_without(tmp_path: Path, modules: tuple[str, ...], *args: str) -> Run:
+    """``ckpt.py scan ARGS`` (its worker too) in a Python where ``modules`` cannot be imported."""
+    return without(tmp_path, modules, "scan", *args)
+
+
+def blocked_for(path: str) -> tuple[str, ...]:
+    if path == "numpy":
+        pytest.importorskip("numpy", reason="the NumPy path needs numpy in this venv")
+        return ("torch",)
+    return ("torch", "numpy")
+
+
+def without(tmp_path: Path, modules: tuple[str, ...], *args: str) -> Run:
+    """``ckpt.py ARGS`` in a Python where ``modules`` cannot be imported."""
+    path = [blocked(tmp_path, *modules), os.environ.get("PYTHONPATH") or ""]
+    return run(*args, prefix=("env", "PYTHONPATH=" + os.pathsep.join(filter(None, path))))

@@ -16,12 +16,15 @@ that differ from the defaults; by hand, each field is a flag too.
 
 PATH is a file, a directory (searched recursively for *.pt, *.pth, *.bin, *.ckpt, *.th,
 *.safetensors, Hugging Face ``*.index.json`` shard indexes and checkpoint directories) or a
-glob (``**`` too; each real directory is entered once, so symlink loops end), and *.gguf.
+glob (``**`` too; each real directory is entered once, so symlink loops end), and *.gguf,
+*.npy, *.npz.
 Formats:
 torch.save files (zip, and legacy pickle files, which cannot be memory-mapped), safetensors
 (parsed and validated here: 8-byte little-endian header length, JSON header, raw data; no
 safetensors package needed), GGUF (llama.cpp; float tensors checked, quantized ones named in
-a note) and HF sharded checkpoints (``weight_map``). Directories that are
+a note), NumPy ``.npy`` / ``.npz`` (``np.save``, ``np.savez``, ``np.savez_compressed``: the
+header read and validated here, no NumPy, torch or pickle needed; an object array is named in a
+note, never unpickled) and HF sharded checkpoints (``weight_map``). Directories that are
 ONE checkpoint each: HF Trainer ``checkpoint-N/`` (weights + optimizer.pt + trainer_state.json),
 DeepSpeed ``global_stepN/`` (model states + every ZeRO optimizer partition; ``latest`` is
 checked), torch.distributed.checkpoint (``.metadata`` + ``__R_N.distcp``, read chunk by chunk
@@ -99,7 +102,8 @@ fp16 and fp8 one max of the sign-cleared bits (NaN/Inf is the exponent field all
 
 Processes: scan and bisect discover files here (no torch) and check them in one worker
 process (``_worker``, an internal subcommand) that runs ``--jobs`` threads, one file each at a
-time, and imports torch at the first file that needs one (none for safetensors or GGUF). A
+time, and imports torch at the first file that needs one (none for safetensors, GGUF or
+NumPy files; nor do inspect and diff of them). A
 file that crashes the worker costs only itself: the files the worker had open are checked
 again alone in a fresh one. inspect and diff run in this process.
 
@@ -107,8 +111,10 @@ Modules of the package this file runs from (:mod:`remotekit.shipping` ships it w
 siblings ``protocol`` (the record format, shared with the local side) and ``infile`` (the
 safe opener), and the package ``ckpt/``, each of its modules importing only those above it:
 ``base`` (constants, errors, torch on demand, page release), ``values`` (raw float values
-checked without torch: NumPy or the standard library), ``gguf`` (a GGUF header, checked),
-``formats`` (one file: torch, safetensors, GGUF, HF index, LFS; what is a param; the loading
+checked without torch: NumPy or the standard library), ``rawdiff`` (diff of those values
+without torch), ``gguf`` (a GGUF header, checked), ``npy`` (a ``.npy`` header and the members
+of an ``.npz``, checked), ``formats`` (one file: torch, safetensors, GGUF, NumPy, HF index,
+LFS; what is a param; the loading
 policy), ``dcp``, ``discover`` (no torch), ``archive`` (a zip of torch files), ``layouts``
 (directories that are one checkpoint; ``open_source``), ``resume`` (can a run resume from it),
 ``check`` (values; ``scan_item``), ``workers``, ``commands``; ``options`` (the commands'

@@ -16,6 +16,7 @@ import struct
 import sys
 import threading
 import warnings
+import zipfile
 
 from ..infile import open_regular
 
@@ -32,7 +33,17 @@ def uses_torch(namespace):
     _TORCH_USERS.append(namespace)
 
 
-CKPT_EXTS = (".pt", ".pth", ".bin", ".ckpt", ".th", ".safetensors", ".gguf")  # .th: AllenNLP
+CKPT_EXTS = (
+    ".pt",
+    ".pth",
+    ".bin",
+    ".ckpt",
+    ".th",
+    ".safetensors",
+    ".gguf",
+    ".npy",
+    ".npz",
+)  # .th: AllenNLP
 INDEX_SUFFIX = ".index.json"
 # Files an HF Trainer writes beside the weights that are not model/optimizer state.
 AUX_FILES = re.compile(r"^(training_args\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
@@ -94,14 +105,26 @@ def looks_like_safetensors(head):
 
 
 def is_torchless_file(path):
-    """True when the file at ``path`` starts like a safetensors or GGUF file: read without
-    torch."""
+    """True when the file at ``path`` starts like a safetensors, GGUF or NumPy (.npy, .npz)
+    file: read without torch."""
     try:
         with open_regular(path) as f:  # never blocks on a FIFO named *.safetensors
             head = f.read(9)
-            return looks_like_safetensors(head) or head.startswith(b"GGUF")
+            if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+                return path.endswith(".npz") or looks_like_npz(path)
+            return looks_like_safetensors(head) or head.startswith((b"GGUF", b"\x93NUMPY"))
     except OSError:  # NotRegularFile too: opening it later says why
         return False
+
+
+def looks_like_npz(path):
+    """True when ``path`` opens as a zip whose members are all ``.npy`` (NumPy's savez)."""
+    try:
+        with open_regular(path) as f, zipfile.ZipFile(f) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, RuntimeError):
+        return False
+    return bool(names) and all(n.endswith(".npy") for n in names)
 
 
 # ------------------------------------------------------------------------------------ output

@@ -14,6 +14,7 @@ import sys
 import time
 
 from ..protocol import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, emit, finish
+from . import rawdiff
 from .base import (
     COUNTER,
     NONFINITE_KEYS,
@@ -75,6 +76,27 @@ def _needs_torch(item):
     if item["kind"] == "hf-index":
         return not all(is_torchless_file(p) for p in item.get("files", ()))
     return True
+
+
+def _opens_torch(path):
+    """Whether inspect/diff of ``path`` imports torch: not for a safetensors, GGUF or NumPy
+    file, nor an index of such shards (a directory: always; a missing path: its error)."""
+    if not os.path.lexists(path):
+        return False
+    if os.path.isdir(path):
+        return True
+    items, _ = discover(path)
+    return any(_needs_torch(it) for it in items)
+
+
+def _torch_for(opts, *paths):
+    """The preflight of inspect / diff; torch imported when one of ``paths`` needs it (or
+    --allow-global names a class for torch's unpickler)."""
+    needs = any(_opens_torch(p) for p in paths)
+    _preflight(opts, None if needs else [])
+    if needs or opts.allow_globals:
+        import_torch()
+        allow_globals(opts.allow_globals)
 
 
 def cmd_scan(opts):
@@ -160,9 +182,7 @@ def _optimizer_info(src):
 
 def cmd_inspect(opts):
     t0 = time.time()
-    _preflight(opts)
-    import_torch()
-    allow_globals(opts.allow_globals)
+    _torch_for(opts, opts.path)
     path = opts.path
     rec = {
         "type": "inspect",
@@ -328,9 +348,7 @@ def _lr_list(src):
 
 def cmd_diff(opts):
     t0 = time.time()
-    _preflight(opts)
-    import_torch()
-    allow_globals(opts.allow_globals)
+    _torch_for(opts, opts.a, opts.b)
     rec = {"type": "diff", "a": opts.a, "b": opts.b, "ok": False, "error": None}
     srcs = []
     code = EXIT_FAILED
@@ -458,7 +476,11 @@ class _Comparison(object):
             return  # tied weights: compared once
         self.seen_keys.add(key)
         try:
-            d = _diff_entry(ea, eb, chunk)
+            if _both_raw(ea, eb):
+                nonneg = ea.section == OPTIMIZER and ea.slot in NONNEG_SLOTS
+                d = rawdiff.diff_entry(ea, eb, chunk, nonneg)
+            else:
+                d = _diff_entry(ea, eb, chunk)
         except (RuntimeError, NotImplementedError, TypeError) as e:
             notes.append("%s: not compared (%s)" % (name, short(e)))
             return
@@ -501,7 +523,10 @@ class _NonWeights(object):
             },
         )
         g["compared"] += 1
-        changed, delta = _value_change(ea, eb, chunk)
+        if _both_raw(ea, eb):
+            changed, delta = rawdiff.value_change(ea, eb, chunk)
+        else:
+            changed, delta = _value_change(ea, eb, chunk)
         g["changed"] += changed
         if delta is not None:
             g["delta_min"] = delta if g["delta_min"] is None else min(g["delta_min"], delta)
@@ -517,6 +542,17 @@ class _NonWeights(object):
             "changed": sum(g["changed"] for g in groups),
             "by_name": groups[:20],
         }
+
+
+def _both_raw(ea, eb):
+    """Both tensors' bytes are mapped as their files store them (safetensors, GGUF, NumPy)
+    in a dtype :mod:`.rawdiff` reads: compared without torch."""
+    return (
+        ea.raw is not None
+        and eb.raw is not None
+        and rawdiff.readable(ea.dtype)
+        and rawdiff.readable(eb.dtype)
+    )
 
 
 def _value_change(ea, eb, chunk):

@@ -18,7 +18,7 @@ from .base import AUX_FILES, CKPT_EXTS, INDEX_SUFFIX, Fatal, euid
 
 
 def is_torch_name(name):
-    return name.endswith(CKPT_EXTS) and not name.endswith(".safetensors")
+    return name.endswith(CKPT_EXTS) and not name.endswith((".safetensors", ".npy", ".npz"))
 
 
 def torch_members(path):

@@ -16,6 +16,7 @@ import os
 import pickle
 import re
 import struct
+import tempfile
 import zipfile
 
 from ..infile import EscapingName, fd_path, inside, load_json, open_regular
@@ -48,11 +49,13 @@ from .base import (
     import_torch,
     is_checkable,
     is_scalar_dtype,
+    looks_like_npz,
     looks_like_safetensors,
     short,
     uses_torch,
 )
 from .gguf import read_gguf
+from .npy import npz_members, read_header
 from .values import DTYPES
 
 torch = None  # this module's torch: set by import_torch() (discovery needs no torch)
@@ -735,6 +738,97 @@ def _open_gguf(path, size):
     return src
 
 
+def _open_npy(path, size):
+    """A NumPy ``.npy`` file as a :class:`Source`: one entry named by the file (no NumPy,
+    torch or pickle; :mod:`.npy` reads and checks the header)."""
+    src = Source(path, "npy", size)
+    mm = _st_map(src, path, size, 0)
+    name = os.path.basename(path)
+    _npy_entry(src, mm, 0, size, name[:-4] if name.endswith(".npy") else name)
+    return src
+
+
+def _open_npz(path, size, header_only):
+    """A NumPy ``.npz`` archive as a :class:`Source`, one entry per member (named as
+    ``np.load(...).files`` names them): stored members read in place from the mapped file,
+    compressed ones (``np.savez_compressed``) unpacked to a temporary file first (none for a
+    header only)."""
+    src = Source(path, "npz", size)
+    f = open_regular(path)
+    src._close.append(f.close)
+    try:
+        zf, members = npz_members(f, size)
+    except LoadError:
+        src.close()
+        raise
+    mm = _st_map(src, path, size, 0)
+    for m in members:
+        if m.start is not None:
+            _npy_entry(src, mm, m.start, m.start + m.size, m.name)
+            continue
+        try:
+            buf, end = _unpacked(src, zf, m, header_only)
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
+            src.problems.append("member %r cannot be unpacked: %s" % (m.name, short(e)))
+            continue
+        _npy_entry(src, buf, 0, end, m.name, header_only)
+    return src
+
+
+NPZ_HEAD = 65536  # bytes of a compressed member read for its header alone (inspect)
+
+
+def _unpacked(src, zf, m, header_only):
+    """(buffer, length) of a compressed member: its first bytes for a header, else the whole
+    member in an unlinked temporary file, memory-mapped and closed with ``src``."""
+    with zf.open(m.info) as r:
+        if header_only:
+            head = r.read(NPZ_HEAD)
+            return head, m.size
+        tmp = tempfile.TemporaryFile(prefix="ckpt-npz-")
+        src._close.append(tmp.close)
+        while True:
+            block = r.read(1 << 22)
+            if not block:
+                break
+            tmp.write(block)
+        tmp.flush()
+    if tmp.tell() == 0:
+        return b"", 0
+    mm = mmap.mmap(tmp.fileno(), 0, access=mmap.ACCESS_READ)
+    src._close.append(mm.close)
+    return mm, tmp.tell()
+
+
+def _npy_entry(src, buf, start, end, name, header_only=False):
+    """One array (its ``.npy`` bytes at [start, end) of ``buf``) into ``src``: an entry, a
+    note for a dtype not read here, or a problem naming it."""
+    try:
+        head = read_header(buf, start, end, name)
+    except LoadError as e:
+        src.problems.append(e.reason)
+        return
+    if head.code is None or DTYPES[head.code].is_complex:
+        why = head.why or "dtype %s" % DTYPES[head.code]
+        src.notes.append("%s: %s %s: not checked" % (name, why, list(head.shape)))
+        return
+    dtype = DTYPES[head.code]
+    numel = 1
+    for d in head.shape:
+        numel *= d
+    nbytes = numel * dtype.itemsize
+    if head.data + nbytes > end:
+        src.problems.append(
+            "%s: truncated: %s %s needs %d bytes of values, %d are there"
+            % (name, dtype, list(head.shape), nbytes, max(0, end - head.data))
+        )
+        return
+    if head.fortran:
+        src.notes.append("%s: Fortran order: a first_index counts in column-major order" % name)
+    mm = None if header_only or isinstance(buf, bytes) else buf
+    src.entries.append(_mapped_entry(mm, head.data, name, dtype, head.shape, numel, nbytes))
+
+
 def _st_metadata(src, meta):
     """The header's ``__metadata__`` (strings only, by the format): kept, and a step key read."""
     if not isinstance(meta, dict):
@@ -796,7 +890,13 @@ def open_file(path, opts, header_only=False, sidecar=True):
         raise LoadError(
             "empty file (0 bytes): the save was interrupted before any data was written"
         )
-    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+    if head.startswith(b"\x93NUMPY"):
+        src = _numpy_format(_open_npy, path, size)
+    elif head.startswith((b"PK\x03\x04", b"PK\x05\x06")) and (
+        path.endswith(".npz") or looks_like_npz(path)
+    ):
+        src = _numpy_format(_open_npz, path, size, header_only)
+    elif head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
         src = _open_torch(path, size, True, opts)
     elif looks_like_safetensors(head):  # before pickle: a header length may start 0x80
         try:
@@ -822,6 +922,14 @@ def open_file(path, opts, header_only=False, sidecar=True):
     if sidecar:
         sidecar_step(src)
     return src
+
+
+def _numpy_format(opener, path, size, *args):
+    try:
+        return opener(path, size, *args)
+    except LoadError as e:
+        e.fmt = "npz" if opener is _open_npz else "npy"
+        raise
 
 
 def open_index(path, opts, header_only=False):

@@ -14,8 +14,10 @@ exactly; one ``max`` of ``a`` per chunk tells a clean chunk and gives its larges
 
 from __future__ import annotations
 
+import array
 import math
 import struct
+import sys
 import threading
 
 from .base import advise_dontneed
@@ -126,7 +128,7 @@ class Stats(object):
         self.max_abs = a if self.max_abs is None else max(self.max_abs, a)
 
 
-def _numpy():
+def numpy_or_none():
     """NumPy, or None: the standard-library path answers without it."""
     try:
         import numpy
@@ -143,7 +145,7 @@ def check_raw(mm, start, dtype, numel, n, nonneg=False, progress=None, use_numpy
     ``n`` values at a time (``nonneg``: a negative value is a finding too, as in exp_avg_sq);
     each checked chunk's pages go back to the kernel. ``use_numpy=False`` takes the standard
     library's path, as a Python without NumPy does."""
-    np = _numpy() if use_numpy else None
+    np = numpy_or_none() if use_numpy else None
     st = Stats(numel)
     size = dtype.itemsize
     for i in range(0, numel, n):
@@ -210,42 +212,56 @@ def _np_chunk(np, mm, off, cnt, d, base, st, nonneg):
         st.fold_abs(d.decode(int(a[fin].max())))
 
 
-PY_BLOCK = 1 << 16  # values unpacked at a time by the standard library's path
-_TOP_TABLES = {}
-_INT_FORMATS = {8: "q", 4: "i", 2: "h"}
+PY_BLOCK = 1 << 20  # values per block on the standard library's path (a copy of 1-8 MiB)
+_TABLES = {}
+_CASTS = {8: "Q", 4: "I", 2: "H"}  # unsigned, native size; memoryview casts need native order
+LITTLE = sys.byteorder == "little"
 
 
-def _top_table(d):
-    """bytes.translate table: 1 for a top byte that can begin a NaN/Inf of ``d``, else 0."""
-    key = (d.sign, d.exp, d.itemsize)
-    if key not in _TOP_TABLES:
-        shift = 8 * (d.itemsize - 1)
-        sign_top, exp_top = d.sign >> shift, d.exp >> shift
-        _TOP_TABLES[key] = bytes(int((b & ~sign_top) >= exp_top) for b in range(256))
-    return _TOP_TABLES[key]
+def _tables(d):
+    """bytes.translate tables for the top byte of ``d``: the sign bit cleared, and 1 where
+    the sign bit is set (both whole-block operations at C speed)."""
+    key = (d.sign, d.itemsize)
+    if key not in _TABLES:
+        sign_top = d.sign >> 8 * (d.itemsize - 1)
+        _TABLES[key] = (
+            bytes(b & ~sign_top for b in range(256)),
+            bytes(int(bool(b & sign_top)) for b in range(256)),
+        )
+    return _TABLES[key]
+
+
+def _py_top(raw, d, clear):
+    """The largest magnitude's bits in ``raw`` (little-endian values of ``d``): a copy with
+    the top bytes' sign bits cleared by one translate, then one C-level ``max`` over it cast
+    to unsigned integers (no struct tuple, no second pass for the negative values)."""
+    size = d.itemsize
+    if size == 1:  # the magnitudes are the bytes: the largest present, by memchr
+        mags = raw.translate(clear)
+        return next(v for v in range(255, -1, -1) if bytes((v,)) in mags)
+    masked = bytearray(raw)
+    masked[size - 1 :: size] = masked[size - 1 :: size].translate(clear)
+    if LITTLE:
+        return max(memoryview(masked).cast(_CASTS[size]))
+    values = array.array(_CASTS[size])  # pragma: no cover - big-endian hosts
+    values.frombytes(bytes(masked))
+    values.byteswap()
+    return max(values)
 
 
 def _py_block(raw, d, base, st, nonneg):
-    """One block with the standard library: a C-speed scan of the top bytes finds the blocks
-    that may hold NaN/Inf; a clean one needs only maxima of its bits (sign-magnitude: read as
-    signed integers, a positive value is its magnitude and the largest is the max; read as
-    unsigned, every negative one lies above the sign bit and the largest magnitude is the max
-    less the sign bit)."""
-    size = d.itemsize
-    if b"\x01" not in raw[size - 1 :: size].translate(_top_table(d)):
-        count = len(raw) // size
-        if size == 1:
-            top = max(raw.translate(bytes(b & _mask(d) for b in range(256))))
-            negative = d.sign and max(raw) > d.sign
-        else:
-            signed = struct.unpack("<%d%s" % (count, _INT_FORMATS[size]), raw)
-            top, negative = max(max(signed), 0), min(signed) < 0
-            if negative:
-                unsigned = struct.unpack("<%d%s" % (count, _INT_FORMATS[size].upper()), raw)
-                top = max(top, max(unsigned) - d.sign)
-        if not (nonneg and negative):  # -0.0 reads as negative here: the exact pass tells
-            st.fold_abs(d.decode(top))
-            return
+    """One block with the standard library: the largest magnitude (:func:`_py_top`) tells a
+    clean block (below the all-ones exponent: no NaN/Inf) and is its max_abs; with ``nonneg``,
+    a translate of the top bytes tells whether any sign bit is set. Only a block with a
+    finding (or a -0.0 where negatives matter) is counted value by value."""
+    if not raw:
+        return
+    clear, signs = _tables(d)
+    top = _py_top(raw, d, clear)
+    negative = nonneg and d.sign and b"\x01" in raw[d.itemsize - 1 :: d.itemsize].translate(signs)
+    if top < d.exp and not negative:
+        st.fold_abs(d.decode(top))
+        return
     _py_exact(raw, d, base, st, nonneg)
 
 

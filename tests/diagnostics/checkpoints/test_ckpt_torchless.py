@@ -25,33 +25,7 @@ from hypothesis import strategies as st
 
 from remotekit.remote.ckpt.values import DTYPES, check_raw
 from tests import ckpt_factory as cf
-from tests.ckpt_kit import SCRIPT, Run, run
-
-PATHS = ["numpy", "stdlib"]  # the value checker's two ways: with NumPy, or without it
-
-
-def _blocked(tmp_path: Path, *modules: str) -> str:
-    """A directory for PYTHONPATH whose modules ``modules`` fail to import as absent ones do."""
-    d = tmp_path / ("no-" + "-".join(modules))
-    d.mkdir(exist_ok=True)
-    for m in modules:
-        (d / (m + ".py")).write_text(
-            f"raise ModuleNotFoundError({f'No module named {m!r} (test)'!r}, name={m!r})\n"
-        )
-    return str(d)
-
-
-def scan_without(tmp_path: Path, modules: tuple[str, ...], *args: str) -> Run:
-    """``ckpt.py scan ARGS`` (its worker too) in a Python where ``modules`` cannot be imported."""
-    path = [_blocked(tmp_path, *modules), os.environ.get("PYTHONPATH") or ""]
-    return run("scan", *args, prefix=("env", "PYTHONPATH=" + os.pathsep.join(filter(None, path))))
-
-
-def blocked_for(path: str) -> tuple[str, ...]:
-    if path == "numpy":
-        pytest.importorskip("numpy", reason="the NumPy path needs numpy in this venv")
-        return ("torch",)
-    return ("torch", "numpy")
+from tests.ckpt_kit import PATHS, SCRIPT, blocked, blocked_for, scan_without, without
 
 
 def expected(tensors: dict[str, torch.Tensor], nonneg: set[str]) -> dict[str, Any]:
@@ -230,7 +204,7 @@ def test_a_header_length_past_the_end_is_refused_naming_the_file(tmp_path: Path)
 def test_a_safetensors_scan_keeps_memory_flat(tmp_path: Path, path: str) -> None:
     """Chunks out of a memory map, pages released after each: 128 MiB of values add far less
     than 128 MiB to the scan's peak RSS (worker included), with NumPy and without."""
-    env = dict(os.environ, PYTHONPATH=_blocked(tmp_path, *blocked_for(path)))
+    env = dict(os.environ, PYTHONPATH=blocked(tmp_path, *blocked_for(path)))
 
     def peak_rss(p: Path) -> int:
         proc = subprocess.Popen(
@@ -394,3 +368,121 @@ def test_the_raw_checker_matches_torch_per_tensor(
     )
     assert got.first_bad == (bad["first_index"] if bad else None)
     assert got.max_abs == want["max_abs"]["weights"]
+
+
+# ------------------------------------------------------------------------- inspect and diff
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_inspect_of_safetensors_needs_no_torch(tmp_path: Path, path: str) -> None:
+    """inspect lists names, dtypes and shapes of a safetensors file with torch unimportable."""
+    tensors = {
+        "model.w": torch.zeros(3, 5, dtype=torch.bfloat16),
+        "model.b": torch.zeros(5, dtype=torch.float16),
+        "optimizer.state.0.step": torch.tensor(7, dtype=torch.int64),
+    }
+    p = tmp_path / "m.safetensors"
+    cf.save_safetensors(tensors, p)
+    r = without(tmp_path, blocked_for(path), "inspect", str(p))
+    info = r.one("inspect")
+    assert (info["ok"], info["format"], info["error"]) == (True, "safetensors", None), r.stderr
+    got = {t["name"]: (t["dtype"], t["shape"]) for t in r.of("tensor")}
+    assert got == {
+        "model.w": ("bfloat16", [3, 5]),
+        "model.b": ("float16", [5]),
+        "optimizer.state.0.step": ("int64", []),
+    }
+    assert r.code == 0
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.double().reshape(-1)
+
+
+def expected_diff(a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
+    """rel_change, max_abs_diff and cosine over the values finite on both sides, by torch."""
+    x, y = _flat(a), _flat(b)
+    both = torch.isfinite(x) & torch.isfinite(y)
+    x, y = x[both], y[both]
+    d = y - x
+    na, nb = float(x.norm()), float(y.norm())
+    return {
+        "rel_change": float(d.norm()) / na,
+        "max_abs_diff": float(d.abs().max()),
+        "cosine": float((x * y).sum()) / (na * nb),
+    }
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_diff_of_safetensors_needs_no_torch_and_agrees_with_torch(
+    tmp_path: Path, path: str
+) -> None:
+    """Two safetensors files of every real float dtype (chunks split unevenly), a counter and
+    a second-moment slot: the per-tensor numbers are torch's, the flags name the NaN that
+    appeared and the negative exp_avg_sq, with torch unimportable."""
+    g = torch.Generator().manual_seed(11)
+    a: dict[str, torch.Tensor] = {}
+    for dtype in FLOATS:
+        a[f"model.{str(dtype)[6:]}"] = (torch.randn(250, generator=g) * 3).to(dtype)
+    a["optimizer.state.0.exp_avg_sq"] = torch.rand(100, generator=g)
+    a["optimizer.state.0.step"] = torch.tensor(10, dtype=torch.int64)
+    b = {k: v.clone() for k, v in a.items()}
+    for k in list(b):
+        if k.startswith("model."):
+            b[k] = (a[k].double() + torch.randn(250, generator=g) * 0.1).to(a[k].dtype)
+    b["model.float32"][17] = math.nan
+    b["optimizer.state.0.exp_avg_sq"][3] = -1.0
+    b["optimizer.state.0.step"] = torch.tensor(12, dtype=torch.int64)
+    pa, pb = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    cf.save_safetensors(a, pa)
+    cf.save_safetensors(b, pb)
+    opts = '{"chunk_elems": 96, "top": 20}'
+    r = without(tmp_path, blocked_for(path), "diff", str(pa), str(pb), "--options", opts)
+    d = r.one("diff")
+    assert d["error"] is None, (d, r.stderr)
+    assert d["compared"] == len(FLOATS) + 1
+    got = {t["name"]: t for t in d["top_weights"] + d["top_optimizer"]}
+    for name in [k for k in a if k != "optimizer.state.0.step"]:
+        want = expected_diff(a[name], b[name])
+        for key, value in want.items():
+            assert got[name][key] == pytest.approx(value, rel=1e-9, abs=1e-12), (name, key)
+    assert got["model.float32"]["new_nonfinite"] == 1
+    flags = {(f["name"], f["kind"], f["count"]) for f in d["flags"]}
+    assert flags == {
+        ("model.float32", "new_nonfinite", 1),
+        ("optimizer.state.0.exp_avg_sq", "negative_exp_avg_sq", 1),
+    }
+    step = d["counters"]["by_name"][0]
+    assert (step["name"], step["changed"], step["delta_min"]) == ("step", 1, 2), d["counters"]
+    assert r.code == 1
+
+
+def test_inspect_and_diff_of_gguf_files_need_no_torch(tmp_path: Path) -> None:
+    """Two GGUF files written by llama.cpp's own writer: inspect names the float tensors and
+    the quantized one's note; diff compares the float tensors, torch unimportable."""
+    gguf = pytest.importorskip("gguf", reason="the gguf package writes the real file")
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((16, 32)).astype(np.float32)
+    b = a + np.float32(0.5)
+    paths = []
+    for name, w in (("a", a), ("b", b)):
+        p = tmp_path / f"{name}.gguf"
+        writer = gguf.GGUFWriter(str(p), "llama")
+        writer.add_tensor("blk.0.attn_q.weight", w)
+        writer.add_tensor("blk.0.ffn_up.weight", w[:4].astype(np.float16))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        paths.append(str(p))
+    r = without(tmp_path, ("torch",), "inspect", paths[0])
+    assert (r.one("inspect")["ok"], r.one("inspect")["format"]) == (True, "gguf"), r.stderr
+    assert {t["name"]: (t["dtype"], t["shape"]) for t in r.of("tensor")} == {
+        "blk.0.attn_q.weight": ("float32", [16, 32]),
+        "blk.0.ffn_up.weight": ("float16", [4, 32]),
+    }
+    d = without(tmp_path, ("torch",), "diff", *paths).one("diff")
+    assert (d["error"], d["compared"]) == (None, 2), d
+    top = {t["name"]: t for t in d["top_weights"]}
+    assert top["blk.0.attn_q.weight"]["max_abs_diff"] == pytest.approx(0.5, abs=1e-6)
