@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -423,6 +423,42 @@ def test_no_output_is_lost_when_the_steps_exit(fleet_hosts: FleetHosts) -> None:
                 if len(o.value.stdout) != size:
                     short.append((rep, o.host, len(o.value.stdout)))
     assert short == [], f"{len(short)} of {n * reps} steps lost the end of their output"
+
+
+def test_closing_a_fleet_stops_every_host_at_once(tmp_path: Path) -> None:
+    """Closing a fleet stops each host's agent and steps together, not one host after
+    another: each close waits for its agent to stop its steps and leave (a round trip, or a
+    step's grace), which a fleet's ``with`` block would otherwise pay once per host. Each
+    step, told to stop, says so and takes a while to leave: every host is told before the
+    first one has left."""
+    log, n = tmp_path / "log", 3
+    step = (
+        f'trap \'trap "" TERM; echo term $$ >> {log}; sleep 1.5; echo left $$ >> {log}; '
+        f"exit 0' TERM; echo up $$ >> {log}; while :; do sleep 0.05; done"
+    )
+    slow = remotekit.local_target().spec
+    slow = replace(slow, timeouts=replace(slow.timeouts, kill_grace=10.0))
+    f = remotekit.fleet([remotekit.Target(slow) for _ in range(n)])
+    ran = threading.Thread(target=f.run, args=(["sh", "-c", step],), kwargs={"check": False})
+    ran.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(_said(log, "up")) < n:
+            assert time.monotonic() < deadline, _said(log)
+            time.sleep(0.05)
+    finally:
+        f.close()
+        ran.join(30)
+    said = _said(log)
+    told = {pid: said.index(("term", pid)) for _, pid in _said(log, "up")}
+    assert all(("left", pid) in said for pid in told), said
+    assert max(told.values()) < min(i for i, (w, _) in enumerate(said) if w == "left"), said
+
+
+def _said(path: Path, word: str | None = None) -> list[tuple[str, str]]:
+    """The (word, pid) lines the steps wrote, in order (only ``word``'s when given)."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [(w, p) for w, _, p in (ln.partition(" ") for ln in lines) if word in (None, w)]
 
 
 def test_console_lines_stay_whole_under_many_threads() -> None:
