@@ -43,10 +43,12 @@
 # so a step that floods only blocks itself.
 #
 # A step's child is forked before its step comes (a Spare): once no step runs, the agent forks
-# the next one, its pipes made, and it waits in the runner for its header; its runner forks
-# the zygote once it read that the step runs a script (runner.AFTER_HEADER), before it draws
-# the key. A command then costs no fork of a Python while the caller waits, a script one
-# (it was two: the step's child, then its zygote).
+# the next one, its pipes made, and it waits in the runner for its header. When the last step
+# ran a script, its runner forks the zygote at once, as a runner of its own does (before the
+# header: the next is likely a script too); else once it read that the step runs a script
+# (runner.AFTER_HEADER), before it draws the key. A step then costs no fork of a Python while
+# the caller waits (it was two for a script: the step's child, then its zygote), but a
+# script after a command, one; a command after a script lets the zygote go unused.
 #
 # A step whose header names ``preload`` modules (torch) is forked instead by a Warm: a fork of
 # the agent that imported them once, handed the step's pipes over a socket. What a module reads
@@ -373,6 +375,7 @@ class Agent(object):
         self.steps = {}
         self.warm = {}  # key -> Warm (warm_for): forks that keep modules imported, oldest first
         self.spare = None  # the next step's child, forked while no step runs (prepare)
+        self.scripts = False  # whether the last step ran a script: the spare's zygote then
         self.closing = False
         self.watched = {}
         self.wake_r, self.wake_w = os.pipe()
@@ -564,7 +567,8 @@ class Agent(object):
         if self.spare is not None or self.steps or self.runner is None or self.closing:
             return
         try:
-            pid, fds = self.fork(0, None, self.runner["AFTER_HEADER"], spare=False)
+            zygote = True if self.scripts else self.runner["AFTER_HEADER"]
+            pid, fds = self.fork(0, None, zygote, spare=False)
         except OSError:
             return  # the step forks its own, and says why if it cannot
         for fd in fds:
@@ -576,7 +580,9 @@ class Agent(object):
         (its pid, or None when the Warm will say it, and our ends of its stdin, stdout and
         stderr). ``zygote``: whether its runner forks one (it runs a script; the runner's
         ZYGOTE). ``spare``: whether one forked before (prepare) may serve."""
-        ready, self.spare = (self.spare, None) if spare and not key else (None, self.spare)
+        ready = None
+        if spare and not key:  # the next spare's zygote is forked at once if this is a script
+            ready, self.spare, self.scripts = self.spare, None, zygote
         if ready is not None:
             return ready.pid, ready.fds
         warm = self.warm_for(key) if key else None  # forked before the pipes exist

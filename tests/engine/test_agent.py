@@ -246,15 +246,40 @@ def test_a_step_runs_in_a_runner_forked_before_it_came(
     script one (its zygote, forked by that runner), not two."""
     pid = agent_pid(target)
     for step in (["sh", "-c", "echo $PPID"], None):
-        end = time.monotonic() + 10
-        while not (spare := children(looker, pid) - children(looker, pid, runners=False)):
-            assert time.monotonic() < end, "no runner was forked ahead of the next step"
-            time.sleep(0.05)
+        spare = spare_of(looker, pid)
         if step is not None:  # the command's parent is its runner: the spare
-            assert {int(target.run(step, timeout=20).stdout)} == spare
+            assert int(target.run(step, timeout=20).stdout) == spare
         else:  # a script runs in the zygote its runner (the spare) forked
             code = "import os\nprint(os.getppid())\n"
-            assert {int(target.run_python(remotekit.Script(code), timeout=20).stdout)} == spare
+            assert int(target.run_python(remotekit.Script(code), timeout=20).stdout) == spare
+
+
+def spare_of(looker: remotekit.Target, pid: int) -> int:
+    """The agent ``pid``'s spare (polled for): its child that leads a session, no step running."""
+    end = time.monotonic() + 10
+    while len(spare := children(looker, pid) - children(looker, pid, runners=False)) != 1:
+        assert time.monotonic() < end, "no runner was forked ahead of the next step"
+        time.sleep(0.05)
+    return spare.pop()
+
+
+def test_after_a_script_the_next_runner_has_its_zygote_forked_already(
+    target: remotekit.Target, looker: remotekit.Target
+) -> None:
+    """After a script, the spare's runner forks its zygote at once (the next step is likely
+    a script too: then it costs no fork while the caller waits); after a command, it forks
+    one only if its step runs a script."""
+    pid = agent_pid(target)
+    target.run_python(remotekit.Script("pass\n"), timeout=20)
+    spare = spare_of(looker, pid)
+    end = time.monotonic() + 10
+    while not children(looker, spare):
+        assert time.monotonic() < end, "the spare forked no zygote after a script"
+        time.sleep(0.05)
+    target.run(["true"], timeout=20)
+    spare = spare_of(looker, pid)
+    time.sleep(0.3)
+    assert children(looker, spare) == set()
 
 
 def test_a_short_steps_frames_come_in_one_write(tmp_path: Path) -> None:
