@@ -21,7 +21,8 @@
 #                        first bytes on stdout (what a login shell printed before is not
 #                        a frame: the caller looks for this one)
 #                     O / e  bytes step N wrote on its stdout / stderr
-#                     W  that many bytes of step N's stdin were written to it (decimal)
+#                     W  that many bytes of step N's stdin were written to it (decimal),
+#                        said once SAY_WRITTEN of them are unsaid
 #                     X  step N ended: its exit status (decimal; 128+N for signal N)
 #                     P  here I am: the payload of the caller's P
 #
@@ -40,6 +41,14 @@
 # single-threaded (a poll loop), so forking from it is safe. Output is relayed per step; the
 # agent stops reading a step's pipes while WINDOW of its bytes are unconsumed by the caller,
 # so a step that floods only blocks itself.
+#
+# A step's child is forked before its step comes (a Spare): once no step runs, the agent forks
+# the next one, its pipes made, and it waits in the runner for its header. When the last step
+# ran a script, its runner forks the zygote at once, as a runner of its own does (before the
+# header: the next is likely a script too); else once it read that the step runs a script
+# (runner.AFTER_HEADER), before it draws the key. A step then costs no fork of a Python while
+# the caller waits (it was two for a script: the step's child, then its zygote), but a
+# script after a command, one; a command after a script lets the zygote go unused.
 #
 # A step whose header names ``preload`` modules (torch) is forked instead by a Warm: a fork of
 # the agent that imported them once, handed the step's pipes over a socket. What a module reads
@@ -60,6 +69,7 @@ import os
 import select
 import struct
 import sys
+import time
 
 try:  # the C module, as the runner: signal's enums cost a forked step ~40 us a call
     import _signal as signal
@@ -81,6 +91,14 @@ WINDOW = 1 << 20
 #: The most of one step's output the caller may hold that it has not credited: the agent reads
 #: a step's pipes while less than WINDOW is, one read of CHUNK from each (stdout, stderr) a turn.
 MOST_UNACKED = WINDOW + 2 * CHUNK
+#: How long a step's output and stdin credits wait for more to go with them in one write
+#: (a step's ready, started and exit lines and its X are then one message through the hops:
+#: each write is a packet, and a wake of every process and thread on the way to the caller).
+#: What ends a step (X), a probe's answer and the hello go at once, with what waits.
+HOLD = 0.005
+#: The stdin bytes written into a step's runner before the caller is told (W): it waits only
+#: once WINDOW of them is unsaid, so a step whose payload is small costs no W frame.
+SAY_WRITTEN = PIECE
 #: How long, beyond the longest grace of a step, steps get to stop after the channel closed.
 GRACE = 3.0
 #: The oldest Python the agent runs on: the runner's (older ones fail both alike).
@@ -171,6 +189,30 @@ def write_all(fd, data):
             select.select([], [fd], [], 1.0)
 
 
+class Spare(object):
+    """A step's child forked before its step (Agent.spare): its pid and our ends of its
+    stdin, stdout and stderr (non-blocking)."""
+
+    def __init__(self, pid, fds):
+        self.pid, self.fds = pid, fds
+
+    def close(self):
+        for fd in self.fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds = ()
+
+    def kill(self):
+        """Let it go: our ends closed, its session (runner and zygote) killed."""
+        self.close()
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class Step(object):
     """One step's child and its three pipes, seen from the agent."""
 
@@ -178,6 +220,7 @@ class Step(object):
         self.sid, self.pid = sid, pid
         self.stdin = stdin  # our write end, non-blocking; None once closed
         self.pending = []  # bytes waiting for room in the stdin pipe
+        self.unsaid = 0  # bytes written into the stdin pipe, not yet said (W)
         self.eof = False  # close stdin once pending is written
         self.outputs = {out: b"O", err: b"e"}
         self.unacked = 0
@@ -390,12 +433,15 @@ class Agent(object):
     def __init__(self, cache, cache_folder=None):
         self.inbuf = bytearray()
         self.outbox = []  # frames not yet written (flush)
+        self.held = None  # when the oldest frame in the outbox came, unless one is urgent
         self.runner = None
         self.code = cache  # the boot's CodeCache: the runner's and the steps' code
         self.cache_folder = cache_folder  # the boot's rules for a cache folder: the runner's
         self.steps = {}
         self.warm = {}  # key -> Warm (warm_for): forks that keep modules imported, oldest first
         self.workers = []  # Worker (worker_for): warm workers for calls, least recently used first
+        self.spare = None  # the next step's child, forked while no step runs (prepare)
+        self.scripts = False  # whether the last step ran a script: the spare's zygote then
         self.closing = False
         self.watched = {}
         self.wake_r, self.wake_w = os.pipe()
@@ -412,15 +458,32 @@ class Agent(object):
         self.closing = True
 
     def send(self, kind, sid, payload=b""):
-        """A frame to the caller, written with the others of this turn of the loop (flush):
-        one write, not one a frame, where a hop relays each write as a message of its own
-        (srun to slurmstepd over TCP, where a small write behind another waits for its ACK)."""
+        """A frame to the caller, written with the others of this turn of the loop, or of
+        the next ones within HOLD (flush): one write, not one a frame, where a hop relays
+        each write as a message of its own (srun to slurmstepd over TCP, where a small write
+        behind another waits for its ACK)."""
         self.outbox.append(frame(kind, sid, payload))
+        if kind in (b"O", b"e", b"W"):
+            if self.held is None:
+                self.held = time.monotonic()
+        else:
+            self.held = 0.0  # due now
 
     def flush(self):
         if self.outbox:
-            data, self.outbox = b"".join(self.outbox), []
+            data, self.outbox, self.held = b"".join(self.outbox), [], None
             write_all(1, data)
+
+    def flush_due(self):
+        """Write the outbox if it is due (a frame that goes at once, HOLD passed, or CHUNK
+        of it); how long the loop may wait, in milliseconds, before it is."""
+        if self.held is None:
+            return 250
+        left = self.held + HOLD - time.monotonic()
+        if left <= 0 or sum(map(len, self.outbox)) >= CHUNK:
+            self.flush()
+            return 250
+        return left * 1000
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -430,9 +493,10 @@ class Agent(object):
         self.take_orders()  # what came with the agent's source
         poller = select.poll()
         while not self.closing:
-            self.flush()
+            wait = self.flush_due()
+            self.prepare()
             self.watch(poller)
-            for fd, ev in poller.poll(250):
+            for fd, ev in poller.poll(wait):
                 self.ready(fd, ev)
             self.reap()
         self.flush()
@@ -565,10 +629,30 @@ class Agent(object):
         step.pending.append(first)
         self.feed(step)
 
-    def fork(self, sid, key, zygote):
+    def prepare(self):
+        """Fork the next step's child (a Spare) while no step runs and none is ready: its
+        fork is then not in the next step's time."""
+        if self.spare is not None or self.steps or self.runner is None or self.closing:
+            return
+        try:
+            zygote = True if self.scripts else self.runner["AFTER_HEADER"]
+            pid, fds = self.fork(0, None, zygote, spare=False)
+        except OSError:
+            return  # the step forks its own, and says why if it cannot
+        for fd in fds:
+            os.set_blocking(fd, False)
+        self.spare = Spare(pid, fds)
+
+    def fork(self, sid, key, zygote, spare=True):
         """The step's child, forked here or by the Warm of ``key`` (warm_key; None: here):
         (its pid, or None when the Warm will say it, and our ends of its stdin, stdout and
-        stderr). ``zygote``: whether its runner forks one (it runs a script)."""
+        stderr). ``zygote``: whether its runner forks one (it runs a script; the runner's
+        ZYGOTE). ``spare``: whether one forked before (prepare) may serve."""
+        ready = None
+        if spare and not key:  # the next spare's zygote is forked at once if this is a script
+            ready, self.spare, self.scripts = self.spare, None, zygote
+        if ready is not None:
+            return ready.pid, ready.fds
         warm = self.warm_for(key) if key else None  # forked before the pipes exist
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -657,11 +741,14 @@ class Agent(object):
                     os.close(fd)
         for warm in list(self.warm.values()) + self.workers:
             warm.sock.close()
+        if self.spare is not None:
+            self.spare.close()
         for fd in (self.wake_r, self.wake_w):
             if fd is not None:
                 os.close(fd)
         self.steps, self.warm, self.wake_r, self.wake_w = {}, {}, None, None
         self.workers = []
+        self.spare = None
         self.inbuf, self.outbox = bytearray(), []
 
     def child(self, fds, zygote):
@@ -787,7 +874,10 @@ class Agent(object):
             step.pending[0] = data[n:]
             if not step.pending[0]:
                 step.pending.pop(0)
-            self.send(b"W", step.sid, str(n).encode())
+            step.unsaid += n
+            if step.unsaid >= SAY_WRITTEN:
+                self.send(b"W", step.sid, str(step.unsaid).encode())
+                step.unsaid = 0
         if step.eof and not step.pending:
             step.close_stdin()
 
@@ -814,6 +904,9 @@ class Agent(object):
                 return
             if not pid:
                 return
+            if self.spare is not None and self.spare.pid == pid:  # killed while it waited
+                self.spare.kill()
+                self.spare = None
             for step in list(self.steps.values()):
                 if step.pid == pid:
                     code = (
@@ -834,9 +927,10 @@ class Agent(object):
 
     def shutdown(self):
         """The channel closed: every runner sees EOF and stops its tree; kill the rest."""
-        import time
-
         end = time.monotonic() + max([s.grace for s in self.steps.values()] + [0.0]) + GRACE
+        if self.spare is not None:  # it ran nothing: nothing to stop but itself
+            self.spare.kill()
+            self.spare = None
         for step in self.steps.values():
             step.close_stdin()
             for fd in step.outputs:  # nobody reads them now: a runner's writes fail, never block

@@ -707,14 +707,17 @@ class Zygote(object):
     paying for a second interpreter start, and has nothing in its memory to forge control
     lines with. It waits for one order on a pipe; EOF on the pipe means "not needed"."""
 
-    def __init__(self, outputs):
+    def __init__(self, outputs, fork=True):
         self.pid = None
-        if not hasattr(os, "fork") or not ZYGOTE:
+        if not hasattr(os, "fork") or not fork:
             return
         r, w = os.pipe()
         pid = os.fork()
         if not pid:
             os.close(w)
+            for s in STOP_SIGNALS:  # forked after the header (AFTER_HEADER): the runner's
+                signal.signal(s, signal.SIG_DFL)  # handlers and wake pipe are not its own
+            signal.set_wakeup_fd(-1)
             os.dup2(outputs.in_r, 0)  # the step's stdin, if it takes one (the order says)
             os.dup2(outputs.out_w, 1)
             os.dup2(outputs.err_w, 2)
@@ -861,7 +864,10 @@ COMPILE = globals().get("COMPILE", compile_source)
 
 
 # Whether to fork a zygote: a runner of its own does, before it knows whether the step runs a
-# script; an agent that forks this runner has read the header and says (runs_script).
+# script; an agent that forks this runner has read the header and says (runs_script), or,
+# forking it before its step comes (a spare), says AFTER_HEADER: once the header is read, and
+# the step runs a script, before the key is drawn (as the agent's child holds the header).
+AFTER_HEADER = "after header"
 ZYGOTE = globals().get("ZYGOTE", True)
 
 
@@ -1385,13 +1391,17 @@ def send_value(data, over):
 
 def main():
     outputs = Outputs()
-    zygote = Zygote(outputs)  # before the header: the nonce and the key never enter it
+    zygote = Zygote(
+        outputs, ZYGOTE is True
+    )  # before the header: the nonce and the key never enter it
     prctl(4, 0)  # PR_SET_DUMPABLE 0: other processes of this user cannot read our memory
     for s in STOP_SIGNALS:
         signal.signal(s, on_stop_signal)
     wake_r = wake_pipe()
     stdin = Input(wake_r)
     header = read_header(stdin.read_exact(int(stdin.readline())))
+    if ZYGOTE == AFTER_HEADER and runs_script(header):
+        zygote = Zygote(outputs)
     KEY[0] = "remotekit-" + os.urandom(16).hex()
     control(READY, {"key": KEY[0]}, prefix=header["nonce"])
     op = header["op"]

@@ -13,6 +13,7 @@ import hashlib
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -101,7 +102,9 @@ def warm_pid(target: remotekit.Target, preload: tuple[str, ...] = ("torch",)) ->
     return int(target.run_python(WARM_PID, preload=list(preload), timeout=120).stdout)
 
 
-#: The live children (not zombies) of the pid in argv[1], read from /proc there.
+#: The live children (not zombies) of the pid in argv[1], read from /proc there, each with
+#: whether it leads a session of its own (a step's runner, or the spare: the agent's child
+#: forked for the next step; not a warm process).
 CHILDREN = remotekit.Script(
     "import os, sys\n"
     "for n in filter(str.isdigit, os.listdir('/proc')):\n"
@@ -110,7 +113,7 @@ CHILDREN = remotekit.Script(
     "    except OSError:\n"
     "        continue\n"
     "    if f[1] == sys.argv[1] and f[0] != 'Z':\n"
-    "        print(n)\n",
+    "        print(n, int(f[3] == n))\n",
     name="children.py",
 )
 
@@ -126,19 +129,28 @@ def looker(target: remotekit.Target, request: pytest.FixtureRequest) -> Iterator
         yield request.getfixturevalue("cts")(False)
 
 
-def children(looker: remotekit.Target, pid: int) -> set[int]:
+def children(looker: remotekit.Target, pid: int, runners: bool = True) -> set[int]:
+    """The live children of ``pid``; ``runners`` False: but those leading a session (a
+    step's runner, the spare)."""
     r = looker.run_python(CHILDREN, [str(pid)], timeout=30)
-    return {int(n) for n in r.stdout.split()}
+    pairs = [line.split() for line in r.stdout.splitlines()]
+    return {int(n) for n, leads in pairs if runners or leads == "0"}
 
 
-def wait_childless(
-    looker: remotekit.Target, pid: int, besides: set[int], timeout: float
+def next_runner(target: remotekit.Target) -> int:
+    """The pid of the runner of a new step (the spare the agent forked for it, if any)."""
+    return int(target.run(["sh", "-c", "echo $PPID"], timeout=20).stdout)
+
+
+def stopped_runner_gone(
+    looker: remotekit.Target, target: remotekit.Target, pid: int, besides: set[int]
 ) -> set[int]:
-    """Poll until ``pid`` has no live child but ``besides``; returns the others left."""
-    end = time.monotonic() + timeout
-    while (left := children(looker, pid) - besides) and time.monotonic() < end:
+    """Poll until the agent ``pid`` has no live child but ``besides`` and one that is the
+    runner of the next step (the spare); returns the others left."""
+    end = time.monotonic() + 5
+    while len(left := children(looker, pid) - besides) > 1 and time.monotonic() < end:
         time.sleep(0.1)
-    return left
+    return left - {next_runner(target)}
 
 
 def gone_there(looker: remotekit.Target, pid: int, timeout: float) -> bool:
@@ -226,6 +238,83 @@ def test_the_runner_and_a_step_sent_with_the_agents_source_are_taken(tmp_path: P
         proc.wait(timeout=30)
 
 
+def test_a_step_runs_in_a_runner_forked_before_it_came(
+    target: remotekit.Target, looker: remotekit.Target
+) -> None:
+    """Once no step runs, the agent forks the next step's runner (the spare), which waits for
+    its header: a command then costs no fork of a Python while the caller waits, and a
+    script one (its zygote, forked by that runner), not two."""
+    pid = agent_pid(target)
+    for step in (["sh", "-c", "echo $PPID"], None):
+        spare = spare_of(looker, pid)
+        if step is not None:  # the command's parent is its runner: the spare
+            assert int(target.run(step, timeout=20).stdout) == spare
+        else:  # a script runs in the zygote its runner (the spare) forked
+            code = "import os\nprint(os.getppid())\n"
+            assert int(target.run_python(remotekit.Script(code), timeout=20).stdout) == spare
+
+
+def spare_of(looker: remotekit.Target, pid: int) -> int:
+    """The agent ``pid``'s spare (polled for): its child that leads a session, no step running."""
+    end = time.monotonic() + 10
+    while len(spare := children(looker, pid) - children(looker, pid, runners=False)) != 1:
+        assert time.monotonic() < end, "no runner was forked ahead of the next step"
+        time.sleep(0.05)
+    return spare.pop()
+
+
+def test_after_a_script_the_next_runner_has_its_zygote_forked_already(
+    target: remotekit.Target, looker: remotekit.Target
+) -> None:
+    """After a script, the spare's runner forks its zygote at once (the next step is likely
+    a script too: then it costs no fork while the caller waits); after a command, it forks
+    one only if its step runs a script."""
+    pid = agent_pid(target)
+    target.run_python(remotekit.Script("pass\n"), timeout=20)
+    spare = spare_of(looker, pid)
+    end = time.monotonic() + 10
+    while not children(looker, spare):
+        assert time.monotonic() < end, "the spare forked no zygote after a script"
+        time.sleep(0.05)
+    target.run(["true"], timeout=20)
+    spare = spare_of(looker, pid)
+    time.sleep(0.3)
+    assert children(looker, spare) == set()
+
+
+def test_a_short_steps_frames_come_in_one_write(tmp_path: Path) -> None:
+    """A step's output frames wait a little (HOLD) for more, and a small payload is not
+    acknowledged (W): a command that ends at once says its ready, started and exit lines and
+    its end (X) in one write, one message through every hop, not four or five. The agent's
+    stdout is a packet socket here, so that each write is read as one."""
+    header = StepHeader(argv=("true",), nonce="n", cwd=str(tmp_path)).encode()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen([sys.executable, "-c", LOADER], stdin=subprocess.PIPE, stdout=theirs)
+    theirs.close()
+    ours.settimeout(30)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(loader_bytes())
+        proc.stdin.flush()
+        buf = bytearray(ours.recv(1 << 17))
+        assert [kind for kind, _, _ in frames(buf, TO_CALLER)] == [b"A"]
+        writes = []
+        for sid in range(1, 6):
+            proc.stdin.write(frame(b"S", sid, f"{len(header)}\n".encode() + header))
+            proc.stdin.flush()
+            got: list[bytes] = []
+            while b"X" not in got:
+                buf += ours.recv(1 << 17)
+                got += [kind for kind, _, _ in frames(buf, TO_CALLER)]
+                writes.append(sid)
+            assert b"W" not in got
+        assert min(writes.count(sid) for sid in range(1, 6)) == 1, writes
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        ours.close()
+
+
 def test_the_agent_is_the_default_and_agent_false_turns_it_off(tmp_path: Path) -> None:
     inv = write_inventory(
         tmp_path / "hosts.yaml", {"plain": {}, "on": {"agent": True}, "off": {"agent": False}}
@@ -307,19 +396,20 @@ def test_killed_step_exit_code(target: remotekit.Target) -> None:
 def test_timeout_stops_the_whole_tree(target: remotekit.Target, looker: remotekit.Target) -> None:
     m = marker()
     pid = agent_pid(target)
-    before = children(looker, pid)  # its warm process, if an earlier test started one
+    before = children(looker, pid, runners=False)  # its warm process, if one was started
     with pytest.raises(remotekit.StepTimeout) as info:
         target.run(tree(m), timeout=2)
     assert info.value.confirmed
     assert wait_gone(m, 5) == []
-    assert wait_childless(looker, pid, before, 5) == set(), "the agent kept a child (its runner)"
+    left = stopped_runner_gone(looker, target, pid, before)
+    assert left == set(), "the agent kept a child (its runner)"
     assert target.run(["echo", "next"], timeout=20).stdout == "next\n"
 
 
 def test_cancel_stops_the_whole_tree(target: remotekit.Target, looker: remotekit.Target) -> None:
     m = marker()
     pid = agent_pid(target)
-    before = children(looker, pid)  # its warm process, if an earlier test started one
+    before = children(looker, pid, runners=False)  # its warm process, if one was started
     th, out = in_thread(target.run, tree(m), timeout=60)
     wait_seen(m)
     assert children(looker, pid) - before, "the step's runner is not the agent's child"
@@ -328,7 +418,8 @@ def test_cancel_stops_the_whole_tree(target: remotekit.Target, looker: remotekit
     target.resume()
     assert out and isinstance(out[0], remotekit.StepCancelled), out
     assert wait_gone(m, 5) == []
-    assert wait_childless(looker, pid, before, 5) == set(), "the agent kept a child (its runner)"
+    left = stopped_runner_gone(looker, target, pid, before)
+    assert left == set(), "the agent kept a child (its runner)"
 
 
 def test_close_kills_the_agent_and_its_steps(request: pytest.FixtureRequest) -> None:
