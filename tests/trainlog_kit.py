@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -63,6 +64,47 @@ def run(path: Path | str, *args: Any, script: Path = SCRIPT) -> Run:
     assert records and records[-1]["type"] == "done"
     assert records[-1]["exit_code"] == proc.returncode
     return Run(proc.returncode, records, proc.stderr)
+
+
+# what a held-out run's train-log said, read by evidence (tests/diagnostics/trainlog/test_trainlog_heldout*.py)
+
+
+def source(r: Run) -> dict[str, Any]:
+    assert r.code in (0, 1), f"train-log exited {r.code}: {r.all('error')}"
+    return r.one("source")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def said(r: Run) -> str:
+    """What the run's reader, analysis and warnings said in words: the string values (not the
+    field names) of every record but the preset's fixed rule text and the per-metric numbers."""
+    return "\n".join(
+        s for rec in r.records if rec["type"] not in ("preset", "metric") for s in _strings(rec)
+    )
+
+
+def series(r: Run, label: str) -> list[dict[str, Any]]:
+    return [m for m in r.all("metric") if m.get("label") == label]
+
+
+def close(a: float, b: float, rel: float = 0.02) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+
+
+UNHEALTHY_SAID = re.compile(
+    r"unhealthy|never (learn|fell|moved)|did not learn|not learning|chance level|above chance|"
+    r"uniform guess|stall|flat",
+    re.I,
+)
 
 
 def shipped(module: str) -> Any:

@@ -22,12 +22,11 @@ import csv
 import re
 import statistics
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.harness import DATA
-from tests.trainlog_kit import Run, run
+from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
 
 HELDOUT = DATA / "public" / "heldout"
 
@@ -41,46 +40,10 @@ def held(rel: str) -> Path:
     return path
 
 
-def source(r: Run) -> dict[str, Any]:
-    assert r.code in (0, 1), f"train-log exited {r.code}: {r.all('error')}"
-    return r.one("source")
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
-def said(r: Run) -> str:
-    """What the run's reader, analysis and warnings said in words: the string values (not the
-    field names) of every record but the preset's fixed rule text and the per-metric numbers."""
-    return "\n".join(
-        s for rec in r.records if rec["type"] not in ("preset", "metric") for s in _strings(rec)
-    )
-
-
-def series(r: Run, label: str) -> list[dict[str, Any]]:
-    return [m for m in r.all("metric") if m.get("label") == label]
-
-
-def close(a: float, b: float, rel: float = 0.02) -> bool:
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
-
-
 ROWS_AS_STEPS = "row numbers are used as steps"
 RUNS_SAID = re.compile(
     r"\b(two|three|2|3) runs\b|appended|second run|third run|new run|restart|run[- ]part|"
     r"counter (falls|fell)|continu",
-    re.I,
-)
-UNHEALTHY_SAID = re.compile(
-    r"unhealthy|never (learn|fell|moved)|did not learn|not learning|chance level|above chance|"
-    r"uniform guess|stall|flat",
     re.I,
 )
 

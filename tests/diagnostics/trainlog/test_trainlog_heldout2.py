@@ -17,15 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.diagnostics.trainlog.test_trainlog_heldout import (
-    UNHEALTHY_SAID,
-    close,
-    said,
-    series,
-    source,
-)
 from tests.harness import DATA
-from tests.trainlog_kit import Run, run
+from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
 
 HELDOUT2 = DATA / "public" / "heldout2"
 NEVER_LEARNED = re.compile(r"unhealthy|never learn|did not learn|not learning", re.I)
