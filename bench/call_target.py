@@ -3,3 +3,9 @@
 
 def answer() -> dict[str, int]:
     return {"answer": 42}
+
+
+def torch_version() -> dict[str, str]:
+    import torch
+
+    return {"torch": str(torch.__version__)}
