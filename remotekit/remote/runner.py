@@ -1709,6 +1709,12 @@ def entry():
 # with it: the next call gets a fresh one.
 
 
+#: A call's order (remotekit.remote.call.ORDER: a test holds them equal), and the most bytes
+#: of it a worker hands its Executor in memory, with no folder made for it.
+CALL_ORDER = "call.json"
+ORDER_IN_MEMORY = 16 << 10
+
+
 class Executor(object):
     """A warm worker's process for calls: forked by ``start`` (before a step's key is
     drawn), in its own session, dying with the worker (PR_SET_PDEATHSIG). Each call is an
@@ -1721,6 +1727,11 @@ class Executor(object):
         self.send, self.recv = send, recv
         self.pid = None
         self.sock = None
+        # the package its calls run from, once one ran in it (``package`` names it, ``base``
+        # is its folder, ``locks`` the cache's locks on it, held until the Executor ends):
+        # the next call of that package takes it without looking in the cache again
+        self.package = self.base = None
+        self.locks = []
         self.returncode = None
         self.relay = None  # the call under way's Relay: its done pipe says the call ended
         self.dead = False
@@ -1743,11 +1754,12 @@ class Executor(object):
         theirs.close()
         self.pid, self.sock = pid, ours
 
-    def run(self, base, folder, fds):
-        """Order a call: the bundle in ``base``, its order in ``folder``; ``fds``: its
-        stdout, stderr, value and done pipes' write ends."""
+    def run(self, base, folder, fds, order=None):
+        """Order a call: the bundle in ``base``, its order in ``folder`` (or ``order``, its
+        text, when it came small: ORDER_IN_MEMORY); ``fds``: its stdout, stderr, value and
+        done pipes' write ends."""
         self.returncode, self.dead = None, False
-        self.send(self.sock, json.dumps([base, folder]).encode(), fds)
+        self.send(self.sock, json.dumps([base, folder, order]).encode(), fds)
         return self
 
     def poll(self):
@@ -1788,6 +1800,10 @@ class Executor(object):
 
     def forget(self):
         """The Executor is gone (stopped, or it ended): the next call forks a fresh one."""
+        for fd in self.locks:
+            os.close(fd)
+        self.package = self.base = None
+        self.locks = []
         if self.sock is not None:
             self.sock.close()
         if self.pid is not None and not self.dead:
@@ -1861,12 +1877,15 @@ def executor_main(sock, recv, env, cwd):
             os.dup2(err, 2)
             os.close(out)
             os.close(err)
-            base, folder = json.loads(data.decode("utf-8"))
-            os.environ["REMOTEKIT_DIR"] = folder
+            base, folder, order = json.loads(data.decode("utf-8"))
+            if folder is None:
+                os.environ.pop("REMOTEKIT_DIR", None)
+            else:
+                os.environ["REMOTEKIT_DIR"] = folder
             if run is None:
                 run = load_call(base)
             try:
-                status = run(folder, val)
+                status = run(folder, val, order)
             except SystemExit as e:  # the function ended its process: so does the Executor
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
                 break
@@ -1913,7 +1932,11 @@ def worker_step(executor):
         return fail_code("runner error: %s: %s" % (type(e).__name__, e))
     finally:
         del TO_REMOVE[:]
-        # the package's lock: the Executor holds the one it was forked with; ours go
+        # the package's lock: the Executor holds the one it was forked with; the one this
+        # call took is kept while the Executor runs from its package (Executor.locks)
+        if executor.base is not None:
+            executor.locks.extend(HELD[held:])
+            del HELD[held:]
         for fd in HELD[held:] if executor.pid is not None else HELD[:]:
             os.close(fd)
         del HELD[held if executor.pid is not None else 0 :]
@@ -1944,24 +1967,35 @@ def call_step(executor):
     control(READY, {"key": KEY[0]}, prefix=header["nonce"])
     if bad:
         fail("cannot change to working directory %s: no such directory" % cwd)
-    tmpdir = None
+    tmpdir = order = None
     try:
-        base, tmpdir = package_dir(header, stdin)
+        if executor.base is not None and executor.package == header["package"]:
+            base = executor.base  # its Executor runs from it (and holds its lock)
+            stdin.read_exact(header["package_size"], "package")  # sent all the same
+        else:
+            base, tmpdir = package_dir(header, stdin)
         once = tmpdir is not None  # a package not kept (no cache): its Executor ends with it
-        tmpdir = tmpdir or created(private_dir)
-        for name, size, mode in header["files"]:
-            path = os.path.join(tmpdir, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                stdin.copy_to(f, size)
-            os.chmod(path, mode)
-        return do_call(header, base, tmpdir, executor, stdin, once)
+        files = header["files"]
+        if len(files) == 1 and files[0][0] == CALL_ORDER and files[0][1] <= ORDER_IN_MEMORY:
+            order = stdin.read_exact(files[0][1], "call order").decode("utf-8", "replace")
+        else:
+            tmpdir = tmpdir or created(private_dir)
+            for name, size, mode in files:
+                path = os.path.join(tmpdir, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    stdin.copy_to(f, size)
+                os.chmod(path, mode)
+        code = do_call(header, base, tmpdir, executor, stdin, once, order)
+        if not once and executor.pid is not None:
+            executor.package, executor.base = header["package"], base
+        return code
     finally:
         if tmpdir is not None:
             remove_tree(tmpdir)
 
 
-def do_call(h, base, folder, executor, stdin, once=False):
+def do_call(h, base, folder, executor, stdin, once=False, order=None):
     """The call of ``h`` in ``executor``, supervised as ``do_exec`` supervises a step's
     process: its output relayed, its value kept, EOF and the deadline stop its tree."""
     reason = [None]
@@ -1974,7 +2008,8 @@ def do_call(h, base, folder, executor, stdin, once=False):
     outputs = Outputs()
     done_r, done_w = os.pipe()
     try:
-        child = executor.run(base, folder, (outputs.out_w, outputs.err_w, outputs.val_w, done_w))
+        fds = (outputs.out_w, outputs.err_w, outputs.val_w, done_w)
+        child = executor.run(base, folder, fds, order)
     finally:
         os.close(done_w)
     control(STARTED, {"pid": child.pid})

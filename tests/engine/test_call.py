@@ -461,4 +461,4 @@ def test_both_sides_name_the_value_pipe_and_the_order_alike() -> None:
     from remotekit.remote import call as far
     from remotekit.remote import runner
 
-    assert far.VALUE_FD == runner.VALUE_FD and calls.ORDER == far.ORDER
+    assert far.VALUE_FD == runner.VALUE_FD and calls.ORDER == far.ORDER == runner.CALL_ORDER
