@@ -63,7 +63,7 @@ def execnet_answer(channel) -> None:  # type: ignore[no-untyped-def]  (execnet s
 def execnet_torch(channel) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    channel.send({"torch": torch.__version__})
+    channel.send({"torch": str(torch.__version__)})
 
 
 def load() -> str:
@@ -147,6 +147,7 @@ def measure(
         ctx = mitogen_contexts(have["mitogen"], server, py, hop, stack)
         fns["mitogen"] = lambda: ctx.call(call_target.answer)
         if args.torch:
+            ctx.call(call_target.import_torch_locally)  # (its importer and torch: see there)
             torch_fns["mitogen"] = lambda: ctx.call(call_target.torch_version)
     if "execnet" in have:
         gw = execnet_gateway(have["execnet"], server, py, hop)

@@ -462,3 +462,39 @@ def test_both_sides_name_the_value_pipe_and_the_order_alike() -> None:
     from remotekit.remote import runner
 
     assert far.VALUE_FD == runner.VALUE_FD and calls.ORDER == far.ORDER == runner.CALL_ORDER
+
+
+def test_a_workers_package_is_kept_while_it_lives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package a warm worker's calls run from stays in the cache there while the worker
+    lives, however many newer packages were used since: a later call that imports a module
+    of it late finds it (the cache's lock is held from the first call until the worker's
+    process ends, not only while a call runs)."""
+    from tests.engine.test_package_cache import use_newer_packages
+
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    monkeypatch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])  # the local target's, too
+    name = f"late_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(
+        f"import os\n\ndef first():\n    return os.getpid()\n\n"
+        f"def late():\n    import {name}_helper\n    return [{name}_helper.WORD, os.getpid()]\n"
+    )
+    (folder / f"{name}_helper.py").write_text("WORD = 'imported later'\n")
+    sys.path.insert(0, str(folder))
+    try:
+        mod = importlib.import_module(name)
+        importlib.import_module(f"{name}_helper")  # one's own, beside it: it ships too
+        entry = tmp_path / "xdg" / "remotekit" / "pkg" / calls.bundle_of(mod.first).package.hash
+        with remotekit.local_target(agent=True) as t:
+            pid = t.call(mod.first, timeout=60)
+            assert entry.is_dir()
+            use_newer_packages(env)
+            assert entry.is_dir()
+            assert t.call(mod.late, timeout=60) == ["imported later", pid]
+    finally:
+        sys.path.remove(str(folder))
+        for gone in (name, f"{name}_helper"):
+            sys.modules.pop(gone, None)
