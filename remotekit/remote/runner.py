@@ -1373,14 +1373,30 @@ def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
 def send_value(data, over):
     """The step's value on control lines of its own, in pieces (base64), or that it was
     larger than the header allowed (``over``: the bytes it wrote)."""
+    for line in value_lines(data, over):
+        write_control(line)
+
+
+def value_lines(data, over):
+    """send_value's control lines."""
     import binascii  # a C module: base64's pure-Python wrapper costs a step ~1 ms
 
     if over:
-        control(VALUE, {"over": over})
-        return
-    for at in range(0, len(data), VALUE_PIECE):
-        piece = binascii.b2a_base64(bytes(data[at : at + VALUE_PIECE]), newline=False)
-        control(VALUE, piece.decode("ascii"))
+        return [control_line(VALUE, {"over": over})]
+    return [
+        control_line(
+            VALUE,
+            binascii.b2a_base64(bytes(data[at : at + VALUE_PIECE]), newline=False).decode("ascii"),
+        )
+        for at in range(0, len(data), VALUE_PIECE)
+    ]
+
+
+def write_control(data):
+    try:
+        os.write(2, data)
+    except OSError:
+        pass
 
 
 def main():
@@ -1964,12 +1980,17 @@ def call_step(executor):
     if not bad:
         executor.start(env, cwd)  # before the key: it is in no process but this one
     KEY[0] = "remotekit-" + os.urandom(16).hex()
-    control(READY, {"key": KEY[0]}, prefix=header["nonce"])
+    ready = control_line(READY, {"key": KEY[0]}, prefix=header["nonce"])
+    # A call that nothing can fail before it starts (its Executor runs from its package)
+    # says ``ready`` with ``started``, in one write: the caller has one message less to read.
+    if bad or executor.base is None or executor.package != header["package"]:
+        write_control(ready)
+        ready = b""
     if bad:
         fail("cannot change to working directory %s: no such directory" % cwd)
     tmpdir = order = None
     try:
-        if executor.base is not None and executor.package == header["package"]:
+        if ready:
             base = executor.base  # its Executor runs from it (and holds its lock)
             stdin.read_exact(header["package_size"], "package")  # sent all the same
         else:
@@ -1986,7 +2007,7 @@ def call_step(executor):
                 with open(path, "wb") as f:
                     stdin.copy_to(f, size)
                 os.chmod(path, mode)
-        code = do_call(header, base, tmpdir, executor, stdin, once, order)
+        code = do_call(header, base, tmpdir, executor, stdin, once, order, ready)
         if not once and executor.pid is not None:
             executor.package, executor.base = header["package"], base
         return code
@@ -1995,7 +2016,7 @@ def call_step(executor):
             remove_tree(tmpdir)
 
 
-def do_call(h, base, folder, executor, stdin, once=False, order=None):
+def do_call(h, base, folder, executor, stdin, once=False, order=None, ready=b""):
     """The call of ``h`` in ``executor``, supervised as ``do_exec`` supervises a step's
     process: its output relayed, its value kept, EOF and the deadline stop its tree."""
     reason = [None]
@@ -2012,7 +2033,7 @@ def do_call(h, base, folder, executor, stdin, once=False, order=None):
         child = executor.run(base, folder, fds, order)
     finally:
         os.close(done_w)
-    control(STARTED, {"pid": child.pid})
+    write_control(ready + control_line(STARTED, {"pid": child.pid}))
     relay = executor.relay = Relay(outputs, stdin, False, h["value"])
     relay.sources[done_r] = DONE_PIPE
     deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
@@ -2037,10 +2058,13 @@ def do_call(h, base, folder, executor, stdin, once=False, order=None):
     relay.drain(2.0)
     relay.done()
     executor.relay = None
-    if h["value"]:
-        send_value(relay.value, relay.value_over)
+    lines = value_lines(relay.value, relay.value_over) if h["value"] else []
     data["code"] = code = 128 - code if code < 0 else code
-    control(EXIT, data)
+    lines.append(control_line(EXIT, data))
+    if sum(map(len, lines)) <= 1 << 16:  # the value and the end, one message where small
+        lines = [b"".join(lines)]
+    for line in lines:
+        write_control(line)
     return code
 
 
