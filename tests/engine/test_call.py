@@ -27,6 +27,7 @@ import pytest
 
 import remotekit
 from remotekit import call as calls
+from remotekit.remote import runner
 from tests.harness import ROOT, ancestors, processes_with, wait_gone
 
 pytestmark = pytest.mark.timeout(180)
@@ -471,30 +472,33 @@ def test_a_workers_package_is_kept_while_it_lives(
     lives, however many newer packages were used since: a later call that imports a module
     of it late finds it (the cache's lock is held from the first call until the worker's
     process ends, not only while a call runs)."""
-    from tests.engine.test_package_cache import use_newer_packages
-
-    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    monkeypatch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])  # the local target's, too
-    name = f"late_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the local target's
     folder = tmp_path / "mine"
     folder.mkdir()
+    name = f"late_{uuid.uuid4().hex[:8]}"
     (folder / f"{name}.py").write_text(
         f"import os\n\ndef first():\n    return os.getpid()\n\n"
         f"def late():\n    import {name}_helper\n    return [{name}_helper.WORD, os.getpid()]\n"
     )
     (folder / f"{name}_helper.py").write_text("WORD = 'imported later'\n")
-    sys.path.insert(0, str(folder))
+    newer = [f"newer_{uuid.uuid4().hex[:8]}_{i}" for i in range(runner.PackageCache.KEEP + 1)]
+    for other in newer:  # each its own package (of its own folder: nothing else ships)
+        (tmp_path / other).mkdir()
+        (tmp_path / other / f"{other}.py").write_text("def one():\n    return 1\n")
+    sys.path[:0] = [str(folder), *(str(tmp_path / other) for other in newer)]
     try:
         mod = importlib.import_module(name)
         importlib.import_module(f"{name}_helper")  # one's own, beside it: it ships too
         entry = tmp_path / "xdg" / "remotekit" / "pkg" / calls.bundle_of(mod.first).package.hash
-        with remotekit.local_target(agent=True) as t:
+        with remotekit.local_target(agent=True) as t, remotekit.local_target(agent=False) as u:
             pid = t.call(mod.first, timeout=60)
             assert entry.is_dir()
-            use_newer_packages(env)
+            for other in newer:  # newer packages, used by runners of their own
+                assert u.call(importlib.import_module(other).one, timeout=60) == 1
             assert entry.is_dir()
             assert t.call(mod.late, timeout=60) == ["imported later", pid]
     finally:
-        sys.path.remove(str(folder))
-        for gone in (name, f"{name}_helper"):
+        for path in [str(folder), *(str(tmp_path / other) for other in newer)]:
+            sys.path.remove(path)
+        for gone in (name, f"{name}_helper", *newer):
             sys.modules.pop(gone, None)
