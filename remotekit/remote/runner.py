@@ -1790,6 +1790,13 @@ class Executor(object):
             self._wait(0)
         return self.returncode
 
+    def poll_gone(self):
+        """Forget the Executor when it ended between calls (the OOM killer, a kill there):
+        the next call forks a fresh one rather than ordering a process that is gone."""
+        self._wait(os.WNOHANG)
+        if self.dead:
+            self.forget()
+
     def _wait(self, flags):
         try:
             pid, status = os.waitpid(self.pid, flags)
@@ -1977,15 +1984,16 @@ def call_step(executor):
     env["PYTHONUNBUFFERED"] = "1"
     cwd = header["cwd"]
     bad = cwd and not os.path.isdir(cwd)
+    if executor.pid is not None:
+        executor.poll_gone()  # one that ended since the last call (killed there): forgotten
     if not bad:
         executor.start(env, cwd)  # before the key: it is in no process but this one
     KEY[0] = "remotekit-" + os.urandom(16).hex()
-    ready = control_line(READY, {"key": KEY[0]}, prefix=header["nonce"])
-    # A call that nothing can fail before it starts (its Executor runs from its package)
-    # says ``ready`` with ``started``, in one write: the caller has one message less to read.
+    ready = [control_line(READY, {"key": KEY[0]}, prefix=header["nonce"])]
+    # A call whose Executor runs from its package says ``ready`` with ``started``, in one
+    # write (the caller has one message less to read), unless something fails before.
     if bad or executor.base is None or executor.package != header["package"]:
-        write_control(ready)
-        ready = b""
+        write_control(ready.pop())
     if bad:
         fail("cannot change to working directory %s: no such directory" % cwd)
     tmpdir = order = None
@@ -2011,12 +2019,16 @@ def call_step(executor):
         if not once and executor.pid is not None:
             executor.package, executor.base = header["package"], base
         return code
+    except BaseException:
+        if ready:  # what failed is said after it: the caller reads it as the step's
+            write_control(ready.pop())
+        raise
     finally:
         if tmpdir is not None:
             remove_tree(tmpdir)
 
 
-def do_call(h, base, folder, executor, stdin, once=False, order=None, ready=b""):
+def do_call(h, base, folder, executor, stdin, once=False, order=None, ready=None):
     """The call of ``h`` in ``executor``, supervised as ``do_exec`` supervises a step's
     process: its output relayed, its value kept, EOF and the deadline stop its tree."""
     reason = [None]
@@ -2033,7 +2045,9 @@ def do_call(h, base, folder, executor, stdin, once=False, order=None, ready=b"")
         child = executor.run(base, folder, fds, order)
     finally:
         os.close(done_w)
-    write_control(ready + control_line(STARTED, {"pid": child.pid}))
+    write_control(b"".join(ready or ()) + control_line(STARTED, {"pid": child.pid}))
+    if ready:
+        del ready[:]  # said: what fails from now on is the call's
     relay = executor.relay = Relay(outputs, stdin, False, h["value"])
     relay.sources[done_r] = DONE_PIPE
     deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]

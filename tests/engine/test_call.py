@@ -75,6 +75,12 @@ def tell(name):
 def parent():
     return os.getppid()
 
+def die_soon():
+    """Returns its pid; its process is SIGKILLed a moment later (between calls)."""
+    import threading, signal
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    return os.getpid()
+
 def forge(kind, path=""):
     """A hostile far side: rewrites call.py's record (this runs in its process, __main__;
     its json.dumps writes the record)."""
@@ -502,3 +508,14 @@ def test_a_workers_package_is_kept_while_it_lives(
             sys.path.remove(path)
         for gone in (name, f"{name}_helper", *newer):
             sys.modules.pop(gone, None)
+
+
+def test_a_worker_whose_process_died_between_calls_takes_the_next_one(
+    target: remotekit.Target, checks: ModuleType, agent: bool | None
+) -> None:
+    """The process a warm worker runs calls in is killed between two calls (the OOM
+    killer, a kill by hand there): the next call runs, in a fresh one."""
+    gone = target.call(checks.die_soon, timeout=60)
+    time.sleep(1.5)  # its kill comes 0.2 s after it returned
+    assert target.call(checks.echo, 1, timeout=60) == [[1], {}]
+    assert target.call(checks.pid, timeout=60) != gone
