@@ -164,21 +164,26 @@ def bundle_of(fn: Any) -> Bundle:
             f"call(): {module}.{name} is not the function given (a decorator that does not "
             "keep its name, or a module changed since): call one that import finds by name"
         )
-    hit = _BUNDLES.get((module, name))
+    hit = _BUNDLES.pop((module, name), None)
     if hit is not None and hit[0] is fn and hit[1] == _stamp(hit[2]):
+        _BUNDLES[module, name] = hit  # the most recently used last
         return hit[3]
     files, there, paths = _own_files(fn, module)
     pkg = Package(tuple(sorted([(ENTRY, source("call.py")), *files])))
     bundle = Bundle(there, name, pkg)
     if module != "__main__":  # a cell's function is its source now: read each time
         _BUNDLES[module, name] = (fn, _stamp(paths), paths, bundle)
+        while len(_BUNDLES) > KEEP_BUNDLES:
+            del _BUNDLES[next(iter(_BUNDLES))]
     return bundle
 
 
-#: The bundle of each function called: (the function, its stamp, the files it ships, the
-#: Bundle), taken again while the function, the modules imported here and the files' sizes
-#: and mtimes are those it was made with (a warm call does not read and hash them again).
+#: The bundle of each function called lately (KEEP_BUNDLES of them, each up to MAX_SHIPPED
+#: of files): (the function, its stamp, the files it ships, the Bundle), taken again while
+#: the function, the modules imported here and the files' sizes and mtimes are those it was
+#: made with (a warm call does not read and hash them again).
 _BUNDLES: dict[tuple[str, str], tuple[Any, tuple[Any, ...], tuple[Path, ...], Bundle]] = {}
+KEEP_BUNDLES = 16
 
 
 def _stamp(paths: tuple[Path, ...]) -> tuple[Any, ...]:

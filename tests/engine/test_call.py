@@ -519,3 +519,31 @@ def test_a_worker_whose_process_died_between_calls_takes_the_next_one(
     time.sleep(1.5)  # its kill comes 0.2 s after it returned
     assert target.call(checks.echo, 1, timeout=60) == [[1], {}]
     assert target.call(checks.pid, timeout=60) != gone
+
+
+def test_a_file_changed_here_since_the_last_call_ships_again(
+    tmp_path: Path, target: remotekit.Target
+) -> None:
+    """A call takes its function's bundle again while nothing it ships changed here; a
+    module of one's own beside it rewritten since (not re-imported here) ships as it is now,
+    and the call there finds it."""
+    name = f"word_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "words"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(
+        f"def word():\n    import {name}_text\n    return {name}_text.WORD\n"
+    )
+    text = folder / f"{name}_text.py"
+    text.write_text("WORD = 'one'\n")
+    sys.path.insert(0, str(folder))
+    try:
+        mod = importlib.import_module(name)
+        importlib.import_module(f"{name}_text")
+        assert target.call(mod.word, timeout=60) == "one"
+        assert calls.bundle_of(mod.word) is calls.bundle_of(mod.word)
+        text.write_text("WORD = 'two, longer'\n")
+        assert target.call(mod.word, timeout=60) == "two, longer"
+    finally:
+        sys.path.remove(str(folder))
+        for gone in (name, f"{name}_text"):
+            sys.modules.pop(gone, None)
