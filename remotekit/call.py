@@ -44,7 +44,7 @@ import sys
 import sysconfig
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -342,8 +342,8 @@ def call(
         shipped=bundle.package,
         value=MAX_VALUE,
         on_value=got.take,
-        worker=True,  # a warm worker may run it
     )
+    req = replace(req, header=replace(req.header, worker=True))  # a warm worker may run it
     result = run_step(engine, req)
     if got.bad:
         raise RemoteError(f"call {bundle.qualname}: {got.bad}", result=result)

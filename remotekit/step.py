@@ -314,7 +314,6 @@ class StepRequest:
         shipped: Package | None = None,
         value: int = 0,
         on_value: Callable[[Any], None] | None = None,
-        worker: bool = False,
     ) -> StepRequest:
         """The step that runs ``script`` there with ``args``: the script and its files (and
         ``files``) travel as the runner's shipped files, in bounded pieces (views, no copies;
@@ -333,7 +332,6 @@ class StepRequest:
             preload=tuple(map(str, preload)),
             package=script.package if isinstance(script, PackageScript) else None,
             value=value,
-            worker=worker,
         )
         payload = tuple(piece for data in all_files.values() for piece in slices(data))
         return cls(
