@@ -164,9 +164,39 @@ def bundle_of(fn: Any) -> Bundle:
             f"call(): {module}.{name} is not the function given (a decorator that does not "
             "keep its name, or a module changed since): call one that import finds by name"
         )
-    files, there = _own_files(fn, module)
+    hit = _BUNDLES.pop((module, name), None)
+    if hit is not None and hit[0] is fn and hit[1] == _stamp(hit[2]):
+        _BUNDLES[module, name] = hit  # the most recently used last
+        return hit[3]
+    files, there, paths = _own_files(fn, module)
     pkg = Package(tuple(sorted([(ENTRY, source("call.py")), *files])))
-    return Bundle(there, name, pkg)
+    bundle = Bundle(there, name, pkg)
+    if module != "__main__":  # a cell's function is its source now: read each time
+        _BUNDLES[module, name] = (fn, _stamp(paths), paths, bundle)
+        while len(_BUNDLES) > KEEP_BUNDLES:
+            del _BUNDLES[next(iter(_BUNDLES))]
+    return bundle
+
+
+#: The bundle of each function called lately (KEEP_BUNDLES of them, each up to MAX_SHIPPED
+#: of files): (the function, its stamp, the files it ships, the Bundle), taken again while
+#: the function, the modules imported here and the files' sizes and mtimes are those it was
+#: made with (a warm call does not read and hash them again).
+_BUNDLES: dict[tuple[str, str], tuple[Any, tuple[Any, ...], tuple[Path, ...], Bundle]] = {}
+KEEP_BUNDLES = 16
+
+
+def _stamp(paths: tuple[Path, ...]) -> tuple[Any, ...]:
+    """What a bundle was made from, as it is now: how many modules are imported here (one
+    of one's own imported since may ship with it) and each file's size and mtime."""
+    stamps: list[Any] = [len(sys.modules)]
+    for path in paths:
+        try:
+            st = path.stat()
+            stamps.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
 
 
 def _is_module(obj: Any) -> bool:
@@ -179,15 +209,16 @@ def _reach(obj: Any, qualname: str) -> Any:
     return obj
 
 
-def _own_files(fn: Any, module: str) -> tuple[list[tuple[str, bytes]], str]:
-    """The caller's files the call ships, and the name the module has there: the function's
-    module (its top package, whole), and the modules of one's own imported here from the
-    same folder (what it imports beside it: ``helpers.py`` next to ``checks.py``)."""
+def _own_files(fn: Any, module: str) -> tuple[list[tuple[str, bytes]], str, tuple[Path, ...]]:
+    """The caller's files the call ships, the name the module has there, and the files'
+    paths here: the function's module (its top package, whole), and the modules of one's
+    own imported here from the same folder (what it imports beside it: ``helpers.py`` next
+    to ``checks.py``)."""
     if module == "__main__":
-        return _main_files(fn)
+        return (*_main_files(fn), ())
     where = _own_folder(sys.modules.get(module.split(".")[0]))
     if where is None:
-        return [], module  # the standard library or an installed package: the far side's
+        return [], module, ()  # the standard library or an installed package: the far side's
     files = [
         pair
         for name, mod in sorted(sys.modules.copy().items())
@@ -201,7 +232,7 @@ def _own_files(fn: Any, module: str) -> tuple[list[tuple[str, bytes]], str]:
             f"more than a call ships ({MAX_SHIPPED}); install them there, or call a "
             "function of a smaller module"
         )
-    return [(rel, _read(p)) for rel, p in files], module
+    return [(rel, _read(p)) for rel, p in files], module, tuple(p for _, p in files)
 
 
 def _own_folder(mod: Any) -> Path | None:

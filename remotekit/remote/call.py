@@ -100,12 +100,15 @@ def main():
     return run(os.environ["REMOTEKIT_DIR"], fd)
 
 
-def run(folder, fd):
-    """One call: its order ``folder``/ORDER, what came of it written on ``fd`` (then closed).
-    Returns its exit status: 0, or 1 when the function raised. A warm worker's Executor
-    (the runner's) calls it for each call, this module loaded once."""
-    with open(os.path.join(folder, ORDER), "rb") as f:
-        request = json.loads(f.read().decode("utf-8"))
+def run(folder, fd, order=None):
+    """One call: its order ``folder``/ORDER (or ``order``, its text, where a warm worker
+    had it in memory), what came of it written on ``fd`` (then closed). Returns its exit
+    status: 0, or 1 when the function raised. A warm worker's Executor (the runner's) calls
+    it for each call, this module loaded once."""
+    if order is None:
+        with open(os.path.join(folder, ORDER), "rb") as f:
+            order = f.read().decode("utf-8")
+    request = json.loads(order)
     try:
         envelope = call(request)
     except Exception as exc:  # the function's, or its import's: it goes back as data

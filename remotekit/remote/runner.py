@@ -1379,14 +1379,30 @@ def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
 def send_value(data, over):
     """The step's value on control lines of its own, in pieces (base64), or that it was
     larger than the header allowed (``over``: the bytes it wrote)."""
+    for line in value_lines(data, over):
+        write_control(line)
+
+
+def value_lines(data, over):
+    """send_value's control lines."""
     import binascii  # a C module: base64's pure-Python wrapper costs a step ~1 ms
 
     if over:
-        control(VALUE, {"over": over})
-        return
-    for at in range(0, len(data), VALUE_PIECE):
-        piece = binascii.b2a_base64(bytes(data[at : at + VALUE_PIECE]), newline=False)
-        control(VALUE, piece.decode("ascii"))
+        return [control_line(VALUE, {"over": over})]
+    return [
+        control_line(
+            VALUE,
+            binascii.b2a_base64(bytes(data[at : at + VALUE_PIECE]), newline=False).decode("ascii"),
+        )
+        for at in range(0, len(data), VALUE_PIECE)
+    ]
+
+
+def write_control(data):
+    try:
+        os.write(2, data)
+    except OSError:
+        pass
 
 
 def main():
@@ -1719,6 +1735,12 @@ def entry():
 # with it: the next call gets a fresh one.
 
 
+#: A call's order (remotekit.remote.call.ORDER: a test holds them equal), and the most bytes
+#: of it a worker hands its Executor in memory, with no folder made for it.
+CALL_ORDER = "call.json"
+ORDER_IN_MEMORY = 16 << 10
+
+
 class Executor(object):
     """A warm worker's process for calls: forked by ``start`` (before a step's key is
     drawn), in its own session, dying with the worker (PR_SET_PDEATHSIG). Each call is an
@@ -1731,6 +1753,11 @@ class Executor(object):
         self.send, self.recv = send, recv
         self.pid = None
         self.sock = None
+        # the package its calls run from, once one ran in it (``package`` names it, ``base``
+        # is its folder, ``locks`` the cache's locks on it, held until the Executor ends):
+        # the next call of that package takes it without looking in the cache again
+        self.package = self.base = None
+        self.locks = []
         self.returncode = None
         self.relay = None  # the call under way's Relay: its done pipe says the call ended
         self.dead = False
@@ -1753,11 +1780,12 @@ class Executor(object):
         theirs.close()
         self.pid, self.sock = pid, ours
 
-    def run(self, base, folder, fds):
-        """Order a call: the bundle in ``base``, its order in ``folder``; ``fds``: its
-        stdout, stderr, value and done pipes' write ends."""
+    def run(self, base, folder, fds, order=None):
+        """Order a call: the bundle in ``base``, its order in ``folder`` (or ``order``, its
+        text, when it came small: ORDER_IN_MEMORY); ``fds``: its stdout, stderr, value and
+        done pipes' write ends."""
         self.returncode, self.dead = None, False
-        self.send(self.sock, json.dumps([base, folder]).encode(), fds)
+        self.send(self.sock, json.dumps([base, folder, order]).encode(), fds)
         return self
 
     def poll(self):
@@ -1771,6 +1799,13 @@ class Executor(object):
         if self.returncode is None or not self.dead:
             self._wait(0)
         return self.returncode
+
+    def poll_gone(self):
+        """Forget the Executor when it ended between calls (the OOM killer, a kill there):
+        the next call forks a fresh one rather than ordering a process that is gone."""
+        self._wait(os.WNOHANG)
+        if self.dead:
+            self.forget()
 
     def _wait(self, flags):
         try:
@@ -1798,6 +1833,10 @@ class Executor(object):
 
     def forget(self):
         """The Executor is gone (stopped, or it ended): the next call forks a fresh one."""
+        for fd in self.locks:
+            os.close(fd)
+        self.package = self.base = None
+        self.locks = []
         if self.sock is not None:
             self.sock.close()
         if self.pid is not None and not self.dead:
@@ -1871,12 +1910,15 @@ def executor_main(sock, recv, env, cwd):
             os.dup2(err, 2)
             os.close(out)
             os.close(err)
-            base, folder = json.loads(data.decode("utf-8"))
-            os.environ["REMOTEKIT_DIR"] = folder
+            base, folder, order = json.loads(data.decode("utf-8"))
+            if folder is None:
+                os.environ.pop("REMOTEKIT_DIR", None)
+            else:
+                os.environ["REMOTEKIT_DIR"] = folder
             if run is None:
                 run = load_call(base)
             try:
-                status = run(folder, val)
+                status = run(folder, val, order)
             except SystemExit as e:  # the function ended its process: so does the Executor
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
                 break
@@ -1923,7 +1965,11 @@ def worker_step(executor):
         return fail_code("runner error: %s: %s" % (type(e).__name__, e))
     finally:
         del TO_REMOVE[:]
-        # the package's lock: the Executor holds the one it was forked with; ours go
+        # the package's lock: the Executor holds the one it was forked with; the one this
+        # call took is kept while the Executor runs from its package (Executor.locks)
+        if executor.base is not None:
+            executor.locks.extend(HELD[held:])
+            del HELD[held:]
         for fd in HELD[held:] if executor.pid is not None else HELD[:]:
             os.close(fd)
         del HELD[held if executor.pid is not None else 0 :]
@@ -1948,30 +1994,51 @@ def call_step(executor):
     env["PYTHONUNBUFFERED"] = "1"
     cwd = header["cwd"]
     bad = cwd and not os.path.isdir(cwd)
+    if executor.pid is not None:
+        executor.poll_gone()  # one that ended since the last call (killed there): forgotten
     if not bad:
         executor.start(env, cwd)  # before the key: it is in no process but this one
     KEY[0] = "remotekit-" + os.urandom(16).hex()
-    control(READY, {"key": KEY[0]}, prefix=header["nonce"])
+    ready = [control_line(READY, {"key": KEY[0]}, prefix=header["nonce"])]
+    # A call whose Executor runs from its package says ``ready`` with ``started``, in one
+    # write (the caller has one message less to read), unless something fails before.
+    if bad or executor.base is None or executor.package != header["package"]:
+        write_control(ready.pop())
     if bad:
         fail("cannot change to working directory %s: no such directory" % cwd)
-    tmpdir = None
+    tmpdir = order = None
     try:
-        base, tmpdir = package_dir(header, stdin)
+        if ready:
+            base = executor.base  # its Executor runs from it (and holds its lock)
+            stdin.read_exact(header["package_size"], "package")  # sent all the same
+        else:
+            base, tmpdir = package_dir(header, stdin)
         once = tmpdir is not None  # a package not kept (no cache): its Executor ends with it
-        tmpdir = tmpdir or created(private_dir)
-        for name, size, mode in header["files"]:
-            path = os.path.join(tmpdir, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                stdin.copy_to(f, size)
-            os.chmod(path, mode)
-        return do_call(header, base, tmpdir, executor, stdin, once)
+        files = header["files"]
+        if len(files) == 1 and files[0][0] == CALL_ORDER and files[0][1] <= ORDER_IN_MEMORY:
+            order = stdin.read_exact(files[0][1], "call order").decode("utf-8", "replace")
+        else:
+            tmpdir = tmpdir or created(private_dir)
+            for name, size, mode in files:
+                path = os.path.join(tmpdir, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    stdin.copy_to(f, size)
+                os.chmod(path, mode)
+        code = do_call(header, base, tmpdir, executor, stdin, once, order, ready)
+        if not once and executor.pid is not None:
+            executor.package, executor.base = header["package"], base
+        return code
+    except BaseException:
+        if ready:  # what failed is said after it: the caller reads it as the step's
+            write_control(ready.pop())
+        raise
     finally:
         if tmpdir is not None:
             remove_tree(tmpdir)
 
 
-def do_call(h, base, folder, executor, stdin, once=False):
+def do_call(h, base, folder, executor, stdin, once=False, order=None, ready=None):
     """The call of ``h`` in ``executor``, supervised as ``do_exec`` supervises a step's
     process: its output relayed, its value kept, EOF and the deadline stop its tree."""
     reason = [None]
@@ -1984,10 +2051,13 @@ def do_call(h, base, folder, executor, stdin, once=False):
     outputs = Outputs()
     done_r, done_w = os.pipe()
     try:
-        child = executor.run(base, folder, (outputs.out_w, outputs.err_w, outputs.val_w, done_w))
+        fds = (outputs.out_w, outputs.err_w, outputs.val_w, done_w)
+        child = executor.run(base, folder, fds, order)
     finally:
         os.close(done_w)
-    control(STARTED, {"pid": child.pid})
+    write_control(b"".join(ready or ()) + control_line(STARTED, {"pid": child.pid}))
+    if ready:
+        del ready[:]  # said: what fails from now on is the call's
     relay = executor.relay = Relay(outputs, stdin, False, h["value"])
     relay.sources[done_r] = DONE_PIPE
     deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
@@ -2012,10 +2082,13 @@ def do_call(h, base, folder, executor, stdin, once=False):
     relay.drain(2.0)
     relay.done()
     executor.relay = None
-    if h["value"]:
-        send_value(relay.value, relay.value_over)
+    lines = value_lines(relay.value, relay.value_over) if h["value"] else []
     data["code"] = code = 128 - code if code < 0 else code
-    control(EXIT, data)
+    lines.append(control_line(EXIT, data))
+    if sum(map(len, lines)) <= 1 << 16:  # the value and the end, one message where small
+        lines = [b"".join(lines)]
+    for line in lines:
+        write_control(line)
     return code
 
 

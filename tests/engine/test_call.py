@@ -27,6 +27,7 @@ import pytest
 
 import remotekit
 from remotekit import call as calls
+from remotekit.remote import runner
 from tests.harness import ROOT, ancestors, processes_with, wait_gone
 
 pytestmark = pytest.mark.timeout(180)
@@ -73,6 +74,12 @@ def tell(name):
 
 def parent():
     return os.getppid()
+
+def die_soon():
+    """Returns its pid; its process is SIGKILLed a moment later (between calls)."""
+    import threading, signal
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    return os.getpid()
 
 def forge(kind, path=""):
     """A hostile far side: rewrites call.py's record (this runs in its process, __main__;
@@ -461,4 +468,82 @@ def test_both_sides_name_the_value_pipe_and_the_order_alike() -> None:
     from remotekit.remote import call as far
     from remotekit.remote import runner
 
-    assert far.VALUE_FD == runner.VALUE_FD and calls.ORDER == far.ORDER
+    assert far.VALUE_FD == runner.VALUE_FD and calls.ORDER == far.ORDER == runner.CALL_ORDER
+
+
+def test_a_workers_package_is_kept_while_it_lives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package a warm worker's calls run from stays in the cache there while the worker
+    lives, however many newer packages were used since: a later call that imports a module
+    of it late finds it (the cache's lock is held from the first call until the worker's
+    process ends, not only while a call runs)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the local target's
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    name = f"late_{uuid.uuid4().hex[:8]}"
+    (folder / f"{name}.py").write_text(
+        f"import os\n\ndef first():\n    return os.getpid()\n\n"
+        f"def late():\n    import {name}_helper\n    return [{name}_helper.WORD, os.getpid()]\n"
+    )
+    (folder / f"{name}_helper.py").write_text("WORD = 'imported later'\n")
+    newer = [f"newer_{uuid.uuid4().hex[:8]}_{i}" for i in range(runner.PackageCache.KEEP + 1)]
+    for other in newer:  # each its own package (of its own folder: nothing else ships)
+        (tmp_path / other).mkdir()
+        (tmp_path / other / f"{other}.py").write_text("def one():\n    return 1\n")
+    sys.path[:0] = [str(folder), *(str(tmp_path / other) for other in newer)]
+    try:
+        mod = importlib.import_module(name)
+        importlib.import_module(f"{name}_helper")  # one's own, beside it: it ships too
+        entry = tmp_path / "xdg" / "remotekit" / "pkg" / calls.bundle_of(mod.first).package.hash
+        with remotekit.local_target(agent=True) as t, remotekit.local_target(agent=False) as u:
+            pid = t.call(mod.first, timeout=60)
+            assert entry.is_dir()
+            for other in newer:  # newer packages, used by runners of their own
+                assert u.call(importlib.import_module(other).one, timeout=60) == 1
+            assert entry.is_dir()
+            assert t.call(mod.late, timeout=60) == ["imported later", pid]
+    finally:
+        for path in [str(folder), *(str(tmp_path / other) for other in newer)]:
+            sys.path.remove(path)
+        for gone in (name, f"{name}_helper", *newer):
+            sys.modules.pop(gone, None)
+
+
+def test_a_worker_whose_process_died_between_calls_takes_the_next_one(
+    target: remotekit.Target, checks: ModuleType, agent: bool | None
+) -> None:
+    """The process a warm worker runs calls in is killed between two calls (the OOM
+    killer, a kill by hand there): the next call runs, in a fresh one."""
+    gone = target.call(checks.die_soon, timeout=60)
+    time.sleep(1.5)  # its kill comes 0.2 s after it returned
+    assert target.call(checks.echo, 1, timeout=60) == [[1], {}]
+    assert target.call(checks.pid, timeout=60) != gone
+
+
+def test_a_file_changed_here_since_the_last_call_ships_again(
+    tmp_path: Path, target: remotekit.Target
+) -> None:
+    """A call takes its function's bundle again while nothing it ships changed here; a
+    module of one's own beside it rewritten since (not re-imported here) ships as it is now,
+    and the call there finds it."""
+    name = f"word_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "words"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(
+        f"def word():\n    import {name}_text\n    return {name}_text.WORD\n"
+    )
+    text = folder / f"{name}_text.py"
+    text.write_text("WORD = 'one'\n")
+    sys.path.insert(0, str(folder))
+    try:
+        mod = importlib.import_module(name)
+        importlib.import_module(f"{name}_text")
+        assert target.call(mod.word, timeout=60) == "one"
+        assert calls.bundle_of(mod.word) is calls.bundle_of(mod.word)
+        text.write_text("WORD = 'two, longer'\n")
+        assert target.call(mod.word, timeout=60) == "two, longer"
+    finally:
+        sys.path.remove(str(folder))
+        for gone in (name, f"{name}_text"):
+            sys.modules.pop(gone, None)
