@@ -104,6 +104,10 @@ META = {
     "seq_len": ("seq_len", "seqlen", "seq_length", "max_len", "batch/seq_len", "train/seq_len"),
     "tokens": ("tokens", "num_tokens", "ntokens", "batch_tokens", "train/tokens"),
     "time": ("_timestamp", "timestamp", "time", "wall_time", "_runtime"),
+    # an optimizer-update counter beside the step key (SB3's ``train/n_updates`` beside
+    # ``time/total_timesteps``): one that goes on where the step key starts again says the
+    # run continues the one before it
+    "updates": ("train/n_updates", "n_updates", "num_updates", "updates"),
 }
 BUCKET_KEYS = ("bucket", "length_bucket", "bucket_id", "batch/bucket", "train/bucket")
 NOT_TRAIN = ("eval", "val", "test")

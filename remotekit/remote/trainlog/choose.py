@@ -139,6 +139,30 @@ def _lr_score(key):
     return score
 
 
+def lr_name(key):
+    """Whether a name says "the learning rate of each step" (:func:`_lr_score`): a
+    constant field of a line kind by that name is still kept, as a series (a constant lr
+    is the lr: a schedule that never moved is something to say)."""
+    score = _lr_score(key)
+    return score is not None and score > 0
+
+
+#: Name parts of an episode's reward or return: a reinforcement-learning run.
+REWARD_PARTS = ("reward", "rewards", "rew", "return", "returns")
+
+
+def reward_key(keys):
+    """The first of ``keys`` whose name says an episode's reward or return (SB3's
+    ``rollout/ep_rew_mean``, ``episode_reward``) and no loss, else None: a reinforcement
+    learner's loss (its critic's error grows with the returns) says nothing of whether it
+    learned; the reward does."""
+    for key in keys:
+        parts, _ = _name_words(key)
+        if any(p in REWARD_PARTS for p in parts) and loss_score(key) is None:
+            return key
+    return None
+
+
 def _val_loss_score(key):
     """How much a name says "the held-out loss" (``val_loss``, ``eval/loss``,
     ``validation/CrossEntropyLoss``, llm.c's ``tel``), or None: a loss by

@@ -38,6 +38,7 @@ from .base import (
     SOURCE_LINE_RE,
     to_float,
 )
+from .choose import lr_name
 from .source import HEAD_ROWS
 
 # A number as a field: not inside a word (``resnet110``, ``fc1``), with the blanks around it
@@ -332,7 +333,8 @@ class Kind:
         self._fields = None
 
     def fields(self):
-        """``[(j, name)]``: the fields that are series (named, no counter, not constant)."""
+        """``[(j, name)]``: the fields that are series (named, no counter, not constant but
+        for an lr)."""
         if self._fields is None:
             self._fields = self._series_fields()
         return self._fields
@@ -340,7 +342,7 @@ class Kind:
     def _series_fields(self):
         out, seen = [], {}
         for j, name in enumerate(self.names):
-            if not name or j in self.counters or not self.t.varies(j):
+            if not name or j in self.counters or not (self.t.varies(j) or lr_name(name)):
                 continue
             k = seen[name] = seen.get(name, 0) + 1
             out.append((j, name if k == 1 else "%s_%d" % (name, k)))
