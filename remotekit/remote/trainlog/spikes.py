@@ -309,19 +309,21 @@ def _trend_rule(name, clean, back):
     return name
 
 
-def _tail(vals, sign):
+def _tail(vals, sign, skip=0):
     """How far the series' own noise reaches toward spikes (``sign`` > 0) or cliffs: the
     largest excursion of a value of ``vals`` off the mean of its two neighbours (a smooth
-    trend, a decay, cancels there; a lone high value does not). 0 for fewer than
-    :data:`TAIL_MIN` values."""
+    trend, a decay, cancels there; a lone high value does not); with ``skip``, the next
+    largest after that many (a look ahead may hold the next incident: it is no noise). 0
+    for fewer than :data:`TAIL_MIN` values."""
     if len(vals) < TAIL_MIN:
         return 0.0
-    top = 0.0
+    top = [0.0] * (skip + 1)
     for a, v, b in zip(vals, islice(vals, 1, None), islice(vals, 2, None)):
         e = sign * (v - (a + b) / 2.0)
-        if e > top:
-            top = e
-    return top
+        if e > top[0]:
+            top[0] = e
+            top.sort()
+    return top[0]
 
 
 def _block_line(cv, ci, slope, scale, sign, z, rel, tail=0.0):
@@ -383,7 +385,7 @@ def _stands_out(vals, a, excess, z, span, sign=1.0):
     if len(post) < 2 * TREND_BLOCK:
         return True
     _, scale = _trend_line(post, range(a, a + len(post)))
-    return excess > max(z * scale, TAIL * _tail(post, sign))
+    return excess > max(z * scale, TAIL * _tail(post, sign, skip=1))
 
 
 def _back_at(vals, t, line, peak):
