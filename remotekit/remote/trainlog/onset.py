@@ -43,6 +43,7 @@ MIN_FLAT = 20  # values at least: fewer say nothing about a trend
 # and at ln 2 or above: a cross-entropy at chance over 2 classes or more is never below it,
 # and a loss that sits below it (a converged loss, a log that starts late) learned something
 FLAT_FLOOR = math.log(2)
+FLAT_START = 3  # strides from step 0 at most for the first value: the run's start in view
 FLAT_BLOCKS = 10
 FLAT_BLOCK = 5
 FLAT_SIGMA = 3.0
@@ -176,12 +177,13 @@ def onset(label, key, col, steps, chance=None, chance_from=None, flat=True):
 def _flat(rec, col, steps):
     """The fields of a loss flat from its first value to its last (the median of each
     later block within :data:`FLAT_SIGMA` standard errors or :data:`FLAT_REL` of the
-    start, the first two blocks' median; none below :data:`FLAT_FLOOR`), else None. The scatter is the
+    start, the first two blocks' median; none below :data:`FLAT_FLOOR`; the first value
+    at the run's start: :func:`_from_the_start`), else None. The scatter is the
     values' own around their block's median (the median absolute deviation, as a sigma):
     per-batch noise is wide, a trend moves the medians, not the scatter within a block."""
     idx = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
     n = len(idx)
-    if n < MIN_FLAT:
+    if n < MIN_FLAT or not _from_the_start(steps, idx):
         return None
     nb = min(FLAT_BLOCKS, n // FLAT_BLOCK)
     size = n // nb
@@ -227,6 +229,15 @@ def _flat(rec, col, steps):
         start=start,
         verdict=said,
     )
+
+
+def _from_the_start(steps, idx):
+    """Whether the values at ``idx`` begin at the run's start: the first logged step within
+    :data:`FLAT_START` strides of 0. A part that begins later (a resume at step 11840) is a
+    trained model's: its loss need not fall."""
+    head = [steps[b] - steps[a] for a, b in zip(idx[:50], idx[1:51])]
+    stride = median([d for d in head if d > 0] or [1.0])
+    return steps[idx[0]] <= FLAT_START * stride
 
 
 def _nonfinite(col, steps, first, rows):

@@ -173,3 +173,15 @@ def test_a_vocab_size_given_is_the_chance_level_of_a_log_that_states_none(tmp_pa
     r = cli("train-log", "--log", str(log), "--vocab-size", "33278", cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "chance from --vocab-size 33278: ln 33278 = 10.41" in r.stdout
+
+
+def test_a_flat_loss_logged_from_a_later_step_is_a_resumed_model(tmp_path: Path) -> None:
+    """A log that begins at step 11840 (a resume: a relaunch of a trained model) does not
+    show the run's start: a flat loss there is no run that never learned."""
+    rng = random.Random(9)
+    rows = [{"step": 11840 + 10 * k, "loss": 2.1 + rng.gauss(0, 0.2)} for k in range(300)]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run(tmp_path / "log.jsonl").all("onset") == []
+    rows = [dict(r, step=r["step"] - 11840) for r in rows]  # the same from step 0: flat
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [o["kind"] for o in run(tmp_path / "log.jsonl").all("onset")] == ["flat"]
