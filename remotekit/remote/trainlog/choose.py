@@ -22,6 +22,8 @@ from .base import (
     median,
     to_float,
 )
+from .base import lr_score as _lr_score
+from .base import name_words as _name_words
 from .source import HEAD_ROWS
 
 
@@ -59,22 +61,11 @@ _NUMBERED_SET = re.compile(r"(?:val|dev)\d+$")
 #: Name parts of an AMP loss scale (``loss_scale``, ``loss_scaler``, ``scaler``): the factor
 #: the loss is multiplied by before backward (65536, halved on overflow), never a loss.
 SCALE_PARTS = ("scale", "scaler", "scaling")
-#: Name parts that qualify a learning rate as a setting, not the rate of each step.
-LR_SETTINGS = ("min", "max", "base", "init", "initial", "peak", "final", "warmup", "decay")
-LR_SETTINGS += ("mult", "multiplier", "scale", "scheduler", "factor")
 
 
 def held_out_part(part):
     """Whether a name's part (lower case) says validation, evaluation or test."""
     return part in HELD_OUT or part.startswith(HELD_OUT_STEMS) or bool(_NUMBERED_SET.match(part))
-
-
-def _name_words(key):
-    """A name's lower-case parts (split at ``/ . _ - `` spaces and brackets, and before a
-    trailing ``loss``: CrossEntropyLoss), and those with adjacent parts joined."""
-    low = key.lower()
-    parts = [p for p in re.split(r"[/._\-\s()\[\]:]+|(?<=[a-z])(?=loss$)", low) if p]
-    return parts, parts + [a + b for a, b in zip(parts, parts[1:])]
 
 
 def loss_score(key):
@@ -123,28 +114,6 @@ def _grad_norm_score(key):
     if any(p.startswith("clip") or p in ("max", "mean", "min") for p in parts):
         score -= 2
     return score
-
-
-def _lr_score(key):
-    """How much a name says "the learning rate of each step", or None: ``lr`` as a part
-    (``lr``, ``train/lr``, Lightning's ``lr-AdamW``, ultralytics' ``lr/pg0``) or learning
-    + rate; a setting (``max_lr``, ``lr_warmup``, ``lr_scheduler``) scores low. Of param
-    groups that score alike, :func:`_shared_first` picks."""
-    parts, words = _name_words(key)
-    if "lr" not in parts and "learningrate" not in words:
-        return None
-    score = 3 - max(0, len(parts) - 2)
-    if any(p in LR_SETTINGS for p in parts):
-        score -= 3
-    return score
-
-
-def lr_name(key):
-    """Whether a name says "the learning rate of each step" (:func:`_lr_score`): a
-    constant field of a line kind by that name is still kept, as a series (a constant lr
-    is the lr: a schedule that never moved is something to say)."""
-    score = _lr_score(key)
-    return score is not None and score > 0
 
 
 #: Name parts of an episode's reward or return: a reinforcement-learning run.

@@ -43,6 +43,7 @@ MIN_FLAT = 20  # values at least: fewer say nothing about a trend
 # and at ln 2 or above: a cross-entropy at chance over 2 classes or more is never below it,
 # and a loss that sits below it (a converged loss, a log that starts late) learned something
 FLAT_FLOOR = math.log(2)
+FLAT_SAMPLE = 2000  # values of a block its median and scatter are read from, at most
 FLAT_START = 3  # strides from step 0 at most for the first value: the run's start in view
 FLAT_BLOCKS = 10
 FLAT_BLOCK = 5
@@ -189,6 +190,11 @@ def _flat(rec, col, steps):
     size = n // nb
     blocks = [idx[b * size : (b + 1) * size] for b in range(nb - 1)]
     blocks.append(idx[(nb - 1) * size :])
+    # a long loss: each block by an even sample of FLAT_SAMPLE values (a median and a
+    # scatter need no more; a million values sorted would cost a second)
+    thin = -(-size // FLAT_SAMPLE)
+    blocks = [b[::thin] for b in blocks]
+    size = len(blocks[0])
     meds = [median([col[i] for i in b]) for b in blocks]
     dev = sorted(abs(col[i] - m) for b, m in zip(blocks, meds) for i in b)
     scatter = 1.4826 * dev[len(dev) // 2]

@@ -36,9 +36,9 @@ from .base import (
     PATH_RE,
     RESUME_RE,
     SOURCE_LINE_RE,
+    lr_name,
     to_float,
 )
-from .choose import lr_name
 from .source import HEAD_ROWS
 
 # A number as a field: not inside a word (``resnet110``, ``fc1``), with the blanks around it
