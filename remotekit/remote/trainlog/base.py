@@ -315,8 +315,8 @@ def fmt_number(v):
 # -- names: what a column's name says (the read stage's too: a constant lr is kept) --------
 
 #: Name parts that qualify a learning rate as a setting, not the rate of each step.
-LR_SETTINGS = ("min", "max", "base", "init", "initial", "peak", "final", "warmup", "decay")
-LR_SETTINGS += ("mult", "multiplier", "scale", "scheduler", "factor")
+LR_SETTINGS: tuple[str, ...] = ("min", "max", "base", "init", "initial", "peak", "final")
+LR_SETTINGS += ("warmup", "decay", "mult", "multiplier", "scale", "scheduler", "factor")
 
 
 def name_words(key):
