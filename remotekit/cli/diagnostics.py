@@ -194,6 +194,7 @@ def train_log(
     ckpt_steps: str = "",
     steps_per_epoch: float = 0.0,
     run_part: int = 0,
+    vocab_size: int = 0,
     plot: str = "",
     timeout: float = 0.0,
     checkpoints: str = "",
@@ -245,6 +246,7 @@ def train_log(
             checkpoints=checkpoints or None,
             steps_per_epoch=steps_per_epoch or None,
             run_part=run_part or None,
+            vocab_size=vocab_size or None,
             points=2000 if plot else 0,
             timeout=timeout or None,
         )

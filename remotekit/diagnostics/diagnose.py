@@ -366,6 +366,11 @@ def _log_verdict(section: Section | None, log: str | None) -> list[str]:
     fmt = getattr(src, "format", None) or "?"
     key = getattr(src, "step_key", None)
     out = [f"log: {getattr(src, 'path', None) or log} ({fmt}, step key {key or 'row number'})"]
+    start = getattr(rep, "onset", None)
+    if start is not None:  # how the loss started, as train-log says it
+        from remotekit.diagnostics.trainlog.words import onset_line
+
+        out.append(f"start: {onset_line(start)}")
     spikes = getattr(rep, "spikes", ())
     saves = [c for c in getattr(rep, "correlations", ()) if c.kind == "checkpoint"]
     metrics = sorted({str(getattr(x, "metric", "?")) for x in spikes})

@@ -200,3 +200,21 @@ def test_cli_diagnose_run_text_json_and_plot(run_dir: Path, bin_dir: Path, tmp_p
 def test_cli_diagnose_plot_without_run_exits_2(tmp_path: Path) -> None:
     r = cli("diagnose", "--plot", str(tmp_path / "x.png"), cwd=tmp_path)
     assert r.returncode == 2 and "--plot needs --run-dir" in r.stderr
+
+
+def test_the_verdict_says_a_run_unhealthy_from_the_start(tmp_path: Path, bin_dir: Path) -> None:
+    """A run whose loss never moved: the verdict says so as train-log does (its ``start:``
+    line), not only its section; a checkpoint beside it keeps the scan's part."""
+    cf.hf_trainer_dir(tmp_path, 300)
+    rows = [
+        {"step": s, "loss": round(2.3026 + 0.01 * ((s * 7919) % 13 - 6) / 6, 5)}
+        for s in range(1, 301)
+    ]
+    (tmp_path / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with remotekit.local_target() as t:
+        rep = dg.diagnose(t, run_dir=str(tmp_path), env=smi_env(bin_dir, "healthy"))
+    start = [line for line in rep.verdict if line.startswith("start: ")]
+    assert start and start[0].startswith(
+        "start: loss unhealthy from the start: flat from its first value to its last: 300 values"
+    )
+    assert rep.exit_code == 1

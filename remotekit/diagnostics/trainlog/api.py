@@ -150,6 +150,7 @@ def analyze_train_log(
     checkpoints: str | None = None,
     steps_per_epoch: float | None = None,
     run_part: int | None = None,
+    vocab_size: int | None = None,
     tolerance: float | None = None,
     points: int = 0,
     timeout: float | None = None,
@@ -166,6 +167,9 @@ def analyze_train_log(
     run directory's ``checkpoints/`` too); ``steps_per_epoch`` marks epoch starts (else an
     ``epoch`` field does); ``run_part`` picks the run of a file that holds several (a step
     counter that falls and climbs again: 1 the first, -1 the last, the default);
+    ``vocab_size`` is the vocabulary size (or the number of classes) the loss is a
+    cross-entropy over, for a log that does not state it (a loss above ln of it from the
+    start is unhealthy; without one, a loss that never falls is);
     ``tolerance`` is how many steps from an event still count as
     "at" it (default: max(5, 2 logging strides)); ``points`` > 0 also fetches a decimated
     series of each metric (for :func:`plot_report`).
@@ -183,6 +187,7 @@ def analyze_train_log(
         ckpt_dir=defaults.checkpoints(target, checkpoints),
         steps_per_epoch=steps_per_epoch,
         run_part=run_part,
+        vocab_size=vocab_size,
         tolerance=tolerance,
         points=points,
     )

@@ -175,6 +175,9 @@ START_ADVICE = {
     " targets (shifted or mislabelled) and the loss's reduction before the spikes.",
     "nonfinite": " Broken before the first log line: look at the init, the data's first"
     " batches and the loss scale.",
+    "flat": " Nothing was learned: look at the lr (zero, or the schedule never left its"
+    " warm-up), frozen parameters or an optimizer given none, and targets that do not match"
+    " the inputs. A run resumed from a trained model is flat too: then it is no finding.",
 }
 
 

@@ -27,11 +27,11 @@ from .base import (
     quantile,
     send,
 )
-from .choose import NoLoss
+from .choose import NoLoss, reward_key
 from .composition import bucket_column, composition
 from .events import correlate, find_events, nearest_event
 from .find import ckpt_dir_of, find_log
-from .onset import chance_level, onset
+from .onset import chance_level, given_chance, onset
 from .read import read_log
 from .resumes import check_resumes
 from .source import MAX_LINE
@@ -58,7 +58,7 @@ def analyze_log(opts):
     incidents, compact, stats = detect_all(ing, cols, steps, n, preset)
     for m in stats:
         send("metric", **m)
-    start = _send_onset(path, ing, cols, steps)
+    start = _send_onset(path, ing, cols, steps, opts.vocab_size)
     events = find_events(
         ing, steps, cols, extra, warnings, opts.ckpt_steps, ckpt_dir, opts.steps_per_epoch
     )
@@ -262,13 +262,20 @@ def _nonfinite_incident(label, nf, steps):
     }
 
 
-def _send_onset(path, ing, cols, steps):
-    """The ``onset`` record of the loss (:mod:`.onset`), when there is one; its fields."""
+def _send_onset(path, ing, cols, steps, vocab_size=None):
+    """The ``onset`` record of the loss (:mod:`.onset`), when there is one; its fields.
+    The chance level is ``vocab_size``'s when given, else the log's own count."""
     key = dict(ing.metrics).get("loss")
     if key is None:
         return None
-    chance, said = chance_level(path) if not os.path.isdir(path) else (None, None)
-    rec = onset("loss", key, cols["loss"], steps, chance, said)
+    if vocab_size is not None:
+        chance, said = given_chance(vocab_size)
+    else:
+        chance, said = chance_level(path) if not os.path.isdir(path) else (None, None)
+    # a reinforcement learner's loss need not fall, nor does a trained model's trained
+    # again (a part that continues the one before): no flat-loss verdict on either
+    flat = reward_key(getattr(ing, "all_keys", ())) is None and not getattr(ing, "continues", 0)
+    rec = onset("loss", key, cols["loss"], steps, chance, said, flat)
     if rec is not None:
         send("onset", **rec)
     return rec

@@ -104,6 +104,10 @@ META = {
     "seq_len": ("seq_len", "seqlen", "seq_length", "max_len", "batch/seq_len", "train/seq_len"),
     "tokens": ("tokens", "num_tokens", "ntokens", "batch_tokens", "train/tokens"),
     "time": ("_timestamp", "timestamp", "time", "wall_time", "_runtime"),
+    # an optimizer-update counter beside the step key (SB3's ``train/n_updates`` beside
+    # ``time/total_timesteps``): one that goes on where the step key starts again says the
+    # run continues the one before it
+    "updates": ("train/n_updates", "n_updates", "num_updates", "updates"),
 }
 BUCKET_KEYS = ("bucket", "length_bucket", "bucket_id", "batch/bucket", "train/bucket")
 NOT_TRAIN = ("eval", "val", "test")
@@ -306,3 +310,40 @@ def fmt_number(v):
     if isinstance(v, float):
         return "%.4g" % v
     return str(v)
+
+
+# -- names: what a column's name says (the read stage's too: a constant lr is kept) --------
+
+#: Name parts that qualify a learning rate as a setting, not the rate of each step.
+LR_SETTINGS: tuple[str, ...] = ("min", "max", "base", "init", "initial", "peak", "final")
+LR_SETTINGS += ("warmup", "decay", "mult", "multiplier", "scale", "scheduler", "factor")
+
+
+def name_words(key):
+    """A name's lower-case parts (split at ``/ . _ - `` spaces and brackets, and before a
+    trailing ``loss``: CrossEntropyLoss), and those with adjacent parts joined."""
+    low = key.lower()
+    parts = [p for p in re.split(r"[/._\-\s()\[\]:]+|(?<=[a-z])(?=loss$)", low) if p]
+    return parts, parts + [a + b for a, b in zip(parts, parts[1:])]
+
+
+def lr_score(key):
+    """How much a name says "the learning rate of each step", or None: ``lr`` as a part
+    (``lr``, ``train/lr``, Lightning's ``lr-AdamW``, ultralytics' ``lr/pg0``) or learning
+    + rate; a setting (``max_lr``, ``lr_warmup``, ``lr_scheduler``) scores low. Of param
+    groups that score alike, :func:`_shared_first` picks."""
+    parts, words = name_words(key)
+    if "lr" not in parts and "learningrate" not in words:
+        return None
+    score = 3 - max(0, len(parts) - 2)
+    if any(p in LR_SETTINGS for p in parts):
+        score -= 3
+    return score
+
+
+def lr_name(key):
+    """Whether a name says "the learning rate of each step" (:func:`lr_score`): a
+    constant field of a line kind by that name is still kept, as a series (a constant lr
+    is the lr: a schedule that never moved is something to say)."""
+    score = lr_score(key)
+    return score is not None and score > 0

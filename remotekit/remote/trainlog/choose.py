@@ -22,6 +22,8 @@ from .base import (
     median,
     to_float,
 )
+from .base import lr_score as _lr_score
+from .base import name_words as _name_words
 from .source import HEAD_ROWS
 
 
@@ -59,22 +61,11 @@ _NUMBERED_SET = re.compile(r"(?:val|dev)\d+$")
 #: Name parts of an AMP loss scale (``loss_scale``, ``loss_scaler``, ``scaler``): the factor
 #: the loss is multiplied by before backward (65536, halved on overflow), never a loss.
 SCALE_PARTS = ("scale", "scaler", "scaling")
-#: Name parts that qualify a learning rate as a setting, not the rate of each step.
-LR_SETTINGS = ("min", "max", "base", "init", "initial", "peak", "final", "warmup", "decay")
-LR_SETTINGS += ("mult", "multiplier", "scale", "scheduler", "factor")
 
 
 def held_out_part(part):
     """Whether a name's part (lower case) says validation, evaluation or test."""
     return part in HELD_OUT or part.startswith(HELD_OUT_STEMS) or bool(_NUMBERED_SET.match(part))
-
-
-def _name_words(key):
-    """A name's lower-case parts (split at ``/ . _ - `` spaces and brackets, and before a
-    trailing ``loss``: CrossEntropyLoss), and those with adjacent parts joined."""
-    low = key.lower()
-    parts = [p for p in re.split(r"[/._\-\s()\[\]:]+|(?<=[a-z])(?=loss$)", low) if p]
-    return parts, parts + [a + b for a, b in zip(parts, parts[1:])]
 
 
 def loss_score(key):
@@ -125,18 +116,20 @@ def _grad_norm_score(key):
     return score
 
 
-def _lr_score(key):
-    """How much a name says "the learning rate of each step", or None: ``lr`` as a part
-    (``lr``, ``train/lr``, Lightning's ``lr-AdamW``, ultralytics' ``lr/pg0``) or learning
-    + rate; a setting (``max_lr``, ``lr_warmup``, ``lr_scheduler``) scores low. Of param
-    groups that score alike, :func:`_shared_first` picks."""
-    parts, words = _name_words(key)
-    if "lr" not in parts and "learningrate" not in words:
-        return None
-    score = 3 - max(0, len(parts) - 2)
-    if any(p in LR_SETTINGS for p in parts):
-        score -= 3
-    return score
+#: Name parts of an episode's reward or return: a reinforcement-learning run.
+REWARD_PARTS = ("reward", "rewards", "rew", "return", "returns")
+
+
+def reward_key(keys):
+    """The first of ``keys`` whose name says an episode's reward or return (SB3's
+    ``rollout/ep_rew_mean``, ``episode_reward``) and no loss, else None: a reinforcement
+    learner's loss (its critic's error grows with the returns) says nothing of whether it
+    learned; the reward does."""
+    for key in keys:
+        parts, _ = _name_words(key)
+        if any(p in REWARD_PARTS for p in parts) and loss_score(key) is None:
+            return key
+    return None
 
 
 def _val_loss_score(key):

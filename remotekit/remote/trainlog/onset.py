@@ -1,11 +1,14 @@
 """A run that never learned, or broke at once, for ``trainlog.py``: the loss non-finite from
 its first logged value, or above the chance level from the start and staying there (a
 uniform guess over the vocabulary or the classes scores ln V, ln C: a loss above it is
-worse than guessing), with the step where it recovered if it did.
+worse than guessing), with the step where it recovered if it did; with no chance level, a
+loss flat from its first value to its last (no fall beyond its own scatter): it never
+learned.
 
-The chance level comes from the log itself: a vocabulary or class count stated once in its
-first lines (a config dump, a header: ``vocab_size=50257``, ``"num_classes": 10``,
-``ntokens = 33278``); a count stated with several values is a series, not a setting.
+The chance level comes from ``--vocab-size`` when given, else from the log itself: a
+vocabulary or class count stated once in its first lines (a config dump, a header:
+``vocab_size=50257``, ``"num_classes": 10``, ``ntokens = 33278``); a count stated with
+several values is a series, not a setting.
 """
 
 from __future__ import annotations
@@ -31,6 +34,30 @@ KINDS = (("vocab", "the vocabulary"), ("word", "the vocabulary"), ("token", "the
 SETTLE = 3  # values in a row at or below chance: recovered (one dip is noise)
 MIN_STRETCH = 5  # values above chance from the start before a run is called stuck there
 MIN_SHARE = 0.1  # and this share of the loss's values at least
+# Flat from the start (no chance level to judge by): the loss's values in blocks (10, fewer
+# for a short loss: FLAT_BLOCK values a block at least); their medians all within
+# FLAT_SIGMA standard errors of a block's median (from the values' own scatter around it)
+# or FLAT_REL of the first block's level, of the first block's median: no fall worth the
+# name, from the first value to the last.
+MIN_FLAT = 20  # values at least: fewer say nothing about a trend
+# and at ln 2 or above: a cross-entropy at chance over 2 classes or more is never below it,
+# and a loss that sits below it (a converged loss, a log that starts late) learned something
+FLAT_FLOOR = math.log(2)
+FLAT_SAMPLE = 2000  # values of a block its median and scatter are read from, at most
+FLAT_START = 3  # strides from step 0 at most for the first value: the run's start in view
+FLAT_BLOCKS = 10
+FLAT_BLOCK = 5
+FLAT_SIGMA = 3.0
+FLAT_REL = 0.01
+
+
+def given_chance(count):
+    """``(ln count, words)`` of a vocabulary or class count given by ``--vocab-size``."""
+    return math.log(count), "--vocab-size %d: ln %d = %s" % (
+        count,
+        count,
+        fmt_number(round(math.log(count), 4)),
+    )
 
 
 def chance_level(path):
@@ -84,12 +111,13 @@ def _stem_lines(text):
     return sorted(starts)
 
 
-def onset(label, key, col, steps, chance=None, chance_from=None):
+def onset(label, key, col, steps, chance=None, chance_from=None, flat=True):
     """The ``onset`` record's fields of metric ``label`` (column ``key``, values ``col`` at
     ``steps``, missing values left out), or None when there is nothing to say: no chance
-    level and a finite first value. ``chance`` (ln V or ln C) is scaled to the loss's own
-    units: a perplexity is compared with the count itself, bits with log2. Reads the start
-    of the column only (and counts its finite values when a stretch is long enough)."""
+    level, a finite first value and (``flat``: looked for) a loss that moved. ``chance``
+    (ln V or ln C) is scaled to the loss's own units: a perplexity is compared with the
+    count itself, bits with log2. Reads the start of the column only (and counts its
+    finite values when a stretch is long enough); the whole of it for a flat loss."""
     rows = (i for i, v in enumerate(col) if v == v or not is_missing(v))
     first = next(rows, None)
     if first is None:
@@ -98,7 +126,7 @@ def onset(label, key, col, steps, chance=None, chance_from=None):
     if not -FMAX <= col[first] <= FMAX:
         return dict(rec, **_nonfinite(col, steps, first, rows))
     if chance is None:
-        return None
+        return _flat(rec, col, steps) if flat else None
     level = _in_units(key, chance)
     rec["chance"] = level
     vals = ((steps[i], col[i]) for i in chain([first], rows) if -FMAX <= col[i] <= FMAX)
@@ -145,6 +173,77 @@ def onset(label, key, col, steps, chance=None, chance_from=None):
             else "; never below it",
         ),
     )
+
+
+def _flat(rec, col, steps):
+    """The fields of a loss flat from its first value to its last (the median of each
+    later block within :data:`FLAT_SIGMA` standard errors or :data:`FLAT_REL` of the
+    start, the first two blocks' median; none below :data:`FLAT_FLOOR`; the first value
+    at the run's start: :func:`_from_the_start`), else None. The scatter is the
+    values' own around their block's median (the median absolute deviation, as a sigma):
+    per-batch noise is wide, a trend moves the medians, not the scatter within a block."""
+    idx = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
+    n = len(idx)
+    if n < MIN_FLAT or not _from_the_start(steps, idx):
+        return None
+    nb = min(FLAT_BLOCKS, n // FLAT_BLOCK)
+    size = n // nb
+    blocks = [idx[b * size : (b + 1) * size] for b in range(nb - 1)]
+    blocks.append(idx[(nb - 1) * size :])
+    # a long loss: each block by an even sample of FLAT_SAMPLE values (a median and a
+    # scatter need no more; a million values sorted would cost a second)
+    thin = -(-size // FLAT_SAMPLE)
+    blocks = [b[::thin] for b in blocks]
+    size = len(blocks[0])
+    meds = [median([col[i] for i in b]) for b in blocks]
+    dev = sorted(abs(col[i] - m) for b, m in zip(blocks, meds) for i in b)
+    scatter = 1.4826 * dev[len(dev) // 2]
+    # the start: the first two blocks' median; a median's standard error is sqrt(pi / 2)
+    # sigma / sqrt(values), and a block's difference from the start has sqrt(1 + 1/2) that
+    start = median([col[i] for b in blocks[:2] for i in b])
+    err = 1.2533 * scatter / math.sqrt(size) * math.sqrt(1.5)
+    band = max(FLAT_SIGMA * err, FLAT_REL * abs(start))
+    low, high = min(meds[2:]), max(meds[2:])
+    # no fall beyond the band; a rise beyond twice it is no flat loss either (it diverged)
+    if start - low > band or high - start > 2 * band or low < FLAT_FLOOR:
+        return None
+    first, last = idx[0], idx[-1]
+    said = (
+        "flat from its first value to its last: %d values from step %s to %s, the median "
+        "of each of %d parts within %s of the start's (%s; lowest %s, not below ln 2), no "
+        "fall beyond its own scatter (%s a value): it never learned (or it started from a "
+        "trained model)"
+        % (
+            n,
+            fmt_number(steps[first]),
+            fmt_number(steps[last]),
+            nb,
+            fmt_number(round(band, 4)),
+            fmt_number(round(start, 4)),
+            fmt_number(round(low, 4)),
+            fmt_number(round(scatter, 4)),
+        )
+    )
+    return dict(
+        rec,
+        kind="flat",
+        unhealthy=True,
+        first_step=steps[first],
+        last_step=steps[last],
+        values=n,
+        recovered_step=None,
+        start=start,
+        verdict=said,
+    )
+
+
+def _from_the_start(steps, idx):
+    """Whether the values at ``idx`` begin at the run's start: the first logged step within
+    :data:`FLAT_START` strides of 0. A part that begins later (a resume at step 11840) is a
+    trained model's: its loss need not fall."""
+    head = [steps[b] - steps[a] for a, b in zip(idx[:50], idx[1:51])]
+    stride = median([d for d in head if d > 0] or [1.0])
+    return steps[idx[0]] <= FLAT_START * stride
 
 
 def _nonfinite(col, steps, first, rows):

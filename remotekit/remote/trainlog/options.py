@@ -99,6 +99,18 @@ def _count(value):
     return max(0, int(n)) if n is not None and n == n and abs(n) != float("inf") else 0
 
 
+def _outcomes(value):
+    """A vocabulary size or class count: a whole number >= 2; 0 or None: not given."""
+    n = _float_or_none(value)
+    if n is None or n == 0:
+        return None
+    if n != int(n) or n < 2:
+        raise ValueError(
+            "not a vocabulary size or class count (a whole number >= 2): %r" % (value,)
+        )
+    return int(n)
+
+
 def _seconds(value):
     n = _float_or_none(value)
     return n if n is not None and n > 0 else 0.0
@@ -195,6 +207,14 @@ class TrainLogOptions(Options):
     )
     steps_per_epoch: float | None = option(
         None, "steps per epoch, for epoch boundaries", _positive_or_none, task="steps_per_epoch"
+    )
+    vocab_size: int | None = option(
+        None,
+        "the vocabulary size (or the number of classes) the loss is a cross-entropy over, "
+        "when the log does not state it: a loss above ln of it from the start is worse than "
+        "a uniform guess (default: a count the log states)",
+        _outcomes,
+        task="vocab_size",
     )
     tolerance: float | None = option(
         None,

@@ -82,18 +82,32 @@ def run_part(ing, steps, cols, warnings):
     cuts = [i for i in cuts if steps[i + 1] > steps[i]]  # it climbs again
     if not cuts:
         return steps, cols, n
-    for i in cuts:
-        warnings.append(
-            "the step counter falls from %s to %s at row %d and climbs again: a second run "
-            "(or a restart from scratch) appended to the same file"
-            % (fmt_number(steps[i - 1]), fmt_number(steps[i]), i + 1)
-        )
     bounds = [0, *cuts, n]
+    goes_on = []
+    for p, i in enumerate(cuts, 1):
+        fell = "the step counter falls from %s to %s at row %d and climbs again" % (
+            fmt_number(steps[i - 1]),
+            fmt_number(steps[i]),
+            i + 1,
+        )
+        why = continues(ing, cols, bounds[p - 1], i, bounds[p + 1])
+        goes_on.append(why is not None)
+        if why is None:
+            warnings.append(
+                fell + ": a second run (or a restart from scratch) appended to the same file"
+            )
+        else:
+            warnings.append(
+                "run part %d continues run part %d from step %s (%s, %s): the trained model "
+                "trained again, not a run from scratch"
+                % (p + 1, p, fmt_number(steps[i - 1]), fell, why)
+            )
     want = getattr(ing, "run_part", None)
     k = len(cuts) + 1 if not want else want if want > 0 else len(cuts) + 2 + want
     if not 1 <= k <= len(cuts) + 1:
         warnings.append("run part %s does not exist: the last is analysed" % want)
         k = len(cuts) + 1
+    ing.continues = k > 1 and goes_on[k - 2]
     a, b = bounds[k - 1], bounds[k]
     warnings.append(
         "run part %d of %d analysed (rows %d-%d; --run-part chooses another)"
@@ -102,6 +116,46 @@ def run_part(ing, steps, cols, warnings):
     if len(ing.codes) == n:
         ing.codes = ing.codes[a:b]
     return steps[a:b], {name: c[a:b] for name, c in cols.items()}, b - a
+
+
+CONTINUE_HEAD = 5  # values at each end of a part compared
+
+
+def continues(ing, cols, a, i, b):
+    """Why the part of rows ``i:b`` continues the part ``a:i`` (its step counter starts
+    again, the run does not), or None: an update counter that goes on across the cut (it
+    climbs where the step key fell), or a loss that starts where the part before it ended,
+    far from where that part started (it fell by a tenth at least, and the new start is
+    within a quarter of that fall of its end)."""
+    upd = cols.get("updates")
+    if upd is not None and upd[i] == upd[i] and upd[i - 1] == upd[i - 1] and upd[i] > upd[i - 1]:
+        return "%r goes on from %s to %s" % (
+            dict(ing.meta).get("updates"),
+            fmt_number(upd[i - 1]),
+            fmt_number(upd[i]),
+        )
+    loss = cols.get("loss")
+    if loss is None:
+        return None
+    before = [v for v in loss[a:i] if v == v and not is_missing(v) and math.isfinite(v)]
+    after = [v for v in loss[i:b] if v == v and not is_missing(v) and math.isfinite(v)]
+    if min(len(before), len(after)) < 2 * CONTINUE_HEAD:
+        return None
+    first = _mid(before[:CONTINUE_HEAD])
+    last = _mid(before[-CONTINUE_HEAD:])
+    again = _mid(after[:CONTINUE_HEAD])
+    fall = first - last
+    if fall <= 0.1 * abs(first) or abs(again - last) > 0.25 * fall:
+        return None
+    return "its loss starts at %s, where the part before ended (%s), not where it started (%s)" % (
+        fmt_number(round(again, 4)),
+        fmt_number(round(last, 4)),
+        fmt_number(round(first, 4)),
+    )
+
+
+def _mid(vals):
+    return quantile(sorted(vals), 0.5)
 
 
 def _merge_same_steps(steps, arrs):

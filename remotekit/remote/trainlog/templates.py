@@ -36,6 +36,7 @@ from .base import (
     PATH_RE,
     RESUME_RE,
     SOURCE_LINE_RE,
+    lr_name,
     to_float,
 )
 from .source import HEAD_ROWS
@@ -332,18 +333,25 @@ class Kind:
         self._fields = None
 
     def fields(self):
-        """``[(j, name)]``: the fields that are series (named, no counter, not constant)."""
+        """``[(j, name)]``: the fields that are series (named, no counter, not constant; a
+        constant lr beside fields that are)."""
         if self._fields is None:
             self._fields = self._series_fields()
         return self._fields
 
     def _series_fields(self):
-        out, seen = [], {}
+        out, seen, steady = [], {}, []
         for j, name in enumerate(self.names):
-            if not name or j in self.counters or not self.t.varies(j):
+            if not name or j in self.counters:
+                continue
+            if not self.t.varies(j):
+                if lr_name(name):
+                    steady.append(j)
                 continue
             k = seen[name] = seen.get(name, 0) + 1
             out.append((j, name if k == 1 else "%s_%d" % (name, k)))
+        if out:  # a constant lr beside series (not on a config line of constants alone)
+            out = sorted(out + [(j, self.names[j]) for j in steady if self.names[j] not in seen])
         return out
 
     def epochs(self):

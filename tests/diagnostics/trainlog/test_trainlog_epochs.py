@@ -194,3 +194,27 @@ def test_model_name_then_epoch_of_n_two_runs_said_no_spike(tmp_path: Path) -> No
     assert "the epoch counter falls from 30 to 1 at line 31: a second run" in said
     assert "the step is the epoch" in said
     assert not r.all("spike")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch {e}/30 - loss: {loss:.4f} - acc: {acc:.4f} - lr: 0.001",
+        "Epoch [{e}/30] loss: {loss:.4f}, learning rate: 0.0010",
+    ],
+)
+def test_a_constant_lr_on_a_one_kind_epoch_log_is_the_lr(tmp_path: Path, line: str) -> None:
+    """An lr that never moved is still the lr (a schedule that was never set is worth
+    saying): a line kind's constant field by an lr name is kept, where a constant field by
+    any other name is a constant of the template (Drain's)."""
+    rng = random.Random(1)
+    rows = []
+    for e in range(1, 31):
+        loss = 2 * 0.9**e + 0.1 + rng.gauss(0, 0.01)
+        rows.append(line.format(e=e, loss=loss, acc=0.5 + 0.015 * e) + " - seed: 7")
+    (tmp_path / "train.log").write_text("\n".join(rows) + "\n")
+    r = run(tmp_path / "train.log")
+    src = r.one("source")
+    assert "lr" in src["columns"] and "constant 0.001" in src["why"]["lr"]
+    assert not any("seed" in k for k in src["columns"].values())
+    assert _metrics(r)["lr"] == 30 and r.code == 0

@@ -79,14 +79,18 @@ def run(path: Path, *args: Any, measure: bool = False) -> Result:
 
 
 def rows(n: int, start: int = 1, seed: int = 0, stride: int = 1) -> list[str]:
-    """JSON lines as a trainer writes them: step, loss (4 decimals), learning rate."""
+    """JSON lines as a trainer writes them: step, loss (4 decimals, falling: a run that
+    learns), learning rate."""
     rng = random.Random(seed)
     return [
-        json.dumps(
-            {"step": start + i * stride, "loss": round(2.0 + rng.gauss(0, 0.05), 4), "lr": 1e-4}
-        )
-        for i in range(n)
+        json.dumps({"step": s, "loss": round(_falling(s) + rng.gauss(0, 0.05), 4), "lr": 1e-4})
+        for s in range(start, start + n * stride, stride)
     ]
+
+
+def _falling(step: int) -> float:
+    """A loss that learns: 2.0 at the start, 1.5 by step 500 (a flat one never learned)."""
+    return 1.0 + 1.0 / (1 + step / 500)
 
 
 def loss_median(r: Result) -> float:
@@ -155,7 +159,8 @@ def test_latin1_text(tmp_path: Path) -> None:
     path = tmp_path / "train.log"
     with open(path, "wb") as f:
         for i in range(300):
-            line = f"Schritt {i}: step={i + 1} loss={2 + rng.gauss(0, 0.05):.4f} Größe=café\n"
+            loss = _falling(i) + rng.gauss(0, 0.05)
+            line = f"Schritt {i}: step={i + 1} loss={loss:.4f} Größe=café\n"
             f.write(line.encode("latin-1"))
     r = run(path)
     assert r.code == 0 and r.one("source")["rows"] == 300
@@ -165,10 +170,13 @@ def test_latin1_text(tmp_path: Path) -> None:
 def test_windows_line_ends(tmp_path: Path, kind: str) -> None:
     rng = random.Random(2)
     if kind == "text":
-        lines = [f"step={i + 1} loss={2 + rng.gauss(0, 0.05):.4f} lr=0.001" for i in range(300)]
+        lines = [
+            f"step={i + 1} loss={2.3 - 0.002 * i + rng.gauss(0, 0.05):.4f} lr=0.001"
+            for i in range(300)
+        ]
     else:  # Lightning's metrics.csv written on Windows
         lines = ["step,train_loss_step,lr-AdamW"]
-        lines += [f"{i + 1},{2 + rng.gauss(0, 0.05):.4f},0.001" for i in range(300)]
+        lines += [f"{i + 1},{2.3 - 0.002 * i + rng.gauss(0, 0.05):.4f},0.001" for i in range(300)]
     path = tmp_path / f"log.{'csv' if kind == 'csv' else 'log'}"
     path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
     r = run(path)
@@ -231,7 +239,7 @@ def test_ranks_a_step_apart_are_not_hundreds_of_resumes(tmp_path: Path) -> None:
     timed = []
     for s in range(1, 401):
         for rank in range(4):
-            loss = 2 + 0.1 * rank + rng.gauss(0, 0.03)
+            loss = _falling(s) + 0.1 * rank + rng.gauss(0, 0.03)
             timed.append((s + rng.uniform(0, 2.5), f"[rank{rank}]: step={s} loss={loss:.4f}"))
     timed.sort()
     r = run(write(tmp_path / "train.log", [line for _, line in timed]))

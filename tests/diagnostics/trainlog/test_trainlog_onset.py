@@ -9,10 +9,13 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
-from remotekit.diagnostics.trainlog.api import build_report
+import remotekit
+from remotekit.diagnostics.trainlog.api import analyze_train_log, build_report
+from tests.harness import cli
 from tests.trainlog_kit import run, shipped
 
 # -- a run unhealthy from the start --------------------------------------------------------------
@@ -103,3 +106,82 @@ def test_chance_in_the_units_of_a_perplexity_or_bits() -> None:
     assert onset._in_units("train/ppl", math.log(100)) == pytest.approx(100)
     assert onset._in_units("bpb", math.log(256)) == pytest.approx(8)
     assert onset._in_units("loss", 2.0) == 2.0
+
+
+# -- a loss that never learned, with no count to judge it by -----------------------------------
+
+
+def _per_batch(path: Path, curve: Callable[[int], float], noise: float, n: int = 400) -> Path:
+    """A hand-rolled trainer's per-batch console: ``Train Epoch: e [i/N]\tLoss: x``, the loss
+    ``curve(step)`` with a per-batch scatter of ``noise`` (a small batch is noisy)."""
+    rng = random.Random(7)
+    lines = []
+    for s in range(n):
+        loss = max(0.0, curve(s) + rng.gauss(0, noise))
+        lines.append(f"Train Epoch: {s // 40 + 1} [{(s % 40) * 64}/2560]\tLoss: {loss:.6f}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_loss_flat_from_its_first_value_is_a_run_that_never_learned(tmp_path: Path) -> None:
+    """No vocabulary or class count in the log: a loss whose level never falls beyond its
+    own per-batch scatter, from its first value to its last, never learned; said with the
+    evidence (the parts' medians, the scatter) and the other reading (a trained start)."""
+    r = run(_per_batch(tmp_path / "flat.log", lambda s: 1.0, 0.25))
+    start = r.one("onset")
+    assert start["unhealthy"] and start["kind"] == "flat" and start["chance"] is None
+    assert start["values"] == 400 and start["recovered_step"] is None
+    verdict = start["verdict"]
+    assert verdict.startswith("flat from its first value to its last: 400 values from step ")
+    assert "no fall beyond its own scatter" in verdict and "trained model" in verdict
+    assert "unhealthy-start" in r.records[-2]["findings"] and r.code == 1
+    rep = build_report("local", "flat.log", r.records)
+    assert rep.diagnosis[0].startswith("loss unhealthy from the start: flat from its first")
+    assert "Nothing was learned" in rep.diagnosis[0]
+
+
+@pytest.mark.parametrize(
+    "curve, noise",
+    [
+        (lambda s: 2.3 * math.exp(-s / 120) + 0.2, 0.3),  # MNIST-like, noisy batches
+        (lambda s: 1.0 - 0.1 * s / 400, 0.1),  # a slow learner: 10% over the run
+        (lambda s: 2.3026 + 1e-5 * math.sin(s), 0.0),  # a rounded constant: flat
+        (lambda s: 0.0101, 0.0002),  # converged (below ln 2): a late view, not flat
+    ],
+)
+def test_a_loss_that_falls_beyond_its_scatter_learned(
+    tmp_path: Path, curve: Callable[[int], float], noise: float
+) -> None:
+    r = run(_per_batch(tmp_path / "learn.log", curve, noise))
+    flat = noise == 0.0
+    assert [o["kind"] for o in r.all("onset")] == (["flat"] if flat else [])
+
+
+def test_a_vocab_size_given_is_the_chance_level_of_a_log_that_states_none(tmp_path: Path) -> None:
+    """``--vocab-size`` (``vocab_size=``) gives the count a log does not state: the chance
+    rule then judges its start, said with where the count came from."""
+    log = _lm_log(tmp_path / "log.jsonl", 3, None)
+    start = run(log, "--vocab-size", "33278").one("onset")
+    assert start["kind"] == "above-chance" and start["recovered_step"] == 43 * 200
+    assert start["chance_from"] == "--vocab-size 33278: ln 33278 = 10.41"
+    with remotekit.local_target() as t:
+        rep = analyze_train_log(t, str(log), vocab_size=33278)
+        assert rep.onset is not None and rep.onset.kind == "above-chance"
+        assert rep.exit_code == 1
+        with pytest.raises(ValueError, match=r"vocab_size.*whole number >= 2"):
+            analyze_train_log(t, str(log), vocab_size=1)
+    r = cli("train-log", "--log", str(log), "--vocab-size", "33278", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "chance from --vocab-size 33278: ln 33278 = 10.41" in r.stdout
+
+
+def test_a_flat_loss_logged_from_a_later_step_is_a_resumed_model(tmp_path: Path) -> None:
+    """A log that begins at step 11840 (a resume: a relaunch of a trained model) does not
+    show the run's start: a flat loss there is no run that never learned."""
+    rng = random.Random(9)
+    rows = [{"step": 11840 + 10 * k, "loss": 2.1 + rng.gauss(0, 0.2)} for k in range(300)]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run(tmp_path / "log.jsonl").all("onset") == []
+    rows = [dict(r, step=r["step"] - 11840) for r in rows]  # the same from step 0: flat
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [o["kind"] for o in run(tmp_path / "log.jsonl").all("onset")] == ["flat"]
