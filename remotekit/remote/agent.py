@@ -79,8 +79,15 @@ PIECE = 1 << 18
 #: Bytes of one step's output the caller may leave unconsumed before the agent stops reading.
 WINDOW = 1 << 20
 #: The most of one step's output the caller may hold that it has not credited: the agent reads
-#: a step's pipes while less than WINDOW is, one read of CHUNK from each (stdout, stderr) a turn.
-MOST_UNACKED = WINDOW + 2 * CHUNK
+#: a step's pipes while less than WINDOW is, one read from each a turn: of CHUNK, or of PIECE
+#: from a get's stdout (its file's bytes: large frames, a quarter of the turns).
+MOST_UNACKED = WINDOW + PIECE + CHUNK
+#: The most one read of the channel takes in (a put's payload comes in PIECE frames).
+READ = 1 << 20
+#: A pipe that carries a put's or a get's bytes is made this large (F_SETPIPE_SZ, Linux; at
+#: most /proc/sys/fs/pipe-max-size, 1 MiB by default): a 64 KiB pipe costs the agent and the
+#: runner a turn of their loops per 64 KiB.
+BULK_PIPE = 1 << 20
 #: How long, beyond the longest grace of a step, steps get to stop after the channel closed.
 GRACE = 3.0
 #: The oldest Python the agent runs on: the runner's (older ones fail both alike).
@@ -115,7 +122,7 @@ TO_AGENT = {
 }
 TO_CALLER = {
     b"A": (1024, True, False),
-    b"O": (CHUNK, False, False),
+    b"O": (PIECE, False, False),
     b"e": (CHUNK, False, False),
     b"W": (20, False, True),
     b"X": (20, False, True),
@@ -157,6 +164,17 @@ def frames(buf, kinds):
         yield kind, sid, payload
 
 
+def widen(fd):
+    """Make the pipe ``fd`` BULK_PIPE large, where the system lets us (best effort: anything
+    but a Linux pipe, or a user past its pipe quota, keeps its size)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), BULK_PIPE)
+    except (ImportError, OSError):
+        pass
+
+
 def write_all(fd, data):
     """All of ``data`` to ``fd``, waiting for room when it is non-blocking (a channel whose
     stdin and stdout are one socket shares our stdin's O_NONBLOCK)."""
@@ -177,6 +195,7 @@ class Step(object):
         self.pending = []  # bytes waiting for room in the stdin pipe
         self.eof = False  # close stdin once pending is written
         self.outputs = {out: b"O", err: b"e"}
+        self.reads = {out: CHUNK, err: CHUNK}  # the most one read of each takes
         self.unacked = 0
         self.status = None
         self.warm = None  # the key of the Warm it was forked from (Agent.warm_for)
@@ -340,6 +359,8 @@ class Agent(object):
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(s, self.on_stop)
         os.set_blocking(0, False)
+        widen(0)  # the channel, both ways: a put's payload comes on it, a get's goes
+        widen(1)
         self.inbuf += read_ahead()
 
     def on_stop(self, signum, frame):
@@ -412,7 +433,7 @@ class Agent(object):
 
     def read_channel(self):
         try:
-            data = os.read(0, CHUNK)
+            data = os.read(0, READ)
         except BlockingIOError:
             return
         except OSError:
@@ -492,6 +513,9 @@ class Agent(object):
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
+        if header["op"] in ("put", "get"):  # its bytes: stdin for a put, stdout for a get
+            widen(in_w if header["op"] == "put" else out_r)
+            step.reads[out_r] = PIECE if header["op"] == "get" else CHUNK
         step.warm = key if pid is None else None
         step.grace = float(header["grace"] or 1.0)
         step.pending.append(first)
@@ -658,7 +682,7 @@ class Agent(object):
             except OSError:  # the runner is gone: its exit says why
                 step.close_stdin()
                 return
-            step.pending[0] = data[n:]
+            step.pending[0] = memoryview(data)[n:]  # the rest, not a copy of it
             if not step.pending[0]:
                 step.pending.pop(0)
             self.send(b"W", step.sid, str(n).encode())
@@ -667,7 +691,7 @@ class Agent(object):
 
     def relay(self, step, fd):
         try:
-            data = os.read(fd, CHUNK)
+            data = os.read(fd, step.reads[fd])
         except BlockingIOError:
             return
         except OSError:
