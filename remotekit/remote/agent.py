@@ -86,7 +86,8 @@ MOST_UNACKED = WINDOW + PIECE + CHUNK
 READ = 1 << 20
 #: A pipe that carries a put's or a get's bytes is made this large (F_SETPIPE_SZ, Linux; at
 #: most /proc/sys/fs/pipe-max-size, 1 MiB by default): a 64 KiB pipe costs the agent and the
-#: runner a turn of their loops per 64 KiB.
+#: runner a turn of their loops per 64 KiB. Only those: a user's pipes share a quota
+#: (pipe-user-pages-soft), so an agent that never moves a file widens none.
 BULK_PIPE = 1 << 20
 #: How long, beyond the longest grace of a step, steps get to stop after the channel closed.
 GRACE = 3.0
@@ -99,8 +100,9 @@ WARMS = 2
 
 
 def frame(kind, sid, payload=b""):
-    # type: (bytes, int, bytes) -> bytes
-    """One frame (``kind``: a one-byte bytes, ``sid``: the step id)."""
+    # type: (bytes, int, bytes | memoryview) -> bytes
+    """One frame (``kind``: a one-byte bytes, ``sid``: the step id; ``payload`` a view of a
+    larger buffer, too: the frame is its one copy)."""
     return FRAME.pack(kind, sid, len(payload)) + payload
 
 
@@ -155,7 +157,8 @@ def frames(buf, kinds):
         end = FRAME.size + n
         if len(buf) < end:
             return
-        payload = bytes(buf[FRAME.size : end])
+        with memoryview(buf) as view:  # one copy of the payload (a slice of buf is another)
+            payload = bytes(view[FRAME.size : end])
         del buf[:end]
         if number and not payload.isdigit():
             raise ProtocolError(
@@ -359,8 +362,6 @@ class Agent(object):
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(s, self.on_stop)
         os.set_blocking(0, False)
-        widen(0)  # the channel, both ways: a put's payload comes on it, a get's goes
-        widen(1)
         self.inbuf += read_ahead()
 
     def on_stop(self, signum, frame):
@@ -513,9 +514,13 @@ class Agent(object):
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
-        if header["op"] in ("put", "get"):  # its bytes: stdin for a put, stdout for a get
-            widen(in_w if header["op"] == "put" else out_r)
-            step.reads[out_r] = PIECE if header["op"] == "get" else CHUNK
+        if header["op"] == "put":  # its bytes: on the channel, then the step's stdin
+            widen(0)
+            widen(in_w)
+        elif header["op"] == "get":  # on the step's stdout, then the channel
+            widen(out_r)
+            widen(1)
+            step.reads[out_r] = PIECE
         step.warm = key if pid is None else None
         step.grace = float(header["grace"] or 1.0)
         step.pending.append(first)
