@@ -155,7 +155,7 @@ class AgentStep(Channel):
         for chunk in body:
             view = memoryview(chunk)
             for at in range(0, len(view), _PIECE):
-                piece = bytes(view[at : at + _PIECE])
+                piece = view[at : at + _PIECE]  # copied once, into its frame
                 with self._lock:
                     self._lock.wait_for(
                         lambda: self._in_flight < WINDOW or self._eof or self._ended
@@ -291,7 +291,7 @@ class Agent:
             size += len(nxt)
         return b"".join(more), False
 
-    def send(self, kind: bytes, sid: int, payload: bytes = b"") -> None:
+    def send(self, kind: bytes, sid: int, payload: bytes | memoryview = b"") -> None:
         if self.alive:
             self._out.put(frame(kind, sid, payload))
 

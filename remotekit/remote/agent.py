@@ -89,8 +89,16 @@ PIECE = 1 << 18
 #: Bytes of one step's output the caller may leave unconsumed before the agent stops reading.
 WINDOW = 1 << 20
 #: The most of one step's output the caller may hold that it has not credited: the agent reads
-#: a step's pipes while less than WINDOW is, one read of CHUNK from each (stdout, stderr) a turn.
-MOST_UNACKED = WINDOW + 2 * CHUNK
+#: a step's pipes while less than WINDOW is, one read from each a turn: of CHUNK, or of PIECE
+#: from a get's stdout (its file's bytes: large frames, a quarter of the turns).
+MOST_UNACKED = WINDOW + PIECE + CHUNK
+#: The most one read of the channel takes in (a put's payload comes in PIECE frames).
+READ = 1 << 20
+#: A pipe that carries a put's or a get's bytes is made this large (F_SETPIPE_SZ, Linux; at
+#: most /proc/sys/fs/pipe-max-size, 1 MiB by default): a 64 KiB pipe costs the agent and the
+#: runner a turn of their loops per 64 KiB. Only those: a user's pipes share a quota
+#: (pipe-user-pages-soft), so an agent that never moves a file widens none.
+BULK_PIPE = 1 << 20
 #: How long a step's output and stdin credits wait for more to go with them in one write
 #: (a step's ready, started and exit lines and its X are then one message through the hops:
 #: each write is a packet, and a wake of every process and thread on the way to the caller).
@@ -113,8 +121,9 @@ WORKERS = 4
 
 
 def frame(kind, sid, payload=b""):
-    # type: (bytes, int, bytes) -> bytes
-    """One frame (``kind``: a one-byte bytes, ``sid``: the step id)."""
+    # type: (bytes, int, bytes | memoryview) -> bytes
+    """One frame (``kind``: a one-byte bytes, ``sid``: the step id; ``payload`` a view of a
+    larger buffer, too: the frame is its one copy)."""
     return FRAME.pack(kind, sid, len(payload)) + payload
 
 
@@ -136,7 +145,7 @@ TO_AGENT = {
 }
 TO_CALLER = {
     b"A": (1024, True, False),
-    b"O": (CHUNK, False, False),
+    b"O": (PIECE, False, False),
     b"e": (CHUNK, False, False),
     b"W": (20, False, True),
     b"X": (20, False, True),
@@ -169,13 +178,25 @@ def frames(buf, kinds):
         end = FRAME.size + n
         if len(buf) < end:
             return
-        payload = bytes(buf[FRAME.size : end])
+        with memoryview(buf) as view:  # one copy of the payload (a slice of buf is another)
+            payload = bytes(view[FRAME.size : end])
         del buf[:end]
         if number and not payload.isdigit():
             raise ProtocolError(
                 "a %r frame whose payload is not a decimal number: %r" % (kind, payload)
             )
         yield kind, sid, payload
+
+
+def widen(fd):
+    """Make the pipe ``fd`` BULK_PIPE large, where the system lets us (best effort: anything
+    but a Linux pipe, or a user past its pipe quota, keeps its size)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), BULK_PIPE)
+    except (ImportError, OSError):
+        pass
 
 
 def write_all(fd, data):
@@ -223,6 +244,7 @@ class Step(object):
         self.unsaid = 0  # bytes written into the stdin pipe, not yet said (W)
         self.eof = False  # close stdin once pending is written
         self.outputs = {out: b"O", err: b"e"}
+        self.reads = {out: CHUNK, err: CHUNK}  # the most one read of each takes
         self.unacked = 0
         self.status = None
         self.warm = None  # the key of the Warm it was forked from (Agent.warm_for)
@@ -542,7 +564,7 @@ class Agent(object):
 
     def read_channel(self):
         try:
-            data = os.read(0, CHUNK)
+            data = os.read(0, READ)
         except BlockingIOError:
             return
         except OSError:
@@ -624,6 +646,13 @@ class Agent(object):
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
+        if header["op"] == "put":  # its bytes: on the channel, then the step's stdin
+            widen(0)
+            widen(in_w)
+        elif header["op"] == "get":  # on the step's stdout, then the channel
+            widen(out_r)
+            widen(1)
+            step.reads[out_r] = PIECE
         step.warm = key if pid is None else None
         step.grace = float(header["grace"] or 1.0)
         step.pending.append(first)
@@ -871,7 +900,7 @@ class Agent(object):
             except OSError:  # the runner is gone: its exit says why
                 step.close_stdin()
                 return
-            step.pending[0] = data[n:]
+            step.pending[0] = memoryview(data)[n:]  # the rest, not a copy of it
             if not step.pending[0]:
                 step.pending.pop(0)
             step.unsaid += n
@@ -883,7 +912,7 @@ class Agent(object):
 
     def relay(self, step, fd):
         try:
-            data = os.read(fd, CHUNK)
+            data = os.read(fd, step.reads[fd])
         except BlockingIOError:
             return
         except OSError:

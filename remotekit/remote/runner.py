@@ -304,6 +304,7 @@ class Input(object):
         self.wake_r = wake_r
         self.buf = bytearray()
         self.eof = False
+        self.poller = None
         os.set_blocking(0, False)  # take what is buffered (read1: that, or one raw read)
         try:
             self.buf += STDIN.read1(CHUNK) or b""
@@ -337,6 +338,32 @@ class Input(object):
                 return True
         return False
 
+    def readinto(self, view):
+        """Bytes from stdin (not what ``buf`` holds) read straight into ``view``: how many,
+        0 at EOF. It waits in a poll that the signal wake pipe also ends."""
+        if self.poller is None:
+            import select
+
+            self.poller = select.poll()
+            self.poller.register(0, POLLIN)
+            self.poller.register(self.wake_r, POLLIN)
+        while not self.eof:
+            ready = [fd for fd, _ in self.poller.poll()]
+            if self.wake_r in ready:  # a signal woke us: its handler ran already
+                drain(self.wake_r)
+            if 0 in ready:
+                try:
+                    n = os.readv(0, [view])
+                except BlockingIOError:  # fd 0 shares a non-blocking description
+                    continue
+                except OSError:
+                    n = 0
+                if not n:
+                    self.eof = True
+                    break
+                return n
+        return 0
+
     def take(self, n):
         """Up to ``n`` bytes (at least one unless at EOF)."""
         if not self.buf and not self.fill():
@@ -362,14 +389,26 @@ class Input(object):
             n -= len(b)
         return b"".join(parts)
 
-    def copy_to(self, fileobj, n):
-        """Write the next ``n`` bytes to ``fileobj`` as they arrive."""
+    def copy_to(self, fd, n):
+        """Write the next ``n`` bytes to the file ``fd`` as they arrive: what ``buf`` holds,
+        then read into one buffer and written from it (no bytes object made a piece)."""
+        head = self.buf[:n]
+        del self.buf[: len(head)]
+        write_all(fd, head)
+        n -= len(head)
+        view = memoryview(bytearray(min(n, CHUNK)))
         while n > 0:
-            b = self.take(min(n, CHUNK))
-            if not b:
+            got = self.readinto(view[: min(n, len(view))])
+            if not got:
                 raise EOFError("upload truncated: %d bytes missing" % n)
-            fileobj.write(b)
-            n -= len(b)
+            write_all(fd, view[:got])
+            n -= got
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def drain(fd):
@@ -589,10 +628,9 @@ def do_put(h, stdin):
         lambda: tempfile.mkstemp(prefix=".remotekit-", dir=folder), lambda made: made[1]
     )
     try:
-        with os.fdopen(fd, "wb") as f:
-            stdin.copy_to(f, h["size"])
-            f.flush()
-            os.fsync(f.fileno())
+        with os.fdopen(fd, "wb"):  # closes fd; its buffer is never written through
+            stdin.copy_to(fd, h["size"])
+            os.fsync(fd)
         os.chmod(tmp, mode)
         os.replace(tmp, dest)
         TO_REMOVE.remove(tmp)
@@ -1438,7 +1476,7 @@ def main():
                 path = os.path.join(tmpdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "wb") as f:
-                    stdin.copy_to(f, size)  # written through as it arrives
+                    stdin.copy_to(f.fileno(), size)  # written through as it arrives
                 os.chmod(path, mode)
         if header["detach"]:
             tmpdir = tmpdir or private_dir()

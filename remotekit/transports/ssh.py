@@ -58,6 +58,8 @@ __all__ = ["SSHProcess", "SSHTerminal", "SSHTransport"]
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _CHUNK = 1 << 16
+#: The most one output event of a step takes off its channel (a get's bytes: few events).
+_RECV = 1 << 18
 _DRAIN_S = 0.5
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
@@ -186,11 +188,10 @@ class SSHProcess(Channel):
     def _feed(self, chunks: Iterable[bytes]) -> None:
         try:
             for chunk in chunks:
-                # paramiko's sendall re-slices what is left after each packet: bounded
-                # pieces keep a large payload linear instead of quadratic.
-                view = memoryview(chunk)
-                for at in range(0, len(view), _CHUNK):
-                    self._chan.sendall(bytes(view[at : at + _CHUNK]))
+                # paramiko's sendall re-slices what is left after each packet: of a view,
+                # which copies nothing (of bytes, the rest: quadratic), and no copy is made
+                # of the chunk to slice it (paramiko's stubs say bytes; it takes any buffer).
+                self._chan.sendall(memoryview(chunk))  # type: ignore[arg-type]
         except (OSError, EOFError, paramiko.SSHException):
             pass  # the channel is gone; the pump reports why
 
@@ -201,7 +202,7 @@ class SSHProcess(Channel):
             while True:
                 wait_for_room(self.events, lambda: chan.closed)
                 if chan.recv_ready():
-                    self.events.put(Output("stdout", chan.recv(_CHUNK)))
+                    self.events.put(Output("stdout", chan.recv(_RECV)))
                     quiet_since = None
                 elif chan.recv_stderr_ready():
                     self.events.put(Output("stderr", chan.recv_stderr(_CHUNK)))

@@ -30,7 +30,16 @@ import remotekit
 import remotekit.remote
 from remotekit.agent import loader_bytes
 from remotekit.layers import LOADER
-from remotekit.remote.agent import FRAME, MIN_PYTHON, TO_CALLER, WARMS, frame, frames
+from remotekit.remote.agent import (
+    FRAME,
+    MIN_PYTHON,
+    PIECE,
+    TO_CALLER,
+    WARMS,
+    ProtocolError,
+    frame,
+    frames,
+)
 from remotekit.step import StepHeader
 from tests.conftest import CT, held_with_python, write_inventory
 from tests.harness import FAKES, PYTHONS, ancestors, processes_with, venv_prefix, wait_gone
@@ -211,28 +220,40 @@ def test_the_runner_and_a_step_sent_with_the_agents_source_are_taken(tmp_path: P
             frame(b"N", 0),
         ]
     )
+    got = agent_frames(sent)  # one write, less than a pipe holds: all there at once
+    kinds = [kind for kind, _, _ in got]
+    assert kinds[0] == b"A"  # the hello, then the step's frames
+    assert [sid for _, sid, _ in got[1:]] == [1] * (len(got) - 1)
+    assert b"".join(p for kind, sid, p in got if kind == b"O" and sid == 1) == b"hi\n"
+    assert got[-1] == (b"X", 1, b"0")
+
+
+def agent_frames(sent: bytes, until: bytes = b"X") -> list[tuple[bytes, int, bytes]]:
+    """The frames a real agent sends for ``sent`` (its loader's stdin, left open), read until
+    one of kind ``until``; its output is credited as it comes, as remotekit.agent does."""
     proc = subprocess.Popen(
         [sys.executable, "-c", LOADER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        proc.stdin.write(sent)  # one write, less than a pipe holds: all there at once
+        proc.stdin.write(sent)
         proc.stdin.flush()
         got: list[tuple[bytes, int, bytes]] = []
         buf = bytearray()
-        end = time.monotonic() + 30
-        while not any(kind == b"X" for kind, _, _ in got):
-            assert time.monotonic() < end, f"the step never ended; frames: {got}"
+        end = time.monotonic() + 60
+        while not any(kind == until for kind, _, _ in got):
+            assert time.monotonic() < end, f"no {until!r} frame; kinds: {[g[0] for g in got]}"
             if select.select([proc.stdout], [], [], 0.5)[0]:
-                data = os.read(proc.stdout.fileno(), 1 << 16)
-                assert data, f"the agent exited; frames: {got}"
+                data = os.read(proc.stdout.fileno(), 1 << 20)
+                assert data, f"the agent exited; kinds: {[g[0] for g in got]}"
                 buf += data
-                got += frames(buf, TO_CALLER)
-        kinds = [kind for kind, _, _ in got]
-        assert kinds[0] == b"A"  # the hello, then the step's frames
-        assert [sid for _, sid, _ in got[1:]] == [1] * (len(got) - 1)
-        assert b"".join(p for kind, sid, p in got if kind == b"O" and sid == 1) == b"hi\n"
-        assert got[-1] == (b"X", 1, b"0")
+                new = list(frames(buf, TO_CALLER))
+                for kind, sid, payload in new:
+                    if kind in (b"O", b"e"):
+                        proc.stdin.write(frame(b"C", sid, str(len(payload)).encode()))
+                proc.stdin.flush()
+                got += new
+        return got
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
@@ -313,6 +334,23 @@ def test_a_short_steps_frames_come_in_one_write(tmp_path: Path) -> None:
         proc.stdin.close()
         proc.wait(timeout=30)
         ours.close()
+
+
+def test_a_gets_bytes_come_in_frames_of_a_piece(tmp_path: Path) -> None:
+    """The bytes of a file a ``get`` reads there come in frames of up to PIECE (256 KiB),
+    not of a pipe read's 64 KiB: a quarter of the turns of the agent's loop and of the
+    caller's reader per byte. The caller's decoder takes a frame of PIECE and refuses one
+    byte more."""
+    src = tmp_path / "blob"
+    src.write_bytes(os.urandom(1 << 16) * 48)  # 3 MiB
+    header = StepHeader(op="get", src=str(src), nonce="n", cwd=str(tmp_path)).encode()
+    got = agent_frames(loader_bytes() + frame(b"S", 1, f"{len(header)}\n".encode() + header))
+    out = b"".join(p for kind, sid, p in got if kind == b"O" and sid == 1)
+    assert out.endswith(src.read_bytes())  # after the runner's marker line, byte for byte
+    assert max(len(p) for kind, _, p in got if kind == b"O") > 1 << 16
+    assert list(frames(bytearray(frame(b"O", 1, bytes(PIECE))), TO_CALLER))
+    with pytest.raises(ProtocolError, match=f"a b'O' frame of {PIECE + 1} bytes"):
+        list(frames(bytearray(frame(b"O", 1, bytes(PIECE + 1))), TO_CALLER))
 
 
 def test_the_agent_is_the_default_and_agent_false_turns_it_off(tmp_path: Path) -> None:

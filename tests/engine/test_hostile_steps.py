@@ -118,6 +118,37 @@ def test_runner_writes_shipped_files_through(local: remotekit.Target) -> None:
     assert int(r.stdout) < size // 2, f"runner peak RSS {int(r.stdout) >> 20} MiB"
 
 
+def peak_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
+@pytest.mark.timeout(120)
+def test_a_large_put_and_get_arrive_whole_in_bounded_memory(
+    target: remotekit.Target, tmp_path: Path
+) -> None:
+    """A 1 GB transfer's stand-in: 128 MiB each way, byte for byte, while this process grows
+    by less than 64 MiB (what the transport and the agent's windows may hold), as a 1 GB one
+    must (bench/bench_bulk.py measures that, and the far side's peak)."""
+    src, back = tmp_path / "src.bin", tmp_path / "back.bin"
+    with src.open("wb") as f:
+        for _ in range(128):
+            f.write(os.urandom(1 << 20))
+    there = f"/tmp/rk-bulk-{uuid.uuid4().hex}.bin"
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from here
+    before = peak_kb()
+    try:
+        target.put(src, there, timeout=100)
+        target.get(there, back, timeout=100)
+    finally:
+        target.run(["rm", "-f", there])
+    grew = (peak_kb() - before) >> 10
+    assert hashlib.sha256(back.read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest()
+    assert grew < 64, f"this process grew by {grew} MiB"
+
+
 # -- leftovers and detach --------------------------------------------------------------------
 
 
