@@ -617,13 +617,17 @@ def _merge(ts):
                 consts[j] = _variable(a, b)
     m = Template(tuple(consts), first.first)
     w = first.width
-    rows = _interleave(
-        *(zip(t.at, zip(*(t.texts(j) for j in range(w)))) for t in ts), key=itemgetter(0)
-    )
+    rows = _interleave(*(zip(t.at, _all_rows(t)) for t in ts), key=itemgetter(0))
     for i, row in rows:
         m.at.append(i)
-        m.rows.append(list(row))
+        m.rows.append(list(row[:w]))
     return m
+
+
+def _all_rows(t):
+    """Every line's fields of template ``t``, as text (a block's lines by one regex pass)."""
+    for seg in t.segs:
+        yield from t._rows(seg)
 
 
 def _variable(a, b):

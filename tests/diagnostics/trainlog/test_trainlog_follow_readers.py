@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import remotekit
+import remotekit.diagnostics.trainlog as tl
 from tests import ckpt_factory as cf
 from tests.trainlog_kit import follow, once_started, until
 
@@ -143,3 +144,44 @@ def test_a_followed_spike_at_a_resume_names_what_the_checkpoint_lacked(
     assert inc.spike is not None and inc.spike.resume_from == 1000
     assert "no optimizer state for 2 of" in (inc.spike.resume_check or ""), inc.spike
     assert "the resume from step 1000" in inc.render()
+
+
+def test_a_console_followed_from_its_first_line_settles_on_its_templates(
+    local: remotekit.Target, tmp_path: Path
+) -> None:
+    """Its first line alone sniffs as a headerless TSV (a tab in it), yet the text reader
+    reads that line's loss: the follower settles on it from the first line, as train-log
+    whole does (before: the TSV reader, and no loss found)."""
+    log = tmp_path / "train.log"
+    losses = _losses(400)
+    lines = [
+        f"Train Epoch: {e} [{b}/100]\tLoss: {losses[10 * e + b // 10 - 1]:.4f}"
+        for e in range(40)
+        for b in range(10, 101, 10)
+    ]
+    log.write_text(lines[0] + "\n")
+    more = _losses(30, seed=3)
+    more[17] = 30.0
+    lines += [
+        f"Train Epoch: {40 + k // 10} [{10 * (k % 10 + 1)}/100]\tLoss: {v:.4f}"
+        for k, v in enumerate(more)
+    ]
+    base = "".join(line + "\n" for line in lines[1:400])
+    rest = "".join(line + "\n" for line in lines[400:])
+    steps: list[str] = []
+
+    def on_status(s: tl.FollowStatus) -> None:
+        """The baseline once the follower runs; the rest once it was judged."""
+        if not steps:
+            steps.append("base")
+            _append(log, base)
+        elif len(steps) == 1 and s.rows >= 400:
+            steps.append("rest")
+            _append(log, rest)
+
+    with follow(local, str(log), on_status=on_status) as live:
+        inc = until(live, lambda i: True)
+        warned = list(live.warnings)
+    assert (inc.kind, inc.step) == ("spike", 41 * 100 + 80)  # epoch 41, batch 80 of 100
+    assert live.source is not None and live.source.format == "text"
+    assert not any("second run" in w for w in warned), warned
