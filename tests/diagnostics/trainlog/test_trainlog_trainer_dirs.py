@@ -54,7 +54,7 @@ def test_keras_csvlogger_training_log_is_found_by_its_name() -> None:
     r = run(DIRS / "keras")
     src = r.one("source")
     assert src["path"] == str(log) and src["format"] == "csv"
-    assert "Keras CSVLogger" in src["chosen_from"], src["chosen_from"]
+    assert "Keras training.log" in src["chosen_from"], src["chosen_from"]
     assert _n(r) == {"loss": 5, "val_loss": 5}
 
 
