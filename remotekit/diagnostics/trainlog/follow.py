@@ -116,7 +116,9 @@ class Incident(Shown):
             tol = self.tolerance if tolerance is None else tolerance
             cells = spike_cells(self.spike, tol)
             pairs = [_pair(h, c) for h, c in zip(SPIKE_COLUMNS[3:], cells[3:]) if c != "-"]
-            return f"step {cells[0]}: {cells[1]} {cells[2]}: " + ", ".join(pairs)
+            line = f"step {cells[0]}: {cells[1]} {cells[2]}: " + ", ".join(pairs)
+            resume = self.spike.resume_line()  # what the checkpoint resumed from lacked
+            return line if resume is None else f"{line}; {resume}"
         assert self.event is not None
         return event_line(self.event)
 
@@ -363,9 +365,10 @@ def follow_train_log(
             for incident in live:
                 print(incident.render())
 
-    Followed: logs that grow by appending (JSON lines, CSV, text logs, TensorBoard event
-    files); W&B run files and JSON documents (``trainer_state.json``) are not: the iterator
-    raises :class:`~remotekit.DiagnosticError` saying so, as for a log that cannot be read. What
+    Followed: logs that grow by appending (JSON lines, CSV, text logs, key/value table
+    consoles, TensorBoard event files); W&B run files and JSON documents
+    (``trainer_state.json``) are not: the iterator raises
+    :class:`~remotekit.DiagnosticError` saying so, as for a log that cannot be read. What
     the log held when the follow began is the baseline, not reported (``status.backlog``
     counts its incidents). A truncated or replaced (rotated) log is read again from its
     start, with a warning. ``on_status`` hears a :class:`FollowStatus` every second,

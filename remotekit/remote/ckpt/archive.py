@@ -7,26 +7,43 @@ run's counters (``num_timesteps``, ``_n_updates``) and values that cloudpickle w
 base64 text (never decoded here). A torch.save file is a zip too; it is told apart by its
 ``data.pkl`` record (:func:`.discover.torch_members` is None for it).
 
-Each torch member is loaded as the files are (``weights_only``, no pickle run), from its bytes
-(a member cannot be memory-mapped), and its tensors become the archive's: ``policy.`` +
+Each torch member is loaded as the files are (``weights_only``, no pickle run, memory-mapped):
+torch maps a file by its path only, so the member is streamed (:data:`CHUNK` bytes at a
+time) into a private temporary file, removed when the checkpoint is closed; a large member
+costs its size on disk there, not in memory. Its tensors become the archive's: ``policy.`` +
 their names, in the optimizer section when the member's name says ``optim``. The step comes
 from a JSON member. Bounds: at most :data:`MAX_MEMBERS` members, each torch member at most
 :data:`MAX_MEMBER_BYTES` unpacked and no more than :data:`MAX_RATIO` times its packed size
 (a zip bomb is refused before a byte is unpacked), a JSON member at most
 :data:`MAX_JSON_BYTES`; a member whose name climbs out (``..``, an absolute path) or holds a
-control character is refused, its name shown escaped.
+control character is refused, its name shown escaped. The sizes the central directory
+declares are checked before a member is read: against its local header, against the end of
+the archive, and against the other members' bytes (members that share bytes are a zip bomb's
+trick); a member whose data does not unpack to its declared size and CRC is refused.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import re
+import shutil
+import struct
+import tempfile
 import zipfile
 
 from ..infile import load_json, open_regular
-from .base import OPTIMIZER, STEP_KEYS, LoadError, as_number, import_torch, short, uses_torch
+from .base import (
+    OPTIMIZER,
+    RELEASE_MIN,
+    STEP_KEYS,
+    LoadError,
+    Releaser,
+    as_number,
+    import_torch,
+    short,
+    uses_torch,
+)
 from .discover import is_torch_name
 from .formats import Source, adopt_part, fill_meta, walk_tensors
 
@@ -38,6 +55,9 @@ MAX_MEMBER_BYTES = 4 << 30  # one torch member, unpacked: held in memory to be l
 MAX_RATIO = 200  # unpacked / packed: deflate reaches ~1000 only on data made to (a bomb)
 MAX_JSON_BYTES = 16 << 20
 BOMB_FLOOR = 1 << 20  # a smaller member may pack as tightly as it likes
+CHUNK = 1 << 20  # a member is unpacked this much at a time
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a member's local file header (APPNOTE 4.3.7)
+_DESCRIPTOR = 0x08  # flag bit: the sizes follow the data (the local header says 0)
 # The archive's own counters: stable-baselines3 counts environment steps (its logs' x axis,
 # ``time/total_timesteps``) in num_timesteps and gradient updates in _n_updates.
 ARCHIVE_STEP_KEYS = ("num_timesteps",) + STEP_KEYS + ("_n_updates",)
@@ -77,6 +97,71 @@ def bomb(info):
     return None
 
 
+def declared(f, info, size, ends):
+    """Why the sizes the central directory declares for ``info`` are not to be believed
+    (None when they hold): its local header (read from the open archive ``f`` of ``size``
+    bytes) says other sizes or another method, its data would run past the archive's end,
+    or a stored member's packed and unpacked sizes differ. ``ends``: ``{info: offset}``,
+    where each member's data ends, set here."""
+    name = info.filename
+    f.seek(info.header_offset)
+    raw = f.read(_LOCAL.size)
+    if len(raw) < _LOCAL.size or raw[:4] != b"PK\x03\x04":
+        return "member %r: no local header at offset %d: refused" % (name, info.header_offset)
+    _, _, flag, method, _, _, _, packed, unpacked, nlen, xlen = _LOCAL.unpack(raw)
+    start = info.header_offset + _LOCAL.size + nlen + xlen
+    end = ends[info] = start + info.compress_size
+    lied = method != info.compress_type
+    if not flag & _DESCRIPTOR and 0xFFFFFFFF not in (packed, unpacked):
+        lied = lied or (packed, unpacked) != (info.compress_size, info.file_size)
+    if lied:
+        return (
+            "member %r: its local header says %d bytes packed into %d (method %d), the "
+            "central directory %d into %d (method %d): sizes that disagree, refused"
+            % (
+                name,
+                unpacked,
+                packed,
+                method,
+                info.file_size,
+                info.compress_size,
+                info.compress_type,
+            )
+        )
+    if end > size:
+        return (
+            "member %r: declares %d packed bytes from offset %d, past the archive's end (%d bytes): refused"
+            % (
+                name,
+                info.compress_size,
+                start,
+                size,
+            )
+        )
+    if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+        return "member %r: stored, yet declares %d bytes packed and %d unpacked: refused" % (
+            name,
+            info.compress_size,
+            info.file_size,
+        )
+    return None
+
+
+def _shared(infos, ends, refused):
+    """Members whose bytes overlap another's (one local data read as many members: the
+    trick of a zip bomb without nesting): each such pair into ``refused``."""
+    spans = sorted(
+        (i.header_offset, ends[i], i.filename)
+        for i in infos
+        if i.filename not in refused and i in ends
+    )
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        if start < end:
+            why = "members %r and %r share bytes (a zip bomb's trick): refused" % (a, b)
+            refused.setdefault(a, why)
+            refused.setdefault(b, why)
+
+
 def open_archive(path, size, opts):
     """The zip archive ``path`` of torch files as one :class:`Source` (format "zip"): every
     torch member's tensors, the step from a JSON member; refused and damaged members are
@@ -91,8 +176,14 @@ def open_archive(path, size, opts):
                     "a zip archive of %d members, over the %d this reads"
                     % (len(infos), MAX_MEMBERS)
                 )
+            refused, ends = {}, {}
             for info in infos:
-                _member(src, zf, info, opts)
+                why = None if info.is_dir() else declared(f, info, size, ends)
+                if why:
+                    refused[info.filename] = why
+            _shared(infos, ends, refused)
+            for info in infos:
+                _member(src, zf, info, opts, refused.get(info.filename))
     except (zipfile.BadZipFile, OSError, ValueError) as e:
         raise LoadError("damaged zip archive: %s" % short(e), fmt=FORMAT) from e
     torch_parts = [i.filename for i in infos if is_torch_name(i.filename)]
@@ -107,11 +198,11 @@ def open_archive(path, size, opts):
     return src
 
 
-def _member(src, zf, info, opts):
+def _member(src, zf, info, opts, why):
     name = info.filename
     if info.is_dir():
         return
-    why = refused_name(name)
+    why = why or refused_name(name)
     if why is None and (is_torch_name(name) or _is_json(name)):
         why = bomb(info)
     if why:
@@ -132,11 +223,60 @@ def _is_json(name):
     return base == "data" or base.endswith(".json")
 
 
+def _unpack(zf, info, folder):
+    """The member ``info`` streamed into a file of ``folder``: its path, or why not (it
+    does not unpack to the size and CRC its central directory declares; no room)."""
+    name = info.filename
+    path = os.path.join(folder, "member-%d" % len(os.listdir(folder)))
+    if shutil.disk_usage(folder).free < info.file_size + CHUNK:
+        return None, "member %s: %d bytes to unpack, no room for them in %s: not read" % (
+            name,
+            info.file_size,
+            folder,
+        )
+    got = 0
+    try:
+        with zf.open(info) as m, open(path, "xb") as out:
+            while True:
+                chunk = m.read(CHUNK)
+                if not chunk:
+                    break
+                got += len(chunk)
+                if got > info.file_size:  # zipfile stops at it: never trusted blindly
+                    raise zipfile.BadZipFile("more bytes than declared")
+                out.write(chunk)
+        if got != info.file_size:
+            raise zipfile.BadZipFile("%d bytes" % got)
+    except (zipfile.BadZipFile, EOFError, OSError, RuntimeError) as e:
+        # zipfile checks the CRC and the unpacked size at the member's end
+        return None, (
+            "member %s: does not unpack to the %d bytes (and CRC) its central directory "
+            "declares: %s: refused" % (name, info.file_size, short(e))
+        )
+    return path, None
+
+
+def _scratch(src):
+    """The private folder members are unpacked into, removed with ``src``."""
+    if getattr(src, "scratch", None) is None:
+        src.scratch = tempfile.mkdtemp(prefix="remotekit-zip-")
+        src._close.append(lambda: shutil.rmtree(src.scratch, ignore_errors=True))
+    return src.scratch
+
+
 def _torch_member(src, zf, info, opts):
     name = info.filename
-    raw = zf.read(info)  # bounded: zipfile stops at the declared size (checked above)
+    path, why = _unpack(zf, info, _scratch(src))
+    if why:
+        src.problems.append(why)
+        return
     try:
-        obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=not opts.unsafe_pickle)
+        try:
+            obj = torch.load(
+                path, map_location="cpu", mmap=True, weights_only=not opts.unsafe_pickle
+            )
+        except RuntimeError:  # not a zip torch.save (a legacy one): it loads into memory
+            obj = torch.load(path, map_location="cpu", weights_only=not opts.unsafe_pickle)
     except pickle.UnpicklingError as e:
         globs = re.findall(r"GLOBAL ([\w.]+) was not an allowed global", str(e))
         src.needs_globals.extend(globs)
@@ -147,11 +287,11 @@ def _torch_member(src, zf, info, opts):
             "member %s: torch.load failed: %s: %s" % (name, type(e).__name__, short(e))
         )
         return
-    del raw
     stem = os.path.splitext(name)[0]
     part = Source(name, "torch", 0)  # its bytes are the archive's
     part.trees.append(("", obj))
-    walk_tensors(obj, part, None)
+    release = Releaser(path) if info.file_size >= RELEASE_MIN else None
+    walk_tensors(obj, part, release)
     try:
         fill_meta(part, obj)
     except LoadError:

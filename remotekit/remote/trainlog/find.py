@@ -33,6 +33,8 @@ CONVENTIONAL = (
     (r"(?:^|/)progress\.txt$", "Spinning Up progress.txt", 35),
     (r"(?:^|/)results\.csv$", "ultralytics results.csv", 40),
     (r"(?:^|/)summary\.csv$", "timm summary.csv", 40),
+    # Keras's CSVLogger, by the name its documentation's example gives (a CSV, read so)
+    (r"(?:^|/)training\.log$", "Keras training.log (its csv logger's, or a console)", 80),
     # DETR and its kin: one JSON object an epoch in log.txt
     (r"(?:^|/)log\.txt$", "log.txt (DETR and kin, or a console)", 85),
     # stable-baselines3's Monitor: episode rewards and lengths, no loss: the last resort

@@ -49,9 +49,10 @@ from .analyze import (
 from .base import PRESETS, LogError, conclude, send
 from .choose import NoLoss
 from .events import find_events
-from .find import find_log
-from .read import read_with
+from .find import ckpt_dir_of, find_log
+from .read import read_source, read_with
 from .readers import FOLLOWED, by_format, claimants
+from .resumes import check_resumes
 from .source import READ, Source
 
 POLL_S = 0.05  # the file is looked at this often (a stat and a read: cheap)
@@ -63,6 +64,7 @@ READ_MAX = 1 << 23  # bytes read per poll at most: a status goes out between, we
 NOLOSS_AFTER = 200  # lines without a loss column after which that is an error, not a wait
 RATE_S = 10.0  # the rate is measured over this many seconds
 INCIDENT_EVENTS = ("resume",)
+SETTLE_BYTES = 1 << 16  # of a text log, the first bytes read to settle its reader
 
 
 class NotFollowed(LogError):
@@ -72,9 +74,11 @@ class NotFollowed(LogError):
 class Follower:
     """The state of one follow: the open file, its window, what was sent."""
 
-    def __init__(self, opts, path, chosen_from=None):
+    def __init__(self, opts, path, chosen_from=None, ckpt_dir=None):
         self.opts, self.wanted = opts, opts.wanted
         self.path, self.chosen_from = path, chosen_from
+        self.ckpt_dir = ckpt_dir  # whose saves are events, and joined to a spike at a resume
+        self.lost = False  # a spike at a resume from a checkpoint that lacked state was sent
         self.f = None
         # what the file held when the follow began is the backlog: judged, never sent
         self.started = not _size(self.path)
@@ -163,7 +167,7 @@ class Follower:
             self.reader = by_format(self.opts.format)
         else:
             try:
-                self.reader = claimants(Source(self.path))[0]
+                self.reader = self._claimant(claimants(Source(self.path)))
             except LogError:  # empty so far
                 self.why = "%s is empty so far" % self.path
                 return False
@@ -177,6 +181,22 @@ class Follower:
         binary = self.reader.BINARY
         self.sure = self.opts.format != "auto" or binary or self.offset >= 1 << 16
         return True
+
+    def _claimant(self, claimed):
+        """The reader of the log: the surest claimant, unless its reading of the file's
+        first lines finds no loss where the text reader after it does (a console with a tab
+        in each line sniffs as a headerless TSV; its line templates hold the loss), as
+        ``train-log`` reads it whole."""
+        if len(claimed) < 2 or claimed[0].BINARY:
+            return claimed[0]
+        with open_regular(self.path) as f:
+            head = f.read(SETTLE_BYTES)
+        head = head[: head.rfind(b"\n") + 1]
+        try:
+            _, fmt, _, _ = read_source(Source(self.path, head), "auto", self.wanted)
+        except (LogError, NoLoss):  # too few lines yet: sniffed again as it grows
+            return claimed[0]
+        return by_format(fmt) or claimed[0]
 
     def _check_replaced(self):
         """A new file at the path (rotated) or a shorter one (truncated): start again."""
@@ -238,9 +258,10 @@ class Follower:
         incidents, compact, _ = detect_all(ing, cols, steps, n, preset)
         opts = self.opts
         events = find_events(
-            ing, steps, cols, {}, warnings, opts.ckpt_steps, opts.ckpt_dir, opts.steps_per_epoch
+            ing, steps, cols, {}, warnings, opts.ckpt_steps, self.ckpt_dir, opts.steps_per_epoch
         )
         place(incidents, events, *bucket_codes({}, ing, cols, n))
+        self._join_resumes(incidents, steps, n)
         if not self.source_sent:
             self._send_source(ing, fmt, steps, n)
         # the first look: the backlog, up to --after-step when given (a follow taken up again)
@@ -255,6 +276,19 @@ class Follower:
         self.rows = n
         self._keep(n, preset["window"])
         self._measure(steps, compact)
+
+    def _join_resumes(self, incidents, steps, n):
+        """Each new incident at a resume joined to the checkpoint resumed from, as
+        ``train-log`` joins them (:func:`.resumes.check_resumes`); a checkpoint is opened
+        once per incident sent, never for one sent before."""
+        _, tol = stride_of(steps, n, self.opts.tolerance)
+        for inc in incidents:
+            if self._is_new(inc) and check_resumes([inc], self.ckpt_dir, tol):
+                inc["lost_state"] = True  # not sent: the summary's finding
+
+    def _is_new(self, inc):
+        mark = self.marks.get((inc["metric"], inc["kind"]))
+        return mark is None or inc["onset_step"] > mark
 
     def _send_source(self, ing, fmt, steps, n):
         stride, tol = stride_of(steps, n, self.opts.tolerance)
@@ -298,6 +332,7 @@ class Follower:
                 continue
             self.sent += 1
             self.kinds.add(inc["kind"])
+            self.lost = self.lost or inc.get("lost_state", False)
             rec = dict((k, v) for k, v in inc.items() if k not in _INTERNAL)
             send("spike", **rec)
         return held
@@ -376,7 +411,7 @@ class Follower:
         send("status", **fields)
 
 
-_INTERNAL = ("row", "idx", "peak_idx", "end_idx")
+_INTERNAL = ("row", "idx", "peak_idx", "end_idx", "lost_state")
 
 
 def _last_step(inc, rows, steps):
@@ -398,12 +433,14 @@ def _size(path):
 def follow_log(opts):
     """Follow ``opts.path`` until stopped (or ``opts.duration`` seconds); return the exit
     code. Raises LogError, NoLoss and OSError for a log that cannot be followed."""
-    path, chosen_from = opts.path, None
+    path, chosen_from, ckpt_dir = opts.path, None, opts.ckpt_dir
     if os.path.isdir(path):
         path, chosen_from, notes = find_log(path)
         for note in notes:
             send("warning", message=note)
-    fol = Follower(opts, path, chosen_from)
+        if ckpt_dir is None and not opts.ckpt_steps:
+            ckpt_dir = ckpt_dir_of(opts.path)  # a run directory's own saves, as train-log
+    fol = Follower(opts, path, chosen_from, ckpt_dir)
     end = time.monotonic() + opts.duration if opts.duration else None
     run = RunWatch(opts.run_dir) if opts.run_dir else None
     try:
@@ -421,6 +458,7 @@ def follow_log(opts):
     events = {"resume": fol.resumes_sent} if fol.resumes_sent else {}
     findings = [name for kind, name in FINDING_OF if kind in fol.kinds]
     findings += ["resumes"] if fol.resumes_sent else []
+    findings += ["spike-at-resume"] if fol.lost else []
     return conclude(
         code,
         rows=fol.rows,

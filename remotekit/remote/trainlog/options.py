@@ -247,7 +247,8 @@ class TrainLogOptions(Options):
         False,
         "follow the log as it grows and report each new incident (spike, cliff, NaN/Inf, "
         "resume) as it is written; Ctrl-C ends it (exit 0). Follows logs that grow by "
-        "appending: JSON lines, CSV, text logs, TensorBoard event files; not W&B .wandb files, "
+        "appending: JSON lines, CSV, text logs, key/value table consoles, TensorBoard event "
+        "files; not W&B .wandb files, "
         "trainer_state.json or other JSON documents, MLflow stores",
         bool,
         task="follow",

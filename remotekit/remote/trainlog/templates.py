@@ -16,7 +16,12 @@ numbers the fields. Each line kind is read as its own table, never merged with a
   appended to the same file, and a step logged again with other values a restart: each is
   said, and the last part is read unless ``run_part`` chooses another;
 - text lines (source code, a shell trace, a traceback, a config printed once) are no data:
-  a template seen once is no series, and code or a traceback frame never is one.
+  a template seen once is no series, and code or a traceback frame never is one;
+- templates a word apart (:func:`merged`: ``loss=0.3 (best)`` beside ``loss=0.3``, a phase
+  name in one place) are one line kind where the evidence says so: their lines never state
+  the same counter (they continue one series), or, with no counter, the word takes three
+  values or more (a variable, as Drain reads it). A word that says the kind (``Train`` /
+  ``Valid``), or lines that log the same steps (``[rank0]`` / ``[rank1]``), keep them apart.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_right
+from heapq import merge as _interleave
 from itertools import compress, islice, repeat
 from operator import add, ge, itemgetter, lt, mul, not_, sub
 
@@ -77,7 +83,18 @@ class Template:
     regex at once and kept as numbers, its text kept for the rare reader of a field's
     text)."""
 
-    __slots__ = ("_at_row", "at", "columns", "consts", "first", "rows", "rx", "segs", "width")
+    __slots__ = (
+        "_at_row",
+        "at",
+        "columns",
+        "consts",
+        "first",
+        "rows",
+        "rx",
+        "segs",
+        "width",
+        "word",
+    )
 
     def __init__(self, consts, first):
         self.consts = consts
@@ -89,6 +106,7 @@ class Template:
         self.columns = {}
         self.rx = None  # its block regexes (any text, ASCII text), once it is the fast one
         self._at_row = None  # (rows, starts of the segments), for cell()
+        self.word = None  # the word that keeps it apart from a template a word away
 
     def add_block(self, text, cols):
         """The block ``text``'s lines of this template, ``cols`` their fields as text, a
@@ -413,6 +431,7 @@ def worth(table):
     """Whether the line kinds say more than key=value pairs read line by line would: two
     kinds of data line (train and validation, per batch and per epoch), or one that states
     its progress as ``i/N``. A log of one line kind reads as it always did."""
+    table, _ = merged(table)
     kinds = [Kind(t) for t in table.values() if is_data(t)]
     kinds = [k for k in kinds if k.fields()]
     # lines that differ in a word only (``[rank0]:``, ``[rank1]:``) are one kind, as Drain
@@ -461,6 +480,7 @@ def read_kinds(table, events, out, run_part=None):
     """The data templates of ``table`` into ``out`` (a :class:`~.series.Read`): each its own
     series, on the steps its lines state, the run part chosen (``run_part``: 1-based; None
     or 0: the last; negative: from the end)."""
+    table, joined = merged(table)
     kinds = [Kind(t) for t in table.values() if is_data(t)]
     kinds = [k for k in kinds if k.fields()]
     once = sum(1 for t in table.values() if len(t.at) == 1)
@@ -484,6 +504,150 @@ def read_kinds(table, events, out, run_part=None):
                     out.add(name, s, v)
     _events(events, primary, lo, hi, out)
     out.caveats.append(_said(kinds, primary, once))
+    out.caveats.extend(joined)
+
+
+# -- templates a word apart --------------------------------------------------------------
+
+# a word of a template's constants, with the brackets and the blank that hug it: what a
+# template without the word lacks (``loss=0.3 (best)`` -> ``loss=0.3``)
+_HUGGED_RE = re.compile(r"[ \t]*[(\[{<]?([A-Za-z_][A-Za-z0-9_]*)[)\]}>!*]?")
+VARIABLE = "<*>"  # the word of a merged template's varying slot, as Drain writes it
+MIN_VARIANTS = 3  # words in one slot, with no counter to say more: a variable
+MAX_COMPARED = 2000  # templates: past this many, those seen once are not compared
+
+
+def merged(table):
+    """``(table, notes)``: ``table`` with each set of templates a word apart that the
+    evidence says are one line kind merged into one (the others as they are), and the
+    merges in words. The evidence (:func:`_one_kind`): a word that names the kind keeps its
+    lines apart; lines that never state the same counter continue one series; lines with no
+    counter are one kind when the word takes :data:`MIN_VARIANTS` values or more."""
+    groups = _word_apart(table)
+    if not groups:
+        return table, []
+    out, notes, parent = dict(table), [], {}
+
+    def root(k):
+        while parent.get(k, k) != k:
+            k = parent[k]
+        return k
+
+    for _, members in groups:
+        words = [w for _, w in members]
+        if any(w is not None and kind_of([w]) for w in words):
+            continue  # Train / Valid, eval / test: the word says the kind
+        if not _one_kind([table[k] for k, _ in members], len(set(words))):
+            for k, w in members:  # kinds side by side (ranks): their series named apart
+                table[k].word = table[k].word or w
+            continue
+        for k, _ in members[1:]:
+            a, b = root(members[0][0]), root(k)
+            if a != b:
+                parent[b] = a
+    sets = {}
+    for k in parent:
+        sets.setdefault(root(k), set()).add(k)
+    for top, keys in sets.items():
+        keys.add(top)
+        ts = sorted((table[k] for k in keys), key=lambda t: -len(t.at))
+        for k in keys:
+            del out[k]
+        m = _merge(ts)
+        out["\x00".join(m.consts)] = m
+        notes.append(
+            "%d line kinds a word apart read as one (%s): their lines continue one series"
+            % (len(ts), ", ".join(repr(mask(t.first.strip())[:60]) for t in ts[:3]))
+        )
+    return out, notes
+
+
+def _word_apart(table):
+    """``[(slot, [(key, word)])]``: the templates with a field whose constants are the same
+    but for one word in one slot (another word there, or none), ``word`` each one's (None:
+    it has none there); the most lines first. The word that names a field is never the
+    one (``loss 0.5`` / ``acc 0.9`` are other fields). A log of many templates (chatter)
+    has its recurring ones compared only."""
+    buckets = {}
+    few = len(table) <= MAX_COMPARED
+    for key, t in table.items():
+        if not t.width or not (few or len(t.at) > 1) or CODE_RE.match(t.first):
+            continue
+        cs = tuple(t.consts)
+        buckets.setdefault(("=",) + cs, []).append((key, None))
+        for j, c in enumerate(cs):
+            for m in _HUGGED_RE.finditer(c):
+                if j < t.width and not _WORD_RE.search(c, m.end()):
+                    continue  # the word that names field j (loss / acc): another field
+                a, b = m.span(1)
+                less = cs[:j] + (c[: m.start()] + c[m.end() :],) + cs[j + 1 :]
+                other = cs[:j] + (c[:a] + VARIABLE + c[b:],) + cs[j + 1 :]
+                buckets.setdefault(("=",) + less, []).append((key, m.group(1)))
+                buckets.setdefault(("~", j) + other, []).append((key, m.group(1)))
+    out = []
+    for bkey, members in buckets.items():
+        if len(members) < 2 or len({k for k, _ in members}) < len(members):
+            continue
+        if bkey[0] == "=" and sum(1 for _, w in members if w is None) != 1:
+            continue  # a deletion: the one without the word and those with one more
+        members.sort(key=lambda m: -len(table[m[0]].at))
+        out.append((bkey[1] if bkey[0] == "~" else None, members))
+    return out
+
+
+def _one_kind(ts, variants):
+    """Whether the templates ``ts`` (a word apart) are one line kind: their counters (the
+    fields their names say count: epoch, step, ``i/N``) never repeat from one to another;
+    with no counter, the word takes :data:`MIN_VARIANTS` values or more."""
+    k = Kind(ts[0])
+    counters = sorted(j for j in k.counters if j is not None)
+    if not counters:
+        return variants >= MIN_VARIANTS
+    seen = set(zip(*(ts[0].column(j) for j in counters)))
+    for t in ts[1:]:
+        if Kind(t).counters != k.counters:
+            return False
+        mine = set(zip(*(t.column(j) for j in counters)))
+        if mine & seen:
+            return False  # the same steps logged by each: kinds side by side (ranks)
+        seen |= mine
+    return True
+
+
+def _merge(ts):
+    """One template of the templates ``ts`` (the most lines first): its lines in the file's
+    order, its constants the first's with the varying word as :data:`VARIABLE`."""
+    first = ts[0]
+    consts = list(first.consts)
+    for t in ts[1:]:
+        for j, (a, b) in enumerate(zip(consts, t.consts)):
+            if a != b:
+                consts[j] = _variable(a, b)
+    m = Template(tuple(consts), first.first)
+    w = first.width
+    rows = _interleave(*(zip(t.at, _all_rows(t)) for t in ts), key=itemgetter(0))
+    for i, row in rows:
+        m.at.append(i)
+        m.rows.append(list(row[:w]))
+    return m
+
+
+def _all_rows(t):
+    """Every line's fields of template ``t``, as text (a block's lines by one regex pass)."""
+    for seg in t.segs:
+        yield from t._rows(seg)
+
+
+def _variable(a, b):
+    """The constant ``a`` with the word where ``b`` differs (or lacks it) as the variable."""
+    for m in _HUGGED_RE.finditer(a):
+        x, y = m.span(1)
+        if a[: m.start()] + a[m.end() :] == b or any(
+            a[:x] + VARIABLE + a[y:] == b[: n.start(1)] + VARIABLE + b[n.end(1) :]
+            for n in _HUGGED_RE.finditer(b)
+        ):
+            return a[:x] + VARIABLE + a[y:]
+    return a
 
 
 def _span(k, lo, hi):
@@ -659,9 +823,12 @@ def _align(k, primary, e0):
 
 def _name_series(kinds, primary):
     """Each field's series name: ``train/``, ``val/``, ``test/`` unless its name says its
-    kind itself; ``epoch/`` for a kind once per epoch beside a finer one of its kind."""
+    kind itself; ``epoch/`` for a kind once per epoch beside a finer one of its kind; a
+    kind kept apart from one a word away (``[rank1]``) that would share a name with it
+    gets its word (``train/loss_rank1``; the primary kind keeps the plain name)."""
     fine = {k.kind for k in kinds if k.step is not None or k.progress is not None}
-    for k in kinds:
+    taken = set()
+    for k in sorted(kinds, key=lambda k: k is not primary):
         coarse = k.kind in fine and k.step is None and k.progress is None
         k.series = []
         for j, name in k.fields():
@@ -669,6 +836,9 @@ def _name_series(kinds, primary):
             full = name if own else "%s/%s" % (k.kind, name)
             if coarse:
                 full = "epoch/" + full
+            if full in taken and k.t.word:  # ``[rank1]`` beside ``[rank0]``: its own
+                full = "%s_%s" % (full, k.t.word.lower())
+            taken.add(full)
             k.series.append((j, full))
 
 

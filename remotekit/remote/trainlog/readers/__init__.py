@@ -110,7 +110,7 @@ READERS = tuple(sorted((cls() for cls in DEFINED), key=lambda r: (r.ORDER, r.FOR
 FALLBACK = next(r for r in READERS if r.FALLBACK)  # what no other reader claims
 SURE = 1.0
 # what --follow follows, in words (its refusal of any other format says them)
-FOLLOWED = "JSON lines, CSV, text logs, TensorBoard event files"
+FOLLOWED = "JSON lines, CSV, text logs, key/value table consoles, TensorBoard event files"
 
 
 def claimants(src):

@@ -9,11 +9,19 @@ import gc
 import re
 from array import array
 from collections import Counter
-from itertools import chain, compress, repeat
+from itertools import chain, compress, dropwhile, repeat
 from operator import itemgetter
 
 from ..base import MISSING, LogError
-from ..source import HEAD_ROWS, Lines, LineTail, first_line, head_lines, number_column
+from ..source import (
+    HEAD_ROWS,
+    MAX_LINE,
+    Lines,
+    LineTail,
+    first_line,
+    head_lines,
+    number_column,
+)
 from . import Reader
 
 #: A header cell as trainers name their columns: train/box_loss, metrics/mAP50-95(B), lr-AdamW@0
@@ -34,7 +42,7 @@ class Csv(Reader):
 
     def sniff(self, head):
         """Weak: a first line of names, split by commas or tabs, as wide as the next line."""
-        lines = head.lines
+        lines = list(dropwhile(_comment, head.lines))  # SB3's Monitor: a #{...} line first
         if not lines:
             return 0.0
         first = lines[0]
@@ -59,7 +67,19 @@ class Csv(Reader):
         """What ``--follow`` keeps of a growing CSV: its latest complete lines, its header line
         in front of them however the window moves (the follow begins past it)."""
         header, end = first_line(f)
+        while _comment(header.decode("utf-8", "replace")):
+            line = f.readline(MAX_LINE)
+            if not line:
+                break
+            if line.strip():
+                header, end = (line if line.endswith(b"\n") else line + b"\n"), f.tell()
         return LineTail(header, end)
+
+
+def _comment(line):
+    """A comment line before the header: stable-baselines3's Monitor writes ``#`` and a
+    JSON object (its start time, the environment) above ``r,l,t``."""
+    return line.lstrip("\ufeff").startswith("#")
 
 
 def _dialect(keys):
@@ -76,7 +96,7 @@ def _read(src, out):
     pending = []
     for block in blocks:
         for i, ln in enumerate(block):
-            if ln.strip():
+            if ln.strip() and not _comment(ln):
                 first = ln.lstrip("\ufeff")
                 pending = block[i + 1 :]
                 break
