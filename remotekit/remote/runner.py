@@ -806,6 +806,27 @@ def zygote_main(pipe, value_fd):
         os._exit(code & 0xFF)
 
 
+def settle(cwd, env):
+    """A script's or a call's process: the step's cwd and env, and text streams over fds 0-2
+    (stdout and stderr unbuffered, stderr never failing on what it cannot encode)."""
+    if cwd:
+        os.chdir(cwd)
+    set_environ(env)
+    import io
+
+    enc = sys.stdout.encoding if sys.stdout else "utf-8"
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), encoding=enc, write_through=True
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False),
+        encoding=enc,
+        errors="backslashreplace",
+        write_through=True,
+    )
+
+
 def run_script(path, args, cwd, env):
     """In the zygote: the child's own session, its stdin (/dev/null or the caller's), unbuffered stdout/stderr,
     the step's env and cwd, and the script as ``__main__``. Returns the exit status."""
@@ -815,22 +836,7 @@ def run_script(path, args, cwd, env):
         for s in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        if cwd:
-            os.chdir(cwd)
-        set_environ(env)
-        import io
-
-        enc = sys.stdout.encoding if sys.stdout else "utf-8"
-        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-        sys.stdout = io.TextIOWrapper(
-            io.FileIO(1, "w", closefd=False), encoding=enc, write_through=True
-        )
-        sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False),
-            encoding=enc,
-            errors="backslashreplace",
-            write_through=True,
-        )
+        settle(cwd, env)
         sys.argv = [path] + list(args)
         sys.path[0] = os.path.dirname(path)
         run_main(path)
@@ -1920,22 +1926,7 @@ def executor_main(sock, recv, env, cwd):
             os.closerange(low, fd)
             low = fd + 1
         os.closerange(low, 1 << 16)
-        if cwd:
-            os.chdir(cwd)
-        set_environ(env)
-        import io
-
-        enc = sys.stdout.encoding if sys.stdout else "utf-8"
-        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-        sys.stdout = io.TextIOWrapper(
-            io.FileIO(1, "w", closefd=False), encoding=enc, write_through=True
-        )
-        sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False),
-            encoding=enc,
-            errors="backslashreplace",
-            write_through=True,
-        )
+        settle(cwd, env)
         run = None
         while True:
             data, fds = recv(sock, 1 << 16, 4)
