@@ -51,6 +51,32 @@ def run(*args: str, script: Path = SCRIPT, prefix: tuple[str, ...] = ()) -> Run:
     return Run(proc)
 
 
+# A process of its own between the test and the script: its RUSAGE_CHILDREN peak is the
+# script's tree alone (the test process's own holds the largest child any earlier test reaped).
+_MARK = "remotekit-test-peak-rss="
+_PEAK = f"""\
+import resource, subprocess, sys
+code = subprocess.call(sys.argv[1:])
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+sys.stderr.write("\\n{_MARK}%d\\n" % peak)
+sys.exit(code)
+"""
+
+
+def run_measured(*args: str, timeout: float = 240) -> tuple[Run, int]:
+    """``run(*args)`` and the peak resident memory (bytes) of the script and its children."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK, sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    err, _, peak = proc.stderr.rpartition(_MARK)
+    assert peak.strip().isdigit(), proc.stderr
+    proc.stderr = err.removesuffix("\n")
+    return Run(proc), int(peak)
+
+
 # ------------------------------------------------------ the far side without torch or NumPy
 
 PATHS = ["numpy", "stdlib"]  # the value checker's two ways: with NumPy, or without it

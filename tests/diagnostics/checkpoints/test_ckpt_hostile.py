@@ -3,7 +3,7 @@ nothing hangs, nothing grows without bound.
 
 Each case failed before its fix: repacked (deflated) zips and damaged safetensors layouts
 scanned "clean", a glob through two symlink loops never ended, and every file cost a full
-``gc.collect()``. Peak memory is measured on the script's process tree (``wait4``).
+``gc.collect()``. Peak memory is measured on the script's process tree (``run_measured``).
 """
 
 from __future__ import annotations
@@ -23,34 +23,11 @@ from remotekit.remote.ckpt.base import import_torch
 from remotekit.remote.ckpt.check import BIG_FILE, _collect_if_needed, scan_item
 from remotekit.remote.ckpt.discover import _file_item
 from tests import ckpt_factory as cf
-from tests.ckpt_kit import SCRIPT, Run, run
+from tests.ckpt_kit import SCRIPT, Run, run, run_measured
 
 pytestmark = pytest.mark.timeout(90)
 
 MiB = 1 << 20
-
-
-def scan_bounded(*args: str, timeout: float = 60) -> tuple[Run, int]:
-    """Run a scan; (its records, peak RSS in bytes of the script and its worker)."""
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "scan", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        proc.kill()
-    _, _, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
-    peak = usage.ru_maxrss * 1024 if usage else _children_peak()
-    return Run(subprocess.CompletedProcess(proc.args, proc.returncode, out, err)), peak
-
-
-def _children_peak() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 
 
 # ------------------------------------------------------------------ wrong but "clean" before
@@ -101,7 +78,7 @@ def test_absurd_safetensors_sizes_cost_no_memory(tmp_path: Path) -> None:
         {"w": {**ST_F32, "shape": [huge], "data_offsets": [0, 4 * huge]}},
         64,
     )
-    r, peak = scan_bounded(str(p))
+    r, peak = run_measured("scan", str(p), timeout=60)
     assert r.by_path[str(p)]["status"] == "error"
     assert "past the end of the file" in r.by_path[str(p)]["error"]
     assert peak < 600 * MiB, f"peak RSS {peak / MiB:.0f} MiB"
@@ -124,7 +101,7 @@ def looped(tmp_path: Path) -> Path:
 
 
 def test_a_glob_through_two_symlink_loops_ends_and_visits_each_file_once(looped: Path) -> None:
-    r, peak = scan_bounded(str(looped / "**" / "*.pt"))
+    r, peak = run_measured("scan", str(looped / "**" / "*.pt"), timeout=60)
     assert r.code == 0, r.stderr
     found = sorted(os.path.realpath(p) for p in r.by_path)
     assert found == sorted(str(looped / d / "x.pt") for d in ("a", "b"))

@@ -18,15 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.ckpt_kit import SCRIPT, run
+from tests.ckpt_kit import SCRIPT, run, run_measured
 
 pytestmark = pytest.mark.timeout(240)
-
-_PEAK = """\
-import resource, subprocess, sys
-subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=False)
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
-"""
 
 
 def _torch_bytes(obj: object) -> bytes:
@@ -45,14 +39,7 @@ def _save(path: Path, members: dict[str, bytes], packed: bool = False) -> Path:
 
 def _peak_rss(*args: str) -> int:
     """The peak resident memory (bytes) of ``ckpt.py ARGS`` in a process of its own."""
-    out = subprocess.run(
-        [sys.executable, "-c", _PEAK, sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=True,
-    )
-    return int(out.stdout.split()[-1])
+    return run_measured(*args, timeout=200)[1]
 
 
 def test_a_large_member_is_scanned_in_bounded_memory(tmp_path: Path) -> None:
