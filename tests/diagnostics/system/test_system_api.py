@@ -218,19 +218,36 @@ def live_children(pid: int) -> list[int]:
     return found
 
 
+def holding_torch(pid: int) -> list[int]:
+    """The live children of ``pid`` that have torch's libraries mapped (the agent's warm
+    process; its other children, a spare runner or a call's worker, do not)."""
+    found = []
+    for child in live_children(pid):
+        try:
+            maps = Path(f"/proc/{child}/maps").read_text()
+        except OSError:
+            continue
+        if "libtorch" in maps:
+            found.append(child)
+    return found
+
+
 def test_with_the_agent_only_gpu_and_env_ask_for_torch(bin_dir: Path, tmp_path: Path) -> None:
     """A step that asks for torch starts the agent's warm process (a child that imports torch
     once and stays); disk and procs must not start it: they do not use torch. (About the
-    agent: one path only.)"""
+    agent: one path only.) The agent keeps other children between steps (the next step's
+    runner, forked ahead), so the warm process is told by what it has mapped: the target's
+    Python is this one, with torch."""
     env = smi_env(bin_dir)
-    with make_notorch(tmp_path, agent=True) as t:
+    (tmp_path / "work").mkdir()
+    with open_local(True, workdir=str(tmp_path / "work")) as t:
         agent = int(t.run(["sh", "-c", "awk '{print $4}' /proc/$PPID/stat"]).stdout)
         system.disk_usage(t, [str(tmp_path)], env=env)
         system.processes(t, env=env)
-        wait_for("the steps' runners gone", lambda: live_children(agent) == [], timeout=10)
+        assert holding_torch(agent) == []
         system.environment(t, env=env)
         system.gpu_status(t, env=env)
-        wait_for("one warm process", lambda: len(live_children(agent)) == 1, timeout=10)
+        wait_for("one warm process", lambda: len(holding_torch(agent)) == 1, timeout=10)
 
 
 # --------------------------------------------------------------------------- diagnose
