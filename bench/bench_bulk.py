@@ -19,12 +19,17 @@ Then the caller's side alone (``--raw``): one exec channel carrying N MB to ``ca
 OpenSSH's ``ssh`` binary over the ControlMaster, each with its own cipher choice and with
 ``-c aes128-gcm@openssh.com`` (paramiko's first choice): which one to use for bulk streams.
 
+Pull bodies (``--pull``): ``t.get(DIR, local)`` of a directory there (a pull: list, then one
+read step whose bodies come as raw frames) of 100 x 1 MB files and of 1 x 100 MB, into an
+empty local directory each run, against the bare ``ssh -S ctl host 'lxc-attach ... -- tar -C
+DIR -c .' | tar -C local -x`` in the same run (issue 34, item 3).
+
 Memory (``--big``, MB; default 1024): the same put and get of a ``--big`` file, each in a
 fresh Python process here whose peak RSS (``ru_maxrss``) is read when it exits, and the peak
 RSS (VmHWM) of every process there under ``lxc-attach`` while it runs, against the same for
 a 1 MB file: the growth must stay below 64 MB.
 
-Run: .venv/bin/python bench/bench_bulk.py [--mb 100] [--runs 7] [--big 1024] [--raw]
+Run: .venv/bin/python bench/bench_bulk.py [--mb 100] [--runs 7] [--big 1024] [--raw] [--pull]
 (as root, with LXC installed: see .ci/run; writes bench/results/bulk.json)
 """
 
@@ -114,15 +119,20 @@ def ticks(root: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def timed(fns: dict[str, Any], runs: int, roots: list[int]) -> dict[str, float]:
+def timed(
+    fns: dict[str, Any], runs: int, roots: list[int], before: Any = lambda: None
+) -> dict[str, float]:
     """p50 wall seconds (``name``) and CPU seconds of both ends (``name_cpu``) of each of
-    ``fns``, taking turns run after run, after one warm call each."""
+    ``fns``, taking turns run after run, after one warm call each; ``before()`` runs, not
+    timed, before each call."""
     for fn in fns.values():
+        before()
         fn()
     wall: dict[str, list[float]] = {k: [] for k in fns}
     cpu: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(runs):
         for k, fn in fns.items():
+            before()
             c0, t0 = sum(map(ticks, roots)), time.perf_counter()
             fn()
             wall[k].append(time.perf_counter() - t0)
@@ -218,6 +228,43 @@ def raw(server: SSHServer, cm: list[str], hop: list[str], work: Path, mb: int, r
         t.close()
 
 
+def pulls(
+    t: Any, cm: list[str], hop: list[str], work: Path, runs: int, roots: list[int]
+) -> dict[str, Any]:
+    """A directory pulled (``t.get``) against the bare ``tar c | tar x`` pipe: 100 x 1 MB
+    and 1 x 100 MB, each into an empty local directory."""
+    make = (
+        "mkdir -p /tmp/pull-many /tmp/pull-one && for i in $(seq 100); do "
+        "head -c 1048576 /dev/urandom > /tmp/pull-many/f$i; done && "
+        "head -c 104857600 /dev/urandom > /tmp/pull-one/big"
+    )
+    subprocess.run([*cm, join([*hop, "sh", "-c", make])], check=True)
+    out: dict[str, Any] = {}
+    for name, files in (("many", 100), ("one", 1)):
+        there = f"/tmp/pull-{name}"
+        dest = work / f"pulled-{name}"
+
+        def fresh(dest: Path = dest) -> None:
+            shutil.rmtree(dest, ignore_errors=True)
+            dest.mkdir()
+
+        def ours(there: str = there, dest: Path = dest, n: int = files) -> None:
+            r = t.get(there, dest / "x")
+            assert len(r.sent) == n, r
+
+        def bare(there: str = there, dest: Path = dest) -> None:
+            (dest / "x").mkdir()
+            far = subprocess.Popen(
+                [*cm, join([*hop, "tar", "-C", there, "-c", "."])], stdout=subprocess.PIPE
+            )
+            subprocess.run(["tar", "-C", str(dest / "x"), "-x"], stdin=far.stdout, check=True)
+            assert far.wait() == 0
+
+        m = timed({"pull_s": ours, "bare_pull_s": bare}, runs, roots, fresh)
+        out[name] = m
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -226,6 +273,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--big", type=int, default=1024, help="MB for the memory check (0: skip)")
     ap.add_argument("--raw", action="store_true", help="also paramiko vs the ssh binary")
+    ap.add_argument("--pull", action="store_true", help="only the pull suite (issue 34, 3)")
     args = ap.parse_args()
     why = runtimes.missing("lxc")
     if why is not None:
@@ -267,6 +315,14 @@ def main() -> int:
                 subprocess.run([*cm, join([*hop, "cat", "/tmp/src"])], stdout=f, check=True)
 
         assert server.proc is not None
+        if args.pull:
+            figures["pull"] = pulls(t, cm, hop, work, args.runs, [os.getpid(), server.proc.pid])
+            figures["load"] = os.getloadavg()
+            report_pull(figures)
+            out = ROOT / "bench" / "results"
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "bulk-pull.json").write_text(json.dumps(figures, indent=2) + "\n")
+            return 0
         medians = timed(
             {
                 "put_s": lambda: t.put(blob, "/tmp/put"),
@@ -325,6 +381,17 @@ def report(f: dict[str, Any], args: argparse.Namespace) -> None:
         print()
         for k, v in f["raw"].items():
             print(f"raw {k:20s} {v * 1000:8.1f} ms  {mb / v:6.0f} MB/s")
+    print(f"load average {f['load'][0]:.1f} {f['load'][1]:.1f} {f['load'][2]:.1f} (2 cores)")
+
+
+def report_pull(f: dict[str, Any]) -> None:
+    for name, label in (("many", "100 x 1 MB"), ("one", "1 x 100 MB")):
+        m = f["pull"][name]
+        print(
+            f"pull {label}: remotekit {m['pull_s'] * 1000:.0f} ms "
+            f"(CPU {m['pull_cpu_s']:.2f} s), tar pipe {m['bare_pull_s'] * 1000:.0f} ms "
+            f"(CPU {m['bare_pull_cpu_s']:.2f} s): {m['pull_s'] / m['bare_pull_s']:.2f}x"
+        )
     print(f"load average {f['load'][0]:.1f} {f['load'][1]:.1f} {f['load'][2]:.1f} (2 cores)")
 
 

@@ -257,7 +257,8 @@ class StepRequest:
     show, ``step`` its name in errors; ``timeout`` None means the host's ``timeouts.step``;
     ``env`` and ``cwd`` go on top of the launch's; ``check``: a non-zero exit raises
     :class:`StepFailed`. ``stdout_sink`` takes the raw stdout after the runner's marker line
-    (``get``); ``info`` receives the runner's ``file`` record (``get``). ``at``: run it with
+    (``get``), or after the line ``marker`` when the step's script prints one (a pull's
+    ``read``); ``info`` receives the runner's ``file`` record (``get``). ``at``: run it with
     ``python`` inside only the first ``at`` hops of the chain (:meth:`Engine.launch_at
     <remotekit.engine.Engine.launch_at>`), as a process of its own; None: the target's launch.
     ``stdin``: what the step reads on its stdin (pieces of bytes, :func:`stdin_source`: sent
@@ -278,6 +279,7 @@ class StepRequest:
     on_output: OutputCallback | None = None
     capture: bool = True
     stdout_sink: Callable[[bytes], Any] | None = None
+    marker: str | None = None
     info: dict[str, Any] | None = None
     at: int | None = None
     python: str = "python3"
@@ -647,7 +649,7 @@ class StepRun:
         may be (from the end of what came before on); past MAX_LINE without it, what came is
         passed on as lines, in pieces, as any output: a far side that never sends it is
         held to a line's bound."""
-        buf, marker = self.out.buf, self.nonce.encode() + b"\n"
+        buf, marker = self.out.buf, (self.request.marker or self.nonce).encode() + b"\n"
         start = max(0, len(buf) - len(marker) + 1)
         buf += data
         at = buf.find(marker, start)

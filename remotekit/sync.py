@@ -25,15 +25,15 @@ pass its lines (``read_patterns(".gitignore")``) or ``--exclude-from .gitignore`
 
 from __future__ import annotations
 
-import base64
 import json
 import os
+import secrets
 import shutil
 import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -217,15 +217,21 @@ def _records(
     step: str,
     timeout: float | None,
     on_record: Callable[[dict[str, Any]], bool] | None = None,
+    frames: _Frames | None = None,
 ) -> list[dict[str, Any]]:
-    """The records of one step of the shipped script; those ``on_record`` takes (returns
-    True for) are handed to it as they come and not kept. A line that is no record of
-    the script's ends the step with an error naming it."""
+    """The records of one step of the shipped script (lines; ``frames``, read: its frames);
+    those ``on_record`` takes (returns True for) are handed to it as they come and not
+    kept. A line that is no record of the script's ends the step with an error naming it."""
     records: list[dict[str, Any]] = []
     stray: list[str] = []
 
+    def take(record: Any) -> None:
+        record = record if isinstance(record, dict) else {"type": "?"}
+        if on_record is None or not on_record(record):
+            records.append(record)
+
     def sink(stream: str, line: str) -> None:
-        if stream == "stdout" and line.startswith("{"):
+        if stream == "stdout" and line.startswith("{") and frames is None:
             try:
                 record = json.loads(line)
             except ValueError:
@@ -234,10 +240,7 @@ def _records(
                     host=engine.name,
                     step=step,
                 ) from None
-            if not isinstance(record, dict):
-                record = {"type": "?"}
-            if on_record is None or not on_record(record):
-                records.append(record)
+            take(record)
         elif stream == "stderr":
             stray.append(line)
 
@@ -253,6 +256,8 @@ def _records(
         on_output=sink,
         capture=False,
     )
+    if frames is not None:
+        request = frames.attach(request, take)
     result = run_step(engine, request)
     if not records or records[-1].get("type") != "done":
         tail = quote_tool(stray)
@@ -261,6 +266,8 @@ def _records(
             host=engine.name,
             step=step,
         )
+    if frames is not None:
+        frames.close()
     return records
 
 
@@ -810,10 +817,10 @@ def _pull_plan(
 
 
 class _Bodies:
-    """The ``body``/``read`` records of one read step, written to the staging directory as
-    :func:`_batch_plan` lays them out (small ones one after the other in ``pack``, large ones
-    each in ``d/<n>``), checked: in the order asked, never more bytes than listed; a file
-    that came short is padded and flagged, as a push flags one (``ok``)."""
+    """The bodies of one read step, written to the staging directory as :func:`_batch_plan`
+    lays them out (small ones one after the other in ``pack``, large ones each in
+    ``d/<n>``), checked: in the order asked, never more bytes than listed; a file that came
+    short is padded and flagged, as a push flags one (``ok``)."""
 
     def __init__(self, staging: Path, order: list[str], there: dict[str, Entry], packed: int):
         self.staging, self.order, self.there, self.packed = staging, order, there, packed
@@ -822,24 +829,38 @@ class _Bodies:
         (staging / "d").mkdir()
         self.pack = (staging / "pack").open("wb")
         self.out = self.pack if packed else None
+        self.progress: _Progress | None = None
+
+    def body(self, n: int, length: int) -> None:
+        """A frame of ``length`` bytes of file ``n`` begins: refused unless ``n`` is the
+        file whose bytes come now and it has that many left to come."""
+        if n != self.n or n >= len(self.order):
+            raise ValueError(f"bytes for file {n}, not {self.n}")
+        if length > self.left:
+            raise ValueError(
+                f"more bytes than listed for {self.order[n]!r} ({length} more, {self.left} left)"
+            )
+
+    def write(self, data: memoryview) -> None:
+        if self.out is None:
+            self._next_file()
+        assert self.out is not None
+        self.out.write(data)
+        self.left -= len(data)
+        if self.progress is not None:
+            self.progress.add(len(data))
 
     def record(self, r: dict[str, Any], progress: _Progress) -> bool:
-        kind = r.get("type")
-        if kind not in ("body", "read"):
+        if r.get("type") != "read":
             return False
         if r.get("n") != self.n or self.n >= len(self.order):
-            raise ValueError(f"a {kind} record for file {r.get('n')!r}, not {self.n}")
-        if kind == "body":
-            data = base64.b64decode(r["b"], validate=True)
-            if len(data) > self.left:
-                raise ValueError(f"more bytes than listed for {self.order[self.n]}")
-            self._write(data)
-            progress.add(len(data))
-            return True
+            raise ValueError(f"a read record for file {r.get('n')!r}, not {self.n}")
         whole = self.left == 0 and r.get("ok") is True
         progress.add(self.left)
         if self.n < self.packed:  # came short: padded (the pack's offsets), never installed
-            self._write(bytes(self.left))
+            self.progress, left = None, self.left
+            self.write(memoryview(bytes(left)))
+            self.progress = progress
         self.ok[self.n] = ord("1") if whole else ord("0")
         self.n += 1
         if self.n < len(self.order):
@@ -853,17 +874,89 @@ class _Bodies:
             self.out.close()
         self.out = (self.staging / "d" / str(self.n)).open("wb")
 
-    def _write(self, data: bytes) -> None:
-        if self.out is None:
-            self._next_file()
-        assert self.out is not None
-        self.out.write(data)
-        self.left -= len(data)
-
     def close(self) -> None:
         if self.out is not None and self.out is not self.pack:
             self.out.close()
         self.pack.close()
+
+
+class _Frames:
+    """What a read step sends on stdout after its marker line: frames (``remote/sync.py``'s
+    ``frame_head``: kind, file, length), decoded as the bytes come, each checked from its
+    head before its payload is taken: a body frame's bytes go to :class:`_Bodies` as they
+    come (no copy, no decoding), a record frame (at most ``RECORD_FRAME`` bytes) is one JSON
+    record for ``take``; any other kind, a body longer than the file has left, or bytes past
+    the ``done`` record are a ValueError that stops the step."""
+
+    def __init__(self, bodies: _Bodies):
+        self.bodies = bodies
+        self.marker = "remotekit-sync-" + secrets.token_hex(8)
+        self.take: Callable[[Any], None] = lambda record: None
+        self.head = bytearray()
+        self.kind: bytes | None = None
+        self.left = 0
+        self.record = bytearray()
+        self.done = False
+
+    def attach(self, request: StepRequest, take: Callable[[Any], None]) -> StepRequest:
+        """``request`` (the read step) with its stdout after the marker line fed here, its
+        relay there made for bulk bytes, and the records in the frames handed to ``take``."""
+        self.take = take
+        header = replace(request.header, bulk=True)
+        return replace(request, header=header, stdout_sink=self.feed, marker=self.marker)
+
+    def feed(self, data: bytes) -> None:
+        view, at = memoryview(data), 0
+        while at < len(view):
+            if self.kind is None:
+                need = wire.FRAME.size - len(self.head)
+                self.head += view[at : at + need]
+                at += need
+                if len(self.head) < wire.FRAME.size:
+                    return
+                self._begin(*wire.FRAME.unpack(self.head))
+                self.head.clear()
+            piece = view[at : at + self.left]
+            at += len(piece)
+            self.left -= len(piece)
+            if self.kind == wire.BODY:
+                self.bodies.write(piece)
+            else:
+                self.record += piece
+            if self.left == 0:
+                self._end()
+
+    def _begin(self, kind: bytes, n: int, length: int) -> None:
+        if self.done:
+            raise ValueError("bytes after the done record")
+        if kind == wire.BODY:
+            if not 0 < length <= wire.READ_FRAME:
+                raise ValueError(f"a body frame of {length} bytes (1 to {wire.READ_FRAME})")
+            self.bodies.body(n, length)
+        elif kind == wire.RECORD:
+            if length > wire.RECORD_FRAME:
+                raise ValueError(f"a record of {length} bytes (at most {wire.RECORD_FRAME})")
+        else:
+            raise ValueError(f"a frame of unknown kind {kind!r}")
+        self.kind, self.left = kind, length
+        if length == 0:
+            self._end()
+
+    def _end(self) -> None:
+        if self.kind == wire.RECORD:
+            try:
+                record = json.loads(bytes(self.record).decode("utf-8"))
+            except ValueError:
+                raise ValueError(f"not a record of sync.py: {bytes(self.record[:80])!r}") from None
+            self.record.clear()
+            self.done = isinstance(record, dict) and record.get("type") == "done"
+            self.take(record)
+        self.kind = None
+
+    def close(self) -> None:
+        """The step ended: a frame cut off in the middle is an error."""
+        if self.kind is not None or self.head:
+            raise ValueError("the bodies stopped in the middle of a frame")
 
 
 def _fetch_and_apply(
@@ -885,9 +978,12 @@ def _fetch_and_apply(
     staging = Path(tempfile.mkdtemp(prefix=wire.TEMP_PREFIX, dir=root))
     try:
         bodies = _Bodies(staging, order, there, packed)
+        bodies.progress = progress
         try:
             if order:
-                asked = [[rel, there[rel].size, there[rel].mtime_ns] for rel in order]
+                frames = _Frames(bodies)
+                files = [[rel, there[rel].size, there[rel].mtime_ns] for rel in order]
+                asked = {"files": files, "marker": frames.marker}
                 _records(
                     engine,
                     "read",
@@ -896,6 +992,7 @@ def _fetch_and_apply(
                     f"sync read {src}",
                     timeout,
                     on_record=lambda r: bodies.record(r, progress),
+                    frames=frames,
                 )
                 if bodies.n != len(order):
                     raise ValueError(f"{len(order) - bodies.n} file(s) never sent")

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,38 @@ def run_measured(*args: str, timeout: float = 240) -> tuple[Run, int]:
     assert peak.strip().isdigit(), proc.stderr
     proc.stderr = err.removesuffix("\n")
     return Run(proc), int(peak)
+
+
+# ------------------------------------------------------------------ archives that lie
+
+
+def _central(data: bytearray, name: str) -> int:
+    """The offset of ``name``'s central directory entry in the archive ``data``."""
+    at = 0
+    while True:
+        at = data.index(b"PK\x01\x02", at)
+        nlen = struct.unpack_from("<H", data, at + 28)[0]
+        if data[at + 46 : at + 46 + nlen] == name.encode():
+            return at
+        at += 4
+
+
+def patch_zip(path: Path, name: str, *, size: int | None = None, offset: int | None = None) -> None:
+    """Make the central directory lie about ``name``: its unpacked size (both sizes of a
+    stored member, in the local header too), or where its local header is."""
+    data = bytearray(path.read_bytes())
+    at = _central(data, name)
+    local = struct.unpack_from("<I", data, at + 42)[0]
+    if size is not None:
+        stored = struct.unpack_from("<H", data, at + 10)[0] == zipfile.ZIP_STORED
+        struct.pack_into("<I", data, at + 24, size)
+        struct.pack_into("<I", data, local + 22, size)
+        if stored:
+            struct.pack_into("<I", data, at + 20, size)
+            struct.pack_into("<I", data, local + 18, size)
+    if offset is not None:
+        struct.pack_into("<I", data, at + 42, offset)
+    path.write_bytes(bytes(data))
 
 
 # ------------------------------------------------------ the far side without torch or NumPy

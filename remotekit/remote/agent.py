@@ -90,15 +90,15 @@ PIECE = 1 << 18
 WINDOW = 1 << 20
 #: The most of one step's output the caller may hold that it has not credited: the agent reads
 #: a step's pipes while less than WINDOW is, one read from each a turn: of CHUNK, or of PIECE
-#: from a get's stdout (its file's bytes: large frames, a quarter of the turns).
+#: from a get's stdout or a bulk step's (file bytes: large frames, a quarter of the turns).
 MOST_UNACKED = WINDOW + PIECE + CHUNK
 #: The most one read of the channel takes in (a put's payload comes in PIECE frames).
 READ = 1 << 20
-#: A pipe that carries a put's or a get's bytes is made this large (F_SETPIPE_SZ, Linux; at
-#: most /proc/sys/fs/pipe-max-size, 1 MiB by default): a 64 KiB pipe costs the agent and the
+#: A pipe that carries a put's or a get's bytes (or a bulk step's stdout) is made large: the
+#: runner's ``widen`` (its BULK_PIPE, 1 MiB; F_SETPIPE_SZ, Linux; at most
+#: /proc/sys/fs/pipe-max-size, 1 MiB by default): a 64 KiB pipe costs the agent and the
 #: runner a turn of their loops per 64 KiB. Only those: a user's pipes share a quota
 #: (pipe-user-pages-soft), so an agent that never moves a file widens none.
-BULK_PIPE = 1 << 20
 #: How long a step's output and stdin credits wait for more to go with them in one write
 #: (a step's ready, started and exit lines and its X are then one message through the hops:
 #: each write is a packet, and a wake of every process and thread on the way to the caller).
@@ -186,17 +186,6 @@ def frames(buf, kinds):
                 "a %r frame whose payload is not a decimal number: %r" % (kind, payload)
             )
         yield kind, sid, payload
-
-
-def widen(fd):
-    """Make the pipe ``fd`` BULK_PIPE large, where the system lets us (best effort: anything
-    but a Linux pipe, or a user past its pipe quota, keeps its size)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), BULK_PIPE)
-    except (ImportError, OSError):
-        pass
 
 
 def write_all(fd, data):
@@ -615,6 +604,7 @@ class Agent(object):
         self.read_header = runner["read_header"]  # the header's fields: the runner's table
         self.runs_script = runner["runs_script"]
         self.step_env, self.set_environ = runner["step_env"], runner["set_environ"]
+        self.widen = runner["widen"]  # a pipe that carries bulk bytes, made large
         self.runner = runner  # each step's child runs its entry(), defined once here
         freeze()
 
@@ -647,11 +637,11 @@ class Agent(object):
             os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
         if header["op"] == "put":  # its bytes: on the channel, then the step's stdin
-            widen(0)
-            widen(in_w)
-        elif header["op"] == "get":  # on the step's stdout, then the channel
-            widen(out_r)
-            widen(1)
+            self.widen(0)
+            self.widen(in_w)
+        elif header["op"] == "get" or header["bulk"]:  # on the step's stdout, then the channel
+            self.widen(out_r)
+            self.widen(1)
             step.reads[out_r] = PIECE
         step.warm = key if pid is None else None
         step.grace = float(header["grace"] or 1.0)

@@ -93,6 +93,10 @@ READY, STARTED, FILE, EXIT, MISSING, PACKAGE, TAKEN, VALUE = (
     "stdin",
     "value",
 )
+#: A pipe that carries bulk bytes (a bulk step's stdout here; a put's, a get's in the agent,
+#: which borrows ``widen``) is made this large (F_SETPIPE_SZ, Linux; where the system
+#: refuses, it keeps its size).
+BULK_PIPE = 1 << 20
 #: Raw bytes of a step's value one "value" control line carries (base64: 4/3 of it, well
 #: within the caller's longest line).
 VALUE_PIECE = 3 << 16
@@ -155,7 +159,9 @@ class StepHeader(object):
     ``value`` bytes) comes back on its own control lines, apart from its output (a call's
     returned value, remotekit.call). ``worker``: the step is a call an agent may run in a
     warm worker that stays between calls (remotekit.remote.agent.Worker); a runner of its own
-    runs it as any script.
+    runs it as any script. ``bulk`` (exec): the step's stdout carries bulk bytes (a pull's
+    file bodies, remotekit.sync): relayed as a get's file is, through pipes made BULK_PIPE
+    large and read CHUNK at a time.
     """
 
     op: "Literal['exec', 'put', 'get']" = "exec"
@@ -184,6 +190,7 @@ class StepHeader(object):
     stdin: "bool" = False
     value: "int" = 0
     worker: "bool" = False
+    bulk: "bool" = False
 
     def encode(self):
         # type: () -> bytes
@@ -1036,6 +1043,17 @@ class StepInput(object):
         return control_line(TAKEN, data)
 
 
+def widen(fd):
+    """Make the pipe ``fd`` BULK_PIPE large, where the system lets us (best effort: anything
+    but a Linux pipe, or a user past its pipe quota, keeps its size)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), BULK_PIPE)
+    except (ImportError, OSError):
+        pass
+
+
 class Relay(object):
     """One loop, no thread, for what a running step needs watched: its stdout and stderr
     relayed to ours as they come, EOF on our stdin (the caller is gone), and a wake pipe
@@ -1046,8 +1064,15 @@ class Relay(object):
     read holds back the step (its pipe fills: what is waiting to go out stops the reading
     of that pipe), never the loop, which still sees EOF, the deadline and the stop."""
 
-    def __init__(self, outputs, stdin, takes_stdin=False, value=0):
+    def __init__(self, outputs, stdin, takes_stdin=False, value=0, bulk=False):
         import select
+
+        # what one read of the step's stdout takes: a bulk step's (header "bulk") in a pipe
+        # made as large, so a relay costs a turn of this loop per CHUNK, not per 64 KiB
+        self.out_read = CHUNK if bulk else 1 << 16
+        if bulk:
+            widen(outputs.out_r)
+            widen(1)
 
         os.close(outputs.out_w)  # the step holds them now: EOF once every writer is gone
         os.close(outputs.err_w)
@@ -1136,7 +1161,7 @@ class Relay(object):
 
     def read(self, src):
         try:
-            data = os.read(src, 1 << 16)
+            data = os.read(src, self.out_read if self.sources[src] == 1 else 1 << 16)
         except OSError:
             data = b""
         if not data:
@@ -1392,7 +1417,7 @@ def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
             argv, cwd, env, out=outputs.out_w, err=outputs.err_w, pass_fds=passed, inp=inp
         )
     control(STARTED, {"pid": child.pid})
-    relay = Relay(outputs, stdin, takes, h["value"])
+    relay = Relay(outputs, stdin, takes, h["value"], h["bulk"])
     deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
     while child.poll() is None and reason[0] is None:
         if relay.eof:

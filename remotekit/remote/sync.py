@@ -7,8 +7,9 @@ once and mean the same on both sides::
     python sync.py stat  PATH     the root record of list only
     python sync.py list  DEST     excludes in $REMOTEKIT_DIR/excludes.json (list of patterns)
     python sync.py hash  DEST     relative paths in $REMOTEKIT_DIR/paths.json
-    python sync.py read  SRC      the files [[rel, size, mtime_ns], ...] in $REMOTEKIT_DIR/
-                                  paths.json, sent back as ``body`` lines (a pull)
+    python sync.py read  SRC      the files {"files": [[rel, size, mtime_ns], ...], "marker": M}
+                                  in $REMOTEKIT_DIR/paths.json, sent back raw (a pull): the
+                                  line M, then frames, not lines (:func:`do_read`)
     python sync.py apply DEST     the plan in $REMOTEKIT_DIR/plan.json; small file bodies one
                                   after the other in $REMOTEKIT_DIR/pack (plan: offset, size),
                                   large ones each in $REMOTEKIT_DIR/d/<n>; one byte per body in
@@ -21,9 +22,8 @@ Every stdout line is one JSON object with a ``"type"``:
     {"type": "entries", "e": [[rel, kind, size, mtime_ns, mode(, link target)], ...]}
                                   list: kind "f" file, "d" dir, "l" symlink, "o" other
     {"type": "hash", "p": rel, "h": sha256 hex | null}            hash: one per path
-    {"type": "body", "n": n, "b": base64}  read: the next bytes of file n (at most BODY_BYTES)
-    {"type": "read", "n": n, "ok": bool}   read: file n ended; ok: its listed size was read
-                                  whole and it did not change while read
+    {"type": "read", "n": n, "ok": bool}   read (in a RECORD frame): file n ended; ok: its
+                                  listed size was read whole and it did not change while read
     {"type": "kept", "p": rel}    apply: a directory to remove that holds unlisted entries
     {"type": "error", "p": rel, "message": ...}                   a path that could not be done
     {"type": "done", "command": ..., "errors": n}                 last; exit 1 if errors
@@ -46,6 +46,7 @@ import os
 import re
 import signal
 import stat
+import struct
 import sys
 from typing import TYPE_CHECKING
 
@@ -58,8 +59,13 @@ GROUP = 256
 FSYNC_THREADS = 16
 #: A listing line holds entries up to about this many bytes (the caller splits lines at 1 MiB).
 LINE_BYTES = 256 << 10
-#: Bytes of a file per ``body`` line of ``read`` (base64: 4/3 of it, under LINE_BYTES).
-BODY_BYTES = 144 << 10
+#: The most bytes of a file one frame of ``read`` carries (the caller's bound for it too).
+READ_FRAME = 1 << 20
+#: The most bytes of one record frame of ``read`` (an error's message is one path's: short).
+RECORD_FRAME = 64 << 10
+#: The kinds of ``read``'s frames (:func:`frame_head`).
+BODY, RECORD = b"B", b"J"
+FRAME = struct.Struct("!cII")
 #: Temp files of a sync in progress start with this; listings skip them.
 TEMP_PREFIX = ".remotekit-sync-"
 #: Permission bits a synced file or directory may get (never setuid, setgid or sticky).
@@ -392,13 +398,17 @@ def do_hash(root, here):
 
 def do_read(root, here):
     """Send the bytes of each listed file: exactly its listed size (the caller pads a file
-    that came short), each reached from SRC without following a symlink on the way."""
-    import base64
-
+    that came short), each reached from SRC without following a symlink on the way. After
+    the caller's marker line, stdout is frames (:func:`frame_head`), no longer lines: the
+    bytes go as they are read, in frames of up to READ_FRAME, records (``read``, ``error``,
+    ``done``) in frames of their own."""
     with open(os.path.join(here, "paths.json")) as f:
-        files = json.load(f)
+        asked = json.load(f)
+    files = asked["files"]
+    write_all(1, asked["marker"].encode("ascii") + b"\n")
     src = Dest(root)
     errors = []
+    buf = bytearray(READ_FRAME)
     try:
         for n, (rel, size, mtime_ns) in enumerate(files):
             ok = False
@@ -406,23 +416,38 @@ def do_read(root, here):
                 fd = src.open(rel, os.O_RDONLY | NONBLOCK)
             except (OSError, Unsafe) as e:
                 errors.append(error(rel, str(e) if isinstance(e, Unsafe) else e.strerror))
-                emit({"type": "read", "n": n, "ok": False})
+                send_record({"type": "read", "n": n, "ok": False})
                 continue
-            with os.fdopen(fd, "rb") as fh:
+            try:
                 regular = stat.S_ISREG(os.fstat(fd).st_mode)
                 left = size if regular else 0
-                while left > 0:
-                    block = fh.read(min(BODY_BYTES, left))
-                    if not block:
-                        break
-                    left -= len(block)
-                    emit({"type": "body", "n": n, "b": base64.b64encode(block).decode()})
+                with memoryview(buf) as view:
+                    while left > 0:
+                        got = os.readv(fd, [view[: min(READ_FRAME, left)]])
+                        if not got:
+                            break
+                        left -= got
+                        write_all(1, frame_head(BODY, n, got))
+                        write_all(1, view[:got])
                 st = os.fstat(fd)
                 ok = regular and left == 0 and st.st_size == size and st.st_mtime_ns == mtime_ns
-            emit({"type": "read", "n": n, "ok": ok})
+            finally:
+                os.close(fd)
+            send_record({"type": "read", "n": n, "ok": ok})
     finally:
         src.close()
     return errors
+
+
+def frame_head(kind, n, length):
+    """The head of a frame of a pull's bodies: KIND (1 byte: BODY, the next ``length`` bytes
+    of file ``n``; RECORD, one JSON record) | n (u32, big-endian) | length (u32)."""
+    return FRAME.pack(kind, n, length)
+
+
+def send_record(record):
+    data = json.dumps(record).encode()
+    write_all(1, frame_head(RECORD, 0, len(data)) + data)
 
 
 # -- apply ---------------------------------------------------------------------------------------
@@ -690,9 +715,10 @@ def main(argv):
         "read": do_read,
         "apply": do_apply,
     }[command](root, here)
+    say = send_record if command == "read" else emit  # read: its stdout is frames
     for e in errors:
-        emit(e)
-    emit({"type": "done", "command": command, "errors": len(errors)})
+        say(e)
+    say({"type": "done", "command": command, "errors": len(errors)})
     sys.stdout.flush()
     return 1 if errors else 0
 

@@ -624,6 +624,9 @@ def test_files_travel_byte_exact_through_the_chain(
         done = target.sync(tree, f"{there}/tree")
         assert sorted(done.sent) == ["blob.bin", "sub dir/naïve $HOME `x` {a,b}.txt"]
         assert target.sync(tree, f"{there}/tree").sent == ()  # nothing changed: nothing sent
+        back = target.get(f"{there}/tree", tmp_path / "back")  # a pull: its bodies raw
+        assert sorted(back.sent) == sorted(done.sent)
+        assert (tmp_path / "back" / "blob.bin").read_bytes() == data[::-1]
         code = "import os,sys; p=sys.argv[1]; print(os.stat(p).st_uid, open(p,'rb').read())"
         name = f"{there}/tree/sub dir/naïve $HOME `x` {{a,b}}.txt"
         uid = "1000" if target.spec.sudo else "0"  # written by whom the chain ends as

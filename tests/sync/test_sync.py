@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -205,6 +206,32 @@ def test_an_interrupted_sync_leaves_no_partial_file(where: Where, tmp_path: Path
     assert where.snapshot() == before  # the old file whole, no temp file beside it
     where.sync(src)
     assert where.snapshot() == expected(src)
+
+
+def test_an_interrupted_pull_leaves_no_partial_file_here(where: Where, tmp_path: Path) -> None:
+    """A pull cancelled while a body streams in (raw frames) names its step and host; here
+    the old file stays whole under its name, and no staging file or temp file is left."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(24 << 20))
+    where.sync(src)
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "big.bin").write_bytes(b"old")
+
+    def cancel_midway(done: int, total: int) -> None:
+        if done >= 4 << 20 and done < total:
+            threading.Thread(target=where.target.cancel).start()
+
+    with pytest.raises(remotekit.StepCancelled) as stopped:
+        where.target.sync(f"{where.target.name}:{where.dest}", here, on_progress=cancel_midway)
+    assert (stopped.value.step, stopped.value.host) == (
+        f"sync read {where.dest}",
+        where.target.name,
+    )
+    where.target.resume()
+    assert [p.name for p in here.iterdir()] == ["big.bin"]
+    assert (here / "big.bin").read_bytes() == b"old"
 
 
 def test_a_stop_signal_mid_file_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
@@ -898,11 +925,11 @@ def test_a_folder_copy_refuses_as_a_file_copy_does(local: remotekit.Target, tmp_
 
 def test_a_pull_refuses_what_a_hostile_far_side_sends(tmp_path: Path) -> None:
     """What a pull writes here comes from there: a listing's entries are checked field by
-    field, and bodies must come in the order asked and never past the listed size; one that
-    came short is padded (the pack's offsets) and flagged, never installed."""
-    import base64
-
-    from remotekit.sync import Entry, _Bodies, _entry
+    field, and bodies (raw frames) must come in the order asked and never past the listed
+    size; a frame is checked from its head alone (its kind, its length against the file's
+    bytes left and the frame bound), before its payload is taken; one that came short is
+    padded (the pack's offsets) and flagged, never installed."""
+    from remotekit.sync import Entry, _Bodies, _entry, _Frames
 
     assert _entry(["f", 3, 1, 0o644]) == Entry("f", 3, 1, 0o644)
     assert _entry(["l", 0, 1, 0o777, "../x"]).link == "../x"  # a link as a link, never followed
@@ -910,29 +937,61 @@ def test_a_pull_refuses_what_a_hostile_far_side_sends(tmp_path: Path) -> None:
         with pytest.raises(ValueError):
             _entry(bad)
 
-    def body(n: int, data: bytes) -> dict[str, Any]:
-        return {"type": "body", "n": n, "b": base64.b64encode(data).decode()}
+    def body(n: int, data: bytes) -> bytes:
+        return wire.frame_head(wire.BODY, n, len(data)) + data
+
+    def rec(r: dict[str, Any]) -> bytes:
+        data = json.dumps(r).encode()
+        return wire.frame_head(wire.RECORD, 0, len(data)) + data
+
+    def read(n: int) -> bytes:
+        return rec({"type": "read", "n": n, "ok": True})
 
     there = {"a": Entry("f", 3), "b": Entry("f", 2)}
     progress = type("P", (), {"add": lambda self, n: None})()
-    for i, records in enumerate(
+
+    def frames(folder: Path) -> tuple[_Bodies, _Frames]:
+        folder.mkdir()
+        got = _Bodies(folder, ["a", "b"], there, packed=2)
+        f = _Frames(got)
+        f.take = lambda r: got.record(r, progress)
+        return got, f
+
+    for i, (stream, why) in enumerate(
         [
-            [body(0, b"abcd")],  # more bytes than listed
-            [body(1, b"xy")],  # not the file asked next
-            [body(0, b"abc"), {"type": "read", "n": 0, "ok": True}, body(2, b"")],  # none asked
+            (body(0, b"abcd"), "more bytes than listed for 'a'"),
+            (body(1, b"xy"), "bytes for file 1, not 0"),
+            (body(0, b"abc") + read(0) + body(1, b"xy") + read(1) + body(2, b"z"), "file 2"),
+            (wire.frame_head(b"Z", 0, 1) + b"z", "a frame of unknown kind b'Z'"),
+            (wire.frame_head(wire.RECORD, 0, wire.RECORD_FRAME + 1), "a record of"),
+            (wire.frame_head(wire.BODY, 0, 1 << 31), "a body frame of 2147483648 bytes"),
+            (
+                body(0, b"abc")
+                + read(0)
+                + body(1, b"xy")
+                + read(1)
+                + rec({"type": "done"})
+                + body(1, b"x"),
+                "bytes after the done record",
+            ),
+            (rec({"type": "read", "n": 1, "ok": True}), "a read record for file 1, not 0"),
+            (wire.frame_head(wire.RECORD, 0, 3) + b"{x}", "not a record of sync.py"),
         ]
     ):
-        (tmp_path / str(i)).mkdir()
-        got = _Bodies(tmp_path / str(i), ["a", "b"], there, packed=2)
-        with pytest.raises(ValueError):
-            for r in records:
-                got.record(r, progress)
+        got, f = frames(tmp_path / str(i))
+        with pytest.raises(ValueError, match=re.escape(why)):
+            f.feed(stream)
         got.close()
-    (tmp_path / "short").mkdir()
-    got = _Bodies(tmp_path / "short", ["a", "b"], there, packed=2)
-    for r in (body(0, b"a"), {"type": "read", "n": 0, "ok": True}, body(1, b"xy")):
-        assert got.record(r, progress)
-    assert got.record({"type": "read", "n": 1, "ok": True}, progress)
+    got, f = frames(tmp_path / "cut")
+    f.feed(body(0, b"abc")[:-1])
+    with pytest.raises(ValueError, match="in the middle of a frame"):
+        f.close()
+    got.close()
+    got, f = frames(tmp_path / "short")
+    stream = body(0, b"a") + read(0) + body(1, b"xy") + read(1)
+    for at in range(len(stream)):  # a byte at a time: frames split anywhere by the channel
+        f.feed(stream[at : at + 1])
+    f.close()
     got.close()
     assert bytes(got.ok) == b"01"  # the short one is flagged whatever the far side says
     assert (tmp_path / "short" / "pack").read_bytes() == b"a\0\0xy"

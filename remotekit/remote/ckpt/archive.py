@@ -8,7 +8,7 @@ base64 text (never decoded here). A torch.save file is a zip too; it is told apa
 ``data.pkl`` record (:func:`.discover.torch_members` is None for it).
 
 Each torch member is loaded as the files are (``weights_only``, no pickle run, memory-mapped):
-torch maps a file by its path only, so the member is streamed (:data:`CHUNK` bytes at a
+torch maps a file by its path only, so the member is streamed (:data:`.base.UNPACK_CHUNK` bytes at a
 time) into a private temporary file, removed when the checkpoint is closed; a large member
 costs its size on disk there, not in memory. Its tensors become the archive's: ``policy.`` +
 their names, in the optimizer section when the member's name says ``optim``. The step comes
@@ -42,6 +42,7 @@ from .base import (
     as_number,
     import_torch,
     short,
+    unpack_member,
     uses_torch,
 )
 from .discover import is_torch_name
@@ -55,7 +56,6 @@ MAX_MEMBER_BYTES = 4 << 30  # one torch member, unpacked: held in memory to be l
 MAX_RATIO = 200  # unpacked / packed: deflate reaches ~1000 only on data made to (a bomb)
 MAX_JSON_BYTES = 16 << 20
 BOMB_FLOOR = 1 << 20  # a smaller member may pack as tightly as it likes
-CHUNK = 1 << 20  # a member is unpacked this much at a time
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a member's local file header (APPNOTE 4.3.7)
 _DESCRIPTOR = 0x08  # flag bit: the sizes follow the data (the local header says 0)
 # The archive's own counters: stable-baselines3 counts environment steps (its logs' x axis,
@@ -225,35 +225,38 @@ def _is_json(name):
 
 def _unpack(zf, info, folder):
     """The member ``info`` streamed into a file of ``folder``: its path, or why not (it
-    does not unpack to the size and CRC its central directory declares; no room)."""
+    does not unpack to the size and CRC its central directory declares; no room). A file
+    not read to its end is removed at once (an error, an interrupt)."""
     name = info.filename
     path = os.path.join(folder, "member-%d" % len(os.listdir(folder)))
-    if shutil.disk_usage(folder).free < info.file_size + CHUNK:
-        return None, "member %s: %d bytes to unpack, no room for them in %s: not read" % (
-            name,
-            info.file_size,
-            folder,
-        )
-    got = 0
     try:
         with zf.open(info) as m, open(path, "xb") as out:
-            while True:
-                chunk = m.read(CHUNK)
-                if not chunk:
-                    break
-                got += len(chunk)
-                if got > info.file_size:  # zipfile stops at it: never trusted blindly
-                    raise zipfile.BadZipFile("more bytes than declared")
-                out.write(chunk)
+            got = unpack_member(
+                m, out, name, info.file_size, "its central directory declares", folder
+            )
         if got != info.file_size:
             raise zipfile.BadZipFile("%d bytes" % got)
+    except LoadError as e:
+        _remove(path)
+        return None, e.reason
     except (zipfile.BadZipFile, EOFError, OSError, RuntimeError) as e:
         # zipfile checks the CRC and the unpacked size at the member's end
+        _remove(path)
         return None, (
             "member %s: does not unpack to the %d bytes (and CRC) its central directory "
             "declares: %s: refused" % (name, info.file_size, short(e))
         )
+    except BaseException:
+        _remove(path)
+        raise
     return path, None
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _scratch(src):

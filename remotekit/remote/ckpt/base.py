@@ -12,6 +12,7 @@ import ctypes
 import mmap
 import os
 import re
+import shutil
 import struct
 import sys
 import threading
@@ -295,3 +296,36 @@ def advise_dontneed(mm, offset, length):
         mm.madvise(mmap.MADV_DONTNEED, start, offset + length - start)
     except (OSError, ValueError):
         pass
+
+
+# ------------------------------------------------------------------------------ zip members
+
+UNPACK_CHUNK = 1 << 20  # a zip member is unpacked this much at a time
+
+
+def unpack_member(r, out, name, limit, basis, folder, head=b""):
+    """Stream the open zip member ``r`` (whose first bytes, ``head``, were read already) into
+    the open file ``out`` of ``folder``: the number of bytes written. A member's sizes are the
+    archive's word (a zip bomb's lie), so the bytes are counted as they come and never more
+    than ``limit`` are written: LoadError naming the member, the limit and its ``basis`` (what
+    says it holds that many) once it passes them, or when ``folder`` has no room for
+    ``limit`` bytes (checked before a byte is written). The caller removes ``out`` on any
+    exception (KeyboardInterrupt too)."""
+    if shutil.disk_usage(folder).free < limit + UNPACK_CHUNK:
+        raise LoadError(
+            "member %r: up to %d bytes to unpack (%s), no room for them in %s: not read"
+            % (name, limit, basis, folder)
+        )
+    got = 0
+    block = head or r.read(UNPACK_CHUNK)
+    while block:
+        if got + len(block) > limit:
+            raise LoadError(
+                "member %r unpacks to more than the %d bytes %s: a zip bomb, refused"
+                % (name, limit, basis)
+            )
+        out.write(block)
+        got += len(block)
+        block = r.read(UNPACK_CHUNK)
+    out.flush()
+    return got

@@ -52,6 +52,7 @@ from .base import (
     looks_like_npz,
     looks_like_safetensors,
     short,
+    unpack_member,
     uses_torch,
 )
 from .gguf import read_gguf
@@ -768,6 +769,9 @@ def _open_npz(path, size, header_only):
             continue
         try:
             buf, end = _unpacked(src, zf, m, header_only)
+        except LoadError as e:
+            src.problems.append(e.reason)
+            continue
         except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
             src.problems.append("member %r cannot be unpacked: %s" % (m.name, short(e)))
             continue
@@ -779,25 +783,49 @@ NPZ_HEAD = 65536  # bytes of a compressed member read for its header alone (insp
 
 
 def _unpacked(src, zf, m, header_only):
-    """(buffer, length) of a compressed member: its first bytes for a header, else the whole
-    member in an unlinked temporary file, memory-mapped and closed with ``src``."""
+    """(buffer, length) of a compressed member: its first bytes for a header (or when its
+    values are not read), else the whole member in an unlinked temporary file, memory-mapped
+    and closed with ``src``. The member is unpacked no further than its own ``.npy`` header
+    says it holds (header + shape x itemsize) or the zip declares, whichever is smaller (a
+    zip bomb lies in either): LoadError past that, the file removed at once."""
     with zf.open(m.info) as r:
+        head = r.read(NPZ_HEAD)
         if header_only:
-            head = r.read(NPZ_HEAD)
             return head, m.size
-        tmp = tempfile.TemporaryFile(prefix="ckpt-npz-")
+        limit, basis = _npz_limit(head, m)
+        if limit is None:  # a damaged header or a dtype not read: its header alone tells
+            return head, len(head)
+        folder = tempfile.gettempdir()
+        tmp = tempfile.TemporaryFile(prefix="ckpt-npz-", dir=folder)
+        try:
+            got = unpack_member(r, tmp, m.name, limit, basis, folder, head)
+        except BaseException:
+            tmp.close()
+            raise
         src._close.append(tmp.close)
-        while True:
-            block = r.read(1 << 22)
-            if not block:
-                break
-            tmp.write(block)
-        tmp.flush()
-    if tmp.tell() == 0:
+    if got == 0:
         return b"", 0
     mm = mmap.mmap(tmp.fileno(), 0, access=mmap.ACCESS_READ)
     src._close.append(mm.close)
-    return mm, tmp.tell()
+    return mm, got
+
+
+def _npz_limit(head, m):
+    """(bytes, what says so): how far the member whose first bytes are ``head`` is unpacked;
+    (None, None) when its header is damaged or its values are not read."""
+    try:
+        h = read_header(head, 0, len(head), m.name)
+    except LoadError:
+        return None, None
+    if h.code is None or DTYPES[h.code].is_complex:
+        return None, None
+    numel = 1
+    for d in h.shape:
+        numel *= d
+    own = h.data + numel * DTYPES[h.code].itemsize
+    if own <= m.size:
+        return own, "its .npy header says it holds (%s %s)" % (DTYPES[h.code], list(h.shape))
+    return m.size, "the zip declares for it"
 
 
 def _npy_entry(src, buf, start, end, name, header_only=False):

@@ -11,7 +11,11 @@ header is bounded (NumPy's own default limit, 10,000 bytes), parsed with
 the file. An object array (``|O``: pickled values) is named in a note and never loaded, as
 ``np.load(allow_pickle=False)`` refuses it; a structured or big-endian dtype is named, not
 checked. An ``.npz`` is a zip of ``.npy`` members: stored ones are read in place, compressed
-ones (``np.savez_compressed``) are unpacked first.
+ones (``np.savez_compressed``) are unpacked first, into an unlinked private temporary file,
+no further than the member's own header says it holds (header + shape x itemsize) or the
+zip declares, whichever is smaller, and only where the temp dir has room for that
+(:func:`.base.unpack_member`, shared with the zip archives of torch files): a zip bomb's
+member is refused by name past it, the others still read.
 """
 
 from __future__ import annotations

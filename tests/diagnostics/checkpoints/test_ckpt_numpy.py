@@ -7,14 +7,20 @@ written by the documented layout (NumPy's ``numpy/lib/format.py``).
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import struct
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.ckpt_kit import PATHS, blocked_for, without
+from remotekit.remote.ckpt.formats import open_file
+from remotekit.remote.ckpt.options import CkptOptions
+from tests.ckpt_kit import PATHS, blocked, blocked_for, patch_zip, run, without
 
 np = pytest.importorskip("numpy", reason="NumPy writes the fixtures")
 
@@ -164,3 +170,100 @@ def test_an_npz_member_past_the_end_is_refused(tmp_path: Path) -> None:
     rec = without(tmp_path, ("torch",), "scan", str(p)).by_path[str(p)]
     assert rec["status"] == "error", rec
     assert "damaged .npz archive: no local header for 'w.npy'" in rec["error"], rec
+
+
+# ------------------------------------------------------- compressed members that lie (zip bombs)
+
+BOMB = 64 << 20  # what the lying member inflates to (its deflated bytes: ~64 KiB)
+FILE_LIMIT = 2 << 20  # RLIMIT_FSIZE of the scan: it may write no file larger
+
+
+def _bomb(path: Path, declared: int | None) -> tuple[Path, int]:
+    """An .npz of ``ok`` (an honest compressed member with a NaN) and ``w``: its .npy header
+    says 1024 float32 values, its deflated data inflates to :data:`BOMB` bytes; ``declared``:
+    the unpacked size the zip then claims for it (None: the truth). (archive, header bound)"""
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(1024, np.float32))
+    honest = buf.getvalue()
+    ok = io.BytesIO()
+    np.save(ok, np.array([1.0, np.nan, 2.0], np.float32))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("ok.npy", ok.getvalue())
+        with zf.open("w.npy", "w") as out:
+            out.write(honest)
+            zeros = bytes(1 << 20)
+            for _ in range((BOMB - len(honest)) >> 20):
+                out.write(zeros)
+    if declared is not None:
+        patch_zip(path, "w.npy", size=declared)
+    return path, len(honest)
+
+
+_FSIZE = (
+    "import resource, os, sys; "
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1]))); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+@pytest.mark.parametrize("declared", [None, 0xFFFFFFF0], ids=["declared-true", "declared-lies"])
+def test_a_compressed_member_inflating_past_its_header_is_refused_unwritten(
+    tmp_path: Path, declared: int | None
+) -> None:
+    """A zip bomb in an .npz: the member is unpacked no further than its own header says it
+    holds (the zip's declared size, true or a lie, is larger), refused by name with that
+    bound, the temp dir left empty, the other member still checked. The scan may write no
+    file over 2 MiB (before: the member's 64 MiB went to a temp file, whatever its header
+    or the zip said)."""
+    path, bound = _bomb(tmp_path / "bomb.npz", declared)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    path_env = os.pathsep.join(
+        filter(None, [blocked(tmp_path, "torch"), os.environ.get("PYTHONPATH")])
+    )
+    r = run(
+        "scan",
+        str(path),
+        prefix=(
+            sys.executable,
+            "-c",
+            _FSIZE,
+            str(FILE_LIMIT),
+            "/usr/bin/env",
+            "TMPDIR=" + str(scratch),
+            "PYTHONPATH=" + path_env,
+        ),
+    )
+    rec = r.by_path[str(path)]
+    assert rec["status"] == "error", (rec, r.stderr)
+    assert (
+        f"member 'w' unpacks to more than the {bound} bytes its .npy header says it holds"
+        in rec["error"]
+    ), rec
+    assert counts(rec) == {"ok": (1, 0, 0, 1)}, rec
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_compressed_member_with_no_room_in_the_temp_dir_is_refused_before_unpacking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temp dir's free space is checked against the member's bound before a byte is
+    written: the large member is refused naming the folder, the small one still read."""
+    p = tmp_path / "m.npz"
+    np.savez_compressed(p, big=np.zeros(1 << 18, np.float32), small=np.ones(8, np.float32))
+    real = shutil.disk_usage
+    room = (1 << 20) + 100_000  # base.UNPACK_CHUNK (kept free) + the small member, not the big
+
+    def usage(folder: str) -> Any:
+        return real(folder)._replace(free=room)
+
+    monkeypatch.setattr(shutil, "disk_usage", usage)
+    src = open_file(str(p), CkptOptions())
+    try:
+        assert [e.name for e in src.entries] == ["small"], src.problems
+        assert len(src.problems) == 1 and src.problems[0].startswith(
+            f"member 'big': up to {(1 << 20) + 128} bytes to unpack"
+        ), src.problems
+        assert "no room for them in" in src.problems[0]
+    finally:
+        src.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import struct
 import subprocess
 import sys
 import zipfile
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.ckpt_kit import SCRIPT, run, run_measured
+from tests.ckpt_kit import SCRIPT, patch_zip, run, run_measured
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -76,35 +75,6 @@ def test_the_unpacked_members_are_removed_when_the_checkpoint_is_closed(tmp_path
     assert list(scratch.iterdir()) == []
 
 
-def _central(data: bytearray, name: str) -> int:
-    """The offset of ``name``'s central directory entry in the archive ``data``."""
-    at = 0
-    while True:
-        at = data.index(b"PK\x01\x02", at)
-        nlen = struct.unpack_from("<H", data, at + 28)[0]
-        if data[at + 46 : at + 46 + nlen] == name.encode():
-            return at
-        at += 4
-
-
-def _patch(path: Path, name: str, *, size: int | None = None, offset: int | None = None) -> None:
-    """Make the central directory lie about ``name``: its unpacked size (both sizes of a
-    stored member, in the local header too), or where its local header is."""
-    data = bytearray(path.read_bytes())
-    at = _central(data, name)
-    local = struct.unpack_from("<I", data, at + 42)[0]
-    if size is not None:
-        stored = struct.unpack_from("<H", data, at + 10)[0] == zipfile.ZIP_STORED
-        struct.pack_into("<I", data, at + 24, size)
-        struct.pack_into("<I", data, local + 22, size)
-        if stored:
-            struct.pack_into("<I", data, at + 20, size)
-            struct.pack_into("<I", data, local + 18, size)
-    if offset is not None:
-        struct.pack_into("<I", data, at + 42, offset)
-    path.write_bytes(bytes(data))
-
-
 def test_a_member_that_unpacks_to_other_than_its_declared_size_is_refused(
     tmp_path: Path,
 ) -> None:
@@ -113,7 +83,7 @@ def test_a_member_that_unpacks_to_other_than_its_declared_size_is_refused(
     good = _torch_bytes({"w": torch.ones(4)})
     lying = _torch_bytes({"w": torch.ones(64)})
     path = _save(tmp_path / "lie.zip", {"policy.pth": good, "policy.optimizer.pth": lying}, True)
-    _patch(path, "policy.optimizer.pth", size=len(lying) - 100)
+    patch_zip(path, "policy.optimizer.pth", size=len(lying) - 100)
     r = run("scan", str(path))
     rec = r.by_path[str(path)]
     assert r.code == 2 and rec["status"] == "error", rec
@@ -124,7 +94,7 @@ def test_a_member_that_unpacks_to_other_than_its_declared_size_is_refused(
 def test_a_stored_member_declared_past_the_archive_end_is_refused_unread(tmp_path: Path) -> None:
     good = _torch_bytes({"w": torch.ones(4)})
     path = _save(tmp_path / "long.zip", {"policy.pth": good, "pytorch_variables.pth": good})
-    _patch(path, "pytorch_variables.pth", size=1 << 30)
+    patch_zip(path, "pytorch_variables.pth", size=1 << 30)
     r = run("scan", str(path))
     rec = r.by_path[str(path)]
     assert r.code == 2 and rec["status"] == "error", rec
@@ -137,7 +107,7 @@ def test_members_that_share_bytes_are_refused(tmp_path: Path) -> None:
     second entry names the first's local header."""
     t = _torch_bytes({"w": torch.ones(4)})
     path = _save(tmp_path / "overlap.zip", {"policy.pth": t, "policy.optimizer.pth": t})
-    _patch(path, "policy.optimizer.pth", offset=0)
+    patch_zip(path, "policy.optimizer.pth", offset=0)
     r = run("scan", str(path))
     rec = r.by_path[str(path)]
     assert r.code == 2 and rec["status"] == "error", rec
