@@ -10,15 +10,11 @@ from operator import itemgetter
 
 from ..protocol import mask
 from .base import (
-    CKPT_RE,
-    CODE_RE,
     EVENT_STEP_RE,
     MISSING,
-    NO_EVENT_RE,
-    PATH_RE,
-    RESUME_RE,
     SETTING_COMMENT_RE,
     SOURCE_LINE_RE,
+    event_kind,
     to_float,
 )
 from .choose import NoLoss, epoch_axis, hint_columns, resolve_columns
@@ -181,19 +177,11 @@ class Ingest:
         Its step is one the line states (``step 500``, ``checkpoint-500``), else the step
         of the last row (the save follows it); a logger's source line (``olmo.checkpoint:
         669``) is no step, and a path says where something was saved, not what."""
-        if CODE_RE.match(line) or NO_EVENT_RE.search(line):
-            return False
-        line = SETTING_COMMENT_RE.sub(r"\1", line)
-        line = SOURCE_LINE_RE.sub(" ", line)
-        words = PATH_RE.sub(" ", line)
-        kind = None
-        if RESUME_RE.search(words):
-            kind = "resume"
-        elif CKPT_RE.search(words):
-            kind = "checkpoint"
+        kind = event_kind(line)
         if kind is None:
             return False
-        m = EVENT_STEP_RE.search(line)
+        line = SETTING_COMMENT_RE.sub(r"\1", line)
+        m = EVENT_STEP_RE.search(SOURCE_LINE_RE.sub(" ", line))
         if m:
             step = float(m.group(1))
         elif step is None:

@@ -72,12 +72,6 @@ def test_heldout2_llmc_train_and_eval_lines_by_their_step() -> None:
 # modded-nanogpt record: 547 lines of the script's source, nvidia-smi, then the run's lines
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main reads the 1,000 train losses by the printed step, but val_loss has 8 of 9 "
-    "points (the step-0 line, 'step_avg:nanms', is missed) and a checkpoint event at step 0 is "
-    "invented from the source's 'save_every : int = 0 # ... checkpoint' line",
-)
 def test_heldout2_modded_source_then_log_read_on_the_log() -> None:
     """``step:N/3200 train_loss:x`` (1,000 values, 10.83 -> 3.74) and ``step:N/3200
     val_loss:x`` every 125 steps (9 values, 10.83 -> 3.63), the step as printed (0..1000). The
@@ -170,11 +164,6 @@ def test_heldout2_ssd_iter_lines_between_warnings() -> None:
 # detectron2 consoles: a fine-tune from trained weights, behind ~830 lines of preamble
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main reads train/total_loss by iter (right length, no spike), but invents a resume "
-    "at step 0 from 'resume=False' in detectron2's printed Namespace line",
-)
 def test_heldout2_d2_console_total_loss_by_iter() -> None:
     """98 ``d2.utils.events`` lines (iter 19..1979 by 20): ``total_loss`` (0.142..0.179,
     flat: the weights were loaded from a trained model, "Starting training from iteration
@@ -194,11 +183,6 @@ def test_heldout2_d2_console_total_loss_by_iter() -> None:
     assert loss_spikes(r) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main reads train/total_loss by iter (right length, no spike), but invents a resume "
-    "at step 0 from 'resume=False' in detectron2's printed Namespace line",
-)
 def test_heldout2_d2_semi_console_total_loss_by_iter() -> None:
     """50 lines (iter 19..999): ``total_loss`` 0.125..0.165 at a constant lr 0.004, from a
     loaded semi-supervised model; one evaluation. One run, no spike."""

@@ -1,0 +1,90 @@
+"""What a printed log holds besides its data, read as text (issue 35's second held-out set):
+a setting's name and value (an argparse Namespace, a config dump, a dataclass field of the
+script's source) is no event, whatever its words; a non-finite field printed with its unit
+(``step_avg:nanms``) keeps its line in its line kind. Synthetic logs, each in the two ways a
+text log is read: one data line kind (key/value pairs line by line) and several (line
+templates).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.trainlog_kit import run, series
+
+PREAMBLES = {
+    "namespace": [
+        "[11/19 08:55:06] trainer INFO: Command line arguments: Namespace(config_file="
+        "'cfg.yaml', resume=False, eval_only=False, num_gpus=2, opts=[])",
+        "[11/19 08:55:06] trainer INFO: Namespace(resume=True, restore_ckpt='out/a.pth')",
+    ],
+    "config dump": [
+        "SOLVER:",
+        "  CHECKPOINT_PERIOD: 1000",
+        "  save_checkpoint: true",
+        "  resume_from_checkpoint: 0",
+        "  restore_optimizer: off",
+        "  resume: True",
+        "args: auto_resume=1 ckpt_every=500 checkpoint_dir=out/ckpt",
+    ],
+    "source code": [
+        "@dataclass",
+        "class Hyperparameters:",
+        "    save_every : int = 0 # every how many steps to save the checkpoint? 0 for only at the end",
+        "    resume_from : str = 'latest' # the checkpoint to resume from",
+        "    restore_state : bool = False",
+    ],
+}
+
+
+def _log(path: Path, preamble: list[str], kinds: int) -> Path:
+    lines = list(preamble)
+    for s in range(1, 61):
+        lines.append(f"iter: {s}  total_loss: {2.0 / math.sqrt(s) + 0.3:.4f}  lr: 0.01")
+        if kinds > 1 and s % 10 == 0:
+            lines.append(f"eval iter: {s}  loss: {2.1 / math.sqrt(s) + 0.35:.4f}")
+        if s == 50:
+            lines.append("Saving checkpoint to out/model_0000050.pth")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("kinds", [1, 2])
+@pytest.mark.parametrize("what", sorted(PREAMBLES))
+def test_a_printed_setting_is_no_event(tmp_path: Path, what: str, kinds: int) -> None:
+    """``resume=False`` / ``resume=True`` in a Namespace, ``CHECKPOINT_PERIOD: 1000`` in a
+    config, ``save_every : int = 0 # ... checkpoint`` in the source: what a run is set to do,
+    not what it did. The save the log announces is the one event."""
+    r = run(_log(tmp_path / "train.log", PREAMBLES[what], kinds))
+    assert r.code in (0, 1), r.all("error")
+    events = [(e["kind"], e["step"]) for e in r.all("event") if e["source"] == "log"]
+    assert events == [("checkpoint", 50)], r.all("event")
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 60
+
+
+def test_a_non_finite_field_with_its_unit_keeps_its_line(tmp_path: Path) -> None:
+    """A timer's average is ``nan`` until it has one (``step_avg:nanms``): the first eval
+    line and the first train lines are of the same kind as the later ones, and the eval
+    loss keeps its first point."""
+    lines = []
+    for s in range(0, 81):
+        avg = "nan" if s < 6 else f"{100 + s % 7:.2f}"
+        if s % 10 == 0:
+            lines.append(
+                f"step:{s}/80 val_loss:{5 - s / 40:.4f} train_time:{s * 100}ms step_avg:{avg}ms"
+            )
+        if s:
+            lines.append(
+                f"step:{s}/80 train_loss:{5 - s / 45:.4f} train_time:{s * 100}ms step_avg:{avg}ms"
+            )
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = run(log)
+    assert r.code in (0, 1), r.all("error")
+    (loss,) = series(r, "loss")
+    (val,) = series(r, "val_loss")
+    assert (loss["n"], val["n"]) == (80, 9)
