@@ -45,12 +45,6 @@ def loss_spikes(r: Run) -> list[dict[str, object]]:
 # llm.c's GPT-2 baseline: `s:N trl:x lr:y norm:z` each step, `s:N tel:x` every 250
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main's llm.c reader reads trl (2,001 values by s), lr and norm (and flags the "
-    "grad-norm excursion at 1901, 0.86 against 0.31, which is real), but drops the eval lines: "
-    "no val_loss from tel's 9 points",
-)
 def test_heldout2_llmc_train_and_eval_lines_by_their_step() -> None:
     """``trl`` is the train loss (2,001 steps, 11.0 -> 3.8), ``tel`` the eval loss (9 points,
     11.0 -> 3.86), ``lr`` warms up to 6e-4 by step 700, ``norm`` the grad norm (15 -> 0.3).

@@ -1,9 +1,9 @@
 """What a printed log holds besides its data, read as text (issue 35's second held-out set):
 a setting's name and value (an argparse Namespace, a config dump, a dataclass field of the
 script's source) is no event, whatever its words; a non-finite field printed with its unit
-(``step_avg:nanms``) keeps its line in its line kind. Synthetic logs, each in the two ways a
-text log is read: one data line kind (key/value pairs line by line) and several (line
-templates).
+(``step_avg:nanms``) keeps its line in its line kind; a trainer format's eval lines are read
+beside its train lines, each a series. Synthetic logs, each in the two ways a text log is
+read: one data line kind (key/value pairs line by line) and several (line templates).
 """
 
 from __future__ import annotations
@@ -88,3 +88,23 @@ def test_a_non_finite_field_with_its_unit_keeps_its_line(tmp_path: Path) -> None
     (loss,) = series(r, "loss")
     (val,) = series(r, "val_loss")
     assert (loss["n"], val["n"]) == (80, 9)
+
+
+def test_llmc_eval_lines_are_read_beside_the_train_lines(tmp_path: Path) -> None:
+    """llm.c's log: ``s:N tel:x`` (the eval loss, every 20 steps) among ``s:N trl:x lr:y
+    norm:z``: the eval loss is the held-out series, at the step each line states; the
+    train loss keeps one point a step."""
+    lines = []
+    for s in range(0, 101):
+        if s % 20 == 0:
+            lines.append(f"s:{s} tel:{11 - s / 20:.4f}")
+        lines.append(f"s:{s} trl:{11 - s / 19:.4f} lr:0.000600 norm:{1 + 1 / (s + 1):.2f}")
+    log = tmp_path / "main.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = run(log)
+    assert r.code in (0, 1), r.all("error")
+    assert r.one("source")["format"] == "llm.c"
+    (loss,) = series(r, "loss")
+    (val,) = series(r, "val_loss")
+    assert (loss["n"], val["n"]) == (101, 6)
+    assert [e for e in r.all("event") if e["kind"] == "resume"] == []
