@@ -197,12 +197,6 @@ def test_heldout2_d2_semi_console_total_loss_by_iter() -> None:
 # char-rnn learning-rate sweep: four runs' train losses side by side, named after their lr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main exits 2: 'found only learning_rate_0.005, no loss series; numeric series: "
-    "learning_rate_0.005, ..., name the one to analyse with --metric': the four loss columns "
-    "are not taken as losses (nor read as lr)",
-)
 def test_heldout2_charrnn_sweep_columns_are_losses_not_lrs() -> None:
     """Four columns ``learning_rate_0.005`` .. ``learning_rate_0.1``, 500 rows (epochs): each
     the train loss of one run of the sweep (all start at 4.60 = ln 100, the uniform guess over

@@ -147,3 +147,48 @@ def test_a_loss_that_falls_through_zero_is_no_signed_part(tmp_path: Path) -> Non
     assert src["columns"]["loss"] == "train/recon_loss", src["why"]
     assert src["metrics"] == ["loss", "train/kl_loss"]
     assert "signed" not in src["why"]["loss"]
+
+
+# -- a column's role by its values: a sweep's runs side by side, an lr that is no schedule ----
+
+
+def _sweep_csv(path: Path, stem: str, labels: list[str], lr_too: bool = False) -> Path:
+    """A sweep's CSV: one column a run, named after the setting it swept (``stem`` +
+    label), each the run's noisy train loss from ln 10 (a uniform guess over 10 classes)."""
+    rng = random.Random(7)
+    cols = [f"{stem}{x}" for x in labels] + (["lr"] if lr_too else [])
+    rows = []
+    for i in range(200):
+        row = [0.4 + 1.9 * (0.96 + 0.01 * j) ** i + rng.gauss(0, 0.03) for j in range(len(labels))]
+        rows.append(row + ([1e-3 * min(1.0, (i + 1) / 20)] if lr_too else []))
+    rows[0][: len(labels)] = [2.30 + rng.gauss(0, 0.01) for _ in labels]
+    return _write_csv(path, cols, rows)
+
+
+def test_a_sweeps_loss_columns_named_after_their_lr_are_losses_not_lrs(tmp_path: Path) -> None:
+    """Columns ``learning_rate_1e-3`` .. ``learning_rate_1e-1``: their names say which run,
+    their values (noisy, falling, all from 2.30) are each run's loss. One is the loss, none
+    the lr (an lr is a schedule, no noise); why is said."""
+    r = run(_sweep_csv(tmp_path / "sweep.csv", "learning_rate_", ["1e-3", "1e-2", "1e-1"]))
+    assert r.code in (0, 1), r.all("error")
+    src = r.one("source")
+    assert src["columns"] == {"loss": "learning_rate_1e-3"}, src["columns"]
+    assert "runs side by side" in src["why"]["loss"]
+
+
+def test_a_sweep_beside_a_real_schedule_keeps_the_lr(tmp_path: Path) -> None:
+    """The same runs beside an ``lr`` column that warms up: the lr is that one."""
+    path = _sweep_csv(tmp_path / "sweep.csv", "dropout_", ["0.1", "0.3"], lr_too=True)
+    src = run(path).one("source")
+    assert src["columns"] == {"loss": "dropout_0.1", "lr": "lr"}, src["columns"]
+
+
+def test_columns_that_do_not_start_alike_are_no_sweep(tmp_path: Path) -> None:
+    """Columns named alike but for a number that start apart (two sensors, two layers'
+    norms) are no runs of one loss: no loss is chosen, the log is refused naming them."""
+    rng = random.Random(3)
+    rows = [
+        [5.0 * 0.99**i + rng.gauss(0, 0.05), 1.0 * 0.99**i + rng.gauss(0, 0.05)] for i in range(100)
+    ]
+    r = run(_write_csv(tmp_path / "m.csv", ["sensor_1", "sensor_2"], rows))
+    assert r.code == 2 and r.one("error")["kind"] == "no-loss", r.records[-2:]
