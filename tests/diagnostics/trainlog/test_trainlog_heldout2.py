@@ -119,7 +119,9 @@ def test_heldout2_modded_eval_loss_alone() -> None:
     strict=True,
     reason="main exits 2: 'no loss series found; numeric series: Score, out_features' (the "
     "model print's Linear(out_features=...) read as data); the episodes are not read as rows "
-    "and the agent that never learned is not said",
+    "and the agent that never learned is not said. Since: the carriage-return pieces are "
+    "lines (507 rows) and the model print is text, but a log with a score and no loss is "
+    "still refused ('numeric series: Score') and never-learned is not said",
 )
 def test_heldout2_iqn_agent_that_never_learned_is_said() -> None:
     """502 episodes (``Episode N\\tFrame F \\tAverage100 Score: S`` joined by ``\\r``, a full

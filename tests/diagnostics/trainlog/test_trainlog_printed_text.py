@@ -108,3 +108,41 @@ def test_llmc_eval_lines_are_read_beside_the_train_lines(tmp_path: Path) -> None
     (val,) = series(r, "val_loss")
     assert (loss["n"], val["n"]) == (101, 6)
     assert [e for e in r.all("event") if e["kind"] == "resume"] == []
+
+
+MODULE_PRINT = (
+    "Net(\n"
+    "  (head): Linear(in_features=4, out_features=512, bias=True)\n"
+    "  (ff_1): Linear(in_features=512, out_features=512, bias=True)\n"
+    "  (drop): Dropout(p=0.1, inplace=False)\n"
+    ")\n"
+)
+
+
+def test_a_console_rewritten_with_carriage_returns_is_read_a_piece_a_line(tmp_path: Path) -> None:
+    """A terminal's console saved as it was sent: each episode's line starts with a
+    carriage return and overwrites the one before, no newline between them (a full line
+    again now and then). Each piece is a line: a row an episode."""
+    pieces = "".join(
+        f"\rEpisode {e}\tFrame {20 * e} \tloss: {1.0 / e + 0.1:.4f}" for e in range(1, 121)
+    )
+    log = tmp_path / "training.log"
+    log.write_bytes(("Using cpu\n" + pieces + "\n").encode())
+    r = run(log)
+    assert r.code in (0, 1), r.all("error")
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 120
+
+
+def test_a_printed_model_is_no_data(tmp_path: Path) -> None:
+    """A model's printed structure (``(head): Linear(in_features=4, out_features=512)``)
+    is text: its numbers are no series, so a log of a score alone is refused naming the
+    score, not the layer sizes."""
+    rows = "".join(f"Episode {e} Score: {20 + e % 5}.00\n" for e in range(1, 60))
+    log = tmp_path / "training.log"
+    log.write_text("Using cpu\n" + MODULE_PRINT + rows)
+    r = run(log)
+    assert r.code == 2
+    (err,) = r.all("error")
+    assert err["numeric"] == ["Score"], err
+    assert not any("features" in k for _, ks in err["left_out"] for k in ks), err
