@@ -132,6 +132,22 @@ def reward_key(keys):
     return None
 
 
+#: Name parts of a score a run maximises (an episode's score, a game's): analysed in a
+#: loss's place only when the log has no loss at all.
+SCORE_PARTS = REWARD_PARTS + ("score", "scores")
+
+
+def maximised_key(keys, rows):
+    """For a log with no loss: the first of ``keys`` whose name says a reward, a return or
+    a score (and no loss) and whose values in ``rows`` vary, else None."""
+    for key in keys:
+        parts, _ = _name_words(key)
+        if any(p in SCORE_PARTS for p in parts) and loss_score(key) is None:
+            if not rows or _content(rows, key) is None:
+                return key
+    return None
+
+
 def _val_loss_score(key):
     """How much a name says "the held-out loss" (``val_loss``, ``eval/loss``,
     ``validation/CrossEntropyLoss``, llm.c's ``tel``), or None: a loss by

@@ -17,7 +17,7 @@ from .base import (
     event_kind,
     to_float,
 )
-from .choose import NoLoss, epoch_axis, hint_columns, resolve_columns
+from .choose import NoLoss, epoch_axis, hint_columns, maximised_key, resolve_columns
 from .source import number_column
 
 
@@ -205,12 +205,29 @@ def ingest_for(keys, wanted, head=(), step_key=None):
             % epoch
         )
     step_key, metrics, meta, bucket_key, missing, guesses, why = cols
+    score = None
     if not metrics or (not wanted and not any(label == "loss" for label, _ in metrics)):
         if not head:
             raise NoLoss(sorted(keys), [k for _, k in metrics])
         numeric, left_out = hint_columns(head, step_key)
-        raise NoLoss(numeric, [k for _, k in metrics], left_out)
+        # no loss, and the log's one series a score the run maximises (a reward, a return,
+        # a score, by its name): there is no other question to ask of it, so it is
+        # analysed in the loss's place (higher is better), said so; whether it ever rose
+        # is the onset's question. With other series beside it, which one is the
+        # question: the user names it.
+        if wanted or len(numeric) != 1 or numeric[0] in {k for _, k in metrics}:
+            raise NoLoss(numeric, [k for _, k in metrics], left_out)
+        score = maximised_key(numeric, head)
+        if score is None:
+            raise NoLoss(numeric, [k for _, k in metrics], left_out)
+        why[score] = (
+            "%s <- %r: no loss in the log; its one series is a score the run maximises, by "
+            "its name, analysed in the loss's place (higher is better)" % (score, score)
+        )
+        guesses.append(why[score])
+        metrics = [(score, score)] + list(metrics)
     ing = Ingest(step_key, metrics, meta, bucket_key)
+    ing.maximised = score
     ing.missing = missing
     ing.guesses = guesses
     ing.why = why

@@ -15,8 +15,6 @@ import re
 import statistics
 from pathlib import Path
 
-import pytest
-
 from tests.harness import DATA
 from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
 
@@ -115,14 +113,6 @@ def test_heldout2_modded_eval_loss_alone() -> None:
 # IQN on CartPole: episode lines overwritten with carriage returns, a score and no loss
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main exits 2: 'no loss series found; numeric series: Score, out_features' (the "
-    "model print's Linear(out_features=...) read as data); the episodes are not read as rows "
-    "and the agent that never learned is not said. Since: the carriage-return pieces are "
-    "lines (507 rows) and the model print is text, but a log with a score and no loss is "
-    "still refused ('numeric series: Score') and never-learned is not said",
-)
 def test_heldout2_iqn_agent_that_never_learned_is_said() -> None:
     """502 episodes (``Episode N\\tFrame F \\tAverage100 Score: S`` joined by ``\\r``, a full
     line again every 100): the 100-episode mean score stays 20..31 over 11,509 frames, a

@@ -136,13 +136,13 @@ def test_a_console_rewritten_with_carriage_returns_is_read_a_piece_a_line(tmp_pa
 
 def test_a_printed_model_is_no_data(tmp_path: Path) -> None:
     """A model's printed structure (``(head): Linear(in_features=4, out_features=512)``)
-    is text: its numbers are no series, so a log of a score alone is refused naming the
-    score, not the layer sizes."""
-    rows = "".join(f"Episode {e} Score: {20 + e % 5}.00\n" for e in range(1, 60))
+    is text: its numbers are no series, so a log of episode lengths alone is refused naming
+    them, not the layer sizes."""
+    rows = "".join(f"Episode {e} Length: {20 + e % 5}.00\n" for e in range(1, 60))
     log = tmp_path / "training.log"
     log.write_text("Using cpu\n" + MODULE_PRINT + rows)
     r = run(log)
     assert r.code == 2
     (err,) = r.all("error")
-    assert err["numeric"] == ["Score"], err
+    assert err["numeric"] == ["Length"], err
     assert not any("features" in k for _, ks in err["left_out"] for k in ks), err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.harness import DATA
@@ -192,3 +193,36 @@ def test_columns_that_do_not_start_alike_are_no_sweep(tmp_path: Path) -> None:
     ]
     r = run(_write_csv(tmp_path / "m.csv", ["sensor_1", "sensor_2"], rows))
     assert r.code == 2 and r.one("error")["kind"] == "no-loss", r.records[-2:]
+
+
+# -- no loss, a score: analysed in the loss's place; one that never rose is said -------------
+
+
+def _episodes(path: Path, level: Callable[[int], float]) -> Path:
+    rng = random.Random(11)
+    path.write_text(
+        "".join(
+            f"Episode {e}\tFrame {20 * e}\tAverage Score: {level(e) + rng.gauss(0, 1.5):.2f}\n"
+            for e in range(1, 301)
+        )
+    )
+    return path
+
+
+def test_a_score_that_never_rose_is_said_when_no_loss_is_logged(tmp_path: Path) -> None:
+    """An agent's console with a score and no loss: the score is analysed (higher is
+    better, said so), and one that stays at its first level for 300 episodes is a run
+    that never learned."""
+    r = run(_episodes(tmp_path / "training.log", lambda e: 22.0))
+    assert r.code == 1, r.all("error")
+    assert r.one("source")["columns"] == {"Score": "Score"}
+    (start,) = r.all("onset")
+    assert start["unhealthy"] and "never learned" in start["verdict"], start
+
+
+def test_a_score_that_rose_is_no_finding(tmp_path: Path) -> None:
+    """The same console of an agent that learned (its score from 22 to 200): healthy."""
+    r = run(_episodes(tmp_path / "training.log", lambda e: 22.0 + 178.0 * min(1.0, e / 200)))
+    assert r.code in (0, 1), r.all("error")
+    assert [o for o in r.all("onset") if o["unhealthy"]] == []
+    assert "unhealthy-start" not in r.one("summary")["findings"]
