@@ -31,7 +31,7 @@ from .choose import NoLoss, reward_key
 from .composition import bucket_column, composition
 from .events import correlate, find_events, nearest_event
 from .find import ckpt_dir_of, find_log
-from .onset import chance_level, given_chance, onset
+from .onset import chance_level, given_chance, never_rose, onset
 from .read import read_log
 from .resumes import check_resumes
 from .source import MAX_LINE
@@ -266,6 +266,12 @@ def _send_onset(path, ing, cols, steps, vocab_size=None):
     """The ``onset`` record of the loss (:mod:`.onset`), when there is one; its fields.
     The chance level is ``vocab_size``'s when given, else the log's own count."""
     key = dict(ing.metrics).get("loss")
+    score = getattr(ing, "maximised", None)
+    if key is None and score is not None:
+        rec = never_rose(score, score, cols[score], steps)
+        if rec is not None:
+            send("onset", **rec)
+        return rec
     if key is None:
         return None
     if vocab_size is not None:

@@ -144,28 +144,63 @@ RESUME_RE = re.compile(
 NO_EVENT_RE = re.compile(
     r"\b(?:no|not|without|never|skip(?:ping|ped)?|nothing\s+to)\b.{0,30}?(?:checkpoint|ckpt|resum|restor)"
     r"|\bfrom\s+scratch\b|\brandom(?:ly)?[\s_-]*(?:init\w*|weights|parameters)\b"
-    r"|(?:resum\w*|restor\w*|checkpoint\w*|ckpt\w*)['\"]?\s*[=:]\s*['\"]?(?:none|false|null|no|off)\b",
+    r"|(?:resum\w*|restor\w*|checkpoint\w*|ckpt\w*)['\"]?\s*[=:]\s*['\"]?(?:none|false|null|no|off|0)\b",
+    re.I,
+)
+# A setting as a printed config holds it (``resume=True`` in an argparse Namespace,
+# ``save_checkpoint: true``, ``CHECKPOINT_PERIOD: 1000``): a name that holds an event's word
+# and the value given to it. What a run is set to do is no action that happened: the pair
+# is no part of the words an event is read from (a line that says more, "Saving checkpoint
+# to ..." beside it, still is one).
+SETTING_PAIR_RE = re.compile(
+    r"""['"]?(?<![\w.\-])(?=[A-Za-z_])[\w.\-]*(?:resum|restor|checkpoint|ckpt)[\w.\-]*['"]?"""
+    r"""(?:\s*=(?!=)\s*(?:'[^']*'|"[^"]*"|[^\s,;)\]}]+)"""
+    r"""|\s*:\s*(?:true|false|none|null|yes|no|on|off|[-+]?\d[\d.eE+\-]*)(?![\w/.]))""",
     re.I,
 )
 # A setting printed before the log (``always_save_checkpoint = True # save a checkpoint after
 # each eval``, nanoGPT's config): its comment says what the setting does, not what happened.
-SETTING_COMMENT_RE = re.compile(r"^(\s*[\w.\-\[\]'\"]+\s*=\s*[^#]*?)\s#.*$")
+SETTING_COMMENT_RE = re.compile(r"^(\s*[\w.\-\[\]'\"]+\s*(?::[^=#]*)?=\s*[^#]*?)\s#.*$")
 EVENT_STEP_RE = re.compile(
     r"(?:global[_ ]?step|\bstep|\biter(?:ation)?|checkpoint|ckpt)[\s_\-=:#]*(\d+)", re.I
 )
 # Lines that are no log message, whatever words they hold: a shell trace (``set -x``: "+ cmd",
 # "++ cmd"), a Python prompt, source code printed before the log (a statement, a call, a
-# decorator, a comment). Neither a row nor an event comes from them.
+# decorator, a comment), a model's printed structure (a PyTorch module's repr: ``(head):
+# Linear(in_features=4, out_features=512)``). Neither a row nor an event comes from them.
 CODE_RE = re.compile(
     r"^\s*(?:\++ |>>> |\.\.\. |#|@[A-Za-z_]|"
     r"(?:def|class|if|elif|for|while|return|import|from|with|try|except|raise|assert|yield|print)"
-    r"\b(?!\s*[=:])|[A-Za-z_][\w.]*\()"
+    r"\b(?!\s*[=:])|(?:\([\w.]+\):\s*)?[A-Za-z_][\w.]*\(|"
+    # an annotated assignment (a dataclass field: ``save_every : int = 0``)
+    r"[A-Za-z_]\w*\s*:\s*(?:int|float|str|bool|bytes|list|dict|tuple|set|[A-Z]\w*)"
+    r"(?:\[[^\]=]*\])?\s+=\s)"
 )
 # A logger's source line ("olmo.checkpoint:669", "train.py:88"): a line number, never a step.
 SOURCE_LINE_RE = re.compile(r"(?<![\w/.])[A-Za-z_]\w*(?:\.\w+)+:\d+\b")
 # A path: where something was saved, not what (data-order indices saved into a checkpoint
 # folder are no checkpoint).
 PATH_RE = re.compile(r"""['"]?(?:[A-Za-z]+://|\.{0,2}/|[\w.\-]+/)[^\s'"]*['"]?""")
+
+
+def event_kind(line):
+    """``"resume"``, ``"checkpoint"`` or None: what a log line says happened. Only a line
+    that says an action happened is an event: no source code (:data:`CODE_RE`), no line that
+    says there was none (:data:`NO_EVENT_RE`), no setting's comment nor a setting's
+    name and value (:data:`SETTING_COMMENT_RE`, :data:`SETTING_PAIR_RE`); a logger's source
+    line and a path are no words of it. Every reader of events asks this."""
+    if CODE_RE.match(line) or NO_EVENT_RE.search(line):
+        return None
+    words = SETTING_COMMENT_RE.sub(r"\1", line)
+    words = SETTING_PAIR_RE.sub(" ", SOURCE_LINE_RE.sub(" ", words))
+    words = PATH_RE.sub(" ", words)
+    if RESUME_RE.search(words):
+        return "resume"
+    if CKPT_RE.search(words):
+        return "checkpoint"
+    return None
+
+
 DIR_STEP_RE = re.compile(r"(?:step|iter|checkpoint|ckpt)[\s_\-=]*(\d+)", re.I)
 
 

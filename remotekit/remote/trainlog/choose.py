@@ -132,6 +132,22 @@ def reward_key(keys):
     return None
 
 
+#: Name parts of a score a run maximises (an episode's score, a game's): analysed in a
+#: loss's place only when the log has no loss at all.
+SCORE_PARTS = REWARD_PARTS + ("score", "scores")
+
+
+def maximised_key(keys, rows):
+    """For a log with no loss: the first of ``keys`` whose name says a reward, a return or
+    a score (and no loss) and whose values in ``rows`` vary, else None."""
+    for key in keys:
+        parts, _ = _name_words(key)
+        if any(p in SCORE_PARTS for p in parts) and loss_score(key) is None:
+            if not rows or _content(rows, key) is None:
+                return key
+    return None
+
+
 def _val_loss_score(key):
     """How much a name says "the held-out loss" (``val_loss``, ``eval/loss``,
     ``validation/CrossEntropyLoss``, llm.c's ``tel``), or None: a loss by
@@ -225,7 +241,18 @@ def _pick(role, keys, taken, rows):
         if bad is not None and not (role == "lr" and bad.startswith("constant")):
             passed.append("%r (%s)" % (k, bad))
             continue
+        turns = _turns(rows, k) if role == "lr" and bad is None else None
+        if turns is not None and turns >= NOISY_TURNS:
+            passed.append(
+                "%r (noisy: its values turn at %d%% of their changes; an lr is a schedule)"
+                % (k, round(100 * turns))
+            )
+            continue
         scored.append((-s, i, k, bad))
+    if not scored and role == "loss" and rows:
+        runs, why = _sweep(keys, taken, rows)
+        if runs:
+            return runs[0], [], "loss <- %r: %s" % (runs[0], why)
     if not scored:
         return None, [], "" if not passed else "no %s: passed over %s" % (role, ", ".join(passed))
     said = {}
@@ -264,6 +291,70 @@ def _pick(role, keys, taken, rows):
     if passed:
         why += "; passed over: %s" % ", ".join(passed[:6])
     return best, parts, why
+
+
+#: An lr is a schedule: constant, stepped or smooth, turning direction a few times in a run
+#: at most (a warm-up's peak, a cycle's ends). A series whose values turn at this share of
+#: their changes or more is noise about a trend: a measurement (a loss), never the lr.
+NOISY_TURNS = 0.4
+MIN_CHANGES = 20  # changes of value needed before a series is called noisy
+SWEEP_START = 0.05  # runs of one sweep start within this share of each other
+_NUMBER_PART = re.compile(r"(?<![A-Za-z])[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _turns(rows, key):
+    """The share of ``key``'s changes of value in ``rows`` where it turns direction, or None
+    with fewer than :data:`MIN_CHANGES` changes (too few to tell)."""
+    xs = [x for x in _present(rows, key) if math.isfinite(x)]
+    d = [b - a for a, b in zip(xs, xs[1:]) if b != a]
+    if len(d) < MIN_CHANGES:
+        return None
+    return sum(1 for a, b in zip(d, d[1:]) if (a > 0) != (b > 0)) / (len(d) - 1)
+
+
+def _noisy(rows, key):
+    """Whether ``key``'s values in ``rows`` turn direction at :data:`NOISY_TURNS` of their
+    changes or more: no lr schedule does."""
+    turns = _turns(rows, key)
+    return turns is not None and turns >= NOISY_TURNS
+
+
+def _sweep(keys, taken, rows):
+    """``(keys, why)``: with no column a loss by name, columns that are one quantity of
+    several runs side by side (a sweep's CSV: ``learning_rate_0.005``, ``learning_rate_0.1``;
+    the number in the name says which run), told by their values: named alike but for a
+    number, each noisy (no schedule), each falling, all starting at the same value (the
+    runs start from the same untrained level and lower it: a loss or an error, whatever the
+    run's label says). ``([], "")`` when no columns are so."""
+    groups = {}
+    for k in keys:
+        if k not in taken and _NUMBER_PART.search(k):
+            groups.setdefault(_NUMBER_PART.sub("#", k), []).append(k)
+    for ks in groups.values():
+        if len(ks) < 2 or any(_grad_norm_score(k) is not None for k in ks):
+            continue
+        starts = []
+        for k in ks:
+            xs = [x for x in _present(rows, k) if math.isfinite(x)]
+            n = max(1, len(xs) // 5)
+            if len(xs) < MIN_CHANGES or not _noisy(rows, k):
+                break
+            if not median(xs[-n:]) < 0.95 * median(xs[:n]):
+                break
+            starts.append(xs[0])
+        else:
+            lo, hi = min(starts), max(starts)
+            if hi - lo > SWEEP_START * max(abs(lo), abs(hi)) or hi <= 0:
+                continue
+            why = (
+                "no name says loss; %d columns named alike but for a number (%s) are one "
+                "quantity of %d runs side by side: each noisy, each falling, all starting at "
+                "%s, as the runs' loss does (the numbers label the runs); the first is "
+                "analysed (--metric NAME for another)"
+                % (len(ks), ", ".join(map(repr, ks[:6])), len(ks), _short(median(starts)))
+            )
+            return ks, why
+    return [], ""
 
 
 #: Name parts of a quantity a trainer maximises, logged as a "loss" term all the same
@@ -630,7 +721,7 @@ def resolve_columns(keys, wanted, step_key=None, head=()):
                 missing.extend([name] if wanted else [])
                 continue
             why[role] = said
-            if role == "loss" and ("held-out" in said or "per-epoch" in said):
+            if role == "loss" and ("held-out" in said or "per-epoch" in said or "alike" in said):
                 guesses.append(said)  # a held-out or per-epoch loss stands in: a caveat
             # named with --metric loss: that one series; else its parts with no total too
             metrics += [(role, key)] + ([] if wanted else [(k, k) for k in parts])

@@ -10,18 +10,14 @@ from operator import itemgetter
 
 from ..protocol import mask
 from .base import (
-    CKPT_RE,
-    CODE_RE,
     EVENT_STEP_RE,
     MISSING,
-    NO_EVENT_RE,
-    PATH_RE,
-    RESUME_RE,
     SETTING_COMMENT_RE,
     SOURCE_LINE_RE,
+    event_kind,
     to_float,
 )
-from .choose import NoLoss, epoch_axis, hint_columns, resolve_columns
+from .choose import NoLoss, epoch_axis, hint_columns, maximised_key, resolve_columns
 from .source import number_column
 
 
@@ -181,19 +177,11 @@ class Ingest:
         Its step is one the line states (``step 500``, ``checkpoint-500``), else the step
         of the last row (the save follows it); a logger's source line (``olmo.checkpoint:
         669``) is no step, and a path says where something was saved, not what."""
-        if CODE_RE.match(line) or NO_EVENT_RE.search(line):
-            return False
-        line = SETTING_COMMENT_RE.sub(r"\1", line)
-        line = SOURCE_LINE_RE.sub(" ", line)
-        words = PATH_RE.sub(" ", line)
-        kind = None
-        if RESUME_RE.search(words):
-            kind = "resume"
-        elif CKPT_RE.search(words):
-            kind = "checkpoint"
+        kind = event_kind(line)
         if kind is None:
             return False
-        m = EVENT_STEP_RE.search(line)
+        line = SETTING_COMMENT_RE.sub(r"\1", line)
+        m = EVENT_STEP_RE.search(SOURCE_LINE_RE.sub(" ", line))
         if m:
             step = float(m.group(1))
         elif step is None:
@@ -217,12 +205,29 @@ def ingest_for(keys, wanted, head=(), step_key=None):
             % epoch
         )
     step_key, metrics, meta, bucket_key, missing, guesses, why = cols
+    score = None
     if not metrics or (not wanted and not any(label == "loss" for label, _ in metrics)):
         if not head:
             raise NoLoss(sorted(keys), [k for _, k in metrics])
         numeric, left_out = hint_columns(head, step_key)
-        raise NoLoss(numeric, [k for _, k in metrics], left_out)
+        # no loss, and the log's one series a score the run maximises (a reward, a return,
+        # a score, by its name): there is no other question to ask of it, so it is
+        # analysed in the loss's place (higher is better), said so; whether it ever rose
+        # is the onset's question. With other series beside it, which one is the
+        # question: the user names it.
+        if wanted or len(numeric) != 1 or numeric[0] in {k for _, k in metrics}:
+            raise NoLoss(numeric, [k for _, k in metrics], left_out)
+        score = maximised_key(numeric, head)
+        if score is None:
+            raise NoLoss(numeric, [k for _, k in metrics], left_out)
+        why[score] = (
+            "%s <- %r: no loss in the log; its one series is a score the run maximises, by "
+            "its name, analysed in the loss's place (higher is better)" % (score, score)
+        )
+        guesses.append(why[score])
+        metrics = [(score, score)] + list(metrics)
     ing = Ingest(step_key, metrics, meta, bucket_key)
+    ing.maximised = score
     ing.missing = missing
     ing.guesses = guesses
     ing.why = why

@@ -237,6 +237,66 @@ def _flat(rec, col, steps):
     )
 
 
+RISE_REL = 0.1  # a score that learned rises beyond this share of its start (or its noise)
+
+
+def never_rose(label, key, col, steps):
+    """The ``onset`` record's fields of a score the run maximises (``label``, column
+    ``key``) that never rose from its first level: no later part's median above the start
+    (the first two parts' median) beyond :data:`FLAT_SIGMA` standard errors or
+    :data:`RISE_REL` of it; else None. The first value at the run's start, as for a flat
+    loss (:func:`_from_the_start`)."""
+    idx = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
+    n = len(idx)
+    if n < MIN_FLAT or not _from_the_start(steps, idx):
+        return None
+    nb = min(FLAT_BLOCKS, n // FLAT_BLOCK)
+    size = n // nb
+    blocks = [idx[b * size : (b + 1) * size] for b in range(nb - 1)]
+    blocks.append(idx[(nb - 1) * size :])
+    thin = -(-size // FLAT_SAMPLE)
+    blocks = [b[::thin] for b in blocks]
+    size = len(blocks[0])
+    meds = [median([col[i] for i in b]) for b in blocks]
+    dev = sorted(abs(col[i] - m) for b, m in zip(blocks, meds) for i in b)
+    scatter = 1.4826 * dev[len(dev) // 2]
+    start = median([col[i] for b in blocks[:2] for i in b])
+    err = 1.2533 * scatter / math.sqrt(size) * math.sqrt(1.5)
+    band = max(FLAT_SIGMA * err, RISE_REL * abs(start))
+    best = max(meds[2:])
+    if best - start > band:
+        return None
+    first, last = idx[0], idx[-1]
+    said = (
+        "never rose from its first level: %d values from step %s to %s, the best median of "
+        "%d parts %s against the start's %s (a rise within %s is none): it never learned (or "
+        "it started trained)"
+        % (
+            n,
+            fmt_number(steps[first]),
+            fmt_number(steps[last]),
+            nb,
+            fmt_number(round(best, 4)),
+            fmt_number(round(start, 4)),
+            fmt_number(round(band, 4)),
+        )
+    )
+    return dict(
+        metric=label,
+        key=key,
+        chance=None,
+        chance_from=None,
+        kind="flat",
+        unhealthy=True,
+        first_step=steps[first],
+        last_step=steps[last],
+        values=n,
+        recovered_step=None,
+        start=start,
+        verdict=said,
+    )
+
+
 def _from_the_start(steps, idx):
     """Whether the values at ``idx`` begin at the run's start: the first logged step within
     :data:`FLAT_START` strides of 0. A part that begins later (a resume at step 11840) is a

@@ -110,7 +110,8 @@ class Onset(Record):
     """How the loss started (:mod:`.onset`): ``kind`` "nonfinite" (NaN or inf from its
     first logged value), "above-chance" (above ``chance``, ln V or ln C of the count the
     log states or ``--vocab-size`` gives, from the start and staying there), "flat" (no
-    chance level: no fall beyond its own scatter from its first value to its last) or
+    chance level: no fall beyond its own scatter from its first value to its last; for a
+    score analysed in a loss's place, no rise beyond it) or
     "healthy"; ``unhealthy`` for the first three, over ``values`` values from ``first_step`` to ``last_step``, and
     ``recovered_step`` where it came back (None: never). ``chance_from`` says where the
     count was read; ``verdict`` says it all in words."""

@@ -171,6 +171,10 @@ class Lines:
     def _split(self, data):
         if b"\0" in data:
             data = data.replace(b"\0", b"")
+        if b"\r" in data:
+            # a console captured from a terminal: a carriage return starts the line again
+            # (a progress line rewritten in place), so each piece is a line as it was shown
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = data.decode("utf-8", "replace").split("\n")
         lines.pop()
         if _has_long_line(data) and max(map(len, lines)) > MAX_LINE:

@@ -35,13 +35,11 @@ from operator import add, ge, itemgetter, lt, mul, not_, sub
 
 from ..protocol import mask
 from .base import (
-    CKPT_RE,
     CODE_RE,
     EVENT_STEP_RE,
     MISSING,
-    PATH_RE,
-    RESUME_RE,
     SOURCE_LINE_RE,
+    event_kind,
     lr_name,
     to_float,
 )
@@ -49,7 +47,14 @@ from .source import HEAD_ROWS
 
 # A number as a field: not inside a word (``resnet110``, ``fc1``), with the blanks around it
 # (padding that changes with the number's width is no part of the template).
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
+# A non-finite value is a field as a number is, its unit after it too (``step_avg:nanms``
+# before a timer has an average, ``step_avg:123.92ms`` after): one line kind, not two.
+_UNIT = r"(?:ms|us|µs|ns|sec|secs|min|mins|hr|hrs)\b"
+_NUM = (
+    r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?:\b|(?="
+    + _UNIT
+    + "))"
+)
 SPLIT_RE = re.compile(r"\s*(?<![A-Za-z_\d.])(" + _NUM + r")\s*", re.I)
 # the separators between a field's name and the field before it
 _SEGMENT_RE = re.compile(r"[|,;\t\[\](){}<>]+|\s-+\s|={2,}>?|-{2,}>?")
@@ -846,15 +851,12 @@ def _events(events, primary, lo, hi, out):
     """The save and resume lines of the run part read, at the step they state, else at the
     step of the train line before them."""
     for i, line in events:
-        if not lo <= i < hi or CODE_RE.match(line):
+        if not lo <= i < hi:
             continue
-        words = PATH_RE.sub(" ", SOURCE_LINE_RE.sub(" ", line))
-        kind = (
-            "resume" if RESUME_RE.search(words) else "checkpoint" if CKPT_RE.search(words) else None
-        )
+        kind = event_kind(line)
         if kind is None:
             continue
-        m = EVENT_STEP_RE.search(line)
+        m = EVENT_STEP_RE.search(SOURCE_LINE_RE.sub(" ", line))
         if m:
             step = float(m.group(1))
         elif primary is not None and primary.steps is not None:

@@ -15,8 +15,6 @@ import re
 import statistics
 from pathlib import Path
 
-import pytest
-
 from tests.harness import DATA
 from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
 
@@ -45,12 +43,6 @@ def loss_spikes(r: Run) -> list[dict[str, object]]:
 # llm.c's GPT-2 baseline: `s:N trl:x lr:y norm:z` each step, `s:N tel:x` every 250
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main's llm.c reader reads trl (2,001 values by s), lr and norm (and flags the "
-    "grad-norm excursion at 1901, 0.86 against 0.31, which is real), but drops the eval lines: "
-    "no val_loss from tel's 9 points",
-)
 def test_heldout2_llmc_train_and_eval_lines_by_their_step() -> None:
     """``trl`` is the train loss (2,001 steps, 11.0 -> 3.8), ``tel`` the eval loss (9 points,
     11.0 -> 3.86), ``lr`` warms up to 6e-4 by step 700, ``norm`` the grad norm (15 -> 0.3).
@@ -72,12 +64,6 @@ def test_heldout2_llmc_train_and_eval_lines_by_their_step() -> None:
 # modded-nanogpt record: 547 lines of the script's source, nvidia-smi, then the run's lines
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main reads the 1,000 train losses by the printed step, but val_loss has 8 of 9 "
-    "points (the step-0 line, 'step_avg:nanms', is missed) and a checkpoint event at step 0 is "
-    "invented from the source's 'save_every : int = 0 # ... checkpoint' line",
-)
 def test_heldout2_modded_source_then_log_read_on_the_log() -> None:
     """``step:N/3200 train_loss:x`` (1,000 values, 10.83 -> 3.74) and ``step:N/3200
     val_loss:x`` every 125 steps (9 values, 10.83 -> 3.63), the step as printed (0..1000). The
@@ -127,12 +113,6 @@ def test_heldout2_modded_eval_loss_alone() -> None:
 # IQN on CartPole: episode lines overwritten with carriage returns, a score and no loss
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main exits 2: 'no loss series found; numeric series: Score, out_features' (the "
-    "model print's Linear(out_features=...) read as data); the episodes are not read as rows "
-    "and the agent that never learned is not said",
-)
 def test_heldout2_iqn_agent_that_never_learned_is_said() -> None:
     """502 episodes (``Episode N\\tFrame F \\tAverage100 Score: S`` joined by ``\\r``, a full
     line again every 100): the 100-episode mean score stays 20..31 over 11,509 frames, a
@@ -170,11 +150,6 @@ def test_heldout2_ssd_iter_lines_between_warnings() -> None:
 # detectron2 consoles: a fine-tune from trained weights, behind ~830 lines of preamble
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main reads train/total_loss by iter (right length, no spike), but invents a resume "
-    "at step 0 from 'resume=False' in detectron2's printed Namespace line",
-)
 def test_heldout2_d2_console_total_loss_by_iter() -> None:
     """98 ``d2.utils.events`` lines (iter 19..1979 by 20): ``total_loss`` (0.142..0.179,
     flat: the weights were loaded from a trained model, "Starting training from iteration
@@ -194,11 +169,6 @@ def test_heldout2_d2_console_total_loss_by_iter() -> None:
     assert loss_spikes(r) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main reads train/total_loss by iter (right length, no spike), but invents a resume "
-    "at step 0 from 'resume=False' in detectron2's printed Namespace line",
-)
 def test_heldout2_d2_semi_console_total_loss_by_iter() -> None:
     """50 lines (iter 19..999): ``total_loss`` 0.125..0.165 at a constant lr 0.004, from a
     loaded semi-supervised model; one evaluation. One run, no spike."""
@@ -219,12 +189,6 @@ def test_heldout2_d2_semi_console_total_loss_by_iter() -> None:
 # char-rnn learning-rate sweep: four runs' train losses side by side, named after their lr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main exits 2: 'found only learning_rate_0.005, no loss series; numeric series: "
-    "learning_rate_0.005, ..., name the one to analyse with --metric': the four loss columns "
-    "are not taken as losses (nor read as lr)",
-)
 def test_heldout2_charrnn_sweep_columns_are_losses_not_lrs() -> None:
     """Four columns ``learning_rate_0.005`` .. ``learning_rate_0.1``, 500 rows (epochs): each
     the train loss of one run of the sweep (all start at 4.60 = ln 100, the uniform guess over

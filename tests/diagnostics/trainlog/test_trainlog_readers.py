@@ -500,16 +500,17 @@ def test_a_trainer_line_whose_optional_values_stop_still_gives_every_row(tmp_pat
         extra = f" lr:0.000300 norm:0.5{s % 10}" if s <= 100 else ""  # llmc/logger.h
         lines.append(f"s:{s} trl:{v:.4f}{extra}")
         if s % 50 == 0:
-            lines.append(f"s:{s} tel:{v + 0.1:.4f}")  # an eval line: no train row
+            lines.append(f"s:{s} tel:{v + 0.1:.4f}")  # an eval line: the held-out loss
     p = tmp_path / "main.log"
     p.write_text("\n".join(lines) + "\n")
     r = run(p)
     src = r.one("source")
-    assert (src["format"], src["rows"], src["last_step"], src["skipped"]) == ("llm.c", 400, 400, 8)
+    assert (src["format"], src["rows"], src["last_step"], src["skipped"]) == ("llm.c", 400, 400, 0)
     assert {m["label"]: m["n"] for m in r.all("metric")} == {
         "loss": 400,
         "lr": 100,
         "grad_norm": 100,
+        "val_loss": 8,
     }
     assert [s["step"] for s in r.all("spike") if s["metric"] == "loss"] == [301]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.harness import DATA
@@ -147,3 +148,81 @@ def test_a_loss_that_falls_through_zero_is_no_signed_part(tmp_path: Path) -> Non
     assert src["columns"]["loss"] == "train/recon_loss", src["why"]
     assert src["metrics"] == ["loss", "train/kl_loss"]
     assert "signed" not in src["why"]["loss"]
+
+
+# -- a column's role by its values: a sweep's runs side by side, an lr that is no schedule ----
+
+
+def _sweep_csv(path: Path, stem: str, labels: list[str], lr_too: bool = False) -> Path:
+    """A sweep's CSV: one column a run, named after the setting it swept (``stem`` +
+    label), each the run's noisy train loss from ln 10 (a uniform guess over 10 classes)."""
+    rng = random.Random(7)
+    cols = [f"{stem}{x}" for x in labels] + (["lr"] if lr_too else [])
+    rows = []
+    for i in range(200):
+        row = [0.4 + 1.9 * (0.96 + 0.01 * j) ** i + rng.gauss(0, 0.03) for j in range(len(labels))]
+        rows.append(row + ([1e-3 * min(1.0, (i + 1) / 20)] if lr_too else []))
+    rows[0][: len(labels)] = [2.30 + rng.gauss(0, 0.01) for _ in labels]
+    return _write_csv(path, cols, rows)
+
+
+def test_a_sweeps_loss_columns_named_after_their_lr_are_losses_not_lrs(tmp_path: Path) -> None:
+    """Columns ``learning_rate_1e-3`` .. ``learning_rate_1e-1``: their names say which run,
+    their values (noisy, falling, all from 2.30) are each run's loss. One is the loss, none
+    the lr (an lr is a schedule, no noise); why is said."""
+    r = run(_sweep_csv(tmp_path / "sweep.csv", "learning_rate_", ["1e-3", "1e-2", "1e-1"]))
+    assert r.code in (0, 1), r.all("error")
+    src = r.one("source")
+    assert src["columns"] == {"loss": "learning_rate_1e-3"}, src["columns"]
+    assert "runs side by side" in src["why"]["loss"]
+
+
+def test_a_sweep_beside_a_real_schedule_keeps_the_lr(tmp_path: Path) -> None:
+    """The same runs beside an ``lr`` column that warms up: the lr is that one."""
+    path = _sweep_csv(tmp_path / "sweep.csv", "dropout_", ["0.1", "0.3"], lr_too=True)
+    src = run(path).one("source")
+    assert src["columns"] == {"loss": "dropout_0.1", "lr": "lr"}, src["columns"]
+
+
+def test_columns_that_do_not_start_alike_are_no_sweep(tmp_path: Path) -> None:
+    """Columns named alike but for a number that start apart (two sensors, two layers'
+    norms) are no runs of one loss: no loss is chosen, the log is refused naming them."""
+    rng = random.Random(3)
+    rows = [
+        [5.0 * 0.99**i + rng.gauss(0, 0.05), 1.0 * 0.99**i + rng.gauss(0, 0.05)] for i in range(100)
+    ]
+    r = run(_write_csv(tmp_path / "m.csv", ["sensor_1", "sensor_2"], rows))
+    assert r.code == 2 and r.one("error")["kind"] == "no-loss", r.records[-2:]
+
+
+# -- no loss, a score: analysed in the loss's place; one that never rose is said -------------
+
+
+def _episodes(path: Path, level: Callable[[int], float]) -> Path:
+    rng = random.Random(11)
+    path.write_text(
+        "".join(
+            f"Episode {e}\tFrame {20 * e}\tAverage Score: {level(e) + rng.gauss(0, 1.5):.2f}\n"
+            for e in range(1, 301)
+        )
+    )
+    return path
+
+
+def test_a_score_that_never_rose_is_said_when_no_loss_is_logged(tmp_path: Path) -> None:
+    """An agent's console with a score and no loss: the score is analysed (higher is
+    better, said so), and one that stays at its first level for 300 episodes is a run
+    that never learned."""
+    r = run(_episodes(tmp_path / "training.log", lambda e: 22.0))
+    assert r.code == 1, r.all("error")
+    assert r.one("source")["columns"] == {"Score": "Score"}
+    (start,) = r.all("onset")
+    assert start["unhealthy"] and "never learned" in start["verdict"], start
+
+
+def test_a_score_that_rose_is_no_finding(tmp_path: Path) -> None:
+    """The same console of an agent that learned (its score from 22 to 200): healthy."""
+    r = run(_episodes(tmp_path / "training.log", lambda e: 22.0 + 178.0 * min(1.0, e / 200)))
+    assert r.code in (0, 1), r.all("error")
+    assert [o for o in r.all("onset") if o["unhealthy"]] == []
+    assert "unhealthy-start" not in r.one("summary")["findings"]

@@ -22,8 +22,9 @@ class LlmC(Reader):
         FORMAT,
         groups(
             re.compile(
-                r"^s:(?P<s>\d+) trl:(?P<trl>" + _N + r")"
+                r"^s:(?P<s>\d+) (?:trl:(?P<trl>" + _N + r")"
                 r"(?: lr:(?P<lr>" + _N + r"))?(?: norm:(?P<norm>" + _N + r"))?"
+                r"|tel:(?P<tel>" + _N + r"))"
             )
         ),
         "s",

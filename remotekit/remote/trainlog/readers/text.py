@@ -76,7 +76,7 @@ def _read(src, out):
     plain = Counter()
     parsed = []
     for line in lines:
-        d = _text_row(line)
+        d = {} if CODE_RE.match(line) else _text_row(line)  # code's pairs are no columns
         parsed.append(d)
         keys.update(d.keys())
         plain.update(dict(FAST_PAIR_RE.findall(line)).keys())
