@@ -37,10 +37,13 @@
 # Each step is a child forked from the agent that runs the runner unchanged (its ``entry()``:
 # the runner's code runs once in the agent, as a module), with the step's own pipes as its
 # stdin, stdout and stderr, so the kill semantics are the runner's: its own session, a
-# subreaper, TERM then KILL of the step's tree on EOF or its deadline. The agent is
-# single-threaded (a poll loop), so forking from it is safe. Output is relayed per step; the
-# agent stops reading a step's pipes while WINDOW of its bytes are unconsumed by the caller,
-# so a step that floods only blocks itself.
+# subreaper, TERM then KILL of the step's tree on EOF or its deadline. As it leaves, the child
+# closes its stdin, stdout and stderr and says its exit status on a fourth pipe (the runner's
+# DONE, which no step's process holds): the agent sends X then, not once the kernel has taken
+# the child down and SIGCHLD came (it reaps it after). One killed says nothing: it is reaped
+# first. The agent is single-threaded (a poll loop), so forking from it is safe. Output is
+# relayed per step; the agent stops reading a step's pipes while WINDOW of its bytes are
+# unconsumed by the caller, so a step that floods only blocks itself.
 #
 # A step's child is forked before its step comes (a Spare): once no step runs, the agent forks
 # the next one, its pipes made, and it waits in the runner for its header. When the last step
@@ -209,7 +212,8 @@ class Spare(object):
     def close(self):
         for fd in self.fds:
             try:
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
             except OSError:
                 pass
         self.fds = ()
@@ -226,8 +230,9 @@ class Spare(object):
 class Step(object):
     """One step's child and its three pipes, seen from the agent."""
 
-    def __init__(self, sid, pid, stdin, out, err):
+    def __init__(self, sid, pid, stdin, out, err, done=None):
         self.sid, self.pid = sid, pid
+        self.done = done  # our end of the pipe its child says its status on (Agent.child)
         self.stdin = stdin  # our write end, non-blocking; None once closed
         self.pending = []  # bytes waiting for room in the stdin pipe
         self.unsaid = 0  # bytes written into the stdin pipe, not yet said (W)
@@ -248,6 +253,14 @@ class Step(object):
                 pass
             self.stdin = None
         self.pending = []
+
+    def close_done(self):
+        if self.done is not None:
+            try:
+                os.close(self.done)
+            except OSError:
+                pass
+            self.done = None
 
 
 def freeze():
@@ -528,6 +541,8 @@ class Agent(object):
                     fds[fd] = select.POLLIN
             if step.stdin is not None and step.pending:
                 fds[step.stdin] = select.POLLOUT
+            if step.done is not None:
+                fds[step.done] = select.POLLIN
         for fd, mask in fds.items():
             poller.register(fd, mask)
         self.watched = fds
@@ -550,6 +565,8 @@ class Agent(object):
                     self.relay(step, fd)
                 elif fd == step.stdin:
                     self.feed(step)
+                elif fd == step.done:
+                    self.said_done(step)
 
     def read_channel(self):
         try:
@@ -628,14 +645,14 @@ class Agent(object):
         # no use for a Warm's imports.
         key = self.warm_key(header) if zygote else None
         try:
-            pid, (in_w, out_r, err_r) = self.fork(sid, key, zygote)
+            pid, (in_w, out_r, err_r, done) = self.fork(sid, key, zygote)
         except OSError as e:  # no fork, no pipes: this step fails, the agent goes on
             self.send(b"e", sid, ("remotekit agent: cannot start the step: %s\n" % e).encode())
             self.send(b"X", sid, b"125")
             return
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
-        step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r)
+        step = self.steps[sid] = Step(sid, pid, in_w, out_r, err_r, done)
         if header["op"] == "put":  # its bytes: on the channel, then the step's stdin
             self.widen(0)
             self.widen(in_w)
@@ -659,7 +676,8 @@ class Agent(object):
         except OSError:
             return  # the step forks its own, and says why if it cannot
         for fd in fds:
-            os.set_blocking(fd, False)
+            if fd is not None:
+                os.set_blocking(fd, False)
         self.spare = Spare(pid, fds)
 
     def fork(self, sid, key, zygote, spare=True):
@@ -676,24 +694,28 @@ class Agent(object):
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        done_r = done_w = None
         try:
             if warm is not None:
                 pid = None
                 warm.order(sid, (in_r, out_w, err_w), zygote)
             else:
+                done_r, done_w = os.pipe()
                 pid = os.fork()
                 if not pid:
-                    for fd in (in_w, out_r, err_r):  # ours: EOF on its stdin is ours to give
+                    for fd in (in_w, out_r, err_r, done_r):  # ours: EOF on its stdin is ours
                         os.close(fd)
-                    self.child((in_r, out_w, err_w), zygote)
+                    self.child((in_r, out_w, err_w), zygote, done_w)
         except OSError:
-            for fd in (in_w, out_r, err_r):
-                os.close(fd)
+            for fd in (in_w, out_r, err_r, done_r):
+                if fd is not None:
+                    os.close(fd)
             raise
         finally:
-            for fd in (in_r, out_w, err_w):
-                os.close(fd)
-        return pid, (in_w, out_r, err_r)
+            for fd in (in_r, out_w, err_w, done_w):
+                if fd is not None:
+                    os.close(fd)
+        return pid, (in_w, out_r, err_r, done_r)
 
     def to_worker(self, sid, header, first):
         """Hand the call step ``sid`` to a warm worker of its key (worker_for); False when
@@ -755,7 +777,7 @@ class Agent(object):
         for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(s, signal.SIG_DFL)
         for step in self.steps.values():
-            for fd in [step.stdin] + list(step.outputs):
+            for fd in [step.stdin, step.done] + list(step.outputs):
                 if fd is not None:
                     os.close(fd)
         for warm in list(self.warm.values()) + self.workers:
@@ -770,7 +792,7 @@ class Agent(object):
         self.spare = None
         self.inbuf, self.outbox = bytearray(), []
 
-    def child(self, fds, zygote):
+    def child(self, fds, zygote, done=None):
         """In the forked child: the step's pipes (``fds``) as fds 0-2, nothing of the agent's,
         and the runner's ``entry()`` with what a fresh ``python -c LOADER`` would give it
         (its STDIN), but that it forks a zygote only when ``zygote`` says the step runs a
@@ -778,7 +800,12 @@ class Agent(object):
         it knows). The runner's module-level state (KEY, TO_REMOVE) is the agent's untouched
         copy: the agent only reads the runner's tables. sys.stdout and sys.stderr stay the
         agent's objects, on fds 1 and 2, now the step's pipes: the agent writes only with
-        os.write, so they hold nothing (three new text files cost a step ~0.25 ms)."""
+        os.write, so they hold nothing (three new text files cost a step ~0.25 ms).
+
+        ``done``: a pipe on which it says its exit status, its stdin, stdout and stderr
+        closed first, before it exits: the agent then reports the step's end (X) without
+        waiting for the kernel to take this process down (its memory, then SIGCHLD), and
+        reaps it after; one that dies without saying it is reaped first."""
         stdin, out, err = fds
         code = 125
         try:
@@ -798,6 +825,7 @@ class Agent(object):
             runner["STDIN"] = io.BufferedReader(io.FileIO(0, "r", closefd=False))
             runner["COMPILE"] = self.code.compile  # the runner's scripts through the cache
             runner["ZYGOTE"] = zygote
+            runner["DONE"] = done  # where it says its status as it leaves (leave)
             runner["entry"]()
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -808,7 +836,10 @@ class Agent(object):
                 pass
             code = 125
         finally:
-            os._exit(code & 0xFF)
+            try:
+                self.runner["leave"](code & 0xFF)  # with done: its status said, then exits
+            finally:
+                os._exit(code & 0xFF)
 
     def warm_key(self, header):
         """Which Warm serves the step ``header`` (None: none, it preloads nothing): its
@@ -915,6 +946,20 @@ class Agent(object):
         step.unacked += len(data)
         self.send(step.outputs[fd], step.sid, data)
 
+    def said_done(self, step):
+        """The step's child said its exit status (``child``), or closed the pipe without it
+        (killed: its status comes when it is reaped)."""
+        try:
+            data = os.read(step.done, 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        step.close_done()
+        if data.isdigit() and step.status is None:
+            step.status = int(data)
+            self.finish(step)
+
     def reap(self):
         while True:
             try:
@@ -939,6 +984,7 @@ class Agent(object):
         if step.status is None or step.outputs:
             return
         step.close_stdin()
+        step.close_done()
         del self.steps[step.sid]
         self.send(b"X", step.sid, str(step.status).encode())
 
@@ -952,6 +998,7 @@ class Agent(object):
             self.spare = None
         for step in self.steps.values():
             step.close_stdin()
+            step.close_done()
             for fd in step.outputs:  # nobody reads them now: a runner's writes fail, never block
                 os.close(fd)
             step.outputs = {}

@@ -275,6 +275,30 @@ def test_a_step_runs_in_a_runner_forked_before_it_came(
             assert int(target.run_python(remotekit.Script(code), timeout=20).stdout) == spare
 
 
+#: A script that writes a digit into every descriptor it holds, then kills its runner: were
+#: the pipe on which the runner says its status (runner.DONE) among them, the step would end
+#: with the status the script chose. (It removes its folder first: its killed runner cannot.)
+FORGE_STATUS = """import os, shutil, signal
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        os.write(int(fd), b"0") if int(fd) > 2 else None
+    except OSError:
+        pass
+shutil.rmtree(os.path.dirname(os.path.abspath(__file__)))
+os.kill(os.getppid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_script_cannot_say_its_runners_status(target: remotekit.Target) -> None:
+    """A step's runner says its exit status to the agent on a pipe of its own, so that the
+    step's end goes out before the runner's process is taken down; the script never holds
+    that pipe: a runner killed by its script ends the step with 137, not what the script
+    wrote."""
+    r = target.run_python(remotekit.Script(FORGE_STATUS), check=False, timeout=20)
+    assert r.exit_code == 128 + signal.SIGKILL, (r.exit_code, r.stderr)
+
+
 def spare_of(looker: remotekit.Target, pid: int) -> int:
     """The agent ``pid``'s spare (polled for): its child that leads a session, no step running."""
     end = time.monotonic() + 10
