@@ -175,13 +175,13 @@ def onset(label, key, col, steps, chance=None, chance_from=None, flat=True):
     )
 
 
-def _flat(rec, col, steps):
-    """The fields of a loss flat from its first value to its last (the median of each
-    later block within :data:`FLAT_SIGMA` standard errors or :data:`FLAT_REL` of the
-    start, the first two blocks' median; none below :data:`FLAT_FLOOR`; the first value
-    at the run's start: :func:`_from_the_start`), else None. The scatter is the
-    values' own around their block's median (the median absolute deviation, as a sigma):
-    per-batch noise is wide, a trend moves the medians, not the scatter within a block."""
+def _levels(col, steps):
+    """A series cut into blocks from its first value: (the indexes of its finite values,
+    the number of blocks, each block's median, the values' scatter around their block's
+    median (the median absolute deviation, as a sigma), the start (the first two blocks'
+    median), a block median's standard error against the start), or None when it has
+    fewer than :data:`MIN_FLAT` values or does not start at the run's start
+    (:func:`_from_the_start`)."""
     idx = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
     n = len(idx)
     if n < MIN_FLAT or not _from_the_start(steps, idx):
@@ -190,7 +190,7 @@ def _flat(rec, col, steps):
     size = n // nb
     blocks = [idx[b * size : (b + 1) * size] for b in range(nb - 1)]
     blocks.append(idx[(nb - 1) * size :])
-    # a long loss: each block by an even sample of FLAT_SAMPLE values (a median and a
+    # a long series: each block by an even sample of FLAT_SAMPLE values (a median and a
     # scatter need no more; a million values sorted would cost a second)
     thin = -(-size // FLAT_SAMPLE)
     blocks = [b[::thin] for b in blocks]
@@ -202,6 +202,21 @@ def _flat(rec, col, steps):
     # sigma / sqrt(values), and a block's difference from the start has sqrt(1 + 1/2) that
     start = median([col[i] for b in blocks[:2] for i in b])
     err = 1.2533 * scatter / math.sqrt(size) * math.sqrt(1.5)
+    return idx, nb, meds, scatter, start, err
+
+
+def _flat(rec, col, steps):
+    """The fields of a loss flat from its first value to its last (the median of each
+    later block within :data:`FLAT_SIGMA` standard errors or :data:`FLAT_REL` of the
+    start, the first two blocks' median; none below :data:`FLAT_FLOOR`; the first value
+    at the run's start: :func:`_from_the_start`), else None. The scatter is the
+    values' own around their block's median (the median absolute deviation, as a sigma):
+    per-batch noise is wide, a trend moves the medians, not the scatter within a block."""
+    levels = _levels(col, steps)
+    if levels is None:
+        return None
+    idx, nb, meds, scatter, start, err = levels
+    n = len(idx)
     band = max(FLAT_SIGMA * err, FLAT_REL * abs(start))
     low, high = min(meds[2:]), max(meds[2:])
     # no fall beyond the band; a rise beyond twice it is no flat loss either (it diverged)
@@ -246,22 +261,11 @@ def never_rose(label, key, col, steps):
     (the first two parts' median) beyond :data:`FLAT_SIGMA` standard errors or
     :data:`RISE_REL` of it; else None. The first value at the run's start, as for a flat
     loss (:func:`_from_the_start`)."""
-    idx = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
-    n = len(idx)
-    if n < MIN_FLAT or not _from_the_start(steps, idx):
+    levels = _levels(col, steps)
+    if levels is None:
         return None
-    nb = min(FLAT_BLOCKS, n // FLAT_BLOCK)
-    size = n // nb
-    blocks = [idx[b * size : (b + 1) * size] for b in range(nb - 1)]
-    blocks.append(idx[(nb - 1) * size :])
-    thin = -(-size // FLAT_SAMPLE)
-    blocks = [b[::thin] for b in blocks]
-    size = len(blocks[0])
-    meds = [median([col[i] for i in b]) for b in blocks]
-    dev = sorted(abs(col[i] - m) for b, m in zip(blocks, meds) for i in b)
-    scatter = 1.4826 * dev[len(dev) // 2]
-    start = median([col[i] for b in blocks[:2] for i in b])
-    err = 1.2533 * scatter / math.sqrt(size) * math.sqrt(1.5)
+    idx, nb, meds, _, start, err = levels
+    n = len(idx)
     band = max(FLAT_SIGMA * err, RISE_REL * abs(start))
     best = max(meds[2:])
     if best - start > band:
