@@ -1396,6 +1396,24 @@ def tail_of(log):
     return "; its output:\n" + text if text else ""
 
 
+def watch(child, relay, timeout, reason):
+    """Relay ``child``'s output until it exits, the caller's end closes (EOF) or ``timeout``
+    seconds pass (None: none), unless a signal set ``reason[0]`` first; ``reason[0]`` then
+    says which ("exit", "eof", "deadline" or the signal's)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while child.poll() is None and reason[0] is None:
+        if relay.eof:
+            reason[0] = "eof"
+            break
+        left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+        if left <= 0:
+            reason[0] = "deadline"
+            break
+        relay.pump(left)
+    if child.returncode is not None:
+        reason[0] = "exit"
+
+
 def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
     argv, cwd, env = step_argv(h, tmpdir, base)
     if h["value"]:
@@ -1420,18 +1438,7 @@ def do_exec(h, tmpdir, zygote, outputs, stdin, base=None):
         )
     control(STARTED, {"pid": child.pid})
     relay = Relay(outputs, stdin, takes, h["value"], h["bulk"])
-    deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
-    while child.poll() is None and reason[0] is None:
-        if relay.eof:
-            reason[0] = "eof"
-            break
-        left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-        if left <= 0:
-            reason[0] = "deadline"
-            break
-        relay.pump(left)
-    if child.returncode is not None:
-        reason[0] = "exit"
+    watch(child, relay, h["timeout"], reason)
     relay.end_input()
     reap_others(child)
     data = {"reason": reason[0]}
@@ -2135,18 +2142,7 @@ def do_call(h, base, folder, executor, stdin, once=False, order=None, ready=None
         del ready[:]  # said: what fails from now on is the call's
     relay = executor.relay = Relay(outputs, stdin, False, h["value"])
     relay.sources[done_r] = DONE_PIPE
-    deadline = None if h["timeout"] is None else time.monotonic() + h["timeout"]
-    while child.poll() is None and reason[0] is None:
-        if relay.eof:
-            reason[0] = "eof"
-            break
-        left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-        if left <= 0:
-            reason[0] = "deadline"
-            break
-        relay.pump(left)
-    if child.returncode is not None:
-        reason[0] = "exit"
+    watch(child, relay, h["timeout"], reason)
     data = {"reason": reason[0]}
     code = child.returncode
     if code is None or child.dead or once or executor.left():
