@@ -822,14 +822,21 @@ class _Bodies:
     ``d/<n>``), checked: in the order asked, never more bytes than listed; a file that came
     short is padded and flagged, as a push flags one (``ok``)."""
 
-    def __init__(self, staging: Path, order: list[str], there: dict[str, Entry], packed: int):
+    def __init__(
+        self,
+        staging: Path,
+        order: list[str],
+        there: dict[str, Entry],
+        packed: int,
+        progress: _Progress,
+    ):
         self.staging, self.order, self.there, self.packed = staging, order, there, packed
+        self.progress = progress
         self.ok = bytearray(b"0" * len(order))
         self.n, self.left = 0, there[order[0]].size if order else 0
         (staging / "d").mkdir()
         self.pack = (staging / "pack").open("wb")
         self.out = self.pack if packed else None
-        self.progress: _Progress | None = None
 
     def body(self, n: int, length: int) -> None:
         """A frame of ``length`` bytes of file ``n`` begins: refused unless ``n`` is the
@@ -841,26 +848,27 @@ class _Bodies:
                 f"more bytes than listed for {self.order[n]!r} ({length} more, {self.left} left)"
             )
 
-    def write(self, data: memoryview) -> None:
+    def write(self, data: memoryview | bytes) -> None:
+        """Bytes of the file whose bytes come now (checked by :meth:`body`)."""
+        self._put(data)
+        self.progress.add(len(data))
+
+    def _put(self, data: memoryview | bytes) -> None:
         if self.out is None:
             self._next_file()
         assert self.out is not None
         self.out.write(data)
         self.left -= len(data)
-        if self.progress is not None:
-            self.progress.add(len(data))
 
-    def record(self, r: dict[str, Any], progress: _Progress) -> bool:
+    def record(self, r: dict[str, Any]) -> bool:
         if r.get("type") != "read":
             return False
         if r.get("n") != self.n or self.n >= len(self.order):
             raise ValueError(f"a read record for file {r.get('n')!r}, not {self.n}")
         whole = self.left == 0 and r.get("ok") is True
-        progress.add(self.left)
+        self.progress.add(self.left)
         if self.n < self.packed:  # came short: padded (the pack's offsets), never installed
-            self.progress, left = None, self.left
-            self.write(memoryview(bytes(left)))
-            self.progress = progress
+            self._put(bytes(self.left))
         self.ok[self.n] = ord("1") if whole else ord("0")
         self.n += 1
         if self.n < len(self.order):
@@ -939,8 +947,6 @@ class _Frames:
         else:
             raise ValueError(f"a frame of unknown kind {kind!r}")
         self.kind, self.left = kind, length
-        if length == 0:
-            self._end()
 
     def _end(self) -> None:
         if self.kind == wire.RECORD:
@@ -977,8 +983,7 @@ def _fetch_and_apply(
     packed = sum(1 for f in doc["files"] if len(f) == 6)
     staging = Path(tempfile.mkdtemp(prefix=wire.TEMP_PREFIX, dir=root))
     try:
-        bodies = _Bodies(staging, order, there, packed)
-        bodies.progress = progress
+        bodies = _Bodies(staging, order, there, packed, progress)
         try:
             if order:
                 frames = _Frames(bodies)
@@ -991,7 +996,7 @@ def _fetch_and_apply(
                     {"paths.json": json.dumps(asked).encode()},
                     f"sync read {src}",
                     timeout,
-                    on_record=lambda r: bodies.record(r, progress),
+                    on_record=bodies.record,
                     frames=frames,
                 )
                 if bodies.n != len(order):

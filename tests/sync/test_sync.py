@@ -952,9 +952,9 @@ def test_a_pull_refuses_what_a_hostile_far_side_sends(tmp_path: Path) -> None:
 
     def frames(folder: Path) -> tuple[_Bodies, _Frames]:
         folder.mkdir()
-        got = _Bodies(folder, ["a", "b"], there, packed=2)
+        got = _Bodies(folder, ["a", "b"], there, packed=2, progress=progress)
         f = _Frames(got)
-        f.take = lambda r: got.record(r, progress)
+        f.take = got.record
         return got, f
 
     for i, (stream, why) in enumerate(
