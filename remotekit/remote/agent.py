@@ -204,7 +204,7 @@ def write_all(fd, data):
 
 class Spare(object):
     """A step's child forked before its step (Agent.spare): its pid and our ends of its
-    stdin, stdout and stderr (non-blocking)."""
+    stdin, stdout, stderr and done pipe (non-blocking)."""
 
     def __init__(self, pid, fds):
         self.pid, self.fds = pid, fds
@@ -212,8 +212,7 @@ class Spare(object):
     def close(self):
         for fd in self.fds:
             try:
-                if fd is not None:
-                    os.close(fd)
+                os.close(fd)
             except OSError:
                 pass
         self.fds = ()
@@ -228,7 +227,7 @@ class Spare(object):
 
 
 class Step(object):
-    """One step's child and its three pipes, seen from the agent."""
+    """One step's child and its pipes (stdin, stdout, stderr, done), seen from the agent."""
 
     def __init__(self, sid, pid, stdin, out, err, done=None):
         self.sid, self.pid = sid, pid
@@ -675,15 +674,14 @@ class Agent(object):
             pid, fds = self.fork(0, None, zygote, spare=False)
         except OSError:
             return  # the step forks its own, and says why if it cannot
-        for fd in fds:
-            if fd is not None:
-                os.set_blocking(fd, False)
+        for fd in fds:  # forked here (no Warm): all four pipes are ours
+            os.set_blocking(fd, False)
         self.spare = Spare(pid, fds)
 
     def fork(self, sid, key, zygote, spare=True):
         """The step's child, forked here or by the Warm of ``key`` (warm_key; None: here):
-        (its pid, or None when the Warm will say it, and our ends of its stdin, stdout and
-        stderr). ``zygote``: whether its runner forks one (it runs a script; the runner's
+        (its pid, or None when the Warm will say it, and our ends of its stdin, stdout,
+        stderr and done pipe, None when the Warm forks it). ``zygote``: whether its runner forks one (it runs a script; the runner's
         ZYGOTE). ``spare``: whether one forked before (prepare) may serve."""
         ready = None
         if spare and not key:  # the next spare's zygote is forked at once if this is a script

@@ -8,9 +8,9 @@ base64 text (never decoded here). A torch.save file is a zip too; it is told apa
 ``data.pkl`` record (:func:`.discover.torch_members` is None for it).
 
 Each torch member is loaded as the files are (``weights_only``, no pickle run, memory-mapped):
-torch maps a file by its path only, so the member is streamed (:data:`.base.UNPACK_CHUNK` bytes at a
-time) into a private temporary file, removed when the checkpoint is closed; a large member
-costs its size on disk there, not in memory. Its tensors become the archive's: ``policy.`` +
+torch maps a file by its path only, so the member is streamed (:data:`.base.UNPACK_CHUNK`
+bytes at a time) into a private temporary file, removed when the checkpoint is closed; a large
+member costs its size on disk there, not in memory. Its tensors become the archive's: ``policy.`` +
 their names, in the optimizer section when the member's name says ``optim``. The step comes
 from a JSON member. Bounds: at most :data:`MAX_MEMBERS` members, each torch member at most
 :data:`MAX_MEMBER_BYTES` unpacked and no more than :data:`MAX_RATIO` times its packed size
