@@ -266,7 +266,7 @@ def _send_onset(path, ing, cols, steps, vocab_size=None):
     """The ``onset`` record of the loss (:mod:`.onset`), when there is one; its fields.
     The chance level is ``vocab_size``'s when given, else the log's own count."""
     key = dict(ing.metrics).get("loss")
-    score = getattr(ing, "maximised", None)
+    score = ing.maximised
     if key is None and score is not None:
         rec = never_rose(score, score, cols[score], steps)
         if rec is not None:

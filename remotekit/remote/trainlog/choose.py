@@ -241,7 +241,7 @@ def _pick(role, keys, taken, rows):
         if bad is not None and not (role == "lr" and bad.startswith("constant")):
             passed.append("%r (%s)" % (k, bad))
             continue
-        turns = _turns(rows, k) if role == "lr" and bad is None else None
+        turns = _turns(_finite(rows, k)) if role == "lr" and bad is None else None
         if turns is not None and turns >= NOISY_TURNS:
             passed.append(
                 "%r (noisy: its values turn at %d%% of their changes; an lr is a schedule)"
@@ -302,21 +302,19 @@ SWEEP_START = 0.05  # runs of one sweep start within this share of each other
 _NUMBER_PART = re.compile(r"(?<![A-Za-z])[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-def _turns(rows, key):
-    """The share of ``key``'s changes of value in ``rows`` where it turns direction, or None
-    with fewer than :data:`MIN_CHANGES` changes (too few to tell)."""
-    xs = [x for x in _present(rows, key) if math.isfinite(x)]
+def _finite(rows, key):
+    """``key``'s finite values in ``rows``, in order."""
+    return [x for x in _present(rows, key) if math.isfinite(x)]
+
+
+def _turns(xs):
+    """The share of the changes of value in ``xs`` where it turns direction, or None with
+    fewer than :data:`MIN_CHANGES` changes (too few to tell). At :data:`NOISY_TURNS` or
+    more it is noise about a trend: no lr schedule turns so often."""
     d = [b - a for a, b in zip(xs, xs[1:]) if b != a]
     if len(d) < MIN_CHANGES:
         return None
     return sum(1 for a, b in zip(d, d[1:]) if (a > 0) != (b > 0)) / (len(d) - 1)
-
-
-def _noisy(rows, key):
-    """Whether ``key``'s values in ``rows`` turn direction at :data:`NOISY_TURNS` of their
-    changes or more: no lr schedule does."""
-    turns = _turns(rows, key)
-    return turns is not None and turns >= NOISY_TURNS
 
 
 def _sweep(keys, taken, rows):
@@ -335,9 +333,10 @@ def _sweep(keys, taken, rows):
             continue
         starts = []
         for k in ks:
-            xs = [x for x in _present(rows, k) if math.isfinite(x)]
+            xs = _finite(rows, k)
             n = max(1, len(xs) // 5)
-            if len(xs) < MIN_CHANGES or not _noisy(rows, k):
+            turns = _turns(xs)
+            if len(xs) < MIN_CHANGES or turns is None or turns < NOISY_TURNS:
                 break
             if not median(xs[-n:]) < 0.95 * median(xs[:n]):
                 break

@@ -76,7 +76,10 @@ def _read(src, out):
     plain = Counter()
     parsed = []
     for line in lines:
-        d = {} if CODE_RE.match(line) else _text_row(line)  # code's pairs are no columns
+        if CODE_RE.match(line):  # code's pairs are no columns, nor a sign of them
+            parsed.append({})
+            continue
+        d = _text_row(line)
         parsed.append(d)
         keys.update(d.keys())
         plain.update(dict(FAST_PAIR_RE.findall(line)).keys())
