@@ -15,6 +15,8 @@ import re
 import statistics
 from pathlib import Path
 
+import pytest
+
 from tests.harness import DATA
 from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
 
@@ -49,6 +51,12 @@ def said_apart_from_path(r: Run) -> str:
 # LeRobot's console, saved by PowerShell's Tee-Object: UTF-16 with a byte-order mark
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="main (blind run): loss <- 'train/loss_m', 19 rows: values printed with a magnitude "
+    "suffix (smpl:6K, smpl:2M, ep:1K) split the one line template into several, and the rounded "
+    "step 1K is read as step 1: ~90 restarts warned, a resume invented, the last 'run part' read",
+)
 def test_heldout3_lerobot_utf16_console_read() -> None:
     """A UTF-16 LE file (``FF FE``): a config dict, warnings, then 250 lines ``step:S smpl:N
     ep:E epch:F loss:x grdn:g lr:1.0e-05`` every 200 steps (200 .. 50K), ``loss`` 5.875 ->
@@ -76,6 +84,11 @@ def test_heldout3_lerobot_utf16_console_read() -> None:
 # LeRobot's console from its 400th step (no preamble), the same line template
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="main (blind run): as the UTF-16 copy: loss <- 'train/loss_m', 19 rows of 249, a resume "
+    "invented at 32 from the rounded step (1K read as 1)",
+)
 def test_heldout3_lerobot_console_from_mid_run() -> None:
     """249 lines ``step:400 .. step:50K`` (the file starts at step 400, epoch 1.01: the
     earlier lines were not kept; nothing says a resume), ``loss`` 2.215 -> 0.023, ten
@@ -98,6 +111,11 @@ def test_heldout3_lerobot_console_from_mid_run() -> None:
 # DETR's per-epoch JSON lines: the same epoch 0 written twice
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="main (blind run): loss <- train_loss by row numbers ('no step key found'): the epoch "
+    "column is not used as the step, and epoch 0 logged twice with other values is not said",
+)
 def test_heldout3_detr_epoch_zero_twice_is_a_restart() -> None:
     """Two JSON lines (94 keys each: ``train_loss`` and its parts, ``test_loss`` and its
     parts, ``epoch``, ``n_parameters``), both ``"epoch": 0`` with different values
@@ -118,6 +136,11 @@ def test_heldout3_detr_epoch_zero_twice_is_a_restart() -> None:
 # PEFT's method comparison: one JSON document a run, the metrics a list inside it
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="main (blind run): exit 2, 'a JSON document without log_history (not a "
+    "trainer_state.json)': the list of metric rows inside the document is not read",
+)
 def test_heldout3_peft_flat_loss_never_learned() -> None:
     """``train_info.metrics``: 20 rows at ``step`` 250 .. 5000 (``train loss``, a name with a
     space, 1.31 .. 1.35 all along; ``valid accuracy`` 0.0 but once 0.02), then a summary row
@@ -135,6 +158,11 @@ def test_heldout3_peft_flat_loss_never_learned() -> None:
     assert UNHEALTHY_SAID.search(said(r)), said(r)
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="main (blind run): exit 2, 'a JSON document without log_history (not a "
+    "trainer_state.json)': the list of metric rows inside the document is not read",
+)
 def test_heldout3_peft_prefix_tuning_learned() -> None:
     """The same document shape: ``train loss`` 7.37 at step 250, 3.85, 1.73, then 1.15 ->
     0.79 by step 5000 (a fast fall from a bad start, then a plateau); ``valid accuracy``
