@@ -136,11 +136,6 @@ def test_heldout3_detr_epoch_zero_twice_is_a_restart() -> None:
 # PEFT's method comparison: one JSON document a run, the metrics a list inside it
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main (blind run): exit 2, 'a JSON document without log_history (not a "
-    "trainer_state.json)': the list of metric rows inside the document is not read",
-)
 def test_heldout3_peft_flat_loss_never_learned() -> None:
     """``train_info.metrics``: 20 rows at ``step`` 250 .. 5000 (``train loss``, a name with a
     space, 1.31 .. 1.35 all along; ``valid accuracy`` 0.0 but once 0.02), then a summary row
@@ -158,11 +153,6 @@ def test_heldout3_peft_flat_loss_never_learned() -> None:
     assert UNHEALTHY_SAID.search(said(r)), said(r)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main (blind run): exit 2, 'a JSON document without log_history (not a "
-    "trainer_state.json)': the list of metric rows inside the document is not read",
-)
 def test_heldout3_peft_prefix_tuning_learned() -> None:
     """The same document shape: ``train loss`` 7.37 at step 250, 3.85, 1.73, then 1.15 ->
     0.79 by step 5000 (a fast fall from a bad start, then a plateau); ``valid accuracy``
