@@ -51,12 +51,6 @@ def said_apart_from_path(r: Run) -> str:
 # LeRobot's console, saved by PowerShell's Tee-Object: UTF-16 with a byte-order mark
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main (blind run): loss <- 'train/loss_m', 19 rows: values printed with a magnitude "
-    "suffix (smpl:6K, smpl:2M, ep:1K) split the one line template into several, and the rounded "
-    "step 1K is read as step 1: ~90 restarts warned, a resume invented, the last 'run part' read",
-)
 def test_heldout3_lerobot_utf16_console_read() -> None:
     """A UTF-16 LE file (``FF FE``): a config dict, warnings, then 250 lines ``step:S smpl:N
     ep:E epch:F loss:x grdn:g lr:1.0e-05`` every 200 steps (200 .. 50K), ``loss`` 5.875 ->
@@ -84,11 +78,6 @@ def test_heldout3_lerobot_utf16_console_read() -> None:
 # LeRobot's console from its 400th step (no preamble), the same line template
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main (blind run): as the UTF-16 copy: loss <- 'train/loss_m', 19 rows of 249, a resume "
-    "invented at 32 from the rounded step (1K read as 1)",
-)
 def test_heldout3_lerobot_console_from_mid_run() -> None:
     """249 lines ``step:400 .. step:50K`` (the file starts at step 400, epoch 1.01: the
     earlier lines were not kept; nothing says a resume), ``loss`` 2.215 -> 0.023, ten

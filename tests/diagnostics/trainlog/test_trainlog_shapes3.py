@@ -50,3 +50,62 @@ def test_json_document_with_no_list_of_records_is_refused(tmp_path: Path) -> Non
     assert r.code == 2
     (err,) = r.all("error")
     assert "no list of row objects" in err["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# a console whose counts are humanised (``smpl:32K``) and whose step is printed rounded (``1K``)
+
+
+def _humanised(n: float) -> str:
+    if n >= 1e6:
+        return f"{round(n / 1e6)}M"
+    return f"{round(n / 1e3)}K" if n >= 1e3 else str(int(n))
+
+
+def _console(rows: list[dict[str, float]], scale: int, path: Path, *, runs: int = 1) -> Path:
+    """LeRobot's line shape: every 5th row, the step ``scale`` x the row, printed humanised
+    as the other counts are; an upload's progress bars after the end."""
+    with open(path, "w") as f:
+        f.write("INFO 2026-05-11 15:40:38 ot_train.py:330 Start offline training\n")
+        for _ in range(runs):
+            for r in rows[::5]:
+                s = r["step"] * scale
+                f.write(
+                    f"INFO 2026-05-11 15:42:44 ot_train.py:357 step:{_humanised(s)} "
+                    f"smpl:{_humanised(s * 32)} ep:{_humanised(s // 9)} epch:{s / 450:.2f} "
+                    f"loss:{r['loss']:.3f} grdn:{r['grad_norm']:.3f} lr:{r['lr']:.1e}\n"
+                )
+        f.write("INFO 2026-05-11 23:56:34 ot_train.py:438 End of training\n")
+        for k in range(1, 12):
+            f.write(
+                f"model.safetensors:  {k * 9}%|{'#' * k}| {k * 18.7:.1f}M/206M "
+                f"[00:0{k % 10}<00:35, {k * 3.1:.2f}MB/s]\n"
+            )
+    return path
+
+
+def test_humanised_counts_one_line_kind_and_a_rounded_step_no_restart(tmp_path: Path) -> None:
+    rows = list(factory.cached("mixed", 300))
+    path = _console(rows, 100, tmp_path / "train_log.txt")
+    r = run(path)
+    src = source(r)
+    # 60 lines, steps 0 .. 29,500 by 500: printed 0, 500, 1K, 2K, 2K, 3K ... 30K
+    assert src["columns"]["loss"] == "train/loss" and src["rows"] == 60
+    assert (src["first_step"], src["last_step"], src["stride"]) == (0, 29500, 500)
+    assert [e for e in r.all("event") if e["kind"] == "resume"] == []
+    said = " ".join(w["message"] for w in r.all("warning"))
+    assert "printed rounded ('1K')" in said and "stride of 500" in said
+    assert "restart" not in said and "run part" not in said
+    assert "safetensors" not in said  # an upload's progress bars: no series
+    (loss,) = [m for m in r.all("metric") if m.get("label") == "loss"]
+    assert loss["n"] == 60
+
+
+def test_rounded_step_that_falls_is_still_a_second_run(tmp_path: Path) -> None:
+    rows = list(factory.cached("mixed", 300))
+    path = _console(rows, 100, tmp_path / "train_log.txt", runs=2)
+    r = run(path)
+    src = source(r)
+    said = " ".join(w["message"] for w in r.all("warning"))
+    assert "second run" in said and "run part 2 of 2" in said, said
+    assert src["rows"] <= 60
