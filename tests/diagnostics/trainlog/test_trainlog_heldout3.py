@@ -15,8 +15,6 @@ import re
 import statistics
 from pathlib import Path
 
-import pytest
-
 from tests.harness import DATA
 from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
 
@@ -100,11 +98,6 @@ def test_heldout3_lerobot_console_from_mid_run() -> None:
 # DETR's per-epoch JSON lines: the same epoch 0 written twice
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main (blind run): loss <- train_loss by row numbers ('no step key found'): the epoch "
-    "column is not used as the step, and epoch 0 logged twice with other values is not said",
-)
 def test_heldout3_detr_epoch_zero_twice_is_a_restart() -> None:
     """Two JSON lines (94 keys each: ``train_loss`` and its parts, ``test_loss`` and its
     parts, ``epoch``, ``n_parameters``), both ``"epoch": 0`` with different values

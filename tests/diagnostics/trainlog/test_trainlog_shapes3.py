@@ -109,3 +109,55 @@ def test_rounded_step_that_falls_is_still_a_second_run(tmp_path: Path) -> None:
     said = " ".join(w["message"] for w in r.all("warning"))
     assert "second run" in said and "run part 2 of 2" in said, said
     assert src["rows"] <= 60
+
+
+# ---------------------------------------------------------------------------------------------
+# per-epoch JSON lines with no step: the epoch says where a run starts again
+
+
+def _per_epoch(rows: list[dict[str, float]], epochs: list[int]) -> list[dict[str, float]]:
+    """DETR's ``log.txt`` shape: a line an epoch, its train and test losses, no step; the
+    epochs in ``epochs`` order (a restart repeats one, a second run starts again)."""
+    out = []
+    for k, e in enumerate(epochs):
+        part = rows[k * 20 : (k + 1) * 20]
+        loss = sum(r["loss"] for r in part) / len(part)
+        out.append({"train_lr": 1e-4, "train_loss": loss, "test_loss": loss * 1.1, "epoch": e})
+    return out
+
+
+def _jsonl(rows: list[dict[str, float]], path: Path) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_per_epoch_lines_with_an_epoch_run_again_say_a_restart(tmp_path: Path) -> None:
+    rows = list(factory.cached("mixed", 300))
+    path = _jsonl(_per_epoch(rows, [0, 1, 2, 3, 4, 5, 5, 6, 7, 8]), tmp_path / "log.txt")
+    r = run(path)
+    src = source(r)
+    assert src["step_key"] is None and src["columns"]["loss"] == "train_loss"
+    said = [w["message"] for w in r.all("warning")]
+    assert "row 7: epoch 5 logged again with other values: a restart" in said
+    assert "run part 2 of 2 analysed (rows 7-10; --run-part chooses another)" in said
+    assert src["rows"] == 4
+
+
+def test_per_epoch_lines_whose_epoch_falls_are_a_second_run(tmp_path: Path) -> None:
+    rows = list(factory.cached("mixed", 300))
+    path = _jsonl(_per_epoch(rows, [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3]), tmp_path / "log.txt")
+    r = run(path, "--run-part", "1")
+    src = source(r)
+    said = " ".join(w["message"] for w in r.all("warning"))
+    assert "the epoch falls from 6 to 0 at row 8: a second run" in said
+    assert "run part 1 of 2 analysed (rows 1-7" in said and src["rows"] == 7
+
+
+def test_batch_lines_that_state_only_their_epoch_are_one_run(tmp_path: Path) -> None:
+    # a row a batch, its epoch repeated (no held-out loss on each row): no restart
+    rows = list(factory.cached("mixed", 300))
+    batches = [{"loss": r["loss"], "epoch": r["step"] // 50} for r in rows]
+    r = run(_jsonl(batches, tmp_path / "log.txt"))
+    src = source(r)
+    said = " ".join(w["message"] for w in r.all("warning"))
+    assert "restart" not in said and "run part" not in said and src["rows"] == 300
