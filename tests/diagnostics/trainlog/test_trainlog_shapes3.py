@@ -161,3 +161,35 @@ def test_batch_lines_that_state_only_their_epoch_are_one_run(tmp_path: Path) -> 
     src = source(r)
     said = " ".join(w["message"] for w in r.all("warning"))
     assert "restart" not in said and "run part" not in said and src["rows"] == 300
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.compile's warnings and a traceback name code ``<resume in forward>``: no resume
+
+
+_COMPILER = (
+    "[2023-12-04 01:43:47,275] torch._dynamo.convert_frame: [WARNING] WON'T CONVERT "
+    "<resume in get_neighbours_as_edge_index> /home/u/PaiNN.py line 120 \n"
+    "[2023-12-04 01:43:47,275] torch._dynamo.convert_frame: [WARNING] Traceback (most recent "
+    "call last):\n"
+    '  File "/tmp/tmpcu5m3psq.py", line 246, in <resume in forward>\n'
+    "    return self.propagate(edge_index)\n"
+)
+
+
+def test_code_names_in_angle_brackets_and_frames_are_no_resume(tmp_path: Path) -> None:
+    rows = list(factory.cached("mixed", 300))
+    path = factory.write_text(rows, tmp_path / "train.log", style="colon")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(
+        "".join(lines[:2]) + _COMPILER + "".join(lines[2:150]) + _COMPILER + "".join(lines[150:])
+    )
+    r = run(path)
+    source(r)
+    assert [e for e in r.all("event") if e["kind"] == "resume"] == []
+    # a line that says a resume happened still is one
+    path.write_text(
+        "".join(lines[:100]) + "INFO resuming from checkpoint-98\n" + "".join(lines[100:])
+    )
+    r = run(path)
+    assert [e["kind"] for e in r.all("event") if e["kind"] == "resume"] == ["resume"]
