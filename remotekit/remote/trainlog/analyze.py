@@ -36,7 +36,7 @@ from .read import read_log
 from .resumes import check_resumes
 from .source import MAX_LINE
 from .spikes import detect
-from .steps import drop_bad_steps, per_batch, reconcile_steps
+from .steps import drop_bad_steps, epoch_runs, per_batch, reconcile_steps
 
 
 def analyze_log(opts):
@@ -133,6 +133,8 @@ def prepare_columns(ing, warnings):
     steps, cols = drop_bad_steps(ing, steps, cols, warnings)
     if not len(steps):
         raise LogError("no row with a usable step (%s)" % "; ".join(warnings[-1:]))
+    if not ing.step_key:
+        steps, cols, n = epoch_runs(ing, steps, cols, warnings)
     steps, cols, n = reconcile_steps(ing, steps, cols, warnings)
     for name in [m for m, _ in ing.meta]:
         col = cols[name]

@@ -176,6 +176,12 @@ CODE_RE = re.compile(
     r"[A-Za-z_]\w*\s*:\s*(?:int|float|str|bool|bytes|list|dict|tuple|set|[A-Z]\w*)"
     r"(?:\[[^\]=]*\])?\s+=\s)"
 )
+# A traceback's frame (``File "x.py", line 246, in <resume in forward>``) names code that ran,
+# and a name in angle brackets (``WON'T CONVERT <resume in get_neighbours>``: a code object's,
+# a generated function's, ``<lambda>``) names a thing, not an action: no event comes from
+# either.
+FRAME_RE = re.compile(r"""^\s*File "[^"\n]*", line \d+""")
+ANGLED_RE = re.compile(r"<[^<>\n]{1,120}>")
 # A logger's source line ("olmo.checkpoint:669", "train.py:88"): a line number, never a step.
 SOURCE_LINE_RE = re.compile(r"(?<![\w/.])[A-Za-z_]\w*(?:\.\w+)+:\d+\b")
 # A path: where something was saved, not what (data-order indices saved into a checkpoint
@@ -185,13 +191,14 @@ PATH_RE = re.compile(r"""['"]?(?:[A-Za-z]+://|\.{0,2}/|[\w.\-]+/)[^\s'"]*['"]?""
 
 def event_kind(line):
     """``"resume"``, ``"checkpoint"`` or None: what a log line says happened. Only a line
-    that says an action happened is an event: no source code (:data:`CODE_RE`), no line that
-    says there was none (:data:`NO_EVENT_RE`), no setting's comment nor a setting's
+    that says an action happened is an event: no source code (:data:`CODE_RE`) nor a
+    traceback's frame (:data:`FRAME_RE`), no line that says there was none
+    (:data:`NO_EVENT_RE`), no name in angle brackets, no setting's comment nor a setting's
     name and value (:data:`SETTING_COMMENT_RE`, :data:`SETTING_PAIR_RE`); a logger's source
     line and a path are no words of it. Every reader of events asks this."""
-    if CODE_RE.match(line) or NO_EVENT_RE.search(line):
+    if CODE_RE.match(line) or FRAME_RE.match(line) or NO_EVENT_RE.search(line):
         return None
-    words = SETTING_COMMENT_RE.sub(r"\1", line)
+    words = SETTING_COMMENT_RE.sub(r"\1", ANGLED_RE.sub(" ", line))
     words = SETTING_PAIR_RE.sub(" ", SOURCE_LINE_RE.sub(" ", words))
     words = PATH_RE.sub(" ", words)
     if RESUME_RE.search(words):

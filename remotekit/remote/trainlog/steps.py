@@ -118,6 +118,58 @@ def run_part(ing, steps, cols, warnings):
     return steps[a:b], {name: c[a:b] for name, c in cols.items()}, b - a
 
 
+def epoch_runs(ing, steps, cols, warnings):
+    """``(steps, cols, n)`` of one run of a log whose rows have no step but state their epoch
+    (per-epoch JSON lines, a CSV of epochs): where the epoch falls, a second run (or a restart
+    from scratch) was appended; where it comes again with other values on rows that each hold
+    a held-out loss (once an epoch, an evaluation each), the epoch was run again: a restart.
+    Each is said, and the part ``ing.run_part`` names is kept (None: the last). Rows of
+    batches that state only their epoch (the epoch repeats, no held-out loss each) are one
+    run."""
+    ep = cols.get("epoch")
+    n = len(steps)
+    if ep is None or n < 2:
+        return steps, cols, n
+    held = cols.get("val_loss")
+    per_epoch = held is not None and not any(map(is_missing, held))
+    named = [c for k, c in cols.items() if k != "epoch"]
+    cuts, said = [], []
+    for i in range(1, n):
+        a, b = ep[i - 1], ep[i]
+        if is_missing(a) or is_missing(b) or b > a:
+            continue
+        if b < a:
+            said.append(
+                "the epoch falls from %s to %s at row %d: a second run (or a restart from "
+                "scratch) appended to the same file" % (fmt_number(a), fmt_number(b), i + 1)
+            )
+        elif per_epoch and any(c[i] != c[i - 1] for c in named):
+            said.append(
+                "row %d: epoch %s logged again with other values: a restart"
+                % (i + 1, fmt_number(b))
+            )
+        else:
+            continue
+        cuts.append(i)
+    if not cuts:
+        return steps, cols, n
+    warnings.extend(said)
+    bounds = [0, *cuts, n]
+    want = getattr(ing, "run_part", None)
+    k = len(bounds) - 1 if not want else want if want > 0 else len(bounds) + want
+    if not 1 <= k <= len(bounds) - 1:
+        warnings.append("run part %s does not exist: the last is analysed" % want)
+        k = len(bounds) - 1
+    a, b = bounds[k - 1], bounds[k]
+    warnings.append(
+        "run part %d of %d analysed (rows %d-%d; --run-part chooses another)"
+        % (k, len(bounds) - 1, a + 1, b)
+    )
+    if len(ing.codes) == n:
+        ing.codes = ing.codes[a:b]
+    return steps[a:b], {name: c[a:b] for name, c in cols.items()}, b - a
+
+
 CONTINUE_HEAD = 5  # values at each end of a part compared
 
 

@@ -50,8 +50,15 @@ from .source import HEAD_ROWS
 # A non-finite value is a field as a number is, its unit after it too (``step_avg:nanms``
 # before a timer has an average, ``step_avg:123.92ms`` after): one line kind, not two.
 _UNIT = r"(?:ms|us|µs|ns|sec|secs|min|mins|hr|hrs)\b"
+# A number with a magnitude suffix (``smpl:32K``, ``2M``, tqdm's ``16.4k``: a humanised
+# count) is one field worth the number times its unit: a count that crosses a thousand does
+# not start another line kind, and its value is the count's.
+MAGNITUDE = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+_SUFFIX = r"(?-i:[KMGTB]|k)(?![A-Za-z0-9_])"
 _NUM = (
-    r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)(?:\b|(?="
+    r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:"
+    + _SUFFIX
+    + r")?|[-+]?(?:nan|inf(?:inity)?)(?:\b|(?="
     + _UNIT
     + "))"
 )
@@ -68,6 +75,9 @@ STEP_WORDS = ("step", "global_step", "globalstep", "iter", "iteration", "it", "u
 BATCH_WORDS = ("batch", "batches", "iter", "iters", "iteration", "step", "steps", "it")
 EVENT_WORDS = ("checkpoint", "ckpt", "resum", "restor")
 EVENT_RE = re.compile("|".join(EVENT_WORDS), re.I)
+# a rate in bytes a second: a progress bar of a file moved (a model pushed, a dataset
+# fetched), not of training, whatever it counts
+_TRANSFER_RE = re.compile(r"(?<![A-Za-z])[kMGT]?i?B/s\b")
 
 
 def kind_of(words):
@@ -235,7 +245,19 @@ def _convert(cells):
     try:
         return array("d", map(float, cells)), 1, None
     except (ValueError, TypeError):
-        return array("d", map(to_float, cells)), 0, None
+        return array("d", map(value, cells)), 0, None
+
+
+def value(text):
+    """A field's text as a number: as :func:`~.base.to_float` reads it, a magnitude suffix
+    (``32K``, ``1.5M``) times its unit; a word: missing."""
+    unit = MAGNITUDE.get(text[-1:]) if isinstance(text, str) else None
+    if unit is not None:
+        try:
+            return float(text[:-1]) * unit
+        except ValueError:
+            pass
+    return to_float(text)
 
 
 def mine(lines, start=0, table=None, events=None, fast=None):
@@ -295,7 +317,11 @@ def compiled(t):
     # the newline: a match is one line, as a line's own match was
     out = []
     for blank, digit in ((r"[^\S\n]", r"\d"), (r"[\t\x0b\x0c\r\x1c-\x1f ]", "0-9")):
-        num = r"%s*([-+%s.eE]+|(?i:[-+]?(?:nan|inf(?:inity)?)))%s*" % (blank, digit, blank)
+        num = r"%s*([-+%s.eE]+(?:[KMGTBk](?![A-Za-z0-9_]))?|(?i:[-+]?(?:nan|inf(?:inity)?)))%s*" % (
+            blank,
+            digit,
+            blank,
+        )
         out.append(re.compile(num.join(re.escape(c) for c in t.consts) + r"\n|(.*\n)"))
     return tuple(out)
 
@@ -377,6 +403,12 @@ class Kind:
             out = sorted(out + [(j, self.names[j]) for j in steady if self.names[j] not in seen])
         return out
 
+    def rounded(self):
+        """Whether the step the lines state is printed rounded to a magnitude (``1K``)."""
+        if self.step is None:
+            return False
+        return any(x[-1:] in MAGNITUDE for x in self.t.texts(self.step))
+
     def epochs(self):
         """The epoch of each line: the one it states, else the one of the ``Epoch i/N``
         line before it (Keras prints the epoch on a line of its own), else None."""
@@ -389,14 +421,24 @@ class Kind:
         t = self.t
         if self.step is not None:
             self.how = "the step each line states (%r)" % self.names[self.step]
-            return t.column(self.step)
+            col = t.column(self.step)
+            if any(map(ge, col, islice(col, 1, None))) and self.rounded():
+                even = unrounded(col, t.texts(self.step))
+                if even is not None:
+                    self.how += (
+                        ", printed rounded (%r): at one stride of %s, which every printed "
+                        "value agrees with to its rounding"
+                        % (_rounded_text(t, self.step), _fmt(even[1] - even[0]))
+                    )
+                    return even
+            return col
         if self.progress is None:
             return None
         i = t.column(self.progress)
         ep = self.epochs()
         if ep is not None:
             if not t.varies(self.progress + 1):  # one N throughout: not converted
-                m = to_float(t.cell(0, self.progress + 1))
+                m = value(t.cell(0, self.progress + 1))
                 self.how = "epoch x %s + i, from the epoch and the 'i/N' each line states" % _fmt(m)
                 # (e - e0) * m + i, mapped in C: a generator costs 3x over 1M lines
                 return array("d", map(add, map(mul, map(sub, ep, repeat(e0)), repeat(m)), i))
@@ -418,6 +460,54 @@ def _fmt(v):
     return str(int(v)) if v == int(v) else "%g" % v
 
 
+def unrounded(values, texts):
+    """The steps of a counter printed rounded to a magnitude (``200, 400, ..., 1K, 1K, 1K,
+    2K``: 1000, 1200, 1400, 1600 as a trainer's humanised count prints them), as one even
+    stride puts them in each run the file holds (a run ends where the counter falls by more
+    than its rounding): the stride of the values printed in full where two follow each
+    other, else the run's span. None unless every printed value lies within half its unit of
+    its step (a counter that logs unevenly keeps its printed values)."""
+    n = len(values)
+    units = [MAGNITUDE.get(x[-1:], 1.0) for x in texts]
+    if n < 3 or len(units) != n:
+        return None
+    cuts = [0]
+    for i in range(1, n):
+        if values[i] + units[i] / 2 < values[i - 1] - units[i - 1] / 2:
+            cuts.append(i)
+    cuts.append(n)
+    out = array("d")
+    for a, b in zip(cuts, cuts[1:]):
+        part = _even(values[a:b], units[a:b])
+        if part is None:
+            return None
+        out.extend(part)
+    return out
+
+
+def _even(values, units):
+    """:func:`unrounded` of one run: its steps at one stride, or None."""
+    n = len(values)
+    if n < 2:
+        return values
+    full = [b - a for a, b, u, w in zip(values, values[1:], units, units[1:]) if u == w == 1.0]
+    stride = sorted(full)[len(full) // 2] if full else (values[-1] - values[0]) / (n - 1)
+    if not stride > 0:
+        return None
+    i0 = next((i for i, u in enumerate(units) if u == 1.0), 0)
+    start = values[i0] - i0 * stride
+    out = array("d", (start + i * stride for i in range(n)))
+    for v, u, s in zip(values, units, out):
+        if abs(s - v) > u / 2:
+            return None
+    return out
+
+
+def _rounded_text(t, j):
+    """The first text of field ``j`` printed with a magnitude suffix."""
+    return next(x for x in t.texts(j) if x[-1:] in MAGNITUDE)
+
+
 def is_data(t):
     """A template whose lines are data: recurring, a field with a name, no source code or
     traceback frame."""
@@ -429,6 +519,8 @@ def is_data(t):
     low = line.lower()
     if any(w in low for w in EVENT_WORDS):
         return False  # a save or a resume announced: an event, not a series
+    if any(_TRANSFER_RE.search(c) for c in t.consts):
+        return False  # a download's or an upload's progress bar (``5.72MB/s``): no training
     return any(_name(t.consts[j]) for j in range(t.width))
 
 
@@ -445,7 +537,9 @@ def worth(table):
         return True
     if _marks(table) is not None:
         return bool(kinds)  # ``Epoch 3/100`` on a line of its own, data lines after it
-    return any(k.progress is not None or k.of is not None for k in kinds)
+    # a step printed rounded (``step:1K``): the reading line by line would take its repeats
+    # for restarts; the line kinds' reading puts the rows back at their steps
+    return any(k.progress is not None or k.of is not None or k.rounded() for k in kinds)
 
 
 def _marks(table):
@@ -712,7 +806,7 @@ def _head(col):
     if isinstance(col, array):
         return col[:HEAD_ROWS]
     k, j, a, b = col
-    return array("d", (to_float(k.t.cell(i, j)) for i in range(a, min(b, a + HEAD_ROWS))))
+    return array("d", (value(k.t.cell(i, j)) for i in range(a, min(b, a + HEAD_ROWS))))
 
 
 def _whole(col):

@@ -1,6 +1,9 @@
 """A JSON document read whole: HF ``trainer_state.json`` (its ``log_history`` rows, and the
 ``save_steps`` / ``max_steps`` it states), W&B's ``wandb-summary.json`` (the last value of
-each key: one row, no history), or a JSON array of row objects.
+each key: one row, no history), a JSON array of row objects, or any other document that
+holds its rows as a list of objects somewhere inside it (a results file's
+``{"run_info": ..., "train_info": {"metrics": [...]}}``): the longest such list is the log,
+and it is said which.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from collections import Counter
 from itertools import chain
 
 from ...infile import TooDeep, load_json
+from ...protocol import mask
 from ..base import LogError
 from ..source import HEAD_ROWS, MAX_DOC, NotMine
 from . import Reader
 
 SURE = 0.8  # a document: surer than a trainer's lines, not than a marker only OLMo writes
 WEAK = 0.001  # a first line "[...": a JSON array, unless a trainer's lines begin so
+MIN_RECORDS = 2  # objects in a list before it can be a document's rows
+MAX_NODES = 200_000  # containers looked into for the rows (the document is bounded too)
 
 
 class JsonDocument(Reader):
@@ -84,10 +90,53 @@ class JsonDocument(Reader):
                 "the run's .wandb file (wandb/run-*/run-*.wandb) for spikes"
             )
         else:
-            raise LogError("a JSON document without log_history (not a trainer_state.json)")
+            found = records(doc)
+            if found is None:
+                raise LogError(
+                    "a JSON document without log_history (not a trainer_state.json) and "
+                    "with no list of row objects in it"
+                )
+            where, rows = found
+            out.dialect = "the rows of %s" % where
+            out.caveats.append(
+                "a JSON document: its rows are the %d objects of %s, the longest list of "
+                "objects with numbers in it" % (len(rows), where)
+            )
         rows = [r for r in rows if isinstance(r, dict)]
         head = rows[:HEAD_ROWS]
         ing = out.table(Counter(chain.from_iterable(r.keys() for r in head)), head)
         for r in rows:
             ing.add(r)
         out.lines = len(rows)
+
+
+def records(doc):
+    """``(where, rows)``: the longest list of objects in ``doc`` whose objects hold numbers
+    (the rows a results document keeps its metrics in), ``where`` its path in words (keys
+    shown escaped); the shallower of two as long. None when there is none."""
+    best = None
+    todo = [((), doc)]
+    looked = 0
+    while todo and looked < MAX_NODES:
+        path, node = todo.pop()
+        looked += 1
+        if isinstance(node, dict):
+            todo.extend((path + (k,), v) for k, v in node.items() if isinstance(v, (dict, list)))
+            continue
+        if not isinstance(node, list):
+            continue
+        rows = [r for r in node if isinstance(r, dict) and any(map(_number, r.values()))]
+        if len(rows) >= MIN_RECORDS and len(rows) * 10 >= len(node) * 9:
+            if best is None or (len(rows), -len(path)) > (len(best[1]), -len(best[0])):
+                best = (path, rows)
+            continue
+        todo.extend((path + (i,), v) for i, v in enumerate(node) if isinstance(v, (dict, list)))
+    if best is None:
+        return None
+    path, rows = best
+    where = "".join("[%d]" % p if isinstance(p, int) else "[%s]" % mask(repr(p))[:60] for p in path)
+    return where or "the document", rows
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
