@@ -23,7 +23,13 @@ column skipped, with a line saying so.
 
 ``--profile``: cProfile of N remotekit calls here (the caller's side), top entries printed.
 
+``--before TREE``: one more column, "before": remotekit's calls through an agent whose far
+side (``remote/boot.py``, ``agent.py``, ``runner.py``) is TREE's (a checkout of another
+commit, e.g. ``git worktree add --detach /tmp/base main``), this checkout's caller: a change
+to the far side measured against what it replaces in the same run, taking turns.
+
 Run: .venv/bin/python bench/bench_call.py [--runs 200] [--only ssh,lxc] [--torch] [--profile]
+[--before TREE]
 (writes bench/results/call.json)
 """
 
@@ -128,6 +134,18 @@ def execnet_gateway(execnet: Any, server: SSHServer, py: str, hop: dict[str, Any
     return execnet.makegateway(f"{spec}//python={python}")
 
 
+def far_side_of(tree: Path) -> Callable[[], bytes]:
+    """The agent's loader (remotekit.agent.loader_bytes) with ``tree``'s far side."""
+    from remotekit.agent import frame
+
+    def read(name: str) -> bytes:
+        return (tree / "remotekit" / "remote" / name).read_bytes()
+
+    boot, agent = read("boot.py"), read("agent.py")
+    loader = b"%d\n%s%d\n%s" % (len(boot), boot, len(agent), agent)
+    return lambda: loader + frame(b"R", 0, read("runner.py"))
+
+
 def measure(
     kind: str,
     server: SSHServer,
@@ -140,6 +158,17 @@ def measure(
     py = f"{venv_prefix()}/bin/python"
     t = stack.enter_context(inv.target(kind, agent=True))
     fns: dict[str, Callable[[], object]] = {"remotekit": lambda: t.call(call_target.answer)}
+    if args.before:  # its agent started now, with the other tree's far side
+        import remotekit.agent as agent_module
+
+        before = stack.enter_context(inv.target(kind, agent=True))
+        ours = agent_module.loader_bytes
+        agent_module.loader_bytes = far_side_of(Path(args.before))  # type: ignore[assignment]
+        try:
+            before.call(call_target.answer)
+        finally:
+            agent_module.loader_bytes = ours  # type: ignore[assignment]
+        fns["before"] = lambda: before.call(call_target.answer)
     torch_fns: dict[str, Callable[[], object]] = {}
     if args.torch:
         torch_fns["remotekit"] = lambda: t.call(call_target.torch_version, timeout=300)
@@ -159,9 +188,9 @@ def measure(
         got = fn()
         assert got == {"answer": 42}, (name, got)
     row: dict[str, Any] = {"chain": kind, "load_before": load()}
-    row["p50_s"] = interleaved_medians(fns, args.runs)
+    row["p50_s"] = interleaved_medians(fns, args.runs, rotate=True)
     if torch_fns:
-        row["torch_p50_s"] = interleaved_medians(torch_fns, args.torch_runs)
+        row["torch_p50_s"] = interleaved_medians(torch_fns, args.torch_runs, rotate=True)
     row["load_after"] = load()
     if args.profile:
         import cProfile
@@ -188,8 +217,10 @@ def report(rows: list[dict[str, Any]]) -> bool:
             for name, s in p50.items():
                 print(f"  {what:24s} {name:10s} {s * 1000:8.3f} ms")
             ours = p50["remotekit"]
+            if "before" in p50:
+                print(f"  after / before {ours / p50['before']:6.2f}x")
             for name, s in p50.items():
-                if name == "remotekit":
+                if name in ("remotekit", "before"):
                     continue
                 ratio = ours / s
                 target = TARGET if key == "p50_s" else 2.0
@@ -215,6 +246,7 @@ def main() -> int:
     ap.add_argument("--only", default="ssh,lxc")
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--before", default=None, help="a tree whose far side is the 'before' column")
     args = ap.parse_args()
     kinds = [k for k in args.only.split(",") if k]
     if "lxc" in kinds and (why := runtimes.missing("lxc")) is not None:

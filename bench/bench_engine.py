@@ -61,15 +61,21 @@ def median_time(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], runs: int, rotate: bool = False
+) -> dict[str, float]:
     """Median seconds of each of ``fns``, after one warm call each, the functions taking turns
     run after run: on a shared, loaded machine a burst of load then hits all of them alike,
-    not the one whose block it fell in."""
+    not the one whose block it fell in. ``rotate``: each run starts one further along, so
+    each follows every other as often (in a fixed order, one that follows another's call
+    pays for what that left running: 6-12% between two identical remotekit targets)."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(runs):
-        for k, fn in fns.items():
+    order = list(fns.items())
+    for run in range(runs):
+        turn = order[run % len(order) :] + order[: run % len(order)] if rotate else order
+        for k, fn in turn:
             t0 = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t0)
