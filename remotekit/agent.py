@@ -16,7 +16,12 @@ floods (or a consumer that reads slowly) never stalls another step.
 When the agent dies (its channel lost, or killed there), every step still running gets
 :class:`Lost` naming the agent, its pid and the host; the next step starts a new agent.
 
-What the agent sends is not trusted: the one reader (``_demux``) takes it through the frame
+A frame crosses one thread hand-off each way: the caller writes its frames on the channel
+itself (``Written.write``: a step's start and its small payload as one write), and the
+transport's one reader thread takes the agent's frames apart (``_take``, the channel's sink)
+and puts each on its step's queue.
+
+What the agent sends is not trusted: the one reader (``_take``) takes it through the frame
 decoder (``frames``, with what the agent may send, ``TO_CALLER``) and checks each frame
 against the state here (a step that is running, output within its window: at most
 ``MOST_UNACKED`` of it not yet credited). The first frame that fails ends the agent at once as
@@ -56,7 +61,7 @@ from remotekit.remote.agent import (
     frame,
     frames,
 )
-from remotekit.transports.base import Channel, Event, Exit, Lost, Output, Process, Transport
+from remotekit.transports.base import Channel, Event, Exit, Lost, Output, Transport, Written
 
 __all__ = ["Agent", "AgentStep"]
 
@@ -150,8 +155,14 @@ class AgentStep(Channel):
         self._agent.send(b"C", self.sid, str(n).encode())
 
     def feed(self, body: Iterable[bytes]) -> None:
-        """Send the payload, at most WINDOW in flight: from a thread of its own, unless it
-        is in memory and no larger than WINDOW (Agent.start), when it never waits."""
+        """Send the payload, at most WINDOW in flight, from a thread of its own (a payload in
+        memory and no larger than WINDOW goes with the step's start: Agent.start)."""
+        for data in self.framed(body):
+            self._agent.write(data)
+
+    def framed(self, body: Iterable[bytes]) -> Iterator[bytes]:
+        """The payload's D frames, each once the window has room for it (one in memory and
+        no larger than WINDOW never waits)."""
         for chunk in body:
             view = memoryview(chunk)
             for at in range(0, len(view), _PIECE):
@@ -163,7 +174,7 @@ class AgentStep(Channel):
                     if self._eof or self._ended:
                         return
                     self._in_flight += len(piece)
-                self._agent.send(b"D", self.sid, piece)
+                yield frame(b"D", self.sid, piece)
 
     def written(self, n: int) -> None:
         with self._lock:
@@ -206,9 +217,9 @@ class Agent:
         #: The Python version there, from the hello.
         self.python: tuple[int, ...] = ()
         self._before = bytearray()  # stdout before the hello
-        self._out: queue.Queue[bytes | None] = queue.Queue()
+        self._buf = bytearray()  # its frames not yet whole
+        self._over = False  # it ended, or broke the protocol: what still comes is dropped
         self._ready = threading.Event()  # its hello came, or it died
-        self._fed = threading.Event()  # the stdin generator returned
         self._dead = threading.Event()
         self._ran = False  # its hello came: it ran there (else its words are the hops')
         self._end: tuple[int | None, str] = (None, "")  # its exit code and loss reason
@@ -219,10 +230,14 @@ class Agent:
         self._probes: dict[bytes, threading.Event] = {}  # P frames sent, not yet answered
         self._tokens = itertools.count(1)
         self._stderr = bytearray()
-        self._proc: Process = transport.start(launch.argv, self._stdin())
+        self._proc: Written = transport.start(launch.argv, None, sink=self._take)
         #: When its channel opened (the connection made): its hello is due from then on.
         self.started = time.monotonic()
-        threading.Thread(target=self._demux, daemon=True).start()
+        # The runner follows the boot's and the agent's source at once, without waiting for
+        # its hello (one round trip less): the agent takes over what its loader's buffered
+        # read took in beyond its source. A step waits for the hello (Engine._ready_agent),
+        # so that it can still run without the agent when none answers.
+        self._proc.write(loader_bytes())
 
     @property
     def alive(self) -> bool:
@@ -260,64 +275,40 @@ class Agent:
 
     # -- the channel -------------------------------------------------------------------------
 
-    def _stdin(self) -> Iterator[bytes]:
-        try:
-            # The runner follows the boot's and the agent's source at once, without waiting
-            # for its hello (one round trip less): the agent takes over what its loader's
-            # buffered read took in beyond its source. A step waits for the hello (Engine._ready_agent), so
-            # that it can still run without the agent when none answers.
-            yield loader_bytes()
-            ended = False
-            while not ended and (data := self._out.get()) is not None:
-                data, ended = self._more(data)
-                yield data
-        finally:
-            self._fed.set()
-
-    def _more(self, data: bytes) -> tuple[bytes, bool]:
-        """``data`` and the frames queued behind it, as one write (up to ``_PIECE``): a
-        step's start, payload and EOF are one message through the hops, not three. And
-        whether the end (None) came behind them."""
-        more = [data]
-        size = len(data)
-        while size < _PIECE:
-            try:
-                nxt = self._out.get_nowait()
-            except queue.Empty:
-                break
-            if nxt is None:
-                return b"".join(more), True
-            more.append(nxt)
-            size += len(nxt)
-        return b"".join(more), False
-
     def send(self, kind: bytes, sid: int, payload: bytes | memoryview = b"") -> None:
-        if self.alive:
-            self._out.put(frame(kind, sid, payload))
+        self.write(frame(kind, sid, payload))
 
-    def _demux(self) -> None:
-        """The one reader of the agent's channel, until it ends or breaks the protocol."""
-        buf = bytearray()
+    def write(self, data: bytes) -> None:
+        """Frames to the agent, from the calling thread (it never waits on the far side:
+        the transport's Writer)."""
+        if self.alive:
+            self._proc.write(data)
+
+    def _take(self, event: Event) -> None:
+        """The channel's sink, in the transport's reader thread: the one reader of what the
+        agent sends, until it ends or breaks the protocol."""
+        if self._over:
+            return
         try:
-            while True:
-                event = self._proc.events.get()
-                if isinstance(event, Output):
-                    if event.stream == "stderr":
-                        self._stderr += event.data
-                        del self._stderr[:-4096]
-                        continue
-                    buf += event.data if self._ran else self._hello(event.data)
-                    for kind, sid, payload in frames(buf, TO_CALLER):
-                        self._frame(kind, sid, payload)
-                    if self._nudge and self._ran and self._steps:  # more to come: nudge
-                        self.send(b"N", 0)
-                elif isinstance(event, Exit):
-                    self._died(event.code, "")
+            if isinstance(event, Output):
+                if event.stream == "stderr":
+                    self._stderr += event.data
+                    del self._stderr[:-4096]
                     return
-                elif isinstance(event, Lost):
-                    self._died(None, event.reason)
-                    return
+                buf = self._buf
+                buf += event.data if self._ran else self._hello(event.data)
+                for kind, sid, payload in frames(buf, TO_CALLER):
+                    self._frame(kind, sid, payload)
+                if self._nudge and self._ran and self._steps:  # more to come: nudge
+                    self.send(b"N", 0)
+            elif isinstance(event, Exit):
+                self._over = True
+                self._died(event.code, "")
+            elif isinstance(event, Lost):
+                self._over = True
+                self._died(None, event.reason)
         except ProtocolError as exc:
+            self._over = True
             self._violated(str(exc))
 
     def _violated(self, what: str) -> None:
@@ -327,8 +318,6 @@ class Agent:
         self._violation = f"protocol violation: {what}, from {who} on {self.host}"
         self._died(None, self._violation)
         threading.Thread(target=self._proc.terminate, daemon=True).start()
-        while not isinstance(self._proc.events.get(), (Exit, Lost)):
-            pass
 
     def _hello(self, data: bytes) -> bytes:
         """Stdout before the hello: kept aside (a banner, the hops' words) until the hello
@@ -380,7 +369,6 @@ class Agent:
         self._end = (code, reason)  # before _dead: a step started later reads it
         self._dead.set()
         self._ready.set()
-        self._out.put(None)
         with self._lock:
             for heard in self._probes.values():
                 heard.set()
@@ -412,19 +400,20 @@ class Agent:
         with self._lock:
             sid, self._next = self._next, self._next + 1
             step = self._steps[sid] = AgentStep(self, sid)
-        self.send(b"S", sid, f"{len(header)}\n".encode() + header)
+        start = frame(b"S", sid, f"{len(header)}\n".encode() + header)
+        small = isinstance(body, (list, tuple)) and sum(map(len, body)) <= WINDOW
+        # in memory and within the window: it never waits, and goes with the start as one
+        # write (one message through the hops, not two)
+        self.write(b"".join([start, *step.framed(body)]) if small else start)
         if not self.alive:  # died before we registered: say so, as for any other step
             self._fail_steps()
-        if isinstance(body, (list, tuple)) and sum(map(len, body)) <= WINDOW:
-            step.feed(body)  # in memory and within the window: sent now, never waits
-        else:
+        if not small:
             threading.Thread(target=step.feed, args=(body,), daemon=True).start()
         return step
 
     def close(self) -> None:
-        """EOF to the agent (it stops every step, then exits); let go after a bound."""
-        self._out.put(None)
-        self._fed.wait(_CLOSE_S)
+        """EOF to the agent (it stops every step, then exits), behind what was written to
+        it (within a bound); let go after a bound."""
         self._proc.close_stdin()
         if not self._dead.wait(self._grace + GRACE + _CLOSE_S):
             self._proc.terminate()

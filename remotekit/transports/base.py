@@ -19,15 +19,24 @@ Example::
 ``close_stdin`` sends EOF (the runner there takes it as "stop the step"); ``terminate``
 gives up on the process locally (closes the channel, kills the local process). A transport's
 process is a :class:`Channel`: the queue and ``cancel`` are written once, there.
+
+A process that carries many messages each way (the resident agent's channel,
+:mod:`remotekit.agent`) is started with ``stdin=None`` and a ``sink``: its caller then writes
+its stdin itself (:meth:`Written.write`, from any thread, each write whole: no queue and no
+feeding thread between), and the transport's one reader thread hands each event to ``sink``
+as it comes (no queue, no thread between the channel and what takes its output apart):
+a message crosses one thread hand-off each way, not three.
 """
 
 from __future__ import annotations
 
 import queue
+import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Literal, Protocol, Union, runtime_checkable
+from typing import Callable, Literal, Protocol, Union, overload, runtime_checkable
 
 __all__ = [
     "BACKLOG",
@@ -40,9 +49,12 @@ __all__ = [
     "Lost",
     "Output",
     "Process",
+    "Sink",
     "Terminal",
     "TerminalTransport",
     "Transport",
+    "Writer",
+    "Written",
     "next_event",
     "wait_for_room",
 ]
@@ -79,6 +91,9 @@ class Cancelled:
 
 
 Event = Union[Output, Exit, Lost, Cancelled]
+#: What takes a process's events as they come, in the transport's reader thread, one at a time
+#: (:meth:`Transport.start`); it must not wait on the process's own stdin.
+Sink = Callable[[Event], None]
 
 #: The longest the main thread blocks in one wait (for an event, a close): the kernel may hand
 #: a Ctrl-C to another thread of this process, which only sets Python's flag, and a longer
@@ -111,6 +126,87 @@ def wait_for_room(events: queue.Queue[Event], gone: Callable[[], bool]) -> None:
         time.sleep(0.002)
 
 
+#: How long ``close_stdin`` of a process its caller writes waits for what is still to go
+#: (:meth:`Writer.close`) before the EOF goes anyway.
+FLUSH_S = 3.0
+
+
+class Writer:
+    """The stdin of a process that its callers write themselves (``stdin=None``).
+
+    Each write goes out whole and in order. What the channel takes at once (``now``: the bytes
+    it took without waiting; -1: it is gone) goes from the calling thread; the rest, and what
+    comes behind it, from a thread of this writer's own (``wait``: all of it, waiting for
+    room; False: it is gone), so no caller, the reader thread included, ever waits on the far
+    side: a step's timeout holds on a link gone silent, and a reader that writes (a credit)
+    never waits for a far side that waits for it. A write that an exception (a Ctrl-C) cut
+    part-way leaves a stream that can no longer be read as frames: ``cut`` closes it, and the
+    writer takes nothing more.
+    """
+
+    def __init__(
+        self,
+        now: Callable[[memoryview], int],
+        wait: Callable[[memoryview], bool],
+        cut: Callable[[], None],
+    ) -> None:
+        self._now, self._wait, self._cut = now, wait, cut
+        self._lock = threading.Condition()
+        self._behind: deque[memoryview] = deque()
+        self._busy = False  # the thread holds bytes that go before any new write
+        self._thread: threading.Thread | None = None
+        self._gone = False
+
+    def write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        with self._lock:
+            if self._gone:
+                return
+            if not self._busy:
+                try:
+                    took = self._now(view)
+                except BaseException:
+                    self._gone = True
+                    self._cut()
+                    raise
+                if took < 0:
+                    self._gone = True
+                    return
+                if took == len(view):
+                    return
+                view = view[took:]
+                self._busy = True
+            self._behind.append(view)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._behind and not self._gone:
+                    self._busy = False
+                    self._lock.notify_all()
+                    self._lock.wait()
+                if self._gone:
+                    return
+                view = self._behind.popleft()
+            if not self._wait(view):
+                with self._lock:
+                    self._gone, self._busy = True, False
+                    self._behind.clear()
+                    self._lock.notify_all()
+                return
+
+    def close(self, timeout: float = FLUSH_S) -> None:
+        """Take no more writes, once what is still to go went (or ``timeout`` passed)."""
+        with self._lock:
+            self._lock.wait_for(lambda: not self._busy or self._gone, timeout)
+            self._gone = True
+            self._lock.notify_all()
+
+
 class ExecutableMissing(Exception):
     """The first word of the argv does not exist (raised by ``start``, local transport only)."""
 
@@ -131,11 +227,32 @@ class Process(Protocol):
         ...
 
 
-class Channel:
-    """The part every transport's process shares: its event queue and :meth:`cancel`."""
+class Written(Process, Protocol):
+    """A process started with ``stdin=None``: its callers write its stdin themselves."""
 
-    def __init__(self) -> None:
+    def write(self, data: bytes | memoryview) -> None:
+        """``data`` to the process's stdin, whole (a write from another thread goes before or
+        after it, never inside it), never waiting for the far side (:class:`Writer`). A
+        channel that is gone takes it silently: its end comes as an event."""
+        ...
+
+
+class Channel:
+    """The part every transport's process shares: its event queue and :meth:`cancel`, and
+    :meth:`emit`: an event to the sink it was started with, or else onto the queue."""
+
+    def __init__(self, sink: Sink | None = None) -> None:
         self.events: queue.Queue[Event] = queue.Queue()
+        self._sink = sink
+        self._sinking = threading.Lock()  # a transport with two readers (local: its pipes)
+
+    def emit(self, event: Event) -> None:
+        """``event`` to the sink (one at a time), or onto :attr:`events`."""
+        if self._sink is None:
+            self.events.put(event)
+        else:
+            with self._sinking:
+                self._sink(event)
 
     def cancel(self) -> None:
         """Wake the consumer of :attr:`events` with :class:`Cancelled` (from any thread):
@@ -149,10 +266,37 @@ class Transport(Protocol):
     #: What ping says once it is up: ``connected`` (SSH) or ``this machine`` (local).
     reached: str
 
+    @overload
     def start(
-        self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
+        self,
+        argv: Sequence[str],
+        stdin: None,
+        *,
+        wait: float | None = None,
+        sink: Sink | None = None,
+    ) -> Written: ...
+
+    @overload
+    def start(
+        self,
+        argv: Sequence[str],
+        stdin: Iterable[bytes],
+        *,
+        wait: float | None = None,
+        sink: Sink | None = None,
+    ) -> Process: ...
+
+    def start(
+        self,
+        argv: Sequence[str],
+        stdin: Iterable[bytes] | None,
+        *,
+        wait: float | None = None,
+        sink: Sink | None = None,
     ) -> Process:
-        """Start ``argv``; ``wait`` bounds the wait for a free slot (raises TimeoutError)."""
+        """Start ``argv``; ``wait`` bounds the wait for a free slot (raises TimeoutError).
+        ``stdin`` None: its callers write it (:class:`Written`); ``sink``: the events go to
+        it, in the reader's thread, not onto the queue."""
         ...
 
     def connect(self) -> None: ...

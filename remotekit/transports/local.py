@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -15,7 +16,15 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Literal
 
 from remotekit.errors import RemotekitError
-from remotekit.transports.base import Channel, ExecutableMissing, Exit, Output, wait_for_room
+from remotekit.transports.base import (
+    Channel,
+    ExecutableMissing,
+    Exit,
+    Output,
+    Sink,
+    Writer,
+    wait_for_room,
+)
 
 __all__ = ["LocalProcess", "LocalTerminal", "LocalTransport"]
 
@@ -25,8 +34,14 @@ _DRAIN_S = 0.5
 
 
 class LocalProcess(Channel):
-    def __init__(self, argv: Sequence[str], stdin: Iterable[bytes]):
-        super().__init__()
+    """A subprocess: a reader thread per output pipe turns its output into events (to
+    ``sink``, or onto the queue); a feed thread writes ``stdin``, or (None) its callers do
+    (:meth:`write`, through a :class:`~remotekit.transports.base.Writer`)."""
+
+    def __init__(
+        self, argv: Sequence[str], stdin: Iterable[bytes] | None, sink: Sink | None = None
+    ):
+        super().__init__(sink)
         self._last_output = time.monotonic()
         self._gone = False  # terminated, or exited: stop holding output back for a reader
         try:
@@ -41,21 +56,26 @@ class LocalProcess(Channel):
             raise ExecutableMissing(argv[0]) from exc
         except PermissionError as exc:
             raise ExecutableMissing(argv[0]) from exc
-        assert self._proc.stdout and self._proc.stderr
+        assert self._proc.stdin and self._proc.stdout and self._proc.stderr
+        self._writer: Writer | None = None
+        if stdin is None:
+            os.set_blocking(self._proc.stdin.fileno(), False)  # ours: the child's end blocks
+            self._writer = Writer(self._write_now, self._write_all, self._shut)
         self._readers = [
             threading.Thread(target=self._pump, args=(self._proc.stdout, "stdout"), daemon=True),
             threading.Thread(target=self._pump, args=(self._proc.stderr, "stderr"), daemon=True),
         ]
         for t in self._readers:
             t.start()
-        threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
+        if stdin is not None:
+            threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
         threading.Thread(target=self._wait, daemon=True).start()
 
     def _pump(self, pipe: IO[bytes], stream: Literal["stdout", "stderr"]) -> None:
         fd = pipe.fileno()
         try:
             while data := os.read(fd, _CHUNK):
-                self.events.put(Output(stream, data))
+                self.emit(Output(stream, data))
                 wait_for_room(self.events, lambda: self._gone)
                 self._last_output = time.monotonic()
         except OSError:
@@ -74,10 +94,43 @@ class LocalProcess(Channel):
         except (OSError, ValueError):
             pass  # the process is gone; its exit says why
 
+    def write(self, data: bytes | memoryview) -> None:
+        assert self._writer is not None, "a process started with stdin is written by its feed"
+        self._writer.write(data)
+
+    def _write_now(self, view: memoryview) -> int:
+        """What of ``view`` the pipe takes without waiting; -1: the process is gone."""
+        stdin, sent = self._proc.stdin, 0
+        assert stdin is not None
+        try:
+            while sent < len(view):
+                n = stdin.write(view[sent:])
+                if n is None:  # full (non-blocking)
+                    break
+                sent += n
+        except (OSError, ValueError):
+            return -1
+        return sent
+
+    def _write_all(self, view: memoryview) -> bool:
+        """All of ``view``, waiting for room; False: the process is gone."""
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            while view:
+                n = stdin.write(view)
+                if n is None:
+                    select.select([], [stdin], [], 1.0)
+                else:
+                    view = view[n:]
+        except (OSError, ValueError):
+            return False
+        return True
+
     def _wait(self) -> None:
         code = self._proc.wait()
         self._gone = True
-        self.close_stdin()  # nobody reads it now (a feed still writing gets an error)
+        self._drop_stdin()  # nobody reads it now (a feed still writing gets an error)
         # Read until both pipes close, or until they stay quiet for _DRAIN_S (a leftover
         # child of the step may hold them open).
         self._last_output = time.monotonic()
@@ -86,9 +139,14 @@ class LocalProcess(Channel):
                 t.join(0.05)
             if time.monotonic() - self._last_output > _DRAIN_S:
                 break
-        self.events.put(Exit(128 - code if code < 0 else code))
+        self.emit(Exit(128 - code if code < 0 else code))
 
     def close_stdin(self) -> None:
+        if self._writer is not None:
+            self._writer.close()  # what was written goes first (within a bound)
+        self._shut()
+
+    def _shut(self) -> None:
         try:
             if self._proc.stdin:
                 self._proc.stdin.close()
@@ -104,7 +162,13 @@ class LocalProcess(Channel):
                 self._proc.wait(3.0)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-        self.close_stdin()
+        self._drop_stdin()
+
+    def _drop_stdin(self) -> None:
+        """Close stdin without waiting for what is still to be written (nobody reads it)."""
+        if self._writer is not None:
+            self._writer.close(0)
+        self._shut()
 
 
 class LocalTransport:
@@ -114,9 +178,14 @@ class LocalTransport:
     reached = "this machine"
 
     def start(
-        self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
+        self,
+        argv: Sequence[str],
+        stdin: Iterable[bytes] | None,
+        *,
+        wait: float | None = None,
+        sink: Sink | None = None,
     ) -> LocalProcess:
-        return LocalProcess(argv, stdin)
+        return LocalProcess(argv, stdin, sink)
 
     def open_terminal(
         self, argv: Sequence[str], *, term: str, columns: int, rows: int

@@ -33,7 +33,7 @@ from remotekit.errors import (
     caller_level,
 )
 from remotekit.quoting import join, quote
-from remotekit.transports.base import Channel, Exit, Lost, Output, wait_for_room
+from remotekit.transports.base import Channel, Exit, Lost, Output, Sink, Writer, wait_for_room
 from remotekit.transports.known_hosts import (
     AcceptNewPolicy,
     KnownHostsUnusable,
@@ -170,10 +170,18 @@ def _wake_on_output(chan: paramiko.Channel) -> threading.Event:
 
 
 class SSHProcess(Channel):
-    """One exec channel. A pump thread turns channel activity into events."""
+    """One exec channel. A pump thread turns channel activity into events (to ``sink``, or
+    onto the queue); a feed thread writes ``stdin``, or (None) its callers do (:meth:`write`,
+    through a :class:`~remotekit.transports.base.Writer`)."""
 
-    def __init__(self, chan: paramiko.Channel, stdin: Iterable[bytes], release: Callable[[], None]):
-        super().__init__()
+    def __init__(
+        self,
+        chan: paramiko.Channel,
+        stdin: Iterable[bytes] | None,
+        release: Callable[[], None],
+        sink: Sink | None = None,
+    ):
+        super().__init__(sink)
         self._chan = chan
         self._release = release
         self._wake = _wake_on_output(chan)
@@ -182,8 +190,42 @@ class SSHProcess(Channel):
         # CLOSE then EOF, and sshd drops the whole connection for a message on a channel it
         # has freed ("ieof packet referred to nonexistent channel"). One lock orders them.
         self._ending = threading.Lock()
-        threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
+        self._writer: Writer | None = None
+        if stdin is None:
+            self._writer = Writer(self._write_now, self._write_all, self.terminate)
+        else:
+            threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
         threading.Thread(target=self._pump, daemon=True).start()
+
+    def write(self, data: bytes | memoryview) -> None:
+        assert self._writer is not None, "a process started with stdin is written by its feed"
+        self._writer.write(data)
+
+    def _write_now(self, view: memoryview) -> int:
+        """What of ``view`` the channel takes without waiting (its window); -1: it is gone.
+        The writer's lock makes this the only sender, so a window seen open stays open."""
+        chan, sent = self._chan, 0
+        try:
+            while sent < len(view) and chan.out_window_size > 0:
+                n = chan.send(view[sent:])  # type: ignore[arg-type]
+                if n == 0:
+                    return -1  # closed, or EOF sent
+                sent += n
+        except (OSError, EOFError, paramiko.SSHException):
+            return -1
+        return sent
+
+    def _write_all(self, view: memoryview) -> bool:
+        """All of ``view``, waiting for the window; False: the channel is gone."""
+        try:
+            while view:
+                n = self._chan.send(view)  # type: ignore[arg-type]
+                if n == 0:
+                    return False
+                view = view[n:]
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
+        return True
 
     def _feed(self, chunks: Iterable[bytes]) -> None:
         try:
@@ -202,10 +244,10 @@ class SSHProcess(Channel):
             while True:
                 wait_for_room(self.events, lambda: chan.closed)
                 if chan.recv_ready():
-                    self.events.put(Output("stdout", chan.recv(_RECV)))
+                    self.emit(Output("stdout", chan.recv(_RECV)))
                     quiet_since = None
                 elif chan.recv_stderr_ready():
-                    self.events.put(Output("stderr", chan.recv_stderr(_CHUNK)))
+                    self.emit(Output("stderr", chan.recv_stderr(_CHUNK)))
                     quiet_since = None
                 elif chan.eof_received or chan.closed or chan.exit_status_ready():
                     if not (chan.eof_received or chan.closed):
@@ -225,7 +267,7 @@ class SSHProcess(Channel):
                     # message (a real status is an unsigned 32-bit value).
                     code = chan.exit_status if chan.status_event.is_set() else -1
                     if code >= 0:
-                        self.events.put(Exit(code))
+                        self.emit(Exit(code))
                     else:
                         transport = chan.get_transport()
                         why = (
@@ -233,16 +275,16 @@ class SSHProcess(Channel):
                             if transport is None or not transport.is_active()
                             else "closed"
                         )
-                        self.events.put(Lost(f"the SSH connection {why} without an exit status"))
+                        self.emit(Lost(f"the SSH connection {why} without an exit status"))
                     return
                 else:
                     self._wake.wait(0.2)
                     transport = chan.get_transport()
                     if transport is None or not transport.is_active():
-                        self.events.put(Lost("the SSH connection dropped"))
+                        self.emit(Lost("the SSH connection dropped"))
                         return
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            self.events.put(Lost(f"{type(exc).__name__}: {exc}"))
+            self.emit(Lost(f"{type(exc).__name__}: {exc}"))
         finally:
             # Close before freeing the slot: sshd handles our CLOSE before the next OPEN on
             # this connection, so a new step never finds all MaxSessions still taken.
@@ -250,10 +292,14 @@ class SSHProcess(Channel):
             self._release()
 
     def close_stdin(self) -> None:
+        if self._writer is not None:
+            self._writer.close()  # what was written goes first (within a bound)
         with self._ending, contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self._chan.shutdown_write()
 
     def terminate(self) -> None:
+        if self._writer is not None:
+            self._writer.close(0)
         with self._ending, contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self._chan.close()  # a dead connection has closed it already; the pump says why
 
@@ -467,9 +513,14 @@ class SSHTransport:
     # -- steps ------------------------------------------------------------------------------
 
     def start(
-        self, argv: Sequence[str], stdin: Iterable[bytes], *, wait: float | None = None
+        self,
+        argv: Sequence[str],
+        stdin: Iterable[bytes] | None,
+        *,
+        wait: float | None = None,
+        sink: Sink | None = None,
     ) -> SSHProcess:
-        return SSHProcess(self._exec(argv, wait), stdin, self._sessions.release)
+        return SSHProcess(self._exec(argv, wait), stdin, self._sessions.release, sink)
 
     def open_terminal(
         self, argv: Sequence[str], *, term: str, columns: int, rows: int
