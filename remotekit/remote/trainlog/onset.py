@@ -39,14 +39,16 @@ MIN_SHARE = 0.1  # and this share of the loss's values at least
 # FLAT_SIGMA standard errors of a block's median (from the values' own scatter around it)
 # or FLAT_REL of the first block's level, of the first block's median: no fall worth the
 # name, from the first value to the last.
-MIN_FLAT = 20  # values at least: fewer say nothing about a trend
+FLAT_BLOCK = 5
+# values at least: the start's two blocks and one after them (an epoch-level log of 16
+# epochs is judged; fewer say nothing about a trend)
+MIN_FLAT = 3 * FLAT_BLOCK
 # and at ln 2 or above: a cross-entropy at chance over 2 classes or more is never below it,
 # and a loss that sits below it (a converged loss, a log that starts late) learned something
 FLAT_FLOOR = math.log(2)
 FLAT_SAMPLE = 2000  # values of a block its median and scatter are read from, at most
 FLAT_START = 3  # strides from step 0 at most for the first value: the run's start in view
 FLAT_BLOCKS = 10
-FLAT_BLOCK = 5
 FLAT_SIGMA = 3.0
 FLAT_REL = 0.01
 
