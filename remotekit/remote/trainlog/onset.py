@@ -18,7 +18,7 @@ import re
 from itertools import chain
 
 from ..infile import open_regular
-from .base import FMAX, fmt_number, is_missing, median
+from .base import FMAX, ORIGIN_STRIDES, fmt_number, is_missing, median
 
 CHANCE_BYTES = 1 << 18  # the head of the log searched for a vocabulary or class count (256 KiB)
 CHANCE_RE = re.compile(
@@ -47,7 +47,6 @@ MIN_FLAT = 3 * FLAT_BLOCK
 # and a loss that sits below it (a converged loss, a log that starts late) learned something
 FLAT_FLOOR = math.log(2)
 FLAT_SAMPLE = 2000  # values of a block its median and scatter are read from, at most
-FLAT_START = 3  # strides from step 0 at most for the first value: the run's start in view
 FLAT_BLOCKS = 10
 FLAT_SIGMA = 3.0
 FLAT_REL = 0.01
@@ -305,11 +304,11 @@ def never_rose(label, key, col, steps):
 
 def _from_the_start(steps, idx):
     """Whether the values at ``idx`` begin at the run's start: the first logged step within
-    :data:`FLAT_START` strides of 0. A part that begins later (a resume at step 11840) is a
-    trained model's: its loss need not fall."""
+    :data:`.base.ORIGIN_STRIDES` strides of 0. A part that begins later (a resume at step
+    11840) is a trained model's: its loss need not fall."""
     head = [steps[b] - steps[a] for a, b in zip(idx[:50], idx[1:51])]
     stride = median([d for d in head if d > 0] or [1.0])
-    return steps[idx[0]] <= FLAT_START * stride
+    return steps[idx[0]] <= ORIGIN_STRIDES * stride
 
 
 def _nonfinite(col, steps, first, rows):

@@ -155,12 +155,9 @@ def test_heldout_sb3_value_loss_is_train_side() -> None:
     assert src["columns"].get("val_loss") is None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main says nothing of the run continuing a trained model: train/n_updates starts at "
-    "1240 (124 earlier iterations of 10 epochs) while time/total_timesteps restarts at 4096",
-)
 def test_heldout_sb3_continuation_of_a_trained_model_is_said() -> None:
+    """train/n_updates starts at 1240 (124 earlier iterations of 10 epochs) while
+    time/total_timesteps restarts at 4096: the run continues a trained model."""
     r = run(held(SB3))
     words = said(r).replace(str(source(r)["path"]), "")
     assert RUNS_SAID.search(words) or re.search(r"resum", words, re.I), words
