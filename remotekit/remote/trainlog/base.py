@@ -109,6 +109,9 @@ META = {
     # run continues the one before it
     "updates": ("train/n_updates", "n_updates", "num_updates", "updates"),
 }
+# A counter within this many of its strides of 0 at its first value starts at its origin: the
+# run's start is in view (0, 1, the first stride after a first update or two).
+ORIGIN_STRIDES = 3
 BUCKET_KEYS = ("bucket", "length_bucket", "bucket_id", "batch/bucket", "train/bucket")
 NOT_TRAIN = ("eval", "val", "test")
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 import re
-from itertools import combinations
+from itertools import combinations, islice
 
 from .base import (
     BUCKET_KEYS,
     META,
     MISSING,
     NOT_TRAIN,
+    ORIGIN_STRIDES,
     ROLE_NAMES,
     ROLES,
     STEP_KEYS,
@@ -595,6 +596,71 @@ def _counter_step(keys, rows):
         if sum(d == stride for d in fwd) >= 0.8 * len(fwd):
             return k
     return None
+
+
+#: A counter that starts this many of its strides from 0 or more (while another starts at its
+#: origin) counts from earlier training: well past the few a run's own start shows
+#: (:data:`.base.ORIGIN_STRIDES`), a tenth of a short earlier run at least.
+CONTINUED_STRIDES = 10
+
+
+def _exact_counter(rows, key):
+    """``(first, stride)`` of ``key``'s values in ``rows`` when they are an exact counter:
+    whole numbers that rise by the same stride at every step (an update count, a sample
+    count: arithmetic, not a clock's jitter), at least 3 of them; else None."""
+    vals = _present(rows, key)
+    if len(vals) < 3 or any(not math.isfinite(v) or v != int(v) for v in vals):
+        return None
+    stride = vals[1] - vals[0]
+    if stride <= 0 or any(b - a != stride for a, b in zip(vals, vals[1:])):
+        return None
+    return vals[0], stride
+
+
+def continued_start(keys, rows, step_key):
+    """Why the log's run continues earlier training, from its first rows, or None: of its
+    exact counters (:func:`_exact_counter`) that rise together row by row, one starts at
+    its origin (within :data:`.base.ORIGIN_STRIDES` strides of 0: this run's count) while
+    another starts :data:`CONTINUED_STRIDES` of its strides from 0 or more (a count that
+    goes on from runs before: stable-baselines3's ``train/n_updates`` from 1240 while
+    ``time/total_timesteps`` starts again at 4096). By the values alone, whatever the
+    names; the step key's words come first."""
+    rows = [d for d in islice(rows, 200) if isinstance(d, dict)]
+    counters = []
+    for k in sorted(keys, key=lambda k: k != step_key):
+        found = _exact_counter(rows, k)
+        if found is not None:
+            counters.append((k, found[0], found[1]))
+    if len(counters) < 2:
+        return None
+    at_origin = [c for c in counters if c[1] <= ORIGIN_STRIDES * c[2]]
+    far = [c for c in counters if c[1] >= CONTINUED_STRIDES * c[2]]
+    for a in at_origin:
+        for b in far:
+            if _together(rows, a[0], b[0]):
+                return (
+                    "%r starts at %s, %d of its strides of %s from 0, while %r starts at "
+                    "its origin (%s): the run continues earlier training (a trained model "
+                    "trained again, or a resume whose %r started again)"
+                    % (
+                        b[0],
+                        _short(b[1]),
+                        b[1] // b[2],
+                        _short(b[2]),
+                        a[0],
+                        _short(a[1]),
+                        a[0],
+                    )
+                )
+    return None
+
+
+def _together(rows, a, b):
+    """Whether counters ``a`` and ``b`` rise on the same rows (where both are logged)."""
+    pairs = [(to_float(d.get(a)), to_float(d.get(b))) for d in rows]
+    pairs = [p for p in pairs if p[0] is not MISSING and p[1] is not MISSING]
+    moves = [(x1 > x0, y1 > y0) for (x0, y0), (x1, y1) in zip(pairs, pairs[1:])]
+    return len(moves) >= 2 and all(x == y for x, y in moves)
 
 
 def _meta_rule(name, key):

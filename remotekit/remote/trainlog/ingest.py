@@ -17,7 +17,14 @@ from .base import (
     event_kind,
     to_float,
 )
-from .choose import NoLoss, epoch_axis, hint_columns, maximised_key, resolve_columns
+from .choose import (
+    NoLoss,
+    continued_start,
+    epoch_axis,
+    hint_columns,
+    maximised_key,
+    resolve_columns,
+)
 from .source import number_column
 
 
@@ -227,6 +234,10 @@ def ingest_for(keys, wanted, head=(), step_key=None):
         guesses.append(why[score])
         metrics = [(score, score)] + list(metrics)
     ing = Ingest(step_key, metrics, meta, bucket_key)
+    # a count that goes on from earlier training while this run's starts again: said, and
+    # the run's loss need not fall (no flat-loss verdict: see :mod:`.onset`)
+    ing.continues = continued = continued_start(keys, head, step_key) if head else None
+    guesses.extend([continued] if continued else [])
     ing.maximised = score
     ing.missing = missing
     ing.guesses = guesses

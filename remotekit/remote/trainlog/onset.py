@@ -18,7 +18,7 @@ import re
 from itertools import chain
 
 from ..infile import open_regular
-from .base import FMAX, fmt_number, is_missing, median
+from .base import FMAX, ORIGIN_STRIDES, fmt_number, is_missing, median
 
 CHANCE_BYTES = 1 << 18  # the head of the log searched for a vocabulary or class count (256 KiB)
 CHANCE_RE = re.compile(
@@ -39,14 +39,15 @@ MIN_SHARE = 0.1  # and this share of the loss's values at least
 # FLAT_SIGMA standard errors of a block's median (from the values' own scatter around it)
 # or FLAT_REL of the first block's level, of the first block's median: no fall worth the
 # name, from the first value to the last.
-MIN_FLAT = 20  # values at least: fewer say nothing about a trend
+FLAT_BLOCK = 5
+# values at least: the start's two blocks and one after them (an epoch-level log of 16
+# epochs is judged; fewer say nothing about a trend)
+MIN_FLAT = 3 * FLAT_BLOCK
 # and at ln 2 or above: a cross-entropy at chance over 2 classes or more is never below it,
 # and a loss that sits below it (a converged loss, a log that starts late) learned something
 FLAT_FLOOR = math.log(2)
 FLAT_SAMPLE = 2000  # values of a block its median and scatter are read from, at most
-FLAT_START = 3  # strides from step 0 at most for the first value: the run's start in view
 FLAT_BLOCKS = 10
-FLAT_BLOCK = 5
 FLAT_SIGMA = 3.0
 FLAT_REL = 0.01
 
@@ -175,13 +176,16 @@ def onset(label, key, col, steps, chance=None, chance_from=None, flat=True):
     )
 
 
-def _levels(col, steps):
+def _levels(col, steps, rel):
     """A series cut into blocks from its first value: (the indexes of its finite values,
     the number of blocks, each block's median, the values' scatter around their block's
     median (the median absolute deviation, as a sigma), the start (the first two blocks'
     median), a block median's standard error against the start), or None when it has
     fewer than :data:`MIN_FLAT` values or does not start at the run's start
-    (:func:`_from_the_start`)."""
+    (:func:`_from_the_start`). With 3 parts (one after the start's two) it is judged only
+    when its noise lets a change of ``rel`` of the start show (``FLAT_SIGMA`` standard
+    errors within it): one noisy comparison is no evidence that nothing moved, a precise
+    one is (a 16-epoch loss creeping 0.5%)."""
     idx = [i for i, v in enumerate(col) if -FMAX <= v <= FMAX]
     n = len(idx)
     if n < MIN_FLAT or not _from_the_start(steps, idx):
@@ -202,6 +206,8 @@ def _levels(col, steps):
     # sigma / sqrt(values), and a block's difference from the start has sqrt(1 + 1/2) that
     start = median([col[i] for b in blocks[:2] for i in b])
     err = 1.2533 * scatter / math.sqrt(size) * math.sqrt(1.5)
+    if nb < 4 and FLAT_SIGMA * err > rel * abs(start):
+        return None
     return idx, nb, meds, scatter, start, err
 
 
@@ -212,7 +218,7 @@ def _flat(rec, col, steps):
     at the run's start: :func:`_from_the_start`), else None. The scatter is the
     values' own around their block's median (the median absolute deviation, as a sigma):
     per-batch noise is wide, a trend moves the medians, not the scatter within a block."""
-    levels = _levels(col, steps)
+    levels = _levels(col, steps, FLAT_REL)
     if levels is None:
         return None
     idx, nb, meds, scatter, start, err = levels
@@ -261,7 +267,7 @@ def never_rose(label, key, col, steps):
     (the first two parts' median) beyond :data:`FLAT_SIGMA` standard errors or
     :data:`RISE_REL` of it; else None. The first value at the run's start, as for a flat
     loss (:func:`_from_the_start`)."""
-    levels = _levels(col, steps)
+    levels = _levels(col, steps, RISE_REL)
     if levels is None:
         return None
     idx, nb, meds, _, start, err = levels
@@ -303,11 +309,11 @@ def never_rose(label, key, col, steps):
 
 def _from_the_start(steps, idx):
     """Whether the values at ``idx`` begin at the run's start: the first logged step within
-    :data:`FLAT_START` strides of 0. A part that begins later (a resume at step 11840) is a
-    trained model's: its loss need not fall."""
+    :data:`.base.ORIGIN_STRIDES` strides of 0. A part that begins later (a resume at step
+    11840) is a trained model's: its loss need not fall."""
     head = [steps[b] - steps[a] for a, b in zip(idx[:50], idx[1:51])]
     stride = median([d for d in head if d > 0] or [1.0])
-    return steps[idx[0]] <= FLAT_START * stride
+    return steps[idx[0]] <= ORIGIN_STRIDES * stride
 
 
 def _nonfinite(col, steps, first, rows):

@@ -107,7 +107,8 @@ def run_part(ing, steps, cols, warnings):
     if not 1 <= k <= len(cuts) + 1:
         warnings.append("run part %s does not exist: the last is analysed" % want)
         k = len(cuts) + 1
-    ing.continues = k > 1 and goes_on[k - 2]
+    if k > 1:  # part 1 keeps what its own first rows said (:func:`.choose.continued_start`)
+        ing.continues = goes_on[k - 2]
     a, b = bounds[k - 1], bounds[k]
     warnings.append(
         "run part %d of %d analysed (rows %d-%d; --run-part chooses another)"

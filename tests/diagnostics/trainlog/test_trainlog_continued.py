@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import DATA
+from tests.trainlog_factory import write_csv
 from tests.trainlog_kit import Run, run
 
 CONTINUED = DATA / "sb3-cartpole" / "continued"
@@ -69,3 +70,45 @@ def test_a_new_model_from_scratch_is_still_a_second_run(tmp_path: Path) -> None:
     said = _warnings(run(_supervised(tmp_path / "train.jsonl", 2.5)))
     assert "a second run (or a restart from scratch) appended to the same file" in said
     assert "continues" not in said
+
+
+def _from_a_trained_model(path: Path, count_from: int, jitter: float = 0.0) -> Path:
+    """A CSV whose step counts this run from its first stride (``n``: 512, 1024, ...) beside
+    a second counter with a name nobody knows (``k``, 5 a row, empty in the first row as an
+    update count before the first update is) that starts at ``count_from``, and a clock
+    (``t``, 4 s a row after 600 s of set-up, ``jitter`` s either way). The loss sits at a
+    trained model's 1.5 from the first row."""
+    rng = random.Random(4)
+    rows = []
+    for i in range(60):
+        rows.append(
+            {
+                "t": round(600 + 4 * i + rng.uniform(-jitter, jitter)),
+                "n": 512 * (i + 1),
+                "loss": round(1.5 + rng.gauss(0, 0.01), 5),
+                "k": count_from + 5 * (i - 1) if i else "",
+            }
+        )
+    return write_csv(rows, path)
+
+
+def test_a_counter_far_from_its_origin_while_the_step_starts_at_its_own_continues(
+    tmp_path: Path,
+) -> None:
+    """A counter that starts 1000 of its strides from 0 while the step starts at its first
+    stride counts from earlier training: the run continues a trained model (by the values,
+    not the names). Said, and its flat loss is no run that never learned. Before: nothing
+    said, and the flat loss called a run that never learned."""
+    r = run(_from_a_trained_model(tmp_path / "log.csv", 5000, jitter=1))
+    said = _warnings(r)
+    assert (
+        "'k' starts at 5000, 1000 of its strides of 5 from 0, while 'n' starts at its origin "
+        "(512): the run continues earlier training"
+    ) in said
+    assert r.all("onset") == [] and r.code == 0
+    # the same count from its origin: nothing continues (the clock, 150 rows' worth from 0
+    # at its first row, is no count of earlier training: its steps jitter, a counter's are
+    # exact), and the flat loss is said
+    r = run(_from_a_trained_model(tmp_path / "fresh.csv", 5, jitter=1))
+    assert "continues" not in _warnings(r)
+    assert [o["kind"] for o in r.all("onset")] == ["flat"]

@@ -16,6 +16,7 @@ import pytest
 import remotekit
 from remotekit.diagnostics.trainlog.api import analyze_train_log, build_report
 from tests.harness import cli
+from tests.trainlog_factory import write_csv
 from tests.trainlog_kit import run, shipped
 
 # -- a run unhealthy from the start --------------------------------------------------------------
@@ -155,6 +156,35 @@ def test_a_loss_that_falls_beyond_its_scatter_learned(
     r = run(_per_batch(tmp_path / "learn.log", curve, noise))
     flat = noise == 0.0
     assert [o["kind"] for o in r.all("onset")] == (["flat"] if flat else [])
+
+
+def _epochs(path: Path, curve: Callable[[int], float], epochs: int) -> Path:
+    """A hand-rolled per-epoch CSV (pandas' index column, epoch, train and valid loss)."""
+    rows = [
+        {"": e, "epoch": e, "train_loss": curve(e), "valid_loss": 1.2 * curve(e)}
+        for e in range(epochs)
+    ]
+    return write_csv(rows, path)
+
+
+def test_a_short_epoch_log_whose_loss_never_moved_never_learned(tmp_path: Path) -> None:
+    """16 epochs of a loss at its ceiling that creeps down a hair each epoch (1.0018 to 0.997,
+    -0.5%: a mask loss that never found a mask) are judged like a long loss: the start's two
+    parts and one after them, when its noise lets a fall of 1% show. Before: fewer than 20
+    values were never judged."""
+    r = run(_epochs(tmp_path / "log.csv", lambda e: 1.0018 - 0.0003 * e, 16))
+    (start,) = r.all("onset")
+    assert start["kind"] == "flat" and start["values"] == 16 and r.code == 1
+    assert "of each of 3 parts" in start["verdict"]
+    # the same number of epochs of a loss that learned, and a log too short to tell
+    assert run(_epochs(tmp_path / "learn.csv", lambda e: 0.5 + 2 * 0.8**e, 16)).all("onset") == []
+    assert run(_epochs(tmp_path / "slow.csv", lambda e: 1.0 - 0.002 * e, 16)).all("onset") == []
+    assert run(_epochs(tmp_path / "short.csv", lambda e: 1.0, 14)).all("onset") == []
+    # 16 noisy values (a warm-up's first iterations: 17 +- 3): one noisy comparison of the
+    # start's parts with the last says nothing of a fall, so nothing is said
+    noisy = [17, 15.8, 17.1, 25.3, 14.8, 19.3, 25.1, 19.0, 13.8, 16.6, 15.1, 15.9, 13.9]
+    noisy += [15.5, 18.9, 14.4]
+    assert run(_epochs(tmp_path / "noisy.csv", lambda e: noisy[e], 16)).all("onset") == []
 
 
 def test_a_vocab_size_given_is_the_chance_level_of_a_log_that_states_none(tmp_path: Path) -> None:
