@@ -20,7 +20,7 @@ from typing import Any
 
 import remotekit
 import remotekit.diagnostics.trainlog as tl
-from tests.harness import ROOT
+from tests.harness import DATA, ROOT
 
 SCRIPT = ROOT / "remotekit" / "remote" / "trainlog.py"
 BOUND_S = 60.0  # every follow ends by itself after this long at the latest
@@ -105,6 +105,25 @@ UNHEALTHY_SAID = re.compile(
     r"uniform guess|stall|flat",
     re.I,
 )
+
+
+# What a held-out set's tests read in what the tool said (tests/public_runs.md, issue 35):
+# narrower than UNHEALTHY_SAID and the first set's RUNS_SAID, which also match the reader's
+# own words for a line template ("its restarts count epochs").
+NEVER_LEARNED = re.compile(r"unhealthy|never learn|did not learn|not learning", re.I)
+TWO_RUNS_SAID = re.compile(r"second run|appended|run[- ]part|new run", re.I)
+
+
+def held_out(folder: str, rel: str) -> Path:
+    """A committed public log of a held-out set (``tests/data/public/<folder>/<rel>``)."""
+    path = DATA / "public" / folder / rel
+    assert path.exists(), f"{path} is committed with this test (tests/public_runs.md)"
+    return path
+
+
+def loss_spikes(r: Run) -> list[dict[str, Any]]:
+    """The spikes said of the loss and the held-out loss."""
+    return [s for s in r.all("spike") if s["metric"] in ("loss", "val_loss")]
 
 
 def shipped(module: str) -> Any:

@@ -26,7 +26,17 @@ from pathlib import Path
 import pytest
 
 from tests.harness import DATA
-from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
+from tests.trainlog_kit import (
+    UNHEALTHY_SAID,
+    Run,
+    close,
+    held_out,
+    loss_spikes,
+    run,
+    said,
+    series,
+    source,
+)
 
 HELDOUT = DATA / "public" / "heldout"
 
@@ -35,9 +45,7 @@ HELDOUT = DATA / "public" / "heldout"
 
 
 def held(rel: str) -> Path:
-    path = HELDOUT / rel
-    assert path.exists(), f"{path} is committed with this test (tests/public_runs.md)"
-    return path
+    return held_out("heldout", rel)
 
 
 ROWS_AS_STEPS = "row numbers are used as steps"
@@ -242,7 +250,7 @@ def test_heldout_resnet110_steps_from_epoch_and_batch() -> None:
 def test_heldout_resnet110_two_runs_said_and_no_spike() -> None:
     r = run(held(R110))
     assert RUNS_SAID.search(said(r))
-    assert [s for s in r.all("spike") if s["metric"] in ("loss", "val_loss")] == []
+    assert loss_spikes(r) == []
 
 
 def test_heldout_resnet110_healthy_not_called_unhealthy() -> None:

@@ -16,27 +16,28 @@ import statistics
 from pathlib import Path
 
 from tests.harness import DATA
-from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
+from tests.trainlog_kit import (
+    NEVER_LEARNED,
+    TWO_RUNS_SAID,
+    UNHEALTHY_SAID,
+    close,
+    held_out,
+    loss_spikes,
+    run,
+    said,
+    series,
+    source,
+)
 
 HELDOUT2 = DATA / "public" / "heldout2"
-NEVER_LEARNED = re.compile(r"unhealthy|never learn|did not learn|not learning", re.I)
-# narrower than the first set's RUNS_SAID, which also matches the reader's own words for a
-# line template ("its restarts count epochs")
-TWO_RUNS_SAID = re.compile(r"second run|appended|run[- ]part|new run", re.I)
 
 
 def held(rel: str) -> Path:
-    path = HELDOUT2 / rel
-    assert path.exists(), f"{path} is committed with this test (tests/public_runs.md)"
-    return path
+    return held_out("heldout2", rel)
 
 
 def numbers(path: Path, pattern: str) -> list[float]:
     return [float(x) for x in re.findall(pattern, path.read_text("utf-8"), re.M)]
-
-
-def loss_spikes(r: Run) -> list[dict[str, object]]:
-    return [s for s in r.all("spike") if s["metric"] in ("loss", "val_loss")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,28 +16,33 @@ import statistics
 from pathlib import Path
 
 from tests.harness import DATA
-from tests.trainlog_kit import UNHEALTHY_SAID, Run, close, run, said, series, source
+from tests.trainlog_kit import (
+    NEVER_LEARNED,
+    TWO_RUNS_SAID,
+    UNHEALTHY_SAID,
+    Run,
+    close,
+    held_out,
+    loss_spikes,
+    run,
+    said,
+    series,
+    source,
+)
 
 HELDOUT3 = DATA / "public" / "heldout3"
-NEVER_LEARNED = re.compile(r"unhealthy|never learn|did not learn|not learning", re.I)
-TWO_RUNS_SAID = re.compile(r"second run|appended|run[- ]part|new run", re.I)
+
 RESTART_SAID = re.compile(
     r"restart|second run|appended|run[- ]part|new run|two runs|repeated (step|epoch)", re.I
 )
 
 
 def held(rel: str) -> Path:
-    path = HELDOUT3 / rel
-    assert path.exists(), f"{path} is committed with this test (tests/public_runs.md)"
-    return path
+    return held_out("heldout3", rel)
 
 
 def numbers(text: str, pattern: str) -> list[float]:
     return [float(x) for x in re.findall(pattern, text, re.M)]
-
-
-def loss_spikes(r: Run) -> list[dict[str, object]]:
-    return [s for s in r.all("spike") if s["metric"] in ("loss", "val_loss")]
 
 
 def said_apart_from_path(r: Run) -> str:
