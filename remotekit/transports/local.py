@@ -116,15 +116,16 @@ class LocalProcess(Channel):
         """All of ``view``, waiting for room; False: the process is gone."""
         stdin = self._proc.stdin
         assert stdin is not None
-        try:
-            while view:
-                n = stdin.write(view)
-                if n is None:
+        while view:
+            took = self._write_now(view)
+            if took < 0:
+                return False
+            view = view[took:]
+            if view:
+                try:
                     select.select([], [stdin], [], 1.0)
-                else:
-                    view = view[n:]
-        except (OSError, ValueError):
-            return False
+                except (OSError, ValueError):
+                    return False
         return True
 
     def _wait(self) -> None:

@@ -102,21 +102,29 @@ def run_part(ing, steps, cols, warnings):
                 "trained again, not a run from scratch"
                 % (p + 1, p, fmt_number(steps[i - 1]), fell, why)
             )
-    want = getattr(ing, "run_part", None)
-    k = len(cuts) + 1 if not want else want if want > 0 else len(cuts) + 2 + want
-    if not 1 <= k <= len(cuts) + 1:
-        warnings.append("run part %s does not exist: the last is analysed" % want)
-        k = len(cuts) + 1
+    k, part = one_part(ing, steps, cols, bounds, warnings)
     if k > 1:  # part 1 keeps what its own first rows said (:func:`.choose.continued_start`)
         ing.continues = goes_on[k - 2]
+    return part
+
+
+def one_part(ing, steps, cols, bounds, warnings):
+    """``(k, (steps, cols, n))``: part ``k`` of the rows cut at ``bounds``, the one
+    ``ing.run_part`` names (1 the first, -1 the last; None, or one that does not exist: the
+    last), said."""
+    parts = len(bounds) - 1
+    want = getattr(ing, "run_part", None)
+    k = parts if not want else want if want > 0 else parts + 1 + want
+    if not 1 <= k <= parts:
+        warnings.append("run part %s does not exist: the last is analysed" % want)
+        k = parts
     a, b = bounds[k - 1], bounds[k]
     warnings.append(
-        "run part %d of %d analysed (rows %d-%d; --run-part chooses another)"
-        % (k, len(cuts) + 1, a + 1, b)
+        "run part %d of %d analysed (rows %d-%d; --run-part chooses another)" % (k, parts, a + 1, b)
     )
-    if len(ing.codes) == n:
+    if len(ing.codes) == len(steps):
         ing.codes = ing.codes[a:b]
-    return steps[a:b], {name: c[a:b] for name, c in cols.items()}, b - a
+    return k, (steps[a:b], {name: c[a:b] for name, c in cols.items()}, b - a)
 
 
 def epoch_runs(ing, steps, cols, warnings):
@@ -155,20 +163,7 @@ def epoch_runs(ing, steps, cols, warnings):
     if not cuts:
         return steps, cols, n
     warnings.extend(said)
-    bounds = [0, *cuts, n]
-    want = getattr(ing, "run_part", None)
-    k = len(bounds) - 1 if not want else want if want > 0 else len(bounds) + want
-    if not 1 <= k <= len(bounds) - 1:
-        warnings.append("run part %s does not exist: the last is analysed" % want)
-        k = len(bounds) - 1
-    a, b = bounds[k - 1], bounds[k]
-    warnings.append(
-        "run part %d of %d analysed (rows %d-%d; --run-part chooses another)"
-        % (k, len(bounds) - 1, a + 1, b)
-    )
-    if len(ing.codes) == n:
-        ing.codes = ing.codes[a:b]
-    return steps[a:b], {name: c[a:b] for name, c in cols.items()}, b - a
+    return one_part(ing, steps, cols, [0, *cuts, n], warnings)[1]
 
 
 CONTINUE_HEAD = 5  # values at each end of a part compared
