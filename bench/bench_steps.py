@@ -17,12 +17,18 @@ tools taking turns run after run (bench_engine.interleaved_medians):
            same source in the interpreter they keep (``run_source``), its printed text back
   target   remotekit / the best peer <= 1.5x, for both (issue 34)
 
+``--before TREE``: one more column, "before": remotekit's steps through an agent whose far
+side (``remote/boot.py``, ``agent.py``, ``runner.py``) is TREE's (another checkout, e.g.
+``git worktree add --detach /tmp/base main``), this checkout's caller, as bench_call.py's;
+the tools then take turns in a rotating order (each follows every other as often). Run it
+both ways (this checkout first against TREE, then TREE's bench first against this one).
+
 The peers are not dependencies of remotekit; install them in the bench's environment only:
 ``.venv/bin/pip install mitogen==0.3.54 execnet==2.1.2``. A peer that is absent gets no
 column, and a line that says so. The load average is printed with the figures (the machine
 is shared): read the ratios.
 
-Run: .venv/bin/python bench/bench_steps.py [--runs 200] [--only pct,lxc]
+Run: .venv/bin/python bench/bench_steps.py [--runs 200] [--only pct,lxc] [--before TREE]
 (as root, with LXC: see .ci/run; writes bench/results/steps.json)
 """
 
@@ -43,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import remotekit  # noqa: E402
+from bench.bench_call import far_side_of  # noqa: E402
 from bench.bench_engine import interleaved_medians, print_checks  # noqa: E402
 from tests import runtimes  # noqa: E402
 from tests.harness import FakeNode, SSHServer, venv_prefix  # noqa: E402
@@ -120,17 +127,49 @@ def execnet_peer(
     }
 
 
+def with_far_side(tree: Path, open_target: Callable[[], remotekit.Target]) -> remotekit.Target:
+    """A target opened by ``open_target`` whose agent runs ``tree``'s far side (the loader is
+    swapped while its agent starts: its first step)."""
+    import remotekit.agent as agent_module
+
+    ours = agent_module.loader_bytes
+    agent_module.loader_bytes = far_side_of(tree)  # type: ignore[assignment]
+    try:
+        t = open_target()
+        t.run(["true"])
+    finally:
+        agent_module.loader_bytes = ours  # type: ignore[assignment]
+    return t
+
+
 def measure(
-    kind: str, t: remotekit.Target, peers: dict[str, dict[str, Callable[[], object]]], runs: int
+    kind: str,
+    t: remotekit.Target,
+    peers: dict[str, dict[str, Callable[[], object]]],
+    runs: int,
+    before: remotekit.Target | None = None,
 ) -> dict[str, Any]:
     tiny = remotekit.Script(peer_target.TINY, name="tiny.py")
     row: dict[str, Any] = {"chain": kind, "load": os.getloadavg()[0]}
-    for what, ours in (("true", lambda: t.run(["true"])), ("tiny", lambda: t.run_python(tiny))):
-        fns = {"remotekit": ours, **{p: fns[what] for p, fns in peers.items()}}
-        medians = interleaved_medians(fns, runs)
-        best = min((v for k, v in medians.items() if k != "remotekit"), default=None)
+    for what in ("true", "tiny"):
+        fns: dict[str, Callable[[], object]] = {}
+        for name, tg in (("remotekit", t), ("before", before)):
+            if tg is not None:
+                fns[name] = (
+                    (lambda tg=tg: tg.run(["true"]))
+                    if what == "true"
+                    else (lambda tg=tg: tg.run_python(tiny))
+                )
+        fns.update({p: fns_[what] for p, fns_ in peers.items()})
+        medians = interleaved_medians(fns, runs, rotate=True)
+        best = min(
+            (v for k, v in medians.items() if k not in ("remotekit", "before")), default=None
+        )
         row[what] = {k: v * 1000 for k, v in medians.items()}
         row[what]["ratio"] = medians["remotekit"] / best if best else None
+        if before is not None:
+            row[what]["before_ratio"] = medians["before"] / best if best else None
+            row[what]["after_before"] = medians["remotekit"] / medians["before"]
     row["load_after"] = os.getloadavg()[0]
     return row
 
@@ -141,6 +180,7 @@ def main() -> int:
     )
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--only", default="pct,lxc")
+    ap.add_argument("--before", default=None, help="a tree whose far side is the 'before' column")
     args = ap.parse_args()
     kinds = [k for k in args.only.split(",") if k]
     why = runtimes.missing("lxc")
@@ -183,11 +223,19 @@ def main() -> int:
                 else:
                     peers[name] = got
             t = stack.enter_context(inv.target(kind, agent=True))
-            rows.append(measure(kind, t, peers, args.runs))
+            before = None
+            if args.before:  # its agent started now, with the other tree's far side
+                before = with_far_side(
+                    Path(args.before),
+                    lambda kind=kind: stack.enter_context(inv.target(kind, agent=True)),
+                )
+            rows.append(measure(kind, t, peers, args.runs, before))
     report(rows)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "steps.json").write_text(json.dumps({"runs": args.runs, "rows": rows}, indent=2))
+    (out / "steps.json").write_text(
+        json.dumps({"runs": args.runs, "before": args.before, "rows": rows}, indent=2)
+    )
     return (
         0
         if all(
@@ -205,7 +253,10 @@ def report(rows: list[dict[str, Any]]) -> None:
         figures[f"{k}_load_avg_1min"] = r["load"]
         for what in ("true", "tiny"):
             for tool, ms in r[what].items():
-                if tool != "ratio":
+                if tool in ("before_ratio", "after_before"):
+                    if ms is not None:
+                        figures[f"{k}_{what}_{tool}"] = ms
+                elif tool != "ratio":
                     figures[f"{k}_{what}_{tool}_ms"] = ms
             ratio = r[what]["ratio"]
             if ratio is not None:
