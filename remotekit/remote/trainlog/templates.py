@@ -31,7 +31,7 @@ from array import array
 from bisect import bisect_right
 from heapq import merge as _interleave
 from itertools import compress, islice, repeat
-from operator import add, ge, itemgetter, lt, mul, not_, sub
+from operator import add, ge, itemgetter, lt, mul, ne, not_, sub
 
 from ..protocol import mask
 from .base import (
@@ -363,13 +363,13 @@ class Kind:
         self.step = next((j for j in range(t.width) if n[j] in STEP_WORDS[:5]), None)
         # ``i/N``: a field the next one follows after a "/" (``[640/60000``, ``200/ 2983
         # batches``, ``batch: 3/100``), unless it is the epoch's own (``epoch 3/10``)
-        self.progress = None
-        for j in range(t.width - 1):
-            if c[j + 1].startswith("/") and j != self.epoch and n[j] in ("",) + BATCH_WORDS:
-                self.progress = j
-                if n[j] == "step" and self.step == j:
-                    self.step = None  # ``step 3/100``: per epoch or in all, the total says
-                break
+        self.progress = _progress(t, n, self.epoch)
+        if self.progress is not None and n[self.progress] == "step" and self.step == self.progress:
+            self.step = None  # ``step 3/100``: per epoch or in all, the total says
+        # ``[3][40/196]``: the bracketed number just before a bracketed ``i/N`` is its epoch
+        j = self.progress
+        if self.epoch is None and j and c[j].strip() == "][" and c[j - 1].rstrip().endswith("["):
+            self.epoch = j - 1
         self.counters = {self.epoch, self.step, self.progress, self.of}
         if self.progress is not None:
             self.counters.add(self.progress + 1)
@@ -452,6 +452,33 @@ class Kind:
             out.append(base + i[k])
         self.how = "epochs x N + i, from the 'i/N' each line states (its restarts count epochs)"
         return out
+
+
+def _progress(t, names, epoch):
+    """The field ``i`` of the line's ``i/N`` (``[640/60000``, ``200/ 2983 batches``,
+    ``batch: 3/100``), or None: a pair of two numbers only (``2022/08/22``, a date, is a
+    chain of three), not the epoch's own (``epoch 3/10``), with ``i`` never past ``N``
+    (``07/03``: a month and a day). Where several are, the one whose ``i`` changes from line
+    to line most often (a batch counter does at every line, a date's day seldom)."""
+    c = t.consts
+    found = []
+    for j in range(t.width - 1):
+        if not c[j + 1].startswith("/") or j == epoch or names[j] not in ("",) + BATCH_WORDS:
+            continue
+        if c[j].endswith("/") or (j + 2 <= t.width and c[j + 2].startswith("/")):
+            continue  # ``a/b/c``: a date or a path, no progress
+        found.append(j)
+    if len(found) <= 1 or len(t.at) < 2:
+        return found[0] if found else None
+    best, most = None, -1
+    for j in found:
+        i, total = t.column(j), t.column(j + 1)
+        if any(map(lt, total, i)):
+            continue
+        changes = sum(map(ne, i, islice(i, 1, None)))
+        if changes > most:
+            best, most = j, changes
+    return best
 
 
 def _fmt(v):
@@ -619,7 +646,11 @@ def merged(table):
     evidence says are one line kind merged into one (the others as they are), and the
     merges in words. The evidence (:func:`_one_kind`): a word that names the kind keeps its
     lines apart; lines that never state the same counter continue one series; lines with no
-    counter are one kind when the word takes :data:`MIN_VARIANTS` values or more."""
+    counter are one kind when the word takes :data:`MIN_VARIANTS` values or more.
+    Templates whose constants differ only in the width of their blanks (``Epoch(train)
+    [1]`` beside ``Epoch(train)  [1]``: padding, as Drain splits tokens on any run of
+    blanks) are one line kind first."""
+    table = _unpadded(table)
     groups = _word_apart(table)
     if not groups:
         return table, []
@@ -657,6 +688,29 @@ def merged(table):
             % (len(ts), ", ".join(repr(mask(t.first.strip())[:60]) for t in ts[:3]))
         )
     return out, notes
+
+
+def _unpadded(table):
+    """``table`` with the templates a padding apart (their constants the same with each run
+    of blanks as one) merged into one, the most lines first; the same table where none are."""
+    groups = {}
+    for key, t in table.items():
+        if t.width:
+            groups.setdefault(tuple(_BLANKS_RE.sub(" ", c) for c in t.consts), []).append(key)
+    sets = [keys for keys in groups.values() if len(keys) > 1]
+    if not sets:
+        return table
+    out = dict(table)
+    for keys in sets:
+        ts = sorted((table[k] for k in keys), key=lambda t: -len(t.at))
+        for k in keys:
+            del out[k]
+        m = _merge(ts, vary=False)
+        out["\x00".join(m.consts)] = m
+    return out
+
+
+_BLANKS_RE = re.compile(r"[ \t]+")
 
 
 def _word_apart(table):
@@ -711,12 +765,13 @@ def _one_kind(ts, variants):
     return True
 
 
-def _merge(ts):
+def _merge(ts, vary=True):
     """One template of the templates ``ts`` (the most lines first): its lines in the file's
-    order, its constants the first's with the varying word as :data:`VARIABLE`."""
+    order, its constants the first's with the varying word as :data:`VARIABLE` (``vary``;
+    else the first's as they are)."""
     first = ts[0]
     consts = list(first.consts)
-    for t in ts[1:]:
+    for t in ts[1:] if vary else ():
         for j, (a, b) in enumerate(zip(consts, t.consts)):
             if a != b:
                 consts[j] = _variable(a, b)

@@ -1,0 +1,74 @@
+"""Printed-console shapes issue 35's fourth and fifth held-out sets found misread
+(tests/public_runs.md, "Held-out runs, fourth set" and "fifth set"), each made here: the
+rule each fix adds is one for any console of the shape, never for the file it was seen in.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from tests.trainlog_kit import TWO_RUNS_SAID, close, run, said, series, source
+
+
+def _loss(i: int, start: float = 3.0) -> float:
+    """A falling loss with a small deterministic wiggle (no spike, no plateau)."""
+    return round(0.4 + (start - 0.4) * math.exp(-i / 40) + 0.01 * math.sin(i * 1.7), 5)
+
+
+def _resumes(r) -> list[dict[str, object]]:
+    return [e for e in r.all("event") if e["kind"] == "resume"]
+
+
+# ---------------------------------------------------------------------------------------------
+# ``Epoch(train) [e][i/N]`` after a date ``2022/08/22`` or ``07/03``
+
+
+def _bracketed(path: Path, runs: list[int], date: str = "2022/08/22", n: int = 196) -> Path:
+    """mmengine's shape: ``<date> 15:51:56 - mmengine - INFO - Epoch(train) [e][ i/N]  lr:
+    ...  loss: x``, each run of ``runs`` that many lines from i = 10 by 10 (epochs turn over
+    at N); one line with its blanks printed single."""
+    with open(path, "w") as f:
+        for k, length in enumerate(runs):
+            f.write(f"{date} 15:51:54 - mmengine - INFO - Checkpoints will be saved to /w{k}\n")
+            for m in range(length):
+                it = 10 * (m + 1)
+                e, i = 1 + (it - 1) // n, (it - 1) % n + 1
+                pad = " " if m == 2 else "  "
+                f.write(
+                    f"{date} 15:51:56 - mmengine - INFO - Epoch(train){pad}[{e}][{i:3d}/{n}]"
+                    f"{pad}lr: 1.0000e-03{pad}eta: 0:18:23{pad}time: 0.1414{pad}"
+                    f"memory: 392{pad}loss: {_loss(m)}\n"
+                )
+            f.write(f"{date} 15:52:51 - mmengine - INFO - Epoch(val) [1][10/313]    eta: 0:00:03\n")
+            f.write(
+                f"{date} 15:52:54 - mmengine - INFO - Epoch(val) [1][313/313]  accuracy: 35.7\n"
+            )
+    return path
+
+
+def test_bracketed_epoch_and_batch_after_a_date_are_the_step(tmp_path: Path) -> None:
+    """``[e][i/N]``: the number before the bracketed ``i/N`` is the epoch, the step is (e - 1)
+    x N + i; the date's ``2022/08/22`` (a chain of three) is no ``i/N``; a line whose blanks
+    are printed single is the same line kind (all 30 are read)."""
+    path = _bracketed(tmp_path / "15_minutes.md", [30], n=100)
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 30 and close(loss["median"], statistics.median(_loss(m) for m in range(30)))
+    assert (src["first_step"], src["last_step"]) == (10, 300), src
+    assert series(r, "val_loss") == []
+    assert not TWO_RUNS_SAID.search(said(r).replace(str(path), ""))
+
+
+def test_bracketed_consoles_appended_are_runs_and_the_last_is_read(tmp_path: Path) -> None:
+    """Three consoles pasted one after another behind a ``07/03`` date (a month and a day,
+    no ``i/N``: 7 > 3): the counter falls to 10 twice; the runs are said, the last read."""
+    path = _bracketed(tmp_path / "page.md", [19, 19, 11], date="07/03")
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 11 and close(loss["median"], statistics.median(_loss(m) for m in range(11)))
+    assert (src["first_step"], src["last_step"]) == (10, 110), src
+    assert TWO_RUNS_SAID.search(said(r).replace(str(path), "")), said(r)
