@@ -610,6 +610,9 @@ def read_kinds(table, events, out, run_part=None):
     once = sum(1 for t in table.values() if len(t.at) == 1)
     _mark(kinds, _marks(table))
     primary = _primary(kinds)
+    before = _set_up(kinds, primary)
+    if before:
+        kinds = [k for k in kinds if k not in before]
     e0 = _first_epoch(kinds)
     for k in kinds:
         k.steps = k.own_steps(e0)
@@ -618,7 +621,7 @@ def read_kinds(table, events, out, run_part=None):
     lo, hi = _run_part(primary, run_part, out)
     for k in kinds:
         _align(k, primary, e0)
-    _name_series(kinds, primary)
+    twice = _name_series(kinds, primary)
     if not _as_table(kinds, primary, lo, hi, out):
         for k in kinds:
             a, b = _span(k, lo, hi)
@@ -627,7 +630,12 @@ def read_kinds(table, events, out, run_part=None):
                 for s, v in zip(steps, k.t.column(j)[a:b]):
                     out.add(name, s, v)
     _events(events, primary, lo, hi, out)
-    out.caveats.append(_said(kinds, primary, once))
+    out.caveats.append(_said(kinds, primary, once, len(before)))
+    for name in twice:
+        out.caveats.append(
+            "%s is printed twice, by two line kinds (the same values at the same steps): "
+            "read once" % name
+        )
     out.caveats.extend(joined)
 
 
@@ -879,6 +887,20 @@ def _primary(kinds):
     return max(counted or train, key=lambda k: len(k.t.at))
 
 
+def _counted(k):
+    """Whether the line kind ``k`` states a counter of its own (step, ``i/N``, epoch)."""
+    return k.step is not None or k.progress is not None or k.epochs() is not None
+
+
+def _set_up(kinds, primary):
+    """The kinds printed before the training's first line and never after it, with no
+    counter of their own (a config's ``kernel_size: 5`` lines, a rank's set-up): no series."""
+    if primary is None or not _counted(primary):
+        return []
+    first = primary.t.at[0]
+    return [k for k in kinds if k is not primary and not _counted(k) and k.t.at[-1] < first]
+
+
 def _first_epoch(kinds):
     firsts = [(k.t.at[0], k.epochs()[0]) for k in kinds if k.epochs() is not None]
     return min(firsts)[1] if firsts else 0.0
@@ -977,21 +999,39 @@ def _name_series(kinds, primary):
     """Each field's series name: ``train/``, ``val/``, ``test/`` unless its name says its
     kind itself; ``epoch/`` for a kind once per epoch beside a finer one of its kind; a
     kind kept apart from one a word away (``[rank1]``) that would share a name with it
-    gets its word (``train/loss_rank1``; the primary kind keeps the plain name)."""
-    fine = {k.kind for k in kinds if k.step is not None or k.progress is not None}
-    taken = set()
+    gets its word (``train/loss_rank1``; the primary kind keeps the plain name). A series
+    another kind printed already, the same values at the same steps (caffe's ``Iteration
+    100, loss = x`` and ``Train net output #0: loss = x``), is read once: returns the names
+    of those."""
+    fine = {}
+    for k in kinds:
+        if k.step is not None or k.progress is not None:
+            fine[k.kind] = max(fine.get(k.kind, 0), len(k.t.at))
+    taken, twice = {}, []
     for k in sorted(kinds, key=lambda k: k is not primary):
-        coarse = k.kind in fine and k.step is None and k.progress is None
+        # once per epoch: at most a line to every two of the finer kind's (a line after each
+        # of them is a part of the same record, at its step)
+        coarse = k.step is None and k.progress is None and 2 * len(k.t.at) <= fine.get(k.kind, 0)
         k.series = []
         for j, name in k.fields():
             own = kind_of(re.split(r"[_/.]", name))
             full = name if own else "%s/%s" % (k.kind, name)
             if coarse:
                 full = "epoch/" + full
+            if full in taken and _same(taken[full], (k, j)):
+                twice.append(full)
+                continue
             if full in taken and k.t.word:  # ``[rank1]`` beside ``[rank0]``: its own
                 full = "%s_%s" % (full, k.t.word.lower())
-            taken.add(full)
+            taken[full] = (k, j)
             k.series.append((j, full))
+    return twice
+
+
+def _same(a, b):
+    """Whether the fields ``(kind, j)`` ``a`` and ``b`` hold the same values at the same steps."""
+    (p, i), (k, j) = a, b
+    return len(p.t.at) == len(k.t.at) and p.steps == k.steps and p.t.column(i) == k.t.column(j)
 
 
 def _events(events, primary, lo, hi, out):
@@ -1014,7 +1054,7 @@ def _events(events, primary, lo, hi, out):
         out.event(kind, step, mask(line.strip()))
 
 
-def _said(kinds, primary, once):
+def _said(kinds, primary, once, before=0):
     """The reading in words: each line kind, its series and its steps."""
     parts = []
     for k in sorted(kinds, key=lambda k: k.t.at[0]):
@@ -1024,11 +1064,16 @@ def _said(kinds, primary, once):
                 k.kind,
                 mask(k.t.first.strip())[:80],
                 len(k.t.at),
-                ", ".join(name for _, name in k.series),
+                ", ".join(name for _, name in k.series) or "no series another kind has not",
                 k.how + (" (the run's step)" if k is primary else ""),
             )
         )
     text = "no known trainer line format: its line kinds were read apart, " + "; ".join(parts)
     if once:
         text += "; %d line(s) of a kind seen once (a config, a summary) are no series" % once
+    if before:
+        text += (
+            "; %d line kind(s) with no counter printed only before the first train line (a "
+            "config, a set-up) are no series" % before
+        )
     return text

@@ -22,6 +22,67 @@ def _resumes(r) -> list[dict[str, object]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# a config printed before the training (``kernel_size: 5`` lines): a text, not series
+
+
+def _glog(i: int) -> str:
+    return f"I0728 23:55:{i % 60:02d}.{i:06d}  4259 "
+
+
+def _config_then_iterations(path: Path, iterations: list[int], *, twice: bool = False) -> Path:
+    """A glog console: the net's prototxt printed whole (layer fields that recur, no
+    counter), set-up lines, then per iteration ``Iteration i (...), loss = x`` (and, with
+    ``twice``, the same loss again on a ``Train net output`` line) and ``Iteration i, lr``."""
+    with open(path, "w") as f:
+        f.write(_glog(0) + "net.cpp:53] Initializing net from parameters:\n")
+        for layer, (out, kernel) in enumerate([(20, 5), (50, 5), (500, 3), (10, 1)]):
+            f.write(f'layer {{\n  name: "conv{layer}"\n  param {{\n    lr_mult: 1\n  }}\n')
+            f.write(f"  param {{\n    lr_mult: 2\n  }}\n    num_output: {out}\n")
+            f.write(f"    kernel_size: {kernel}\n    stride: {layer % 2 + 1}\n}}\n")
+        for layer in range(4):
+            f.write(_glog(1) + f"net.cpp:137] Memory required for data: {200960 + layer * 4096}\n")
+        for n, i in enumerate(iterations):
+            x = _loss(n)
+            f.write(_glog(n) + f"solver.cpp:218] Iteration {i} (4.7 iter/s, 21.2s/100 iters), ")
+            f.write(f"loss = {x}\n")
+            if twice:
+                f.write(_glog(n) + f"solver.cpp:237]     Train net output #0: loss = {x} ")
+                f.write(f"(* 1 = {x} loss)\n")
+            f.write(_glog(n) + f"sgd_solver.cpp:105] Iteration {i}, lr = {0.01 * 0.99**n:.6g}\n")
+    return path
+
+
+def test_config_printed_before_the_training_is_no_series(tmp_path: Path) -> None:
+    """Two iterations after a printed net: the loss is read (2 points), the config's
+    recurring fields (``kernel_size``, ``num_output``) are not taken for series beside it."""
+    path = _config_then_iterations(tmp_path / "train.log", [0, 100])
+    r = run(path)
+    src = source(r)
+    assert src["columns"]["loss"] == "train/loss", src
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 2 and close(loss["median"], (_loss(0) + _loss(1)) / 2)
+    assert (src["first_step"], src["last_step"]) == (0, 100), src
+    text = said(r)
+    assert "kernel_size" not in text and "num_output" not in text, text
+    assert "printed only before the first train line" in text
+
+
+def test_a_value_printed_twice_by_two_line_kinds_is_one_point(tmp_path: Path) -> None:
+    """``Iteration i, loss = x`` then ``Train net output #0: loss = x``: each step's loss
+    twice, by a line after each train line: one point a step, not two (nor an epoch-level
+    series of the second)."""
+    path = _config_then_iterations(tmp_path / "train.log", list(range(0, 3000, 100)), twice=True)
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 30, loss
+    assert (src["first_step"], src["last_step"]) == (0, 2900), src
+    assert _resumes(r) == []
+    assert "train/loss is printed twice" in said(r)
+    assert "epoch/train/loss" not in said(r)
+
+
+# ---------------------------------------------------------------------------------------------
 # ``Epoch(train) [e][i/N]`` after a date ``2022/08/22`` or ``07/03``
 
 
