@@ -884,6 +884,9 @@ def _primary(kinds):
     if not train:
         return None
     counted = [k for k in train if k.step is not None or k.progress is not None]
+    # else one that states its epoch (``{'loss': ..., 'epoch': 0.25}``): a record of the
+    # training, where a line with no counter (``rank = 3``) may be anything printed
+    counted = counted or [k for k in train if k.epochs() is not None]
     return max(counted or train, key=lambda k: len(k.t.at))
 
 
@@ -1036,7 +1039,10 @@ def _same(a, b):
 
 def _events(events, primary, lo, hi, out):
     """The save and resume lines of the run part read, at the step they state, else at the
-    step of the train line before them."""
+    step of the train line before them; one before the first train line that states no step
+    has none to be put at (a ``--help`` text's "you won't be able to resume", a note that a
+    run may be resumed): it is said, not placed at a step it never named."""
+    unplaced = 0
     for i, line in events:
         if not lo <= i < hi:
             continue
@@ -1048,10 +1054,18 @@ def _events(events, primary, lo, hi, out):
             step = float(m.group(1))
         elif primary is not None and primary.steps is not None:
             j = bisect_right(primary.t.at, i) - 1
-            step = primary.steps[j] if j >= 0 else 0.0
+            if j < 0:
+                unplaced += 1
+                continue
+            step = primary.steps[j]
         else:
             continue
         out.event(kind, step, mask(line.strip()))
+    if unplaced:
+        out.notes.append(
+            "%d save or resume line(s) before the first train line state no step: no event "
+            "is placed for them" % unplaced
+        )
 
 
 def _said(kinds, primary, once, before=0):

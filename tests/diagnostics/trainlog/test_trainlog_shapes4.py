@@ -83,6 +83,59 @@ def test_a_value_printed_twice_by_two_line_kinds_is_one_point(tmp_path: Path) ->
 
 
 # ---------------------------------------------------------------------------------------------
+# a printed dict a step (``{'loss': ..., 'epoch': 0.25}``) after lines ranks print
+
+
+def _dict_console(path: Path, n: int = 12, ranks: int = 24) -> Path:
+    with open(path, "w") as f:
+        f.write("  --resume_from_checkpoint RESUME_FROM_CHECKPOINT\n")
+        f.write("                        when this is true, you won't be able to resume\n")
+        for rank in range(ranks):
+            f.write(f"My guessed rank = {(rank * 7) % ranks}\n")
+        for i in range(n):
+            f.write(
+                f"{{'loss': {_loss(i)}, 'grad_norm': {1 + 0.1 * (i % 3)}, "
+                f"'learning_rate': {5e-5 * (1 - i / n):.6g}, 'epoch': {(i + 1) / n:.2f}}}\n"
+            )
+            f.write(f" {100 * (i + 1) // n}%|####| {i + 1}/{n} [00:{i:02d}<00:10, 1.2it/s]\n")
+        f.write("{'train_runtime': 375.1, 'train_loss': 2.49, 'epoch': 1.0}\n")
+        for rank in range(ranks):
+            f.write(f"My guessed rank = {(rank * 5) % ranks}\n")
+    return path
+
+
+def test_printed_dicts_that_state_their_epoch_are_the_run(tmp_path: Path) -> None:
+    """Lines with no counter (``My guessed rank = 7``, one a rank) outnumber the dicts; the
+    dicts state their epoch: they are the run's lines, one point each, on the epoch axis."""
+    path = _dict_console(tmp_path / "console.txt")
+    r = run(path)
+    src = source(r)
+    assert src["columns"]["loss"] == "train/loss", src
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 12 and close(loss["median"], statistics.median(_loss(i) for i in range(12)))
+    assert (src["first_step"], src["last_step"]) == (0.08, 1), src
+
+
+def test_a_resume_word_before_the_training_with_no_step_is_no_event(tmp_path: Path) -> None:
+    """A ``--help`` text ("you won't be able to resume") printed before the first train line
+    states no step: no resume is placed at a step it never named."""
+    path = _dict_console(tmp_path / "console.txt")
+    r = run(path)
+    assert _resumes(r) == []
+    assert "before the first train line state no step" in said(r)
+
+
+def test_a_resume_before_the_training_that_states_its_step_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    with open(path, "w") as f:
+        f.write("Resuming from checkpoint at step 500\n")
+        for i in range(500, 540):
+            f.write(f"Epoch [1][{i}/1000]  loss: {_loss(i - 500)}  lr: 0.001\n")
+    r = run(path)
+    assert [e["step"] for e in _resumes(r)] == [500]
+
+
+# ---------------------------------------------------------------------------------------------
 # ``Epoch(train) [e][i/N]`` after a date ``2022/08/22`` or ``07/03``
 
 
