@@ -622,15 +622,28 @@ def read_kinds(table, events, out, run_part=None):
     for k in kinds:
         _align(k, primary, e0)
     twice = _name_series(kinds, primary)
+    sides = []
     if not _as_table(kinds, primary, lo, hi, out):
         for k in kinds:
             a, b = _span(k, lo, hi)
             steps = k.steps[a:b]
+            m = _lanes(steps) if k is not primary else 1
+            if m > 1:
+                sides.append((k, m))
             for j, name in k.series:
-                for s, v in zip(steps, k.t.column(j)[a:b]):
-                    out.add(name, s, v)
+                col = k.t.column(j)[a:b]
+                for r in range(m):
+                    lane = name if not r else "%s_%d" % (name, r + 1)
+                    for s, v in zip(steps[r::m], col[r::m]):
+                        out.add(lane, s, v)
     _events(events, primary, lo, hi, out)
     out.caveats.append(_said(kinds, primary, once, len(before)))
+    for k, m in sides:
+        out.caveats.append(
+            "lines like %r state each step %d times in turn (engines or ranks side by side): "
+            "read as %d series each, the later ones named _2 .. _%d"
+            % (mask(k.t.first.strip())[:60], m, m, m)
+        )
     for name in twice:
         out.caveats.append(
             "%s is printed twice, by two line kinds (the same values at the same steps): "
@@ -1035,6 +1048,26 @@ def _same(a, b):
     """Whether the fields ``(kind, j)`` ``a`` and ``b`` hold the same values at the same steps."""
     (p, i), (k, j) = a, b
     return len(p.t.at) == len(k.t.at) and p.steps == k.steps and p.t.column(i) == k.t.column(j)
+
+
+def _lanes(steps):
+    """How many lines state each step in turn (``step=10`` printed by two engines, two
+    ranks, one line each), where every step is stated that many times on lines one after
+    the other and the steps rise from one group to the next (the last group may be cut);
+    else 1 (a kind whose step falls or repeats otherwise is read as it is)."""
+    n = len(steps)
+    if n < 4 or all(map(lt, steps, islice(steps, 1, None))):
+        return 1
+    m = 1
+    while m < n and steps[m] == steps[0]:
+        m += 1
+    if m < 2 or n < 2 * m:
+        return 1
+    for i in range(m, n):
+        first = steps[i - i % m]
+        if steps[i] != first or (not i % m and not first > steps[i - m]):
+            return 1
+    return m
 
 
 def _events(events, primary, lo, hi, out):

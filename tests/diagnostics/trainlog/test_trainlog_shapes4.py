@@ -136,6 +136,36 @@ def test_a_resume_before_the_training_that_states_its_step_is_kept(tmp_path: Pat
 
 
 # ---------------------------------------------------------------------------------------------
+# a line kind printed by two engines (or ranks) at each step, one after the other
+
+
+def test_a_step_printed_by_two_engines_in_turn_is_two_series(tmp_path: Path) -> None:
+    """PPO's two engines print ``step=10, skipped=4, lr=[...]`` each at every 10th step:
+    the second line at a step is the other engine's, no replay of the run from there (no
+    resume, no run cut at step 10): every train line is read."""
+    path = tmp_path / "ppo.log"
+    with open(path, "w") as f:
+        for s in range(200):
+            f.write(f"epoch: 0|step: {s}|ppo_ep: 1|act_loss: {_loss(s) - 1.5}|cri_loss: 0.1\n")
+            f.write(f"average reward score: {0.01 * s}\n")
+            if s and not s % 10:
+                for engine, lr in ((0, 5e-7), (1, 3e-7)):
+                    f.write(
+                        f"[INFO] [logging.py:96:log_dist] [Rank 0] step={s}, "
+                        f"skipped={s // 10 + engine}, lr=[{lr * (1 + s / 100):.3g}]\n"
+                    )
+    r = run(path)
+    src = source(r)
+    assert src["columns"]["loss"] == "train/act_loss", src
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 200, loss
+    assert (src["first_step"], src["last_step"]) == (0, 199), src
+    assert _resumes(r) == []
+    assert not TWO_RUNS_SAID.search(said(r).replace(str(path), ""))
+    assert "2 times in turn" in said(r)
+
+
+# ---------------------------------------------------------------------------------------------
 # ``Epoch(train) [e][i/N]`` after a date ``2022/08/22`` or ``07/03``
 
 
