@@ -31,7 +31,7 @@ from array import array
 from bisect import bisect_right
 from heapq import merge as _interleave
 from itertools import compress, islice, repeat
-from operator import add, ge, itemgetter, lt, mul, not_, sub
+from operator import add, ge, itemgetter, lt, mul, ne, not_, sub
 
 from ..protocol import mask
 from .base import (
@@ -363,13 +363,13 @@ class Kind:
         self.step = next((j for j in range(t.width) if n[j] in STEP_WORDS[:5]), None)
         # ``i/N``: a field the next one follows after a "/" (``[640/60000``, ``200/ 2983
         # batches``, ``batch: 3/100``), unless it is the epoch's own (``epoch 3/10``)
-        self.progress = None
-        for j in range(t.width - 1):
-            if c[j + 1].startswith("/") and j != self.epoch and n[j] in ("",) + BATCH_WORDS:
-                self.progress = j
-                if n[j] == "step" and self.step == j:
-                    self.step = None  # ``step 3/100``: per epoch or in all, the total says
-                break
+        self.progress = _progress(t, n, self.epoch)
+        if self.progress is not None and n[self.progress] == "step" and self.step == self.progress:
+            self.step = None  # ``step 3/100``: per epoch or in all, the total says
+        # ``[3][40/196]``: the bracketed number just before a bracketed ``i/N`` is its epoch
+        j = self.progress
+        if self.epoch is None and j and c[j].strip() == "][" and c[j - 1].rstrip().endswith("["):
+            self.epoch = j - 1
         self.counters = {self.epoch, self.step, self.progress, self.of}
         if self.progress is not None:
             self.counters.add(self.progress + 1)
@@ -452,6 +452,33 @@ class Kind:
             out.append(base + i[k])
         self.how = "epochs x N + i, from the 'i/N' each line states (its restarts count epochs)"
         return out
+
+
+def _progress(t, names, epoch):
+    """The field ``i`` of the line's ``i/N`` (``[640/60000``, ``200/ 2983 batches``,
+    ``batch: 3/100``), or None: a pair of two numbers only (``2022/08/22``, a date, is a
+    chain of three), not the epoch's own (``epoch 3/10``), with ``i`` never past ``N``
+    (``07/03``: a month and a day). Where several are, the one whose ``i`` changes from line
+    to line most often (a batch counter does at every line, a date's day seldom)."""
+    c = t.consts
+    found = []
+    for j in range(t.width - 1):
+        if not c[j + 1].startswith("/") or j == epoch or names[j] not in ("",) + BATCH_WORDS:
+            continue
+        if c[j].endswith("/") or (j + 2 <= t.width and c[j + 2].startswith("/")):
+            continue  # ``a/b/c``: a date or a path, no progress
+        found.append(j)
+    if len(found) <= 1 or len(t.at) < 2:
+        return found[0] if found else None
+    best, most = None, -1
+    for j in found:
+        i, total = t.column(j), t.column(j + 1)
+        if any(map(lt, total, i)):
+            continue
+        changes = sum(map(ne, i, islice(i, 1, None)))
+        if changes > most:
+            best, most = j, changes
+    return best
 
 
 def _fmt(v):
@@ -583,6 +610,9 @@ def read_kinds(table, events, out, run_part=None):
     once = sum(1 for t in table.values() if len(t.at) == 1)
     _mark(kinds, _marks(table))
     primary = _primary(kinds)
+    before = _set_up(kinds, primary)
+    if before:
+        kinds = [k for k in kinds if k not in before]
     e0 = _first_epoch(kinds)
     for k in kinds:
         k.steps = k.own_steps(e0)
@@ -591,16 +621,34 @@ def read_kinds(table, events, out, run_part=None):
     lo, hi = _run_part(primary, run_part, out)
     for k in kinds:
         _align(k, primary, e0)
-    _name_series(kinds, primary)
+    twice = _name_series(kinds, primary)
+    sides = []
     if not _as_table(kinds, primary, lo, hi, out):
         for k in kinds:
             a, b = _span(k, lo, hi)
             steps = k.steps[a:b]
+            m = _lanes(steps) if k is not primary else 1
+            if m > 1:
+                sides.append((k, m))
             for j, name in k.series:
-                for s, v in zip(steps, k.t.column(j)[a:b]):
-                    out.add(name, s, v)
+                col = k.t.column(j)[a:b]
+                for r in range(m):
+                    lane = name if not r else "%s_%d" % (name, r + 1)
+                    for s, v in zip(steps[r::m], col[r::m]):
+                        out.add(lane, s, v)
     _events(events, primary, lo, hi, out)
-    out.caveats.append(_said(kinds, primary, once))
+    out.caveats.append(_said(kinds, primary, once, len(before)))
+    for k, m in sides:
+        out.caveats.append(
+            "lines like %r state each step %d times in turn (engines or ranks side by side): "
+            "read as %d series each, the later ones named _2 .. _%d"
+            % (mask(k.t.first.strip())[:60], m, m, m)
+        )
+    for name in twice:
+        out.caveats.append(
+            "%s is printed twice, by two line kinds (the same values at the same steps): "
+            "read once" % name
+        )
     out.caveats.extend(joined)
 
 
@@ -619,7 +667,11 @@ def merged(table):
     evidence says are one line kind merged into one (the others as they are), and the
     merges in words. The evidence (:func:`_one_kind`): a word that names the kind keeps its
     lines apart; lines that never state the same counter continue one series; lines with no
-    counter are one kind when the word takes :data:`MIN_VARIANTS` values or more."""
+    counter are one kind when the word takes :data:`MIN_VARIANTS` values or more.
+    Templates whose constants differ only in the width of their blanks (``Epoch(train)
+    [1]`` beside ``Epoch(train)  [1]``: padding, as Drain splits tokens on any run of
+    blanks) are one line kind first."""
+    table = _unpadded(table)
     groups = _word_apart(table)
     if not groups:
         return table, []
@@ -657,6 +709,29 @@ def merged(table):
             % (len(ts), ", ".join(repr(mask(t.first.strip())[:60]) for t in ts[:3]))
         )
     return out, notes
+
+
+def _unpadded(table):
+    """``table`` with the templates a padding apart (their constants the same with each run
+    of blanks as one) merged into one, the most lines first; the same table where none are."""
+    groups = {}
+    for key, t in table.items():
+        if t.width:
+            groups.setdefault(tuple(_BLANKS_RE.sub(" ", c) for c in t.consts), []).append(key)
+    sets = [keys for keys in groups.values() if len(keys) > 1]
+    if not sets:
+        return table
+    out = dict(table)
+    for keys in sets:
+        ts = sorted((table[k] for k in keys), key=lambda t: -len(t.at))
+        for k in keys:
+            del out[k]
+        m = _merge(ts, vary=False)
+        out["\x00".join(m.consts)] = m
+    return out
+
+
+_BLANKS_RE = re.compile(r"[ \t]+")
 
 
 def _word_apart(table):
@@ -711,12 +786,13 @@ def _one_kind(ts, variants):
     return True
 
 
-def _merge(ts):
+def _merge(ts, vary=True):
     """One template of the templates ``ts`` (the most lines first): its lines in the file's
-    order, its constants the first's with the varying word as :data:`VARIABLE`."""
+    order, its constants the first's with the varying word as :data:`VARIABLE` (``vary``;
+    else the first's as they are)."""
     first = ts[0]
     consts = list(first.consts)
-    for t in ts[1:]:
+    for t in ts[1:] if vary else ():
         for j, (a, b) in enumerate(zip(consts, t.consts)):
             if a != b:
                 consts[j] = _variable(a, b)
@@ -821,7 +897,24 @@ def _primary(kinds):
     if not train:
         return None
     counted = [k for k in train if k.step is not None or k.progress is not None]
+    # else one that states its epoch (``{'loss': ..., 'epoch': 0.25}``): a record of the
+    # training, where a line with no counter (``rank = 3``) may be anything printed
+    counted = counted or [k for k in train if k.epochs() is not None]
     return max(counted or train, key=lambda k: len(k.t.at))
+
+
+def _counted(k):
+    """Whether the line kind ``k`` states a counter of its own (step, ``i/N``, epoch)."""
+    return k.step is not None or k.progress is not None or k.epochs() is not None
+
+
+def _set_up(kinds, primary):
+    """The kinds printed before the training's first line and never after it, with no
+    counter of their own (a config's ``kernel_size: 5`` lines, a rank's set-up): no series."""
+    if primary is None or not _counted(primary):
+        return []
+    first = primary.t.at[0]
+    return [k for k in kinds if k is not primary and not _counted(k) and k.t.at[-1] < first]
 
 
 def _first_epoch(kinds):
@@ -922,26 +1015,67 @@ def _name_series(kinds, primary):
     """Each field's series name: ``train/``, ``val/``, ``test/`` unless its name says its
     kind itself; ``epoch/`` for a kind once per epoch beside a finer one of its kind; a
     kind kept apart from one a word away (``[rank1]``) that would share a name with it
-    gets its word (``train/loss_rank1``; the primary kind keeps the plain name)."""
-    fine = {k.kind for k in kinds if k.step is not None or k.progress is not None}
-    taken = set()
+    gets its word (``train/loss_rank1``; the primary kind keeps the plain name). A series
+    another kind printed already, the same values at the same steps (caffe's ``Iteration
+    100, loss = x`` and ``Train net output #0: loss = x``), is read once: returns the names
+    of those."""
+    fine = {}
+    for k in kinds:
+        if k.step is not None or k.progress is not None:
+            fine[k.kind] = max(fine.get(k.kind, 0), len(k.t.at))
+    taken, twice = {}, []
     for k in sorted(kinds, key=lambda k: k is not primary):
-        coarse = k.kind in fine and k.step is None and k.progress is None
+        # once per epoch: at most a line to every two of the finer kind's (a line after each
+        # of them is a part of the same record, at its step)
+        coarse = k.step is None and k.progress is None and 2 * len(k.t.at) <= fine.get(k.kind, 0)
         k.series = []
         for j, name in k.fields():
             own = kind_of(re.split(r"[_/.]", name))
             full = name if own else "%s/%s" % (k.kind, name)
             if coarse:
                 full = "epoch/" + full
+            if full in taken and _same(taken[full], (k, j)):
+                twice.append(full)
+                continue
             if full in taken and k.t.word:  # ``[rank1]`` beside ``[rank0]``: its own
                 full = "%s_%s" % (full, k.t.word.lower())
-            taken.add(full)
+            taken[full] = (k, j)
             k.series.append((j, full))
+    return twice
+
+
+def _same(a, b):
+    """Whether the fields ``(kind, j)`` ``a`` and ``b`` hold the same values at the same steps."""
+    (p, i), (k, j) = a, b
+    return len(p.t.at) == len(k.t.at) and p.steps == k.steps and p.t.column(i) == k.t.column(j)
+
+
+def _lanes(steps):
+    """How many lines state each step in turn (``step=10`` printed by two engines, two
+    ranks, one line each), where every step is stated that many times on lines one after
+    the other and the steps rise from one group to the next (the last group may be cut);
+    else 1 (a kind whose step falls or repeats otherwise is read as it is)."""
+    n = len(steps)
+    if n < 4 or all(map(lt, steps, islice(steps, 1, None))):
+        return 1
+    m = 1
+    while m < n and steps[m] == steps[0]:
+        m += 1
+    if m < 2 or n < 2 * m:
+        return 1
+    for i in range(m, n):
+        first = steps[i - i % m]
+        if steps[i] != first or (not i % m and not first > steps[i - m]):
+            return 1
+    return m
 
 
 def _events(events, primary, lo, hi, out):
     """The save and resume lines of the run part read, at the step they state, else at the
-    step of the train line before them."""
+    step of the train line before them; one before the first train line that states no step
+    has none to be put at (a ``--help`` text's "you won't be able to resume", a note that a
+    run may be resumed): it is said, not placed at a step it never named."""
+    unplaced = 0
     for i, line in events:
         if not lo <= i < hi:
             continue
@@ -953,13 +1087,21 @@ def _events(events, primary, lo, hi, out):
             step = float(m.group(1))
         elif primary is not None and primary.steps is not None:
             j = bisect_right(primary.t.at, i) - 1
-            step = primary.steps[j] if j >= 0 else 0.0
+            if j < 0:
+                unplaced += 1
+                continue
+            step = primary.steps[j]
         else:
             continue
         out.event(kind, step, mask(line.strip()))
+    if unplaced:
+        out.notes.append(
+            "%d save or resume line(s) before the first train line state no step: no event "
+            "is placed for them" % unplaced
+        )
 
 
-def _said(kinds, primary, once):
+def _said(kinds, primary, once, before=0):
     """The reading in words: each line kind, its series and its steps."""
     parts = []
     for k in sorted(kinds, key=lambda k: k.t.at[0]):
@@ -969,11 +1111,16 @@ def _said(kinds, primary, once):
                 k.kind,
                 mask(k.t.first.strip())[:80],
                 len(k.t.at),
-                ", ".join(name for _, name in k.series),
+                ", ".join(name for _, name in k.series) or "no series another kind has not",
                 k.how + (" (the run's step)" if k is primary else ""),
             )
         )
     text = "no known trainer line format: its line kinds were read apart, " + "; ".join(parts)
     if once:
         text += "; %d line(s) of a kind seen once (a config, a summary) are no series" % once
+    if before:
+        text += (
+            "; %d line kind(s) with no counter printed only before the first train line (a "
+            "config, a set-up) are no series" % before
+        )
     return text
