@@ -60,6 +60,11 @@
 # step_env) and serves only steps whose environment is that one: one Warm per (modules,
 # environment), at most WARMS of them.
 #
+# A call step (header ``worker``) runs in a Worker: a fork of the agent that keeps an Executor,
+# the process its functions run in, between calls. Once that Executor runs from the call's
+# package, the next calls that fit go from the agent to the Executor and back (a Call), the
+# Worker off their path but for stopping their tree: see "a call the agent runs" below.
+#
 # The agent dies with its channel: EOF on its stdin (or TERM/HUP/INT) closes every step's
 # stdin, so each runner stops its tree; what has not exited after the step's grace and GRACE
 # is killed; then the agent exits. A runner whose agent was killed outright sees the same EOF.
@@ -121,6 +126,10 @@ WARMS = 2
 #: Warm workers for calls at most (Worker): a call none idle of its key can take gets a new
 #: one, in place of the least recently used idle one; with all busy, it runs as any step.
 WORKERS = 4
+#: What the agent sends a Worker: the step id, what to do (STEP: run the call step on the
+#: pipes attached; STOP: stop the tree of the call the agent ran in its Executor), the grace.
+ORDER = struct.Struct("!IBd")
+STEP, STOP = 0, 1
 
 
 def frame(kind, sid, payload=b""):
@@ -242,6 +251,7 @@ class Step(object):
         self.status = None
         self.warm = None  # the key of the Warm it was forked from (Agent.warm_for)
         self.worker = None  # the Worker that runs it (Agent.to_worker)
+        self.call = None  # the Call the agent runs in that Worker's Executor (Agent.direct)
         self.grace = 1.0  # the runner's TERM -> KILL grace
 
     def close_stdin(self):
@@ -398,11 +408,20 @@ class Worker(object):
     that stays between calls, so what one call imports or sets the next one finds. A stop
     (the deadline, EOF: timeout, Ctrl-C, cancel) kills the Executor's tree, and the next
     call gets a fresh one. It answers ``X sid status`` when a step ended, and ends when its
-    socket closes (the agent gone, or it closed it), its Executor with it. ``key``: what it
-    was started with (Agent.worker_key): a call of another key never runs in it."""
+    socket closes (the agent gone, or it closed it), its Executor's tree stopped first.
+    ``key``: what it was started with (Agent.worker_key): a call of another key never runs
+    in it.
+
+    Once a call left its Executor warm, running from the call's package, it says so (``E
+    sid [pid, package, base, grace]``, the Executor's order socket attached): the next calls
+    that fit (Agent.direct) go from the agent to the Executor and back, and the worker stays
+    off their path, woken only to stop the Executor's tree (``STOP``: answered ``S sid code
+    {stopped, running}``) or by its socket's EOF. ``fast``: that Executor (Direct), or None."""
 
     def __init__(self, agent, key):
         self.key, self.buf = key, b""
+        self.fast = None
+        self.fds = []  # fds that came with its words, not yet taken (an E's socket)
         import socket
 
         ours, theirs = socket.socketpair()
@@ -414,27 +433,47 @@ class Worker(object):
         self.pid, self.sock = pid, ours
 
     def close(self):
+        self.drop_fast()
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
         self.sock.close()
 
-    def order(self, sid, fds):
-        send_fds(self.sock, struct.pack("!I", sid), fds)
+    def drop_fast(self):
+        if self.fast is not None:
+            self.fast.sock.close()
+            self.fast = None
+
+    def order(self, sid, fds, grace):
+        self.drop_fast()  # it runs this one itself: what it says after is what holds
+        send_fds(self.sock, ORDER.pack(sid, STEP, grace), fds)
+
+    def stop(self, sid, grace):
+        self.sock.send(ORDER.pack(sid, STOP, grace))
 
     def serve(self, agent, sock):
         code = 0
         executor = None
+        grace = 1.0
+        runner = agent.runner
         try:
             agent.forget()
             os.setsid()
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):  # never hold the channel open
                 os.dup2(null, fd)
-            runner = agent.runner
             runner["become_subreaper"]()  # what a call leaves behind stays ours to stop
             runner["COMPILE"] = agent.code.compile
             executor = runner["Executor"](send_fds, recv_fds)
             while True:
-                data, fds = recv_fds(sock, 4, 3)
-                if len(data) != 4 or len(fds) != 3:
+                data, fds = recv_fds(sock, ORDER.size, 3)
+                if len(data) != ORDER.size:
+                    break
+                sid, op, grace = ORDER.unpack(data)
+                if op == STOP:  # a call the agent ran in the Executor: stop its tree
+                    sock.sendall(self.stop_call(runner, executor, sid, grace))
+                    continue
+                if len(fds) != 3:
                     break
                 for fd, to in zip(fds, (0, 1, 2)):
                     os.dup2(fd, to)
@@ -443,13 +482,76 @@ class Worker(object):
                 status = runner["worker_step"](executor)
                 for fd in (0, 1, 2):  # the step's pipes close here: its EOF for the agent
                     os.dup2(null, fd)
-                sock.sendall(b"X %d %d\n" % (struct.unpack("!I", data)[0], status & 0xFF))
+                sock.sendall(b"X %d %d\n" % (sid, status & 0xFF))
+                if executor.pid is not None and executor.base is not None and not executor.dead:
+                    said = [executor.pid, executor.package, executor.base, grace]
+                    send_fds(
+                        sock,
+                        b"E %d %s\n" % (sid, json.dumps(said).encode()),
+                        [executor.sock.fileno()],
+                    )
         except BaseException:
             code = 1
         finally:
-            if executor is not None:
-                executor.forget()
-            os._exit(code)
+            try:
+                if executor is not None and executor.pid is not None:
+                    # the agent gone (EOF; SIGKILLed), maybe in a call it ran: its tree
+                    executor.relay, executor.returncode, executor.dead = None, None, False
+                    runner["stop_tree"](executor, grace)
+            finally:
+                if executor is not None:
+                    executor.forget()
+                os._exit(code)
+
+    @staticmethod
+    def stop_call(runner, executor, sid, grace):
+        """Stop the tree of the call ``sid`` the agent ran in the Executor (its deadline,
+        EOF, or what it left running): its ``S sid code {stopped, running}`` line."""
+        said = {"stopped": [], "running": []}
+        code = 0
+        if executor.pid is not None:
+            executor.relay, executor.returncode, executor.dead = None, None, False
+            executor.poll()  # one that ended already: its status
+            said["stopped"], said["running"] = runner["stop_tree"](executor, grace)
+            code = executor.returncode if executor.returncode is not None else -9
+            executor.forget()
+        return b"S %d %d %s\n" % (sid, code, json.dumps(said).encode())
+
+
+class Direct(object):
+    """A worker's Executor, as the agent sees it (Worker ``E``): its pid, the package and
+    its folder it runs from, the grace its worker stops it with, and our copy of the socket
+    that takes its orders."""
+
+    def __init__(self, pid, package, base, grace, fd):
+        import socket
+
+        self.pid, self.package, self.base, self.grace = pid, package, base, grace
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+
+
+class Call(object):
+    """A call step the agent runs in a worker's Executor itself (Agent.direct): it gathers
+    the call's order from the step's stdin frames, hands it to the Executor with the call's
+    pipes, and supervises it: the key's lines, the value, the deadline, EOF; the worker
+    stops the tree when it must."""
+
+    def __init__(self, worker, header, first):
+        self.worker, self.header, self.first = worker, header, first
+        self.fast = worker.fast  # its Executor (Direct)
+        self.need = int(header["files"][0][1])
+        self.got = []  # the order, as it came
+        self.size = 0
+        self.key = None
+        self.val = self.done = None  # our ends of its value and done pipes
+        self.value, self.value_over = bytearray(), 0
+        self.said = b""  # what its done pipe said
+        self.status = None  # its status, where it said one and was stopped all the same
+        self.deadline = None
+        self.reason = None  # why it was stopped (the worker stops it)
+        self.end = None  # its exit line's data, once known
+        self.until = None  # how long its pipes may take to close after that
+        self.tail = None  # its value and exit lines, going out as the caller has room
 
 
 class Agent(object):
@@ -516,7 +618,7 @@ class Agent(object):
         self.take_orders()  # what came with the agent's source
         poller = select.poll()
         while not self.closing:
-            wait = self.flush_due()
+            wait = min(self.flush_due(), self.calls_due())
             self.prepare()
             self.watch(poller)
             for fd, ev in poller.poll(wait):
@@ -542,6 +644,10 @@ class Agent(object):
                 fds[step.stdin] = select.POLLOUT
             if step.done is not None:
                 fds[step.done] = select.POLLIN
+            if step.call is not None:
+                for fd in (step.call.val, step.call.done):
+                    if fd is not None:
+                        fds[fd] = select.POLLIN
         for fd, mask in fds.items():
             poller.register(fd, mask)
         self.watched = fds
@@ -566,6 +672,8 @@ class Agent(object):
                     self.feed(step)
                 elif fd == step.done:
                     self.said_done(step)
+                elif step.call is not None and fd in (step.call.val, step.call.done):
+                    self.call_read(step, fd)
 
     def read_channel(self):
         try:
@@ -599,7 +707,9 @@ class Agent(object):
         step = self.steps.get(sid)
         if step is None:
             return
-        if kind == b"D" and step.stdin is not None:
+        if step.call is not None and kind in (b"D", b"E"):
+            self.call_input(step, kind, payload)
+        elif kind == b"D" and step.stdin is not None:
             step.pending.append(payload)
             self.feed(step)
         elif kind == b"E":
@@ -607,6 +717,8 @@ class Agent(object):
             self.feed(step)
         elif kind == b"C":
             step.unacked = max(0, step.unacked - int(payload))
+            if step.call is not None:
+                self.finish(step)  # what waited for room
 
     def take_runner(self, source):
         """Keep the runner's code for the steps, and borrow its process settings (loaded as
@@ -635,11 +747,14 @@ class Agent(object):
 
     # -- a step ------------------------------------------------------------------------------
 
-    def start(self, sid, first):
+    def start(self, sid, first, direct=True):
         header = self.header_of(first)
         zygote = self.runs_script(header)
-        if zygote and header["worker"] and self.to_worker(sid, header, first):
-            return
+        if zygote and header["worker"]:
+            if direct and self.direct(sid, header, first):
+                return
+            if self.to_worker(sid, header, first):
+                return
         # A step that starts a new interpreter (no zygote: not a script, or PYTHON* set) has
         # no use for a Warm's imports.
         key = self.warm_key(header) if zygote else None
@@ -721,11 +836,12 @@ class Agent(object):
         worker = self.worker_for(self.worker_key(header))
         if worker is None:
             return False
+        grace = float(header["grace"] or 1.0)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            worker.order(sid, (in_r, out_w, err_w))
+            worker.order(sid, (in_r, out_w, err_w), grace)
         except OSError:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
@@ -737,7 +853,7 @@ class Agent(object):
             os.set_blocking(fd, False)
         step = self.steps[sid] = Step(sid, worker.pid, in_w, out_r, err_r)
         step.worker = worker
-        step.grace = float(header["grace"] or 1.0)
+        step.grace = grace
         step.pending.append(first)
         self.feed(step)
         return True
@@ -778,8 +894,16 @@ class Agent(object):
             for fd in [step.stdin, step.done] + list(step.outputs):
                 if fd is not None:
                     os.close(fd)
+            if step.call is not None:
+                for fd in (step.call.val, step.call.done):
+                    if fd is not None:
+                        os.close(fd)
         for warm in list(self.warm.values()) + self.workers:
             warm.sock.close()
+        for worker in self.workers:
+            worker.drop_fast()
+            for fd in worker.fds:
+                os.close(fd)
         if self.spare is not None:
             self.spare.close()
         for fd in (self.wake_r, self.wake_w):
@@ -874,9 +998,16 @@ class Agent(object):
         return False
 
     def hear(self, warm):
-        """What a Warm says: ``P sid pid`` (forked) and ``X sid status`` (it ended)."""
+        """What a Warm says: ``P sid pid`` (forked) and ``X sid status`` (it ended); a
+        Worker also ``E`` and ``S`` (its Executor warm; a call's tree stopped: hear_worker)."""
         try:
-            data = warm.sock.recv(CHUNK)
+            if isinstance(warm, Worker):
+                data, fds = recv_fds(warm.sock, CHUNK, 1)
+                for fd in fds:  # SCM_RIGHTS gives them inheritable: no exec gets them
+                    os.set_inheritable(fd, False)
+                warm.fds += fds
+            else:
+                data = warm.sock.recv(CHUNK)
         except BlockingIOError:
             return
         except OSError:
@@ -886,6 +1017,7 @@ class Agent(object):
                 del self.warm[warm.key]
             if warm in self.workers:
                 self.workers.remove(warm)
+                warm.close()
             warm.sock.close()
             for step in list(self.steps.values()):
                 if step.worker is warm and step.status is None:
@@ -899,6 +1031,9 @@ class Agent(object):
         while b"\n" in warm.buf:
             line, _, rest = warm.buf.partition(b"\n")
             warm.buf = rest
+            if line[:2] in (b"E ", b"S "):
+                self.hear_worker(warm, line)
+                continue
             word, sid, value = line.split()
             step = self.steps.get(int(sid))
             if step is None:
@@ -908,6 +1043,252 @@ class Agent(object):
             else:
                 step.status = int(value)
                 self.finish(step)
+
+    # -- a call the agent runs in a worker's Executor itself ----------------------------------
+    #
+    # A call whose worker's Executor runs from its package (the worker said so: ``E``), and
+    # whose order is small and comes as one file, goes from the agent to the Executor and
+    # back: the agent draws the key, says the runner's ``ready`` and ``started`` lines, hands
+    # the Executor the order with the call's stdout, stderr, value and done pipes, and
+    # writes its value and ``exit`` lines, as the worker's do_call would. The function never
+    # runs in a process that holds the key (the Executor was forked before it was drawn, by
+    # the worker); what must stop its tree is the worker, its parent and subreaper: asked
+    # (STOP) on the deadline, EOF, or what the call left running, and on its socket's EOF
+    # when the agent is gone (SIGKILLed too). Any other call goes through the worker.
+
+    def direct(self, sid, header, first):
+        """Take the call step ``sid`` to run it in a worker's Executor (a Call); False when
+        none fits."""
+        files = header["files"]
+        if (
+            header["package_size"]
+            or not header["value"]
+            or len(files) != 1
+            or files[0][0] != self.runner["CALL_ORDER"]
+            or not 0 < files[0][1] <= self.runner["ORDER_IN_MEMORY"]
+        ):
+            return False
+        key = self.worker_key(header)
+        busy = set(id(step.worker) for step in self.steps.values())
+        for worker in self.workers:
+            fast = worker.fast
+            if worker.key == key and id(worker) not in busy and fast is not None:
+                break
+        else:
+            return False
+        grace = float(header["grace"] or 1.0)
+        cwd = header["cwd"]
+        if fast.package != header["package"] or fast.grace != grace:
+            return False
+        if cwd and not os.path.isdir(cwd):
+            return False  # the worker says why
+        self.workers.remove(worker)
+        self.workers.append(worker)  # the most recently used last
+        step = self.steps[sid] = Step(sid, worker.pid, None, -1, -2)
+        step.outputs, step.reads = {}, {}
+        step.worker, step.grace = worker, grace
+        step.call = Call(worker, header, first)
+        return True
+
+    def call_input(self, step, kind, payload):
+        """The call's stdin: its order (D), then nothing but EOF (E: stop it)."""
+        call = step.call
+        if call.key is None:  # its order, still coming
+            if kind == b"E":
+                return self.call_slow(step, True)
+            call.got.append(payload)
+            call.size += len(payload)
+            if call.size >= call.need:
+                self.call_start(step)
+        elif kind == b"E" and call.end is None and call.reason is None:
+            self.call_stop(step, "eof")
+
+    def call_slow(self, step, eof=False):
+        """Hand the call to its worker after all (the Executor gone, its order cut short)."""
+        call = step.call
+        del self.steps[step.sid]
+        call.worker.drop_fast()
+        self.start(step.sid, call.first + b"".join(call.got), direct=False)
+        slow = self.steps.get(step.sid)
+        if eof and slow is not None:
+            slow.eof = True
+            self.feed(slow)
+
+    def call_start(self, step):
+        call, runner = step.call, self.runner
+        fast, header = call.fast, call.header
+        order = b"".join(call.got)[: call.need].decode("utf-8", "replace")
+        pipes = []
+        try:
+            for _ in range(4):
+                pipes.append(os.pipe())
+            ends = [w for r, w in pipes]
+            send_fds(fast.sock, json.dumps([fast.base, None, order]).encode(), ends)
+        except OSError:  # it ended since (killed there): its worker starts a fresh one
+            for pipe in pipes:
+                for fd in pipe:
+                    os.close(fd)
+            return self.call_slow(step)
+        for r, w in pipes:
+            os.close(w)
+            os.set_blocking(r, False)
+        (out, _), (err, _), (call.val, _), (call.done, _) = pipes
+        step.outputs = {out: b"O", err: b"e"}
+        step.reads = {out: CHUNK, err: CHUNK}
+        # drawn now: the Executor was forked before, and its worker never sees it
+        call.key = "remotekit-" + os.urandom(16).hex()
+        line = runner["control_line"]
+        ready = line(runner["READY"], {"key": call.key}, prefix=header["nonce"])
+        self.send(b"e", step.sid, ready + line(runner["STARTED"], {"pid": fast.pid}, call.key))
+        if header["timeout"] is not None:
+            call.deadline = time.monotonic() + float(header["timeout"])
+
+    def call_read(self, step, fd):
+        call = step.call
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if fd == call.val:
+            if not data:
+                os.close(fd)
+                call.val = None
+                self.finish(step)
+            elif not call.value_over and len(call.value) + len(data) <= call.header["value"]:
+                call.value += data
+            else:  # past the header's bound: counted, not kept
+                call.value_over = (call.value_over or len(call.value)) + len(data)
+                del call.value[:]
+            return
+        if data and len(call.said) < 32:
+            call.said += data
+            return
+        os.close(fd)
+        call.done = None
+        said = call.said.strip()
+        if call.reason is not None:
+            return  # its worker stops it, and says
+        if said.isdigit() and not self.call_left(call):
+            call.end = {"reason": "exit", "code": int(said)}
+            call.until = time.monotonic() + 2.0
+            self.finish(step)
+        else:  # the Executor died, or the call left processes: its worker stops the tree
+            call.status = int(said) if said.isdigit() else None
+            self.call_stop(step, "exit")
+
+    def call_left(self, call):
+        """Whether the call left processes running: the Executor's children and orphans
+        re-parented to its worker (Executor.left, read from here); True when it cannot tell."""
+        fast = call.fast
+        pids = []
+        try:
+            for pid in (call.worker.pid, fast.pid):
+                for tid in os.listdir("/proc/%d/task" % pid):
+                    with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
+                        pids += [int(p) for p in f.read().split() if int(p) != fast.pid]
+        except (OSError, ValueError):
+            return True
+        return bool(self.runner["alive_among"](pids))
+
+    def call_stop(self, step, reason):
+        """Ask the call's worker to stop its tree (it answers ``S``)."""
+        call = step.call
+        call.reason = reason
+        try:
+            call.worker.stop(step.sid, step.grace)
+        except OSError:
+            pass  # it is gone: hear says so
+
+    def hear_worker(self, worker, line):
+        """``E sid [pid, package, base, grace]``: its Executor is warm (its socket came with
+        it); ``S sid code {stopped, running}``: the tree of the call ``sid`` is stopped."""
+        word, sid, rest = line.split(b" ", 2)
+        step = self.steps.get(int(sid))
+        if word == b"E":
+            fd = worker.fds.pop(0) if worker.fds else None
+            if fd is None:
+                return
+            if any(s.worker is worker and s.sid != int(sid) for s in self.steps.values()):
+                os.close(fd)  # it runs another call already: what it says after holds
+                return
+            worker.drop_fast()
+            pid, package, base, grace = json.loads(rest.decode())
+            worker.fast = Direct(pid, package, base, grace, fd)
+            return
+        worker.drop_fast()  # its Executor is gone: the next call starts a fresh one
+        if step is None or step.call is None:
+            return
+        code, said = rest.split(b" ", 1)
+        code = int(code) if step.call.status is None else step.call.status
+        end = {"reason": step.call.reason}
+        end.update(json.loads(said.decode()))
+        end["code"] = 128 - code if code < 0 else code
+        step.call.end = end
+        step.call.until = time.monotonic() + 2.0
+        self.finish(step)
+
+    def call_over(self, step):
+        """The call's status once it ended and all it wrote is in (its exit line and value
+        said then), else None."""
+        call = step.call
+        if call.end is None or call.val is not None or step.outputs:
+            return None
+        if call.tail is None:  # the runner's value_lines and exit line, with the call's key
+            import binascii
+
+            runner, data, piece = self.runner, call.value, self.runner["VALUE_PIECE"]
+            line = runner["control_line"]
+            if call.value_over:
+                lines = [line(runner["VALUE"], {"over": call.value_over}, call.key)]
+            else:
+                lines = [
+                    line(
+                        runner["VALUE"],
+                        binascii.b2a_base64(bytes(data[at : at + piece]), newline=False).decode(
+                            "ascii"
+                        ),
+                        call.key,
+                    )
+                    for at in range(0, len(data), piece)
+                ]
+            lines.append(line(runner["EXIT"], call.end, call.key))
+            call.tail, call.value = memoryview(b"".join(lines)), None
+        while call.tail and step.unacked < WINDOW:  # as relay: the caller's window
+            piece, call.tail = call.tail[:CHUNK], call.tail[CHUNK:]
+            step.unacked += len(piece)
+            self.send(b"e", step.sid, bytes(piece))
+        return None if call.tail else call.end["code"]
+
+    def call_close(self, step):
+        for fd in list(step.outputs) + [step.call.val, step.call.done]:
+            if fd is not None:
+                os.close(fd)
+        step.outputs = {}
+        step.call.val = step.call.done = None
+
+    def calls_due(self):
+        """Stop the calls past their deadline, and let go of the pipes of those that ended
+        but that something still holds (2 s, as do_call's drain); how long the loop may wait
+        before the next is due, in milliseconds."""
+        now, wait = time.monotonic(), 250.0
+        for step in list(self.steps.values()):
+            call = step.call
+            if call is None or call.key is None:
+                continue
+            if call.end is not None:
+                if now >= call.until:
+                    self.call_close(step)
+                    self.finish(step)
+                else:
+                    wait = min(wait, (call.until - now) * 1000)
+            elif call.reason is None and call.deadline is not None:
+                if now >= call.deadline:
+                    self.call_stop(step, "deadline")
+                else:
+                    wait = min(wait, (call.deadline - now) * 1000)
+        return wait
 
     def feed(self, step):
         while step.stdin is not None and step.pending:
@@ -979,8 +1360,12 @@ class Agent(object):
 
     def finish(self, step):
         """Report a step's exit once its process is reaped and its output all relayed."""
+        if step.call is not None and step.status is None:
+            step.status = self.call_over(step)
         if step.status is None or step.outputs:
             return
+        if step.call is not None:
+            self.call_close(step)
         step.close_stdin()
         step.close_done()
         del self.steps[step.sid]
@@ -1000,6 +1385,9 @@ class Agent(object):
             for fd in step.outputs:  # nobody reads them now: a runner's writes fail, never block
                 os.close(fd)
             step.outputs = {}
+            if step.call is not None:  # its worker sees EOF and stops the call's tree
+                self.call_close(step)
+                step.worker.sock.close()
         while self.steps and time.monotonic() < end:
             self.reap_quietly()
             time.sleep(0.02)

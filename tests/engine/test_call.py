@@ -75,6 +75,12 @@ def tell(name):
 def parent():
     return os.getppid()
 
+def leave(marker):
+    """Starts a process of its own session that outlives the call, and returns."""
+    import subprocess
+    subprocess.Popen(["sleep", marker], start_new_session=True)
+    return "left"
+
 def die_soon():
     """Returns its pid; its process is SIGKILLed a moment later (between calls)."""
     import threading, signal
@@ -262,7 +268,12 @@ def test_a_timeout_leaves_no_process(target: remotekit.Target, checks: ModuleTyp
     assert wait_gone(marker) == []
 
 
-def test_cancel_stops_a_call(local: remotekit.Target, checks: ModuleType) -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["first call", "warm"])
+def test_cancel_stops_a_call(local: remotekit.Target, checks: ModuleType, warm: bool) -> None:
+    """Cancelled as the first call of a worker, and as one that follows a call in it (which
+    the agent hands to the worker's process itself)."""
+    if warm:
+        local.call(checks.pid, timeout=60)
     marker = number()
     threading.Timer(1.0, local.cancel).start()
     try:
@@ -273,9 +284,12 @@ def test_cancel_stops_a_call(local: remotekit.Target, checks: ModuleType) -> Non
     assert wait_gone(marker) == []
 
 
-def test_ctrl_c_stops_a_call(target: remotekit.Target, checks: ModuleType) -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["first call", "warm"])
+def test_ctrl_c_stops_a_call(target: remotekit.Target, checks: ModuleType, warm: bool) -> None:
     """A KeyboardInterrupt here while the call runs (Ctrl-C; raised from ``on_output`` as
     the function prints): its tree there is stopped, and the target takes the next call."""
+    if warm:
+        target.call(checks.pid, timeout=60)
     marker = number()
 
     def interrupt(stream: str, line: str) -> None:
@@ -508,6 +522,42 @@ def test_a_workers_package_is_kept_while_it_lives(
             sys.path.remove(path)
         for gone in (name, f"{name}_helper", *newer):
             sys.modules.pop(gone, None)
+
+
+def test_a_warm_call_that_leaves_a_process_has_its_tree_stopped(
+    target: remotekit.Target, checks: ModuleType, agent: bool | None
+) -> None:
+    """A call in a warm worker returns and leaves a process of its own session running: the
+    worker stops it, and the next call runs in a fresh process."""
+    first = target.call(checks.pid, timeout=60)
+    assert target.call(checks.pid, timeout=60) == first or agent is False
+    marker = number()
+    assert target.call(checks.leave, marker, timeout=60) == "left"
+    assert wait_gone(marker) == []
+    assert target.call(checks.pid, timeout=60) != first
+
+
+def test_a_warm_call_does_not_wake_its_worker(
+    local: remotekit.Target, checks: ModuleType, agent: bool | None
+) -> None:
+    """Once a worker's process runs calls of a package, the agent hands it the next ones
+    itself: the worker (that process's parent, there to stop its tree) sleeps through them."""
+    if agent is False:
+        pytest.skip("one process per call: no worker")
+    worker = local.call(checks.parent, timeout=60)
+    local.call(checks.parent, timeout=60)
+
+    def switches() -> int:
+        status = Path(f"/proc/{worker}/status").read_text()
+        return sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+
+    before, end = -1, time.monotonic() + 10
+    while switches() != before and time.monotonic() < end:  # what it does after a call, done
+        before = switches()
+        time.sleep(0.2)
+    for _ in range(20):
+        assert local.call(checks.parent, timeout=60) == worker
+    assert switches() - before < 5
 
 
 def test_a_worker_whose_process_died_between_calls_takes_the_next_one(
