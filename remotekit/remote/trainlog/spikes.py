@@ -293,7 +293,8 @@ def detect_trend(label, vals, rows, steps, direction, preset):
             v = vals[j]
             if j >= quiet and line.off(v, j) > line.margin:
                 every = window  # something happened: back to the usual refreshes
-                inc, back = _trend_incident(label, vals, rows, steps, j, line, horizon, logs)
+                early = len(cv) < EARLY
+                inc, back = _trend_incident(label, vals, rows, steps, j, line, horizon, logs, early)
                 if inc is not None:
                     inc["rule"] = _trend_rule(name, len(cv), back)
                     incidents.append(inc)
@@ -393,13 +394,16 @@ def _block_line(cv, ci, slope, scale, sign, z, rel, tail=0.0):
     return _Line(ci, last, slope, sign, margin, scale, z, max(BACK_SIGMA * scale, margin / 4))
 
 
-def _trend_incident(label, vals, rows, steps, j, line, horizon, logs=None):
+def _trend_incident(label, vals, rows, steps, j, line, horizon, logs=None, early=False):
     """``(incident or None, back)`` for the excursion that begins at value ``j``.
 
     Back (:func:`_back_at`) within ``horizon`` values: a spike, ``back`` its index. Not
     back: a level shift (a schedule step, ultralytics' close_mosaic), no incident, unless
     it went to :data:`BLOWUP` times the line (half of it, for cliffs): a blow-up is
-    flagged, not back. Either must also stand out of what follows (:func:`_stands_out`);
+    flagged, not back; but not from an ``early`` line (fewer than :data:`EARLY` values
+    before it): the first values are no level a series can leave, and one that moves
+    from them and stays has its level there (a loss of 5.4e30 at its first epoch and
+    3.2e31 from its second on). Either must also stand out of what follows (:func:`_stands_out`);
     a lone value that came back, of the multiplicative noise on both sides too
     (:func:`_lone_in_noise`; ``logs``: the spread of the window before, None for a series
     that is not positive throughout). One that does not is ``(None, back)``."""
@@ -415,7 +419,7 @@ def _trend_incident(label, vals, rows, steps, j, line, horizon, logs=None):
     ref = line.value(j)
     if back is None:
         needed = (BLOWUP - 1) * ref if line.sign > 0 else ref - ref / BLOWUP
-        if ref <= 0 or max(off) < needed:
+        if early or ref <= 0 or max(off) < needed:
             return None, None
         stop = top[-1] + 1
     # against what follows: a spike's return, as long as it lasted; a blow-up's new level

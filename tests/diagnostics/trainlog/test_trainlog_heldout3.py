@@ -236,6 +236,8 @@ def test_heldout3_painn_loss_of_1e31_never_learned() -> None:
     (loss,) = series(r, "loss")
     assert loss["n"] == 622
     assert UNHEALTHY_SAID.search(said(r)), said(r)
+    # its rise at epoch 2 (5.4e30 -> 3.2e31, flat after) is the broken start's own level
+    assert loss_spikes(r) == []
 
 
 # ---------------------------------------------------------------------------------------------
