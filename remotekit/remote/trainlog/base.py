@@ -133,9 +133,34 @@ FAST_PAIR_RE = re.compile(r"""([A-Za-z_][\w./\-]*)['"]?\s*[=:]\s*['"]?([^\s,|;'"
 WORD_RE = re.compile(
     r"\b(step|iter|iteration|epoch|loss|acc|accuracy|lr|grad_norm)\s+(" + _NUM + ")", re.I
 )
+# A save: a verb of saving beside what a run saves (a checkpoint, its state, the model, its
+# weights or policy), in either order ("Saving checkpoint to ...", "checkpoint saved (step
+# N)", "saved model at epoch E", "Model weights saved in ..."); or "checkpoint" itself the
+# verb, at a count (:data:`CKPT_VERB_RE`: "Checkpoint policy after step N", "checkpointing
+# at iteration N"), unless a word before it says the checkpoint was used, not made
+# ("Evaluating checkpoint at step N", "best checkpoint at epoch E": :data:`CKPT_USED_RE`).
+SAVED_THING = r"(?:checkpoint|ckpt|state|model|weights|policy|snapshot|param(?:eter)?s|network)"
 CKPT_RE = re.compile(
-    r"\bsav(?:e|ed|ing)\b.{0,40}?(?:checkpoint|ckpt|state)|(?:checkpoint|ckpt)\b.{0,20}?\b(?:saved|written)",
+    r"\b(?:sav(?:e|es|ed|ing)|wr(?:ite|ites|iting|ote)|dump(?:s|ed|ing)?)\b.{0,40}?\b"
+    + SAVED_THING
+    + r"|\b"
+    + SAVED_THING
+    + r"\w*\b.{0,20}?\b(?:saved|written|stored|dumped)\b",
     re.I,
+)
+CKPT_VERB_RE = re.compile(
+    r"\bcheckpoint(?:ed|ing)?\b(?:\W+\w+){0,3}?\W+(?:after|at|@)\W+(?:global[_ ]?)?"
+    r"(?:step|iter(?:ation)?|epoch|update)s?\b",
+    re.I,
+)
+CKPT_USED_RE = re.compile(
+    r"\b(?:eval\w*|test\w*|valid\w*|best|select\w*|load\w*|us(?:e|es|ed|ing)|from|found|"
+    r"latest|last|averag\w*|delet\w*|remov\w*)\W+(?:\w+\W+)?$",
+    re.I,
+)
+# the cheap test before :data:`CKPT_RE` and :data:`RESUME_RE`: a word of either
+EVENT_HINT_RE = re.compile(
+    r"checkpoint|ckpt|resum|restor|sav(?:e|ed|es|ing)\b|wr(?:it|ot)|dump", re.I
 )
 RESUME_RE = re.compile(
     r"\bresum(?:e|ed|ing)\b|\brestor(?:e|ed|ing)\b.{0,30}?(?:checkpoint|ckpt|state)|\bload(?:ed|ing)?\b.{0,20}?(?:checkpoint|ckpt)",
@@ -145,7 +170,8 @@ RESUME_RE = re.compile(
 # found, starting from random weights", "not resuming", "training from scratch", "resume:
 # None". Neither a save nor a resume comes from it.
 NO_EVENT_RE = re.compile(
-    r"\b(?:no|not|without|never|skip(?:ping|ped)?|nothing\s+to)\b.{0,30}?(?:checkpoint|ckpt|resum|restor)"
+    r"\b(?:no|not|without|never|skip(?:ping|ped)?|nothing\s+to)\b.{0,30}?"
+    r"(?:checkpoint|ckpt|resum|restor|sav(?:e|es|ed|ing)\b)"
     r"|\bfrom\s+scratch\b|\brandom(?:ly)?[\s_-]*(?:init\w*|weights|parameters)\b"
     r"|(?:resum\w*|restor\w*|checkpoint\w*|ckpt\w*)['\"]?\s*[=:]\s*['\"]?(?:none|false|null|no|off|0)\b",
     re.I,
@@ -207,6 +233,9 @@ def event_kind(line):
     if RESUME_RE.search(words):
         return "resume"
     if CKPT_RE.search(words):
+        return "checkpoint"
+    m = CKPT_VERB_RE.search(words)
+    if m and not CKPT_USED_RE.search(words, 0, m.start()):
         return "checkpoint"
     return None
 

@@ -10,6 +10,7 @@ from operator import itemgetter
 
 from ..protocol import mask
 from .base import (
+    EVENT_HINT_RE,
     EVENT_STEP_RE,
     MISSING,
     SETTING_COMMENT_RE,
@@ -174,8 +175,7 @@ class Ingest:
     def maybe_event(self, line):
         """A line that may announce a save or a resume (a reader's line that is no row):
         :meth:`text_event` for one that says so; False for the rest (a cheap test first)."""
-        low = line.lower()
-        if "checkpoint" in low or "ckpt" in low or "resum" in low or "restor" in low:
+        if EVENT_HINT_RE.search(line):
             return self.text_event(line)
         return False
 

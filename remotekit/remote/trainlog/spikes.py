@@ -89,6 +89,18 @@ LATER = 12
 # largest values of a real RL loss, 63 and 70 against a median of 1.8, for noise.)
 TAIL = 1.5
 TAIL_MIN = 2 * TREND_BLOCK  # values a window needs before its own reach is judged
+# A loss whose batches scatter by factors (a converged classifier's: most near 0.02, one in
+# a hundred 5-7x that, a lone one 10-20x) is noise in its logarithm: a lone value (one
+# batch) must also be beyond LOG_Z robust sigmas of the log values before and after it
+# (:func:`_lone_in_noise`) where those say the noise is multiplicative (:func:`_log_spread`):
+# all values positive, and their top decile as wide as a continuous tail's (at least
+# LOG_TAIL of the body's spread). Length buckets or other modes have a tight top (the
+# highest mode's own small noise): there the rule stays the linear one, and a 13x step over
+# buckets 10x apart is still a spike; so is an excursion that lasts. Lognormal noise
+# reaches past 3.7 sigma once in ~10,000 values; a batch 60x the level of sigma-0.8 noise
+# is at 5.
+LOG_Z = 3.7
+LOG_TAIL = 1.0 / 3.0
 
 
 def _trend_line(cv, ci):
@@ -234,6 +246,11 @@ def detect_trend(label, vals, rows, steps, direction, preset):
     incidents, flagged = [], 0
     slope, scale, fresh = 0.0, 0.0, 0  # fresh: clean values the line has not seen yet
     tail = 0.0  # the window's largest excursion off its blocks' medians (:func:`_tail`)
+    # the spread of the window's log values where the noise is multiplicative, else 0
+    # (:func:`_log_spread`); None: no multiplicative noise is read (only spikes of a series
+    # that is positive throughout)
+    positive = sign > 0 and min(vals) > 0
+    logs = 0.0 if positive else None
     every = window  # clean values between refreshes of slope and scale
     quiet = 0  # no onset before this index (a blow-up that stayed: its new level settles)
     i = 1
@@ -246,9 +263,12 @@ def detect_trend(label, vals, rows, steps, direction, preset):
             wv, wi = cv[-window:], ci[-window:]
             slope, scale = _trend_line(wv, wi)
             tail = _tail(wv, sign)
+            logs = _log_spread(wv, slope, wi)[1] if positive else None
             if wi[0] == 0 and len(wv) >= 2 * LATER:  # the window holds the log's first values
-                scale = min(scale, _trend_line(wv[len(wv) // 2 :], wi[len(wi) // 2 :])[1])
-                tail = min(tail, _tail(wv[len(wv) // 2 :], sign))
+                h = len(wv) // 2
+                scale = min(scale, _trend_line(wv[h:], wi[h:])[1])
+                tail = min(tail, _tail(wv[h:], sign))
+                logs = min(logs, _log_spread(wv[h:], slope, wi[h:])[1]) if positive else None
             steady = not slope and abs(scale - was) <= 0.1 * scale
             every = min(4 * window, 2 * every) if steady else window
             fresh = 0
@@ -273,7 +293,8 @@ def detect_trend(label, vals, rows, steps, direction, preset):
             v = vals[j]
             if j >= quiet and line.off(v, j) > line.margin:
                 every = window  # something happened: back to the usual refreshes
-                inc, back = _trend_incident(label, vals, rows, steps, j, line, horizon)
+                early = len(cv) < EARLY
+                inc, back = _trend_incident(label, vals, rows, steps, j, line, horizon, logs, early)
                 if inc is not None:
                     inc["rule"] = _trend_rule(name, len(cv), back)
                     incidents.append(inc)
@@ -327,6 +348,38 @@ def _tail(vals, sign, skip=0):
     return top[0]
 
 
+def _log_spread(vals, slope=0.0, at=None):
+    """``(level, sigma)`` of the logarithms of ``vals`` (at value indices ``at``, else
+    0, 1, ...) where their noise is multiplicative, else ``(0.0, 0.0)``: the values moved
+    along the line's ``slope`` (:func:`_trend_line`) to the first one's index (a falling
+    loss is no spread; ``level``: their median there), all positive, at least
+    :data:`TAIL_MIN` of them, and their top decile as wide as a continuous tail's (from the
+    90th to the 99th percentile at least :data:`LOG_TAIL` of what the robust sigma makes it
+    in a normal distribution: modes, length buckets, end in a tight top)."""
+    if len(vals) < TAIL_MIN:
+        return 0.0, 0.0
+    if slope:
+        at = range(len(vals)) if at is None else at
+        vals = [v - slope * (t - at[0]) for v, t in zip(vals, at)]
+    s = sorted(vals)
+    if s[0] <= 0:
+        return 0.0, 0.0
+    sig = (_log_quantile(s, 0.75) - _log_quantile(s, 0.25)) / 1.349
+    top = (_log_quantile(s, 0.99) - _log_quantile(s, 0.9)) / 1.0448  # the normal's 99%, 90%
+    if sig <= 0 or top < LOG_TAIL * sig:
+        return 0.0, 0.0
+    return _log_quantile(s, 0.5), sig
+
+
+def _log_quantile(s, q):
+    """The ``q`` quantile of the logarithms of the sorted positive values ``s`` (the log is
+    monotonic: two logs a quantile, not one a value)."""
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    a = math.log(s[lo])
+    return a + (math.log(s[min(lo + 1, len(s) - 1)]) - a) * (pos - lo)
+
+
 def _block_line(cv, ci, slope, scale, sign, z, rel, tail=0.0):
     """The :class:`_Line` a block is judged against: ``z`` scales, ``rel`` of the level and
     :data:`TAIL` times ``tail`` (the noise's own reach) off it; with fewer than
@@ -341,14 +394,19 @@ def _block_line(cv, ci, slope, scale, sign, z, rel, tail=0.0):
     return _Line(ci, last, slope, sign, margin, scale, z, max(BACK_SIGMA * scale, margin / 4))
 
 
-def _trend_incident(label, vals, rows, steps, j, line, horizon):
+def _trend_incident(label, vals, rows, steps, j, line, horizon, logs=None, early=False):
     """``(incident or None, back)`` for the excursion that begins at value ``j``.
 
     Back (:func:`_back_at`) within ``horizon`` values: a spike, ``back`` its index. Not
     back: a level shift (a schedule step, ultralytics' close_mosaic), no incident, unless
     it went to :data:`BLOWUP` times the line (half of it, for cliffs): a blow-up is
-    flagged, not back. Either must also stand out of what follows (:func:`_stands_out`);
-    one that does not is ``(None, back)``."""
+    flagged, not back; but not from an ``early`` line (fewer than :data:`EARLY` values
+    before it): the first values are no level a series can leave, and one that moves
+    from them and stays has its level there (a loss of 5.4e30 at its first epoch and
+    3.2e31 from its second on). Either must also stand out of what follows (:func:`_stands_out`);
+    a lone value that came back, of the multiplicative noise on both sides too
+    (:func:`_lone_in_noise`; ``logs``: the spread of the window before, None for a series
+    that is not positive throughout). One that does not is ``(None, back)``."""
     stop = min(len(vals), j + 1 + horizon)
     back, off = None, [line.off(vals[j], j)]
     for t in range(j + 1, stop):
@@ -361,17 +419,38 @@ def _trend_incident(label, vals, rows, steps, j, line, horizon):
     ref = line.value(j)
     if back is None:
         needed = (BLOWUP - 1) * ref if line.sign > 0 else ref - ref / BLOWUP
-        if ref <= 0 or max(off) < needed:
+        if early or ref <= 0 or max(off) < needed:
             return None, None
         stop = top[-1] + 1
     # against what follows: a spike's return, as long as it lasted; a blow-up's new level
     a, span = (back, max(4 * TREND_BLOCK, back - j)) if back is not None else (j + 1, horizon)
     if not _stands_out(vals, a, max(off), line.z, span, line.sign):
         return None, back
+    lone = back is not None and len(top) == 1 and logs is not None
+    if lone and _lone_in_noise(vals, j, back, line, logs, horizon):
+        return None, back
     up = line.sign > 0
     inc = _incident(label, vals, rows, steps, j, back, back or stop, up, (ref, line.scale, None))
     inc["flagged"] = len(top)
     return inc, back
+
+
+def _lone_in_noise(vals, j, back, line, logs, horizon):
+    """Whether a lone value (one batch beyond the line, back after it) of a series whose
+    noise is multiplicative is within :data:`LOG_Z` log sigmas of the level on either
+    side: of the line, by the spread ``logs`` of the window before (0: no such noise
+    there), or of the values after it, as many as the window (:func:`_log_spread`, along
+    their own slope). Per-batch noise is one batch at a time; an incident lasts."""
+    if line.level <= 0:
+        return False
+    peak = math.log(max(vals[j:back]))
+    if logs and peak - math.log(line.level) <= LOG_Z * logs:
+        return True
+    post = vals[back : back + 2 * horizon]
+    if len(post) < TAIL_MIN:
+        return False
+    mid, spread = _log_spread(post, _trend_line(post, range(back, back + len(post)))[0])
+    return bool(spread) and peak - mid <= LOG_Z * spread
 
 
 def _stands_out(vals, a, excess, z, span, sign=1.0):

@@ -36,6 +36,7 @@ from operator import add, ge, itemgetter, lt, mul, ne, not_, sub
 from ..protocol import mask
 from .base import (
     CODE_RE,
+    EVENT_HINT_RE,
     EVENT_STEP_RE,
     MISSING,
     SOURCE_LINE_RE,
@@ -74,7 +75,6 @@ EPOCH_WORDS = ("epoch", "epochs")
 STEP_WORDS = ("step", "global_step", "globalstep", "iter", "iteration", "it", "update", "updates")
 BATCH_WORDS = ("batch", "batches", "iter", "iters", "iteration", "step", "steps", "it")
 EVENT_WORDS = ("checkpoint", "ckpt", "resum", "restor")
-EVENT_RE = re.compile("|".join(EVENT_WORDS), re.I)
 # a rate in bytes a second: a progress bar of a file moved (a model pushed, a dataset
 # fetched), not of training, whatever it counts
 _TRANSFER_RE = re.compile(r"(?<![A-Za-z])[kMGT]?i?B/s\b")
@@ -290,7 +290,7 @@ def mine(lines, start=0, table=None, events=None, fast=None):
         lines = [m[:-1] for m in compress(miss, map(not_, hit))]
     split = SPLIT_RE.split
     get = table.get
-    event = EVENT_RE.search
+    event = EVENT_HINT_RE.search
     for i, line in zip(rest, lines):
         parts = split(line)
         if len(parts) > 1:
@@ -542,7 +542,7 @@ def is_data(t):
     if CODE_RE.match(t.first) or line.startswith(('File "', "Traceback", "at ")):
         return False
     low = line.lower()
-    if any(w in low for w in EVENT_WORDS):
+    if any(w in low for w in EVENT_WORDS) or event_kind(line):
         return False  # a save or a resume announced: an event, not a series
     if any(_TRANSFER_RE.search(c) for c in t.consts):
         return False  # a download's or an upload's progress bar (``5.72MB/s``): no training

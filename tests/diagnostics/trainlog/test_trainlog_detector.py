@@ -300,3 +300,18 @@ def test_the_first_values_say_their_own_rule(tmp_path: Path) -> None:
         _losses(tmp_path / "val.jsonl", [1.44, 7.4, 1.29] + [1.2 - 0.02 * i for i in range(14)])
     )
     assert [s["rule"] for s in r.all("spike")] == ["trend (first values: 2x the level)"]
+
+
+@pytest.mark.parametrize(("at", "flagged"), [(1, False), (30, True)])
+def test_a_rise_that_stays_from_the_first_values_is_their_level(
+    tmp_path: Path, at: int, flagged: bool
+) -> None:
+    """A loss of 5.4 at its first value and ~32 from its second on (a run broken from its
+    start: its first values are no level it left) has no spike; the same 6x rise after 30
+    values at 5.4 is a blow-up, flagged "not back". Before: the first was flagged too, by
+    the first values' "2x the level", whose rule is a doubling that comes back."""
+    rng = random.Random(2)
+    values = [(5.4 if i < at else 32.0) * (1 + rng.gauss(0, 0.002)) for i in range(300)]
+    r = run(_losses(tmp_path / "loss.jsonl", values))
+    rules = [s["rule"] for s in r.all("spike")]
+    assert rules == (["trend (2x the line, not back)"] if flagged else []), r.all("spike")

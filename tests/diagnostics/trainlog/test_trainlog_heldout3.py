@@ -45,6 +45,11 @@ def numbers(text: str, pattern: str) -> list[float]:
     return [float(x) for x in re.findall(pattern, text, re.M)]
 
 
+def checkpoints(r: Run) -> list[float]:
+    """The steps of the saves the log's own lines announce."""
+    return [e["step"] for e in r.all("event") if e["kind"] == "checkpoint" and e["source"] == "log"]
+
+
 def said_apart_from_path(r: Run) -> str:
     src = r.one("source") if r.all("source") else {}
     return said(r).replace(str(src.get("path", "\0")), "")
@@ -75,6 +80,7 @@ def test_heldout3_lerobot_utf16_console_read() -> None:
     assert not RESTART_SAID.search(said_apart_from_path(r))
     assert not NEVER_LEARNED.search(said(r))
     assert loss_spikes(r) == []
+    assert checkpoints(r) == numbers(text, r"Checkpoint policy after step (\d+)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,7 +93,8 @@ def test_heldout3_lerobot_console_from_mid_run() -> None:
     checkpoint lines, "End of training", a model push. One run, healthy, no spike, no resume
     invented from a log that simply starts late."""
     path = held("lerobot-console-tail/train_log.txt")
-    losses = numbers(path.read_text("utf-8"), r" loss:([\d.]+) grdn:")
+    text = path.read_text("utf-8")
+    losses = numbers(text, r" loss:([\d.]+) grdn:")
     assert len(losses) == 249
     r = run(path)
     src = source(r)
@@ -97,6 +104,7 @@ def test_heldout3_lerobot_console_from_mid_run() -> None:
     assert [e for e in r.all("event") if e["kind"] == "resume"] == []
     assert not RESTART_SAID.search(said_apart_from_path(r))
     assert loss_spikes(r) == []
+    assert checkpoints(r) == numbers(text, r"Checkpoint policy after step (\d+)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +236,8 @@ def test_heldout3_painn_loss_of_1e31_never_learned() -> None:
     (loss,) = series(r, "loss")
     assert loss["n"] == 622
     assert UNHEALTHY_SAID.search(said(r)), said(r)
+    # its rise at epoch 2 (5.4e30 -> 3.2e31, flat after) is the broken start's own level
+    assert loss_spikes(r) == []
 
 
 # ---------------------------------------------------------------------------------------------

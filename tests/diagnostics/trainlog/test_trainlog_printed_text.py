@@ -29,6 +29,9 @@ PREAMBLES = {
         "  restore_optimizer: off",
         "  resume: True",
         "args: auto_resume=1 ckpt_every=500 checkpoint_dir=out/ckpt",
+        "  save_model: true",
+        "  model_save_dir: out/models",
+        "  write_policy_every: 5",
     ],
     "source code": [
         "@dataclass",
@@ -40,14 +43,19 @@ PREAMBLES = {
 }
 
 
-def _log(path: Path, preamble: list[str], kinds: int) -> Path:
+def _log(
+    path: Path,
+    preamble: list[str],
+    kinds: int,
+    save: str = "Saving checkpoint to out/model_0000050.pth",
+) -> Path:
     lines = list(preamble)
     for s in range(1, 61):
         lines.append(f"iter: {s}  total_loss: {2.0 / math.sqrt(s) + 0.3:.4f}  lr: 0.01")
         if kinds > 1 and s % 10 == 0:
             lines.append(f"eval iter: {s}  loss: {2.1 / math.sqrt(s) + 0.35:.4f}")
         if s == 50:
-            lines.append("Saving checkpoint to out/model_0000050.pth")
+            lines.append(save)
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -64,6 +72,49 @@ def test_a_printed_setting_is_no_event(tmp_path: Path, what: str, kinds: int) ->
     assert events == [("checkpoint", 50)], r.all("event")
     (loss,) = series(r, "loss")
     assert loss["n"] == 60
+
+
+SAVES = [
+    "Saving checkpoint to out/ckpt at step 50",
+    "checkpoint saved (step 50)",
+    "INFO 2026-06-12 11:35:18 train.py:367 Checkpoint policy after step 50",
+    "checkpointing at iteration 50",
+    # no step on the line: the save follows the train line before it
+    "saved model at epoch 5",
+    "Model weights saved in out/run-7/model.safetensors",
+]
+
+
+@pytest.mark.parametrize("kinds", [1, 2])
+@pytest.mark.parametrize("save", SAVES)
+def test_a_line_that_says_a_save_happened_is_a_checkpoint(
+    tmp_path: Path, save: str, kinds: int
+) -> None:
+    """A save in the words a trainer prints it: a verb of saving beside what was saved, in
+    either order, or "checkpoint" itself the verb at a step. Its step is the one the line
+    states, else the train line's before it. Before: "Checkpoint policy after step N",
+    "checkpointing at ...", "saved model ..." and "Model weights saved ..." gave none."""
+    r = run(_log(tmp_path / "train.log", [], kinds, save))
+    assert r.code in (0, 1), r.all("error")
+    events = [(e["kind"], e["step"]) for e in r.all("event") if e["source"] == "log"]
+    assert events == [("checkpoint", 50)], r.all("event")
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 60
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Evaluating checkpoint at step 50",
+        "best checkpoint at epoch 5 (loss 0.41)",
+        'File "train.py", line 88, in save_model',
+        "Will not save the model: no improvement",
+    ],
+)
+def test_a_checkpoint_used_or_not_saved_is_no_save(tmp_path: Path, line: str) -> None:
+    r = run(_log(tmp_path / "train.log", [], 2, line))
+    assert r.code in (0, 1), r.all("error")
+    assert [e for e in r.all("event") if e["source"] == "log"] == []
 
 
 def test_a_non_finite_field_with_its_unit_keeps_its_line(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 
-from ..base import CODE_RE, FAST_PAIR_RE, PAIR_RE, WORD_RE
+from ..base import CODE_RE, EVENT_HINT_RE, FAST_PAIR_RE, PAIR_RE, WORD_RE, event_kind
 from ..source import HEAD_ROWS, Lines, head_lines
 from ..templates import mine, most, read_kinds, worth
 from . import Reader
@@ -76,7 +76,9 @@ def _read(src, out):
     plain = Counter()
     parsed = []
     for line in lines:
-        if CODE_RE.match(line):  # code's pairs are no columns, nor a sign of them
+        # code's pairs are no columns, nor a sign of them; nor are a save's or a resume's
+        # ("checkpoint saved (step 50)" names no step column of a log counted by ``iter``)
+        if CODE_RE.match(line) or (EVENT_HINT_RE.search(line) and event_kind(line)):
             parsed.append({})
             continue
         d = _text_row(line)
