@@ -40,6 +40,7 @@ from .base import (
     MISSING,
     SOURCE_LINE_RE,
     event_kind,
+    loss_name,
     lr_name,
     to_float,
 )
@@ -509,8 +510,14 @@ def _rounded_text(t, j):
 def is_data(t):
     """A template whose lines are data: recurring, a field with a name, no source code or
     traceback frame."""
-    if len(t.at) < 2:
+    if len(t.at) < 2 or not _no_text(t):
         return False
+    return any(_name(t.consts[j]) for j in range(t.width))
+
+
+def _no_text(t):
+    """Whether a template's lines may be data: no source code, traceback frame, save or
+    resume announced, or a file's transfer."""
     line = t.first.lstrip()
     if CODE_RE.match(t.first) or line.startswith(('File "', "Traceback", "at ")):
         return False
@@ -519,7 +526,49 @@ def is_data(t):
         return False  # a save or a resume announced: an event, not a series
     if any(_TRANSFER_RE.search(c) for c in t.consts):
         return False  # a download's or an upload's progress bar (``5.72MB/s``): no training
-    return any(_name(t.consts[j]) for j in range(t.width))
+    return True
+
+
+# -- held-out lines beside a trainer format's own -----------------------------------------
+
+#: A word that may say validation, evaluation or test (:data:`HELD_OUT`) as a word or a
+#: name's part (``valid |``, ``val_loss``; not ``interval``, ``value``): the cheap look a
+#: trainer format gives the lines it does not claim, before :func:`held_out_values`.
+HELD_OUT_RE = re.compile(
+    r"(?<![A-Za-z])(?:%s)(?![A-Za-z])" % "|".join(sorted(HELD_OUT, key=len, reverse=True)),
+    re.I,
+)
+
+
+def held_out_values(lines):
+    """The held-out losses on ``lines`` that a trainer's line format does not claim
+    (fairseq's ``valid | epoch 001 | valid on 'valid' subset | loss 9.189 | ...``,
+    Megatron's ``validation loss at iteration 100 | lm loss value: 9.66E+00 | ...``),
+    mined as templates: a field named a loss (:func:`~.base.loss_name`) on a line whose
+    template says validation, evaluation or test, or whose own name says so. A line seen
+    once counts (an evaluation each epoch, one in a short log); code, tracebacks and save
+    lines never do. Returns ``[(line index, series name, value, step the line states or
+    None)]`` in line order; the series named as :func:`_name_series` names them
+    (``val/loss``; ``val_loss`` as it is)."""
+    out = []
+    for t in mine(lines).values():
+        if not _no_text(t):
+            continue
+        k = Kind(t)
+        stated = t.column(k.step) if k.step is not None else None
+        seen = {}
+        for j, name in enumerate(k.names):
+            if not name or j in k.counters or not loss_name(name):
+                continue
+            own = kind_of(re.split(r"[_/.]", name))
+            if own == "train" or (own is None and k.kind == "train"):
+                continue
+            full = name if own else "%s/%s" % (k.kind, name)
+            n = seen[full] = seen.get(full, 0) + 1
+            full = full if n == 1 else "%s_%d" % (full, n)
+            for m, (i, v) in enumerate(zip(t.at, t.column(j))):
+                out.append((i, full, v, None if stated is None else stated[m]))
+    return sorted(out)
 
 
 def worth(table):
