@@ -5,7 +5,9 @@ numbers the fields. Each line kind is read as its own table, never merged with a
 - a template that recurs is a series family, its fields named by the words before them
   (``loss: 0.5``, ``loss 0.5``, ``loss, 0.5``, ``loss=0.5`` alike);
 - train, validation and test lines are told apart by their template's own words (``train``,
-  ``valid``, ``val``, ``eval``, ``test``): a held-out line's series are named so
+  ``valid``, ``val``, ``eval``, ``test``), or, for lines that name none, by the header line
+  right before each (``***** Evaluating ... *****`` then ``ppl: 2.01``): a held-out line's
+  series are named so
   (``val/loss``), the train lines' ``train/...``; a template once per epoch beside a finer
   one of its kind is an epoch-level series (``epoch/...``);
 - the step comes from the line itself: a global step where the line states one; else
@@ -69,7 +71,8 @@ _SEGMENT_RE = re.compile(r"[|,;\t\[\](){}<>]+|\s-+\s|={2,}>?|-{2,}>?")
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_/.]*")
 
 HELD_OUT = {"val": "val", "valid": "val", "validation": "val", "eval": "val", "dev": "val"}
-HELD_OUT.update({"evaluation": "val", "test": "test", "testing": "test"})
+HELD_OUT.update({"evaluation": "val", "evaluating": "val", "validating": "val"})
+HELD_OUT.update({"test": "test", "testing": "test"})
 TRAIN_WORDS = ("train", "training")
 EPOCH_WORDS = ("epoch", "epochs")
 STEP_WORDS = ("step", "global_step", "globalstep", "iter", "iteration", "it", "update", "updates")
@@ -630,6 +633,7 @@ def read_kinds(table, events, out, run_part=None):
     kinds = [Kind(t) for t in table.values() if is_data(t)]
     kinds = [k for k in kinds if k.fields()]
     once = sum(1 for t in table.values() if len(t.at) == 1)
+    _headed(kinds, table)
     _mark(kinds, _marks(table))
     primary = _primary(kinds)
     e0 = _first_epoch(kinds)
@@ -651,6 +655,33 @@ def read_kinds(table, events, out, run_part=None):
     _events(events, primary, lo, hi, out)
     out.caveats.append(_said(kinds, primary, once))
     out.caveats.extend(joined)
+
+
+def _headed(kinds, table):
+    """A line kind whose words name no kind (no train, valid, eval or test word) and whose
+    every line comes right after a line that says held out is of that line's kind: the
+    header names what is printed under it (``***** Evaluating perplexity, Epoch 1/16 *****``
+    then ``ppl: 2.01``: an evaluation, not a train line). A header with no number is no
+    template (:func:`mine`), so it is not seen."""
+    for k in kinds:
+        if kind_of(_WORD_RE.findall(" ".join(k.t.consts))) is not None:
+            continue
+        before = k.t.at[0] - 1
+        header = next((t for t in table.values() if _holds(t.at, before)), None)
+        if header is None:
+            continue
+        said = kind_of(_WORD_RE.findall(" ".join(header.consts)))
+        if said not in ("val", "test"):
+            continue
+        at = set(header.at)
+        if all(i - 1 in at for i in k.t.at):
+            k.kind = said
+
+
+def _holds(at, i):
+    """Whether the sorted line numbers ``at`` hold line ``i``."""
+    j = bisect_right(at, i) - 1
+    return j >= 0 and at[j] == i
 
 
 # -- templates a word apart --------------------------------------------------------------

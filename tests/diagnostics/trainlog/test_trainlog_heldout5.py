@@ -215,6 +215,8 @@ def test_heldout5_sft_console_with_no_train_loss() -> None:
     )
     for loss in series(r, "loss"):
         assert loss["n"] == 16 and close(loss["median"], statistics.median(ppl)), loss
+    # read, the perplexity is what it is: an evaluation, held out, not a train-side loss
+    assert name is None or "held-out" in src["why"]["loss"], src
 
 
 # ---------------------------------------------------------------------------------------------

@@ -300,3 +300,29 @@ def test_one_validation_line_with_no_step_sits_at_the_train_row_before_it(
     metrics = {m["label"]: m for m in r.all("metric")}
     assert metrics["loss"]["n"] == 20 and metrics["loss"]["median"] < 9
     assert metrics["val_loss"]["n"] == 1 and metrics["val_loss"]["median"] == 6.25
+
+
+def test_values_under_an_evaluation_header_are_held_out_not_the_train_loss(
+    tmp_path: Path,
+) -> None:
+    """A console with no train loss: per-step lines of the lr and a throughput, and before
+    each epoch a header ``***** Evaluating perplexity, Epoch e/8 *****`` with ``ppl: x``
+    on the line under it. The perplexity is an evaluation (its header says so), not a
+    train-side loss: read as held out, and said so."""
+    out, ppl, step = [], [], 0
+    for e in range(8):
+        value = 900.0 if e == 0 else round(2.5 - e * 0.05, 4)
+        ppl.append(value)
+        out += [f"***** Evaluating perplexity, Epoch {e}/8 *****", f"ppl: {value}"]
+        for _ in range(20):
+            step += 10
+            out.append(f"[INFO] step={step}, skipped=0, lr=[{1e-5 * (1 - step / 2000):.4e}]")
+            out.append(f"[INFO] global_step={step}, SamplesPerSec={170 + step % 7}.5")
+    path = tmp_path / "sft.log"
+    path.write_text("\n".join(out) + "\n")
+    r = run(path)
+    src = r.one("source")
+    why = src["why"]["loss"]
+    assert src["columns"]["loss"] == "val/ppl" and "held-out" in why, src
+    (loss,) = [m for m in r.all("metric") if m["label"] == "loss"]
+    assert loss["n"] == 8 and loss["median"] == statistics.median(ppl)
