@@ -393,6 +393,16 @@ LR_SETTINGS: tuple[str, ...] = ("min", "max", "base", "init", "initial", "peak",
 LR_SETTINGS += ("warmup", "decay", "mult", "multiplier", "scale", "scheduler", "factor")
 
 
+#: Words that make a column a loss by its name, whatever the trainer calls it.
+#: A word may be split by a separator (``cross_entropy``): adjacent parts are tried joined.
+LOSS_WORDS = ("loss", "nll", "crossentropy", "perplexity", "ppl")
+
+
+def loss_name(key):
+    """Whether a name says a loss (or its exp): a loss word among its parts."""
+    return any(w in LOSS_WORDS or w.endswith("loss") for w in name_words(key)[1])
+
+
 def name_words(key):
     """A name's lower-case parts (split at ``/ . _ - `` spaces and brackets, and before a
     trailing ``loss``: CrossEntropyLoss), and those with adjacent parts joined."""

@@ -13,6 +13,7 @@ from itertools import combinations, islice
 
 from .base import (
     BUCKET_KEYS,
+    LOSS_WORDS,
     META,
     MISSING,
     NOT_TRAIN,
@@ -47,9 +48,6 @@ def _find_key(keys, aliases, bases=None):
     return None, False
 
 
-#: Words that make a column a loss by its name, whatever the trainer calls it.
-#: A word may be split by a separator (``cross_entropy``): adjacent parts are tried joined.
-LOSS_WORDS = ("loss", "nll", "crossentropy", "perplexity", "ppl")
 #: A trainer's own short names for its losses: llm.c logs "trl" (train) and "tel" (eval).
 SHORT_LOSSES = {"trl": "train", "tel": "eval"}
 HELD_OUT = ("val", "valid", "validation", "eval", "test", "dev")
@@ -220,7 +218,7 @@ def _short(x):
     return ("%d" % x) if x == x and abs(x) < 1e15 and x == int(x) else "%.4g" % x
 
 
-def _pick(role, keys, taken, rows):
+def _pick(role, keys, taken, rows, seldom=()):
     """``(key, parts, why)``: the column ``role`` ("loss", "grad_norm", "lr") is read from,
     chosen by what names say (:data:`SCORES`, no list of exact names) and what the values
     are: a constant or set-once series is never chosen (a constant lr is still the lr,
@@ -228,7 +226,9 @@ def _pick(role, keys, taken, rows):
     a maximised or signed part last). ``parts``: for the loss, the others that score as
     well (the parts of a loss with no total, as YOLO's ``box_loss``, ``cls_loss``,
     ``dfl_loss``: each is analysed). ``why`` says it in words, with what else was seen and
-    what was passed over, and why."""
+    what was passed over, and why. ``seldom``: columns a reader read off lines of their own
+    kind (a held-out loss on its validation lines), set once or twice by nature: not passed
+    over for it."""
     scored, passed, note = [], [], ""
     for i, k in enumerate(keys):
         if k in taken:
@@ -239,6 +239,8 @@ def _pick(role, keys, taken, rows):
                 passed.append("%r (an AMP loss scale)" % k)
             continue
         bad = _content(rows, k) if rows else None
+        if bad == "set once" and k in seldom:
+            bad = None  # read off lines of its own kind: an evaluation, once an epoch or less
         if bad is not None and not (role == "lr" and bad.startswith("constant")):
             passed.append("%r (%s)" % (k, bad))
             continue
@@ -732,11 +734,12 @@ def _is_scale(key):
     return scale and (parts == ["scaler"] or any("loss" in p for p in parts))
 
 
-def resolve_columns(keys, wanted, step_key=None, head=()):
+def resolve_columns(keys, wanted, step_key=None, head=(), seldom=()):
     """Map labels to row keys: ``(step_key, [(label, key)], [(meta, key)], bucket_key,
     missing_labels, guesses, why)``; ``guesses`` says in words which choice was not certain,
     ``why`` ({label: words}) why each metric's column is the one. ``head``: the first rows
-    (dicts), whose values rule out a constant or set-once column."""
+    (dicts), whose values rule out a constant or set-once column (``seldom``: columns of
+    lines of their own kind, never ruled out as set once: :func:`_pick`)."""
     keys = list(keys)
     rows = [d for d in head if isinstance(d, dict)]
     guesses, why = [], {}
@@ -779,7 +782,7 @@ def resolve_columns(keys, wanted, step_key=None, head=()):
         if role in SCORES:
             if role in OPTIONAL and not wanted and "held-out" in why.get("loss", ""):
                 continue  # the loss is the held-out one already: no second of its kind
-            key, parts, said = _pick(role, keys, taken, rows)
+            key, parts, said = _pick(role, keys, taken, rows, seldom)
             if key is None:
                 if role not in OPTIONAL or wanted:
                     guesses.extend([said] if said else [])

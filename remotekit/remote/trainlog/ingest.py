@@ -197,15 +197,16 @@ class Ingest:
         return True
 
 
-def ingest_for(keys, wanted, head=(), step_key=None):
-    """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys).
+def ingest_for(keys, wanted, head=(), step_key=None, seldom=()):
+    """An :class:`Ingest` for rows with these keys (a Counter of the first rows' keys);
+    ``seldom``: columns of lines of their own kind (:func:`~.choose.resolve_columns`).
 
     Without a loss series (and no metric named), the log cannot answer the question: the
     error lists the numeric columns there are, for ``--metrics`` to name one."""
-    cols = resolve_columns(keys, wanted, step_key, head)
+    cols = resolve_columns(keys, wanted, step_key, head, seldom)
     epoch = epoch_axis(cols, head)
     if epoch is not None:
-        cols = resolve_columns(keys, wanted, epoch, head)
+        cols = resolve_columns(keys, wanted, epoch, head, seldom)
         cols[5][:] = [g for g in cols[5] if not g.startswith("no step key")]
         cols[5].append(
             "no step key; one row per epoch (%r counts 0, 1, 2, ...): the epoch is the step axis"

@@ -6,17 +6,27 @@ format's event patterns; everything else is skipped.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from itertools import chain
 
 from ..protocol import mask
+from .base import MISSING, is_missing
 from .source import HEAD_ROWS, SNIFF_BYTES, SNIFF_LINES, Lines, head_lines
+from .templates import HELD_OUT_RE, held_out_values
 
 #: How far into a file a line format looks for its first data line past a preamble, and how
 #: many of its anchor's places there it tries (a JSON log with an ``iteration`` key has one a
 #: line: a few tries tell it is no such format).
 PREAMBLE_BYTES = SNIFF_BYTES >> 4  # 1 MiB: ~10,000 lines of trace or arguments
 PREAMBLE_TRIES = 32
+
+#: The lines a format does not claim that are kept for a look at their held-out losses
+#: (:func:`_held_out`): how many at most, and how long each may be.
+MAX_HELD_LINES = 10000
+MAX_HELD_CHARS = 4096
+#: How far back from the train row before it a held-out line's own step is looked for.
+MAX_HELD_BACK = 1000
 
 #: A number as trainers print it, as one regex group (nan and inf too).
 NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))"
@@ -101,15 +111,17 @@ def _past_preamble(lf, head):
 # long: the per-line loop of every trainer format, names bound locally (a call costs > a regex)
 def _read_lines(lf, src, out):
     """A trainer's text log: only lines matching its data pattern are rows; events only from
-    its event lines; everything else (source code, config dumps, tracebacks) is skipped."""
+    its event lines; the held-out losses on lines of their own (a validation line after the
+    train lines) a column beside them (:func:`_held_out`); everything else (source code,
+    config dumps, tracebacks) is skipped."""
     parse, step_key, event_res = lf.parse, lf.step_key, lf.events
     lines, blocks = head_lines(src, HEAD_ROWS)
     parsed = [parse(ln) for ln in lines]
     head = [d for d in parsed if d]
-    keys = Counter()
+    counts = Counter()
     for d in head:
-        keys.update(d.keys())
-    ing = out.table(keys, head, step_key)
+        counts.update(d.keys())
+    ing = out.table(counts, head, step_key)
     getter = ing.getter
     nlines = 0
     at = [None]  # a step named by a line without data (nanoGPT's eval line), for what follows
@@ -117,6 +129,8 @@ def _read_lines(lf, src, out):
     # (a call per value costs more than the regex that found it)
     pending = []
     add = pending.extend
+    held = []  # (train rows before it, line): the lines that may hold a held-out loss
+    held_out = HELD_OUT_RE.search
 
     def flush():
         if pending:
@@ -138,6 +152,10 @@ def _read_lines(lf, src, out):
                 return
         if line.strip():
             ing.skipped += 1
+            if held_out(line) and len(held) < MAX_HELD_LINES and len(line) <= MAX_HELD_CHARS:
+                n = ing.rows()
+                if n:  # before the first train row: an argument dump, a config
+                    held.append((n, line))
 
     # One regex whose named groups are the columns: its groups are the row (all of them,
     # in their order: m.groups(), else m.group(*keys)).
@@ -178,3 +196,47 @@ def _read_lines(lf, src, out):
         flush()
         ing.flush()
     out.lines = nlines
+    if held:
+        _held_out(held, ing, counts, head, out)
+
+
+def _held_out(held, ing, counts, head, out):
+    """The held-out losses on lines the format does not claim
+    (:func:`~.templates.held_out_values`) as columns of its table: each value at the train
+    row before its line, or, where the line states its step, at the row of that step (a
+    value whose step no train row logged is left out, said). The table's columns are then
+    chosen again with them, as for any table (:meth:`~.series.Read.beside`)."""
+    found = held_out_values([line for _, line in held])
+    if not found:
+        return
+    n = ing.rows()
+    steps = ing.cols[0] if ing.step_key else None
+    cols, used, off = {}, set(), 0
+    for i, name, v, stated in found:
+        r = held[i][0] - 1
+        if stated is not None and steps is not None and steps[r] != stated:
+            r = next(
+                (q for q in range(r, max(-1, r - MAX_HELD_BACK), -1) if steps[q] == stated), None
+            )
+        col = cols.get(name)
+        if col is None:
+            col = cols[name] = array("d", [MISSING]) * n
+        if r is None or not is_missing(col[r]):
+            off += 1  # a step no train row logged, or a second value at one row
+            continue
+        col[r] = v
+        used.add(i)
+    rows = [dict(d) for d in head[:n]]
+    for name, col in cols.items():
+        counts[name] = 0
+        for r, d in enumerate(rows):
+            if not is_missing(col[r]):
+                d[name] = col[r]
+                counts[name] += 1
+    if out.beside(cols, counts, rows, ing.step_key):
+        out._table.skipped -= len(used)
+        if off:
+            out.notes.append(
+                "%d held-out value(s) left out: at a step no train line logged, or a second "
+                "at one row" % off
+            )

@@ -14,6 +14,7 @@ from array import array
 from collections import Counter
 from itertools import chain, islice
 
+from .choose import NoLoss
 from .ingest import ingest_for
 from .source import HEAD_ROWS
 
@@ -74,6 +75,31 @@ class Read:
         NoLoss when the keys hold no loss series (and none was named)."""
         self._table = ingest_for(keys, self.wanted, head, step_key)
         return self._table
+
+    def beside(self, columns, keys, head, step_key=None):
+        """Columns a reader found beside its table's rows (``{name: array}``, a value a row,
+        MISSING where there is none: a held-out loss on lines of its own) added to the
+        table: its columns are chosen again among ``keys`` with ``head`` (the first rows,
+        these columns' values in them), as any table's are, but for one thing: such a
+        column is never passed over as set once (an evaluation is seldom: once an epoch, once
+        in a short log; a config field is no line of its own). False (the table as it was)
+        when the new choice wants a column the table did not keep (its rows are read once)
+        or finds no loss."""
+        old = self._table
+        old.flush()
+        try:
+            new = ingest_for(keys, self.wanted, head, step_key, columns)
+        except NoLoss:
+            return False
+        have = dict(zip(old.keys, old.cols))
+        have.update(columns)
+        if any(k not in have for k in new.keys) or new.bucket_key != old.bucket_key:
+            return False
+        new.cols = [have[k] for k in new.keys]
+        new.codes, new.cmap, new.bnames = old.codes, old.cmap, old.bnames
+        new.events, new.skipped, new.bad = old.events, old.skipped, old.bad
+        self._table = new
+        return True
 
     def stream(self, rows, step_key=None, need=None):
         """Rows (an iterator of dicts) into a :meth:`table` chosen from the first

@@ -5,7 +5,9 @@ numbers the fields. Each line kind is read as its own table, never merged with a
 - a template that recurs is a series family, its fields named by the words before them
   (``loss: 0.5``, ``loss 0.5``, ``loss, 0.5``, ``loss=0.5`` alike);
 - train, validation and test lines are told apart by their template's own words (``train``,
-  ``valid``, ``val``, ``eval``, ``test``): a held-out line's series are named so
+  ``valid``, ``val``, ``eval``, ``test``), or, for lines that name none, by the header line
+  right before each (``***** Evaluating ... *****`` then ``ppl: 2.01``): a held-out line's
+  series are named so
   (``val/loss``), the train lines' ``train/...``; a template once per epoch beside a finer
   one of its kind is an epoch-level series (``epoch/...``);
 - the step comes from the line itself: a global step where the line states one; else
@@ -41,6 +43,7 @@ from .base import (
     MISSING,
     SOURCE_LINE_RE,
     event_kind,
+    loss_name,
     lr_name,
     to_float,
 )
@@ -69,7 +72,8 @@ _SEGMENT_RE = re.compile(r"[|,;\t\[\](){}<>]+|\s-+\s|={2,}>?|-{2,}>?")
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_/.]*")
 
 HELD_OUT = {"val": "val", "valid": "val", "validation": "val", "eval": "val", "dev": "val"}
-HELD_OUT.update({"evaluation": "val", "test": "test", "testing": "test"})
+HELD_OUT.update({"evaluation": "val", "evaluating": "val", "validating": "val"})
+HELD_OUT.update({"test": "test", "testing": "test"})
 TRAIN_WORDS = ("train", "training")
 EPOCH_WORDS = ("epoch", "epochs")
 STEP_WORDS = ("step", "global_step", "globalstep", "iter", "iteration", "it", "update", "updates")
@@ -536,8 +540,14 @@ def _rounded_text(t, j):
 def is_data(t):
     """A template whose lines are data: recurring, a field with a name, no source code or
     traceback frame."""
-    if len(t.at) < 2:
+    if len(t.at) < 2 or not _no_text(t):
         return False
+    return any(_name(t.consts[j]) for j in range(t.width))
+
+
+def _no_text(t):
+    """Whether a template's lines may be data: no source code, traceback frame, save or
+    resume announced, or a file's transfer."""
     line = t.first.lstrip()
     if CODE_RE.match(t.first) or line.startswith(('File "', "Traceback", "at ")):
         return False
@@ -546,7 +556,49 @@ def is_data(t):
         return False  # a save or a resume announced: an event, not a series
     if any(_TRANSFER_RE.search(c) for c in t.consts):
         return False  # a download's or an upload's progress bar (``5.72MB/s``): no training
-    return any(_name(t.consts[j]) for j in range(t.width))
+    return True
+
+
+# -- held-out lines beside a trainer format's own -----------------------------------------
+
+#: A word that may say validation, evaluation or test (:data:`HELD_OUT`) as a word or a
+#: name's part (``valid |``, ``val_loss``; not ``interval``, ``value``): the cheap look a
+#: trainer format gives the lines it does not claim, before :func:`held_out_values`.
+HELD_OUT_RE = re.compile(
+    r"(?<![A-Za-z])(?:%s)(?![A-Za-z])" % "|".join(sorted(HELD_OUT, key=len, reverse=True)),
+    re.I,
+)
+
+
+def held_out_values(lines):
+    """The held-out losses on ``lines`` that a trainer's line format does not claim
+    (fairseq's ``valid | epoch 001 | valid on 'valid' subset | loss 9.189 | ...``,
+    Megatron's ``validation loss at iteration 100 | lm loss value: 9.66E+00 | ...``),
+    mined as templates: a field named a loss (:func:`~.base.loss_name`) on a line whose
+    template says validation, evaluation or test, or whose own name says so. A line seen
+    once counts (an evaluation each epoch, one in a short log); code, tracebacks and save
+    lines never do. Returns ``[(line index, series name, value, step the line states or
+    None)]`` in line order; the series named as :func:`_name_series` names them
+    (``val/loss``; ``val_loss`` as it is)."""
+    out = []
+    for t in mine(lines).values():
+        if not _no_text(t):
+            continue
+        k = Kind(t)
+        stated = t.column(k.step) if k.step is not None else None
+        seen = {}
+        for j, name in enumerate(k.names):
+            if not name or j in k.counters or not loss_name(name):
+                continue
+            own = kind_of(re.split(r"[_/.]", name))
+            if own == "train" or (own is None and k.kind == "train"):
+                continue
+            full = name if own else "%s/%s" % (k.kind, name)
+            n = seen[full] = seen.get(full, 0) + 1
+            full = full if n == 1 else "%s_%d" % (full, n)
+            for m, (i, v) in enumerate(zip(t.at, t.column(j))):
+                out.append((i, full, v, None if stated is None else stated[m]))
+    return sorted(out)
 
 
 def worth(table):
@@ -608,6 +660,7 @@ def read_kinds(table, events, out, run_part=None):
     kinds = [Kind(t) for t in table.values() if is_data(t)]
     kinds = [k for k in kinds if k.fields()]
     once = sum(1 for t in table.values() if len(t.at) == 1)
+    _headed(kinds, table)
     _mark(kinds, _marks(table))
     primary = _primary(kinds)
     before = _set_up(kinds, primary)
@@ -650,6 +703,33 @@ def read_kinds(table, events, out, run_part=None):
             "read once" % name
         )
     out.caveats.extend(joined)
+
+
+def _headed(kinds, table):
+    """A line kind whose words name no kind (no train, valid, eval or test word) and whose
+    every line comes right after a line that says held out is of that line's kind: the
+    header names what is printed under it (``***** Evaluating perplexity, Epoch 1/16 *****``
+    then ``ppl: 2.01``: an evaluation, not a train line). A header with no number is no
+    template (:func:`mine`), so it is not seen."""
+    for k in kinds:
+        if kind_of(_WORD_RE.findall(" ".join(k.t.consts))) is not None:
+            continue
+        before = k.t.at[0] - 1
+        header = next((t for t in table.values() if _holds(t.at, before)), None)
+        if header is None:
+            continue
+        said = kind_of(_WORD_RE.findall(" ".join(header.consts)))
+        if said not in ("val", "test"):
+            continue
+        at = set(header.at)
+        if all(i - 1 in at for i in k.t.at):
+            k.kind = said
+
+
+def _holds(at, i):
+    """Whether the sorted line numbers ``at`` hold line ``i``."""
+    j = bisect_right(at, i) - 1
+    return j >= 0 and at[j] == i
 
 
 # -- templates a word apart --------------------------------------------------------------

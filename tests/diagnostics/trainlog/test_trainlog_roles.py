@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import random
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -226,3 +227,102 @@ def test_a_score_that_rose_is_no_finding(tmp_path: Path) -> None:
     assert r.code in (0, 1), r.all("error")
     assert [o for o in r.all("onset") if o["unhealthy"]] == []
     assert "unhealthy-start" not in r.one("summary")["findings"]
+
+
+# -- held-out losses on lines of their own, beside a trainer format's train lines --------------
+
+
+def _iteration_console(path: Path) -> tuple[Path, list[float], list[float]]:
+    """An ``iteration N/ M | ... | lm loss: x |`` console (a line format train-log knows):
+    30 train lines (iterations 10 .. 300), a validation line after every tenth that states
+    its iteration, and an argument dump before training whose names say eval and loss."""
+    rng = random.Random(7)
+    out = ["  eval_loss_weight ................ 0.5", "  eval_iters ...................... 10"]
+    train, held = [], []
+    for i in range(10, 310, 10):
+        loss = round(9.0 - i / 100 + rng.uniform(-0.05, 0.05), 4)
+        train.append(loss)
+        out.append(
+            f" iteration {i:8d}/   10000 | learning rate: 1.000E-04 | lm loss: {loss:.6E} |"
+            " loss scale: 2048.0 | number of skipped iterations:   0 |"
+        )
+        if i % 100 == 0:
+            val = round(loss + 0.4, 4)
+            held.append(val)
+            out += ["-" * 60, f" validation loss at iteration {i} | lm loss value: {val:.6E} |"]
+            out += [f" lm loss PPL: {2.718**val:.6E} |", "-" * 60]
+    path.write_text("\n".join(out) + "\n")
+    return path, train, held
+
+
+def test_a_line_formats_validation_lines_are_its_held_out_loss(tmp_path: Path) -> None:
+    """A validation line the train lines' format does not claim is read by its template: its
+    loss is the held-out loss, at the iteration it states, not merged into the train loss; the
+    argument dump before training (``eval_loss_weight``) is no held-out point."""
+    path, train, held = _iteration_console(tmp_path / "console.log")
+    r = run(path)
+    src = r.one("source")
+    assert src["format"] == "megatron" and src["rows"] == 30, src
+    assert src["columns"]["loss"] == "lm loss", src
+    assert src["columns"]["val_loss"] == "val/lm_loss_value", src
+    metrics = {m["label"]: m for m in r.all("metric")}
+    assert metrics["loss"]["n"] == 30
+    assert abs(metrics["loss"]["median"] - statistics.median(train)) < 1e-3
+    assert metrics["val_loss"]["n"] == 3 and metrics["val_loss"]["median"] == held[1]
+
+
+def test_one_validation_line_with_no_step_sits_at_the_train_row_before_it(
+    tmp_path: Path,
+) -> None:
+    """A ``name value`` validation line that states no step of its own (its epoch only) and
+    comes once: one held-out point, at the train row before it; the end-of-epoch train line
+    beside it (its average) is neither the held-out loss nor merged into the train loss."""
+    out = []
+    for i in range(1, 21):
+        out.append(
+            f"2024-05-01 10:00:00 | INFO | train_inner | epoch 001:     {i:2d} / 20 "
+            f"loss={10 - i * 0.2:.3f}, ppl=9.1, wps=100, num_updates={i}, lr=0.0003, gnorm=2.1"
+        )
+    out.append("2024-05-01 10:01:00 | INFO | fairseq_cli.train | begin validation on valid")
+    out.append(
+        "2024-05-01 10:02:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.25 "
+        "| ppl 76.1 | wps 3000 | num_updates 20"
+    )
+    out.append(
+        "2024-05-01 10:02:00 | INFO | train | epoch 001 | loss 8.1 | ppl 270 | num_updates 20"
+    )
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(out) + "\n")
+    r = run(path)
+    src = r.one("source")
+    assert src["format"] == "fairseq" and src["rows"] == 20, src
+    assert src["columns"]["val_loss"] == "val/loss", src
+    metrics = {m["label"]: m for m in r.all("metric")}
+    assert metrics["loss"]["n"] == 20 and metrics["loss"]["median"] < 9
+    assert metrics["val_loss"]["n"] == 1 and metrics["val_loss"]["median"] == 6.25
+
+
+def test_values_under_an_evaluation_header_are_held_out_not_the_train_loss(
+    tmp_path: Path,
+) -> None:
+    """A console with no train loss: per-step lines of the lr and a throughput, and before
+    each epoch a header ``***** Evaluating perplexity, Epoch e/8 *****`` with ``ppl: x``
+    on the line under it. The perplexity is an evaluation (its header says so), not a
+    train-side loss: read as held out, and said so."""
+    out, ppl, step = [], [], 0
+    for e in range(8):
+        value = 900.0 if e == 0 else round(2.5 - e * 0.05, 4)
+        ppl.append(value)
+        out += [f"***** Evaluating perplexity, Epoch {e}/8 *****", f"ppl: {value}"]
+        for _ in range(20):
+            step += 10
+            out.append(f"[INFO] step={step}, skipped=0, lr=[{1e-5 * (1 - step / 2000):.4e}]")
+            out.append(f"[INFO] global_step={step}, SamplesPerSec={170 + step % 7}.5")
+    path = tmp_path / "sft.log"
+    path.write_text("\n".join(out) + "\n")
+    r = run(path)
+    src = r.one("source")
+    why = src["why"]["loss"]
+    assert src["columns"]["loss"] == "val/ppl" and "held-out" in why, src
+    (loss,) = [m for m in r.all("metric") if m["label"] == "loss"]
+    assert loss["n"] == 8 and loss["median"] == statistics.median(ppl)
