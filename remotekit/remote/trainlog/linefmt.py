@@ -6,6 +6,7 @@ format's event patterns; everything else is skipped.
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections import Counter
 from itertools import chain
@@ -27,6 +28,9 @@ MAX_HELD_LINES = 10000
 MAX_HELD_CHARS = 4096
 #: How far back from the train row before it a held-out line's own step is looked for.
 MAX_HELD_BACK = 1000
+#: Such lines before the first train row kept to be told apart (_first_evaluation).
+MAX_EARLY_HELD = 64
+_DIGITS = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
 #: A number as trainers print it, as one regex group (nan and inf too).
 NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))"
@@ -130,6 +134,7 @@ def _read_lines(lf, src, out):
     pending = []
     add = pending.extend
     held = []  # (train rows before it, line): the lines that may hold a held-out loss
+    early = []  # such lines before the first train row (see _first_evaluation)
     held_out = HELD_OUT_RE.search
 
     def flush():
@@ -154,8 +159,10 @@ def _read_lines(lf, src, out):
             ing.skipped += 1
             if held_out(line) and len(held) < MAX_HELD_LINES and len(line) <= MAX_HELD_CHARS:
                 n = ing.rows()
-                if n:  # before the first train row: an argument dump, a config
+                if n:
                     held.append((n, line))
+                elif len(early) < MAX_EARLY_HELD:  # an argument dump, or a first evaluation
+                    early.append(line)
 
     # One regex whose named groups are the columns: its groups are the row (all of them,
     # in their order: m.groups(), else m.group(*keys)).
@@ -197,7 +204,22 @@ def _read_lines(lf, src, out):
         ing.flush()
     out.lines = nlines
     if held:
-        _held_out(held, ing, counts, head, out)
+        _held_out(_first_evaluation(early, held) + held, ing, counts, head, out)
+
+
+def _shape(line):
+    return _DIGITS.sub("#", line.strip())
+
+
+def _first_evaluation(early, held):
+    """The held-out lines before the first train row that are an evaluation before training
+    (llm.c's and nanoGPT's ``val loss x`` at step 0), told from an argument dump or a config
+    by their shape, numbers aside: one that recurs after the train rows began. Each sits at
+    the first train row."""
+    if not early:
+        return []
+    later = {_shape(line) for _, line in held}
+    return [(1, line) for line in early if _shape(line) in later]
 
 
 def _held_out(held, ing, counts, head, out):

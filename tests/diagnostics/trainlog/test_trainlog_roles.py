@@ -326,3 +326,30 @@ def test_values_under_an_evaluation_header_are_held_out_not_the_train_loss(
     assert src["columns"]["loss"] == "val/ppl" and "held-out" in why, src
     (loss,) = [m for m in r.all("metric") if m["label"] == "loss"]
     assert loss["n"] == 8 and loss["median"] == statistics.median(ppl)
+
+
+def test_an_evaluation_before_the_first_train_line_is_the_held_out_losss_first_point(
+    tmp_path: Path,
+) -> None:
+    """llm.c's and nanoGPT's consoles evaluate once before the first step: a ``val loss x``
+    line before the first train line, whose shape recurs after the train lines began, is the
+    held-out loss's first point (at the first train row); an argument line before training
+    that names an evaluation (``val_loss_every``) and never recurs is none."""
+    out = ["val_loss_every 20", "val_max_steps 5", "val loss 5.250000"]
+    train, held = [], [5.25]
+    for step in range(60):
+        loss = round(5.2 - step * 0.02, 4)
+        train.append(loss)
+        out.append(f"step {step}: train loss {loss:.6f} (took 1300.5 ms)")
+        if step % 20 == 19:
+            held.append(round(loss + 0.1, 4))
+            out.append(f"val loss {held[-1]:.6f}")
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(out) + "\n")
+    r = run(path)
+    src = r.one("source")
+    assert src["rows"] == 60, src
+    metrics = {m["label"]: m for m in r.all("metric")}
+    assert metrics["loss"]["n"] == 60
+    assert metrics["val_loss"]["n"] == 4, metrics["val_loss"]
+    assert abs(metrics["val_loss"]["median"] - statistics.median(held)) < 1e-6
