@@ -121,6 +121,53 @@ def held_out(folder: str, rel: str) -> Path:
     return path
 
 
+# What a held-out set's tests say of a restart or a second run, apart from the reader's own
+# words for a template; the path is taken out first (a file may be named ``..._restart``).
+RESTART_SAID = re.compile(
+    r"restart|second run|appended|run[- ]part|new run|two runs|repeated (step|epoch|episode)",
+    re.I,
+)
+
+
+def numbers(text: str, pattern: str) -> list[float]:
+    """The floats ``pattern``'s group finds in ``text`` (multi-line): a held-out test's own
+    reading of a file, with a plain regex, to hold the tool's answer against."""
+    return [float(x) for x in re.findall(pattern, text, re.M)]
+
+
+def said_apart_from_path(r: Run) -> str:
+    """What the tool said, less the file's path (which may hold any word)."""
+    src = r.one("source") if r.all("source") else {}
+    return said(r).replace(str(src.get("path", "\0")), "")
+
+
+def chosen(src: dict[str, Any]) -> str | None:
+    """The column the reader took as the loss, as it names it (None where it names none)."""
+    columns = src.get("columns")
+    if not isinstance(columns, dict) or columns.get("loss") is None:
+        return None
+    return str(columns["loss"])
+
+
+def resumes(r: Run) -> list[dict[str, Any]]:
+    return [e for e in r.all("event") if e["kind"] == "resume"]
+
+
+def assert_licensed_set(folder: str, section: str, at_least: int) -> None:
+    """Each run of a held-out set keeps its source's LICENSE and a NOTICE.md naming the
+    commit, and has its row in tests/public_runs.md's ``section``."""
+    table = (DATA.parent / "public_runs.md").read_text("utf-8")
+    table = table[table.index(section) :]
+    base = DATA / "public" / folder
+    names = sorted(p.name for p in base.iterdir() if p.is_dir())
+    assert len(names) >= at_least, names
+    for name in names:
+        assert (base / name / "LICENSE").stat().st_size > 0, name
+        notice = (base / name / "NOTICE.md").read_text("utf-8")
+        assert re.search(r"commit\s+`[0-9a-f]{40}`", notice), name
+        assert f"| `{name}` |" in table, name
+
+
 def loss_spikes(r: Run) -> list[dict[str, Any]]:
     """The spikes said of the loss and the held-out loss."""
     return [s for s in r.all("spike") if s["metric"] in ("loss", "val_loss")]

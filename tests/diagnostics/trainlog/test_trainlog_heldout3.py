@@ -15,25 +15,22 @@ import re
 import statistics
 from pathlib import Path
 
-from tests.harness import DATA
 from tests.trainlog_kit import (
     NEVER_LEARNED,
+    RESTART_SAID,
     TWO_RUNS_SAID,
     UNHEALTHY_SAID,
     Run,
+    assert_licensed_set,
     close,
     held_out,
     loss_spikes,
+    numbers,
     run,
     said,
+    said_apart_from_path,
     series,
     source,
-)
-
-HELDOUT3 = DATA / "public" / "heldout3"
-
-RESTART_SAID = re.compile(
-    r"restart|second run|appended|run[- ]part|new run|two runs|repeated (step|epoch)", re.I
 )
 
 
@@ -41,18 +38,9 @@ def held(rel: str) -> Path:
     return held_out("heldout3", rel)
 
 
-def numbers(text: str, pattern: str) -> list[float]:
-    return [float(x) for x in re.findall(pattern, text, re.M)]
-
-
 def checkpoints(r: Run) -> list[float]:
     """The steps of the saves the log's own lines announce."""
     return [e["step"] for e in r.all("event") if e["kind"] == "checkpoint" and e["source"] == "log"]
-
-
-def said_apart_from_path(r: Run) -> str:
-    src = r.one("source") if r.all("source") else {}
-    return said(r).replace(str(src.get("path", "\0")), "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,12 +248,4 @@ def test_heldout3_painn_compiler_text_is_no_resume() -> None:
 
 
 def test_heldout3_runs_keep_their_license_and_notice() -> None:
-    table = (DATA.parent / "public_runs.md").read_text("utf-8")
-    table = table[table.index("## Held-out runs, third set (issue 35)") :]
-    names = sorted(p.name for p in HELDOUT3.iterdir() if p.is_dir())
-    assert len(names) >= 8, names
-    for name in names:
-        assert (HELDOUT3 / name / "LICENSE").stat().st_size > 0, name
-        notice = (HELDOUT3 / name / "NOTICE.md").read_text("utf-8")
-        assert re.search(r"commit\s+`[0-9a-f]{40}`", notice), name
-        assert f"| `{name}` |" in table, name
+    assert_licensed_set("heldout3", "## Held-out runs, third set (issue 35)", 8)

@@ -16,25 +16,22 @@ import re
 import statistics
 from pathlib import Path
 
-from tests.harness import DATA
 from tests.trainlog_kit import (
     NEVER_LEARNED,
+    RESTART_SAID,
     TWO_RUNS_SAID,
     UNHEALTHY_SAID,
-    Run,
+    assert_licensed_set,
     close,
     held_out,
     loss_spikes,
+    numbers,
+    resumes,
     run,
     said,
+    said_apart_from_path,
     series,
     source,
-)
-
-HELDOUT4 = DATA / "public" / "heldout4"
-
-RESTART_SAID = re.compile(
-    r"restart|second run|appended|run[- ]part|new run|two runs|repeated (step|episode)", re.I
 )
 
 
@@ -42,23 +39,10 @@ def held(rel: str) -> Path:
     return held_out("heldout4", rel)
 
 
-def numbers(text: str, pattern: str) -> list[float]:
-    return [float(x) for x in re.findall(pattern, text, re.M)]
-
-
-def said_apart_from_path(r: Run) -> str:
-    src = r.one("source") if r.all("source") else {}
-    return said(r).replace(str(src.get("path", "\0")), "")
-
-
 def loss_column(src: dict[str, object]) -> str:
     columns = src["columns"]
     assert isinstance(columns, dict) and "loss" in columns, src
     return str(columns["loss"]).split("/")[-1]
-
-
-def resumes(r: Run) -> list[dict[str, object]]:
-    return [e for e in r.all("event") if e["kind"] == "resume"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,12 +263,4 @@ def test_heldout4_rl_console_reward_is_no_loss_and_runs_are_said() -> None:
 
 
 def test_heldout4_runs_keep_their_license_and_notice() -> None:
-    table = (DATA.parent / "public_runs.md").read_text("utf-8")
-    table = table[table.index("## Held-out runs, fourth set (issue 35)") :]
-    names = sorted(p.name for p in HELDOUT4.iterdir() if p.is_dir())
-    assert len(names) >= 8, names
-    for name in names:
-        assert (HELDOUT4 / name / "LICENSE").stat().st_size > 0, name
-        notice = (HELDOUT4 / name / "NOTICE.md").read_text("utf-8")
-        assert re.search(r"commit\s+`[0-9a-f]{40}`", notice), name
-        assert f"| `{name}` |" in table, name
+    assert_licensed_set("heldout4", "## Held-out runs, fourth set (issue 35)", 8)

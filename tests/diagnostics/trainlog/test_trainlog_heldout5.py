@@ -18,51 +18,28 @@ import re
 import statistics
 from pathlib import Path
 
-from tests.harness import DATA
 from tests.trainlog_kit import (
     NEVER_LEARNED,
+    RESTART_SAID,
     TWO_RUNS_SAID,
     UNHEALTHY_SAID,
-    Run,
+    assert_licensed_set,
+    chosen,
     close,
     held_out,
     loss_spikes,
+    numbers,
+    resumes,
     run,
     said,
+    said_apart_from_path,
     series,
     source,
-)
-
-HELDOUT5 = DATA / "public" / "heldout5"
-
-RESTART_SAID = re.compile(
-    r"restart|second run|appended|run[- ]part|new run|two runs|repeated (step|episode)", re.I
 )
 
 
 def held(rel: str) -> Path:
     return held_out("heldout5", rel)
-
-
-def numbers(text: str, pattern: str) -> list[float]:
-    return [float(x) for x in re.findall(pattern, text, re.M)]
-
-
-def said_apart_from_path(r: Run) -> str:
-    src = r.one("source") if r.all("source") else {}
-    return said(r).replace(str(src.get("path", "\0")), "")
-
-
-def chosen(src: dict[str, object]) -> str | None:
-    """The column the reader took as the loss, as it names it (None where it names none)."""
-    columns = src.get("columns")
-    if not isinstance(columns, dict) or columns.get("loss") is None:
-        return None
-    return str(columns["loss"])
-
-
-def resumes(r: Run) -> list[dict[str, object]]:
-    return [e for e in r.all("event") if e["kind"] == "resume"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,12 +292,4 @@ def test_heldout5_megatron_console_lm_loss_and_validation_apart() -> None:
 
 
 def test_heldout5_runs_keep_their_license_and_notice() -> None:
-    table = (DATA.parent / "public_runs.md").read_text("utf-8")
-    table = table[table.index("## Held-out runs, fifth set (issue 35)") :]
-    names = sorted(p.name for p in HELDOUT5.iterdir() if p.is_dir())
-    assert len(names) >= 8, names
-    for name in names:
-        assert (HELDOUT5 / name / "LICENSE").stat().st_size > 0, name
-        notice = (HELDOUT5 / name / "NOTICE.md").read_text("utf-8")
-        assert re.search(r"commit\s+`[0-9a-f]{40}`", notice), name
-        assert f"| `{name}` |" in table, name
+    assert_licensed_set("heldout5", "## Held-out runs, fifth set (issue 35)", 8)
