@@ -10,7 +10,8 @@ numbers the fields. Each line kind is read as its own table, never merged with a
   one of its kind is an epoch-level series (``epoch/...``);
 - the step comes from the line itself: a global step where the line states one; else
   epoch x batches-per-epoch + batch where it states ``batch i/N``, ``[i/N]`` or ``i/N
-  batches``; a line with neither takes the step of the train line before it (so a
+  batches``, or a counter beside the epoch that starts again at each new epoch (a step
+  within the epoch: its largest value is the epoch's count); a line with neither takes the step of the train line before it (so a
   validation line sits at the step it was computed at); else the row. It is said which;
 - the counter is checked: one that falls and climbs again is a second run (or a restart)
   appended to the same file, and a step logged again with other values a restart: each is
@@ -420,6 +421,15 @@ class Kind:
         if self.step is not None:
             self.how = "the step each line states (%r)" % self.names[self.step]
             col = t.column(self.step)
+            ep = self.epochs()
+            m = _inner(col, ep) if ep is not None else None
+            if m is not None:  # a step within the epoch: epoch x its count + the step
+                self.how = (
+                    "epoch x %s + %s, from the epoch and the %r each line states (it starts "
+                    "again at every new epoch: a count within the epoch, of %s at most)"
+                    % (_fmt(m), self.names[self.step], self.names[self.step], _fmt(m))
+                )
+                return array("d", map(add, map(mul, map(sub, ep, repeat(e0)), repeat(m)), col))
             if any(map(ge, col, islice(col, 1, None))) and self.rounded():
                 even = unrounded(col, t.texts(self.step))
                 if even is not None:
@@ -452,6 +462,22 @@ class Kind:
             out.append(base + i[k])
         self.how = "epochs x N + i, from the 'i/N' each line states (its restarts count epochs)"
         return out
+
+
+def _inner(col, ep):
+    """The count per epoch of a counter that starts again at every new epoch (``epoch: 2
+    step: 5`` after ``epoch: 1 step: 15``: a step within the epoch, not the run's), or None
+    (a counter that climbs on across epochs is the run's own). The evidence: the epoch
+    rises at least once, and at every rise the counter does not climb; the count is its
+    largest value. A counter that falls where the epoch falls too (or stays) is no new
+    epoch: the composed step falls there, and that is said as a second run or a restart."""
+    rises = [i for i in range(1, len(ep)) if ep[i] > ep[i - 1]]
+    if not rises or any(col[i] > col[i - 1] for i in rises):
+        return None
+    if not any(col[i] < col[i - 1] for i in rises) and len(set(col)) > 1:
+        return None  # equal at every rise but varying: no restart seen
+    m = max(col)
+    return m if m > 0 else None
 
 
 def _progress(t, names, epoch):

@@ -1,0 +1,78 @@
+"""Printed-console shapes issue 35's sixth held-out set found misread (tests/public_runs.md,
+"Held-out runs, sixth set"), each made here: the rule each fix adds is one for any log of
+the shape, never for the file it was seen in.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from tests.trainlog_kit import TWO_RUNS_SAID, close, loss_spikes, run, said, series, source
+
+
+def _loss(i: int, start: float = 3.0) -> float:
+    """A falling loss with a small deterministic wiggle (no spike, no plateau)."""
+    return round(0.4 + (start - 0.4) * math.exp(-i / 40) + 0.01 * math.sin(i * 1.7), 5)
+
+
+# ---------------------------------------------------------------------------------------------
+# a step counted within the epoch, with no ``/N``: it starts again at every new epoch
+
+
+def _inner_console(path: Path, runs: list[int], every: int = 50, per_epoch: int = 200) -> Path:
+    """``epoch=e iter=i loss=x`` every ``every`` batches of ``per_epoch``, ``i`` counted
+    within the epoch (50 .. 200, then 50 again), for each run of ``runs`` epochs appended
+    one after the other; an epoch summary line after each epoch."""
+    with open(path, "w") as f:
+        f.write("starting training\n")
+        for epochs in runs:
+            n = 0
+            for e in range(1, epochs + 1):
+                for i in range(every, per_epoch + 1, every):
+                    f.write(f"epoch={e} iter={i} loss={_loss(n)}\n")
+                    n += 1
+                f.write(f"finished epoch, time {10 + e}.5 s\n")
+    return path
+
+
+def test_a_step_counted_within_the_epoch_is_epoch_times_its_count_plus_it(tmp_path: Path) -> None:
+    """Five epochs of four lines, ``iter`` 50 .. 200 in each: one run of 20 points on the
+    axis 50 .. 1000 (epoch x 200 + iter), no restart said at the epoch boundaries."""
+    path = _inner_console(tmp_path / "train.log", [5])
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 20, loss
+    assert close(loss["median"], statistics.median(_loss(n) for n in range(20))), loss
+    assert (src["first_step"], src["last_step"]) == (50, 1000), src
+    assert not TWO_RUNS_SAID.search(said(r).replace(str(path), "")), said(r)
+    assert "restart" not in said(r), said(r)
+    assert loss_spikes(r) == []
+
+
+def test_an_inner_counter_whose_epoch_falls_is_a_second_run(tmp_path: Path) -> None:
+    """Two runs appended (3 epochs, then 4): the epoch falls from 3 to 1 with the inner
+    counter; the two runs are said, the last one's 16 points read on 50 .. 800."""
+    path = _inner_console(tmp_path / "train.log", [3, 4])
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 16, loss
+    assert (src["first_step"], src["last_step"]) == (50, 800), src
+    assert TWO_RUNS_SAID.search(said(r).replace(str(path), "")), said(r)
+    assert said(r).count("falls") == 1, said(r)
+
+
+def test_a_step_that_climbs_across_epochs_is_the_run_step(tmp_path: Path) -> None:
+    """A global step beside the epoch (it climbs on at each new epoch) is taken as it is."""
+    path = tmp_path / "train.log"
+    with open(path, "w") as f:
+        for n in range(20):
+            f.write(f"epoch={n // 4 + 1} iter={(n + 1) * 50} loss={_loss(n)}\n")
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 20, loss
+    assert (src["first_step"], src["last_step"]) == (50, 1000), src
