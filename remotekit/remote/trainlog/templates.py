@@ -371,6 +371,8 @@ class Kind:
         j = self.progress
         if self.epoch is None and j and c[j].strip() == "][" and c[j - 1].rstrip().endswith("["):
             self.epoch = j - 1
+        if self.step is None and self.progress is None and self.epoch is None:
+            self.step = _lead(t, n)
         self.counters = {self.epoch, self.step, self.progress, self.of}
         if self.progress is not None:
             self.counters.add(self.progress + 1)
@@ -420,6 +422,8 @@ class Kind:
         t = self.t
         if self.step is not None:
             self.how = "the step each line states (%r)" % self.names[self.step]
+            if not self.names[self.step]:
+                self.how = "the number in brackets each line starts with (a counter: it climbs)"
             col = t.column(self.step)
             ep = self.epochs()
             m = _inner(col, ep) if ep is not None else None
@@ -462,6 +466,21 @@ class Kind:
             out.append(base + i[k])
         self.how = "epochs x N + i, from the 'i/N' each line states (its restarts count epochs)"
         return out
+
+
+def _lead(t, names):
+    """The field of a number alone in brackets at the start of every line (``[10]\\t...``,
+    ``(3) ...``), unnamed, a whole number that climbs at every line: the line's own counter
+    (a boosting round, an iteration), else None."""
+    c = t.consts
+    if t.width < 2 or names[0] or c[0].strip() not in ("[", "(") or not t.varies(0):
+        return None
+    if not c[1].lstrip().startswith(("]", ")")):
+        return None
+    col = t.column(0)
+    if any(x != x or not float(x).is_integer() for x in col):
+        return None
+    return 0 if all(map(lt, col, islice(col, 1, None))) else None
 
 
 def _inner(col, ep):
@@ -578,7 +597,8 @@ def is_data(t):
 def worth(table):
     """Whether the line kinds say more than key=value pairs read line by line would: two
     kinds of data line (train and validation, per batch and per epoch), or one that states
-    its progress as ``i/N``. A log of one line kind reads as it always did."""
+    its progress as ``i/N``, or a counter a line's pairs do not say (a bracketed round, a
+    step within the epoch). A log of one line kind reads as it always did."""
     table, _ = merged(table)
     kinds = [Kind(t) for t in table.values() if is_data(t)]
     kinds = [k for k in kinds if k.fields()]
@@ -590,7 +610,16 @@ def worth(table):
         return bool(kinds)  # ``Epoch 3/100`` on a line of its own, data lines after it
     # a step printed rounded (``step:1K``): the reading line by line would take its repeats
     # for restarts; the line kinds' reading puts the rows back at their steps
-    return any(k.progress is not None or k.of is not None or k.rounded() for k in kinds)
+    if any(k.progress is not None or k.of is not None or k.rounded() for k in kinds):
+        return True
+    # a counter pairs do not name (``[10]\\t...``), or one counted within the epoch (it
+    # starts again at each new one): line by line, its falls would read as restarts
+    return any(k.step is not None and (not k.names[k.step] or _inner_step(k)) for k in kinds)
+
+
+def _inner_step(k):
+    ep = k.epochs()
+    return ep is not None and _inner(k.t.column(k.step), ep) is not None
 
 
 def _marks(table):

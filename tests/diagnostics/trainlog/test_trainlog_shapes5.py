@@ -76,3 +76,44 @@ def test_a_step_that_climbs_across_epochs_is_the_run_step(tmp_path: Path) -> Non
     (loss,) = series(r, "loss")
     assert loss["n"] == 20, loss
     assert (src["first_step"], src["last_step"]) == (50, 1000), src
+
+
+def test_a_step_within_the_epoch_on_one_line_kind_is_one_run(tmp_path: Path) -> None:
+    """The inner counter on a log of one line kind (no epoch summary): one run, 20 points."""
+    path = tmp_path / "train.log"
+    with open(path, "w") as f:
+        for n in range(20):
+            f.write(f"epoch: {n // 4 + 1} step: {(n % 4 + 1) * 5}, loss is {_loss(n)}\n")
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 20, loss
+    assert (src["first_step"], src["last_step"]) == (5, 100), src
+    assert not TWO_RUNS_SAID.search(said(r).replace(str(path), "")), said(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# boosting rounds: ``[r]`` before each line, an error function measured on each side
+
+
+def _rounds(path: Path, n: int = 12) -> Path:
+    """``[r]\\ttrain-rmse:a\\teval-rmse:b`` for r = 0 .. n-1, the eval side above the
+    train side, both falling."""
+    with open(path, "w") as f:
+        f.write("[12:00:01] WARNING: using default objective\n")
+        for r in range(n):
+            f.write(f"[{r}]\ttrain-rmse:{_loss(r, 2.0):.5f}\teval-rmse:{_loss(r, 2.5) + 0.1:.5f}\n")
+    return path
+
+
+def test_a_number_in_brackets_starting_each_line_is_its_step(tmp_path: Path) -> None:
+    """``[r] ... loss: x``: the bracketed number that climbs at every line is the step."""
+    path = tmp_path / "train.log"
+    with open(path, "w") as f:
+        for n in range(15):
+            f.write(f"[{5 * (n + 1)}] train loss: {_loss(n)}\n")
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 15, loss
+    assert (src["first_step"], src["last_step"]) == (5, 75), src
