@@ -117,3 +117,28 @@ def test_a_number_in_brackets_starting_each_line_is_its_step(tmp_path: Path) -> 
     (loss,) = series(r, "loss")
     assert loss["n"] == 15, loss
     assert (src["first_step"], src["last_step"]) == (5, 75), src
+
+
+def test_an_error_function_on_each_side_is_the_loss_and_the_held_out_loss(tmp_path: Path) -> None:
+    """No column says loss: the train side's error function (``train-rmse``) is the loss,
+    the held-out side's of the same function (``eval-rmse``) the held-out loss, apart; the
+    rounds are the step (0 .. 11)."""
+    r = run(_rounds(tmp_path / "boost.log"))
+    src = source(r)
+    assert src["columns"]["loss"].replace("-", "_") == "train_rmse", src
+    assert src["columns"]["val_loss"].replace("-", "_") == "eval_rmse", src
+    (loss,) = series(r, "loss")
+    (held,) = series(r, "val_loss")
+    assert loss["n"] == held["n"] == 12
+    assert close(loss["median"], statistics.median(round(_loss(i, 2.0), 5) for i in range(12)))
+    assert (src["first_step"], src["last_step"]) == (0, 11), src
+
+
+def test_a_named_loss_comes_before_an_error_function(tmp_path: Path) -> None:
+    """A log that names its loss keeps it, an error function beside it is no stand-in."""
+    path = tmp_path / "train.log"
+    with open(path, "w") as f:
+        for n in range(15):
+            f.write(f"step {n} loss={_loss(n)} mae={_loss(n, 1.0)}\n")
+    r = run(path)
+    assert source(r)["columns"]["loss"] != "mae", source(r)
