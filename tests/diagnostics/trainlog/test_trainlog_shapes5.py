@@ -5,6 +5,7 @@ the shape, never for the file it was seen in.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
@@ -142,3 +143,54 @@ def test_a_named_loss_comes_before_an_error_function(tmp_path: Path) -> None:
             f.write(f"step {n} loss={_loss(n)} mae={_loss(n, 1.0)}\n")
     r = run(path)
     assert source(r)["columns"]["loss"] != "mae", source(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# a Jupyter notebook: its cells' printed outputs are the console
+
+
+def _notebook(path: Path, lines: list[str]) -> Path:
+    """An nbformat 4 notebook: a markdown cell, a code cell whose stream output prints
+    ``lines`` (in two chunks, as a kernel flushes them), a result's ``text/plain`` and an
+    image, as a notebook saved after a run holds them."""
+    half = len(lines) // 2
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# train\n"]},
+        {
+            "cell_type": "code",
+            "execution_count": 1,
+            "metadata": {},
+            "source": ["model.fit(x, y)\n"],
+            "outputs": [
+                {"name": "stdout", "output_type": "stream", "text": lines[:half]},
+                {"name": "stdout", "output_type": "stream", "text": "".join(lines[half:])},
+                {
+                    "output_type": "execute_result",
+                    "execution_count": 1,
+                    "metadata": {},
+                    "data": {"text/plain": ["<Model at 0x7f00>"]},
+                },
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"image/png": "iVBORw0KGgo=", "text/plain": ["<Figure>"]},
+                },
+            ],
+        },
+    ]
+    doc = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 2}
+    path.write_text(json.dumps(doc, indent=1), "utf-8")
+    return path
+
+
+def test_a_notebook_s_printed_outputs_are_read_as_its_console(tmp_path: Path) -> None:
+    """A notebook whose cell printed ``step s | loss x`` lines: read as that console (20
+    points on 10 .. 200), not refused as a JSON document with no rows."""
+    lines = [f"step {10 * (n + 1)} | loss {_loss(n)}\n" for n in range(20)]
+    r = run(_notebook(tmp_path / "train.ipynb", lines))
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 20, loss
+    assert close(loss["median"], statistics.median(_loss(n) for n in range(20))), loss
+    assert (src["first_step"], src["last_step"]) == (10, 200), src
+    assert "notebook" in said(r), said(r)
