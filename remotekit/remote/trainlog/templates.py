@@ -490,7 +490,7 @@ def _inner(col, ep):
     rises at least once, and at every rise the counter does not climb; the count is its
     largest value. A counter that falls where the epoch falls too (or stays) is no new
     epoch: the composed step falls there, and that is said as a second run or a restart."""
-    rises = [i for i in range(1, len(ep)) if ep[i] > ep[i - 1]]
+    rises = list(compress(range(1, len(ep)), map(lt, ep, islice(ep, 1, None))))  # in C
     if not rises or any(col[i] > col[i - 1] for i in rises):
         return None
     if not any(col[i] < col[i - 1] for i in rises) and len(set(col)) > 1:
