@@ -62,6 +62,19 @@ _NUMBERED_SET = re.compile(r"(?:val|dev)\d+$")
 SCALE_PARTS = ("scale", "scaler", "scaling")
 
 
+#: Name parts of an error function a model minimises, measured on each side where a loss
+#: is not named (a boosting round's ``training's l2`` beside ``valid_1's l2``, xgboost's
+#: ``train-rmse``): the loss's stand-in only where no column says loss.
+ERROR_PARTS = ("l1", "l2", "mse", "mae", "rmse", "rmsle", "mape", "logloss", "huber", "error")
+
+
+def error_part(key):
+    """The error function a name says (its last part of :data:`ERROR_PARTS`), else None."""
+    parts, _ = _name_words(key)
+    found = [p for p in parts if p in ERROR_PARTS or p.endswith("logloss")]
+    return found[-1] if found else None
+
+
 def held_out_part(part):
     """Whether a name's part (lower case) says validation, evaluation or test."""
     return part in HELD_OUT or part.startswith(HELD_OUT_STEMS) or bool(_NUMBERED_SET.match(part))
@@ -252,6 +265,10 @@ def _pick(role, keys, taken, rows, seldom=()):
             )
             continue
         scored.append((-s, i, k, bad))
+    if not scored and role == "loss":
+        key, why = _error_pick(keys, taken, rows, held=False)
+        if key is not None:
+            return key, [], "loss <- %r: %s" % (key, why)
     if not scored and role == "loss" and rows:
         runs, why = _sweep(keys, taken, rows)
         if runs:
@@ -294,6 +311,33 @@ def _pick(role, keys, taken, rows, seldom=()):
     if passed:
         why += "; passed over: %s" % ", ".join(passed[:6])
     return best, parts, why
+
+
+def _error_pick(keys, taken, rows, held, same=None):
+    """``(key, why)``: where no column says loss, the first column named by an error
+    function (:func:`error_part`; ``same``: that one) on the train side (``held``: the
+    held-out side, by its name's part), one that varies; a train-side word before none.
+    ``(None, "")`` when there is none."""
+    found = []
+    for i, k in enumerate(keys):
+        err = error_part(k)
+        if k in taken or err is None or (same is not None and err != same):
+            continue
+        parts, _ = _name_words(k)
+        if any(held_out_part(p) for p in parts) != held:
+            continue
+        if rows and _content(rows, k) is not None:
+            continue
+        train = any(p in ("train", "training", "trn") for p in parts)
+        found.append((not train, i, k, err))
+    if not found:
+        return None, ""
+    _, _, key, err = min(found)
+    side = "held-out" if held else "train-side"
+    return key, (
+        "no column says loss: the %s error the model minimises (%r), as the log names it"
+        % (side, err)
+    )
 
 
 #: An lr is a schedule: constant, stepped or smooth, turning direction a few times in a run
@@ -783,6 +827,11 @@ def resolve_columns(keys, wanted, step_key=None, head=(), seldom=()):
             if role in OPTIONAL and not wanted and "held-out" in why.get("loss", ""):
                 continue  # the loss is the held-out one already: no second of its kind
             key, parts, said = _pick(role, keys, taken, rows, seldom)
+            if key is None and role == "val_loss" and "no column says loss" in why.get("loss", ""):
+                # the loss an error function: the held-out side of the same one
+                loss_key = dict(metrics).get("loss")
+                key, said = _error_pick(keys, taken, rows, True, error_part(loss_key or ""))
+                said = "val_loss <- %r: %s" % (key, said) if key is not None else ""
             if key is None:
                 if role not in OPTIONAL or wanted:
                     guesses.extend([said] if said else [])

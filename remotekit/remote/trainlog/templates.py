@@ -12,7 +12,8 @@ numbers the fields. Each line kind is read as its own table, never merged with a
   one of its kind is an epoch-level series (``epoch/...``);
 - the step comes from the line itself: a global step where the line states one; else
   epoch x batches-per-epoch + batch where it states ``batch i/N``, ``[i/N]`` or ``i/N
-  batches``; a line with neither takes the step of the train line before it (so a
+  batches``, or a counter beside the epoch that starts again at each new epoch (a step
+  within the epoch: its largest value is the epoch's count); a line with neither takes the step of the train line before it (so a
   validation line sits at the step it was computed at); else the row. It is said which;
 - the counter is checked: one that falls and climbs again is a second run (or a restart)
   appended to the same file, and a step logged again with other values a restart: each is
@@ -374,6 +375,8 @@ class Kind:
         j = self.progress
         if self.epoch is None and j and c[j].strip() == "][" and c[j - 1].rstrip().endswith("["):
             self.epoch = j - 1
+        if self.step is None and self.progress is None and self.epoch is None:
+            self.step = _lead(t, n)
         self.counters = {self.epoch, self.step, self.progress, self.of}
         if self.progress is not None:
             self.counters.add(self.progress + 1)
@@ -423,7 +426,18 @@ class Kind:
         t = self.t
         if self.step is not None:
             self.how = "the step each line states (%r)" % self.names[self.step]
+            if not self.names[self.step]:
+                self.how = "the number in brackets each line starts with (a counter: it climbs)"
             col = t.column(self.step)
+            ep = self.epochs()
+            m = _inner(col, ep) if ep is not None else None
+            if m is not None:  # a step within the epoch: epoch x its count + the step
+                self.how = (
+                    "epoch x %s + %s, from the epoch and the %r each line states (it starts "
+                    "again at every new epoch: a count within the epoch, of %s at most)"
+                    % (_fmt(m), self.names[self.step], self.names[self.step], _fmt(m))
+                )
+                return array("d", map(add, map(mul, map(sub, ep, repeat(e0)), repeat(m)), col))
             if any(map(ge, col, islice(col, 1, None))) and self.rounded():
                 even = unrounded(col, t.texts(self.step))
                 if even is not None:
@@ -456,6 +470,37 @@ class Kind:
             out.append(base + i[k])
         self.how = "epochs x N + i, from the 'i/N' each line states (its restarts count epochs)"
         return out
+
+
+def _lead(t, names):
+    """The field of a number alone in brackets at the start of every line (``[10]\\t...``,
+    ``(3) ...``), unnamed, a whole number that climbs at every line: the line's own counter
+    (a boosting round, an iteration), else None."""
+    c = t.consts
+    if t.width < 2 or names[0] or c[0].strip() not in ("[", "(") or not t.varies(0):
+        return None
+    if not c[1].lstrip().startswith(("]", ")")):
+        return None
+    col = t.column(0)
+    if any(x != x or not float(x).is_integer() for x in col):
+        return None
+    return 0 if all(map(lt, col, islice(col, 1, None))) else None
+
+
+def _inner(col, ep):
+    """The count per epoch of a counter that starts again at every new epoch (``epoch: 2
+    step: 5`` after ``epoch: 1 step: 15``: a step within the epoch, not the run's), or None
+    (a counter that climbs on across epochs is the run's own). The evidence: the epoch
+    rises at least once, and at every rise the counter does not climb; the count is its
+    largest value. A counter that falls where the epoch falls too (or stays) is no new
+    epoch: the composed step falls there, and that is said as a second run or a restart."""
+    rises = list(compress(range(1, len(ep)), map(lt, ep, islice(ep, 1, None))))  # in C
+    if not rises or any(col[i] > col[i - 1] for i in rises):
+        return None
+    if not any(col[i] < col[i - 1] for i in rises) and len(set(col)) > 1:
+        return None  # equal at every rise but varying: no restart seen
+    m = max(col)
+    return m if m > 0 else None
 
 
 def _progress(t, names, epoch):
@@ -604,7 +649,8 @@ def held_out_values(lines):
 def worth(table):
     """Whether the line kinds say more than key=value pairs read line by line would: two
     kinds of data line (train and validation, per batch and per epoch), or one that states
-    its progress as ``i/N``. A log of one line kind reads as it always did."""
+    its progress as ``i/N``, or a counter a line's pairs do not say (a bracketed round, a
+    step within the epoch). A log of one line kind reads as it always did."""
     table, _ = merged(table)
     kinds = [Kind(t) for t in table.values() if is_data(t)]
     kinds = [k for k in kinds if k.fields()]
@@ -616,7 +662,16 @@ def worth(table):
         return bool(kinds)  # ``Epoch 3/100`` on a line of its own, data lines after it
     # a step printed rounded (``step:1K``): the reading line by line would take its repeats
     # for restarts; the line kinds' reading puts the rows back at their steps
-    return any(k.progress is not None or k.of is not None or k.rounded() for k in kinds)
+    if any(k.progress is not None or k.of is not None or k.rounded() for k in kinds):
+        return True
+    # a counter pairs do not name (``[10]\\t...``), or one counted within the epoch (it
+    # starts again at each new one): line by line, its falls would read as restarts
+    return any(k.step is not None and (not k.names[k.step] or _inner_step(k)) for k in kinds)
+
+
+def _inner_step(k):
+    ep = k.epochs()
+    return ep is not None and _inner(k.t.column(k.step), ep) is not None
 
 
 def _marks(table):

@@ -3,7 +3,8 @@
 each key: one row, no history), a JSON array of row objects, or any other document that
 holds its rows as a list of objects somewhere inside it (a results file's
 ``{"run_info": ..., "train_info": {"metrics": [...]}}``): the longest such list is the log,
-and it is said which.
+and it is said which. A Jupyter notebook (``cells``, ``nbformat``) is the console its cells
+printed: their outputs' text is read as a text log.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from itertools import chain
 from ...infile import TooDeep, load_json
 from ...protocol import mask
 from ..base import LogError
-from ..source import HEAD_ROWS, MAX_DOC, NotMine
+from ..source import HEAD_ROWS, MAX_DOC, NotMine, Source
 from . import Reader
+from .text import Text
 
 SURE = 0.8  # a document: surer than a trainer's lines, not than a marker only OLMo writes
 WEAK = 0.001  # a first line "[...": a JSON array, unless a trainer's lines begin so
@@ -72,6 +74,17 @@ class JsonDocument(Reader):
                 raise LogError(str(exc)) from None
             except ValueError as exc:
                 raise NotMine("not valid JSON (%s)" % exc) from None
+        printed = notebook_text(doc)
+        if printed is not None:
+            # a Jupyter notebook: what its cells printed is the console the user saw
+            out.fmt = "notebook"
+            out.dialect = "a Jupyter notebook's printed cell outputs"
+            out.caveats.append(
+                "a Jupyter notebook: its cells' printed outputs (%d lines) were read as a "
+                "text log" % printed.count("\n")
+            )
+            Text().read(Source(src.path, data=printed.encode("utf-8")), out)
+            return
         if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
             rows = doc["log_history"]
             out.fmt = "trainer_state"
@@ -108,6 +121,34 @@ class JsonDocument(Reader):
         for r in rows:
             ing.add(r)
         out.lines = len(rows)
+
+
+def notebook_text(doc):
+    """The text a Jupyter notebook's cells printed, in order (``stream`` outputs' ``text``,
+    results' and displays' ``text/plain``), or None when ``doc`` is no notebook (nbformat's
+    ``cells`` and ``nbformat`` keys; version 3's ``worksheets``)."""
+    if not isinstance(doc, dict) or "nbformat" not in doc:
+        return None
+    cells = doc.get("cells")
+    if cells is None and isinstance(doc.get("worksheets"), list):
+        cells = [c for w in doc["worksheets"] if isinstance(w, dict) for c in w.get("cells", ())]
+    if not isinstance(cells, list):
+        return None
+    parts = []
+    for cell in cells:
+        outputs = cell.get("outputs") if isinstance(cell, dict) else None
+        for o in outputs if isinstance(outputs, list) else ():
+            if not isinstance(o, dict):
+                continue
+            data = o.get("data")
+            text = o.get("text")
+            if text is None and isinstance(data, dict):
+                text = data.get("text/plain")
+            if isinstance(text, list):
+                text = "".join(t for t in text if isinstance(t, str))
+            if isinstance(text, str) and text:
+                parts.append(text if text.endswith("\n") else text + "\n")
+    return "".join(parts)
 
 
 def records(doc):
