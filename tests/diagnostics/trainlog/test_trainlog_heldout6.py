@@ -17,43 +17,27 @@ import re
 import statistics
 from pathlib import Path
 
-from tests.harness import DATA
 from tests.trainlog_kit import (
     NEVER_LEARNED,
+    RESTART_SAID,
     TWO_RUNS_SAID,
-    Run,
+    assert_licensed_set,
+    chosen,
     close,
     held_out,
     loss_spikes,
     run,
     said,
+    said_apart_from_path,
     series,
     source,
 )
 
-HELDOUT6 = DATA / "public" / "heldout6"
-
-RESTART_SAID = re.compile(
-    r"restart|second run|appended|run[- ]part|new run|two runs|repeated (step|episode)", re.I
-)
 HELD_OUT_SAID = re.compile(r"held[- ]out|eval|validation|valid", re.I)
 
 
 def held(rel: str) -> Path:
     return held_out("heldout6", rel)
-
-
-def said_apart_from_path(r: Run) -> str:
-    src = r.one("source") if r.all("source") else {}
-    return said(r).replace(str(src.get("path", "\0")), "")
-
-
-def chosen(src: dict[str, object]) -> str | None:
-    """The column the reader took as the loss, as it names it (None where it names none)."""
-    columns = src.get("columns")
-    if not isinstance(columns, dict) or columns.get("loss") is None:
-        return None
-    return str(columns["loss"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,12 +247,4 @@ def test_heldout6_lightgbm_notebook_rounds_training_and_valid_apart() -> None:
 
 
 def test_heldout6_runs_keep_their_license_and_notice() -> None:
-    table = (DATA.parent / "public_runs.md").read_text("utf-8")
-    table = table[table.index("## Held-out runs, sixth set (issue 35)") :]
-    names = sorted(p.name for p in HELDOUT6.iterdir() if p.is_dir())
-    assert len(names) >= 6, names
-    for name in names:
-        assert (HELDOUT6 / name / "LICENSE").stat().st_size > 0, name
-        notice = (HELDOUT6 / name / "NOTICE.md").read_text("utf-8")
-        assert re.search(r"commit\s+`[0-9a-f]{40}`", notice), name
-        assert f"| `{name}` |" in table, name
+    assert_licensed_set("heldout6", "## Held-out runs, sixth set (issue 35)", 6)
