@@ -75,6 +75,14 @@ _CLOSE_S = 3.0
 _HELLO = re.compile(re.escape(FRAME.pack(b"A", 0, 0)[:5]) + rb'.{4}\{"pid": ', re.S)
 #: Bytes kept of what came on stdout before the hello (a banner; the hops' words).
 _BEFORE = 4096
+#: How long after the agent last said something (any frame: a step's output or end, a
+#: probe's answer, its hello) a step goes to it without a probe first (Agent.idle). Long
+#: enough that the back-to-back steps and calls of a script or a loop (milliseconds apart)
+#: skip the probe's round trip; short enough that a link heard within it is as good as a
+#: probe's answer, which is itself a round trip old when the step goes (0.1-0.3 s on a
+#: distant link). A link that died inside it fails the step sent into it as a dropped link
+#: does: see Engine._ready_agent.
+QUIET_S = 0.25
 
 
 @functools.cache
@@ -233,6 +241,7 @@ class Agent:
         self._proc: Written = transport.start(launch.argv, None, sink=self._take)
         #: When its channel opened (the connection made): its hello is due from then on.
         self.started = time.monotonic()
+        self._heard = self.started  # when it last said something (Agent.idle)
         # The runner follows the boot's and the agent's source at once, without waiting for
         # its hello (one round trip less): the agent takes over what its loader's buffered
         # read took in beyond its source. A step waits for the hello (Engine._ready_agent),
@@ -249,9 +258,11 @@ class Agent:
 
     @property
     def idle(self) -> bool:
-        """Whether nothing proves its channel up now: it ran steps, and none is running."""
+        """Whether nothing proves its channel up now: it ran steps, none is running, and it
+        has said nothing for longer than QUIET_S."""
         with self._lock:
-            return self._next > 1 and not self._steps
+            quiet = time.monotonic() - self._heard > QUIET_S
+            return quiet and self._next > 1 and not self._steps
 
     def answers(self, timeout: float) -> bool:
         """Whether it answers a probe (a round trip on its channel) within ``timeout``."""
@@ -295,6 +306,7 @@ class Agent:
                     self._stderr += event.data
                     del self._stderr[:-4096]
                     return
+                self._heard = time.monotonic()
                 buf = self._buf
                 buf += event.data if self._ran else self._hello(event.data)
                 for kind, sid, payload in frames(buf, TO_CALLER):

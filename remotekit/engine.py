@@ -275,11 +275,16 @@ class Engine:
         words); None when it cannot run here, after :meth:`_fall_back`. The step's payload is
         not touched before this answers, so the step can still run without an agent.
 
-        An agent that sat idle answers a probe first (one round trip): its channel may have
-        dropped, or gone silent, since its last step, and a step sent into it would be lost
-        with it. One that does not answer within timeouts.connect is let go, and the step
-        goes to a new agent (the transport reconnects, with its note) and runs once, as a
-        step does whose held connection is found dead before its channel opens."""
+        An agent that sat idle (no step running, and nothing from it for QUIET_S) answers a
+        probe first (one round trip): its channel may have dropped, or gone silent, since it
+        last spoke, and a step sent into it would be lost with it. One that does not answer
+        within timeouts.connect is let go, and the step goes to a new agent (the transport
+        reconnects, with its note) and runs once, as a step does whose held connection is
+        found dead before its channel opens. One heard within QUIET_S (back-to-back steps)
+        takes the step without a probe: a link that died in that moment fails the step as
+        one that dies under a running step does, never running it: a dropped one at once
+        (ConnectionLost naming the agent and host; where the drop was seen first, the step
+        goes to a new agent as above), a silent one at the step's timeout (StepTimeout)."""
         agent = self.agent(launch)
         if agent is not None and agent.idle and not agent.answers(self.spec.timeouts.connect):
             self._discard(agent)

@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 
 import remotekit
+import remotekit.agent
 import remotekit.remote
-from remotekit.agent import loader_bytes
+from remotekit.agent import QUIET_S, Agent, loader_bytes
 from remotekit.layers import LOADER
 from remotekit.remote.agent import (
     FRAME,
@@ -181,6 +182,49 @@ def test_steps_share_one_agent_and_per_step_ones_do_not(target: remotekit.Target
     assert agent_pid(target) == pid != os.getpid()
     with remotekit.local_target(agent=False) as plain:
         assert agent_pid(plain) == os.getpid()  # a runner per step, started by us
+
+
+def probes_counted(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Each probe an agent sends from now on (its timeout), through Agent.answers."""
+    sent: list[float] = []
+    real = Agent.answers
+
+    def answers(self: Agent, timeout: float) -> bool:
+        sent.append(timeout)
+        return real(self, timeout)
+
+    monkeypatch.setattr(Agent, "answers", answers)
+    return sent
+
+
+def test_a_step_right_after_another_sends_no_probe(
+    target: remotekit.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent said something within QUIET_S (the last step's end): its link is as good as
+    a probe's answer, and the back-to-back steps of a loop skip the round trip. (The window
+    is widened here so that a slow machine keeps the steps within it.)"""
+    target.run(["true"])
+    monkeypatch.setattr(remotekit.agent, "QUIET_S", 30.0)
+    sent = probes_counted(monkeypatch)
+    for _ in range(3):
+        assert target.run(["echo", "hi"]).stdout == "hi\n"
+    assert target.run_python(remotekit.Script("print('ok')\n")).stdout == "ok\n"
+    assert sent == []
+
+
+def test_a_step_after_the_agent_was_quiet_sends_a_probe(
+    target: remotekit.Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past QUIET_S with no word from the agent, the next step waits for a probe's answer;
+    the one right after it does not."""
+    target.run(["true"])
+    sent = probes_counted(monkeypatch)
+    time.sleep(QUIET_S + 0.25)
+    assert target.run(["echo", "hi"]).stdout == "hi\n"
+    assert len(sent) == 1
+    monkeypatch.setattr(remotekit.agent, "QUIET_S", 30.0)
+    assert target.run(["echo", "hi"]).stdout == "hi\n"
+    assert len(sent) == 1
 
 
 def test_a_warm_step_with_a_small_payload_starts_no_thread_here(

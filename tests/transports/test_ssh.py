@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import remotekit
+from remotekit.agent import QUIET_S
 from tests.conftest import CT, need_program, write_inventory
 from tests.harness import FakeNode, SSHServer, ancestors, processes_with, venv_prefix, wait_gone
 
@@ -789,6 +790,7 @@ def test_a_connection_dropped_between_steps_reconnects_with_a_note(
     step = ["sh", "-c", f"echo ran >> /tmp/{runs.name}; echo ok"]
     with inv.target("box", agent=agent) as t:
         assert t.run(step).stdout == "ok\n"
+        time.sleep(QUIET_S + 0.25)  # no step, and the agent silent for longer than its window
         assert own_sshd.drop_connections()  # the sshd process serving it is gone
         for _ in range(2):  # at once, and after paramiko saw the connection go
             with pytest.warns(remotekit.Reconnected, match=r"^box: .*dropped.*reconnected") as w:
@@ -811,13 +813,14 @@ def test_a_connection_gone_silent_between_steps_fails_the_next_step(
     """The held connection stops answering while no step runs (no FIN, no RST): the next
     step is not sent into it to wait out its own timeout; the engine finds the link dead
     within timeouts.connect and says so. (On the agent, an idle agent answers a probe before
-    a step goes to it.)"""
+    a step goes to it, when it has said nothing for QUIET_S.)"""
     host = own_sshd.host_yaml(container=CT, pct=str(node.pct), venv=venv_prefix())
     inv = write_inventory(tmp_path / "hosts.yaml", {"box": {**host, "timeouts": {"connect": 2}}})
     runs = node.ct_tmp(CT) / f"runs-{uuid.uuid4().hex}"
     step = ["sh", "-c", f"echo ran >> /tmp/{runs.name}; echo ok"]
     with inv.target("box", agent=agent) as t:
         assert t.run(step).stdout == "ok\n"
+        time.sleep(QUIET_S + 0.25)  # no step, and the agent silent for longer than its window
         assert own_sshd.freeze_connections()
         try:
             with pytest.raises(remotekit.ConnectionLost) as info:
@@ -826,6 +829,42 @@ def test_a_connection_gone_silent_between_steps_fails_the_next_step(
             own_sshd.drop_connections()
         assert info.value.host == "box"
     assert runs.read_text() == "ran\n"  # the step that met the silent link never ran
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["dropped", "silent"])
+def test_a_link_that_dies_right_after_a_step_fails_the_next_step_once(
+    own_sshd: SSHServer, node: FakeNode, tmp_path: Path, how: str
+) -> None:
+    """The agent answered a moment ago (within QUIET_S), so the next step goes to it with no
+    probe; the link died in that moment. The step fails as on a link that dies under a
+    running step: a dropped one at once, ConnectionLost naming the host (or, where the drop
+    was seen before the step went, the step runs once on a new connection, with its note);
+    a silent one at the step's timeout, StepTimeout. A step that met the dead link never
+    runs, and none runs twice."""
+    host = own_sshd.host_yaml(container=CT, pct=str(node.pct), venv=venv_prefix())
+    inv = write_inventory(tmp_path / "hosts.yaml", {"box": {**host, "timeouts": {"connect": 2}}})
+    runs = node.ct_tmp(CT) / f"runs-{uuid.uuid4().hex}"
+    step = ["sh", "-c", f"echo ran >> /tmp/{runs.name}; echo ok"]
+    with inv.target("box", agent=True) as t:
+        assert t.run(step).stdout == "ok\n"
+        dies = own_sshd.drop_connections if how == "dropped" else own_sshd.freeze_connections
+        assert dies()
+        ran = 1
+        try:
+            with warnings.catch_warnings(record=True) as notes:
+                warnings.simplefilter("always", remotekit.Reconnected)
+                assert t.run(step, timeout=5).stdout == "ok\n"
+            assert how == "dropped", "a step on a silent link ended"
+            assert [type(n.message) for n in notes] == [remotekit.Reconnected]
+            ran += 1
+        except (remotekit.ConnectionLost, remotekit.StepTimeout) as exc:
+            wanted = remotekit.ConnectionLost if how == "dropped" else remotekit.StepTimeout
+            assert isinstance(exc, wanted), exc
+            assert exc.host == "box", exc
+        finally:
+            own_sshd.drop_connections()
+    assert runs.read_text() == "ran\n" * ran  # the step that met the dead link never ran
 
 
 @pytest.mark.timeout(300)
