@@ -80,6 +80,9 @@ exec(blob())"""
 )
 
 _CHUNK = 1 << 16
+#: How long, after READY, the terminal may take to leave echo and line mode before the blobs
+#: go all the same (Terminal.settle).
+SETTLE_S = 2.0
 #: Output kept from before READY (shown, or quoted in the error when READY never comes).
 _KEEP = 1 << 16
 #: How long output may still come after the program exited (a pty drains in milliseconds).
@@ -145,6 +148,7 @@ def handshake(term: Terminal, blobs: bytes, timeout: float) -> tuple[bool, bytes
         seen = (seen + data)[-_KEEP:]  # a login script's noise before READY: the tail only
         at = seen.find(READY)
         if at >= 0:
+            term.settle(min(left, SETTLE_S))
             term.write(blobs)
             return True, seen[:at] + seen[at + len(READY) :]
     return False, seen

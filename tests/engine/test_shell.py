@@ -449,3 +449,43 @@ def test_cli_shell_with_piped_input_has_no_terminal_as_ssh_T(kind: str, shells: 
     script = b"echo from the shell; exit 4\n"
     r = subprocess.run(argv, input=script, capture_output=True, timeout=90)
     assert (r.returncode, r.stdout) == (4, b"from the shell\n"), r.stderr
+
+
+# a hop's client that passes its far side's output on before it has taken our pty out of
+# echo and line mode (seen with `podman exec -t` under load)
+LATE_RAW = """\
+import os, termios, time
+os.write(1, b"REMOTEKIT-SHELL-READY")
+time.sleep(0.3)
+attrs = termios.tcgetattr(0)
+attrs[3] &= ~(termios.ECHO | termios.ICANON)
+termios.tcsetattr(0, termios.TCSANOW, attrs)
+got = b""
+while len(got) < 11:
+    got += os.read(0, 64)
+os.write(1, b"GOT:" + got + b":END")
+"""
+
+
+def test_the_blobs_wait_until_the_terminal_is_out_of_echo_and_line_mode() -> None:
+    """READY seen while our pty is still in echo and line mode (the hop's client not yet
+    attached): the blobs go once it left them, so they are never echoed on the screen nor held
+    in the line buffer (a blob has no newline: there the loader would wait for ever)."""
+    from remotekit.shell import handshake
+    from remotekit.transports.local import LocalTerminal
+
+    term = LocalTerminal([sys.executable, "-c", LATE_RAW], "xterm", 80, 24)
+    try:
+        started, _ = handshake(term, b"9:SECRET-42", 10.0)
+        assert started
+        screen, end = b"", time.monotonic() + 10
+        while b":END" not in screen and time.monotonic() < end:
+            if select.select([term], [], [], 0.2)[0]:
+                data = term.read()
+                if not data:
+                    break
+                screen += data
+        assert b"GOT:9:SECRET-42:END" in screen, screen
+        assert screen.count(b"SECRET-42") == 1, screen  # never echoed
+    finally:
+        term.close()
