@@ -537,13 +537,15 @@ def test_a_warm_call_that_leaves_a_process_has_its_tree_stopped(
     assert target.call(checks.pid, timeout=60) != first
 
 
-def test_a_warm_call_does_not_wake_its_worker(
-    local: remotekit.Target, checks: ModuleType, agent: bool | None
-) -> None:
+def test_a_warm_call_does_not_wake_its_worker(checks: ModuleType) -> None:
     """Once a worker's process runs calls of a package, the agent hands it the next ones
-    itself: the worker (that process's parent, there to stop its tree) sleeps through them."""
-    if agent is False:
-        pytest.skip("one process per call: no worker")
+    itself: the worker (that process's parent, there to stop its tree) sleeps through them.
+    With the agent only: one process per call has no worker."""
+    with remotekit.local_target() as local:
+        _sleeps_through_warm_calls(local, checks)
+
+
+def _sleeps_through_warm_calls(local: remotekit.Target, checks: ModuleType) -> None:
     worker = local.call(checks.parent, timeout=60)
     local.call(checks.parent, timeout=60)
 
