@@ -1181,16 +1181,11 @@ class Agent(object):
     def call_left(self, call):
         """Whether the call left processes running: the Executor's children and orphans
         re-parented to its worker (Executor.left, read from here); True when it cannot tell."""
-        fast = call.fast
-        pids = []
+        pid = call.fast.pid
         try:
-            for pid in (call.worker.pid, fast.pid):
-                for tid in os.listdir("/proc/%d/task" % pid):
-                    with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
-                        pids += [int(p) for p in f.read().split() if int(p) != fast.pid]
+            return bool(self.runner["children_left"]((call.worker.pid, pid), pid))
         except (OSError, ValueError):
             return True
-        return bool(self.runner["alive_among"](pids))
 
     def call_stop(self, step, reason):
         """Ask the call's worker to stop its tree (it answers ``S``)."""
@@ -1235,25 +1230,10 @@ class Agent(object):
         call = step.call
         if call.end is None or call.val is not None or step.outputs:
             return None
-        if call.tail is None:  # the runner's value_lines and exit line, with the call's key
-            import binascii
-
-            runner, data, piece = self.runner, call.value, self.runner["VALUE_PIECE"]
-            line = runner["control_line"]
-            if call.value_over:
-                lines = [line(runner["VALUE"], {"over": call.value_over}, call.key)]
-            else:
-                lines = [
-                    line(
-                        runner["VALUE"],
-                        binascii.b2a_base64(bytes(data[at : at + piece]), newline=False).decode(
-                            "ascii"
-                        ),
-                        call.key,
-                    )
-                    for at in range(0, len(data), piece)
-                ]
-            lines.append(line(runner["EXIT"], call.end, call.key))
+        if call.tail is None:  # the runner's value lines and exit line, with the call's key
+            runner = self.runner
+            lines = runner["value_lines"](call.value, call.value_over, call.key)
+            lines.append(runner["control_line"](runner["EXIT"], call.end, call.key))
             call.tail, call.value = memoryview(b"".join(lines)), None
         while call.tail and step.unacked < WINDOW:  # as relay: the caller's window
             piece, call.tail = call.tail[:CHUNK], call.tail[CHUNK:]

@@ -1461,16 +1461,17 @@ def send_value(data, over):
         write_control(line)
 
 
-def value_lines(data, over):
-    """send_value's control lines."""
+def value_lines(data, over, prefix=None):
+    """send_value's control lines (``prefix``: the key, where it is not this runner's own)."""
     import binascii  # a C module: base64's pure-Python wrapper costs a step ~1 ms
 
     if over:
-        return [control_line(VALUE, {"over": over})]
+        return [control_line(VALUE, {"over": over}, prefix)]
     return [
         control_line(
             VALUE,
             binascii.b2a_base64(bytes(data[at : at + VALUE_PIECE]), newline=False).decode("ascii"),
+            prefix,
         )
         for at in range(0, len(data), VALUE_PIECE)
     ]
@@ -1919,14 +1920,9 @@ class Executor(object):
         to the worker (a subreaper), zombies aside; read from /proc/PID/task/TID/children,
         or the whole /proc where that is missing."""
         try:
-            pids = []
-            for pid in (os.getpid(), self.pid):
-                for tid in os.listdir("/proc/%d/task" % pid):
-                    with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
-                        pids += [int(p) for p in f.read().split() if int(p) != self.pid]
+            return children_left((os.getpid(), self.pid), self.pid)
         except (OSError, ValueError):
             return [p for p in alive(None) if p != self.pid]
-        return alive_among(pids)
 
     def forget(self):
         """The Executor is gone (stopped, or it ended): the next call forks a fresh one."""
@@ -1943,6 +1939,18 @@ class Executor(object):
                 pass
             self._wait(0)
         self.pid = self.sock = None
+
+
+def children_left(parents, executor):
+    """The running children of ``parents`` (a worker, a subreaper, and its Executor), the
+    Executor itself aside, from /proc/PID/task/TID/children: Executor.left, and the agent's
+    look at a call it ran there. Raises OSError or ValueError where /proc cannot tell."""
+    pids = []
+    for pid in parents:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
+                pids += [int(p) for p in f.read().split() if int(p) != executor]
+    return alive_among(pids)
 
 
 def alive_among(pids):
