@@ -6,7 +6,6 @@ format's event patterns; everything else is skipped.
 
 from __future__ import annotations
 
-import re
 from array import array
 from collections import Counter
 from itertools import chain
@@ -14,7 +13,7 @@ from itertools import chain
 from ..protocol import mask
 from .base import MISSING, is_missing
 from .source import HEAD_ROWS, SNIFF_BYTES, SNIFF_LINES, Lines, head_lines
-from .templates import HELD_OUT_RE, held_out_values
+from .templates import HELD_OUT_RE, SPLIT_RE, held_out_values
 
 #: How far into a file a line format looks for its first data line past a preamble, and how
 #: many of its anchor's places there it tries (a JSON log with an ``iteration`` key has one a
@@ -30,7 +29,6 @@ MAX_HELD_CHARS = 4096
 MAX_HELD_BACK = 1000
 #: Such lines before the first train row kept to be told apart (_first_evaluation).
 MAX_EARLY_HELD = 64
-_DIGITS = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 
 #: A number as trainers print it, as one regex group (nan and inf too).
 NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))"
@@ -208,7 +206,8 @@ def _read_lines(lf, src, out):
 
 
 def _shape(line):
-    return _DIGITS.sub("#", line.strip())
+    """A line's constant text, its numbers aside, as the template reader splits it."""
+    return tuple(SPLIT_RE.split(line.strip())[0::2])
 
 
 def _first_evaluation(early, held):
