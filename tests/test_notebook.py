@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import torch
 
+from remotekit.agent import QUIET_S
 from tests.conftest import CI, CT, write_inventory
 from tests.harness import ROOT, FakeNode, SSHServer, processes_with, venv_prefix, wait_gone
 
@@ -130,7 +131,12 @@ def test_a_notebook_streams_interrupts_and_displays(
             if i == 2:
                 threading.Thread(target=stop_button, daemon=True).start()
             if i == 4 and where.server is not None:
-                assert where.server.drop_connections()  # the server drops the idle connection
+                # The server drops the connection once it sat idle, as between a person's cells
+                # (seconds): a step then first asks the agent whether its link is up. A step
+                # sent within QUIET_S of the agent's last word is not asked: a drop in that
+                # moment fails it (ConnectionLost), which tests/transports/test_ssh.py holds.
+                time.sleep(2 * QUIET_S)
+                assert where.server.drop_connections()
             client.execute_cell(c, i)
     assert interrupted.is_set()
 
