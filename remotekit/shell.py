@@ -7,11 +7,27 @@ The chain is the target's own, each hop in its interactive form (:meth:`Hop.inte
 
 so the terminal is at the innermost level (each hop gives the next one a terminal).
 
-Only a constant crosses the shells. :data:`SHELL_LOADER` turns off echo on its terminal and
-says :data:`READY`; only then do we send, as ``<length>:<base64>`` blobs, the second stage
-(``remote/shell.py``) and the request (argv, env, PATH additions, workdir). Sent earlier, the
-terminal would echo them back, and the env would show on a command line. The second stage
+Only a constant crosses the shells. :data:`SHELL_LOADER` puts its terminal in raw mode and
+says :data:`READY`; then we send, as ``<length>:<base64>`` blobs, the second stage
+(``remote/shell.py``) and the request (argv, env, PATH additions, workdir). The second stage
 restores the terminal and execs the program, whose exit status comes back as ours.
+
+The handshake. READY proves only that the loader's own terminal is raw. A hop's client
+(``podman exec -t``, seen under load) may pass READY on before it takes ITS terminal (over
+SSH: sshd's pty there, which we cannot inspect) out of echo and line mode; blobs sent then are
+echoed onto the screen (env values shown) and, having no newline, wait in the line buffer (a
+line holds 4095 bytes), so the loader may wait for ever. So after READY we probe: ``^U`` and a
+letter (``a`` to ``t`` in turn), every :data:`PROBE_S`. The loader answers each byte it reads
+with ``~`` and the byte upper-cased (``~A``: no echo and no hop's words look like that), until
+it reads ``.``. A terminal in line mode holds a probe in its line buffer, where the next ``^U``
+(VKILL) erases it: it never reaches the loader, and the line never grows. A terminal that
+echoes sends the probe's letter back before the loader's answer can pass through it (the echo
+is written when the byte arrives, the answer after it was read). So the first answer to a
+probe whose letter did not come back since it was sent proves the whole chain raw and silent;
+only then do ``.`` and the blobs go. What comes between READY and the loader's ``~.`` (echo,
+answers to probes still under way) is ours and dropped; output before READY (a login
+script's) is shown. With no such answer within the start timeout the program there is stopped,
+and the error says that a terminal on the way stayed in line mode, and what to do: never a hang.
 
 While attached, our terminal is in raw mode (so Ctrl-C is a byte for the program there, not
 a signal for us) and is always restored; a window size change (SIGWINCH) is passed on.
@@ -52,7 +68,8 @@ __all__ = [
 #: of it reaches the screen).
 READY = b"REMOTEKIT-SHELL-READY"
 
-#: The only code that crosses a shell: echo off, READY, then run the second stage it is sent.
+#: The only code that crosses a shell: raw mode, READY, each byte read answered (``~`` and the
+#: byte upper-cased) until ``.``, then run the second stage it is sent (see the module doc).
 SHELL_LOADER = (
     """\
 import os,base64,termios as T
@@ -76,13 +93,21 @@ def blob():
 os.write(1,b'"""
     + READY.decode()
     + """')
+c=b''
+while c!=b'.':
+ c=os.read(0,1);os.write(1,b'~'+c.upper())
+ if not c:raise SystemExit(1)
 exec(blob())"""
 )
 
 _CHUNK = 1 << 16
-#: How long, after READY, the terminal may take to leave echo and line mode before the blobs
-#: go all the same (Terminal.settle).
-SETTLE_S = 2.0
+#: A probe (:func:`handshake`) this often until the loader answers one unechoed.
+PROBE_S = 0.1
+#: The probes' letters, in turn; the loader answers each as ``~`` and the letter upper-cased.
+#: An answer tells its probe from the one before with its letter if it comes back within a
+#: round of them (2 s at PROBE_S).
+_PROBES = b"abcdefghijklmnopqrst"
+_TILDE = ord("~")
 #: Output kept from before READY (shown, or quoted in the error when READY never comes).
 _KEEP = 1 << 16
 #: How long output may still come after the program exited (a pty drains in milliseconds).
@@ -131,36 +156,93 @@ def window_size(*fds: int) -> tuple[int, int]:
     return 80, 24
 
 
-def handshake(term: Terminal, blobs: bytes, timeout: float) -> tuple[bool, bytes]:
-    """Wait for READY, then send ``blobs``: (True, output before READY), or (False, all the
-    output) when the program there ended, or ``timeout`` passed, without saying READY."""
-    seen = b""
+def handshake(term: Terminal, blobs: bytes, timeout: float) -> bytes:
+    """Wait for READY, probe until the whole chain is raw, send ``blobs`` (the module doc says
+    how); the output to show: what came before READY, and what came after the loader's ``~.``.
+
+    Raises :class:`NotStarted` when the program there ends, or ``timeout`` s pass, first.
+    """
     end = time.monotonic() + timeout
-    while (left := end - time.monotonic()) > 0:
-        ready, _, _ = select.select([term], [], [], min(left, 0.2))
-        if not ready:
-            if term.poll() is not None:
-                break
-            continue
-        data = term.read()
-        if not data:
-            break
+    seen = b""
+    while data := _next(term, end):
         seen = (seen + data)[-_KEEP:]  # a login script's noise before READY: the tail only
-        at = seen.find(READY)
-        if at >= 0:
-            term.settle(min(left, SETTLE_S))
-            term.write(blobs)
-            return True, seen[:at] + seen[at + len(READY) :]
-    return False, seen
+        if READY in seen:
+            break
+    else:
+        raise NotStarted(seen, term.wait(1.0))
+    shown, _, rest = seen.partition(READY)
+    probes = _Probes(term)
+    after = probes.answered(rest)
+    while after is None:
+        probes.send()
+        data = _next(term, min(end, probes.due))
+        if data == b"" or (data is None and time.monotonic() >= end):
+            raise NotStarted(shown, term.wait(1.0), ready=data is None)
+        after = probes.answered(data or b"")
+    term.write(b"." + blobs)
+    # the answers to probes still under way, then the loader's "~.": ours, not shown
+    drain = time.monotonic() + timeout
+    while (at := after.find(b"~.")) < 0:
+        data = _next(term, drain)
+        if not data:
+            return shown
+        after = after[-1:] + data
+    return shown + after[at + 2 :]
+
+
+def _next(term: Terminal, until: float) -> bytes | None:
+    """``term``'s next output; ``b""`` once it ended (or the program there did); None when
+    nothing came by ``until``."""
+    while (left := until - time.monotonic()) > 0:
+        if select.select([term], [], [], min(left, 0.2))[0]:
+            return term.read()
+        if term.poll() is not None:
+            return b""
+    return None
+
+
+class _Probes:
+    """The probes sent after READY, and which of them came back as echo (module doc)."""
+
+    def __init__(self, term: Terminal):
+        self.term = term
+        self.sent = 0
+        self.due = time.monotonic()  #: when the next probe goes
+        self.echoed: dict[int, bool] = {}  # a letter under way: whether its echo was seen
+        self.tilde = False  # the last byte read was "~": an answer's letter may follow
+
+    def send(self) -> None:
+        """The next probe, if it is due."""
+        if time.monotonic() < self.due:
+            return
+        letter = _PROBES[self.sent % len(_PROBES)]
+        self.echoed[letter] = False
+        self.term.write(b"\x15" + bytes([letter]))
+        self.sent += 1
+        self.due = time.monotonic() + PROBE_S
+
+    def answered(self, data: bytes) -> bytes | None:
+        """Reads ``data``: what follows the first answer to an unechoed probe, or None."""
+        for i, byte in enumerate(data):
+            letter = byte | 0x20  # an answer's letter is upper case; done with it either way
+            if self.tilde and letter != byte and self.echoed.pop(letter, True) is False:
+                return data[i + 1 :]
+            self.tilde = byte == _TILDE
+            if byte in self.echoed:
+                self.echoed[byte] = True
+        return None
 
 
 class NotStarted(Exception):
-    """The program there never said READY (a hop could not be entered, no interpreter...)."""
+    """The program there never said READY (a hop could not be entered, no interpreter...), or
+    (``ready``) said it but its answer to a probe never came through: a terminal on the way
+    stayed in line mode."""
 
-    def __init__(self, output: bytes, code: int | None):
+    def __init__(self, output: bytes, code: int | None, ready: bool = False):
         super().__init__("the shell did not start")
         self.output = output  #: what came instead of READY (the hops' words)
         self.code = code  #: its exit status; None while it still runs (a start timeout)
+        self.ready = ready  #: READY came, then no answer to a probe (a start timeout)
 
 
 def session(
@@ -169,13 +251,10 @@ def session(
     """The whole session on ``term``: handshake, then :func:`attach` until the program there
     ends; its exit status (None: unknown, the connection dropped). ``term`` is closed after.
 
-    Raises :class:`NotStarted` when READY does not come within ``start_timeout`` s.
+    Raises :class:`NotStarted` when the handshake does not end within ``start_timeout`` s.
     """
     try:
-        started, early = handshake(term, blobs, start_timeout)
-        if not started:
-            raise NotStarted(early, term.wait(1.0))
-        _write_all(stdout_fd, early)
+        _write_all(stdout_fd, handshake(term, blobs, start_timeout))
         attach(term, stdin_fd, stdout_fd)
         return term.wait(5.0)
     finally:

@@ -965,6 +965,17 @@ class Target(Facade):
     def _shell_not_started(
         self, exc: NotStarted, argv: Sequence[str] | None, timeout: float
     ) -> RemotekitError:
+        if exc.ready:
+            return RemotekitError(
+                f"the shell started but a terminal on the way stayed in line mode for"
+                f" {timeout:g} s, so its request was not sent (it would have shown on the"
+                f" screen): a hop of {self.chain} passed the program's output on without"
+                " putting its terminal in raw mode. Give that hop a terminal (podman/docker"
+                " exec -it, srun --pty, kubectl exec -it), or run the program without one:"
+                " `remotekit run`, or `remotekit shell` with its input piped",
+                host=self.name,
+                step="shell",
+            )
         if exc.code is None:
             return RemotekitError(
                 f"the shell did not start within {timeout:g} s via {self.chain}",

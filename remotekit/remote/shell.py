@@ -4,7 +4,8 @@
 #   pct exec 200 -- /root/venv/bin/python -c '<SHELL_LOADER>'
 #
 # Standard library only; Python >= 3.6 syntax. The loader has put the terminal (stdin) in raw
-# mode with echo off, said REMOTEKIT-SHELL-READY on stdout (no newline), read this file as a blob
+# mode with echo off, said REMOTEKIT-SHELL-READY on stdout (no newline), answered our probes
+# until the whole chain of terminals proved raw (remotekit/shell.py), read this file as a blob
 # (``<decimal length>:<base64>``) and run it with ``saved`` (the terminal's settings before,
 # or None when stdin is not a terminal) and ``blob`` (reads the next blob) in its globals.
 # The next blob is the request, UTF-8 JSON:

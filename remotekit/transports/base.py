@@ -320,11 +320,6 @@ class Terminal(Protocol):
 
     def resize(self, columns: int, rows: int) -> None: ...
 
-    def settle(self, timeout: float) -> None:
-        """Wait, up to ``timeout`` s, until what is written reaches the program unechoed and
-        at once: until the terminal is out of echo and line mode where that is ours to see."""
-        ...
-
     def poll(self) -> int | None: ...
 
     def wait(self, timeout: float) -> int | None:

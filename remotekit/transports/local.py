@@ -243,22 +243,6 @@ class LocalTerminal:
     def resize(self, columns: int, rows: int) -> None:
         _set_size(self._master, columns, rows)  # the kernel signals SIGWINCH to the program
 
-    def settle(self, timeout: float) -> None:
-        """Until the program took our pty out of echo and line mode: a hop's client (``podman
-        exec -t``, ``ssh -t``) does so as it attaches, the loader itself where it runs on our pty.
-        A client can pass on its far side's output before it did (seen with ``podman exec``
-        under load): written then, the shell's blobs were echoed back on the screen and held
-        in the line buffer, and its loader waited for them for ever."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            try:
-                lflag = termios.tcgetattr(self._master)[3]
-            except termios.error:  # the pty is gone: the write that follows says so
-                return
-            if not lflag & (termios.ECHO | termios.ICANON):
-                return
-            time.sleep(0.005)
-
     def poll(self) -> int | None:
         return _status(self._proc.poll())
 

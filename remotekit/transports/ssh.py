@@ -655,9 +655,6 @@ class SSHTerminal:
         with self._ending, contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self._chan.resize_pty(width=columns, height=rows)
 
-    def settle(self, timeout: float) -> None:
-        """Nothing to wait for that we can see: the pty is sshd's, there."""
-
     def poll(self) -> int | None:
         chan = self._chan
         if not chan.exit_status_ready():

@@ -114,6 +114,7 @@ class Window:
         )
         os.close(slave)
         self.screen = b""
+        self.seen = b""  #: everything shown so far
 
     def resize(self, columns: int, rows: int, fd: int | None = None) -> None:
         size = struct.pack("HHHH", rows, columns, 0, 0)
@@ -142,6 +143,7 @@ class Window:
                 if not data and self.proc.poll() is not None:
                     raise AssertionError(f"{pattern!r} not on the screen; exited:\n{text}")
                 self.screen += data
+                self.seen += data
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -451,41 +453,123 @@ def test_cli_shell_with_piped_input_has_no_terminal_as_ssh_T(kind: str, shells: 
     assert (r.returncode, r.stdout) == (4, b"from the shell\n"), r.stderr
 
 
-# a hop's client that passes its far side's output on before it has taken our pty out of
-# echo and line mode (seen with `podman exec -t` under load)
-LATE_RAW = """\
-import os, termios, time
-os.write(1, b"REMOTEKIT-SHELL-READY")
-time.sleep(0.3)
-attrs = termios.tcgetattr(0)
-attrs[3] &= ~(termios.ECHO | termios.ICANON)
-termios.tcsetattr(0, termios.TCSANOW, attrs)
-got = b""
-while len(got) < 11:
-    got += os.read(0, 64)
-os.write(1, b"GOT:" + got + b":END")
-"""
-
-
-def test_the_blobs_wait_until_the_terminal_is_out_of_echo_and_line_mode() -> None:
-    """READY seen while our pty is still in echo and line mode (the hop's client not yet
-    attached): the blobs go once it left them, so they are never echoed on the screen nor held
-    in the line buffer (a blob has no newline: there the loader would wait for ever)."""
-    from remotekit.shell import handshake
-    from remotekit.transports.local import LocalTerminal
-
-    term = LocalTerminal([sys.executable, "-c", LATE_RAW], "xterm", 80, 24)
+# A hop's client (as `podman exec -t`): the program it is given on a pty of its own, relayed
+# both ways. It passes its far side's output on at once, READY included, but takes ITS terminal
+# (over SSH: sshd's pty there) out of echo and line mode only later, in STAGES (seconds after
+# the first output, the lflag bits turned off then), with TCSANOW as Go's term.MakeRaw: a line
+# still in the buffer is then read. Named as the target's python, it runs the real one.
+LATE_HOP = """\
+import os, pty, select, sys, termios, time
+STAGES = {stages!r}
+pid, master = pty.fork()
+if pid == 0:
+    os.execv({python!r}, [{python!r}] + sys.argv[1:])
+first = None
+while True:
+    while STAGES and first is not None and time.monotonic() - first >= STAGES[0][0]:
+        attrs = termios.tcgetattr(0)
+        attrs[3] &= ~STAGES.pop(0)[1]
+        termios.tcsetattr(0, termios.TCSANOW, attrs)
+    ready = select.select([master, 0], [], [], 0.02)[0]
     try:
-        started, _ = handshake(term, b"9:SECRET-42", 10.0)
-        assert started
-        screen, end = b"", time.monotonic() + 10
-        while b":END" not in screen and time.monotonic() < end:
-            if select.select([term], [], [], 0.2)[0]:
-                data = term.read()
-                if not data:
-                    break
-                screen += data
-        assert b"GOT:9:SECRET-42:END" in screen, screen
-        assert screen.count(b"SECRET-42") == 1, screen  # never echoed
-    finally:
-        term.close()
+        data = os.read(master, 65536) if master in ready else None
+        if data is not None:
+            if not data:
+                break
+            os.write(1, data)
+            first = first or time.monotonic()
+        data = os.read(0, 65536) if 0 in ready else None
+        if data is not None:
+            if not data:
+                break
+            os.write(master, data)
+    except OSError:  # EIO: the program there, or our terminal, is gone
+        break
+os.close(master)
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+LINE_MODE = termios.ECHO | termios.ICANON
+#: how the hop's terminal leaves echo and line mode, 0.3 s after READY went through it
+LATE = {
+    "both at once": [(0.3, LINE_MODE)],
+    "echo after line mode": [(0.3, termios.ICANON), (0.6, termios.ECHO)],
+}
+#: a blob on the screen: the request's bytes (the env values in its base64) echoed
+BLOB = re.compile(rb"\d+:[A-Za-z0-9+/]{40}")
+
+
+def _late_hop(request: pytest.FixtureRequest, tmp_path: Path, kind: str, stages: Any) -> Any:
+    """An inventory whose host ``kind`` (``local``, or ``ssh``: the real sshd) starts the
+    shell through :data:`LATE_HOP` with ``stages``."""
+    hop = tmp_path / "late-hop"
+    hop.write_text(f"#!{sys.executable}\n" + LATE_HOP.format(stages=stages, python=sys.executable))
+    hop.chmod(0o755)
+    host: dict[str, Any] = {"python": str(hop), "workdir": str(tmp_path)}
+    if kind == "ssh":
+        host.update(request.getfixturevalue("sshd").host_yaml())
+    return write_inventory(tmp_path / "hosts.yaml", {kind: host})
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+@pytest.mark.parametrize("late", sorted(LATE))
+def test_a_hop_that_passes_ready_on_before_its_terminal_is_raw(
+    kind: str, late: str, request: pytest.FixtureRequest, tmp_path: Path, window: Any
+) -> None:
+    """READY comes through while a terminal on the way still echoes and holds lines (over SSH
+    it is sshd's, there): the request goes only once the whole chain is raw, so it is never
+    echoed on the screen, nor held in a line buffer (a blob has no newline: there the loader
+    would wait for ever, and a line holds 4095 bytes). Nothing of the handshake shows."""
+    inv = _late_hop(request, tmp_path, kind, LATE[late])
+    w = window(inv, kind, "sh")
+    mark = uuid.uuid4().hex[:8]
+    w.type(f"echo {mark}-$((6*7))\r")
+    w.expect(f"{mark}-42", timeout=30)
+    w.type('echo "[$RK_CALL]"\r')
+    w.expect(r"\[from the call\]")
+    w.type("exit 3\r")
+    w.expect(r"RK-EXIT 3, echo True")
+    print("SEEN", w.seen[:3000])
+    assert not BLOB.search(w.seen), w.seen
+    assert not re.search(rb"\x15|\^U|~[A-T.]|REMOTEKIT", w.seen), w.seen
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["local", "ssh"])
+def test_a_terminal_that_never_leaves_line_mode_is_an_error_not_a_hang(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    inv = _late_hop(request, tmp_path, kind, [])
+    with inv.target(kind) as t, pytest.raises(remotekit.RemotekitError) as info:
+        _shell(t, ["true"], start_timeout=3)
+    message = str(info.value)
+    assert "stayed in line mode for 3 s" in message and "exec -it" in message, message
+    assert info.value.host == kind and info.value.step == "shell"
+    assert wait_gone(str(tmp_path / "late-hop"), 10) == []  # giving up stopped it there
+
+
+class _Written:
+    """A terminal that only records what is written to it (for the probes' bookkeeping)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+def test_only_an_answer_to_a_probe_that_did_not_come_back_as_echo_counts() -> None:
+    from remotekit.shell import _Probes
+
+    term = _Written()
+    probes = _Probes(term)  # type: ignore[arg-type]
+    probes.send()
+    assert term.data == b"\x15a"
+    # its echo (^U as ECHOCTL shows it, the letter), words with capitals, then its answer
+    assert probes.answered(b"^Ua\x08 \x08WARN A") is None
+    assert probes.answered(b"~A") is None  # echoed: not proof
+    probes.due = 0.0
+    probes.send()
+    assert term.data.endswith(b"\x15b")
+    assert probes.answered(b"~") is None  # an answer split between two reads
+    assert probes.answered(b"Brest") == b"rest"
