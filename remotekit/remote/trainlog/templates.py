@@ -325,8 +325,10 @@ def mine(lines, start=0, table=None, events=None, fast=None):
 # its end (``]``) or its postfix (``, loss=0.35, v_num=vakz]``). The drawing, the times and
 # the rate change at every redraw: as constants they would make each redraw a line kind of
 # its own (a bar at 0%, at 50%, at 100%); the postfix is the data.
+# (A number starts where no digit stands before it: a long run of digits is tried once, not
+# from each of its digits.)
 BAR_RE = re.compile(
-    r"(?:\d+%\|[^|\n]*\|\s*)?(\d+/\d+)\s*\[[\d:]+<[\d:?]+,\s*(?:[\d.]+|\?)\s*"
+    r"(?:(?<!\d)\d+%\|[^|\n]*\|\s*)?(?<!\d)(\d+/\d+)\s*\[[\d:]+<[\d:?]+,\s*(?:[\d.]+|\?)\s*"
     r"(?:[A-Za-z]*/s|s/[A-Za-z]+)(\]|(?=,))"
 )
 
@@ -797,15 +799,17 @@ def _saved_held_out(table):
     the save lines that share their text up to it are one kind, seen twice at least."""
     groups = {}
     for t in table.values():
-        if not t.width or _no_text(t) or event_kind(t.first) != "checkpoint":
+        # the field first (its constants are short), the line's words after (a line's
+        # length is the bound of a look at its text)
+        j, word = next(
+            ((j, w) for j in range(t.width) for w in [_held_out_word(t.consts[j])] if w),
+            (None, None),
+        )
+        if word is None or _no_text(t) or event_kind(t.first) != "checkpoint":
             continue
         if CODE_RE.match(t.first) or any(_TRANSFER_RE.search(c) for c in t.consts):
             continue
-        for j in range(t.width):
-            word = _held_out_word(t.consts[j])
-            if word is not None:
-                groups.setdefault(tuple(t.consts[: j + 1]) + ("",), []).append((t, word))
-                break
+        groups.setdefault(tuple(t.consts[: j + 1]) + ("",), []).append((t, word))
     out = []
     for consts, found in groups.items():
         j = len(consts) - 2

@@ -187,3 +187,19 @@ def test_a_save_line_stating_the_held_out_loss_gives_it(tmp_path: Path) -> None:
     assert held["n"] == 12 and close(held["median"], statistics.median(val)), held
     assert len([e for e in r.all("event") if e["kind"] == "checkpoint"]) == 12
     assert not RESTART_SAID.search(_apart_from_path(r, path)), said(r)
+
+
+def test_a_long_run_of_digits_beside_a_bar_s_marks_is_read(tmp_path: Path) -> None:
+    """Hostile input: a line near the length limit, a run of digits after ``<`` and ``[``
+    (what the bar's cut looks for first), among train lines. The cut tries the run once,
+    not from each of its digits (that was hours at this length): the log is read, its 20
+    train lines' loss."""
+    path = tmp_path / "train.log"
+    with open(path, "w") as f:
+        for i in range(20):
+            f.write(f"epoch {i} step {i} loss {_loss(i)}\n")
+            if i == 10:
+                f.write("<[" + "7" * 1_000_000 + "\n")
+    r = run(path)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 20, loss
