@@ -328,15 +328,19 @@ def mine(lines, start=0, table=None, events=None, fast=None):
 # (A number starts where no digit stands before it: a long run of digits is tried once, not
 # from each of its digits.)
 BAR_RE = re.compile(
-    r"(?:(?<!\d)\d+%\|[^|\n]*\|\s*)?(?<!\d)(\d+/\d+)\s*\[[\d:]+<[\d:?]+,\s*(?:[\d.]+|\?)\s*"
+    r"(?:(?<!\d)(\d+)%\|[^|\n]*\|\s*)?(?<!\d)(\d+/\d+)\s*\[[\d:]+<[\d:?]+,\s*(?:[\d.]+|\?)\s*"
     r"(?:[A-Za-z]*/s|s/[A-Za-z]+)(\]|(?=,))"
 )
 
 
 def _unbar(m):
-    """A bar's state without its drawing, times and rate: ``i/N [`` before a postfix; nothing
-    for a bar without one (the progress of something, glued to another line or alone)."""
-    return "" if m.group(2) else m.group(1) + " ["
+    """A bar's state without its drawing, times and rate: ``p%|| i/N [`` before a postfix
+    (the percent kept: a field between the bar's description and its count, as it was, so
+    that ``train:  12%|...| 12/100``'s count is no field named ``train``); nothing for a bar
+    without one (the progress of something, glued to another line or alone)."""
+    if m.group(3):
+        return ""
+    return (m.group(1) + "%|| " if m.group(1) else "") + m.group(2) + " ["
 
 
 def compiled(t):
@@ -846,28 +850,35 @@ def _last_draws(t):
     one line an epoch: the last drawn at the furthest ``i/N`` the epoch's bar reached. A bar
     is one line redrawn, not a line a step: its postfix is a value as it stood at each
     redraw (a running loss), the same value shown again as the bar moves, and the bar drawn
-    again at 0% (a new epoch's bar still showing the last one's value) is no step back. The
-    template as it is where its lines state no epoch and ``i/N``, or one line an epoch."""
+    again at 0% (a new epoch's bar still showing the last one's value) is no step back. A
+    bar that states no epoch keeps one line a position: the last drawn where the bar drew
+    the same ``i/N`` again (``update()`` then ``set_postfix()``: the old value, then the
+    new). The template as it is where its lines state no ``i/N``, or draw each once."""
     k = Kind(t)
-    if k.epoch is None or k.progress is None:
+    if k.progress is None:
         return t
-    ep, pos = t.column(k.epoch), t.column(k.progress)
-    keep, best = [], None  # best: the line of the epoch's furthest draw so far
-    for n in range(len(ep)):
-        if n and ep[n] != ep[n - 1]:
-            keep.append(best)
-            best = None
-        if best is None or pos[n] >= pos[best]:
-            best = n
-    keep.append(best)
-    if len(keep) == len(ep):
+    pos = t.column(k.progress)
+    if k.epoch is None:
+        n = len(pos)
+        keep = [i for i in range(n) if i + 1 == n or pos[i + 1] != pos[i]]
+    else:
+        ep = t.column(k.epoch)
+        keep, best = [], None  # best: the line of the epoch's furthest draw so far
+        for i in range(len(ep)):
+            if i and ep[i] != ep[i - 1]:
+                keep.append(best)
+                best = None
+            if best is None or pos[i] >= pos[best]:
+                best = i
+        keep.append(best)
+    if len(keep) == len(pos):
         return t
     m = Template(t.consts, t.first)
     m.bar, m.word = True, t.word
     rows = list(_all_rows(t))
-    for n in keep:
-        m.at.append(t.at[n])
-        m.rows.append(list(rows[n][: t.width]))
+    for i in keep:
+        m.at.append(t.at[i])
+        m.rows.append(list(rows[i][: t.width]))
     return m
 
 

@@ -10,7 +10,16 @@ import re
 import statistics
 from pathlib import Path
 
-from tests.trainlog_kit import RESTART_SAID, close, loss_spikes, run, said, series, source
+from tests.trainlog_kit import (
+    RESTART_SAID,
+    TWO_RUNS_SAID,
+    close,
+    loss_spikes,
+    run,
+    said,
+    series,
+    source,
+)
 
 
 def _loss(i: int, start: float = 2.0) -> float:
@@ -203,3 +212,32 @@ def test_a_long_run_of_digits_beside_a_bar_s_marks_is_read(tmp_path: Path) -> No
     r = run(path)
     (loss,) = series(r, "loss")
     assert loss["n"] == 20, loss
+
+
+def test_a_bar_with_no_epoch_drawn_twice_a_position_is_one_point_a_position(
+    tmp_path: Path,
+) -> None:
+    """A loop's own bar (``train:  12%|#  | 12/100 [..., loss=x]``, no epoch), each position
+    drawn twice as ``update()`` then ``set_postfix()`` draw it (the old value, then the
+    new), two passes of 40: 80 points, one a position, the second pass a new epoch as the
+    bar starting again says; no restart. Before (main): each position's second draw read
+    as the step logged again with other values (a restart) or as a second engine's line
+    side by side, and one point read."""
+    path = tmp_path / "train.log"
+    shown, values = 0.0, []
+    with open(path, "w") as f:
+        f.write("loading data, 40 batches\n")
+        for p in range(2):
+            for i in range(1, 41):
+                f.write(_bar(p, i, 40, shown).replace(f"Epoch {p}", "train") + "\n")
+                shown = _loss(40 * p + i)
+                values.append(shown)
+                f.write(_bar(p, i, 40, shown).replace(f"Epoch {p}", "train") + "\n")
+    r = run(path)
+    src = source(r)
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 80, loss
+    assert close(loss["median"], statistics.median(values)), loss
+    assert (src["first_step"], src["last_step"]) == (1, 80), src
+    text = _apart_from_path(r, path)  # ("its restarts count epochs": the reader's own words)
+    assert "logged again" not in text and not TWO_RUNS_SAID.search(text), said(r)
