@@ -34,7 +34,7 @@ from array import array
 from bisect import bisect_right
 from heapq import merge as _interleave
 from itertools import compress, islice, repeat
-from operator import add, ge, itemgetter, lt, mul, ne, not_, sub
+from operator import add, eq, ge, itemgetter, lt, mul, ne, not_, sub
 
 from ..protocol import mask
 from .base import (
@@ -106,6 +106,7 @@ class Template:
     __slots__ = (
         "_at_row",
         "at",
+        "bar",
         "columns",
         "consts",
         "first",
@@ -127,6 +128,7 @@ class Template:
         self.rx = None  # its block regexes (any text, ASCII text), once it is the fast one
         self._at_row = None  # (rows, starts of the segments), for cell()
         self.word = None  # the word that keeps it apart from a template a word away
+        self.bar = False  # its lines are a progress bar's redraws (:data:`BAR_RE`)
 
     def add_block(self, text, cols):
         """The block ``text``'s lines of this template, ``cols`` their fields as text, a
@@ -296,7 +298,13 @@ def mine(lines, start=0, table=None, events=None, fast=None):
     split = SPLIT_RE.split
     get = table.get
     event = EVENT_HINT_RE.search
+    unbar = BAR_RE.sub
     for i, line in zip(rest, lines):
+        bar = False
+        if "<" in line and "[" in line:  # (a cheap look first: most lines are no bar)
+            cut = unbar(_unbar, line)
+            if cut != line:
+                line, bar = cut.rstrip(), True
         parts = split(line)
         if len(parts) > 1:
             consts = parts[0::2]
@@ -306,9 +314,33 @@ def mine(lines, start=0, table=None, events=None, fast=None):
                 t = table[key] = Template(consts, line)
             t.at.append(i)
             t.rows.append(parts[1::2])
+            t.bar = t.bar or bar
         if events is not None and event(line):
             events.append((i, line))
     return table
+
+
+# A tqdm progress bar's state: ``50%|█████     | 1/2 [00:00<00:00,  5.87it/s`` (the percent
+# and the bar drawn optional, ``?`` where a time or a rate is not known yet), then either
+# its end (``]``) or its postfix (``, loss=0.35, v_num=vakz]``). The drawing, the times and
+# the rate change at every redraw: as constants they would make each redraw a line kind of
+# its own (a bar at 0%, at 50%, at 100%); the postfix is the data.
+# (A number starts where no digit stands before it: a long run of digits is tried once, not
+# from each of its digits.)
+BAR_RE = re.compile(
+    r"(?:(?<!\d)(\d+)%\|[^|\n]*\|\s*)?(?<!\d)(\d+/\d+)\s*\[[\d:]+<[\d:?]+,\s*(?:[\d.]+|\?)\s*"
+    r"(?:[A-Za-z]*/s|s/[A-Za-z]+)(\]|(?=,))"
+)
+
+
+def _unbar(m):
+    """A bar's state without its drawing, times and rate: ``p%|| i/N [`` before a postfix
+    (the percent kept: a field between the bar's description and its count, as it was, so
+    that ``train:  12%|...| 12/100``'s count is no field named ``train``); nothing for a bar
+    without one (the progress of something, glued to another line or alone)."""
+    if m.group(3):
+        return ""
+    return (m.group(1) + "%|| " if m.group(1) else "") + m.group(2) + " ["
 
 
 def compiled(t):
@@ -654,6 +686,8 @@ def worth(table):
     table, _ = merged(table)
     kinds = [Kind(t) for t in table.values() if is_data(t)]
     kinds = [k for k in kinds if k.fields()]
+    if kinds:  # a save line that states a held-out loss: a val line kind beside the train's
+        kinds += _saved_held_out(table)
     # lines that differ in a word only (``[rank0]:``, ``[rank1]:``) are one kind, as Drain
     # merges templates a token apart: what differs is the kind or the fields
     if len({(k.kind, tuple(name for _, name in k.fields())) for k in kinds}) >= 2:
@@ -712,8 +746,8 @@ def read_kinds(table, events, out, run_part=None):
     series, on the steps its lines state, the run part chosen (``run_part``: 1-based; None
     or 0: the last; negative: from the end)."""
     table, joined = merged(table)
-    kinds = [Kind(t) for t in table.values() if is_data(t)]
-    kinds = [k for k in kinds if k.fields()]
+    kinds = [Kind(_last_draws(t)) if t.bar else Kind(t) for t in table.values() if is_data(t)]
+    kinds = [k for k in kinds if k.fields()] + _saved_held_out(table)
     once = sum(1 for t in table.values() if len(t.at) == 1)
     _headed(kinds, table)
     _mark(kinds, _marks(table))
@@ -760,6 +794,94 @@ def read_kinds(table, events, out, run_part=None):
     out.caveats.extend(joined)
 
 
+def _saved_held_out(table):
+    """Val kinds of the save lines that state the held-out loss they were saved for
+    (``Epoch 3, global step 4: 'val_loss' reached 0.156 (best 0.156), saving model to ...``):
+    a save is an event, and the held-out value it names is a point of its own, at the step
+    the line states (else the train line's before it). Only the first field named a
+    held-out loss is read (the file name's copy, the best so far, a top-k rank are not);
+    the save lines that share their text up to it are one kind, seen twice at least."""
+    groups = {}
+    for t in table.values():
+        # the field first (its constants are short), the line's words after (a line's
+        # length is the bound of a look at its text)
+        j, word = next(
+            ((j, w) for j in range(t.width) for w in [_held_out_word(t.consts[j])] if w),
+            (None, None),
+        )
+        if word is None or _no_text(t) or event_kind(t.first) != "checkpoint":
+            continue
+        if CODE_RE.match(t.first) or any(_TRANSFER_RE.search(c) for c in t.consts):
+            continue
+        groups.setdefault(tuple(t.consts[: j + 1]) + ("",), []).append((t, word))
+    out = []
+    for consts, found in groups.items():
+        j = len(consts) - 2
+        ts = sorted((t for t, _ in found), key=lambda t: -len(t.at))
+        m = Template(consts, ts[0].first)
+        rows = _interleave(*(zip(t.at, _all_rows(t)) for t in ts), key=itemgetter(0))
+        for i, row in rows:
+            m.at.append(i)
+            m.rows.append(list(row[: j + 1]))
+        if len(m.at) < 2:
+            continue
+        k = Kind(m)
+        if j in k.counters:
+            continue
+        k.kind = "val"
+        k._fields = [(j, found[0][1])]
+        out.append(k)
+    return out
+
+
+def _held_out_word(before):
+    """The word of the constant text before a field that names it a held-out loss
+    (``'val_loss' reached`` -> ``val_loss``), else None."""
+    segs = [s for s in _SEGMENT_RE.split(before) if s.strip(" :=#/")]
+    for w in _WORD_RE.findall(segs[-1]) if segs else ():
+        w = w.strip("./").lower()
+        if loss_name(w) and kind_of(re.split(r"[_/.]", w)) in ("val", "test"):
+            return w
+    return None
+
+
+def _last_draws(t):
+    """A progress bar's template (``Epoch 3:  50%|...| 1/2 [..., loss=0.27]``, redrawn) with
+    one line an epoch: the last drawn at the furthest ``i/N`` the epoch's bar reached. A bar
+    is one line redrawn, not a line a step: its postfix is a value as it stood at each
+    redraw (a running loss), the same value shown again as the bar moves, and the bar drawn
+    again at 0% (a new epoch's bar still showing the last one's value) is no step back. A
+    bar that states no epoch keeps one line a position: the last drawn where the bar drew
+    the same ``i/N`` again (``update()`` then ``set_postfix()``: the old value, then the
+    new). The template as it is where its lines state no ``i/N``, or draw each once."""
+    k = Kind(t)
+    if k.progress is None:
+        return t
+    pos = t.column(k.progress)
+    if k.epoch is None:
+        n = len(pos)
+        keep = [i for i in range(n) if i + 1 == n or pos[i + 1] != pos[i]]
+    else:
+        ep = t.column(k.epoch)
+        keep, best = [], None  # best: the line of the epoch's furthest draw so far
+        for i in range(len(ep)):
+            if i and ep[i] != ep[i - 1]:
+                keep.append(best)
+                best = None
+            if best is None or pos[i] >= pos[best]:
+                best = i
+        keep.append(best)
+    if len(keep) == len(pos):
+        return t
+    m = Template(t.consts, t.first)
+    m.bar, m.word = True, t.word
+    rows = list(_all_rows(t))
+    for i in keep:
+        m.at.append(t.at[i])
+        m.rows.append(list(rows[i][: t.width]))
+    return m
+
+
 def _headed(kinds, table):
     """A line kind whose words name no kind (no train, valid, eval or test word) and whose
     every line comes right after a line that says held out is of that line's kind: the
@@ -767,8 +889,8 @@ def _headed(kinds, table):
     then ``ppl: 2.01``: an evaluation, not a train line). A header with no number is no
     template (:func:`mine`), so it is not seen."""
     for k in kinds:
-        if kind_of(_WORD_RE.findall(" ".join(k.t.consts))) is not None:
-            continue
+        if k.t.bar or kind_of(_WORD_RE.findall(" ".join(k.t.consts))) is not None:
+            continue  # (a bar redrawn after the validation's own bar is its epoch's again)
         before = k.t.at[0] - 1
         header = next((t for t in table.values() if _holds(t.at, before)), None)
         if header is None:
@@ -932,6 +1054,7 @@ def _merge(ts, vary=True):
             if a != b:
                 consts[j] = _variable(a, b)
     m = Template(tuple(consts), first.first)
+    m.bar = any(t.bar for t in ts)
     w = first.width
     rows = _interleave(*(zip(t.at, _all_rows(t)) for t in ts), key=itemgetter(0))
     for i, row in rows:
@@ -1065,10 +1188,30 @@ def _epoch_steps(primary):
         primary.steps = array("d", range(len(primary.t.at)))
         primary.how = "the row (the line states no step)"
         return
+    if _stuck(ep):
+        # ``{'loss': ..., 'epoch': 0.0}`` ten times: a run shorter than an epoch, or its
+        # epoch printed rounded; each line is a step of its own, not a restart of the epoch
+        primary.steps = array("d", range(len(primary.t.at)))
+        primary.how = (
+            "the row (the epoch each line states never falls and repeats on most lines: it "
+            "counts no line)"
+        )
+        return
     primary.steps = ep
     primary.counter = "epoch"
     said = "states" if primary.epoch is not None else "follows ('Epoch i/N' on a line of its own)"
     primary.how = "the epoch each line %s (no step or batch counter: the step is the epoch)" % said
+
+
+def _stuck(ep):
+    """Whether an epoch column counts no line: it never falls and stays the same from one
+    line to the next more often than it moves (at least three lines). A resumed run repeats
+    an epoch once; a run shorter than an epoch (or a fraction printed rounded) repeats it
+    on most lines."""
+    n = len(ep)
+    if n < 3 or any(map(lt, islice(ep, 1, None), ep)):
+        return False
+    return 2 * sum(map(eq, ep, islice(ep, 1, None))) > n - 1
 
 
 def _run_part(primary, run_part, out):
