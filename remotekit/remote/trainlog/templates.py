@@ -13,8 +13,11 @@ numbers the fields. Each line kind is read as its own table, never merged with a
 - the step comes from the line itself: a global step where the line states one; else
   epoch x batches-per-epoch + batch where it states ``batch i/N``, ``[i/N]`` or ``i/N
   batches``, or a counter beside the epoch that starts again at each new epoch (a step
-  within the epoch: its largest value is the epoch's count); a line with neither takes the step of the train line before it (so a
-  validation line sits at the step it was computed at); else the row. It is said which;
+  within the epoch: its largest value is the epoch's count), or a counter in brackets
+  (``[e, i]``: the epoch and the batch; ``Train: e [i/N]``; a ``[N]`` that climbs at every
+  line, first or after a logger's prefix); a line with neither takes the step of the train
+  line before it (so a validation line sits at the step it was computed at); else the row.
+  It is said which;
 - the counter is checked: one that falls and climbs again is a second run (or a restart)
   appended to the same file, and a step logged again with other values a restart: each is
   said, and the last part is read unless ``run_part`` chooses another;
@@ -33,7 +36,7 @@ import re
 from array import array
 from bisect import bisect_right
 from heapq import merge as _interleave
-from itertools import compress, islice, repeat
+from itertools import chain, compress, islice, repeat
 from operator import add, ge, itemgetter, lt, mul, ne, not_, sub
 
 from ..protocol import mask
@@ -371,10 +374,20 @@ class Kind:
         self.progress = _progress(t, n, self.epoch)
         if self.progress is not None and n[self.progress] == "step" and self.step == self.progress:
             self.step = None  # ``step 3/100``: per epoch or in all, the total says
-        # ``[3][40/196]``: the bracketed number just before a bracketed ``i/N`` is its epoch
+        # ``[3][40/196]``, ``Train: 3 [40/196]``: the number just before a bracketed ``i/N``,
+        # bracketed itself or named by no word but the line's kind, is its epoch
         j = self.progress
-        if self.epoch is None and j and c[j].strip() == "][" and c[j - 1].rstrip().endswith("["):
+        if (
+            self.epoch is None
+            and j
+            and (
+                (c[j].strip() == "][" and c[j - 1].rstrip().endswith("["))
+                or (c[j].strip() == "[" and (not n[j - 1] or kind_of([n[j - 1]]) is not None))
+            )
+        ):
             self.epoch = j - 1
+        if self.step is None and self.progress is None and self.epoch is None:
+            self.epoch, self.step = _pair(t, n)
         if self.step is None and self.progress is None and self.epoch is None:
             self.step = _lead(t, n)
         self.counters = {self.epoch, self.step, self.progress, self.of}
@@ -427,15 +440,16 @@ class Kind:
         if self.step is not None:
             self.how = "the step each line states (%r)" % self.names[self.step]
             if not self.names[self.step]:
-                self.how = "the number in brackets each line starts with (a counter: it climbs)"
+                self.how = "the unnamed number in brackets each line states (a counter: it climbs)"
             col = t.column(self.step)
             ep = self.epochs()
             m = _inner(col, ep) if ep is not None else None
             if m is not None:  # a step within the epoch: epoch x its count + the step
+                said = self.names[self.step] or "batch"
                 self.how = (
-                    "epoch x %s + %s, from the epoch and the %r each line states (it starts "
+                    "epoch x %s + %s, from the epoch and the %s each line states (it starts "
                     "again at every new epoch: a count within the epoch, of %s at most)"
-                    % (_fmt(m), self.names[self.step], self.names[self.step], _fmt(m))
+                    % (_fmt(m), said, repr(said) if self.names[self.step] else said, _fmt(m))
                 )
                 return array("d", map(add, map(mul, map(sub, ep, repeat(e0)), repeat(m)), col))
             if any(map(ge, col, islice(col, 1, None))) and self.rounded():
@@ -473,18 +487,43 @@ class Kind:
 
 
 def _lead(t, names):
-    """The field of a number alone in brackets at the start of every line (``[10]\\t...``,
-    ``(3) ...``), unnamed, a whole number that climbs at every line: the line's own counter
-    (a boosting round, an iteration), else None."""
+    """The field of a number alone in brackets (``[10]\\t...``, ``(3) ...``), at the start of
+    every line or after a logger's prefix (absl's ``I0325 14:04:37.61 ... writer.py:48] [2000]
+    eval_loss=...``), unnamed, a whole number that climbs at every line: the line's own
+    counter (a boosting round, an iteration, a summary's step); the first such, else None."""
     c = t.consts
-    if t.width < 2 or names[0] or c[0].strip() not in ("[", "(") or not t.varies(0):
+    if t.width < 2:
         return None
-    if not c[1].lstrip().startswith(("]", ")")):
-        return None
-    col = t.column(0)
-    if any(x != x or not float(x).is_integer() for x in col):
-        return None
-    return 0 if all(map(lt, col, islice(col, 1, None))) else None
+    for j in range(t.width - 1):
+        opens = c[j].strip() in ("[", "(") if not j else c[j].endswith((" [", " ("))
+        if names[j] or not opens or not c[j + 1].lstrip().startswith(("]", ")")):
+            continue
+        if not t.varies(j):
+            continue
+        col = t.column(j)
+        if any(x != x or not float(x).is_integer() for x in col):
+            continue
+        if all(map(lt, col, islice(col, 1, None))):
+            return j
+    return None
+
+
+def _pair(t, names):
+    """``(epoch, step)``: the fields of two whole numbers alone in brackets at the start of
+    every line (``[2,  4000] loss: 1.374``, PyTorch's tutorial print), unnamed, the first
+    changing less often than the second (an epoch; the second a batch: counted within the
+    epoch, or the run's own, as :func:`_inner` tells); else ``(None, None)``."""
+    c = t.consts
+    if t.width < 3 or names[0] or names[1] or c[0].strip() not in ("[", "("):
+        return None, None
+    if c[1].strip() != "," or not c[2].lstrip().startswith(("]", ")")) or not t.varies(1):
+        return None, None
+    ep, col = t.column(0), t.column(1)
+    if any(x != x or not float(x).is_integer() for x in chain(ep, col)):
+        return None, None
+    if sum(map(ne, ep, islice(ep, 1, None))) >= sum(map(ne, col, islice(col, 1, None))):
+        return None, None  # the outer counter changes less often than the inner one
+    return 0, 1
 
 
 def _inner(col, ep):
@@ -506,7 +545,8 @@ def _inner(col, ep):
 def _progress(t, names, epoch):
     """The field ``i`` of the line's ``i/N`` (``[640/60000``, ``200/ 2983 batches``,
     ``batch: 3/100``), or None: a pair of two numbers only (``2022/08/22``, a date, is a
-    chain of three), not the epoch's own (``epoch 3/10``), with ``i`` never past ``N``
+    chain of three), not the epoch's own (``epoch 3/10``), not one whose ``i`` never moves
+    while its ``N`` does (``0/50``, ``0/100``: N is what counts), with ``i`` never past ``N``
     (``07/03``: a month and a day). Where several are, the one whose ``i`` changes from line
     to line most often (a batch counter does at every line, a date's day seldom)."""
     c = t.consts
@@ -516,6 +556,8 @@ def _progress(t, names, epoch):
             continue
         if c[j].endswith("/") or (j + 2 <= t.width and c[j + 2].startswith("/")):
             continue  # ``a/b/c``: a date or a path, no progress
+        if len(t.at) > 1 and not t.varies(j) and t.varies(j + 1):
+            continue  # ``0/50``, ``0/100``: the count is N, i no counter at all
         found.append(j)
     if len(found) <= 1 or len(t.at) < 2:
         return found[0] if found else None
@@ -727,13 +769,16 @@ def read_kinds(table, events, out, run_part=None):
     if primary is not None and primary.steps is None:
         _epoch_steps(primary)
     lo, hi = _run_part(primary, run_part, out)
+    # the part's series from its first train line: the lines after the last part's last
+    # train line (its evaluation) are the last part's; its events from the line after that
+    start = primary.t.at[bisect_right(primary.t.at, lo - 1)] if lo else 0
     for k in kinds:
         _align(k, primary, e0)
     twice = _name_series(kinds, primary)
     sides = []
-    if not _as_table(kinds, primary, lo, hi, out):
+    if not _as_table(kinds, primary, start, hi, out):
         for k in kinds:
-            a, b = _span(k, lo, hi)
+            a, b = _span(k, start, hi)
             steps = k.steps[a:b]
             m = _lanes(steps) if k is not primary else 1
             if m > 1:
@@ -742,6 +787,8 @@ def read_kinds(table, events, out, run_part=None):
                 col = k.t.column(j)[a:b]
                 for r in range(m):
                     lane = name if not r else "%s_%d" % (name, r + 1)
+                    if _held(k, name):
+                        out.seldom.add(lane)
                     for s, v in zip(steps[r::m], col[r::m]):
                         out.add(lane, s, v)
     _events(events, primary, lo, hi, out)
@@ -758,6 +805,12 @@ def read_kinds(table, events, out, run_part=None):
             "read once" % name
         )
     out.caveats.extend(joined)
+
+
+def _held(k, name):
+    """Whether series ``name`` of kind ``k`` is held out: its lines' kind says so, or its
+    own name does (``eval_loss`` on a line that names no kind)."""
+    return k.kind in ("val", "test") or kind_of(re.split(r"[_/.]", name)) in ("val", "test")
 
 
 def _headed(kinds, table):
