@@ -27,7 +27,9 @@ numbers the fields. Each line kind is read as its own table, never merged with a
   name in one place) are one line kind where the evidence says so: their lines never state
   the same counter (they continue one series), or, with no counter, the word takes three
   values or more (a variable, as Drain reads it). A word that says the kind (``Train`` /
-  ``Valid``), or lines that log the same steps (``[rank0]`` / ``[rank1]``), keep them apart.
+  ``Valid``), or lines that log the same steps (``[rank0]`` / ``[rank1]``), keep them apart;
+- a line that stops before the unnamed fields its kind's other lines end with (the first,
+  with no time since the one before) is of that kind (:func:`_cut_short`).
 """
 
 from __future__ import annotations
@@ -860,10 +862,11 @@ def merged(table):
     [1]`` beside ``Epoch(train)  [1]``: padding, as Drain splits tokens on any run of
     blanks) are one line kind first."""
     table = _unpadded(table)
+    table, notes = _cut_short(table)
     groups = _word_apart(table)
     if not groups:
-        return table, []
-    out, notes, parent = dict(table), [], {}
+        return table, notes
+    out, parent = dict(table), {}
 
     def root(k):
         while parent.get(k, k) != k:
@@ -920,6 +923,55 @@ def _unpadded(table):
 
 
 _BLANKS_RE = re.compile(r"[ \t]+")
+
+
+def _cut_short(table):
+    """``(table, notes)``: each template whose line stops where a recurring one's goes on
+    (its constants the longer's up to its last field, the line ending there) merged into
+    that one, its lines' missing fields missing, where the fields the longer adds are
+    unnamed (a time in brackets: TF's ``loss = 161.3, step = 1`` before ``loss = 15.79,
+    step = 101 (0.065 sec)``, the first line with no time since the one before) and the
+    two never state the same counter: the first line of a kind, not a kind of its own."""
+    ends = {}
+    for key, t in table.items():
+        if t.width and not t.consts[-1].strip() and not CODE_RE.match(t.first):
+            ends.setdefault(tuple(t.consts[:-1]), key)
+    if not ends:
+        return table, []
+    out, notes = dict(table), []
+    for key, t in table.items():
+        if len(t.at) < 2 or t.width < 2 or key not in out:
+            continue
+        unnamed = t.width
+        while unnamed > 1 and not _name(t.consts[unnamed - 1]):
+            unnamed -= 1  # the fields from ``unnamed`` on are unnamed
+        for w in range(unnamed, t.width):
+            short = ends.get(tuple(t.consts[:w]))
+            if short is None or short not in out or short == key:
+                continue
+            s = table[short]
+            if not _named_data(s) or not _one_kind([t, s], 1):
+                continue
+            del out[key], out[short]
+            m = _merge([t, s], vary=False)
+            out["\x00".join(m.consts)] = m
+            notes.append(
+                "%d line(s) like %r read as lines like %r that stop before their %r field "
+                "(missing there): their lines continue one series"
+                % (
+                    len(s.at),
+                    mask(s.first.strip())[:60],
+                    mask(t.first.strip())[:60],
+                    mask(t.consts[w].strip())[:20],
+                )
+            )
+            break
+    return out, notes
+
+
+def _named_data(t):
+    """Whether template ``t`` has a named field and may be data (:func:`_no_text`)."""
+    return _no_text(t) and any(_name(t.consts[j]) for j in range(t.width))
 
 
 def _word_apart(table):
@@ -989,7 +1041,10 @@ def _merge(ts, vary=True):
     rows = _interleave(*(zip(t.at, _all_rows(t)) for t in ts), key=itemgetter(0))
     for i, row in rows:
         m.at.append(i)
-        m.rows.append(list(row[:w]))
+        row = list(row[:w])
+        if len(row) < w:  # a line cut short (:func:`_cut_short`): the rest missing
+            row.extend([""] * (w - len(row)))
+        m.rows.append(row)
     return m
 
 

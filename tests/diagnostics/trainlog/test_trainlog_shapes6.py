@@ -6,6 +6,7 @@ each fix adds is one for any log of the shape, never for the file it was seen in
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -71,6 +72,32 @@ def test_a_pair_whose_first_number_changes_as_often_is_no_epoch(tmp_path: Path) 
             f.write(f"[{n + 1}, {2 * n + 3}] loss: {_loss(n):.3f}\n")
     r = run(path)
     assert "epoch x" not in said(r), said(r)
+
+
+# ---------------------------------------------------------------------------------------------
+# the first line of a kind with no time since the one before (TF Estimator's ``loss = x,
+# step = N (0.065 sec)``, whose step-1 line has no ``(... sec)``)
+
+
+def test_a_line_cut_short_of_a_trailing_time_continues_its_kind(tmp_path: Path) -> None:
+    """``loss = x, step = 1`` then ``loss = x, step = N (0.06 sec)`` every 100 steps: one
+    series of 8 points from step 1, said so."""
+    path = tmp_path / "train.log"
+    with open(path, "w") as f:
+        f.write("INFO:tensorflow:Create CheckpointSaverHook.\n")
+        f.write(f"INFO:tensorflow:loss = {_loss(0) * 50:.4f}, step = 1\n")
+        for n in range(1, 8):
+            f.write(f"INFO:tensorflow:global_step/sec: {1500 + 7 * n:.2f}\n")
+            f.write(f"INFO:tensorflow:loss = {_loss(n):.4f}, step = {100 * n + 1} (0.06{n} sec)\n")
+        f.write("INFO:tensorflow:Loss for final step: 0.5.\n")
+    r = run(path)
+    src = source(r)
+    assert not re.search(r"sec|global", src["columns"]["loss"]), src
+    (loss,) = series(r, "loss")
+    assert loss["n"] == 8, loss
+    assert (src["first_step"], src["last_step"]) == (1, 701), src
+    assert "continue one series" in said(r), said(r)
+    assert not RESTART_SAID.search(said_apart_from_path(r)), said(r)
 
 
 # ---------------------------------------------------------------------------------------------
