@@ -634,12 +634,19 @@ def is_data(t):
     return any(_name(t.consts[j]) for j in range(t.width))
 
 
+# a shell command continued on the next line (``torchrun --nnodes 1 \``): a command written
+# out, no value a run printed (a flag on a line of its own is code: :data:`~.base.CODE_RE`)
+_CONTINUED_RE = re.compile(r"\\\s*$")
+
+
 def _no_text(t):
-    """Whether a template's lines may be data: no source code, traceback frame, save or
-    resume announced, or a file's transfer."""
+    """Whether a template's lines may be data: no source code, traceback frame, command
+    line, save or resume announced, or a file's transfer."""
     line = t.first.lstrip()
     if CODE_RE.match(t.first) or line.startswith(('File "', "Traceback", "at ")):
         return False
+    if _CONTINUED_RE.search(t.first):
+        return False  # a command continued on the next line: what was asked
     low = line.lower()
     if any(w in low for w in EVENT_WORDS) or event_kind(line):
         return False  # a save or a resume announced: an event, not a series

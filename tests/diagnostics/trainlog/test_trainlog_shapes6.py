@@ -174,3 +174,23 @@ def test_a_step_in_brackets_after_a_logger_prefix_places_an_evaluation(tmp_path:
     (held,) = series(r, "val_loss")
     assert held["n"] == 2 and close(held["median"], 3.1), held
     assert "eval_loss" in src["columns"]["val_loss"], src
+
+
+# ---------------------------------------------------------------------------------------------
+# a README's command: its flags are no series
+
+
+def test_a_command_s_flags_are_no_series(tmp_path: Path) -> None:
+    """A README: a command written out one flag a line (``--learning_rate=2e-5 \\``), three
+    times with other values, and an evaluation's summary: no train loss anywhere. The flags
+    are not read as series, nor offered as numeric ones (what was asked is no value a run
+    printed)."""
+    path = tmp_path / "README.md"
+    with open(path, "w") as f:
+        for k, lr in enumerate(("2e-5", "3e-5", "5e-5")):
+            f.write("python run_classifier.py \\\n")
+            f.write(f"  --learning_rate={lr} \\\n  --num_train_epochs={k + 2}.0 \\\n")
+            f.write(f"  --max_seq_length {64 * (k + 1)} \\\n  --output_dir=/tmp/out/\n\n")
+        f.write("***** Eval results *****\n  eval_accuracy = 0.845588\n  eval_loss = 0.505248\n")
+    r = run(path)
+    assert not re.search(r"learning_rate|num_train_epochs|max_seq_length", said(r)), said(r)
