@@ -195,10 +195,12 @@ EVENT_STEP_RE = re.compile(
 )
 # Lines that are no log message, whatever words they hold: a shell trace (``set -x``: "+ cmd",
 # "++ cmd"), a Python prompt, source code printed before the log (a statement, a call, a
-# decorator, a comment), a model's printed structure (a PyTorch module's repr: ``(head):
+# decorator, a comment), a command's flag on a line of its own, a model's printed structure (a PyTorch module's repr: ``(head):
 # Linear(in_features=4, out_features=512)``). Neither a row nor an event comes from them.
 CODE_RE = re.compile(
     r"^\s*(?:\++ |>>> |\.\.\. |#|@[A-Za-z_]|"
+    # a command's argument on a line of its own (``  --learning_rate=2e-5 \``): what was asked
+    r"--[A-Za-z][\w.-]*(?:[= ]|$)|"
     r"(?:def|class|if|elif|for|while|return|import|from|with|try|except|raise|assert|yield|print)"
     r"\b(?!\s*[=:])|(?:\([\w.]+\):\s*)?[A-Za-z_][\w.]*\(|"
     # an annotated assignment (a dataclass field: ``save_every : int = 0``)

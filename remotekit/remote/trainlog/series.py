@@ -52,6 +52,9 @@ class Read:
         self.extra = {}
         self.dialect = None
         self.run_part = None  # which run of a file holding several (None: the last)
+        # series read off lines of their own kind (an evaluation's): seldom by nature, never
+        # passed over as set once (:func:`~.choose.resolve_columns`)
+        self.seldom = set()
         self._table = None
 
     def add(self, name, step, value):
@@ -73,7 +76,7 @@ class Read:
         keys); ``head``: the first rows (dicts), whose values the choice reads; ``step_key``:
         the key the format says is the step (else :mod:`.choose` looks for one). Raises
         NoLoss when the keys hold no loss series (and none was named)."""
-        self._table = ingest_for(keys, self.wanted, head, step_key)
+        self._table = ingest_for(keys, self.wanted, head, step_key, self.seldom)
         return self._table
 
     def beside(self, columns, keys, head, step_key=None):
@@ -137,7 +140,7 @@ class Read:
         (:func:`_rows`), with the events, counts and notes of the reading carried over."""
         ing = self._table
         if ing is None:
-            ing = _ingest_for_rows(_rows(self), self.wanted)
+            ing = _ingest_for_rows(_rows(self), self.wanted, self.seldom)
             ing.guesses = list(self.notes) + ing.guesses
         else:
             ing.guesses = ing.guesses + list(self.notes)
@@ -151,8 +154,9 @@ class Read:
         return ing
 
 
-def _ingest_for_rows(rows, wanted):
+def _ingest_for_rows(rows, wanted, seldom=()):
     read = Read(None, wanted)
+    read.seldom = set(seldom)
     read.stream(iter(rows), "step")
     return read._table
 

@@ -13,8 +13,11 @@ numbers the fields. Each line kind is read as its own table, never merged with a
 - the step comes from the line itself: a global step where the line states one; else
   epoch x batches-per-epoch + batch where it states ``batch i/N``, ``[i/N]`` or ``i/N
   batches``, or a counter beside the epoch that starts again at each new epoch (a step
-  within the epoch: its largest value is the epoch's count); a line with neither takes the step of the train line before it (so a
-  validation line sits at the step it was computed at); else the row. It is said which;
+  within the epoch: its largest value is the epoch's count), or a counter in brackets
+  (``[e, i]``: the epoch and the batch; ``Train: e [i/N]``; a ``[N]`` that climbs at every
+  line, first or after a logger's prefix); a line with neither takes the step of the train
+  line before it (so a validation line sits at the step it was computed at); else the row.
+  It is said which;
 - the counter is checked: one that falls and climbs again is a second run (or a restart)
   appended to the same file, and a step logged again with other values a restart: each is
   said, and the last part is read unless ``run_part`` chooses another;
@@ -24,7 +27,9 @@ numbers the fields. Each line kind is read as its own table, never merged with a
   name in one place) are one line kind where the evidence says so: their lines never state
   the same counter (they continue one series), or, with no counter, the word takes three
   values or more (a variable, as Drain reads it). A word that says the kind (``Train`` /
-  ``Valid``), or lines that log the same steps (``[rank0]`` / ``[rank1]``), keep them apart.
+  ``Valid``), or lines that log the same steps (``[rank0]`` / ``[rank1]``), keep them apart;
+- a line that stops before the unnamed fields its kind's other lines end with (the first,
+  with no time since the one before) is of that kind (:func:`_cut_short`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import re
 from array import array
 from bisect import bisect_right
 from heapq import merge as _interleave
-from itertools import compress, islice, repeat
+from itertools import chain, compress, islice, repeat
 from operator import add, eq, ge, itemgetter, lt, mul, ne, not_, sub
 
 from ..protocol import mask
@@ -403,10 +408,20 @@ class Kind:
         self.progress = _progress(t, n, self.epoch)
         if self.progress is not None and n[self.progress] == "step" and self.step == self.progress:
             self.step = None  # ``step 3/100``: per epoch or in all, the total says
-        # ``[3][40/196]``: the bracketed number just before a bracketed ``i/N`` is its epoch
+        # ``[3][40/196]``, ``Train: 3 [40/196]``: the number just before a bracketed ``i/N``,
+        # bracketed itself or named by no word but the line's kind, is its epoch
         j = self.progress
-        if self.epoch is None and j and c[j].strip() == "][" and c[j - 1].rstrip().endswith("["):
+        if (
+            self.epoch is None
+            and j
+            and (
+                (c[j].strip() == "][" and c[j - 1].rstrip().endswith("["))
+                or (c[j].strip() == "[" and (not n[j - 1] or kind_of([n[j - 1]]) is not None))
+            )
+        ):
             self.epoch = j - 1
+        if self.step is None and self.progress is None and self.epoch is None:
+            self.epoch, self.step = _pair(t, n)
         if self.step is None and self.progress is None and self.epoch is None:
             self.step = _lead(t, n)
         self.counters = {self.epoch, self.step, self.progress, self.of}
@@ -459,15 +474,16 @@ class Kind:
         if self.step is not None:
             self.how = "the step each line states (%r)" % self.names[self.step]
             if not self.names[self.step]:
-                self.how = "the number in brackets each line starts with (a counter: it climbs)"
+                self.how = "the unnamed number in brackets each line states (a counter: it climbs)"
             col = t.column(self.step)
             ep = self.epochs()
             m = _inner(col, ep) if ep is not None else None
             if m is not None:  # a step within the epoch: epoch x its count + the step
+                said = self.names[self.step] or "batch"
                 self.how = (
-                    "epoch x %s + %s, from the epoch and the %r each line states (it starts "
+                    "epoch x %s + %s, from the epoch and the %s each line states (it starts "
                     "again at every new epoch: a count within the epoch, of %s at most)"
-                    % (_fmt(m), self.names[self.step], self.names[self.step], _fmt(m))
+                    % (_fmt(m), said, repr(said) if self.names[self.step] else said, _fmt(m))
                 )
                 return array("d", map(add, map(mul, map(sub, ep, repeat(e0)), repeat(m)), col))
             if any(map(ge, col, islice(col, 1, None))) and self.rounded():
@@ -505,18 +521,43 @@ class Kind:
 
 
 def _lead(t, names):
-    """The field of a number alone in brackets at the start of every line (``[10]\\t...``,
-    ``(3) ...``), unnamed, a whole number that climbs at every line: the line's own counter
-    (a boosting round, an iteration), else None."""
+    """The field of a number alone in brackets (``[10]\\t...``, ``(3) ...``), at the start of
+    every line or after a logger's prefix (absl's ``I0325 14:04:37.61 ... writer.py:48] [2000]
+    eval_loss=...``), unnamed, a whole number that climbs at every line: the line's own
+    counter (a boosting round, an iteration, a summary's step); the first such, else None."""
     c = t.consts
-    if t.width < 2 or names[0] or c[0].strip() not in ("[", "(") or not t.varies(0):
+    if t.width < 2:
         return None
-    if not c[1].lstrip().startswith(("]", ")")):
-        return None
-    col = t.column(0)
-    if any(x != x or not float(x).is_integer() for x in col):
-        return None
-    return 0 if all(map(lt, col, islice(col, 1, None))) else None
+    for j in range(t.width - 1):
+        opens = c[j].strip() in ("[", "(") if not j else c[j].endswith((" [", " ("))
+        if names[j] or not opens or not c[j + 1].lstrip().startswith(("]", ")")):
+            continue
+        if not t.varies(j):
+            continue
+        col = t.column(j)
+        if any(x != x or not float(x).is_integer() for x in col):
+            continue
+        if all(map(lt, col, islice(col, 1, None))):
+            return j
+    return None
+
+
+def _pair(t, names):
+    """``(epoch, step)``: the fields of two whole numbers alone in brackets at the start of
+    every line (``[2,  4000] loss: 1.374``, PyTorch's tutorial print), unnamed, the first
+    changing less often than the second (an epoch; the second a batch: counted within the
+    epoch, or the run's own, as :func:`_inner` tells); else ``(None, None)``."""
+    c = t.consts
+    if t.width < 3 or names[0] or names[1] or c[0].strip() not in ("[", "("):
+        return None, None
+    if c[1].strip() != "," or not c[2].lstrip().startswith(("]", ")")) or not t.varies(1):
+        return None, None
+    ep, col = t.column(0), t.column(1)
+    if any(x != x or not float(x).is_integer() for x in chain(ep, col)):
+        return None, None
+    if sum(map(ne, ep, islice(ep, 1, None))) >= sum(map(ne, col, islice(col, 1, None))):
+        return None, None  # the outer counter changes less often than the inner one
+    return 0, 1
 
 
 def _inner(col, ep):
@@ -538,7 +579,8 @@ def _inner(col, ep):
 def _progress(t, names, epoch):
     """The field ``i`` of the line's ``i/N`` (``[640/60000``, ``200/ 2983 batches``,
     ``batch: 3/100``), or None: a pair of two numbers only (``2022/08/22``, a date, is a
-    chain of three), not the epoch's own (``epoch 3/10``), with ``i`` never past ``N``
+    chain of three), not the epoch's own (``epoch 3/10``), not one whose ``i`` never moves
+    while its ``N`` does (``0/50``, ``0/100``: N is what counts), with ``i`` never past ``N``
     (``07/03``: a month and a day). Where several are, the one whose ``i`` changes from line
     to line most often (a batch counter does at every line, a date's day seldom)."""
     c = t.consts
@@ -548,6 +590,8 @@ def _progress(t, names, epoch):
             continue
         if c[j].endswith("/") or (j + 2 <= t.width and c[j + 2].startswith("/")):
             continue  # ``a/b/c``: a date or a path, no progress
+        if len(t.at) > 1 and not t.varies(j) and t.varies(j + 1):
+            continue  # ``0/50``, ``0/100``: the count is N, i no counter at all
         found.append(j)
     if len(found) <= 1 or len(t.at) < 2:
         return found[0] if found else None
@@ -622,12 +666,19 @@ def is_data(t):
     return any(_name(t.consts[j]) for j in range(t.width))
 
 
+# a shell command continued on the next line (``torchrun --nnodes 1 \``): a command written
+# out, no value a run printed (a flag on a line of its own is code: :data:`~.base.CODE_RE`)
+_CONTINUED_RE = re.compile(r"\\\s*$")
+
+
 def _no_text(t):
-    """Whether a template's lines may be data: no source code, traceback frame, save or
-    resume announced, or a file's transfer."""
+    """Whether a template's lines may be data: no source code, traceback frame, command
+    line, save or resume announced, or a file's transfer."""
     line = t.first.lstrip()
     if CODE_RE.match(t.first) or line.startswith(('File "', "Traceback", "at ")):
         return False
+    if _CONTINUED_RE.search(t.first):
+        return False  # a command continued on the next line: what was asked
     low = line.lower()
     if any(w in low for w in EVENT_WORDS) or event_kind(line):
         return False  # a save or a resume announced: an event, not a series
@@ -761,13 +812,16 @@ def read_kinds(table, events, out, run_part=None):
     if primary is not None and primary.steps is None:
         _epoch_steps(primary)
     lo, hi = _run_part(primary, run_part, out)
+    # the part's series from its first train line: the lines after the last part's last
+    # train line (its evaluation) are the last part's; its events from the line after that
+    start = primary.t.at[bisect_right(primary.t.at, lo - 1)] if lo else 0
     for k in kinds:
         _align(k, primary, e0)
     twice = _name_series(kinds, primary)
     sides = []
-    if not _as_table(kinds, primary, lo, hi, out):
+    if not _as_table(kinds, primary, start, hi, out):
         for k in kinds:
-            a, b = _span(k, lo, hi)
+            a, b = _span(k, start, hi)
             steps = k.steps[a:b]
             m = _lanes(steps) if k is not primary else 1
             if m > 1:
@@ -776,6 +830,8 @@ def read_kinds(table, events, out, run_part=None):
                 col = k.t.column(j)[a:b]
                 for r in range(m):
                     lane = name if not r else "%s_%d" % (name, r + 1)
+                    if _held(k, name):
+                        out.seldom.add(lane)
                     for s, v in zip(steps[r::m], col[r::m]):
                         out.add(lane, s, v)
     _events(events, primary, lo, hi, out)
@@ -882,6 +938,12 @@ def _last_draws(t):
     return m
 
 
+def _held(k, name):
+    """Whether series ``name`` of kind ``k`` is held out: its lines' kind says so, or its
+    own name does (``eval_loss`` on a line that names no kind)."""
+    return k.kind in ("val", "test") or kind_of(re.split(r"[_/.]", name)) in ("val", "test")
+
+
 def _headed(kinds, table):
     """A line kind whose words name no kind (no train, valid, eval or test word) and whose
     every line comes right after a line that says held out is of that line's kind: the
@@ -929,10 +991,11 @@ def merged(table):
     [1]`` beside ``Epoch(train)  [1]``: padding, as Drain splits tokens on any run of
     blanks) are one line kind first."""
     table = _unpadded(table)
+    table, notes = _cut_short(table)
     groups = _word_apart(table)
     if not groups:
-        return table, []
-    out, notes, parent = dict(table), [], {}
+        return table, notes
+    out, parent = dict(table), {}
 
     def root(k):
         while parent.get(k, k) != k:
@@ -989,6 +1052,55 @@ def _unpadded(table):
 
 
 _BLANKS_RE = re.compile(r"[ \t]+")
+
+
+def _cut_short(table):
+    """``(table, notes)``: each template whose line stops where a recurring one's goes on
+    (its constants the longer's up to its last field, the line ending there) merged into
+    that one, its lines' missing fields missing, where the fields the longer adds are
+    unnamed (a time in brackets: TF's ``loss = 161.3, step = 1`` before ``loss = 15.79,
+    step = 101 (0.065 sec)``, the first line with no time since the one before) and the
+    two never state the same counter: the first line of a kind, not a kind of its own."""
+    ends = {}
+    for key, t in table.items():
+        if t.width and not t.consts[-1].strip() and not CODE_RE.match(t.first):
+            ends.setdefault(tuple(t.consts[:-1]), key)
+    if not ends:
+        return table, []
+    out, notes = dict(table), []
+    for key, t in table.items():
+        if len(t.at) < 2 or t.width < 2 or key not in out:
+            continue
+        unnamed = t.width
+        while unnamed > 1 and not _name(t.consts[unnamed - 1]):
+            unnamed -= 1  # the fields from ``unnamed`` on are unnamed
+        for w in range(unnamed, t.width):
+            short = ends.get(tuple(t.consts[:w]))
+            if short is None or short not in out or short == key:
+                continue
+            s = table[short]
+            if not _named_data(s) or not _one_kind([t, s], 1):
+                continue
+            del out[key], out[short]
+            m = _merge([t, s], vary=False)
+            out["\x00".join(m.consts)] = m
+            notes.append(
+                "%d line(s) like %r read as lines like %r that stop before their %r field "
+                "(missing there): their lines continue one series"
+                % (
+                    len(s.at),
+                    mask(s.first.strip())[:60],
+                    mask(t.first.strip())[:60],
+                    mask(t.consts[w].strip())[:20],
+                )
+            )
+            break
+    return out, notes
+
+
+def _named_data(t):
+    """Whether template ``t`` has a named field and may be data (:func:`_no_text`)."""
+    return _no_text(t) and any(_name(t.consts[j]) for j in range(t.width))
 
 
 def _word_apart(table):
@@ -1059,7 +1171,10 @@ def _merge(ts, vary=True):
     rows = _interleave(*(zip(t.at, _all_rows(t)) for t in ts), key=itemgetter(0))
     for i, row in rows:
         m.at.append(i)
-        m.rows.append(list(row[:w]))
+        row = list(row[:w])
+        if len(row) < w:  # a line cut short (:func:`_cut_short`): the rest missing
+            row.extend([""] * (w - len(row)))
+        m.rows.append(row)
     return m
 
 

@@ -17,8 +17,6 @@ import re
 import statistics
 from pathlib import Path
 
-import pytest
-
 from tests.trainlog_kit import (
     NEVER_LEARNED,
     RESTART_SAID,
@@ -46,11 +44,6 @@ def held(rel: str) -> Path:
 # optimum-habana's timm example: two timm train.py consoles in one README
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main (blind run): loss <- 'test/loss' (a held-out loss; 'train/loss' passed over as "
-    "set once), 1 row at step 146, a restart invented there, run part 2 of 2 read",
-)
 def test_heldout7_timm_consoles_two_runs_last_analysed() -> None:
     """optimum-habana's ``examples/pytorch-image-models/README.md`` (6.6 KB): commands, then
     two timm ``train.py`` consoles of a resnet50 fine-tune on imagenette. The first (one card):
@@ -92,11 +85,6 @@ def test_heldout7_timm_consoles_two_runs_last_analysed() -> None:
 # DeepSpeed's CIFAR-10 tutorial: a PyTorch console, then the same script under DeepSpeed
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main (blind run): exit 2, no loss series found: the '[e, i] loss: x' lines not read; "
-    "only SamplesPerSec seen (set once)",
-)
 def test_heldout7_deepspeed_cifar_epoch_batch_pairs_and_second_console() -> None:
     """DeepSpeed's ``docs/_tutorials/cifar-10.md`` (12 KB): prose and code, then the console
     of the PyTorch CIFAR-10 script: 12 lines ``[e, i] loss: x`` (e = 1, 2; i = 2000 .. 12000,
@@ -139,11 +127,6 @@ def test_heldout7_deepspeed_cifar_epoch_batch_pairs_and_second_console() -> None
 # TensorFlow's regression examples guide: a TF Estimator console
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="main (blind run): loss <- 'train/info_tensorflow_loss', 3 rows (101 .. 901): the "
-    "step-1 line (loss 161.308) is not among them",
-)
 def test_heldout7_tf_estimator_console_loss_step_and_a_cut() -> None:
     """TensorFlow's ``regression_examples.md`` guide (6.8 KB, later deleted): prose, tables,
     and one TF Estimator console in a ``<pre>`` block: ``INFO:tensorflow:Saving checkpoints
