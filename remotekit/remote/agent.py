@@ -47,11 +47,19 @@
 #
 # A step's child is forked before its step comes (a Spare): once no step runs, the agent forks
 # the next one, its pipes made, and it waits in the runner for its header. When the last step
-# ran a script, its runner forks the zygote at once, as a runner of its own does (before the
-# header: the next is likely a script too); else once it read that the step runs a script
+# ran a script and there is no keeper (below), its runner forks the zygote at once, as a
+# runner of its own does; else once it read that the step runs a script
 # (runner.AFTER_HEADER), before it draws the key. A step then costs no fork of a Python while
-# the caller waits (it was two for a script: the step's child, then its zygote), but a
-# script after a command, one; a command after a script lets the zygote go unused.
+# the caller waits (it was two for a script: the step's child, then its zygote).
+#
+# Once a step ran a script, the agent starts a Keeper: a fork of its own that stays, a
+# subreaper, that forks the next script's process (a zygote) ahead, its private folder
+# made. A script step that fits (Agent.script) then runs there with no runner: the agent
+# writes its files, hands the zygote its order and pipes, draws the key, says the runner's
+# lines and relays; the keeper says its exit status (the kernel's), stops what it left
+# running, removes its folder, and stops its tree when the agent asks or is gone. A script
+# step so forks one Python, not two (a runner, then its zygote): see "a script step the
+# agent runs" below.
 #
 # A step whose header names ``preload`` modules (torch) is forked instead by a Warm: a fork of
 # the agent that imported them once, handed the step's pipes over a socket. What a module reads
@@ -528,9 +536,9 @@ class Keeper(object):
     fork of a Python on its path, not two (a runner, then the zygote the runner forks).
 
     The keeper says ``Z [pid, folder]`` with the zygote's order socket attached: the agent
-    writes the step's files into the folder, draws the key, hands the zygote its order (the
-    script, its argv, cwd, env and the step's output pipes) and says ``run`` (``[op, sid,
-    grace]``, JSON lines); the keeper then waits for that process's exit (the kernel's
+    writes the step's files into the folder, hands the zygote its order (the script, its
+    argv, cwd, env and the step's output pipes), says ``run`` (``[op, sid, grace]``, JSON
+    lines) and only then draws the key; the keeper waits for that process's exit (the kernel's
     status, which the script cannot name: it holds nothing of the keeper's or the agent's),
     stops what it left running (TERM, then KILL after the grace: orphans come to it, a
     subreaper), removes the folder and answers ``S sid code {stopped, running}``, as a
@@ -1218,7 +1226,8 @@ class Agent(object):
 
     def hear(self, warm):
         """What a Warm says: ``P sid pid`` (forked) and ``X sid status`` (it ended); a
-        Worker also ``E`` and ``S`` (its Executor warm; a call's tree stopped: hear_worker)."""
+        Worker also ``E`` and ``S`` (its Executor warm; a call's tree stopped: hear_worker),
+        a Keeper ``Z`` and ``S`` (hear_worker)."""
         try:
             if isinstance(warm, (Worker, Keeper)):
                 data, fds = recv_fds(warm.sock, CHUNK, 1)
@@ -1240,6 +1249,7 @@ class Agent(object):
             if warm in self.keepers:  # killed: its step's status is its own (reap)
                 self.keepers.remove(warm)
                 warm.close()
+                self.scripts = False  # the next is started after a script, not at once
                 for step in list(self.steps.values()):  # one that waited for its zygote
                     if step.worker is warm and step.call.key is None:
                         self.call_slow(step)
@@ -1427,7 +1437,9 @@ class Agent(object):
 
     def hear_worker(self, worker, line):
         """``E sid [pid, package, base, grace]``: its Executor is warm (its socket came with
-        it); ``S sid code {stopped, running}``: the tree of the call ``sid`` is stopped."""
+        it); ``S sid code {stopped, running}``: the tree of the call ``sid`` is stopped (a
+        Keeper's: the script step ``sid`` ended); a Keeper's ``Z [pid, folder]``: its next
+        zygote is ready (its socket came with it)."""
         if line[:2] == b"Z ":  # a keeper's next zygote (its socket came with it)
             fd = worker.fds.pop(0) if worker.fds else None
             if fd is not None:
