@@ -345,6 +345,23 @@ def test_a_script_cannot_say_its_runners_status(target: remotekit.Target) -> Non
     assert r.exit_code == 128 + signal.SIGKILL, (r.exit_code, r.stderr)
 
 
+#: A script that removes its own folder, then ends well.
+REMOVES_ITS_FOLDER = remotekit.Script(
+    "import os, shutil\nshutil.rmtree(os.environ['REMOTEKIT_DIR'])\nprint('gone')\n"
+)
+
+
+def test_a_script_that_removes_its_own_folder_ends_as_it_exited(
+    target: remotekit.Target,
+) -> None:
+    """What removes a step's folder after it (its runner, or the keeper and the agent) finds
+    it gone without failing: the step ends with the script's status and nothing more on
+    its stderr, step after step."""
+    for _ in range(3):
+        r = target.run_python(REMOVES_ITS_FOLDER, check=False, timeout=20)
+        assert (r.exit_code, r.stdout, r.stderr) == (0, "gone\n", "")
+
+
 def spare_of(looker: remotekit.Target, pid: int) -> int:
     """The agent ``pid``'s spare (polled for): its child that leads a session, no step running."""
     end = time.monotonic() + 10
