@@ -536,9 +536,9 @@ class Keeper(object):
     fork of a Python on its path, not two (a runner, then the zygote the runner forks).
 
     The keeper says ``Z [pid, folder]`` with the zygote's order socket attached: the agent
-    writes the step's files into the folder, says ``run`` (``[op, sid, grace]``, JSON
-    lines), hands the zygote its order (the script, its argv, cwd, env and the step's
-    output pipes) and only then draws the key; the keeper waits for that process's exit (the kernel's
+    writes the step's files into the folder, hands the zygote its order (the script, its
+    argv, cwd, env and the step's output pipes), says ``run`` (``[op, sid, grace]``, JSON
+    lines) and only then draws the key; the keeper waits for that process's exit (the kernel's
     status, which the script cannot name: it holds nothing of the keeper's or the agent's),
     stops what it left running (TERM, then KILL after the grace: orphans come to it, a
     subreaper), removes the folder and answers ``S sid code {stopped, running}``, as a
@@ -1536,8 +1536,8 @@ class Agent(object):
     # A script step (no package, no stdin, no preload, no detach; files within
     # SCRIPT_IN_MEMORY) goes to the keeper's zygote when one is ready (Keeper ``Z``): the
     # agent holds its files until all came, writes them into the folder the keeper made,
-    # tells the keeper which step its zygote runs, hands the zygote its order with the
-    # step's stdout, stderr (and value) pipes, then draws the key and says the runner's ``ready`` and
+    # hands the zygote its order with the step's stdout, stderr (and value) pipes, tells
+    # the keeper which step its zygote runs, then draws the key and says the runner's ``ready`` and
     # ``started`` lines, and relays, and writes its value and ``exit`` lines as the runner
     # would. The key is drawn after the zygote was forked, by a process the agent forked
     # before (the keeper), so the script never holds it; its status is the keeper's word:
@@ -1584,7 +1584,6 @@ class Agent(object):
         call.fast, zygote, keeper.fast = keeper.fast, keeper.fast, None  # the keeper forks the next
         folder = zygote.folder
         pipes = []
-        told = False  # whether the keeper was told its zygote runs this step
         try:
             data = memoryview(b"".join(call.got))
             for name, size, mode in header["files"]:
@@ -1598,23 +1597,24 @@ class Agent(object):
             for _ in range(3 if header["value"] else 2):
                 pipes.append(os.pipe())
             order = json.dumps([argv[2], argv[3:], cwd, env]).encode()
-            keeper.run(step.sid, step.grace)  # first: gone, it is told nothing ran
-            told = True
             send_fds(zygote.sock, order[:CHUNK], [w for r, w in pipes])
             zygote.sock.sendall(order[CHUNK:])
-            zygote.sock.close()  # its EOF: the order is whole
         except (OSError, SystemExit):  # the zygote gone; the folder: its runner says why
             zygote.sock.close()
             for pipe in pipes:
                 for fd in pipe:
                     os.close(fd)
-            try:  # the keeper's zygote ends, its folder goes (once: one run, one stop)
-                if not told:
-                    keeper.run(step.sid, step.grace)
+            try:  # the keeper's zygote ends, its folder goes (one run, one stop)
+                keeper.run(step.sid, step.grace)
                 keeper.stop(step.sid, step.grace)
             except OSError:
                 pass
             return self.call_slow(step)
+        zygote.sock.close()  # its EOF: the order is whole
+        try:  # after the order: the script's process is woken first
+            keeper.run(step.sid, step.grace)
+        except OSError:  # the keeper is gone: its end says so (hear), the step ends as it did
+            step.call.orphan = True
         for r, w in pipes:
             os.close(w)
             os.set_blocking(r, False)
