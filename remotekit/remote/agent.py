@@ -47,19 +47,11 @@
 #
 # A step's child is forked before its step comes (a Spare): once no step runs, the agent forks
 # the next one, its pipes made, and it waits in the runner for its header. When the last step
-# ran a script and there is no keeper (below), its runner forks the zygote at once, as a
-# runner of its own does; else once it read that the step runs a script
+# ran a script, its runner forks the zygote at once, as a runner of its own does (before the
+# header: the next is likely a script too); else once it read that the step runs a script
 # (runner.AFTER_HEADER), before it draws the key. A step then costs no fork of a Python while
-# the caller waits (it was two for a script: the step's child, then its zygote).
-#
-# Once a step ran a script, the agent starts a Keeper: a fork of its own that stays, a
-# subreaper, that forks the next script's process (a zygote) ahead, its private folder
-# made. A script step that fits (Agent.script) then runs there with no runner: the agent
-# writes its files, hands the zygote its order and pipes, draws the key, says the runner's
-# lines and relays; the keeper says its exit status (the kernel's), stops what it left
-# running, removes its folder, and stops its tree when the agent asks or is gone. A script
-# step so forks one Python, not two (a runner, then its zygote): see "a script step the
-# agent runs" below.
+# the caller waits (it was two for a script: the step's child, then its zygote), but a
+# script after a command, one; a command after a script lets the zygote go unused.
 #
 # A step whose header names ``preload`` modules (torch) is forked instead by a Warm: a fork of
 # the agent that imported them once, handed the step's pipes over a socket. What a module reads
@@ -138,9 +130,6 @@ WORKERS = 4
 #: pipes attached; STOP: stop the tree of the call the agent ran in its Executor), the grace.
 ORDER = struct.Struct("!IBd")
 STEP, STOP = 0, 1
-#: The most bytes of files a script step the agent runs itself (Agent.script) may carry:
-#: held here until all came, then written into its folder (a larger one goes to a runner).
-SCRIPT_IN_MEMORY = 1 << 20
 
 
 def frame(kind, sid, payload=b""):
@@ -529,188 +518,6 @@ class Worker(object):
         return b"S %d %d %s\n" % (sid, code, json.dumps(said).encode())
 
 
-class Keeper(object):
-    """A script step's supervisor that stays (Agent.script): a fork of the agent, a
-    subreaper, that forks a script's process (its zygote) ahead with the step's private
-    folder made, and is that process's parent, so the agent runs a script step with one
-    fork of a Python on its path, not two (a runner, then the zygote the runner forks).
-
-    The keeper says ``Z [pid, folder]`` with the zygote's order socket attached: the agent
-    writes the step's files into the folder, hands the zygote its order (the script, its
-    argv, cwd, env and the step's output pipes), says ``run`` (``[op, sid, grace]``, JSON
-    lines) and only then draws the key; the keeper waits for that process's exit (the kernel's
-    status, which the script cannot name: it holds nothing of the keeper's or the agent's),
-    stops what it left running (TERM, then KILL after the grace: orphans come to it, a
-    subreaper), removes the folder and answers ``S sid code {stopped, running}``, as a
-    Worker does; then it forks the next zygote. ``stop`` (the deadline, EOF: timeout,
-    Ctrl-C, cancel) stops the step's tree now. EOF on its socket (the agent gone, SIGKILL
-    included) or a stop signal stops the tree, removes the folder, and it exits.
-    ``fast``: the zygote it said (ZygoteReady), not yet handed a step, or None."""
-
-    def __init__(self, agent):
-        self.key, self.buf = None, b""
-        self.fast = None
-        self.fds = []  # fds that came with its words, not yet taken (a Z's socket)
-        import socket
-
-        ours, theirs = socket.socketpair()
-        pid = os.fork()
-        if not pid:
-            ours.close()
-            self.serve(agent, theirs)
-        theirs.close()
-        self.pid, self.sock = pid, ours
-
-    def close(self):
-        self.drop_fast()
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
-        self.sock.close()
-
-    def drop_fast(self):
-        if self.fast is not None:
-            self.fast.sock.close()
-            self.fast = None
-
-    def run(self, sid, grace):
-        self.sock.sendall(json.dumps(["run", sid, grace]).encode() + b"\n")
-
-    def stop(self, sid, grace):
-        self.sock.sendall(json.dumps(["stop", sid, grace]).encode() + b"\n")
-
-    def serve(self, agent, sock):
-        runner = agent.runner
-        code = 0
-        stopping = []
-        spare = folder = None  # the zygote forked ahead, and its step's folder
-        step = None  # [sid, grace] of the step the spare runs
-        try:
-            agent.forget()
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):  # never hold the channel open
-                os.dup2(null, fd)
-            os.close(null)
-            runner["become_subreaper"]()  # what a script leaves behind stays ours to stop
-            runner["COMPILE"] = agent.code.compile  # its script through the code cache
-            wake_r, wake_w = os.pipe()
-            for fd in (wake_r, wake_w):
-                os.set_blocking(fd, False)
-            signal.set_wakeup_fd(wake_w)
-            signal.signal(signal.SIGCHLD, lambda s, f: None)
-            for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                signal.signal(s, lambda s, f: stopping.append(s))
-            buf = b""
-            while not stopping:
-                if spare is None:
-                    folder = runner["private_dir"]()
-                    spare = self.fork_zygote(runner, sock, folder, (wake_r, wake_w))
-                if step is not None:
-                    said = self.ended(runner, spare, step, folder)
-                    if said is not None:
-                        sock.sendall(said)
-                        spare = step = None
-                        continue
-                ready, _, _ = select.select([sock, wake_r], [], [], 1.0)
-                if wake_r in ready:
-                    runner["drain"](wake_r)
-                if sock not in ready:
-                    continue
-                data = sock.recv(CHUNK)
-                if not data:
-                    break
-                buf += data
-                while b"\n" in buf:
-                    line, _, buf = buf.partition(b"\n")
-                    op, sid, grace = json.loads(line.decode())
-                    if op == "run" and step is None:
-                        step = [sid, float(grace), None]
-                    elif op == "stop" and step is not None and step[0] == sid:
-                        step[2] = "stop"  # ended says so: its tree is stopped now
-        except BaseException:
-            code = 1
-        finally:
-            try:
-                if spare is not None:  # the agent gone, or a stop signal: its tree
-                    child = runner["Forked"](spare)
-                    runner["stop_tree"](child, step[1] if step else 0.0)
-                if folder is not None:
-                    runner["remove_tree"](folder)
-            finally:
-                os._exit(code)
-
-    def fork_zygote(self, runner, sock, folder, keep):
-        """Fork the next script's process (it waits for its order: zygote) and hand the
-        agent its order socket (``Z``); its pid."""
-        import socket
-
-        ours, theirs = socket.socketpair()
-        pid = os.fork()
-        if not pid:
-            ours.close()
-            sock.close()
-            for fd in keep:
-                os.close(fd)
-            self.zygote(runner, theirs)
-        theirs.close()
-        try:
-            send_fds(sock, b"Z %s\n" % json.dumps([pid, folder]).encode(), [ours.fileno()])
-        finally:
-            ours.close()
-        return pid
-
-    @staticmethod
-    def ended(runner, pid, step, folder):
-        """The ``S`` line of the step the zygote ``pid`` runs, once it ended (its tree
-        stopped, its folder removed), else None. ``step``: [sid, grace, "stop" when the
-        agent asked to stop it]."""
-        child = runner["Forked"](pid)
-        if child.poll() is None and step[2] is None:
-            return None
-        said = {}
-        if child.returncode is None or runner["alive"](child):
-            said["stopped"], said["running"] = runner["stop_tree"](child, step[1])
-        runner["remove_tree"](folder)
-        return b"S %d %d %s\n" % (step[0], child.returncode, json.dumps(said).encode())
-
-    @staticmethod
-    def zygote(runner, sock):
-        """In the zygote: nothing of the keeper's open, its order (``Agent.script_start``:
-        the script's path, argv, cwd, env and whether it writes a value) and the step's
-        stdout, stderr (and value pipe) from the agent, then the script as ``__main__``
-        in its own session, as the runner's zygote runs it (run_script). EOF: not needed."""
-        code = 1
-        try:
-            signal.set_wakeup_fd(-1)
-            for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                signal.signal(s, signal.SIG_DFL)
-            data, fds = recv_fds(sock, CHUNK, 3)
-            if not data or len(fds) < 2:
-                os._exit(0)
-            parts = [data]
-            while True:  # the agent closes its end once the order is written
-                data = sock.recv(CHUNK)
-                if not data:
-                    break
-                parts.append(data)
-            sock.close()
-            for fd in fds:  # what the script starts gets none but what it makes its own
-                os.set_inheritable(fd, False)
-            os.dup2(fds[0], 1)
-            os.dup2(fds[1], 2)
-            for fd in fds[:2]:
-                os.close(fd)
-            null = os.open(os.devnull, os.O_RDONLY)  # its stdin, as the runner gives it
-            os.dup2(null, 0)
-            os.close(null)
-            path, args, cwd, env = json.loads(b"".join(parts).decode("utf-8"))
-            if len(fds) > 2:
-                env[runner["VALUE_FD"]] = str(fds[2])
-            code = runner["run_script"](path, args, cwd, env)
-        finally:
-            os._exit(code & 0xFF)
-
-
 class Direct(object):
     """A worker's Executor, as the agent sees it (Worker ``E``): its pid, the package and
     its folder it runs from, the grace its worker stops it with, and our copy of the socket
@@ -729,10 +536,10 @@ class Call(object):
     pipes, and supervises it: the key's lines, the value, the deadline, EOF; the worker
     stops the tree when it must."""
 
-    def __init__(self, worker, header, first, need):
+    def __init__(self, worker, header, first):
         self.worker, self.header, self.first = worker, header, first
-        self.fast = worker.fast  # its Executor (Direct); a Script's zygote (ZygoteReady)
-        self.need = need  # the bytes of its order (a Script's: its files)
+        self.fast = worker.fast  # its Executor (Direct)
+        self.need = int(header["files"][0][1])
         self.got = []  # the order, as it came
         self.size = 0
         self.key = None
@@ -747,28 +554,6 @@ class Call(object):
         self.tail = None  # its value and exit lines, going out as the caller has room
 
 
-class ZygoteReady(object):
-    """A keeper's zygote, as the agent sees it (Keeper ``Z``): its pid, the step's folder
-    the keeper made for it, and our end of the socket that takes its order."""
-
-    def __init__(self, pid, folder, fd):
-        import socket
-
-        self.pid, self.folder = pid, folder
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
-
-
-class Script(Call):
-    """A script step the agent runs in a keeper's zygote itself (Agent.script): as a Call,
-    but its order is the step's files (``need`` bytes, held here until all came), written
-    into the folder the keeper made, and its status is the keeper's word (``S``: the
-    zygote's exit, from the kernel), not the process's own."""
-
-    def __init__(self, keeper, header, first, need):
-        Call.__init__(self, keeper, header, first, need)
-        self.orphan = False  # its keeper died: the agent removes its folder
-
-
 class Agent(object):
     def __init__(self, cache, cache_folder=None):
         self.inbuf = bytearray()
@@ -780,7 +565,6 @@ class Agent(object):
         self.steps = {}
         self.warm = {}  # key -> Warm (warm_for): forks that keep modules imported, oldest first
         self.workers = []  # Worker (worker_for): warm workers for calls, least recently used first
-        self.keepers = []  # Keeper (prepare): a script step's supervisor that stays
         self.spare = None  # the next step's child, forked while no step runs (prepare)
         self.scripts = False  # whether the last step ran a script: the spare's zygote then
         self.closing = False
@@ -850,7 +634,7 @@ class Agent(object):
         for fd in self.watched:
             poller.unregister(fd)
         fds = {0: select.POLLIN, self.wake_r: select.POLLIN}
-        for warm in list(self.warm.values()) + self.workers + self.keepers:
+        for warm in list(self.warm.values()) + self.workers:
             fds[warm.sock.fileno()] = select.POLLIN
         for step in self.steps.values():
             if step.unacked < WINDOW:
@@ -878,7 +662,7 @@ class Agent(object):
             except OSError:
                 pass
         else:
-            for warm in list(self.warm.values()) + self.workers + self.keepers:
+            for warm in list(self.warm.values()) + self.workers:
                 if fd == warm.sock.fileno():
                     self.hear(warm)
             for step in list(self.steps.values()):
@@ -971,8 +755,6 @@ class Agent(object):
                 return
             if self.to_worker(sid, header, first):
                 return
-        elif zygote and direct and self.script(sid, header, first):
-            return
         # A step that starts a new interpreter (no zygote: not a script, or PYTHON* set) has
         # no use for a Warm's imports.
         key = self.warm_key(header) if zygote else None
@@ -999,21 +781,11 @@ class Agent(object):
 
     def prepare(self):
         """Fork the next step's child (a Spare) while no step runs and none is ready: its
-        fork is then not in the next step's time. Once a step ran a script, start the
-        keeper too (Keeper: the next scripts run in its zygotes), and the spare's runner
-        then forks a zygote only if its step runs a script after all."""
-        if self.steps or self.runner is None or self.closing:
-            return
-        if self.scripts and not self.keepers:
-            try:
-                self.keepers.append(Keeper(self))
-            except OSError:
-                pass  # scripts run as any step
-        if self.spare is not None:
+        fork is then not in the next step's time."""
+        if self.spare is not None or self.steps or self.runner is None or self.closing:
             return
         try:
-            ahead = self.scripts and not self.keepers
-            zygote = True if ahead else self.runner["AFTER_HEADER"]
+            zygote = True if self.scripts else self.runner["AFTER_HEADER"]
             pid, fds = self.fork(0, None, zygote, spare=False)
         except OSError:
             return  # the step forks its own, and says why if it cannot
@@ -1126,9 +898,9 @@ class Agent(object):
                 for fd in (step.call.val, step.call.done):
                     if fd is not None:
                         os.close(fd)
-        for warm in list(self.warm.values()) + self.workers + self.keepers:
+        for warm in list(self.warm.values()) + self.workers:
             warm.sock.close()
-        for worker in self.workers + self.keepers:
+        for worker in self.workers:
             worker.drop_fast()
             for fd in worker.fds:
                 os.close(fd)
@@ -1138,7 +910,7 @@ class Agent(object):
             if fd is not None:
                 os.close(fd)
         self.steps, self.warm, self.wake_r, self.wake_w = {}, {}, None, None
-        self.workers, self.keepers = [], []
+        self.workers = []
         self.spare = None
         self.inbuf, self.outbox = bytearray(), []
 
@@ -1227,10 +999,9 @@ class Agent(object):
 
     def hear(self, warm):
         """What a Warm says: ``P sid pid`` (forked) and ``X sid status`` (it ended); a
-        Worker also ``E`` and ``S`` (its Executor warm; a call's tree stopped: hear_worker),
-        a Keeper ``Z`` and ``S`` (hear_worker)."""
+        Worker also ``E`` and ``S`` (its Executor warm; a call's tree stopped: hear_worker)."""
         try:
-            if isinstance(warm, (Worker, Keeper)):
+            if isinstance(warm, Worker):
                 data, fds = recv_fds(warm.sock, CHUNK, 1)
                 for fd in fds:  # SCM_RIGHTS gives them inheritable: no exec gets them
                     os.set_inheritable(fd, False)
@@ -1247,20 +1018,6 @@ class Agent(object):
             if warm in self.workers:
                 self.workers.remove(warm)
                 warm.close()
-            if warm in self.keepers:  # killed: its step's status is its own (reap)
-                self.keepers.remove(warm)
-                if warm.fast is not None:  # the folder it made for its next zygote
-                    self.runner["remove_tree"](warm.fast.folder)
-                warm.close()
-                self.scripts = False  # the next is started after a script, not at once
-                for step in list(self.steps.values()):
-                    if step.worker is not warm:
-                        continue
-                    if step.call.key is None:  # it waited for its zygote
-                        self.call_slow(step)
-                    else:  # its folder goes when it ends (finish)
-                        step.call.orphan = True
-                return
             warm.sock.close()
             for step in list(self.steps.values()):
                 if step.worker is warm and step.status is None:
@@ -1274,7 +1031,7 @@ class Agent(object):
         while b"\n" in warm.buf:
             line, _, rest = warm.buf.partition(b"\n")
             warm.buf = rest
-            if line[:2] in (b"E ", b"S ", b"Z "):
+            if line[:2] in (b"E ", b"S "):
                 self.hear_worker(warm, line)
                 continue
             word, sid, value = line.split()
@@ -1330,7 +1087,7 @@ class Agent(object):
         step = self.steps[sid] = Step(sid, worker.pid, None, -1, -2)
         step.outputs, step.reads = {}, {}
         step.worker, step.grace = worker, grace
-        step.call = Call(worker, header, first, int(files[0][1]))
+        step.call = Call(worker, header, first)
         return True
 
     def call_input(self, step, kind, payload):
@@ -1350,8 +1107,7 @@ class Agent(object):
         """Hand the call to its worker after all (the Executor gone, its order cut short)."""
         call = step.call
         del self.steps[step.sid]
-        if not isinstance(call, Script):  # a script's zygote, unused, serves the next
-            call.worker.drop_fast()
+        call.worker.drop_fast()
         self.start(step.sid, call.first + b"".join(call.got), direct=False)
         slow = self.steps.get(step.sid)
         if eof and slow is not None:
@@ -1359,8 +1115,6 @@ class Agent(object):
             self.feed(slow)
 
     def call_start(self, step):
-        if isinstance(step.call, Script):
-            return self.script_start(step)
         call, runner = step.call, self.runner
         fast, header = call.fast, call.header
         order = b"".join(call.got)[: call.need].decode("utf-8", "replace")
@@ -1444,21 +1198,7 @@ class Agent(object):
 
     def hear_worker(self, worker, line):
         """``E sid [pid, package, base, grace]``: its Executor is warm (its socket came with
-        it); ``S sid code {stopped, running}``: the tree of the call ``sid`` is stopped (a
-        Keeper's: the script step ``sid`` ended); a Keeper's ``Z [pid, folder]``: its next
-        zygote is ready (its socket came with it)."""
-        if line[:2] == b"Z ":  # a keeper's next zygote (its socket came with it)
-            fd = worker.fds.pop(0) if worker.fds else None
-            if fd is not None:
-                worker.drop_fast()
-                pid, folder = json.loads(line[2:].decode())
-                worker.fast = ZygoteReady(pid, folder, fd)
-                for step in list(self.steps.values()):  # one that waited for it
-                    call = step.call
-                    if call is not None and call.worker is worker and call.key is None:
-                        if call.size >= call.need:
-                            self.call_start(step)
-            return
+        it); ``S sid code {stopped, running}``: the tree of the call ``sid`` is stopped."""
         word, sid, rest = line.split(b" ", 2)
         step = self.steps.get(int(sid))
         if word == b"E":
@@ -1472,13 +1212,12 @@ class Agent(object):
             pid, package, base, grace = json.loads(rest.decode())
             worker.fast = Direct(pid, package, base, grace, fd)
             return
-        if isinstance(worker, Worker):
-            worker.drop_fast()  # its Executor is gone: the next call starts a fresh one
-        if step is None or step.call is None or step.call.worker is not worker:
+        worker.drop_fast()  # its Executor is gone: the next call starts a fresh one
+        if step is None or step.call is None:
             return
         code, said = rest.split(b" ", 1)
         code = int(code) if step.call.status is None else step.call.status
-        end = {"reason": step.call.reason or "exit"}
+        end = {"reason": step.call.reason}
         end.update(json.loads(said.decode()))
         end["code"] = 128 - code if code < 0 else code
         step.call.end = end
@@ -1530,106 +1269,6 @@ class Agent(object):
                 else:
                     wait = min(wait, (call.deadline - now) * 1000)
         return wait
-
-    # -- a script step the agent runs in a keeper's zygote itself ---------------------------
-    #
-    # A script step (no package, no stdin, no preload, no detach; files within
-    # SCRIPT_IN_MEMORY) goes to the keeper's zygote when one is ready (Keeper ``Z``): the
-    # agent holds its files until all came, writes them into the folder the keeper made,
-    # hands the zygote its order with the step's stdout, stderr (and value) pipes, tells
-    # the keeper which step its zygote runs, then draws the key and says the runner's ``ready`` and
-    # ``started`` lines, and relays, and writes its value and ``exit`` lines as the runner
-    # would. The key is drawn after the zygote was forked, by a process the agent forked
-    # before (the keeper), so the script never holds it; its status is the keeper's word:
-    # the kernel's, read by the zygote's parent. What it leaves running, the deadline and
-    # EOF are the keeper's to stop (the agent asks: ``stop``), and the agent's death too
-    # (EOF on the keeper's socket). Any other script step goes through a runner.
-
-    def script(self, sid, header, first):
-        """Take the script step ``sid`` to run it in the keeper's zygote (a Script); False
-        when it does not fit or no zygote is ready."""
-        if header["package"] or header["package_size"] or header["stdin"]:
-            return False
-        if header["preload"] or header["bulk"]:
-            return False
-        try:
-            need = sum(int(size) for _, size, _ in header["files"])
-        except (TypeError, ValueError):
-            return False  # its runner says what is wrong
-        cwd = header["cwd"]
-        if need > SCRIPT_IN_MEMORY or (cwd and not os.path.isdir(cwd)):
-            return False
-        busy = set(id(step.worker) for step in self.steps.values())
-        keeper = next((k for k in self.keepers if id(k) not in busy), None)
-        if keeper is None:  # it runs another: this one goes to a runner
-            return False
-        self.scripts = True
-        step = self.steps[sid] = Step(sid, keeper.pid, None, -1, -2)
-        step.outputs, step.reads = {}, {}
-        step.worker, step.grace = keeper, float(header["grace"] or 1.0)
-        step.call = Script(keeper, header, first, need)
-        if not need:
-            self.call_start(step)
-        return True
-
-    def script_start(self, step):
-        """All of the script step's files came: into the keeper's folder, then the zygote's
-        order; a zygote gone (killed there) hands the step to a runner. An idle keeper
-        that has not said its next zygote yet (it forks it once it said the last step's
-        end) is waited for: hear_worker starts the step when it does."""
-        call, runner = step.call, self.runner
-        keeper, header = call.worker, call.header
-        if keeper.fast is None:
-            return
-        call.fast, zygote, keeper.fast = keeper.fast, keeper.fast, None  # the keeper forks the next
-        folder = zygote.folder
-        pipes = []
-        try:
-            data = memoryview(b"".join(call.got))
-            for name, size, mode in header["files"]:
-                path = os.path.join(folder, name)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as f:
-                    f.write(data[: int(size)])
-                data = data[int(size) :]
-                os.chmod(path, mode)
-            argv, cwd, env = runner["step_argv"](header, folder)
-            for _ in range(3 if header["value"] else 2):
-                pipes.append(os.pipe())
-            order = json.dumps([argv[2], argv[3:], cwd, env]).encode()
-            send_fds(zygote.sock, order[:CHUNK], [w for r, w in pipes])
-            zygote.sock.sendall(order[CHUNK:])
-        except (OSError, SystemExit):  # the zygote gone; the folder: its runner says why
-            zygote.sock.close()
-            for pipe in pipes:
-                for fd in pipe:
-                    os.close(fd)
-            try:  # the keeper's zygote ends, its folder goes (one run, one stop)
-                keeper.run(step.sid, step.grace)
-                keeper.stop(step.sid, step.grace)
-            except OSError:
-                pass
-            return self.call_slow(step)
-        zygote.sock.close()  # its EOF: the order is whole
-        try:  # after the order: the script's process is woken first
-            keeper.run(step.sid, step.grace)
-        except OSError:  # the keeper is gone: its end says so (hear), the step ends as it did
-            step.call.orphan = True
-        for r, w in pipes:
-            os.close(w)
-            os.set_blocking(r, False)
-        (out, _), (err, _) = pipes[:2]
-        step.outputs = {out: b"O", err: b"e"}
-        step.reads = {out: CHUNK, err: CHUNK}
-        if header["value"]:
-            call.val = pipes[2][0]
-        # drawn now: the zygote (and the keeper) were forked before, and never see it
-        call.key = "remotekit-" + os.urandom(16).hex()
-        line = runner["control_line"]
-        ready = line(runner["READY"], {"key": call.key}, prefix=header["nonce"])
-        self.send(b"e", step.sid, ready + line(runner["STARTED"], {"pid": zygote.pid}, call.key))
-        if header["timeout"] is not None:
-            call.deadline = time.monotonic() + float(header["timeout"])
 
     def feed(self, step):
         while step.stdin is not None and step.pending:
@@ -1707,8 +1346,6 @@ class Agent(object):
             return
         if step.call is not None:
             self.call_close(step)
-            if getattr(step.call, "orphan", False):
-                self.runner["remove_tree"](step.call.fast.folder)
         step.close_stdin()
         step.close_done()
         del self.steps[step.sid]
@@ -1740,7 +1377,7 @@ class Agent(object):
                     os.killpg(step.pid, signal.SIGKILL)
                 except OSError:
                     pass
-        for warm in list(self.warm.values()) + self.workers + self.keepers:
+        for warm in list(self.warm.values()) + self.workers:
             warm.sock.close()
         self.reap_quietly()
 

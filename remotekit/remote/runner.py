@@ -236,43 +236,34 @@ def remove(path):
 
 
 def remove_tree(path):
-    """``rm -rf path`` of a folder the runner made, errors ignored (one the step removed
-    itself included): as shutil.rmtree, through descriptors (os.fwalk) and never following
-    a link the step left there, without shutil's import (zlib, bz2, lzma: ~1.5 ms of a
-    step)."""
+    """``rm -rf path`` of a folder the runner made, errors ignored: as shutil.rmtree, through
+    descriptors (os.fwalk) and never following a link the step left there, without shutil's
+    import (zlib, bz2, lzma: ~1.5 ms of a step)."""
     if not hasattr(os, "fwalk"):
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
         return
-    try:
-        for _, dirs, files, fd in os.fwalk(path, topdown=False):
-            remove_entries(dirs, files, fd)
-    except OSError:  # gone already (the step removed it), or it cannot be read
-        pass
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
-
-
-def remove_entries(dirs, files, fd):
-    """Unlink ``files`` and remove ``dirs`` in the folder ``fd`` (remove_tree, bottom up)."""
-    for name in files:
-        try:
-            os.unlink(name, dir_fd=fd)
-        except OSError:
-            pass
-    for name in dirs:  # a link to a folder is listed here too: unlinked, not followed
-        try:
-            os.rmdir(name, dir_fd=fd)
-        except NotADirectoryError:
+    for _, dirs, files, fd in os.fwalk(path, topdown=False):
+        for name in files:
             try:
                 os.unlink(name, dir_fd=fd)
             except OSError:
                 pass
-        except OSError:
-            pass
+        for name in dirs:  # a link to a folder is listed here too: unlinked, not followed
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except NotADirectoryError:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except OSError:
+                    pass
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def created(make, path_of=lambda made: made):

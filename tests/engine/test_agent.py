@@ -308,17 +308,15 @@ def test_a_step_runs_in_a_runner_forked_before_it_came(
 ) -> None:
     """Once no step runs, the agent forks the next step's runner (the spare), which waits for
     its header: a command then costs no fork of a Python while the caller waits, and a
-    script one (its zygote), forked by a child of the agent that was there before it came
-    (the spare's runner; after a script, the keeper)."""
+    script one (its zygote, forked by that runner), not two."""
     pid = agent_pid(target)
     for step in (["sh", "-c", "echo $PPID"], None):
         spare = spare_of(looker, pid)
         if step is not None:  # the command's parent is its runner: the spare
             assert int(target.run(step, timeout=20).stdout) == spare
-        else:  # a script runs in a zygote forked by the spare's runner, or by the keeper
-            there = children(looker, pid)
+        else:  # a script runs in the zygote its runner (the spare) forked
             code = "import os\nprint(os.getppid())\n"
-            assert int(target.run_python(remotekit.Script(code), timeout=20).stdout) in there
+            assert int(target.run_python(remotekit.Script(code), timeout=20).stdout) == spare
 
 
 #: A script that writes a digit into every descriptor it holds, then kills its runner: were
@@ -345,23 +343,6 @@ def test_a_script_cannot_say_its_runners_status(target: remotekit.Target) -> Non
     assert r.exit_code == 128 + signal.SIGKILL, (r.exit_code, r.stderr)
 
 
-#: A script that removes its own folder, then ends well.
-REMOVES_ITS_FOLDER = remotekit.Script(
-    "import os, shutil\nshutil.rmtree(os.environ['REMOTEKIT_DIR'])\nprint('gone')\n"
-)
-
-
-def test_a_script_that_removes_its_own_folder_ends_as_it_exited(
-    target: remotekit.Target,
-) -> None:
-    """What removes a step's folder after it (its runner, or the keeper and the agent) finds
-    it gone without failing: the step ends with the script's status and nothing more on
-    its stderr, step after step."""
-    for _ in range(3):
-        r = target.run_python(REMOVES_ITS_FOLDER, check=False, timeout=20)
-        assert (r.exit_code, r.stdout, r.stderr) == (0, "gone\n", "")
-
-
 def spare_of(looker: remotekit.Target, pid: int) -> int:
     """The agent ``pid``'s spare (polled for): its child that leads a session, no step running."""
     end = time.monotonic() + 10
@@ -371,114 +352,23 @@ def spare_of(looker: remotekit.Target, pid: int) -> int:
     return spare.pop()
 
 
-#: A script that prints its pid, its parent's, and its parent's parent's.
-LINEAGE = remotekit.Script(
-    "import os\n"
-    "up = open('/proc/%d/stat' % os.getppid()).read().rsplit(')', 1)[1].split()[1]\n"
-    "print(os.getpid(), os.getppid(), up)\n",
-    name="lineage.py",
-)
-
-
-def lineage(target: remotekit.Target) -> tuple[int, int, int]:
-    """(a script's pid, its parent's, its grandparent's), from a warm script step."""
-    pid, parent, up = map(int, target.run_python(LINEAGE, timeout=20).stdout.split())
-    return pid, parent, up
-
-
-def test_after_a_script_each_next_one_forks_one_python_under_the_keeper(
+def test_after_a_script_the_next_runner_has_its_zygote_forked_already(
     target: remotekit.Target, looker: remotekit.Target
 ) -> None:
-    """After a script, the agent starts its keeper (a child of its own that stays, a
-    subreaper): each next script runs in a zygote the keeper forked before it came, so a
-    script step forks one Python, not a runner and then its zygote; the keeper, the
-    script's parent, is the same step after step, and has the next zygote forked already.
-    After a command, the spare's runner forks no zygote."""
+    """After a script, the spare's runner forks its zygote at once (the next step is likely
+    a script too: then it costs no fork while the caller waits); after a command, it forks
+    one only if its step runs a script."""
     pid = agent_pid(target)
     target.run_python(remotekit.Script("pass\n"), timeout=20)
-    seen = [lineage(target) for _ in range(3)]
-    parents = {parent for _, parent, _ in seen}
-    assert len(parents) == 1, seen  # not a runner of each step's own
-    keeper = parents.pop()
-    assert {up for _, _, up in seen} == {pid}, (pid, seen)
-    assert len({me for me, _, _ in seen}) == 3, seen  # a process of each step's own
-    assert keeper != spare_of(looker, pid)
+    spare = spare_of(looker, pid)
     end = time.monotonic() + 10
-    while len(children(looker, keeper)) != 1:
-        assert time.monotonic() < end, "the keeper forked no zygote for the next script"
+    while not children(looker, spare):
+        assert time.monotonic() < end, "the spare forked no zygote after a script"
         time.sleep(0.05)
     target.run(["true"], timeout=20)
     spare = spare_of(looker, pid)
     time.sleep(0.3)
     assert children(looker, spare) == set()
-
-
-def tree_script(m: str) -> remotekit.Script:
-    """A script that prints its folder, leaves a setsid child and a double-forked one
-    behind, and sleeps."""
-    return remotekit.Script(
-        "import os, subprocess, time\n"
-        "print(os.environ['REMOTEKIT_DIR'], flush=True)\n"
-        f"subprocess.Popen(['bash', '-c', 'setsid sleep {m} & (sleep {m} & ) ; sleep {m}'])\n"
-        "time.sleep(100)\n",
-        name="tree.py",
-    )
-
-
-@pytest.mark.parametrize("how", ["timeout", "cancel"])
-def test_a_script_the_keeper_runs_is_stopped_with_its_tree_and_folder(
-    target: remotekit.Target, looker: remotekit.Target, how: str
-) -> None:
-    """A script in the keeper's zygote, stopped at its timeout or by a cancel: its whole
-    tree is stopped (a setsid grandchild, a double fork), its folder removed, and the
-    keeper runs the next script."""
-    target.run_python(remotekit.Script("pass\n"), timeout=20)
-    keeper = lineage(target)[1]
-    m = marker()
-    lines: list[str] = []
-    if how == "timeout":
-        with pytest.raises(remotekit.StepTimeout) as info:
-            target.run_python(tree_script(m), timeout=3, on_output=lambda _, t: lines.append(t))
-        assert info.value.confirmed
-    else:
-        th, out = in_thread(
-            target.run_python, tree_script(m), timeout=60, on_output=lambda _, t: lines.append(t)
-        )
-        wait_seen(m)
-        target.cancel()
-        th.join(20)
-        target.resume()
-        assert out and isinstance(out[0], remotekit.StepCancelled), out
-    assert wait_gone(m, 5) == []
-    folder = lines[0].strip()
-    assert folder.startswith("/") and "remotekit-" in folder, lines
-    assert looker.run(["test", "-e", folder], check=False, timeout=20).exit_code == 1
-    assert lineage(target)[1] == keeper
-
-
-def test_a_script_the_keeper_runs_dies_with_its_agent(
-    target: remotekit.Target, looker: remotekit.Target
-) -> None:
-    """The agent SIGKILLed while a script runs in the keeper's zygote: the keeper (its
-    socket's EOF) stops the script's tree, removes its folder and is gone."""
-    pid = agent_pid(target)
-    target.run_python(remotekit.Script("pass\n"), timeout=20)
-    keeper = lineage(target)[1]
-    m = marker()
-    lines: list[str] = []
-    th, out = in_thread(
-        target.run_python, tree_script(m), timeout=60, on_output=lambda _, t: lines.append(t)
-    )
-    wait_seen(m)
-    looker.run(["kill", "-9", str(pid)], timeout=20)
-    th.join(20)
-    assert out and isinstance(out[0], remotekit.ConnectionLost), out
-    assert wait_gone(m, 8) == []
-    assert gone_there(looker, keeper, 5), "the keeper outlived its agent"
-    folder = lines[0].strip()
-    assert "remotekit-" in folder, lines
-    assert looker.run(["test", "-e", folder], check=False, timeout=20).exit_code == 1
-    assert agent_pid(target) != pid
 
 
 def test_a_short_steps_frames_come_in_one_write(tmp_path: Path) -> None:
