@@ -195,8 +195,9 @@ EVENT_STEP_RE = re.compile(
 )
 # Lines that are no log message, whatever words they hold: a shell trace (``set -x``: "+ cmd",
 # "++ cmd"), a Python prompt, source code printed before the log (a statement, a call, a
-# decorator, a comment), a command's flag on a line of its own, a model's printed structure (a PyTorch module's repr: ``(head):
-# Linear(in_features=4, out_features=512)``). Neither a row nor an event comes from them.
+# decorator, a comment), a command's flag on a line of its own, a model's printed structure
+# (a PyTorch module's repr: ``(head): Linear(in_features=4, out_features=512)``). Neither a
+# row nor an event comes from them.
 CODE_RE = re.compile(
     r"^\s*(?:\++ |>>> |\.\.\. |#|@[A-Za-z_]|"
     # a command's argument on a line of its own (``  --learning_rate=2e-5 \``): what was asked

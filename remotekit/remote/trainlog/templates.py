@@ -38,7 +38,7 @@ import re
 from array import array
 from bisect import bisect_right
 from heapq import merge as _interleave
-from itertools import chain, compress, islice, repeat
+from itertools import compress, islice, repeat
 from operator import add, eq, ge, itemgetter, lt, mul, ne, not_, sub
 
 from ..protocol import mask
@@ -535,7 +535,7 @@ def _lead(t, names):
         if not t.varies(j):
             continue
         col = t.column(j)
-        if any(x != x or not float(x).is_integer() for x in col):
+        if not _whole(col):
             continue
         if all(map(lt, col, islice(col, 1, None))):
             return j
@@ -553,7 +553,7 @@ def _pair(t, names):
     if c[1].strip() != "," or not c[2].lstrip().startswith(("]", ")")) or not t.varies(1):
         return None, None
     ep, col = t.column(0), t.column(1)
-    if any(x != x or not float(x).is_integer() for x in chain(ep, col)):
+    if not (_whole(ep) and _whole(col)):
         return None, None
     if sum(map(ne, ep, islice(ep, 1, None))) >= sum(map(ne, col, islice(col, 1, None))):
         return None, None  # the outer counter changes less often than the inner one
@@ -718,7 +718,7 @@ def held_out_values(lines):
         for j, name in enumerate(k.names):
             if not name or j in k.counters or not loss_name(name):
                 continue
-            own = kind_of(re.split(r"[_/.]", name))
+            own = _name_kind(name)
             if own == "train" or (own is None and k.kind == "train"):
                 continue
             full = name if own else "%s/%s" % (k.kind, name)
@@ -896,7 +896,7 @@ def _held_out_word(before):
     segs = [s for s in _SEGMENT_RE.split(before) if s.strip(" :=#/")]
     for w in _WORD_RE.findall(segs[-1]) if segs else ():
         w = w.strip("./").lower()
-        if loss_name(w) and kind_of(re.split(r"[_/.]", w)) in ("val", "test"):
+        if loss_name(w) and _name_kind(w) in ("val", "test"):
             return w
     return None
 
@@ -938,10 +938,21 @@ def _last_draws(t):
     return m
 
 
+def _name_kind(name):
+    """The kind a series' own name says (``eval_loss`` -> val, ``train/loss`` -> train), or
+    None."""
+    return kind_of(re.split(r"[_/.]", name))
+
+
+def _whole(col):
+    """Whether every value of ``col`` is a whole number (no NaN): a counter's column."""
+    return not any(x != x or not float(x).is_integer() for x in col)
+
+
 def _held(k, name):
     """Whether series ``name`` of kind ``k`` is held out: its lines' kind says so, or its
     own name does (``eval_loss`` on a line that names no kind)."""
-    return k.kind in ("val", "test") or kind_of(re.split(r"[_/.]", name)) in ("val", "test")
+    return k.kind in ("val", "test") or _name_kind(name) in ("val", "test")
 
 
 def _headed(kinds, table):
@@ -1423,7 +1434,7 @@ def _name_series(kinds, primary):
         coarse = k.step is None and k.progress is None and 2 * len(k.t.at) <= fine.get(k.kind, 0)
         k.series = []
         for j, name in k.fields():
-            own = kind_of(re.split(r"[_/.]", name))
+            own = _name_kind(name)
             full = name if own else "%s/%s" % (k.kind, name)
             if coarse:
                 full = "epoch/" + full
